@@ -1,0 +1,35 @@
+# pl_add_plugin(NAME SOURCES a.c b.c [LIBS x y])
+#   builds NAME.so into ${PL_PLUGIN_BUILD_DIR} and installs it under lib/pipeline/plugins.
+function(pl_add_plugin name)
+  cmake_parse_arguments(P "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(plugin_${name} MODULE ${P_SOURCES})
+  target_link_libraries(plugin_${name} PRIVATE pipeline_core ${P_LIBS})
+  set_target_properties(plugin_${name} PROPERTIES
+    PREFIX "" OUTPUT_NAME ${name}
+    LIBRARY_OUTPUT_DIRECTORY ${PL_PLUGIN_BUILD_DIR}
+    C_VISIBILITY_PRESET hidden)
+  install(TARGETS plugin_${name} LIBRARY DESTINATION ${PL_PLUGIN_INSTALL_DIR})
+endfunction()
+
+# pl_add_test(NAME SOURCES a.c [LIBS x] [LABELS l])
+#   a Check test executable run by ctest from the source root (so tests can
+#   read ../shared/data relative to the project), with the build's plugin dir.
+function(pl_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/common/pl_test.c)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
+  target_link_libraries(${name} PRIVATE pipeline_core PkgConfig::CHECK ${T_LIBS})
+  target_compile_definitions(${name} PRIVATE
+    PL_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    PL_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}"
+    PL_TEST_PLUGIN_DIR="${PL_PLUGIN_BUILD_DIR}")
+  add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 600)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "CK_DEFAULT_TIMEOUT=${T_TIMEOUT};PIPELINE_PLUGIN_PATH=${PL_PLUGIN_BUILD_DIR}")
+  if(T_LABELS)
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}")
+  endif()
+endfunction()

@@ -1,0 +1,355 @@
+/* main.c - the `pipeline` command line: run, check, plugins, help, --version.
+ *
+ * Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
+ * Errors go to stderr as one line naming the problem and one "hint:" line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_internal.h"
+#include "registry.h"
+#include "trainer.h"
+
+#define EXIT_RUN_FAILED 1
+#define EXIT_USAGE 2
+
+static const char *status_hint(pl_status s) {
+    switch (s) {
+    case PL_ERR_IO: return "check that the file exists and is readable";
+    case PL_ERR_ABI: return "rebuild the plugin against this pipeline's headers";
+    case PL_ERR_NOMEM: return "free memory or reduce the batch size";
+    case PL_ERR_CONFIG: return "`pipeline check FILE.ini` validates a config without running it";
+    default: return "see `pipeline help`";
+    }
+}
+
+/* Print the thread's error and hint to stderr. */
+static void report_error(const char *fallback) {
+    const char *msg = pl_error_message();
+    const char *hint = pl_hint_get();
+    fprintf(stderr, "error: %s\n", msg && *msg ? msg : fallback);
+    fprintf(stderr, "hint: %s\n", hint && *hint ? hint : status_hint(pl_error_status()));
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg) {
+    fprintf(stderr, "error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nhint: see `pipeline help%s%s`\n", cmd ? " " : "", cmd ? cmd : "");
+    return EXIT_USAGE;
+}
+
+/* ---- help ------------------------------------------------------------- */
+
+static const char *general_help =
+    "usage: pipeline COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  run FILE.ini [section.key=value]... [--resume PATH|last] [--plugin-path DIR]...\n"
+    "                 resolve the config, then train, validate, test and export\n"
+    "  check FILE.ini [section.key=value]... [--plugin-path DIR]...\n"
+    "                 resolve and validate the config, print it, run nothing\n"
+    "  plugins [NAME] [--plugin-path DIR]...\n"
+    "                 list every plugin found, or one plugin's options\n"
+    "  help [COMMAND] this text, or one command's\n"
+    "  --version      print the version\n"
+    "\n"
+    "Plugins are searched in: --plugin-path DIRs, PIPELINE_PLUGIN_PATH (colon-separated),\n"
+    "the build tree's plugin dir, then the install dir. Exit codes: 0 ok, 1 run failed,\n"
+    "2 usage or configuration error. INI keys: docs/ini-reference.md.\n";
+
+static const char *run_help =
+    "usage: pipeline run FILE.ini [section.key=value]... [--resume PATH|last] [--plugin-path DIR]...\n"
+    "\n"
+    "Resolves FILE.ini (overrides applied after the file, e.g. optimizer.lr=5e-4 or\n"
+    "precision.plugin=bf16), prints the resolved config, then runs fit, test and export\n"
+    "into [pipeline] run_dir/NAME/TIMESTAMP/.\n"
+    "  --resume PATH|last   resume from a checkpoint file, or the last run of this config\n"
+    "                       (same as trainer.resume=...)\n"
+    "  --plugin-path DIR    search DIR for plugins first (repeatable)\n";
+
+static const char *check_help =
+    "usage: pipeline check FILE.ini [section.key=value]... [--plugin-path DIR]...\n"
+    "\n"
+    "Resolves and validates FILE.ini with its overrides: every plugin is loaded and every\n"
+    "key checked against its schema. Prints every key with its value and origin (default,\n"
+    "file:line or command line). Exit code 0 if valid, 2 otherwise.\n";
+
+static const char *plugins_help =
+    "usage: pipeline plugins [NAME] [--plugin-path DIR]...\n"
+    "\n"
+    "Without NAME: a table of every plugin found (name, kind, version, summary, path);\n"
+    "plugins that were refused are listed with the reason. With NAME: that plugin's\n"
+    "options (name, type, default, allowed values, description).\n";
+
+static int cmd_help(int argc, char **argv) {
+    const char *c = argc > 0 ? argv[0] : NULL;
+    if (!c) fputs(general_help, stdout);
+    else if (strcmp(c, "run") == 0) fputs(run_help, stdout);
+    else if (strcmp(c, "check") == 0) fputs(check_help, stdout);
+    else if (strcmp(c, "plugins") == 0) fputs(plugins_help, stdout);
+    else if (strcmp(c, "help") == 0) fputs(general_help, stdout);
+    else return usage_error(NULL, "unknown command '%s'", c);
+    return 0;
+}
+
+/* ---- argument parsing shared by run/check/plugins ------------------- */
+
+typedef struct cli_args {
+    const char *file;        /* run/check: the INI; plugins: NAME */
+    const char **overrides;
+    int n_over;
+    const char *resume;
+    pl_registry *reg;
+    bool help;
+} cli_args;
+
+/* Parse the arguments after the command. Returns 0 or an exit code. */
+static int parse_args(const char *cmd, int argc, char **argv, cli_args *a, bool allow_over,
+                      bool allow_resume) {
+    a->overrides = calloc((size_t)argc + 2, sizeof *a->overrides);
+    a->reg = pl_registry_new();
+    if (!a->overrides || !a->reg) {
+        report_error("out of memory");
+        return EXIT_RUN_FAILED;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        const char *val = NULL;
+        if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            a->help = true;
+            return 0;
+        }
+        if (strncmp(s, "--plugin-path", 13) == 0 && (s[13] == '\0' || s[13] == '=')) {
+            if (s[13] == '=') val = s + 14;
+            else if (i + 1 < argc) val = argv[++i];
+            else return usage_error(cmd, "%s needs a directory", "--plugin-path");
+            if (!*val) return usage_error(cmd, "%s needs a directory", "--plugin-path");
+            pl_registry_add_dir(a->reg, val);
+            continue;
+        }
+        if (allow_resume && strncmp(s, "--resume", 8) == 0 && (s[8] == '\0' || s[8] == '=')) {
+            if (s[8] == '=') val = s + 9;
+            else if (i + 1 < argc) val = argv[++i];
+            else return usage_error(cmd, "%s needs a checkpoint path or 'last'", "--resume");
+            if (!*val) return usage_error(cmd, "%s needs a checkpoint path or 'last'", "--resume");
+            a->resume = val;
+            continue;
+        }
+        if (s[0] == '-' && s[1]) return usage_error(cmd, "unknown option '%s'", s);
+        if (!a->file) {
+            a->file = s;
+            continue;
+        }
+        if (allow_over && strchr(s, '=')) {
+            char sec[128], key[256];
+            if (pl_override_parse(s, sec, sizeof sec, key, sizeof key, NULL)) {
+                report_error("bad override");
+                return EXIT_USAGE;
+            }
+            a->overrides[a->n_over++] = s;
+            continue;
+        }
+        if (allow_over)
+            return usage_error(cmd, "unexpected argument '%s' (overrides are section.key=value)",
+                               s);
+        return usage_error(cmd, "unexpected argument '%s'", s);
+    }
+    if (pl_registry_add_default_dirs(a->reg)) {
+        report_error("plugin search path");
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void free_args(cli_args *a) {
+    free(a->overrides);
+    pl_registry_free(a->reg);
+}
+
+/* ---- check / run ------------------------------------------------------ */
+
+static pl_config *load_config(cli_args *a, const char *cmd) {
+    if (!a->file) {
+        usage_error(cmd, "%s needs a config file (pipeline CMD FILE.ini)", cmd);
+        return NULL;
+    }
+    pl_config *cfg = pl_config_load(a->file, a->n_over, a->overrides, a->reg);
+    if (!cfg) report_error("invalid configuration");
+    return cfg;
+}
+
+static int cmd_check(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args("check", argc, argv, &a, true, false);
+    if (!rc && a.help) fputs(check_help, stdout);
+    if (rc || a.help) {
+        free_args(&a);
+        return rc;
+    }
+    pl_config *cfg = load_config(&a, "check");
+    if (!cfg) {
+        free_args(&a);
+        return EXIT_USAGE;
+    }
+    pl_config_print(cfg, stdout);
+    for (int i = 0; i < pl_config_requires_count(cfg); i++)
+        printf("requires: %s\n", pl_config_requires_at(cfg, i));
+    printf("config OK\n");
+    pl_config_free(cfg);
+    free_args(&a);
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args("run", argc, argv, &a, true, true);
+    if (!rc && a.help) fputs(run_help, stdout);
+    if (rc || a.help) {
+        free_args(&a);
+        return rc;
+    }
+    char resume_over[4200];
+    if (a.resume) {
+        for (int i = 0; i < a.n_over; i++)
+            if (strncmp(a.overrides[i], "trainer.resume=", 15) == 0) {
+                free_args(&a);
+                return usage_error("run", "%s", "--resume and trainer.resume=... both given");
+            }
+        snprintf(resume_over, sizeof resume_over, "trainer.resume=%s", a.resume);
+        a.overrides[a.n_over++] = resume_over;
+    }
+    pl_config *cfg = load_config(&a, "run");
+    if (!cfg) {
+        free_args(&a);
+        return EXIT_USAGE;
+    }
+    pl_config_print(cfg, stdout);
+    fflush(stdout);
+    pl_run_options opts = {.resume = a.resume,
+                           .config_path = a.file,
+                           .argc = a.n_over,
+                           .argv = (char **)a.overrides};
+    rc = pl_trainer_run(cfg, a.reg, &opts);
+    pl_config_free(cfg);
+    free_args(&a);
+    return rc;
+}
+
+/* ---- plugins ---------------------------------------------------------- */
+
+static const char *type_name(pl_option_type t) {
+    switch (t) {
+    case PL_OPT_INT: return "int";
+    case PL_OPT_FLOAT: return "float";
+    case PL_OPT_BOOL: return "bool";
+    case PL_OPT_STRING: return "string";
+    case PL_OPT_CHOICE: return "choice";
+    case PL_OPT_NUMBER_OR_FRACTION: return "int|fraction";
+    }
+    return "?";
+}
+
+static void print_options(const pl_plugin_desc *d, const char *path) {
+    printf("%s %s (%s plugin, ABI %u.%u)\n  %s\n  %s\n\n", d->name, d->version ? d->version : "?",
+           pl_plugin_kind_name(d->kind), d->abi_major, d->abi_minor,
+           d->summary ? d->summary : "", path ? path : "");
+    int nw = 6, dw = 7;
+    for (const pl_option_spec *o = d->options; o && o->name; o++) {
+        int n = (int)strlen(o->name), dl = o->default_value ? (int)strlen(o->default_value) : 10;
+        if (n > nw) nw = n;
+        if (dl > dw) dw = dl;
+    }
+    if (dw > 24) dw = 24;
+    printf("  %-*s  %-12s  %-*s  %-22s  %s\n", nw, "option", "type", dw, "default", "allowed",
+           "description");
+    for (const pl_option_spec *o = d->options; o && o->name; o++) {
+        char allowed[128] = "";
+        if (o->type == PL_OPT_CHOICE)
+            snprintf(allowed, sizeof allowed, "%s", o->choices ? o->choices : "");
+        else if (o->type != PL_OPT_BOOL && o->type != PL_OPT_STRING && o->min <= o->max)
+            snprintf(allowed, sizeof allowed, "[%g, %g]", o->min, o->max);
+        else if (o->type == PL_OPT_BOOL)
+            snprintf(allowed, sizeof allowed, "true|false");
+        const char *def = !o->default_value ? "(required)" : *o->default_value ? o->default_value
+                                                                                : "\"\"";
+        printf("  %-*s  %-12s  %-*s  %-22s  %s\n", nw, o->name, type_name(o->type), dw, def,
+               allowed, o->doc ? o->doc : "");
+    }
+    if (!d->options || !d->options->name) printf("  (no options)\n");
+}
+
+static int cmd_plugins(int argc, char **argv) {
+    cli_args a = {0};
+    int rc = parse_args("plugins", argc, argv, &a, false, false);
+    if (!rc && a.help) fputs(plugins_help, stdout);
+    if (rc || a.help) {
+        free_args(&a);
+        return rc;
+    }
+    if (a.file) {
+        const pl_plugin_desc *d = NULL;
+        if (pl_registry_find(a.reg, a.file, PL_KIND_COUNT, &d, NULL)) {
+            report_error("plugin not found");
+            free_args(&a);
+            return EXIT_USAGE;
+        }
+        print_options(d, pl_registry_path_of(a.reg, d->name));
+        free_args(&a);
+        return 0;
+    }
+    const pl_plugin_info *info = NULL;
+    int n = pl_registry_list(a.reg, &info);
+    if (n < 0) {
+        report_error("cannot list plugins");
+        free_args(&a);
+        return EXIT_RUN_FAILED;
+    }
+    int nw = 4, vw = 7, sw = 7;
+    for (int i = 0; i < n; i++) {
+        int l = (int)strlen(info[i].name);
+        if (l > nw) nw = l;
+        if (info[i].desc && info[i].desc->version && (int)strlen(info[i].desc->version) > vw)
+            vw = (int)strlen(info[i].desc->version);
+        if (info[i].desc && info[i].desc->summary && (int)strlen(info[i].desc->summary) > sw)
+            sw = (int)strlen(info[i].desc->summary);
+    }
+    if (sw > 50) sw = 50;
+    printf("%-*s  %-9s  %-*s  %-*s  %s\n", nw, "name", "kind", vw, "version", sw, "summary", "path");
+    for (int i = 0; i < n; i++) {
+        const pl_plugin_desc *d = info[i].desc;
+        if (d)
+            printf("%-*s  %-9s  %-*s  %-*.*s  %s\n", nw, info[i].name, pl_plugin_kind_name(d->kind),
+                   vw, d->version ? d->version : "?", sw, sw, d->summary ? d->summary : "",
+                   info[i].path);
+        else
+            printf("%-*s  %-9s  %-*s  REFUSED: %s\n", nw, info[i].name, "-", vw, "-",
+                   info[i].error ? info[i].error : "?");
+    }
+    if (n == 0) {
+        printf("(no plugins found; searched:");
+        for (int i = 0; i < pl_registry_dir_count(a.reg); i++)
+            printf(" %s", pl_registry_dir_at(a.reg, i));
+        printf(")\n");
+    }
+    free_args(&a);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(general_help, stderr);
+        fprintf(stderr, "error: no command given\nhint: try `pipeline help`\n");
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("pipeline %s (plugin ABI %d.%d)\n", PL_VERSION_STRING, PL_ABI_MAJOR, PL_ABI_MINOR);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0) return cmd_help(argc - 2, argv + 2);
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) return cmd_help(0, NULL);
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
+    return usage_error(NULL, "unknown command '%s'", cmd);
+}

@@ -1,0 +1,48 @@
+/* alloc.h - per-device caching allocator and its counters.
+ *
+ * Blocks are rounded up to size classes (powers of two up to 1 MiB, then
+ * multiples of 1/8 of the enclosing power of two) and freed blocks are kept
+ * on per-class free lists, so a loop over varying batch shapes reaches a
+ * steady state in which no system allocation (malloc / cudaMalloc) happens.
+ * Counters mirror torch.cuda.memory_allocated / max_memory_allocated.
+ * Thread-safe (one mutex per device).
+ */
+#ifndef PIPELINE_ALLOC_H
+#define PIPELINE_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipeline/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pl_alloc_stats {
+    size_t bytes_in_use;    /* bytes of blocks handed out (size-class rounded) */
+    size_t peak_bytes;      /* max of bytes_in_use since start / last reset */
+    size_t bytes_cached;    /* bytes held in free lists */
+    size_t bytes_reserved;  /* bytes obtained from the system and not returned */
+    uint64_t allocations;   /* pl_alloc calls */
+    uint64_t cache_hits;    /* pl_alloc calls served from a free list */
+    uint64_t system_allocs; /* calls to the device's raw allocator */
+} pl_alloc_stats;
+
+/* Allocate a block of at least `nbytes` on `dev` (64-byte aligned on CPU).
+ * Returns NULL with PL_ERR_NOMEM set on failure. `*capacity` (may be NULL)
+ * receives the block's real size. */
+void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity);
+/* Return a block obtained from pl_alloc (goes to the cache, not the system). */
+void pl_free(pl_device dev, void *ptr, size_t capacity);
+/* Counters of one device. */
+pl_alloc_stats pl_alloc_get_stats(pl_device dev);
+/* Set peak_bytes = bytes_in_use (start of a new phase). */
+void pl_alloc_reset_peak(pl_device dev);
+/* Give cached blocks back to the system. */
+void pl_alloc_empty_cache(pl_device dev);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

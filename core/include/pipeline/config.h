@@ -1,0 +1,54 @@
+/* config.h - resolved INI configuration as seen by plugins and the core.
+ *
+ * The core parses the INI file (inih), applies command-line overrides
+ * (`section.key=value`, Hydra style), validates every key against the owning
+ * plugin's option schema (plugin.h) and fills in defaults. A plugin receives
+ * its own section, already validated: getters for declared options cannot
+ * fail on type or range. Pattern options (schema names containing `*`, e.g.
+ * `group.*.lr_scale`) are enumerated with pl_cfg_count/pl_cfg_key_at.
+ *
+ * Ownership: all strings are owned by the config and live as long as it.
+ */
+#ifndef PIPELINE_CONFIG_H
+#define PIPELINE_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pl_config pl_config;
+typedef struct pl_config_section pl_config_section;
+
+/* Where a resolved value came from. */
+typedef enum pl_value_origin { PL_FROM_DEFAULT, PL_FROM_FILE, PL_FROM_CLI } pl_value_origin;
+
+/* Section name ("optimizer"). */
+const char *pl_cfg_section_name(const pl_config_section *s);
+/* Raw string value of `key` (default applied), or NULL if absent. */
+const char *pl_cfg_get(const pl_config_section *s, const char *key);
+/* Typed getters. For a key not in the section they return `fallback`. */
+int64_t pl_cfg_int(const pl_config_section *s, const char *key, int64_t fallback);
+double pl_cfg_float(const pl_config_section *s, const char *key, double fallback);
+bool pl_cfg_bool(const pl_config_section *s, const char *key, bool fallback);
+const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *fallback);
+/* True if the user set the key (file or command line), false for defaults. */
+bool pl_cfg_is_set(const pl_config_section *s, const char *key);
+/* "file.ini:12", "command line" or "default" for a key. Static or owned. */
+const char *pl_cfg_origin(const pl_config_section *s, const char *key);
+/* Iterate over every key of the section (defaults included), in order. */
+int pl_cfg_count(const pl_config_section *s);
+const char *pl_cfg_key_at(const pl_config_section *s, int i);
+const char *pl_cfg_value_at(const pl_config_section *s, int i);
+
+/* Whole config access (core and tests). */
+const pl_config_section *pl_config_section_get(const pl_config *c, const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

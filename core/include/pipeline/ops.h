@@ -1,0 +1,176 @@
+/* ops.h - differentiable tensor ops (forward here, backward in the engine).
+ *
+ * Conventions for every function below:
+ *   - Returns a new tensor (owned per tensor.h's rule: by the open frame if
+ *     any, else by the caller) or NULL with the thread's error set.
+ *   - NULL-propagating: if any tensor argument is NULL the op returns NULL
+ *     and keeps the existing error, so a chain of ops can be checked once.
+ *   - Inputs must be on the same device; floating ops take f32, and bf16/f16
+ *     where stated (compute in f32, result in the input dtype). nf4 is refused
+ *     with PL_ERR_DTYPE naming the op and tensor, except by pl_nf4_matmul.
+ *   - Broadcasting follows NumPy / PyTorch: shapes are right-aligned, a dim
+ *     of 1 stretches.
+ *   - Every op is recorded on the autograd tape when grad mode is on and an
+ *     input requires grad; backward formulas are PyTorch's
+ *     (tools/autograd/derivatives.yaml) unless stated.
+ */
+#ifndef PIPELINE_OPS_H
+#define PIPELINE_OPS_H
+
+#include "pipeline/autograd.h"
+#include "pipeline/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- linear algebra ------------------------------------------------- */
+
+/* C = op(A) @ op(B), op = transpose of the last two dims when the flag is set.
+ * A [..., M, K] (or [..., K, M] with trans_a), B [..., K, N] (or [..., N, K]).
+ * Batch dims broadcast; a 2-D B is shared by every batch (x @ W^T with
+ * trans_b is nn.Linear). f32 x f32 -> f32 (OpenBLAS sgemm); bf16 x bf16 ->
+ * bf16 result with f32 accumulation (f16 likewise). Mixed dtypes are refused.
+ * Autocast (like torch.autocast): when pl_autocast_get() is PL_BF16 or PL_F16,
+ * every operand not already in that dtype is cast to it (a recorded pl_cast,
+ * so the activations saved for backward are half precision) and the result
+ * is in the autocast dtype; gradients reaching f32 leaves are f32.
+ * pl_linear follows the same rule (bias cast too, output in autocast dtype). */
+pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b);
+/* y = x @ W^T + b (nn.Linear). x [..., in], W [out, in], b [out] or NULL. */
+pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b);
+
+/* ---- elementwise, broadcasting -------------------------------------- */
+
+pl_tensor *pl_add(pl_tensor *a, pl_tensor *b);
+pl_tensor *pl_sub(pl_tensor *a, pl_tensor *b);
+pl_tensor *pl_mul(pl_tensor *a, pl_tensor *b);
+pl_tensor *pl_div(pl_tensor *a, pl_tensor *b);
+pl_tensor *pl_scale(pl_tensor *a, double s);       /* a * s */
+pl_tensor *pl_add_scalar(pl_tensor *a, double s);  /* a + s */
+
+/* ---- reductions ----------------------------------------------------- */
+
+/* Sum / mean over `dim` (negative counts from the end) or over all dims
+ * with dim = PL_ALL_DIMS (result 0-dim). keepdim as in torch.sum. */
+pl_tensor *pl_sum(pl_tensor *a, int dim, bool keepdim);
+pl_tensor *pl_mean(pl_tensor *a, int dim, bool keepdim);
+
+/* ---- activations (elementwise, shape preserved) ---------------------- */
+
+pl_tensor *pl_relu(pl_tensor *a);
+pl_tensor *pl_leaky_relu(pl_tensor *a, double negative_slope); /* torch default 0.01 */
+pl_tensor *pl_elu(pl_tensor *a, double alpha);                  /* torch default 1.0 */
+/* GELU: erf form x*Phi(x), or tanh form 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))
+ * (Hendrycks & Gimpel 2016; torch approximate='tanh'). */
+pl_tensor *pl_gelu(pl_tensor *a, bool tanh_approx);
+pl_tensor *pl_silu(pl_tensor *a);
+pl_tensor *pl_sigmoid(pl_tensor *a);
+pl_tensor *pl_tanh(pl_tensor *a);
+pl_tensor *pl_exp(pl_tensor *a);
+pl_tensor *pl_log(pl_tensor *a);
+pl_tensor *pl_square(pl_tensor *a);
+pl_tensor *pl_sqrt(pl_tensor *a);
+
+/* ---- softmax family (over the last dim) ------------------------------ */
+
+pl_tensor *pl_softmax(pl_tensor *a);
+pl_tensor *pl_log_softmax(pl_tensor *a);
+/* Causal masked softmax for attention: scores [..., T, S] (S >= T, query i
+ * sees keys j <= i + S - T), softmax(scale * scores) with masked entries 0. */
+pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale);
+
+/* ---- losses (return 0-dim f32, mean reduction) ------------------------ */
+
+/* torch.nn.functional.cross_entropy(logits [N, C], target i64 [N],
+ * ignore_index, label_smoothing): mean over targets != ignore_index; with
+ * smoothing eps the target distribution is (1-eps)*onehot + eps/C. If every
+ * target is ignored the result is NaN, as in PyTorch. */
+pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore_index,
+                            double label_smoothing);
+pl_tensor *pl_mse_loss(pl_tensor *pred, pl_tensor *target);  /* mean (p-t)^2 */
+pl_tensor *pl_mae_loss(pl_tensor *pred, pl_tensor *target);  /* mean |p-t| (l1_loss) */
+/* torch huber_loss: 0.5 d^2 if |d| < delta else delta(|d| - 0.5 delta). */
+pl_tensor *pl_huber_loss(pl_tensor *pred, pl_tensor *target, double delta);
+
+/* ---- indexing --------------------------------------------------------- */
+
+/* weight [V, D], idx i64/i32 of any shape -> [*idx.shape, D]. Gradient to
+ * weight only (scatter-add of rows). Index out of [0, V) -> PL_ERR_INVALID. */
+pl_tensor *pl_embedding(pl_tensor *weight, pl_tensor *idx);
+/* torch.index_select(a, dim, idx 1-D). */
+pl_tensor *pl_index_select(pl_tensor *a, int dim, pl_tensor *idx);
+/* torch.gather(a, dim, idx): idx same ndim as a, out has idx's shape. */
+pl_tensor *pl_gather(pl_tensor *a, int dim, pl_tensor *idx);
+/* out = zeros(shape of src with size `dim_size` along dim); out.index_add_(dim, idx, src)
+ * where idx is 1-D with src.shape[dim] entries (torch index_add / PyG scatter sum). */
+pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_size);
+/* Softmax of scores [E, H] over edges grouped by seg i64 [E] (destination
+ * node, values in [0, num_segments)), per column h; PyG softmax(src, index). */
+pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_segments);
+
+/* ---- normalization ------------------------------------------------------ */
+
+/* layer_norm over the last dim: (x - mean)/sqrt(var + eps) * w + b (biased var).
+ * w, b [D] or NULL. torch.nn.functional.layer_norm. */
+pl_tensor *pl_layer_norm(pl_tensor *x, pl_tensor *w, pl_tensor *b, double eps);
+/* RMSNorm (Zhang & Sennrich 2019; Llama): x / sqrt(mean(x^2) + eps) * w. */
+pl_tensor *pl_rms_norm(pl_tensor *x, pl_tensor *w, double eps);
+
+/* ---- dropout ------------------------------------------------------------ */
+
+/* Inverted dropout: keep with prob 1-p, scale kept by 1/(1-p). The mask of
+ * element i is a function of (seed, counter, i) via Philox4x32-10 (Salmon
+ * et al. 2011), so it is identical on any thread count. `training` false or
+ * p == 0 returns `a` itself (retained). */
+pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, bool training);
+
+/* ---- shape ops ---------------------------------------------------------- */
+
+pl_tensor *pl_concat(pl_tensor *const *ts, int n, int dim);
+/* Split along dim into n parts of sizes[i] (sum = a.shape[dim]); outputs
+ * written to outs[0..n). Returns PL_OK or an error. */
+pl_status pl_split(pl_tensor *a, int dim, const int64_t *sizes, int n, pl_tensor **outs);
+/* a[..., start:end, ...] along dim (copy, differentiable). */
+pl_tensor *pl_slice(pl_tensor *a, int dim, int64_t start, int64_t end);
+/* Swap two dims (contiguous copy, differentiable). */
+pl_tensor *pl_transpose(pl_tensor *a, int d0, int d1);
+pl_tensor *pl_permute(pl_tensor *a, const int *perm);
+/* Differentiable reshape (a view when `a` is contiguous); one dim may be -1. */
+pl_tensor *pl_reshape(pl_tensor *a, int ndim, const int64_t *shape);
+/* Contiguous copy of a strided view (differentiable identity). */
+pl_tensor *pl_contiguous(pl_tensor *a);
+/* Differentiable dtype cast (f32 <-> bf16 / f16); grad cast back. */
+pl_tensor *pl_cast(pl_tensor *a, pl_dtype dt);
+
+/* ---- attention helpers --------------------------------------------------- */
+
+/* Rotary position embedding (Su et al. 2021, RoFormer), Llama / HF
+ * "rotate_half" layout: x [B, T, H, Dh] (Dh even); position of row t is
+ * pos_offset + t; inv_freq_i = theta^(-2i/Dh). */
+pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta);
+
+/* ---- quantized ------------------------------------------------------------ */
+
+/* y = x @ dequant(W)^T with W nf4 [N, K] (frozen, no grad), x f32/bf16
+ * [..., K] -> [..., N] in x's dtype. Gradient flows to x only. */
+pl_tensor *pl_nf4_matmul(pl_tensor *x, pl_tensor *w_nf4);
+
+/* ---- fused recurrent --------------------------------------------------------- */
+
+/* One LSTM layer, PyTorch gate order (i, f, g, o) and equations:
+ *   gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
+ *   c_t = f*c_{t-1} + i*g,  h_t = o*tanh(c_t)
+ * x [B, T, In], w_ih [4H, In], w_hh [4H, H], b_ih/b_hh [4H] (may be NULL),
+ * h0/c0 [B, H] or NULL (zeros). Returns y [B, T, H]; h_n/c_n [B, H] written
+ * to *h_n / *c_n when non-NULL (not differentiable). reverse = process time
+ * backwards (bidirectional's second direction). CPU: one GEMM for the input
+ * projection of all time steps, then the recurrence. */
+pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_ih,
+                   pl_tensor *b_hh, pl_tensor *h0, pl_tensor *c0, bool reverse,
+                   pl_tensor **h_n, pl_tensor **c_n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,307 @@
+/* plugin.h - what a stage plugin exports and the contract of each stage kind.
+ *
+ * A plugin is a shared object exporting one symbol, PL_PLUGIN_ENTRY_SYMBOL
+ * ("pl_plugin_entry"), returning a pointer to a static pl_plugin_desc. The
+ * core dlopen()s it with RTLD_NOW | RTLD_LOCAL and refuses it when
+ *   - abi_major != PL_ABI_MAJOR, or abi_minor > PL_ABI_MINOR of the core,
+ *   - the entry symbol is missing, the name is taken by another plugin, or
+ *   - its kind differs from the INI section that names it.
+ * Minimal plugin:
+ *
+ *   static const pl_option_spec opts[] = {
+ *       {"lr", PL_OPT_FLOAT, "1e-3", 0, 1e9, NULL, "learning rate"}, PL_OPTIONS_END};
+ *   static const pl_optimizer_vtable vt = {.create = my_create, ...};
+ *   PL_PLUGIN_DEFINE(my_sgd, PL_KIND_OPTIMIZER, "0.1.0", "plain SGD", opts, &vt)
+ *
+ * The option schema is the single source for validation, `pipeline plugins
+ * NAME` and the plugin README's option table.
+ */
+#ifndef PIPELINE_PLUGIN_H
+#define PIPELINE_PLUGIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/config.h"
+#include "pipeline/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PL_ABI_MAJOR 1
+#define PL_ABI_MINOR 0
+#define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
+
+typedef enum pl_plugin_kind {
+    PL_KIND_LOADER = 0,
+    PL_KIND_MODEL,
+    PL_KIND_OPTIMIZER,
+    PL_KIND_AVERAGER,
+    PL_KIND_SCHEDULER,
+    PL_KIND_PRECISION,
+    PL_KIND_BACKEND,
+    PL_KIND_COUNT
+} pl_plugin_kind;
+
+/* "loader", "model", ... Static string. */
+const char *pl_plugin_kind_name(pl_plugin_kind k);
+
+typedef enum pl_option_type {
+    PL_OPT_INT,    /* int64, bounds [min, max] when min <= max */
+    PL_OPT_FLOAT,  /* double, bounds [min, max] when min <= max */
+    PL_OPT_BOOL,   /* true/false/1/0/yes/no/on/off */
+    PL_OPT_STRING, /* free text (paths, lists) */
+    PL_OPT_CHOICE, /* one of `choices` ("a|b|c") */
+    PL_OPT_NUMBER_OR_FRACTION /* int count, or float fraction in (0, 1] ("limit_train_batches") */
+} pl_option_type;
+
+typedef struct pl_option_spec {
+    const char *name;          /* may contain one '*' matching one dotted segment */
+    pl_option_type type;
+    const char *default_value; /* NULL: required key */
+    double min, max;           /* inclusive bounds; ignored when min > max */
+    const char *choices;       /* PL_OPT_CHOICE: "cos|linear" */
+    const char *doc;           /* one line, with units */
+} pl_option_spec;
+
+#define PL_OPTIONS_END {NULL, PL_OPT_INT, NULL, 0, 0, NULL, NULL}
+#define PL_NO_BOUNDS 1, 0
+
+typedef struct pl_plugin_desc {
+    uint32_t abi_major, abi_minor;
+    const char *name;       /* unique; the INI's `plugin = NAME` */
+    pl_plugin_kind kind;
+    const char *version;    /* plugin's own version, "1.2.0" */
+    const char *summary;    /* one line */
+    const pl_option_spec *options; /* terminated by PL_OPTIONS_END */
+    const void *vtable;     /* pl_<kind>_vtable (backend: pl_backend) */
+} pl_plugin_desc;
+
+typedef const pl_plugin_desc *(*pl_plugin_entry_fn)(void);
+
+#define PL_PLUGIN_DEFINE(ident, kind_, version_, summary_, options_, vtable_)            \
+    static const pl_plugin_desc ident##_desc = {PL_ABI_MAJOR, PL_ABI_MINOR, #ident, kind_, \
+                                                version_, summary_, options_, vtable_};    \
+    __attribute__((visibility("default"))) const pl_plugin_desc *pl_plugin_entry(void) {   \
+        return &ident##_desc;                                                              \
+    }
+
+/* ======================================================================
+ * Shared run objects handed to plugins
+ * ====================================================================== */
+
+/* Parameter tags (bitmask) used by optimizers' groups and precision. */
+enum {
+    PL_TAG_BASE = 1 << 0,     /* frozen backbone weight (quantizable by qlora4) */
+    PL_TAG_LORA = 1 << 1,     /* adapter weight */
+    PL_TAG_ROUTER = 1 << 2,   /* MoE router / gate */
+    PL_TAG_NO_DECAY = 1 << 3, /* biases, norms, embeddings' usual exemption */
+    PL_TAG_HEAD = 1 << 4,     /* task head */
+    PL_TAG_BUFFER = 1 << 5    /* non-trainable state saved in checkpoints */
+};
+
+typedef struct pl_param {
+    char name[PL_NAME_MAX]; /* "model.layers.0.self_attn.q_proj.weight" */
+    pl_tensor *t;           /* owned reference; may be replaced by precision */
+    unsigned tags;
+} pl_param;
+
+/* Ordered list of named parameters (owned by the core). */
+typedef struct pl_params pl_params;
+/* Add a parameter (retains t; sets t->name). Duplicate names: PL_ERR_INVALID. */
+pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned tags);
+int pl_params_count(const pl_params *ps);
+pl_param *pl_params_at(pl_params *ps, int i);
+pl_param *pl_params_find(pl_params *ps, const char *name);
+/* Replace the tensor of a parameter (precision: f32 -> nf4); retains `t`. */
+pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
+/* fnmatch-style glob, comma-separated alternatives: "*bias,*norm*". */
+bool pl_name_matches(const char *name, const char *globs);
+
+/* Key/value facts a loader publishes for the model ("num_items", ...). */
+typedef struct pl_meta pl_meta;
+pl_status pl_meta_set_int(pl_meta *m, const char *key, int64_t v);
+pl_status pl_meta_set_float(pl_meta *m, const char *key, double v);
+pl_status pl_meta_set_str(pl_meta *m, const char *key, const char *v);
+/* Missing key: PL_ERR_CONFIG "'KEY' was not provided by the loader". */
+pl_status pl_meta_get_int(const pl_meta *m, const char *key, int64_t *v);
+pl_status pl_meta_get_float(const pl_meta *m, const char *key, double *v);
+const char *pl_meta_get_str(const pl_meta *m, const char *key); /* NULL if missing */
+
+/* Metric accumulator: named (sum, count) pairs; value = sum / count. */
+#define PL_METRICS_MAX 32
+typedef struct pl_metrics {
+    int n;
+    char name[PL_METRICS_MAX][48];
+    double sum[PL_METRICS_MAX];
+    double count[PL_METRICS_MAX];
+} pl_metrics;
+void pl_metrics_reset(pl_metrics *m);
+void pl_metrics_add(pl_metrics *m, const char *name, double sum, double count);
+/* NaN if absent. */
+double pl_metrics_get(const pl_metrics *m, const char *name);
+
+/* Checkpoint state visitor: a stateful plugin lists its state once; the same
+ * function serves saving (the visitor reads) and loading (the visitor writes
+ * into the given tensor / scalar). Names are stable and versioned by the
+ * plugin ("adamw.exp_avg.<param>"). */
+typedef struct pl_state_visitor {
+    void *ctx;
+    pl_status (*tensor)(void *ctx, const char *name, pl_tensor *t);
+    pl_status (*scalar)(void *ctx, const char *name, double *v);
+} pl_state_visitor;
+
+typedef enum pl_data_split { PL_SPLIT_TRAIN = 0, PL_SPLIT_VAL, PL_SPLIT_TEST, PL_SPLIT_COUNT } pl_data_split;
+const char *pl_split_name(pl_data_split s); /* "train", "val", "test" */
+
+/* Everything a plugin may need from the run. Borrowed by plugins. */
+typedef struct pl_run_context {
+    pl_device device;
+    uint64_t seed;
+    const char *run_dir;     /* NULL in unit tests */
+    pl_meta *meta;
+    pl_params *params;
+    int64_t steps_per_epoch; /* optimizer steps per epoch (set before scheduler create) */
+    int64_t max_epochs;
+    int64_t total_steps;     /* optimizer steps of the whole fit */
+    /* live counters, updated by the trainer before every forward: models
+     * derive dropout RNG counters from them so a resumed run draws the same
+     * masks as an uninterrupted one */
+    int64_t epoch;           /* 0-based epoch being trained */
+    int64_t global_step;     /* optimizer steps done so far */
+    int64_t micro_step;      /* training forwards done so far */
+    int verbose;
+} pl_run_context;
+
+/* ======================================================================
+ * Stage vtables
+ * ====================================================================== */
+
+#define PL_BATCH_MAX_FIELDS 16
+typedef struct pl_batch {
+    int n;
+    const char *names[PL_BATCH_MAX_FIELDS];
+    pl_tensor *fields[PL_BATCH_MAX_FIELDS]; /* borrowed views owned by the loader */
+    int64_t size;       /* samples in the batch */
+    int64_t index;      /* batch index within the epoch */
+} pl_batch;
+/* Field by name, NULL (with PL_ERR_INVALID naming the field) if absent. */
+pl_tensor *pl_batch_get(const pl_batch *b, const char *name);
+
+typedef struct pl_loader_stats {
+    uint64_t bytes_read;
+    double wait_seconds; /* time next() spent waiting on I/O */
+    uint64_t chunks_loaded;
+} pl_loader_stats;
+
+typedef struct pl_loader_vtable {
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    /* Start an epoch over `split`; `epoch` seeds shuffling with ctx->seed. */
+    pl_status (*epoch_begin)(void *self, pl_data_split split, int64_t epoch);
+    /* Next batch: 1 = batch filled, 0 = epoch done, -1 = error. Fields are
+     * views valid until the next call. */
+    int (*next)(void *self, pl_batch *out);
+    /* Batches per epoch of a split (after drop_last). */
+    int64_t (*num_batches)(void *self, pl_data_split split);
+    pl_loader_stats (*stats)(void *self);
+    /* Position for exact resume (optional). */
+    pl_status (*state)(void *self, const pl_state_visitor *v);
+} pl_loader_vtable;
+
+typedef struct pl_model_vtable {
+    /* Create parameters into ctx->params (initialized from ctx->seed); read
+     * dataset facts from ctx->meta. */
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    /* Forward one batch. training: dropout on, *loss = scalar recorded on the
+     * tape. Evaluation (training false, grad off): *loss may be set and
+     * metrics are added to `m` (e.g. "loss", "accuracy", "hit_ratio@10"). */
+    pl_status (*forward)(void *self, const pl_batch *b, pl_data_split split, bool training,
+                         pl_tensor **loss, pl_metrics *m);
+    /* Optional: exported outputs (teacher outputs). `outputs_dir` is the run's
+     * outputs/ directory (exists); the model picks its file name in it. The
+     * trainer then feeds every batch of train, val and test (eval mode, grad
+     * off) to export_batch and calls export_end. */
+    pl_status (*export_begin)(void *self, const char *outputs_dir);
+    pl_status (*export_batch)(void *self, const pl_batch *b, pl_data_split split);
+    pl_status (*export_end)(void *self);
+    /* Optional: after the model's parameters were loaded from a checkpoint. */
+    pl_status (*on_load)(void *self);
+} pl_model_vtable;
+
+typedef struct pl_param_group {
+    char name[64];
+    double lr;          /* current learning rate (set by the scheduler) */
+    double initial_lr;  /* optimizer's configured lr x lr_scale */
+    double lr_scale;
+    double weight_decay;
+    double beta1, beta2; /* momentum for sgd in beta1 */
+    int n_params;
+    int *param_index;    /* indices into ctx->params */
+} pl_param_group;
+
+typedef struct pl_optimizer_vtable {
+    /* Build groups over ctx->params (trainable ones only). */
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    int (*num_groups)(void *self);
+    pl_param_group *(*group)(void *self, int i);
+    /* One update from the accumulated .grad of each parameter. */
+    pl_status (*step)(void *self);
+    pl_status (*state)(void *self, const pl_state_visitor *v);
+} pl_optimizer_vtable;
+
+typedef struct pl_scheduler_vtable {
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    /* Multiplier of each group's initial_lr for optimizer step `step`
+     * (0-based), and beta1 to use (NAN: leave unchanged). Per-step
+     * schedulers are pure functions of step. */
+    double (*lr_factor)(void *self, int64_t step, double *beta1);
+    /* Optional (plateau): a validation metric arrived; epoch-level. */
+    void (*on_validation)(void *self, double metric);
+    /* "step" or "epoch" granularity is the plugin's business; state for resume. */
+    pl_status (*state)(void *self, const pl_state_visitor *v);
+    const char *(*monitor)(void *self); /* metric name it needs, or NULL */
+} pl_scheduler_vtable;
+
+typedef struct pl_averager_vtable {
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    /* Called after every optimizer step and at each epoch end (step = -1). */
+    pl_status (*update)(void *self, int64_t epoch, int64_t step);
+    /* SWALR: lr multiplier override for this epoch/step, or NAN for none. */
+    double (*lr_factor)(void *self, int64_t epoch, int64_t step, double current_factor);
+    /* Exchange averaged and live weights (call twice to swap back). */
+    pl_status (*swap)(void *self);
+    bool (*has_average)(void *self);
+    pl_status (*state)(void *self, const pl_state_visitor *v);
+} pl_averager_vtable;
+
+typedef struct pl_precision_vtable {
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    /* After model create / checkpoint load: convert or quantize parameters,
+     * set the autocast compute dtype. */
+    pl_status (*setup)(void *self, pl_params *ps);
+    /* Seed for backward (loss scale); 1.0 except fp16. */
+    double (*loss_scale)(void *self);
+    /* Before the optimizer step: unscale grads, return true if the step
+     * should run (false: inf/nan found, step skipped, scale backed off). */
+    bool (*before_step)(void *self, pl_params *ps);
+    /* After the optimizer step (bf16-true: refresh low-precision copies). */
+    pl_status (*after_step)(void *self, pl_params *ps);
+    pl_status (*state)(void *self, const pl_state_visitor *v);
+} pl_precision_vtable;
+
+/* Autocast: the dtype matmul-like ops compute in (PL_F32 default). Set by
+ * precision plugins; read by pl_matmul / pl_linear. */
+void pl_autocast_set(pl_dtype dt);
+pl_dtype pl_autocast_get(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

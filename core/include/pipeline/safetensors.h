@@ -1,0 +1,61 @@
+/* safetensors.h - read and write safetensors files (checkpoints, weights).
+ *
+ * Format (https://huggingface.co/docs/safetensors): 8-byte little-endian
+ * header length N, N bytes of UTF-8 JSON {"name": {"dtype": "F32", "shape":
+ * [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}},
+ * then the raw little-endian tensor bytes. The JSON is read and written with
+ * cJSON. Every offset and length is bounds-checked against the file size
+ * before use; overlapping or out-of-range tensors are refused with the tensor
+ * name and the numbers found.
+ *
+ * dtype mapping: F32, BF16, F16, F64, I32, I64, U8 <-> pl_dtype; nf4 tensors
+ * are stored as U8 packed codes under the caller's names (quantization state
+ * in sibling tensors, see plugins/precision/qlora4).
+ */
+#ifndef PIPELINE_SAFETENSORS_H
+#define PIPELINE_SAFETENSORS_H
+
+#include "pipeline/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pl_st_writer pl_st_writer;
+
+/* Start a file; nothing touches `path` until pl_st_writer_commit(), which
+ * writes PATH.tmp.<pid>, fsyncs it, renames it over PATH and fsyncs the
+ * directory, so a crash leaves either the old file or the new one. */
+pl_st_writer *pl_st_writer_new(const char *path);
+/* Add a tensor (retained until commit/free; any device; nf4 stored as U8). */
+pl_status pl_st_writer_add(pl_st_writer *w, const char *name, pl_tensor *t);
+/* Add a metadata string (copied). */
+pl_status pl_st_writer_meta(pl_st_writer *w, const char *key, const char *value);
+pl_status pl_st_writer_commit(pl_st_writer *w);
+void pl_st_writer_free(pl_st_writer *w); /* NULL-safe; discards if not committed */
+
+typedef struct pl_st_file pl_st_file;
+
+/* Open and validate a file (header parsed, every entry bounds-checked).
+ * Errors: PL_ERR_IO naming the path and what is wrong (truncated, header
+ * length larger than file, bad JSON, unknown dtype, offsets out of range). */
+pl_status pl_st_open(const char *path, pl_st_file **out);
+void pl_st_close(pl_st_file *f);
+int pl_st_count(const pl_st_file *f);
+const char *pl_st_name_at(const pl_st_file *f, int i);
+/* Shape/dtype of a tensor; PL_ERR_INVALID if absent. */
+pl_status pl_st_info(const pl_st_file *f, const char *name, pl_dtype *dt, int *ndim,
+                     int64_t *shape);
+/* New CPU tensor with the stored contents (caller owns). NULL if absent. */
+pl_tensor *pl_st_load(const pl_st_file *f, const char *name);
+/* Copy the stored tensor into `dst`, which must have the same shape;
+ * dtypes may differ among f32/bf16/f16 (converted). Error names the tensor,
+ * the expected shape (dst's) and the stored one. */
+pl_status pl_st_load_into(const pl_st_file *f, const char *name, pl_tensor *dst);
+/* Metadata value or NULL. */
+const char *pl_st_meta(const pl_st_file *f, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,446 @@
+/* autograd.c - grad mode, frames, the tape, backward, custom ops, autocast,
+ * and the small checks every op uses at entry (see autograd.h, internal.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_SAVED 8
+
+typedef struct pl_node {
+    int op; /* pl_op or custom id */
+    pl_op_params p;
+    int n_in, n_saved;
+    pl_tensor *in[PL_MAX_OP_INPUTS];
+    pl_tensor *saved[MAX_SAVED];
+    pl_tensor *out;
+    pl_tensor *grad_out; /* accumulated d(loss)/d(out), f32 */
+    const pl_custom_op *custom;
+} pl_node;
+
+/* ---- per-thread state ------------------------------------------------------ */
+
+typedef struct tensor_vec {
+    pl_tensor **v;
+    int64_t n, cap;
+} tensor_vec;
+
+static _Thread_local int tl_no_grad;
+static _Thread_local pl_node **tl_tape;
+static _Thread_local int64_t tl_tape_n, tl_tape_cap;
+static _Thread_local pl_node *tl_node_pool[1024];
+static _Thread_local int tl_node_pool_n;
+#define MAX_FRAMES 32
+static _Thread_local tensor_vec tl_frames[MAX_FRAMES];
+static _Thread_local int tl_frame_depth;
+static pl_dtype g_autocast = PL_F32;
+
+static pl_status vec_push(tensor_vec *v, pl_tensor *t) {
+    if (v->n == v->cap) {
+        int64_t nc = v->cap ? v->cap * 2 : 256;
+        pl_tensor **nv = realloc(v->v, (size_t)nc * sizeof *nv);
+        if (!nv) return pl_error_set(PL_ERR_NOMEM, "out of memory (frame)");
+        v->v = nv;
+        v->cap = nc;
+    }
+    v->v[v->n++] = t;
+    return PL_OK;
+}
+
+/* ---- grad mode / autocast ------------------------------------------------------ */
+
+bool pl_grad_enabled(void) { return tl_no_grad == 0; }
+void pl_no_grad_begin(void) { tl_no_grad++; }
+void pl_no_grad_end(void) {
+    if (tl_no_grad > 0) tl_no_grad--;
+}
+void pl_autocast_set(pl_dtype dt) { g_autocast = dt; }
+pl_dtype pl_autocast_get(void) { return g_autocast; }
+
+void pl_tensor_set_requires_grad(pl_tensor *t, bool on) {
+    if (t) t->requires_grad = on;
+}
+
+void pl_tensor_zero_grad(pl_tensor *t) {
+    if (t && t->grad) pl_tensor_fill_(t->grad, 0.0);
+}
+
+/* ---- frames ------------------------------------------------------------------ */
+
+void pl_frame_begin(void) {
+    if (tl_frame_depth < MAX_FRAMES) tl_frames[tl_frame_depth].n = 0;
+    tl_frame_depth++;
+}
+
+void pl_frame_end(void) {
+    if (tl_frame_depth == 0) return;
+    tl_frame_depth--;
+    if (tl_frame_depth >= MAX_FRAMES) return;
+    tensor_vec *f = &tl_frames[tl_frame_depth];
+    for (int64_t i = f->n - 1; i >= 0; i--) pl_tensor_release(f->v[i]);
+    f->n = 0;
+}
+
+void pl_frame_adopt(pl_tensor *t) {
+    if (!t || tl_frame_depth == 0 || tl_frame_depth > MAX_FRAMES) return;
+    vec_push(&tl_frames[tl_frame_depth - 1], t);
+}
+
+pl_tensor *pl_frame_keep(pl_tensor *t) { return pl_tensor_retain(t); }
+
+/* ---- entry checks --------------------------------------------------------------- */
+
+pl_status pl_check_float(const char *op, const pl_tensor *t, bool allow_half) {
+    char buf[256];
+    if (t->dtype == PL_F32 || (allow_half && (t->dtype == PL_BF16 || t->dtype == PL_F16)))
+        return PL_OK;
+    return pl_error_set(PL_ERR_DTYPE, "%s: tensor %s has dtype %s; expected f32%s", op,
+                        pl_tensor_describe(t, buf, sizeof buf), pl_dtype_name(t->dtype),
+                        allow_half ? ", bf16 or f16" : "");
+}
+
+pl_status pl_check_index(const char *op, const pl_tensor *t) {
+    char buf[256];
+    if (t->dtype == PL_I64 || t->dtype == PL_I32) return PL_OK;
+    return pl_error_set(PL_ERR_DTYPE, "%s: index tensor %s must be i32 or i64", op,
+                        pl_tensor_describe(t, buf, sizeof buf));
+}
+
+pl_status pl_check_same_device(const char *op, pl_tensor *const *ts, int n) {
+    char b1[256], b2[256];
+    const pl_tensor *first = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i]) continue;
+        if (!first) {
+            first = ts[i];
+            continue;
+        }
+        if (!pl_device_eq(first->device, ts[i]->device))
+            return pl_error_set(PL_ERR_DEVICE, "%s: inputs on different devices: %s and %s", op,
+                                pl_tensor_describe(first, b1, sizeof b1),
+                                pl_tensor_describe(ts[i], b2, sizeof b2));
+    }
+    return PL_OK;
+}
+
+pl_status pl_check_ndim(const char *op, const pl_tensor *t, int lo, int hi) {
+    char buf[256];
+    if (t->ndim >= lo && t->ndim <= hi) return PL_OK;
+    return pl_error_set(PL_ERR_SHAPE, "%s: tensor %s has rank %d, expected %d..%d", op,
+                        pl_tensor_describe(t, buf, sizeof buf), t->ndim, lo, hi);
+}
+
+bool pl_any_requires_grad(pl_tensor *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (ts[i] && ts[i]->requires_grad) return true;
+    return false;
+}
+
+pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
+                              int64_t *shape) {
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < nd; i++) {
+        int ia = a->ndim - nd + i, ib = b->ndim - nd + i;
+        int64_t sa = ia >= 0 ? a->shape[ia] : 1, sb = ib >= 0 ? b->shape[ib] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            char b1[256], b2[256];
+            return pl_error_set(PL_ERR_SHAPE, "%s: shapes %s and %s do not broadcast (dim %d: %lld vs %lld)",
+                                op, pl_tensor_describe(a, b1, sizeof b1),
+                                pl_tensor_describe(b, b2, sizeof b2), i, (long long)sa,
+                                (long long)sb);
+        }
+        shape[i] = sa == 1 ? sb : sa;
+    }
+    *ndim = nd;
+    return PL_OK;
+}
+
+pl_tensor *pl_contiguous_owned(pl_tensor *t) {
+    if (!t) return NULL;
+    if (pl_tensor_is_contiguous(t)) return pl_tensor_retain(t);
+    if (t->requires_grad) {
+        /* differentiable copy (ops_index.c); adopted by the frame, so retain */
+        pl_tensor *c = pl_contiguous(t);
+        return pl_tensor_retain(c);
+    }
+    pl_tensor *c = pl_tensor_new_owned(t->dtype, t->ndim, t->shape, t->device);
+    if (!c) return NULL;
+    pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .in = {t}, .n_out = 1, .out = {c}};
+    if (pl_kernel_forward(&k)) {
+        pl_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- kernels --------------------------------------------------------------------- */
+
+static const pl_custom_op *g_custom[256];
+static int g_n_custom;
+
+pl_status pl_kernel_forward(pl_kernel_args *a) {
+    const pl_tensor *ref = a->n_in > 0 && a->in[0] ? a->in[0] : a->out[0];
+    const pl_backend *b = pl_backend_get(ref->device.type);
+    if (!b) return pl_error_status();
+    if ((unsigned)a->op >= PL_OP_COUNT || !b->forward[a->op])
+        return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no forward kernel on backend '%s'",
+                            pl_op_name(a->op), b->name);
+    return b->forward[a->op](a);
+}
+
+/* ---- recording --------------------------------------------------------------------- */
+
+static pl_node *node_new(void) {
+    pl_node *n = tl_node_pool_n ? tl_node_pool[--tl_node_pool_n] : malloc(sizeof *n);
+    if (n) memset(n, 0, sizeof *n);
+    return n;
+}
+
+static void node_free(pl_node *n) {
+    for (int i = 0; i < n->n_in; i++) pl_tensor_release(n->in[i]);
+    for (int i = 0; i < n->n_saved; i++) pl_tensor_release(n->saved[i]);
+    if (n->out && n->out->grad_fn == n) n->out->grad_fn = NULL;
+    pl_tensor_release(n->out);
+    pl_tensor_release(n->grad_out);
+    if (tl_node_pool_n < 1024)
+        tl_node_pool[tl_node_pool_n++] = n;
+    else
+        free(n);
+}
+
+static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_type dev) {
+    if (custom) return custom->backward[dev];
+    const pl_backend *b = pl_backend_get(dev);
+    return b && (unsigned)op < PL_OP_COUNT ? b->backward[op] : NULL;
+}
+
+static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
+                        pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
+                        pl_tensor *out) {
+    if (!pl_grad_enabled() || !pl_any_requires_grad(inputs, n_in)) return PL_OK;
+    const char *name = custom ? custom->name : pl_op_name(op);
+    if (n_in > PL_MAX_OP_INPUTS || n_saved > MAX_SAVED)
+        return pl_error_set(PL_ERR_INTERNAL, "%s: too many inputs/saved tensors to record", name);
+    if (!backward_fn(op, custom, out->device.type))
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "op '%s' has no backward on this backend, but input requires grad; "
+                            "wrap the call in pl_no_grad_begin/end or detach the input",
+                            name);
+    pl_node *n = node_new();
+    if (!n) return pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
+    n->op = op;
+    n->custom = custom;
+    if (p) n->p = *p;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = pl_tensor_retain(inputs[i]);
+    n->n_saved = n_saved;
+    for (int i = 0; i < n_saved; i++) n->saved[i] = pl_tensor_retain(saved[i]);
+    n->out = pl_tensor_retain(out);
+    out->grad_fn = n;
+    out->requires_grad = true;
+    if (tl_tape_n == tl_tape_cap) {
+        int64_t nc = tl_tape_cap ? tl_tape_cap * 2 : 1024;
+        pl_node **nt = realloc(tl_tape, (size_t)nc * sizeof *nt);
+        if (!nt) {
+            node_free(n);
+            return pl_error_set(PL_ERR_NOMEM, "out of memory (tape)");
+        }
+        tl_tape = nt;
+        tl_tape_cap = nc;
+    }
+    tl_tape[tl_tape_n++] = n;
+    return PL_OK;
+}
+
+pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *inputs, int n_in,
+                             pl_tensor *const *saved, int n_saved, pl_tensor *out) {
+    return record(op, NULL, p, inputs, n_in, saved, n_saved, out);
+}
+
+void pl_tape_clear(void) {
+    for (int64_t i = tl_tape_n - 1; i >= 0; i--) node_free(tl_tape[i]);
+    tl_tape_n = 0;
+}
+
+int64_t pl_tape_size(void) { return tl_tape_n; }
+
+/* ---- backward ------------------------------------------------------------------------ */
+
+/* dst += src (both f32, same numel, contiguous). */
+static pl_status accumulate(pl_tensor *dst, pl_tensor *src) {
+    if (dst->device.type == PL_DEVICE_CPU) {
+        float *d = pl_tensor_data(dst);
+        const float *s = pl_tensor_data(src);
+        int64_t n = pl_tensor_numel(dst);
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] += s[i];
+        return PL_OK;
+    }
+    pl_kernel_args k = {.op = PL_OP_ADD, .n_in = 2, .in = {dst, src}, .n_out = 1, .out = {dst}};
+    return pl_kernel_forward(&k);
+}
+
+static pl_status give_grad(pl_tensor *x, pl_tensor *g) {
+    /* g: owned f32 gradient with x's shape; consumed */
+    pl_node *n = x->grad_fn;
+    pl_status s = PL_OK;
+    if (n) {
+        if (!n->grad_out)
+            n->grad_out = g;
+        else {
+            s = accumulate(n->grad_out, g);
+            pl_tensor_release(g);
+        }
+        return s;
+    }
+    if (!x->requires_grad) {
+        pl_tensor_release(g);
+        return PL_OK;
+    }
+    if (!x->grad) {
+        x->grad = pl_tensor_new_owned_zeros(PL_F32, x->ndim, x->shape, x->device);
+        if (!x->grad) {
+            pl_tensor_release(g);
+            return pl_error_status();
+        }
+        pl_tensor_set_name(x->grad, "%s.grad", x->name);
+    }
+    s = accumulate(x->grad, g);
+    pl_tensor_release(g);
+    return s;
+}
+
+pl_status pl_backward(pl_tensor *loss, double grad_scale) {
+    char buf[256];
+    if (!loss) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "backward: NULL loss");
+    if (!loss->grad_fn) {
+        pl_tape_clear();
+        return pl_error_set(PL_ERR_INVALID,
+                            "backward: %s was not produced by a recorded op (no parameter requires "
+                            "grad, or grad mode was off)",
+                            pl_tensor_describe(loss, buf, sizeof buf));
+    }
+    if (pl_tensor_numel(loss) != 1) {
+        pl_tape_clear();
+        return pl_error_set(PL_ERR_SHAPE, "backward: loss %s must have one element",
+                            pl_tensor_describe(loss, buf, sizeof buf));
+    }
+    pl_node *root = loss->grad_fn;
+    root->grad_out = pl_tensor_new_owned(PL_F32, loss->ndim, loss->shape, loss->device);
+    if (!root->grad_out || pl_tensor_fill_(root->grad_out, grad_scale)) {
+        pl_tape_clear();
+        return pl_error_status();
+    }
+    pl_status st = PL_OK;
+    for (int64_t i = tl_tape_n - 1; i >= 0 && !st; i--) {
+        pl_node *n = tl_tape[i];
+        if (!n->grad_out) continue;
+        pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
+        k.n_in = 1 + n->n_in + n->n_saved;
+        k.in[0] = n->grad_out;
+        for (int j = 0; j < n->n_in; j++) k.in[1 + j] = n->in[j];
+        for (int j = 0; j < n->n_saved; j++) k.in[1 + n->n_in + j] = n->saved[j];
+        k.n_out = n->n_in;
+        for (int j = 0; j < n->n_in; j++) {
+            pl_tensor *x = n->in[j];
+            bool need = x && x->requires_grad;
+            /* same tensor passed twice: each slot gets its own buffer */
+            k.out[j] = need ? pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device) : NULL;
+            if (need && !k.out[j]) st = pl_error_status();
+        }
+        pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
+        if (!st && !fn)
+            st = pl_error_set(PL_ERR_UNSUPPORTED, "backward of '%s' missing",
+                              n->custom ? n->custom->name : pl_op_name(n->op));
+        if (!st) {
+            st = fn(&k);
+            if (st)
+                pl_error_prefix(st, "backward of '%s'",
+                                n->custom ? n->custom->name : pl_op_name(n->op));
+        }
+        for (int j = 0; j < n->n_in; j++) {
+            if (!k.out[j]) continue;
+            if (!st)
+                st = give_grad(n->in[j], k.out[j]);
+            else
+                pl_tensor_release(k.out[j]);
+        }
+        /* free this node's gradient early: nothing downstream needs it */
+        pl_tensor_release(n->grad_out);
+        n->grad_out = NULL;
+    }
+    pl_tape_clear();
+    return st;
+}
+
+/* ---- custom ops ------------------------------------------------------------------------ */
+
+int pl_custom_op_register(const pl_custom_op *op) {
+    if (!op || !op->name || !op->infer || g_n_custom >= 256) {
+        pl_error_set(PL_ERR_INVALID, "pl_custom_op_register: invalid descriptor or table full");
+        return -1;
+    }
+    for (int i = 0; i < g_n_custom; i++)
+        if (g_custom[i] == op || !strcmp(g_custom[i]->name, op->name)) return PL_OP_CUSTOM_BASE + i;
+    g_custom[g_n_custom] = op;
+    return PL_OP_CUSTOM_BASE + g_n_custom++;
+}
+
+pl_tensor *pl_custom_op_apply(int id, pl_tensor *const *inputs, int n_in, const pl_op_params *p,
+                              pl_tensor **extra_outputs) {
+    for (int i = 0; i < n_in; i++)
+        if (!inputs[i]) return NULL;
+    int idx = id - PL_OP_CUSTOM_BASE;
+    if (idx < 0 || idx >= g_n_custom) {
+        pl_error_set(PL_ERR_INVALID, "custom op id %d is not registered", id);
+        return NULL;
+    }
+    const pl_custom_op *op = g_custom[idx];
+    if (n_in < 1 || n_in > PL_MAX_OP_INPUTS) {
+        pl_error_set(PL_ERR_INVALID, "custom op '%s': %d inputs (1..%d allowed)", op->name, n_in,
+                     PL_MAX_OP_INPUTS);
+        return NULL;
+    }
+    if (pl_check_same_device(op->name, inputs, n_in)) return NULL;
+    pl_kernel_args k = {.op = PL_OP_NONE, .n_in = n_in};
+    if (p) k.p = *p;
+    for (int i = 0; i < n_in; i++) k.in[i] = pl_contiguous_owned(inputs[i]);
+    int n_out = 0;
+    pl_dtype dts[PL_MAX_OP_OUTPUTS];
+    int nds[PL_MAX_OP_OUTPUTS];
+    int64_t shapes[PL_MAX_OP_OUTPUTS][PL_MAX_DIMS];
+    pl_tensor *result = NULL;
+    pl_device dev = inputs[0]->device;
+    pl_kernel_fn fwd = op->forward[dev.type];
+    if (!fwd) {
+        pl_error_set(PL_ERR_UNSUPPORTED, "custom op '%s' has no kernel for this device", op->name);
+        goto done;
+    }
+    if (op->infer(&k, &n_out, dts, nds, shapes)) goto done;
+    if (n_out < 1 || n_out > PL_MAX_OP_OUTPUTS) {
+        pl_error_set(PL_ERR_INVALID, "custom op '%s': infer gave %d outputs", op->name, n_out);
+        goto done;
+    }
+    k.n_out = n_out;
+    for (int i = 0; i < n_out; i++)
+        if (!(k.out[i] = pl_tensor_new_owned(dts[i], nds[i], shapes[i], dev))) goto done;
+    if (fwd(&k)) {
+        pl_error_prefix(pl_error_status(), "custom op '%s'", op->name);
+        goto done;
+    }
+    int ns = op->n_saved_outputs < n_out - 1 ? op->n_saved_outputs : n_out - 1;
+    if (record(id, op, p, k.in, n_in, k.out + 1, ns, k.out[0])) goto done;
+    result = k.out[0];
+    k.out[0] = NULL;
+    if (extra_outputs)
+        for (int i = 1; i < n_out; i++) {
+            extra_outputs[i - 1] = pl_op_result(k.out[i]);
+            k.out[i] = NULL;
+        }
+done:
+    for (int i = 0; i < n_in; i++) pl_tensor_release(k.in[i]);
+    for (int i = 0; i < k.n_out; i++) pl_tensor_release(k.out[i]);
+    return pl_op_result(result);
+}

@@ -1,0 +1,1217 @@
+#define _GNU_SOURCE /* vasprintf */
+/* config.c - INI loading (inih), command-line overrides, validation against
+ * option schemas, the resolved config (values + origins), its printing,
+ * INI writing and hash. See config_internal.h for the contract. */
+#include <ctype.h>
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+
+#if INI_HANDLER_LINENO
+#error "config.c expects inih built without INI_HANDLER_LINENO (line numbers come from its reader)"
+#endif
+
+/* ====================================================================
+ * Hints
+ * ==================================================================== */
+
+static __thread char hint_buf[512];
+
+void pl_hint_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(hint_buf, sizeof hint_buf, fmt, ap);
+    va_end(ap);
+}
+const char *pl_hint_get(void) { return hint_buf; }
+void pl_hint_clear(void) { hint_buf[0] = '\0'; }
+
+/* ====================================================================
+ * Data structures
+ * ==================================================================== */
+
+typedef struct entry {
+    char *key;
+    char *value;
+    pl_value_origin origin;
+    char *origin_str; /* "file.ini:12", "command line", "default" */
+    int line;         /* 0 unless from the file */
+} entry;
+
+struct pl_config_section {
+    char *name;
+    int line;        /* line of the [name] header, 0 if none */
+    int n, cap;
+    entry *e;
+    const pl_plugin_desc *plugin;
+    const char *plugin_path; /* borrowed from the registry */
+};
+
+struct pl_config {
+    char *path; /* name used in origins and messages */
+    char *dir;  /* base for relative paths */
+    int n, cap;
+    pl_config_section **s;
+    int n_req;
+    char **req;
+};
+
+static char *xstrdup(const char *s) {
+    char *d = strdup(s ? s : "");
+    if (!d) pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+    return d;
+}
+
+static char *xprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *xprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    if (!s) pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+    return s;
+}
+
+static void entry_clear(entry *e) {
+    free(e->key);
+    free(e->value);
+    free(e->origin_str);
+    memset(e, 0, sizeof *e);
+}
+
+static void section_free(pl_config_section *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) entry_clear(&s->e[i]);
+    free(s->e);
+    free(s->name);
+    free(s);
+}
+
+void pl_config_free(pl_config *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) section_free(c->s[i]);
+    free(c->s);
+    for (int i = 0; i < c->n_req; i++) free(c->req[i]);
+    free(c->req);
+    free(c->path);
+    free(c->dir);
+    free(c);
+}
+
+static pl_config_section *find_section(const pl_config *c, const char *name) {
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->s[i]->name, name) == 0) return c->s[i];
+    return NULL;
+}
+
+static pl_config_section *add_section(pl_config *c, const char *name, int line) {
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        pl_config_section **s = realloc(c->s, (size_t)cap * sizeof *s);
+        if (!s) {
+            pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+            return NULL;
+        }
+        c->s = s;
+        c->cap = cap;
+    }
+    pl_config_section *s = calloc(1, sizeof *s);
+    if (!s || !(s->name = xstrdup(name))) {
+        free(s);
+        pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+        return NULL;
+    }
+    s->line = line;
+    c->s[c->n++] = s;
+    return s;
+}
+
+static entry *find_entry(const pl_config_section *s, const char *key) {
+    if (!s || !key) return NULL;
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->e[i].key, key) == 0) return &s->e[i];
+    return NULL;
+}
+
+/* Append an entry; takes ownership of nothing (copies). */
+static entry *add_entry(pl_config_section *s, const char *key, const char *value,
+                        pl_value_origin origin, const char *origin_str, int line) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? s->cap * 2 : 16;
+        entry *e = realloc(s->e, (size_t)cap * sizeof *e);
+        if (!e) {
+            pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+            return NULL;
+        }
+        s->e = e;
+        s->cap = cap;
+    }
+    entry *e = &s->e[s->n];
+    memset(e, 0, sizeof *e);
+    e->key = xstrdup(key);
+    e->value = xstrdup(value);
+    e->origin_str = xstrdup(origin_str);
+    if (!e->key || !e->value || !e->origin_str) {
+        entry_clear(e);
+        return NULL;
+    }
+    e->origin = origin;
+    e->line = line;
+    s->n++;
+    return e;
+}
+
+/* ====================================================================
+ * Small helpers: edit distance, suggestions, value parsing
+ * ==================================================================== */
+
+int pl_edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 255 || m > 255) return (int)(n > m ? n : m);
+    int row[256];
+    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int prev = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int cur = row[j];
+            int sub = prev + (a[i - 1] != b[j - 1]);
+            int del = row[j] + 1, ins = row[j - 1] + 1;
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            prev = cur;
+        }
+    }
+    return row[m];
+}
+
+/* Nearest of `cands` (n of them, or NULL-terminated when n < 0) to `word`
+ * within max(2, len/3), or NULL. */
+static const char *suggest(const char *word, const char *const *cands, int n) {
+    int len = (int)strlen(word);
+    int limit = len / 3 > 2 ? len / 3 : 2;
+    const char *best = NULL;
+    int bestd = INT_MAX;
+    for (int i = 0; n < 0 ? cands[i] != NULL : i < n; i++) {
+        if (!cands[i] || strchr(cands[i], '*')) continue;
+        int d = pl_edit_distance(word, cands[i]);
+        if (d < bestd) {
+            bestd = d;
+            best = cands[i];
+        }
+    }
+    return (best && bestd <= limit) ? best : NULL;
+}
+
+static bool parse_int(const char *s, int64_t *out) {
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+static bool parse_float(const char *s, double *out) {
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0)) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+    static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
+    if (!s) return false;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, true;
+    }
+    return false;
+}
+
+/* Does `key` match schema `pattern` whose '*' stands for one non-empty
+ * dotted segment (no '.')? */
+static bool pattern_match(const char *pattern, const char *key) {
+    const char *star = strchr(pattern, '*');
+    if (!star) return strcmp(pattern, key) == 0;
+    size_t pre = (size_t)(star - pattern), post = strlen(star + 1), kl = strlen(key);
+    if (kl < pre + post + 1) return false;
+    if (strncmp(pattern, key, pre) != 0 || strcmp(key + kl - post, star + 1) != 0) return false;
+    for (size_t i = pre; i < kl - post; i++)
+        if (key[i] == '.') return false;
+    return true;
+}
+
+static bool choice_has(const char *choices, const char *v) {
+    size_t vl = strlen(v);
+    const char *p = choices;
+    while (p && *p) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+        if (n == vl && strncmp(p, v, n) == 0) return true;
+        p = bar ? bar + 1 : NULL;
+    }
+    return false;
+}
+
+static const char *choice_suggest(const char *choices, const char *v, char *buf, size_t bn) {
+    const char *cands[64];
+    char copy[1024];
+    snprintf(copy, sizeof copy, "%s", choices);
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(copy, "|", &save); t && n < 64; t = strtok_r(NULL, "|", &save))
+        cands[n++] = t;
+    const char *s = suggest(v, cands, n);
+    if (!s) return NULL;
+    snprintf(buf, bn, "%s", s);
+    return buf;
+}
+
+static void bounds_str(const pl_option_spec *o, char *buf, size_t n) {
+    snprintf(buf, n, "%.17g <= %s <= %.17g", o->min, o->name, o->max);
+}
+
+/* Validate `value` against `o`. On error set PL_ERR_CONFIG with
+ * "WHERE: [SEC] KEY = VALUE: expected ..., found ...". */
+static pl_status validate_value(const pl_option_spec *o, const char *sec, const char *key,
+                                const char *value, const char *where) {
+    bool bounded = o->min <= o->max;
+    char b[256];
+    switch (o->type) {
+    case PL_OPT_INT: {
+        int64_t v;
+        if (!parse_int(value, &v)) {
+            pl_hint_set("%s takes an integer: %s", key, o->doc ? o->doc : "");
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: expected an integer, found '%s'",
+                                where, sec, key, value, value);
+        }
+        if (bounded && ((double)v < o->min || (double)v > o->max)) {
+            bounds_str(o, b, sizeof b);
+            pl_hint_set("choose a value with %s", b);
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: out of range, expected %s", where,
+                                sec, key, value, b);
+        }
+        return PL_OK;
+    }
+    case PL_OPT_FLOAT: {
+        double v;
+        if (!parse_float(value, &v)) {
+            pl_hint_set("%s takes a finite number such as 0.5 or 1e-3: %s", key,
+                        o->doc ? o->doc : "");
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: expected a number, found '%s'",
+                                where, sec, key, value, value);
+        }
+        if (bounded && (v < o->min || v > o->max)) {
+            bounds_str(o, b, sizeof b);
+            pl_hint_set("choose a value with %s", b);
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: out of range, expected %s", where,
+                                sec, key, value, b);
+        }
+        return PL_OK;
+    }
+    case PL_OPT_BOOL: {
+        bool v;
+        if (!parse_bool(value, &v)) {
+            pl_hint_set("use true or false (also accepted: 1/0, yes/no, on/off)");
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: expected true or false, found '%s'",
+                                where, sec, key, value, value);
+        }
+        return PL_OK;
+    }
+    case PL_OPT_STRING: return PL_OK;
+    case PL_OPT_CHOICE: {
+        if (choice_has(o->choices ? o->choices : "", value)) return PL_OK;
+        char sb[128];
+        const char *s = choice_suggest(o->choices ? o->choices : "", value, sb, sizeof sb);
+        if (s)
+            pl_hint_set("did you mean '%s'? valid values: %s", s, o->choices);
+        else
+            pl_hint_set("valid values: %s", o->choices ? o->choices : "(none)");
+        return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: expected one of %s, found '%s'%s%s%s",
+                            where, sec, key, value, o->choices ? o->choices : "(none)", value,
+                            s ? "; did you mean '" : "", s ? s : "", s ? "'?" : "");
+    }
+    case PL_OPT_NUMBER_OR_FRACTION: {
+        bool looks_float = strpbrk(value, ".eE") != NULL;
+        int64_t iv;
+        double fv;
+        if (!looks_float && parse_int(value, &iv)) {
+            if (iv < 0 || (bounded && ((double)iv < o->min || (double)iv > o->max))) {
+                pl_hint_set("an integer is a count (>= 0); a float in (0, 1] is a fraction");
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "%s: [%s] %s = %s: out of range, expected a count >= 0", where,
+                                    sec, key, value);
+            }
+            return PL_OK;
+        }
+        if (!parse_float(value, &fv)) {
+            pl_hint_set("an integer is a count (e.g. 100); a float in (0, 1] is a fraction (0.25)");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "%s: [%s] %s = %s: expected a count (integer) or a fraction "
+                                "(float in (0, 1]), found '%s'",
+                                where, sec, key, value, value);
+        }
+        if (!(fv > 0.0 && fv <= 1.0)) {
+            pl_hint_set("a float is a fraction in (0, 1]; write an integer for a count");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "%s: [%s] %s = %s: out of range, a fraction must be in (0, 1]",
+                                where, sec, key, value);
+        }
+        return PL_OK;
+    }
+    }
+    return pl_error_set(PL_ERR_INTERNAL, "%s: [%s] %s: option has an unknown type %d", where, sec,
+                        key, (int)o->type);
+}
+
+/* ====================================================================
+ * Parsing (inih with a line-counting reader)
+ * ==================================================================== */
+
+typedef struct parse_ctx {
+    pl_config *c;
+    const char *text;
+    size_t pos, len;
+    int lineno;
+    bool prev_name;    /* mirrors inih: a key was seen since the last header */
+    bool continuation; /* current line is indented after a key */
+    char last_key[256];
+    int last_key_line;
+    bool failed;
+    int err_line;
+    int long_line;     /* first line longer than inih's buffer */
+} parse_ctx;
+
+static void fail_at(parse_ctx *p, int line, pl_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail_at(parse_ctx *p, int line, pl_status st, const char *fmt, ...) {
+    if (p->failed) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    p->failed = true;
+    p->err_line = line;
+    pl_error_set(st, "%s", msg);
+}
+
+static char *line_reader(char *str, int num, void *stream) {
+    parse_ctx *p = stream;
+    if (p->pos >= p->len || num < 4) return NULL;
+    const char *start = p->text + p->pos;
+    const char *nl = memchr(start, '\n', p->len - p->pos);
+    size_t linelen = nl ? (size_t)(nl - start + 1) : p->len - p->pos;
+    p->pos += linelen;
+    p->lineno++;
+    size_t copy = linelen;
+    if (copy > (size_t)num - 1) {
+        if (!p->long_line) p->long_line = p->lineno;
+        copy = (size_t)num - 2;
+        memcpy(str, start, copy);
+        str[copy] = '\n';
+        str[copy + 1] = '\0';
+    } else {
+        memcpy(str, start, copy);
+        str[copy] = '\0';
+    }
+    /* classify the raw line like inih does */
+    const char *s = str;
+    if (p->lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
+        (unsigned char)s[2] == 0xBF)
+        s += 3;
+    const char *t = s;
+    while (*t == ' ' || *t == '\t' || *t == '\r') t++;
+    bool indented = t > s;
+    p->continuation = false;
+    if (*t == '\0' || *t == '\n' || *t == ';' || *t == '#') return str;
+    if (indented && p->prev_name) {
+        p->continuation = true;
+        return str;
+    }
+    if (*t == '[') {
+        const char *close = strchr(t + 1, ']');
+        if (close) {
+            char name[128];
+            size_t n = (size_t)(close - (t + 1));
+            if (n >= sizeof name) n = sizeof name - 1;
+            memcpy(name, t + 1, n);
+            name[n] = '\0';
+            p->prev_name = false;
+            pl_config_section *sec = find_section(p->c, name);
+            if (sec && sec->line) {
+                fail_at(p, p->lineno, PL_ERR_CONFIG,
+                        "%s:%d: section [%s] appears twice (first at %s:%d)", p->c->path, p->lineno,
+                        name, p->c->path, sec->line);
+                pl_hint_set("merge the two [%s] sections into one", name);
+            } else if (sec) {
+                sec->line = p->lineno;
+            } else if (!add_section(p->c, name, p->lineno)) {
+                fail_at(p, p->lineno, PL_ERR_NOMEM, "config: out of memory");
+            }
+        }
+    }
+    return str;
+}
+
+static int ini_handler_fn(void *user, const char *section, const char *name, const char *value) {
+    parse_ctx *p = user;
+    int line = p->lineno;
+    if (p->failed) return 1;
+    if (p->continuation && strcmp(name, p->last_key) == 0) {
+        fail_at(p, line, PL_ERR_CONFIG,
+                "%s:%d: indented line continues the value of '%s' (line %d); multi-line values "
+                "are not supported",
+                p->c->path, line, name, p->last_key_line);
+        pl_hint_set("remove the indentation at %s:%d, or put the whole value on line %d",
+                    p->c->path, line, p->last_key_line);
+        return 1;
+    }
+    p->prev_name = true;
+    snprintf(p->last_key, sizeof p->last_key, "%s", name);
+    p->last_key_line = line;
+    if (!section || !*section) {
+        fail_at(p, line, PL_ERR_CONFIG, "%s:%d: key '%s' is outside any section", p->c->path, line,
+                name);
+        pl_hint_set("put it under a section header such as [pipeline] or [trainer]");
+        return 1;
+    }
+    pl_config_section *sec = find_section(p->c, section);
+    if (!sec && !(sec = add_section(p->c, section, 0))) {
+        fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
+        return 1;
+    }
+    entry *old = find_entry(sec, name);
+    if (old) {
+        fail_at(p, line, PL_ERR_CONFIG, "%s:%d: duplicate key '%s' in [%s] (first set at %s)",
+                p->c->path, line, name, section, old->origin_str);
+        pl_hint_set("keep one of %s and %s:%d", old->origin_str, p->c->path, line);
+        return 1;
+    }
+    char *origin = xprintf("%s:%d", p->c->path, line);
+    if (!origin || !add_entry(sec, name, value, PL_FROM_FILE, origin, line))
+        fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
+    free(origin);
+    return 1;
+}
+
+/* Text of line `n` (1-based) of p->text, trimmed, into buf. */
+static void line_text(const parse_ctx *p, int n, char *buf, size_t bn) {
+    const char *s = p->text, *end = p->text + p->len;
+    for (int i = 1; i < n && s < end; i++) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        s = nl ? nl + 1 : end;
+    }
+    const char *nl = memchr(s, '\n', (size_t)(end - s));
+    size_t len = nl ? (size_t)(nl - s) : (size_t)(end - s);
+    while (len && (s[len - 1] == '\r' || s[len - 1] == ' ')) len--;
+    if (len >= bn) len = bn - 1;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+}
+
+static pl_status parse_text(pl_config *c, const char *text) {
+    parse_ctx p = {.c = c, .text = text, .len = strlen(text)};
+    int rc = ini_parse_stream(line_reader, &p, ini_handler_fn, &p);
+    if (rc == -2) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory while parsing", c->path);
+    if (rc < 0) return pl_error_set(PL_ERR_IO, "%s: could not be read", c->path);
+    int bad = rc > 0 ? rc : 0;
+    if (p.long_line && (!bad || p.long_line < bad)) bad = p.long_line;
+    if (bad && (!p.failed || bad < p.err_line)) {
+        char txt[256];
+        line_text(&p, bad, txt, sizeof txt);
+        if (bad == p.long_line) {
+            pl_hint_set("shorten the line (e.g. move long lists to several keys)");
+            return pl_error_set(PL_ERR_CONFIG, "%s:%d: line too long for the INI parser (%zu bytes)",
+                                c->path, bad, strlen(txt));
+        }
+        pl_hint_set("lines must be `key = value`, `[section]`, blank, or a comment starting "
+                    "with ';' or '#'");
+        return pl_error_set(PL_ERR_CONFIG, "%s:%d: cannot parse '%s'", c->path, bad, txt);
+    }
+    if (p.failed) return pl_error_status();
+    return PL_OK;
+}
+
+/* ====================================================================
+ * Overrides
+ * ==================================================================== */
+
+bool pl_is_override(const char *arg) {
+    if (!arg || arg[0] == '-') return false;
+    const char *eq = strchr(arg, '=');
+    if (!eq) return false;
+    const char *slash = strchr(arg, '/');
+    return !slash || slash > eq;
+}
+
+pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key, size_t kn,
+                            const char **value) {
+    const char *eq = arg ? strchr(arg, '=') : NULL;
+    if (!eq) {
+        pl_hint_set("write overrides as section.key=value, e.g. optimizer.lr=5e-4");
+        return pl_error_set(PL_ERR_CONFIG, "override '%s': missing '=' (expected section.key=value)",
+                            arg ? arg : "");
+    }
+    const char *dot = memchr(arg, '.', (size_t)(eq - arg));
+    if (!dot) {
+        pl_hint_set("write overrides as section.key=value, e.g. optimizer.lr=5e-4");
+        return pl_error_set(PL_ERR_CONFIG,
+                            "override '%s': missing section (expected section.key=value)", arg);
+    }
+    size_t sl = (size_t)(dot - arg), kl = (size_t)(eq - dot - 1);
+    bool ok = sl > 0 && kl > 0 && sl < sn && kl < kn;
+    for (size_t i = 0; ok && i < sl; i++)
+        ok = isalnum((unsigned char)arg[i]) || arg[i] == '_';
+    for (size_t i = 0; ok && i < kl; i++) {
+        char ch = dot[1 + i];
+        ok = !isspace((unsigned char)ch) && ch != '[' && ch != ']' && ch != ';';
+    }
+    if (ok) ok = dot[kl] != '.'; /* key must not end with '.' */
+    if (!ok) {
+        pl_hint_set("write overrides as section.key=value, e.g. optimizer.lr=5e-4");
+        return pl_error_set(PL_ERR_CONFIG,
+                            "override '%s': bad section or key name (expected section.key=value)",
+                            arg);
+    }
+    memcpy(section, arg, sl);
+    section[sl] = '\0';
+    memcpy(key, dot + 1, kl);
+    key[kl] = '\0';
+    if (value) *value = eq + 1;
+    return PL_OK;
+}
+
+static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
+    for (int i = 0; i < n; i++) {
+        char sec[128], key[256];
+        const char *value;
+        pl_status s = pl_override_parse(over[i], sec, sizeof sec, key, sizeof key, &value);
+        if (s) return s;
+        pl_config_section *S = find_section(c, sec);
+        if (!S && !(S = add_section(c, sec, 0))) return pl_error_status();
+        entry *e = find_entry(S, key);
+        if (e && e->origin == PL_FROM_CLI) {
+            pl_hint_set("give each override once");
+            return pl_error_set(PL_ERR_CONFIG, "command line: override '%s.%s' given twice", sec,
+                                key);
+        }
+        if (e) {
+            char *v = xstrdup(value), *o = xstrdup("command line");
+            if (!v || !o) {
+                free(v);
+                free(o);
+                return pl_error_status();
+            }
+            free(e->value);
+            free(e->origin_str);
+            e->value = v;
+            e->origin_str = o;
+            e->origin = PL_FROM_CLI;
+            e->line = 0;
+        } else if (!add_entry(S, key, value, PL_FROM_CLI, "command line", 0)) {
+            return pl_error_status();
+        }
+    }
+    return PL_OK;
+}
+
+/* ====================================================================
+ * Resolution
+ * ==================================================================== */
+
+static const char *section_where(const pl_config *c, const pl_config_section *s, char *buf,
+                                 size_t n) {
+    if (s->line)
+        snprintf(buf, n, "%s:%d", c->path, s->line);
+    else if (s->n && s->e[0].origin == PL_FROM_FILE)
+        snprintf(buf, n, "%s", s->e[0].origin_str);
+    else if (s->n)
+        snprintf(buf, n, "command line");
+    else
+        snprintf(buf, n, "%s", c->path);
+    return buf;
+}
+
+static const pl_option_spec *find_spec(const pl_option_spec *schema, const char *key) {
+    for (const pl_option_spec *o = schema; o && o->name; o++)
+        if (!strchr(o->name, '*') && strcmp(o->name, key) == 0) return o;
+    for (const pl_option_spec *o = schema; o && o->name; o++)
+        if (strchr(o->name, '*') && pattern_match(o->name, key)) return o;
+    return NULL;
+}
+
+static pl_status unknown_key(const pl_config_section *s, const entry *e,
+                             const pl_option_spec *schema, const char *owner) {
+    const char *cands[256] = {0};
+    int n = 0;
+    if (s->plugin) cands[n++] = "plugin";
+    for (const pl_option_spec *o = schema; o && o->name && n < 255; o++) cands[n++] = o->name;
+    const char *sug = suggest(e->key, cands, n);
+    char list[1024] = "";
+    size_t off = 0;
+    for (int i = 0; i < n && off < sizeof list; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", cands[i]);
+    if (s->plugin)
+        pl_hint_set("valid keys of %s: %s (see `pipeline plugins %s`)", owner, n ? list : "none",
+                    s->plugin->name);
+    else
+        pl_hint_set("valid keys of [%s]: %s (see docs/ini-reference.md)", s->name, list);
+    return pl_error_set(PL_ERR_CONFIG, "%s: unknown key '%s' in [%s] (%s)%s%s%s", e->origin_str,
+                        e->key, s->name, owner, sug ? "; did you mean '" : "", sug ? sug : "",
+                        sug ? "'?" : "");
+}
+
+static char *file_stem(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    char *s = xstrdup(b);
+    if (!s) return NULL;
+    char *dot = strrchr(s, '.');
+    if (dot && dot != s) *dot = '\0';
+    return s;
+}
+
+/* Rebuild section `s` in schema order, defaults included; validate. */
+static pl_status resolve_section(pl_config *c, pl_config_section *s, const pl_option_spec *schema,
+                                 const char *owner) {
+    /* 1. every user key exists and has a valid value (file order) */
+    for (int i = 0; i < s->n; i++) {
+        entry *e = &s->e[i];
+        if (s->plugin && strcmp(e->key, "plugin") == 0) continue;
+        const pl_option_spec *o = find_spec(schema, e->key);
+        if (!o) return unknown_key(s, e, schema, owner);
+        pl_status st = validate_value(o, s->name, e->key, e->value, e->origin_str);
+        if (st) return st;
+    }
+    /* 2. new ordered entry list */
+    pl_config_section tmp = {0};
+    pl_status st = PL_OK;
+    if (s->plugin) {
+        entry *e = find_entry(s, "plugin");
+        if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line)) goto nomem;
+    }
+    for (const pl_option_spec *o = schema; o && o->name; o++) {
+        if (strchr(o->name, '*')) {
+            for (int i = 0; i < s->n; i++) {
+                entry *e = &s->e[i];
+                if (find_entry(&tmp, e->key) || find_spec(schema, e->key) != o) continue;
+                if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line))
+                    goto nomem;
+            }
+            continue;
+        }
+        entry *e = find_entry(s, o->name);
+        if (e) {
+            if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line)) goto nomem;
+        } else if (!o->default_value) {
+            char w[512];
+            pl_hint_set("add `%s = ...` to [%s] (%s) or pass %s.%s=VALUE", o->name, s->name,
+                        o->doc ? o->doc : "required", s->name, o->name);
+            st = pl_error_set(PL_ERR_CONFIG, "%s: [%s] is missing the required key '%s' (%s)",
+                              section_where(c, s, w, sizeof w), s->name, o->name, owner);
+            goto fail;
+        } else {
+            const char *def = o->default_value;
+            char *stem = NULL;
+            if (!s->plugin && strcmp(s->name, "pipeline") == 0 && strcmp(o->name, "name") == 0 &&
+                !*def) {
+                stem = file_stem(c->path);
+                if (!stem) goto nomem;
+                def = stem;
+            }
+            entry *ne = add_entry(&tmp, o->name, def, PL_FROM_DEFAULT, "default", 0);
+            free(stem);
+            if (!ne) goto nomem;
+        }
+    }
+    for (int i = 0; i < s->n; i++) entry_clear(&s->e[i]);
+    free(s->e);
+    s->e = tmp.e;
+    s->n = tmp.n;
+    s->cap = tmp.cap;
+    return PL_OK;
+nomem:
+    st = pl_error_set(PL_ERR_NOMEM, "config: out of memory resolving [%s]", s->name);
+fail:
+    for (int i = 0; i < tmp.n; i++) entry_clear(&tmp.e[i]);
+    free(tmp.e);
+    return st;
+}
+
+static char *resolve_path(const pl_config *c, const char *p) {
+    if (p[0] == '/') return xstrdup(p);
+    if (!c->dir || !*c->dir || strcmp(c->dir, ".") == 0) return xstrdup(p);
+    return xprintf("%s/%s", c->dir, p);
+}
+
+static pl_status resolve_requires(pl_config *c) {
+    const pl_config_section *s = find_section(c, "pipeline");
+    const entry *e = s ? find_entry(s, "requires") : NULL;
+    if (!e || !*e->value) return PL_OK;
+    char *copy = xstrdup(e->value), *save = NULL;
+    if (!copy) return pl_error_status();
+    pl_status st = PL_OK;
+    for (char *t = strtok_r(copy, " ,\t", &save); t; t = strtok_r(NULL, " ,\t", &save)) {
+        char *p = resolve_path(c, t);
+        if (!p) {
+            st = pl_error_status();
+            break;
+        }
+        struct stat sb;
+        if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            pl_hint_set("paths in requires are relative to the directory of %s", c->path);
+            st = pl_error_set(PL_ERR_CONFIG, "%s: [pipeline] requires: '%s' not found (looked for %s)",
+                              e->origin_str, t, p);
+            free(p);
+            break;
+        }
+        char **r = realloc(c->req, (size_t)(c->n_req + 1) * sizeof *r);
+        if (!r) {
+            free(p);
+            st = pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+            break;
+        }
+        c->req = r;
+        c->req[c->n_req++] = p;
+    }
+    free(copy);
+    return st;
+}
+
+int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
+                        char *which, size_t wn) {
+    if (!value || value[0] != '@') return 0;
+    const char *colon = strrchr(value, ':');
+    if (!colon || colon == value + 1 ||
+        (strcmp(colon + 1, "best") != 0 && strcmp(colon + 1, "last") != 0)) {
+        pl_hint_set("write a stage reference as @PATH.ini:best or @PATH.ini:last");
+        pl_error_set(PL_ERR_CONFIG, "reference '%s': expected @PATH.ini:best or @PATH.ini:last",
+                     value);
+        return -1;
+    }
+    char rel[PATH_MAX];
+    size_t n = (size_t)(colon - value - 1);
+    if (n >= sizeof rel) n = sizeof rel - 1;
+    memcpy(rel, value + 1, n);
+    rel[n] = '\0';
+    char *p = resolve_path(c, rel);
+    if (!p) return -1;
+    snprintf(ini_path, pn, "%s", p);
+    snprintf(which, wn, "%s", colon + 1);
+    free(p);
+    return 1;
+}
+
+static bool same_file(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (realpath(a, ra) && realpath(b, rb)) return strcmp(ra, rb) == 0;
+    return strcmp(a, b) == 0;
+}
+
+/* Every string key of the config may be a @reference; check the ones the
+ * core documents (trainer.init_from) and any value starting with '@' in
+ * [trainer]. */
+static pl_status check_refs(pl_config *c) {
+    const pl_config_section *s = find_section(c, "trainer");
+    const entry *e = s ? find_entry(s, "init_from") : NULL;
+    if (!e || e->value[0] != '@') return PL_OK;
+    char path[PATH_MAX], which[16];
+    int r = pl_config_parse_ref(c, e->value, path, sizeof path, which, sizeof which);
+    if (r < 0) return pl_error_prefix(PL_ERR_CONFIG, "%s: [trainer] init_from", e->origin_str);
+    for (int i = 0; i < c->n_req; i++)
+        if (same_file(c->req[i], path)) return PL_OK;
+    pl_hint_set("add it to [pipeline] requires so the run it depends on is known");
+    return pl_error_set(PL_ERR_CONFIG,
+                        "%s: [trainer] init_from = %s: %s is not listed in [pipeline] requires",
+                        e->origin_str, e->value, path);
+}
+
+static pl_status resolve(pl_config *c, pl_registry *reg) {
+    const char *const *known = pl_config_known_sections();
+    /* unknown sections (file order) */
+    for (int i = 0; i < c->n; i++) {
+        pl_config_section *s = c->s[i];
+        bool ok = false;
+        for (int k = 0; known[k]; k++) ok |= strcmp(known[k], s->name) == 0;
+        if (ok) continue;
+        char w[512];
+        const char *sug = suggest(s->name, known, -1);
+        pl_hint_set("valid sections: [pipeline] [data] [model] [optimizer] [averager] [scheduler] "
+                    "[precision] [trainer]");
+        return pl_error_set(PL_ERR_CONFIG, "%s: unknown section [%s]%s%s%s",
+                            section_where(c, s, w, sizeof w), s->name,
+                            sug ? "; did you mean [" : "", sug ? sug : "", sug ? "]?" : "");
+    }
+    const char *const *req = pl_config_required_sections();
+    for (int k = 0; req[k]; k++) {
+        if (find_section(c, req[k])) continue;
+        pl_hint_set("add a [%s] section with `plugin = NAME` (see `pipeline plugins`)", req[k]);
+        return pl_error_set(PL_ERR_CONFIG, "%s: missing section [%s]", c->path, req[k]);
+    }
+    /* resolve in canonical order; core sections always present */
+    pl_config_section **ordered = calloc((size_t)c->n + 8, sizeof *ordered);
+    if (!ordered) return pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+    int n = 0;
+    pl_status st = PL_OK;
+    for (int k = 0; known[k] && !st; k++) {
+        pl_config_section *s = find_section(c, known[k]);
+        const pl_option_spec *core = pl_core_schema(known[k]);
+        int kind = pl_stage_section_kind(known[k]);
+        if (!s && !core) continue;
+        if (!s) {
+            if (!(s = add_section(c, known[k], 0))) {
+                st = pl_error_status();
+                break;
+            }
+        }
+        ordered[n++] = s;
+        if (core) {
+            char owner[64];
+            snprintf(owner, sizeof owner, "core section");
+            st = resolve_section(c, s, core, owner);
+            continue;
+        }
+        entry *pe = find_entry(s, "plugin");
+        if (!pe) {
+            char w[512];
+            pl_hint_set("add `plugin = NAME` to [%s]; `pipeline plugins` lists the %s plugins",
+                        s->name, pl_plugin_kind_name((pl_plugin_kind)kind));
+            st = pl_error_set(PL_ERR_CONFIG, "%s: [%s] is missing the required key 'plugin'",
+                              section_where(c, s, w, sizeof w), s->name);
+            break;
+        }
+        st = pl_registry_find_for(reg, pe->value, (pl_plugin_kind)kind, s->name, pe->origin_str,
+                                  &s->plugin);
+        if (st) break;
+        s->plugin_path = pl_registry_path_of(reg, s->plugin->name);
+        char owner[160];
+        snprintf(owner, sizeof owner, "plugin %s", s->plugin->name);
+        st = resolve_section(c, s, s->plugin->options, owner);
+    }
+    if (!st) {
+        /* every section was known, so `ordered` holds them all */
+        free(c->s);
+        c->s = ordered;
+        c->n = n;
+        c->cap = c->n + 8;
+        ordered = NULL;
+        st = resolve_requires(c);
+        if (!st) st = check_refs(c);
+    }
+    free(ordered);
+    return st;
+}
+
+/* ====================================================================
+ * Loading entry points
+ * ==================================================================== */
+
+static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
+                              const char *const *overrides, pl_registry *reg) {
+    pl_config *c = calloc(1, sizeof *c);
+    if (!c) {
+        pl_error_set(PL_ERR_NOMEM, "config: out of memory");
+        return NULL;
+    }
+    c->path = xstrdup(name);
+    c->dir = xstrdup(base_dir ? base_dir : ".");
+    if (!c->path || !c->dir) goto fail;
+    if (parse_text(c, text)) goto fail;
+    if (apply_overrides(c, n_over, overrides)) goto fail;
+    if (resolve(c, reg)) goto fail;
+    return c;
+fail:
+    pl_config_free(c);
+    return NULL;
+}
+
+pl_config *pl_config_load_string(const char *text, const char *name, const char *base_dir,
+                                 int n_over, const char *const *overrides, pl_registry *reg) {
+    pl_hint_clear();
+    pl_error_clear();
+    if (!text || !reg) {
+        pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
+        return NULL;
+    }
+    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, reg);
+}
+
+pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
+                          pl_registry *reg) {
+    pl_hint_clear();
+    pl_error_clear();
+    if (!path || !reg) {
+        pl_error_set(PL_ERR_INVALID, "pl_config_load: NULL %s", !path ? "path" : "registry");
+        return NULL;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        pl_hint_set("check the path; it is relative to the current directory");
+        pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    char buf[8192];
+    size_t r;
+    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (len + r + 1 > cap) {
+            cap = (len + r + 1) * 2;
+            char *t = realloc(text, cap);
+            if (!t) {
+                free(text);
+                fclose(f);
+                pl_error_set(PL_ERR_NOMEM, "%s: out of memory reading the file", path);
+                return NULL;
+            }
+            text = t;
+        }
+        memcpy(text + len, buf, r);
+        len += r;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(text);
+        pl_error_set(PL_ERR_IO, "cannot read config file %s", path);
+        return NULL;
+    }
+    if (!text && !(text = calloc(1, 1))) {
+        pl_error_set(PL_ERR_NOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    text[len] = '\0';
+    if (memchr(text, '\0', len)) {
+        free(text);
+        pl_hint_set("a config must be a text INI file");
+        pl_error_set(PL_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path);
+        return NULL;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    pl_config *c = load_common(text, path, dir, n_over, overrides, reg);
+    free(text);
+    return c;
+}
+
+/* ====================================================================
+ * Accessors (pipeline/config.h)
+ * ==================================================================== */
+
+const char *pl_cfg_section_name(const pl_config_section *s) { return s ? s->name : NULL; }
+
+const char *pl_cfg_get(const pl_config_section *s, const char *key) {
+    const entry *e = find_entry(s, key);
+    return e ? e->value : NULL;
+}
+
+int64_t pl_cfg_int(const pl_config_section *s, const char *key, int64_t fallback) {
+    const char *v = pl_cfg_get(s, key);
+    int64_t i;
+    double d;
+    if (v && parse_int(v, &i)) return i;
+    if (v && parse_float(v, &d) && d >= -9.2e18 && d <= 9.2e18) return (int64_t)d;
+    return fallback;
+}
+
+double pl_cfg_float(const pl_config_section *s, const char *key, double fallback) {
+    const char *v = pl_cfg_get(s, key);
+    double d;
+    return (v && parse_float(v, &d)) ? d : fallback;
+}
+
+bool pl_cfg_bool(const pl_config_section *s, const char *key, bool fallback) {
+    const char *v = pl_cfg_get(s, key);
+    bool b;
+    return (v && parse_bool(v, &b)) ? b : fallback;
+}
+
+const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *fallback) {
+    const char *v = pl_cfg_get(s, key);
+    return v ? v : fallback;
+}
+
+bool pl_cfg_is_set(const pl_config_section *s, const char *key) {
+    const entry *e = find_entry(s, key);
+    return e && e->origin != PL_FROM_DEFAULT;
+}
+
+const char *pl_cfg_origin(const pl_config_section *s, const char *key) {
+    const entry *e = find_entry(s, key);
+    return e ? e->origin_str : NULL;
+}
+
+int pl_cfg_count(const pl_config_section *s) { return s ? s->n : 0; }
+const char *pl_cfg_key_at(const pl_config_section *s, int i) {
+    return (s && i >= 0 && i < s->n) ? s->e[i].key : NULL;
+}
+const char *pl_cfg_value_at(const pl_config_section *s, int i) {
+    return (s && i >= 0 && i < s->n) ? s->e[i].value : NULL;
+}
+int pl_cfg_section_line(const pl_config_section *s) { return s ? s->line : 0; }
+
+const pl_config_section *pl_config_section_get(const pl_config *c, const char *name) {
+    return (c && name) ? find_section(c, name) : NULL;
+}
+const char *pl_config_path(const pl_config *c) { return c ? c->path : NULL; }
+int pl_config_section_count(const pl_config *c) { return c ? c->n : 0; }
+const pl_config_section *pl_config_section_at(const pl_config *c, int i) {
+    return (c && i >= 0 && i < c->n) ? c->s[i] : NULL;
+}
+const pl_plugin_desc *pl_config_plugin(const pl_config *c, const char *section) {
+    const pl_config_section *s = pl_config_section_get(c, section);
+    return s ? s->plugin : NULL;
+}
+const char *pl_config_plugin_path(const pl_config *c, const char *section) {
+    const pl_config_section *s = pl_config_section_get(c, section);
+    return s ? s->plugin_path : NULL;
+}
+int pl_config_requires_count(const pl_config *c) { return c ? c->n_req : 0; }
+const char *pl_config_requires_at(const pl_config *c, int i) {
+    return (c && i >= 0 && i < c->n_req) ? c->req[i] : NULL;
+}
+
+/* ====================================================================
+ * Output
+ * ==================================================================== */
+
+void pl_config_print(const pl_config *c, FILE *f) {
+    if (!c || !f) return;
+    int kw = 0, vw = 0;
+    for (int i = 0; i < c->n; i++)
+        for (int j = 0; j < c->s[i]->n; j++) {
+            int k = (int)strlen(c->s[i]->e[j].key), v = (int)strlen(c->s[i]->e[j].value);
+            if (k > kw) kw = k;
+            if (v > vw) vw = v;
+        }
+    if (vw > 40) vw = 40;
+    if (vw < 2) vw = 2;
+    fprintf(f, "resolved configuration of %s (hash %016" PRIx64 ")\n", c->path, pl_config_hash(c));
+    for (int i = 0; i < c->n; i++) {
+        const pl_config_section *s = c->s[i];
+        if (s->plugin)
+            fprintf(f, "[%s]  %s %s %s  (%s)\n", s->name, pl_plugin_kind_name(s->plugin->kind),
+                    s->plugin->name, s->plugin->version ? s->plugin->version : "?",
+                    s->plugin_path ? s->plugin_path : "?");
+        else
+            fprintf(f, "[%s]\n", s->name);
+        for (int j = 0; j < s->n; j++) {
+            const entry *e = &s->e[j];
+            const char *v = *e->value ? e->value : "\"\"";
+            fprintf(f, "  %-*s = %-*s  %s\n", kw, e->key, vw, v, e->origin_str);
+        }
+    }
+}
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0) return;
+    if (b->n + (size_t)need + 1 > b->cap) {
+        size_t cap = (b->n + (size_t)need + 1) * 2;
+        char *t = realloc(b->s, cap);
+        if (!t) {
+            b->oom = true;
+            return;
+        }
+        b->s = t;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)need;
+}
+
+uint64_t pl_config_hash(const pl_config *c) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a 64 offset basis */
+    if (!c) return h;
+    for (int i = 0; i < c->n; i++)
+        for (int j = 0; j < c->s[i]->n; j++) {
+            const char *parts[5] = {c->s[i]->name, ".", c->s[i]->e[j].key, "=",
+                                    c->s[i]->e[j].value};
+            for (int k = 0; k < 5; k++)
+                for (const unsigned char *p = (const unsigned char *)parts[k]; *p; p++) {
+                    h ^= *p;
+                    h *= 1099511628211ULL; /* FNV prime */
+                }
+            h ^= '\n';
+            h *= 1099511628211ULL;
+        }
+    return h;
+}
+
+char *pl_config_to_ini(const pl_config *c) {
+    if (!c) return NULL;
+    sbuf b = {0};
+    sb_printf(&b, "; resolved configuration of %s\n; written by pipeline %s, hash %016" PRIx64 "\n",
+              c->path, PL_VERSION_STRING, pl_config_hash(c));
+    int kw = 0;
+    for (int i = 0; i < c->n; i++)
+        for (int j = 0; j < c->s[i]->n; j++) {
+            int k = (int)strlen(c->s[i]->e[j].key);
+            if (k > kw) kw = k;
+        }
+    for (int i = 0; i < c->n; i++) {
+        const pl_config_section *s = c->s[i];
+        sb_printf(&b, "\n[%s]\n", s->name);
+        for (int j = 0; j < s->n; j++)
+            sb_printf(&b, "%-*s = %s  ; %s\n", kw, s->e[j].key, s->e[j].value,
+                      s->e[j].origin_str);
+    }
+    if (b.oom || !b.s) {
+        free(b.s);
+        pl_error_set(PL_ERR_NOMEM, "config: out of memory writing %s as INI", c->path);
+        return NULL;
+    }
+    return b.s;
+}
+
+pl_status pl_config_write_ini(const pl_config *c, const char *path) {
+    char *text = pl_config_to_ini(c);
+    if (!text) return pl_error_status();
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(text);
+        return pl_error_set(PL_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok &= fclose(f) == 0;
+    free(text);
+    if (!ok) return pl_error_set(PL_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return PL_OK;
+}

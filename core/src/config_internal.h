@@ -1,0 +1,107 @@
+/* config_internal.h - loading, validating and printing the resolved INI
+ * configuration (core only; plugins see pipeline/config.h).
+ *
+ * Loading: the INI file is parsed by inih; every handler call is tagged with
+ * its line number (the core's own line reader feeds inih), duplicate keys and
+ * sections are refused with both lines, then command-line overrides
+ * (`section.key=value`) are applied, each stage section's `plugin` is loaded
+ * from the registry (kind checked) and every key is validated against the
+ * owning schema: the plugin's pl_option_spec list for stage sections, the
+ * core's (core_schema.c) for [pipeline] and [trainer]. Defaults fill the rest.
+ * Errors: PL_ERR_CONFIG (or PL_ERR_IO / PL_ERR_ABI) with a message starting
+ * with "file:line: " where a line is known; a hint for the user is available
+ * from pl_hint_get() until the next pl_hint_clear().
+ *
+ * Ownership: pl_config_load returns a config owned by the caller
+ * (pl_config_free). Every string it hands out is owned by the config.
+ */
+#ifndef PL_CONFIG_INTERNAL_H
+#define PL_CONFIG_INTERNAL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipeline/pipeline.h"
+#include "registry.h"
+
+/* ---- user hints (thread-local side channel of the error context) ---- */
+
+/* Set / read / clear a one-line "what to do" hint for the last error. */
+void pl_hint_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *pl_hint_get(void); /* "" if none */
+void pl_hint_clear(void);
+
+/* ---- core schema (core_schema.c) ------------------------------------- */
+
+/* Option schema of a core section ("pipeline", "trainer"), NULL otherwise. */
+const pl_option_spec *pl_core_schema(const char *section);
+/* Kind of plugin a stage section names ("data" -> PL_KIND_LOADER, ...), or
+ * -1 for a non-stage section. */
+int pl_stage_section_kind(const char *section);
+/* Every section name the config accepts, in print order; NULL-terminated. */
+const char *const *pl_config_known_sections(void);
+/* Stage sections that must be present ("data", "model"); NULL-terminated. */
+const char *const *pl_config_required_sections(void);
+
+/* ---- loading --------------------------------------------------------- */
+
+/* Load `path`, apply `n_over` overrides ("section.key=value"), resolve
+ * plugins through `reg` and validate. NULL on error (see above). */
+pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
+                          pl_registry *reg);
+/* Same from an in-memory INI text; `name` stands for the file in origins
+ * and messages, and relative `requires` paths resolve against `base_dir`
+ * (NULL: current directory). */
+pl_config *pl_config_load_string(const char *text, const char *name, const char *base_dir,
+                                 int n_over, const char *const *overrides, pl_registry *reg);
+void pl_config_free(pl_config *c);
+
+/* Split "section.key=value" (section: [A-Za-z0-9_]+; key non-empty, may
+ * contain dots). Writes into the caller's buffers. PL_ERR_CONFIG naming the
+ * argument on bad syntax. */
+pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key, size_t kn,
+                            const char **value);
+/* True if `arg` looks like an override (contains '=' before any '/'). */
+bool pl_is_override(const char *arg);
+
+/* ---- access ---------------------------------------------------------- */
+
+const char *pl_config_path(const pl_config *c);
+int pl_config_section_count(const pl_config *c);
+const pl_config_section *pl_config_section_at(const pl_config *c, int i);
+/* Descriptor of the plugin a stage section names, NULL if the section is
+ * absent or not a stage section. Borrowed from the registry. */
+const pl_plugin_desc *pl_config_plugin(const pl_config *c, const char *section);
+/* Path of that plugin's .so (borrowed), NULL if none. */
+const char *pl_config_plugin_path(const pl_config *c, const char *section);
+/* Line of `[section]` in the file (0 if only from the command line/absent). */
+int pl_cfg_section_line(const pl_config_section *s);
+
+/* `[pipeline] requires`: the INI files this run needs, resolved relative to
+ * the requiring INI's directory. Owned by the config. */
+int pl_config_requires_count(const pl_config *c);
+const char *pl_config_requires_at(const pl_config *c, int i);
+
+/* A stage reference `@PATH:WHICH` (e.g. init_from = @configs/pretrain.ini:best).
+ * Returns 1 and fills the resolved INI path and WHICH ("best"|"last") if
+ * `value` is a reference, 0 if it is not, -1 (PL_ERR_CONFIG set) if it starts
+ * with '@' but is malformed. PATH resolves like `requires`. */
+int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
+                        char *which, size_t wn);
+
+/* ---- output ---------------------------------------------------------- */
+
+/* Aligned table of every key with its value and origin (`pipeline check`). */
+void pl_config_print(const pl_config *c, FILE *f);
+/* The resolved config as INI text (origins as comments); malloc'd, caller frees. */
+char *pl_config_to_ini(const pl_config *c);
+/* Write pl_config_to_ini() to `path` (the run dir's config.ini). */
+pl_status pl_config_write_ini(const pl_config *c, const char *path);
+/* FNV-1a 64 of the canonical "section.key=value\n" text of every resolved
+ * key (origins excluded): equal configs hash equal however they were set. */
+uint64_t pl_config_hash(const pl_config *c);
+
+/* Edit distance (Levenshtein), exposed for tests. */
+int pl_edit_distance(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,1109 @@
+/* kernels_dense.c - CPU forward / backward kernels of the dense ops
+ * (matmul, broadcasting arithmetic, reductions, activations, softmax,
+ * losses, normalization, cast). Registered by pl_cpu_register_dense().
+ *
+ * Conventions (backend.h): every tensor handed to a kernel is contiguous.
+ * Forward: in[] are the op's inputs, out[0] the result, out[1..] tensors
+ * saved for backward. Backward: in[0] = grad of output (f32), in[1..] the
+ * op's inputs then its saved tensors, out[i] = grad of input i (f32,
+ * overwritten) or NULL. Elementwise kernels compute in f32; the op layer
+ * (ops_dense.c) casts half inputs to f32 around them, except matmul and
+ * cast which take bf16 / f16 directly.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define PAR_MIN 32768 /* elements below which loops stay serial */
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static inline float bf16_to_f32(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {.u = (uint32_t)h << 16};
+    return v.f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v = {.f = f};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)(v.u >> 16);
+}
+
+static inline const float *cf32(const pl_tensor *t) { return (const float *)pl_tensor_data(t); }
+static inline float *f32p(const pl_tensor *t) { return (float *)pl_tensor_data(t); }
+
+/* Convert n elements of a float tensor's data (f32/bf16/f16/f64) to f32. */
+static pl_status to_f32(const pl_tensor *t, float *dst, int64_t n) {
+    const void *src = pl_tensor_data(t);
+    switch (t->dtype) {
+    case PL_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return PL_OK;
+    case PL_BF16: {
+        const uint16_t *s = src;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+        return PL_OK;
+    }
+    case PL_F16: {
+        const uint16_t *s = src;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dst[i] = pl_f16_to_f32(s[i]);
+        return PL_OK;
+    }
+    case PL_F64: {
+        const double *s = src;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
+        return PL_OK;
+    }
+    default:
+        return pl_error_set(PL_ERR_DTYPE, "cpu dense kernel: cannot read %s as f32",
+                            pl_dtype_name(t->dtype));
+    }
+}
+
+/* Store n f32 values into a float tensor's data in its dtype. */
+static pl_status from_f32(const float *src, pl_tensor *t, int64_t n) {
+    void *dst = pl_tensor_data(t);
+    switch (t->dtype) {
+    case PL_F32:
+        if (dst != (const void *)src) memcpy(dst, src, (size_t)n * sizeof(float));
+        return PL_OK;
+    case PL_BF16: {
+        uint16_t *d = dst;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+        return PL_OK;
+    }
+    case PL_F16: {
+        uint16_t *d = dst;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_f16(src[i]);
+        return PL_OK;
+    }
+    case PL_F64: {
+        double *d = dst;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) d[i] = src[i];
+        return PL_OK;
+    }
+    default:
+        return pl_error_set(PL_ERR_DTYPE, "cpu dense kernel: cannot write f32 as %s",
+                            pl_dtype_name(t->dtype));
+    }
+}
+
+/* Scratch from the caching allocator (no system malloc in steady state). */
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static float *scratch_f32(scratch *s, int64_t n) {
+    s->p = pl_alloc(PL_CPU, (size_t)(n > 0 ? n : 1) * sizeof(float), &s->cap);
+    return s->p;
+}
+
+static void scratch_free(scratch *s) {
+    if (s->p) pl_free(PL_CPU, s->p, s->cap);
+    s->p = NULL;
+}
+
+/* f32 view of a tensor: its own data when f32, else a converted scratch copy. */
+static const float *as_f32(const pl_tensor *t, scratch *s, pl_status *st) {
+    if (t->dtype == PL_F32) return cf32(t);
+    int64_t n = pl_tensor_numel(t);
+    float *p = scratch_f32(s, n);
+    if (!p) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    *st = to_f32(t, p, n);
+    return p;
+}
+
+/* ---- broadcasting ------------------------------------------------------ */
+
+/* Iteration space of a broadcast op: out shape with nd >= 1 (0-dim -> [1]),
+ * rows = product of all but the last dim, inner = last dim. */
+typedef struct bspace {
+    int nd;
+    int64_t shape[PL_MAX_DIMS];
+    int64_t rows, inner;
+} bspace;
+
+static void bspace_init(bspace *b, const pl_tensor *out) {
+    b->nd = out->ndim > 0 ? out->ndim : 1;
+    if (out->ndim == 0) b->shape[0] = 1;
+    for (int d = 0; d < out->ndim; d++) b->shape[d] = out->shape[d];
+    b->inner = b->shape[b->nd - 1];
+    b->rows = 1;
+    for (int d = 0; d < b->nd - 1; d++) b->rows *= b->shape[d];
+}
+
+/* Element strides of contiguous t right-aligned to the space (0 where t
+ * broadcasts or lacks the dim). */
+static void bstrides(const pl_tensor *t, const bspace *b, int64_t *st) {
+    int64_t s = 1;
+    for (int d = b->nd - 1; d >= 0; d--) {
+        int td = d - (b->nd - t->ndim);
+        if (td < 0) {
+            st[d] = 0;
+            continue;
+        }
+        st[d] = t->shape[td] == 1 ? 0 : s;
+        s *= t->shape[td];
+    }
+}
+
+static inline int64_t row_off(int64_t r, const bspace *b, const int64_t *st) {
+    int64_t off = 0;
+    for (int d = b->nd - 2; d >= 0; d--) {
+        int64_t i = r % b->shape[d];
+        r /= b->shape[d];
+        off += i * st[d];
+    }
+    return off;
+}
+
+/* dst (shape of t, strides st in space b) = sum of src (space-shaped) over
+ * the broadcast dims. */
+static void reduce_to(const float *src, const bspace *b, const int64_t *st, float *dst,
+                      int64_t dst_n) {
+    memset(dst, 0, (size_t)dst_n * sizeof(float));
+    int64_t sl = st[b->nd - 1];
+    for (int64_t r = 0; r < b->rows; r++) {
+        float *d = dst + row_off(r, b, st);
+        const float *s = src + r * b->inner;
+        if (sl)
+            for (int64_t j = 0; j < b->inner; j++) d[j] += s[j];
+        else {
+            float acc = 0;
+            for (int64_t j = 0; j < b->inner; j++) acc += s[j];
+            d[0] += acc;
+        }
+    }
+}
+
+/* out = x (op) y, broadcasting. */
+static pl_status k_binary_fwd(const pl_kernel_args *a) {
+    bspace b;
+    bspace_init(&b, a->out[0]);
+    int64_t sx[PL_MAX_DIMS], sy[PL_MAX_DIMS];
+    bstrides(a->in[0], &b, sx);
+    bstrides(a->in[1], &b, sy);
+    const float *X = cf32(a->in[0]), *Y = cf32(a->in[1]);
+    float *O = f32p(a->out[0]);
+    int64_t ix = sx[b.nd - 1], iy = sy[b.nd - 1], inner = b.inner;
+    pl_op op = a->op;
+#pragma omp parallel for if (b.rows * b.inner > PAR_MIN)
+    for (int64_t r = 0; r < b.rows; r++) {
+        const float *xp = X + row_off(r, &b, sx), *yp = Y + row_off(r, &b, sy);
+        float *o = O + r * inner;
+        switch (op) {
+        case PL_OP_ADD:
+            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] + yp[j * iy];
+            break;
+        case PL_OP_SUB:
+            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] - yp[j * iy];
+            break;
+        case PL_OP_MUL:
+            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] * yp[j * iy];
+            break;
+        default: /* PL_OP_DIV */
+            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] / yp[j * iy];
+            break;
+        }
+    }
+    return PL_OK;
+}
+
+/* Gradient of input `which` (0: x, 1: y) of a binary op, space-shaped, into dst. */
+static void binary_contrib(pl_op op, int which, const float *G, const float *X, const int64_t *sx,
+                           const float *Y, const int64_t *sy, const bspace *b, float *dst) {
+    int64_t ix = sx[b->nd - 1], iy = sy[b->nd - 1], inner = b->inner;
+#pragma omp parallel for if (b->rows * b->inner > PAR_MIN)
+    for (int64_t r = 0; r < b->rows; r++) {
+        const float *xp = X + row_off(r, b, sx), *yp = Y + row_off(r, b, sy);
+        const float *g = G + r * inner;
+        float *d = dst + r * inner;
+        if (op == PL_OP_ADD || (op == PL_OP_SUB && which == 0)) {
+            for (int64_t j = 0; j < inner; j++) d[j] = g[j];
+        } else if (op == PL_OP_SUB) {
+            for (int64_t j = 0; j < inner; j++) d[j] = -g[j];
+        } else if (op == PL_OP_MUL) {
+            if (which == 0)
+                for (int64_t j = 0; j < inner; j++) d[j] = g[j] * yp[j * iy];
+            else
+                for (int64_t j = 0; j < inner; j++) d[j] = g[j] * xp[j * ix];
+        } else { /* DIV */
+            if (which == 0)
+                for (int64_t j = 0; j < inner; j++) d[j] = g[j] / yp[j * iy];
+            else
+                for (int64_t j = 0; j < inner; j++) {
+                    float yv = yp[j * iy];
+                    d[j] = -g[j] * xp[j * ix] / (yv * yv);
+                }
+        }
+    }
+}
+
+static pl_status k_binary_bwd(const pl_kernel_args *a) {
+    const pl_tensor *g = a->in[0], *x = a->in[1], *y = a->in[2];
+    bspace b;
+    bspace_init(&b, g);
+    int64_t sx[PL_MAX_DIMS], sy[PL_MAX_DIMS];
+    bstrides(x, &b, sx);
+    bstrides(y, &b, sy);
+    int64_t total = b.rows * b.inner;
+    for (int w = 0; w < 2; w++) {
+        pl_tensor *o = a->out[w];
+        if (!o) continue;
+        int64_t on = pl_tensor_numel(o);
+        if (on == total) {
+            binary_contrib(a->op, w, cf32(g), cf32(x), sx, cf32(y), sy, &b, f32p(o));
+            continue;
+        }
+        scratch s = {0};
+        float *tmp = scratch_f32(&s, total);
+        if (!tmp) return PL_ERR_NOMEM;
+        binary_contrib(a->op, w, cf32(g), cf32(x), sx, cf32(y), sy, &b, tmp);
+        reduce_to(tmp, &b, w == 0 ? sx : sy, f32p(o), on);
+        scratch_free(&s);
+    }
+    return PL_OK;
+}
+
+/* ---- scalar ops ---------------------------------------------------------- */
+
+static pl_status k_scalar_fwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->out[0]);
+    const float *x = cf32(a->in[0]);
+    float *o = f32p(a->out[0]);
+    float s = (float)a->p.alpha;
+    if (a->op == PL_OP_SCALE) {
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * s;
+    } else {
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] + s;
+    }
+    return PL_OK;
+}
+
+static pl_status k_scalar_bwd(const pl_kernel_args *a) {
+    if (!a->out[0]) return PL_OK;
+    int64_t n = pl_tensor_numel(a->out[0]);
+    const float *g = cf32(a->in[0]);
+    float *o = f32p(a->out[0]);
+    float s = a->op == PL_OP_SCALE ? (float)a->p.alpha : 1.0f;
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) o[i] = g[i] * s;
+    return PL_OK;
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
+/* Split the input of a dim reduction into [outer, n, inner]. */
+static void red_geom(const pl_tensor *x, int64_t dim, int64_t *outer, int64_t *n, int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    *n = 1;
+    if (dim == PL_ALL_DIMS) {
+        *n = pl_tensor_numel(x);
+        return;
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < dim) *outer *= x->shape[d];
+        else if (d == dim) *n = x->shape[d];
+        else *inner *= x->shape[d];
+    }
+}
+
+static pl_status k_sum_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    int64_t outer, n, inner;
+    red_geom(x, a->p.dim, &outer, &n, &inner);
+    const float *X = cf32(x);
+    float *O = f32p(a->out[0]);
+    double scale = a->op == PL_OP_MEAN ? 1.0 / (double)n : 1.0;
+    if (outer == 1 && inner == 1) {
+        double s = 0;
+#pragma omp parallel for reduction(+ : s) if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) s += X[i];
+        O[0] = (float)(s * scale);
+        return PL_OK;
+    }
+#pragma omp parallel for if (outer * n * inner > PAR_MIN)
+    for (int64_t o = 0; o < outer; o++) {
+        const float *xp = X + o * n * inner;
+        float *op = O + o * inner;
+        if (inner == 1) {
+            double s = 0;
+            for (int64_t k = 0; k < n; k++) s += xp[k];
+            op[0] = (float)(s * scale);
+        } else {
+            for (int64_t i = 0; i < inner; i++) op[i] = 0;
+            for (int64_t k = 0; k < n; k++)
+                for (int64_t i = 0; i < inner; i++) op[i] += xp[k * inner + i];
+            if (scale != 1.0)
+                for (int64_t i = 0; i < inner; i++) op[i] = (float)(op[i] * scale);
+        }
+    }
+    return PL_OK;
+}
+
+static pl_status k_sum_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0];
+    if (!gx) return PL_OK;
+    int64_t outer, n, inner;
+    red_geom(a->in[1], a->p.dim, &outer, &n, &inner);
+    const float *G = cf32(a->in[0]);
+    float *D = f32p(gx);
+    float scale = a->op == PL_OP_MEAN ? (float)(1.0 / (double)n) : 1.0f;
+#pragma omp parallel for if (outer * n * inner > PAR_MIN)
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < n; k++)
+            for (int64_t i = 0; i < inner; i++)
+                D[(o * n + k) * inner + i] = G[o * inner + i] * scale;
+    return PL_OK;
+}
+
+/* ---- activations ----------------------------------------------------------- */
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define INV_SQRT_2 0.7071067811865476f
+#define INV_SQRT_2PI 0.3989422804014327f
+#define GELU_C 0.044715f
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static pl_status k_unary_fwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->out[0]);
+    const float *X = cf32(a->in[0]);
+    float *O = f32p(a->out[0]);
+    float al = (float)a->p.alpha;
+    switch (a->op) {
+    case PL_OP_RELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : 0.0f;
+        break;
+    case PL_OP_LEAKY_RELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : X[i] * al;
+        break;
+    case PL_OP_ELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : al * expm1f(X[i]);
+        break;
+    case PL_OP_GELU:
+        if (a->p.flags & 1) {
+#pragma omp parallel for if (n > PAR_MIN)
+            for (int64_t i = 0; i < n; i++) {
+                float x = X[i];
+                O[i] = 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+            }
+        } else {
+#pragma omp parallel for if (n > PAR_MIN)
+            for (int64_t i = 0; i < n; i++) O[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
+        }
+        break;
+    case PL_OP_SILU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = X[i] * sigmoidf(X[i]);
+        break;
+    case PL_OP_SIGMOID:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = sigmoidf(X[i]);
+        break;
+    case PL_OP_TANH:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = tanhf(X[i]);
+        break;
+    case PL_OP_EXP:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = expf(X[i]);
+        break;
+    case PL_OP_LOG:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = logf(X[i]);
+        break;
+    case PL_OP_SQUARE:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = X[i] * X[i];
+        break;
+    case PL_OP_SQRT:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) O[i] = sqrtf(X[i]);
+        break;
+    default:
+        return pl_error_set(PL_ERR_INTERNAL, "k_unary_fwd: op %s", pl_op_name(a->op));
+    }
+    return PL_OK;
+}
+
+/* gx = g * f'(x); derivatives as in PyTorch's derivatives.yaml. */
+static pl_status k_unary_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0];
+    if (!gx) return PL_OK;
+    int64_t n = pl_tensor_numel(gx);
+    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    float *D = f32p(gx);
+    float al = (float)a->p.alpha;
+    switch (a->op) {
+    case PL_OP_RELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : 0.0f;
+        break;
+    case PL_OP_LEAKY_RELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : G[i] * al;
+        break;
+    case PL_OP_ELU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : G[i] * al * expf(X[i]);
+        break;
+    case PL_OP_GELU:
+        if (a->p.flags & 1) {
+#pragma omp parallel for if (n > PAR_MIN)
+            for (int64_t i = 0; i < n; i++) {
+                float x = X[i], x2 = x * x;
+                float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
+                float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
+                D[i] = G[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+            }
+        } else {
+#pragma omp parallel for if (n > PAR_MIN)
+            for (int64_t i = 0; i < n; i++) {
+                float x = X[i];
+                float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
+                float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
+                D[i] = G[i] * (cdf + x * pdf);
+            }
+        }
+        break;
+    case PL_OP_SILU:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float s = sigmoidf(X[i]);
+            D[i] = G[i] * s * (1.0f + X[i] * (1.0f - s));
+        }
+        break;
+    case PL_OP_SIGMOID:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float s = sigmoidf(X[i]);
+            D[i] = G[i] * s * (1.0f - s);
+        }
+        break;
+    case PL_OP_TANH:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float t = tanhf(X[i]);
+            D[i] = G[i] * (1.0f - t * t);
+        }
+        break;
+    case PL_OP_EXP:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = G[i] * expf(X[i]);
+        break;
+    case PL_OP_LOG:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = G[i] / X[i];
+        break;
+    case PL_OP_SQUARE:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = 2.0f * G[i] * X[i];
+        break;
+    case PL_OP_SQRT:
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) D[i] = G[i] / (2.0f * sqrtf(X[i]));
+        break;
+    default:
+        return pl_error_set(PL_ERR_INTERNAL, "k_unary_bwd: op %s", pl_op_name(a->op));
+    }
+    return PL_OK;
+}
+
+/* ---- softmax family (last dim) -------------------------------------------- */
+
+/* y[r] = softmax(x[r]) or log_softmax(x[r]) over a row of length d. */
+static inline void softmax_row(const float *x, float *y, int64_t d, bool logsm) {
+    float m = -INFINITY;
+    for (int64_t j = 0; j < d; j++) m = x[j] > m ? x[j] : m;
+    double s = 0;
+    if (logsm) {
+        for (int64_t j = 0; j < d; j++) s += expf(x[j] - m);
+        float lse = m + (float)log(s);
+        for (int64_t j = 0; j < d; j++) y[j] = x[j] - lse;
+    } else {
+        for (int64_t j = 0; j < d; j++) {
+            y[j] = expf(x[j] - m);
+            s += y[j];
+        }
+        float inv = (float)(1.0 / s);
+        for (int64_t j = 0; j < d; j++) y[j] *= inv;
+    }
+}
+
+static void last_dim_geom(const pl_tensor *t, int64_t *rows, int64_t *d) {
+    *d = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+    *rows = *d > 0 ? pl_tensor_numel(t) / *d : 0;
+}
+
+static pl_status k_softmax_fwd(const pl_kernel_args *a) {
+    int64_t rows, d;
+    last_dim_geom(a->in[0], &rows, &d);
+    const float *X = cf32(a->in[0]);
+    float *Y = f32p(a->out[0]);
+    bool logsm = a->op == PL_OP_LOG_SOFTMAX;
+#pragma omp parallel for if (rows * d > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) softmax_row(X + r * d, Y + r * d, d, logsm);
+    return PL_OK;
+}
+
+/* The output is recomputed from x (cheap) instead of saved, so the tape
+ * holds no reference cycle through the result.
+ *   softmax:     gx = y * (g - sum(g * y))
+ *   log_softmax: gx = g - exp(y) * sum(g) */
+static pl_status k_softmax_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0];
+    if (!gx) return PL_OK;
+    int64_t rows, d;
+    last_dim_geom(a->in[1], &rows, &d);
+    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    float *D = f32p(gx);
+    bool logsm = a->op == PL_OP_LOG_SOFTMAX;
+#pragma omp parallel for if (rows * d > PAR_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = G + r * d;
+        float *o = D + r * d;
+        softmax_row(X + r * d, o, d, logsm); /* o = y */
+        double s = 0;
+        if (logsm) {
+            for (int64_t j = 0; j < d; j++) s += g[j];
+            for (int64_t j = 0; j < d; j++) o[j] = g[j] - expf(o[j]) * (float)s;
+        } else {
+            for (int64_t j = 0; j < d; j++) s += (double)g[j] * o[j];
+            for (int64_t j = 0; j < d; j++) o[j] = o[j] * (g[j] - (float)s);
+        }
+    }
+    return PL_OK;
+}
+
+/* ---- losses ------------------------------------------------------------------ */
+
+static inline int64_t target_at(const pl_tensor *t, int64_t i) {
+    return t->dtype == PL_I64 ? ((const int64_t *)pl_tensor_data(t))[i]
+                              : (int64_t)((const int32_t *)pl_tensor_data(t))[i];
+}
+
+/* logits [N, C] f32, target [N] i64/i32 -> loss (0-dim), saved lse [N].
+ * PyTorch: loss = (1-eps) * sum_valid(-logp[t]) / n_valid
+ *               + eps/C * sum_valid(sum_c -logp[c]) / n_valid. */
+static pl_status k_ce_fwd(const pl_kernel_args *a) {
+    const pl_tensor *lg = a->in[0], *tg = a->in[1];
+    int64_t N, C;
+    last_dim_geom(lg, &N, &C);
+    const float *X = cf32(lg);
+    float *lse = f32p(a->out[1]);
+    int64_t ign = a->p.ignore_index;
+    double eps = a->p.alpha;
+    double nll = 0, smooth = 0;
+    int64_t valid = 0, bad = -1;
+#pragma omp parallel for reduction(+ : nll, smooth, valid) if (N * C > PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        const float *x = X + i * C;
+        float m = -INFINITY;
+        for (int64_t c = 0; c < C; c++) m = x[c] > m ? x[c] : m;
+        double s = 0, sx = 0;
+        for (int64_t c = 0; c < C; c++) {
+            s += exp((double)x[c] - m);
+            sx += x[c];
+        }
+        double l = m + log(s);
+        lse[i] = (float)l;
+        int64_t t = target_at(tg, i);
+        if (t == ign) continue;
+        if (t < 0 || t >= C) {
+#pragma omp atomic write
+            bad = i;
+            continue;
+        }
+        valid++;
+        nll += l - x[t];
+        smooth += (double)C * l - sx;
+    }
+    if (bad >= 0)
+        return pl_error_set(PL_ERR_INVALID,
+                            "cross_entropy: target[%lld] = %lld outside [0, %lld) and != "
+                            "ignore_index %lld",
+                            (long long)bad, (long long)target_at(tg, bad), (long long)C,
+                            (long long)ign);
+    double loss = ((1.0 - eps) * nll + eps / (double)C * smooth) / (double)valid;
+    f32p(a->out[0])[0] = (float)loss;
+    return PL_OK;
+}
+
+/* gx[i,c] = g / n_valid * (p[i,c] - (1-eps) [c == t_i] - eps/C) for valid rows, 0 else. */
+static pl_status k_ce_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0];
+    if (!gx) return PL_OK;
+    const pl_tensor *lg = a->in[1], *tg = a->in[2];
+    const float *lse = cf32(a->in[3]);
+    int64_t N, C;
+    last_dim_geom(lg, &N, &C);
+    const float *X = cf32(lg);
+    float *D = f32p(gx);
+    int64_t ign = a->p.ignore_index;
+    float eps = (float)a->p.alpha;
+    int64_t valid = 0;
+    for (int64_t i = 0; i < N; i++) valid += target_at(tg, i) != ign;
+    float scale = cf32(a->in[0])[0] / (float)valid;
+    float off = eps / (float)C;
+#pragma omp parallel for if (N * C > PAR_MIN)
+    for (int64_t i = 0; i < N; i++) {
+        float *d = D + i * C;
+        int64_t t = target_at(tg, i);
+        if (t == ign) {
+            for (int64_t c = 0; c < C; c++) d[c] = 0;
+            continue;
+        }
+        const float *x = X + i * C;
+        for (int64_t c = 0; c < C; c++) d[c] = scale * (expf(x[c] - lse[i]) - off);
+        if (t >= 0 && t < C) d[t] -= scale * (1.0f - eps);
+    }
+    return PL_OK;
+}
+
+/* mse / mae / huber, mean reduction; pred and target same shape. */
+static pl_status k_loss_fwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->in[0]);
+    const float *P = cf32(a->in[0]), *T = cf32(a->in[1]);
+    double delta = a->p.alpha, s = 0;
+    pl_op op = a->op;
+#pragma omp parallel for reduction(+ : s) if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)P[i] - T[i];
+        if (op == PL_OP_MSE) s += d * d;
+        else if (op == PL_OP_MAE) s += fabs(d);
+        else s += fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
+    }
+    f32p(a->out[0])[0] = (float)(s / (double)n);
+    return PL_OK;
+}
+
+static pl_status k_loss_bwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->in[1]);
+    const float *P = cf32(a->in[1]), *T = cf32(a->in[2]);
+    float g = cf32(a->in[0])[0] / (float)n, delta = (float)a->p.alpha;
+    float *GP = a->out[0] ? f32p(a->out[0]) : NULL;
+    float *GT = a->out[1] ? f32p(a->out[1]) : NULL;
+    pl_op op = a->op;
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float d = P[i] - T[i], v;
+        if (op == PL_OP_MSE) v = 2.0f * d;
+        else if (op == PL_OP_MAE) v = (float)((d > 0) - (d < 0));
+        else v = d < -delta ? -delta : (d > delta ? delta : d);
+        v *= g;
+        if (GP) GP[i] = v;
+        if (GT) GT[i] = -v;
+    }
+    return PL_OK;
+}
+
+/* ---- normalization --------------------------------------------------------- */
+
+/* layer_norm: in = x [R, D], w [D] if flags&1, b [D] if flags&2;
+ * out[0] = y, out[1] = mean [R], out[2] = rstd [R]. */
+static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
+    int64_t R, D;
+    last_dim_geom(a->in[0], &R, &D);
+    int k = 1;
+    const float *X = cf32(a->in[0]);
+    const float *W = (a->p.flags & 1) ? cf32(a->in[k++]) : NULL;
+    const float *B = (a->p.flags & 2) ? cf32(a->in[k++]) : NULL;
+    float *Y = f32p(a->out[0]), *MU = f32p(a->out[1]), *RS = f32p(a->out[2]);
+    double eps = a->p.eps;
+#pragma omp parallel for if (R * D > PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *x = X + r * D;
+        float *y = Y + r * D;
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < D; j++) s += x[j];
+        double mu = s / (double)D;
+        for (int64_t j = 0; j < D; j++) ss += (x[j] - mu) * (x[j] - mu);
+        float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
+        float m = (float)mu;
+        MU[r] = m;
+        RS[r] = rs;
+        for (int64_t j = 0; j < D; j++) {
+            float v = (x[j] - m) * rs;
+            if (W) v *= W[j];
+            if (B) v += B[j];
+            y[j] = v;
+        }
+    }
+    return PL_OK;
+}
+
+/* in = g, x, [w], [b], mean, rstd; out = gx, [gw], [gb].
+ * xhat = (x - mu) rstd, gy = g * w:
+ * gx = rstd (gy - mean(gy) - xhat mean(gy xhat)), gw = sum_r g xhat, gb = sum_r g. */
+static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[1];
+    int64_t R, D;
+    last_dim_geom(x, &R, &D);
+    bool hw = a->p.flags & 1, hb = a->p.flags & 2;
+    int k = 2;
+    const float *W = hw ? cf32(a->in[k++]) : NULL;
+    if (hb) k++;
+    const float *MU = cf32(a->in[k]), *RS = cf32(a->in[k + 1]);
+    const float *G = cf32(a->in[0]), *X = cf32(x);
+    int o = 1;
+    float *GX = a->out[0] ? f32p(a->out[0]) : NULL;
+    float *GW = NULL, *GB = NULL;
+    if (hw) {
+        GW = a->out[o] ? f32p(a->out[o]) : NULL;
+        o++;
+    }
+    if (hb) GB = a->out[o] ? f32p(a->out[o]) : NULL;
+    if (GX) {
+#pragma omp parallel for if (R * D > PAR_MIN)
+        for (int64_t r = 0; r < R; r++) {
+            const float *g = G + r * D, *xr = X + r * D;
+            float mu = MU[r], rs = RS[r];
+            double s1 = 0, s2 = 0;
+            for (int64_t j = 0; j < D; j++) {
+                float gy = W ? g[j] * W[j] : g[j];
+                float xh = (xr[j] - mu) * rs;
+                s1 += gy;
+                s2 += (double)gy * xh;
+            }
+            float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
+            float *gx = GX + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                float gy = W ? g[j] * W[j] : g[j];
+                float xh = (xr[j] - mu) * rs;
+                gx[j] = rs * (gy - m1 - xh * m2);
+            }
+        }
+    }
+    if (GW || GB) {
+#pragma omp parallel for if (R * D > PAR_MIN)
+        for (int64_t j = 0; j < D; j++) {
+            double sw = 0, sb = 0;
+            for (int64_t r = 0; r < R; r++) {
+                float g = G[r * D + j];
+                sw += (double)g * ((X[r * D + j] - MU[r]) * RS[r]);
+                sb += g;
+            }
+            if (GW) GW[j] = (float)sw;
+            if (GB) GB[j] = (float)sb;
+        }
+    }
+    return PL_OK;
+}
+
+/* rms_norm: in = x [R, D], w [D] if flags&1; out[0] = y, out[1] = rstd [R]. */
+static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
+    int64_t R, D;
+    last_dim_geom(a->in[0], &R, &D);
+    const float *X = cf32(a->in[0]);
+    const float *W = (a->p.flags & 1) ? cf32(a->in[1]) : NULL;
+    float *Y = f32p(a->out[0]), *RS = f32p(a->out[1]);
+    double eps = a->p.eps;
+#pragma omp parallel for if (R * D > PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        const float *x = X + r * D;
+        float *y = Y + r * D;
+        double ss = 0;
+        for (int64_t j = 0; j < D; j++) ss += (double)x[j] * x[j];
+        float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
+        RS[r] = rs;
+        for (int64_t j = 0; j < D; j++) y[j] = W ? x[j] * rs * W[j] : x[j] * rs;
+    }
+    return PL_OK;
+}
+
+/* in = g, x, [w], rstd; gx = rstd (gy - xhat mean(gy xhat)), gw = sum_r g xhat. */
+static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[1];
+    int64_t R, D;
+    last_dim_geom(x, &R, &D);
+    bool hw = a->p.flags & 1;
+    const float *W = hw ? cf32(a->in[2]) : NULL;
+    const float *RS = cf32(a->in[hw ? 3 : 2]);
+    const float *G = cf32(a->in[0]), *X = cf32(x);
+    float *GX = a->out[0] ? f32p(a->out[0]) : NULL;
+    float *GW = hw && a->out[1] ? f32p(a->out[1]) : NULL;
+    if (GX) {
+#pragma omp parallel for if (R * D > PAR_MIN)
+        for (int64_t r = 0; r < R; r++) {
+            const float *g = G + r * D, *xr = X + r * D;
+            float rs = RS[r];
+            double s2 = 0;
+            for (int64_t j = 0; j < D; j++) {
+                float gy = W ? g[j] * W[j] : g[j];
+                s2 += (double)gy * xr[j] * rs;
+            }
+            float m2 = (float)(s2 / (double)D);
+            float *gx = GX + r * D;
+            for (int64_t j = 0; j < D; j++) {
+                float gy = W ? g[j] * W[j] : g[j];
+                gx[j] = rs * (gy - xr[j] * rs * m2);
+            }
+        }
+    }
+    if (GW) {
+#pragma omp parallel for if (R * D > PAR_MIN)
+        for (int64_t j = 0; j < D; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++) s += (double)G[r * D + j] * X[r * D + j] * RS[r];
+            GW[j] = (float)s;
+        }
+    }
+    return PL_OK;
+}
+
+/* ---- cast ---------------------------------------------------------------------- */
+
+static pl_status k_cast_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    pl_tensor *o = a->out[0];
+    int64_t n = pl_tensor_numel(x);
+    if (x->dtype == PL_F32) return from_f32(cf32(x), o, n);
+    if (o->dtype == PL_F32) return to_f32(x, f32p(o), n);
+    scratch s = {0};
+    float *tmp = scratch_f32(&s, n);
+    if (!tmp) return PL_ERR_NOMEM;
+    pl_status st = to_f32(x, tmp, n);
+    if (!st) st = from_f32(tmp, o, n);
+    scratch_free(&s);
+    return st;
+}
+
+/* The gradient of a cast is the incoming f32 gradient itself. */
+static pl_status k_cast_bwd(const pl_kernel_args *a) {
+    if (a->out[0])
+        memcpy(f32p(a->out[0]), cf32(a->in[0]), pl_tensor_numel(a->out[0]) * sizeof(float));
+    return PL_OK;
+}
+
+/* ---- matmul --------------------------------------------------------------------- */
+
+/* Geometry of C[batch..., M, N] = op(A)[batch..., M, K] @ op(B)[batch..., K, N]. */
+typedef struct mm_geo {
+    int64_t M, N, K;
+    bool ta, tb;
+    int bnd;                        /* batch dims of the output */
+    int64_t bshape[PL_MAX_DIMS];
+    int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS]; /* matrix-index strides per batch dim */
+    int64_t nbatch, na, nb;         /* batch counts: output, A's matrices, B's matrices */
+    bool collapse;                  /* B shared and A un-transposed: one GEMM of nbatch*M rows */
+} mm_geo;
+
+static void mm_geo_init(mm_geo *g, const pl_tensor *A, const pl_tensor *B, const pl_tensor *C,
+                        int flags) {
+    g->ta = flags & 1;
+    g->tb = flags & 2;
+    int na = A->ndim, nb = B->ndim;
+    g->M = g->ta ? A->shape[na - 1] : A->shape[na - 2];
+    g->K = g->ta ? A->shape[na - 2] : A->shape[na - 1];
+    g->N = g->tb ? B->shape[nb - 2] : B->shape[nb - 1];
+    g->bnd = C->ndim - 2;
+    g->nbatch = 1;
+    for (int d = 0; d < g->bnd; d++) {
+        g->bshape[d] = C->shape[d];
+        g->nbatch *= C->shape[d];
+    }
+    int64_t s1 = 1, s2 = 1;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int da = d - (g->bnd - (na - 2)), db = d - (g->bnd - (nb - 2));
+        int64_t ea = da >= 0 ? A->shape[da] : 1, eb = db >= 0 ? B->shape[db] : 1;
+        g->sa[d] = ea == 1 ? 0 : s1;
+        g->sb[d] = eb == 1 ? 0 : s2;
+        s1 *= ea;
+        s2 *= eb;
+    }
+    g->na = s1;
+    g->nb = s2;
+    g->collapse = !g->ta && g->nb == 1 && g->na == g->nbatch;
+}
+
+static inline void mm_batch_off(const mm_geo *g, int64_t bi, int64_t *ia, int64_t *ib) {
+    *ia = 0;
+    *ib = 0;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int64_t i = bi % g->bshape[d];
+        bi /= g->bshape[d];
+        *ia += i * g->sa[d];
+        *ib += i * g->sb[d];
+    }
+}
+
+#define TR(t) ((t) ? CblasTrans : CblasNoTrans)
+
+static void mm_fwd_f32(const mm_geo *g, const float *A, const float *B, float *C) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        memset(C, 0, (size_t)(g->nbatch * M * N) * sizeof(float));
+        return;
+    }
+    if (g->collapse) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, TR(g->tb), (int)(g->nbatch * M), (int)N, (int)K,
+                    1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)N);
+        return;
+    }
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        mm_batch_off(g, bi, &ia, &ib);
+        cblas_sgemm(CblasRowMajor, TR(g->ta), TR(g->tb), (int)M, (int)N, (int)K, 1.0f,
+                    A + ia * M * K, (int)lda, B + ib * K * N, (int)ldb, 0.0f, C + bi * M * N,
+                    (int)N);
+    }
+}
+
+/* dA / dB (either may be NULL); broadcast matrices accumulate over batches. */
+static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const float *B, float *dA,
+                       float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    bool ta = g->ta, tb = g->tb;
+    if (dA && (g->na != g->nbatch || N == 0)) memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
+    if (dB && (g->nb != g->nbatch || M == 0)) memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
+    if (M == 0 || N == 0 || K == 0) return;
+    if (g->collapse) {
+        int Mt = (int)(g->nbatch * M);
+        if (dA)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mt, (int)K,
+                        (int)N, 1.0f, G, (int)N, B, (int)ldb, 0.0f, dA, (int)K);
+        if (dB) {
+            if (!tb)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, Mt, 1.0f, A,
+                            (int)K, G, (int)N, 0.0f, dB, (int)N);
+            else
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, Mt, 1.0f, G,
+                            (int)N, A, (int)K, 0.0f, dB, (int)K);
+        }
+        return;
+    }
+    float beta_a = g->na == g->nbatch ? 0.0f : 1.0f, beta_b = g->nb == g->nbatch ? 0.0f : 1.0f;
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        mm_batch_off(g, bi, &ia, &ib);
+        const float *a = A + ia * M * K, *b = B + ib * K * N, *gg = G + bi * M * N;
+        if (dA) {
+            float *d = dA + ia * M * K;
+            if (!ta)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M,
+                            (int)K, (int)N, 1.0f, gg, (int)N, b, (int)ldb, beta_a, d, (int)K);
+            else
+                cblas_sgemm(CblasRowMajor, TR(tb), CblasTrans, (int)K, (int)M, (int)N, 1.0f, b,
+                            (int)ldb, gg, (int)N, beta_a, d, (int)M);
+        }
+        if (dB) {
+            float *d = dB + ib * K * N;
+            if (!tb)
+                cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K,
+                            (int)N, (int)M, 1.0f, a, (int)lda, gg, (int)N, beta_b, d, (int)N);
+            else
+                cblas_sgemm(CblasRowMajor, CblasTrans, TR(ta), (int)N, (int)K, (int)M, 1.0f, gg,
+                            (int)N, a, (int)lda, beta_b, d, (int)K);
+        }
+    }
+}
+
+/* f32 x f32 -> f32 directly; bf16 / f16 inputs are widened to f32 panels
+ * (exact), multiplied with f32 accumulation and rounded once to the
+ * output dtype. */
+static pl_status k_matmul_fwd(const pl_kernel_args *a) {
+    mm_geo g;
+    mm_geo_init(&g, a->in[0], a->in[1], a->out[0], a->p.flags);
+    pl_status st = PL_OK;
+    scratch sa = {0}, sb = {0}, sc = {0};
+    const float *A = as_f32(a->in[0], &sa, &st);
+    const float *B = st ? NULL : as_f32(a->in[1], &sb, &st);
+    float *C = NULL;
+    if (!st) {
+        C = a->out[0]->dtype == PL_F32 ? f32p(a->out[0])
+                                       : scratch_f32(&sc, pl_tensor_numel(a->out[0]));
+        if (!C) st = PL_ERR_NOMEM;
+    }
+    if (!st) {
+        mm_fwd_f32(&g, A, B, C);
+        if (a->out[0]->dtype != PL_F32) st = from_f32(C, a->out[0], pl_tensor_numel(a->out[0]));
+    }
+    scratch_free(&sa);
+    scratch_free(&sb);
+    scratch_free(&sc);
+    return st;
+}
+
+static pl_status k_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *G = a->in[0];
+    mm_geo g;
+    mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    pl_status st = PL_OK;
+    scratch sa = {0}, sb = {0};
+    /* dA needs B, dB needs A */
+    const float *A = a->out[1] ? as_f32(a->in[1], &sa, &st) : NULL;
+    const float *B = !st && a->out[0] ? as_f32(a->in[2], &sb, &st) : NULL;
+    if (!st)
+        mm_bwd_f32(&g, cf32(G), A, B, a->out[0] ? f32p(a->out[0]) : NULL,
+                   a->out[1] ? f32p(a->out[1]) : NULL);
+    scratch_free(&sa);
+    scratch_free(&sb);
+    return st;
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+
+void pl_cpu_register_dense(pl_backend *b) {
+    b->forward[PL_OP_MATMUL] = k_matmul_fwd;
+    b->backward[PL_OP_MATMUL] = k_matmul_bwd;
+    static const pl_op bin[] = {PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, PL_OP_DIV};
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) {
+        b->forward[bin[i]] = k_binary_fwd;
+        b->backward[bin[i]] = k_binary_bwd;
+    }
+    b->forward[PL_OP_SCALE] = b->forward[PL_OP_ADD_SCALAR] = k_scalar_fwd;
+    b->backward[PL_OP_SCALE] = b->backward[PL_OP_ADD_SCALAR] = k_scalar_bwd;
+    b->forward[PL_OP_SUM] = b->forward[PL_OP_MEAN] = k_sum_fwd;
+    b->backward[PL_OP_SUM] = b->backward[PL_OP_MEAN] = k_sum_bwd;
+    static const pl_op un[] = {PL_OP_RELU, PL_OP_LEAKY_RELU, PL_OP_ELU, PL_OP_GELU,
+                               PL_OP_SILU, PL_OP_SIGMOID,    PL_OP_TANH, PL_OP_EXP,
+                               PL_OP_LOG,  PL_OP_SQUARE,     PL_OP_SQRT};
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
+        b->forward[un[i]] = k_unary_fwd;
+        b->backward[un[i]] = k_unary_bwd;
+    }
+    b->forward[PL_OP_SOFTMAX] = b->forward[PL_OP_LOG_SOFTMAX] = k_softmax_fwd;
+    b->backward[PL_OP_SOFTMAX] = b->backward[PL_OP_LOG_SOFTMAX] = k_softmax_bwd;
+    b->forward[PL_OP_CROSS_ENTROPY] = k_ce_fwd;
+    b->backward[PL_OP_CROSS_ENTROPY] = k_ce_bwd;
+    static const pl_op ls[] = {PL_OP_MSE, PL_OP_MAE, PL_OP_HUBER};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
+        b->forward[ls[i]] = k_loss_fwd;
+        b->backward[ls[i]] = k_loss_bwd;
+    }
+    b->forward[PL_OP_LAYER_NORM] = k_layer_norm_fwd;
+    b->backward[PL_OP_LAYER_NORM] = k_layer_norm_bwd;
+    b->forward[PL_OP_RMS_NORM] = k_rms_norm_fwd;
+    b->backward[PL_OP_RMS_NORM] = k_rms_norm_bwd;
+    b->forward[PL_OP_CAST] = k_cast_fwd;
+    b->backward[PL_OP_CAST] = k_cast_bwd;
+}

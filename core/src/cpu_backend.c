@@ -1,0 +1,106 @@
+/* cpu_backend.c - the built-in CPU backend table and the backend registry.
+ * Kernels live in cpu/kernels_*.c, each file registering its own ops. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void *cpu_raw_alloc(int device, size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
+static void cpu_raw_free(int device, void *p) { free(p); }
+static int cpu_device_count(void) { return 1; }
+
+static pl_status cpu_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
+    if (dd.type != PL_DEVICE_CPU || sd.type != PL_DEVICE_CPU)
+        return pl_error_set(PL_ERR_DEVICE, "cpu backend cannot copy to/from a CUDA device");
+    memmove(dst, src, n);
+    return PL_OK;
+}
+static pl_status cpu_memset(void *dst, pl_device dev, int v, size_t n) {
+    memset(dst, v, n);
+    return PL_OK;
+}
+static pl_status cpu_sync(int device) { return PL_OK; }
+static pl_status cpu_mem_info(int device, size_t *free_b, size_t *total_b) {
+    long pages = sysconf(_SC_AVPHYS_PAGES), total = sysconf(_SC_PHYS_PAGES),
+         psz = sysconf(_SC_PAGESIZE);
+    *free_b = (size_t)pages * (size_t)psz;
+    *total_b = (size_t)total * (size_t)psz;
+    return PL_OK;
+}
+
+/* Kernel files that are not linked in leave their ops unsupported. */
+__attribute__((weak)) void pl_cpu_register_dense(pl_backend *b) { (void)b; }
+__attribute__((weak)) void pl_cpu_register_index(pl_backend *b) { (void)b; }
+
+static pl_backend g_cpu = {
+    .name = "cpu",
+    .type = PL_DEVICE_CPU,
+    .device_count = cpu_device_count,
+    .raw_alloc = cpu_raw_alloc,
+    .raw_free = cpu_raw_free,
+    .memcpy = cpu_memcpy,
+    .memset = cpu_memset,
+    .synchronize = cpu_sync,
+    .mem_info = cpu_mem_info,
+};
+
+static const pl_backend *g_backends[2];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_cpu(void) {
+    pl_cpu_register_copy(&g_cpu);
+    pl_cpu_register_dense(&g_cpu);
+    pl_cpu_register_index(&g_cpu);
+    g_backends[PL_DEVICE_CPU] = &g_cpu;
+}
+
+const pl_backend *pl_backend_cpu(void) {
+    pthread_once(&g_once, init_cpu);
+    return &g_cpu;
+}
+
+pl_status pl_backend_register(const pl_backend *b) {
+    pthread_once(&g_once, init_cpu);
+    if (!b || (unsigned)b->type > PL_DEVICE_CUDA)
+        return pl_error_set(PL_ERR_INVALID, "pl_backend_register: invalid backend table");
+    if (b->type == PL_DEVICE_CPU)
+        return pl_error_set(PL_ERR_INVALID, "the CPU backend is built in and cannot be replaced");
+    g_backends[b->type] = b;
+    return PL_OK;
+}
+
+const pl_backend *pl_backend_get(pl_device_type type) {
+    pthread_once(&g_once, init_cpu);
+    if ((unsigned)type > PL_DEVICE_CUDA || !g_backends[type]) {
+        pl_error_set(PL_ERR_DEVICE, "no backend loaded for device type %s",
+                     type == PL_DEVICE_CUDA ? "cuda (load the 'cuda' backend plugin)" : "?");
+        return NULL;
+    }
+    return g_backends[type];
+}
+
+const char *pl_op_name(pl_op op) {
+    static const char *names[PL_OP_COUNT] = {
+        [PL_OP_NONE] = "none", [PL_OP_COPY] = "copy", [PL_OP_MATMUL] = "matmul",
+        [PL_OP_ADD] = "add", [PL_OP_SUB] = "sub", [PL_OP_MUL] = "mul", [PL_OP_DIV] = "div",
+        [PL_OP_SCALE] = "scale", [PL_OP_ADD_SCALAR] = "add_scalar", [PL_OP_SUM] = "sum",
+        [PL_OP_MEAN] = "mean", [PL_OP_RELU] = "relu", [PL_OP_LEAKY_RELU] = "leaky_relu",
+        [PL_OP_ELU] = "elu", [PL_OP_GELU] = "gelu", [PL_OP_SILU] = "silu",
+        [PL_OP_SIGMOID] = "sigmoid", [PL_OP_TANH] = "tanh", [PL_OP_EXP] = "exp",
+        [PL_OP_LOG] = "log", [PL_OP_SQUARE] = "square", [PL_OP_SQRT] = "sqrt",
+        [PL_OP_SOFTMAX] = "softmax", [PL_OP_LOG_SOFTMAX] = "log_softmax",
+        [PL_OP_CROSS_ENTROPY] = "cross_entropy", [PL_OP_MSE] = "mse_loss",
+        [PL_OP_MAE] = "mae_loss", [PL_OP_HUBER] = "huber_loss", [PL_OP_EMBEDDING] = "embedding",
+        [PL_OP_INDEX_SELECT] = "index_select", [PL_OP_GATHER] = "gather",
+        [PL_OP_SCATTER_ADD] = "scatter_add", [PL_OP_SEGMENT_SOFTMAX] = "segment_softmax",
+        [PL_OP_LAYER_NORM] = "layer_norm", [PL_OP_RMS_NORM] = "rms_norm",
+        [PL_OP_DROPOUT] = "dropout", [PL_OP_CONCAT] = "concat", [PL_OP_SLICE] = "slice",
+        [PL_OP_PERMUTE] = "permute", [PL_OP_RESHAPE] = "reshape", [PL_OP_ROPE] = "rope",
+        [PL_OP_CAUSAL_SOFTMAX] = "causal_softmax", [PL_OP_CAST] = "cast",
+        [PL_OP_NF4_MATMUL] = "nf4_matmul", [PL_OP_LSTM] = "lstm",
+    };
+    if ((unsigned)op < PL_OP_COUNT && names[op]) return names[op];
+    return "custom";
+}

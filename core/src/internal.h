@@ -1,0 +1,69 @@
+/* internal.h - helpers shared by the core's own sources (not installed).
+ *
+ * How an op is written (see ops_*.c):
+ *
+ *   pl_tensor *pl_relu(pl_tensor *a) {
+ *       if (!a) return NULL;                                   // NULL-propagation
+ *       if (pl_check_float("relu", a, true)) return NULL;      // dtype gate (refuses nf4)
+ *       pl_tensor *x = pl_contiguous_owned(a);                 // +1 ref, copy if strided
+ *       pl_tensor *out = pl_tensor_new_owned(a->dtype, x->ndim, x->shape, x->device);
+ *       pl_kernel_args k = {.op = PL_OP_RELU, .n_in = 1, .in = {x}, .n_out = 1, .out = {out}};
+ *       if (!out || pl_kernel_forward(&k) ||
+ *           pl_autograd_record(PL_OP_RELU, &k.p, k.in, 1, NULL, 0, out)) {
+ *           pl_tensor_release(x); pl_tensor_release(out); return NULL;
+ *       }
+ *       pl_tensor_release(x);
+ *       return pl_op_result(out);                              // frame adopts it
+ *   }
+ *
+ * Backward kernels: args.in[0] = grad of output (f32, output's shape),
+ * args.in[1..1+n_in) = the op's inputs, then the saved tensors;
+ * args.out[i] = grad of input i (f32, input's shape, uninitialized) or NULL.
+ * Gradients are always f32 whatever the dtype of the tensor.
+ */
+#ifndef PL_INTERNAL_H
+#define PL_INTERNAL_H
+
+#include "pipeline/pipeline.h"
+
+/* New tensor owned by the caller and NOT adopted by the open frame. */
+pl_tensor *pl_tensor_new_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
+pl_tensor *pl_tensor_new_owned_zeros(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
+/* Hand an owned tensor to the innermost open frame (if any); returns t. */
+pl_tensor *pl_op_result(pl_tensor *t);
+/* New tensor header sharing t's storage (view); owned by caller. */
+pl_tensor *pl_tensor_view_owned(pl_tensor *t);
+
+/* Run the forward kernel of a->op on the backend of a->in[0]'s device (or
+ * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing. */
+pl_status pl_kernel_forward(pl_kernel_args *a);
+
+/* Gates used at op entry; each sets an error naming the op and tensor. */
+pl_status pl_check_float(const char *op, const pl_tensor *t, bool allow_half);
+pl_status pl_check_index(const char *op, const pl_tensor *t); /* i32 or i64 */
+pl_status pl_check_same_device(const char *op, pl_tensor *const *ts, int n);
+pl_status pl_check_ndim(const char *op, const pl_tensor *t, int min_ndim, int max_ndim);
+/* t retained if contiguous, else a contiguous (non-recorded) copy; caller releases.
+ * Autograd: if t is a non-contiguous tensor that requires grad, the copy is
+ * recorded via pl_contiguous semantics. */
+pl_tensor *pl_contiguous_owned(pl_tensor *t);
+bool pl_any_requires_grad(pl_tensor *const *ts, int n);
+
+/* NumPy broadcast of two shapes into (ndim, shape); PL_ERR_SHAPE naming op. */
+pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
+                              int64_t *shape);
+
+/* Philox4x32-10 (Salmon et al., SC'11): counter (4 x u32) + key (2 x u32)
+ * -> 4 random u32. pl_philox_u01 maps a u32 to [0, 1) with 24 bits. */
+void pl_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+static inline float pl_philox_u01(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+/* Per-thread frame stack (autograd.c). */
+void pl_frame_adopt(pl_tensor *t);
+
+/* CPU kernel registration, one function per kernel file (cpu_backend.c calls them). */
+void pl_cpu_register_dense(pl_backend *b);  /* kernels_dense.c */
+void pl_cpu_register_index(pl_backend *b);  /* kernels_index.c */
+void pl_cpu_register_copy(pl_backend *b);   /* tensor.c: PL_OP_COPY */
+
+#endif

@@ -1,0 +1,413 @@
+/* ops_dense.c - the dense differentiable ops of ops.h: matmul / linear,
+ * broadcasting arithmetic, reductions, activations, softmax, losses,
+ * normalization and cast. Kernels live in cpu/kernels_dense.c.
+ *
+ * Half precision: matmul and cast take bf16 / f16 directly. Every other op
+ * here computes in f32: a bf16 / f16 input is cast to f32 (recorded, so the
+ * gradient flows), the f32 op runs, and the result is cast back to the
+ * input dtype (binary ops of two different dtypes promote to f32, as
+ * torch's type promotion does for bf16 + f32).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- plumbing ------------------------------------------------------------- */
+
+/* Run k (inputs / outputs owned references; out[1..] are saved for
+ * backward), record it and hand out[0] to the frame. Releases everything
+ * else. */
+static pl_tensor *launch(pl_kernel_args *k) {
+    pl_status s = PL_OK;
+    for (int i = 0; i < k->n_out; i++)
+        if (!k->out[i]) s = PL_ERR_NOMEM;
+    if (!s) s = pl_kernel_forward(k);
+    if (!s)
+        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + 1, k->n_out - 1, k->out[0]);
+    for (int i = 0; i < k->n_in; i++) pl_tensor_release(k->in[i]);
+    for (int i = 1; i < k->n_out; i++) pl_tensor_release(k->out[i]);
+    if (s) {
+        pl_tensor_release(k->out[0]);
+        return NULL;
+    }
+    return pl_op_result(k->out[0]);
+}
+
+/* Contiguous owned copies of n inputs into k->in; false (all released) on error. */
+static bool take_inputs(pl_kernel_args *k, pl_tensor *const *ts, int n) {
+    k->n_in = n;
+    for (int i = 0; i < n; i++) {
+        k->in[i] = pl_contiguous_owned(ts[i]);
+        if (!k->in[i]) {
+            for (int j = 0; j < i; j++) pl_tensor_release(k->in[j]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Close a private frame opened by a composite op, keeping its result r. */
+static pl_tensor *frame_result(pl_tensor *r) {
+    if (r) pl_frame_keep(r);
+    pl_frame_end();
+    return r ? pl_op_result(r) : NULL;
+}
+
+static const int64_t *shape0(const pl_tensor *t) { return t->shape; }
+
+/* ---- cast ------------------------------------------------------------------- */
+
+pl_tensor *pl_cast(pl_tensor *a, pl_dtype dt) {
+    if (!a) return NULL;
+    if (pl_check_float("cast", a, true)) return NULL;
+    if (!pl_dtype_is_float(dt) || dt == PL_NF4) {
+        pl_error_set(PL_ERR_DTYPE, "cast: target dtype %s is not a float dtype (f32/bf16/f16)",
+                     pl_dtype_name(dt));
+        return NULL;
+    }
+    if (a->dtype == dt) return pl_op_result(pl_tensor_retain(a));
+    pl_kernel_args k = {.op = PL_OP_CAST, .n_out = 1};
+    k.p.dtype = dt;
+    if (!take_inputs(&k, &a, 1)) return NULL;
+    k.out[0] = pl_tensor_new_owned(dt, a->ndim, shape0(a), a->device);
+    return launch(&k);
+}
+
+/* ---- elementwise binary ---------------------------------------------------------- */
+
+static pl_tensor *binary(const char *name, pl_op op, pl_tensor *a, pl_tensor *b) {
+    if (!a || !b) return NULL;
+    pl_tensor *ts[2] = {a, b};
+    if (pl_check_float(name, a, true) || pl_check_float(name, b, true) ||
+        pl_check_same_device(name, ts, 2))
+        return NULL;
+    int nd;
+    int64_t shape[PL_MAX_DIMS];
+    if (pl_broadcast_shapes(name, a, b, &nd, shape)) return NULL;
+    if (a->dtype != PL_F32 || b->dtype != PL_F32) {
+        pl_dtype rd = a->dtype == b->dtype ? a->dtype : PL_F32;
+        pl_frame_begin();
+        pl_tensor *r = binary(name, op, pl_cast(a, PL_F32), pl_cast(b, PL_F32));
+        return frame_result(pl_cast(r, rd));
+    }
+    pl_kernel_args k = {.op = op, .n_out = 1};
+    if (!take_inputs(&k, ts, 2)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, nd, shape, a->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_add(pl_tensor *a, pl_tensor *b) { return binary("add", PL_OP_ADD, a, b); }
+pl_tensor *pl_sub(pl_tensor *a, pl_tensor *b) { return binary("sub", PL_OP_SUB, a, b); }
+pl_tensor *pl_mul(pl_tensor *a, pl_tensor *b) { return binary("mul", PL_OP_MUL, a, b); }
+pl_tensor *pl_div(pl_tensor *a, pl_tensor *b) { return binary("div", PL_OP_DIV, a, b); }
+
+/* ---- elementwise unary (scalar ops and activations) ------------------------------- */
+
+static pl_tensor *unary(const char *name, pl_op op, pl_tensor *a, double alpha, int flags) {
+    if (!a) return NULL;
+    if (pl_check_float(name, a, true)) return NULL;
+    if (a->dtype != PL_F32) {
+        pl_frame_begin();
+        pl_tensor *r = unary(name, op, pl_cast(a, PL_F32), alpha, flags);
+        return frame_result(pl_cast(r, a->dtype));
+    }
+    pl_kernel_args k = {.op = op, .n_out = 1};
+    k.p.alpha = alpha;
+    k.p.flags = flags;
+    if (!take_inputs(&k, &a, 1)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, a->ndim, shape0(a), a->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_scale(pl_tensor *a, double s) { return unary("scale", PL_OP_SCALE, a, s, 0); }
+pl_tensor *pl_add_scalar(pl_tensor *a, double s) {
+    return unary("add_scalar", PL_OP_ADD_SCALAR, a, s, 0);
+}
+pl_tensor *pl_relu(pl_tensor *a) { return unary("relu", PL_OP_RELU, a, 0, 0); }
+pl_tensor *pl_leaky_relu(pl_tensor *a, double negative_slope) {
+    return unary("leaky_relu", PL_OP_LEAKY_RELU, a, negative_slope, 0);
+}
+pl_tensor *pl_elu(pl_tensor *a, double alpha) { return unary("elu", PL_OP_ELU, a, alpha, 0); }
+pl_tensor *pl_gelu(pl_tensor *a, bool tanh_approx) {
+    return unary("gelu", PL_OP_GELU, a, 0, tanh_approx ? 1 : 0);
+}
+pl_tensor *pl_silu(pl_tensor *a) { return unary("silu", PL_OP_SILU, a, 0, 0); }
+pl_tensor *pl_sigmoid(pl_tensor *a) { return unary("sigmoid", PL_OP_SIGMOID, a, 0, 0); }
+pl_tensor *pl_tanh(pl_tensor *a) { return unary("tanh", PL_OP_TANH, a, 0, 0); }
+pl_tensor *pl_exp(pl_tensor *a) { return unary("exp", PL_OP_EXP, a, 0, 0); }
+pl_tensor *pl_log(pl_tensor *a) { return unary("log", PL_OP_LOG, a, 0, 0); }
+pl_tensor *pl_square(pl_tensor *a) { return unary("square", PL_OP_SQUARE, a, 0, 0); }
+pl_tensor *pl_sqrt(pl_tensor *a) { return unary("sqrt", PL_OP_SQRT, a, 0, 0); }
+pl_tensor *pl_softmax(pl_tensor *a) { return unary("softmax", PL_OP_SOFTMAX, a, 0, 0); }
+pl_tensor *pl_log_softmax(pl_tensor *a) {
+    return unary("log_softmax", PL_OP_LOG_SOFTMAX, a, 0, 0);
+}
+
+/* ---- reductions -------------------------------------------------------------------- */
+
+static pl_tensor *reduce(const char *name, pl_op op, pl_tensor *a, int dim, bool keepdim) {
+    if (!a) return NULL;
+    if (pl_check_float(name, a, true)) return NULL;
+    int d = PL_ALL_DIMS;
+    if (dim != PL_ALL_DIMS) {
+        d = pl_tensor_dim(a, dim);
+        if (d < 0) {
+            char buf[160];
+            pl_error_set(PL_ERR_SHAPE, "%s: dim %d out of range for %s", name, dim,
+                         pl_tensor_describe(a, buf, sizeof buf));
+            return NULL;
+        }
+    }
+    if (a->dtype != PL_F32) {
+        pl_frame_begin();
+        pl_tensor *r = reduce(name, op, pl_cast(a, PL_F32), dim, keepdim);
+        return frame_result(pl_cast(r, a->dtype));
+    }
+    int nd = 0;
+    int64_t shape[PL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) {
+        bool reduced = d == PL_ALL_DIMS || i == d;
+        if (reduced && !keepdim) continue;
+        shape[nd++] = reduced ? 1 : a->shape[i];
+    }
+    pl_kernel_args k = {.op = op, .n_out = 1};
+    k.p.dim = d;
+    k.p.flags = keepdim ? 1 : 0;
+    if (!take_inputs(&k, &a, 1)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, nd, shape, a->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_sum(pl_tensor *a, int dim, bool keepdim) {
+    return reduce("sum", PL_OP_SUM, a, dim, keepdim);
+}
+pl_tensor *pl_mean(pl_tensor *a, int dim, bool keepdim) {
+    return reduce("mean", PL_OP_MEAN, a, dim, keepdim);
+}
+
+/* ---- matmul / linear ------------------------------------------------------------------ */
+
+pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b) {
+    if (!a || !b) return NULL;
+    pl_tensor *ts[2] = {a, b};
+    if (pl_check_float("matmul", a, true) || pl_check_float("matmul", b, true) ||
+        pl_check_same_device("matmul", ts, 2) || pl_check_ndim("matmul", a, 2, PL_MAX_DIMS) ||
+        pl_check_ndim("matmul", b, 2, PL_MAX_DIMS))
+        return NULL;
+    pl_dtype ac = pl_autocast_get();
+    if ((ac == PL_BF16 || ac == PL_F16) && (a->dtype != ac || b->dtype != ac)) {
+        pl_frame_begin();
+        return frame_result(pl_matmul(pl_cast(a, ac), pl_cast(b, ac), trans_a, trans_b));
+    }
+    char ba[160], bb[160];
+    if (a->dtype != b->dtype || a->dtype == PL_F64) {
+        pl_error_set(PL_ERR_DTYPE,
+                     "matmul: operands must share one dtype of f32/bf16/f16, found %s and %s",
+                     pl_tensor_describe(a, ba, sizeof ba), pl_tensor_describe(b, bb, sizeof bb));
+        return NULL;
+    }
+    int na = a->ndim, nb = b->ndim;
+    int64_t M = trans_a ? a->shape[na - 1] : a->shape[na - 2];
+    int64_t K = trans_a ? a->shape[na - 2] : a->shape[na - 1];
+    int64_t Kb = trans_b ? b->shape[nb - 1] : b->shape[nb - 2];
+    int64_t N = trans_b ? b->shape[nb - 2] : b->shape[nb - 1];
+    if (K != Kb) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "matmul: inner dims differ: %s%s has K=%lld, %s%s has K=%lld",
+                     pl_tensor_describe(a, ba, sizeof ba), trans_a ? " (transposed)" : "",
+                     (long long)K, pl_tensor_describe(b, bb, sizeof bb),
+                     trans_b ? " (transposed)" : "", (long long)Kb);
+        return NULL;
+    }
+    /* broadcast batch dims */
+    int bnd = (na > nb ? na : nb) - 2;
+    int64_t shape[PL_MAX_DIMS];
+    for (int d = 0; d < bnd; d++) {
+        int da = d - (bnd - (na - 2)), db = d - (bnd - (nb - 2));
+        int64_t ea = da >= 0 ? a->shape[da] : 1, eb = db >= 0 ? b->shape[db] : 1;
+        if (ea != eb && ea != 1 && eb != 1) {
+            pl_error_set(PL_ERR_SHAPE, "matmul: batch dims of %s and %s do not broadcast",
+                         pl_tensor_describe(a, ba, sizeof ba),
+                         pl_tensor_describe(b, bb, sizeof bb));
+            return NULL;
+        }
+        shape[d] = ea == 1 ? eb : ea;
+    }
+    shape[bnd] = M;
+    shape[bnd + 1] = N;
+    pl_kernel_args k = {.op = PL_OP_MATMUL, .n_out = 1};
+    k.p.flags = (trans_a ? 1 : 0) | (trans_b ? 2 : 0);
+    if (!take_inputs(&k, ts, 2)) return NULL;
+    k.out[0] = pl_tensor_new_owned(a->dtype, bnd + 2, shape, a->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b) {
+    if (!x || !w) return NULL;
+    if (pl_check_ndim("linear", w, 2, 2) || pl_check_ndim("linear", x, 1, PL_MAX_DIMS) ||
+        (b && pl_check_ndim("linear", b, 1, 1)))
+        return NULL;
+    char bx[160], bw[160];
+    if (x->shape[x->ndim - 1] != w->shape[1] || (b && b->shape[0] != w->shape[0])) {
+        pl_error_set(PL_ERR_SHAPE, "linear: x %s, weight %s (expected [out, %lld]), bias [%lld]",
+                     pl_tensor_describe(x, bx, sizeof bx), pl_tensor_describe(w, bw, sizeof bw),
+                     (long long)x->shape[x->ndim - 1], b ? (long long)b->shape[0] : 0LL);
+        return NULL;
+    }
+    pl_frame_begin();
+    pl_tensor *xx = x;
+    if (x->ndim == 1) xx = pl_reshape(x, PL_SHAPE(1, x->shape[0]));
+    pl_tensor *y = pl_matmul(xx, w, false, true);
+    if (b) {
+        pl_dtype ac = pl_autocast_get();
+        pl_tensor *bb = b;
+        /* torch.autocast runs the whole linear (bias included) in the autocast dtype */
+        if ((ac == PL_BF16 || ac == PL_F16) && b->dtype != ac) bb = pl_cast(b, ac);
+        y = pl_add(y, bb);
+    }
+    if (y && x->ndim == 1) y = pl_reshape(y, PL_SHAPE(w->shape[0]));
+    return frame_result(y);
+}
+
+/* ---- losses ------------------------------------------------------------------------------ */
+
+pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore_index,
+                            double label_smoothing) {
+    if (!logits || !target) return NULL;
+    pl_tensor *ts[2] = {logits, target};
+    if (pl_check_float("cross_entropy", logits, true) ||
+        pl_check_index("cross_entropy", target) ||
+        pl_check_same_device("cross_entropy", ts, 2) ||
+        pl_check_ndim("cross_entropy", logits, 2, 2) ||
+        pl_check_ndim("cross_entropy", target, 1, 1))
+        return NULL;
+    if (target->shape[0] != logits->shape[0]) {
+        char bl[160], bt[160];
+        pl_error_set(PL_ERR_SHAPE, "cross_entropy: logits %s and target %s: expected [N, C], [N]",
+                     pl_tensor_describe(logits, bl, sizeof bl),
+                     pl_tensor_describe(target, bt, sizeof bt));
+        return NULL;
+    }
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "cross_entropy: label_smoothing %g outside [0, 1]",
+                     label_smoothing);
+        return NULL;
+    }
+    if (logits->dtype != PL_F32) {
+        pl_frame_begin();
+        return frame_result(pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index,
+                                             label_smoothing));
+    }
+    pl_kernel_args k = {.op = PL_OP_CROSS_ENTROPY, .n_out = 2};
+    k.p.ignore_index = ignore_index;
+    k.p.alpha = label_smoothing;
+    if (!take_inputs(&k, ts, 2)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, 0, NULL, logits->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, 1, logits->shape, logits->device);
+    return launch(&k);
+}
+
+static pl_tensor *loss(const char *name, pl_op op, pl_tensor *p, pl_tensor *t, double delta) {
+    if (!p || !t) return NULL;
+    pl_tensor *ts[2] = {p, t};
+    if (pl_check_float(name, p, true) || pl_check_float(name, t, true) ||
+        pl_check_same_device(name, ts, 2))
+        return NULL;
+    if (!pl_tensor_same_shape(p, t)) {
+        char bp[160], bt[160];
+        pl_error_set(PL_ERR_SHAPE, "%s: pred %s and target %s must have the same shape", name,
+                     pl_tensor_describe(p, bp, sizeof bp), pl_tensor_describe(t, bt, sizeof bt));
+        return NULL;
+    }
+    if (p->dtype != PL_F32 || t->dtype != PL_F32) {
+        pl_frame_begin();
+        return frame_result(loss(name, op, pl_cast(p, PL_F32), pl_cast(t, PL_F32), delta));
+    }
+    pl_kernel_args k = {.op = op, .n_out = 1};
+    k.p.alpha = delta;
+    if (!take_inputs(&k, ts, 2)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, 0, NULL, p->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_mse_loss(pl_tensor *pred, pl_tensor *target) {
+    return loss("mse_loss", PL_OP_MSE, pred, target, 0);
+}
+pl_tensor *pl_mae_loss(pl_tensor *pred, pl_tensor *target) {
+    return loss("mae_loss", PL_OP_MAE, pred, target, 0);
+}
+pl_tensor *pl_huber_loss(pl_tensor *pred, pl_tensor *target, double delta) {
+    if (!(delta > 0)) {
+        pl_error_set(PL_ERR_INVALID, "huber_loss: delta must be > 0, found %g", delta);
+        return NULL;
+    }
+    return loss("huber_loss", PL_OP_HUBER, pred, target, delta);
+}
+
+/* ---- normalization ---------------------------------------------------------------------- */
+
+/* x [..., D]; params (w, b) 1-D of D or NULL. */
+static bool norm_check(const char *name, pl_tensor *x, pl_tensor *w, pl_tensor *b) {
+    if (pl_check_float(name, x, true) || pl_check_ndim(name, x, 1, PL_MAX_DIMS)) return false;
+    int64_t D = x->shape[x->ndim - 1];
+    pl_tensor *ps[2] = {w, b};
+    for (int i = 0; i < 2; i++) {
+        if (!ps[i]) continue;
+        pl_tensor *pair[2] = {x, ps[i]};
+        if (pl_check_float(name, ps[i], true) || pl_check_same_device(name, pair, 2))
+            return false;
+        if (ps[i]->ndim != 1 || ps[i]->shape[0] != D) {
+            char bx[160], bp[160];
+            pl_error_set(PL_ERR_SHAPE, "%s: %s %s must be [%lld] to match x %s", name,
+                         i == 0 ? "weight" : "bias", pl_tensor_describe(ps[i], bp, sizeof bp),
+                         (long long)D, pl_tensor_describe(x, bx, sizeof bx));
+            return false;
+        }
+    }
+    return true;
+}
+
+pl_tensor *pl_layer_norm(pl_tensor *x, pl_tensor *w, pl_tensor *b, double eps) {
+    if (!x) return NULL;
+    if (!norm_check("layer_norm", x, w, b)) return NULL;
+    if (x->dtype != PL_F32 || (w && w->dtype != PL_F32) || (b && b->dtype != PL_F32)) {
+        pl_frame_begin();
+        pl_tensor *r = pl_layer_norm(pl_cast(x, PL_F32), w ? pl_cast(w, PL_F32) : NULL,
+                                     b ? pl_cast(b, PL_F32) : NULL, eps);
+        return frame_result(pl_cast(r, x->dtype));
+    }
+    pl_tensor *ts[3];
+    int n = 0;
+    ts[n++] = x;
+    if (w) ts[n++] = w;
+    if (b) ts[n++] = b;
+    pl_kernel_args k = {.op = PL_OP_LAYER_NORM, .n_out = 3};
+    k.p.eps = eps;
+    k.p.flags = (w ? 1 : 0) | (b ? 2 : 0);
+    if (!take_inputs(&k, ts, n)) return NULL;
+    int64_t rows = x->shape[x->ndim - 1] > 0 ? pl_tensor_numel(x) / x->shape[x->ndim - 1] : 0;
+    k.out[0] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
+    k.out[2] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
+    return launch(&k);
+}
+
+pl_tensor *pl_rms_norm(pl_tensor *x, pl_tensor *w, double eps) {
+    if (!x) return NULL;
+    if (!norm_check("rms_norm", x, w, NULL)) return NULL;
+    if (x->dtype != PL_F32 || (w && w->dtype != PL_F32)) {
+        pl_frame_begin();
+        pl_tensor *r = pl_rms_norm(pl_cast(x, PL_F32), w ? pl_cast(w, PL_F32) : NULL, eps);
+        return frame_result(pl_cast(r, x->dtype));
+    }
+    pl_tensor *ts[2] = {x, w};
+    pl_kernel_args k = {.op = PL_OP_RMS_NORM, .n_out = 2};
+    k.p.eps = eps;
+    k.p.flags = w ? 1 : 0;
+    if (!take_inputs(&k, ts, w ? 2 : 1)) return NULL;
+    int64_t rows = x->shape[x->ndim - 1] > 0 ? pl_tensor_numel(x) / x->shape[x->ndim - 1] : 0;
+    k.out[0] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
+    return launch(&k);
+}

@@ -1,0 +1,599 @@
+/* ops_index.c - indexing, shape, attention-helper, dropout and fused LSTM ops.
+ *
+ * Each public function validates its arguments (naming the op and tensor),
+ * makes inputs contiguous, allocates outputs, runs the forward kernel of the
+ * input's backend and records the node on the tape. Kernels live in
+ * cpu/kernels_index.c and cpu/kernels_lstm.c. Index values are range-checked
+ * by the kernels before they write anything (PL_ERR_INVALID naming the op
+ * and the bad index).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* Data ops (copies) take any dtype but nf4. */
+static pl_status check_data(const char *op, const pl_tensor *t) {
+    char b[256];
+    if (t->dtype == PL_NF4)
+        return pl_error_set(PL_ERR_DTYPE, "%s: tensor %s is nf4; this op takes f32/bf16/f16 or integer data",
+                            op, pl_tensor_describe(t, b, sizeof b));
+    return PL_OK;
+}
+
+static int norm_dim(const char *op, const pl_tensor *t, int dim) {
+    char b[256];
+    int d = pl_tensor_dim(t, dim);
+    if (d < 0)
+        pl_error_set(PL_ERR_INVALID, "%s: dim %d out of range for %s", op, dim,
+                     pl_tensor_describe(t, b, sizeof b));
+    return d;
+}
+
+/* Run k's forward kernel and record out[0] = op(k->in[0..n_in)) with
+ * `saved`. Consumes the caller's references on k->in[*] and k->out[1..];
+ * returns out[0] handed to the frame, or NULL (everything released). */
+static pl_tensor *finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved) {
+    pl_tensor *out = k->out[0];
+    pl_status st = PL_OK;
+    for (int i = 0; i < k->n_out; i++)
+        if (!k->out[i]) st = PL_ERR_NOMEM;
+    if (!st) st = pl_kernel_forward(k);
+    if (!st) st = pl_autograd_record(k->op, &k->p, k->in, k->n_in, saved, n_saved, out);
+    for (int i = 0; i < k->n_in; i++) pl_tensor_release(k->in[i]);
+    for (int i = 1; i < k->n_out; i++) pl_tensor_release(k->out[i]);
+    if (st) {
+        pl_tensor_release(out);
+        return NULL;
+    }
+    return pl_op_result(out);
+}
+
+static void release_all(pl_tensor **ts, int n) {
+    for (int i = 0; i < n; i++) pl_tensor_release(ts[i]);
+}
+
+/* ---- indexing ----------------------------------------------------------- */
+
+pl_tensor *pl_embedding(pl_tensor *weight, pl_tensor *idx) {
+    char b[256];
+    if (!weight || !idx) return NULL;
+    pl_tensor *ts[2] = {weight, idx};
+    if (check_data("embedding", weight) || pl_check_ndim("embedding", weight, 2, 2) ||
+        pl_check_index("embedding", idx) || pl_check_same_device("embedding", ts, 2))
+        return NULL;
+    if (idx->ndim + 1 > PL_MAX_DIMS) {
+        pl_error_set(PL_ERR_SHAPE, "embedding: index %s has too many dims (max %d)",
+                     pl_tensor_describe(idx, b, sizeof b), PL_MAX_DIMS - 1);
+        return NULL;
+    }
+    int64_t shape[PL_MAX_DIMS];
+    memcpy(shape, idx->shape, (size_t)idx->ndim * sizeof(int64_t));
+    shape[idx->ndim] = weight->shape[1];
+    pl_kernel_args k = {.op = PL_OP_EMBEDDING, .n_in = 2, .n_out = 1};
+    k.in[0] = pl_contiguous_owned(weight);
+    k.in[1] = pl_contiguous_owned(idx);
+    if (!k.in[0] || !k.in[1]) {
+        release_all(k.in, 2);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(weight->dtype, idx->ndim + 1, shape, weight->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_index_select(pl_tensor *a, int dim, pl_tensor *idx) {
+    if (!a || !idx) return NULL;
+    pl_tensor *ts[2] = {a, idx};
+    if (check_data("index_select", a) || pl_check_index("index_select", idx) ||
+        pl_check_ndim("index_select", idx, 1, 1) || pl_check_ndim("index_select", a, 1, PL_MAX_DIMS) ||
+        pl_check_same_device("index_select", ts, 2))
+        return NULL;
+    int d = norm_dim("index_select", a, dim);
+    if (d < 0) return NULL;
+    int64_t shape[PL_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[d] = idx->shape[0];
+    pl_kernel_args k = {.op = PL_OP_INDEX_SELECT, .n_in = 2, .n_out = 1, .p.dim = d};
+    k.in[0] = pl_contiguous_owned(a);
+    k.in[1] = pl_contiguous_owned(idx);
+    if (!k.in[0] || !k.in[1]) {
+        release_all(k.in, 2);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_gather(pl_tensor *a, int dim, pl_tensor *idx) {
+    char b1[256], b2[256];
+    if (!a || !idx) return NULL;
+    pl_tensor *ts[2] = {a, idx};
+    if (check_data("gather", a) || pl_check_index("gather", idx) ||
+        pl_check_ndim("gather", a, 1, PL_MAX_DIMS) || pl_check_same_device("gather", ts, 2))
+        return NULL;
+    int d = norm_dim("gather", a, dim);
+    if (d < 0) return NULL;
+    if (idx->ndim != a->ndim) {
+        pl_error_set(PL_ERR_SHAPE, "gather: index %s must have the same number of dims as input %s",
+                     pl_tensor_describe(idx, b1, sizeof b1), pl_tensor_describe(a, b2, sizeof b2));
+        return NULL;
+    }
+    for (int i = 0; i < a->ndim; i++)
+        if (i != d && idx->shape[i] > a->shape[i]) {
+            pl_error_set(PL_ERR_SHAPE, "gather: index %s is larger than input %s in dim %d",
+                         pl_tensor_describe(idx, b1, sizeof b1), pl_tensor_describe(a, b2, sizeof b2), i);
+            return NULL;
+        }
+    pl_kernel_args k = {.op = PL_OP_GATHER, .n_in = 2, .n_out = 1, .p.dim = d};
+    k.in[0] = pl_contiguous_owned(a);
+    k.in[1] = pl_contiguous_owned(idx);
+    if (!k.in[0] || !k.in[1]) {
+        release_all(k.in, 2);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(a->dtype, idx->ndim, idx->shape, a->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_size) {
+    char b1[256], b2[256];
+    if (!src || !idx) return NULL;
+    pl_tensor *ts[2] = {src, idx};
+    if (pl_check_float("scatter_add", src, false) || pl_check_index("scatter_add", idx) ||
+        pl_check_ndim("scatter_add", idx, 1, 1) || pl_check_ndim("scatter_add", src, 1, PL_MAX_DIMS) ||
+        pl_check_same_device("scatter_add", ts, 2))
+        return NULL;
+    int d = norm_dim("scatter_add", src, dim);
+    if (d < 0) return NULL;
+    if (idx->shape[0] != src->shape[d]) {
+        pl_error_set(PL_ERR_SHAPE, "scatter_add: index %s must have %lld entries (src %s dim %d)",
+                     pl_tensor_describe(idx, b1, sizeof b1), (long long)src->shape[d],
+                     pl_tensor_describe(src, b2, sizeof b2), d);
+        return NULL;
+    }
+    if (dim_size < 0) {
+        pl_error_set(PL_ERR_INVALID, "scatter_add: dim_size %lld must be >= 0", (long long)dim_size);
+        return NULL;
+    }
+    int64_t shape[PL_MAX_DIMS];
+    memcpy(shape, src->shape, sizeof shape);
+    shape[d] = dim_size;
+    pl_kernel_args k = {.op = PL_OP_SCATTER_ADD, .n_in = 2, .n_out = 1, .p.dim = d};
+    k.p.shape[0] = dim_size;
+    k.in[0] = pl_contiguous_owned(src);
+    k.in[1] = pl_contiguous_owned(idx);
+    if (!k.in[0] || !k.in[1]) {
+        release_all(k.in, 2);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(src->dtype, src->ndim, shape, src->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_segments) {
+    char b1[256], b2[256];
+    if (!scores || !seg) return NULL;
+    pl_tensor *ts[2] = {scores, seg};
+    if (pl_check_float("segment_softmax", scores, false) || pl_check_index("segment_softmax", seg) ||
+        pl_check_ndim("segment_softmax", seg, 1, 1) ||
+        pl_check_ndim("segment_softmax", scores, 1, PL_MAX_DIMS) ||
+        pl_check_same_device("segment_softmax", ts, 2))
+        return NULL;
+    if (seg->shape[0] != scores->shape[0]) {
+        pl_error_set(PL_ERR_SHAPE, "segment_softmax: segment ids %s must have one entry per row of scores %s",
+                     pl_tensor_describe(seg, b1, sizeof b1), pl_tensor_describe(scores, b2, sizeof b2));
+        return NULL;
+    }
+    if (num_segments < 0) {
+        pl_error_set(PL_ERR_INVALID, "segment_softmax: num_segments %lld must be >= 0",
+                     (long long)num_segments);
+        return NULL;
+    }
+    pl_kernel_args k = {.op = PL_OP_SEGMENT_SOFTMAX, .n_in = 2, .n_out = 1,
+                        .p.num_segments = num_segments};
+    k.in[0] = pl_contiguous_owned(scores);
+    k.in[1] = pl_contiguous_owned(seg);
+    if (!k.in[0] || !k.in[1]) {
+        release_all(k.in, 2);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(scores->dtype, scores->ndim, scores->shape, scores->device);
+    /* backward needs the output y: grad_s = y * (g - sum_seg(g * y)) */
+    pl_tensor *out = k.out[0];
+    return finish(&k, &out, 1);
+}
+
+/* ---- dropout -------------------------------------------------------------- */
+
+pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, bool training) {
+    if (!a) return NULL;
+    if (pl_check_float("dropout", a, true)) return NULL;
+    if (!(p >= 0.0 && p <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "dropout: probability %g outside [0, 1]", p);
+        return NULL;
+    }
+    if (!training || p == 0.0) return pl_op_result(pl_tensor_retain(a));
+    pl_kernel_args k = {.op = PL_OP_DROPOUT, .n_in = 1, .n_out = 2, .p.alpha = p, .p.seed = seed,
+                        .p.counter = counter};
+    k.in[0] = pl_contiguous_owned(a);
+    if (!k.in[0]) return NULL;
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, a->shape, a->device);
+    k.out[1] = pl_tensor_new_owned(PL_U8, a->ndim, a->shape, a->device);
+    pl_tensor *mask = k.out[1];
+    return finish(&k, &mask, 1);
+}
+
+/* ---- shape ops -------------------------------------------------------------- */
+
+/* Concat of at most PL_MAX_OP_INPUTS - 1 tensors (backward args hold the
+ * gradient plus every input). */
+static pl_tensor *concat_small(pl_tensor *const *ts, int n, int d) {
+    char b1[256], b2[256];
+    int64_t shape[PL_MAX_DIMS];
+    memcpy(shape, ts[0]->shape, sizeof shape);
+    shape[d] = 0;
+    for (int i = 0; i < n; i++) {
+        const pl_tensor *t = ts[i];
+        if (t->ndim != ts[0]->ndim || t->dtype != ts[0]->dtype) {
+            pl_error_set(PL_ERR_SHAPE, "concat: tensor %d %s does not match tensor 0 %s in rank/dtype", i,
+                         pl_tensor_describe(t, b1, sizeof b1), pl_tensor_describe(ts[0], b2, sizeof b2));
+            return NULL;
+        }
+        for (int j = 0; j < t->ndim; j++)
+            if (j != d && t->shape[j] != ts[0]->shape[j]) {
+                pl_error_set(PL_ERR_SHAPE, "concat: tensor %d %s differs from tensor 0 %s in dim %d", i,
+                             pl_tensor_describe(t, b1, sizeof b1),
+                             pl_tensor_describe(ts[0], b2, sizeof b2), j);
+                return NULL;
+            }
+        shape[d] += t->shape[d];
+    }
+    if (n == 1) return pl_op_result(pl_tensor_retain(ts[0]));
+    pl_kernel_args k = {.op = PL_OP_CONCAT, .n_in = n, .n_out = 1, .p.dim = d, .p.start = n};
+    bool ok = true;
+    for (int i = 0; i < n; i++) {
+        k.in[i] = pl_contiguous_owned(ts[i]);
+        ok = ok && k.in[i];
+    }
+    if (!ok) {
+        release_all(k.in, n);
+        return NULL;
+    }
+    k.out[0] = pl_tensor_new_owned(ts[0]->dtype, ts[0]->ndim, shape, ts[0]->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_concat(pl_tensor *const *ts, int n, int dim) {
+    if (!ts || n <= 0) {
+        pl_error_set(PL_ERR_INVALID, "concat: need at least one tensor (got %d)", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (!ts[i]) return NULL;
+    for (int i = 0; i < n; i++)
+        if (check_data("concat", ts[i])) return NULL;
+    if (pl_check_same_device("concat", ts, n)) return NULL;
+    int d = norm_dim("concat", ts[0], dim);
+    if (d < 0) return NULL;
+    const int group = PL_MAX_OP_INPUTS - 1;
+    if (n <= group) return concat_small(ts, n, d);
+    /* More inputs than one node can hold: concat groups, then the groups.
+     * A private frame owns the partial results. */
+    int ng = (n + group - 1) / group;
+    pl_tensor *parts[ng];
+    pl_tensor *res = NULL;
+    pl_frame_begin();
+    bool ok = true;
+    for (int g = 0; g < ng && ok; g++) {
+        int cnt = n - g * group < group ? n - g * group : group;
+        parts[g] = concat_small(ts + g * group, cnt, d);
+        ok = parts[g] != NULL;
+    }
+    if (ok) res = pl_tensor_retain(pl_concat(parts, ng, d));
+    pl_frame_end();
+    return res ? pl_op_result(res) : NULL;
+}
+
+pl_status pl_split(pl_tensor *a, int dim, const int64_t *sizes, int n, pl_tensor **outs) {
+    char b[256];
+    if (!outs || n <= 0 || !sizes)
+        return pl_error_set(PL_ERR_INVALID, "split: need n > 0 sizes and outputs (got n = %d)", n);
+    for (int i = 0; i < n; i++) outs[i] = NULL;
+    if (!a) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "split: NULL tensor");
+    if (check_data("split", a)) return PL_ERR_DTYPE;
+    int d = norm_dim("split", a, dim);
+    if (d < 0) return PL_ERR_INVALID;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (sizes[i] < 0)
+            return pl_error_set(PL_ERR_INVALID, "split: size %d is negative (%lld)", i, (long long)sizes[i]);
+        total += sizes[i];
+    }
+    if (total != a->shape[d])
+        return pl_error_set(PL_ERR_SHAPE, "split: sizes sum to %lld but %s has %lld in dim %d",
+                            (long long)total, pl_tensor_describe(a, b, sizeof b),
+                            (long long)a->shape[d], d);
+    int64_t start = 0;
+    for (int i = 0; i < n; i++) {
+        outs[i] = pl_slice(a, d, start, start + sizes[i]);
+        if (!outs[i]) return pl_error_status();
+        start += sizes[i];
+    }
+    return PL_OK;
+}
+
+pl_tensor *pl_slice(pl_tensor *a, int dim, int64_t start, int64_t end) {
+    char b[256];
+    if (!a) return NULL;
+    if (check_data("slice", a) || pl_check_ndim("slice", a, 1, PL_MAX_DIMS)) return NULL;
+    int d = norm_dim("slice", a, dim);
+    if (d < 0) return NULL;
+    int64_t n = a->shape[d];
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    if (start < 0 || end > n || start > end) {
+        pl_error_set(PL_ERR_INVALID, "slice: range [%lld, %lld) out of bounds for %s dim %d",
+                     (long long)start, (long long)end, pl_tensor_describe(a, b, sizeof b), d);
+        return NULL;
+    }
+    int64_t shape[PL_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof shape);
+    shape[d] = end - start;
+    pl_kernel_args k = {.op = PL_OP_SLICE, .n_in = 1, .n_out = 1, .p.dim = d, .p.start = start,
+                        .p.end = end};
+    k.in[0] = pl_contiguous_owned(a);
+    if (!k.in[0]) return NULL;
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_permute(pl_tensor *a, const int *perm) {
+    char b[256];
+    if (!a) return NULL;
+    if (check_data("permute", a)) return NULL;
+    if (!perm) {
+        pl_error_set(PL_ERR_INVALID, "permute: NULL permutation");
+        return NULL;
+    }
+    bool seen[PL_MAX_DIMS] = {false};
+    pl_kernel_args k = {.op = PL_OP_PERMUTE, .n_in = 1, .n_out = 1};
+    int64_t shape[PL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) {
+        int p = perm[i] < 0 ? perm[i] + a->ndim : perm[i];
+        if (p < 0 || p >= a->ndim || seen[p]) {
+            pl_error_set(PL_ERR_INVALID, "permute: entry %d (%d) is not a valid permutation of the %d dims of %s",
+                         i, perm[i], a->ndim, pl_tensor_describe(a, b, sizeof b));
+            return NULL;
+        }
+        seen[p] = true;
+        k.p.perm[i] = p;
+        shape[i] = a->shape[p];
+    }
+    k.p.ndim = a->ndim;
+    k.in[0] = pl_contiguous_owned(a);
+    if (!k.in[0]) return NULL;
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_transpose(pl_tensor *a, int d0, int d1) {
+    if (!a) return NULL;
+    int e0 = norm_dim("transpose", a, d0);
+    if (e0 < 0) return NULL;
+    int e1 = norm_dim("transpose", a, d1);
+    if (e1 < 0) return NULL;
+    int perm[PL_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++) perm[i] = i;
+    perm[e0] = e1;
+    perm[e1] = e0;
+    return pl_permute(a, perm);
+}
+
+pl_tensor *pl_reshape(pl_tensor *a, int ndim, const int64_t *shape) {
+    char b[256];
+    if (!a) return NULL;
+    if (check_data("reshape", a)) return NULL;
+    if (ndim < 0 || ndim > PL_MAX_DIMS || (ndim > 0 && !shape)) {
+        pl_error_set(PL_ERR_SHAPE, "reshape: rank %d out of range [0, %d]", ndim, PL_MAX_DIMS);
+        return NULL;
+    }
+    int64_t sh[PL_MAX_DIMS], known = 1, numel = pl_tensor_numel(a);
+    int infer = -1;
+    for (int i = 0; i < ndim; i++) {
+        sh[i] = shape[i];
+        if (sh[i] == -1) {
+            if (infer >= 0) {
+                pl_error_set(PL_ERR_SHAPE, "reshape: more than one -1 in the new shape of %s",
+                             pl_tensor_describe(a, b, sizeof b));
+                return NULL;
+            }
+            infer = i;
+        } else if (sh[i] < 0) {
+            pl_error_set(PL_ERR_SHAPE, "reshape: negative size %lld in dim %d", (long long)sh[i], i);
+            return NULL;
+        } else {
+            known *= sh[i];
+        }
+    }
+    if (infer >= 0) {
+        if (known == 0 || numel % known) {
+            pl_error_set(PL_ERR_SHAPE, "reshape: cannot infer dim %d of %s from the other sizes", infer,
+                         pl_tensor_describe(a, b, sizeof b));
+            return NULL;
+        }
+        sh[infer] = numel / known;
+        known *= sh[infer];
+    }
+    if (known != numel) {
+        pl_error_set(PL_ERR_SHAPE, "reshape: %s has %lld elements, new shape has %lld",
+                     pl_tensor_describe(a, b, sizeof b), (long long)numel, (long long)known);
+        return NULL;
+    }
+    pl_tensor *x = pl_contiguous_owned(a);
+    if (!x) return NULL;
+    pl_tensor *v = pl_tensor_view_owned(x);
+    if (!v) {
+        pl_tensor_release(x);
+        return NULL;
+    }
+    v->ndim = ndim;
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        v->shape[i] = sh[i];
+        v->stride[i] = s;
+        s *= sh[i];
+    }
+    for (int i = ndim; i < PL_MAX_DIMS; i++) v->shape[i] = v->stride[i] = 0;
+    pl_op_params p = {.ndim = ndim};
+    memcpy(p.shape, sh, sizeof sh);
+    /* a view: no forward kernel runs, the node only maps the gradient back */
+    pl_status st = pl_autograd_record(PL_OP_RESHAPE, &p, &x, 1, NULL, 0, v);
+    pl_tensor_release(x);
+    if (st) {
+        pl_tensor_release(v);
+        return NULL;
+    }
+    return pl_op_result(v);
+}
+
+pl_tensor *pl_contiguous(pl_tensor *a) {
+    if (!a) return NULL;
+    if (pl_tensor_is_contiguous(a)) return pl_op_result(pl_tensor_retain(a));
+    if (check_data("contiguous", a)) return NULL;
+    pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .n_out = 1};
+    k.in[0] = pl_tensor_retain(a); /* the copy kernel reads strided input */
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, a->shape, a->device);
+    return finish(&k, NULL, 0);
+}
+
+/* ---- attention helpers ------------------------------------------------------- */
+
+pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta) {
+    char b[256];
+    if (!x) return NULL;
+    if (pl_check_float("rope", x, true) || pl_check_ndim("rope", x, 4, 4)) return NULL;
+    if (x->shape[3] % 2) {
+        pl_error_set(PL_ERR_SHAPE, "rope: head dim of %s must be even", pl_tensor_describe(x, b, sizeof b));
+        return NULL;
+    }
+    if (!(theta > 0.0) || pos_offset < 0) {
+        pl_error_set(PL_ERR_INVALID, "rope: theta %g must be > 0 and pos_offset %lld >= 0", theta,
+                     (long long)pos_offset);
+        return NULL;
+    }
+    pl_kernel_args k = {.op = PL_OP_ROPE, .n_in = 1, .n_out = 1, .p.alpha = theta,
+                        .p.start = pos_offset};
+    k.in[0] = pl_contiguous_owned(x);
+    if (!k.in[0]) return NULL;
+    k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
+    return finish(&k, NULL, 0);
+}
+
+pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
+    char b[256];
+    if (!scores) return NULL;
+    if (pl_check_float("causal_softmax", scores, true) || pl_check_ndim("causal_softmax", scores, 2, PL_MAX_DIMS))
+        return NULL;
+    int nd = scores->ndim;
+    if (scores->shape[nd - 1] < scores->shape[nd - 2]) {
+        pl_error_set(PL_ERR_SHAPE, "causal_softmax: scores %s need S >= T in the last two dims",
+                     pl_tensor_describe(scores, b, sizeof b));
+        return NULL;
+    }
+    pl_kernel_args k = {.op = PL_OP_CAUSAL_SOFTMAX, .n_in = 1, .n_out = 1, .p.alpha = scale};
+    k.in[0] = pl_contiguous_owned(scores);
+    if (!k.in[0]) return NULL;
+    k.out[0] = pl_tensor_new_owned(scores->dtype, nd, scores->shape, scores->device);
+    pl_tensor *out = k.out[0];
+    return finish(&k, &out, 1);
+}
+
+/* ---- fused LSTM ------------------------------------------------------------------ */
+
+static pl_status lstm_check_shape(const pl_tensor *t, const char *what, int ndim, int64_t d0, int64_t d1) {
+    char b[256];
+    if (!t) return PL_OK;
+    if (t->ndim != ndim || t->shape[0] != d0 || (ndim > 1 && t->shape[1] != d1))
+        return pl_error_set(PL_ERR_SHAPE, "lstm: %s %s should be [%lld%s%lld]", what,
+                            pl_tensor_describe(t, b, sizeof b), (long long)d0, ndim > 1 ? ", " : "",
+                            ndim > 1 ? (long long)d1 : 0LL);
+    return pl_check_float("lstm", t, false);
+}
+
+pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_ih,
+                   pl_tensor *b_hh, pl_tensor *h0, pl_tensor *c0, bool reverse,
+                   pl_tensor **h_n, pl_tensor **c_n) {
+    char b1[256];
+    if (h_n) *h_n = NULL;
+    if (c_n) *c_n = NULL;
+    if (!x || !w_ih || !w_hh) return NULL;
+    if (pl_check_float("lstm", x, false) || pl_check_ndim("lstm", x, 3, 3) ||
+        pl_check_float("lstm", w_hh, false) || pl_check_ndim("lstm", w_hh, 2, 2))
+        return NULL;
+    int64_t B = x->shape[0], T = x->shape[1], In = x->shape[2], H = w_hh->shape[1];
+    if (w_hh->shape[0] != 4 * H) {
+        pl_error_set(PL_ERR_SHAPE, "lstm: w_hh %s should be [4H, H]", pl_tensor_describe(w_hh, b1, sizeof b1));
+        return NULL;
+    }
+    if (lstm_check_shape(w_ih, "w_ih", 2, 4 * H, In) || lstm_check_shape(b_ih, "b_ih", 1, 4 * H, 0) ||
+        lstm_check_shape(b_hh, "b_hh", 1, 4 * H, 0) || lstm_check_shape(h0, "h0", 2, B, H) ||
+        lstm_check_shape(c0, "c0", 2, B, H))
+        return NULL;
+    pl_tensor *all[7] = {x, w_ih, w_hh, b_ih, b_hh, h0, c0};
+    pl_tensor *dev_ts[7];
+    int nd = 0;
+    for (int i = 0; i < 7; i++)
+        if (all[i]) dev_ts[nd++] = all[i];
+    if (pl_check_same_device("lstm", dev_ts, nd)) return NULL;
+
+    /* Backward args hold 1 + inputs + saved <= PL_MAX_OP_INPUTS, so the two
+     * biases enter as one (b_ih + b_hh through pl_add, which routes the
+     * gradient to both) and missing h0/c0/bias become zero tensors. */
+    pl_tensor *bias = NULL;
+    if (b_ih && b_hh) {
+        pl_frame_begin();
+        bias = pl_tensor_retain(pl_add(b_ih, b_hh));
+        pl_frame_end();
+        if (!bias) return NULL;
+    } else if (b_ih || b_hh) {
+        bias = pl_tensor_retain(b_ih ? b_ih : b_hh);
+    } else {
+        bias = pl_tensor_new_owned_zeros(PL_F32, 1, (int64_t[]){4 * H}, x->device);
+    }
+    pl_kernel_args k = {.op = PL_OP_LSTM, .n_in = 6, .n_out = 4, .p.flags = reverse ? 1 : 0};
+    k.in[0] = pl_contiguous_owned(x);
+    k.in[1] = pl_contiguous_owned(w_ih);
+    k.in[2] = pl_contiguous_owned(w_hh);
+    k.in[3] = bias ? pl_contiguous_owned(bias) : NULL;
+    pl_tensor_release(bias);
+    int64_t bh[2] = {B, H};
+    k.in[4] = h0 ? pl_contiguous_owned(h0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
+    k.in[5] = c0 ? pl_contiguous_owned(c0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
+    bool ok = true;
+    for (int i = 0; i < 6; i++) ok = ok && k.in[i];
+    if (!ok) {
+        release_all(k.in, 6);
+        return NULL;
+    }
+    /* out[1] = workspace saved for backward, [B, T, 6H]: activated gates
+     * i, f, g, o (4H), cell state c_t (H), hidden state h_t (H). */
+    k.out[0] = pl_tensor_new_owned(PL_F32, 3, (int64_t[]){B, T, H}, x->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, 3, (int64_t[]){B, T, 6 * H}, x->device);
+    k.out[2] = pl_tensor_new_owned(PL_F32, 2, bh, x->device);
+    k.out[3] = pl_tensor_new_owned(PL_F32, 2, bh, x->device);
+    pl_tensor *hn = pl_tensor_retain(k.out[2]), *cn = pl_tensor_retain(k.out[3]);
+    pl_tensor *ws = k.out[1];
+    pl_tensor *y = finish(&k, &ws, 1);
+    if (!y) {
+        pl_tensor_release(hn);
+        pl_tensor_release(cn);
+        return NULL;
+    }
+    if (h_n) *h_n = pl_op_result(hn);
+    else pl_tensor_release(hn);
+    if (c_n) *c_n = pl_op_result(cn);
+    else pl_tensor_release(cn);
+    return y;
+}

@@ -1,0 +1,415 @@
+/* registry.c - plugin search path, dlopen and descriptor checks.
+ * See registry.h for the rules. Handles are never closed. */
+#include "registry.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+
+#ifndef PL_BUILD_PLUGIN_DIR
+#define PL_BUILD_PLUGIN_DIR ""
+#endif
+#ifndef PL_INSTALL_PLUGIN_DIR
+#define PL_INSTALL_PLUGIN_DIR ""
+#endif
+
+typedef struct loaded {
+    char *path;      /* as found (dir/name.so) */
+    char *real;      /* realpath, identity of the file */
+    void *handle;    /* NULL if the load failed */
+    const pl_plugin_desc *desc;
+    pl_status status;
+    char *error;     /* load error, owned */
+} loaded;
+
+struct pl_registry {
+    int n_dirs, cap_dirs;
+    char **dirs;
+    int n_loaded, cap_loaded;
+    loaded *loaded;
+    int n_info;
+    pl_plugin_info *info;
+};
+
+static char *xstrdup(const char *s) { return strdup(s ? s : ""); }
+
+pl_registry *pl_registry_new(void) {
+    pl_registry *r = calloc(1, sizeof *r);
+    if (!r) pl_error_set(PL_ERR_NOMEM, "pl_registry_new: out of memory");
+    return r;
+}
+
+void pl_registry_free(pl_registry *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_dirs; i++) free(r->dirs[i]);
+    free(r->dirs);
+    for (int i = 0; i < r->n_loaded; i++) {
+        free(r->loaded[i].path);
+        free(r->loaded[i].real);
+        free(r->loaded[i].error);
+        /* handles stay open: vtables and option tables must outlive us */
+    }
+    free(r->loaded);
+    free(r->info);
+    free(r);
+}
+
+bool pl_plugin_name_valid(const char *name) {
+    if (!name || !*name) return false;
+    size_t n = 0;
+    for (const char *p = name; *p; p++, n++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-'))
+            return false;
+    }
+    return n < 64;
+}
+
+pl_status pl_registry_add_dir(pl_registry *r, const char *dir) {
+    if (!r || !dir) return pl_error_set(PL_ERR_INVALID, "pl_registry_add_dir: NULL argument");
+    if (!*dir) return PL_OK;
+    /* strip trailing slashes (keep "/") */
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    for (int i = 0; i < r->n_dirs; i++)
+        if (strcmp(r->dirs[i], buf) == 0) return PL_OK;
+    if (r->n_dirs == r->cap_dirs) {
+        int cap = r->cap_dirs ? r->cap_dirs * 2 : 8;
+        char **d = realloc(r->dirs, (size_t)cap * sizeof *d);
+        if (!d) return pl_error_set(PL_ERR_NOMEM, "plugin search path: out of memory");
+        r->dirs = d;
+        r->cap_dirs = cap;
+    }
+    r->dirs[r->n_dirs] = xstrdup(buf);
+    if (!r->dirs[r->n_dirs]) return pl_error_set(PL_ERR_NOMEM, "plugin search path: out of memory");
+    r->n_dirs++;
+    return PL_OK;
+}
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return p && *p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+pl_status pl_registry_add_default_dirs(pl_registry *r) {
+    const char *env = getenv("PIPELINE_PLUGIN_PATH");
+    if (env && *env) {
+        char *copy = xstrdup(env), *save = NULL;
+        if (!copy) return pl_error_set(PL_ERR_NOMEM, "PIPELINE_PLUGIN_PATH: out of memory");
+        for (char *tok = strtok_r(copy, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+            pl_status s = pl_registry_add_dir(r, tok);
+            if (s) {
+                free(copy);
+                return s;
+            }
+        }
+        free(copy);
+    }
+    if (is_dir(PL_BUILD_PLUGIN_DIR)) pl_registry_add_dir(r, PL_BUILD_PLUGIN_DIR);
+    if (*PL_INSTALL_PLUGIN_DIR) pl_registry_add_dir(r, PL_INSTALL_PLUGIN_DIR);
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            char d[PATH_MAX + 64];
+            snprintf(d, sizeof d, "%s/../lib/pipeline/plugins", exe);
+            char real[PATH_MAX];
+            if (realpath(d, real)) pl_registry_add_dir(r, real);
+        }
+    }
+    return PL_OK;
+}
+
+int pl_registry_dir_count(const pl_registry *r) { return r ? r->n_dirs : 0; }
+const char *pl_registry_dir_at(const pl_registry *r, int i) {
+    return (r && i >= 0 && i < r->n_dirs) ? r->dirs[i] : NULL;
+}
+
+/* "dir1:dir2:..." for messages. */
+static void dirs_string(const pl_registry *r, char *buf, size_t n) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->n_dirs && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? ":" : "", r->dirs[i]);
+    if (r->n_dirs == 0) snprintf(buf, n, "(none)");
+}
+
+/* Load (once) the .so at `path`; returns the entry (desc NULL on failure). */
+static loaded *load_path(pl_registry *r, const char *path, const char *real) {
+    for (int i = 0; i < r->n_loaded; i++)
+        if (strcmp(r->loaded[i].real, real) == 0) return &r->loaded[i];
+    if (r->n_loaded == r->cap_loaded) {
+        int cap = r->cap_loaded ? r->cap_loaded * 2 : 16;
+        loaded *l = realloc(r->loaded, (size_t)cap * sizeof *l);
+        if (!l) {
+            pl_error_set(PL_ERR_NOMEM, "plugin registry: out of memory loading %s", path);
+            return NULL;
+        }
+        r->loaded = l;
+        r->cap_loaded = cap;
+    }
+    loaded *L = &r->loaded[r->n_loaded];
+    memset(L, 0, sizeof *L);
+    L->path = xstrdup(path);
+    L->real = xstrdup(real);
+    if (!L->path || !L->real) {
+        free(L->path);
+        free(L->real);
+        pl_error_set(PL_ERR_NOMEM, "plugin registry: out of memory loading %s", path);
+        return NULL;
+    }
+    r->n_loaded++;
+
+    char msg[1024];
+    dlerror();
+    L->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!L->handle) {
+        const char *e = dlerror();
+        snprintf(msg, sizeof msg, "plugin %s could not be loaded: %s", path, e ? e : "dlopen failed");
+        L->status = PL_ERR_ABI;
+        pl_hint_set("check that the file is a plugin built against this pipeline (%s) and that its "
+                    "libraries are installed (ldd %s)",
+                    PL_VERSION_STRING, path);
+        goto fail;
+    }
+    dlerror();
+    void *sym = dlsym(L->handle, PL_PLUGIN_ENTRY_SYMBOL);
+    if (!sym) {
+        snprintf(msg, sizeof msg, "plugin %s does not export the entry symbol '%s'", path,
+                 PL_PLUGIN_ENTRY_SYMBOL);
+        L->status = PL_ERR_ABI;
+        pl_hint_set("define the plugin with PL_PLUGIN_DEFINE(...) from <pipeline/plugin.h> "
+                    "(check with: nm -D %s | grep %s)",
+                    path, PL_PLUGIN_ENTRY_SYMBOL);
+        goto fail;
+    }
+    pl_plugin_entry_fn entry;
+    *(void **)&entry = sym;
+    const pl_plugin_desc *d = entry();
+    if (!d) {
+        snprintf(msg, sizeof msg, "plugin %s: %s() returned NULL instead of a descriptor", path,
+                 PL_PLUGIN_ENTRY_SYMBOL);
+        L->status = PL_ERR_ABI;
+        pl_hint_set("the entry function must return a pointer to a static pl_plugin_desc");
+        goto fail;
+    }
+    if (d->abi_major != PL_ABI_MAJOR) {
+        snprintf(msg, sizeof msg,
+                 "plugin %s was built for plugin ABI %u.%u but this core provides ABI %d.%d "
+                 "(the major version must match)",
+                 path, d->abi_major, d->abi_minor, PL_ABI_MAJOR, PL_ABI_MINOR);
+        L->status = PL_ERR_ABI;
+        pl_hint_set("rebuild the plugin against the headers of pipeline %s, or remove %s from "
+                    "the plugin path",
+                    PL_VERSION_STRING, path);
+        goto fail;
+    }
+    if (d->abi_minor > PL_ABI_MINOR) {
+        snprintf(msg, sizeof msg,
+                 "plugin %s needs plugin ABI %u.%u but this core provides only ABI %d.%d "
+                 "(the plugin is newer than the core)",
+                 path, d->abi_major, d->abi_minor, PL_ABI_MAJOR, PL_ABI_MINOR);
+        L->status = PL_ERR_ABI;
+        pl_hint_set("upgrade pipeline, or rebuild the plugin against the headers of pipeline %s",
+                    PL_VERSION_STRING);
+        goto fail;
+    }
+    if ((int)d->kind < 0 || d->kind >= PL_KIND_COUNT || !d->name) {
+        snprintf(msg, sizeof msg, "plugin %s has an invalid descriptor (%s)", path,
+                 !d->name ? "name is NULL" : "unknown kind");
+        L->status = PL_ERR_ABI;
+        pl_hint_set("define the plugin with PL_PLUGIN_DEFINE(...) from <pipeline/plugin.h>");
+        goto fail;
+    }
+    L->desc = d;
+    L->status = PL_OK;
+    return L;
+
+fail:
+    L->error = xstrdup(msg);
+    pl_error_set(L->status, "%s", msg);
+    return L;
+}
+
+/* Reproduce the error of a failed entry as the thread's error. */
+static pl_status replay(const loaded *L) { return pl_error_set(L->status, "%s", L->error); }
+
+static bool regular_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind kind,
+                               const char *section, const char *origin,
+                               const pl_plugin_desc **desc) {
+    if (desc) *desc = NULL;
+    if (!r) return pl_error_set(PL_ERR_INVALID, "pl_registry_find: NULL registry");
+    char where[300] = "";
+    if (section)
+        snprintf(where, sizeof where, "%s%s[%s] plugin = %s: ", origin ? origin : "",
+                 origin ? ": " : "", section, name ? name : "");
+    if (!pl_plugin_name_valid(name)) {
+        pl_hint_set("a plugin name is the file name of the .so without '.so' and may contain only "
+                    "letters, digits, '_' and '-'; use --plugin-path DIR to add a directory");
+        return pl_error_set(PL_ERR_CONFIG,
+                            "%sinvalid plugin name '%s' (expected [A-Za-z0-9_-]+, never a path)",
+                            where, name ? name : "(null)");
+    }
+    /* every distinct file NAME.so in the search path */
+    char first[PATH_MAX + 80] = "", first_real[PATH_MAX] = "";
+    for (int i = 0; i < r->n_dirs; i++) {
+        char p[PATH_MAX + 80], real[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s.so", r->dirs[i], name);
+        if (!regular_file(p) || !realpath(p, real)) continue;
+        if (!first[0]) {
+            snprintf(first, sizeof first, "%s", p);
+            snprintf(first_real, sizeof first_real, "%s", real);
+        } else if (strcmp(real, first_real) != 0) {
+            pl_hint_set("remove one of the two files or drop one directory from the plugin path "
+                        "(--plugin-path / PIPELINE_PLUGIN_PATH)");
+            return pl_error_set(PL_ERR_CONFIG, "%splugin name '%s' is provided by two files: %s and %s",
+                                where, name, first, p);
+        }
+    }
+    if (!first[0]) {
+        char dirs[2048];
+        dirs_string(r, dirs, sizeof dirs);
+        pl_hint_set("list available plugins with `pipeline plugins`; add a directory with "
+                    "--plugin-path DIR or PIPELINE_PLUGIN_PATH");
+        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' not found (no %s.so in %s)", where, name,
+                            name, dirs);
+    }
+    loaded *L = load_path(r, first, first_real);
+    if (!L) return pl_error_status();
+    if (!L->desc) {
+        pl_status s = replay(L);
+        if (section) pl_error_prefix(s, "%s[%s] plugin = %s", origin ? origin : "", section, name);
+        return s;
+    }
+    if (strcmp(L->desc->name, name) != 0) {
+        pl_hint_set("rename the file to %s.so or fix the name in PL_PLUGIN_DEFINE", L->desc->name);
+        return pl_error_set(PL_ERR_ABI, "%splugin file %s declares the name '%s', expected '%s'",
+                            where, first, L->desc->name, name);
+    }
+    if (kind != PL_KIND_COUNT && L->desc->kind != kind) {
+        pl_hint_set("'%s' belongs in a [%s] section; pick a %s plugin for [%s] (see `pipeline "
+                    "plugins`)",
+                    name, pl_plugin_kind_name(L->desc->kind), pl_plugin_kind_name(kind),
+                    section ? section : pl_plugin_kind_name(kind));
+        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' (%s) is a %s plugin, expected a %s plugin",
+                            where, name, first, pl_plugin_kind_name(L->desc->kind),
+                            pl_plugin_kind_name(kind));
+    }
+    if (desc) *desc = L->desc;
+    return PL_OK;
+}
+
+pl_status pl_registry_find(pl_registry *r, const char *name, pl_plugin_kind kind,
+                           const pl_plugin_desc **desc, const char **err) {
+    pl_status s = pl_registry_find_for(r, name, kind, NULL, NULL, desc);
+    if (err) *err = s ? pl_error_message() : NULL;
+    return s;
+}
+
+const char *pl_registry_path_of(const pl_registry *r, const char *name) {
+    if (!r || !name) return NULL;
+    for (int i = 0; i < r->n_loaded; i++)
+        if (r->loaded[i].desc && strcmp(r->loaded[i].desc->name, name) == 0) return r->loaded[i].path;
+    return NULL;
+}
+
+static int cmp_info(const void *a, const void *b) {
+    const pl_plugin_info *x = a, *y = b;
+    return strcmp(x->name, y->name);
+}
+
+int pl_registry_list(pl_registry *r, const pl_plugin_info **out) {
+    if (out) *out = NULL;
+    if (!r) return 0;
+    /* load every *.so of every dir (cached per real path) */
+    int *order = NULL, n_order = 0, cap_order = 0;
+    for (int i = 0; i < r->n_dirs; i++) {
+        DIR *d = opendir(r->dirs[i]);
+        if (!d) continue;
+        struct dirent *e;
+        char **names = NULL;
+        int nn = 0, cn = 0;
+        while ((e = readdir(d))) {
+            size_t len = strlen(e->d_name);
+            if (len < 4 || strcmp(e->d_name + len - 3, ".so") != 0) continue;
+            if (nn == cn) {
+                cn = cn ? cn * 2 : 16;
+                char **t = realloc(names, (size_t)cn * sizeof *t);
+                if (!t) break;
+                names = t;
+            }
+            names[nn++] = xstrdup(e->d_name);
+        }
+        closedir(d);
+        for (int k = 0; k < nn; k++) {
+            char p[PATH_MAX + 300], real[PATH_MAX];
+            snprintf(p, sizeof p, "%s/%s", r->dirs[i], names[k]);
+            free(names[k]);
+            if (!regular_file(p) || !realpath(p, real)) continue;
+            loaded *L = load_path(r, p, real);
+            if (!L) continue;
+            int idx = (int)(L - r->loaded);
+            bool seen = false;
+            for (int j = 0; j < n_order; j++) seen |= order[j] == idx;
+            if (seen) continue;
+            if (n_order == cap_order) {
+                cap_order = cap_order ? cap_order * 2 : 32;
+                int *t = realloc(order, (size_t)cap_order * sizeof *t);
+                if (!t) break;
+                order = t;
+            }
+            order[n_order++] = idx;
+        }
+        free(names);
+    }
+    free(r->info);
+    r->info = calloc((size_t)(n_order ? n_order : 1), sizeof *r->info);
+    if (!r->info) {
+        free(order);
+        pl_error_set(PL_ERR_NOMEM, "pl_registry_list: out of memory");
+        return -1;
+    }
+    for (int j = 0; j < n_order; j++) {
+        loaded *L = &r->loaded[order[j]];
+        const char *base = strrchr(L->path, '/');
+        base = base ? base + 1 : L->path;
+        r->info[j].name = L->desc ? L->desc->name : base;
+        r->info[j].path = L->path;
+        r->info[j].desc = L->desc;
+        r->info[j].error = L->error;
+    }
+    r->n_info = n_order;
+    free(order);
+    /* stable insertion sort by name: equal names keep search order */
+    for (int i = 1; i < r->n_info; i++) {
+        pl_plugin_info x = r->info[i];
+        int j = i - 1;
+        while (j >= 0 && cmp_info(&r->info[j], &x) > 0) {
+            r->info[j + 1] = r->info[j];
+            j--;
+        }
+        r->info[j + 1] = x;
+    }
+    pl_error_clear();
+    if (out) *out = r->info;
+    return r->n_info;
+}

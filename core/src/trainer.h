@@ -1,0 +1,32 @@
+/* trainer.h - the training loop the `pipeline run` command drives (core only).
+ *
+ * pl_trainer_run builds every stage named in a resolved config, runs the
+ * phases fit (train + validation, checkpoints, early stopping), test and
+ * export, writes the run directory (config.ini, log.txt, metrics.csv,
+ * summary.json, checkpoints/, outputs/) and prints the run report.
+ * Stage chaining: every INI in `[pipeline] requires` whose run has no
+ * checkpoint yet is run first (recursively), and `@INI:best|last` references
+ * in `[trainer] init_from` resolve to that run's checkpoint.
+ */
+#ifndef PL_TRAINER_H
+#define PL_TRAINER_H
+
+#include "config_internal.h"
+#include "registry.h"
+
+typedef struct pl_run_options {
+    const char *resume;      /* checkpoint path, "last", or NULL */
+    const char *config_path; /* the INI file */
+    int argc;                /* overrides as given on the command line */
+    char **argv;
+} pl_run_options;
+
+/* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
+ * printed to stderr with a hint line. */
+int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
+
+/* Run directory of the latest run of a config: RUN_DIR/NAME/latest (the
+ * symlink pl_trainer_run maintains). Writes into buf; returns buf. */
+const char *pl_trainer_latest_dir(const pl_config *cfg, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,247 @@
+/* adamw.c - torch.optim.AdamW (decoupled weight decay) and, with l2 = true,
+ * torch.optim.Adam with coupled L2 weight decay; optional AMSGrad; parameter
+ * groups (../common/param_groups.h).
+ *
+ * Per parameter with a gradient, step t (1-based, counted per parameter):
+ *   AdamW:  p <- p * (1 - lr * wd)              L2: g <- g + wd * p
+ *   m <- m + (1 - beta1) (g - m)                (torch lerp_)
+ *   v <- beta2 v + (1 - beta2) g^2
+ *   vmax <- max(vmax, v)                        (amsgrad; v below means vmax)
+ *   p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * in f32 with the operation order of torch's single-tensor implementation
+ * (torch/optim/adam.py, _single_tensor_adam). Parameters without a gradient
+ * are skipped and their step count does not advance, as in torch.
+ */
+#include "adamw.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/param_groups.h"
+#include "pipeline/pipeline.h"
+
+#define OMP_MIN_ELEMENTS 32768
+
+void pl_adamw_update(float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
+                     const pl_adamw_hyper *h) {
+    const bool decay = h->weight_decay != 0.0 && !h->l2;
+    const bool l2 = h->weight_decay != 0.0 && h->l2;
+    const float decay_f = (float)(1.0 - h->lr * h->weight_decay);
+    const float wd_f = (float)h->weight_decay;
+    const float w1 = (float)(1.0 - h->beta1); /* lerp weight */
+    const float b2 = (float)h->beta2, c2 = (float)(1.0 - h->beta2);
+    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
+    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
+    const float neg_step = (float)(-(h->lr / bc1));
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float eps = (float)h->eps;
+    const bool ams = h->amsgrad && vmax;
+#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i], gi = g[i];
+        if (decay) pi = pi * decay_f;
+        if (l2) gi = gi + wd_f * pi;
+        float mi = m[i], d = gi - mi;
+        mi = w1 < 0.5f ? fmaf(w1, d, mi) : fmaf(w1 - 1.0f, d, gi);
+        float vi = v[i] * b2;
+        vi = vi + c2 * gi * gi;
+        float vu = vi;
+        if (ams) {
+            float vm = vmax[i];
+            vu = (vi > vm || isnan(vi)) ? vi : vm;
+            vmax[i] = vu;
+        }
+        float denom = sqrtf(vu) / bc2_sqrt + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + neg_step * mi / denom;
+    }
+}
+
+/* ---- plugin ------------------------------------------------------------ */
+
+typedef struct adamw_state {
+    pl_tensor *exp_avg, *exp_avg_sq, *max_exp_avg_sq; /* f32, owned; NULL if not trainable */
+    int64_t step;
+} adamw_state;
+
+typedef struct adamw {
+    pl_params *params; /* borrowed from the run context */
+    pl_optim_groups groups;
+    double eps;
+    bool l2, amsgrad;
+    int n_params;
+    adamw_state *st; /* [n_params], indexed like ctx->params */
+} adamw;
+
+static void adamw_destroy(void *self) {
+    adamw *a = self;
+    if (!a) return;
+    for (int i = 0; i < a->n_params && a->st; i++) {
+        pl_tensor_release(a->st[i].exp_avg);
+        pl_tensor_release(a->st[i].exp_avg_sq);
+        pl_tensor_release(a->st[i].max_exp_avg_sq);
+    }
+    free(a->st);
+    pl_optim_groups_free(&a->groups);
+    free(a);
+}
+
+static pl_tensor *zeros_f32_like(const pl_tensor *t) {
+    return pl_tensor_zeros(PL_F32, t->ndim, t->shape, t->device);
+}
+
+static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    *self = NULL;
+    if (!ctx || !ctx->params)
+        return pl_error_set(PL_ERR_INVALID, "adamw: the run context has no parameter list");
+    adamw *a = calloc(1, sizeof *a);
+    if (!a) return pl_error_set(PL_ERR_NOMEM, "adamw: out of memory");
+    a->params = ctx->params;
+    a->eps = pl_cfg_float(cfg, "eps", 1e-8);
+    a->l2 = pl_cfg_bool(cfg, "l2", false);
+    a->amsgrad = pl_cfg_bool(cfg, "amsgrad", false);
+    pl_optim_group_defaults d = {
+        .lr = pl_cfg_float(cfg, "lr", 1e-3),
+        .weight_decay = pl_cfg_float(cfg, "weight_decay", 1e-2),
+        .beta1 = pl_cfg_float(cfg, "beta1", 0.9),
+        .beta2 = pl_cfg_float(cfg, "beta2", 0.999),
+    };
+    pl_status s = pl_optim_groups_build(cfg, ctx->params, "adamw", &d, &a->groups);
+    if (s) {
+        free(a);
+        return s;
+    }
+    a->n_params = pl_params_count(ctx->params);
+    a->st = calloc((size_t)(a->n_params > 0 ? a->n_params : 1), sizeof *a->st);
+    if (!a->st) {
+        adamw_destroy(a);
+        return pl_error_set(PL_ERR_NOMEM, "adamw: out of memory");
+    }
+    for (int gi = 0; gi < a->groups.n; gi++) {
+        const pl_param_group *g = &a->groups.g[gi];
+        for (int k = 0; k < g->n_params; k++) {
+            pl_param *p = pl_params_at(ctx->params, g->param_index[k]);
+            adamw_state *st = &a->st[g->param_index[k]];
+            st->exp_avg = zeros_f32_like(p->t);
+            st->exp_avg_sq = zeros_f32_like(p->t);
+            if (a->amsgrad) st->max_exp_avg_sq = zeros_f32_like(p->t);
+            if (!st->exp_avg || !st->exp_avg_sq || (a->amsgrad && !st->max_exp_avg_sq)) {
+                adamw_destroy(a);
+                return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
+                                       "adamw: state of parameter '%s'", p->name);
+            }
+        }
+    }
+    *self = a;
+    return PL_OK;
+}
+
+static int adamw_num_groups(void *self) { return ((adamw *)self)->groups.n; }
+
+static pl_param_group *adamw_group(void *self, int i) {
+    adamw *a = self;
+    return (i >= 0 && i < a->groups.n) ? &a->groups.g[i] : NULL;
+}
+
+static pl_status adamw_step(void *self) {
+    adamw *a = self;
+    for (int gi = 0; gi < a->groups.n; gi++) {
+        const pl_param_group *g = &a->groups.g[gi];
+        for (int k = 0; k < g->n_params; k++) {
+            pl_param *p = pl_params_at(a->params, g->param_index[k]);
+            adamw_state *st = &a->st[g->param_index[k]];
+            pl_tensor *t = p->t;
+            if (!t->grad) continue;
+            if (!pl_tensor_is_contiguous(t) || !pl_tensor_is_contiguous(t->grad) ||
+                pl_tensor_numel(t->grad) != pl_tensor_numel(t) ||
+                pl_tensor_numel(st->exp_avg) != pl_tensor_numel(t))
+                return pl_error_set(PL_ERR_SHAPE,
+                                    "adamw: parameter '%s': expected contiguous f32 tensor and "
+                                    "gradient of %lld elements",
+                                    p->name, (long long)pl_tensor_numel(st->exp_avg));
+            float *pd = pl_tensor_f32(t), *gd = pl_tensor_f32(t->grad);
+            if (!pd || !gd)
+                return pl_error_prefix(PL_ERR_DTYPE, "adamw: parameter '%s' (or its grad)",
+                                       p->name);
+            st->step++;
+            pl_adamw_hyper h = {.lr = g->lr,
+                                .beta1 = g->beta1,
+                                .beta2 = g->beta2,
+                                .eps = a->eps,
+                                .weight_decay = g->weight_decay,
+                                .l2 = a->l2,
+                                .amsgrad = a->amsgrad,
+                                .step = st->step};
+            pl_adamw_update(pd, gd, pl_tensor_f32(st->exp_avg), pl_tensor_f32(st->exp_avg_sq),
+                            a->amsgrad ? pl_tensor_f32(st->max_exp_avg_sq) : NULL,
+                            pl_tensor_numel(t), &h);
+        }
+    }
+    return PL_OK;
+}
+
+/* State names (version 1): "adamw.step.<param>" (scalar, per parameter),
+ * "adamw.exp_avg.<param>", "adamw.exp_avg_sq.<param>",
+ * "adamw.max_exp_avg_sq.<param>" (amsgrad only). */
+static pl_status adamw_state_visit(void *self, const pl_state_visitor *v) {
+    adamw *a = self;
+    char name[PL_NAME_MAX + 64];
+    pl_status s;
+    for (int i = 0; i < a->n_params; i++) {
+        adamw_state *st = &a->st[i];
+        if (!st->exp_avg) continue;
+        const char *pn = pl_params_at(a->params, i)->name;
+        double step = (double)st->step;
+        snprintf(name, sizeof name, "adamw.step.%s", pn);
+        if (v->scalar && (s = v->scalar(v->ctx, name, &step))) return s;
+        if (step < 0 || step != floor(step))
+            return pl_error_set(PL_ERR_INVALID, "adamw: state '%s' = %g: expected a count", name,
+                                step);
+        st->step = (int64_t)step;
+        if (!v->tensor) continue;
+        snprintf(name, sizeof name, "adamw.exp_avg.%s", pn);
+        if ((s = v->tensor(v->ctx, name, st->exp_avg))) return s;
+        snprintf(name, sizeof name, "adamw.exp_avg_sq.%s", pn);
+        if ((s = v->tensor(v->ctx, name, st->exp_avg_sq))) return s;
+        if (st->max_exp_avg_sq) {
+            snprintf(name, sizeof name, "adamw.max_exp_avg_sq.%s", pn);
+            if ((s = v->tensor(v->ctx, name, st->max_exp_avg_sq))) return s;
+        }
+    }
+    return PL_OK;
+}
+
+static const pl_option_spec adamw_options[] = {
+    {"lr", PL_OPT_FLOAT, "1e-3", 0, 1e9, NULL, "base learning rate (group initial_lr = lr x lr_scale)"},
+    {"beta1", PL_OPT_FLOAT, "0.9", 0, 0.999999, NULL, "first-moment decay (cycled by onecycle)"},
+    {"beta2", PL_OPT_FLOAT, "0.999", 0, 0.999999999, NULL, "second-moment decay"},
+    {"eps", PL_OPT_FLOAT, "1e-8", 0, 1, NULL, "added to sqrt(v_hat)"},
+    {"weight_decay", PL_OPT_FLOAT, "1e-2", 0, 1e9, NULL,
+     "decoupled decay p *= 1 - lr*wd (L2 penalty with l2 = true)"},
+    {"l2", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "coupled L2 (g += wd*p, torch.optim.Adam) instead of decoupled decay"},
+    {"amsgrad", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "use max of past v (AMSGrad)"},
+    {"group.*.match", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "comma-separated globs of parameter names in group *"},
+    {"group.*.tags", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "parameter tags in group * (base,lora,router,no_decay,head)"},
+    {"group.*.lr_scale", PL_OPT_FLOAT, "1", 0, 1e9, NULL, "group lr = lr x lr_scale"},
+    {"group.*.weight_decay", PL_OPT_FLOAT, "", 0, 1e9, NULL,
+     "group weight decay (unset: weight_decay; 0 for no_decay groups)"},
+    PL_OPTIONS_END};
+
+static const pl_optimizer_vtable adamw_vtable = {
+    .create = adamw_create,
+    .destroy = adamw_destroy,
+    .num_groups = adamw_num_groups,
+    .group = adamw_group,
+    .step = adamw_step,
+    .state = adamw_state_visit,
+};
+
+PL_PLUGIN_DEFINE(adamw, PL_KIND_OPTIMIZER, "1.0.0",
+                 "AdamW / Adam-L2 (torch.optim.AdamW, Adam) with parameter groups", adamw_options,
+                 &adamw_vtable)

@@ -1,0 +1,46 @@
+/* param_groups.h - parameter groups shared by the optimizer plugins (adamw,
+ * sgd). Compiled into each plugin (not part of the core, not exported).
+ *
+ * Groups come from the optimizer section's pattern options
+ *
+ *   group.<name>.match        = *bias,*norm*     comma-separated globs (pl_name_matches)
+ *   group.<name>.tags         = no_decay,head    any of base|lora|router|no_decay|head|buffer
+ *   group.<name>.lr_scale     = 0.1              initial_lr = lr * lr_scale (default 1)
+ *   group.<name>.weight_decay = 0                default: the optimizer's weight_decay, but
+ *                                                0 for a group named "no_decay" or whose
+ *                                                tags contain no_decay
+ *
+ * A trainable parameter (t->requires_grad) goes to the first group, in the
+ * order the groups first appear in the section, whose `match` matches its
+ * name OR whose `tags` intersect its tags. The others go to the group
+ * "default" (lr_scale 1, the optimizer's weight_decay), which may itself be
+ * configured with group.default.* keys. The default group is dropped when it
+ * is empty and was not configured; named groups are kept even when empty.
+ */
+#ifndef PL_OPTIM_PARAM_GROUPS_H
+#define PL_OPTIM_PARAM_GROUPS_H
+
+#include "pipeline/pipeline.h"
+
+#define PL_OPTIM_MAX_GROUPS 32
+
+typedef struct pl_optim_groups {
+    int n;
+    pl_param_group g[PL_OPTIM_MAX_GROUPS];
+} pl_optim_groups;
+
+/* Hyper-parameters every group starts from. */
+typedef struct pl_optim_group_defaults {
+    double lr, weight_decay, beta1, beta2;
+} pl_optim_group_defaults;
+
+/* Build the groups of `ps` from `cfg` ("group.*" keys). `who` names the
+ * plugin in error messages. On error everything allocated is freed. */
+pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, const char *who,
+                                const pl_optim_group_defaults *d, pl_optim_groups *out);
+void pl_optim_groups_free(pl_optim_groups *gs);
+
+/* Parse "no_decay,head" (also '|' separated) into a PL_TAG_* mask. */
+pl_status pl_optim_parse_tags(const char *s, unsigned *mask);
+
+#endif

@@ -1,0 +1,218 @@
+/* sgd.c - torch.optim.SGD: momentum, dampening, Nesterov, coupled weight
+ * decay; parameter groups (../common/param_groups.h).
+ *
+ * Per parameter with a gradient (torch/optim/sgd.py, _single_tensor_sgd):
+ *   g <- g + wd * p
+ *   momentum mu != 0:  b <- g on the first step, else b <- mu b + (1 - dampening) g
+ *                      d <- g + mu b (nesterov) or d <- b
+ *   p <- p - lr d
+ * mu is the group's beta1 (so onecycle's momentum cycling applies to it).
+ */
+#include "sgd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/param_groups.h"
+#include "pipeline/pipeline.h"
+
+#define OMP_MIN_ELEMENTS 32768
+
+void pl_sgd_update(float *p, const float *g, float *buf, int64_t n, const pl_sgd_hyper *h) {
+    const bool wd = h->weight_decay != 0.0;
+    const float wd_f = (float)h->weight_decay;
+    const bool mom = h->momentum != 0.0 && buf;
+    const float mu = (float)h->momentum, keep = (float)(1.0 - h->dampening);
+    const float neg_lr = (float)(-h->lr);
+    const bool first = h->first, nesterov = h->nesterov;
+#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
+    for (int64_t i = 0; i < n; i++) {
+        float pi = p[i], d = g[i];
+        if (wd) d = d + wd_f * pi;
+        if (mom) {
+            float b = first ? d : buf[i] * mu + keep * d;
+            buf[i] = b;
+            d = nesterov ? d + mu * b : b;
+        }
+        p[i] = pi + neg_lr * d;
+    }
+}
+
+/* ---- plugin ------------------------------------------------------------ */
+
+typedef struct sgd_state {
+    bool trainable;
+    pl_tensor *buf; /* f32 momentum buffer, owned; NULL until needed */
+    int64_t step;   /* momentum updates done (0: buffer not initialised) */
+} sgd_state;
+
+typedef struct sgd {
+    pl_params *params; /* borrowed */
+    pl_optim_groups groups;
+    double dampening;
+    bool nesterov;
+    int n_params;
+    sgd_state *st;
+} sgd;
+
+static void sgd_destroy(void *self) {
+    sgd *o = self;
+    if (!o) return;
+    for (int i = 0; i < o->n_params && o->st; i++) pl_tensor_release(o->st[i].buf);
+    free(o->st);
+    pl_optim_groups_free(&o->groups);
+    free(o);
+}
+
+static pl_status alloc_buf(sgd_state *st, const pl_param *p) {
+    st->buf = pl_tensor_zeros(PL_F32, p->t->ndim, p->t->shape, p->t->device);
+    if (!st->buf)
+        return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
+                               "sgd: momentum buffer of parameter '%s'", p->name);
+    return PL_OK;
+}
+
+static pl_status sgd_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    *self = NULL;
+    if (!ctx || !ctx->params)
+        return pl_error_set(PL_ERR_INVALID, "sgd: the run context has no parameter list");
+    double momentum = pl_cfg_float(cfg, "momentum", 0.0);
+    double dampening = pl_cfg_float(cfg, "dampening", 0.0);
+    bool nesterov = pl_cfg_bool(cfg, "nesterov", false);
+    if (nesterov && (momentum <= 0 || dampening != 0))
+        return pl_error_set(PL_ERR_CONFIG,
+                            "sgd: nesterov = true requires momentum > 0 and dampening = 0 "
+                            "(found momentum = %g, dampening = %g)",
+                            momentum, dampening);
+    sgd *o = calloc(1, sizeof *o);
+    if (!o) return pl_error_set(PL_ERR_NOMEM, "sgd: out of memory");
+    o->params = ctx->params;
+    o->dampening = dampening;
+    o->nesterov = nesterov;
+    pl_optim_group_defaults d = {.lr = pl_cfg_float(cfg, "lr", 1e-3),
+                                 .weight_decay = pl_cfg_float(cfg, "weight_decay", 0.0),
+                                 .beta1 = momentum,
+                                 .beta2 = 0.0};
+    pl_status s = pl_optim_groups_build(cfg, ctx->params, "sgd", &d, &o->groups);
+    if (s) {
+        free(o);
+        return s;
+    }
+    o->n_params = pl_params_count(ctx->params);
+    o->st = calloc((size_t)(o->n_params > 0 ? o->n_params : 1), sizeof *o->st);
+    if (!o->st) {
+        sgd_destroy(o);
+        return pl_error_set(PL_ERR_NOMEM, "sgd: out of memory");
+    }
+    for (int gi = 0; gi < o->groups.n; gi++) {
+        const pl_param_group *g = &o->groups.g[gi];
+        for (int k = 0; k < g->n_params; k++) {
+            sgd_state *st = &o->st[g->param_index[k]];
+            st->trainable = true;
+            if (momentum != 0 && (s = alloc_buf(st, pl_params_at(ctx->params, g->param_index[k])))) {
+                sgd_destroy(o);
+                return s;
+            }
+        }
+    }
+    *self = o;
+    return PL_OK;
+}
+
+static int sgd_num_groups(void *self) { return ((sgd *)self)->groups.n; }
+
+static pl_param_group *sgd_group(void *self, int i) {
+    sgd *o = self;
+    return (i >= 0 && i < o->groups.n) ? &o->groups.g[i] : NULL;
+}
+
+static pl_status sgd_step(void *self) {
+    sgd *o = self;
+    pl_status s;
+    for (int gi = 0; gi < o->groups.n; gi++) {
+        const pl_param_group *g = &o->groups.g[gi];
+        for (int k = 0; k < g->n_params; k++) {
+            pl_param *p = pl_params_at(o->params, g->param_index[k]);
+            sgd_state *st = &o->st[g->param_index[k]];
+            pl_tensor *t = p->t;
+            if (!t->grad) continue;
+            if (!pl_tensor_is_contiguous(t) || !pl_tensor_is_contiguous(t->grad) ||
+                pl_tensor_numel(t->grad) != pl_tensor_numel(t))
+                return pl_error_set(PL_ERR_SHAPE,
+                                    "sgd: parameter '%s': expected a contiguous f32 tensor and "
+                                    "gradient of the same size",
+                                    p->name);
+            float *pd = pl_tensor_f32(t), *gd = pl_tensor_f32(t->grad);
+            if (!pd || !gd)
+                return pl_error_prefix(PL_ERR_DTYPE, "sgd: parameter '%s' (or its grad)", p->name);
+            bool mom = g->beta1 != 0.0;
+            if (mom && !st->buf && (s = alloc_buf(st, p))) return s; /* momentum cycled on */
+            if (mom && pl_tensor_numel(st->buf) != pl_tensor_numel(t))
+                return pl_error_set(PL_ERR_SHAPE, "sgd: parameter '%s' changed size", p->name);
+            pl_sgd_hyper h = {.lr = g->lr,
+                              .momentum = g->beta1,
+                              .dampening = o->dampening,
+                              .weight_decay = g->weight_decay,
+                              .nesterov = o->nesterov,
+                              .first = st->step == 0};
+            pl_sgd_update(pd, gd, mom ? pl_tensor_f32(st->buf) : NULL, pl_tensor_numel(t), &h);
+            if (mom) st->step++;
+        }
+    }
+    return PL_OK;
+}
+
+/* State names (version 1): "sgd.step.<param>" (momentum updates done, 0 =
+ * buffer not initialised), "sgd.momentum_buffer.<param>" (when momentum is
+ * used). */
+static pl_status sgd_state_visit(void *self, const pl_state_visitor *v) {
+    sgd *o = self;
+    char name[PL_NAME_MAX + 64];
+    pl_status s;
+    for (int i = 0; i < o->n_params; i++) {
+        sgd_state *st = &o->st[i];
+        if (!st->trainable || !st->buf) continue;
+        const char *pn = pl_params_at(o->params, i)->name;
+        double step = (double)st->step;
+        snprintf(name, sizeof name, "sgd.step.%s", pn);
+        if (v->scalar && (s = v->scalar(v->ctx, name, &step))) return s;
+        if (step < 0 || step != floor(step))
+            return pl_error_set(PL_ERR_INVALID, "sgd: state '%s' = %g: expected a count", name,
+                                step);
+        st->step = (int64_t)step;
+        snprintf(name, sizeof name, "sgd.momentum_buffer.%s", pn);
+        if (v->tensor && (s = v->tensor(v->ctx, name, st->buf))) return s;
+    }
+    return PL_OK;
+}
+
+static const pl_option_spec sgd_options[] = {
+    {"lr", PL_OPT_FLOAT, "1e-3", 0, 1e9, NULL, "base learning rate (group initial_lr = lr x lr_scale)"},
+    {"momentum", PL_OPT_FLOAT, "0", 0, 1, NULL, "momentum factor mu (group beta1; cycled by onecycle)"},
+    {"dampening", PL_OPT_FLOAT, "0", 0, 1, NULL, "dampening of the gradient in the momentum buffer"},
+    {"nesterov", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "Nesterov momentum (needs momentum > 0, dampening = 0)"},
+    {"weight_decay", PL_OPT_FLOAT, "0", 0, 1e9, NULL, "coupled L2: g += weight_decay * p"},
+    {"group.*.match", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "comma-separated globs of parameter names in group *"},
+    {"group.*.tags", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "parameter tags in group * (base,lora,router,no_decay,head)"},
+    {"group.*.lr_scale", PL_OPT_FLOAT, "1", 0, 1e9, NULL, "group lr = lr x lr_scale"},
+    {"group.*.weight_decay", PL_OPT_FLOAT, "", 0, 1e9, NULL,
+     "group weight decay (unset: weight_decay; 0 for no_decay groups)"},
+    PL_OPTIONS_END};
+
+static const pl_optimizer_vtable sgd_vtable = {
+    .create = sgd_create,
+    .destroy = sgd_destroy,
+    .num_groups = sgd_num_groups,
+    .group = sgd_group,
+    .step = sgd_step,
+    .state = sgd_state_visit,
+};
+
+PL_PLUGIN_DEFINE(sgd, PL_KIND_OPTIMIZER, "1.0.0",
+                 "SGD with momentum / Nesterov (torch.optim.SGD) and parameter groups", sgd_options,
+                 &sgd_vtable)

@@ -1,0 +1,51 @@
+/* pl_test.h - helpers shared by every Check suite: numerical gradient
+ * checks, data paths, tensor comparison. */
+#ifndef PL_TEST_H
+#define PL_TEST_H
+
+#include <check.h>
+#include <stdbool.h>
+
+#include "pipeline/pipeline.h"
+
+/* Path of a file under ../shared/data relative to the project root, or NULL
+ * when the shared data is not present (tests then skip with a message). */
+const char *pl_test_shared(const char *rel, char *buf, size_t n);
+
+/* A differentiable function of `n` input tensors returning one tensor. */
+typedef pl_tensor *(*pl_test_fn)(pl_tensor **inputs, int n, void *ctx);
+
+/* Numerical gradient check (central differences). The scalar checked is
+ * L = sum(f(inputs) * R) with R a fixed random tensor, so every output
+ * element's gradient matters. For every input with requires_grad, every
+ * element's analytic dL/dx (pl_backward) is compared with
+ * (L(x+eps) - L(x-eps)) / 2eps evaluated in f64 sums of the f32 outputs.
+ * Passes when |a - n| <= atol + rtol * |n| for all elements. On failure
+ * writes the input index, element, both values to msg and returns false. */
+bool pl_gradcheck(pl_test_fn f, pl_tensor **inputs, int n, void *ctx, double eps, double atol,
+                  double rtol, char *msg, size_t msgn);
+
+/* New f32 CPU tensor with N(0,1) (or uniform [lo,hi)) values from `seed`. */
+pl_tensor *pl_test_randn(int ndim, const int64_t *shape, uint64_t seed);
+pl_tensor *pl_test_rand(int ndim, const int64_t *shape, double lo, double hi, uint64_t seed);
+
+/* Max |a-b| over elements (same numel), any float dtype on CPU. */
+double pl_test_max_abs_diff(const pl_tensor *a, const pl_tensor *b);
+
+/* ck_assert with the thread's pl error message on failure. */
+#define PL_CK_OK(expr)                                                                       \
+    do {                                                                                     \
+        pl_status _s = (expr);                                                               \
+        ck_assert_msg(_s == PL_OK, "%s failed: %s", #expr, pl_error_message());              \
+    } while (0)
+#define PL_CK_NOTNULL(expr)                                                                  \
+    ({                                                                                       \
+        __typeof__(expr) _p = (expr);                                                        \
+        ck_assert_msg(_p != NULL, "%s returned NULL: %s", #expr, pl_error_message());        \
+        _p;                                                                                  \
+    })
+
+/* Run a suite with CK_NORMAL output; returns the process exit code. */
+int pl_test_run(Suite *s);
+
+#endif

@@ -1,0 +1,831 @@
+/* test_ops_dense.c - dense ops (ops_dense.c + cpu/kernels_dense.c): forward
+ * values against double-precision reference loops written here or hand
+ * computed values, backward against central differences (pl_gradcheck). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pl_test.h"
+
+#define EPS 1e-3
+#define ATOL 3e-3
+#define RTOL 3e-2
+
+static pl_tensor *randn_g(int nd, const int64_t *shape, uint64_t seed) {
+    pl_tensor *t = pl_test_randn(nd, shape, seed);
+    ck_assert_ptr_nonnull(t);
+    pl_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+static void check_grad(pl_test_fn f, pl_tensor **in, int n, void *ctx, const char *what) {
+    char msg[512];
+    bool ok = pl_gradcheck(f, in, n, ctx, EPS, ATOL, RTOL, msg, sizeof msg);
+    ck_assert_msg(ok, "gradcheck %s: %s", what, msg);
+}
+
+static void check_close(const pl_tensor *t, const double *ref, int64_t n, double atol, double rtol,
+                        const char *what) {
+    ck_assert_int_eq(pl_tensor_numel(t), n);
+    for (int64_t i = 0; i < n; i++) {
+        double v = pl_tensor_get(t, i);
+        ck_assert_msg(fabs(v - ref[i]) <= atol + rtol * fabs(ref[i]),
+                      "%s: element %lld = %.8g, expected %.8g", what, (long long)i, v, ref[i]);
+    }
+}
+
+static void check_shape(const pl_tensor *t, int nd, const int64_t *shape) {
+    ck_assert_int_eq(t->ndim, nd);
+    for (int d = 0; d < nd; d++) ck_assert_int_eq(t->shape[d], shape[d]);
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+/* Double reference of op(A) @ op(B) with NumPy batch broadcasting. */
+static void ref_matmul(const pl_tensor *a, const pl_tensor *b, bool ta, bool tb,
+                       const pl_tensor *out, double *ref) {
+    int na = a->ndim, nb = b->ndim, no = out->ndim;
+    int64_t M = out->shape[no - 2], N = out->shape[no - 1];
+    int64_t K = ta ? a->shape[na - 2] : a->shape[na - 1];
+    int64_t nbatch = pl_tensor_numel(out) / (M * N);
+    for (int64_t bi = 0; bi < nbatch; bi++) {
+        /* decompose bi over out batch dims, map to a / b batch indices */
+        int64_t rem = bi, ia = 0, ib = 0, mula = 1, mulb = 1;
+        for (int d = no - 3; d >= 0; d--) {
+            int64_t idx = rem % out->shape[d];
+            rem /= out->shape[d];
+            int da = d - (no - na), db = d - (no - nb);
+            if (da >= 0) {
+                ia += (a->shape[da] == 1 ? 0 : idx) * mula;
+                mula *= a->shape[da];
+            }
+            if (db >= 0) {
+                ib += (b->shape[db] == 1 ? 0 : idx) * mulb;
+                mulb *= b->shape[db];
+            }
+        }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    int64_t ai = ia * M * K + (ta ? k * M + m : m * K + k);
+                    int64_t bj = ib * K * N + (tb ? n * K + k : k * N + n);
+                    s += pl_tensor_get(a, ai) * pl_tensor_get(b, bj);
+                }
+                ref[(bi * M + m) * N + n] = s;
+            }
+    }
+}
+
+typedef struct mm_case {
+    int na, nb;
+    int64_t sa[4], sb[4];
+    bool ta, tb;
+} mm_case;
+
+static pl_tensor *f_matmul(pl_tensor **in, int n, void *ctx) {
+    mm_case *c = ctx;
+    return pl_matmul(in[0], in[1], c->ta, c->tb);
+}
+
+static const mm_case mm_cases[] = {
+    {2, 2, {7, 5}, {5, 3}, false, false},
+    {2, 2, {5, 7}, {5, 3}, true, false},
+    {2, 2, {7, 5}, {3, 5}, false, true},
+    {2, 2, {5, 7}, {3, 5}, true, true},
+    {3, 3, {2, 7, 5}, {2, 5, 3}, false, false},   /* batched */
+    {3, 3, {2, 5, 7}, {2, 3, 5}, true, true},     /* batched, both transposed */
+    {3, 2, {3, 7, 5}, {4, 5}, false, true},       /* shared 2-D B (nn.Linear) */
+    {3, 2, {3, 5, 7}, {5, 4}, true, false},       /* shared B, transposed A */
+    {4, 3, {2, 1, 7, 5}, {3, 5, 1}, false, false}, /* broadcast batch, N = 1 */
+    {2, 3, {1, 5}, {2, 5, 3}, false, false},      /* shared A, M = 1 */
+};
+
+START_TEST(matmul_matches_reference_loop_all_transposes_and_batches) {
+    pl_frame_begin();
+    for (size_t i = 0; i < sizeof mm_cases / sizeof mm_cases[0]; i++) {
+        const mm_case *c = &mm_cases[i];
+        pl_tensor *a = pl_test_randn(c->na, c->sa, 10 + i), *b = pl_test_randn(c->nb, c->sb, 20 + i);
+        pl_tensor *o = PL_CK_NOTNULL(pl_matmul(a, b, c->ta, c->tb));
+        ck_assert_int_eq(o->dtype, PL_F32);
+        double ref[512];
+        ck_assert_int_le(pl_tensor_numel(o), 512);
+        ref_matmul(a, b, c->ta, c->tb, o, ref);
+        char what[64];
+        snprintf(what, sizeof what, "matmul case %zu", i);
+        check_close(o, ref, pl_tensor_numel(o), 1e-5, 1e-5, what);
+    }
+    /* expected output shapes of the broadcast cases */
+    pl_tensor *o = pl_matmul(pl_test_randn(PL_SHAPE(2, 1, 7, 5), 1), pl_test_randn(PL_SHAPE(3, 5, 1), 2),
+                             false, false);
+    check_shape(o, 4, (int64_t[]){2, 3, 7, 1});
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(matmul_gradients_match_finite_differences) {
+    for (size_t i = 0; i < sizeof mm_cases / sizeof mm_cases[0]; i++) {
+        mm_case c = mm_cases[i];
+        pl_tensor *in[2] = {randn_g(c.na, c.sa, 30 + i), randn_g(c.nb, c.sb, 40 + i)};
+        char what[64];
+        snprintf(what, sizeof what, "matmul case %zu", i);
+        check_grad(f_matmul, in, 2, &c, what);
+        pl_tensor_release(in[0]);
+        pl_tensor_release(in[1]);
+    }
+}
+END_TEST
+
+START_TEST(matmul_rejects_mismatched_inner_dims_and_dtypes) {
+    pl_frame_begin();
+    pl_tensor *a = pl_test_randn(PL_SHAPE(3, 4), 1), *b = pl_test_randn(PL_SHAPE(5, 2), 2);
+    ck_assert_ptr_null(pl_matmul(a, b, false, false));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "matmul"));
+    pl_tensor *b2 = pl_test_randn(PL_SHAPE(4, 2), 3);
+    ck_assert_ptr_null(pl_matmul(a, pl_cast(b2, PL_BF16), false, false));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_DTYPE);
+    ck_assert_ptr_null(pl_matmul(NULL, b2, false, false)); /* NULL-propagating */
+    pl_tensor *x3 = pl_test_randn(PL_SHAPE(2, 3, 4), 4), *y3 = pl_test_randn(PL_SHAPE(3, 4, 2), 5);
+    ck_assert_ptr_null(pl_matmul(x3, y3, false, false)); /* batch 2 vs 3 */
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    pl_frame_end();
+}
+END_TEST
+
+/* bf16 x bf16 -> bf16 with f32 accumulation: equals the exact product of the
+ * bf16-rounded inputs up to one bf16 rounding of the result. */
+START_TEST(matmul_bf16_is_f32_accumulated_and_rounded_once) {
+    pl_frame_begin();
+    pl_tensor *a = pl_test_randn(PL_SHAPE(2, 9, 65), 7), *b = pl_test_randn(PL_SHAPE(65, 11), 8);
+    pl_tensor *ah = pl_cast(a, PL_BF16), *bh = pl_cast(b, PL_BF16);
+    pl_tensor *o = PL_CK_NOTNULL(pl_matmul(ah, bh, false, false));
+    ck_assert_int_eq(o->dtype, PL_BF16);
+    check_shape(o, 3, (int64_t[]){2, 9, 11});
+    double ref[2 * 9 * 11];
+    ref_matmul(ah, bh, false, false, o, ref);
+    for (int i = 0; i < 2 * 9 * 11; i++) {
+        double v = pl_tensor_get(o, i);
+        ck_assert_msg(fabs(v - ref[i]) <= fabs(ref[i]) * 0x1p-8 + 1e-5,
+                      "bf16 matmul element %d = %g, exact %g", i, v, ref[i]);
+    }
+    /* and within bf16 tolerance of the f32 product of the unrounded inputs */
+    pl_tensor *o32 = pl_matmul(a, b, false, false);
+    ck_assert_double_le(pl_test_max_abs_diff(o, o32), 0.15);
+    /* transposed bf16 path */
+    pl_tensor *ot = PL_CK_NOTNULL(pl_matmul(bh, ah, true, true)); /* [2, 11, 9] = (a b)^T */
+    for (int bi = 0; bi < 2; bi++)
+        for (int m = 0; m < 9; m++)
+            for (int n = 0; n < 11; n++)
+                ck_assert_float_eq(pl_tensor_get(ot, (bi * 11 + n) * 9 + m),
+                                   pl_tensor_get(o, (bi * 9 + m) * 11 + n));
+    pl_frame_end();
+}
+END_TEST
+
+static pl_tensor *f_mm_via_bf16(pl_tensor **in, int n, void *ctx) {
+    (void)ctx;
+    return pl_matmul(pl_cast(in[0], PL_BF16), pl_cast(in[1], PL_BF16), false, true);
+}
+
+START_TEST(matmul_bf16_gradients_reach_f32_leaves) {
+    pl_tensor *a = randn_g(PL_SHAPE(3, 7, 33), 11), *b = randn_g(PL_SHAPE(5, 33), 12);
+    pl_frame_begin();
+    pl_tensor *loss = pl_sum(pl_cast(f_mm_via_bf16((pl_tensor *[]){a, b}, 2, NULL), PL_F32),
+                             PL_ALL_DIMS, false);
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_frame_end();
+    ck_assert_ptr_nonnull(a->grad);
+    ck_assert_ptr_nonnull(b->grad);
+    ck_assert_int_eq(a->grad->dtype, PL_F32);
+    /* d sum(A B^T)/dA[i,k] = sum_n B[n,k] (of bf16-rounded B) */
+    for (int64_t i = 0; i < 3 * 7; i++)
+        for (int64_t k = 0; k < 33; k++) {
+            double s = 0;
+            for (int64_t nn = 0; nn < 5; nn++)
+                s += pl_bf16_to_f32(pl_f32_to_bf16((float)pl_tensor_get(b, nn * 33 + k)));
+            ck_assert_double_eq_tol(pl_tensor_get(a->grad, i * 33 + k), s, 1e-4);
+        }
+    for (int64_t nn = 0; nn < 5; nn++)
+        for (int64_t k = 0; k < 33; k++) {
+            double s = 0;
+            for (int64_t i = 0; i < 21; i++)
+                s += pl_bf16_to_f32(pl_f32_to_bf16((float)pl_tensor_get(a, i * 33 + k)));
+            ck_assert_double_eq_tol(pl_tensor_get(b->grad, nn * 33 + k), s, 1e-4);
+        }
+    pl_tensor_release(a);
+    pl_tensor_release(b);
+}
+END_TEST
+
+START_TEST(autocast_bf16_runs_matmul_and_linear_in_bf16) {
+    pl_tensor *x = randn_g(PL_SHAPE(4, 6), 21), *w = randn_g(PL_SHAPE(3, 6), 22),
+              *bias = randn_g(PL_SHAPE(3), 23);
+    pl_frame_begin();
+    pl_tensor *ref = pl_linear(x, w, bias);
+    pl_tape_clear();
+    pl_autocast_set(PL_BF16);
+    pl_tensor *y = pl_linear(x, w, bias);
+    pl_tensor *z = pl_matmul(x, w, false, true);
+    pl_autocast_set(PL_F32);
+    ck_assert_ptr_nonnull(y);
+    ck_assert_int_eq(y->dtype, PL_BF16);
+    ck_assert_int_eq(z->dtype, PL_BF16);
+    ck_assert_double_le(pl_test_max_abs_diff(y, ref), 0.08);
+    PL_CK_OK(pl_backward(pl_sum(y, PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    ck_assert_ptr_nonnull(w->grad);
+    ck_assert_int_eq(w->grad->dtype, PL_F32);
+    /* d sum(x W^T + b)/db = N rows */
+    for (int j = 0; j < 3; j++) ck_assert_double_eq_tol(pl_tensor_get(bias->grad, j), 4.0, 1e-6);
+    pl_tensor_release(x);
+    pl_tensor_release(w);
+    pl_tensor_release(bias);
+}
+END_TEST
+
+static pl_tensor *f_linear(pl_tensor **in, int n, void *ctx) {
+    return pl_linear(in[0], in[1], n > 2 ? in[2] : NULL);
+}
+
+START_TEST(linear_matches_reference_and_gradients) {
+    pl_tensor *in[3] = {randn_g(PL_SHAPE(2, 7, 5), 31), randn_g(PL_SHAPE(3, 5), 32),
+                        randn_g(PL_SHAPE(3), 33)};
+    pl_frame_begin();
+    pl_tensor *y = PL_CK_NOTNULL(pl_linear(in[0], in[1], in[2]));
+    check_shape(y, 3, (int64_t[]){2, 7, 3});
+    for (int r = 0; r < 14; r++)
+        for (int o = 0; o < 3; o++) {
+            double s = pl_tensor_get(in[2], o);
+            for (int k = 0; k < 5; k++)
+                s += pl_tensor_get(in[0], r * 5 + k) * pl_tensor_get(in[1], o * 5 + k);
+            ck_assert_double_eq_tol(pl_tensor_get(y, r * 3 + o), s, 1e-5);
+        }
+    pl_tape_clear();
+    pl_frame_end();
+    check_grad(f_linear, in, 3, NULL, "linear with bias");
+    check_grad(f_linear, in, 2, NULL, "linear without bias");
+    for (int i = 0; i < 3; i++) pl_tensor_release(in[i]);
+}
+END_TEST
+
+/* ---- broadcasting arithmetic ------------------------------------------------- */
+
+static const char *bin_names[] = {"add", "sub", "mul", "div"};
+
+static pl_tensor *f_binary(pl_tensor **in, int n, void *ctx) {
+    switch (*(int *)ctx) {
+    case 0: return pl_add(in[0], in[1]);
+    case 1: return pl_sub(in[0], in[1]);
+    case 2: return pl_mul(in[0], in[1]);
+    default: return pl_div(in[0], in[1]);
+    }
+}
+
+static double ref_bin(int op, double x, double y) {
+    return op == 0 ? x + y : op == 1 ? x - y : op == 2 ? x * y : x / y;
+}
+
+START_TEST(binary_ops_broadcast_forward) {
+    pl_frame_begin();
+    /* [7,1,5] (op) [3,5] -> [7,3,5] */
+    pl_tensor *a = pl_test_randn(PL_SHAPE(7, 1, 5), 41);
+    pl_tensor *b = pl_test_rand(PL_SHAPE(3, 5), 0.5, 2.0, 42);
+    for (int op = 0; op < 4; op++) {
+        pl_tensor *o = PL_CK_NOTNULL(f_binary((pl_tensor *[]){a, b}, 2, &op));
+        check_shape(o, 3, (int64_t[]){7, 3, 5});
+        double ref[105];
+        for (int i = 0; i < 7; i++)
+            for (int j = 0; j < 3; j++)
+                for (int k = 0; k < 5; k++)
+                    ref[(i * 3 + j) * 5 + k] =
+                        ref_bin(op, pl_tensor_get(a, i * 5 + k), pl_tensor_get(b, j * 5 + k));
+        check_close(o, ref, 105, 1e-6, 1e-6, bin_names[op]);
+        /* reversed operand order: [3,5] (op) [7,1,5] */
+        pl_tensor *o2 = PL_CK_NOTNULL(f_binary((pl_tensor *[]){b, a}, 2, &op));
+        for (int i = 0; i < 7; i++)
+            for (int j = 0; j < 3; j++)
+                for (int k = 0; k < 5; k++)
+                    ref[(i * 3 + j) * 5 + k] =
+                        ref_bin(op, pl_tensor_get(b, j * 5 + k), pl_tensor_get(a, i * 5 + k));
+        check_close(o2, ref, 105, 1e-6, 1e-6, bin_names[op]);
+    }
+    /* 0-dim scalar operand */
+    pl_tensor *s = pl_tensor_scalar(2.5f, PL_CPU);
+    pl_tensor *o = pl_mul(a, s);
+    check_shape(o, 3, (int64_t[]){7, 1, 5});
+    for (int i = 0; i < 35; i++)
+        ck_assert_double_eq_tol(pl_tensor_get(o, i), 2.5 * pl_tensor_get(a, i), 1e-6);
+    /* incompatible shapes */
+    ck_assert_ptr_null(pl_add(pl_test_randn(PL_SHAPE(3, 4), 1), pl_test_randn(PL_SHAPE(5), 2)));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(binary_ops_gradients_reduce_over_broadcast_dims) {
+    static const int64_t shapes[][2][4] = {
+        {{7, 1, 5}, {3, 5}},
+        {{1, 7}, {33, 1}},
+        {{2, 3, 7}, {2, 3, 7}},
+        {{1}, {7, 3}},
+    };
+    static const int nds[][2] = {{3, 2}, {2, 2}, {3, 3}, {1, 2}};
+    for (int s = 0; s < 4; s++)
+        for (int op = 0; op < 4; op++) {
+            pl_tensor *in[2] = {randn_g(nds[s][0], shapes[s][0], 50 + s),
+                                pl_test_rand(nds[s][1], shapes[s][1], 0.5, 2.0, 60 + s)};
+            pl_tensor_set_requires_grad(in[1], true);
+            char what[64];
+            snprintf(what, sizeof what, "%s shapes case %d", bin_names[op], s);
+            check_grad(f_binary, in, 2, &op, what);
+            pl_tensor_release(in[0]);
+            pl_tensor_release(in[1]);
+        }
+}
+END_TEST
+
+START_TEST(same_tensor_twice_gets_both_gradients) {
+    pl_tensor *x = randn_g(PL_SHAPE(7), 71);
+    pl_frame_begin();
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(x, x), PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    for (int i = 0; i < 7; i++)
+        ck_assert_double_eq_tol(pl_tensor_get(x->grad, i), 2 * pl_tensor_get(x, i), 1e-6);
+    pl_tensor_release(x);
+}
+END_TEST
+
+static pl_tensor *f_scalar_ops(pl_tensor **in, int n, void *ctx) {
+    return pl_add_scalar(pl_scale(in[0], -1.75), 0.5);
+}
+
+START_TEST(scale_and_add_scalar) {
+    pl_tensor *x = randn_g(PL_SHAPE(33), 72);
+    pl_frame_begin();
+    pl_tensor *y = f_scalar_ops(&x, 1, NULL);
+    for (int i = 0; i < 33; i++)
+        ck_assert_double_eq_tol(pl_tensor_get(y, i), -1.75 * pl_tensor_get(x, i) + 0.5, 1e-6);
+    pl_tape_clear();
+    pl_frame_end();
+    check_grad(f_scalar_ops, &x, 1, NULL, "scale/add_scalar");
+    pl_tensor_release(x);
+}
+END_TEST
+
+START_TEST(half_dtypes_promote_like_torch) {
+    pl_frame_begin();
+    pl_tensor *a = pl_test_randn(PL_SHAPE(3, 5), 73), *b = pl_test_randn(PL_SHAPE(5), 74);
+    pl_tensor *ah = pl_cast(a, PL_BF16), *bh = pl_cast(b, PL_BF16);
+    pl_tensor *s = pl_add(ah, bh);
+    ck_assert_int_eq(s->dtype, PL_BF16);
+    pl_tensor *m = pl_mul(ah, b);
+    ck_assert_int_eq(m->dtype, PL_F32);
+    for (int i = 0; i < 15; i++) {
+        double e = pl_bf16_to_f32(pl_f32_to_bf16(
+            (float)(pl_tensor_get(ah, i) + pl_tensor_get(bh, i % 5))));
+        ck_assert_double_eq(pl_tensor_get(s, i), e);
+        ck_assert_double_eq_tol(pl_tensor_get(m, i), pl_tensor_get(ah, i) * pl_tensor_get(b, i % 5),
+                                1e-6);
+    }
+    pl_tensor *g = pl_gelu(pl_cast(a, PL_F16), false);
+    ck_assert_int_eq(g->dtype, PL_F16);
+    pl_frame_end();
+}
+END_TEST
+
+/* ---- reductions ------------------------------------------------------------------ */
+
+typedef struct red_case {
+    int dim;
+    bool keep, mean;
+} red_case;
+
+static pl_tensor *f_reduce(pl_tensor **in, int n, void *ctx) {
+    red_case *c = ctx;
+    return c->mean ? pl_mean(in[0], c->dim, c->keep) : pl_sum(in[0], c->dim, c->keep);
+}
+
+START_TEST(sum_and_mean_over_dims) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(3, 7, 5), 80);
+    for (int dim = 0; dim < 3; dim++)
+        for (int mean = 0; mean < 2; mean++)
+            for (int keep = 0; keep < 2; keep++) {
+                red_case c = {dim == 2 ? -1 : dim, keep, mean};
+                pl_tensor *o = PL_CK_NOTNULL(f_reduce(&x, 1, &c));
+                int64_t shp[3] = {3, 7, 5};
+                int64_t n = shp[dim];
+                ck_assert_int_eq(o->ndim, keep ? 3 : 2);
+                if (keep) ck_assert_int_eq(o->shape[dim], 1);
+                double ref[35];
+                int idx = 0;
+                int64_t st[3] = {35, 5, 1};
+                for (int64_t i = 0; i < 3; i++)
+                    for (int64_t j = 0; j < 7; j++)
+                        for (int64_t k = 0; k < 5; k++) {
+                            int64_t pos[3] = {i, j, k};
+                            if (pos[dim] != 0) continue;
+                            double s = 0;
+                            for (int64_t r = 0; r < n; r++)
+                                s += pl_tensor_get(x, i * 35 + j * 5 + k + r * st[dim]);
+                            ref[idx++] = mean ? s / n : s;
+                        }
+                check_close(o, ref, idx, 1e-5, 1e-5, mean ? "mean" : "sum");
+            }
+    pl_tensor *all = pl_sum(x, PL_ALL_DIMS, false);
+    ck_assert_int_eq(all->ndim, 0);
+    double s = 0;
+    for (int i = 0; i < 105; i++) s += pl_tensor_get(x, i);
+    ck_assert_double_eq_tol(pl_tensor_item(all), s, 1e-4);
+    pl_tensor *allk = pl_mean(x, PL_ALL_DIMS, true);
+    check_shape(allk, 3, (int64_t[]){1, 1, 1});
+    ck_assert_double_eq_tol(pl_tensor_item(allk), s / 105, 1e-5);
+    ck_assert_ptr_null(pl_sum(x, 3, false));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(sum_and_mean_gradients) {
+    pl_tensor *x = randn_g(PL_SHAPE(3, 7, 5), 81);
+    int dims[] = {0, 1, -1, PL_ALL_DIMS};
+    for (int d = 0; d < 4; d++)
+        for (int mean = 0; mean < 2; mean++) {
+            red_case c = {dims[d], d % 2 == 0, mean};
+            check_grad(f_reduce, &x, 1, &c, mean ? "mean" : "sum");
+        }
+    pl_tensor_release(x);
+}
+END_TEST
+
+/* ---- activations ----------------------------------------------------------------- */
+
+enum { A_RELU, A_LEAKY, A_ELU, A_GELU, A_GELU_T, A_SILU, A_SIGM, A_TANH, A_EXP, A_LOG, A_SQ,
+       A_SQRT, A_COUNT };
+static const char *act_names[] = {"relu", "leaky_relu", "elu",  "gelu", "gelu_tanh", "silu",
+                                  "sigmoid", "tanh", "exp", "log", "square", "sqrt"};
+
+static pl_tensor *f_act(pl_tensor **in, int n, void *ctx) {
+    pl_tensor *x = in[0];
+    switch (*(int *)ctx) {
+    case A_RELU: return pl_relu(x);
+    case A_LEAKY: return pl_leaky_relu(x, 0.07);
+    case A_ELU: return pl_elu(x, 1.3);
+    case A_GELU: return pl_gelu(x, false);
+    case A_GELU_T: return pl_gelu(x, true);
+    case A_SILU: return pl_silu(x);
+    case A_SIGM: return pl_sigmoid(x);
+    case A_TANH: return pl_tanh(x);
+    case A_EXP: return pl_exp(x);
+    case A_LOG: return pl_log(x);
+    case A_SQ: return pl_square(x);
+    default: return pl_sqrt(x);
+    }
+}
+
+/* PyTorch's formulas, in double. */
+static double ref_act(int op, double x) {
+    switch (op) {
+    case A_RELU: return x > 0 ? x : 0;
+    case A_LEAKY: return x > 0 ? x : 0.07 * x;
+    case A_ELU: return x > 0 ? x : 1.3 * (exp(x) - 1);
+    case A_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case A_GELU_T: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case A_SILU: return x / (1 + exp(-x));
+    case A_SIGM: return 1 / (1 + exp(-x));
+    case A_TANH: return tanh(x);
+    case A_EXP: return exp(x);
+    case A_LOG: return log(x);
+    case A_SQ: return x * x;
+    default: return sqrt(x);
+    }
+}
+
+START_TEST(activations_match_torch_formulas) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(7, 33), 90);
+    pl_tensor *xp = pl_test_rand(PL_SHAPE(7, 33), 0.1, 3.0, 91); /* log, sqrt domain */
+    for (int op = 0; op < A_COUNT; op++) {
+        pl_tensor *in = op == A_LOG || op == A_SQRT ? xp : x;
+        pl_tensor *o = PL_CK_NOTNULL(f_act(&in, 1, &op));
+        check_shape(o, 2, (int64_t[]){7, 33});
+        double ref[231];
+        for (int i = 0; i < 231; i++) ref[i] = ref_act(op, pl_tensor_get(in, i));
+        check_close(o, ref, 231, 1e-6, 1e-5, act_names[op]);
+    }
+    /* hand values: gelu(1) = 0.841344746, gelu_tanh(1) = 0.841191990, silu(1) = 0.731058579 */
+    pl_tensor *one = pl_tensor_from_data(PL_F32, PL_SHAPE(1), (float[]){1.0f}, PL_CPU);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_gelu(one, false)), 0.841344746, 1e-6);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_gelu(one, true)), 0.841191990, 1e-6);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_silu(one)), 0.731058579, 1e-6);
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(activation_gradients) {
+    for (int op = 0; op < A_COUNT; op++) {
+        pl_tensor *x = op == A_LOG || op == A_SQRT ? pl_test_rand(PL_SHAPE(7, 33), 0.3, 3.0, 92)
+                                                   : pl_test_randn(PL_SHAPE(7, 33), 93);
+        /* keep central differences away from the kink at 0 (relu, leaky_relu, elu) */
+        float *xd = pl_tensor_f32(x);
+        for (int i = 0; i < 231; i++)
+            if (fabsf(xd[i]) < 0.01f) xd[i] = 0.5f;
+        pl_tensor_set_requires_grad(x, true);
+        check_grad(f_act, &x, 1, &op, act_names[op]);
+        pl_tensor_release(x);
+    }
+}
+END_TEST
+
+/* ---- softmax -------------------------------------------------------------------------- */
+
+static pl_tensor *f_softmax(pl_tensor **in, int n, void *ctx) {
+    return *(int *)ctx ? pl_log_softmax(in[0]) : pl_softmax(in[0]);
+}
+
+START_TEST(softmax_and_log_softmax) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 7), 100);
+    pl_tensor *x2 = pl_scale(x, 30.0); /* large logits: needs the max shift */
+    for (int lg = 0; lg < 2; lg++)
+        for (int v = 0; v < 2; v++) {
+            pl_tensor *in = v ? x2 : x;
+            pl_tensor *o = PL_CK_NOTNULL(f_softmax(&in, 1, &lg));
+            double ref[42];
+            for (int r = 0; r < 6; r++) {
+                double m = -INFINITY, s = 0;
+                for (int j = 0; j < 7; j++) m = fmax(m, pl_tensor_get(in, r * 7 + j));
+                for (int j = 0; j < 7; j++) s += exp(pl_tensor_get(in, r * 7 + j) - m);
+                for (int j = 0; j < 7; j++) {
+                    double l = pl_tensor_get(in, r * 7 + j) - m - log(s);
+                    ref[r * 7 + j] = lg ? l : exp(l);
+                }
+            }
+            check_close(o, ref, 42, 1e-5, 1e-5, lg ? "log_softmax" : "softmax");
+        }
+    pl_frame_end();
+    for (int lg = 0; lg < 2; lg++) {
+        pl_tensor *g = randn_g(PL_SHAPE(3, 33), 101);
+        check_grad(f_softmax, &g, 1, &lg, lg ? "log_softmax" : "softmax");
+        pl_tensor_release(g);
+        pl_tensor *g1 = randn_g(PL_SHAPE(7), 102);
+        check_grad(f_softmax, &g1, 1, &lg, lg ? "log_softmax 1-D" : "softmax 1-D");
+        pl_tensor_release(g1);
+    }
+}
+END_TEST
+
+/* ---- losses ----------------------------------------------------------------------------- */
+
+/* torch.nn.functional.cross_entropy(x, t, ignore_index, label_smoothing), mean. */
+static double ref_ce(const pl_tensor *x, const int64_t *t, int64_t N, int64_t C, int64_t ign,
+                     double eps) {
+    double nll = 0, smooth = 0;
+    int64_t valid = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (t[i] == ign) continue;
+        double m = -INFINITY, s = 0;
+        for (int64_t c = 0; c < C; c++) m = fmax(m, pl_tensor_get(x, i * C + c));
+        for (int64_t c = 0; c < C; c++) s += exp(pl_tensor_get(x, i * C + c) - m);
+        double lse = m + log(s);
+        nll += lse - pl_tensor_get(x, i * C + t[i]);
+        for (int64_t c = 0; c < C; c++) smooth += lse - pl_tensor_get(x, i * C + c);
+        valid++;
+    }
+    return (1 - eps) * nll / valid + eps / C * smooth / valid;
+}
+
+typedef struct ce_ctx {
+    pl_tensor *target;
+    int64_t ign;
+    double eps;
+} ce_ctx;
+
+static pl_tensor *f_ce(pl_tensor **in, int n, void *ctx) {
+    ce_ctx *c = ctx;
+    return pl_cross_entropy(in[0], c->target, c->ign, c->eps);
+}
+
+START_TEST(cross_entropy_hand_values) {
+    pl_frame_begin();
+    /* logits [1,2,3], target 2: nll = log(e + e^2 + e^3) - 3 = 0.40760596;
+     * smoothing 0.1: 0.9 * 0.40760596 + 0.1 * (3 lse - 6) / 3 = 0.50760596 */
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(1, 3), (float[]){1, 2, 3}, PL_CPU);
+    pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){2}, PL_CPU);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t, -100, 0.0)), 0.40760596, 1e-6);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t, -100, 0.1)), 0.50760596, 1e-6);
+    /* i32 targets are accepted too */
+    pl_tensor *t32 = pl_tensor_from_data(PL_I32, PL_SHAPE(1), (int32_t[]){2}, PL_CPU);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t32, -100, 0.0)), 0.40760596,
+                            1e-6);
+    /* every target ignored -> NaN, as in PyTorch */
+    pl_tensor *ti = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){-100}, PL_CPU);
+    ck_assert(isnan(pl_tensor_item(pl_cross_entropy(x, ti, -100, 0.0))));
+    /* out-of-range target -> error naming the op */
+    pl_tensor *tb = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){3}, PL_CPU);
+    ck_assert_ptr_null(pl_cross_entropy(x, tb, -100, 0.0));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "cross_entropy"));
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(cross_entropy_ignore_index_and_smoothing) {
+    int64_t tg[7] = {0, 4, -1, 2, 2, -1, 1};
+    pl_tensor *x = randn_g(PL_SHAPE(7, 5), 110);
+    pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(7), tg, PL_CPU);
+    double epss[] = {0.0, 0.1, 0.35};
+    for (int e = 0; e < 3; e++) {
+        pl_frame_begin();
+        pl_tensor *l = PL_CK_NOTNULL(pl_cross_entropy(x, t, -1, epss[e]));
+        ck_assert_int_eq(l->ndim, 0);
+        ck_assert_double_eq_tol(pl_tensor_item(l), ref_ce(x, tg, 7, 5, -1, epss[e]), 1e-5);
+        pl_tape_clear();
+        pl_frame_end();
+        ce_ctx c = {t, -1, epss[e]};
+        check_grad(f_ce, &x, 1, &c, "cross_entropy");
+    }
+    /* ignored rows get zero gradient */
+    pl_frame_begin();
+    pl_tensor_zero_grad(x);
+    PL_CK_OK(pl_backward(pl_cross_entropy(x, t, -1, 0.1), 1.0));
+    pl_frame_end();
+    for (int c = 0; c < 5; c++) {
+        ck_assert_double_eq(pl_tensor_get(x->grad, 2 * 5 + c), 0.0);
+        ck_assert_double_eq(pl_tensor_get(x->grad, 5 * 5 + c), 0.0);
+    }
+    pl_tensor_release(x);
+    pl_tensor_release(t);
+}
+END_TEST
+
+enum { L_MSE, L_MAE, L_HUBER };
+
+static pl_tensor *f_loss(pl_tensor **in, int n, void *ctx) {
+    switch (*(int *)ctx) {
+    case L_MSE: return pl_mse_loss(in[0], in[1]);
+    case L_MAE: return pl_mae_loss(in[0], in[1]);
+    default: return pl_huber_loss(in[0], in[1], 0.8);
+    }
+}
+
+START_TEST(regression_losses) {
+    pl_tensor *in[2] = {randn_g(PL_SHAPE(7, 3), 120), randn_g(PL_SHAPE(7, 3), 121)};
+    for (int op = 0; op < 3; op++) {
+        pl_frame_begin();
+        pl_tensor *l = PL_CK_NOTNULL(f_loss(in, 2, &op));
+        double s = 0;
+        for (int i = 0; i < 21; i++) {
+            double d = pl_tensor_get(in[0], i) - pl_tensor_get(in[1], i);
+            s += op == L_MSE ? d * d
+                 : op == L_MAE ? fabs(d)
+                               : (fabs(d) < 0.8 ? 0.5 * d * d : 0.8 * (fabs(d) - 0.4));
+        }
+        ck_assert_double_eq_tol(pl_tensor_item(l), s / 21, 1e-6);
+        pl_tape_clear();
+        pl_frame_end();
+        check_grad(f_loss, in, 2, &op, op == L_MSE ? "mse" : op == L_MAE ? "mae" : "huber");
+    }
+    /* hand values: pred [0, 3], target [1, 1]: mse 2.5, mae 1.5, huber(1) (0.5 + 1.5)/2 = 1 */
+    pl_frame_begin();
+    pl_tensor *p = pl_tensor_from_data(PL_F32, PL_SHAPE(2), (float[]){0, 3}, PL_CPU);
+    pl_tensor *t = pl_tensor_from_data(PL_F32, PL_SHAPE(2), (float[]){1, 1}, PL_CPU);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_mse_loss(p, t)), 2.5, 1e-7);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_mae_loss(p, t)), 1.5, 1e-7);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_huber_loss(p, t, 1.0)), 1.0, 1e-7);
+    ck_assert_ptr_null(pl_mse_loss(p, pl_test_randn(PL_SHAPE(3), 1)));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    pl_frame_end();
+    pl_tensor_release(in[0]);
+    pl_tensor_release(in[1]);
+}
+END_TEST
+
+/* ---- normalization ----------------------------------------------------------------------- */
+
+static pl_tensor *f_layer_norm(pl_tensor **in, int n, void *ctx) {
+    return pl_layer_norm(in[0], n > 1 ? in[1] : NULL, n > 2 ? in[2] : NULL, 1e-5);
+}
+
+static pl_tensor *f_rms_norm(pl_tensor **in, int n, void *ctx) {
+    return pl_rms_norm(in[0], n > 1 ? in[1] : NULL, 1e-6);
+}
+
+START_TEST(layer_norm_and_rms_norm_forward) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 33), 130);
+    pl_tensor *w = pl_test_randn(PL_SHAPE(33), 131), *b = pl_test_randn(PL_SHAPE(33), 132);
+    for (int variant = 0; variant < 2; variant++) {
+        pl_tensor *ln = PL_CK_NOTNULL(variant ? pl_layer_norm(x, NULL, NULL, 1e-5)
+                                              : pl_layer_norm(x, w, b, 1e-5));
+        pl_tensor *rn = PL_CK_NOTNULL(variant ? pl_rms_norm(x, NULL, 1e-6) : pl_rms_norm(x, w, 1e-6));
+        double rl[198], rr[198];
+        for (int r = 0; r < 6; r++) {
+            double mu = 0, var = 0, ms = 0;
+            for (int j = 0; j < 33; j++) mu += pl_tensor_get(x, r * 33 + j) / 33;
+            for (int j = 0; j < 33; j++) {
+                double v = pl_tensor_get(x, r * 33 + j);
+                var += (v - mu) * (v - mu) / 33;
+                ms += v * v / 33;
+            }
+            for (int j = 0; j < 33; j++) {
+                double v = pl_tensor_get(x, r * 33 + j);
+                double wj = variant ? 1 : pl_tensor_get(w, j), bj = variant ? 0 : pl_tensor_get(b, j);
+                rl[r * 33 + j] = (v - mu) / sqrt(var + 1e-5) * wj + bj;
+                rr[r * 33 + j] = v / sqrt(ms + 1e-6) * wj;
+            }
+        }
+        check_close(ln, rl, 198, 1e-5, 1e-5, "layer_norm");
+        check_close(rn, rr, 198, 1e-5, 1e-5, "rms_norm");
+    }
+    ck_assert_ptr_null(pl_layer_norm(x, pl_test_randn(PL_SHAPE(32), 1), NULL, 1e-5));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    pl_frame_end();
+}
+END_TEST
+
+START_TEST(layer_norm_and_rms_norm_gradients) {
+    pl_tensor *in[3] = {randn_g(PL_SHAPE(3, 7), 140), randn_g(PL_SHAPE(7), 141),
+                        randn_g(PL_SHAPE(7), 142)};
+    check_grad(f_layer_norm, in, 3, NULL, "layer_norm x,w,b");
+    check_grad(f_layer_norm, in, 1, NULL, "layer_norm x");
+    check_grad(f_rms_norm, in, 2, NULL, "rms_norm x,w");
+    check_grad(f_rms_norm, in, 1, NULL, "rms_norm x");
+    pl_tensor *x33[2] = {randn_g(PL_SHAPE(2, 33), 143), randn_g(PL_SHAPE(33), 144)};
+    check_grad(f_rms_norm, x33, 2, NULL, "rms_norm D=33");
+    check_grad(f_layer_norm, x33, 2, NULL, "layer_norm D=33");
+    pl_tensor *x1 = randn_g(PL_SHAPE(1, 1), 145); /* D = 1: layer_norm output is b */
+    check_grad(f_rms_norm, &x1, 1, NULL, "rms_norm D=1");
+    for (int i = 0; i < 3; i++) pl_tensor_release(in[i]);
+    pl_tensor_release(x33[0]);
+    pl_tensor_release(x33[1]);
+    pl_tensor_release(x1);
+}
+END_TEST
+
+/* ---- cast --------------------------------------------------------------------------------- */
+
+START_TEST(cast_rounds_to_nearest_even_and_passes_gradient) {
+    pl_frame_begin();
+    float v[5] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 65520.0f, 1.0f + 0x1p-11f};
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(5), v, PL_CPU);
+    pl_tensor *hb = PL_CK_NOTNULL(pl_cast(x, PL_BF16));
+    ck_assert_int_eq(hb->dtype, PL_BF16);
+    ck_assert_double_eq(pl_tensor_get(hb, 0), 1.0);      /* tie -> even */
+    ck_assert_double_eq(pl_tensor_get(hb, 1), 1.015625); /* tie -> even (up) */
+    ck_assert_double_eq(pl_tensor_get(hb, 2), -2.5);
+    ck_assert_double_eq(pl_tensor_get(hb, 3), 65536.0);
+    pl_tensor *hf = PL_CK_NOTNULL(pl_cast(x, PL_F16));
+    ck_assert_double_eq(pl_tensor_get(hf, 2), -2.5);
+    ck_assert(isinf(pl_tensor_get(hf, 3)));            /* above f16 max after rounding */
+    ck_assert_double_eq(pl_tensor_get(hf, 4), 1.0);    /* tie -> even */
+    pl_tensor *back = pl_cast(hf, PL_BF16);             /* f16 -> bf16 */
+    ck_assert_double_eq(pl_tensor_get(back, 2), -2.5);
+    ck_assert_ptr_null(pl_cast(x, PL_I64));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_DTYPE);
+    pl_frame_end();
+
+    pl_tensor *g = randn_g(PL_SHAPE(7, 3), 150);
+    pl_tensor *w = pl_test_randn(PL_SHAPE(7, 3), 151);
+    pl_frame_begin();
+    /* d sum(cast(g) * w)/dg = w: the cast's gradient is the identity, in f32 */
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(pl_cast(pl_cast(g, PL_BF16), PL_F32), w), PL_ALL_DIMS, false),
+                         1.0));
+    pl_frame_end();
+    for (int i = 0; i < 21; i++) ck_assert_double_eq(pl_tensor_get(g->grad, i), pl_tensor_get(w, i));
+    pl_tensor_release(g);
+    pl_tensor_release(w);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("ops_dense");
+    TCase *tc = tcase_create("dense");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, matmul_matches_reference_loop_all_transposes_and_batches);
+    tcase_add_test(tc, matmul_gradients_match_finite_differences);
+    tcase_add_test(tc, matmul_rejects_mismatched_inner_dims_and_dtypes);
+    tcase_add_test(tc, matmul_bf16_is_f32_accumulated_and_rounded_once);
+    tcase_add_test(tc, matmul_bf16_gradients_reach_f32_leaves);
+    tcase_add_test(tc, autocast_bf16_runs_matmul_and_linear_in_bf16);
+    tcase_add_test(tc, linear_matches_reference_and_gradients);
+    tcase_add_test(tc, binary_ops_broadcast_forward);
+    tcase_add_test(tc, binary_ops_gradients_reduce_over_broadcast_dims);
+    tcase_add_test(tc, same_tensor_twice_gets_both_gradients);
+    tcase_add_test(tc, scale_and_add_scalar);
+    tcase_add_test(tc, half_dtypes_promote_like_torch);
+    tcase_add_test(tc, sum_and_mean_over_dims);
+    tcase_add_test(tc, sum_and_mean_gradients);
+    tcase_add_test(tc, activations_match_torch_formulas);
+    tcase_add_test(tc, activation_gradients);
+    tcase_add_test(tc, softmax_and_log_softmax);
+    tcase_add_test(tc, cross_entropy_hand_values);
+    tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
+    tcase_add_test(tc, regression_losses);
+    tcase_add_test(tc, layer_norm_and_rms_norm_forward);
+    tcase_add_test(tc, layer_norm_and_rms_norm_gradients);
+    tcase_add_test(tc, cast_rounds_to_nearest_even_and_passes_gradient);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}
