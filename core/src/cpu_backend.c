@@ -33,6 +33,7 @@ static pl_status cpu_mem_info(int device, size_t *free_b, size_t *total_b) {
 /* Kernel files that are not linked in leave their ops unsupported. */
 __attribute__((weak)) void pl_cpu_register_dense(pl_backend *b) { (void)b; }
 __attribute__((weak)) void pl_cpu_register_index(pl_backend *b) { (void)b; }
+__attribute__((weak)) void pl_cpu_register_nf4(pl_backend *b) { (void)b; }
 
 static pl_backend g_cpu = {
     .name = "cpu",
@@ -53,6 +54,7 @@ static void init_cpu(void) {
     pl_cpu_register_copy(&g_cpu);
     pl_cpu_register_dense(&g_cpu);
     pl_cpu_register_index(&g_cpu);
+    pl_cpu_register_nf4(&g_cpu);
     g_backends[PL_DEVICE_CPU] = &g_cpu;
 }
 

@@ -65,5 +65,6 @@ void pl_frame_adopt(pl_tensor *t);
 void pl_cpu_register_dense(pl_backend *b);  /* kernels_dense.c */
 void pl_cpu_register_index(pl_backend *b);  /* kernels_index.c */
 void pl_cpu_register_copy(pl_backend *b);   /* tensor.c: PL_OP_COPY */
+void pl_cpu_register_nf4(pl_backend *b);    /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
 
 #endif

@@ -25,8 +25,10 @@ static pl_tensor *launch(pl_kernel_args *k) {
     if (!s) s = pl_kernel_forward(k);
     if (!s)
         s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + 1, k->n_out - 1, k->out[0]);
-    for (int i = 0; i < k->n_in; i++) pl_tensor_release(k->in[i]);
-    for (int i = 1; i < k->n_out; i++) pl_tensor_release(k->out[i]);
+    for (int i = 0; i < k->n_in; i++)
+        pl_tensor_release(k->in[i]);
+    for (int i = 1; i < k->n_out; i++)
+        pl_tensor_release(k->out[i]);
     if (s) {
         pl_tensor_release(k->out[0]);
         return NULL;
@@ -40,7 +42,8 @@ static bool take_inputs(pl_kernel_args *k, pl_tensor *const *ts, int n) {
     for (int i = 0; i < n; i++) {
         k->in[i] = pl_contiguous_owned(ts[i]);
         if (!k->in[i]) {
-            for (int j = 0; j < i; j++) pl_tensor_release(k->in[j]);
+            for (int j = 0; j < i; j++)
+                pl_tensor_release(k->in[j]);
             return false;
         }
     }
@@ -54,7 +57,9 @@ static pl_tensor *frame_result(pl_tensor *r) {
     return r ? pl_op_result(r) : NULL;
 }
 
-static const int64_t *shape0(const pl_tensor *t) { return t->shape; }
+static const int64_t *shape0(const pl_tensor *t) {
+    return t->shape;
+}
 
 /* ---- cast ------------------------------------------------------------------- */
 
@@ -97,10 +102,18 @@ static pl_tensor *binary(const char *name, pl_op op, pl_tensor *a, pl_tensor *b)
     return launch(&k);
 }
 
-pl_tensor *pl_add(pl_tensor *a, pl_tensor *b) { return binary("add", PL_OP_ADD, a, b); }
-pl_tensor *pl_sub(pl_tensor *a, pl_tensor *b) { return binary("sub", PL_OP_SUB, a, b); }
-pl_tensor *pl_mul(pl_tensor *a, pl_tensor *b) { return binary("mul", PL_OP_MUL, a, b); }
-pl_tensor *pl_div(pl_tensor *a, pl_tensor *b) { return binary("div", PL_OP_DIV, a, b); }
+pl_tensor *pl_add(pl_tensor *a, pl_tensor *b) {
+    return binary("add", PL_OP_ADD, a, b);
+}
+pl_tensor *pl_sub(pl_tensor *a, pl_tensor *b) {
+    return binary("sub", PL_OP_SUB, a, b);
+}
+pl_tensor *pl_mul(pl_tensor *a, pl_tensor *b) {
+    return binary("mul", PL_OP_MUL, a, b);
+}
+pl_tensor *pl_div(pl_tensor *a, pl_tensor *b) {
+    return binary("div", PL_OP_DIV, a, b);
+}
 
 /* ---- elementwise unary (scalar ops and activations) ------------------------------- */
 
@@ -120,26 +133,48 @@ static pl_tensor *unary(const char *name, pl_op op, pl_tensor *a, double alpha, 
     return launch(&k);
 }
 
-pl_tensor *pl_scale(pl_tensor *a, double s) { return unary("scale", PL_OP_SCALE, a, s, 0); }
+pl_tensor *pl_scale(pl_tensor *a, double s) {
+    return unary("scale", PL_OP_SCALE, a, s, 0);
+}
 pl_tensor *pl_add_scalar(pl_tensor *a, double s) {
     return unary("add_scalar", PL_OP_ADD_SCALAR, a, s, 0);
 }
-pl_tensor *pl_relu(pl_tensor *a) { return unary("relu", PL_OP_RELU, a, 0, 0); }
+pl_tensor *pl_relu(pl_tensor *a) {
+    return unary("relu", PL_OP_RELU, a, 0, 0);
+}
 pl_tensor *pl_leaky_relu(pl_tensor *a, double negative_slope) {
     return unary("leaky_relu", PL_OP_LEAKY_RELU, a, negative_slope, 0);
 }
-pl_tensor *pl_elu(pl_tensor *a, double alpha) { return unary("elu", PL_OP_ELU, a, alpha, 0); }
+pl_tensor *pl_elu(pl_tensor *a, double alpha) {
+    return unary("elu", PL_OP_ELU, a, alpha, 0);
+}
 pl_tensor *pl_gelu(pl_tensor *a, bool tanh_approx) {
     return unary("gelu", PL_OP_GELU, a, 0, tanh_approx ? 1 : 0);
 }
-pl_tensor *pl_silu(pl_tensor *a) { return unary("silu", PL_OP_SILU, a, 0, 0); }
-pl_tensor *pl_sigmoid(pl_tensor *a) { return unary("sigmoid", PL_OP_SIGMOID, a, 0, 0); }
-pl_tensor *pl_tanh(pl_tensor *a) { return unary("tanh", PL_OP_TANH, a, 0, 0); }
-pl_tensor *pl_exp(pl_tensor *a) { return unary("exp", PL_OP_EXP, a, 0, 0); }
-pl_tensor *pl_log(pl_tensor *a) { return unary("log", PL_OP_LOG, a, 0, 0); }
-pl_tensor *pl_square(pl_tensor *a) { return unary("square", PL_OP_SQUARE, a, 0, 0); }
-pl_tensor *pl_sqrt(pl_tensor *a) { return unary("sqrt", PL_OP_SQRT, a, 0, 0); }
-pl_tensor *pl_softmax(pl_tensor *a) { return unary("softmax", PL_OP_SOFTMAX, a, 0, 0); }
+pl_tensor *pl_silu(pl_tensor *a) {
+    return unary("silu", PL_OP_SILU, a, 0, 0);
+}
+pl_tensor *pl_sigmoid(pl_tensor *a) {
+    return unary("sigmoid", PL_OP_SIGMOID, a, 0, 0);
+}
+pl_tensor *pl_tanh(pl_tensor *a) {
+    return unary("tanh", PL_OP_TANH, a, 0, 0);
+}
+pl_tensor *pl_exp(pl_tensor *a) {
+    return unary("exp", PL_OP_EXP, a, 0, 0);
+}
+pl_tensor *pl_log(pl_tensor *a) {
+    return unary("log", PL_OP_LOG, a, 0, 0);
+}
+pl_tensor *pl_square(pl_tensor *a) {
+    return unary("square", PL_OP_SQUARE, a, 0, 0);
+}
+pl_tensor *pl_sqrt(pl_tensor *a) {
+    return unary("sqrt", PL_OP_SQRT, a, 0, 0);
+}
+pl_tensor *pl_softmax(pl_tensor *a) {
+    return unary("softmax", PL_OP_SOFTMAX, a, 0, 0);
+}
 pl_tensor *pl_log_softmax(pl_tensor *a) {
     return unary("log_softmax", PL_OP_LOG_SOFTMAX, a, 0, 0);
 }
@@ -213,8 +248,7 @@ pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b) {
     int64_t Kb = trans_b ? b->shape[nb - 1] : b->shape[nb - 2];
     int64_t N = trans_b ? b->shape[nb - 2] : b->shape[nb - 1];
     if (K != Kb) {
-        pl_error_set(PL_ERR_SHAPE,
-                     "matmul: inner dims differ: %s%s has K=%lld, %s%s has K=%lld",
+        pl_error_set(PL_ERR_SHAPE, "matmul: inner dims differ: %s%s has K=%lld, %s%s has K=%lld",
                      pl_tensor_describe(a, ba, sizeof ba), trans_a ? " (transposed)" : "",
                      (long long)K, pl_tensor_describe(b, bb, sizeof bb),
                      trans_b ? " (transposed)" : "", (long long)Kb);
@@ -276,8 +310,7 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
                             double label_smoothing) {
     if (!logits || !target) return NULL;
     pl_tensor *ts[2] = {logits, target};
-    if (pl_check_float("cross_entropy", logits, true) ||
-        pl_check_index("cross_entropy", target) ||
+    if (pl_check_float("cross_entropy", logits, true) || pl_check_index("cross_entropy", target) ||
         pl_check_same_device("cross_entropy", ts, 2) ||
         pl_check_ndim("cross_entropy", logits, 2, 2) ||
         pl_check_ndim("cross_entropy", target, 1, 1))
@@ -296,8 +329,8 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
     }
     if (logits->dtype != PL_F32) {
         pl_frame_begin();
-        return frame_result(pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index,
-                                             label_smoothing));
+        return frame_result(
+            pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index, label_smoothing));
     }
     pl_kernel_args k = {.op = PL_OP_CROSS_ENTROPY, .n_out = 2};
     k.p.ignore_index = ignore_index;
@@ -355,8 +388,7 @@ static bool norm_check(const char *name, pl_tensor *x, pl_tensor *w, pl_tensor *
     for (int i = 0; i < 2; i++) {
         if (!ps[i]) continue;
         pl_tensor *pair[2] = {x, ps[i]};
-        if (pl_check_float(name, ps[i], true) || pl_check_same_device(name, pair, 2))
-            return false;
+        if (pl_check_float(name, ps[i], true) || pl_check_same_device(name, pair, 2)) return false;
         if (ps[i]->ndim != 1 || ps[i]->shape[0] != D) {
             char bx[160], bp[160];
             pl_error_set(PL_ERR_SHAPE, "%s: %s %s must be [%lld] to match x %s", name,

@@ -18,8 +18,9 @@
 static pl_status check_data(const char *op, const pl_tensor *t) {
     char b[256];
     if (t->dtype == PL_NF4)
-        return pl_error_set(PL_ERR_DTYPE, "%s: tensor %s is nf4; this op takes f32/bf16/f16 or integer data",
-                            op, pl_tensor_describe(t, b, sizeof b));
+        return pl_error_set(PL_ERR_DTYPE,
+                            "%s: tensor %s is nf4; this op takes f32/bf16/f16 or integer data", op,
+                            pl_tensor_describe(t, b, sizeof b));
     return PL_OK;
 }
 
@@ -42,8 +43,10 @@ static pl_tensor *finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved
         if (!k->out[i]) st = PL_ERR_NOMEM;
     if (!st) st = pl_kernel_forward(k);
     if (!st) st = pl_autograd_record(k->op, &k->p, k->in, k->n_in, saved, n_saved, out);
-    for (int i = 0; i < k->n_in; i++) pl_tensor_release(k->in[i]);
-    for (int i = 1; i < k->n_out; i++) pl_tensor_release(k->out[i]);
+    for (int i = 0; i < k->n_in; i++)
+        pl_tensor_release(k->in[i]);
+    for (int i = 1; i < k->n_out; i++)
+        pl_tensor_release(k->out[i]);
     if (st) {
         pl_tensor_release(out);
         return NULL;
@@ -52,7 +55,8 @@ static pl_tensor *finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved
 }
 
 static void release_all(pl_tensor **ts, int n) {
-    for (int i = 0; i < n; i++) pl_tensor_release(ts[i]);
+    for (int i = 0; i < n; i++)
+        pl_tensor_release(ts[i]);
 }
 
 /* ---- indexing ----------------------------------------------------------- */
@@ -87,7 +91,8 @@ pl_tensor *pl_index_select(pl_tensor *a, int dim, pl_tensor *idx) {
     if (!a || !idx) return NULL;
     pl_tensor *ts[2] = {a, idx};
     if (check_data("index_select", a) || pl_check_index("index_select", idx) ||
-        pl_check_ndim("index_select", idx, 1, 1) || pl_check_ndim("index_select", a, 1, PL_MAX_DIMS) ||
+        pl_check_ndim("index_select", idx, 1, 1) ||
+        pl_check_ndim("index_select", a, 1, PL_MAX_DIMS) ||
         pl_check_same_device("index_select", ts, 2))
         return NULL;
     int d = norm_dim("index_select", a, dim);
@@ -123,7 +128,8 @@ pl_tensor *pl_gather(pl_tensor *a, int dim, pl_tensor *idx) {
     for (int i = 0; i < a->ndim; i++)
         if (i != d && idx->shape[i] > a->shape[i]) {
             pl_error_set(PL_ERR_SHAPE, "gather: index %s is larger than input %s in dim %d",
-                         pl_tensor_describe(idx, b1, sizeof b1), pl_tensor_describe(a, b2, sizeof b2), i);
+                         pl_tensor_describe(idx, b1, sizeof b1),
+                         pl_tensor_describe(a, b2, sizeof b2), i);
             return NULL;
         }
     pl_kernel_args k = {.op = PL_OP_GATHER, .n_in = 2, .n_out = 1, .p.dim = d};
@@ -142,7 +148,8 @@ pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_s
     if (!src || !idx) return NULL;
     pl_tensor *ts[2] = {src, idx};
     if (pl_check_float("scatter_add", src, false) || pl_check_index("scatter_add", idx) ||
-        pl_check_ndim("scatter_add", idx, 1, 1) || pl_check_ndim("scatter_add", src, 1, PL_MAX_DIMS) ||
+        pl_check_ndim("scatter_add", idx, 1, 1) ||
+        pl_check_ndim("scatter_add", src, 1, PL_MAX_DIMS) ||
         pl_check_same_device("scatter_add", ts, 2))
         return NULL;
     int d = norm_dim("scatter_add", src, dim);
@@ -154,7 +161,8 @@ pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_s
         return NULL;
     }
     if (dim_size < 0) {
-        pl_error_set(PL_ERR_INVALID, "scatter_add: dim_size %lld must be >= 0", (long long)dim_size);
+        pl_error_set(PL_ERR_INVALID, "scatter_add: dim_size %lld must be >= 0",
+                     (long long)dim_size);
         return NULL;
     }
     int64_t shape[PL_MAX_DIMS];
@@ -176,14 +184,16 @@ pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_seg
     char b1[256], b2[256];
     if (!scores || !seg) return NULL;
     pl_tensor *ts[2] = {scores, seg};
-    if (pl_check_float("segment_softmax", scores, false) || pl_check_index("segment_softmax", seg) ||
-        pl_check_ndim("segment_softmax", seg, 1, 1) ||
+    if (pl_check_float("segment_softmax", scores, false) ||
+        pl_check_index("segment_softmax", seg) || pl_check_ndim("segment_softmax", seg, 1, 1) ||
         pl_check_ndim("segment_softmax", scores, 1, PL_MAX_DIMS) ||
         pl_check_same_device("segment_softmax", ts, 2))
         return NULL;
     if (seg->shape[0] != scores->shape[0]) {
-        pl_error_set(PL_ERR_SHAPE, "segment_softmax: segment ids %s must have one entry per row of scores %s",
-                     pl_tensor_describe(seg, b1, sizeof b1), pl_tensor_describe(scores, b2, sizeof b2));
+        pl_error_set(PL_ERR_SHAPE,
+                     "segment_softmax: segment ids %s must have one entry per row of scores %s",
+                     pl_tensor_describe(seg, b1, sizeof b1),
+                     pl_tensor_describe(scores, b2, sizeof b2));
         return NULL;
     }
     if (num_segments < 0) {
@@ -191,8 +201,8 @@ pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_seg
                      (long long)num_segments);
         return NULL;
     }
-    pl_kernel_args k = {.op = PL_OP_SEGMENT_SOFTMAX, .n_in = 2, .n_out = 1,
-                        .p.num_segments = num_segments};
+    pl_kernel_args k = {
+        .op = PL_OP_SEGMENT_SOFTMAX, .n_in = 2, .n_out = 1, .p.num_segments = num_segments};
     k.in[0] = pl_contiguous_owned(scores);
     k.in[1] = pl_contiguous_owned(seg);
     if (!k.in[0] || !k.in[1]) {
@@ -215,7 +225,11 @@ pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, b
         return NULL;
     }
     if (!training || p == 0.0) return pl_op_result(pl_tensor_retain(a));
-    pl_kernel_args k = {.op = PL_OP_DROPOUT, .n_in = 1, .n_out = 2, .p.alpha = p, .p.seed = seed,
+    pl_kernel_args k = {.op = PL_OP_DROPOUT,
+                        .n_in = 1,
+                        .n_out = 2,
+                        .p.alpha = p,
+                        .p.seed = seed,
                         .p.counter = counter};
     k.in[0] = pl_contiguous_owned(a);
     if (!k.in[0]) return NULL;
@@ -237,13 +251,15 @@ static pl_tensor *concat_small(pl_tensor *const *ts, int n, int d) {
     for (int i = 0; i < n; i++) {
         const pl_tensor *t = ts[i];
         if (t->ndim != ts[0]->ndim || t->dtype != ts[0]->dtype) {
-            pl_error_set(PL_ERR_SHAPE, "concat: tensor %d %s does not match tensor 0 %s in rank/dtype", i,
-                         pl_tensor_describe(t, b1, sizeof b1), pl_tensor_describe(ts[0], b2, sizeof b2));
+            pl_error_set(
+                PL_ERR_SHAPE, "concat: tensor %d %s does not match tensor 0 %s in rank/dtype", i,
+                pl_tensor_describe(t, b1, sizeof b1), pl_tensor_describe(ts[0], b2, sizeof b2));
             return NULL;
         }
         for (int j = 0; j < t->ndim; j++)
             if (j != d && t->shape[j] != ts[0]->shape[j]) {
-                pl_error_set(PL_ERR_SHAPE, "concat: tensor %d %s differs from tensor 0 %s in dim %d", i,
+                pl_error_set(PL_ERR_SHAPE,
+                             "concat: tensor %d %s differs from tensor 0 %s in dim %d", i,
                              pl_tensor_describe(t, b1, sizeof b1),
                              pl_tensor_describe(ts[0], b2, sizeof b2), j);
                 return NULL;
@@ -300,15 +316,19 @@ pl_status pl_split(pl_tensor *a, int dim, const int64_t *sizes, int n, pl_tensor
     char b[256];
     if (!outs || n <= 0 || !sizes)
         return pl_error_set(PL_ERR_INVALID, "split: need n > 0 sizes and outputs (got n = %d)", n);
-    for (int i = 0; i < n; i++) outs[i] = NULL;
-    if (!a) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "split: NULL tensor");
+    for (int i = 0; i < n; i++)
+        outs[i] = NULL;
+    if (!a)
+        return pl_error_status() ? pl_error_status()
+                                 : pl_error_set(PL_ERR_INVALID, "split: NULL tensor");
     if (check_data("split", a)) return PL_ERR_DTYPE;
     int d = norm_dim("split", a, dim);
     if (d < 0) return PL_ERR_INVALID;
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (sizes[i] < 0)
-            return pl_error_set(PL_ERR_INVALID, "split: size %d is negative (%lld)", i, (long long)sizes[i]);
+            return pl_error_set(PL_ERR_INVALID, "split: size %d is negative (%lld)", i,
+                                (long long)sizes[i]);
         total += sizes[i];
     }
     if (total != a->shape[d])
@@ -341,8 +361,8 @@ pl_tensor *pl_slice(pl_tensor *a, int dim, int64_t start, int64_t end) {
     int64_t shape[PL_MAX_DIMS];
     memcpy(shape, a->shape, sizeof shape);
     shape[d] = end - start;
-    pl_kernel_args k = {.op = PL_OP_SLICE, .n_in = 1, .n_out = 1, .p.dim = d, .p.start = start,
-                        .p.end = end};
+    pl_kernel_args k = {
+        .op = PL_OP_SLICE, .n_in = 1, .n_out = 1, .p.dim = d, .p.start = start, .p.end = end};
     k.in[0] = pl_contiguous_owned(a);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
@@ -363,7 +383,8 @@ pl_tensor *pl_permute(pl_tensor *a, const int *perm) {
     for (int i = 0; i < a->ndim; i++) {
         int p = perm[i] < 0 ? perm[i] + a->ndim : perm[i];
         if (p < 0 || p >= a->ndim || seen[p]) {
-            pl_error_set(PL_ERR_INVALID, "permute: entry %d (%d) is not a valid permutation of the %d dims of %s",
+            pl_error_set(PL_ERR_INVALID,
+                         "permute: entry %d (%d) is not a valid permutation of the %d dims of %s",
                          i, perm[i], a->ndim, pl_tensor_describe(a, b, sizeof b));
             return NULL;
         }
@@ -385,7 +406,8 @@ pl_tensor *pl_transpose(pl_tensor *a, int d0, int d1) {
     int e1 = norm_dim("transpose", a, d1);
     if (e1 < 0) return NULL;
     int perm[PL_MAX_DIMS];
-    for (int i = 0; i < a->ndim; i++) perm[i] = i;
+    for (int i = 0; i < a->ndim; i++)
+        perm[i] = i;
     perm[e0] = e1;
     perm[e1] = e0;
     return pl_permute(a, perm);
@@ -411,7 +433,8 @@ pl_tensor *pl_reshape(pl_tensor *a, int ndim, const int64_t *shape) {
             }
             infer = i;
         } else if (sh[i] < 0) {
-            pl_error_set(PL_ERR_SHAPE, "reshape: negative size %lld in dim %d", (long long)sh[i], i);
+            pl_error_set(PL_ERR_SHAPE, "reshape: negative size %lld in dim %d", (long long)sh[i],
+                         i);
             return NULL;
         } else {
             known *= sh[i];
@@ -419,8 +442,8 @@ pl_tensor *pl_reshape(pl_tensor *a, int ndim, const int64_t *shape) {
     }
     if (infer >= 0) {
         if (known == 0 || numel % known) {
-            pl_error_set(PL_ERR_SHAPE, "reshape: cannot infer dim %d of %s from the other sizes", infer,
-                         pl_tensor_describe(a, b, sizeof b));
+            pl_error_set(PL_ERR_SHAPE, "reshape: cannot infer dim %d of %s from the other sizes",
+                         infer, pl_tensor_describe(a, b, sizeof b));
             return NULL;
         }
         sh[infer] = numel / known;
@@ -445,7 +468,8 @@ pl_tensor *pl_reshape(pl_tensor *a, int ndim, const int64_t *shape) {
         v->stride[i] = s;
         s *= sh[i];
     }
-    for (int i = ndim; i < PL_MAX_DIMS; i++) v->shape[i] = v->stride[i] = 0;
+    for (int i = ndim; i < PL_MAX_DIMS; i++)
+        v->shape[i] = v->stride[i] = 0;
     pl_op_params p = {.ndim = ndim};
     memcpy(p.shape, sh, sizeof sh);
     /* a view: no forward kernel runs, the node only maps the gradient back */
@@ -475,7 +499,8 @@ pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta) {
     if (!x) return NULL;
     if (pl_check_float("rope", x, true) || pl_check_ndim("rope", x, 4, 4)) return NULL;
     if (x->shape[3] % 2) {
-        pl_error_set(PL_ERR_SHAPE, "rope: head dim of %s must be even", pl_tensor_describe(x, b, sizeof b));
+        pl_error_set(PL_ERR_SHAPE, "rope: head dim of %s must be even",
+                     pl_tensor_describe(x, b, sizeof b));
         return NULL;
     }
     if (!(theta > 0.0) || pos_offset < 0) {
@@ -483,8 +508,8 @@ pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta) {
                      (long long)pos_offset);
         return NULL;
     }
-    pl_kernel_args k = {.op = PL_OP_ROPE, .n_in = 1, .n_out = 1, .p.alpha = theta,
-                        .p.start = pos_offset};
+    pl_kernel_args k = {
+        .op = PL_OP_ROPE, .n_in = 1, .n_out = 1, .p.alpha = theta, .p.start = pos_offset};
     k.in[0] = pl_contiguous_owned(x);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
@@ -494,7 +519,8 @@ pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta) {
 pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
     char b[256];
     if (!scores) return NULL;
-    if (pl_check_float("causal_softmax", scores, true) || pl_check_ndim("causal_softmax", scores, 2, PL_MAX_DIMS))
+    if (pl_check_float("causal_softmax", scores, true) ||
+        pl_check_ndim("causal_softmax", scores, 2, PL_MAX_DIMS))
         return NULL;
     int nd = scores->ndim;
     if (scores->shape[nd - 1] < scores->shape[nd - 2]) {
@@ -512,7 +538,8 @@ pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
 
 /* ---- fused LSTM ------------------------------------------------------------------ */
 
-static pl_status lstm_check_shape(const pl_tensor *t, const char *what, int ndim, int64_t d0, int64_t d1) {
+static pl_status lstm_check_shape(const pl_tensor *t, const char *what, int ndim, int64_t d0,
+                                  int64_t d1) {
     char b[256];
     if (!t) return PL_OK;
     if (t->ndim != ndim || t->shape[0] != d0 || (ndim > 1 && t->shape[1] != d1))
@@ -522,9 +549,8 @@ static pl_status lstm_check_shape(const pl_tensor *t, const char *what, int ndim
     return pl_check_float("lstm", t, false);
 }
 
-pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_ih,
-                   pl_tensor *b_hh, pl_tensor *h0, pl_tensor *c0, bool reverse,
-                   pl_tensor **h_n, pl_tensor **c_n) {
+pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_ih, pl_tensor *b_hh,
+                   pl_tensor *h0, pl_tensor *c0, bool reverse, pl_tensor **h_n, pl_tensor **c_n) {
     char b1[256];
     if (h_n) *h_n = NULL;
     if (c_n) *c_n = NULL;
@@ -534,10 +560,12 @@ pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_
         return NULL;
     int64_t B = x->shape[0], T = x->shape[1], In = x->shape[2], H = w_hh->shape[1];
     if (w_hh->shape[0] != 4 * H) {
-        pl_error_set(PL_ERR_SHAPE, "lstm: w_hh %s should be [4H, H]", pl_tensor_describe(w_hh, b1, sizeof b1));
+        pl_error_set(PL_ERR_SHAPE, "lstm: w_hh %s should be [4H, H]",
+                     pl_tensor_describe(w_hh, b1, sizeof b1));
         return NULL;
     }
-    if (lstm_check_shape(w_ih, "w_ih", 2, 4 * H, In) || lstm_check_shape(b_ih, "b_ih", 1, 4 * H, 0) ||
+    if (lstm_check_shape(w_ih, "w_ih", 2, 4 * H, In) ||
+        lstm_check_shape(b_ih, "b_ih", 1, 4 * H, 0) ||
         lstm_check_shape(b_hh, "b_hh", 1, 4 * H, 0) || lstm_check_shape(h0, "h0", 2, B, H) ||
         lstm_check_shape(c0, "c0", 2, B, H))
         return NULL;
@@ -572,7 +600,8 @@ pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_
     k.in[4] = h0 ? pl_contiguous_owned(h0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
     k.in[5] = c0 ? pl_contiguous_owned(c0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
     bool ok = true;
-    for (int i = 0; i < 6; i++) ok = ok && k.in[i];
+    for (int i = 0; i < 6; i++)
+        ok = ok && k.in[i];
     if (!ok) {
         release_all(k.in, 6);
         return NULL;
@@ -591,9 +620,13 @@ pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_
         pl_tensor_release(cn);
         return NULL;
     }
-    if (h_n) *h_n = pl_op_result(hn);
-    else pl_tensor_release(hn);
-    if (c_n) *c_n = pl_op_result(cn);
-    else pl_tensor_release(cn);
+    if (h_n)
+        *h_n = pl_op_result(hn);
+    else
+        pl_tensor_release(hn);
+    if (c_n)
+        *c_n = pl_op_result(cn);
+    else
+        pl_tensor_release(cn);
     return y;
 }

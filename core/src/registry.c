@@ -24,6 +24,7 @@
 typedef struct loaded {
     char *path;      /* as found (dir/name.so) */
     char *real;      /* realpath, identity of the file */
+    char *stem;      /* file name without directory and ".so" */
     void *handle;    /* NULL if the load failed */
     const pl_plugin_desc *desc;
     pl_status status;
@@ -54,6 +55,7 @@ void pl_registry_free(pl_registry *r) {
     for (int i = 0; i < r->n_loaded; i++) {
         free(r->loaded[i].path);
         free(r->loaded[i].real);
+        free(r->loaded[i].stem);
         free(r->loaded[i].error);
         /* handles stay open: vtables and option tables must outlive us */
     }
@@ -166,9 +168,14 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
     memset(L, 0, sizeof *L);
     L->path = xstrdup(path);
     L->real = xstrdup(real);
-    if (!L->path || !L->real) {
+    const char *base = strrchr(path, '/');
+    L->stem = xstrdup(base ? base + 1 : path);
+    if (L->stem && strlen(L->stem) > 3 && strcmp(L->stem + strlen(L->stem) - 3, ".so") == 0)
+        L->stem[strlen(L->stem) - 3] = '\0';
+    if (!L->path || !L->real || !L->stem) {
         free(L->path);
         free(L->real);
+        free(L->stem);
         pl_error_set(PL_ERR_NOMEM, "plugin registry: out of memory loading %s", path);
         return NULL;
     }
@@ -390,9 +397,7 @@ int pl_registry_list(pl_registry *r, const pl_plugin_info **out) {
     }
     for (int j = 0; j < n_order; j++) {
         loaded *L = &r->loaded[order[j]];
-        const char *base = strrchr(L->path, '/');
-        base = base ? base + 1 : L->path;
-        r->info[j].name = L->desc ? L->desc->name : base;
+        r->info[j].name = L->desc ? L->desc->name : L->stem;
         r->info[j].path = L->path;
         r->info[j].desc = L->desc;
         r->info[j].error = L->error;

@@ -36,7 +36,8 @@ static void check_close(const pl_tensor *t, const double *ref, int64_t n, double
 
 static void check_shape(const pl_tensor *t, int nd, const int64_t *shape) {
     ck_assert_int_eq(t->ndim, nd);
-    for (int d = 0; d < nd; d++) ck_assert_int_eq(t->shape[d], shape[d]);
+    for (int d = 0; d < nd; d++)
+        ck_assert_int_eq(t->shape[d], shape[d]);
 }
 
 /* ---- matmul ---------------------------------------------------------------- */
@@ -89,23 +90,22 @@ static pl_tensor *f_matmul(pl_tensor **in, int n, void *ctx) {
 }
 
 static const mm_case mm_cases[] = {
-    {2, 2, {7, 5}, {5, 3}, false, false},
-    {2, 2, {5, 7}, {5, 3}, true, false},
-    {2, 2, {7, 5}, {3, 5}, false, true},
-    {2, 2, {5, 7}, {3, 5}, true, true},
-    {3, 3, {2, 7, 5}, {2, 5, 3}, false, false},   /* batched */
-    {3, 3, {2, 5, 7}, {2, 3, 5}, true, true},     /* batched, both transposed */
-    {3, 2, {3, 7, 5}, {4, 5}, false, true},       /* shared 2-D B (nn.Linear) */
-    {3, 2, {3, 5, 7}, {5, 4}, true, false},       /* shared B, transposed A */
+    {2, 2, {7, 5}, {5, 3}, false, false},          {2, 2, {5, 7}, {5, 3}, true, false},
+    {2, 2, {7, 5}, {3, 5}, false, true},           {2, 2, {5, 7}, {3, 5}, true, true},
+    {3, 3, {2, 7, 5}, {2, 5, 3}, false, false},    /* batched */
+    {3, 3, {2, 5, 7}, {2, 3, 5}, true, true},      /* batched, both transposed */
+    {3, 2, {3, 7, 5}, {4, 5}, false, true},        /* shared 2-D B (nn.Linear) */
+    {3, 2, {3, 5, 7}, {5, 4}, true, false},        /* shared B, transposed A */
     {4, 3, {2, 1, 7, 5}, {3, 5, 1}, false, false}, /* broadcast batch, N = 1 */
-    {2, 3, {1, 5}, {2, 5, 3}, false, false},      /* shared A, M = 1 */
+    {2, 3, {1, 5}, {2, 5, 3}, false, false},       /* shared A, M = 1 */
 };
 
 START_TEST(matmul_matches_reference_loop_all_transposes_and_batches) {
     pl_frame_begin();
     for (size_t i = 0; i < sizeof mm_cases / sizeof mm_cases[0]; i++) {
         const mm_case *c = &mm_cases[i];
-        pl_tensor *a = pl_test_randn(c->na, c->sa, 10 + i), *b = pl_test_randn(c->nb, c->sb, 20 + i);
+        pl_tensor *a = pl_test_randn(c->na, c->sa, 10 + i),
+                  *b = pl_test_randn(c->nb, c->sb, 20 + i);
         pl_tensor *o = PL_CK_NOTNULL(pl_matmul(a, b, c->ta, c->tb));
         ck_assert_int_eq(o->dtype, PL_F32);
         double ref[512];
@@ -116,8 +116,8 @@ START_TEST(matmul_matches_reference_loop_all_transposes_and_batches) {
         check_close(o, ref, pl_tensor_numel(o), 1e-5, 1e-5, what);
     }
     /* expected output shapes of the broadcast cases */
-    pl_tensor *o = pl_matmul(pl_test_randn(PL_SHAPE(2, 1, 7, 5), 1), pl_test_randn(PL_SHAPE(3, 5, 1), 2),
-                             false, false);
+    pl_tensor *o = pl_matmul(pl_test_randn(PL_SHAPE(2, 1, 7, 5), 1),
+                             pl_test_randn(PL_SHAPE(3, 5, 1), 2), false, false);
     check_shape(o, 4, (int64_t[]){2, 3, 7, 1});
     pl_frame_end();
 }
@@ -191,8 +191,8 @@ static pl_tensor *f_mm_via_bf16(pl_tensor **in, int n, void *ctx) {
 START_TEST(matmul_bf16_gradients_reach_f32_leaves) {
     pl_tensor *a = randn_g(PL_SHAPE(3, 7, 33), 11), *b = randn_g(PL_SHAPE(5, 33), 12);
     pl_frame_begin();
-    pl_tensor *loss = pl_sum(pl_cast(f_mm_via_bf16((pl_tensor *[]){a, b}, 2, NULL), PL_F32),
-                             PL_ALL_DIMS, false);
+    pl_tensor *loss =
+        pl_sum(pl_cast(f_mm_via_bf16((pl_tensor *[]){a, b}, 2, NULL), PL_F32), PL_ALL_DIMS, false);
     PL_CK_OK(pl_backward(loss, 1.0));
     pl_frame_end();
     ck_assert_ptr_nonnull(a->grad);
@@ -237,7 +237,8 @@ START_TEST(autocast_bf16_runs_matmul_and_linear_in_bf16) {
     ck_assert_ptr_nonnull(w->grad);
     ck_assert_int_eq(w->grad->dtype, PL_F32);
     /* d sum(x W^T + b)/db = N rows */
-    for (int j = 0; j < 3; j++) ck_assert_double_eq_tol(pl_tensor_get(bias->grad, j), 4.0, 1e-6);
+    for (int j = 0; j < 3; j++)
+        ck_assert_double_eq_tol(pl_tensor_get(bias->grad, j), 4.0, 1e-6);
     pl_tensor_release(x);
     pl_tensor_release(w);
     pl_tensor_release(bias);
@@ -261,11 +262,22 @@ START_TEST(linear_matches_reference_and_gradients) {
                 s += pl_tensor_get(in[0], r * 5 + k) * pl_tensor_get(in[1], o * 5 + k);
             ck_assert_double_eq_tol(pl_tensor_get(y, r * 3 + o), s, 1e-5);
         }
+    /* 1-D input, as nn.Linear accepts: [5] -> [3] */
+    pl_tensor *x1 = pl_test_randn(PL_SHAPE(5), 34);
+    pl_tensor *y1 = PL_CK_NOTNULL(pl_linear(x1, in[1], in[2]));
+    check_shape(y1, 1, (int64_t[]){3});
+    for (int o = 0; o < 3; o++) {
+        double s = pl_tensor_get(in[2], o);
+        for (int k = 0; k < 5; k++)
+            s += pl_tensor_get(x1, k) * pl_tensor_get(in[1], o * 5 + k);
+        ck_assert_double_eq_tol(pl_tensor_get(y1, o), s, 1e-5);
+    }
     pl_tape_clear();
     pl_frame_end();
     check_grad(f_linear, in, 3, NULL, "linear with bias");
     check_grad(f_linear, in, 2, NULL, "linear without bias");
-    for (int i = 0; i < 3; i++) pl_tensor_release(in[i]);
+    for (int i = 0; i < 3; i++)
+        pl_tensor_release(in[i]);
 }
 END_TEST
 
@@ -275,10 +287,14 @@ static const char *bin_names[] = {"add", "sub", "mul", "div"};
 
 static pl_tensor *f_binary(pl_tensor **in, int n, void *ctx) {
     switch (*(int *)ctx) {
-    case 0: return pl_add(in[0], in[1]);
-    case 1: return pl_sub(in[0], in[1]);
-    case 2: return pl_mul(in[0], in[1]);
-    default: return pl_div(in[0], in[1]);
+    case 0:
+        return pl_add(in[0], in[1]);
+    case 1:
+        return pl_sub(in[0], in[1]);
+    case 2:
+        return pl_mul(in[0], in[1]);
+    default:
+        return pl_div(in[0], in[1]);
     }
 }
 
@@ -382,8 +398,8 @@ START_TEST(half_dtypes_promote_like_torch) {
     pl_tensor *m = pl_mul(ah, b);
     ck_assert_int_eq(m->dtype, PL_F32);
     for (int i = 0; i < 15; i++) {
-        double e = pl_bf16_to_f32(pl_f32_to_bf16(
-            (float)(pl_tensor_get(ah, i) + pl_tensor_get(bh, i % 5))));
+        double e = pl_bf16_to_f32(
+            pl_f32_to_bf16((float)(pl_tensor_get(ah, i) + pl_tensor_get(bh, i % 5))));
         ck_assert_double_eq(pl_tensor_get(s, i), e);
         ck_assert_double_eq_tol(pl_tensor_get(m, i), pl_tensor_get(ah, i) * pl_tensor_get(b, i % 5),
                                 1e-6);
@@ -436,7 +452,8 @@ START_TEST(sum_and_mean_over_dims) {
     pl_tensor *all = pl_sum(x, PL_ALL_DIMS, false);
     ck_assert_int_eq(all->ndim, 0);
     double s = 0;
-    for (int i = 0; i < 105; i++) s += pl_tensor_get(x, i);
+    for (int i = 0; i < 105; i++)
+        s += pl_tensor_get(x, i);
     ck_assert_double_eq_tol(pl_tensor_item(all), s, 1e-4);
     pl_tensor *allk = pl_mean(x, PL_ALL_DIMS, true);
     check_shape(allk, 3, (int64_t[]){1, 1, 1});
@@ -461,44 +478,81 @@ END_TEST
 
 /* ---- activations ----------------------------------------------------------------- */
 
-enum { A_RELU, A_LEAKY, A_ELU, A_GELU, A_GELU_T, A_SILU, A_SIGM, A_TANH, A_EXP, A_LOG, A_SQ,
-       A_SQRT, A_COUNT };
-static const char *act_names[] = {"relu", "leaky_relu", "elu",  "gelu", "gelu_tanh", "silu",
-                                  "sigmoid", "tanh", "exp", "log", "square", "sqrt"};
+enum {
+    A_RELU,
+    A_LEAKY,
+    A_ELU,
+    A_GELU,
+    A_GELU_T,
+    A_SILU,
+    A_SIGM,
+    A_TANH,
+    A_EXP,
+    A_LOG,
+    A_SQ,
+    A_SQRT,
+    A_COUNT
+};
+static const char *act_names[] = {"relu",    "leaky_relu", "elu", "gelu", "gelu_tanh", "silu",
+                                  "sigmoid", "tanh",       "exp", "log",  "square",    "sqrt"};
 
 static pl_tensor *f_act(pl_tensor **in, int n, void *ctx) {
     pl_tensor *x = in[0];
     switch (*(int *)ctx) {
-    case A_RELU: return pl_relu(x);
-    case A_LEAKY: return pl_leaky_relu(x, 0.07);
-    case A_ELU: return pl_elu(x, 1.3);
-    case A_GELU: return pl_gelu(x, false);
-    case A_GELU_T: return pl_gelu(x, true);
-    case A_SILU: return pl_silu(x);
-    case A_SIGM: return pl_sigmoid(x);
-    case A_TANH: return pl_tanh(x);
-    case A_EXP: return pl_exp(x);
-    case A_LOG: return pl_log(x);
-    case A_SQ: return pl_square(x);
-    default: return pl_sqrt(x);
+    case A_RELU:
+        return pl_relu(x);
+    case A_LEAKY:
+        return pl_leaky_relu(x, 0.07);
+    case A_ELU:
+        return pl_elu(x, 1.3);
+    case A_GELU:
+        return pl_gelu(x, false);
+    case A_GELU_T:
+        return pl_gelu(x, true);
+    case A_SILU:
+        return pl_silu(x);
+    case A_SIGM:
+        return pl_sigmoid(x);
+    case A_TANH:
+        return pl_tanh(x);
+    case A_EXP:
+        return pl_exp(x);
+    case A_LOG:
+        return pl_log(x);
+    case A_SQ:
+        return pl_square(x);
+    default:
+        return pl_sqrt(x);
     }
 }
 
 /* PyTorch's formulas, in double. */
 static double ref_act(int op, double x) {
     switch (op) {
-    case A_RELU: return x > 0 ? x : 0;
-    case A_LEAKY: return x > 0 ? x : 0.07 * x;
-    case A_ELU: return x > 0 ? x : 1.3 * (exp(x) - 1);
-    case A_GELU: return 0.5 * x * (1 + erf(x / sqrt(2.0)));
-    case A_GELU_T: return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-    case A_SILU: return x / (1 + exp(-x));
-    case A_SIGM: return 1 / (1 + exp(-x));
-    case A_TANH: return tanh(x);
-    case A_EXP: return exp(x);
-    case A_LOG: return log(x);
-    case A_SQ: return x * x;
-    default: return sqrt(x);
+    case A_RELU:
+        return x > 0 ? x : 0;
+    case A_LEAKY:
+        return x > 0 ? x : 0.07 * x;
+    case A_ELU:
+        return x > 0 ? x : 1.3 * (exp(x) - 1);
+    case A_GELU:
+        return 0.5 * x * (1 + erf(x / sqrt(2.0)));
+    case A_GELU_T:
+        return 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case A_SILU:
+        return x / (1 + exp(-x));
+    case A_SIGM:
+        return 1 / (1 + exp(-x));
+    case A_TANH:
+        return tanh(x);
+    case A_EXP:
+        return exp(x);
+    case A_LOG:
+        return log(x);
+    case A_SQ:
+        return x * x;
+    default:
+        return sqrt(x);
     }
 }
 
@@ -511,7 +565,8 @@ START_TEST(activations_match_torch_formulas) {
         pl_tensor *o = PL_CK_NOTNULL(f_act(&in, 1, &op));
         check_shape(o, 2, (int64_t[]){7, 33});
         double ref[231];
-        for (int i = 0; i < 231; i++) ref[i] = ref_act(op, pl_tensor_get(in, i));
+        for (int i = 0; i < 231; i++)
+            ref[i] = ref_act(op, pl_tensor_get(in, i));
         check_close(o, ref, 231, 1e-6, 1e-5, act_names[op]);
     }
     /* hand values: gelu(1) = 0.841344746, gelu_tanh(1) = 0.841191990, silu(1) = 0.731058579 */
@@ -555,8 +610,10 @@ START_TEST(softmax_and_log_softmax) {
             double ref[42];
             for (int r = 0; r < 6; r++) {
                 double m = -INFINITY, s = 0;
-                for (int j = 0; j < 7; j++) m = fmax(m, pl_tensor_get(in, r * 7 + j));
-                for (int j = 0; j < 7; j++) s += exp(pl_tensor_get(in, r * 7 + j) - m);
+                for (int j = 0; j < 7; j++)
+                    m = fmax(m, pl_tensor_get(in, r * 7 + j));
+                for (int j = 0; j < 7; j++)
+                    s += exp(pl_tensor_get(in, r * 7 + j) - m);
                 for (int j = 0; j < 7; j++) {
                     double l = pl_tensor_get(in, r * 7 + j) - m - log(s);
                     ref[r * 7 + j] = lg ? l : exp(l);
@@ -586,11 +643,14 @@ static double ref_ce(const pl_tensor *x, const int64_t *t, int64_t N, int64_t C,
     for (int64_t i = 0; i < N; i++) {
         if (t[i] == ign) continue;
         double m = -INFINITY, s = 0;
-        for (int64_t c = 0; c < C; c++) m = fmax(m, pl_tensor_get(x, i * C + c));
-        for (int64_t c = 0; c < C; c++) s += exp(pl_tensor_get(x, i * C + c) - m);
+        for (int64_t c = 0; c < C; c++)
+            m = fmax(m, pl_tensor_get(x, i * C + c));
+        for (int64_t c = 0; c < C; c++)
+            s += exp(pl_tensor_get(x, i * C + c) - m);
         double lse = m + log(s);
         nll += lse - pl_tensor_get(x, i * C + t[i]);
-        for (int64_t c = 0; c < C; c++) smooth += lse - pl_tensor_get(x, i * C + c);
+        for (int64_t c = 0; c < C; c++)
+            smooth += lse - pl_tensor_get(x, i * C + c);
         valid++;
     }
     return (1 - eps) * nll / valid + eps / C * smooth / valid;
@@ -617,8 +677,7 @@ START_TEST(cross_entropy_hand_values) {
     ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t, -100, 0.1)), 0.50760596, 1e-6);
     /* i32 targets are accepted too */
     pl_tensor *t32 = pl_tensor_from_data(PL_I32, PL_SHAPE(1), (int32_t[]){2}, PL_CPU);
-    ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t32, -100, 0.0)), 0.40760596,
-                            1e-6);
+    ck_assert_double_eq_tol(pl_tensor_item(pl_cross_entropy(x, t32, -100, 0.0)), 0.40760596, 1e-6);
     /* every target ignored -> NaN, as in PyTorch */
     pl_tensor *ti = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){-100}, PL_CPU);
     ck_assert(isnan(pl_tensor_item(pl_cross_entropy(x, ti, -100, 0.0))));
@@ -664,9 +723,12 @@ enum { L_MSE, L_MAE, L_HUBER };
 
 static pl_tensor *f_loss(pl_tensor **in, int n, void *ctx) {
     switch (*(int *)ctx) {
-    case L_MSE: return pl_mse_loss(in[0], in[1]);
-    case L_MAE: return pl_mae_loss(in[0], in[1]);
-    default: return pl_huber_loss(in[0], in[1], 0.8);
+    case L_MSE:
+        return pl_mse_loss(in[0], in[1]);
+    case L_MAE:
+        return pl_mae_loss(in[0], in[1]);
+    default:
+        return pl_huber_loss(in[0], in[1], 0.8);
     }
 }
 
@@ -678,7 +740,7 @@ START_TEST(regression_losses) {
         double s = 0;
         for (int i = 0; i < 21; i++) {
             double d = pl_tensor_get(in[0], i) - pl_tensor_get(in[1], i);
-            s += op == L_MSE ? d * d
+            s += op == L_MSE   ? d * d
                  : op == L_MAE ? fabs(d)
                                : (fabs(d) < 0.8 ? 0.5 * d * d : 0.8 * (fabs(d) - 0.4));
         }
@@ -719,11 +781,13 @@ START_TEST(layer_norm_and_rms_norm_forward) {
     for (int variant = 0; variant < 2; variant++) {
         pl_tensor *ln = PL_CK_NOTNULL(variant ? pl_layer_norm(x, NULL, NULL, 1e-5)
                                               : pl_layer_norm(x, w, b, 1e-5));
-        pl_tensor *rn = PL_CK_NOTNULL(variant ? pl_rms_norm(x, NULL, 1e-6) : pl_rms_norm(x, w, 1e-6));
+        pl_tensor *rn =
+            PL_CK_NOTNULL(variant ? pl_rms_norm(x, NULL, 1e-6) : pl_rms_norm(x, w, 1e-6));
         double rl[198], rr[198];
         for (int r = 0; r < 6; r++) {
             double mu = 0, var = 0, ms = 0;
-            for (int j = 0; j < 33; j++) mu += pl_tensor_get(x, r * 33 + j) / 33;
+            for (int j = 0; j < 33; j++)
+                mu += pl_tensor_get(x, r * 33 + j) / 33;
             for (int j = 0; j < 33; j++) {
                 double v = pl_tensor_get(x, r * 33 + j);
                 var += (v - mu) * (v - mu) / 33;
@@ -731,7 +795,8 @@ START_TEST(layer_norm_and_rms_norm_forward) {
             }
             for (int j = 0; j < 33; j++) {
                 double v = pl_tensor_get(x, r * 33 + j);
-                double wj = variant ? 1 : pl_tensor_get(w, j), bj = variant ? 0 : pl_tensor_get(b, j);
+                double wj = variant ? 1 : pl_tensor_get(w, j),
+                       bj = variant ? 0 : pl_tensor_get(b, j);
                 rl[r * 33 + j] = (v - mu) / sqrt(var + 1e-5) * wj + bj;
                 rr[r * 33 + j] = v / sqrt(ms + 1e-6) * wj;
             }
@@ -757,7 +822,8 @@ START_TEST(layer_norm_and_rms_norm_gradients) {
     check_grad(f_layer_norm, x33, 2, NULL, "layer_norm D=33");
     pl_tensor *x1 = randn_g(PL_SHAPE(1, 1), 145); /* D = 1: layer_norm output is b */
     check_grad(f_rms_norm, &x1, 1, NULL, "rms_norm D=1");
-    for (int i = 0; i < 3; i++) pl_tensor_release(in[i]);
+    for (int i = 0; i < 3; i++)
+        pl_tensor_release(in[i]);
     pl_tensor_release(x33[0]);
     pl_tensor_release(x33[1]);
     pl_tensor_release(x1);
@@ -778,9 +844,9 @@ START_TEST(cast_rounds_to_nearest_even_and_passes_gradient) {
     ck_assert_double_eq(pl_tensor_get(hb, 3), 65536.0);
     pl_tensor *hf = PL_CK_NOTNULL(pl_cast(x, PL_F16));
     ck_assert_double_eq(pl_tensor_get(hf, 2), -2.5);
-    ck_assert(isinf(pl_tensor_get(hf, 3)));            /* above f16 max after rounding */
-    ck_assert_double_eq(pl_tensor_get(hf, 4), 1.0);    /* tie -> even */
-    pl_tensor *back = pl_cast(hf, PL_BF16);             /* f16 -> bf16 */
+    ck_assert(isinf(pl_tensor_get(hf, 3)));         /* above f16 max after rounding */
+    ck_assert_double_eq(pl_tensor_get(hf, 4), 1.0); /* tie -> even */
+    pl_tensor *back = pl_cast(hf, PL_BF16);         /* f16 -> bf16 */
     ck_assert_double_eq(pl_tensor_get(back, 2), -2.5);
     ck_assert_ptr_null(pl_cast(x, PL_I64));
     ck_assert_int_eq(pl_error_status(), PL_ERR_DTYPE);
@@ -790,12 +856,44 @@ START_TEST(cast_rounds_to_nearest_even_and_passes_gradient) {
     pl_tensor *w = pl_test_randn(PL_SHAPE(7, 3), 151);
     pl_frame_begin();
     /* d sum(cast(g) * w)/dg = w: the cast's gradient is the identity, in f32 */
-    PL_CK_OK(pl_backward(pl_sum(pl_mul(pl_cast(pl_cast(g, PL_BF16), PL_F32), w), PL_ALL_DIMS, false),
-                         1.0));
+    PL_CK_OK(pl_backward(
+        pl_sum(pl_mul(pl_cast(pl_cast(g, PL_BF16), PL_F32), w), PL_ALL_DIMS, false), 1.0));
     pl_frame_end();
-    for (int i = 0; i < 21; i++) ck_assert_double_eq(pl_tensor_get(g->grad, i), pl_tensor_get(w, i));
+    for (int i = 0; i < 21; i++)
+        ck_assert_double_eq(pl_tensor_get(g->grad, i), pl_tensor_get(w, i));
     pl_tensor_release(g);
     pl_tensor_release(w);
+}
+END_TEST
+
+/* Sizes above the kernels' OpenMP threshold take the parallel loops. */
+START_TEST(large_inputs_take_parallel_paths) {
+    pl_tensor *x = randn_g(PL_SHAPE(300, 200), 160), *bias = randn_g(PL_SHAPE(200), 161);
+    pl_frame_begin();
+    pl_tensor *y = pl_add(x, bias);
+    pl_tensor *sm = pl_softmax(y);
+    for (int r = 0; r < 300; r += 37) {
+        double s = 0;
+        for (int j = 0; j < 200; j++)
+            s += pl_tensor_get(sm, r * 200 + j);
+        ck_assert_double_eq_tol(s, 1.0, 1e-5);
+    }
+    pl_tensor *g = pl_gelu(y, false);
+    for (int i = 0; i < 60000; i += 997)
+        ck_assert_double_eq_tol(pl_tensor_get(g, i), ref_act(A_GELU, pl_tensor_get(y, i)), 1e-5);
+    pl_tensor *ln = pl_layer_norm(y, NULL, NULL, 1e-5);
+    pl_tensor *m = pl_mean(pl_square(ln), -1, false); /* each row: variance / (var + eps) ~ 1 */
+    for (int r = 0; r < 300; r += 29)
+        ck_assert_double_eq_tol(pl_tensor_get(m, r), 1.0, 1e-3);
+    /* d sum(x + bias)/dbias = 300 per column; d/dx = 1 */
+    PL_CK_OK(pl_backward(pl_sum(y, PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    for (int j = 0; j < 200; j++)
+        ck_assert_double_eq(pl_tensor_get(bias->grad, j), 300.0);
+    for (int i = 0; i < 60000; i += 101)
+        ck_assert_double_eq(pl_tensor_get(x->grad, i), 1.0);
+    pl_tensor_release(x);
+    pl_tensor_release(bias);
 }
 END_TEST
 
@@ -826,6 +924,7 @@ int main(void) {
     tcase_add_test(tc, layer_norm_and_rms_norm_forward);
     tcase_add_test(tc, layer_norm_and_rms_norm_gradients);
     tcase_add_test(tc, cast_rounds_to_nearest_even_and_passes_gradient);
+    tcase_add_test(tc, large_inputs_take_parallel_paths);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -38,8 +38,12 @@ static inline uint16_t f32_to_bf16(float f) {
     return (uint16_t)(v.u >> 16);
 }
 
-static inline const float *cf32(const pl_tensor *t) { return (const float *)pl_tensor_data(t); }
-static inline float *f32p(const pl_tensor *t) { return (float *)pl_tensor_data(t); }
+static inline const float *cf32(const pl_tensor *t) {
+    return (const float *)pl_tensor_data(t);
+}
+static inline float *f32p(const pl_tensor *t) {
+    return (float *)pl_tensor_data(t);
+}
 
 /* Convert n elements of a float tensor's data (f32/bf16/f16/f64) to f32. */
 static pl_status to_f32(const pl_tensor *t, float *dst, int64_t n) {
@@ -51,19 +55,22 @@ static pl_status to_f32(const pl_tensor *t, float *dst, int64_t n) {
     case PL_BF16: {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
         return PL_OK;
     }
     case PL_F16: {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dst[i] = pl_f16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = pl_f16_to_f32(s[i]);
         return PL_OK;
     }
     case PL_F64: {
         const double *s = src;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) dst[i] = (float)s[i];
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)s[i];
         return PL_OK;
     }
     default:
@@ -82,19 +89,22 @@ static pl_status from_f32(const float *src, pl_tensor *t, int64_t n) {
     case PL_BF16: {
         uint16_t *d = dst;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = f32_to_bf16(src[i]);
         return PL_OK;
     }
     case PL_F16: {
         uint16_t *d = dst;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++)
+            d[i] = pl_f32_to_f16(src[i]);
         return PL_OK;
     }
     case PL_F64: {
         double *d = dst;
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) d[i] = src[i];
+        for (int64_t i = 0; i < n; i++)
+            d[i] = src[i];
         return PL_OK;
     }
     default:
@@ -145,10 +155,12 @@ typedef struct bspace {
 static void bspace_init(bspace *b, const pl_tensor *out) {
     b->nd = out->ndim > 0 ? out->ndim : 1;
     if (out->ndim == 0) b->shape[0] = 1;
-    for (int d = 0; d < out->ndim; d++) b->shape[d] = out->shape[d];
+    for (int d = 0; d < out->ndim; d++)
+        b->shape[d] = out->shape[d];
     b->inner = b->shape[b->nd - 1];
     b->rows = 1;
-    for (int d = 0; d < b->nd - 1; d++) b->rows *= b->shape[d];
+    for (int d = 0; d < b->nd - 1; d++)
+        b->rows *= b->shape[d];
 }
 
 /* Element strides of contiguous t right-aligned to the space (0 where t
@@ -186,10 +198,12 @@ static void reduce_to(const float *src, const bspace *b, const int64_t *st, floa
         float *d = dst + row_off(r, b, st);
         const float *s = src + r * b->inner;
         if (sl)
-            for (int64_t j = 0; j < b->inner; j++) d[j] += s[j];
+            for (int64_t j = 0; j < b->inner; j++)
+                d[j] += s[j];
         else {
             float acc = 0;
-            for (int64_t j = 0; j < b->inner; j++) acc += s[j];
+            for (int64_t j = 0; j < b->inner; j++)
+                acc += s[j];
             d[0] += acc;
         }
     }
@@ -206,22 +220,53 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     float *O = f32p(a->out[0]);
     int64_t ix = sx[b.nd - 1], iy = sy[b.nd - 1], inner = b.inner;
     pl_op op = a->op;
-#pragma omp parallel for if (b.rows * b.inner > PAR_MIN)
+    int64_t total = b.rows * b.inner;
+    if (pl_tensor_numel(a->in[0]) == total && pl_tensor_numel(a->in[1]) == total) {
+        /* same shapes: one flat loop (parallel even for a single long row) */
+        switch (op) {
+        case PL_OP_ADD:
+#pragma omp parallel for if (total > PAR_MIN)
+            for (int64_t i = 0; i < total; i++)
+                O[i] = X[i] + Y[i];
+            break;
+        case PL_OP_SUB:
+#pragma omp parallel for if (total > PAR_MIN)
+            for (int64_t i = 0; i < total; i++)
+                O[i] = X[i] - Y[i];
+            break;
+        case PL_OP_MUL:
+#pragma omp parallel for if (total > PAR_MIN)
+            for (int64_t i = 0; i < total; i++)
+                O[i] = X[i] * Y[i];
+            break;
+        default:
+#pragma omp parallel for if (total > PAR_MIN)
+            for (int64_t i = 0; i < total; i++)
+                O[i] = X[i] / Y[i];
+            break;
+        }
+        return PL_OK;
+    }
+#pragma omp parallel for if (total > PAR_MIN)
     for (int64_t r = 0; r < b.rows; r++) {
         const float *xp = X + row_off(r, &b, sx), *yp = Y + row_off(r, &b, sy);
         float *o = O + r * inner;
         switch (op) {
         case PL_OP_ADD:
-            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] + yp[j * iy];
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = xp[j * ix] + yp[j * iy];
             break;
         case PL_OP_SUB:
-            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] - yp[j * iy];
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = xp[j * ix] - yp[j * iy];
             break;
         case PL_OP_MUL:
-            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] * yp[j * iy];
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = xp[j * ix] * yp[j * iy];
             break;
         default: /* PL_OP_DIV */
-            for (int64_t j = 0; j < inner; j++) o[j] = xp[j * ix] / yp[j * iy];
+            for (int64_t j = 0; j < inner; j++)
+                o[j] = xp[j * ix] / yp[j * iy];
             break;
         }
     }
@@ -238,17 +283,22 @@ static void binary_contrib(pl_op op, int which, const float *G, const float *X, 
         const float *g = G + r * inner;
         float *d = dst + r * inner;
         if (op == PL_OP_ADD || (op == PL_OP_SUB && which == 0)) {
-            for (int64_t j = 0; j < inner; j++) d[j] = g[j];
+            for (int64_t j = 0; j < inner; j++)
+                d[j] = g[j];
         } else if (op == PL_OP_SUB) {
-            for (int64_t j = 0; j < inner; j++) d[j] = -g[j];
+            for (int64_t j = 0; j < inner; j++)
+                d[j] = -g[j];
         } else if (op == PL_OP_MUL) {
             if (which == 0)
-                for (int64_t j = 0; j < inner; j++) d[j] = g[j] * yp[j * iy];
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] = g[j] * yp[j * iy];
             else
-                for (int64_t j = 0; j < inner; j++) d[j] = g[j] * xp[j * ix];
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] = g[j] * xp[j * ix];
         } else { /* DIV */
             if (which == 0)
-                for (int64_t j = 0; j < inner; j++) d[j] = g[j] / yp[j * iy];
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] = g[j] / yp[j * iy];
             else
                 for (int64_t j = 0; j < inner; j++) {
                     float yv = yp[j * iy];
@@ -293,10 +343,12 @@ static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     float s = (float)a->p.alpha;
     if (a->op == PL_OP_SCALE) {
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] * s;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] * s;
     } else {
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) o[i] = x[i] + s;
+        for (int64_t i = 0; i < n; i++)
+            o[i] = x[i] + s;
     }
     return PL_OK;
 }
@@ -308,7 +360,8 @@ static pl_status k_scalar_bwd(const pl_kernel_args *a) {
     float *o = f32p(a->out[0]);
     float s = a->op == PL_OP_SCALE ? (float)a->p.alpha : 1.0f;
 #pragma omp parallel for if (n > PAR_MIN)
-    for (int64_t i = 0; i < n; i++) o[i] = g[i] * s;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = g[i] * s;
     return PL_OK;
 }
 
@@ -324,9 +377,12 @@ static void red_geom(const pl_tensor *x, int64_t dim, int64_t *outer, int64_t *n
         return;
     }
     for (int d = 0; d < x->ndim; d++) {
-        if (d < dim) *outer *= x->shape[d];
-        else if (d == dim) *n = x->shape[d];
-        else *inner *= x->shape[d];
+        if (d < dim)
+            *outer *= x->shape[d];
+        else if (d == dim)
+            *n = x->shape[d];
+        else
+            *inner *= x->shape[d];
     }
 }
 
@@ -340,7 +396,8 @@ static pl_status k_sum_fwd(const pl_kernel_args *a) {
     if (outer == 1 && inner == 1) {
         double s = 0;
 #pragma omp parallel for reduction(+ : s) if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) s += X[i];
+        for (int64_t i = 0; i < n; i++)
+            s += X[i];
         O[0] = (float)(s * scale);
         return PL_OK;
     }
@@ -350,14 +407,18 @@ static pl_status k_sum_fwd(const pl_kernel_args *a) {
         float *op = O + o * inner;
         if (inner == 1) {
             double s = 0;
-            for (int64_t k = 0; k < n; k++) s += xp[k];
+            for (int64_t k = 0; k < n; k++)
+                s += xp[k];
             op[0] = (float)(s * scale);
         } else {
-            for (int64_t i = 0; i < inner; i++) op[i] = 0;
+            for (int64_t i = 0; i < inner; i++)
+                op[i] = 0;
             for (int64_t k = 0; k < n; k++)
-                for (int64_t i = 0; i < inner; i++) op[i] += xp[k * inner + i];
+                for (int64_t i = 0; i < inner; i++)
+                    op[i] += xp[k * inner + i];
             if (scale != 1.0)
-                for (int64_t i = 0; i < inner; i++) op[i] = (float)(op[i] * scale);
+                for (int64_t i = 0; i < inner; i++)
+                    op[i] = (float)(op[i] * scale);
         }
     }
     return PL_OK;
@@ -386,7 +447,9 @@ static pl_status k_sum_bwd(const pl_kernel_args *a) {
 #define INV_SQRT_2PI 0.3989422804014327f
 #define GELU_C 0.044715f
 
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float sigmoidf(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
 
 static pl_status k_unary_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
@@ -396,15 +459,18 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
     switch (a->op) {
     case PL_OP_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            O[i] = X[i] > 0 ? X[i] : 0.0f;
         break;
     case PL_OP_LEAKY_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : X[i] * al;
+        for (int64_t i = 0; i < n; i++)
+            O[i] = X[i] > 0 ? X[i] : X[i] * al;
         break;
     case PL_OP_ELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = X[i] > 0 ? X[i] : al * expm1f(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = X[i] > 0 ? X[i] : al * expm1f(X[i]);
         break;
     case PL_OP_GELU:
         if (a->p.flags & 1) {
@@ -415,36 +481,44 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
             }
         } else {
 #pragma omp parallel for if (n > PAR_MIN)
-            for (int64_t i = 0; i < n; i++) O[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
+            for (int64_t i = 0; i < n; i++)
+                O[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
         }
         break;
     case PL_OP_SILU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = X[i] * sigmoidf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = X[i] * sigmoidf(X[i]);
         break;
     case PL_OP_SIGMOID:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = sigmoidf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = sigmoidf(X[i]);
         break;
     case PL_OP_TANH:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = tanhf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = tanhf(X[i]);
         break;
     case PL_OP_EXP:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = expf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = expf(X[i]);
         break;
     case PL_OP_LOG:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = logf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = logf(X[i]);
         break;
     case PL_OP_SQUARE:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = X[i] * X[i];
+        for (int64_t i = 0; i < n; i++)
+            O[i] = X[i] * X[i];
         break;
     case PL_OP_SQRT:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) O[i] = sqrtf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            O[i] = sqrtf(X[i]);
         break;
     default:
         return pl_error_set(PL_ERR_INTERNAL, "k_unary_fwd: op %s", pl_op_name(a->op));
@@ -463,15 +537,18 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     switch (a->op) {
     case PL_OP_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : 0.0f;
+        for (int64_t i = 0; i < n; i++)
+            D[i] = X[i] > 0 ? G[i] : 0.0f;
         break;
     case PL_OP_LEAKY_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : G[i] * al;
+        for (int64_t i = 0; i < n; i++)
+            D[i] = X[i] > 0 ? G[i] : G[i] * al;
         break;
     case PL_OP_ELU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = X[i] > 0 ? G[i] : G[i] * al * expf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            D[i] = X[i] > 0 ? G[i] : G[i] * al * expf(X[i]);
         break;
     case PL_OP_GELU:
         if (a->p.flags & 1) {
@@ -515,19 +592,23 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
         break;
     case PL_OP_EXP:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = G[i] * expf(X[i]);
+        for (int64_t i = 0; i < n; i++)
+            D[i] = G[i] * expf(X[i]);
         break;
     case PL_OP_LOG:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = G[i] / X[i];
+        for (int64_t i = 0; i < n; i++)
+            D[i] = G[i] / X[i];
         break;
     case PL_OP_SQUARE:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = 2.0f * G[i] * X[i];
+        for (int64_t i = 0; i < n; i++)
+            D[i] = 2.0f * G[i] * X[i];
         break;
     case PL_OP_SQRT:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) D[i] = G[i] / (2.0f * sqrtf(X[i]));
+        for (int64_t i = 0; i < n; i++)
+            D[i] = G[i] / (2.0f * sqrtf(X[i]));
         break;
     default:
         return pl_error_set(PL_ERR_INTERNAL, "k_unary_bwd: op %s", pl_op_name(a->op));
@@ -540,19 +621,23 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
 /* y[r] = softmax(x[r]) or log_softmax(x[r]) over a row of length d. */
 static inline void softmax_row(const float *x, float *y, int64_t d, bool logsm) {
     float m = -INFINITY;
-    for (int64_t j = 0; j < d; j++) m = x[j] > m ? x[j] : m;
+    for (int64_t j = 0; j < d; j++)
+        m = x[j] > m ? x[j] : m;
     double s = 0;
     if (logsm) {
-        for (int64_t j = 0; j < d; j++) s += expf(x[j] - m);
+        for (int64_t j = 0; j < d; j++)
+            s += expf(x[j] - m);
         float lse = m + (float)log(s);
-        for (int64_t j = 0; j < d; j++) y[j] = x[j] - lse;
+        for (int64_t j = 0; j < d; j++)
+            y[j] = x[j] - lse;
     } else {
         for (int64_t j = 0; j < d; j++) {
             y[j] = expf(x[j] - m);
             s += y[j];
         }
         float inv = (float)(1.0 / s);
-        for (int64_t j = 0; j < d; j++) y[j] *= inv;
+        for (int64_t j = 0; j < d; j++)
+            y[j] *= inv;
     }
 }
 
@@ -568,7 +653,8 @@ static pl_status k_softmax_fwd(const pl_kernel_args *a) {
     float *Y = f32p(a->out[0]);
     bool logsm = a->op == PL_OP_LOG_SOFTMAX;
 #pragma omp parallel for if (rows * d > PAR_MIN)
-    for (int64_t r = 0; r < rows; r++) softmax_row(X + r * d, Y + r * d, d, logsm);
+    for (int64_t r = 0; r < rows; r++)
+        softmax_row(X + r * d, Y + r * d, d, logsm);
     return PL_OK;
 }
 
@@ -591,11 +677,15 @@ static pl_status k_softmax_bwd(const pl_kernel_args *a) {
         softmax_row(X + r * d, o, d, logsm); /* o = y */
         double s = 0;
         if (logsm) {
-            for (int64_t j = 0; j < d; j++) s += g[j];
-            for (int64_t j = 0; j < d; j++) o[j] = g[j] - expf(o[j]) * (float)s;
+            for (int64_t j = 0; j < d; j++)
+                s += g[j];
+            for (int64_t j = 0; j < d; j++)
+                o[j] = g[j] - expf(o[j]) * (float)s;
         } else {
-            for (int64_t j = 0; j < d; j++) s += (double)g[j] * o[j];
-            for (int64_t j = 0; j < d; j++) o[j] = o[j] * (g[j] - (float)s);
+            for (int64_t j = 0; j < d; j++)
+                s += (double)g[j] * o[j];
+            for (int64_t j = 0; j < d; j++)
+                o[j] = o[j] * (g[j] - (float)s);
         }
     }
     return PL_OK;
@@ -625,7 +715,8 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
     for (int64_t i = 0; i < N; i++) {
         const float *x = X + i * C;
         float m = -INFINITY;
-        for (int64_t c = 0; c < C; c++) m = x[c] > m ? x[c] : m;
+        for (int64_t c = 0; c < C; c++)
+            m = x[c] > m ? x[c] : m;
         double s = 0, sx = 0;
         for (int64_t c = 0; c < C; c++) {
             s += exp((double)x[c] - m);
@@ -668,7 +759,8 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
     int64_t ign = a->p.ignore_index;
     float eps = (float)a->p.alpha;
     int64_t valid = 0;
-    for (int64_t i = 0; i < N; i++) valid += target_at(tg, i) != ign;
+    for (int64_t i = 0; i < N; i++)
+        valid += target_at(tg, i) != ign;
     float scale = cf32(a->in[0])[0] / (float)valid;
     float off = eps / (float)C;
 #pragma omp parallel for if (N * C > PAR_MIN)
@@ -676,11 +768,13 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
         float *d = D + i * C;
         int64_t t = target_at(tg, i);
         if (t == ign) {
-            for (int64_t c = 0; c < C; c++) d[c] = 0;
+            for (int64_t c = 0; c < C; c++)
+                d[c] = 0;
             continue;
         }
         const float *x = X + i * C;
-        for (int64_t c = 0; c < C; c++) d[c] = scale * (expf(x[c] - lse[i]) - off);
+        for (int64_t c = 0; c < C; c++)
+            d[c] = scale * (expf(x[c] - lse[i]) - off);
         if (t >= 0 && t < C) d[t] -= scale * (1.0f - eps);
     }
     return PL_OK;
@@ -695,9 +789,12 @@ static pl_status k_loss_fwd(const pl_kernel_args *a) {
 #pragma omp parallel for reduction(+ : s) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         double d = (double)P[i] - T[i];
-        if (op == PL_OP_MSE) s += d * d;
-        else if (op == PL_OP_MAE) s += fabs(d);
-        else s += fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
+        if (op == PL_OP_MSE)
+            s += d * d;
+        else if (op == PL_OP_MAE)
+            s += fabs(d);
+        else
+            s += fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
     }
     f32p(a->out[0])[0] = (float)(s / (double)n);
     return PL_OK;
@@ -713,9 +810,12 @@ static pl_status k_loss_bwd(const pl_kernel_args *a) {
 #pragma omp parallel for if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float d = P[i] - T[i], v;
-        if (op == PL_OP_MSE) v = 2.0f * d;
-        else if (op == PL_OP_MAE) v = (float)((d > 0) - (d < 0));
-        else v = d < -delta ? -delta : (d > delta ? delta : d);
+        if (op == PL_OP_MSE)
+            v = 2.0f * d;
+        else if (op == PL_OP_MAE)
+            v = (float)((d > 0) - (d < 0));
+        else
+            v = d < -delta ? -delta : (d > delta ? delta : d);
         v *= g;
         if (GP) GP[i] = v;
         if (GT) GT[i] = -v;
@@ -741,9 +841,11 @@ static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
         const float *x = X + r * D;
         float *y = Y + r * D;
         double s = 0, ss = 0;
-        for (int64_t j = 0; j < D; j++) s += x[j];
+        for (int64_t j = 0; j < D; j++)
+            s += x[j];
         double mu = s / (double)D;
-        for (int64_t j = 0; j < D; j++) ss += (x[j] - mu) * (x[j] - mu);
+        for (int64_t j = 0; j < D; j++)
+            ss += (x[j] - mu) * (x[j] - mu);
         float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
         float m = (float)mu;
         MU[r] = m;
@@ -829,10 +931,12 @@ static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
         const float *x = X + r * D;
         float *y = Y + r * D;
         double ss = 0;
-        for (int64_t j = 0; j < D; j++) ss += (double)x[j] * x[j];
+        for (int64_t j = 0; j < D; j++)
+            ss += (double)x[j] * x[j];
         float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
         RS[r] = rs;
-        for (int64_t j = 0; j < D; j++) y[j] = W ? x[j] * rs * W[j] : x[j] * rs;
+        for (int64_t j = 0; j < D; j++)
+            y[j] = W ? x[j] * rs * W[j] : x[j] * rs;
     }
     return PL_OK;
 }
@@ -870,7 +974,8 @@ static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
 #pragma omp parallel for if (R * D > PAR_MIN)
         for (int64_t j = 0; j < D; j++) {
             double s = 0;
-            for (int64_t r = 0; r < R; r++) s += (double)G[r * D + j] * X[r * D + j] * RS[r];
+            for (int64_t r = 0; r < R; r++)
+                s += (double)G[r * D + j] * X[r * D + j] * RS[r];
             GW[j] = (float)s;
         }
     }
@@ -907,11 +1012,11 @@ static pl_status k_cast_bwd(const pl_kernel_args *a) {
 typedef struct mm_geo {
     int64_t M, N, K;
     bool ta, tb;
-    int bnd;                        /* batch dims of the output */
+    int bnd; /* batch dims of the output */
     int64_t bshape[PL_MAX_DIMS];
     int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS]; /* matrix-index strides per batch dim */
-    int64_t nbatch, na, nb;         /* batch counts: output, A's matrices, B's matrices */
-    bool collapse;                  /* B shared and A un-transposed: one GEMM of nbatch*M rows */
+    int64_t nbatch, na, nb;                   /* batch counts: output, A's matrices, B's matrices */
+    bool collapse; /* B shared and A un-transposed: one GEMM of nbatch*M rows */
 } mm_geo;
 
 static void mm_geo_init(mm_geo *g, const pl_tensor *A, const pl_tensor *B, const pl_tensor *C,
@@ -983,8 +1088,10 @@ static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const fl
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
     bool ta = g->ta, tb = g->tb;
-    if (dA && (g->na != g->nbatch || N == 0)) memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
-    if (dB && (g->nb != g->nbatch || M == 0)) memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
+    if (dA && (g->na != g->nbatch || N == 0))
+        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
+    if (dB && (g->nb != g->nbatch || M == 0))
+        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
     if (M == 0 || N == 0 || K == 0) return;
     if (g->collapse) {
         int Mt = (int)(g->nbatch * M);
@@ -1084,7 +1191,7 @@ void pl_cpu_register_dense(pl_backend *b) {
     b->backward[PL_OP_SCALE] = b->backward[PL_OP_ADD_SCALAR] = k_scalar_bwd;
     b->forward[PL_OP_SUM] = b->forward[PL_OP_MEAN] = k_sum_fwd;
     b->backward[PL_OP_SUM] = b->backward[PL_OP_MEAN] = k_sum_bwd;
-    static const pl_op un[] = {PL_OP_RELU, PL_OP_LEAKY_RELU, PL_OP_ELU, PL_OP_GELU,
+    static const pl_op un[] = {PL_OP_RELU, PL_OP_LEAKY_RELU, PL_OP_ELU,  PL_OP_GELU,
                                PL_OP_SILU, PL_OP_SIGMOID,    PL_OP_TANH, PL_OP_EXP,
                                PL_OP_LOG,  PL_OP_SQUARE,     PL_OP_SQRT};
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {

@@ -46,25 +46,36 @@ static pl_status check_indices(pl_op op, const pl_tensor *t, int64_t n) {
 
 static inline float ld(const void *p, pl_dtype dt, int64_t i) {
     switch (dt) {
-    case PL_BF16: return pl_bf16_to_f32(((const uint16_t *)p)[i]);
-    case PL_F16: return pl_f16_to_f32(((const uint16_t *)p)[i]);
-    default: return ((const float *)p)[i];
+    case PL_BF16:
+        return pl_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PL_F16:
+        return pl_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
     }
 }
 
 static inline void st(void *p, pl_dtype dt, int64_t i, float v) {
     switch (dt) {
-    case PL_BF16: ((uint16_t *)p)[i] = pl_f32_to_bf16(v); break;
-    case PL_F16: ((uint16_t *)p)[i] = pl_f32_to_f16(v); break;
-    default: ((float *)p)[i] = v; break;
+    case PL_BF16:
+        ((uint16_t *)p)[i] = pl_f32_to_bf16(v);
+        break;
+    case PL_F16:
+        ((uint16_t *)p)[i] = pl_f32_to_f16(v);
+        break;
+    default:
+        ((float *)p)[i] = v;
+        break;
     }
 }
 
 /* Sizes of t seen as [outer, t.shape[dim], inner]. */
 static void split3(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid, int64_t *inner) {
     int64_t o = 1, in = 1;
-    for (int i = 0; i < dim; i++) o *= t->shape[i];
-    for (int i = dim + 1; i < t->ndim; i++) in *= t->shape[i];
+    for (int i = 0; i < dim; i++)
+        o *= t->shape[i];
+    for (int i = dim + 1; i < t->ndim; i++)
+        in *= t->shape[i];
     *outer = o;
     *mid = t->shape[dim];
     *inner = in;
@@ -90,7 +101,8 @@ static void index_add_f32(float *dst, const float *src, int64_t O, int64_t Ndst,
                           int64_t inner, const void *idx, pl_dtype idt) {
     int64_t ndst = O * Ndst * inner;
 #pragma omp parallel for if (ndst > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < ndst; i++) dst[i] = 0.0f;
+    for (int64_t i = 0; i < ndst; i++)
+        dst[i] = 0.0f;
     bool big = O * K * inner > PAR_MIN;
     if (O >= 16 || !big) {
 #pragma omp parallel for if (big) schedule(static)
@@ -98,7 +110,8 @@ static void index_add_f32(float *dst, const float *src, int64_t O, int64_t Ndst,
             for (int64_t k = 0; k < K; k++) {
                 float *d = dst + (o * Ndst + idx_get(idx, idt, k)) * inner;
                 const float *s = src + (o * K + k) * inner;
-                for (int64_t j = 0; j < inner; j++) d[j] += s[j];
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] += s[j];
             }
         return;
     }
@@ -115,7 +128,8 @@ static void index_add_f32(float *dst, const float *src, int64_t O, int64_t Ndst,
                 if (r % nth != tid) continue;
                 float *d = dst + (o * Ndst + r) * inner;
                 const float *s = src + (o * K + k) * inner;
-                for (int64_t j = 0; j < inner; j++) d[j] += s[j];
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] += s[j];
             }
     }
 }
@@ -227,7 +241,8 @@ static pl_status gather_fwd(const pl_kernel_args *a) {
     int d = (int)a->p.dim;
     if (check_indices(a->op, ix, x->shape[d])) return PL_ERR_INVALID;
     int64_t *bo, *bi, O, K, I, sd = 1;
-    for (int i = d + 1; i < x->ndim; i++) sd *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++)
+        sd *= x->shape[i];
     if (gather_bases(x, ix, d, &bo, &bi, &O, &K, &I)) return PL_ERR_NOMEM;
     const void *ip = pl_tensor_data(ix);
     const char *src = pl_tensor_data(x);
@@ -252,13 +267,15 @@ static pl_status gather_bwd(const pl_kernel_args *a) {
     if (!a->out[0]) return PL_OK;
     int d = (int)a->p.dim;
     int64_t *bo, *bi, O, K, I, sd = 1, nx = pl_tensor_numel(x);
-    for (int i = d + 1; i < x->ndim; i++) sd *= x->shape[i];
+    for (int i = d + 1; i < x->ndim; i++)
+        sd *= x->shape[i];
     if (gather_bases(x, ix, d, &bo, &bi, &O, &K, &I)) return PL_ERR_NOMEM;
     const void *ip = pl_tensor_data(ix);
     const float *gp = pl_tensor_data(g);
     float *dx = pl_tensor_data(a->out[0]);
 #pragma omp parallel for if (nx > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < nx; i++) dx[i] = 0.0f;
+    for (int64_t i = 0; i < nx; i++)
+        dx[i] = 0.0f;
 #pragma omp parallel for collapse(2) if (O * K * I > PAR_MIN) schedule(static)
     for (int64_t o = 0; o < O; o++)
         for (int64_t j = 0; j < I; j++)
@@ -286,9 +303,12 @@ static pl_status segment_csr(const pl_tensor *seg, int64_t N, int64_t **start, i
         return pl_error_set(PL_ERR_NOMEM, "segment_softmax: out of host memory");
     }
     int64_t *st = *start;
-    for (int64_t e = 0; e < E; e++) st[idx_get(sp, seg->dtype, e) + 2]++;
-    for (int64_t n = 0; n < N; n++) st[n + 2] += st[n + 1];
-    for (int64_t e = 0; e < E; e++) (*order)[st[idx_get(sp, seg->dtype, e) + 1]++] = e;
+    for (int64_t e = 0; e < E; e++)
+        st[idx_get(sp, seg->dtype, e) + 2]++;
+    for (int64_t n = 0; n < N; n++)
+        st[n + 2] += st[n + 1];
+    for (int64_t e = 0; e < E; e++)
+        (*order)[st[idx_get(sp, seg->dtype, e) + 1]++] = e;
     return PL_OK;
 }
 
@@ -306,7 +326,8 @@ static pl_status segment_softmax_fwd(const pl_kernel_args *a) {
         int64_t b = start[n], e_ = start[n + 1];
         for (int64_t h = 0; h < H; h++) {
             float m = -INFINITY;
-            for (int64_t r = b; r < e_; r++) m = fmaxf(m, x[order[r] * H + h]);
+            for (int64_t r = b; r < e_; r++)
+                m = fmaxf(m, x[order[r] * H + h]);
             float sum = 0.0f;
             for (int64_t r = b; r < e_; r++) {
                 float v = expf(x[order[r] * H + h] - m);
@@ -314,7 +335,8 @@ static pl_status segment_softmax_fwd(const pl_kernel_args *a) {
                 sum += v;
             }
             float inv = 1.0f / sum;
-            for (int64_t r = b; r < e_; r++) y[order[r] * H + h] *= inv;
+            for (int64_t r = b; r < e_; r++)
+                y[order[r] * H + h] *= inv;
         }
     }
     free(start);
@@ -336,7 +358,8 @@ static pl_status segment_softmax_bwd(const pl_kernel_args *a) {
         int64_t b = start[n], e_ = start[n + 1];
         for (int64_t h = 0; h < H; h++) {
             float dot = 0.0f;
-            for (int64_t r = b; r < e_; r++) dot += gp[order[r] * H + h] * y[order[r] * H + h];
+            for (int64_t r = b; r < e_; r++)
+                dot += gp[order[r] * H + h] * y[order[r] * H + h];
             for (int64_t r = b; r < e_; r++) {
                 int64_t i = order[r] * H + h;
                 ds[i] = y[i] * (gp[i] - dot);
@@ -356,7 +379,8 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
     pl_dtype dt = x->dtype;
     int64_t n = pl_tensor_numel(x), ng = (n + 3) / 4;
-    float p = (float)a->p.alpha, scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
+    float p = (float)a->p.alpha,
+          scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
     const uint32_t key[2] = {(uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32)};
     uint32_t c2 = (uint32_t)a->p.counter, c3 = (uint32_t)(a->p.counter >> 32);
     const void *xp = pl_tensor_data(x);
@@ -386,7 +410,8 @@ static pl_status dropout_bwd(const pl_kernel_args *a) {
     const uint8_t *mask = pl_tensor_data(a->in[2]);
     float *dx = pl_tensor_data(a->out[0]);
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? g[i] * scale : 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = mask[i] ? g[i] * scale : 0.0f;
     return PL_OK;
 }
 
@@ -427,7 +452,8 @@ static pl_status concat_bwd(const pl_kernel_args *a) {
             float *dx = pl_tensor_data(a->out[j]);
             size_t row = (size_t)(Kj * I) * sizeof(float);
 #pragma omp parallel for if (O * Kj * I > PAR_MIN) schedule(static)
-            for (int64_t o = 0; o < O; o++) memcpy(dx + o * Kj * I, gp + (o * Kt + koff) * I, row);
+            for (int64_t o = 0; o < O; o++)
+                memcpy(dx + o * Kj * I, gp + (o * Kt + koff) * I, row);
         }
         koff += Kj;
     }
@@ -443,7 +469,8 @@ static pl_status slice_fwd(const pl_kernel_args *a) {
     char *dst = pl_tensor_data(a->out[0]);
     size_t row = (size_t)(L * I) * es;
 #pragma omp parallel for if (O * L * I > PAR_MIN) schedule(static)
-    for (int64_t o = 0; o < O; o++) memcpy(dst + (size_t)o * row, src + (size_t)((o * K + s) * I) * es, row);
+    for (int64_t o = 0; o < O; o++)
+        memcpy(dst + (size_t)o * row, src + (size_t)((o * K + s) * I) * es, row);
     return PL_OK;
 }
 
@@ -506,7 +533,8 @@ static void permute_copy(void *dst, const void *src, int nd, const int64_t *ssha
             for (int64_t j = 0; j < inner; j++)
                 ((uint64_t *)d)[j] = ((const uint64_t *)sp)[j * istride];
         } else {
-            for (int64_t j = 0; j < inner; j++) memcpy(d + j * es, sp + (size_t)(j * istride) * es, es);
+            for (int64_t j = 0; j < inner; j++)
+                memcpy(d + j * es, sp + (size_t)(j * istride) * es, es);
         }
     }
 }
@@ -523,8 +551,10 @@ static pl_status permute_bwd(const pl_kernel_args *a) {
     const pl_tensor *g = a->in[0];
     if (!a->out[0]) return PL_OK;
     int64_t inv[PL_MAX_DIMS];
-    for (int i = 0; i < g->ndim; i++) inv[a->p.perm[i]] = i;
-    permute_copy(pl_tensor_data(a->out[0]), pl_tensor_data(g), g->ndim, g->shape, inv, sizeof(float));
+    for (int i = 0; i < g->ndim; i++)
+        inv[a->p.perm[i]] = i;
+    permute_copy(pl_tensor_data(a->out[0]), pl_tensor_data(g), g->ndim, g->shape, inv,
+                 sizeof(float));
     return PL_OK;
 }
 
@@ -565,8 +595,8 @@ static float *rope_table(int64_t T, int64_t half, int64_t off, double theta) {
 
 /* x [B, T, H, Dh]: y[d] = x[d] cos - x[d+h] sin, y[d+h] = x[d+h] cos + x[d] sin
  * (d < h = Dh/2). Backward applies the transposed rotation (sign of sin flipped). */
-static pl_status rope_apply(const void *xp, pl_dtype xdt, void *yp, pl_dtype ydt, const int64_t *shape,
-                            int64_t off, double theta, float sign) {
+static pl_status rope_apply(const void *xp, pl_dtype xdt, void *yp, pl_dtype ydt,
+                            const int64_t *shape, int64_t off, double theta, float sign) {
     int64_t B = shape[0], T = shape[1], H = shape[2], Dh = shape[3], half = Dh / 2;
     float *tab = rope_table(T, half, off, theta);
     if (!tab) return PL_ERR_NOMEM;
@@ -588,15 +618,15 @@ static pl_status rope_apply(const void *xp, pl_dtype xdt, void *yp, pl_dtype ydt
 
 static pl_status rope_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
-    return rope_apply(pl_tensor_data(x), x->dtype, pl_tensor_data(a->out[0]), a->out[0]->dtype, x->shape,
-                      a->p.start, a->p.alpha, 1.0f);
+    return rope_apply(pl_tensor_data(x), x->dtype, pl_tensor_data(a->out[0]), a->out[0]->dtype,
+                      x->shape, a->p.start, a->p.alpha, 1.0f);
 }
 
 static pl_status rope_bwd(const pl_kernel_args *a) {
     if (!a->out[0]) return PL_OK;
     const pl_tensor *g = a->in[0];
-    return rope_apply(pl_tensor_data(g), PL_F32, pl_tensor_data(a->out[0]), PL_F32, g->shape, a->p.start,
-                      a->p.alpha, -1.0f);
+    return rope_apply(pl_tensor_data(g), PL_F32, pl_tensor_data(a->out[0]), PL_F32, g->shape,
+                      a->p.start, a->p.alpha, -1.0f);
 }
 
 /* ---- causal softmax ------------------------------------------------------------------------ */
@@ -614,11 +644,15 @@ static pl_status causal_softmax_fwd(const pl_kernel_args *a) {
     for (int64_t r = 0; r < rows; r++) {
         int64_t base = r * S, vis = (r % T) + S - T + 1;
         float m = -INFINITY, sum = 0.0f;
-        for (int64_t j = 0; j < vis; j++) m = fmaxf(m, scale * ld(xp, x->dtype, base + j));
-        for (int64_t j = 0; j < vis; j++) sum += expf(scale * ld(xp, x->dtype, base + j) - m);
+        for (int64_t j = 0; j < vis; j++)
+            m = fmaxf(m, scale * ld(xp, x->dtype, base + j));
+        for (int64_t j = 0; j < vis; j++)
+            sum += expf(scale * ld(xp, x->dtype, base + j) - m);
         float inv = 1.0f / sum;
-        for (int64_t j = 0; j < vis; j++) st(yp, y->dtype, base + j, expf(scale * ld(xp, x->dtype, base + j) - m) * inv);
-        for (int64_t j = vis; j < S; j++) st(yp, y->dtype, base + j, 0.0f);
+        for (int64_t j = 0; j < vis; j++)
+            st(yp, y->dtype, base + j, expf(scale * ld(xp, x->dtype, base + j) - m) * inv);
+        for (int64_t j = vis; j < S; j++)
+            st(yp, y->dtype, base + j, 0.0f);
     }
     return PL_OK;
 }
@@ -637,9 +671,12 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
     for (int64_t r = 0; r < rows; r++) {
         int64_t base = r * S, vis = (r % T) + S - T + 1;
         float dot = 0.0f;
-        for (int64_t j = 0; j < vis; j++) dot += gp[base + j] * ld(yp, y->dtype, base + j);
-        for (int64_t j = 0; j < vis; j++) ds[base + j] = scale * ld(yp, y->dtype, base + j) * (gp[base + j] - dot);
-        for (int64_t j = vis; j < S; j++) ds[base + j] = 0.0f;
+        for (int64_t j = 0; j < vis; j++)
+            dot += gp[base + j] * ld(yp, y->dtype, base + j);
+        for (int64_t j = 0; j < vis; j++)
+            ds[base + j] = scale * ld(yp, y->dtype, base + j) * (gp[base + j] - dot);
+        for (int64_t j = vis; j < S; j++)
+            ds[base + j] = 0.0f;
     }
     return PL_OK;
 }

@@ -29,7 +29,9 @@
 
 void pl_cpu_register_lstm(pl_backend *b);
 
-static inline float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
+static inline float sigm(float v) {
+    return 1.0f / (1.0f + expf(-v));
+}
 
 static pl_status lstm_fwd(const pl_kernel_args *a) {
     const pl_tensor *xt = a->in[0], *wih = a->in[1], *whh = a->in[2];
@@ -51,18 +53,20 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In, 1.0f, x,
                     (int)In, pl_tensor_data(wih), (int)In, 0.0f, ws, (int)W);
     else
-        for (int64_t r = 0; r < B * T; r++) memset(ws + r * W, 0, (size_t)G * sizeof(float));
+        for (int64_t r = 0; r < B * T; r++)
+            memset(ws + r * W, 0, (size_t)G * sizeof(float));
 #pragma omp parallel for if (B * T * G > 65536) schedule(static)
     for (int64_t r = 0; r < B * T; r++)
-        for (int64_t k = 0; k < G; k++) ws[r * W + k] += bias[k];
+        for (int64_t k = 0; k < G; k++)
+            ws[r * W + k] += bias[k];
 
     const float *whp = pl_tensor_data(whh);
     for (int64_t s = 0; s < T; s++) {
         int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
         const float *hprev = s == 0 ? h0 : ws + tp * W + 5 * H;
         int ldh = s == 0 ? (int)H : (int)(T * W);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)G, (int)H, 1.0f, hprev, ldh,
-                    whp, (int)H, 1.0f, ws + t * W, (int)(T * W));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)G, (int)H, 1.0f, hprev,
+                    ldh, whp, (int)H, 1.0f, ws + t * W, (int)(T * W));
 #pragma omp parallel for if (B * H > 16384) schedule(static)
         for (int64_t b = 0; b < B; b++) {
             float *row = ws + (b * T + t) * W;
@@ -116,7 +120,8 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
         free(dh_next);
         free(dc_next);
         free(hp);
-        return pl_error_set(PL_ERR_NOMEM, "lstm backward: out of host memory (B=%lld T=%lld H=%lld)",
+        return pl_error_set(PL_ERR_NOMEM,
+                            "lstm backward: out of host memory (B=%lld T=%lld H=%lld)",
                             (long long)B, (long long)T, (long long)H);
     }
     for (int64_t s = T - 1; s >= 0; s--) {
@@ -139,8 +144,8 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
             }
         }
         if (s > 0 || dh0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)G, 1.0f, dA + t * G,
-                        (int)(T * G), whh, (int)H, 0.0f, dh_next, (int)H);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)G, 1.0f,
+                        dA + t * G, (int)(T * G), whh, (int)H, 0.0f, dh_next, (int)H);
         if (hp) {
             for (int64_t b = 0; b < B; b++) {
                 const float *src = s == 0 ? h0 + b * H : ws + (b * T + tp) * W + 5 * H;
@@ -152,18 +157,20 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
     if (dc0) memcpy(dc0, dc_next, nBH * sizeof(float));
     int BT = (int)(B * T);
     if (dx && In > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, (int)In, (int)G, 1.0f, dA, (int)G, wih,
-                    (int)In, 0.0f, dx, (int)In);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, (int)In, (int)G, 1.0f, dA,
+                    (int)G, wih, (int)In, 0.0f, dx, (int)In);
     if (dwih && In > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)In, BT, 1.0f, dA, (int)G, x,
-                    (int)In, 0.0f, dwih, (int)In);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)In, BT, 1.0f, dA, (int)G,
+                    x, (int)In, 0.0f, dwih, (int)In);
     if (dwhh)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, BT, 1.0f, dA, (int)G, hp,
-                    (int)H, 0.0f, dwhh, (int)H);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, BT, 1.0f, dA, (int)G,
+                    hp, (int)H, 0.0f, dwhh, (int)H);
     if (db) {
-        for (int64_t k = 0; k < G; k++) db[k] = 0.0f;
+        for (int64_t k = 0; k < G; k++)
+            db[k] = 0.0f;
         for (int64_t r = 0; r < B * T; r++)
-            for (int64_t k = 0; k < G; k++) db[k] += dA[r * G + k];
+            for (int64_t k = 0; k < G; k++)
+                db[k] += dA[r * G + k];
     }
     free(dA);
     free(dh_next);

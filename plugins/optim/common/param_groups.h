@@ -16,6 +16,8 @@
  * "default" (lr_scale 1, the optimizer's weight_decay), which may itself be
  * configured with group.default.* keys. The default group is dropped when it
  * is empty and was not configured; named groups are kept even when empty.
+ * Group order: "default" first (when present), then the named groups in the
+ * order they first appear (the trainer reads the base lr from group 0).
  */
 #ifndef PL_OPTIM_PARAM_GROUPS_H
 #define PL_OPTIM_PARAM_GROUPS_H

@@ -7,8 +7,8 @@
  * floor(swa_start * max_epochs)):
  *   - epochs < S: nothing (lr_factor returns NAN: the scheduler rules).
  *   - at the end of every epoch e >= S (or, with update_every_n_steps = N > 0,
- *     after every N-th optimizer step of epochs >= S) the live weights are
- *     folded into the average.
+ *     after an optimizer step of an epoch >= S that brings the count of steps
+ *     done to a multiple of N) the live weights are folded into the average.
  *   - SWALR (swa_lr > 0): during epoch S + j the lr factor is
  *     swa_f * alpha(j) + f0 * (1 - alpha(j)), swa_f = swa_lr / optimizer.lr,
  *     f0 = the factor the trainer passed at the first call of epoch S
@@ -157,7 +157,8 @@ static pl_status swa_update(void *self, int64_t epoch, int64_t step) {
     swa *s = self;
     if (epoch < s->start_epoch) return PL_OK;
     if (step < 0) return s->every_n_steps == 0 ? swa_average(s) : PL_OK;
-    if (s->every_n_steps > 0 && (step + 1) % s->every_n_steps == 0) return swa_average(s);
+    /* after a step, `step` counts the optimizer steps done so far (trainer.c) */
+    if (s->every_n_steps > 0 && step > 0 && step % s->every_n_steps == 0) return swa_average(s);
     return PL_OK;
 }
 

@@ -1,0 +1,52 @@
+/* optim_testkit.h - helpers for the optimizer / averager / scheduler plugin
+ * tests (test-only; compiled into each test, never into a plugin).
+ *
+ * A test loads a reference file written by tools/gen_optim_reference.py
+ * (tests/data/optim/<file>.json) and builds the plugin under test through the
+ * real path: registry (the build's plugin dir + the fixture plugins of
+ * tests/fixtures for the mandatory [data] / [model] sections), config from
+ * an INI string with the case's options, run context with params and meta.
+ */
+#ifndef PL_OPTIM_TESTKIT_H
+#define PL_OPTIM_TESTKIT_H
+
+#include <cjson/cJSON.h>
+
+#include "pl_test.h"
+#include "pipeline/pipeline.h"
+
+typedef struct tk_run {
+    struct pl_registry *reg;
+    pl_config *cfg;
+    const pl_config_section *sec;
+    const void *vtable; /* the plugin's pl_<kind>_vtable */
+    pl_run_context ctx; /* params and meta owned by the kit */
+} tk_run;
+
+/* Parsed tests/data/optim/<file>; "cases" array via tk_cases. */
+cJSON *tk_json(const char *file);
+const cJSON *tk_cases(const cJSON *root);
+const cJSON *tk_case(const cJSON *root, const char *name);
+
+/* Empty run context (params, meta) ready for tk_open. */
+void tk_init(tk_run *r);
+/* Load the config "[section] plugin = NAME" + `options` (a JSON object of
+ * strings) + `extra` ("key = value\n" lines, may be NULL) and find the
+ * vtable. Fails the test on error. */
+void tk_open(tk_run *r, const char *section, const char *plugin, const cJSON *options,
+             const char *extra);
+/* Same, returning the load error status instead of failing (for tests of
+ * refusals); message in pl_error_message(). */
+pl_status tk_try_open(tk_run *r, const char *section, const char *plugin, const char *ini_body);
+void tk_close(tk_run *r);
+
+/* Add an f32 parameter named `name` of `shape` with values `vals` (may be
+ * NULL: zeros), requires_grad set. Returns the borrowed tensor. */
+pl_tensor *tk_add_param(tk_run *r, const char *name, int ndim, const int64_t *shape,
+                        const double *vals, bool trainable);
+/* JSON number array -> malloc'd doubles (count in *n). */
+double *tk_doubles(const cJSON *a, int *n);
+/* |a - b| <= rtol |b| + atol (NaN == NaN). */
+bool tk_near(double a, double b, double rtol, double atol);
+
+#endif

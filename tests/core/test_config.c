@@ -1,0 +1,554 @@
+/* test_config.c - INI parsing, validation against plugin schemas, overrides,
+ * provenance, the written INI and the config hash; fixture plugins from
+ * tests/fixtures/good. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+#include "pl_test.h"
+#include "registry.h"
+
+#ifndef PL_FIXTURE_DIR
+#define PL_FIXTURE_DIR PL_TEST_BINARY_DIR "/tests/fixtures/plugins"
+#endif
+#define GOOD PL_FIXTURE_DIR "/good"
+
+#define CK_HAS(msg, needle) \
+    ck_assert_msg(strstr((msg), (needle)) != NULL, "expected '%s' in: %s", (needle), (msg))
+#define CK_HASNT(msg, needle) \
+    ck_assert_msg(strstr((msg), (needle)) == NULL, "did not expect '%s' in: %s", (needle), (msg))
+
+static char tmpdir[PATH_MAX];
+static char ini_path[PATH_MAX + 16];
+static pl_registry *reg;
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pl_test_config_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+    snprintf(ini_path, sizeof ini_path, "%s/t.ini", tmpdir);
+    reg = pl_registry_new();
+    pl_registry_add_dir(reg, GOOD);
+}
+
+static void teardown(void) {
+    pl_registry_free(reg);
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Load `text` as t.ini with up to 4 overrides (NULL-terminated). */
+static pl_config *load(const char *text, const char *o1, const char *o2) {
+    write_file(ini_path, text);
+    const char *ov[2];
+    int n = 0;
+    if (o1) ov[n++] = o1;
+    if (o2) ov[n++] = o2;
+    return pl_config_load(ini_path, n, ov, reg);
+}
+
+/* Expect a load failure with `status`; return the message. */
+static const char *load_fails(const char *text, const char *o1, pl_status status) {
+    pl_config *c = load(text, o1, NULL);
+    ck_assert_msg(c == NULL, "config unexpectedly valid:\n%s", text);
+    ck_assert_int_eq(pl_error_status(), status);
+    return pl_error_message();
+}
+
+static char origin_buf[PATH_MAX + 32];
+static const char *at(int line) {
+    snprintf(origin_buf, sizeof origin_buf, "%s:%d", ini_path, line);
+    return origin_buf;
+}
+
+#define BASE "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+
+static const char *good_ini = "; a comment\n"         /* 1 */
+                              "[pipeline]\n"          /* 2 */
+                              "seed = 7\n"            /* 3 */
+                              "\n"                    /* 4 */
+                              "[data]\n"              /* 5 */
+                              "plugin = fx_loader\n"  /* 6 */
+                              "batch_size = 64\n"     /* 7 */
+                              "[model]\n"             /* 8 */
+                              "plugin = fx_model\n"   /* 9 */
+                              "layer.enc.width = 32 ; inline comment\n" /* 10 */
+                              "activation = gelu\n"   /* 11 */
+                              "[optimizer]\n"         /* 12 */
+                              "plugin = fx_optim\n"   /* 13 */
+                              "lr = 0.5\n"            /* 14 */
+                              "group.decay.lr_scale = 2\n" /* 15 */
+                              "[trainer]\n"           /* 16 */
+                              "max_epochs = 3\n";     /* 17 */
+
+START_TEST(resolves_values_defaults_and_provenance) {
+    pl_config *c = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
+    const pl_config_section *p = PL_CK_NOTNULL(pl_config_section_get(c, "pipeline"));
+    ck_assert_int_eq(pl_cfg_int(p, "seed", 0), 7);
+    ck_assert_str_eq(pl_cfg_origin(p, "seed"), at(3));
+    ck_assert_str_eq(pl_cfg_str(p, "device", NULL), "cpu");
+    ck_assert_str_eq(pl_cfg_origin(p, "device"), "default");
+    ck_assert(!pl_cfg_is_set(p, "device"));
+    ck_assert_str_eq(pl_cfg_str(p, "name", NULL), "t"); /* the file's stem */
+    ck_assert_str_eq(pl_cfg_str(p, "run_dir", NULL), "runs");
+
+    const pl_config_section *o = PL_CK_NOTNULL(pl_config_section_get(c, "optimizer"));
+    ck_assert_str_eq(pl_cfg_section_name(o), "optimizer");
+    ck_assert(pl_cfg_float(o, "lr", 0) == 0.5);
+    ck_assert_str_eq(pl_cfg_origin(o, "lr"), at(14));
+    ck_assert(pl_cfg_float(o, "weight_decay", 0) == 0.2);
+    ck_assert_str_eq(pl_cfg_origin(o, "weight_decay"), "command line");
+    ck_assert(pl_cfg_is_set(o, "weight_decay"));
+    ck_assert(pl_cfg_bool(o, "amsgrad", true) == false);
+    ck_assert_str_eq(pl_cfg_origin(o, "amsgrad"), "default");
+    ck_assert(pl_cfg_float(o, "group.decay.lr_scale", 0) == 2.0);
+    ck_assert_ptr_null(pl_cfg_get(o, "nope"));
+    ck_assert_int_eq(pl_cfg_int(o, "nope", -5), -5);
+    /* order: plugin first, then schema order, pattern keys at their pattern */
+    ck_assert_int_eq(pl_cfg_count(o), 5);
+    const char *keys[] = {"plugin", "lr", "weight_decay", "amsgrad", "group.decay.lr_scale"};
+    for (int i = 0; i < 5; i++) ck_assert_str_eq(pl_cfg_key_at(o, i), keys[i]);
+    ck_assert_str_eq(pl_cfg_value_at(o, 0), "fx_optim");
+
+    const pl_config_section *m = pl_config_section_get(c, "model");
+    ck_assert_int_eq(pl_cfg_int(m, "layer.enc.width", 0), 32); /* inline comment stripped */
+    ck_assert_str_eq(pl_cfg_str(m, "activation", NULL), "gelu");
+    ck_assert_int_eq(pl_cfg_int(m, "hidden", 0), 16);
+    ck_assert_str_eq(pl_config_plugin(c, "model")->name, "fx_model");
+    ck_assert_str_eq(pl_config_plugin_path(c, "model"), GOOD "/fx_model.so");
+
+    const pl_config_section *t = pl_config_section_get(c, "trainer");
+    ck_assert_int_eq(pl_cfg_int(t, "max_epochs", 0), 3);
+    ck_assert_int_eq(pl_cfg_int(t, "max_steps", 0), -1);
+    ck_assert(pl_cfg_float(t, "limit_train_batches", 0) == 1.0);
+    ck_assert(pl_cfg_bool(t, "save_last", false));
+    ck_assert_str_eq(pl_cfg_str(t, "monitor", NULL), "val_loss");
+    /* absent optional stage sections are absent */
+    ck_assert_ptr_null(pl_config_section_get(c, "averager"));
+    /* canonical section order */
+    const char *order[] = {"pipeline", "data", "model", "optimizer", "trainer"};
+    ck_assert_int_eq(pl_config_section_count(c), 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_str_eq(pl_cfg_section_name(pl_config_section_at(c, i)), order[i]);
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(unknown_key_suggests_nearest_with_file_line) {
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nweight_decy = 0.1\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "unknown key 'weight_decy' in [optimizer]");
+    CK_HAS(m, "did you mean 'weight_decay'");
+    CK_HAS(pl_hint_get(), "weight_decay");
+    /* nothing near: no suggestion */
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nzzzzzzzzz = 1\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "unknown key 'zzzzzzzzz'");
+    CK_HASNT(m, "did you mean");
+    /* core section key */
+    m = load_fails(BASE "[trainer]\nmax_epoch = 3\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(6));
+    CK_HAS(m, "did you mean 'max_epochs'");
+}
+END_TEST
+
+START_TEST(bad_types_are_refused) {
+    const char *m = load_fails("[data]\nplugin = fx_loader\nbatch_size = 1.5\n[model]\nplugin = "
+                               "fx_model\n",
+                               NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(3));
+    CK_HAS(m, "expected an integer, found '1.5'");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = fast\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "expected a number, found 'fast'");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = nan\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "expected a number");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\namsgrad = maybe\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "expected true or false, found 'maybe'");
+    /* bool spellings accepted */
+    pl_config *c = PL_CK_NOTNULL(load(BASE "[optimizer]\nplugin = fx_optim\namsgrad = Yes\n",
+                                      NULL, NULL));
+    ck_assert(pl_cfg_bool(pl_config_section_get(c, "optimizer"), "amsgrad", false));
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(out_of_range_is_refused_with_bounds) {
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = 11\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "out of range, expected 0 <= lr <= 10");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nweight_decay = -0.1\n", NULL,
+                   PL_ERR_CONFIG);
+    CK_HAS(m, "out of range");
+    m = load_fails(BASE "[trainer]\naccumulate_grad_batches = 0\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "1 <= accumulate_grad_batches");
+    /* bounds are inclusive */
+    pl_config *c = PL_CK_NOTNULL(load(BASE "[optimizer]\nplugin = fx_optim\nlr = 10\n", NULL, NULL));
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(bad_choice_lists_choices_and_suggests) {
+    const char *m = load_fails("[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                               "activation = gelo\n",
+                               NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(5));
+    CK_HAS(m, "expected one of relu|gelu|silu, found 'gelo'");
+    CK_HAS(m, "did you mean 'gelu'");
+    m = load_fails(BASE "[pipeline]\ndevice = tpu\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "cpu|cuda|auto");
+}
+END_TEST
+
+START_TEST(number_or_fraction_accepts_counts_and_fractions) {
+    const char *sched = BASE "[scheduler]\nplugin = fx_sched\nwarmup_steps = 5\nval_check = ";
+    char buf[512];
+    const char *ok[] = {"100", "0", "0.25", "1.0", "1e-1"};
+    for (int i = 0; i < 5; i++) {
+        snprintf(buf, sizeof buf, "%s%s\n", sched, ok[i]);
+        pl_config *c = load(buf, NULL, NULL);
+        ck_assert_msg(c != NULL, "%s refused: %s", ok[i], pl_error_message());
+        pl_config_free(c);
+    }
+    const char *bad[] = {"1.5", "-3", "abc", "0.0"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(buf, sizeof buf, "%s%s\n", sched, bad[i]);
+        const char *m = load_fails(buf, NULL, PL_ERR_CONFIG);
+        CK_HAS(m, "val_check");
+    }
+}
+END_TEST
+
+START_TEST(duplicate_key_names_both_lines) {
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = 0.1\n\nlr = 0.2\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(9));
+    char first[PATH_MAX + 64];
+    snprintf(first, sizeof first, "first set at %s", at(7));
+    CK_HAS(m, first);
+    CK_HAS(m, "duplicate key 'lr' in [optimizer]");
+}
+END_TEST
+
+START_TEST(duplicate_section_is_refused) {
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_optim\n[optimizer]\nlr = 0.2\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "section [optimizer] appears twice");
+}
+END_TEST
+
+START_TEST(missing_required_key_names_section_and_key) {
+    const char *m = load_fails(BASE "[scheduler]\nplugin = fx_sched\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "[scheduler] is missing the required key 'warmup_steps'");
+    CK_HAS(m, at(5));
+    m = load_fails(BASE "[optimizer]\nlr = 1\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "[optimizer] is missing the required key 'plugin'");
+    m = load_fails("[data]\nplugin = fx_loader\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "missing section [model]");
+}
+END_TEST
+
+START_TEST(unknown_section_suggests_nearest) {
+    const char *m = load_fails(BASE "[optimiser]\nplugin = fx_optim\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(5));
+    CK_HAS(m, "unknown section [optimiser]; did you mean [optimizer]?");
+    m = load_fails(BASE "[wibble]\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "unknown section [wibble]");
+    CK_HASNT(m, "did you mean");
+}
+END_TEST
+
+START_TEST(syntax_errors_have_line_numbers) {
+    const char *m = load_fails(BASE "this is not ini\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(5));
+    CK_HAS(m, "cannot parse 'this is not ini'");
+    m = load_fails("lr = 1\n" BASE, NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(1));
+    CK_HAS(m, "outside any section");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\n  lr = 0.1\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "multi-line values are not supported");
+    char longline[600];
+    memset(longline, 'x', sizeof longline);
+    snprintf(longline, sizeof longline, BASE "[pipeline]\nname = %0500d\n", 1);
+    m = load_fails(longline, NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(6));
+    CK_HAS(m, "too long");
+    m = load_fails(BASE "[model\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(5));
+    ck_assert_ptr_null(pl_config_load(PL_TEST_BINARY_DIR "/no/such.ini", 0, NULL, reg));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_IO);
+    CK_HAS(pl_error_message(), "no/such.ini");
+}
+END_TEST
+
+START_TEST(plugin_name_must_not_be_a_path) {
+    const char *m = load_fails("[data]\nplugin = fx_loader\n[model]\nplugin = ../evil\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(4));
+    CK_HAS(m, "invalid plugin name '../evil'");
+    m = load_fails(BASE "[optimizer]\nplugin = /tmp/evil\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "invalid plugin name");
+}
+END_TEST
+
+START_TEST(kind_mismatch_names_section_and_line) {
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_sched\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(6));
+    CK_HAS(m, "[optimizer] plugin = fx_sched");
+    CK_HAS(m, "scheduler plugin, expected a optimizer plugin");
+}
+END_TEST
+
+START_TEST(override_syntax) {
+    char s[64], k[64];
+    const char *v = NULL;
+    PL_CK_OK(pl_override_parse("optimizer.lr=5e-4", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(s, "optimizer");
+    ck_assert_str_eq(k, "lr");
+    ck_assert_str_eq(v, "5e-4");
+    PL_CK_OK(pl_override_parse("optimizer.group.decay.lr_scale=2", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(k, "group.decay.lr_scale");
+    PL_CK_OK(pl_override_parse("trainer.resume=", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(v, "");
+    PL_CK_OK(pl_override_parse("data.path=a=b", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(v, "a=b");
+    const char *bad[] = {"optimizer.lr", "lr=1", ".lr=1", "optimizer.=1", "opt imizer.lr=1",
+                         "optimizer.l r=1", "optimizer.lr.=1", "=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_msg(pl_override_parse(bad[i], s, sizeof s, k, sizeof k, &v) == PL_ERR_CONFIG,
+                      "accepted '%s'", bad[i]);
+        CK_HAS(pl_error_message(), bad[i]);
+    }
+    ck_assert(pl_is_override("a.b=c"));
+    ck_assert(!pl_is_override("configs/x=1.ini"));
+    ck_assert(!pl_is_override("teacher.ini"));
+}
+END_TEST
+
+START_TEST(overrides_are_validated_like_file_keys) {
+    const char *m = load_fails(good_ini, "optimizer.lr=100", PL_ERR_CONFIG);
+    CK_HAS(m, "command line: [optimizer] lr = 100: out of range");
+    m = load_fails(good_ini, "optimizer.lrr=1", PL_ERR_CONFIG);
+    CK_HAS(m, "command line: unknown key 'lrr'");
+    CK_HAS(m, "did you mean 'lr'");
+    m = load_fails(good_ini, "optimzer.lr=1", PL_ERR_CONFIG);
+    CK_HAS(m, "unknown section [optimzer]; did you mean [optimizer]?");
+    m = load_fails(good_ini, "optimizer.lr", PL_ERR_CONFIG);
+    CK_HAS(m, "missing '='");
+    pl_config *c = load(good_ini, "optimizer.lr=1", "optimizer.lr=2");
+    ck_assert_ptr_null(c);
+    CK_HAS(pl_error_message(), "given twice");
+    /* an override may add a whole section */
+    c = PL_CK_NOTNULL(load(good_ini, "precision.plugin=fx_prec_b", "precision.block=128"));
+    const pl_config_section *p = pl_config_section_get(c, "precision");
+    ck_assert_int_eq(pl_cfg_int(p, "block", 0), 128);
+    ck_assert_str_eq(pl_cfg_origin(p, "plugin"), "command line");
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(plugin_override_validates_against_new_schema) {
+    const char *ini = BASE "[precision]\nplugin = fx_prec_a\nloss_scale = 128\n";
+    pl_config *c = PL_CK_NOTNULL(load(ini, NULL, NULL));
+    ck_assert(pl_cfg_float(pl_config_section_get(c, "precision"), "loss_scale", 0) == 128);
+    pl_config_free(c);
+    /* loss_scale belongs to fx_prec_a, not fx_prec_b */
+    const char *m = load_fails(ini, "precision.plugin=fx_prec_b", PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "unknown key 'loss_scale' in [precision] (plugin fx_prec_b)");
+    c = PL_CK_NOTNULL(
+        load(BASE "[precision]\nplugin = fx_prec_a\n", "precision.plugin=fx_prec_b", NULL));
+    const pl_config_section *p = pl_config_section_get(c, "precision");
+    ck_assert_str_eq(pl_cfg_str(p, "plugin", NULL), "fx_prec_b");
+    ck_assert_int_eq(pl_cfg_int(p, "block", 0), 64);
+    ck_assert_ptr_null(pl_cfg_get(p, "loss_scale"));
+    ck_assert_str_eq(pl_config_plugin(c, "precision")->name, "fx_prec_b");
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(pattern_options_match_one_segment) {
+    pl_config *c = PL_CK_NOTNULL(load(BASE "[optimizer]\nplugin = fx_optim\ngroup.a.lr_scale = "
+                                           "0.5\ngroup.b.lr_scale = 3\n",
+                                      NULL, NULL));
+    const pl_config_section *o = pl_config_section_get(c, "optimizer");
+    int n = 0;
+    for (int i = 0; i < pl_cfg_count(o); i++)
+        n += strncmp(pl_cfg_key_at(o, i), "group.", 6) == 0;
+    ck_assert_int_eq(n, 2);
+    ck_assert(pl_cfg_float(o, "group.b.lr_scale", 0) == 3);
+    pl_config_free(c);
+    const char *m = load_fails(BASE "[optimizer]\nplugin = fx_optim\ngroup.a.b.lr_scale = 1\n",
+                               NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "unknown key 'group.a.b.lr_scale'");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\ngroup..lr_scale = 1\n", NULL,
+                   PL_ERR_CONFIG);
+    CK_HAS(m, "unknown key");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\ngroup.a.lr_scale = -1\n", NULL,
+                   PL_ERR_CONFIG);
+    CK_HAS(m, "out of range");
+}
+END_TEST
+
+START_TEST(requires_resolve_relative_to_the_ini) {
+    char sub[PATH_MAX + 32], pre[PATH_MAX + 48];
+    snprintf(sub, sizeof sub, "%s/configs", tmpdir);
+    ck_assert_int_eq(mkdir(sub, 0755), 0);
+    snprintf(pre, sizeof pre, "%s/pre.ini", sub);
+    write_file(pre, BASE);
+    pl_config *c = PL_CK_NOTNULL(
+        load(BASE "[pipeline]\nrequires = configs/pre.ini\n[trainer]\ninit_from = "
+                  "@configs/pre.ini:best\n",
+             NULL, NULL));
+    ck_assert_int_eq(pl_config_requires_count(c), 1);
+    ck_assert_str_eq(pl_config_requires_at(c, 0), pre);
+    char path[PATH_MAX], which[16];
+    ck_assert_int_eq(pl_config_parse_ref(c, "@configs/pre.ini:last", path, sizeof path, which,
+                                         sizeof which),
+                     1);
+    ck_assert_str_eq(path, pre);
+    ck_assert_str_eq(which, "last");
+    ck_assert_int_eq(pl_config_parse_ref(c, "weights.safetensors", path, sizeof path, which,
+                                         sizeof which),
+                     0);
+    ck_assert_int_eq(pl_config_parse_ref(c, "@configs/pre.ini:worst", path, sizeof path, which,
+                                         sizeof which),
+                     -1);
+    pl_config_free(c);
+    const char *m = load_fails(BASE "[pipeline]\nrequires = configs/nope.ini\n", NULL,
+                               PL_ERR_CONFIG);
+    CK_HAS(m, at(6));
+    CK_HAS(m, "'configs/nope.ini' not found");
+    m = load_fails(BASE "[trainer]\ninit_from = @configs/pre.ini:best\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "not listed in [pipeline] requires");
+    m = load_fails(BASE "[pipeline]\nrequires = configs/pre.ini\n[trainer]\ninit_from = "
+                        "@configs/pre.ini\n",
+                   NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "init_from");
+}
+END_TEST
+
+/* Independent FNV-1a 64 over "section.key=value\n" of every resolved key. */
+static uint64_t fnv_of(const pl_config *c) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const pl_config_section *s = pl_config_section_at(c, i);
+        for (int j = 0; j < pl_cfg_count(s); j++) {
+            char line[1024];
+            snprintf(line, sizeof line, "%s.%s=%s\n", pl_cfg_section_name(s), pl_cfg_key_at(s, j),
+                     pl_cfg_value_at(s, j));
+            for (const char *p = line; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+        }
+    }
+    return h;
+}
+
+START_TEST(written_ini_reloads_to_same_values_and_hash) {
+    pl_config *c = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
+    ck_assert_uint_eq(pl_config_hash(c), fnv_of(c));
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resolved.ini", tmpdir);
+    PL_CK_OK(pl_config_write_ini(c, out));
+    pl_config *r = PL_CK_NOTNULL(pl_config_load(out, 0, NULL, reg));
+    ck_assert_uint_eq(pl_config_hash(r), pl_config_hash(c));
+    /* every key now comes from the written file */
+    const pl_config_section *o = pl_config_section_get(r, "optimizer");
+    ck_assert(pl_cfg_float(o, "weight_decay", 0) == 0.2);
+    CK_HAS(pl_cfg_origin(o, "weight_decay"), "resolved.ini:");
+    pl_config_free(r);
+    /* same values set another way: same hash; one value changed: different hash */
+    pl_config *d = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
+    ck_assert_uint_eq(pl_config_hash(d), pl_config_hash(c));
+    pl_config_free(d);
+    d = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.3", NULL));
+    ck_assert_uint_ne(pl_config_hash(d), pl_config_hash(c));
+    pl_config_free(d);
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(printed_table_shows_every_key_with_origin) {
+    pl_config *c = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    pl_config_print(c, f);
+    fclose(f);
+    CK_HAS(buf, "[optimizer]  optimizer fx_optim 0.0.1");
+    /* find the weight_decay row and check value and origin */
+    const char *row = strstr(buf, "  weight_decay ");
+    ck_assert_ptr_nonnull(row);
+    const char *eol = strchr(row, '\n');
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)(eol - row), row);
+    CK_HAS(line, "= 0.2");
+    CK_HAS(line, "command line");
+    row = strstr(buf, "  lr ");
+    ck_assert_ptr_nonnull(row);
+    eol = strchr(row, '\n');
+    snprintf(line, sizeof line, "%.*s", (int)(eol - row), row);
+    CK_HAS(line, at(14));
+    /* every row has '=' in the same column */
+    int col = -1;
+    for (char *p = buf; (p = strstr(p, "\n  ")); p++) {
+        const char *eq = strstr(p, " = ");
+        const char *e2 = strchr(p + 1, '\n');
+        if (!eq || (e2 && eq > e2)) continue;
+        int c2 = (int)(eq - p);
+        if (col < 0) col = c2;
+        ck_assert_int_eq(c2, col);
+    }
+    free(buf);
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(edit_distance_reference_values) {
+    ck_assert_int_eq(pl_edit_distance("kitten", "sitting"), 3);
+    ck_assert_int_eq(pl_edit_distance("weight_decy", "weight_decay"), 1);
+    ck_assert_int_eq(pl_edit_distance("", "abc"), 3);
+    ck_assert_int_eq(pl_edit_distance("abc", "abc"), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("config");
+    TCase *t = tcase_create("config");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, resolves_values_defaults_and_provenance);
+    tcase_add_test(t, unknown_key_suggests_nearest_with_file_line);
+    tcase_add_test(t, bad_types_are_refused);
+    tcase_add_test(t, out_of_range_is_refused_with_bounds);
+    tcase_add_test(t, bad_choice_lists_choices_and_suggests);
+    tcase_add_test(t, number_or_fraction_accepts_counts_and_fractions);
+    tcase_add_test(t, duplicate_key_names_both_lines);
+    tcase_add_test(t, duplicate_section_is_refused);
+    tcase_add_test(t, missing_required_key_names_section_and_key);
+    tcase_add_test(t, unknown_section_suggests_nearest);
+    tcase_add_test(t, syntax_errors_have_line_numbers);
+    tcase_add_test(t, plugin_name_must_not_be_a_path);
+    tcase_add_test(t, kind_mismatch_names_section_and_line);
+    tcase_add_test(t, override_syntax);
+    tcase_add_test(t, overrides_are_validated_like_file_keys);
+    tcase_add_test(t, plugin_override_validates_against_new_schema);
+    tcase_add_test(t, pattern_options_match_one_segment);
+    tcase_add_test(t, requires_resolve_relative_to_the_ini);
+    tcase_add_test(t, written_ini_reloads_to_same_values_and_hash);
+    tcase_add_test(t, printed_table_shows_every_key_with_origin);
+    tcase_add_test(t, edit_distance_reference_values);
+    suite_add_tcase(s, t);
+    return pl_test_run(s);
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install the Debian packages pipeline needs to build, test and prepare data.
+# Usage: sudo tools/install_deps.sh [--data]   (--data adds R for the MovieLens fetch)
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config git
+      libinih-dev check libsubunit-dev libopenblas-dev libhdf5-dev libcjson-dev hdf5-tools
+      python3 python3-numpy python3-h5py)
+if [[ "${1:-}" == "--data" ]]; then
+  pkgs+=(r-base-core)
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "dependencies: ok (${#missing[@]} installed now)"
