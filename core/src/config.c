@@ -1157,7 +1157,7 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 }
 
 uint64_t pl_config_hash(const pl_config *c) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a 64 offset basis */
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a 64 offset basis */
     if (!c) return h;
     for (int i = 0; i < c->n; i++)
         for (int j = 0; j < c->s[i]->n; j++) {
@@ -1166,10 +1166,10 @@ uint64_t pl_config_hash(const pl_config *c) {
             for (int k = 0; k < 5; k++)
                 for (const unsigned char *p = (const unsigned char *)parts[k]; *p; p++) {
                     h ^= *p;
-                    h *= 1099511628211ULL; /* FNV prime */
+                    h *= 0x100000001b3ULL; /* FNV prime */
                 }
             h ^= '\n';
-            h *= 1099511628211ULL;
+            h *= 0x100000001b3ULL;
         }
     return h;
 }

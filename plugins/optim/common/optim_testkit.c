@@ -131,3 +131,154 @@ bool tk_near(double a, double b, double rtol, double atol) {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
     return fabs(a - b) <= rtol * fabs(b) + atol;
 }
+
+/* ---- checkpoint state round trip ------------------------------------------ */
+
+#define TK_STATE_MAX 256
+struct tk_state {
+    int n;
+    char name[TK_STATE_MAX][PL_NAME_MAX + 64];
+    pl_tensor *t[TK_STATE_MAX]; /* NULL for scalars */
+    double v[TK_STATE_MAX];
+    bool loading;
+    int used;
+};
+
+static int state_find(const tk_state *st, const char *name) {
+    for (int i = 0; i < st->n; i++)
+        if (!strcmp(st->name[i], name)) return i;
+    return -1;
+}
+
+static pl_status visit_tensor(void *ctx, const char *name, pl_tensor *t) {
+    tk_state *st = ctx;
+    if (st->loading) {
+        int i = state_find(st, name);
+        if (i < 0 || !st->t[i]) return pl_error_set(PL_ERR_IO, "checkpoint has no tensor '%s'", name);
+        st->used++;
+        return pl_tensor_copy_(t, st->t[i]);
+    }
+    if (st->n >= TK_STATE_MAX || state_find(st, name) >= 0)
+        return pl_error_set(PL_ERR_INVALID, "state name '%s' repeated or too many", name);
+    snprintf(st->name[st->n], sizeof st->name[0], "%s", name);
+    st->t[st->n] = pl_tensor_to(t, PL_F32, PL_CPU);
+    if (!st->t[st->n]) return pl_error_status();
+    st->n++;
+    return PL_OK;
+}
+
+static pl_status visit_scalar(void *ctx, const char *name, double *v) {
+    tk_state *st = ctx;
+    if (st->loading) {
+        int i = state_find(st, name);
+        if (i < 0 || st->t[i]) return pl_error_set(PL_ERR_IO, "checkpoint has no scalar '%s'", name);
+        st->used++;
+        *v = st->v[i];
+        return PL_OK;
+    }
+    if (st->n >= TK_STATE_MAX || state_find(st, name) >= 0)
+        return pl_error_set(PL_ERR_INVALID, "state name '%s' repeated or too many", name);
+    snprintf(st->name[st->n], sizeof st->name[0], "%s", name);
+    st->t[st->n] = NULL;
+    st->v[st->n++] = *v;
+    return PL_OK;
+}
+
+tk_state *tk_state_save(tk_state_fn fn, void *self) {
+    tk_state *st = calloc(1, sizeof *st);
+    ck_assert_ptr_nonnull(st);
+    pl_state_visitor v = {st, visit_tensor, visit_scalar};
+    PL_CK_OK(fn(self, &v));
+    return st;
+}
+
+void tk_state_load(tk_state *st, tk_state_fn fn, void *self) {
+    st->loading = true;
+    st->used = 0;
+    pl_state_visitor v = {st, visit_tensor, visit_scalar};
+    PL_CK_OK(fn(self, &v));
+    ck_assert_msg(st->used == st->n, "load visited %d of %d saved entries", st->used, st->n);
+    st->loading = false;
+}
+
+int tk_state_count(const tk_state *st) { return st->n; }
+
+double tk_state_scalar(const tk_state *st, const char *name, bool *found) {
+    int i = state_find(st, name);
+    if (found) *found = i >= 0 && !st->t[i];
+    return (i >= 0 && !st->t[i]) ? st->v[i] : NAN;
+}
+
+void tk_state_free(tk_state *st) {
+    if (!st) return;
+    for (int i = 0; i < st->n; i++) pl_tensor_release(st->t[i]);
+    free(st);
+}
+
+/* ---- optimizer reference runs --------------------------------------------------- */
+
+static void set_grad(pl_tensor *t, const cJSON *g) {
+    pl_tensor_release(t->grad);
+    t->grad = NULL;
+    if (cJSON_IsNull(g)) return;
+    int n;
+    double *v = tk_doubles(g, &n);
+    ck_assert_int_eq(n, pl_tensor_numel(t));
+    t->grad = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, t->ndim, t->shape, PL_CPU));
+    float *d = pl_tensor_f32(t->grad);
+    for (int i = 0; i < n; i++) d[i] = (float)v[i];
+    free(v);
+}
+
+void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at) {
+    const char *cname = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
+    tk_run r;
+    tk_init(&r);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params"), *p;
+    int np = 0;
+    pl_tensor *ts[16];
+    cJSON_ArrayForEach(p, params) {
+        int n, nd;
+        double *init = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "init"), &n);
+        double *shp = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "shape"), &nd);
+        int64_t shape[PL_MAX_DIMS];
+        for (int i = 0; i < nd; i++) shape[i] = (int64_t)shp[i];
+        ck_assert(np < 16);
+        ts[np++] = tk_add_param(&r, cJSON_GetObjectItemCaseSensitive(p, "name")->valuestring, nd,
+                                shape, init, true);
+        free(init);
+        free(shp);
+    }
+    tk_open(&r, "optimizer", plugin, cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
+    const pl_optimizer_vtable *vt = r.vtable;
+    void *self = NULL;
+    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    const cJSON *grads = cJSON_GetObjectItemCaseSensitive(c, "grads");
+    const cJSON *expected = cJSON_GetObjectItemCaseSensitive(c, "expected");
+    int steps = cJSON_GetArraySize(grads);
+    for (int s = 0; s < steps; s++) {
+        if (resume_at > 0 && s == resume_at) {
+            tk_state *st = tk_state_save(vt->state, self);
+            vt->destroy(self);
+            self = NULL;
+            PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+            tk_state_load(st, vt->state, self);
+            tk_state_free(st);
+        }
+        const cJSON *gs = cJSON_GetArrayItem(grads, s), *es = cJSON_GetArrayItem(expected, s);
+        for (int i = 0; i < np; i++) set_grad(ts[i], cJSON_GetArrayItem(gs, i));
+        PL_CK_OK(vt->step(self));
+        for (int i = 0; i < np; i++) {
+            int n;
+            double *e = tk_doubles(cJSON_GetArrayItem(es, i), &n);
+            const float *d = pl_tensor_f32(ts[i]);
+            for (int k = 0; k < n; k++)
+                ck_assert_msg(tk_near(d[k], e[k], 1e-6, 1e-7),
+                              "%s (%s): step %d, %s[%d] = %.9g, torch %.9g", cname, plugin, s,
+                              ts[i]->name, k, (double)d[k], e[k]);
+            free(e);
+        }
+    }
+    vt->destroy(self);
+    tk_close(&r);
+}

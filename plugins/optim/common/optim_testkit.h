@@ -49,4 +49,27 @@ double *tk_doubles(const cJSON *a, int *n);
 /* |a - b| <= rtol |b| + atol (NaN == NaN). */
 bool tk_near(double a, double b, double rtol, double atol);
 
+/* ---- checkpoint state round trip --------------------------------------- */
+
+/* In-memory checkpoint: what a plugin's state(visitor) listed. */
+typedef struct tk_state tk_state;
+typedef pl_status (*tk_state_fn)(void *self, const pl_state_visitor *v);
+/* Save (the visitor copies every tensor / scalar it is shown). */
+tk_state *tk_state_save(tk_state_fn fn, void *self);
+/* Load into a freshly created plugin; fails the test if a name is missing. */
+void tk_state_load(tk_state *st, tk_state_fn fn, void *self);
+int tk_state_count(const tk_state *st);
+/* Scalar saved under `name`, NAN (and *found false) if absent. */
+double tk_state_scalar(const tk_state *st, const char *name, bool *found);
+void tk_state_free(tk_state *st);
+
+/* ---- optimizer reference runs (adamw.json / sgd.json cases) -------------- */
+
+/* Run reference case `c` through plugin `plugin` (section [optimizer]):
+ * create, then for every step set the recorded gradients (null: no gradient),
+ * step, and compare every parameter with torch to rtol 1e-6 (+ atol 1e-7).
+ * resume_at > 0: after that many steps save the state, destroy, build a new
+ * optimizer over the same parameters, load the state and continue. */
+void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at);
+
 #endif

@@ -1,0 +1,182 @@
+/* test_cli.c - runs the built `pipeline` binary: exit codes (0 ok, 2 usage /
+ * config error) and the two-line "error: ... / hint: ..." messages. Uses the
+ * fixture plugins (tests/fixtures), never runs training. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pl_test.h"
+
+#ifndef PL_FIXTURE_DIR
+#define PL_FIXTURE_DIR PL_TEST_BINARY_DIR "/tests/fixtures/plugins"
+#endif
+#define BIN PL_TEST_BINARY_DIR "/core/pipeline"
+#define PP " --plugin-path " PL_FIXTURE_DIR "/good"
+
+#define CK_HAS(msg, needle) \
+    ck_assert_msg(strstr((msg), (needle)) != NULL, "expected '%s' in: %s", (needle), (msg))
+
+static char tmpdir[PATH_MAX];
+static char out_s[65536], err_s[65536];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pl_test_cli_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    char cmd[PATH_MAX + 32];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+static void slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    size_t r = f ? fread(buf, 1, n - 1, f) : 0;
+    buf[r] = '\0';
+    if (f) fclose(f);
+}
+
+/* Run `pipeline ARGS`; stdout/stderr into out_s/err_s; returns the exit code. */
+static int run(const char *args) {
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >out.txt 2>err.txt", tmpdir, BIN, args);
+    int st = system(cmd);
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/out.txt", tmpdir);
+    slurp(p, out_s, sizeof out_s);
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    slurp(p, err_s, sizeof err_s);
+    ck_assert_msg(WIFEXITED(st), "pipeline %s did not exit normally", args);
+    return WEXITSTATUS(st);
+}
+
+static void write_ini(const char *name, const char *text) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* stderr is "error: ..." then a line starting with "hint:" */
+static void ck_error_format(void) {
+    ck_assert_msg(strncmp(err_s, "error: ", 7) == 0, "stderr: %s", err_s);
+    const char *nl = strchr(err_s, '\n');
+    ck_assert_ptr_nonnull(nl);
+    ck_assert_msg(strncmp(nl + 1, "hint: ", 6) == 0, "stderr: %s", err_s);
+}
+
+static const char *good = "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                          "[optimizer]\nplugin = fx_optim\nlr = 0.5\n";
+
+START_TEST(version_and_help_exit_zero) {
+    ck_assert_int_eq(run("--version"), 0);
+    CK_HAS(out_s, "pipeline " PL_VERSION_STRING);
+    ck_assert_int_eq(run("help"), 0);
+    CK_HAS(out_s, "usage: pipeline COMMAND");
+    ck_assert_int_eq(run("help run"), 0);
+    CK_HAS(out_s, "--resume");
+    ck_assert_int_eq(run("check --help"), 0);
+    CK_HAS(out_s, "pipeline check");
+}
+END_TEST
+
+START_TEST(usage_errors_exit_two_with_hint) {
+    ck_assert_int_eq(run(""), 2);
+    CK_HAS(err_s, "no command");
+    ck_assert_int_eq(run("frobnicate"), 2);
+    ck_error_format();
+    CK_HAS(err_s, "unknown command 'frobnicate'");
+    ck_assert_int_eq(run("help frobnicate"), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("check"), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("check x.ini --bogus"), 2);
+    CK_HAS(err_s, "unknown option '--bogus'");
+    ck_assert_int_eq(run("run x.ini --resume"), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("check x.ini --plugin-path"), 2);
+    ck_error_format();
+}
+END_TEST
+
+START_TEST(check_valid_config_prints_resolved_table) {
+    write_ini("good.ini", good);
+    ck_assert_int_eq(run("check good.ini optimizer.weight_decay=0.2" PP), 0);
+    CK_HAS(out_s, "config OK");
+    CK_HAS(out_s, "good.ini:7");
+    CK_HAS(out_s, "command line");
+    CK_HAS(out_s, "default");
+    CK_HAS(out_s, "[trainer]");
+    ck_assert_str_eq(err_s, "");
+}
+END_TEST
+
+START_TEST(check_config_errors_exit_two) {
+    write_ini("typo.ini", "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                          "[optimizer]\nplugin = fx_optim\nweight_decy = 0.1\n");
+    ck_assert_int_eq(run("check typo.ini" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "typo.ini:7");
+    CK_HAS(err_s, "did you mean 'weight_decay'");
+    ck_assert_int_eq(run("check missing.ini" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "missing.ini");
+    write_ini("good.ini", good);
+    ck_assert_int_eq(run("check good.ini optimizer.lr" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "optimizer.lr");
+    ck_assert_int_eq(run("check good.ini notanoverride" PP), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("check good.ini optimizer.plugin=fx_sched" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "scheduler plugin");
+    ck_assert_int_eq(run("check good.ini model.plugin=../evil" PP), 2);
+    CK_HAS(err_s, "invalid plugin name");
+    /* run refuses the same way before training */
+    ck_assert_int_eq(run("run typo.ini" PP), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("run good.ini --resume last trainer.resume=x" PP), 2);
+    ck_error_format();
+}
+END_TEST
+
+START_TEST(plugins_lists_and_describes) {
+    ck_assert_int_eq(run("plugins" PP), 0);
+    CK_HAS(out_s, "fx_optim");
+    CK_HAS(out_s, "optimizer");
+    CK_HAS(out_s, PL_FIXTURE_DIR "/good/fx_optim.so");
+    ck_assert_int_eq(run("plugins fx_optim" PP), 0);
+    CK_HAS(out_s, "weight_decay");
+    CK_HAS(out_s, "decoupled weight decay");
+    ck_assert_int_eq(run("plugins fx_sched" PP), 0);
+    CK_HAS(out_s, "(required)");
+    ck_assert_int_eq(run("plugins fx_nothere" PP), 2);
+    ck_error_format();
+    ck_assert_int_eq(run("plugins --plugin-path " PL_FIXTURE_DIR "/broken"), 0);
+    CK_HAS(out_s, "REFUSED");
+    CK_HAS(out_s, "fx_badmajor.so");
+    ck_assert_int_eq(run("plugins fx_nosym --plugin-path " PL_FIXTURE_DIR "/broken"), 2);
+    ck_error_format();
+    CK_HAS(err_s, "pl_plugin_entry");
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cli");
+    TCase *t = tcase_create("cli");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 60);
+    tcase_add_test(t, version_and_help_exit_zero);
+    tcase_add_test(t, usage_errors_exit_two_with_hint);
+    tcase_add_test(t, check_valid_config_prints_resolved_table);
+    tcase_add_test(t, check_config_errors_exit_two);
+    tcase_add_test(t, plugins_lists_and_describes);
+    suite_add_tcase(s, t);
+    return pl_test_run(s);
+}
