@@ -397,10 +397,17 @@ int pl_registry_list(pl_registry *r, const pl_plugin_info **out) {
     }
     for (int j = 0; j < n_order; j++) {
         loaded *L = &r->loaded[order[j]];
-        r->info[j].name = L->desc ? L->desc->name : L->stem;
+        if (L->desc && strcmp(L->desc->name, L->stem) != 0 && !L->error) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "plugin file %s declares the name '%s', expected '%s'",
+                     L->path, L->desc->name, L->stem);
+            L->error = xstrdup(msg);
+        }
+        bool refused = !L->desc || L->error;
+        r->info[j].name = L->stem;
         r->info[j].path = L->path;
-        r->info[j].desc = L->desc;
-        r->info[j].error = L->error;
+        r->info[j].desc = refused ? NULL : L->desc;
+        r->info[j].error = refused ? L->error : NULL;
     }
     r->n_info = n_order;
     free(order);

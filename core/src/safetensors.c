@@ -325,8 +325,8 @@ pl_status pl_st_writer_commit(pl_st_writer *w) {
         if (!nb) continue;
         const void *p = host_bytes(w->ents[i].t, &hold);
         if (!p) {
-            st = pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_IO,
-                                 "%s: staging tensor '%s' to host", w->path, w->ents[i].name);
+            st = pl_error_prefix(PL_ERR_IO, "%s: staging tensor '%s' to host", w->path,
+                                 w->ents[i].name);
             goto fail;
         }
         size_t wr = fwrite(p, 1, nb, f);

@@ -827,7 +827,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
                             L->path, sname, nd);
     }
     int64_t T = dims[0], F = dims[1];
-    float *raw = malloc(sizeof *raw * (size_t)(T * F ? T * F : 1));
+    float *raw = malloc(sizeof *raw * (size_t)(T * F > 0 ? T * F : 1));
     int64_t *date = NULL;
     double *mean = NULL, *sd = NULL;
     int *fcols = NULL, *tcols = NULL;

@@ -1,0 +1,538 @@
+/* test_hdf5_chunk.c - the mega-batch loader on synthetic files written here
+ * with the HDF5 C API (values are functions of the row index, so every batch
+ * is checked against hand-computed numbers), plus bad-input errors and, when
+ * ../shared/data and python3+h5py are present, MovieLens and Chicago files
+ * converted by tools/. */
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loader_test_util.h"
+#include "pl_test.h"
+
+static char g_dir[256];
+
+static const char *tmp_path(const char *name, char *buf, size_t n) {
+    if (!g_dir[0]) {
+        snprintf(g_dir, sizeof g_dir, "/tmp/pl_test_hdf5_chunk_XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    }
+    snprintf(buf, n, "%s/%s", g_dir, name);
+    return buf;
+}
+
+#define NTR 100
+#define NV 10
+
+/* /train/x f32 [100, 3] = row*10 + col, /train/y i64 [100] = row,
+ * /val/x [10, 3] = 1000 + row*10 + col, /val/y = 1000 + row,
+ * /val/hist CSR: row r has r % 4 items: 7, 8, 9 (first r%4 of them),
+ * /test the same as val plus 2000. Root attribute num_items = 42. */
+static const char *make_rows_file(char *buf, size_t n) {
+    const char *p = tmp_path("rows.h5", buf, n);
+    if (access(p, F_OK) == 0) return p;
+    float x[NTR * 3];
+    long long y[NTR];
+    for (int i = 0; i < NTR; i++) {
+        y[i] = i;
+        for (int j = 0; j < 3; j++) x[i * 3 + j] = (float)(i * 10 + j);
+    }
+    ck_assert_int_eq(lt_write(p, "/train/x", H5T_NATIVE_FLOAT, 2, (long long[]){NTR, 3}, x), 0);
+    ck_assert_int_eq(lt_write(p, "/train/y", H5T_NATIVE_LLONG, 1, (long long[]){NTR}, y), 0);
+    for (int s = 1; s <= 2; s++) {
+        float vx[NV * 3];
+        long long vy[NV], off[NV + 1];
+        int items[NV * 3], k = 0;
+        off[0] = 0;
+        for (int i = 0; i < NV; i++) {
+            vy[i] = s * 1000 + i;
+            for (int j = 0; j < 3; j++) vx[i * 3 + j] = (float)(s * 1000 + i * 10 + j);
+            for (int h = 0; h < i % 4; h++) items[k++] = 7 + h;
+            off[i + 1] = k;
+        }
+        const char *g = s == 1 ? "/val" : "/test";
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s/x", g);
+        ck_assert_int_eq(lt_write(p, nm, H5T_NATIVE_FLOAT, 2, (long long[]){NV, 3}, vx), 0);
+        snprintf(nm, sizeof nm, "%s/y", g);
+        ck_assert_int_eq(lt_write(p, nm, H5T_NATIVE_LLONG, 1, (long long[]){NV}, vy), 0);
+        snprintf(nm, sizeof nm, "%s/hist/offsets", g);
+        ck_assert_int_eq(lt_write(p, nm, H5T_NATIVE_LLONG, 1, (long long[]){NV + 1}, off), 0);
+        snprintf(nm, sizeof nm, "%s/hist/items", g);
+        ck_assert_int_eq(lt_write(p, nm, H5T_NATIVE_INT, 1, (long long[]){k}, items), 0);
+    }
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "num_items", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    long long v = 42;
+    H5Awrite(a, H5T_NATIVE_LLONG, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+    return p;
+}
+
+static pl_status open_rows(lt_loader *L, const char *extra) {
+    char p[512], body[2048];
+    snprintf(body, sizeof body, "path = %s\ndatasets = x,label=y\nhistory = hist\n%s", make_rows_file(p, sizeof p),
+             extra);
+    return lt_open(L, "hdf5_chunk", body, NULL);
+}
+
+/* Batches are views of the chunk buffer; a whole epoch allocates nothing. */
+START_TEST(test_views_and_no_alloc) {
+    lt_loader L;
+    PL_CK_OK(open_rows(&L, "batch_size = 10\nchunk_samples = 20\nshuffle = false\nprefetch = true\n"));
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 10);
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+    pl_tensor *x = pl_batch_get(&b, "x");
+    ck_assert_ptr_nonnull(x);
+    ck_assert_ptr_nonnull(pl_batch_get(&b, "label"));
+    pl_storage *chunk0 = x->storage;
+    const char *d0 = pl_tensor_data(x);
+    ck_assert_int_eq(x->shape[0], 10);
+    ck_assert_int_eq(x->shape[1], 3);
+    ck_assert(pl_tensor_is_contiguous(x));
+    int64_t rows = 10, nb = 1;
+    int r;
+    while ((r = L.vt->next(L.self, &b)) == 1) {
+        x = pl_batch_get(&b, "x");
+        pl_tensor *y = pl_batch_get(&b, "label");
+        ck_assert_int_eq(y->dtype, PL_I64);
+        ck_assert_int_eq(b.index, nb);
+        if (nb == 1) {
+            /* second batch of the same chunk: same storage, 10 rows further */
+            ck_assert_ptr_eq(x->storage, chunk0);
+            ck_assert_ptr_eq((const char *)pl_tensor_data(x), d0 + 10 * 3 * sizeof(float));
+        }
+        for (int64_t i = 0; i < b.size; i++) {
+            ck_assert_int_eq(pl_tensor_i64(y)[i], rows + i);
+            ck_assert_float_eq(pl_tensor_f32(x)[i * 3 + 2], (float)((rows + i) * 10 + 2));
+        }
+        rows += b.size;
+        nb++;
+    }
+    ck_assert_int_eq(r, 0);
+    ck_assert_int_eq(rows, NTR);
+    pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s1.system_allocs, s0.system_allocs);
+    ck_assert_uint_eq(s1.allocations, s0.allocations);
+    pl_loader_stats ls = L.vt->stats(L.self);
+    ck_assert_uint_eq(ls.chunks_loaded, 5);
+    ck_assert_uint_eq(ls.bytes_read, NTR * (3 * 4 + 8));
+    lt_close(&L);
+}
+END_TEST
+
+/* Shuffle: every row once per epoch, different order per epoch, same order for the same seed. */
+START_TEST(test_shuffle) {
+    lt_loader L, L2;
+    PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 32\nshuffle = true\n"));
+    PL_CK_OK(open_rows(&L2, "batch_size = 8\nchunk_samples = 32\nshuffle = true\nprefetch = false\n"));
+    int64_t order[2][NTR];
+    for (int e = 0; e < 2; e++) {
+        int seen[NTR] = {0};
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e));
+        PL_CK_OK(L2.vt->epoch_begin(L2.self, PL_SPLIT_TRAIN, e));
+        pl_batch b, b2;
+        int64_t k = 0;
+        pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+        while (L.vt->next(L.self, &b) == 1) {
+            ck_assert_int_eq(L2.vt->next(L2.self, &b2), 1);
+            pl_tensor *y = pl_batch_get(&b, "label"), *x = pl_batch_get(&b, "x");
+            for (int64_t i = 0; i < b.size; i++) {
+                int64_t v = pl_tensor_i64(y)[i];
+                ck_assert(v >= 0 && v < NTR);
+                ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b2, "label"))[i], v);
+                ck_assert_float_eq(pl_tensor_f32(x)[i * 3 + 1], (float)(v * 10 + 1));
+                seen[v]++;
+                order[e][k++] = v;
+            }
+        }
+        pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+        ck_assert_uint_eq(s1.allocations, s0.allocations);
+        ck_assert_int_eq(k, NTR);
+        for (int i = 0; i < NTR; i++) ck_assert_int_eq(seen[i], 1);
+    }
+    int same = 0;
+    for (int i = 0; i < NTR; i++) same += order[0][i] == order[1][i];
+    ck_assert_int_lt(same, NTR / 2);
+    int inorder = 0;
+    for (int i = 0; i < NTR; i++) inorder += order[0][i] == i;
+    ck_assert_int_lt(inorder, NTR / 2);
+    lt_close(&L);
+    lt_close(&L2);
+}
+END_TEST
+
+START_TEST(test_drop_last_and_resident) {
+    lt_loader L;
+    PL_CK_OK(open_rows(&L, "batch_size = 30\ndrop_last = true\nshuffle = false\n"));
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 3);
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_VAL), 1); /* eval: never dropped */
+    for (int e = 0; e < 3; e++) {
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e));
+        pl_batch b;
+        int n = 0;
+        while (L.vt->next(L.self, &b) == 1) {
+            ck_assert_int_eq(b.size, 30);
+            n++;
+        }
+        ck_assert_int_eq(n, 3);
+    }
+    /* resident (everything fits): the train split was read once for 3 epochs */
+    ck_assert_uint_eq(L.vt->stats(L.self).chunks_loaded, 1);
+    int64_t v;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_items", &v));
+    ck_assert_int_eq(v, 42);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &v));
+    ck_assert_int_eq(v, NTR);
+    lt_close(&L);
+    PL_CK_OK(open_rows(&L, "batch_size = 30\ndrop_last = false\nshuffle = false\n"));
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 4);
+    lt_close(&L);
+}
+END_TEST
+
+/* val split: the CSR history becomes a padded [B, Hmax] i32 field. */
+START_TEST(test_history_field) {
+    lt_loader L;
+    PL_CK_OK(open_rows(&L, "batch_size = 4\neval_batch_size = 4\n"));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0));
+    pl_batch b;
+    int64_t row = 0;
+    while (L.vt->next(L.self, &b) == 1) {
+        pl_tensor *h = pl_batch_get(&b, "hist"), *y = pl_batch_get(&b, "label");
+        ck_assert_ptr_nonnull(h);
+        ck_assert_int_eq(h->dtype, PL_I32);
+        ck_assert_int_eq(h->shape[1], 3);
+        for (int64_t i = 0; i < b.size; i++, row++) {
+            ck_assert_int_eq(pl_tensor_i64(y)[i], 1000 + row);
+            for (int k = 0; k < 3; k++)
+                ck_assert_int_eq(pl_tensor_i32(h)[i * 3 + k], k < row % 4 ? 7 + k : 0);
+        }
+    }
+    ck_assert_int_eq(row, NV);
+    lt_close(&L);
+}
+END_TEST
+
+START_TEST(test_fractions) {
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\ndatasets = x=/train/x,y=/train/y\nsplit_fractions = 0.8,0.1,0.1\n"
+             "batch_size = 16\nshuffle = false\n", make_rows_file(p, sizeof p));
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    int64_t first[3] = {0, 80, 90}, count[3] = {80, 10, 10};
+    for (int s = 0; s < 3; s++) {
+        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0));
+        pl_batch b;
+        int64_t n = 0;
+        while (L.vt->next(L.self, &b) == 1) {
+            for (int64_t i = 0; i < b.size; i++) ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "y"))[i], first[s] + n + i);
+            n += b.size;
+        }
+        ck_assert_int_eq(n, count[s]);
+    }
+    lt_close(&L);
+}
+END_TEST
+
+/* Series: T = 30 days from 1970-01-01, F = 3 columns c0 = t, c1 = t^2/10, c2 = 5 - t. */
+static const char *make_series_file(char *buf, size_t n) {
+    const char *p = tmp_path("series.h5", buf, n);
+    if (access(p, F_OK) == 0) return p;
+    float s[30 * 3];
+    long long d[30];
+    for (int t = 0; t < 30; t++) {
+        s[t * 3] = (float)t;
+        s[t * 3 + 1] = (float)(t * t) / 10.0f;
+        s[t * 3 + 2] = 5.0f - (float)t;
+        d[t] = t;
+    }
+    ck_assert_int_eq(lt_write(p, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){30, 3}, s), 0);
+    ck_assert_int_eq(lt_write(p, "/date", H5T_NATIVE_LLONG, 1, (long long[]){30}, d), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    const char *names[3] = {"level", "sq", "down"};
+    hid_t sp = H5Screate_simple(1, (hsize_t[]){3}, NULL);
+    hid_t ds = H5Dcreate2(f, "/columns", st, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, names);
+    H5Dclose(ds);
+    H5Sclose(sp);
+    H5Tclose(st);
+    H5Fclose(f);
+    return p;
+}
+
+START_TEST(test_series_windows) {
+    char p[512], body[1024], rd[512];
+    /* train targets end 1970-01-20 (day 19), val 1970-01-25 (day 24) */
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\nhorizon = 2\ntarget_columns = level\n"
+             "feature_columns = level,down\nstandardize = true\ntrain_end = 1970-01-20\n"
+             "val_end = 1970-01-25\nbatch_size = 4\nshuffle = false\n", make_series_file(p, sizeof p));
+    tmp_path("run", rd, sizeof rd);
+    mkdir(rd, 0755);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, rd));
+    /* windows: 30 - 4 - 2 + 1 = 25; train: last target row w+5 <= 19 -> w 0..14 */
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 4); /* 15 windows */
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_VAL), 2);   /* w 15..19 */
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TEST), 2);  /* w 20..24 */
+    /* training stats of 'level' over rows 0..19: mean 9.5, population std sqrt(33.25) */
+    double m, s, sd_level = sqrt(33.25);
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean", &m));
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std", &s));
+    ck_assert_double_eq_tol(m, 9.5, 1e-9);
+    ck_assert_double_eq_tol(s, sd_level, 1e-9);
+    int64_t nf;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &nf));
+    ck_assert_int_eq(nf, 2);
+    const int64_t w0[3] = {0, 15, 20};
+    for (int sp = 0; sp < 3; sp++) {
+        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)sp, 0));
+        pl_batch b;
+        int64_t w = w0[sp];
+        pl_storage *st0 = NULL;
+        while (L.vt->next(L.self, &b) == 1) {
+            pl_tensor *x = pl_batch_get(&b, "x"), *y = pl_batch_get(&b, "y");
+            ck_assert_int_eq(x->ndim, 3);
+            ck_assert_int_eq(x->shape[1], 4);
+            ck_assert_int_eq(x->shape[2], 2);
+            ck_assert_int_eq(y->shape[1], 2);
+            ck_assert_int_eq(y->shape[2], 1);
+            /* overlapping windows: a strided view, window stride = one row */
+            ck_assert_int_eq(x->stride[0], 2);
+            ck_assert_int_eq(x->stride[1], 2);
+            if (!st0) st0 = x->storage;
+            ck_assert_ptr_eq(x->storage, st0);
+            for (int64_t i = 0; i < b.size; i++, w++) {
+                for (int k = 0; k < 4; k++) {
+                    int64_t t = w + k;
+                    double lv = (t - 9.5) / sd_level, dn = ((5.0 - t) - (5.0 - 9.5)) / sd_level;
+                    ck_assert_double_eq_tol(pl_tensor_get(x, (i * 4 + k) * 2), lv, 1e-5);
+                    ck_assert_double_eq_tol(pl_tensor_get(x, (i * 4 + k) * 2 + 1), dn, 1e-5);
+                }
+                for (int k = 0; k < 2; k++)
+                    ck_assert_double_eq_tol(pl_tensor_get(y, i * 2 + k), (w + 4 + k - 9.5) / sd_level, 1e-5);
+            }
+        }
+        ck_assert_int_eq(w, w0[sp] + (sp == 0 ? 15 : 5));
+    }
+    lt_close(&L);
+    char js[600];
+    snprintf(js, sizeof js, "%s/standardization.json", rd);
+    FILE *f = fopen(js, "r");
+    ck_assert_msg(f != NULL, "standardization.json not written");
+    char txt[4096];
+    size_t n = fread(txt, 1, sizeof txt - 1, f);
+    txt[n] = 0;
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(txt, "\"level\""));
+    ck_assert_ptr_nonnull(strstr(txt, "9.5"));
+}
+END_TEST
+
+START_TEST(test_series_shuffle) {
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\nwindow = 3\nhorizon = 1\ntarget_columns = 0\n"
+             "split_fractions = 0.6,0.2,0.2\nbatch_size = 5\nshuffle = true\n", make_series_file(p, sizeof p));
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    /* train rows [0, 18): windows whose target row w+3 < 18 -> w 0..14 */
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 1));
+    pl_batch b;
+    int seen[15] = {0}, total = 0;
+    while (L.vt->next(L.self, &b) == 1) {
+        pl_tensor *x = pl_batch_get(&b, "x"), *y = pl_batch_get(&b, "y");
+        for (int64_t i = 0; i < b.size; i++) {
+            int w = (int)pl_tensor_get(x, i * 3 * 3); /* level of the first row = w */
+            ck_assert(w >= 0 && w < 15);
+            seen[w]++;
+            total++;
+            ck_assert_double_eq_tol(pl_tensor_get(y, i), w + 3, 1e-6);
+            ck_assert_double_eq_tol(pl_tensor_get(x, i * 9 + 3 * 2 + 2), 5.0 - (w + 2), 1e-6);
+        }
+    }
+    ck_assert_int_eq(total, 15);
+    for (int i = 0; i < 15; i++) ck_assert_int_eq(seen[i], 1);
+    lt_close(&L);
+}
+END_TEST
+
+/* ---- bad inputs ------------------------------------------------------- */
+
+static void expect_error(const char *body, const char *needle1, const char *needle2) {
+    lt_loader L;
+    pl_status st = lt_open(&L, "hdf5_chunk", body, NULL);
+    ck_assert_msg(st != PL_OK, "expected an error for:\n%s", body);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, needle1) != NULL, "message '%s' lacks '%s'", m, needle1);
+    if (needle2) ck_assert_msg(strstr(m, needle2) != NULL, "message '%s' lacks '%s'", m, needle2);
+}
+
+START_TEST(test_errors) {
+    char p[512], body[2048], q[512];
+    expect_error("path = /nonexistent/x.h5\ndatasets = x\n", "/nonexistent/x.h5", "cannot open");
+    tmp_path("not.h5", q, sizeof q);
+    FILE *f = fopen(q, "w");
+    fputs("hello, I am text\n", f);
+    fclose(f);
+    snprintf(body, sizeof body, "path = %s\ndatasets = x\n", q);
+    expect_error(body, q, "not an HDF5 file");
+    make_rows_file(p, sizeof p);
+    snprintf(body, sizeof body, "path = %s\ndatasets = x,nope\n", p);
+    expect_error(body, p, "'/train/nope' not found");
+    /* first dims disagree */
+    tmp_path("bad.h5", q, sizeof q);
+    float z[12] = {0};
+    lt_write(q, "/train/a", H5T_NATIVE_FLOAT, 2, (long long[]){4, 3}, z);
+    lt_write(q, "/train/b", H5T_NATIVE_FLOAT, 1, (long long[]){5}, z);
+    lt_write(q, "/train/s", H5T_NATIVE_FLOAT, 0, NULL, z);
+    lt_write(q, "/empty/a", H5T_NATIVE_FLOAT, 2, (long long[]){0, 3}, z);
+    snprintf(body, sizeof body, "path = %s\ndatasets = a,b\n", q);
+    expect_error(body, "'/train/a' (4 rows) and '/train/b' (5 rows)", "disagree");
+    snprintf(body, sizeof body, "path = %s\ndatasets = s\n", q);
+    expect_error(body, "'/train/s' has rank 0", q);
+    snprintf(body, sizeof body, "path = %s\ndatasets = a\ntrain_group = /empty\n", q);
+    expect_error(body, "split 'train'", "0 rows");
+    snprintf(body, sizeof body, "path = %s\ndatasets = a\nbatch_size = 8\ndrop_last = true\n", q);
+    expect_error(body, "4 rows < batch_size 8", "drop_last");
+    /* a filter the C library cannot decode (h5py's LZF) */
+    snprintf(body, sizeof body, "path = tests/data/loaders/lzf.h5\ndatasets = x,y\n");
+    expect_error(body, "dataset '/train/x' uses HDF5 filter 32000 (lzf)", "tests/data/loaders/lzf.h5");
+    /* an empty val split is refused at epoch_begin, naming it */
+    lt_loader L;
+    snprintf(body, sizeof body, "path = %s\ndatasets = a\n", q);
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_VAL), 0);
+    ck_assert_int_ne(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0), PL_OK);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "split 'val' is empty"));
+    lt_close(&L);
+}
+END_TEST
+
+/* ---- real data (converted by tools/ when python3 + h5py are here) ----- */
+
+static bool convert(const char *tool, const char *args, const char *out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "python3 tools/%s %s %s > /dev/null 2>&1", tool, args, out);
+    return system(cmd) == 0;
+}
+
+START_TEST(test_movielens_real) {
+    char csv[512], out[512];
+    if (!pl_test_shared("movielens/ratings.csv", csv, sizeof csv)) {
+        printf("test_movielens_real: ../shared/data absent, skipped\n");
+        return;
+    }
+    tmp_path("ml.h5", out, sizeof out);
+    if (!convert("movielens_to_h5.py", csv, out)) {
+        printf("test_movielens_real: python3 + h5py unavailable, skipped\n");
+        return;
+    }
+    char body[1024];
+    snprintf(body, sizeof body, "path = %s\ndatasets = input_ids,labels\n"
+             "val_datasets = input_ids,target,user_index\ntest_datasets = input_ids,target,user_index\n"
+             "history = history\nbatch_size = 128\neval_batch_size = 256\n", out);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    int64_t v;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_items", &v));
+    ck_assert_int_eq(v, 9066);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_users", &v));
+    ck_assert_int_eq(v, 671);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_ratings", &v));
+    ck_assert_int_eq(v, 100004);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "seq_len", &v));
+    ck_assert_int_eq(v, 50);
+    /* test split: the target never appears in the padded history; histories of
+     * all users hold 100004 - 671 items in total */
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0));
+    pl_batch b;
+    int64_t users = 0, hist_items = 0;
+    while (L.vt->next(L.self, &b) == 1) {
+        pl_tensor *h = pl_batch_get(&b, "history"), *t = pl_batch_get(&b, "target");
+        pl_tensor *in = pl_batch_get(&b, "input_ids");
+        int64_t H = h->shape[1];
+        for (int64_t i = 0; i < b.size; i++, users++) {
+            int32_t tg = pl_tensor_i32(t)[i];
+            ck_assert(tg >= 1 && tg <= 9066);
+            for (int64_t k = 0; k < H; k++) {
+                int32_t it = pl_tensor_i32(h)[i * H + k];
+                hist_items += it != 0;
+                ck_assert_int_ne(it, tg);
+            }
+            /* the last input is the validation target: nonzero */
+            ck_assert_int_ne(pl_tensor_i32(in)[i * 50 + 49], 0);
+        }
+    }
+    ck_assert_int_eq(users, 671);
+    ck_assert_int_eq(hist_items, 100004 - 671);
+    lt_close(&L);
+}
+END_TEST
+
+START_TEST(test_chicago_real) {
+    char csv[512], out[512];
+    if (!pl_test_shared("timeseries/chicago_ridership.csv", csv, sizeof csv)) {
+        printf("test_chicago_real: ../shared/data absent, skipped\n");
+        return;
+    }
+    tmp_path("chicago.h5", out, sizeof out);
+    if (!convert("csv_to_h5.py", csv, out)) {
+        printf("test_chicago_real: python3 + h5py unavailable, skipped\n");
+        return;
+    }
+    char body[1024];
+    snprintf(body, sizeof body, "path = %s\nwindow = 14\nhorizon = 1\ntarget_columns = ridership\n"
+             "standardize = true\ntrain_end = 2013-12-31\nval_end = 2014-12-31\nbatch_size = 64\n", out);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    int64_t rows, ntr, nv, nt, nf;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_rows", &rows));
+    ck_assert_int_eq(rows, 5698);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &nf));
+    ck_assert_int_eq(nf, 49);
+    /* 2001-01-22 .. 2013-12-31 is 4727 days; windows whose target is in 2014: 365 */
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "train_rows", &rows));
+    ck_assert_int_eq(rows, 4727);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &ntr));
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &nv));
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &nt));
+    ck_assert_int_eq(ntr, 4727 - 14);
+    ck_assert_int_eq(nv, 365);
+    ck_assert_int_eq(nt, 5698 - 4727 - 365);
+    double m;
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean", &m));
+    ck_assert(m > 5 && m < 25); /* thousands of rides at Clark/Lake */
+    lt_close(&L);
+}
+END_TEST
+
+int main(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    Suite *s = suite_create("hdf5_chunk");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_views_and_no_alloc);
+    tcase_add_test(tc, test_shuffle);
+    tcase_add_test(tc, test_drop_last_and_resident);
+    tcase_add_test(tc, test_history_field);
+    tcase_add_test(tc, test_fractions);
+    tcase_add_test(tc, test_series_windows);
+    tcase_add_test(tc, test_series_shuffle);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_movielens_real);
+    tcase_add_test(tc, test_chicago_real);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}

@@ -1,0 +1,372 @@
+/* gat - graph attention network for node classification.
+ *
+ * Velickovic et al. 2018, "Graph Attention Networks" (ICLR), in the form of
+ * PyTorch Geometric's GATConv (torch_geometric/nn/conv/gat_conv.py), per
+ * layer and head h, for every edge j -> i:
+ *
+ *   z       = x W^T                          [N, H*C]   (one matmul, all heads)
+ *   a_src   = sum_c z[:, h, c] att_src[h, c]  [N, H]
+ *   a_dst   = sum_c z[:, h, c] att_dst[h, c]  [N, H]
+ *   e_ij    = LeakyReLU(a_src[j] + a_dst[i])  [E, H]
+ *   alpha   = softmax of e over the incoming edges of i (pl_segment_softmax by dst)
+ *   alpha   = dropout(alpha, attn_dropout)
+ *   out_i   = sum_j alpha_ij z_j              (pl_scatter_add by dst)
+ *   out     = concat over heads | mean over heads, + x W_res^T (residual) + bias
+ *
+ * The network: dropout(x) -> GAT -> ELU -> dropout -> ... -> GAT (output
+ * layer: num_classes channels, output_heads heads averaged). Loss: cross
+ * entropy over the nodes of the batch's `mask` (the split's nodes).
+ * Init: Glorot-uniform weights and attention vectors, zero bias (PyG).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gat.h"
+
+#define IGNORE_INDEX (-100)
+
+/* ---- parameters ----------------------------------------------------------- */
+
+static pl_status add_param(gat_model *m, const char *name, int ndim, const int64_t *shape,
+                           double bound, uint64_t stream, unsigned tags, int *idx) {
+    pl_run_context *ctx = m->ctx;
+    pl_frame_begin(); /* the frame owns our reference; params keeps its own */
+    pl_tensor *t = pl_tensor_empty(PL_F32, ndim, shape, ctx->device);
+    pl_status st = t ? PL_OK : pl_error_status();
+    if (!st) st = bound > 0 ? pl_tensor_uniform_(t, -bound, bound, ctx->seed, stream)
+                            : pl_tensor_fill_(t, 0.0);
+    if (!st) {
+        pl_tensor_set_requires_grad(t, true);
+        st = pl_params_add(ctx->params, name, t, tags);
+    }
+    pl_frame_end();
+    if (st) return pl_error_prefix(st, "gat: parameter %s", name);
+    *idx = pl_params_count(ctx->params) - 1;
+    return PL_OK;
+}
+
+static pl_tensor *P(const gat_model *m, int idx) {
+    return idx < 0 ? NULL : pl_params_at(m->ctx->params, idx)->t;
+}
+
+static double glorot(int64_t fan_a, int64_t fan_b) { return sqrt(6.0 / (double)(fan_a + fan_b)); }
+
+pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out) {
+    *out = NULL;
+    if (o->layers < 1 || o->layers > GAT_MAX_LAYERS)
+        return pl_error_set(PL_ERR_CONFIG, "gat: layers = %d outside [1, %d]", o->layers, GAT_MAX_LAYERS);
+    if (o->in_features < 1 || o->num_classes < 1)
+        return pl_error_set(PL_ERR_CONFIG, "gat: in_features %lld and num_classes %lld must be >= 1",
+                            (long long)o->in_features, (long long)o->num_classes);
+    gat_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_error_set(PL_ERR_NOMEM, "gat: out of memory");
+    m->o = *o;
+    m->ctx = ctx;
+    pl_status st = PL_OK;
+    int64_t in = o->in_features;
+    for (int l = 0; l < o->layers && !st; l++) {
+        gat_layer *L = &m->layer[l];
+        bool last = l == o->layers - 1;
+        L->in = in;
+        L->out = last ? o->num_classes : o->hidden;
+        L->heads = last ? o->output_heads : o->heads;
+        L->concat = last ? false : o->concat;
+        L->att_src = L->att_dst = L->bias = L->res = -1;
+        int64_t H = L->heads, C = L->out, total = L->concat ? H * C : C;
+        uint64_t s0 = 16 * (uint64_t)l;
+        char name[PL_NAME_MAX];
+        snprintf(name, sizeof name, "gat.layers.%d.lin.weight", l);
+        st = add_param(m, name, 2, (int64_t[]){H * C, in}, glorot(in, H * C), s0, 0, &L->w);
+        snprintf(name, sizeof name, "gat.layers.%d.att_src", l);
+        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 1, 0, &L->att_src);
+        snprintf(name, sizeof name, "gat.layers.%d.att_dst", l);
+        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 2, 0, &L->att_dst);
+        if (o->residual) {
+            snprintf(name, sizeof name, "gat.layers.%d.res.weight", l);
+            if (!st)
+                st = add_param(m, name, 2, (int64_t[]){total, in}, glorot(in, total), s0 + 3, 0, &L->res);
+        }
+        if (o->bias) {
+            snprintf(name, sizeof name, "gat.layers.%d.bias", l);
+            if (!st)
+                st = add_param(m, name, 1, (int64_t[]){total}, 0, s0 + 4,
+                               PL_TAG_NO_DECAY | (last ? PL_TAG_HEAD : 0), &L->bias);
+        }
+        in = total;
+    }
+    if (st) {
+        gat_model_free(m);
+        return st;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+void gat_model_free(gat_model *m) {
+    if (!m) return;
+    pl_tensor_release(m->graph.src);
+    pl_tensor_release(m->graph.dst);
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) pl_tensor_release(m->target[s].target);
+    free(m);
+}
+
+/* ---- graph preprocessing (once per graph, cached) -------------------------- */
+
+pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
+                    pl_tensor **src, pl_tensor **dst) {
+    char b1[256], b2[256];
+    gat_graph_cache *g = &m->graph;
+    if (!edge_src || !edge_dst) return pl_error_prefix(pl_error_status(), "gat");
+    int64_t E = pl_tensor_numel(edge_src);
+    if (edge_src->ndim != 1 || edge_dst->ndim != 1 || pl_tensor_numel(edge_dst) != E)
+        return pl_error_set(PL_ERR_SHAPE, "gat: edge_src %s and edge_dst %s must be 1-D of equal length",
+                            pl_tensor_describe(edge_src, b1, sizeof b1),
+                            pl_tensor_describe(edge_dst, b2, sizeof b2));
+    const void *ks = pl_tensor_data(edge_src), *kd = pl_tensor_data(edge_dst);
+    if (g->src && g->src_key == ks && g->dst_key == kd && g->n_edges == E && g->n_nodes == n_nodes) {
+        *src = g->src;
+        *dst = g->dst;
+        return PL_OK;
+    }
+    pl_tensor_release(g->src);
+    pl_tensor_release(g->dst);
+    g->src = g->dst = NULL;
+    pl_status st = PL_OK;
+    pl_frame_begin();
+    pl_tensor *hs = pl_tensor_to(edge_src, PL_I64, PL_CPU), *hd = pl_tensor_to(edge_dst, PL_I64, PL_CPU);
+    int64_t *s = NULL, *d = NULL;
+    if (!hs || !hd) st = pl_error_status();
+    int64_t cap = E + (m->o.add_self_loops ? n_nodes : 0), k = 0;
+    if (!st) {
+        s = malloc(sizeof *s * (size_t)(cap ? cap : 1));
+        d = malloc(sizeof *d * (size_t)(cap ? cap : 1));
+        if (!s || !d) st = pl_error_set(PL_ERR_NOMEM, "gat: out of memory for %lld edges", (long long)cap);
+    }
+    if (!st) {
+        const int64_t *vs = pl_tensor_data(hs), *vd = pl_tensor_data(hd);
+        for (int64_t e = 0; e < E && !st; e++) {
+            if (vs[e] < 0 || vs[e] >= n_nodes || vd[e] < 0 || vd[e] >= n_nodes) {
+                st = pl_error_set(PL_ERR_INVALID, "gat: edge %lld (%lld -> %lld) outside the %lld nodes",
+                                  (long long)e, (long long)vs[e], (long long)vd[e], (long long)n_nodes);
+                break;
+            }
+            /* PyG remove_self_loops + add_self_loops: existing loops replaced */
+            if (m->o.add_self_loops && vs[e] == vd[e]) continue;
+            s[k] = vs[e];
+            d[k++] = vd[e];
+        }
+        if (m->o.add_self_loops)
+            for (int64_t i = 0; i < n_nodes; i++) {
+                s[k] = i;
+                d[k++] = i;
+            }
+    }
+    if (!st) {
+        pl_tensor *ts = pl_tensor_from_data(PL_I64, 1, &k, s, m->ctx->device);
+        pl_tensor *td = pl_tensor_from_data(PL_I64, 1, &k, d, m->ctx->device);
+        if (!ts || !td) st = pl_error_status();
+        else {
+            g->src = pl_frame_keep(ts);
+            g->dst = pl_frame_keep(td);
+        }
+    }
+    pl_frame_end();
+    free(s);
+    free(d);
+    if (st) return st;
+    g->src_key = ks;
+    g->dst_key = kd;
+    g->n_edges = E;
+    g->n_nodes = n_nodes;
+    *src = g->src;
+    *dst = g->dst;
+    return PL_OK;
+}
+
+/* y where mask else IGNORE_INDEX, cached per split. */
+static pl_status masked_target(gat_model *m, pl_data_split split, pl_tensor *y, pl_tensor *mask,
+                               pl_tensor **out, int64_t *count) {
+    char b1[256], b2[256];
+    gat_target_cache *c = &m->target[split];
+    int64_t n = pl_tensor_numel(y);
+    if (y->ndim != 1 || pl_tensor_numel(mask) != n)
+        return pl_error_set(PL_ERR_SHAPE, "gat: labels %s must be [N] and mask %s [N]",
+                            pl_tensor_describe(y, b1, sizeof b1), pl_tensor_describe(mask, b2, sizeof b2));
+    const void *ky = pl_tensor_data(y), *km = pl_tensor_data(mask);
+    if (c->target && c->y_key == ky && c->mask_key == km && c->n == n) {
+        *out = c->target;
+        *count = c->count;
+        return PL_OK;
+    }
+    pl_tensor_release(c->target);
+    c->target = NULL;
+    pl_status st = PL_OK;
+    pl_frame_begin();
+    pl_tensor *hy = pl_tensor_to(y, PL_I64, PL_CPU), *hm = pl_tensor_to(mask, PL_I64, PL_CPU);
+    pl_tensor *t = hy && hm ? pl_tensor_empty(PL_I64, 1, &n, PL_CPU) : NULL;
+    if (!t) st = pl_error_status();
+    int64_t k = 0;
+    if (!st) {
+        const int64_t *vy = pl_tensor_data(hy), *vm = pl_tensor_data(hm);
+        int64_t *vt = pl_tensor_data(t);
+        for (int64_t i = 0; i < n; i++) {
+            bool on = vm[i] != 0 && vy[i] >= 0;
+            vt[i] = on ? vy[i] : IGNORE_INDEX;
+            k += on;
+        }
+        pl_tensor *dt = pl_device_eq(m->ctx->device, PL_CPU) ? t : pl_tensor_to(t, PL_I64, m->ctx->device);
+        if (!dt) st = pl_error_status();
+        else c->target = pl_frame_keep(dt);
+    }
+    pl_frame_end();
+    if (st) return st;
+    c->y_key = ky;
+    c->mask_key = km;
+    c->n = n;
+    c->count = k;
+    *out = c->target;
+    *count = k;
+    return PL_OK;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+pl_tensor *gat_conv(gat_model *m, const gat_layer *L, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
+                    double attn_p, uint64_t counter, bool training) {
+    if (!x) return NULL;
+    int64_t N = x->shape[0], H = L->heads, C = L->out, E = pl_tensor_numel(src);
+    pl_tensor *z = pl_linear(x, P(m, L->w), NULL);             /* [N, H*C] */
+    pl_tensor *z3 = pl_reshape(z, 3, (int64_t[]){N, H, C});    /* [N, H, C] */
+    pl_tensor *a_src = pl_sum(pl_mul(z3, P(m, L->att_src)), -1, false); /* [N, H] */
+    pl_tensor *a_dst = pl_sum(pl_mul(z3, P(m, L->att_dst)), -1, false);
+    pl_tensor *e = pl_add(pl_index_select(a_src, 0, src), pl_index_select(a_dst, 0, dst)); /* [E, H] */
+    e = pl_leaky_relu(e, m->o.negative_slope);
+    pl_tensor *alpha = pl_segment_softmax(e, dst, N);
+    alpha = pl_dropout(alpha, attn_p, m->ctx->seed, counter, training);
+    pl_tensor *msg = pl_mul(pl_index_select(z3, 0, src), pl_reshape(alpha, 3, (int64_t[]){E, H, 1}));
+    pl_tensor *out = pl_scatter_add(msg, 0, dst, N); /* [N, H, C] */
+    out = L->concat ? pl_reshape(out, 2, (int64_t[]){N, H * C}) : pl_mean(out, 1, false);
+    if (L->res >= 0) out = pl_add(out, pl_linear(x, P(m, L->res), NULL));
+    if (L->bias >= 0) out = pl_add(out, P(m, L->bias));
+    return out;
+}
+
+pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training) {
+    if (!x) return NULL;
+    /* dropout streams: 2 per layer per training forward, unique over the run */
+    uint64_t base = (uint64_t)m->ctx->micro_step * 2 * GAT_MAX_LAYERS;
+    pl_tensor *h = x;
+    if (h->dtype != PL_F32) h = pl_tensor_to(h, PL_F32, h->device);
+    for (int l = 0; l < m->o.layers && h; l++) {
+        h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + 2 * (uint64_t)l, training);
+        h = gat_conv(m, &m->layer[l], h, src, dst, m->o.attn_dropout, base + 2 * (uint64_t)l + 1,
+                     training);
+        if (l < m->o.layers - 1) h = pl_elu(h, 1.0);
+    }
+    return h;
+}
+
+/* ---- plugin ---------------------------------------------------------------------- */
+
+static const pl_option_spec gat_options[] = {
+    {"layers", PL_OPT_INT, "2", 1, GAT_MAX_LAYERS, NULL, "GAT layers (the last one is the output layer)"},
+    {"hidden", PL_OPT_INT, "8", 1, 1e6, NULL, "channels per head of each hidden layer"},
+    {"heads", PL_OPT_INT, "8", 1, 256, NULL, "attention heads of each hidden layer"},
+    {"output_heads", PL_OPT_INT, "1", 1, 256, NULL, "heads of the output layer (averaged)"},
+    {"dropout", PL_OPT_FLOAT, "0.6", 0, 0.99, NULL, "dropout on every layer's input features"},
+    {"attn_dropout", PL_OPT_FLOAT, "0.6", 0, 0.99, NULL, "dropout on the attention coefficients"},
+    {"negative_slope", PL_OPT_FLOAT, "0.2", 0, 1, NULL, "LeakyReLU slope of the attention logits"},
+    {"concat", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "hidden layers concatenate their heads (false: average them)"},
+    {"residual", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "add a linear projection of each layer's input (PyG GATConv residual)"},
+    {"add_self_loops", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "remove the graph's self loops and add one per node (each node attends to itself)"},
+    {"bias", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "learnable bias after each layer"},
+    {"in_features", PL_OPT_INT, "0", 0, 1e9, NULL, "input width (0: the loader's num_features)"},
+    {"num_classes", PL_OPT_INT, "0", 0, 1e9, NULL, "classes (0: the loader's num_classes)"},
+    PL_OPTIONS_END};
+
+static pl_status gat_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    gat_opts o = {
+        .layers = (int)pl_cfg_int(cfg, "layers", 2),
+        .hidden = pl_cfg_int(cfg, "hidden", 8),
+        .heads = (int)pl_cfg_int(cfg, "heads", 8),
+        .output_heads = (int)pl_cfg_int(cfg, "output_heads", 1),
+        .dropout = pl_cfg_float(cfg, "dropout", 0.6),
+        .attn_dropout = pl_cfg_float(cfg, "attn_dropout", 0.6),
+        .negative_slope = pl_cfg_float(cfg, "negative_slope", 0.2),
+        .concat = pl_cfg_bool(cfg, "concat", true),
+        .residual = pl_cfg_bool(cfg, "residual", false),
+        .add_self_loops = pl_cfg_bool(cfg, "add_self_loops", true),
+        .bias = pl_cfg_bool(cfg, "bias", true),
+        .in_features = pl_cfg_int(cfg, "in_features", 0),
+        .num_classes = pl_cfg_int(cfg, "num_classes", 0),
+    };
+    pl_status st = PL_OK;
+    if (!o.in_features) st = pl_meta_get_int(ctx->meta, "num_features", &o.in_features);
+    if (!st && !o.num_classes) st = pl_meta_get_int(ctx->meta, "num_classes", &o.num_classes);
+    if (st)
+        return pl_error_prefix(st, "gat: set in_features/num_classes or use a graph loader that "
+                               "publishes them (hdf5_graph)");
+    gat_model *m;
+    st = gat_model_new(&o, ctx, &m);
+    if (!st) *self = m;
+    return st;
+}
+
+static void gat_destroy(void *self) { gat_model_free(self); }
+
+static pl_status gat_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
+                             pl_tensor **loss_out, pl_metrics *metrics) {
+    gat_model *m = self;
+    pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
+              *ed = pl_batch_get(b, "edge_dst"), *y = pl_batch_get(b, "y"),
+              *mask = pl_batch_get(b, "mask");
+    if (!x || !es || !ed || !y || !mask)
+        return pl_error_prefix(pl_error_status(), "gat: batch needs x, edge_src, edge_dst, y, mask");
+    char b1[256];
+    if (x->ndim != 2 || x->shape[1] != m->o.in_features)
+        return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [N, %lld]",
+                            pl_tensor_describe(x, b1, sizeof b1), (long long)m->o.in_features);
+    int64_t N = x->shape[0];
+    pl_tensor *src, *dst, *target;
+    int64_t count;
+    pl_status st = gat_edges(m, es, ed, N, &src, &dst);
+    if (!st) st = masked_target(m, split, y, mask, &target, &count);
+    if (st) return st;
+    if (count == 0)
+        return pl_error_set(PL_ERR_INVALID, "gat: the %s mask selects no labelled node",
+                            pl_split_name(split));
+    pl_tensor *logits = gat_logits(m, x, src, dst, training);
+    pl_tensor *loss = pl_cross_entropy(logits, target, IGNORE_INDEX, 0.0);
+    if (!loss) return pl_error_prefix(pl_error_status(), "gat forward");
+    *loss_out = loss;
+    if (training || !metrics) return PL_OK;
+    pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * (double)count, (double)count);
+    pl_tensor *hl = pl_tensor_to(logits, PL_F32, PL_CPU), *ht = pl_tensor_to(target, PL_I64, PL_CPU);
+    if (!hl || !ht) return pl_error_status();
+    const float *lv = pl_tensor_data(hl);
+    const int64_t *tv = pl_tensor_data(ht);
+    int64_t K = hl->shape[1], correct = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (tv[i] == IGNORE_INDEX) continue;
+        int64_t best = 0;
+        for (int64_t j = 1; j < K; j++)
+            if (lv[i * K + j] > lv[i * K + best]) best = j;
+        correct += best == tv[i];
+    }
+    pl_metrics_add(metrics, "accuracy", (double)correct, (double)count);
+    return PL_OK;
+}
+
+static const pl_model_vtable gat_vtable = {
+    .create = gat_create,
+    .destroy = gat_destroy,
+    .forward = gat_forward,
+};
+
+PL_PLUGIN_DEFINE(gat, PL_KIND_MODEL, "1.0.0",
+                 "graph attention network (Velickovic et al. 2018; PyG GATConv) for node classification",
+                 gat_options, &gat_vtable)

@@ -1,0 +1,120 @@
+/* ilora.h - internals of the ilora model plugin shared by its sources and
+ * its test (not part of the SDK; nothing here is exported from the .so).
+ *
+ * The model: a Llama-style decoder over item tokens (pre-norm RMSNorm,
+ * rotary positions, causal multi-head attention, SwiGLU MLP, tied or separate
+ * output head) with optional MoE-LoRA adapters (iLoRA, Kong et al. 2024) on
+ * chosen projections, gated per sample by a router over the mean of the
+ * frozen item embeddings of the user's input sequence. See README.md.
+ */
+#ifndef ILORA_H
+#define ILORA_H
+
+#include <pipeline/pipeline.h>
+
+#define ILORA_MAX_LAYERS 64
+#define ILORA_NPROJ 7 /* q k v o gate up down */
+
+typedef enum ilora_adapters { ILORA_NONE = 0, ILORA_LORA, ILORA_MOE_LORA } ilora_adapters;
+
+typedef struct ilora_opts {
+    int64_t num_items; /* 0: from ctx->meta "num_items"; vocabulary = num_items + 1 */
+    int64_t dim, layers, heads, max_len, ffn_dim;
+    double dropout, rope_theta, norm_eps, init_std;
+    bool tie_embeddings;
+    ilora_adapters adapters;
+    int64_t num_experts, lora_rank;
+    double lora_alpha, lora_dropout;
+    unsigned lora_targets; /* bit i = projection i (q k v o gate up down) */
+    bool freeze_base;
+    int64_t metric_k;
+    bool exclude_history;
+    char input_field[64], label_field[64], target_field[64], history_field[64], user_field[64],
+        row_field[64];
+    char history_path[1024];
+    int64_t export_top_k;
+    double export_temperature;
+} ilora_opts;
+
+/* Projection names in HF Llama order, and whether they live in self_attn or mlp. */
+extern const char *const ilora_proj_names[ILORA_NPROJ];
+
+typedef struct ilora_proj {
+    pl_tensor *w;      /* base weight [out, in] (f32, or nf4 under qlora4) */
+    pl_tensor *lora_a; /* [E*r_e, in] or NULL */
+    pl_tensor *lora_b; /* [out, E*r_e] or NULL */
+} ilora_proj;
+
+typedef struct ilora_layer {
+    pl_tensor *input_norm, *post_norm; /* [D] */
+    ilora_proj proj[ILORA_NPROJ];
+} ilora_layer;
+
+/* CSR histories of one split (items seen before the target), per user. */
+typedef struct ilora_hist {
+    int64_t n_users;
+    int64_t *offsets; /* [n_users + 1] */
+    int32_t *items;
+} ilora_hist;
+
+typedef struct ilora_export ilora_export;
+
+typedef struct ilora_model {
+    ilora_opts o;
+    pl_run_context *ctx; /* borrowed: counters for dropout */
+    pl_params *params;   /* borrowed: ctx->params */
+    int64_t vocab, head_dim, ffn;
+    int64_t r_e;         /* rank per expert */
+    double lora_scale;   /* alpha / r_e */
+    pl_tensor *embed;    /* [V, D] */
+    pl_tensor *norm;     /* [D] */
+    pl_tensor *lm_head;  /* [V, D] or NULL when tied */
+    pl_tensor *router_w, *router_b; /* [E, D], [E] or NULL */
+    pl_tensor *gate_index;          /* i64 [E*r_e]: slot -> expert (device) */
+    int n_params_created;           /* params this model added (for slot lookup) */
+    int param_slot_embed, param_slot_lm_head;
+    ilora_layer layer[ILORA_MAX_LAYERS];
+    ilora_hist hist[PL_SPLIT_COUNT];
+    bool have_hist;
+    ilora_export *exp;
+    int64_t train_row_counter; /* fallback row numbering in export */
+} ilora_model;
+
+/* Options from a config section; `cfg` may be NULL (every default). */
+pl_status ilora_opts_read(const pl_config_section *cfg, ilora_opts *o);
+/* Build the model and add its parameters to ctx->params. */
+pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out);
+void ilora_model_destroy(ilora_model *m);
+
+/* y = W0 x (base_linear: pl_linear, or pl_nf4_matmul for an nf4 W0). */
+pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w);
+/* Gate expansion: g [B, E] -> [B, 1, E*r_e] with slot j = g[:, j / r_e]
+ * (gate_index i64 [E*r_e] holds j / r_e). */
+pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index);
+/* MoE-LoRA linear: W0 x + scale * ((drop(x) A^T) * gexp) B^T.
+ * x [B, T, in]; A [E*r_e, in]; B [out, E*r_e]; gexp [B, 1, E*r_e] or NULL
+ * (plain LoRA: every gate 1). A == NULL: base only. */
+pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                                 pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
+                                 uint64_t counter, bool training);
+
+/* Router gates softmax(router(mean of embed rows of non-zero ids)) [B, E];
+ * ids i32 [B, L]. NULL model router: returns NULL without error. */
+pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids);
+/* Final hidden states [B, L, D] (after model.norm). */
+pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training);
+/* logits = h @ E^T (tied) or h @ lm_head^T; h [..., D] -> [..., V]. */
+pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h);
+
+/* The vtable functions (for tests). */
+pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
+                        pl_tensor **loss, pl_metrics *mt);
+pl_status ilora_export_begin(void *self, const char *outputs_dir);
+pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split);
+pl_status ilora_export_end(void *self);
+
+/* Read /val/history and /test/history CSR (tools/movielens_to_h5.py layout). */
+pl_status ilora_hist_load(ilora_model *m, const char *path);
+void ilora_hist_free(ilora_model *m);
+
+#endif
