@@ -53,8 +53,8 @@ def init(conv, g):
 def params(prefix, conv):
     d = dict(conv.named_parameters())
     out = [(prefix + "_w", d["lin.weight"]),
-           (prefix + "_att_src", d["att_src"].reshape(conv.heads, conv.out_channels)),
-           (prefix + "_att_dst", d["att_dst"].reshape(conv.heads, conv.out_channels)),
+           (prefix + "_att_src", d["att_src"]),  # [1, H, C], written flat = [H, C]
+           (prefix + "_att_dst", d["att_dst"]),
            (prefix + "_bias", d["bias"])]
     if "res.weight" in d:
         out.append((prefix + "_res", d["res.weight"]))

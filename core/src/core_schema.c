@@ -76,7 +76,8 @@ static const struct {
 } stage_sections[] = {
     {"data", PL_KIND_LOADER},         {"model", PL_KIND_MODEL},
     {"optimizer", PL_KIND_OPTIMIZER}, {"averager", PL_KIND_AVERAGER},
-    {"scheduler", PL_KIND_SCHEDULER}, {"precision", PL_KIND_PRECISION},
+    {"scheduler", PL_KIND_SCHEDULER}, {"scheduler2", PL_KIND_SCHEDULER},
+    {"precision", PL_KIND_PRECISION},
 };
 
 int pl_stage_section_kind(const char *section) {
@@ -88,7 +89,7 @@ int pl_stage_section_kind(const char *section) {
 
 const char *const *pl_config_known_sections(void) {
     static const char *const names[] = {"pipeline", "data",      "model",     "optimizer", "averager",
-                                        "scheduler", "precision", "trainer",   NULL};
+                                        "scheduler", "scheduler2", "precision", "trainer", NULL};
     return names;
 }
 

@@ -187,8 +187,8 @@ START_TEST(list_sorts_and_reports_refused_plugins) {
     const pl_plugin_info *info = NULL;
     int n = pl_registry_list(r, &info);
     ck_assert_int_eq(n, 10);
-    const char *want[] = {"fx_badmajor", "fx_loader", "fx_model", "fx_newminor", "fx_nosym",
-                          "fx_optim",    "fx_misnamed", "fx_prec_a", "fx_prec_b", "fx_sched"};
+    const char *want[] = {"fx_badmajor", "fx_loader", "fx_misnamed", "fx_model",  "fx_newminor",
+                          "fx_nosym",    "fx_optim",  "fx_prec_a",   "fx_prec_b", "fx_sched"};
     int refused = 0;
     for (int i = 0; i < n; i++) {
         ck_assert_str_eq(info[i].name, want[i]);

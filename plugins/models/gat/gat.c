@@ -19,6 +19,7 @@
  * Init: Glorot-uniform weights and attention vectors, zero bias (PyG).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -331,8 +332,8 @@ static pl_status gat_forward(void *self, const pl_batch *b, pl_data_split split,
         return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [N, %lld]",
                             pl_tensor_describe(x, b1, sizeof b1), (long long)m->o.in_features);
     int64_t N = x->shape[0];
-    pl_tensor *src, *dst, *target;
-    int64_t count;
+    pl_tensor *src = NULL, *dst = NULL, *target = NULL;
+    int64_t count = 0;
     pl_status st = gat_edges(m, es, ed, N, &src, &dst);
     if (!st) st = masked_target(m, split, y, mask, &target, &count);
     if (st) return st;

@@ -48,7 +48,7 @@ double pl_onecycle_lr(const pl_onecycle *o, int64_t step, double *momentum) {
     } else {
         ph[0].end = o->pct_start * T - 1, ph[0].lr0 = initial, ph[0].lr1 = o->max_lr;
         ph[0].m0 = o->max_momentum, ph[0].m1 = o->base_momentum;
-        ph[1].end = T, ph[1].lr0 = o->max_lr, ph[1].lr1 = min_lr;
+        ph[1].end = T - 1, ph[1].lr0 = o->max_lr, ph[1].lr1 = min_lr;
         ph[1].m0 = o->base_momentum, ph[1].m1 = o->max_momentum;
         n = 2;
     }

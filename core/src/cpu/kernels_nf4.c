@@ -1,0 +1,158 @@
+/* kernels_nf4.c - CPU kernels of PL_OP_NF4_MATMUL (ops.h pl_nf4_matmul).
+ *
+ * forward : x [M, K] (f32/bf16/f16, contiguous; leading dims flattened),
+ *           W nf4 [N, K] -> y [M, N] in x's dtype.
+ *           y = x @ dequant(W)^T. W is dequantized on the fly, a panel of
+ *           rows at a time (about 1 MiB of f32), never as a whole; each
+ *           dequantized value is code * absmax rounded to x's dtype (so a
+ *           bf16 compute dtype sees bf16 weights, as bitsandbytes'
+ *           dequantize into the compute dtype), then OpenBLAS sgemm
+ *           accumulates in f32 and the result is rounded to x's dtype.
+ * backward: dy [M, N] f32 -> dx [M, K] f32 = dy @ dequant(W) (same panels).
+ *           W is frozen: no gradient for it.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "pipeline/nf4.h"
+
+void pl_nf4_dequant_range_cpu(const uint8_t *codes, const float *absmax, int64_t block,
+                              int64_t e0, int64_t e1, float *dst, pl_dtype round_to);
+
+#define PANEL_FLOATS (1 << 18) /* 1 MiB of dequantized weights per panel */
+
+typedef struct scratch {
+    void *p;
+    size_t cap;
+} scratch;
+
+static float *scratch_get(scratch *s, size_t nbytes) {
+    s->p = pl_alloc(PL_CPU, nbytes ? nbytes : 4, &s->cap);
+    return s->p;
+}
+static void scratch_put(scratch *s) {
+    if (s->p) pl_free(PL_CPU, s->p, s->cap);
+    s->p = NULL;
+}
+
+/* Widen n elements of a float buffer to f32. */
+static void widen(const void *src, pl_dtype dt, float *dst, int64_t n) {
+    if (dt == PL_BF16) {
+        const uint16_t *s = src;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) dst[i] = pl_bf16_to_f32(s[i]);
+    } else if (dt == PL_F16) {
+        const uint16_t *s = src;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) dst[i] = pl_f16_to_f32(s[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+static void narrow(const float *src, pl_dtype dt, void *dst, int64_t n) {
+    uint16_t *d = dst;
+    if (dt == PL_BF16) {
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_bf16(src[i]);
+    } else {
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_f16(src[i]);
+    }
+}
+
+/* Rows [r0, r1) of W dequantized into panel [r1-r0, K]. */
+static void dequant_rows(const pl_tensor *w, const float *absmax, int64_t r0, int64_t r1,
+                         float *panel, pl_dtype round_to) {
+    int64_t K = w->shape[1];
+    const uint8_t *codes = pl_tensor_data(w);
+#pragma omp parallel for if ((r1 - r0) * K > 65536) schedule(static)
+    for (int64_t r = r0; r < r1; r++)
+        pl_nf4_dequant_range_cpu(codes, absmax, w->quant.block, r * K, (r + 1) * K,
+                                 panel + (r - r0) * K, round_to);
+}
+
+static int64_t panel_rows(int64_t N, int64_t K) {
+    int64_t r = PANEL_FLOATS / (K > 0 ? K : 1);
+    if (r < 1) r = 1;
+    return r < N ? r : N;
+}
+
+static pl_status nf4_matmul_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0], *w = a->in[1];
+    pl_tensor *y = a->out[0];
+    int64_t N = w->shape[0], K = w->shape[1];
+    int64_t M = K ? pl_tensor_numel(x) / K : 0;
+    pl_dtype xd = x->dtype;
+    int64_t nb = pl_nf4_num_blocks(w), pr = panel_rows(N, K);
+    scratch s_am = {0}, s_x = {0}, s_y = {0}, s_p = {0};
+    pl_status st = PL_OK;
+    float *am = scratch_get(&s_am, (size_t)nb * sizeof(float));
+    float *panel = scratch_get(&s_p, (size_t)(pr * K) * sizeof(float));
+    const float *X = xd == PL_F32 ? pl_tensor_data(x) : scratch_get(&s_x, (size_t)(M * K) * 4);
+    float *Y = xd == PL_F32 ? pl_tensor_data(y) : scratch_get(&s_y, (size_t)(M * N) * 4);
+    if (!am || !panel || !X || !Y) {
+        st = pl_error_status();
+        goto done;
+    }
+    if ((st = pl_nf4_block_absmax(w, am))) goto done;
+    if (xd != PL_F32) widen(pl_tensor_data(x), xd, (float *)X, M * K);
+    if (M == 0 || N == 0) goto out;
+    if (K == 0) {
+        memset(Y, 0, (size_t)(M * N) * sizeof(float));
+        goto out;
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += pr) {
+        int64_t r1 = r0 + pr < N ? r0 + pr : N;
+        dequant_rows(w, am, r0, r1, panel, xd);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)(r1 - r0), (int)K, 1.0f,
+                    X, (int)K, panel, (int)K, 0.0f, Y + r0, (int)N);
+    }
+out:
+    if (xd != PL_F32) narrow(Y, xd, pl_tensor_data(y), M * N);
+done:
+    scratch_put(&s_am);
+    scratch_put(&s_p);
+    scratch_put(&s_x);
+    scratch_put(&s_y);
+    return st;
+}
+
+static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *dy = a->in[0], *x = a->in[1], *w = a->in[2];
+    pl_tensor *dx = a->out[0];
+    if (a->out[1])
+        return pl_error_set(PL_ERR_INVALID, "nf4_matmul: weight '%s' is frozen and gets no gradient",
+                            w->name);
+    if (!dx) return PL_OK;
+    int64_t N = w->shape[0], K = w->shape[1];
+    int64_t M = K ? pl_tensor_numel(x) / K : 0;
+    int64_t nb = pl_nf4_num_blocks(w), pr = panel_rows(N, K);
+    float *DX = pl_tensor_data(dx);
+    const float *DY = pl_tensor_data(dy);
+    if (M == 0 || K == 0) return PL_OK;
+    if (N == 0) {
+        memset(DX, 0, (size_t)(M * K) * sizeof(float));
+        return PL_OK;
+    }
+    scratch s_am = {0}, s_p = {0};
+    float *am = scratch_get(&s_am, (size_t)nb * sizeof(float));
+    float *panel = scratch_get(&s_p, (size_t)(pr * K) * sizeof(float));
+    pl_status st = !am || !panel ? pl_error_status() : pl_nf4_block_absmax(w, am);
+    for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
+        int64_t r1 = r0 + pr < N ? r0 + pr : N;
+        dequant_rows(w, am, r0, r1, panel, x->dtype);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)(r1 - r0),
+                    1.0f, DY + r0, (int)N, panel, (int)K, r0 == 0 ? 0.0f : 1.0f, DX, (int)K);
+    }
+    scratch_put(&s_am);
+    scratch_put(&s_p);
+    return st;
+}
+
+void pl_cpu_register_nf4(pl_backend *b) {
+    b->forward[PL_OP_NF4_MATMUL] = nf4_matmul_fwd;
+    b->backward[PL_OP_NF4_MATMUL] = nf4_matmul_bwd;
+}

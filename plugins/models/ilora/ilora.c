@@ -1,0 +1,793 @@
+/* ilora.c - the ilora model plugin: options, parameters, forward, metrics.
+ *
+ * Backbone (Llama conventions, HF LlamaForCausalLM parameter names):
+ *   h = embed_tokens[ids]                                   ids [B, L], 0 = padding
+ *   per layer:  x = RMSNorm(h) ; q,k,v = proj(x) ; q,k = RoPE(q,k)
+ *               h = h + drop(o_proj(causal_softmax(q k^T + pad_bias, 1/sqrt(Dh)) v))
+ *               x = RMSNorm(h) ; h = h + drop(down(silu(gate(x)) * up(x)))
+ *   h = RMSNorm(h) ; logits = h @ E^T (tied) or h @ lm_head^T
+ * MoE-LoRA (iLoRA) on the target projections, gated per sample:
+ *   y = W0 x + (alpha / r_e) * sum_k g_k B_k A_k drop(x),  g = softmax(router(mean_t E[ids_t]))
+ * computed as one GEMM pair with the experts stacked (see ilora_moe_lora_linear).
+ * Details, sources and the option table: README.md.
+ */
+#include "ilora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ranking.h"
+
+/* pl_nf4_matmul is declared in ops.h; the weak reference keeps this plugin
+ * loadable on a core built without the NF4 kernels (base_linear then
+ * reports PL_ERR_UNSUPPORTED instead of failing at dlopen). */
+#pragma weak pl_nf4_matmul
+
+const char *const ilora_proj_names[ILORA_NPROJ] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
+                                                   "gate_proj", "up_proj", "down_proj"};
+static const char *const proj_short[ILORA_NPROJ] = {"q", "k", "v", "o", "gate", "up", "down"};
+#define ALL_TARGETS ((1u << ILORA_NPROJ) - 1)
+
+/* ---- options ---------------------------------------------------------------------------- */
+
+static const pl_option_spec ilora_options[] = {
+    {"num_items", PL_OPT_INT, "0", 0, 1e9, NULL,
+     "number of items (ids 1..N, 0 = padding); 0: the loader's meta 'num_items'"},
+    {"dim", PL_OPT_INT, "64", 2, 65536, NULL, "hidden size (hidden_size)"},
+    {"layers", PL_OPT_INT, "2", 1, ILORA_MAX_LAYERS, NULL, "decoder layers (num_hidden_layers)"},
+    {"heads", PL_OPT_INT, "2", 1, 1024, NULL, "attention heads; dim/heads must be even"},
+    {"max_len", PL_OPT_INT, "50", 1, 1e6, NULL, "longest input sequence (tokens)"},
+    {"ffn_dim", PL_OPT_INT, "0", 0, 1e7, NULL,
+     "SwiGLU inner size (intermediate_size); 0: 8/3*dim rounded up to a multiple of 8"},
+    {"dropout", PL_OPT_FLOAT, "0.2", 0, 0.99, NULL,
+     "dropout on the embeddings and on each residual branch (attention, MLP)"},
+    {"rope_theta", PL_OPT_FLOAT, "10000", 1, 1e12, NULL, "RoPE base"},
+    {"norm_eps", PL_OPT_FLOAT, "1e-6", 0, 1, NULL, "RMSNorm epsilon (rms_norm_eps)"},
+    {"init_std", PL_OPT_FLOAT, "0.02", 0, 10, NULL,
+     "std of the normal init of embeddings and projections (initializer_range)"},
+    {"tie_embeddings", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "output head = item embedding (tie_word_embeddings); false: separate lm_head.weight"},
+    {"adapters", PL_OPT_CHOICE, "none", PL_NO_BOUNDS, "none|lora|moe_lora",
+     "none: plain backbone (pretraining); lora: LoRA (1 expert, no router); moe_lora: iLoRA"},
+    {"num_experts", PL_OPT_INT, "4", 1, 64, NULL, "MoE-LoRA experts (moe_lora); 1 = plain LoRA"},
+    {"lora_rank", PL_OPT_INT, "8", 1, 4096, NULL,
+     "total LoRA rank, split evenly over the experts (r_e = lora_rank / num_experts)"},
+    {"lora_alpha", PL_OPT_FLOAT, "32", 0, 1e6, NULL, "LoRA alpha; the update is scaled by alpha/r_e"},
+    {"lora_dropout", PL_OPT_FLOAT, "0.1", 0, 0.99, NULL, "dropout on the adapter input"},
+    {"lora_targets", PL_OPT_STRING, "q,k,v,o,gate,up,down", PL_NO_BOUNDS, NULL,
+     "projections with adapters: comma list of q,k,v,o,gate,up,down (or all)"},
+    {"freeze_base", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "with adapters: backbone weights (embeddings, norms, projections, head) get no gradient"},
+    {"metric_k", PL_OPT_INT, "10", 1, 1e6, NULL, "K of hit_ratio@K, ndcg@K, recall@K"},
+    {"exclude_history", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "rank without the items the user has already seen (and never the padding id 0)"},
+    {"input_field", PL_OPT_STRING, "input_ids", PL_NO_BOUNDS, NULL, "batch field: item ids [B, L]"},
+    {"label_field", PL_OPT_STRING, "labels", PL_NO_BOUNDS, NULL,
+     "batch field (train): next item per position [B, L], 0 = no label"},
+    {"target_field", PL_OPT_STRING, "target", PL_NO_BOUNDS, NULL,
+     "batch field (val/test): held-out item [B]"},
+    {"history_field", PL_OPT_STRING, "history", PL_NO_BOUNDS, NULL,
+     "batch field (val/test, optional): seen items [B, H], 0-padded"},
+    {"user_field", PL_OPT_STRING, "user_index", PL_NO_BOUNDS, NULL,
+     "batch field (val/test): user row into the history CSR of history_path"},
+    {"row_field", PL_OPT_STRING, "row", PL_NO_BOUNDS, NULL,
+     "batch field (export of train): row index into /train/input_ids"},
+    {"history_path", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "HDF5 file with /val/history and /test/history CSR (empty: the loader's meta 'path')"},
+    {"export_top_k", PL_OPT_INT, "100", 1, 1e6, NULL, "items per exported position"},
+    {"export_temperature", PL_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL,
+     "exported logits are logits / T (T stored as attribute 'temperature')"},
+    PL_OPTIONS_END};
+
+static const char *spec_default(const char *name) {
+    for (const pl_option_spec *s = ilora_options; s->name; s++)
+        if (!strcmp(s->name, name)) return s->default_value;
+    return NULL;
+}
+static int64_t opt_int(const pl_config_section *c, const char *k) {
+    return pl_cfg_int(c, k, strtoll(spec_default(k), NULL, 10));
+}
+static double opt_float(const pl_config_section *c, const char *k) {
+    return pl_cfg_float(c, k, strtod(spec_default(k), NULL));
+}
+static bool opt_bool(const pl_config_section *c, const char *k) {
+    return pl_cfg_bool(c, k, !strcmp(spec_default(k), "true"));
+}
+static void opt_str(const pl_config_section *c, const char *k, char *dst, size_t n) {
+    snprintf(dst, n, "%s", pl_cfg_str(c, k, spec_default(k)));
+}
+
+static pl_status parse_targets(const char *s, unsigned *out) {
+    unsigned m = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(tok, "all")) {
+            m = ALL_TARGETS;
+            continue;
+        }
+        int found = -1;
+        for (int i = 0; i < ILORA_NPROJ; i++)
+            if (!strcmp(tok, proj_short[i]) || !strcmp(tok, ilora_proj_names[i])) found = i;
+        if (found < 0)
+            return pl_error_set(PL_ERR_CONFIG,
+                                "[model] lora_targets: unknown projection '%s' (expected a comma "
+                                "list of q,k,v,o,gate,up,down or all)", tok);
+        m |= 1u << found;
+    }
+    if (!m)
+        return pl_error_set(PL_ERR_CONFIG, "[model] lora_targets '%s' names no projection", s);
+    *out = m;
+    return PL_OK;
+}
+
+pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->num_items = opt_int(c, "num_items");
+    o->dim = opt_int(c, "dim");
+    o->layers = opt_int(c, "layers");
+    o->heads = opt_int(c, "heads");
+    o->max_len = opt_int(c, "max_len");
+    o->ffn_dim = opt_int(c, "ffn_dim");
+    o->dropout = opt_float(c, "dropout");
+    o->rope_theta = opt_float(c, "rope_theta");
+    o->norm_eps = opt_float(c, "norm_eps");
+    o->init_std = opt_float(c, "init_std");
+    o->tie_embeddings = opt_bool(c, "tie_embeddings");
+    const char *ad = pl_cfg_str(c, "adapters", spec_default("adapters"));
+    o->adapters = !strcmp(ad, "moe_lora") ? ILORA_MOE_LORA
+                  : !strcmp(ad, "lora")   ? ILORA_LORA
+                                          : ILORA_NONE;
+    o->num_experts = opt_int(c, "num_experts");
+    o->lora_rank = opt_int(c, "lora_rank");
+    o->lora_alpha = opt_float(c, "lora_alpha");
+    o->lora_dropout = opt_float(c, "lora_dropout");
+    o->freeze_base = opt_bool(c, "freeze_base");
+    o->metric_k = opt_int(c, "metric_k");
+    o->exclude_history = opt_bool(c, "exclude_history");
+    opt_str(c, "input_field", o->input_field, sizeof o->input_field);
+    opt_str(c, "label_field", o->label_field, sizeof o->label_field);
+    opt_str(c, "target_field", o->target_field, sizeof o->target_field);
+    opt_str(c, "history_field", o->history_field, sizeof o->history_field);
+    opt_str(c, "user_field", o->user_field, sizeof o->user_field);
+    opt_str(c, "row_field", o->row_field, sizeof o->row_field);
+    opt_str(c, "history_path", o->history_path, sizeof o->history_path);
+    o->export_top_k = opt_int(c, "export_top_k");
+    o->export_temperature = opt_float(c, "export_temperature");
+    return parse_targets(pl_cfg_str(c, "lora_targets", spec_default("lora_targets")),
+                         &o->lora_targets);
+}
+
+/* ---- parameters --------------------------------------------------------------------------- */
+
+/* Philox streams of the initializers: fixed per parameter so that the
+ * backbone gets the same init whatever adapters are configured. */
+enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
+       STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
+
+static pl_tensor *new_param(ilora_model *m, const char *name, int ndim, const int64_t *shape,
+                            unsigned tags, bool trainable) {
+    /* called inside create's frame: the frame's reference goes at its end,
+     * the params list keeps its own */
+    pl_tensor *t = pl_tensor_zeros(PL_F32, ndim, shape, m->ctx->device);
+    if (!t || pl_params_add(m->params, name, t, tags)) return NULL;
+    pl_tensor_set_requires_grad(t, trainable);
+    m->n_params_created++;
+    return t;
+}
+
+static pl_status check_opts(const ilora_opts *o) {
+    if (o->dim % o->heads || (o->dim / o->heads) % 2)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "[model] dim %lld must be a multiple of heads %lld with an even head "
+                            "size (RoPE), got head size %g", (long long)o->dim,
+                            (long long)o->heads, (double)o->dim / (double)o->heads);
+    if (o->adapters == ILORA_MOE_LORA && o->lora_rank % o->num_experts)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "[model] lora_rank %lld must be divisible by num_experts %lld "
+                            "(each expert gets lora_rank/num_experts)", (long long)o->lora_rank,
+                            (long long)o->num_experts);
+    return PL_OK;
+}
+
+pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out) {
+    *out = NULL;
+    if (!ctx || !ctx->params)
+        return pl_error_set(PL_ERR_INVALID, "ilora: create needs a run context with params");
+    pl_status st = check_opts(o);
+    if (st) return st;
+    ilora_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    m->o = *o;
+    m->ctx = ctx;
+    m->params = ctx->params;
+    if (m->o.num_items <= 0) {
+        if (!ctx->meta || pl_meta_get_int(ctx->meta, "num_items", &m->o.num_items)) {
+            free(m);
+            return pl_error_prefix(PL_ERR_CONFIG, "[model] num_items is 0 and the loader did not "
+                                   "publish it");
+        }
+        if (m->o.num_items <= 0) {
+            long long ni = (long long)m->o.num_items;
+            free(m);
+            return pl_error_set(PL_ERR_CONFIG, "ilora: loader meta num_items = %lld, expected > 0",
+                                ni);
+        }
+    }
+    int64_t D = o->dim, V = m->o.num_items + 1, L = o->layers;
+    m->vocab = V;
+    m->head_dim = D / o->heads;
+    m->ffn = o->ffn_dim > 0 ? o->ffn_dim : ((8 * D + 2) / 3 + 7) / 8 * 8;
+    bool adapt = o->adapters != ILORA_NONE;
+    int64_t E = o->adapters == ILORA_MOE_LORA ? o->num_experts : 1;
+    if (!adapt) E = 0;
+    m->o.num_experts = E;
+    m->r_e = adapt ? o->lora_rank / E : 0;
+    m->lora_scale = adapt ? o->lora_alpha / (double)m->r_e : 0;
+    bool base_train = !(adapt && o->freeze_base);
+    uint64_t seed = ctx->seed;
+    char name[PL_NAME_MAX];
+
+    pl_frame_begin();
+    pl_no_grad_begin();
+    m->embed = new_param(m, "model.embed_tokens.weight", PL_SHAPE(V, D), PL_TAG_NO_DECAY,
+                         base_train);
+    if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
+    else st = pl_error_status();
+    /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
+    if (!st && m->embed->device.type == PL_DEVICE_CPU)
+        memset(pl_tensor_f32(m->embed), 0, (size_t)D * sizeof(float));
+    else if (!st) {
+        pl_tensor *row0 = pl_tensor_view_rows(m->embed, 0, 1);
+        st = row0 ? pl_tensor_fill_(row0, 0.0) : pl_error_status();
+        pl_tensor_release(row0);
+    }
+    const int64_t in_dim[ILORA_NPROJ] = {D, D, D, D, D, D, m->ffn};
+    const int64_t out_dim[ILORA_NPROJ] = {D, D, D, D, m->ffn, m->ffn, D};
+    for (int64_t l = 0; l < L && !st; l++) {
+        ilora_layer *ly = &m->layer[l];
+        snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
+        ly->input_norm = new_param(m, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
+                 (long long)l);
+        ly->post_norm = new_param(m, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        if (!ly->input_norm || !ly->post_norm) {
+            st = pl_error_status();
+            break;
+        }
+        st = pl_tensor_fill_(ly->input_norm, 1.0);
+        if (!st) st = pl_tensor_fill_(ly->post_norm, 1.0);
+        for (int i = 0; i < ILORA_NPROJ && !st; i++) {
+            const char *blk = i < 4 ? "self_attn" : "mlp";
+            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
+                     ilora_proj_names[i]);
+            ilora_proj *p = &ly->proj[i];
+            p->w = new_param(m, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, base_train);
+            if (!p->w) {
+                st = pl_error_status();
+                break;
+            }
+            st = pl_tensor_normal_(p->w, 0, o->init_std, seed,
+                                   STREAM_PROJ + (uint64_t)l * 16 + (uint64_t)i);
+            if (st || !adapt || !(o->lora_targets & (1u << i))) continue;
+            int64_t R = E * m->r_e;
+            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
+                     ilora_proj_names[i]);
+            p->lora_a = new_param(m, name, PL_SHAPE(R, in_dim[i]), PL_TAG_LORA, true);
+            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
+                     ilora_proj_names[i]);
+            p->lora_b = new_param(m, name, PL_SHAPE(out_dim[i], R), PL_TAG_LORA, true);
+            if (!p->lora_a || !p->lora_b) {
+                st = pl_error_status();
+                break;
+            }
+            /* PEFT: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)); B = 0 */
+            double bound = 1.0 / sqrt((double)in_dim[i]);
+            st = pl_tensor_uniform_(p->lora_a, -bound, bound, seed,
+                                    STREAM_LORA_A + (uint64_t)l * 16 + (uint64_t)i);
+        }
+    }
+    if (!st) {
+        m->norm = new_param(m, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        st = m->norm ? pl_tensor_fill_(m->norm, 1.0) : pl_error_status();
+    }
+    if (!st && !o->tie_embeddings) {
+        m->lm_head = new_param(m, "lm_head.weight", PL_SHAPE(V, D), PL_TAG_HEAD, base_train);
+        st = m->lm_head ? pl_tensor_normal_(m->lm_head, 0, o->init_std, seed, STREAM_LM_HEAD)
+                        : pl_error_status();
+    }
+    if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
+        /* nn.Linear(dim, E) default init: U(-1/sqrt(dim), 1/sqrt(dim)) for weight and bias */
+        double bound = 1.0 / sqrt((double)D);
+        m->router_w = new_param(m, "router.weight", PL_SHAPE(E, D), PL_TAG_ROUTER, true);
+        m->router_b = new_param(m, "router.bias", PL_SHAPE(E), PL_TAG_ROUTER | PL_TAG_NO_DECAY,
+                                true);
+        if (!m->router_w || !m->router_b) st = pl_error_status();
+        if (!st) st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);
+        if (!st) st = pl_tensor_uniform_(m->router_b, -bound, bound, seed, STREAM_ROUTER_B);
+        if (!st) {
+            int64_t R = E * m->r_e;
+            int64_t *gi = malloc((size_t)R * sizeof *gi);
+            if (!gi) st = pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+            for (int64_t j = 0; gi && j < R; j++)
+                gi[j] = j / m->r_e;
+            if (!st) {
+                m->gate_index = pl_frame_keep(
+                    pl_tensor_from_data(PL_I64, 1, (int64_t[]){R}, gi, ctx->device));
+                if (!m->gate_index) st = pl_error_status();
+            }
+            free(gi);
+        }
+    }
+    pl_no_grad_end();
+    pl_frame_end();
+    if (!st && m->o.exclude_history) {
+        const char *hp = m->o.history_path[0] ? m->o.history_path
+                         : ctx->meta                ? pl_meta_get_str(ctx->meta, "path")
+                                                    : NULL;
+        if (hp && hp[0]) st = ilora_hist_load(m, hp);
+    }
+    if (st) {
+        ilora_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+void ilora_model_destroy(ilora_model *m) {
+    if (!m) return;
+    pl_tensor_release(m->gate_index);
+    ilora_hist_free(m);
+    if (m->exp) ilora_export_end(m);
+    free(m);
+}
+
+/* ---- layers ------------------------------------------------------------------------------ */
+
+pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w) {
+    if (!x || !w) return NULL;
+    if (w->dtype == PL_NF4) {
+        if (!pl_nf4_matmul) {
+            pl_error_set(PL_ERR_UNSUPPORTED, "ilora: base weight '%s' is nf4 but this core has no "
+                         "pl_nf4_matmul", w->name);
+            return NULL;
+        }
+        return pl_nf4_matmul(x, w);
+    }
+    return pl_linear(x, w, NULL);
+}
+
+pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index) {
+    if (!g || !gate_index) return NULL;
+    pl_tensor *ge = pl_index_select(g, 1, gate_index); /* [B, E*r_e] */
+    if (!ge) return NULL;
+    return pl_reshape(ge, 3, (int64_t[]){ge->shape[0], 1, ge->shape[1]});
+}
+
+pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                                 pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
+                                 uint64_t counter, bool training) {
+    pl_tensor *y = ilora_base_linear(x, w0);
+    if (!a || !y) return y;
+    pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
+    pl_tensor *xa = pl_linear(xd, a, NULL); /* [B, T, E*r_e] */
+    if (gexp) xa = pl_mul(xa, gexp);        /* expert k's r_e slots times g[b, k] */
+    pl_tensor *d = pl_linear(xa, b, NULL);  /* sum over experts inside the GEMM */
+    return pl_add(y, pl_scale(d, scale));
+}
+
+/* Host copy of an index tensor as i64 (caller frees). */
+static int64_t *host_index(pl_tensor *t, const char *what) {
+    char b[256];
+    if (!t) return NULL;
+    if (t->dtype != PL_I32 && t->dtype != PL_I64) {
+        pl_error_set(PL_ERR_DTYPE, "ilora: batch field '%s' %s must be i32 or i64", what,
+                     pl_tensor_describe(t, b, sizeof b));
+        return NULL;
+    }
+    int64_t n = pl_tensor_numel(t);
+    int64_t *out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    if (!out) {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        return NULL;
+    }
+    pl_tensor *h = t;
+    if (t->device.type != PL_DEVICE_CPU || !pl_tensor_is_contiguous(t) || t->dtype != PL_I64) {
+        pl_frame_begin();
+        h = pl_tensor_to(t, PL_I64, PL_CPU);
+        if (h) pl_frame_keep(h);
+        pl_frame_end();
+        if (!h) {
+            free(out);
+            return NULL;
+        }
+        memcpy(out, pl_tensor_data(h), (size_t)n * sizeof *out);
+        pl_tensor_release(h);
+    } else {
+        memcpy(out, pl_tensor_data(t), (size_t)n * sizeof *out);
+    }
+    return out;
+}
+
+/* Per-forward constants computed from the ids on the host. */
+typedef struct fwd_state {
+    int64_t B, L;
+    int64_t *ids;        /* host [B*L] */
+    pl_tensor *pad_bias; /* f32 [B, 1, 1, L]: 0 for items, -1e9 for padding keys */
+} fwd_state;
+
+static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, pl_device dev) {
+    char b[256];
+    memset(s, 0, sizeof *s);
+    if (ids->ndim != 2)
+        return pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s must be [B, L]",
+                            pl_tensor_describe(ids, b, sizeof b));
+    s->B = ids->shape[0];
+    s->L = ids->shape[1];
+    s->ids = host_index(ids, "input ids");
+    if (!s->ids) return pl_error_status();
+    float *bias = malloc((size_t)(s->B * s->L) * sizeof *bias);
+    if (!bias) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    for (int64_t i = 0; i < s->B * s->L; i++)
+        bias[i] = s->ids[i] == 0 ? -1e9f : 0.0f;
+    s->pad_bias = pl_tensor_from_data(PL_F32, 4, (int64_t[]){s->B, 1, 1, s->L}, bias, dev);
+    free(bias);
+    return s->pad_bias ? PL_OK : pl_error_status();
+}
+
+pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
+    if (!m->router_w || !ids) return NULL;
+    int64_t B = ids->shape[0], L = ids->shape[1];
+    int64_t *h = host_index(ids, "input ids");
+    if (!h) return NULL;
+    float *mask = malloc((size_t)(B * L) * sizeof *mask);
+    float *inv = malloc((size_t)B * sizeof *inv);
+    pl_tensor *g = NULL;
+    if (mask && inv) {
+        for (int64_t b = 0; b < B; b++) {
+            int64_t c = 0;
+            for (int64_t t = 0; t < L; t++)
+                c += (mask[b * L + t] = h[b * L + t] != 0);
+            inv[b] = c ? 1.0f / (float)c : 0.0f;
+        }
+        /* the router input is a fixed (frozen, detached) representation */
+        pl_no_grad_begin();
+        pl_tensor *mk = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, 1}, mask, m->ctx->device);
+        pl_tensor *iv = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, 1}, inv, m->ctx->device);
+        pl_tensor *e = pl_embedding(m->embed, ids);
+        if (e && e->dtype != PL_F32) e = pl_cast(e, PL_F32);
+        pl_tensor *rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, D] */
+        pl_no_grad_end();
+        if (rep) g = pl_softmax(pl_linear(rep, m->router_w, m->router_b));
+    } else {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    }
+    free(mask);
+    free(inv);
+    free(h);
+    return g;
+}
+
+static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
+    uint64_t micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
+    return (micro << 16) | site;
+}
+
+pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
+    if (!ids) return NULL;
+    const ilora_opts *o = &m->o;
+    fwd_state s;
+    if (fwd_state_init(&s, ids, m->ctx->device)) {
+        free(s.ids);
+        return NULL;
+    }
+    int64_t B = s.B, L = s.L, H = o->heads, Dh = m->head_dim, D = o->dim;
+    if (L > o->max_len) {
+        char b[256];
+        pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s are longer than max_len %lld",
+                     pl_tensor_describe(ids, b, sizeof b), (long long)o->max_len);
+        free(s.ids);
+        return NULL;
+    }
+    uint64_t seed = m->ctx->seed;
+    pl_tensor *gexp = NULL;
+    if (m->router_w) {
+        gexp = ilora_gate_expand(ilora_gates(m, ids), m->gate_index);
+        if (!gexp) {
+            free(s.ids);
+            return NULL;
+        }
+    }
+    pl_tensor *h = pl_embedding(m->embed, ids);
+    h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
+    double att_scale = 1.0 / sqrt((double)Dh);
+    for (int64_t l = 0; l < o->layers && h; l++) {
+        ilora_layer *ly = &m->layer[l];
+        uint64_t site = 1 + (uint64_t)l * 16;
+        pl_tensor *pr[ILORA_NPROJ] = {0};
+#define PROJ(i, x)                                                                                 \
+    ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
+                          m->lora_scale, o->lora_dropout, seed, drop_counter(m, site + 2 + (i)),   \
+                          training)
+        pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
+        for (int i = 0; i < 3; i++)
+            pr[i] = pl_reshape(PROJ(i, x), 4, (int64_t[]){B, L, H, Dh});
+        pl_tensor *q = pl_transpose(pl_rope(pr[0], 0, o->rope_theta), 1, 2); /* [B, H, L, Dh] */
+        pl_tensor *k = pl_transpose(pl_rope(pr[1], 0, o->rope_theta), 1, 2);
+        pl_tensor *v = pl_transpose(pr[2], 1, 2);
+        pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), s.pad_bias); /* [B, H, L, L] */
+        pl_tensor *att = pl_matmul(pl_causal_softmax(sc, att_scale), v, false, false);
+        att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, D});
+        pl_tensor *ao = PROJ(3, att);
+        h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(m, site), training));
+        x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
+        pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
+        pl_tensor *mo = PROJ(6, mid);
+        h = pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(m, site + 1), training));
+#undef PROJ
+    }
+    free(s.ids);
+    return pl_rms_norm(h, m->norm, o->norm_eps);
+}
+
+pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
+    return m->lm_head ? pl_linear(h, m->lm_head, NULL) : pl_matmul(h, m->embed, false, true);
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* Batch field without touching the error state; NULL if absent. */
+static pl_tensor *field(const pl_batch *b, const char *name) {
+    for (int i = 0; i < b->n; i++)
+        if (b->names[i] && !strcmp(b->names[i], name)) return b->fields[i];
+    return NULL;
+}
+
+static pl_tensor *need_field(const pl_batch *b, const char *name, const char *option) {
+    pl_tensor *t = field(b, name);
+    if (!t) {
+        char have[512] = "";
+        size_t n = 0;
+        for (int i = 0; i < b->n && n < sizeof have - 1; i++)
+            n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "", b->names[i]);
+        pl_error_set(PL_ERR_INVALID, "ilora: batch has no field '%s' (option %s); fields: %s",
+                     name, option, have[0] ? have : "(none)");
+    }
+    return t;
+}
+
+static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **loss) {
+    pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
+    pl_tensor *lab = need_field(b, m->o.label_field, "label_field");
+    if (!ids || !lab) return pl_error_status();
+    if (!pl_tensor_same_shape(ids, lab)) {
+        char b1[256], b2[256];
+        return pl_error_set(PL_ERR_SHAPE, "ilora: labels %s and input ids %s differ in shape",
+                            pl_tensor_describe(lab, b1, sizeof b1),
+                            pl_tensor_describe(ids, b2, sizeof b2));
+    }
+    int64_t n = pl_tensor_numel(lab);
+    int64_t *hl = host_index(lab, m->o.label_field);
+    if (!hl) return pl_error_status();
+    int64_t *pos = malloc((size_t)(n ? n : 1) * sizeof *pos);
+    int64_t *tgt = malloc((size_t)(n ? n : 1) * sizeof *tgt);
+    int64_t np = 0;
+    pl_status st = PL_OK;
+    if (!pos || !tgt) st = pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    for (int64_t i = 0; !st && i < n; i++) {
+        if (hl[i] == 0) continue;
+        if (hl[i] < 0 || hl[i] >= m->vocab) {
+            st = pl_error_set(PL_ERR_INVALID, "ilora: label %lld at flat position %lld is outside "
+                              "[0, %lld] (num_items)", (long long)hl[i], (long long)i,
+                              (long long)m->vocab - 1);
+            break;
+        }
+        pos[np] = i;
+        tgt[np++] = hl[i];
+    }
+    free(hl);
+    pl_tensor *h = st ? NULL : ilora_hidden(m, ids, true);
+    if (!st && !h) st = pl_error_status();
+    if (!st && np == 0) {
+        *loss = pl_scale(pl_sum(h, PL_ALL_DIMS, false), 0.0); /* nothing to predict */
+    } else if (!st) {
+        pl_device dev = m->ctx->device;
+        pl_tensor *pi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){np}, pos, dev);
+        pl_tensor *ti = pl_tensor_from_data(PL_I64, 1, (int64_t[]){np}, tgt, dev);
+        pl_tensor *hf = pl_reshape(h, 2, (int64_t[]){-1, m->o.dim});
+        pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
+        *loss = pl_cross_entropy(logits, ti, 0, 0.0);
+    }
+    if (!st && !*loss) st = pl_error_status();
+    free(pos);
+    free(tgt);
+    return st;
+}
+
+/* Logits of the last position [B, V] (f32, host copy in *host). */
+static pl_tensor *last_logits(ilora_model *m, pl_tensor *ids, pl_tensor **host) {
+    pl_tensor *h = ilora_hidden(m, ids, false);
+    if (!h) return NULL;
+    int64_t B = h->shape[0], L = h->shape[1];
+    pl_tensor *hl = pl_reshape(pl_slice(h, 1, L - 1, L), 2, (int64_t[]){B, m->o.dim});
+    pl_tensor *lg = ilora_logits(m, hl);
+    if (lg && host) {
+        *host = (lg->device.type == PL_DEVICE_CPU && lg->dtype == PL_F32) ? lg
+                                                                          : pl_tensor_to(lg, PL_F32, PL_CPU);
+        if (!*host) return NULL;
+    }
+    return lg;
+}
+
+static bool warned_history;
+
+static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split split,
+                              pl_tensor **loss, pl_metrics *mt) {
+    pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
+    pl_tensor *tg = need_field(b, m->o.target_field, "target_field");
+    if (!ids || !tg) return pl_error_status();
+    int64_t B = ids->ndim == 2 ? ids->shape[0] : -1;
+    if (pl_tensor_numel(tg) != B) {
+        char b1[256], b2[256];
+        return pl_error_set(PL_ERR_SHAPE, "ilora: target %s must hold one item per row of %s",
+                            pl_tensor_describe(tg, b1, sizeof b1),
+                            pl_tensor_describe(ids, b2, sizeof b2));
+    }
+    pl_tensor *host = NULL;
+    pl_tensor *lg = last_logits(m, ids, &host);
+    if (!lg) return pl_error_status();
+    int64_t *t = host_index(tg, m->o.target_field);
+    if (!t) return pl_error_status();
+    pl_status st = PL_OK;
+    for (int64_t i = 0; i < B; i++)
+        if (t[i] <= 0 || t[i] >= m->vocab) {
+            st = pl_error_set(PL_ERR_INVALID, "ilora: %s target %lld of row %lld is outside "
+                              "[1, %lld]", pl_split_name(split), (long long)t[i], (long long)i,
+                              (long long)m->vocab - 1);
+            break;
+        }
+    pl_tensor *ti = st ? NULL : pl_tensor_from_data(PL_I64, 1, (int64_t[]){B}, t, m->ctx->device);
+    pl_tensor *ce = ti ? pl_cross_entropy(lg, ti, -100, 0.0) : NULL;
+    if (!st && !ce) st = pl_error_status();
+    if (!st) {
+        double cev = pl_tensor_item(ce);
+        if (loss) *loss = ce;
+        pl_metrics_add(mt, "loss", cev * (double)B, (double)B);
+    }
+    /* exclusion sources: batch history field, CSR by user, or the input window */
+    pl_tensor *hf = st ? NULL : field(b, m->o.history_field);
+    int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL;
+    const ilora_hist *csr = NULL;
+    if (!st && m->o.exclude_history) {
+        if (hf) {
+            hist = host_index(hf, m->o.history_field);
+            hw = hf->ndim == 2 ? hf->shape[1] : 0;
+            if (!hist || hf->ndim != 2 || hf->shape[0] != B)
+                st = hist ? pl_error_set(PL_ERR_SHAPE, "ilora: history field must be [B, H]")
+                          : pl_error_status();
+        } else if (m->have_hist && field(b, m->o.user_field)) {
+            csr = &m->hist[split];
+            users = host_index(field(b, m->o.user_field), m->o.user_field);
+            if (!users) st = pl_error_status();
+        } else {
+            if (!warned_history) {
+                fprintf(stderr, "ilora: warning: no history for exclusion (no batch field '%s', "
+                        "no history_path CSR + '%s' field); excluding the input window only\n",
+                        m->o.history_field, m->o.user_field);
+                warned_history = true;
+            }
+            win = host_index(ids, m->o.input_field);
+            if (!win) st = pl_error_status();
+        }
+    }
+    int64_t V = m->vocab, K = m->o.metric_k;
+    double hit = 0, ndcg = 0;
+    const float *lh = st ? NULL : pl_tensor_f32(host);
+    float *row = st ? NULL : malloc((size_t)V * sizeof *row);
+    if (!st && (!row || !lh)) st = row ? pl_error_status() : pl_error_set(PL_ERR_NOMEM, "ilora: oom");
+    for (int64_t i = 0; !st && i < B; i++) {
+        memcpy(row, lh + i * V, (size_t)V * sizeof *row);
+        row[0] = -INFINITY;
+        if (m->o.exclude_history) {
+            if (hist) {
+                for (int64_t j = 0; j < hw; j++) {
+                    int64_t it = hist[i * hw + j];
+                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
+                }
+            } else if (csr) {
+                int64_t u = users[i];
+                if (u < 0 || u >= csr->n_users) {
+                    st = pl_error_set(PL_ERR_INVALID, "ilora: %s user index %lld outside the "
+                                      "history CSR's %lld users", pl_split_name(split),
+                                      (long long)u, (long long)csr->n_users);
+                    break;
+                }
+                for (int64_t j = csr->offsets[u]; j < csr->offsets[u + 1]; j++) {
+                    int64_t it = csr->items[j];
+                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
+                }
+            } else if (win) {
+                int64_t L = ids->shape[1];
+                for (int64_t j = 0; j < L; j++) {
+                    int64_t it = win[i * L + j];
+                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
+                }
+            }
+        }
+        int64_t r = ilora_rank_of(row, V, t[i]);
+        hit += ilora_hit_at(r, K);
+        ndcg += ilora_ndcg_at(r, K);
+    }
+    if (!st) {
+        char name[48];
+        snprintf(name, sizeof name, "hit_ratio@%lld", (long long)K);
+        pl_metrics_add(mt, name, hit, (double)B);
+        snprintf(name, sizeof name, "ndcg@%lld", (long long)K);
+        pl_metrics_add(mt, name, ndcg, (double)B);
+        snprintf(name, sizeof name, "recall@%lld", (long long)K);
+        pl_metrics_add(mt, name, hit, (double)B);
+    }
+    free(row);
+    free(hist);
+    free(users);
+    free(win);
+    free(t);
+    return st;
+}
+
+pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
+                        pl_tensor **loss, pl_metrics *mt) {
+    ilora_model *m = self;
+    if (loss) *loss = NULL;
+    if (training) {
+        pl_status st = train_forward(m, b, loss);
+        return st ? pl_error_prefix(st, "ilora forward (train batch %lld)", (long long)b->index)
+                  : PL_OK;
+    }
+    /* evaluation of the train split (rare): the training loss without dropout */
+    if (split == PL_SPLIT_TRAIN) {
+        pl_tensor *l = NULL;
+        pl_status st = train_forward(m, b, &l);
+        if (!st) {
+            if (loss) *loss = l;
+            pl_metrics_add(mt, "loss", pl_tensor_item(l) * (double)b->size, (double)b->size);
+        }
+        return st;
+    }
+    pl_status st = eval_forward(m, b, split, loss, mt);
+    return st ? pl_error_prefix(st, "ilora forward (%s batch %lld)", pl_split_name(split),
+                                (long long)b->index)
+              : PL_OK;
+}
+
+/* ---- plugin glue -------------------------------------------------------------------------- */
+
+static pl_status vt_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    ilora_opts o;
+    pl_status st = ilora_opts_read(cfg, &o);
+    if (st) return st;
+    ilora_model *m = NULL;
+    st = ilora_model_create(&o, ctx, &m);
+    *self = m;
+    return st;
+}
+
+static void vt_destroy(void *self) { ilora_model_destroy(self); }
+
+static const pl_model_vtable ilora_vtable = {
+    .create = vt_create,
+    .destroy = vt_destroy,
+    .forward = ilora_forward,
+    .export_begin = ilora_export_begin,
+    .export_batch = ilora_export_batch,
+    .export_end = ilora_export_end,
+    .on_load = NULL,
+};
+
+PL_PLUGIN_DEFINE(ilora, PL_KIND_MODEL, "0.1.0",
+                 "Llama-style item decoder with MoE-LoRA adapters (iLoRA) for next-item "
+                 "recommendation", ilora_options, &ilora_vtable)

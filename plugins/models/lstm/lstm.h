@@ -1,0 +1,64 @@
+/* lstm.h - LSTM forecaster internals shared by the plugin and its test
+ * (not part of the SDK; the plugin exports only pl_plugin_entry).
+ *
+ * Shapes: B batch, T time steps, F input features, Hd hidden size,
+ * D = 2 if bidirectional else 1, O outputs per prediction.
+ */
+#ifndef PL_MODEL_LSTM_H
+#define PL_MODEL_LSTM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline.h"
+
+#define LSTM_MAX_LAYERS 16
+#define LSTM_MAX_OUT 256
+
+typedef enum { LSTM_HEAD_LAST, LSTM_HEAD_ALL } lstm_head;
+typedef enum { LSTM_LOSS_MSE, LSTM_LOSS_MAE, LSTM_LOSS_HUBER } lstm_loss;
+
+typedef struct lstm_opts {
+    int64_t input_size, hidden_size, output_size;
+    int num_layers;
+    double dropout; /* between layers (torch nn.LSTM dropout) */
+    bool bidirectional;
+    lstm_head head;
+    bool stateful;  /* carry (h, c) of the forward direction across consecutive batches */
+    lstm_loss loss;
+    double huber_delta;
+    /* target de-standardization, per output column o: y = y_std * scale[o] + shift[o] */
+    double shift[LSTM_MAX_OUT], scale[LSTM_MAX_OUT];
+    /* seasonal-naive baseline (0: off): forecast of horizon step h (1-based)
+     * = x[:, T - 1 + h - period, naive_column], de-standardized with output 0's stats */
+    int64_t seasonal_period, naive_column, horizon;
+    const char *input_field, *target_field;
+} lstm_opts;
+
+typedef struct lstm_model {
+    lstm_opts o;
+    /* parameter indices into ctx->params: [layer][direction] */
+    int w_ih[LSTM_MAX_LAYERS][2], w_hh[LSTM_MAX_LAYERS][2], b_ih[LSTM_MAX_LAYERS][2],
+        b_hh[LSTM_MAX_LAYERS][2];
+    int head_w, head_b;
+    pl_run_context *ctx; /* borrowed; live counters read at every forward */
+    /* stateful carry (forward direction), owned */
+    pl_tensor *h[LSTM_MAX_LAYERS], *c[LSTM_MAX_LAYERS];
+    int carry_split;
+    bool carry_training;
+    int64_t carry_batch;
+    /* running sums of the evaluation in progress (RMSE needs the total) */
+    double sse, n_err;
+} lstm_model;
+
+pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out);
+void lstm_model_free(lstm_model *m);
+/* Drop the carried hidden state (next batch starts from zeros). */
+void lstm_reset_state(lstm_model *m);
+
+/* Predictions (standardized units): x [B, T, F] -> [B, O] (head last) or
+ * [B, T, O] (head all). With `stateful`, h0/c0 come from the carried state
+ * and the new state is stored. Dropout counters from ctx->micro_step. */
+pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training);
+
+#endif
