@@ -8,6 +8,7 @@
 
 #include "config_internal.h"
 #include "registry.h"
+#include "plot.h"
 #include "trainer.h"
 
 #define EXIT_RUN_FAILED 1
@@ -50,6 +51,8 @@ static const char *general_help =
     "                 resolve and validate the config, print it, run nothing\n"
     "  plugins [NAME] [--plugin-path DIR]...\n"
     "                 list every plugin found, or one plugin's options\n"
+    "  plot RUN_DIR [OUT.svg]\n"
+    "                 draw the run's metrics.csv curves (loss, lr, metrics) to RUN_DIR/plot.svg\n"
     "  help [COMMAND] this text, or one command's\n"
     "  --version      print the version\n"
     "\n"
@@ -351,5 +354,15 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
+    if (strcmp(cmd, "plot") == 0) {
+        if (argc < 3 || argc > 4) return usage_error(NULL, "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
+        char out[4096];
+        if (pl_plot_run(argv[2], argc == 4 ? argv[3] : NULL, out, sizeof out)) {
+            report_error("plot failed");
+            return EXIT_RUN_FAILED;
+        }
+        printf("wrote %s\n", out);
+        return 0;
+    }
     return usage_error(NULL, "unknown command '%s'", cmd);
 }

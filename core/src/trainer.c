@@ -1050,10 +1050,9 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st) st = stage_create(t, &t->optim, "optimizer");
     if (!st && !t->optim.self)
         st = pl_error_set(PL_ERR_CONFIG, "no [optimizer] section (training needs one)");
-    if (!st) {
-        pl_param_group *g0 = OPTIM(t)->group(t->optim.self, 0);
-        if (g0) pl_meta_set_float(t->ctx.meta, "optimizer.lr", g0->initial_lr / g0->lr_scale);
-    }
+    if (!st)
+        pl_meta_set_float(t->ctx.meta, "optimizer.lr",
+                          pl_cfg_float(pl_config_section_get(cfg, "optimizer"), "lr", 1e-3));
     if (!st) st = stage_create(t, &t->sched, "scheduler");
     if (!st) st = stage_create(t, &t->sched2, "scheduler2");
     if (!st) st = stage_create(t, &t->avg, "averager");

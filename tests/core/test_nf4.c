@@ -182,7 +182,7 @@ START_TEST(zero_block_and_short_last_block) {
     pl_tensor *d = PL_CK_NOTNULL(pl_nf4_dequantize(q, PL_F32));
     for (int i = 0; i < 64; i++) ck_assert_float_eq(pl_tensor_f32(d)[i], 0.0f);
     ck_assert_float_eq(pl_tensor_f32(d)[69], 3.0f);
-    ck_assert_float_eq(pl_tensor_f32(d)[64], -2.0f * 0 + 3.0f * pl_nf4_code_table()[nearest_code(-2.0f / 3)]);
+    ck_assert_float_eq(pl_tensor_f32(d)[64], 3.0f * pl_nf4_code_table()[nearest_code(-2.0f / 3)]);
     pl_tensor_release(d);
     pl_tensor_release(q);
     pl_tensor_release(w);
@@ -283,7 +283,6 @@ START_TEST(other_ops_refuse_nf4_with_op_and_tensor_names) {
     ck_assert_ptr_null(pl_nf4_matmul(x2, q));
     ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
     pl_frame_end();
-    pl_tensor_release(x2);
     pl_tensor_release(x);
     pl_tensor_release(q);
     pl_tensor_release(w);

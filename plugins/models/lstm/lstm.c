@@ -1,0 +1,359 @@
+/* lstm - multi-layer LSTM forecaster with a linear head.
+ *
+ * The recurrence is torch.nn.LSTM's (gate order i, f, g, o; Hochreiter &
+ * Schmidhuber 1997 with the forget gate of Gers et al. 2000), computed by
+ * the fused op pl_lstm (ops.h):
+ *
+ *   gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh
+ *   c_t = f * c_{t-1} + i * g,   h_t = o * tanh(c_t)
+ *
+ * Layers are stacked as in nn.LSTM(num_layers, dropout, bidirectional,
+ * batch_first=True): layer l > 0 reads dropout(output of layer l-1), a
+ * bidirectional layer concatenates [forward, reverse] outputs. The head is
+ * nn.Linear on the last time step's output (head = last) or on every step
+ * (head = all). Parameters and init follow PyTorch: U(-1/sqrt(H), 1/sqrt(H))
+ * for the LSTM, U(-1/sqrt(in), 1/sqrt(in)) for the head.
+ *
+ * stateful = true keeps the forward direction's final (h, c) of a batch and
+ * starts the next batch of the same split from it (detached: truncated
+ * BPTT). It is reset at the first batch of every epoch / evaluation, when the
+ * split or the batch size changes. The loader must then deliver row b of
+ * batch k+1 as the continuation of row b of batch k (no shuffle).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lstm.h"
+
+/* ---- parameters ------------------------------------------------------------ */
+
+static pl_status add_param(lstm_model *m, const char *name, int ndim, const int64_t *shape, double bound,
+                           uint64_t stream, unsigned tags, int *idx) {
+    pl_run_context *ctx = m->ctx;
+    pl_frame_begin(); /* the frame owns our reference; params keeps its own */
+    pl_tensor *t = pl_tensor_empty(PL_F32, ndim, shape, ctx->device);
+    pl_status st = t ? PL_OK : pl_error_status();
+    if (!st) st = pl_tensor_uniform_(t, -bound, bound, ctx->seed, stream);
+    if (!st) {
+        pl_tensor_set_requires_grad(t, true);
+        st = pl_params_add(ctx->params, name, t, tags);
+    }
+    pl_frame_end();
+    if (st) return pl_error_prefix(st, "lstm: parameter %s", name);
+    *idx = pl_params_count(ctx->params) - 1;
+    return PL_OK;
+}
+
+static pl_tensor *P(const lstm_model *m, int idx) {
+    return idx < 0 ? NULL : pl_params_at(m->ctx->params, idx)->t;
+}
+
+pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out) {
+    *out = NULL;
+    if (o->num_layers < 1 || o->num_layers > LSTM_MAX_LAYERS)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: num_layers = %d outside [1, %d]", o->num_layers,
+                            LSTM_MAX_LAYERS);
+    if (o->input_size < 1 || o->hidden_size < 1 || o->output_size < 1 || o->output_size > LSTM_MAX_OUT)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: input_size %lld, hidden_size %lld must be >= 1 and "
+                            "output_size %lld in [1, %d]", (long long)o->input_size,
+                            (long long)o->hidden_size, (long long)o->output_size, LSTM_MAX_OUT);
+    lstm_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
+    m->o = *o;
+    m->ctx = ctx;
+    m->carry_split = -1;
+    int64_t Hd = o->hidden_size, D = o->bidirectional ? 2 : 1;
+    double k = 1.0 / sqrt((double)Hd);
+    pl_status st = PL_OK;
+    uint64_t stream = 0;
+    for (int l = 0; l < o->num_layers && !st; l++) {
+        int64_t in = l == 0 ? o->input_size : D * Hd;
+        for (int d = 0; d < D && !st; d++) {
+            const char *sfx = d ? "_reverse" : "";
+            char name[PL_NAME_MAX];
+            snprintf(name, sizeof name, "lstm.weight_ih_l%d%s", l, sfx);
+            st = add_param(m, name, 2, (int64_t[]){4 * Hd, in}, k, stream++, 0, &m->w_ih[l][d]);
+            snprintf(name, sizeof name, "lstm.weight_hh_l%d%s", l, sfx);
+            if (!st) st = add_param(m, name, 2, (int64_t[]){4 * Hd, Hd}, k, stream++, 0, &m->w_hh[l][d]);
+            snprintf(name, sizeof name, "lstm.bias_ih_l%d%s", l, sfx);
+            if (!st) st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, &m->b_ih[l][d]);
+            snprintf(name, sizeof name, "lstm.bias_hh_l%d%s", l, sfx);
+            if (!st) st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, &m->b_hh[l][d]);
+        }
+    }
+    double kh = 1.0 / sqrt((double)(D * Hd));
+    if (!st) st = add_param(m, "head.weight", 2, (int64_t[]){o->output_size, D * Hd}, kh, 1000, PL_TAG_HEAD,
+                            &m->head_w);
+    if (!st) st = add_param(m, "head.bias", 1, (int64_t[]){o->output_size}, kh, 1001,
+                            PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b);
+    if (st) {
+        lstm_model_free(m);
+        return st;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+void lstm_reset_state(lstm_model *m) {
+    for (int l = 0; l < LSTM_MAX_LAYERS; l++) {
+        pl_tensor_release(m->h[l]);
+        pl_tensor_release(m->c[l]);
+        m->h[l] = m->c[l] = NULL;
+    }
+}
+
+void lstm_model_free(lstm_model *m) {
+    if (!m) return;
+    lstm_reset_state(m);
+    free(m);
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Store the final state of layer l (copied into tensors we own). */
+static pl_status keep_state(lstm_model *m, int l, pl_tensor *hn, pl_tensor *cn) {
+    if (!hn || !cn) return pl_error_status();
+    if (!m->h[l] || !pl_tensor_same_shape(m->h[l], hn)) {
+        pl_tensor_release(m->h[l]);
+        pl_tensor_release(m->c[l]);
+        pl_frame_begin();
+        m->h[l] = pl_frame_keep(pl_tensor_empty(PL_F32, hn->ndim, hn->shape, hn->device));
+        m->c[l] = pl_frame_keep(pl_tensor_empty(PL_F32, cn->ndim, cn->shape, cn->device));
+        pl_frame_end();
+        if (!m->h[l] || !m->c[l]) return pl_error_status();
+    }
+    pl_status st = pl_tensor_copy_(m->h[l], hn);
+    if (!st) st = pl_tensor_copy_(m->c[l], cn);
+    return st;
+}
+
+pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
+    char b1[256];
+    if (!x) return NULL;
+    if (x->ndim != 3 || x->shape[2] != m->o.input_size) {
+        pl_error_set(PL_ERR_SHAPE, "lstm: input %s, expected [B, T, %lld]", pl_tensor_describe(x, b1, sizeof b1),
+                     (long long)m->o.input_size);
+        return NULL;
+    }
+    int64_t B = x->shape[0], T = x->shape[1];
+    int D = m->o.bidirectional ? 2 : 1;
+    uint64_t base = (uint64_t)m->ctx->micro_step * LSTM_MAX_LAYERS;
+    pl_tensor *h = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device);
+    for (int l = 0; l < m->o.num_layers && h; l++) {
+        if (l > 0) h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + (uint64_t)l, training);
+        pl_tensor *h0 = NULL, *c0 = NULL, *hn = NULL, *cn = NULL;
+        if (m->o.stateful && m->h[l] && m->h[l]->shape[0] == B) {
+            h0 = m->h[l];
+            c0 = m->c[l];
+        }
+        pl_tensor *yf = pl_lstm(h, P(m, m->w_ih[l][0]), P(m, m->w_hh[l][0]), P(m, m->b_ih[l][0]),
+                                P(m, m->b_hh[l][0]), h0, c0, false, m->o.stateful ? &hn : NULL,
+                                m->o.stateful ? &cn : NULL);
+        if (yf && m->o.stateful && keep_state(m, l, hn, cn)) return NULL;
+        if (D == 2) {
+            pl_tensor *yb = pl_lstm(h, P(m, m->w_ih[l][1]), P(m, m->w_hh[l][1]), P(m, m->b_ih[l][1]),
+                                    P(m, m->b_hh[l][1]), NULL, NULL, true, NULL, NULL);
+            pl_tensor *parts[2] = {yf, yb};
+            h = yf && yb ? pl_concat(parts, 2, 2) : NULL;
+        } else {
+            h = yf;
+        }
+    }
+    if (!h) return NULL;
+    if (m->o.head == LSTM_HEAD_LAST)
+        h = pl_reshape(pl_slice(h, 1, T - 1, T), 2, (int64_t[]){B, D * m->o.hidden_size});
+    return pl_linear(h, P(m, m->head_w), P(m, m->head_b));
+}
+
+/* ---- metrics ---------------------------------------------------------------------- */
+
+/* Evaluation metrics in the target's original units. pred/target [R, O]
+ * standardized on the host; x the input window (for the naive forecast). */
+static pl_status add_metrics(lstm_model *m, pl_tensor *pred, pl_tensor *target, pl_tensor *x, bool first,
+                             pl_metrics *mt) {
+    pl_tensor *hp = pl_tensor_to(pred, PL_F32, PL_CPU), *ht = pl_tensor_to(target, PL_F32, PL_CPU);
+    if (!hp || !ht) return pl_error_status();
+    const float *p = pl_tensor_data(hp), *y = pl_tensor_data(ht);
+    int64_t O = m->o.output_size, R = pl_tensor_numel(hp) / O;
+    double ae = 0, se = 0, ape = 0, n_ape = 0;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t o = 0; o < O; o++) {
+            double pv = p[r * O + o] * m->o.scale[o] + m->o.shift[o];
+            double yv = y[r * O + o] * m->o.scale[o] + m->o.shift[o];
+            double e = pv - yv;
+            ae += fabs(e);
+            se += e * e;
+            if (fabs(yv) > 1e-6) {
+                ape += fabs(e) / fabs(yv);
+                n_ape++;
+            }
+        }
+    double n = (double)(R * O);
+    pl_metrics_add(mt, "mae", ae, n);
+    pl_metrics_add(mt, "mape", 100.0 * ape, n_ape);
+    /* rmse = sqrt(total sse / total n): keep the running sums and add the
+     * difference so that the accumulator's sum / count is the running RMSE */
+    if (first) m->sse = m->n_err = 0;
+    double old = m->n_err > 0 ? sqrt(m->sse / m->n_err) * m->n_err : 0;
+    m->sse += se;
+    m->n_err += n;
+    pl_metrics_add(mt, "rmse", sqrt(m->sse / m->n_err) * m->n_err - old, n);
+
+    if (m->o.seasonal_period > 0 && m->o.head == LSTM_HEAD_LAST) {
+        int64_t T = x->shape[1], Ho = m->o.horizon, Kt = O / Ho, B = x->shape[0];
+        pl_tensor *hx = pl_tensor_to(x, PL_F32, PL_CPU);
+        if (!hx) return pl_error_status();
+        const float *xv = pl_tensor_data(hx);
+        int64_t F = x->shape[2];
+        double nae = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t hs = 1; hs <= Ho; hs++) {
+                int64_t t = T - 1 + hs - m->o.seasonal_period;
+                double fc = xv[(b * T + t) * F + m->o.naive_column] * m->o.scale[0] + m->o.shift[0];
+                double yv = y[b * O + (hs - 1) * Kt] * m->o.scale[0] + m->o.shift[0];
+                nae += fabs(fc - yv);
+            }
+        pl_metrics_add(mt, "seasonal_naive_mae", nae, (double)(B * Ho));
+    }
+    return PL_OK;
+}
+
+/* ---- plugin ------------------------------------------------------------------------ */
+
+static const pl_option_spec lstm_options[] = {
+    {"hidden_size", PL_OPT_INT, "64", 1, 1e6, NULL, "hidden units per direction"},
+    {"num_layers", PL_OPT_INT, "1", 1, LSTM_MAX_LAYERS, NULL, "stacked LSTM layers"},
+    {"dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL, "dropout on the outputs of every layer but the last"},
+    {"bidirectional", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "add a reverse-time direction per layer"},
+    {"head", PL_OPT_CHOICE, "last", PL_NO_BOUNDS, "last|all",
+     "linear head on the last step (target [B, O]) or on every step (target [B, T, O])"},
+    {"stateful", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "carry (h, c) across consecutive batches (truncated BPTT; loader must not shuffle)"},
+    {"loss", PL_OPT_CHOICE, "mse", PL_NO_BOUNDS, "mse|mae|huber", "training loss (standardized units)"},
+    {"huber_delta", PL_OPT_FLOAT, "1.0", 1e-12, 1e9, NULL, "delta of the huber loss"},
+    {"input_size", PL_OPT_INT, "0", 0, 1e9, NULL, "input features (0: the loader's num_features)"},
+    {"output_size", PL_OPT_INT, "0", 0, LSTM_MAX_OUT, NULL,
+     "outputs per prediction (0: num_targets x horizon for head = last, num_targets for all)"},
+    {"seasonal_period", PL_OPT_INT, "0", 0, 1e6, NULL,
+     "report seasonal_naive_mae with this period in steps (7: same weekday last week); 0: off"},
+    {"naive_column", PL_OPT_INT, "0", 0, 1e6, NULL,
+     "input feature column that holds the target (standardized like the target), for the naive forecast"},
+    {"input_field", PL_OPT_STRING, "x", PL_NO_BOUNDS, NULL, "batch field with inputs [B, T, F]"},
+    {"target_field", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL, "batch field with targets"},
+    PL_OPTIONS_END};
+
+static pl_status meta_int_or(const pl_meta *mt, const char *k, int64_t fallback, int64_t *v) {
+    if (pl_meta_get_int(mt, k, v) == PL_OK) return PL_OK;
+    pl_error_clear();
+    *v = fallback;
+    return PL_OK;
+}
+
+static double meta_float_or(const pl_meta *mt, const char *k, double fallback) {
+    double v;
+    if (pl_meta_get_float(mt, k, &v) == PL_OK) return v;
+    pl_error_clear();
+    return fallback;
+}
+
+static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    lstm_opts o = {
+        .input_size = pl_cfg_int(cfg, "input_size", 0),
+        .hidden_size = pl_cfg_int(cfg, "hidden_size", 64),
+        .output_size = pl_cfg_int(cfg, "output_size", 0),
+        .num_layers = (int)pl_cfg_int(cfg, "num_layers", 1),
+        .dropout = pl_cfg_float(cfg, "dropout", 0),
+        .bidirectional = pl_cfg_bool(cfg, "bidirectional", false),
+        .head = strcmp(pl_cfg_str(cfg, "head", "last"), "all") ? LSTM_HEAD_LAST : LSTM_HEAD_ALL,
+        .stateful = pl_cfg_bool(cfg, "stateful", false),
+        .huber_delta = pl_cfg_float(cfg, "huber_delta", 1.0),
+        .seasonal_period = pl_cfg_int(cfg, "seasonal_period", 0),
+        .naive_column = pl_cfg_int(cfg, "naive_column", 0),
+        .input_field = pl_cfg_str(cfg, "input_field", "x"),
+        .target_field = pl_cfg_str(cfg, "target_field", "y"),
+    };
+    const char *loss = pl_cfg_str(cfg, "loss", "mse");
+    o.loss = !strcmp(loss, "mae") ? LSTM_LOSS_MAE : !strcmp(loss, "huber") ? LSTM_LOSS_HUBER : LSTM_LOSS_MSE;
+    pl_status st = PL_OK;
+    if (!o.input_size) st = pl_meta_get_int(ctx->meta, "num_features", &o.input_size);
+    if (st) return pl_error_prefix(st, "lstm: set input_size or use a loader that publishes num_features");
+    int64_t nt, horizon;
+    meta_int_or(ctx->meta, "num_targets", 1, &nt);
+    meta_int_or(ctx->meta, "horizon", 1, &horizon);
+    o.horizon = o.head == LSTM_HEAD_LAST ? horizon : 1;
+    if (!o.output_size) o.output_size = o.head == LSTM_HEAD_LAST ? nt * horizon : nt;
+    if (o.output_size > LSTM_MAX_OUT)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: %lld outputs, at most %d", (long long)o.output_size,
+                            LSTM_MAX_OUT);
+    /* output o predicts target column o % nt (loader layout [horizon, num_targets]) */
+    for (int64_t i = 0; i < o.output_size; i++) {
+        char k[64];
+        int64_t col = nt > 0 ? i % nt : 0;
+        snprintf(k, sizeof k, "target_mean_%lld", (long long)col);
+        o.shift[i] = meta_float_or(ctx->meta, k, meta_float_or(ctx->meta, "target_mean", 0.0));
+        snprintf(k, sizeof k, "target_std_%lld", (long long)col);
+        o.scale[i] = meta_float_or(ctx->meta, k, meta_float_or(ctx->meta, "target_std", 1.0));
+    }
+    if (o.seasonal_period > 0 && o.naive_column >= o.input_size)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_column %lld outside the %lld input features",
+                            (long long)o.naive_column, (long long)o.input_size);
+    lstm_model *m;
+    st = lstm_model_new(&o, ctx, &m);
+    if (!st) *self = m;
+    return st;
+}
+
+static void lstm_destroy(void *self) { lstm_model_free(self); }
+
+static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
+                              pl_tensor **loss_out, pl_metrics *metrics) {
+    char b1[256], b2[256];
+    lstm_model *m = self;
+    pl_tensor *x = pl_batch_get(b, m->o.input_field), *y = pl_batch_get(b, m->o.target_field);
+    if (!x || !y) return pl_error_prefix(pl_error_status(), "lstm");
+    if (x->ndim != 3)
+        return pl_error_set(PL_ERR_SHAPE, "lstm: input '%s' %s must be [B, T, F]", m->o.input_field,
+                            pl_tensor_describe(x, b1, sizeof b1));
+    int64_t B = x->shape[0], T = x->shape[1], O = m->o.output_size;
+    if (m->o.stateful && (b->index == 0 || (int)split != m->carry_split || training != m->carry_training ||
+                          B != m->carry_batch))
+        lstm_reset_state(m);
+    m->carry_split = (int)split;
+    m->carry_training = training;
+    m->carry_batch = B;
+    if (m->o.seasonal_period > 0 && T - 1 + 1 - m->o.seasonal_period < 0)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: seasonal_period %lld longer than the input window %lld",
+                            (long long)m->o.seasonal_period, (long long)T);
+    int64_t rows = m->o.head == LSTM_HEAD_LAST ? B : B * T;
+    if (pl_tensor_numel(y) != rows * O)
+        return pl_error_set(PL_ERR_SHAPE, "lstm: target '%s' %s has %lld values; head = %s with %lld "
+                            "outputs needs %lld (input %s)", m->o.target_field,
+                            pl_tensor_describe(y, b1, sizeof b1), (long long)pl_tensor_numel(y),
+                            m->o.head == LSTM_HEAD_LAST ? "last" : "all", (long long)O,
+                            (long long)(rows * O), pl_tensor_describe(x, b2, sizeof b2));
+    pl_tensor *pred = lstm_predict(m, x, training);
+    if (!pred) return pl_error_prefix(pl_error_status(), "lstm forward");
+    pl_tensor *target = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
+    target = pl_reshape(pl_contiguous(target), pred->ndim, pred->shape);
+    pl_tensor *loss = m->o.loss == LSTM_LOSS_MAE     ? pl_mae_loss(pred, target)
+                      : m->o.loss == LSTM_LOSS_HUBER ? pl_huber_loss(pred, target, m->o.huber_delta)
+                                                     : pl_mse_loss(pred, target);
+    if (!loss) return pl_error_prefix(pl_error_status(), "lstm loss");
+    *loss_out = loss;
+    if (training || !metrics) return PL_OK;
+    double n = (double)(rows * O);
+    pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * n, n);
+    return add_metrics(m, pred, target, x, b->index == 0, metrics);
+}
+
+static const pl_model_vtable lstm_vtable = {
+    .create = lstm_create,
+    .destroy = lstm_destroy,
+    .forward = lstm_forward,
+};
+
+PL_PLUGIN_DEFINE(lstm, PL_KIND_MODEL, "1.0.0",
+                 "multi-layer (bi)LSTM forecaster with a linear head (torch.nn.LSTM equations)",
+                 lstm_options, &lstm_vtable)
