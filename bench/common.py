@@ -1,0 +1,67 @@
+"""Shared helpers of the benchmarks: run `pipeline` on a config and read its
+summary, read INI values the PyTorch peer must mirror, print the comparison.
+
+Both sides run in the same process environment (OPENBLAS_CORETYPE is left as
+the environment sets it and reported), on the same machine, in the same run.
+"""
+import configparser
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def pipeline_bin():
+    for cand in (os.environ.get("PIPELINE_BIN"), os.path.join(ROOT, "build/core/pipeline")):
+        if cand and os.path.exists(cand):
+            return cand
+    sys.exit("bench: build first (cmake -S . -B build && cmake --build build) or set PIPELINE_BIN")
+
+
+def read_ini(path):
+    cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    cp.read(os.path.join(ROOT, path))
+    return cp
+
+
+def run_pipeline(config, overrides, label):
+    """Run `pipeline run config overrides` in a temp run dir; return summary.json."""
+    run_dir = tempfile.mkdtemp(prefix="pl_bench_")
+    cmd = [pipeline_bin(), "run", config, f"pipeline.run_dir={run_dir}", "trainer.test=false",
+           "trainer.export=false", "trainer.save_best=false", "trainer.save_last=false",
+           "trainer.early_stopping=false"] + overrides
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])
+        sys.exit(f"bench: pipeline failed on {config} ({label})")
+    wall = time.time() - t0
+    summaries = []
+    for dp, _, files in os.walk(run_dir):
+        if "summary.json" in files:
+            summaries.append(os.path.join(dp, "summary.json"))
+    summaries.sort()
+    with open(summaries[-1]) as f:
+        s = json.load(f)
+    s["_wall"] = wall
+    return s
+
+
+def environment():
+    import torch
+    return (f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
+            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
+            f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+
+
+def report(workload, unit, ours, theirs, extra=""):
+    """Print one comparison line: throughput (higher is better) and the ratio."""
+    ratio = ours / theirs if theirs else float("nan")
+    print(f"{workload:<28} pipeline {ours:10.2f} {unit}   pytorch {theirs:10.2f} {unit}   "
+          f"ratio (pipeline/pytorch) {ratio:5.2f}x {extra}")
+    return ratio

@@ -1,0 +1,72 @@
+/* backend_loader.c - find the "cuda" backend plugin and register its table.
+ * See backend_loader.h. */
+#include "backend_loader.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *backend_plugin_name(pl_device_type type) {
+    return type == PL_DEVICE_CUDA ? "cuda" : NULL;
+}
+
+pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
+    if (type == PL_DEVICE_CPU) return PL_OK;
+    const char *name = backend_plugin_name(type);
+    if (!name)
+        return pl_error_set(PL_ERR_INVALID, "pl_backend_load: unknown device type %d", (int)type);
+    /* already registered (by an earlier call): nothing to do */
+    pl_status prev = pl_error_status();
+    char prev_msg[1024];
+    snprintf(prev_msg, sizeof prev_msg, "%s", pl_error_message());
+    if (pl_backend_get(type)) {
+        if (prev)
+            pl_error_set(prev, "%s", prev_msg);
+        else
+            pl_error_clear();
+        return PL_OK;
+    }
+    pl_registry *own = NULL;
+    if (!reg) {
+        own = pl_registry_new();
+        if (!own) return pl_error_status();
+        if (pl_registry_add_default_dirs(own)) {
+            pl_registry_free(own);
+            return pl_error_status();
+        }
+        reg = own;
+    }
+    const pl_plugin_desc *desc = NULL;
+    pl_status st = pl_registry_find(reg, name, PL_KIND_BACKEND, &desc, NULL);
+    if (st) {
+        /* keep the registry's reason (not found / ABI / kind) and say what it was for */
+        pl_error_prefix(st, "device %s requested: backend plugin '%s' (%s.so) could not be loaded",
+                        name, name, name);
+        pl_registry_free(own);
+        return st;
+    }
+    const char *path = pl_registry_path_of(reg, name);
+    char where[1024];
+    snprintf(where, sizeof where, "%s", path ? path : name);
+    pl_registry_free(own);
+    const pl_backend *b = desc ? (const pl_backend *)desc->vtable : NULL;
+    if (!b)
+        return pl_error_set(PL_ERR_ABI, "backend plugin %s: descriptor has no pl_backend vtable",
+                            where);
+    if (b->type != type || !b->name || !b->raw_alloc || !b->raw_free || !b->memcpy ||
+        !b->memset || !b->synchronize || !b->device_count)
+        return pl_error_set(PL_ERR_ABI,
+                            "backend plugin %s: vtable is not a usable %s backend (type %d, "
+                            "expected %d; raw memory functions and device_count are required)",
+                            where, name, (int)b->type, (int)type);
+    pl_error_clear();
+    int n = b->device_count();
+    if (n <= 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pl_error_message());
+        return pl_error_set(PL_ERR_DEVICE, "backend plugin %s loaded but no %s device is visible%s%s",
+                            where, name, why[0] ? ": " : "", why);
+    }
+    return pl_backend_register(b);
+}

@@ -1,0 +1,28 @@
+/* backend_loader.h - load a device backend plugin through the registry (core only).
+ *
+ * The CPU backend is built into the core. Every other backend is a plugin
+ * .so of kind PL_KIND_BACKEND whose descriptor's vtable is a pl_backend
+ * (backend.h); for PL_DEVICE_CUDA the plugin is named "cuda" (cuda.so in the
+ * plugin search path, see registry.h).
+ */
+#ifndef PL_BACKEND_LOADER_H
+#define PL_BACKEND_LOADER_H
+
+#include "pipeline/backend.h"
+#include "registry.h"
+
+/* Make the backend of `type` available to pl_backend_get():
+ *   - PL_DEVICE_CPU: nothing to load, PL_OK.
+ *   - PL_DEVICE_CUDA: PL_OK at once if a CUDA backend is already registered;
+ *     else finds plugin "cuda" (kind backend) in `reg`, checks its vtable
+ *     (type cuda, raw memory functions present), asks it for the device count
+ *     and registers it with pl_backend_register().
+ * Errors (message names the plugin / search path / reason):
+ *   PL_ERR_CONFIG / PL_ERR_ABI  the plugin is missing or refused by the registry,
+ *   PL_ERR_ABI                  its vtable is not a usable CUDA pl_backend,
+ *   PL_ERR_DEVICE               the plugin loaded but sees no GPU (driver
+ *                               missing, no device, CUDA_VISIBLE_DEVICES empty).
+ * `reg` may be NULL: a temporary registry over the default dirs is used. */
+pl_status pl_backend_load(pl_registry *reg, pl_device_type type);
+
+#endif

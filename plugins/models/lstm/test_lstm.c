@@ -1,0 +1,322 @@
+/* test_lstm.c - the lstm model plugin against torch.nn.LSTM + nn.Linear
+ * (reference data from tools/gen_lstm_model_reference.py), numerical
+ * gradients of the training forward (dropout on), the stateful carry and
+ * the evaluation metrics in original units. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../../../tests/data/lstm_model/lstm_model_reference.h"
+#include "lstm.h"
+#include "pl_test.h"
+#include "runobjs.h"
+
+const pl_plugin_desc *pl_plugin_entry(void);
+
+typedef struct fixture {
+    pl_run_context ctx;
+    lstm_model *m;
+} fixture;
+
+static lstm_opts base_opts(void) {
+    lstm_opts o = {.input_size = LSTM_REF_MF, .hidden_size = LSTM_REF_MH, .output_size = 1,
+                   .num_layers = 2, .head = LSTM_HEAD_LAST, .loss = LSTM_LOSS_MSE, .huber_delta = 1.0,
+                   .horizon = 1, .input_field = "x", .target_field = "y"};
+    for (int i = 0; i < LSTM_MAX_OUT; i++) o.scale[i] = 1.0;
+    return o;
+}
+
+static void fx_init(fixture *f, const lstm_opts *o) {
+    memset(f, 0, sizeof *f);
+    f->ctx.device = PL_CPU;
+    f->ctx.seed = 11;
+    f->ctx.params = pl_params_new();
+    f->ctx.meta = pl_meta_new();
+    PL_CK_OK(lstm_model_new(o, &f->ctx, &f->m));
+}
+
+static void fx_free(fixture *f) {
+    lstm_model_free(f->m);
+    pl_params_free(f->ctx.params);
+    pl_meta_free(f->ctx.meta);
+}
+
+static void expect_close(const pl_tensor *t, const float *ref, int64_t n, double tol, const char *what) {
+    ck_assert_msg(t != NULL, "%s: no tensor (%s)", what, pl_error_message());
+    ck_assert_int_eq(pl_tensor_numel(t), n);
+    for (int64_t i = 0; i < n; i++) {
+        double a = pl_tensor_get(t, i);
+        ck_assert_msg(fabs(a - ref[i]) <= tol, "%s[%lld]: got %.7g, torch %.7g", what, (long long)i, a,
+                      (double)ref[i]);
+    }
+}
+
+static void check_reference(bool bidir, lstm_head head, int64_t out_size, const lstm_ref_param *ps,
+                            const float *r, const float *pred_ref, const float *dx_ref, int64_t n_pred) {
+    lstm_opts o = base_opts();
+    o.bidirectional = bidir;
+    o.head = head;
+    o.output_size = out_size;
+    o.dropout = 0.5; /* eval: no effect */
+    fixture f;
+    fx_init(&f, &o);
+    int n = 0;
+    for (const lstm_ref_param *p = ps; p->name; p++, n++) {
+        pl_param *q = pl_params_find(f.ctx.params, p->name);
+        ck_assert_msg(q != NULL, "parameter %s missing", p->name);
+        ck_assert_int_eq(pl_tensor_numel(q->t), p->n);
+        memcpy(pl_tensor_f32(q->t), p->value, sizeof(float) * (size_t)p->n);
+    }
+    ck_assert_int_eq(n, pl_params_count(f.ctx.params));
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(LSTM_REF_MB, LSTM_REF_MT, LSTM_REF_MF), lstm_ref_mx,
+                                       PL_CPU);
+    pl_tensor_set_requires_grad(x, true);
+    pl_frame_begin();
+    pl_tensor *pred = lstm_predict(f.m, x, false);
+    expect_close(pred, pred_ref, n_pred, 1e-5, "pred");
+    pl_tensor *rt = pl_tensor_from_data(PL_F32, pred->ndim, pred->shape, r, PL_CPU);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(pred, rt), PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    expect_close(x->grad, dx_ref, LSTM_REF_MB * LSTM_REF_MT * LSTM_REF_MF, 1e-4, "dx");
+    for (const lstm_ref_param *p = ps; p->name; p++)
+        expect_close(pl_params_find(f.ctx.params, p->name)->t->grad, p->grad, p->n, 1e-4, p->name);
+    pl_tensor_release(x);
+    fx_free(&f);
+}
+
+START_TEST(bidirectional_two_layers_last_step_matches_torch) {
+    check_reference(true, LSTM_HEAD_LAST, 2, lstm_ref_bi_last_params, lstm_ref_bi_last_r,
+                    lstm_ref_bi_last_pred, lstm_ref_bi_last_dx, LSTM_REF_MB * 2);
+}
+END_TEST
+
+START_TEST(two_layers_every_step_head_matches_torch) {
+    check_reference(false, LSTM_HEAD_ALL, 1, lstm_ref_uni_all_params, lstm_ref_uni_all_r,
+                    lstm_ref_uni_all_pred, lstm_ref_uni_all_dx, LSTM_REF_MB * LSTM_REF_MT);
+}
+END_TEST
+
+/* ---- training forward through the plugin vtable ---------------------------------- */
+
+typedef struct series_batch {
+    pl_tensor *x, *y;
+    pl_batch b;
+} series_batch;
+
+static void batch_init(series_batch *s, int64_t B, int64_t T, int64_t F, int64_t ny, uint64_t seed) {
+    s->x = pl_test_randn(PL_SHAPE(B, T, F), seed);
+    s->y = pl_test_randn(PL_SHAPE(B, ny, 1), seed + 1);
+    memset(&s->b, 0, sizeof s->b);
+    s->b.n = 2;
+    s->b.names[0] = "x";
+    s->b.fields[0] = s->x;
+    s->b.names[1] = "y";
+    s->b.fields[1] = s->y;
+    s->b.size = B;
+}
+
+static void batch_free(series_batch *s) {
+    pl_tensor_release(s->x);
+    pl_tensor_release(s->y);
+}
+
+typedef struct gc_ctx {
+    fixture *f;
+    series_batch *s;
+} gc_ctx;
+
+static pl_tensor *train_loss(pl_tensor **in, int n, void *p) {
+    gc_ctx *c = p;
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_tensor *loss = NULL;
+    if (vt->forward(c->f->m, &c->s->b, PL_SPLIT_TRAIN, true, &loss, NULL)) return NULL;
+    return loss;
+}
+
+START_TEST(training_forward_gradients_match_finite_differences) {
+    lstm_opts o = base_opts();
+    o.hidden_size = 3;
+    o.bidirectional = true;
+    o.dropout = 0.3;
+    o.loss = LSTM_LOSS_HUBER;
+    o.huber_delta = 0.5;
+    o.output_size = 2;
+    o.horizon = 2;
+    fixture f;
+    fx_init(&f, &o);
+    f.ctx.micro_step = 4; /* fixed dropout masks */
+    series_batch s;
+    batch_init(&s, 3, 4, LSTM_REF_MF, 2, 99);
+    pl_tensor_set_requires_grad(s.x, true);
+    pl_tensor *ins[40];
+    int n = 0;
+    ins[n++] = s.x;
+    for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
+    ck_assert_int_eq(n, 1 + 2 * 2 * 4 + 2);
+    gc_ctx c = {&f, &s};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s", msg);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(dropout_masks_follow_the_micro_step) {
+    lstm_opts o = base_opts();
+    o.dropout = 0.5;
+    fixture f;
+    fx_init(&f, &o);
+    series_batch s;
+    batch_init(&s, 4, 6, LSTM_REF_MF, 1, 5);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    int64_t steps[3] = {9, 9, 10};
+    double v[3];
+    pl_no_grad_begin();
+    for (int i = 0; i < 3; i++) {
+        f.ctx.micro_step = steps[i];
+        pl_frame_begin();
+        pl_tensor *loss = NULL;
+        PL_CK_OK(vt->forward(f.m, &s.b, PL_SPLIT_TRAIN, true, &loss, NULL));
+        v[i] = pl_tensor_item(loss);
+        pl_frame_end();
+    }
+    pl_no_grad_end();
+    ck_assert_msg(v[0] == v[1], "same step, different loss: %.9g vs %.9g", v[0], v[1]);
+    ck_assert_msg(v[0] != v[2], "dropout masks did not change with the step (%.9g)", v[0]);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
+/* A 2T-step sequence in one batch equals two T-step batches with the
+ * state carried (forward direction, every-step head). */
+START_TEST(stateful_carry_continues_the_sequence) {
+    lstm_opts o = base_opts();
+    o.head = LSTM_HEAD_ALL;
+    o.stateful = true;
+    fixture f;
+    fx_init(&f, &o);
+    int64_t B = 2, T = 4;
+    pl_tensor *full = pl_test_randn(PL_SHAPE(B, 2 * T, LSTM_REF_MF), 3);
+    pl_frame_begin();
+    lstm_reset_state(f.m);
+    pl_tensor *ref = lstm_predict(f.m, full, false); /* [B, 2T, 1] */
+    lstm_reset_state(f.m);
+    pl_tensor *p1 = lstm_predict(f.m, pl_contiguous(pl_tensor_narrow(full, 1, 0, T)), false);
+    pl_tensor *p2 = lstm_predict(f.m, pl_contiguous(pl_tensor_narrow(full, 1, T, T)), false);
+    ck_assert_ptr_nonnull(p1);
+    ck_assert_ptr_nonnull(p2);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            ck_assert_double_eq_tol(pl_tensor_get(p1, b * T + t), pl_tensor_get(ref, b * 2 * T + t), 1e-6);
+            ck_assert_double_eq_tol(pl_tensor_get(p2, b * T + t), pl_tensor_get(ref, b * 2 * T + T + t), 1e-6);
+        }
+    /* without the carry the second half differs */
+    lstm_reset_state(f.m);
+    pl_tensor *p2z = lstm_predict(f.m, pl_contiguous(pl_tensor_narrow(full, 1, T, T)), false);
+    ck_assert(fabs(pl_tensor_get(p2z, 0) - pl_tensor_get(p2, 0)) > 1e-6);
+    pl_frame_end();
+    pl_tensor_release(full);
+    fx_free(&f);
+}
+END_TEST
+
+/* With a zero head weight the prediction is the head bias c everywhere, so
+ * every metric is known in closed form. Targets are de-standardized with
+ * y = 10 * y_std + 100; the naive forecast reads input column 1 at
+ * T - period (horizon 1). Two batches check that rmse is sqrt(total sse / n). */
+START_TEST(eval_metrics_in_original_units) {
+    lstm_opts o = base_opts();
+    o.num_layers = 1;
+    o.shift[0] = 100;
+    o.scale[0] = 10;
+    o.seasonal_period = 3;
+    o.naive_column = 1;
+    fixture f;
+    fx_init(&f, &o);
+    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
+    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, 0.5);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    int64_t B = 3, T = 5;
+    pl_metrics m;
+    pl_metrics_reset(&m);
+    double ae = 0, se = 0, ape = 0, nae = 0, l2 = 0;
+    int n = 0;
+    for (int k = 0; k < 2; k++) {
+        series_batch s;
+        batch_init(&s, B, T, LSTM_REF_MF, 1, 40 + (uint64_t)k);
+        s.b.index = k;
+        float *y = pl_tensor_f32(s.y);
+        const float *x = pl_tensor_f32(s.x);
+        for (int64_t b = 0; b < B; b++) {
+            y[b] *= (float)(k + 1); /* second batch: larger errors */
+            double e = (0.5 - y[b]) * 10, yv = y[b] * 10 + 100;
+            ae += fabs(e);
+            se += e * e;
+            ape += fabs(e) / fabs(yv);
+            l2 += (0.5 - y[b]) * (0.5 - y[b]);
+            nae += fabs((x[(b * T + T - 3) * LSTM_REF_MF + 1] * 10 + 100) - yv);
+            n++;
+        }
+        pl_no_grad_begin();
+        pl_frame_begin();
+        pl_tensor *loss = NULL;
+        PL_CK_OK(vt->forward(f.m, &s.b, PL_SPLIT_VAL, false, &loss, &m));
+        pl_frame_end();
+        pl_no_grad_end();
+        batch_free(&s);
+    }
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "loss"), l2 / n, 1e-5);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "mae"), ae / n, 1e-4);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "rmse"), sqrt(se / n), 1e-4);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "mape"), 100 * ape / n, 1e-4);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "seasonal_naive_mae"), nae / n, 1e-4);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(target_shape_mismatch_is_refused) {
+    lstm_opts o = base_opts();
+    o.output_size = 2;
+    fixture f;
+    fx_init(&f, &o);
+    series_batch s;
+    batch_init(&s, 2, 3, LSTM_REF_MF, 1, 1); /* y has 1 value per row, the head makes 2 */
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    ck_assert_int_eq(vt->forward(f.m, &s.b, PL_SPLIT_TRAIN, true, &loss, NULL), PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "needs 4") != NULL, "%s", pl_error_message());
+    pl_frame_end();
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(schema_and_descriptor) {
+    const pl_plugin_desc *d = pl_plugin_entry();
+    ck_assert_str_eq(d->name, "lstm");
+    ck_assert_int_eq(d->kind, PL_KIND_MODEL);
+    const char *want[] = {"hidden_size", "num_layers", "dropout", "bidirectional", "head", "stateful", "loss"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        bool found = false;
+        for (const pl_option_spec *o = d->options; o->name; o++) found |= !strcmp(o->name, want[i]);
+        ck_assert_msg(found, "option %s missing", want[i]);
+    }
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("lstm");
+    TCase *tc = tcase_create("lstm");
+    tcase_add_test(tc, bidirectional_two_layers_last_step_matches_torch);
+    tcase_add_test(tc, two_layers_every_step_head_matches_torch);
+    tcase_add_test(tc, training_forward_gradients_match_finite_differences);
+    tcase_add_test(tc, dropout_masks_follow_the_micro_step);
+    tcase_add_test(tc, stateful_carry_continues_the_sequence);
+    tcase_add_test(tc, eval_metrics_in_original_units);
+    tcase_add_test(tc, target_shape_mismatch_is_refused);
+    tcase_add_test(tc, schema_and_descriptor);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}

@@ -1,0 +1,31 @@
+/* prec_model.h - a tiny LoRA-style model for the precision plugin tests
+ * (test-only). y = head(relu(x W^T + (x A^T) B^T)) with W [H, D] frozen base
+ * (PL_TAG_BASE), A [R, D] and B [H, R] adapters (PL_TAG_LORA), head [1, H] +
+ * bias; loss = mse(y, target). The base matmul uses pl_nf4_matmul when W is
+ * nf4, the way model plugins do. Parameters are looked up in the list at
+ * every forward (never cached), so precision replacements are seen. */
+#ifndef PL_PREC_MODEL_H
+#define PL_PREC_MODEL_H
+
+#include "pl_test.h"
+
+#define PM_B 16
+#define PM_D 64
+#define PM_H 32
+#define PM_R 4
+
+/* Add the model's parameters (deterministic init) to `ps`. */
+void pm_add_params(pl_params *ps, uint64_t seed);
+/* Fixed batch: x [B, D], target [B, 1]. Owned by the caller. */
+void pm_batch(pl_tensor **x, pl_tensor **target);
+/* Loss (0-dim f32, recorded) inside the caller's frame; NULL on error. */
+pl_tensor *pm_loss(pl_params *ps, pl_tensor *x, pl_tensor *target);
+/* Model output y [B, 1] (no grad needed). */
+pl_tensor *pm_forward(pl_params *ps, pl_tensor *x);
+/* One training step through a precision vtable: backward seeded with
+ * loss_scale, before_step, SGD (lr) on trainable f32 params, after_step,
+ * zero grads. Returns the loss; *stepped tells whether the step ran. */
+double pm_train_step(const pl_precision_vtable *vt, void *self, pl_params *ps, pl_tensor *x,
+                     pl_tensor *target, double lr, bool *stepped);
+
+#endif
