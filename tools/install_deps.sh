@@ -19,3 +19,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "dependencies: ok (${#missing[@]} installed now)"
+
+# The data tools run under whichever python3 is first on PATH (Debian's gets
+# h5py/numpy from apt above; another interpreter, e.g. pyenv's, from pip).
+if ! python3 -c "import h5py, numpy" 2>/dev/null; then
+  python3 -m pip install -q h5py numpy 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages h5py numpy
+fi
