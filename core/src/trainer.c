@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pipeline/nf4.h"
 #include "runobjs.h"
 #include "trainer.h"
 
@@ -350,7 +351,9 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             missing++;
             continue;
         }
-        st = pl_st_load_into(f, p->name, p->t);
+        /* nf4 <-> float conversions (qlora4 checkpoints onto float bases and back)
+         * go through the quantizer; same-kind tensors are a plain load */
+        st = pl_nf4_load_into(f, p->name, "precision.qlora4.v1.", p->t);
         if (st) pl_error_prefix(st, "checkpoint %s", path);
         loaded++;
     }

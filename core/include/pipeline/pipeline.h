@@ -12,6 +12,7 @@
 #include "pipeline/config.h"
 #include "pipeline/plugin.h"
 #include "pipeline/safetensors.h"
+#include "pipeline/nf4.h"
 
 #define PL_VERSION_STRING "0.1.0"
 

@@ -1,1 +1,711 @@
-/* stub */
+/* cuda_backend.cu - the CUDA backend plugin: device memory, transfers,
+ * cuBLAS matmul, copy/cast/shape kernels, and the pl_backend table exported
+ * as plugin "cuda" (kind backend). The other op kernels are in
+ * cuda_kernels.cu. See README.md for what is supported.
+ */
+#include <cublas_v2.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+#define PL_CUDA_MAX_DEVICES 8
+
+/* ---- device, memory, transfers ------------------------------------------------ */
+
+static int cu_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        pl_error_set(PL_ERR_DEVICE, "cudaGetDeviceCount: %s (%s)", cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+        cudaGetLastError(); /* clear the sticky-free error so later calls start clean */
+        return 0;
+    }
+    if (n == 0) pl_error_set(PL_ERR_DEVICE, "cudaGetDeviceCount reports 0 devices");
+    return n;
+}
+
+static void *cu_raw_alloc(int device, size_t n) {
+    void *p = NULL;
+    if (cudaSetDevice(device) != cudaSuccess) return NULL;
+    cudaError_t e = cudaMalloc(&p, n ? n : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        pl_error_set(PL_ERR_NOMEM, "cudaMalloc of %zu bytes on cuda:%d failed: %s", n, device,
+                     cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_raw_free(int device, void *p) {
+    if (!p) return;
+    cudaSetDevice(device);
+    cudaFree(p);
+}
+
+static pl_status cu_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
+    if (n == 0) return PL_OK;
+    cudaMemcpyKind kind;
+    if (dd.type == PL_DEVICE_CUDA && sd.type == PL_DEVICE_CUDA)
+        kind = cudaMemcpyDeviceToDevice;
+    else if (dd.type == PL_DEVICE_CUDA)
+        kind = cudaMemcpyHostToDevice;
+    else if (sd.type == PL_DEVICE_CUDA)
+        kind = cudaMemcpyDeviceToHost;
+    else
+        kind = cudaMemcpyHostToHost;
+    int dev = dd.type == PL_DEVICE_CUDA ? dd.index : sd.index;
+    CUDA_TRY(cudaSetDevice(dev));
+    if (kind == cudaMemcpyDeviceToDevice && dd.index != sd.index) {
+        CUDA_TRY(cudaMemcpyPeer(dst, dd.index, src, sd.index, n));
+        return PL_OK;
+    }
+    CUDA_TRY(cudaMemcpy(dst, src, n, kind));
+    return PL_OK;
+}
+
+static pl_status cu_memset(void *dst, pl_device dev, int v, size_t n) {
+    if (n == 0) return PL_OK;
+    CUDA_TRY(cudaSetDevice(dev.index));
+    CUDA_TRY(cudaMemset(dst, v, n));
+    return PL_OK;
+}
+
+static pl_status cu_sync(int device) {
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaDeviceSynchronize());
+    return PL_OK;
+}
+
+static pl_status cu_mem_info(int device, size_t *free_b, size_t *total_b) {
+    CUDA_TRY(cudaSetDevice(device));
+    CUDA_TRY(cudaMemGetInfo(free_b, total_b));
+    return PL_OK;
+}
+
+static void *cu_host_alloc(size_t n) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n ? n : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        pl_error_set(PL_ERR_NOMEM, "cudaHostAlloc of %zu pinned bytes failed", n);
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* ---- cuBLAS handles (one per device, created on first use) --------------------- */
+
+static cublasHandle_t g_blas[PL_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_blas_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *blas_str(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+    }
+}
+
+static cublasHandle_t blas_handle(int dev) {
+    if (dev < 0 || dev >= PL_CUDA_MAX_DEVICES) {
+        pl_error_set(PL_ERR_DEVICE, "cuda backend: device index %d out of range", dev);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_blas_mu);
+    if (!g_blas[dev]) {
+        cublasHandle_t h;
+        cublasStatus_t s = cublasCreate(&h);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            pl_error_set(PL_ERR_DEVICE, "cublasCreate on cuda:%d failed: %s", dev, blas_str(s));
+        else {
+            /* f32 GEMMs stay true f32 (no TF32): results match the CPU backend */
+            cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+            cublasSetStream(h, 0);
+            g_blas[dev] = h;
+        }
+    }
+    cublasHandle_t h = g_blas[dev];
+    pthread_mutex_unlock(&g_blas_mu);
+    return h;
+}
+
+/* ---- strided copy / conversion ------------------------------------------------------ */
+
+static __device__ __forceinline__ bool is_int_dt(int dt) {
+    return dt == PL_I32 || dt == PL_I64 || dt == PL_U8;
+}
+
+static __device__ __forceinline__ double ld_any(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case PL_F32: return ((const float *)p)[i];
+    case PL_F64: return ((const double *)p)[i];
+    case PL_BF16: return pl_d_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PL_F16: return pl_d_f16_to_f32(((const uint16_t *)p)[i]);
+    case PL_I32: return ((const int32_t *)p)[i];
+    case PL_I64: return (double)((const int64_t *)p)[i];
+    case PL_U8: return ((const uint8_t *)p)[i];
+    default: return 0.0;
+    }
+}
+
+static __device__ __forceinline__ void st_any(void *p, int dt, int64_t i, double v) {
+    switch (dt) {
+    case PL_F32: ((float *)p)[i] = (float)v; break;
+    case PL_F64: ((double *)p)[i] = v; break;
+    case PL_BF16: ((uint16_t *)p)[i] = pl_d_f32_to_bf16((float)v); break;
+    case PL_F16: ((uint16_t *)p)[i] = pl_d_f32_to_f16((float)v); break;
+    case PL_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PL_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case PL_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+static __device__ __forceinline__ int64_t ld_int(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case PL_I32: return ((const int32_t *)p)[i];
+    case PL_I64: return ((const int64_t *)p)[i];
+    default: return ((const uint8_t *)p)[i];
+    }
+}
+
+static __device__ __forceinline__ void st_int(void *p, int dt, int64_t i, int64_t v) {
+    switch (dt) {
+    case PL_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+    case PL_I64: ((int64_t *)p)[i] = v; break;
+    default: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    }
+}
+
+/* element i (row-major over g.shape) -> (src offset, dst offset) */
+static __device__ __forceinline__ void geom_offsets(const pl_cu_geom &g, int64_t i, bool dcontig,
+                                                    int64_t *so, int64_t *dof) {
+    int64_t s = 0, d = 0, r = i;
+    for (int k = g.nd - 1; k >= 0; k--) {
+        int64_t c = r % g.shape[k];
+        r /= g.shape[k];
+        s += c * g.sstride[k];
+        d += c * g.dstride[k];
+    }
+    *so = s;
+    *dof = dcontig ? i : d;
+}
+
+template <typename T>
+__global__ void k_strided_same(T *dst, const T *src, pl_cu_geom g, int64_t n, bool dcontig) {
+    GRID_LOOP(i, n) {
+        int64_t so, dof;
+        geom_offsets(g, i, dcontig, &so, &dof);
+        dst[dof] = src[so];
+    }
+}
+
+__global__ void k_strided_conv(void *dst, int ddt, const void *src, int sdt, pl_cu_geom g,
+                               int64_t n, bool dcontig) {
+    bool ints = is_int_dt(ddt) && is_int_dt(sdt);
+    GRID_LOOP(i, n) {
+        int64_t so, dof;
+        geom_offsets(g, i, dcontig, &so, &dof);
+        if (ints)
+            st_int(dst, ddt, dof, ld_int(src, sdt, so));
+        else if (sdt == PL_F64 && (ddt == PL_BF16 || ddt == PL_F16))
+            st_any(dst, ddt, dof, (double)(float)ld_any(src, sdt, so)); /* CPU rounds via f32 too */
+        else
+            st_any(dst, ddt, dof, ld_any(src, sdt, so));
+    }
+}
+
+pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const pl_cu_geom *g,
+                             int64_t n, bool dst_contig) {
+    if (n <= 0) return PL_OK;
+    pl_cu_geom gg = *g;
+    if (gg.nd == 0) {
+        gg.nd = 1;
+        gg.shape[0] = 1;
+        gg.sstride[0] = gg.dstride[0] = 1;
+    }
+    unsigned nb = pl_cu_blocks(n);
+    if (ddt == sdt) {
+        switch (pl_dtype_size((pl_dtype)sdt)) {
+        case 1: k_strided_same<uint8_t><<<nb, PL_CUDA_THREADS>>>((uint8_t *)dst, (const uint8_t *)src, gg, n, dst_contig); break;
+        case 2: k_strided_same<uint16_t><<<nb, PL_CUDA_THREADS>>>((uint16_t *)dst, (const uint16_t *)src, gg, n, dst_contig); break;
+        case 4: k_strided_same<uint32_t><<<nb, PL_CUDA_THREADS>>>((uint32_t *)dst, (const uint32_t *)src, gg, n, dst_contig); break;
+        case 8: k_strided_same<uint64_t><<<nb, PL_CUDA_THREADS>>>((uint64_t *)dst, (const uint64_t *)src, gg, n, dst_contig); break;
+        default:
+            return pl_error_set(PL_ERR_DTYPE, "cuda copy: dtype %s not supported",
+                                pl_dtype_name((pl_dtype)sdt));
+        }
+    } else {
+        k_strided_conv<<<nb, PL_CUDA_THREADS>>>(dst, ddt, src, sdt, gg, n, dst_contig);
+    }
+    CUDA_LAUNCHED("copy");
+    return PL_OK;
+}
+
+static void geom_contig(pl_cu_geom *g, int nd, const int64_t *shape) {
+    g->nd = nd;
+    int64_t s = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        g->shape[k] = shape[k];
+        g->sstride[k] = g->dstride[k] = s;
+        s *= shape[k];
+    }
+}
+
+const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st) {
+    if (t->dtype == PL_F32) return cf(t);
+    int64_t n = pl_tensor_numel(t);
+    float *p = (float *)pl_cu_scratch_get(s, t->device, (size_t)n * sizeof(float));
+    if (!p) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    pl_cu_geom g;
+    geom_contig(&g, t->ndim, t->shape);
+    *st = pl_cu_strided_copy(p, PL_F32, pl_tensor_data(t), t->dtype, &g, n, true);
+    return *st ? NULL : p;
+}
+
+static bool copyable(pl_dtype dt) { return dt != PL_NF4 && pl_dtype_size(dt) > 0; }
+
+/* PL_OP_COPY: out[0] (contiguous) <- in[0] (any strides, any non-nf4 dtype) */
+static pl_status k_copy_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    pl_tensor *o = a->out[0];
+    if (!copyable(x->dtype) || !copyable(o->dtype))
+        return pl_error_set(PL_ERR_DTYPE, "cuda copy: cannot convert %s -> %s",
+                            pl_dtype_name(x->dtype), pl_dtype_name(o->dtype));
+    if (pl_cu_set_device(x)) return pl_error_status();
+    int64_t n = pl_tensor_numel(x);
+    if (n == 0) return PL_OK;
+    if (x->dtype == o->dtype && pl_tensor_is_contiguous(x)) {
+        CUDA_TRY(cudaMemcpy(pl_tensor_data(o), pl_tensor_data(x), pl_tensor_nbytes(x),
+                            cudaMemcpyDeviceToDevice));
+        return PL_OK;
+    }
+    pl_cu_geom g;
+    geom_contig(&g, x->ndim, x->shape);
+    for (int k = 0; k < x->ndim; k++)
+        g.sstride[k] = x->stride[k];
+    return pl_cu_strided_copy(pl_tensor_data(o), o->dtype, pl_tensor_data(x), x->dtype, &g, n, true);
+}
+
+/* The gradient of copy / reshape / cast is the incoming f32 gradient. */
+static pl_status k_grad_identity_bwd(const pl_kernel_args *a) {
+    if (!a->out[0]) return PL_OK;
+    if (pl_cu_set_device(a->in[0])) return pl_error_status();
+    CUDA_TRY(cudaMemcpy(pl_tensor_data(a->out[0]), pl_tensor_data(a->in[0]),
+                        (size_t)pl_tensor_numel(a->out[0]) * sizeof(float),
+                        cudaMemcpyDeviceToDevice));
+    return PL_OK;
+}
+
+/* PL_OP_RESHAPE forward (when run as a copy): same bytes */
+static pl_status k_bytes_fwd(const pl_kernel_args *a) {
+    if (pl_cu_set_device(a->in[0])) return pl_error_status();
+    size_t n = pl_tensor_nbytes(a->in[0]);
+    if (n) CUDA_TRY(cudaMemcpy(pl_tensor_data(a->out[0]), pl_tensor_data(a->in[0]), n,
+                               cudaMemcpyDeviceToDevice));
+    return PL_OK;
+}
+
+/* PL_OP_CAST: contiguous conversion between f32 / bf16 / f16 / f64 */
+static pl_status k_cast_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    pl_tensor *o = a->out[0];
+    if (!pl_dtype_is_float(x->dtype) || !pl_dtype_is_float(o->dtype))
+        return pl_error_set(PL_ERR_DTYPE, "cuda cast: %s -> %s is not a float conversion",
+                            pl_dtype_name(x->dtype), pl_dtype_name(o->dtype));
+    if (pl_cu_set_device(x)) return pl_error_status();
+    pl_cu_geom g;
+    geom_contig(&g, x->ndim, x->shape);
+    return pl_cu_strided_copy(pl_tensor_data(o), o->dtype, pl_tensor_data(x), x->dtype, &g,
+                              pl_tensor_numel(x), true);
+}
+
+/* ---- permute / slice / concat (strided copies) ----------------------------------------- */
+
+/* dst (contiguous, shape = sshape permuted by perm) <- src contiguous [sshape] */
+static pl_status permute_copy(void *dst, const void *src, int dt, int nd, const int64_t *sshape,
+                              const int64_t *perm) {
+    int64_t ss[PL_MAX_DIMS], s = 1, dshape[PL_MAX_DIMS];
+    for (int i = nd - 1; i >= 0; i--) {
+        ss[i] = s;
+        s *= sshape[i];
+    }
+    pl_cu_geom g;
+    for (int i = 0; i < nd; i++)
+        dshape[i] = sshape[perm[i]];
+    geom_contig(&g, nd, dshape);
+    for (int i = 0; i < nd; i++)
+        g.sstride[i] = ss[perm[i]];
+    return pl_cu_strided_copy(dst, dt, src, dt, &g, s, true);
+}
+
+static pl_status k_permute_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    if (pl_cu_set_device(x)) return pl_error_status();
+    return permute_copy(pl_tensor_data(a->out[0]), pl_tensor_data(x), x->dtype, x->ndim, x->shape,
+                        a->p.perm);
+}
+
+static pl_status k_permute_bwd(const pl_kernel_args *a) {
+    const pl_tensor *g = a->in[0];
+    if (!a->out[0]) return PL_OK;
+    if (pl_cu_set_device(g)) return pl_error_status();
+    int64_t inv[PL_MAX_DIMS];
+    for (int i = 0; i < g->ndim; i++)
+        inv[a->p.perm[i]] = i;
+    return permute_copy(pl_tensor_data(a->out[0]), pl_tensor_data(g), PL_F32, g->ndim, g->shape,
+                        inv);
+}
+
+static void split3(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid, int64_t *inner) {
+    int64_t o = 1, in = 1;
+    for (int i = 0; i < dim; i++)
+        o *= t->shape[i];
+    for (int i = dim + 1; i < t->ndim; i++)
+        in *= t->shape[i];
+    *outer = o;
+    *mid = t->shape[dim];
+    *inner = in;
+}
+
+/* Copy a [O, L, I] block between [O, Ks, I] (at ks0) and [O, Kd, I] (at kd0). */
+static pl_status block_copy(void *dst, int64_t Kd, int64_t kd0, const void *src, int64_t Ks,
+                            int64_t ks0, int64_t O, int64_t L, int64_t I, int dt) {
+    size_t es = pl_dtype_size((pl_dtype)dt);
+    if (O * L * I == 0) return PL_OK;
+    CUDA_TRY(cudaMemcpy2D((char *)dst + (size_t)(kd0 * I) * es, (size_t)(Kd * I) * es,
+                          (const char *)src + (size_t)(ks0 * I) * es, (size_t)(Ks * I) * es,
+                          (size_t)(L * I) * es, (size_t)O, cudaMemcpyDeviceToDevice));
+    return PL_OK;
+}
+
+static pl_status k_slice_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    if (pl_cu_set_device(x)) return pl_error_status();
+    int64_t O, K, I, L = a->p.end - a->p.start;
+    split3(x, (int)a->p.dim, &O, &K, &I);
+    return block_copy(pl_tensor_data(a->out[0]), L, 0, pl_tensor_data(x), K, a->p.start, O, L, I,
+                      x->dtype);
+}
+
+static pl_status k_slice_bwd(const pl_kernel_args *a) {
+    if (!a->out[0]) return PL_OK;
+    const pl_tensor *x = a->in[1];
+    if (pl_cu_set_device(x)) return pl_error_status();
+    int64_t O, K, I, L = a->p.end - a->p.start;
+    split3(x, (int)a->p.dim, &O, &K, &I);
+    CUDA_TRY(cudaMemset(pl_tensor_data(a->out[0]), 0, (size_t)pl_tensor_numel(x) * sizeof(float)));
+    return block_copy(pl_tensor_data(a->out[0]), K, a->p.start, pl_tensor_data(a->in[0]), L, 0, O,
+                      L, I, PL_F32);
+}
+
+static pl_status k_concat_fwd(const pl_kernel_args *a) {
+    const pl_tensor *out = a->out[0];
+    int d = (int)a->p.dim;
+    if (pl_cu_set_device(out)) return pl_error_status();
+    int64_t O, Kt, I, koff = 0;
+    split3(out, d, &O, &Kt, &I);
+    for (int j = 0; j < a->n_in; j++) {
+        int64_t Kj = a->in[j]->shape[d];
+        if (block_copy(pl_tensor_data(out), Kt, koff, pl_tensor_data(a->in[j]), Kj, 0, O, Kj, I,
+                       out->dtype))
+            return pl_error_status();
+        koff += Kj;
+    }
+    return PL_OK;
+}
+
+static pl_status k_concat_bwd(const pl_kernel_args *a) {
+    int d = (int)a->p.dim, n = (int)a->p.start;
+    const pl_tensor *g = a->in[0];
+    if (pl_cu_set_device(g)) return pl_error_status();
+    int64_t O, Kt, I, koff = 0;
+    split3(g, d, &O, &Kt, &I);
+    for (int j = 0; j < n; j++) {
+        int64_t Kj = a->in[1 + j]->shape[d];
+        if (a->out[j] && block_copy(pl_tensor_data(a->out[j]), Kj, 0, pl_tensor_data(g), Kt, koff,
+                                    O, Kj, I, PL_F32))
+            return pl_error_status();
+        koff += Kj;
+    }
+    return PL_OK;
+}
+
+/* ---- matmul (cuBLAS, row-major via C^T = B^T A^T) ------------------------------------------ */
+
+static cudaDataType_t cu_type(pl_dtype dt) {
+    return dt == PL_BF16 ? CUDA_R_16BF : dt == PL_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Row-major C[M,N] (+batch) = alpha op(A) op(B) + beta C, where A is stored
+ * [M,K] (ta: [K,M]) and B [K,N] (tb: [N,K]), f32 accumulation. cuBLAS is
+ * column-major: a row-major X is X^T to it, so we ask for
+ * C^T[N,M] = op(B)^T op(A)^T, i.e. gemm(opB, opA, N, M, K, B, A). */
+static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         const void *A, cudaDataType_t at, int64_t sA, const void *B,
+                         cudaDataType_t bt, int64_t sB, float beta, void *C, cudaDataType_t ct,
+                         int64_t sC, int64_t batch) {
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
+                            "exceed cuBLAS's int range", (long long)M, (long long)N, (long long)K,
+                            (long long)batch);
+    float alpha = 1.0f;
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+        &alpha, B, bt, ldb, sB, A, at, lda, sA, &beta, C, ct, (int)N, sC, (int)batch,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return pl_error_set(PL_ERR_DEVICE, "cuda matmul: cublasGemmStridedBatchedEx failed: %s",
+                            blas_str(s));
+    return PL_OK;
+}
+
+typedef struct mm_geo {
+    int64_t M, N, K;
+    bool ta, tb;
+    int bnd;
+    int64_t bshape[PL_MAX_DIMS];
+    int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS];
+    int64_t nbatch, na, nb;
+} mm_geo;
+
+static void mm_geo_init(mm_geo *g, const pl_tensor *A, const pl_tensor *B, const pl_tensor *C,
+                        int flags) {
+    g->ta = flags & 1;
+    g->tb = flags & 2;
+    int na = A->ndim, nb = B->ndim;
+    g->M = g->ta ? A->shape[na - 1] : A->shape[na - 2];
+    g->K = g->ta ? A->shape[na - 2] : A->shape[na - 1];
+    g->N = g->tb ? B->shape[nb - 2] : B->shape[nb - 1];
+    g->bnd = C->ndim - 2;
+    g->nbatch = 1;
+    for (int d = 0; d < g->bnd; d++) {
+        g->bshape[d] = C->shape[d];
+        g->nbatch *= C->shape[d];
+    }
+    int64_t s1 = 1, s2 = 1;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int da = d - (g->bnd - (na - 2)), db = d - (g->bnd - (nb - 2));
+        int64_t ea = da >= 0 ? A->shape[da] : 1, eb = db >= 0 ? B->shape[db] : 1;
+        g->sa[d] = ea == 1 ? 0 : s1;
+        g->sb[d] = eb == 1 ? 0 : s2;
+        s1 *= ea;
+        s2 *= eb;
+    }
+    g->na = s1;
+    g->nb = s2;
+}
+
+static void mm_batch_off(const mm_geo *g, int64_t bi, int64_t *ia, int64_t *ib) {
+    *ia = 0;
+    *ib = 0;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int64_t i = bi % g->bshape[d];
+        bi /= g->bshape[d];
+        *ia += i * g->sa[d];
+        *ib += i * g->sb[d];
+    }
+}
+
+/* A batch count is "uniform" when one stride describes it: every matrix (n ==
+ * nbatch) or one shared matrix (n == 1, stride 0). */
+static bool uniform(int64_t n, int64_t nbatch) { return n == nbatch || n == 1; }
+
+static pl_status k_matmul_fwd(const pl_kernel_args *a) {
+    const pl_tensor *A = a->in[0], *B = a->in[1];
+    pl_tensor *C = a->out[0];
+    if (A->dtype != B->dtype || A->dtype != C->dtype ||
+        !(A->dtype == PL_F32 || A->dtype == PL_BF16 || A->dtype == PL_F16))
+        return pl_error_set(PL_ERR_DTYPE, "cuda matmul: dtypes %s @ %s -> %s not supported",
+                            pl_dtype_name(A->dtype), pl_dtype_name(B->dtype),
+                            pl_dtype_name(C->dtype));
+    if (pl_cu_set_device(A)) return pl_error_status();
+    cublasHandle_t h = blas_handle(A->device.index);
+    if (!h) return pl_error_status();
+    mm_geo g;
+    mm_geo_init(&g, A, B, C, a->p.flags);
+    int64_t M = g.M, N = g.N, K = g.K;
+    if (M == 0 || N == 0 || g.nbatch == 0) return PL_OK;
+    if (K == 0) {
+        CUDA_TRY(cudaMemset(pl_tensor_data(C), 0, pl_tensor_nbytes(C)));
+        return PL_OK;
+    }
+    cudaDataType_t t = cu_type(A->dtype);
+    size_t es = pl_dtype_size(A->dtype);
+    const char *pa = (const char *)pl_tensor_data(A), *pb = (const char *)pl_tensor_data(B);
+    char *pc = (char *)pl_tensor_data(C);
+    if (!g.ta && g.nb == 1 && g.na == g.nbatch) /* shared B: one GEMM of nbatch*M rows */
+        return rm_gemm(h, false, g.tb, g.nbatch * M, N, K, pa, t, 0, pb, t, 0, 0.0f, pc, t, 0, 1);
+    if (uniform(g.na, g.nbatch) && uniform(g.nb, g.nbatch))
+        return rm_gemm(h, g.ta, g.tb, M, N, K, pa, t, g.na == 1 ? 0 : M * K, pb, t,
+                       g.nb == 1 ? 0 : K * N, 0.0f, pc, t, M * N, g.nbatch);
+    for (int64_t bi = 0; bi < g.nbatch; bi++) { /* general batch broadcast */
+        int64_t ia, ib;
+        mm_batch_off(&g, bi, &ia, &ib);
+        if (rm_gemm(h, g.ta, g.tb, M, N, K, pa + (size_t)(ia * M * K) * es, t, 0,
+                    pb + (size_t)(ib * K * N) * es, t, 0, 0.0f, pc + (size_t)(bi * M * N) * es, t,
+                    0, 1))
+            return pl_error_status();
+    }
+    return PL_OK;
+}
+
+/* in = {G [.., M, N] f32, A, B}; out = {dA (A's shape), dB (B's shape)} f32.
+ * Half operands are widened to f32 first (as the CPU backend does). */
+static pl_status k_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *G = a->in[0];
+    pl_tensor *dA = a->out[0], *dB = a->out[1];
+    if (!dA && !dB) return PL_OK;
+    if (pl_cu_set_device(G)) return pl_error_status();
+    cublasHandle_t h = blas_handle(G->device.index);
+    if (!h) return pl_error_status();
+    mm_geo g;
+    mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    int64_t M = g.M, N = g.N, K = g.K;
+    bool ta = g.ta, tb = g.tb;
+    pl_status st = PL_OK;
+    pl_cu_scratch sa = {0}, sb = {0};
+    const float *A = dB ? pl_cu_as_f32(a->in[1], &sa, &st) : NULL;
+    const float *B = !st && dA ? pl_cu_as_f32(a->in[2], &sb, &st) : NULL;
+    const float *Gp = cf(G);
+    float *pdA = dA ? fp(dA) : NULL, *pdB = dB ? fp(dB) : NULL;
+    const cudaDataType_t f = CUDA_R_32F;
+    if (st) goto done;
+    if (pdA && (g.na != g.nbatch || N == 0 || M * K == 0))
+        if (cudaMemset(pdA, 0, (size_t)(g.na * M * K) * sizeof(float)) != cudaSuccess) {
+            st = pl_error_set(PL_ERR_DEVICE, "cuda matmul backward: cudaMemset failed");
+            goto done;
+        }
+    if (pdB && (g.nb != g.nbatch || M == 0 || K * N == 0))
+        if (cudaMemset(pdB, 0, (size_t)(g.nb * K * N) * sizeof(float)) != cudaSuccess) {
+            st = pl_error_set(PL_ERR_DEVICE, "cuda matmul backward: cudaMemset failed");
+            goto done;
+        }
+    if (M == 0 || N == 0 || K == 0 || g.nbatch == 0) goto done;
+    if (!ta && g.nb == 1 && g.na == g.nbatch) {
+        /* shared B, A rows stacked: dA = G op(B)^T, dB = sum over all rows */
+        int64_t Mt = g.nbatch * M;
+        if (pdA && (st = rm_gemm(h, false, !tb, Mt, K, N, Gp, f, 0, B, f, 0, 0.0f, pdA, f, 0, 1)))
+            goto done;
+        if (pdB) {
+            if (!tb) /* dB [K,N] = A^T G */
+                st = rm_gemm(h, true, false, K, N, Mt, A, f, 0, Gp, f, 0, 0.0f, pdB, f, 0, 1);
+            else /* dB [N,K] = G^T A */
+                st = rm_gemm(h, true, false, N, K, Mt, Gp, f, 0, A, f, 0, 0.0f, pdB, f, 0, 1);
+        }
+        goto done;
+    }
+    /* dA: !ta -> dA[M,K] = G op(B)^T ; ta -> dA[K,M] = op(B) G^T
+     * dB: !tb -> dB[K,N] = op(A)^T G ; tb -> dB[N,K] = G^T op(A) */
+    if (pdA) {
+        if (g.na == g.nbatch && uniform(g.nb, g.nbatch)) {
+            int64_t sB = g.nb == 1 ? 0 : K * N;
+            st = !ta ? rm_gemm(h, false, !tb, M, K, N, Gp, f, M * N, B, f, sB, 0.0f, pdA, f, M * K,
+                               g.nbatch)
+                     : rm_gemm(h, tb, true, K, M, N, B, f, sB, Gp, f, M * N, 0.0f, pdA, f, M * K,
+                               g.nbatch);
+        } else { /* broadcast A: accumulate batch by batch (dA zeroed above) */
+            for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
+                int64_t ia, ib;
+                mm_batch_off(&g, bi, &ia, &ib);
+                const float *gb = Gp + bi * M * N, *bb = B + ib * K * N;
+                float *d = pdA + ia * M * K;
+                st = !ta ? rm_gemm(h, false, !tb, M, K, N, gb, f, 0, bb, f, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, tb, true, K, M, N, bb, f, 0, gb, f, 0, 1.0f, d, f, 0, 1);
+            }
+        }
+        if (st) goto done;
+    }
+    if (pdB) {
+        if (g.nb == g.nbatch && uniform(g.na, g.nbatch)) {
+            int64_t sA = g.na == 1 ? 0 : M * K;
+            st = !tb ? rm_gemm(h, !ta, false, K, N, M, A, f, sA, Gp, f, M * N, 0.0f, pdB, f, K * N,
+                               g.nbatch)
+                     : rm_gemm(h, true, ta, N, K, M, Gp, f, M * N, A, f, sA, 0.0f, pdB, f, K * N,
+                               g.nbatch);
+        } else {
+            for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
+                int64_t ia, ib;
+                mm_batch_off(&g, bi, &ia, &ib);
+                const float *gb = Gp + bi * M * N, *ab = A + ia * M * K;
+                float *d = pdB + ib * K * N;
+                st = !tb ? rm_gemm(h, !ta, false, K, N, M, ab, f, 0, gb, f, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, true, ta, N, K, M, gb, f, 0, ab, f, 0, 1.0f, d, f, 0, 1);
+            }
+        }
+    }
+done:
+    pl_cu_scratch_free(&sa);
+    pl_cu_scratch_free(&sb);
+    return st;
+}
+
+/* ---- the backend table and the plugin descriptor ------------------------------------------- */
+
+static pl_backend g_cuda = {
+    "cuda",
+    PL_DEVICE_CUDA,
+    cu_device_count,
+    cu_raw_alloc,
+    cu_raw_free,
+    cu_memcpy,
+    cu_memset,
+    cu_sync,
+    cu_mem_info,
+    cu_host_alloc,
+    cu_host_free,
+    {0},
+    {0},
+};
+
+static const pl_backend *cuda_table(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] {
+        pl_backend *b = &g_cuda;
+        b->forward[PL_OP_COPY] = k_copy_fwd;
+        b->backward[PL_OP_COPY] = k_grad_identity_bwd;
+        b->forward[PL_OP_RESHAPE] = k_bytes_fwd;
+        b->backward[PL_OP_RESHAPE] = k_grad_identity_bwd;
+        b->forward[PL_OP_CAST] = k_cast_fwd;
+        b->backward[PL_OP_CAST] = k_grad_identity_bwd;
+        b->forward[PL_OP_PERMUTE] = k_permute_fwd;
+        b->backward[PL_OP_PERMUTE] = k_permute_bwd;
+        b->forward[PL_OP_SLICE] = k_slice_fwd;
+        b->backward[PL_OP_SLICE] = k_slice_bwd;
+        b->forward[PL_OP_CONCAT] = k_concat_fwd;
+        b->backward[PL_OP_CONCAT] = k_concat_bwd;
+        b->forward[PL_OP_MATMUL] = k_matmul_fwd;
+        b->backward[PL_OP_MATMUL] = k_matmul_bwd;
+        pl_cuda_register_kernels(b);
+    });
+    return &g_cuda;
+}
+
+static const pl_option_spec g_cuda_opts[] = {PL_OPTIONS_END};
+
+/* PL_PLUGIN_DEFINE expanded by hand: the entry point needs C linkage and the
+ * table must be filled (kernel slots) before the core reads it. */
+static pl_plugin_desc g_cuda_desc = {PL_ABI_MAJOR, PL_ABI_MINOR, "cuda", PL_KIND_BACKEND, "0.1.0",
+                                     "CUDA backend: cuBLAS matmul and device kernels",
+                                     g_cuda_opts, NULL};
+
+extern "C" __attribute__((visibility("default"))) const pl_plugin_desc *pl_plugin_entry(void) {
+    g_cuda_desc.vtable = cuda_table();
+    return &g_cuda_desc;
+}

@@ -1,16 +1,22 @@
 /* h5io.c - the ilora model's HDF5 I/O: reading the per-user history CSR
  * (items to exclude at ranking) and exporting teacher outputs.
  *
- * Export layout of OUTPUTS/teacher_outputs.h5 (K = export_top_k):
- *   /train/topk_ids    i32 [N_pos, K]  best K item ids per labelled training position
- *   /train/topk_logits f32 [N_pos, K]  their logits / T, descending
- *   /train/row         i32 [N_pos]     row of /train/input_ids (batch field `row_field`)
- *   /train/pos         i32 [N_pos]     position 0..L-1 within the row
- *   /train/label       i32 [N_pos]     the true next item at that position
- *   /val|test/topk_ids, topk_logits    [U, K] for the last position of each user row
- *   /val|test/user     i32 [U]         user index (batch field `user_field`)
- *   /val|test/target   i32 [U]         held-out item
- * Root attributes: temperature (T), top_k, num_items, adapters, model.
+ * Export layout of OUTPUTS/teacher_outputs.h5 (K = export_top_k, L = max_len):
+ *   /train/input_ids   i32 [N_rows, L]  the training rows in the order the loader
+ *   /train/labels      i32 [N_rows, L]  gave them (copies, so the file stands alone
+ *                                       whatever the loader's shuffling)
+ *   /train/source_row  i32 [N_rows]     row of the data file's /train/input_ids when the
+ *                                       batch has the `row_field` field, else -1
+ *   /train/topk_ids    i32 [N_pos, K]   best K item ids per labelled training position
+ *   /train/topk_logits f32 [N_pos, K]   their logits / T, descending
+ *   /train/row         i32 [N_pos]      row of /train/input_ids OF THIS FILE
+ *   /train/pos         i32 [N_pos]      position 0..L-1 within the row
+ *   /train/label       i32 [N_pos]      the true next item at that position
+ *   /val|test/topk_ids, topk_logits     [U, K] for the last position of each user row
+ *   /val|test/user     i32 [U]          user index (batch field `user_field`, else the
+ *                                       running row number)
+ *   /val|test/target   i32 [U]          held-out item (0 if the batch has none)
+ * Root attributes: temperature (T), top_k, num_items, num_experts, adapters, model.
  * Every dataset is chunked and extendible (H5S_UNLIMITED rows) and grows per
  * batch. The padding id 0 is never exported; history items are NOT removed
  * (these are the model's raw preferences, for distillation).
@@ -108,15 +114,15 @@ void ilora_hist_free(ilora_model *m) {
 
 /* ---- export ----------------------------------------------------------------------------------- */
 
-enum { DS_IDS, DS_LOGITS, DS_A, DS_B, DS_C, DS_N }; /* A/B/C: row,pos,label | user,target */
+/* A/B/C: row,pos,label | user,target; IN/LAB/SRC: train row copies */
+enum { DS_IDS, DS_LOGITS, DS_A, DS_B, DS_C, DS_IN, DS_LAB, DS_SRC, DS_N };
 
 struct ilora_export {
     hid_t file;
     hid_t ds[PL_SPLIT_COUNT][DS_N];
     int64_t rows[PL_SPLIT_COUNT];
-    int64_t counter[PL_SPLIT_COUNT]; /* fallback numbering when a field is absent */
+    int64_t counter[PL_SPLIT_COUNT]; /* rows seen per split */
     char path[4096];
-    bool warned_row;
 };
 
 static hid_t make_ds(hid_t g, const char *name, hid_t type, int64_t width) {
@@ -206,14 +212,18 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
             e->ds[s][DS_A] = make_ds(g, "row", H5T_STD_I32LE, 0);
             e->ds[s][DS_B] = make_ds(g, "pos", H5T_STD_I32LE, 0);
             e->ds[s][DS_C] = make_ds(g, "label", H5T_STD_I32LE, 0);
+            e->ds[s][DS_IN] = make_ds(g, "input_ids", H5T_STD_I32LE, m->o.max_len);
+            e->ds[s][DS_LAB] = make_ds(g, "labels", H5T_STD_I32LE, m->o.max_len);
+            e->ds[s][DS_SRC] = make_ds(g, "source_row", H5T_STD_I32LE, 0);
         } else {
             e->ds[s][DS_A] = make_ds(g, "user", H5T_STD_I32LE, 0);
             e->ds[s][DS_B] = make_ds(g, "target", H5T_STD_I32LE, 0);
-            e->ds[s][DS_C] = H5I_INVALID_HID;
+            for (int k = DS_C; k < DS_N; k++)
+                e->ds[s][k] = H5I_INVALID_HID;
         }
         H5Gclose(g);
-        for (int k = 0; k < DS_N; k++)
-            if (e->ds[s][k] < 0 && !(k == DS_C && s != PL_SPLIT_TRAIN))
+        for (int k = 0; k < (s == PL_SPLIT_TRAIN ? DS_N : DS_C); k++)
+            if (e->ds[s][k] < 0)
                 st = pl_error_set(PL_ERR_IO, "%s: cannot create the datasets of /%s", e->path,
                                   pl_split_name((pl_data_split)s));
     }
@@ -282,30 +292,45 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
     pl_tensor *sel = NULL;
     if (split == PL_SPLIT_TRAIN) {
         pl_tensor *lab = host_i64(field(b, m->o.label_field));
-        if (!lab)
-            return pl_error_set(PL_ERR_INVALID, "ilora export: train batch has no field '%s'",
-                                m->o.label_field);
-        pl_tensor *rowt = host_i64(field(b, m->o.row_field));
-        if (!rowt && !e->warned_row) {
-            fprintf(stderr, "ilora: warning: export: train batches have no '%s' field; /train/row "
-                    "numbers rows in the order the loader gave them\n", m->o.row_field);
-            e->warned_row = true;
-        }
-        const int64_t *lv = pl_tensor_data(lab);
+        if (!lab || lab->ndim != 2 || lab->shape[0] != B || lab->shape[1] != L)
+            return pl_error_set(PL_ERR_INVALID, "ilora export: train batch has no [B, L] field "
+                                "'%s'", m->o.label_field);
+        if (L != m->o.max_len)
+            return pl_error_set(PL_ERR_SHAPE, "ilora export: train rows have %lld positions, "
+                                "max_len is %lld (the export stores [rows, max_len])",
+                                (long long)L, (long long)m->o.max_len);
+        pl_tensor *src = host_i64(field(b, m->o.row_field));
+        pl_tensor *idh = host_i64(ids);
+        if (!idh) return pl_error_status();
+        const int64_t *lv = pl_tensor_data(lab), *iv = pl_tensor_data(idh);
         int64_t *pos = malloc((size_t)(B * L) * sizeof *pos);
         a = malloc((size_t)(B * L) * sizeof *a);
         bb = malloc((size_t)(B * L) * sizeof *bb);
         c = malloc((size_t)(B * L) * sizeof *c);
-        if (!pos || !a || !bb || !c) st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
+        int32_t *cin = malloc((size_t)(B * L) * sizeof *cin);
+        int32_t *clab = malloc((size_t)(B * L) * sizeof *clab);
+        int32_t *csrc = malloc((size_t)B * sizeof *csrc);
+        if (!pos || !a || !bb || !c || !cin || !clab || !csrc)
+            st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
         for (int64_t i = 0; !st && i < B * L; i++) {
+            cin[i] = (int32_t)iv[i];
+            clab[i] = (int32_t)lv[i];
+            if (i % L == 0)
+                csrc[i / L] = src ? (int32_t)((const int64_t *)pl_tensor_data(src))[i / L] : -1;
             if (lv[i] == 0) continue;
-            int64_t r = i / L;
-            a[n] = (int32_t)(rowt ? ((const int64_t *)pl_tensor_data(rowt))[r]
-                                  : e->counter[split] + r);
+            a[n] = (int32_t)(e->counter[split] + i / L);
             bb[n] = (int32_t)(i % L);
             c[n] = (int32_t)lv[i];
             pos[n++] = i;
         }
+        int64_t r0 = e->counter[split];
+        hid_t *ds = e->ds[split];
+        if (!st) st = append(e, ds[DS_IN], H5T_NATIVE_INT32, r0, B, L, cin);
+        if (!st) st = append(e, ds[DS_LAB], H5T_NATIVE_INT32, r0, B, L, clab);
+        if (!st) st = append(e, ds[DS_SRC], H5T_NATIVE_INT32, r0, B, 0, csrc);
+        free(cin);
+        free(clab);
+        free(csrc);
         e->counter[split] += B;
         if (!st && n > 0) {
             pl_tensor *pi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, pos, m->ctx->device);

@@ -77,7 +77,6 @@ typedef struct ilora_model {
     ilora_hist hist[PL_SPLIT_COUNT];
     bool have_hist;
     ilora_export *exp;
-    int64_t train_row_counter; /* fallback row numbering in export */
 } ilora_model;
 
 /* Options from a config section; `cfg` may be NULL (every default). */

@@ -528,9 +528,22 @@ START_TEST(export_writes_sorted_topk_per_position_and_user) {
     d = H5Dopen2(f, "/train/label", H5P_DEFAULT);
     H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tlab);
     H5Dclose(d);
+    int32_t src[4], cin[4][6];
+    d = H5Dopen2(f, "/train/source_row", H5P_DEFAULT);
+    H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+    H5Dclose(d);
+    d = H5Dopen2(f, "/train/input_ids", H5P_DEFAULT);
+    H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, cin);
+    H5Dclose(d);
+    for (int r = 0; r < 4; r++) { /* row copies in loader order, with the source rows */
+        ck_assert_int_eq(src[r], rows[r % 2]);
+        for (int t = 0; t < 6; t++)
+            ck_assert_int_eq(cin[r][t], idv[(r % 2) * 6 + t]);
+    }
     for (int i = 0; i < 20; i++) {
-        int r = trow[i] == 17 ? 0 : 1;
-        ck_assert(trow[i] == 17 || trow[i] == 4);
+        ck_assert(trow[i] >= 0 && trow[i] < 4);
+        ck_assert_int_eq(trow[i], (i % 10 < 4 ? 0 : 1) + (i >= 10 ? 2 : 0)); /* 4 + 6 labels */
+        int r = trow[i] % 2;
         ck_assert_int_eq(tlab[i], lab[r * 6 + tpos[i]]);
         ck_assert_int_ne(lab[r * 6 + tpos[i]], 0);
         /* the best exported item is the argmax over items 1..12 of the logits / T */

@@ -1,0 +1,170 @@
+/* cuda_common.cuh - helpers shared by the CUDA backend's translation units.
+ *
+ * Everything runs on the legacy default stream of the tensor's device, so
+ * kernels, cuBLAS calls and cudaMemcpy are ordered with each other and a
+ * scratch block returned to the caching allocator may be reused by the next
+ * op without a synchronization.
+ */
+#ifndef PL_CUDA_COMMON_CUH
+#define PL_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline.h"
+
+#define PL_CUDA_THREADS 256
+
+/* Turn a CUDA runtime error into a pl_status naming the call site. */
+#define CUDA_TRY(expr)                                                                         \
+    do {                                                                                       \
+        cudaError_t _e = (expr);                                                               \
+        if (_e != cudaSuccess)                                                                 \
+            return pl_error_set(PL_ERR_DEVICE, "cuda backend: %s failed: %s (%s:%d)", #expr,   \
+                                cudaGetErrorString(_e), __FILE__, __LINE__);                   \
+    } while (0)
+
+/* After a kernel launch: launch-configuration errors are reported at once. */
+#define CUDA_LAUNCHED(opname)                                                                  \
+    do {                                                                                       \
+        cudaError_t _e = cudaGetLastError();                                                   \
+        if (_e != cudaSuccess)                                                                 \
+            return pl_error_set(PL_ERR_DEVICE, "cuda backend: kernel of op '%s' failed: %s",   \
+                                opname, cudaGetErrorString(_e));                               \
+    } while (0)
+
+static inline unsigned pl_cu_blocks(int64_t n) {
+    int64_t b = (n + PL_CUDA_THREADS - 1) / PL_CUDA_THREADS;
+    if (b < 1) b = 1;
+    if (b > 65535 * 16) b = 65535 * 16; /* kernels use grid-stride loops */
+    return (unsigned)b;
+}
+
+#define GRID_LOOP(i, n)                                                                        \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
+         i += (int64_t)blockDim.x * gridDim.x)
+
+/* Select the device of tensor t for the following launches. */
+static inline pl_status pl_cu_set_device(const pl_tensor *t) {
+    CUDA_TRY(cudaSetDevice(t->device.index));
+    return PL_OK;
+}
+
+static inline const float *cf(const pl_tensor *t) { return (const float *)pl_tensor_data(t); }
+static inline float *fp(const pl_tensor *t) { return (float *)pl_tensor_data(t); }
+
+/* ---- dtype load / store (bit-identical to the CPU conversions) ----------- */
+
+__device__ __forceinline__ float pl_d_bf16_to_f32(uint16_t h) {
+    return __uint_as_float((uint32_t)h << 16);
+}
+/* round-to-nearest-even, NaN stays (quiet) NaN: the same bits as pl_f32_to_bf16 */
+__device__ __forceinline__ uint16_t pl_d_f32_to_bf16(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+__device__ __forceinline__ float pl_d_f16_to_f32(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+__device__ __forceinline__ uint16_t pl_d_f32_to_f16(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+/* Float load/store of a float dtype (f32, bf16, f16, f64). */
+__device__ __forceinline__ float pl_d_ldf(const void *p, int dt, int64_t i) {
+    switch (dt) {
+    case PL_BF16: return pl_d_bf16_to_f32(((const uint16_t *)p)[i]);
+    case PL_F16: return pl_d_f16_to_f32(((const uint16_t *)p)[i]);
+    case PL_F64: return (float)((const double *)p)[i];
+    default: return ((const float *)p)[i];
+    }
+}
+__device__ __forceinline__ void pl_d_stf(void *p, int dt, int64_t i, float v) {
+    switch (dt) {
+    case PL_BF16: ((uint16_t *)p)[i] = pl_d_f32_to_bf16(v); break;
+    case PL_F16: ((uint16_t *)p)[i] = pl_d_f32_to_f16(v); break;
+    case PL_F64: ((double *)p)[i] = (double)v; break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+__device__ __forceinline__ int64_t pl_d_idx(const void *p, int dt, int64_t i) {
+    return dt == PL_I64 ? ((const int64_t *)p)[i] : (int64_t)((const int32_t *)p)[i];
+}
+
+/* Block-wide sum / max of one value per thread (blockDim.x <= 1024, multiple
+ * of 32). Every thread gets the result. `sh` holds 32 entries. */
+template <typename T> __device__ __forceinline__ T pl_d_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float pl_d_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T pl_d_block_sum(T v, T *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = pl_d_warp_sum(v);
+    __syncthreads(); /* sh may still be read by a previous call */
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    T r = lane < nw ? sh[lane] : (T)0;
+    return pl_d_warp_sum(r);
+}
+__device__ __forceinline__ float pl_d_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = pl_d_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    return pl_d_warp_max(r);
+}
+
+/* ---- scratch device memory from the caching allocator ---------------------- */
+
+typedef struct pl_cu_scratch {
+    void *p;
+    size_t cap;
+    pl_device dev;
+} pl_cu_scratch;
+
+static inline void *pl_cu_scratch_get(pl_cu_scratch *s, pl_device dev, size_t nbytes) {
+    s->dev = dev;
+    s->p = pl_alloc(dev, nbytes ? nbytes : 1, &s->cap);
+    if (!s->p) pl_error_set(PL_ERR_NOMEM, "cuda backend: out of device memory (%zu bytes scratch)", nbytes);
+    return s->p;
+}
+static inline void pl_cu_scratch_free(pl_cu_scratch *s) {
+    if (s->p) pl_free(s->dev, s->p, s->cap);
+    s->p = NULL;
+}
+
+/* ---- shared entry points between the two translation units ----------------- */
+
+/* dst (contiguous, dtype ddt) <- n elements of src seen with (shape, stride)
+ * in elements, dtype sdt; dst_stride NULL means contiguous dst. Conversion
+ * f32/bf16/f16/f64 and between integer types as pl_tensor_copy_ does. */
+typedef struct pl_cu_geom {
+    int nd;
+    int64_t shape[PL_MAX_DIMS];
+    int64_t sstride[PL_MAX_DIMS];
+    int64_t dstride[PL_MAX_DIMS];
+} pl_cu_geom;
+pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const pl_cu_geom *g,
+                             int64_t n, bool dst_contig);
+
+/* f32 copy of a float tensor (its own data when already f32). */
+const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
+
+/* First out-of-range index of idx (values must lie in [0, n)) -> PL_ERR_INVALID
+ * naming the op, the index and its position. Synchronizes (one small D2H copy). */
+pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
+
+void pl_cuda_register_kernels(pl_backend *b); /* cuda_kernels.cu */
+
+#endif
