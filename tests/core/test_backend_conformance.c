@@ -1,0 +1,464 @@
+/* test_backend_conformance.c - every op of pl_op on every backend (the idea
+ * of ggml's test-backend-ops).
+ *
+ * For each op (PL_OP_COPY .. PL_OP_LSTM) a few small representative cases
+ * run forward (and backward through pl_backward of sum(out * R) when the op
+ * is differentiable) on the CPU backend, the reference. Then, for every other
+ * backend that is loaded and sees a device (today: the "cuda" plugin, loaded
+ * through the registry from the build's plugin dir), the same inputs are
+ * copied there with pl_tensor_to, the case runs again and its output and
+ * input gradients are compared with the CPU's within the case's tolerance.
+ * Each op is reported as OK / unsupported (NULL kernel: the documented way a
+ * backend declines an op) / FAIL.
+ *
+ * Without a GPU (no plugin built, no driver, no device) the device part is
+ * skipped with a message and the CPU part still checks that every op has a
+ * CPU forward kernel (and a backward where the op is differentiable), that
+ * every case runs, gives finite values and is bit-for-bit reproducible.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend_loader.h"
+#include "pipeline/nf4.h"
+#include "pl_test.h"
+#include "registry.h"
+
+#define MAX_IN 6
+
+typedef struct tin {
+    int nd;
+    int64_t sh[4];
+    char kind;         /* 'f' float (uniform [lo, hi)), 'i' i64 from vals */
+    double lo, hi;
+    int64_t vals[24];  /* 'i': the values, one per element (numel <= 24) */
+    pl_dtype dt;       /* 'f': dtype on the device (converted from f32) */
+    bool grad;
+} tin;
+
+struct ocase;
+typedef pl_tensor *(*case_fn)(pl_tensor **in, const struct ocase *c);
+
+typedef struct ocase {
+    pl_op op;
+    const char *what;
+    int n_in;
+    tin in[MAX_IN];
+    case_fn fn;
+    bool bwd;          /* run backward and compare input gradients */
+    double atol, rtol; /* device vs CPU tolerance */
+    int flag;
+    double par;
+} ocase;
+
+#define F(nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true}
+#define FP(nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = 0.5, .hi = 2, .dt = PL_F32, .grad = true}
+#define FN(nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = false}
+#define I(nd_, sh_, ...) {.nd = nd_, .sh = sh_, .kind = 'i', .vals = {__VA_ARGS__}, .dt = PL_I64}
+#define SH(...) {__VA_ARGS__}
+
+/* ---- case functions ------------------------------------------------------- */
+
+static pl_tensor *c_copy(pl_tensor **in, const ocase *c) {
+    /* a strided view: columns 1..3 of [4, 5] */
+    return pl_contiguous(pl_tensor_narrow(in[0], 1, 1, 3));
+}
+static pl_tensor *c_matmul(pl_tensor **in, const ocase *c) {
+    return pl_matmul(in[0], in[1], c->flag & 1, c->flag & 2);
+}
+static pl_tensor *c_add(pl_tensor **in, const ocase *c) { return pl_add(in[0], in[1]); }
+static pl_tensor *c_sub(pl_tensor **in, const ocase *c) { return pl_sub(in[0], in[1]); }
+static pl_tensor *c_mul(pl_tensor **in, const ocase *c) { return pl_mul(in[0], in[1]); }
+static pl_tensor *c_div(pl_tensor **in, const ocase *c) { return pl_div(in[0], in[1]); }
+static pl_tensor *c_scale(pl_tensor **in, const ocase *c) { return pl_scale(in[0], c->par); }
+static pl_tensor *c_add_scalar(pl_tensor **in, const ocase *c) { return pl_add_scalar(in[0], c->par); }
+static pl_tensor *c_sum(pl_tensor **in, const ocase *c) { return pl_sum(in[0], c->flag, c->par != 0); }
+static pl_tensor *c_mean(pl_tensor **in, const ocase *c) { return pl_mean(in[0], c->flag, c->par != 0); }
+static pl_tensor *c_relu(pl_tensor **in, const ocase *c) { return pl_relu(in[0]); }
+static pl_tensor *c_leaky(pl_tensor **in, const ocase *c) { return pl_leaky_relu(in[0], c->par); }
+static pl_tensor *c_elu(pl_tensor **in, const ocase *c) { return pl_elu(in[0], c->par); }
+static pl_tensor *c_gelu(pl_tensor **in, const ocase *c) { return pl_gelu(in[0], c->flag); }
+static pl_tensor *c_silu(pl_tensor **in, const ocase *c) { return pl_silu(in[0]); }
+static pl_tensor *c_sigmoid(pl_tensor **in, const ocase *c) { return pl_sigmoid(in[0]); }
+static pl_tensor *c_tanh(pl_tensor **in, const ocase *c) { return pl_tanh(in[0]); }
+static pl_tensor *c_exp(pl_tensor **in, const ocase *c) { return pl_exp(in[0]); }
+static pl_tensor *c_log(pl_tensor **in, const ocase *c) { return pl_log(in[0]); }
+static pl_tensor *c_square(pl_tensor **in, const ocase *c) { return pl_square(in[0]); }
+static pl_tensor *c_sqrt(pl_tensor **in, const ocase *c) { return pl_sqrt(in[0]); }
+static pl_tensor *c_softmax(pl_tensor **in, const ocase *c) { return pl_softmax(in[0]); }
+static pl_tensor *c_log_softmax(pl_tensor **in, const ocase *c) { return pl_log_softmax(in[0]); }
+static pl_tensor *c_ce(pl_tensor **in, const ocase *c) {
+    return pl_cross_entropy(in[0], in[1], -100, c->par);
+}
+static pl_tensor *c_mse(pl_tensor **in, const ocase *c) { return pl_mse_loss(in[0], in[1]); }
+static pl_tensor *c_mae(pl_tensor **in, const ocase *c) { return pl_mae_loss(in[0], in[1]); }
+static pl_tensor *c_huber(pl_tensor **in, const ocase *c) { return pl_huber_loss(in[0], in[1], c->par); }
+static pl_tensor *c_embedding(pl_tensor **in, const ocase *c) { return pl_embedding(in[0], in[1]); }
+static pl_tensor *c_index_select(pl_tensor **in, const ocase *c) {
+    return pl_index_select(in[0], c->flag, in[1]);
+}
+static pl_tensor *c_gather(pl_tensor **in, const ocase *c) { return pl_gather(in[0], c->flag, in[1]); }
+static pl_tensor *c_scatter_add(pl_tensor **in, const ocase *c) {
+    return pl_scatter_add(in[0], c->flag, in[1], (int64_t)c->par);
+}
+static pl_tensor *c_segment_softmax(pl_tensor **in, const ocase *c) {
+    return pl_segment_softmax(in[0], in[1], (int64_t)c->par);
+}
+static pl_tensor *c_layer_norm(pl_tensor **in, const ocase *c) {
+    return pl_layer_norm(in[0], c->n_in > 1 ? in[1] : NULL, c->n_in > 2 ? in[2] : NULL, 1e-5);
+}
+static pl_tensor *c_rms_norm(pl_tensor **in, const ocase *c) {
+    return pl_rms_norm(in[0], c->n_in > 1 ? in[1] : NULL, 1e-6);
+}
+static pl_tensor *c_dropout(pl_tensor **in, const ocase *c) {
+    return pl_dropout(in[0], c->par, 1234567890123ull, 77, true);
+}
+static pl_tensor *c_concat(pl_tensor **in, const ocase *c) { return pl_concat(in, c->n_in, c->flag); }
+static pl_tensor *c_slice(pl_tensor **in, const ocase *c) { return pl_slice(in[0], c->flag, 1, 4); }
+static pl_tensor *c_permute(pl_tensor **in, const ocase *c) {
+    return pl_permute(in[0], (const int[]){2, 0, 1});
+}
+static pl_tensor *c_reshape(pl_tensor **in, const ocase *c) {
+    /* square after the reshape so the reshape node is not the graph's root */
+    return pl_square(pl_reshape(in[0], PL_SHAPE(6, 4)));
+}
+static pl_tensor *c_rope(pl_tensor **in, const ocase *c) { return pl_rope(in[0], 3, 10000.0); }
+static pl_tensor *c_causal(pl_tensor **in, const ocase *c) { return pl_causal_softmax(in[0], c->par); }
+static pl_tensor *c_cast(pl_tensor **in, const ocase *c) { return pl_cast(in[0], (pl_dtype)c->flag); }
+static pl_tensor *c_nf4(pl_tensor **in, const ocase *c) {
+    pl_tensor *q = pl_nf4_quantize(in[1], 64, false);
+    if (!q) return NULL;
+    pl_tensor *y = pl_nf4_matmul(in[0], q);
+    pl_tensor_release(q);
+    return y;
+}
+static pl_tensor *c_lstm(pl_tensor **in, const ocase *c) {
+    return pl_lstm(in[0], in[1], in[2], in[3], in[4], NULL, NULL, c->flag, NULL, NULL);
+}
+
+/* ---- the cases --------------------------------------------------------------- */
+
+#define TOL 1e-4, 1e-3
+
+static const ocase g_cases[] = {
+    {PL_OP_COPY, "strided view -> contiguous", 1, {FN(2, 4, 5)}, c_copy, false, 0, 0},
+    {PL_OP_MATMUL, "[2,3,4] @ [4,5] (shared B)", 2, {F(3, 2, 3, 4), F(2, 4, 5)}, c_matmul, true, TOL},
+    {PL_OP_MATMUL, "[2,3,4] @ [2,5,4]^T", 2, {F(3, 2, 3, 4), F(3, 2, 5, 4)}, c_matmul, true, TOL, .flag = 2},
+    {PL_OP_MATMUL, "[4,3]^T @ [2,4,5] (shared A, trans_a)", 2, {F(2, 4, 3), F(3, 2, 4, 5)}, c_matmul, true, TOL, .flag = 1},
+    {PL_OP_MATMUL, "[2,1,3,4] @ [1,2,4,5] (batch broadcast)", 2, {F(4, 2, 1, 3, 4), F(4, 1, 2, 4, 5)}, c_matmul, true, TOL},
+    {PL_OP_MATMUL, "bf16 [3,8] @ [8,4]", 2, {{.nd = 2, .sh = {3, 8}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = true}, {.nd = 2, .sh = {8, 4}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = true}}, c_matmul, true, 3e-2, 1e-2},
+    {PL_OP_ADD, "[2,3,4] + [3,1]", 2, {F(3, 2, 3, 4), F(2, 3, 1)}, c_add, true, TOL},
+    {PL_OP_SUB, "[3,1] - [2,1,4]", 2, {F(2, 3, 1), F(3, 2, 1, 4)}, c_sub, true, TOL},
+    {PL_OP_MUL, "[2,3,4] * [4]", 2, {F(3, 2, 3, 4), F(1, 4)}, c_mul, true, TOL},
+    {PL_OP_DIV, "[2,3] / [2,3]", 2, {F(2, 2, 3), FP(2, 2, 3)}, c_div, true, TOL},
+    {PL_OP_DIV, "[2,3,4] / [1] broadcast", 2, {F(3, 2, 3, 4), FP(1, 1)}, c_div, true, TOL},
+    {PL_OP_SCALE, "[3,5] * 1.5", 1, {F(2, 3, 5)}, c_scale, true, TOL, .par = 1.5},
+    {PL_OP_ADD_SCALAR, "[3,5] + 0.25", 1, {F(2, 3, 5)}, c_add_scalar, true, TOL, .par = 0.25},
+    {PL_OP_SUM, "dim 1 keepdim of [2,3,4]", 1, {F(3, 2, 3, 4)}, c_sum, true, TOL, .flag = 1, .par = 1},
+    {PL_OP_SUM, "all of [2,3,4]", 1, {F(3, 2, 3, 4)}, c_sum, true, TOL, .flag = PL_ALL_DIMS},
+    {PL_OP_MEAN, "dim -1 of [3,70]", 1, {F(2, 3, 70)}, c_mean, true, TOL, .flag = -1},
+    {PL_OP_MEAN, "dim 0 of [40,33]", 1, {F(2, 40, 33)}, c_mean, true, TOL, .flag = 0},
+    {PL_OP_RELU, "[4,5]", 1, {F(2, 4, 5)}, c_relu, true, TOL},
+    {PL_OP_LEAKY_RELU, "[4,5] slope 0.1", 1, {F(2, 4, 5)}, c_leaky, true, TOL, .par = 0.1},
+    {PL_OP_ELU, "[4,5] alpha 0.7", 1, {F(2, 4, 5)}, c_elu, true, TOL, .par = 0.7},
+    {PL_OP_GELU, "[4,5] erf", 1, {F(2, 4, 5)}, c_gelu, true, TOL},
+    {PL_OP_GELU, "[4,5] tanh", 1, {F(2, 4, 5)}, c_gelu, true, TOL, .flag = 1},
+    {PL_OP_SILU, "[4,5]", 1, {F(2, 4, 5)}, c_silu, true, TOL},
+    {PL_OP_SIGMOID, "[4,5]", 1, {F(2, 4, 5)}, c_sigmoid, true, TOL},
+    {PL_OP_TANH, "[4,5]", 1, {F(2, 4, 5)}, c_tanh, true, TOL},
+    {PL_OP_EXP, "[4,5]", 1, {F(2, 4, 5)}, c_exp, true, TOL},
+    {PL_OP_LOG, "[4,5] positive", 1, {FP(2, 4, 5)}, c_log, true, TOL},
+    {PL_OP_SQUARE, "[4,5]", 1, {F(2, 4, 5)}, c_square, true, TOL},
+    {PL_OP_SQRT, "[4,5] positive", 1, {FP(2, 4, 5)}, c_sqrt, true, TOL},
+    {PL_OP_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_softmax, true, TOL},
+    {PL_OP_SOFTMAX, "[2,300] (multi-warp rows)", 1, {F(2, 2, 300)}, c_softmax, true, TOL},
+    {PL_OP_LOG_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_log_softmax, true, TOL},
+    {PL_OP_CROSS_ENTROPY, "[5,4], one ignored, smoothing 0.1", 2, {F(2, 5, 4), I(1, SH(5), 1, 3, -100, 0, 2)}, c_ce, true, TOL, .par = 0.1},
+    {PL_OP_MSE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mse, true, TOL},
+    {PL_OP_MAE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mae, true, TOL},
+    {PL_OP_HUBER, "[3,4] delta 0.8", 2, {F(2, 3, 4), F(2, 3, 4)}, c_huber, true, TOL, .par = 0.8},
+    {PL_OP_EMBEDDING, "[6,3] by [2,3]", 2, {F(2, 6, 3), I(2, SH(2, 3), 5, 0, 2, 2, 5, 1)}, c_embedding, true, TOL},
+    {PL_OP_INDEX_SELECT, "[4,5] dim 1 by [3]", 2, {F(2, 4, 5), I(1, SH(3), 4, 0, 4)}, c_index_select, true, TOL, .flag = 1},
+    {PL_OP_GATHER, "[3,4] dim 1 by [3,2]", 2, {F(2, 3, 4), I(2, SH(3, 2), 3, 0, 1, 1, 2, 0)}, c_gather, true, TOL, .flag = 1},
+    {PL_OP_SCATTER_ADD, "[5,3] dim 0 into 4", 2, {F(2, 5, 3), I(1, SH(5), 2, 0, 2, 3, 0)}, c_scatter_add, true, TOL, .par = 4},
+    {PL_OP_SEGMENT_SOFTMAX, "[6,2] in 3 segments", 2, {F(2, 6, 2), I(1, SH(6), 0, 2, 0, 1, 2, 2)}, c_segment_softmax, true, TOL, .par = 3},
+    {PL_OP_LAYER_NORM, "[3,8] + w + b", 3, {F(2, 3, 8), F(1, 8), F(1, 8)}, c_layer_norm, true, TOL},
+    {PL_OP_LAYER_NORM, "[2,300] no affine", 1, {F(2, 2, 300)}, c_layer_norm, true, TOL},
+    {PL_OP_RMS_NORM, "[3,8] + w", 2, {F(2, 3, 8), F(1, 8)}, c_rms_norm, true, TOL},
+    {PL_OP_DROPOUT, "[4,17] p 0.3 (masks must match)", 1, {F(2, 4, 17)}, c_dropout, true, 1e-6, 1e-6, .par = 0.3},
+    {PL_OP_CONCAT, "[2,3] | [2,2] dim 1", 2, {F(2, 2, 3), F(2, 2, 2)}, c_concat, true, TOL, .flag = 1},
+    {PL_OP_SLICE, "[4,5] dim 1 [1,4)", 1, {F(2, 4, 5)}, c_slice, true, TOL, .flag = 1},
+    {PL_OP_PERMUTE, "[2,3,4] perm (2,0,1)", 1, {F(3, 2, 3, 4)}, c_permute, true, TOL},
+    {PL_OP_RESHAPE, "[2,3,4] -> [6,4]", 1, {F(3, 2, 3, 4)}, c_reshape, true, TOL},
+    {PL_OP_ROPE, "[1,3,2,4] offset 3", 1, {F(4, 1, 3, 2, 4)}, c_rope, true, TOL},
+    {PL_OP_CAUSAL_SOFTMAX, "[2,3,5] scale 0.5", 1, {F(3, 2, 3, 5)}, c_causal, true, TOL, .par = 0.5},
+    {PL_OP_CAST, "f32 -> bf16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_BF16},
+    {PL_OP_CAST, "f32 -> f16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F16},
+    {PL_OP_NF4_MATMUL, "[2,64] @ nf4[3,64]^T", 2, {F(2, 2, 64), FN(2, 3, 64)}, c_nf4, true, TOL},
+    {PL_OP_LSTM, "B2 T3 In4 H2", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, TOL},
+    {PL_OP_LSTM, "reverse", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, TOL, .flag = 1},
+};
+#define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
+
+/* ---- running a case ------------------------------------------------------------ */
+
+typedef struct result {
+    pl_status st;
+    char msg[512];
+    pl_tensor *out;           /* CPU copy (f32 for float outputs) */
+    pl_tensor *grad[MAX_IN];  /* CPU f32 copies of input grads, NULL if none */
+} result;
+
+static void result_free(result *r) {
+    pl_tensor_release(r->out);
+    for (int i = 0; i < MAX_IN; i++) pl_tensor_release(r->grad[i]);
+    memset(r, 0, sizeof *r);
+}
+
+/* Host tensor of input i of case c (deterministic: seed from case and input). */
+static pl_tensor *make_host(const ocase *c, int ci, int i) {
+    const tin *t = &c->in[i];
+    if (t->kind == 'f') return pl_test_rand(t->nd, t->sh, t->lo, t->hi, 1000u + 17u * ci + i);
+    int64_t n = 1;
+    for (int d = 0; d < t->nd; d++) n *= t->sh[d];
+    int64_t v[24];
+    for (int64_t k = 0; k < n && k < 24; k++) v[k] = t->vals[k]; /* one listed value per element */
+    return pl_tensor_from_data(PL_I64, t->nd, t->sh, v, PL_CPU);
+}
+
+static bool fail(result *r, const char *what) {
+    r->st = pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL;
+    snprintf(r->msg, sizeof r->msg, "%s: %s", what, pl_error_message());
+    return false;
+}
+
+static bool run_case(const ocase *c, int ci, pl_device dev, result *r) {
+    memset(r, 0, sizeof *r);
+    pl_error_clear();
+    bool ok = true;
+    pl_frame_begin();
+    pl_tensor *in[MAX_IN] = {0};
+    for (int i = 0; i < c->n_in && ok; i++) {
+        pl_tensor *h = make_host(c, ci, i);
+        if (!h) {
+            ok = fail(r, "input");
+            break;
+        }
+        pl_dtype dt = c->in[i].kind == 'f' ? c->in[i].dt : PL_I64;
+        in[i] = pl_tensor_to(h, dt, dev);
+        pl_tensor_release(h);
+        if (!in[i]) {
+            ok = fail(r, "copy input to device");
+            break;
+        }
+        if (c->in[i].kind == 'f' && c->in[i].grad && c->bwd) pl_tensor_set_requires_grad(in[i], true);
+    }
+    pl_tensor *out = ok ? c->fn(in, c) : NULL;
+    if (ok && !out) ok = fail(r, "forward");
+    if (ok && c->bwd && out->requires_grad) {
+        pl_tensor *o32 = out->dtype == PL_F32 ? out : pl_cast(out, PL_F32);
+        pl_tensor *rh = pl_test_rand(out->ndim, out->shape, -1, 1, 99);
+        pl_tensor *rw = rh ? pl_tensor_to(rh, PL_F32, dev) : NULL;
+        pl_tensor_release(rh);
+        pl_tensor *loss = pl_sum(pl_mul(o32, rw), PL_ALL_DIMS, false);
+        if (!loss || pl_backward(loss, 1.0)) ok = fail(r, "backward");
+    }
+    if (ok) {
+        pl_dtype odt = pl_dtype_is_float(out->dtype) ? PL_F32 : out->dtype;
+        r->out = pl_tensor_retain(pl_tensor_to(out, odt, PL_CPU));
+        if (!r->out) ok = fail(r, "copy output to CPU");
+        for (int i = 0; i < c->n_in && ok; i++)
+            if (in[i]->grad) {
+                r->grad[i] = pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU));
+                if (!r->grad[i]) ok = fail(r, "copy gradient to CPU");
+            }
+    }
+    pl_tape_clear();
+    pl_frame_end();
+    if (!ok) {
+        pl_tensor_release(r->out);
+        r->out = NULL;
+        for (int i = 0; i < MAX_IN; i++) {
+            pl_tensor_release(r->grad[i]);
+            r->grad[i] = NULL;
+        }
+    }
+    return ok;
+}
+
+/* |a - b| <= atol + rtol |b| everywhere; else a message naming the element. */
+static bool close_enough(const char *what, const pl_tensor *a, const pl_tensor *b, double atol,
+                         double rtol, char *msg, size_t n) {
+    if (!a || !b) {
+        snprintf(msg, n, "%s: present on one backend only", what);
+        return false;
+    }
+    if (pl_tensor_numel(a) != pl_tensor_numel(b) || a->ndim != b->ndim) {
+        snprintf(msg, n, "%s: shapes differ", what);
+        return false;
+    }
+    for (int64_t i = 0; i < pl_tensor_numel(a); i++) {
+        double x = pl_tensor_get(a, i), y = pl_tensor_get(b, i);
+        if (isnan(x) && isnan(y)) continue;
+        if (!(fabs(x - y) <= atol + rtol * fabs(y))) {
+            snprintf(msg, n, "%s[%lld]: %.7g vs CPU %.7g", what, (long long)i, x, y);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool all_finite(const pl_tensor *t) {
+    if (!t || !pl_dtype_is_float(t->dtype)) return true;
+    for (int64_t i = 0; i < pl_tensor_numel(t); i++)
+        if (!isfinite(pl_tensor_get(t, i))) return false;
+    return true;
+}
+
+static bool is_differentiable(pl_op op) { return op != PL_OP_NONE; }
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+/* Every op must have a CPU forward kernel (and backward: all ops of pl_op
+ * are differentiable in at least one input). */
+START_TEST(cpu_kernels_complete) {
+    const pl_backend *cpu = pl_backend_cpu();
+    ck_assert_ptr_nonnull(cpu);
+    int missing = 0;
+    char list[1024] = "";
+    for (int op = PL_OP_COPY; op < PL_OP_COUNT; op++) {
+        bool f = cpu->forward[op] != NULL, b = cpu->backward[op] != NULL;
+        if (!f || (is_differentiable((pl_op)op) && !b)) {
+            missing++;
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, " %s(%s%s)", pl_op_name((pl_op)op), f ? "" : "fwd",
+                     b ? "" : (f ? "bwd" : ",bwd"));
+        }
+    }
+    ck_assert_msg(missing == 0, "ops without CPU kernels:%s", list);
+    /* and every op has at least one conformance case */
+    for (int op = PL_OP_COPY; op < PL_OP_COUNT; op++) {
+        bool has = false;
+        for (int i = 0; i < N_CASES; i++) has = has || g_cases[i].op == op;
+        ck_assert_msg(has, "op %s has no conformance case", pl_op_name((pl_op)op));
+    }
+}
+END_TEST
+
+/* The CPU reference itself: each case runs, gives finite values and the same
+ * bits when run twice. */
+START_TEST(cpu_reference_sane) {
+    int bad = 0;
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const ocase *c = &g_cases[ci];
+        result r1, r2;
+        bool ok1 = run_case(c, ci, PL_CPU, &r1), ok2 = ok1 && run_case(c, ci, PL_CPU, &r2);
+        char msg[512] = "";
+        bool ok = ok1 && ok2;
+        if (!ok1 || !ok2)
+            snprintf(msg, sizeof msg, "%s", ok1 ? r2.msg : r1.msg);
+        else if (!all_finite(r1.out))
+            snprintf(msg, sizeof msg, "non-finite output"), ok = false;
+        else if (!close_enough("out (rerun)", r1.out, r2.out, 0, 0, msg, sizeof msg))
+            ok = false;
+        for (int i = 0; ok && i < c->n_in; i++) {
+            bool want = c->bwd && c->in[i].kind == 'f' && c->in[i].grad;
+            if (want && !r1.grad[i]) {
+                snprintf(msg, sizeof msg, "input %d got no gradient", i);
+                ok = false;
+            } else if (r1.grad[i] && !all_finite(r1.grad[i])) {
+                snprintf(msg, sizeof msg, "non-finite gradient of input %d", i);
+                ok = false;
+            } else if (r1.grad[i] &&
+                       !close_enough("grad (rerun)", r1.grad[i], r2.grad[i], 0, 0, msg, sizeof msg))
+                ok = false;
+        }
+        if (!ok) {
+            bad++;
+            fprintf(stderr, "FAIL cpu %-16s %-40s %s\n", pl_op_name(c->op), c->what, msg);
+        }
+        if (ok1) result_free(&r1);
+        if (ok2) result_free(&r2);
+    }
+    ck_assert_msg(bad == 0, "%d CPU reference cases failed (see stderr)", bad);
+}
+END_TEST
+
+typedef enum { V_NONE = 0, V_OK, V_UNSUPPORTED, V_FAIL } verdict;
+
+/* Every other backend with a device, op by op against the CPU. */
+START_TEST(device_conformance) {
+    pl_registry *reg = pl_registry_new();
+    ck_assert_ptr_nonnull(reg);
+    PL_CK_OK(pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR));
+    pl_status ls = pl_backend_load(reg, PL_DEVICE_CUDA);
+    pl_registry_free(reg);
+    if (ls) {
+        printf("SKIP: no CUDA device (cuda backend: %s); conformance runs only on the CPU "
+               "reference\n",
+               pl_error_message());
+        return;
+    }
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert_ptr_nonnull(b);
+    pl_device dev = {PL_DEVICE_CUDA, 0};
+    verdict v[PL_OP_COUNT] = {V_NONE};
+    char why[PL_OP_COUNT][256];
+    memset(why, 0, sizeof why);
+    int fails = 0;
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const ocase *c = &g_cases[ci];
+        if (!b->forward[c->op]) {
+            if (v[c->op] == V_NONE) v[c->op] = V_UNSUPPORTED;
+            continue;
+        }
+        result rc, rd;
+        char msg[512] = "";
+        bool ok = run_case(c, ci, PL_CPU, &rc);
+        ck_assert_msg(ok, "CPU reference of %s (%s) failed: %s", pl_op_name(c->op), c->what, rc.msg);
+        ocase cc = *c;
+        if (c->bwd && !b->backward[c->op]) cc.bwd = false; /* compare the forward only */
+        bool okd = run_case(&cc, ci, dev, &rd);
+        if (!okd)
+            snprintf(msg, sizeof msg, "%s", rd.msg);
+        else {
+            okd = close_enough("out", rd.out, rc.out, c->atol, c->rtol, msg, sizeof msg);
+            for (int i = 0; okd && cc.bwd && i < c->n_in; i++) {
+                if (!rc.grad[i] && !rd.grad[i]) continue;
+                char w[32];
+                snprintf(w, sizeof w, "grad of input %d", i);
+                okd = close_enough(w, rd.grad[i], rc.grad[i], c->atol, c->rtol, msg, sizeof msg);
+            }
+        }
+        if (!okd) {
+            fails++;
+            v[c->op] = V_FAIL;
+            snprintf(why[c->op], sizeof why[c->op], "%s: %s", c->what, msg);
+        } else if (v[c->op] != V_FAIL) {
+            v[c->op] = V_OK;
+            if (c->bwd && !b->backward[c->op])
+                snprintf(why[c->op], sizeof why[c->op], "forward only (no backward kernel)");
+        }
+        result_free(&rc);
+        if (okd) result_free(&rd);
+    }
+    printf("backend conformance, %s vs cpu:\n", b->name);
+    for (int op = PL_OP_COPY; op < PL_OP_COUNT; op++)
+        printf("  %-16s %s%s%s\n", pl_op_name((pl_op)op),
+               v[op] == V_OK ? "OK" : v[op] == V_UNSUPPORTED ? "unsupported" : v[op] == V_FAIL ? "FAIL" : "-",
+               why[op][0] ? "  " : "", why[op]);
+    ck_assert_msg(fails == 0, "%d conformance cases failed on backend %s (see the table on stdout)",
+                  fails, b->name);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("backend_conformance");
+    TCase *tc = tcase_create("ops");
+    tcase_add_test(tc, cpu_kernels_complete);
+    tcase_add_test(tc, cpu_reference_sane);
+    tcase_add_test(tc, device_conformance);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}
