@@ -227,7 +227,7 @@ static pl_tensor *make_host(const ocase *c, int ci, int i) {
     return pl_tensor_from_data(PL_I64, t->nd, t->sh, v, PL_CPU);
 }
 
-static bool fail(result *r, const char *what) {
+static bool set_fail(result *r, const char *what) {
     r->st = pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL;
     snprintf(r->msg, sizeof r->msg, "%s: %s", what, pl_error_message());
     return false;
@@ -242,36 +242,36 @@ static bool run_case(const ocase *c, int ci, pl_device dev, result *r) {
     for (int i = 0; i < c->n_in && ok; i++) {
         pl_tensor *h = make_host(c, ci, i);
         if (!h) {
-            ok = fail(r, "input");
+            ok = set_fail(r, "input");
             break;
         }
         pl_dtype dt = c->in[i].kind == 'f' ? c->in[i].dt : PL_I64;
         in[i] = pl_tensor_to(h, dt, dev);
         pl_tensor_release(h);
         if (!in[i]) {
-            ok = fail(r, "copy input to device");
+            ok = set_fail(r, "copy input to device");
             break;
         }
         if (c->in[i].kind == 'f' && c->in[i].grad && c->bwd) pl_tensor_set_requires_grad(in[i], true);
     }
     pl_tensor *out = ok ? c->fn(in, c) : NULL;
-    if (ok && !out) ok = fail(r, "forward");
+    if (ok && !out) ok = set_fail(r, "forward");
     if (ok && c->bwd && out->requires_grad) {
         pl_tensor *o32 = out->dtype == PL_F32 ? out : pl_cast(out, PL_F32);
         pl_tensor *rh = pl_test_rand(out->ndim, out->shape, -1, 1, 99);
         pl_tensor *rw = rh ? pl_tensor_to(rh, PL_F32, dev) : NULL;
         pl_tensor_release(rh);
         pl_tensor *loss = pl_sum(pl_mul(o32, rw), PL_ALL_DIMS, false);
-        if (!loss || pl_backward(loss, 1.0)) ok = fail(r, "backward");
+        if (!loss || pl_backward(loss, 1.0)) ok = set_fail(r, "backward");
     }
     if (ok) {
         pl_dtype odt = pl_dtype_is_float(out->dtype) ? PL_F32 : out->dtype;
         r->out = pl_tensor_retain(pl_tensor_to(out, odt, PL_CPU));
-        if (!r->out) ok = fail(r, "copy output to CPU");
+        if (!r->out) ok = set_fail(r, "copy output to CPU");
         for (int i = 0; i < c->n_in && ok; i++)
             if (in[i]->grad) {
                 r->grad[i] = pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU));
-                if (!r->grad[i]) ok = fail(r, "copy gradient to CPU");
+                if (!r->grad[i]) ok = set_fail(r, "copy gradient to CPU");
             }
     }
     pl_tape_clear();
@@ -340,7 +340,7 @@ START_TEST(cpu_kernels_complete) {
     /* and every op has at least one conformance case */
     for (int op = PL_OP_COPY; op < PL_OP_COUNT; op++) {
         bool has = false;
-        for (int i = 0; i < N_CASES; i++) has = has || g_cases[i].op == op;
+        for (int i = 0; i < N_CASES; i++) has = has || (int)g_cases[i].op == op;
         ck_assert_msg(has, "op %s has no conformance case", pl_op_name((pl_op)op));
     }
 }

@@ -1,0 +1,82 @@
+"""LSTM forecasting: training samples/s of `pipeline run configs/lstm_chicago.ini`
+vs torch.nn.LSTM with the same shapes (window, features, hidden_size,
+num_layers, dropout, batch size from the INI), linear head on the last step,
+Huber loss, AdamW, gradient clipping at 1.0, on the same standardized windows.
+
+usage: python3 bench/lstm/bench_lstm.py [--epochs 3]
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
+
+
+def torch_samples_per_s(h5, cfg, epochs):
+    import h5py
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    m, d = cfg["model"], cfg["data"]
+    W, bs = int(d.get("window", 28)), int(d.get("batch_size", 64))
+    H, nl = int(m.get("hidden_size", 64)), int(m.get("num_layers", 2))
+    p = float(m.get("dropout", 0.0))
+    with h5py.File(h5) as f:
+        s = np.asarray(f[d.get("series", "series")][:], dtype=np.float32)
+    n_train = int(0.75 * len(s))  # same order of magnitude as the 2001-2013 range
+    s = (s - s[:n_train].mean(0)) / (s[:n_train].std(0) + 1e-8)
+    x = torch.tensor(s)
+    idx = torch.arange(n_train - W - 1)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(x.shape[1], H, nl, batch_first=True, dropout=p if nl > 1 else 0)
+            self.head = nn.Linear(H, 1)
+
+        def forward(self, xb):
+            y, _ = self.lstm(xb)
+            return self.head(y[:, -1])
+
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
+    windows = x.unfold(0, W, 1).transpose(1, 2)  # [T-W+1, W, F] strided view
+    n = 0
+    t0 = time.perf_counter()
+    for ep in range(epochs):
+        perm = idx[torch.randperm(len(idx))]
+        for b in range(0, len(perm), bs):
+            ib = perm[b:b + bs]
+            xb, yb = windows[ib], x[ib + W, :1]
+            loss = F.huber_loss(net(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            n += len(ib)
+    return n / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--data", default=os.path.join(common.ROOT, "data/chicago.h5"))
+    a = ap.parse_args()
+    cfg = common.read_ini("configs/lstm_chicago.ini")
+    print(common.environment())
+    s = common.run_pipeline("configs/lstm_chicago.ini",
+                            [f"trainer.max_epochs={a.epochs}", "trainer.limit_val_batches=1",
+                             f"data.path={a.data}"], "lstm")
+    ours = s["train_samples_per_second"]
+    theirs = torch_samples_per_s(a.data, cfg, a.epochs)
+    common.report("LSTM Chicago (train)", "samples/s", ours, theirs,
+                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
