@@ -34,6 +34,7 @@
 
 #include "internal.h"
 #include "pipeline/nf4.h"
+#include "backend_loader.h"
 #include "runobjs.h"
 #include "trainer.h"
 
@@ -998,7 +999,12 @@ static int fail(trainer *t, int code) {
     fprintf(stderr, "error: %s\n", msg[0] ? msg : "run failed");
     if (t->log) fprintf(t->log, "error: %s\n", msg);
     const char *hint = pl_hint_get();
-    fprintf(stderr, "hint: %s\n", hint && hint[0] ? hint : "see log.txt in the run directory");
+    if (!(hint && hint[0]))
+        hint = pl_error_status() == PL_ERR_DEVICE ? "use pipeline.device=cpu, or a machine whose GPU "
+                                                    "driver matches the CUDA runtime"
+               : t->log ? "see log.txt in the run directory"
+                        : "`pipeline check FILE.ini` validates the config";
+    fprintf(stderr, "hint: %s\n", hint);
     return code;
 }
 
@@ -1017,7 +1023,14 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
     if (threads > 0) omp_set_num_threads((int)threads);
 
-    if (pl_device_parse(pl_cfg_str(t->pipe, "device", "cpu"), &t->ctx.device)) return fail(t, 2);
+    const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
+    if (strcmp(dev, "cpu") != 0 && pl_backend_load(reg, PL_DEVICE_CUDA) != PL_OK) {
+        if (strcmp(dev, "auto") != 0) return fail(t, 2);
+        printf("device = auto: no usable CUDA backend (%s); training on the CPU\n",
+               pl_error_message());
+        pl_error_clear();
+    }
+    if (pl_device_parse(dev, &t->ctx.device)) return fail(t, 2);
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
     t->ctx.meta = pl_meta_new();
     t->ctx.params = pl_params_new();

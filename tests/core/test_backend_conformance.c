@@ -216,7 +216,8 @@ static void result_free(result *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* Host tensor of input i of case c (deterministic: seed from case and input). */
+/* Host tensor of input i of case c (deterministic: seed from case and input).
+ * Called inside a frame, which owns the result. */
 static pl_tensor *make_host(const ocase *c, int ci, int i) {
     const tin *t = &c->in[i];
     if (t->kind == 'f') return pl_test_rand(t->nd, t->sh, t->lo, t->hi, 1000u + 17u * ci + i);
@@ -246,8 +247,7 @@ static bool run_case(const ocase *c, int ci, pl_device dev, result *r) {
             break;
         }
         pl_dtype dt = c->in[i].kind == 'f' ? c->in[i].dt : PL_I64;
-        in[i] = pl_tensor_to(h, dt, dev);
-        pl_tensor_release(h);
+        in[i] = pl_tensor_to(h, dt, dev); /* h and in[i] belong to the frame */
         if (!in[i]) {
             ok = set_fail(r, "copy input to device");
             break;
@@ -260,7 +260,6 @@ static bool run_case(const ocase *c, int ci, pl_device dev, result *r) {
         pl_tensor *o32 = out->dtype == PL_F32 ? out : pl_cast(out, PL_F32);
         pl_tensor *rh = pl_test_rand(out->ndim, out->shape, -1, 1, 99);
         pl_tensor *rw = rh ? pl_tensor_to(rh, PL_F32, dev) : NULL;
-        pl_tensor_release(rh);
         pl_tensor *loss = pl_sum(pl_mul(o32, rw), PL_ALL_DIMS, false);
         if (!loss || pl_backward(loss, 1.0)) ok = set_fail(r, "backward");
     }

@@ -1,0 +1,124 @@
+/* test_cuda.c - the cuda backend plugin: loads through the registry, and on
+ * a machine with a GPU round-trips memory, reports mem_info, pinned memory
+ * and runs a small training-style graph (matmul + cross-entropy backward)
+ * against the CPU. Without a GPU every test skips with the reason. The
+ * op-by-op comparison is tests/core/test_backend_conformance.c. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend_loader.h"
+#include "pl_test.h"
+#include "registry.h"
+
+static bool g_have_gpu;
+static char g_reason[1024];
+
+static void load_once(void) {
+    static bool done;
+    if (done) return;
+    done = true;
+    pl_registry *reg = pl_registry_new();
+    pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR);
+    g_have_gpu = pl_backend_load(reg, PL_DEVICE_CUDA) == PL_OK;
+    if (!g_have_gpu) snprintf(g_reason, sizeof g_reason, "%s", pl_error_message());
+    pl_registry_free(reg);
+}
+
+#define NEED_GPU()                                                                          \
+    do {                                                                                    \
+        load_once();                                                                        \
+        if (!g_have_gpu) {                                                                  \
+            printf("SKIP %s: no CUDA device (%s)\n", __func__, g_reason);                   \
+            return;                                                                         \
+        }                                                                                   \
+    } while (0)
+
+/* The plugin is found by name and kind, and its descriptor is a backend. */
+START_TEST(plugin_descriptor) {
+    pl_registry *reg = pl_registry_new();
+    PL_CK_OK(pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR));
+    const pl_plugin_desc *d = NULL;
+    PL_CK_OK(pl_registry_find(reg, "cuda", PL_KIND_BACKEND, &d, NULL));
+    ck_assert_str_eq(d->name, "cuda");
+    const pl_backend *b = d->vtable;
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(b->type, PL_DEVICE_CUDA);
+    ck_assert_ptr_nonnull(b->forward[PL_OP_MATMUL]);
+    ck_assert_ptr_nonnull(b->backward[PL_OP_CROSS_ENTROPY]);
+    ck_assert_ptr_null(b->forward[PL_OP_LSTM]); /* documented as unsupported */
+    pl_registry_free(reg);
+}
+END_TEST
+
+/* Without a device the loader refuses with PL_ERR_DEVICE and a reason. */
+START_TEST(load_reports_reason) {
+    load_once();
+    if (g_have_gpu) return;
+    ck_assert_msg(strstr(g_reason, "no cuda device is visible") != NULL, "reason: %s", g_reason);
+}
+END_TEST
+
+START_TEST(memory_roundtrip) {
+    NEED_GPU();
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    size_t fr = 0, tot = 0;
+    PL_CK_OK(b->mem_info(0, &fr, &tot));
+    ck_assert(tot > 0 && fr <= tot);
+    float h[1000];
+    for (int i = 0; i < 1000; i++) h[i] = (float)i * 0.5f - 7.0f;
+    pl_tensor *c = pl_tensor_from_data(PL_F32, PL_SHAPE(10, 100), h, PL_CPU);
+    pl_tensor *g = pl_tensor_to(c, PL_BF16, (pl_device){PL_DEVICE_CUDA, 0});
+    ck_assert_ptr_nonnull(g);
+    pl_tensor *back = pl_tensor_to(g, PL_F32, PL_CPU);
+    for (int i = 0; i < 1000; i++)
+        ck_assert_float_eq(pl_tensor_f32(back)[i], pl_bf16_to_f32(pl_f32_to_bf16(h[i])));
+    void *p = b->host_alloc_pinned(4096);
+    ck_assert_ptr_nonnull(p);
+    b->host_free_pinned(p);
+    pl_tensor_release(back);
+    pl_tensor_release(g);
+    pl_tensor_release(c);
+}
+END_TEST
+
+/* loss = CE(x W^T + b, y): values and gradients match the CPU. */
+START_TEST(small_graph_matches_cpu) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    double loss_v[2];
+    pl_tensor *gw[2];
+    for (int k = 0; k < 2; k++) {
+        pl_device d = k ? gd : PL_CPU;
+        pl_frame_begin();
+        pl_tensor *x = pl_tensor_to(pl_test_randn(PL_SHAPE(16, 32), 1), PL_F32, d);
+        pl_tensor *w = pl_tensor_to(pl_test_randn(PL_SHAPE(10, 32), 2), PL_F32, d);
+        pl_tensor *bb = pl_tensor_to(pl_test_randn(PL_SHAPE(10), 3), PL_F32, d);
+        int64_t yv[16];
+        for (int i = 0; i < 16; i++) yv[i] = (i * 7) % 10;
+        pl_tensor *y = pl_tensor_from_data(PL_I64, PL_SHAPE(16), yv, d);
+        pl_tensor_set_requires_grad(w, true);
+        pl_tensor *loss = pl_cross_entropy(pl_gelu(pl_linear(x, w, bb), false), y, -100, 0.0);
+        ck_assert_ptr_nonnull(loss);
+        loss_v[k] = pl_tensor_item(loss);
+        PL_CK_OK(pl_backward(loss, 1.0));
+        gw[k] = pl_tensor_retain(pl_tensor_to(w->grad, PL_F32, PL_CPU));
+        pl_frame_end();
+    }
+    ck_assert_double_eq_tol(loss_v[0], loss_v[1], 1e-4);
+    ck_assert_double_le(pl_test_max_abs_diff(gw[0], gw[1]), 1e-4);
+    pl_tensor_release(gw[0]);
+    pl_tensor_release(gw[1]);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cuda_backend");
+    TCase *tc = tcase_create("cuda");
+    tcase_add_test(tc, plugin_descriptor);
+    tcase_add_test(tc, load_reports_reason);
+    tcase_add_test(tc, memory_roundtrip);
+    tcase_add_test(tc, small_graph_matches_cpu);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}
