@@ -20,11 +20,6 @@
 
 #include "ranking.h"
 
-/* pl_nf4_matmul is declared in ops.h; the weak reference keeps this plugin
- * loadable on a core built without the NF4 kernels (base_linear then
- * reports PL_ERR_UNSUPPORTED instead of failing at dlopen). */
-#pragma weak pl_nf4_matmul
-
 const char *const ilora_proj_names[ILORA_NPROJ] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
 static const char *const proj_short[ILORA_NPROJ] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -168,15 +163,29 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
 enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
        STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
 
-static pl_tensor *new_param(ilora_model *m, const char *name, int ndim, const int64_t *shape,
-                            unsigned tags, bool trainable) {
+static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, int ndim,
+                            const int64_t *shape, unsigned tags, bool trainable) {
     /* called inside create's frame: the frame's reference goes at its end,
      * the params list keeps its own */
     pl_tensor *t = pl_tensor_zeros(PL_F32, ndim, shape, m->ctx->device);
     if (!t || pl_params_add(m->params, name, t, tags)) return NULL;
     pl_tensor_set_requires_grad(t, trainable);
-    m->n_params_created++;
+    if (m->n_slots == ILORA_MAX_PARAMS) {
+        pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
+        return NULL;
+    }
+    m->slot[m->n_slots].dst = dst;
+    m->slot[m->n_slots++].index = pl_params_count(m->params) - 1;
     return t;
+}
+
+/* Re-read every parameter tensor from the params list: a precision plugin
+ * may have replaced some (qlora4: frozen projections -> nf4 tensors). */
+static void refresh_params(ilora_model *m) {
+    for (int i = 0; i < m->n_slots; i++) {
+        pl_param *p = pl_params_at(m->params, m->slot[i].index);
+        if (p) *m->slot[i].dst = p->t;
+    }
 }
 
 static pl_status check_opts(const ilora_opts *o) {
@@ -233,7 +242,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 
     pl_frame_begin();
     pl_no_grad_begin();
-    m->embed = new_param(m, "model.embed_tokens.weight", PL_SHAPE(V, D), PL_TAG_NO_DECAY,
+    m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D), PL_TAG_NO_DECAY,
                          base_train);
     if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
     else st = pl_error_status();
@@ -250,10 +259,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     for (int64_t l = 0; l < L && !st; l++) {
         ilora_layer *ly = &m->layer[l];
         snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        ly->input_norm = new_param(m, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        ly->input_norm = new_param(m, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
         snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
                  (long long)l);
-        ly->post_norm = new_param(m, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        ly->post_norm = new_param(m, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
         if (!ly->input_norm || !ly->post_norm) {
             st = pl_error_status();
             break;
@@ -265,7 +274,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
                      ilora_proj_names[i]);
             ilora_proj *p = &ly->proj[i];
-            p->w = new_param(m, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, base_train);
+            p->w = new_param(m, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, base_train);
             if (!p->w) {
                 st = pl_error_status();
                 break;
@@ -276,10 +285,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
             int64_t R = E * m->r_e;
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_a = new_param(m, name, PL_SHAPE(R, in_dim[i]), PL_TAG_LORA, true);
+            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), PL_TAG_LORA, true);
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_b = new_param(m, name, PL_SHAPE(out_dim[i], R), PL_TAG_LORA, true);
+            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), PL_TAG_LORA, true);
             if (!p->lora_a || !p->lora_b) {
                 st = pl_error_status();
                 break;
@@ -291,19 +300,19 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         }
     }
     if (!st) {
-        m->norm = new_param(m, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        m->norm = new_param(m, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
         st = m->norm ? pl_tensor_fill_(m->norm, 1.0) : pl_error_status();
     }
     if (!st && !o->tie_embeddings) {
-        m->lm_head = new_param(m, "lm_head.weight", PL_SHAPE(V, D), PL_TAG_HEAD, base_train);
+        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), PL_TAG_HEAD, base_train);
         st = m->lm_head ? pl_tensor_normal_(m->lm_head, 0, o->init_std, seed, STREAM_LM_HEAD)
                         : pl_error_status();
     }
     if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
         /* nn.Linear(dim, E) default init: U(-1/sqrt(dim), 1/sqrt(dim)) for weight and bias */
         double bound = 1.0 / sqrt((double)D);
-        m->router_w = new_param(m, "router.weight", PL_SHAPE(E, D), PL_TAG_ROUTER, true);
-        m->router_b = new_param(m, "router.bias", PL_SHAPE(E), PL_TAG_ROUTER | PL_TAG_NO_DECAY,
+        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), PL_TAG_ROUTER, true);
+        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_ROUTER | PL_TAG_NO_DECAY,
                                 true);
         if (!m->router_w || !m->router_b) st = pl_error_status();
         if (!st) st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);
@@ -350,14 +359,8 @@ void ilora_model_destroy(ilora_model *m) {
 
 pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w) {
     if (!x || !w) return NULL;
-    if (w->dtype == PL_NF4) {
-        if (!pl_nf4_matmul) {
-            pl_error_set(PL_ERR_UNSUPPORTED, "ilora: base weight '%s' is nf4 but this core has no "
-                         "pl_nf4_matmul", w->name);
-            return NULL;
-        }
-        return pl_nf4_matmul(x, w);
-    }
+    /* a frozen base weight quantized by qlora4: x @ dequant(W)^T */
+    if (w->dtype == PL_NF4) return pl_nf4_matmul(x, w);
     return pl_linear(x, w, NULL);
 }
 
@@ -479,6 +482,7 @@ static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
 
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     if (!ids) return NULL;
+    refresh_params(m);
     const ilora_opts *o = &m->o;
     fwd_state s;
     if (fwd_state_init(&s, ids, m->ctx->device)) {

@@ -14,6 +14,7 @@
 
 #define ILORA_MAX_LAYERS 64
 #define ILORA_NPROJ 7 /* q k v o gate up down */
+#define ILORA_MAX_PARAMS (6 + ILORA_MAX_LAYERS * (2 + 3 * ILORA_NPROJ))
 
 typedef enum ilora_adapters { ILORA_NONE = 0, ILORA_LORA, ILORA_MOE_LORA } ilora_adapters;
 
@@ -71,8 +72,13 @@ typedef struct ilora_model {
     pl_tensor *lm_head;  /* [V, D] or NULL when tied */
     pl_tensor *router_w, *router_b; /* [E, D], [E] or NULL */
     pl_tensor *gate_index;          /* i64 [E*r_e]: slot -> expert (device) */
-    int n_params_created;           /* params this model added (for slot lookup) */
-    int param_slot_embed, param_slot_lm_head;
+    /* where each parameter lives: the fields above point at ctx->params'
+     * tensors and are re-read before every forward (precision may replace them) */
+    int n_slots;
+    struct {
+        pl_tensor **dst;
+        int index;
+    } slot[ILORA_MAX_PARAMS];
     ilora_layer layer[ILORA_MAX_LAYERS];
     ilora_hist hist[PL_SPLIT_COUNT];
     bool have_hist;
@@ -100,7 +106,8 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
 /* Router gates softmax(router(mean of embed rows of non-zero ids)) [B, E];
  * ids i32 [B, L]. NULL model router: returns NULL without error. */
 pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids);
-/* Final hidden states [B, L, D] (after model.norm). */
+/* Final hidden states [B, L, D] (after model.norm). Re-reads the parameter
+ * tensors from ctx->params first. */
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training);
 /* logits = h @ E^T (tied) or h @ lm_head^T; h [..., D] -> [..., V]. */
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h);

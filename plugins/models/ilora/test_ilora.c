@@ -700,6 +700,59 @@ START_TEST(tiny_fit_on_synthetic_sequences_lowers_the_loss) {
 }
 END_TEST
 
+START_TEST(nf4_base_weights_give_the_dequantized_model) {
+    /* qlora4 replaces frozen base projections by nf4 tensors; base_linear must
+     * then compute x @ dequant(W)^T, and the adapters still get gradients */
+    const int32_t idv[12] = {0, 0, 4, 9, 2, 11, 3, 3, 8, 1, 12, 5};
+    const int32_t lab[12] = {0, 0, 9, 2, 11, 7, 3, 8, 1, 12, 5, 6};
+    pl_tensor *lg[2] = {0};
+    double loss[2];
+    for (int mode = 0; mode < 2; mode++) {
+        env e;
+        env_init(&e, 21, 0);
+        ilora_opts o = small_opts(ILORA_MOE_LORA);
+        o.init_std = 0.5;
+        ilora_model *m = NULL;
+        PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+        for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+            pl_param *p = pl_params_at(e.ctx.params, i);
+            if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_normal_(p->t, 0, 0.2, 3, (uint64_t)i));
+            if (!(p->tags & PL_TAG_BASE)) continue;
+            pl_tensor *q = PL_CK_NOTNULL(pl_nf4_quantize(p->t, 64, false));
+            if (mode == 1) {
+                PL_CK_OK(pl_params_replace(e.ctx.params, i, q));
+            } else { /* the f32 model holds the dequantized values */
+                pl_tensor *dq = PL_CK_NOTNULL(pl_nf4_dequantize(q, PL_F32));
+                PL_CK_OK(pl_tensor_copy_(p->t, dq));
+                pl_tensor_release(dq);
+            }
+            pl_tensor_release(q);
+        }
+        pl_frame_begin();
+        pl_no_grad_begin();
+        pl_tensor *ids = ids_tensor(idv, 2, 6);
+        lg[mode] = pl_frame_keep(ilora_logits(m, ilora_hidden(m, ids, false)));
+        pl_no_grad_end();
+        pl_frame_end();
+        ck_assert_ptr_nonnull(lg[mode]);
+        /* the model picked up the replaced tensors from the params list */
+        ck_assert_int_eq(m->layer[1].proj[6].w->dtype, mode ? PL_NF4 : PL_F32);
+        pl_tensor *it = ids_tensor(idv, 2, 6), *lt = ids_tensor(lab, 2, 6);
+        loss[mode] = train_loss(m, it, lt, true);
+        pl_param *pa = pl_params_find(e.ctx.params, "model.layers.0.self_attn.q_proj.lora_A.weight");
+        ck_assert_ptr_nonnull(pa->t->grad);
+        pl_tensor_release(it);
+        pl_tensor_release(lt);
+        ilora_model_destroy(m);
+        env_free(&e);
+    }
+    ck_assert_double_le(pl_test_max_abs_diff(lg[0], lg[1]), 1e-4);
+    ck_assert_double_eq_tol(loss[0], loss[1], 1e-4);
+    pl_tensor_release(lg[0]);
+    pl_tensor_release(lg[1]);
+}
+END_TEST
+
 START_TEST(bad_options_are_refused_with_the_key) {
     env e;
     env_init(&e, 1, 0);
@@ -734,6 +787,7 @@ int main(void) {
     tcase_add_test(t, export_writes_sorted_topk_per_position_and_user);
     tcase_add_test(t, dropout_masks_follow_the_micro_step);
     tcase_add_test(t, tiny_fit_on_synthetic_sequences_lowers_the_loss);
+    tcase_add_test(t, nf4_base_weights_give_the_dequantized_model);
     tcase_add_test(t, bad_options_are_refused_with_the_key);
     suite_add_tcase(s, t);
     return pl_test_run(s);

@@ -140,7 +140,7 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
     int64_t B = x->shape[0], T = x->shape[1];
     int D = m->o.bidirectional ? 2 : 1;
     uint64_t base = (uint64_t)m->ctx->micro_step * LSTM_MAX_LAYERS;
-    pl_tensor *h = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device);
+    pl_tensor *xf = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device), *h = xf;
     for (int l = 0; l < m->o.num_layers && h; l++) {
         if (l > 0) h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + (uint64_t)l, training);
         pl_tensor *h0 = NULL, *c0 = NULL, *hn = NULL, *cn = NULL;
@@ -164,7 +164,19 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
     if (!h) return NULL;
     if (m->o.head == LSTM_HEAD_LAST)
         h = pl_reshape(pl_slice(h, 1, T - 1, T), 2, (int64_t[]){B, D * m->o.hidden_size});
-    return pl_linear(h, P(m, m->head_w), P(m, m->head_b));
+    pl_tensor *pred = pl_linear(h, P(m, m->head_w), P(m, m->head_b));
+    if (m->o.naive_skip) {
+        /* + x[:, T-1+h-period, naive_column] for horizon steps h = 1..Ho */
+        int64_t Ho = m->o.horizon, t0 = T - m->o.seasonal_period, c = m->o.naive_column;
+        if (t0 < 0) {
+            pl_error_set(PL_ERR_CONFIG, "lstm: seasonal_period %lld longer than the input window %lld",
+                         (long long)m->o.seasonal_period, (long long)T);
+            return NULL;
+        }
+        pl_tensor *base = pl_slice(pl_slice(xf, 1, t0, t0 + Ho), 2, c, c + 1);
+        pred = pl_add(pred, pl_reshape(base, 2, (int64_t[]){B, Ho}));
+    }
+    return pred;
 }
 
 /* ---- metrics ---------------------------------------------------------------------- */
@@ -240,6 +252,9 @@ static const pl_option_spec lstm_options[] = {
      "report seasonal_naive_mae with this period in steps (7: same weekday last week); 0: off"},
     {"naive_column", PL_OPT_INT, "0", 0, 1e6, NULL,
      "input feature column that holds the target (standardized like the target), for the naive forecast"},
+    {"naive_skip", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "add the seasonal-naive forecast to the output: the network predicts the correction "
+     "(head = last, one target, horizon <= seasonal_period)"},
     {"input_field", PL_OPT_STRING, "x", PL_NO_BOUNDS, NULL, "batch field with inputs [B, T, F]"},
     {"target_field", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL, "batch field with targets"},
     PL_OPTIONS_END};
@@ -271,6 +286,7 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         .huber_delta = pl_cfg_float(cfg, "huber_delta", 1.0),
         .seasonal_period = pl_cfg_int(cfg, "seasonal_period", 0),
         .naive_column = pl_cfg_int(cfg, "naive_column", 0),
+        .naive_skip = pl_cfg_bool(cfg, "naive_skip", false),
         .input_field = pl_cfg_str(cfg, "input_field", "x"),
         .target_field = pl_cfg_str(cfg, "target_field", "y"),
     };
@@ -299,6 +315,11 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
     if (o.seasonal_period > 0 && o.naive_column >= o.input_size)
         return pl_error_set(PL_ERR_CONFIG, "lstm: naive_column %lld outside the %lld input features",
                             (long long)o.naive_column, (long long)o.input_size);
+    if (o.naive_skip && (o.seasonal_period <= 0 || o.head != LSTM_HEAD_LAST || o.output_size != o.horizon ||
+                         o.horizon > o.seasonal_period))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip needs seasonal_period > 0, head = last, one "
+                            "target (output_size %lld = horizon %lld) and horizon <= seasonal_period",
+                            (long long)o.output_size, (long long)o.horizon);
     lstm_model *m;
     st = lstm_model_new(&o, ctx, &m);
     if (!st) *self = m;

@@ -32,6 +32,9 @@ typedef struct lstm_opts {
     /* seasonal-naive baseline (0: off): forecast of horizon step h (1-based)
      * = x[:, T - 1 + h - period, naive_column], de-standardized with output 0's stats */
     int64_t seasonal_period, naive_column, horizon;
+    /* add the seasonal-naive forecast to the head's output (the network
+     * learns the correction; needs output_size == horizon <= period) */
+    bool naive_skip;
     const char *input_field, *target_field;
 } lstm_opts;
 

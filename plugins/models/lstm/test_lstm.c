@@ -275,6 +275,41 @@ START_TEST(eval_metrics_in_original_units) {
 }
 END_TEST
 
+/* naive_skip with a zero head: the forecast is the seasonal-naive one, so
+ * the model's mae equals seasonal_naive_mae and pred = x[:, T - period, col]. */
+START_TEST(naive_skip_adds_the_seasonal_naive_forecast) {
+    lstm_opts o = base_opts();
+    o.num_layers = 1;
+    o.shift[0] = 3;
+    o.scale[0] = 2;
+    o.seasonal_period = 2;
+    o.naive_column = 2;
+    o.naive_skip = true;
+    fixture f;
+    fx_init(&f, &o);
+    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
+    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, 0.0);
+    int64_t B = 4, T = 6;
+    series_batch s;
+    batch_init(&s, B, T, LSTM_REF_MF, 1, 77);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_metrics m;
+    pl_metrics_reset(&m);
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *pred = lstm_predict(f.m, s.x, false);
+    for (int64_t b = 0; b < B; b++)
+        ck_assert_double_eq_tol(pl_tensor_get(pred, b), pl_tensor_get(s.x, (b * T + T - 2) * LSTM_REF_MF + 2), 1e-7);
+    pl_tensor *loss = NULL;
+    PL_CK_OK(vt->forward(f.m, &s.b, PL_SPLIT_TEST, false, &loss, &m));
+    pl_frame_end();
+    pl_no_grad_end();
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "mae"), pl_metrics_get(&m, "seasonal_naive_mae"), 1e-6);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(target_shape_mismatch_is_refused) {
     lstm_opts o = base_opts();
     o.output_size = 2;
@@ -315,6 +350,7 @@ int main(void) {
     tcase_add_test(tc, dropout_masks_follow_the_micro_step);
     tcase_add_test(tc, stateful_carry_continues_the_sequence);
     tcase_add_test(tc, eval_metrics_in_original_units);
+    tcase_add_test(tc, naive_skip_adds_the_seasonal_naive_forecast);
     tcase_add_test(tc, target_shape_mismatch_is_refused);
     tcase_add_test(tc, schema_and_descriptor);
     suite_add_tcase(s, tc);
