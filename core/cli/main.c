@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config_internal.h"
 #include "registry.h"
@@ -338,7 +339,21 @@ static int cmd_plugins(int argc, char **argv) {
     return 0;
 }
 
+/* OpenMP's worker threads and OpenBLAS's own thread pool both busy-wait by
+ * default; on a small machine (or one shared with other jobs) they spin
+ * against each other and a training step runs several times slower (the
+ * iLoRA pretraining step: 10.2 s vs 1.8 s for 12 batches on 2 busy cores).
+ * libgomp reads OMP_WAIT_POLICY once, when it is loaded, so the CLI re-executes
+ * itself with PASSIVE unless the user chose a policy. */
+static void ensure_passive_wait(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+    /* exec failed (no /proc): carry on with the default policy */
+}
+
 int main(int argc, char **argv) {
+    ensure_passive_wait(argv);
     if (argc < 2) {
         fputs(general_help, stderr);
         fprintf(stderr, "error: no command given\nhint: try `pipeline help`\n");

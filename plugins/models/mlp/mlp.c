@@ -4,6 +4,7 @@
  * (kaiming-uniform weights, U(-1/sqrt(in), 1/sqrt(in)) biases, as PyTorch).
  * The small reference model used by the trainer's tests and quick baselines. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
