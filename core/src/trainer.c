@@ -20,6 +20,7 @@
  * checkpoint written at an epoch boundary continues bit-identically.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -932,6 +933,24 @@ static pl_status resolve_init_from(trainer *t, const char *v, char *out, size_t 
 
 /* ---- setup ----------------------------------------------------------------------------------- */
 
+/* The newest run directory under `base` (timestamped names sort in time
+ * order) other than `self` that holds checkpoints/last.safetensors. */
+static int newest_last_checkpoint(const char *base, const char *self, char *out, size_t n) {
+    struct dirent **ents = NULL;
+    int k = scandir(base, &ents, NULL, alphasort), found = -1;
+    const char *self_leaf = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
+    for (int i = k - 1; i >= 0; i--) {
+        const char *d = ents[i]->d_name;
+        if (found < 0 && d[0] != '.' && strcmp(d, "latest") && strcmp(d, self_leaf)) {
+            snprintf(out, n, "%s/%s/checkpoints/last.safetensors", base, d);
+            if (access(out, R_OK) == 0) found = 0;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return found;
+}
+
 static pl_status make_run_dir(trainer *t) {
     const char *rd = pl_cfg_str(t->pipe, "run_dir", "runs");
     char latest[PATH_MAX];
@@ -1098,23 +1117,10 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         if (!strcmp(resume, "last")) {
             char latest[PATH_MAX];
             pl_trainer_latest_dir(cfg, latest, sizeof latest);
-            /* latest now points at this new run: use the previous one */
-            snprintf(p, sizeof p, "%s", "");
-            char base[PATH_MAX];
-            snprintf(base, sizeof base, "%s", latest);
-            *strrchr(base, '/') = 0;
-            /* find the newest other run dir with a last checkpoint */
-            char cmd[PATH_MAX * 2];
-            snprintf(cmd, sizeof cmd, "ls -1d '%s'/*/checkpoints/last.safetensors 2>/dev/null | sort | tail -n 1", base);
-            FILE *pp = popen(cmd, "r");
-            if (pp) {
-                if (!fgets(p, sizeof p, pp)) p[0] = 0;
-                pclose(pp);
-                p[strcspn(p, "\n")] = 0;
-            }
-            if (!p[0])
+            *strrchr(latest, '/') = 0; /* RUN_DIR/NAME */
+            if (newest_last_checkpoint(latest, t->run_dir, p, sizeof p))
                 st = pl_error_set(PL_ERR_IO, "--resume last: no earlier run of %s has a last "
-                                  "checkpoint under %s", pl_config_path(cfg), base);
+                                  "checkpoint under %s", pl_config_path(cfg), latest);
         } else {
             snprintf(p, sizeof p, "%s", resume);
         }

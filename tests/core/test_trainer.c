@@ -146,6 +146,21 @@ START_TEST(resume_is_bit_identical) {
 }
 END_TEST
 
+START_TEST(resume_last_continues_the_newest_run) {
+    setup();
+    ck_assert_int_eq(run("again", 0, NULL, NULL), 0);
+    const char *more[] = {"trainer.max_epochs=3"};
+    ck_assert_int_eq(run("again", 1, more, "last"), 0);
+    pl_st_file *f = open_ckpt("again", "last");
+    ck_assert_str_eq(pl_st_meta(f, "epoch"), "3");
+    ck_assert_str_eq(pl_st_meta(f, "step"), "24"); /* 2 epochs resumed + 1 trained, 8 steps each */
+    pl_st_close(f);
+    /* nothing to resume from is a clear error */
+    ck_assert_int_eq(run("never_ran", 0, NULL, "last"), 1);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "no earlier run"));
+}
+END_TEST
+
 START_TEST(gradient_accumulation_matches_larger_batch) {
     setup();
     /* same data order (no shuffle), no dropout, sgd: k=2 x batch 8 == 1 x batch 16 */
@@ -271,6 +286,7 @@ int main(void) {
     TCase *tc = tcase_create("fit");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, resume_is_bit_identical);
+    tcase_add_test(tc, resume_last_continues_the_newest_run);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
