@@ -386,17 +386,43 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
     const void *xp = pl_tensor_data(x);
     void *yp = pl_tensor_data(a->out[0]);
     uint8_t *mask = pl_tensor_data(a->out[1]);
+    /* groups of 4 elements share one Philox call (counter = group index);
+     * PL_PHILOX_LANES groups are generated together, vectorized */
+    int64_t nblk = (ng + PL_PHILOX_LANES - 1) / PL_PHILOX_LANES;
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
-    for (int64_t g = 0; g < ng; g++) {
-        uint32_t ctr[4] = {(uint32_t)g, (uint32_t)((uint64_t)g >> 32), c2, c3}, r[4];
-        pl_philox4x32_10(ctr, key, r);
-        for (int j = 0; j < 4; j++) {
-            int64_t i = g * 4 + j;
-            if (i >= n) break;
-            uint8_t keep = pl_philox_u01(r[j]) >= p;
-            mask[i] = keep;
-            st(yp, dt, i, keep ? ld(xp, dt, i) * scale : 0.0f);
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES], r[4][PL_PHILOX_LANES];
+        for (int l = 0; l < PL_PHILOX_LANES; l++) {
+            uint64_t g = (uint64_t)blk * PL_PHILOX_LANES + (uint64_t)l;
+            lo[l] = (uint32_t)g;
+            hi[l] = (uint32_t)(g >> 32);
         }
+        pl_philox4x32_10_lanes(lo, hi, c2, c3, key, r);
+        int64_t base = blk * PL_PHILOX_LANES * 4;
+        if (dt == PL_F32 && base + PL_PHILOX_LANES * 4 <= n) {
+            const float *xf = (const float *)xp + base;
+            float *yf = (float *)yp + base;
+            uint8_t *mk = mask + base;
+            /* element l*4+j takes word j of lane l */
+            uint32_t w[PL_PHILOX_LANES * 4];
+            for (int l = 0; l < PL_PHILOX_LANES; l++)
+                for (int j = 0; j < 4; j++) w[l * 4 + j] = r[j][l];
+#pragma omp simd
+            for (int e = 0; e < PL_PHILOX_LANES * 4; e++) {
+                int keep = pl_philox_u01(w[e]) >= p;
+                mk[e] = (uint8_t)keep;
+                yf[e] = keep ? xf[e] * scale : 0.0f;
+            }
+            continue;
+        }
+        for (int l = 0; l < PL_PHILOX_LANES; l++)
+            for (int j = 0; j < 4; j++) {
+                int64_t i = base + l * 4 + j;
+                if (i >= n) break;
+                uint8_t keep = pl_philox_u01(r[j][l]) >= p;
+                mask[i] = keep;
+                st(yp, dt, i, keep ? ld(xp, dt, i) * scale : 0.0f);
+            }
     }
     return PL_OK;
 }
