@@ -7,8 +7,9 @@
 #   of build/core/pipeline, build-*/core/pipeline or `pipeline` on PATH.
 # Small limits by default (LIMIT_TRAIN batches, 1 epoch) so one row takes
 # seconds to minutes; override with e.g. LIMIT_TRAIN=200 EPOCHS=2.
-# Reads each run's summary.json and log.txt (keys are looked up loosely:
-# the table says "n/a" where a run did not report a value).
+# Reads each run's summary.json: seconds_per_step, phases.fit.peak_memory_bytes,
+# frozen_parameter_bytes (after the precision stage: nf4 codes + constants),
+# test_metrics.hit_ratio@10.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFIG=${1:-configs/teacher.ini}
@@ -38,42 +39,18 @@ for v in "${VARIANTS[@]}"; do
   # shellcheck disable=SC2086
   if ! "$PIPELINE" run "$CONFIG" $ov trainer.max_epochs=$EPOCHS \
         trainer.limit_train_batches=$LIMIT_TRAIN trainer.limit_val_batches=$LIMIT_EVAL \
-        trainer.limit_test_batches=$LIMIT_EVAL trainer.export=false pipeline.verbose=1 "$@" \
+        trainer.limit_test_batches=$LIMIT_EVAL trainer.export=false "$@" \
         >"$log" 2>&1; then
     printf '%-11s %s\n' "$name" "FAILED (see $log)"; continue
   fi
-  run_dir=$(grep -oE 'run [^ :]+' "$log" | head -1 | cut -d' ' -f2 || true)
-  python3 - "$name" "$run_dir" "$log" <<'PY'
-import json, os, re, sys
-name, run_dir, log = sys.argv[1:4]
-s = {}
-try:
-    s = json.load(open(os.path.join(run_dir, "summary.json")))
-except Exception:
-    pass
-def find(d, *keys):
-    # depth-first search for the first key containing any of `keys`
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if any(x in k.lower() for x in keys) and isinstance(v, (int, float)):
-                return v
-        for v in d.values():
-            r = find(v, *keys)
-            if r is not None:
-                return r
-    return None
-text = open(log).read()
-step = find(s, "step_time", "seconds_per_step")
-if step is None:
-    ep, n = find(s, "epoch_time", "fit_time"), find(s, "steps", "global_step")
-    step = ep / n if ep and n else None
-peak = find(s, "peak")
-hr = find(s, "test_hit_ratio@10", "hit_ratio@10", "hr@10")
-m = re.search(r"\((\d+) -> (\d+) bytes\)", text)
-frozen = m.group(2) if m else "f32(all)" if name in ("fp32", "bf16-mixed", "fp16") else "n/a"
-fmt = lambda v, f: (f % v) if isinstance(v, (int, float)) else "n/a"
-print("%-11s %12s %14s %16s %10s" % (name, fmt(step * 1e3 if step else None, "%.2f"),
-      fmt(peak / 2**20 if peak else None, "%.1f"), frozen, fmt(hr, "%.4f")))
+  run_dir=$(sed -n 's/^run \([^:]*\): config.*/\1/p' "$log" | tail -1)
+  python3 - "$name" "$run_dir" <<'PY'
+import json, os, sys
+name, run_dir = sys.argv[1:3]
+s = json.load(open(os.path.join(run_dir, "summary.json")))
+hr = s.get("test_metrics", {}).get("hit_ratio@10", float("nan"))
+print("%-11s %12.2f %14.1f %16d %10.4f" % (name, s["seconds_per_step"] * 1e3,
+      s["phases"]["fit"]["peak_memory_bytes"] / 2**20, s["frozen_parameter_bytes"], hr))
 PY
 done
 echo "logs: $OUT"

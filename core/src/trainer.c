@@ -92,6 +92,7 @@ typedef struct trainer {
     bool have_test, have_swa_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
+    size_t frozen_bytes, trainable_bytes; /* parameter storage after precision setup */
     bool stopped_early;
 } trainer;
 
@@ -563,6 +564,23 @@ static pl_status validate(trainer *t, bool *stop) {
     return st;
 }
 
+/* Bytes of frozen and trainable parameter storage as the precision stage
+ * left them (nf4: packed codes plus quantization constants). */
+static void count_parameter_bytes(trainer *t) {
+    t->frozen_bytes = t->trainable_bytes = 0;
+    for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
+        pl_tensor *p = pl_params_at(t->ctx.params, i)->t;
+        size_t b = pl_tensor_nbytes(p);
+        if (p->dtype == PL_NF4) b = pl_nf4_code_nbytes(p) + pl_nf4_state_nbytes(p);
+        if (p->requires_grad)
+            t->trainable_bytes += b;
+        else
+            t->frozen_bytes += b;
+    }
+    logf_(t, "parameter storage: frozen %.2f MiB, trainable %.2f MiB\n",
+          t->frozen_bytes / 1048576.0, t->trainable_bytes / 1048576.0);
+}
+
 /* ---- fit ---------------------------------------------------------------------------------- */
 
 static void progress(trainer *t, int64_t b, int64_t nb, double t_epoch0, double loss, double lr) {
@@ -814,6 +832,11 @@ static void write_summary(trainer *t, int status) {
     cJSON_AddNumberToObject(o, "export_seconds", t->export_s);
     cJSON_AddNumberToObject(o, "epochs", (double)t->epoch);
     cJSON_AddNumberToObject(o, "optimizer_steps", (double)t->step);
+    cJSON_AddNumberToObject(o, "seconds_per_step",
+                            t->step > 0 && t->train_seconds > 0 ? t->train_seconds / (double)t->step
+                                                                 : 0);
+    cJSON_AddNumberToObject(o, "frozen_parameter_bytes", (double)t->frozen_bytes);
+    cJSON_AddNumberToObject(o, "trainable_parameter_bytes", (double)t->trainable_bytes);
     cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early);
     cJSON_AddNumberToObject(o, "train_samples_per_second",
                             t->train_seconds > 0 ? t->train_samples / t->train_seconds : 0);
@@ -1130,6 +1153,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
                            (long long)t->epoch, (long long)t->step);
         }
     }
+    if (!st) count_parameter_bytes(t);
     if (!st) st = fit(t);
     if (!st && t->do_test) st = run_test(t);
     if (!st && t->do_export) st = run_export(t);
