@@ -33,6 +33,19 @@ static inline float sigm(float v) {
     return 1.0f / (1.0f + expf(-v));
 }
 
+/* tanh through expf: glibc's tanhf goes through expm1f, which took a third of
+ * an LSTM step. Odd Taylor series below 0.1 (error term 62x^9/2835 < 3e-11
+ * relative), (1 - e)/(1 + e) with e = exp(-2|x|) above (< 4e-7 relative). */
+static inline float tanh_fast(float x) {
+    float ax = fabsf(x);
+    if (ax < 0.1f) {
+        float x2 = x * x;
+        return x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
+    }
+    float e = expf(-2.0f * ax);
+    return copysignf((1.0f - e) / (1.0f + e), x);
+}
+
 static pl_status lstm_fwd(const pl_kernel_args *a) {
     const pl_tensor *xt = a->in[0], *wih = a->in[1], *whh = a->in[2];
     int64_t B = xt->shape[0], T = xt->shape[1], In = xt->shape[2], H = whh->shape[1];
@@ -73,8 +86,8 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
             const float *cprev = s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H;
             for (int64_t j = 0; j < H; j++) {
                 float ig = sigm(row[j]), fg = sigm(row[H + j]);
-                float gg = tanhf(row[2 * H + j]), og = sigm(row[3 * H + j]);
-                float c = fg * cprev[j] + ig * gg, h = og * tanhf(c);
+                float gg = tanh_fast(row[2 * H + j]), og = sigm(row[3 * H + j]);
+                float c = fg * cprev[j] + ig * gg, h = og * tanh_fast(c);
                 row[j] = ig;
                 row[H + j] = fg;
                 row[2 * H + j] = gg;
@@ -133,7 +146,7 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
             float *da = dA + (b * T + t) * G;
             for (int64_t j = 0; j < H; j++) {
                 float ig = row[j], fg = row[H + j], gg = row[2 * H + j], og = row[3 * H + j];
-                float tc = tanhf(row[4 * H + j]);
+                float tc = tanh_fast(row[4 * H + j]);
                 float dh = dy[(b * T + t) * H + j] + dh_next[b * H + j];
                 float dc = dh * og * (1.0f - tc * tc) + dc_next[b * H + j];
                 da[j] = dc * gg * ig * (1.0f - ig);
