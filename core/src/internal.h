@@ -95,6 +95,14 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
     }
 }
 
+/* cblas_sgemm, run on one OpenBLAS thread when the product is small: below
+ * ~16 MFLOP the hand-off to OpenBLAS's thread pool costs more than it saves
+ * (measured: the LSTM's per-step [64 x 64] x [64 x 256] recurrence ran 3x
+ * faster single-threaded). Same arguments as cblas_sgemm (cpu/blas.c). */
+#define PL_SGEMM_SERIAL_FLOPS 16e6
+void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
 /* Per-thread frame stack (autograd.c). */
 void pl_frame_adopt(pl_tensor *t);
 

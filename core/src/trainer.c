@@ -357,7 +357,7 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
         /* nf4 <-> float conversions (qlora4 checkpoints onto float bases and back)
          * go through the quantizer; same-kind tensors are a plain load */
         st = pl_nf4_load_into(f, p->name, "precision.qlora4.v1.", p->t);
-        if (st) pl_error_prefix(st, "checkpoint %s", path);
+        if (st && !strstr(pl_error_message(), path)) pl_error_prefix(st, "checkpoint %s", path);
         loaded++;
     }
     if (!st && !weights_only && missing)

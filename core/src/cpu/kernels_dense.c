@@ -1073,14 +1073,14 @@ static void mm_fwd_f32(const mm_geo *g, const float *A, const float *B, float *C
         return;
     }
     if (g->collapse) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, TR(g->tb), (int)(g->nbatch * M), (int)N, (int)K,
+        pl_sgemm(CblasRowMajor, CblasNoTrans, TR(g->tb), (int)(g->nbatch * M), (int)N, (int)K,
                     1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)N);
         return;
     }
     for (int64_t bi = 0; bi < g->nbatch; bi++) {
         int64_t ia, ib;
         mm_batch_off(g, bi, &ia, &ib);
-        cblas_sgemm(CblasRowMajor, TR(g->ta), TR(g->tb), (int)M, (int)N, (int)K, 1.0f,
+        pl_sgemm(CblasRowMajor, TR(g->ta), TR(g->tb), (int)M, (int)N, (int)K, 1.0f,
                     A + ia * M * K, (int)lda, B + ib * K * N, (int)ldb, 0.0f, C + bi * M * N,
                     (int)N);
     }
@@ -1100,14 +1100,14 @@ static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const fl
     if (g->collapse) {
         int Mt = (int)(g->nbatch * M);
         if (dA)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mt, (int)K,
+            pl_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mt, (int)K,
                         (int)N, 1.0f, G, (int)N, B, (int)ldb, 0.0f, dA, (int)K);
         if (dB) {
             if (!tb)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, Mt, 1.0f, A,
+                pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, Mt, 1.0f, A,
                             (int)K, G, (int)N, 0.0f, dB, (int)N);
             else
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, Mt, 1.0f, G,
+                pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, Mt, 1.0f, G,
                             (int)N, A, (int)K, 0.0f, dB, (int)K);
         }
         return;
@@ -1120,19 +1120,19 @@ static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const fl
         if (dA) {
             float *d = dA + ia * M * K;
             if (!ta)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M,
+                pl_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M,
                             (int)K, (int)N, 1.0f, gg, (int)N, b, (int)ldb, beta_a, d, (int)K);
             else
-                cblas_sgemm(CblasRowMajor, TR(tb), CblasTrans, (int)K, (int)M, (int)N, 1.0f, b,
+                pl_sgemm(CblasRowMajor, TR(tb), CblasTrans, (int)K, (int)M, (int)N, 1.0f, b,
                             (int)ldb, gg, (int)N, beta_a, d, (int)M);
         }
         if (dB) {
             float *d = dB + ib * K * N;
             if (!tb)
-                cblas_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K,
+                pl_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K,
                             (int)N, (int)M, 1.0f, a, (int)lda, gg, (int)N, beta_b, d, (int)N);
             else
-                cblas_sgemm(CblasRowMajor, CblasTrans, TR(ta), (int)N, (int)K, (int)M, 1.0f, gg,
+                pl_sgemm(CblasRowMajor, CblasTrans, TR(ta), (int)N, (int)K, (int)M, 1.0f, gg,
                             (int)N, a, (int)lda, beta_b, d, (int)K);
         }
     }

@@ -63,7 +63,7 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
     }
     /* input projection of every (b, t) row into the gate slots of ws */
     if (In > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In, 1.0f, x,
+        pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(B * T), (int)G, (int)In, 1.0f, x,
                     (int)In, pl_tensor_data(wih), (int)In, 0.0f, ws, (int)W);
     else
         for (int64_t r = 0; r < B * T; r++)
@@ -78,7 +78,7 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
         int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
         const float *hprev = s == 0 ? h0 : ws + tp * W + 5 * H;
         int ldh = s == 0 ? (int)H : (int)(T * W);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)G, (int)H, 1.0f, hprev,
+        pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)B, (int)G, (int)H, 1.0f, hprev,
                     ldh, whp, (int)H, 1.0f, ws + t * W, (int)(T * W));
 #pragma omp parallel for if (B * H > 16384) schedule(static)
         for (int64_t b = 0; b < B; b++) {
@@ -157,7 +157,7 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
             }
         }
         if (s > 0 || dh0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)G, 1.0f,
+            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)G, 1.0f,
                         dA + t * G, (int)(T * G), whh, (int)H, 0.0f, dh_next, (int)H);
         if (hp) {
             for (int64_t b = 0; b < B; b++) {
@@ -170,13 +170,13 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
     if (dc0) memcpy(dc0, dc_next, nBH * sizeof(float));
     int BT = (int)(B * T);
     if (dx && In > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, (int)In, (int)G, 1.0f, dA,
+        pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, (int)In, (int)G, 1.0f, dA,
                     (int)G, wih, (int)In, 0.0f, dx, (int)In);
     if (dwih && In > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)In, BT, 1.0f, dA, (int)G,
+        pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)In, BT, 1.0f, dA, (int)G,
                     x, (int)In, 0.0f, dwih, (int)In);
     if (dwhh)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, BT, 1.0f, dA, (int)G,
+        pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G, (int)H, BT, 1.0f, dA, (int)G,
                     hp, (int)H, 0.0f, dwhh, (int)H);
     if (db) {
         for (int64_t k = 0; k < G; k++)

@@ -107,7 +107,7 @@ static pl_status nf4_matmul_fwd(const pl_kernel_args *a) {
     for (int64_t r0 = 0; r0 < N; r0 += pr) {
         int64_t r1 = r0 + pr < N ? r0 + pr : N;
         dequant_rows(w, am, r0, r1, panel, xd);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)(r1 - r0), (int)K, 1.0f,
+        pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)(r1 - r0), (int)K, 1.0f,
                     X, (int)K, panel, (int)K, 0.0f, Y + r0, (int)N);
     }
 out:
@@ -144,7 +144,7 @@ static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
     for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
         int64_t r1 = r0 + pr < N ? r0 + pr : N;
         dequant_rows(w, am, r0, r1, panel, x->dtype);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)(r1 - r0),
+        pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)(r1 - r0),
                     1.0f, DY + r0, (int)N, panel, (int)K, r0 == 0 ? 0.0f : 1.0f, DX, (int)K);
     }
     scratch_put(&s_am);

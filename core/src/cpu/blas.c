@@ -1,0 +1,15 @@
+/* blas.c - the one place the CPU backend calls OpenBLAS's sgemm (see
+ * pl_sgemm in internal.h for why small products run single-threaded). */
+#include <cblas.h>
+
+#include "internal.h"
+
+void pl_sgemm(int order, int trans_a, int trans_b, int M, int N, int K, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    double flops = 2.0 * M * N * K;
+    int nt = flops < PL_SGEMM_SERIAL_FLOPS ? openblas_get_num_threads() : 1;
+    if (nt > 1) openblas_set_num_threads(1);
+    cblas_sgemm((enum CBLAS_ORDER)order, (enum CBLAS_TRANSPOSE)trans_a,
+                (enum CBLAS_TRANSPOSE)trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (nt > 1) openblas_set_num_threads(nt);
+}
