@@ -188,6 +188,15 @@ static void refresh_params(ilora_model *m) {
     }
 }
 
+/* The item embedding as a float tensor: itself, or (qlora4: frozen and
+ * quantized to nf4) a dequantized f32 copy made once per forward, as QLoRA
+ * dequantizes frozen weights on the fly. No gradient flows to it either way. */
+static pl_tensor *embed_weight(ilora_model *m) {
+    if (m->embed->dtype != PL_NF4) return m->embed;
+    if (!m->embed_deq) m->embed_deq = pl_nf4_dequantize(m->embed, PL_F32);
+    return m->embed_deq;
+}
+
 static pl_status check_opts(const ilora_opts *o) {
     if (o->dim % o->heads || (o->dim / o->heads) % 2)
         return pl_error_set(PL_ERR_CONFIG,
@@ -242,8 +251,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 
     pl_frame_begin();
     pl_no_grad_begin();
-    m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D), PL_TAG_NO_DECAY,
-                         base_train);
+    /* a backbone weight (BASE: qlora4 quantizes it when frozen, and lookups and
+     * the tied head then read a dequantized copy, see embed_weight()) */
+    m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
+                         PL_TAG_NO_DECAY | PL_TAG_BASE, base_train);
     if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
     else st = pl_error_status();
     /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
@@ -350,6 +361,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
     pl_tensor_release(m->gate_index);
+    pl_tensor_release(m->embed_deq);
     ilora_hist_free(m);
     if (m->exp) ilora_export_end(m);
     free(m);
@@ -461,7 +473,7 @@ pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
         pl_no_grad_begin();
         pl_tensor *mk = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, 1}, mask, m->ctx->device);
         pl_tensor *iv = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, 1}, inv, m->ctx->device);
-        pl_tensor *e = pl_embedding(m->embed, ids);
+        pl_tensor *e = pl_embedding(embed_weight(m), ids);
         if (e && e->dtype != PL_F32) e = pl_cast(e, PL_F32);
         pl_tensor *rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, D] */
         pl_no_grad_end();
@@ -483,6 +495,8 @@ static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     if (!ids) return NULL;
     refresh_params(m);
+    pl_tensor_release(m->embed_deq); /* weights may have changed since the last forward */
+    m->embed_deq = NULL;
     const ilora_opts *o = &m->o;
     fwd_state s;
     if (fwd_state_init(&s, ids, m->ctx->device)) {
@@ -506,7 +520,7 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
             return NULL;
         }
     }
-    pl_tensor *h = pl_embedding(m->embed, ids);
+    pl_tensor *h = pl_embedding(embed_weight(m), ids);
     h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
     double att_scale = 1.0 / sqrt((double)Dh);
     for (int64_t l = 0; l < o->layers && h; l++) {
@@ -539,7 +553,9 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
 }
 
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
-    return m->lm_head ? pl_linear(h, m->lm_head, NULL) : pl_matmul(h, m->embed, false, true);
+    if (m->lm_head) return ilora_base_linear(h, m->lm_head);
+    return m->embed->dtype == PL_NF4 ? pl_nf4_matmul(h, m->embed)
+                                     : pl_matmul(h, m->embed, false, true);
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */

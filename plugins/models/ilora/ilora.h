@@ -67,7 +67,8 @@ typedef struct ilora_model {
     int64_t vocab, head_dim, ffn;
     int64_t r_e;         /* rank per expert */
     double lora_scale;   /* alpha / r_e */
-    pl_tensor *embed;    /* [V, D] */
+    pl_tensor *embed;    /* [V, D] (nf4 under qlora4 when frozen) */
+    pl_tensor *embed_deq; /* f32 copy of an nf4 embed, rebuilt each forward (owned) */
     pl_tensor *norm;     /* [D] */
     pl_tensor *lm_head;  /* [V, D] or NULL when tied */
     pl_tensor *router_w, *router_b; /* [E, D], [E] or NULL */
