@@ -90,6 +90,14 @@ void pl_frame_adopt(pl_tensor *t) {
 
 pl_tensor *pl_frame_keep(pl_tensor *t) { return pl_tensor_retain(t); }
 
+pl_tensor *pl_frame_end_keep(pl_tensor *t) {
+    pl_tensor_retain(t);
+    pl_frame_end();
+    /* the enclosing frame takes our reference; with none, the caller owns it */
+    if (t && tl_frame_depth > 0) pl_frame_adopt(t);
+    return t;
+}
+
 /* ---- entry checks --------------------------------------------------------------- */
 
 pl_status pl_check_float(const char *op, const pl_tensor *t, bool allow_half) {

@@ -175,6 +175,23 @@ START_TEST(frames_release_what_they_own) {
 }
 END_TEST
 
+START_TEST(frame_end_keep_hands_the_result_to_the_enclosing_frame) {
+    pl_alloc_stats before = pl_alloc_get_stats(PL_CPU);
+    pl_frame_begin();
+    pl_frame_begin();
+    for (int i = 0; i < 5; i++) pl_tensor_zeros(PL_F32, PL_SHAPE(1000), PL_CPU);
+    pl_tensor *kept = pl_tensor_full(PL_F32, PL_SHAPE(1000), 3.0, PL_CPU);
+    ck_assert_ptr_eq(pl_frame_end_keep(kept), kept);
+    /* the five temporaries are gone, the kept tensor is alive in the outer frame */
+    pl_alloc_stats mid = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(mid.bytes_in_use - before.bytes_in_use, 4096);
+    ck_assert_float_eq(pl_tensor_get(kept, 999), 3.0f);
+    ck_assert_ptr_null(pl_frame_end_keep(NULL)); /* ends the outer frame: releases kept */
+    pl_alloc_stats after = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(after.bytes_in_use, before.bytes_in_use);
+}
+END_TEST
+
 START_TEST(nf4_tensor_is_refused_by_copy_conversion) {
     pl_tensor *q = pl_tensor_empty(PL_NF4, PL_SHAPE(64), PL_CPU);
     pl_tensor *f = pl_tensor_empty(PL_F32, PL_SHAPE(64), PL_CPU);
@@ -197,6 +214,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, random_fill_is_thread_count_independent);
     tcase_add_test(tc, backward_accumulates_through_custom_op);
     tcase_add_test(tc, frames_release_what_they_own);
+    tcase_add_test(tc, frame_end_keep_hands_the_result_to_the_enclosing_frame);
     tcase_add_test(tc, nf4_tensor_is_refused_by_copy_conversion);
     suite_add_tcase(s, tc);
     return s;

@@ -59,6 +59,12 @@ void pl_frame_begin(void);
 void pl_frame_end(void);
 /* Retain `t` so it survives the current frame; caller releases it later. */
 pl_tensor *pl_frame_keep(pl_tensor *t);
+/* End the innermost frame but hand `t` (created inside it) to the enclosing
+ * frame, which then owns it; returns t (NULL-propagating). A model that wraps
+ * each layer in a frame frees the layer's temporaries as soon as the layer is
+ * done: in evaluation the peak is one layer's activations instead of the
+ * whole forward's (the tape keeps what backward needs in training). */
+pl_tensor *pl_frame_end_keep(pl_tensor *t);
 
 /* ---- recording (used by ops and by custom ops of plugins) ------------ */
 

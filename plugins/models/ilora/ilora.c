@@ -524,6 +524,9 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
     double att_scale = 1.0 / sqrt((double)Dh);
     for (int64_t l = 0; l < o->layers && h; l++) {
+        /* one frame per layer: its temporaries go as soon as the layer is done
+         * (evaluation peak = one layer; backward keeps what it needs) */
+        pl_frame_begin();
         ilora_layer *ly = &m->layer[l];
         uint64_t site = 1 + (uint64_t)l * 16;
         pl_tensor *pr[ILORA_NPROJ] = {0};
@@ -547,6 +550,7 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
         pl_tensor *mo = PROJ(6, mid);
         h = pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(m, site + 1), training));
 #undef PROJ
+        h = pl_frame_end_keep(h);
     }
     free(s.ids);
     return pl_rms_norm(h, m->norm, o->norm_eps);
