@@ -103,6 +103,12 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* C[M, N] f32 = A[M, K] @ B[N, K]^T with bf16 A and B, on AVX-512 BF16
+ * (cpu/bf16_gemm.c). Returns false (nothing written) when the build or the
+ * CPU lacks AVX-512 BF16: the caller then widens to f32 and uses sgemm. */
+bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                     int64_t K);
+
 /* Per-thread frame stack (autograd.c). */
 void pl_frame_adopt(pl_tensor *t);
 

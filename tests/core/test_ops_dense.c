@@ -183,6 +183,28 @@ START_TEST(matmul_bf16_is_f32_accumulated_and_rounded_once) {
 }
 END_TEST
 
+/* The nn.Linear shape x @ W^T with bf16 operands takes the AVX-512 BF16
+ * kernel where the CPU has it: same contract (f32 accumulation, one rounding),
+ * odd K (last pair padded), N not a multiple of 16, M not a multiple of 4. */
+START_TEST(matmul_bf16_linear_shape_matches_exact_product) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 7, 171), 21), *w = pl_test_randn(PL_SHAPE(37, 171), 22);
+    pl_tensor *xh = pl_cast(x, PL_BF16), *wh = pl_cast(w, PL_BF16);
+    pl_tensor *o = PL_CK_NOTNULL(pl_matmul(xh, wh, false, true));
+    check_shape(o, 3, (int64_t[]){2, 7, 37});
+    for (int m = 0; m < 14; m++)
+        for (int n = 0; n < 37; n++) {
+            double ref = 0;
+            for (int k = 0; k < 171; k++)
+                ref += pl_tensor_get(xh, m * 171 + k) * pl_tensor_get(wh, n * 171 + k);
+            double v = pl_tensor_get(o, m * 37 + n);
+            ck_assert_msg(fabs(v - ref) <= fabs(ref) * 0x1p-8 + 1e-4,
+                          "bf16 x @ W^T [%d, %d] = %g, exact %g", m, n, v, ref);
+        }
+    pl_frame_end();
+}
+END_TEST
+
 static pl_tensor *f_mm_via_bf16(pl_tensor **in, int n, void *ctx) {
     (void)ctx;
     return pl_matmul(pl_cast(in[0], PL_BF16), pl_cast(in[1], PL_BF16), false, true);
@@ -905,6 +927,7 @@ int main(void) {
     tcase_add_test(tc, matmul_gradients_match_finite_differences);
     tcase_add_test(tc, matmul_rejects_mismatched_inner_dims_and_dtypes);
     tcase_add_test(tc, matmul_bf16_is_f32_accumulated_and_rounded_once);
+    tcase_add_test(tc, matmul_bf16_linear_shape_matches_exact_product);
     tcase_add_test(tc, matmul_bf16_gradients_reach_f32_leaves);
     tcase_add_test(tc, autocast_bf16_runs_matmul_and_linear_in_bf16);
     tcase_add_test(tc, linear_matches_reference_and_gradients);

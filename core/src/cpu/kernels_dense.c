@@ -1146,6 +1146,22 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
     mm_geo_init(&g, a->in[0], a->in[1], a->out[0], a->p.flags);
     pl_status st = PL_OK;
     scratch sa = {0}, sb = {0}, sc = {0};
+    /* bf16 x bf16 in the nn.Linear shape (x @ W^T, W shared): native
+     * AVX-512 BF16 dot products, f32 accumulation (cpu/bf16_gemm.c) */
+    if (a->in[0]->dtype == PL_BF16 && a->in[1]->dtype == PL_BF16 && g.collapse && g.tb &&
+        g.M > 0 && g.N > 0 && g.K > 0) {
+        float *C0 = a->out[0]->dtype == PL_F32 ? f32p(a->out[0])
+                                               : scratch_f32(&sc, pl_tensor_numel(a->out[0]));
+        if (C0 && pl_bf16_gemm_nt(pl_tensor_data(a->in[0]), pl_tensor_data(a->in[1]), C0,
+                                  g.nbatch * g.M, g.N, g.K)) {
+            if (a->out[0]->dtype != PL_F32)
+                st = from_f32(C0, a->out[0], pl_tensor_numel(a->out[0]));
+            scratch_free(&sc);
+            return st;
+        }
+        scratch_free(&sc);
+        sc = (scratch){0};
+    }
     const float *A = as_f32(a->in[0], &sa, &st);
     const float *B = st ? NULL : as_f32(a->in[1], &sb, &st);
     float *C = NULL;

@@ -1,0 +1,81 @@
+/* bf16_gemm.c - C = A @ B^T with bf16 inputs and f32 accumulation on
+ * AVX-512 BF16 (VDPBF16PS), the nn.Linear shape: A [M, K], B [N, K] (both
+ * row-major bf16), C [M, N] f32.
+ *
+ * B is packed once per call into pairs along K ("VNNI" layout: Bp[k/2][n] =
+ * (B[n, k], B[n, k+1]) in one 32-bit lane, N padded to 16); the micro-kernel
+ * broadcasts the pair (A[m, k], A[m, k+1]) and VDPBF16PS adds both products
+ * into 16 columns at once: 4 rows x 32 columns = 8 accumulators. An odd K
+ * gets a zero partner for its last element. VDPBF16PS rounds to nearest even
+ * and flushes bf16 denormals (Intel SDM), which is within bf16 tolerance. */
+#include <stdint.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+#include <immintrin.h>
+
+static inline uint32_t pair_at(const uint16_t *row, int64_t k2, int64_t K) {
+    uint32_t lo = row[2 * k2];
+    uint32_t hi = 2 * k2 + 1 < K ? row[2 * k2 + 1] : 0;
+    return lo | (hi << 16);
+}
+
+bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                     int64_t K) {
+    static int supported = -1;
+    if (supported < 0) supported = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
+    if (!supported || M <= 0 || N <= 0 || K <= 0) return false;
+    int64_t K2 = (K + 1) / 2, Np = (N + 31) / 32 * 32;
+    size_t cap = 0;
+    uint32_t *Bp = pl_alloc(PL_CPU, (size_t)(K2 * Np) * sizeof(uint32_t), &cap);
+    if (!Bp) return false;
+#pragma omp parallel for if (N * K > 65536) schedule(static)
+    for (int64_t k2 = 0; k2 < K2; k2++) {
+        uint32_t *dst = Bp + k2 * Np;
+        for (int64_t n = 0; n < N; n++) dst[n] = pair_at(B + n * K, k2, K);
+        for (int64_t n = N; n < Np; n++) dst[n] = 0;
+    }
+    int64_t mblocks = (M + 3) / 4;
+#pragma omp parallel for if (M * N * K > 1 << 20) schedule(static)
+    for (int64_t mb = 0; mb < mblocks; mb++) {
+        int64_t m0 = mb * 4, rows = M - m0 < 4 ? M - m0 : 4;
+        const uint16_t *arow[4];
+        for (int r = 0; r < 4; r++) arow[r] = A + (m0 + (r < rows ? r : 0)) * K;
+        for (int64_t n0 = 0; n0 < Np; n0 += 32) {
+            __m512 acc[4][2];
+            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            for (int64_t k2 = 0; k2 < K2; k2++) {
+                const uint32_t *bp = Bp + k2 * Np + n0;
+                __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
+                __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+                for (int r = 0; r < 4; r++) {
+                    __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair_at(arow[r], k2, K));
+                    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
+                    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+                }
+            }
+            for (int r = 0; r < rows; r++)
+                for (int h = 0; h < 2; h++) {
+                    int64_t n = n0 + 16 * h;
+                    if (n >= N) break;
+                    int64_t cnt = N - n < 16 ? N - n : 16;
+                    __mmask16 mk = (__mmask16)((1u << cnt) - 1u);
+                    _mm512_mask_storeu_ps(C + (m0 + r) * N + n, mk, acc[r][h]);
+                }
+        }
+    }
+    pl_free(PL_CPU, Bp, cap);
+    return true;
+}
+
+#else
+
+bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                     int64_t K) {
+    (void)A, (void)B, (void)C, (void)M, (void)N, (void)K;
+    return false; /* built without AVX-512 BF16: callers use the f32 path */
+}
+
+#endif
