@@ -16,6 +16,8 @@
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 #include <immintrin.h>
 
+#define MR 4 /* rows per micro-tile: 4 x 32 columns = 8 accumulators (8 rows spilled: slower) */
+
 static inline uint32_t pair_at(const uint16_t *row, int64_t k2, int64_t K) {
     uint32_t lo = row[2 * k2];
     uint32_t hi = 2 * k2 + 1 < K ? row[2 * k2 + 1] : 0;
@@ -37,20 +39,20 @@ bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, 
         for (int64_t n = 0; n < N; n++) dst[n] = pair_at(B + n * K, k2, K);
         for (int64_t n = N; n < Np; n++) dst[n] = 0;
     }
-    int64_t mblocks = (M + 3) / 4;
+    int64_t mblocks = (M + MR - 1) / MR;
 #pragma omp parallel for if (M * N * K > 1 << 20) schedule(static)
     for (int64_t mb = 0; mb < mblocks; mb++) {
-        int64_t m0 = mb * 4, rows = M - m0 < 4 ? M - m0 : 4;
-        const uint16_t *arow[4];
-        for (int r = 0; r < 4; r++) arow[r] = A + (m0 + (r < rows ? r : 0)) * K;
+        int64_t m0 = mb * MR, rows = M - m0 < MR ? M - m0 : MR;
+        const uint16_t *arow[MR];
+        for (int r = 0; r < MR; r++) arow[r] = A + (m0 + (r < rows ? r : 0)) * K;
         for (int64_t n0 = 0; n0 < Np; n0 += 32) {
-            __m512 acc[4][2];
-            for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+            __m512 acc[MR][2];
+            for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
             for (int64_t k2 = 0; k2 < K2; k2++) {
                 const uint32_t *bp = Bp + k2 * Np + n0;
                 __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp);
                 __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
-                for (int r = 0; r < 4; r++) {
+                for (int r = 0; r < MR; r++) {
                     __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair_at(arow[r], k2, K));
                     acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
                     acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
