@@ -39,13 +39,17 @@ bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, 
         for (int64_t n = 0; n < N; n++) dst[n] = pair_at(B + n * K, k2, K);
         for (int64_t n = N; n < Np; n++) dst[n] = 0;
     }
-    int64_t mblocks = (M + MR - 1) / MR;
+    /* column blocks outside, row blocks inside: a 32-column slice of Bp
+     * (K/2 x 32 x 4 bytes) stays in L1 while every row of A streams past it;
+     * A (M x K bf16) is the small operand and stays in L2 */
+    int64_t mblocks = (M + MR - 1) / MR, nblocks = Np / 32;
 #pragma omp parallel for if (M * N * K > 1 << 20) schedule(static)
-    for (int64_t mb = 0; mb < mblocks; mb++) {
-        int64_t m0 = mb * MR, rows = M - m0 < MR ? M - m0 : MR;
-        const uint16_t *arow[MR];
-        for (int r = 0; r < MR; r++) arow[r] = A + (m0 + (r < rows ? r : 0)) * K;
-        for (int64_t n0 = 0; n0 < Np; n0 += 32) {
+    for (int64_t nb = 0; nb < nblocks; nb++) {
+        int64_t n0 = nb * 32;
+        for (int64_t mb = 0; mb < mblocks; mb++) {
+            int64_t m0 = mb * MR, rows = M - m0 < MR ? M - m0 : MR;
+            const uint16_t *arow[MR];
+            for (int r = 0; r < MR; r++) arow[r] = A + (m0 + (r < rows ? r : 0)) * K;
             __m512 acc[MR][2];
             for (int r = 0; r < MR; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
             for (int64_t k2 = 0; k2 < K2; k2++) {
