@@ -118,20 +118,31 @@ pl_status pl_registry_add_default_dirs(pl_registry *r) {
         }
         free(copy);
     }
-    if (is_dir(PL_BUILD_PLUGIN_DIR)) pl_registry_add_dir(r, PL_BUILD_PLUGIN_DIR);
-    if (*PL_INSTALL_PLUGIN_DIR) pl_registry_add_dir(r, PL_INSTALL_PLUGIN_DIR);
-    char exe[PATH_MAX];
+    /* A binary running from the build tree uses the build tree's plugins; an
+     * installed one uses the install dirs (never both: the same plugin found
+     * in two places is refused as a duplicate). */
+    char exe[PATH_MAX] = "";
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            char d[PATH_MAX + 64];
-            snprintf(d, sizeof d, "%s/../lib/pipeline/plugins", exe);
-            char real[PATH_MAX];
-            if (realpath(d, real)) pl_registry_add_dir(r, real);
-        }
+    exe[len > 0 ? len : 0] = '\0';
+    char build_root[PATH_MAX];
+    snprintf(build_root, sizeof build_root, "%s", PL_BUILD_PLUGIN_DIR);
+    char *bslash = strrchr(build_root, '/');
+    if (bslash) *bslash = '\0';
+    size_t bl = strlen(build_root);
+    bool in_build = bl > 0 && strncmp(exe, build_root, bl) == 0 && exe[bl] == '/';
+    if (in_build) {
+        if (is_dir(PL_BUILD_PLUGIN_DIR)) pl_registry_add_dir(r, PL_BUILD_PLUGIN_DIR);
+        return PL_OK;
+    }
+    if (*PL_INSTALL_PLUGIN_DIR && is_dir(PL_INSTALL_PLUGIN_DIR))
+        pl_registry_add_dir(r, PL_INSTALL_PLUGIN_DIR);
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+        *slash = '\0';
+        char d[PATH_MAX + 64];
+        snprintf(d, sizeof d, "%s/../lib/pipeline/plugins", exe);
+        char real[PATH_MAX];
+        if (realpath(d, real)) pl_registry_add_dir(r, real);
     }
     return PL_OK;
 }

@@ -3,8 +3,10 @@
  * Search order (first listed first): every dir given to pl_registry_add_dir()
  * in call order (the CLI adds --plugin-path DIRs), then
  * pl_registry_add_default_dirs() appends PIPELINE_PLUGIN_PATH (colon
- * separated), the build-tree plugin dir (PL_BUILD_PLUGIN_DIR, if it exists),
- * the install dir (PL_INSTALL_PLUGIN_DIR) and <exe dir>/../lib/pipeline/plugins.
+ * separated), then EITHER the build-tree plugin dir (PL_BUILD_PLUGIN_DIR),
+ * when the running executable lives in that build tree, OR the install dirs
+ * (PL_INSTALL_PLUGIN_DIR and <exe dir>/../lib/pipeline/plugins), so an
+ * installed binary never sees the build tree's copies as duplicates.
  * A directory listed twice is searched once.
  *
  * A plugin NAME lives in `<dir>/NAME.so`. Loading refuses (PL_ERR_ABI /
