@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "matmul_geometry.h"
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */
 
@@ -1013,58 +1014,10 @@ static pl_status k_cast_bwd(const pl_kernel_args *a) {
 /* ---- matmul --------------------------------------------------------------------- */
 
 /* Geometry of C[batch..., M, N] = op(A)[batch..., M, K] @ op(B)[batch..., K, N]. */
-typedef struct mm_geo {
-    int64_t M, N, K;
-    bool ta, tb;
-    int bnd; /* batch dims of the output */
-    int64_t bshape[PL_MAX_DIMS];
-    int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS]; /* matrix-index strides per batch dim */
-    int64_t nbatch, na, nb;                   /* batch counts: output, A's matrices, B's matrices */
-    bool collapse; /* B shared and A un-transposed: one GEMM of nbatch*M rows */
-} mm_geo;
-
-static void mm_geo_init(mm_geo *g, const pl_tensor *A, const pl_tensor *B, const pl_tensor *C,
-                        int flags) {
-    g->ta = flags & 1;
-    g->tb = flags & 2;
-    int na = A->ndim, nb = B->ndim;
-    g->M = g->ta ? A->shape[na - 1] : A->shape[na - 2];
-    g->K = g->ta ? A->shape[na - 2] : A->shape[na - 1];
-    g->N = g->tb ? B->shape[nb - 2] : B->shape[nb - 1];
-    g->bnd = C->ndim - 2;
-    g->nbatch = 1;
-    for (int d = 0; d < g->bnd; d++) {
-        g->bshape[d] = C->shape[d];
-        g->nbatch *= C->shape[d];
-    }
-    int64_t s1 = 1, s2 = 1;
-    for (int d = g->bnd - 1; d >= 0; d--) {
-        int da = d - (g->bnd - (na - 2)), db = d - (g->bnd - (nb - 2));
-        int64_t ea = da >= 0 ? A->shape[da] : 1, eb = db >= 0 ? B->shape[db] : 1;
-        g->sa[d] = ea == 1 ? 0 : s1;
-        g->sb[d] = eb == 1 ? 0 : s2;
-        s1 *= ea;
-        s2 *= eb;
-    }
-    g->na = s1;
-    g->nb = s2;
-    g->collapse = !g->ta && g->nb == 1 && g->na == g->nbatch;
-}
-
-static inline void mm_batch_off(const mm_geo *g, int64_t bi, int64_t *ia, int64_t *ib) {
-    *ia = 0;
-    *ib = 0;
-    for (int d = g->bnd - 1; d >= 0; d--) {
-        int64_t i = bi % g->bshape[d];
-        bi /= g->bshape[d];
-        *ia += i * g->sa[d];
-        *ib += i * g->sb[d];
-    }
-}
 
 #define TR(t) ((t) ? CblasTrans : CblasNoTrans)
 
-static void mm_fwd_f32(const mm_geo *g, const float *A, const float *B, float *C) {
+static void mm_fwd_f32(const pl_mm_geo *g, const float *A, const float *B, float *C) {
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
     if (M == 0 || N == 0) return;
@@ -1079,7 +1032,7 @@ static void mm_fwd_f32(const mm_geo *g, const float *A, const float *B, float *C
     }
     for (int64_t bi = 0; bi < g->nbatch; bi++) {
         int64_t ia, ib;
-        mm_batch_off(g, bi, &ia, &ib);
+        pl_mm_batch_off(g, bi, &ia, &ib);
         pl_sgemm(CblasRowMajor, TR(g->ta), TR(g->tb), (int)M, (int)N, (int)K, 1.0f,
                     A + ia * M * K, (int)lda, B + ib * K * N, (int)ldb, 0.0f, C + bi * M * N,
                     (int)N);
@@ -1087,7 +1040,7 @@ static void mm_fwd_f32(const mm_geo *g, const float *A, const float *B, float *C
 }
 
 /* dA / dB (either may be NULL); broadcast matrices accumulate over batches. */
-static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const float *B, float *dA,
+static void mm_bwd_f32(const pl_mm_geo *g, const float *G, const float *A, const float *B, float *dA,
                        float *dB) {
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
@@ -1115,7 +1068,7 @@ static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const fl
     float beta_a = g->na == g->nbatch ? 0.0f : 1.0f, beta_b = g->nb == g->nbatch ? 0.0f : 1.0f;
     for (int64_t bi = 0; bi < g->nbatch; bi++) {
         int64_t ia, ib;
-        mm_batch_off(g, bi, &ia, &ib);
+        pl_mm_batch_off(g, bi, &ia, &ib);
         const float *a = A + ia * M * K, *b = B + ib * K * N, *gg = G + bi * M * N;
         if (dA) {
             float *d = dA + ia * M * K;
@@ -1142,8 +1095,8 @@ static void mm_bwd_f32(const mm_geo *g, const float *G, const float *A, const fl
  * (exact), multiplied with f32 accumulation and rounded once to the
  * output dtype. */
 static pl_status k_matmul_fwd(const pl_kernel_args *a) {
-    mm_geo g;
-    mm_geo_init(&g, a->in[0], a->in[1], a->out[0], a->p.flags);
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[0], a->in[1], a->out[0], a->p.flags);
     pl_status st = PL_OK;
     scratch sa = {0}, sb = {0}, sc = {0};
     /* bf16 x bf16 in the nn.Linear shape (x @ W^T, W shared): native
@@ -1182,8 +1135,8 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
 
 static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     const pl_tensor *G = a->in[0];
-    mm_geo g;
-    mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
     pl_status st = PL_OK;
     scratch sa = {0}, sb = {0};
     /* dA needs B, dB needs A */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "matmul_geometry.h"
 
 #define PL_CUDA_MAX_DEVICES 8
 
@@ -476,52 +477,6 @@ static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t 
     return PL_OK;
 }
 
-typedef struct mm_geo {
-    int64_t M, N, K;
-    bool ta, tb;
-    int bnd;
-    int64_t bshape[PL_MAX_DIMS];
-    int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS];
-    int64_t nbatch, na, nb;
-} mm_geo;
-
-static void mm_geo_init(mm_geo *g, const pl_tensor *A, const pl_tensor *B, const pl_tensor *C,
-                        int flags) {
-    g->ta = flags & 1;
-    g->tb = flags & 2;
-    int na = A->ndim, nb = B->ndim;
-    g->M = g->ta ? A->shape[na - 1] : A->shape[na - 2];
-    g->K = g->ta ? A->shape[na - 2] : A->shape[na - 1];
-    g->N = g->tb ? B->shape[nb - 2] : B->shape[nb - 1];
-    g->bnd = C->ndim - 2;
-    g->nbatch = 1;
-    for (int d = 0; d < g->bnd; d++) {
-        g->bshape[d] = C->shape[d];
-        g->nbatch *= C->shape[d];
-    }
-    int64_t s1 = 1, s2 = 1;
-    for (int d = g->bnd - 1; d >= 0; d--) {
-        int da = d - (g->bnd - (na - 2)), db = d - (g->bnd - (nb - 2));
-        int64_t ea = da >= 0 ? A->shape[da] : 1, eb = db >= 0 ? B->shape[db] : 1;
-        g->sa[d] = ea == 1 ? 0 : s1;
-        g->sb[d] = eb == 1 ? 0 : s2;
-        s1 *= ea;
-        s2 *= eb;
-    }
-    g->na = s1;
-    g->nb = s2;
-}
-
-static void mm_batch_off(const mm_geo *g, int64_t bi, int64_t *ia, int64_t *ib) {
-    *ia = 0;
-    *ib = 0;
-    for (int d = g->bnd - 1; d >= 0; d--) {
-        int64_t i = bi % g->bshape[d];
-        bi /= g->bshape[d];
-        *ia += i * g->sa[d];
-        *ib += i * g->sb[d];
-    }
-}
 
 /* A batch count is "uniform" when one stride describes it: every matrix (n ==
  * nbatch) or one shared matrix (n == 1, stride 0). */
@@ -538,8 +493,8 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(A)) return pl_error_status();
     cublasHandle_t h = blas_handle(A->device.index);
     if (!h) return pl_error_status();
-    mm_geo g;
-    mm_geo_init(&g, A, B, C, a->p.flags);
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, A, B, C, a->p.flags);
     int64_t M = g.M, N = g.N, K = g.K;
     if (M == 0 || N == 0 || g.nbatch == 0) return PL_OK;
     if (K == 0) {
@@ -557,7 +512,7 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
                        g.nb == 1 ? 0 : K * N, 0.0f, pc, t, M * N, g.nbatch);
     for (int64_t bi = 0; bi < g.nbatch; bi++) { /* general batch broadcast */
         int64_t ia, ib;
-        mm_batch_off(&g, bi, &ia, &ib);
+        pl_mm_batch_off(&g, bi, &ia, &ib);
         if (rm_gemm(h, g.ta, g.tb, M, N, K, pa + (size_t)(ia * M * K) * es, t, 0,
                     pb + (size_t)(ib * K * N) * es, t, 0, 0.0f, pc + (size_t)(bi * M * N) * es, t,
                     0, 1))
@@ -575,8 +530,8 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(G)) return pl_error_status();
     cublasHandle_t h = blas_handle(G->device.index);
     if (!h) return pl_error_status();
-    mm_geo g;
-    mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
     int64_t M = g.M, N = g.N, K = g.K;
     bool ta = g.ta, tb = g.tb;
     pl_status st = PL_OK;
@@ -623,7 +578,7 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
         } else { /* broadcast A: accumulate batch by batch (dA zeroed above) */
             for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
                 int64_t ia, ib;
-                mm_batch_off(&g, bi, &ia, &ib);
+                pl_mm_batch_off(&g, bi, &ia, &ib);
                 const float *gb = Gp + bi * M * N, *bb = B + ib * K * N;
                 float *d = pdA + ia * M * K;
                 st = !ta ? rm_gemm(h, false, !tb, M, K, N, gb, f, 0, bb, f, 0, 1.0f, d, f, 0, 1)
@@ -642,7 +597,7 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
         } else {
             for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
                 int64_t ia, ib;
-                mm_batch_off(&g, bi, &ia, &ib);
+                pl_mm_batch_off(&g, bi, &ia, &ib);
                 const float *gb = Gp + bi * M * N, *ab = A + ia * M * K;
                 float *d = pdB + ib * K * N;
                 st = !tb ? rm_gemm(h, !ta, false, K, N, M, ab, f, 0, gb, f, 0, 1.0f, d, f, 0, 1)
