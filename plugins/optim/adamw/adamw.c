@@ -224,13 +224,7 @@ static const pl_option_spec adamw_options[] = {
     {"l2", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "coupled L2 (g += wd*p, torch.optim.Adam) instead of decoupled decay"},
     {"amsgrad", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "use max of past v (AMSGrad)"},
-    {"group.*.match", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "comma-separated globs of parameter names in group *"},
-    {"group.*.tags", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "parameter tags in group * (base,lora,router,no_decay,head)"},
-    {"group.*.lr_scale", PL_OPT_FLOAT, "1", 0, 1e9, NULL, "group lr = lr x lr_scale"},
-    {"group.*.weight_decay", PL_OPT_FLOAT, "", 0, 1e9, NULL,
-     "group weight decay (unset: weight_decay; 0 for no_decay groups)"},
+    PL_PARAM_GROUP_OPTIONS,
     PL_OPTIONS_END};
 
 static const pl_optimizer_vtable adamw_vtable = {

@@ -45,4 +45,16 @@ void pl_optim_groups_free(pl_optim_groups *gs);
 /* Parse "no_decay,head" (also '|' separated) into a PL_TAG_* mask. */
 pl_status pl_optim_parse_tags(const char *s, unsigned *mask);
 
+/* The option-schema entries of the group keys, shared by every optimizer
+ * using pl_optim_groups_build (one definition, so `pipeline plugins` and
+ * validation agree across optimizers). */
+#define PL_PARAM_GROUP_OPTIONS                                                                     \
+    {"group.*.match", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,                                      \
+     "comma-separated globs of parameter names in group *"},                                      \
+        {"group.*.tags", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,                                    \
+         "parameter tags in group * (base,lora,router,no_decay,head)"},                            \
+        {"group.*.lr_scale", PL_OPT_FLOAT, "1", 0, 1e9, NULL, "group lr = lr x lr_scale"},         \
+        {"group.*.weight_decay", PL_OPT_FLOAT, "", 0, 1e9, NULL,                                   \
+         "group weight decay (unset: weight_decay; 0 for no_decay groups)"}
+
 #endif
