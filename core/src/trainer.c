@@ -875,6 +875,11 @@ static void write_summary(trainer *t, int status) {
         fputc('\n', f);
         fclose(f);
     }
+    if (status) { /* a failed run: summary.json records what there is; no report */
+        free(txt);
+        cJSON_Delete(o);
+        return;
+    }
     /* the report printed at the end */
     logf_(t, "\n== run report (%s) ==\n", t->run_dir);
     logf_(t, "  total wall time    %10.1f s\n", now_s() - t->t_start);
@@ -1158,8 +1163,9 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st && t->do_test) st = run_test(t);
     if (!st && t->do_export) st = run_export(t);
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : 0;
-    if (st) fail(t, code);
+    /* the error goes last, where the user looks, not above a report of nothing */
     write_summary(t, code);
+    if (st) fail(t, code);
 
     stage_destroy(&t->avg);
     stage_destroy(&t->sched2);
