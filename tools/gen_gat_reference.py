@@ -14,6 +14,12 @@ Cases (heads H=3, channels C=4, negative_slope 0.2, dropout 0 / eval):
   noloops : GATConv(5, 4, heads=3, concat=True, add_self_loops=False)
   net     : conv1 = GATConv(5, 4, heads=3) -> ELU -> conv2 = GATConv(12, 3, heads=2, concat=False)
             (the plugin's 2-layer network in eval mode, 3 classes, 2 output heads)
+  graph_mean / graph_sum: graph-level regression on a batch of TWO graphs (the graph
+            above as graph 0, plus a 3-node graph 1 whose edges are GB_SRC/GB_DST, local ids
+            shifted by 6): conv1 = GATConv(5, 4, heads=3) -> ELU -> conv2 = GATConv(12, 4,
+            heads=3) -> ELU -> global_mean_pool (graph_mean) or global_add_pool (graph_sum)
+            -> head; graph_mean's head is Linear(12, 5) -> ELU -> Linear(5, 2), graph_sum's
+            Linear(12, 2) (the plugin's task = graph_regression network in eval mode).
 For every case the scalar differentiated is L = sum(out * R) with a fixed R;
 gradients of x and every parameter are written. Parameters are drawn
 uniform(-0.6, 0.6) (bias too, so it is not trivially zero), computed in
@@ -24,13 +30,17 @@ Usage: python3 tools/gen_gat_reference.py  (from the repository root)
 import os
 
 import torch
-from torch_geometric.nn import GATConv
+from torch_geometric.nn import GATConv, global_add_pool, global_mean_pool
 
 N, F, H, C, K = 6, 5, 3, 4, 3
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "gat",
                    "gat_reference.h")
 SRC = [0, 1, 2, 3, 4, 0, 2, 1, 3, 4, 2]
 DST = [1, 0, 1, 2, 3, 3, 4, 4, 0, 0, 2]
+NB = 3  # nodes of the second graph of the graph-regression batch
+GB_SRC = [0, 1, 2, 1]
+GB_DST = [1, 2, 0, 0]
+KT = 2  # regression targets
 
 
 def arr(name, t):
@@ -100,6 +110,34 @@ def main():
     lines += [arr(n, t) for n, t in named[1:]]
     lines += [arr("gat_ref_net_r", r), arr("gat_ref_net_out", out)]
     lines += [arr(n, t) for n, t in leaf_grads(loss, named)]
+
+    # graph-level regression: two graphs in one batch
+    xb = torch.randn(NB, F, generator=g).double()
+    xg = torch.cat([x.detach(), xb]).requires_grad_(True)
+    eig = torch.tensor([SRC + [s + N for s in GB_SRC], DST + [d + N for d in GB_DST]], dtype=torch.long)
+    batch = torch.tensor([0] * N + [1] * NB)
+    lines += ["#define GAT_REF_NB %d\n#define GAT_REF_EB %d\n#define GAT_REF_KT %d\n" % (NB, len(GB_SRC), KT),
+              iarr("gat_ref_gb_src", GB_SRC), iarr("gat_ref_gb_dst", GB_DST), arr("gat_ref_gb_x", xb)]
+    for name, pool, hidden in [("graph_mean", global_mean_pool, 5), ("graph_sum", global_add_pool, 0)]:
+        c1 = init(GATConv(F, C, heads=H, negative_slope=0.2), g).eval()
+        c2 = init(GATConv(H * C, C, heads=H, negative_slope=0.2), g).eval()
+        heads = [torch.nn.Linear(H * C, hidden), torch.nn.Linear(hidden, KT)] if hidden else \
+            [torch.nn.Linear(H * C, KT)]
+        heads = [init(h, g) for h in heads]
+        h = torch.nn.functional.elu(c2(torch.nn.functional.elu(c1(xg, eig)), eig))
+        h = pool(h, batch)
+        for i, lin in enumerate(heads):
+            if i > 0:
+                h = torch.nn.functional.elu(h)
+            h = lin(h)
+        r = torch.randn(h.shape, generator=g).double()
+        loss = (h * r).sum()
+        named = [("gat_ref_%s_x" % name, xg)] + params("gat_ref_%s1" % name, c1) + params("gat_ref_%s2" % name, c2)
+        for i, lin in enumerate(heads):
+            named += [("gat_ref_%s_head%d_w" % (name, i), lin.weight), ("gat_ref_%s_head%d_b" % (name, i), lin.bias)]
+        lines += [arr(n, t) for n, t in named[1:]]
+        lines += [arr("gat_ref_%s_r" % name, r), arr("gat_ref_%s_out" % name, h)]
+        lines += [arr(n, t) for n, t in leaf_grads(loss, named)]
 
     os.makedirs(os.path.dirname(OUT), exist_ok=True)
     with open(OUT, "w") as f:

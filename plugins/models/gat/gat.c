@@ -68,7 +68,8 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
     int64_t in = o->in_features;
     for (int l = 0; l < o->layers && !st; l++) {
         gat_layer *L = &m->layer[l];
-        bool last = l == o->layers - 1;
+        /* graph regression: every GAT layer is a hidden one; the head follows the readout */
+        bool last = l == o->layers - 1 && o->task == GAT_NODE_CLASSIFICATION;
         L->in = in;
         L->out = last ? o->num_classes : o->hidden;
         L->heads = last ? o->output_heads : o->heads;
@@ -96,6 +97,27 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
         }
         in = total;
     }
+    m->head_w[0] = m->head_w[1] = m->head_b[0] = m->head_b[1] = -1;
+    if (!st && o->task == GAT_GRAPH_REGRESSION) {
+        if (o->num_targets < 1 || o->num_targets > GAT_MAX_TARGETS)
+            st = pl_error_set(PL_ERR_CONFIG, "gat: num_targets %lld outside [1, %d]", (long long)o->num_targets,
+                              GAT_MAX_TARGETS);
+        int n_lin = o->head_hidden > 0 ? 2 : 1;
+        for (int i = 0; i < n_lin && !st; i++) {
+            int64_t fan_out = i == n_lin - 1 ? o->num_targets : o->head_hidden;
+            char name[PL_NAME_MAX];
+            /* torch.nn.Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias */
+            double bound = 1.0 / sqrt((double)in);
+            snprintf(name, sizeof name, "gat.head.%d.weight", i);
+            st = add_param(m, name, 2, (int64_t[]){fan_out, in}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i,
+                           PL_TAG_HEAD, &m->head_w[i]);
+            snprintf(name, sizeof name, "gat.head.%d.bias", i);
+            if (!st)
+                st = add_param(m, name, 1, (int64_t[]){fan_out}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i + 1,
+                               PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b[i]);
+            in = fan_out;
+        }
+    }
     if (st) {
         gat_model_free(m);
         return st;
@@ -114,8 +136,23 @@ void gat_model_free(gat_model *m) {
 
 /* ---- graph preprocessing (once per graph, cached) -------------------------- */
 
+static pl_status edges_build(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
+                             bool cache, pl_tensor **src, pl_tensor **dst);
+
 pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
                     pl_tensor **src, pl_tensor **dst) {
+    return edges_build(m, edge_src, edge_dst, n_nodes, true, src, dst);
+}
+
+pl_status gat_edges_batch(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
+                          pl_tensor **src, pl_tensor **dst) {
+    return edges_build(m, edge_src, edge_dst, n_nodes, false, src, dst);
+}
+
+/* cache = false (batches of small graphs, a new graph every step, possibly
+ * at the same addresses): the edges are built into the caller's frame. */
+static pl_status edges_build(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
+                             bool cache, pl_tensor **src, pl_tensor **dst) {
     char b1[256], b2[256];
     gat_graph_cache *g = &m->graph;
     if (!edge_src || !edge_dst) return pl_error_prefix(pl_error_status(), "gat");
@@ -125,16 +162,25 @@ pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int6
                             pl_tensor_describe(edge_src, b1, sizeof b1),
                             pl_tensor_describe(edge_dst, b2, sizeof b2));
     const void *ks = pl_tensor_data(edge_src), *kd = pl_tensor_data(edge_dst);
-    if (g->src && g->src_key == ks && g->dst_key == kd && g->n_edges == E && g->n_nodes == n_nodes) {
+    if (!cache && !m->o.add_self_loops && edge_src->dtype == PL_I64 && edge_dst->dtype == PL_I64) {
+        /* the loader's edges as they are (pl_index_select range-checks them) */
+        *src = edge_src;
+        *dst = edge_dst;
+        return PL_OK;
+    }
+    if (cache && g->src && g->src_key == ks && g->dst_key == kd && g->n_edges == E && g->n_nodes == n_nodes) {
         *src = g->src;
         *dst = g->dst;
         return PL_OK;
     }
-    pl_tensor_release(g->src);
-    pl_tensor_release(g->dst);
-    g->src = g->dst = NULL;
+    if (cache) {
+        pl_tensor_release(g->src);
+        pl_tensor_release(g->dst);
+        g->src = g->dst = NULL;
+    }
     pl_status st = PL_OK;
-    pl_frame_begin();
+    pl_tensor *ts = NULL, *td = NULL;
+    if (cache) pl_frame_begin(); /* uncached: everything lives in the caller's frame */
     pl_tensor *hs = pl_tensor_to(edge_src, PL_I64, PL_CPU), *hd = pl_tensor_to(edge_dst, PL_I64, PL_CPU);
     int64_t *s = NULL, *d = NULL;
     if (!hs || !hd) st = pl_error_status();
@@ -164,18 +210,23 @@ pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int6
             }
     }
     if (!st) {
-        pl_tensor *ts = pl_tensor_from_data(PL_I64, 1, &k, s, m->ctx->device);
-        pl_tensor *td = pl_tensor_from_data(PL_I64, 1, &k, d, m->ctx->device);
+        ts = pl_tensor_from_data(PL_I64, 1, &k, s, m->ctx->device);
+        td = pl_tensor_from_data(PL_I64, 1, &k, d, m->ctx->device);
         if (!ts || !td) st = pl_error_status();
-        else {
+        else if (cache) {
             g->src = pl_frame_keep(ts);
             g->dst = pl_frame_keep(td);
         }
     }
-    pl_frame_end();
+    if (cache) pl_frame_end();
     free(s);
     free(d);
     if (st) return st;
+    if (!cache) {
+        *src = ts;
+        *dst = td;
+        return PL_OK;
+    }
     g->src_key = ks;
     g->dst_key = kd;
     g->n_edges = E;
@@ -268,6 +319,106 @@ pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst
     return h;
 }
 
+/* ---- graph-level regression ------------------------------------------------------- */
+
+pl_tensor *gat_readout_pool(pl_tensor *h, pl_tensor *batch, int64_t num_graphs, gat_readout r) {
+    if (!h || !batch) return NULL;
+    pl_tensor *sum = pl_scatter_add(h, 0, batch, num_graphs); /* [B, D]: PyG global_add_pool */
+    if (!sum || r == GAT_READOUT_SUM) return sum;
+    /* global_mean_pool: divide by each graph's node count (an empty graph
+     * gives 0, as PyG's scatter mean does) */
+    pl_tensor *hb = pl_tensor_to(batch, PL_I64, PL_CPU);
+    pl_tensor *inv = hb ? pl_tensor_empty(PL_F32, 2, (int64_t[]){num_graphs, 1}, PL_CPU) : NULL;
+    if (!inv) return NULL;
+    float *iv = pl_tensor_f32(inv);
+    for (int64_t g = 0; g < num_graphs; g++) iv[g] = 0.0f;
+    const int64_t *bv = pl_tensor_data(hb);
+    int64_t n = pl_tensor_numel(hb);
+    for (int64_t i = 0; i < n; i++) {
+        if (bv[i] < 0 || bv[i] >= num_graphs) {
+            pl_error_set(PL_ERR_INVALID, "gat: batch[%lld] = %lld outside the batch's %lld graphs", (long long)i,
+                         (long long)bv[i], (long long)num_graphs);
+            return NULL;
+        }
+        iv[bv[i]] += 1.0f;
+    }
+    for (int64_t g = 0; g < num_graphs; g++) iv[g] = iv[g] > 0 ? 1.0f / iv[g] : 0.0f;
+    if (!pl_device_eq(h->device, PL_CPU)) inv = pl_tensor_to(inv, PL_F32, h->device);
+    return pl_mul(sum, inv);
+}
+
+pl_tensor *gat_graph_predict(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
+                             pl_tensor *batch, int64_t num_graphs, bool training) {
+    if (!x) return NULL;
+    uint64_t base = (uint64_t)m->ctx->micro_step * 2 * GAT_MAX_LAYERS;
+    pl_tensor *h = x;
+    if (h->dtype != PL_F32) h = pl_tensor_to(h, PL_F32, h->device);
+    for (int l = 0; l < m->o.layers && h; l++) {
+        h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + 2 * (uint64_t)l, training);
+        h = gat_conv(m, &m->layer[l], h, src, dst, m->o.attn_dropout, base + 2 * (uint64_t)l + 1,
+                     training);
+        h = pl_elu(h, 1.0);
+    }
+    h = gat_readout_pool(h, batch, num_graphs, m->o.readout);
+    for (int i = 0; i < 2 && h && m->head_w[i] >= 0; i++) {
+        if (i > 0) h = pl_elu(h, 1.0);
+        h = pl_linear(h, P(m, m->head_w[i]), P(m, m->head_b[i]));
+    }
+    return h;
+}
+
+static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, pl_tensor **loss_out,
+                               pl_metrics *metrics) {
+    pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
+              *ed = pl_batch_get(b, "edge_dst"), *y = pl_batch_get(b, "y"),
+              *bv = pl_batch_get(b, "batch");
+    if (!x || !es || !ed || !y || !bv)
+        return pl_error_prefix(pl_error_status(),
+                               "gat (task = graph_regression): batch needs x, edge_src, edge_dst, batch, y "
+                               "(hdf5_graph mode = graphs)");
+    char b1[256], b2[256];
+    int64_t B = b->size, K = m->o.num_targets;
+    if (x->ndim != 2 || x->shape[1] != m->o.in_features)
+        return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [n, %lld]",
+                            pl_tensor_describe(x, b1, sizeof b1), (long long)m->o.in_features);
+    if (bv->ndim != 1 || bv->shape[0] != x->shape[0])
+        return pl_error_set(PL_ERR_SHAPE, "gat: batch vector %s, expected [%lld] (one graph id per node)",
+                            pl_tensor_describe(bv, b1, sizeof b1), (long long)x->shape[0]);
+    if (y->ndim != 2 || y->shape[0] != B || y->shape[1] != K)
+        return pl_error_set(PL_ERR_SHAPE, "gat: targets %s, expected [%lld, %lld] (batch size, num_targets)",
+                            pl_tensor_describe(y, b2, sizeof b2), (long long)B, (long long)K);
+    pl_tensor *src = NULL, *dst = NULL;
+    pl_status st = edges_build(m, es, ed, x->shape[0], false, &src, &dst);
+    if (st) return st;
+    pl_tensor *pred = gat_graph_predict(m, x, src, dst, bv, B, training);
+    pl_tensor *yt = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
+    pl_tensor *loss = m->o.loss == GAT_LOSS_MAE     ? pl_mae_loss(pred, yt)
+                      : m->o.loss == GAT_LOSS_HUBER ? pl_huber_loss(pred, yt, m->o.huber_delta)
+                                                    : pl_mse_loss(pred, yt);
+    if (!loss) return pl_error_prefix(pl_error_status(), "gat forward");
+    *loss_out = loss;
+    if (training || !metrics) return PL_OK;
+    /* metrics in the target's original units (undo the loader's standardization) */
+    pl_tensor *hp = pl_tensor_to(pred, PL_F32, PL_CPU), *hy = pl_tensor_to(yt, PL_F32, PL_CPU);
+    if (!hp || !hy) return pl_error_status();
+    const float *pv = pl_tensor_data(hp), *yv = pl_tensor_data(hy);
+    double ae = 0, se = 0, base_ae = 0;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t k = 0; k < K; k++) {
+            double sc = m->o.scale[k], sh = m->o.shift[k];
+            double p = pv[i * K + k] * sc + sh, t = yv[i * K + k] * sc + sh;
+            ae += fabs(p - t);
+            se += (p - t) * (p - t);
+            base_ae += fabs(sh - t); /* predicting the training mean */
+        }
+    double n = (double)(B * K);
+    pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * n, n);
+    pl_metrics_add(metrics, "mae", ae, n);
+    pl_metrics_add(metrics, "mse", se, n);
+    pl_metrics_add(metrics, "train_mean_mae", base_ae, n);
+    return PL_OK;
+}
+
 /* ---- plugin ---------------------------------------------------------------------- */
 
 static const pl_option_spec gat_options[] = {
@@ -287,6 +438,18 @@ static const pl_option_spec gat_options[] = {
     {"bias", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "learnable bias after each layer"},
     {"in_features", PL_OPT_INT, "0", 0, 1e9, NULL, "input width (0: the loader's num_features)"},
     {"num_classes", PL_OPT_INT, "0", 0, 1e9, NULL, "classes (0: the loader's num_classes)"},
+    {"task", PL_OPT_CHOICE, "node_classification", PL_NO_BOUNDS, "node_classification|graph_regression",
+     "node_classification: masked cross entropy per node; graph_regression: readout over each graph of "
+     "a batch of small graphs, then a head (hdf5_graph mode = graphs)"},
+    {"readout", PL_OPT_CHOICE, "mean", PL_NO_BOUNDS, "mean|sum",
+     "graph_regression: pool node states per graph (PyG global_mean_pool | global_add_pool)"},
+    {"head_hidden", PL_OPT_INT, "0", 0, 1e6, NULL,
+     "graph_regression: hidden width of the head after the readout (0: one linear layer)"},
+    {"num_targets", PL_OPT_INT, "0", 0, GAT_MAX_TARGETS, NULL,
+     "graph_regression: targets per graph (0: the loader's num_targets)"},
+    {"loss", PL_OPT_CHOICE, "mse", PL_NO_BOUNDS, "mse|mae|huber",
+     "graph_regression training loss on the standardized targets (torch mse_loss | l1_loss | huber_loss)"},
+    {"huber_delta", PL_OPT_FLOAT, "1.0", 1e-9, 1e9, NULL, "delta of the huber loss"},
     PL_OPTIONS_END};
 
 static pl_status gat_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
@@ -304,13 +467,42 @@ static pl_status gat_create(const pl_config_section *cfg, pl_run_context *ctx, v
         .bias = pl_cfg_bool(cfg, "bias", true),
         .in_features = pl_cfg_int(cfg, "in_features", 0),
         .num_classes = pl_cfg_int(cfg, "num_classes", 0),
+        .head_hidden = pl_cfg_int(cfg, "head_hidden", 0),
+        .num_targets = pl_cfg_int(cfg, "num_targets", 0),
+        .huber_delta = pl_cfg_float(cfg, "huber_delta", 1.0),
     };
+    const char *task = pl_cfg_str(cfg, "task", "node_classification");
+    o.task = !strcmp(task, "graph_regression") ? GAT_GRAPH_REGRESSION : GAT_NODE_CLASSIFICATION;
+    o.readout = !strcmp(pl_cfg_str(cfg, "readout", "mean"), "sum") ? GAT_READOUT_SUM : GAT_READOUT_MEAN;
+    const char *ls = pl_cfg_str(cfg, "loss", "mse");
+    o.loss = !strcmp(ls, "mae") ? GAT_LOSS_MAE : !strcmp(ls, "huber") ? GAT_LOSS_HUBER : GAT_LOSS_MSE;
     pl_status st = PL_OK;
     if (!o.in_features) st = pl_meta_get_int(ctx->meta, "num_features", &o.in_features);
-    if (!st && !o.num_classes) st = pl_meta_get_int(ctx->meta, "num_classes", &o.num_classes);
-    if (st)
-        return pl_error_prefix(st, "gat: set in_features/num_classes or use a graph loader that "
-                               "publishes them (hdf5_graph)");
+    if (o.task == GAT_NODE_CLASSIFICATION) {
+        if (!st && !o.num_classes) st = pl_meta_get_int(ctx->meta, "num_classes", &o.num_classes);
+        if (st)
+            return pl_error_prefix(st, "gat: set in_features/num_classes or use a graph loader that "
+                                   "publishes them (hdf5_graph)");
+    } else {
+        const char *lt = pl_meta_get_str(ctx->meta, "task");
+        if (lt && strcmp(lt, "graph_regression"))
+            return pl_error_set(PL_ERR_CONFIG, "gat: task = graph_regression but the loader serves '%s' "
+                                "(use hdf5_graph with mode = graphs)", lt);
+        if (!st && !o.num_targets) st = pl_meta_get_int(ctx->meta, "num_targets", &o.num_targets);
+        if (st)
+            return pl_error_prefix(st, "gat: set in_features/num_targets or use hdf5_graph with mode = graphs, "
+                                   "which publishes them");
+        o.num_classes = 1; /* unused */
+        for (int64_t k = 0; k < o.num_targets && k < GAT_MAX_TARGETS; k++) {
+            char key[64];
+            double v;
+            snprintf(key, sizeof key, "target_mean_%lld", (long long)k);
+            o.shift[k] = pl_meta_get_float(ctx->meta, key, &v) == PL_OK ? v : 0.0;
+            snprintf(key, sizeof key, "target_std_%lld", (long long)k);
+            o.scale[k] = pl_meta_get_float(ctx->meta, key, &v) == PL_OK ? v : 1.0;
+        }
+        pl_error_clear();
+    }
     gat_model *m;
     st = gat_model_new(&o, ctx, &m);
     if (!st) *self = m;
@@ -322,6 +514,7 @@ static void gat_destroy(void *self) { gat_model_free(self); }
 static pl_status gat_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
                              pl_tensor **loss_out, pl_metrics *metrics) {
     gat_model *m = self;
+    if (m->o.task == GAT_GRAPH_REGRESSION) return graph_forward(m, b, training, loss_out, metrics);
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
               *ed = pl_batch_get(b, "edge_dst"), *y = pl_batch_get(b, "y"),
               *mask = pl_batch_get(b, "mask");
@@ -369,5 +562,5 @@ static const pl_model_vtable gat_vtable = {
 };
 
 PL_PLUGIN_DEFINE(gat, PL_KIND_MODEL, "1.0.0",
-                 "graph attention network (Velickovic et al. 2018; PyG GATConv) for node classification",
+                 "graph attention network (Velickovic et al. 2018; PyG GATConv): node classification, graph regression",
                  gat_options, &gat_vtable)

@@ -13,6 +13,11 @@
 #include "pipeline/pipeline.h"
 
 #define GAT_MAX_LAYERS 16
+#define GAT_MAX_TARGETS 64
+
+typedef enum gat_task { GAT_NODE_CLASSIFICATION = 0, GAT_GRAPH_REGRESSION } gat_task;
+typedef enum gat_readout { GAT_READOUT_MEAN = 0, GAT_READOUT_SUM } gat_readout;
+typedef enum gat_loss { GAT_LOSS_MSE = 0, GAT_LOSS_MAE, GAT_LOSS_HUBER } gat_loss;
 
 typedef struct gat_opts {
     int layers;            /* GAT layers (>= 1) */
@@ -27,6 +32,16 @@ typedef struct gat_opts {
     bool add_self_loops;   /* remove existing self loops, add one per node */
     bool bias;
     int64_t in_features, num_classes;
+    /* graph-level regression (task = graph_regression): every GAT layer is a
+     * hidden layer (ELU after each), then a readout over each graph's nodes
+     * and a head: Linear(D, K), or Linear(D, head_hidden) -> ELU -> Linear(., K) */
+    gat_task task;
+    gat_readout readout;
+    gat_loss loss;
+    double huber_delta;
+    int64_t head_hidden;  /* 0: linear head */
+    int64_t num_targets;  /* K (graph_regression) */
+    double shift[GAT_MAX_TARGETS], scale[GAT_MAX_TARGETS]; /* y = y_std * scale + shift */
 } gat_opts;
 
 /* One GATConv: parameter indices into ctx->params (-1 when absent). */
@@ -53,6 +68,7 @@ typedef struct gat_target_cache {
 typedef struct gat_model {
     gat_opts o;
     gat_layer layer[GAT_MAX_LAYERS];
+    int head_w[2], head_b[2]; /* graph_regression head (index -1: absent) */
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     gat_graph_cache graph;
     gat_target_cache target[PL_SPLIT_COUNT];
@@ -72,8 +88,24 @@ pl_tensor *gat_conv(gat_model *m, const gat_layer *L, pl_tensor *x, pl_tensor *s
 pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
                     pl_tensor **src, pl_tensor **dst);
 
+/* Edges of one batch of small graphs, not cached (each batch is a new graph,
+ * possibly at the addresses of an earlier one): self loops applied when the
+ * option is set, else the batch's own i64 tensors are returned. The results
+ * belong to the caller's frame. */
+pl_status gat_edges_batch(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
+                          pl_tensor **src, pl_tensor **dst);
+
 /* Whole network: logits [N, num_classes]. Dropout counters come from
  * ctx->micro_step (training only). */
 pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training);
+
+/* Graph-level regression: per-graph predictions [B, K] (standardized
+ * units) for nodes x [n, F] whose graph ids within the batch are `batch`
+ * i64 [n] in [0, B). Readout: PyG global_mean_pool / global_add_pool. */
+pl_tensor *gat_graph_predict(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
+                             pl_tensor *batch, int64_t num_graphs, bool training);
+
+/* Readout alone: sum or mean of h [n, D] over the nodes of each graph -> [B, D]. */
+pl_tensor *gat_readout_pool(pl_tensor *h, pl_tensor *batch, int64_t num_graphs, gat_readout r);
 
 #endif

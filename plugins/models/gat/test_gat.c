@@ -383,6 +383,308 @@ START_TEST(edges_out_of_range_are_refused) {
 }
 END_TEST
 
+
+/* ---- graph-level regression (task = graph_regression) ---------------------- */
+
+/* The Cora-style reference graph (6 nodes) and a 3-node graph in one batch,
+ * as hdf5_graph mode = graphs serves it: batch-local edge ids, batch vector. */
+typedef struct multi_batch {
+    pl_tensor *x, *es, *ed, *bv, *y;
+    pl_batch b;
+} multi_batch;
+
+#define MB_N (GAT_REF_N + GAT_REF_NB)
+#define MB_E (GAT_REF_E + GAT_REF_EB)
+
+static void multi_init(multi_batch *g, const float *y) {
+    float xv[MB_N * GAT_REF_F];
+    memcpy(xv, gat_ref_x, sizeof gat_ref_x);
+    memcpy(xv + GAT_REF_N * GAT_REF_F, gat_ref_gb_x, sizeof gat_ref_gb_x);
+    int64_t s[MB_E], d[MB_E], bv[MB_N];
+    for (int e = 0; e < GAT_REF_E; e++) s[e] = gat_ref_src[e], d[e] = gat_ref_dst[e];
+    for (int e = 0; e < GAT_REF_EB; e++)
+        s[GAT_REF_E + e] = gat_ref_gb_src[e] + GAT_REF_N, d[GAT_REF_E + e] = gat_ref_gb_dst[e] + GAT_REF_N;
+    for (int i = 0; i < MB_N; i++) bv[i] = i >= GAT_REF_N;
+    g->x = pl_tensor_from_data(PL_F32, PL_SHAPE(MB_N, GAT_REF_F), xv, PL_CPU);
+    g->es = new_i64(s, MB_E);
+    g->ed = new_i64(d, MB_E);
+    g->bv = new_i64(bv, MB_N);
+    g->y = pl_tensor_from_data(PL_F32, PL_SHAPE(2, GAT_REF_KT), y, PL_CPU);
+    memset(&g->b, 0, sizeof g->b);
+    const char *names[5] = {"x", "edge_src", "edge_dst", "batch", "y"};
+    pl_tensor *ts[5] = {g->x, g->es, g->ed, g->bv, g->y};
+    for (int i = 0; i < 5; i++) {
+        g->b.names[i] = names[i];
+        g->b.fields[i] = ts[i];
+    }
+    g->b.n = 5;
+    g->b.size = 2;
+}
+
+static void multi_free(multi_batch *g) {
+    pl_tensor *ts[5] = {g->x, g->es, g->ed, g->bv, g->y};
+    for (int i = 0; i < 5; i++) pl_tensor_release(ts[i]);
+}
+
+static gat_opts graph_opts(gat_readout r, int64_t head_hidden) {
+    return (gat_opts){.layers = 2, .hidden = GAT_REF_C, .heads = GAT_REF_H, .output_heads = 1,
+                      .negative_slope = 0.2, .concat = true, .add_self_loops = true, .bias = true,
+                      .in_features = GAT_REF_F, .num_classes = 1, .task = GAT_GRAPH_REGRESSION,
+                      .readout = r, .head_hidden = head_hidden, .num_targets = GAT_REF_KT,
+                      .scale = {1, 1}, .shift = {0, 0}};
+}
+
+
+/* Both readouts and the MLP head against PyG (GATConv x2 + global_mean_pool /
+ * global_add_pool + Linear), outputs and every gradient. */
+static void check_graph_case(gat_readout r, int64_t hh, const float *out_ref, const float *rr,
+                             const float *gx, const float *gw1, const float *gw2,
+                             const float *hw0, const float *hb0, const float *hw1, const float *hb1,
+                             const float *ghw0, const float *ghb0, const float *ghw1, const float *ghb1,
+                             const float *w1, const float *as1, const float *ad1, const float *b1,
+                             const float *w2, const float *as2, const float *ad2, const float *b2) {
+    gat_opts o = graph_opts(r, hh);
+    fixture f;
+    fx_init(&f, &o);
+    int64_t HC = GAT_REF_H * GAT_REF_C, D0 = hh ? hh : GAT_REF_KT;
+    set_param(&f, "gat.layers.0.lin.weight", w1, HC * GAT_REF_F);
+    set_param(&f, "gat.layers.0.att_src", as1, HC);
+    set_param(&f, "gat.layers.0.att_dst", ad1, HC);
+    set_param(&f, "gat.layers.0.bias", b1, HC);
+    set_param(&f, "gat.layers.1.lin.weight", w2, HC * HC);
+    set_param(&f, "gat.layers.1.att_src", as2, HC);
+    set_param(&f, "gat.layers.1.att_dst", ad2, HC);
+    set_param(&f, "gat.layers.1.bias", b2, HC);
+    set_param(&f, "gat.head.0.weight", hw0, D0 * HC);
+    set_param(&f, "gat.head.0.bias", hb0, D0);
+    if (hh) {
+        set_param(&f, "gat.head.1.weight", hw1, GAT_REF_KT * hh);
+        set_param(&f, "gat.head.1.bias", hb1, GAT_REF_KT);
+    }
+    static const float y[2 * GAT_REF_KT] = {0};
+    multi_batch g;
+    multi_init(&g, y);
+    pl_tensor_set_requires_grad(g.x, true);
+    pl_frame_begin();
+    pl_tensor *src, *dst;
+    PL_CK_OK(gat_edges_batch(f.m, g.es, g.ed, MB_N, &src, &dst));
+    pl_tensor *out = gat_graph_predict(f.m, g.x, src, dst, g.bv, 2, false);
+    expect_close(out, out_ref, 2 * GAT_REF_KT, 1e-4, "graph predictions");
+    pl_tensor *rt = pl_tensor_from_data(PL_F32, out->ndim, out->shape, rr, PL_CPU);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(out, rt), PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    expect_close(g.x->grad, gx, MB_N * GAT_REF_F, 1e-4, "dx");
+    expect_close(param(&f, "gat.layers.0.lin.weight")->grad, gw1, HC * GAT_REF_F, 1e-4, "dW1");
+    expect_close(param(&f, "gat.layers.1.lin.weight")->grad, gw2, HC * HC, 1e-4, "dW2");
+    expect_close(param(&f, "gat.head.0.weight")->grad, ghw0, D0 * HC, 1e-4, "d head0 W");
+    expect_close(param(&f, "gat.head.0.bias")->grad, ghb0, D0, 1e-4, "d head0 b");
+    if (hh) {
+        expect_close(param(&f, "gat.head.1.weight")->grad, ghw1, GAT_REF_KT * hh, 1e-4, "d head1 W");
+        expect_close(param(&f, "gat.head.1.bias")->grad, ghb1, GAT_REF_KT, 1e-4, "d head1 b");
+    }
+    multi_free(&g);
+    fx_free(&f);
+}
+
+START_TEST(graph_regression_mean_readout_matches_pyg) {
+    check_graph_case(GAT_READOUT_MEAN, 5, gat_ref_graph_mean_out, gat_ref_graph_mean_r, gat_ref_graph_mean_x_grad,
+                     gat_ref_graph_mean1_w_grad, gat_ref_graph_mean2_w_grad, gat_ref_graph_mean_head0_w,
+                     gat_ref_graph_mean_head0_b, gat_ref_graph_mean_head1_w, gat_ref_graph_mean_head1_b,
+                     gat_ref_graph_mean_head0_w_grad, gat_ref_graph_mean_head0_b_grad,
+                     gat_ref_graph_mean_head1_w_grad, gat_ref_graph_mean_head1_b_grad, gat_ref_graph_mean1_w,
+                     gat_ref_graph_mean1_att_src, gat_ref_graph_mean1_att_dst, gat_ref_graph_mean1_bias,
+                     gat_ref_graph_mean2_w, gat_ref_graph_mean2_att_src, gat_ref_graph_mean2_att_dst,
+                     gat_ref_graph_mean2_bias);
+}
+END_TEST
+
+START_TEST(graph_regression_sum_readout_matches_pyg) {
+    check_graph_case(GAT_READOUT_SUM, 0, gat_ref_graph_sum_out, gat_ref_graph_sum_r, gat_ref_graph_sum_x_grad,
+                     gat_ref_graph_sum1_w_grad, gat_ref_graph_sum2_w_grad, gat_ref_graph_sum_head0_w,
+                     gat_ref_graph_sum_head0_b, NULL, NULL, gat_ref_graph_sum_head0_w_grad,
+                     gat_ref_graph_sum_head0_b_grad, NULL, NULL, gat_ref_graph_sum1_w,
+                     gat_ref_graph_sum1_att_src, gat_ref_graph_sum1_att_dst, gat_ref_graph_sum1_bias,
+                     gat_ref_graph_sum2_w, gat_ref_graph_sum2_att_src, gat_ref_graph_sum2_att_dst,
+                     gat_ref_graph_sum2_bias);
+}
+END_TEST
+
+/* Graphs in a batch do not see each other: each graph's prediction equals
+ * the one it gets alone (catches wrong edge offsets or batch ids). */
+START_TEST(graph_predictions_do_not_depend_on_batch_mates) {
+    gat_opts o = graph_opts(GAT_READOUT_MEAN, 4);
+    o.residual = true;
+    fixture f;
+    fx_init(&f, &o);
+    static const float y[2 * GAT_REF_KT] = {0};
+    multi_batch g;
+    multi_init(&g, y);
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *src, *dst;
+    PL_CK_OK(gat_edges_batch(f.m, g.es, g.ed, MB_N, &src, &dst));
+    pl_tensor *both = gat_graph_predict(f.m, g.x, src, dst, g.bv, 2, false);
+    /* graph 1 alone: its 3 nodes, local edge ids, batch vector of zeros */
+    pl_tensor *x1 = pl_tensor_from_data(PL_F32, PL_SHAPE(GAT_REF_NB, GAT_REF_F), gat_ref_gb_x, PL_CPU);
+    pl_tensor *s1 = new_i64(gat_ref_gb_src, GAT_REF_EB), *d1 = new_i64(gat_ref_gb_dst, GAT_REF_EB);
+    int64_t z[GAT_REF_NB] = {0};
+    pl_tensor *b1 = new_i64(z, GAT_REF_NB);
+    PL_CK_OK(gat_edges_batch(f.m, s1, d1, GAT_REF_NB, &src, &dst));
+    pl_tensor *alone = gat_graph_predict(f.m, x1, src, dst, b1, 1, false);
+    ck_assert_msg(both && alone, "%s", pl_error_message());
+    for (int k = 0; k < GAT_REF_KT; k++)
+        ck_assert_msg(fabs(pl_tensor_get(both, GAT_REF_KT + k) - pl_tensor_get(alone, k)) < 1e-6,
+                      "target %d: %g in the batch, %g alone", k, pl_tensor_get(both, GAT_REF_KT + k),
+                      pl_tensor_get(alone, k));
+    pl_frame_end();
+    pl_no_grad_end();
+    pl_tensor_release(x1);
+    pl_tensor_release(s1);
+    pl_tensor_release(d1);
+    pl_tensor_release(b1);
+    multi_free(&g);
+    fx_free(&f);
+}
+END_TEST
+
+typedef struct gc_graph {
+    fixture *f;
+    multi_batch *g;
+} gc_graph;
+
+static pl_tensor *graph_train_loss(pl_tensor **in, int n, void *p) {
+    (void)in;
+    (void)n;
+    gc_graph *c = p;
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_tensor *loss = NULL;
+    if (vt->forward(c->f->m, &c->g->b, PL_SPLIT_TRAIN, true, &loss, NULL)) return NULL;
+    return loss;
+}
+
+/* Numerical gradients of the plugin's whole training forward (dropout on
+ * with fixed masks, huber loss, mean readout, MLP head). */
+START_TEST(graph_regression_gradients_match_finite_differences) {
+    gat_opts o = graph_opts(GAT_READOUT_MEAN, 3);
+    o.hidden = 2;
+    o.heads = 2;
+    o.dropout = o.attn_dropout = 0.3;
+    o.residual = true;
+    o.loss = GAT_LOSS_HUBER;
+    o.huber_delta = 0.5;
+    fixture f;
+    fx_init(&f, &o);
+    f.ctx.micro_step = 2;
+    static const float y[2 * GAT_REF_KT] = {0.3f, -1.2f, 1.5f, 0.1f};
+    multi_batch g;
+    multi_init(&g, y);
+    pl_tensor *ins[32];
+    int n = 0;
+    for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
+    ck_assert_int_eq(n, 14); /* 2 layers x 5 + head 2 x (weight, bias) */
+    gc_graph c = {&f, &g};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(graph_train_loss, ins, n, &c, 1e-3, 2e-3, 2e-2, msg, sizeof msg), "%s", msg);
+    multi_free(&g);
+    fx_free(&f);
+}
+END_TEST
+
+/* Evaluation metrics are in the target's original units: mae / mse of
+ * pred * scale + shift against y * scale + shift (hand-computed here). */
+START_TEST(graph_regression_metrics_undo_standardization) {
+    gat_opts o = graph_opts(GAT_READOUT_SUM, 0);
+    o.scale[0] = 10.0;
+    o.shift[0] = 50.0;
+    o.scale[1] = 0.5;
+    o.shift[1] = -2.0;
+    fixture f;
+    fx_init(&f, &o);
+    static const float y[2 * GAT_REF_KT] = {0.3f, -1.2f, 1.5f, 0.1f};
+    multi_batch g;
+    multi_init(&g, y);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_metrics m;
+    pl_metrics_reset(&m);
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *loss = NULL, *src, *dst;
+    PL_CK_OK(vt->forward(f.m, &g.b, PL_SPLIT_VAL, false, &loss, &m));
+    PL_CK_OK(gat_edges_batch(f.m, g.es, g.ed, MB_N, &src, &dst));
+    pl_tensor *pred = gat_graph_predict(f.m, g.x, src, dst, g.bv, 2, false);
+    double ae = 0, se = 0, sq = 0, base = 0;
+    for (int i = 0; i < 2 * GAT_REF_KT; i++) {
+        int k = i % GAT_REF_KT;
+        double d = pl_tensor_get(pred, i) - y[i];
+        sq += d * d;
+        ae += fabs(d) * o.scale[k];
+        se += d * d * o.scale[k] * o.scale[k];
+        base += fabs(y[i]) * o.scale[k];
+    }
+    pl_frame_end();
+    pl_no_grad_end();
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "loss"), sq / 4, 1e-5);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "mae"), ae / 4, 1e-4);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "mse"), se / 4, 1e-3);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "train_mean_mae"), base / 4, 1e-4);
+    multi_free(&g);
+    fx_free(&f);
+}
+END_TEST
+
+/* Sum readout + linear head learns a per-graph count: y = number of nodes
+ * (6 and 3, standardized by hand), to a small fraction of the first loss. */
+START_TEST(graph_regression_learns_node_counts) {
+    gat_opts o = graph_opts(GAT_READOUT_SUM, 0);
+    o.num_targets = 1;
+    fixture f;
+    fx_init(&f, &o);
+    /* two targets in the batch layout; fit y[:, 0] = (n - 4.5) / 1.5 only */
+    static const float y[2 * GAT_REF_KT] = {1.0f, 0.0f, -1.0f, 0.0f};
+    multi_batch g;
+    multi_init(&g, y);
+    pl_tensor_release(g.y);
+    static const float y1[2] = {1.0f, -1.0f};
+    g.y = g.b.fields[4] = pl_tensor_from_data(PL_F32, PL_SHAPE(2, 1), y1, PL_CPU);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    double first = NAN, last = NAN;
+    for (int step = 0; step < 200; step++) {
+        pl_frame_begin();
+        pl_tensor *loss = NULL;
+        PL_CK_OK(vt->forward(f.m, &g.b, PL_SPLIT_TRAIN, true, &loss, NULL));
+        if (step == 0) first = pl_tensor_item(loss);
+        last = pl_tensor_item(loss);
+        PL_CK_OK(pl_backward(loss, 1.0));
+        pl_frame_end();
+        for (int i = 0; i < pl_params_count(f.ctx.params); i++) {
+            pl_tensor *p = pl_params_at(f.ctx.params, i)->t;
+            float *w = pl_tensor_f32(p), *gr = pl_tensor_f32(p->grad);
+            for (int64_t j = 0; j < pl_tensor_numel(p); j++) w[j] -= 0.02f * gr[j];
+            pl_tensor_zero_grad(p);
+        }
+    }
+    ck_assert_msg(last < 0.05 * first, "loss %g after 200 steps (first %g)", last, first);
+    multi_free(&g);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(graph_regression_refuses_a_node_batch) {
+    gat_opts o = graph_opts(GAT_READOUT_MEAN, 0);
+    fixture f;
+    fx_init(&f, &o);
+    static const uint8_t mask[GAT_REF_N] = {1, 1, 1, 1, 1, 1};
+    graph_batch g;
+    batch_init(&g, mask);
+    pl_tensor *loss = NULL;
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    ck_assert_int_ne(vt->forward(f.m, &g.b, PL_SPLIT_TRAIN, true, &loss, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "batch") != NULL, "%s", pl_error_message());
+    batch_free(&g);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(schema_and_descriptor) {
     const pl_plugin_desc *d = pl_plugin_entry();
     ck_assert_str_eq(d->name, "gat");
@@ -409,6 +711,13 @@ int main(void) {
     tcase_add_test(tc, eval_reports_masked_loss_and_accuracy);
     tcase_add_test(tc, learns_the_training_labels);
     tcase_add_test(tc, edges_out_of_range_are_refused);
+    tcase_add_test(tc, graph_regression_mean_readout_matches_pyg);
+    tcase_add_test(tc, graph_regression_sum_readout_matches_pyg);
+    tcase_add_test(tc, graph_predictions_do_not_depend_on_batch_mates);
+    tcase_add_test(tc, graph_regression_gradients_match_finite_differences);
+    tcase_add_test(tc, graph_regression_metrics_undo_standardization);
+    tcase_add_test(tc, graph_regression_learns_node_counts);
+    tcase_add_test(tc, graph_regression_refuses_a_node_batch);
     tcase_add_test(tc, schema_and_descriptor);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
