@@ -1,10 +1,26 @@
-/* hdf5_graph.c - whole-graph loader (transductive node classification).
+/* hdf5_graph.c - graph loader, two modes (README.md: options, layouts, batches).
  *
- * Reads features [N, F], edge_index [2, E], labels [N] and the three split
- * masks once at create, applies optional self loops / row normalization,
- * moves everything to the device once and serves every epoch from that
- * cache: each split yields ONE batch {x, edge_src, edge_dst, y, mask} whose
- * tensors are the cached ones (no per-epoch rebuild, no copy).
+ * mode = node (default): one graph, transductive node classification. Reads
+ * features [N, F], edge_index [2, E], labels [N] and the three split masks
+ * once at create, applies optional self loops / row normalization, moves
+ * everything to the device once and serves every epoch from that cache: each
+ * split yields ONE batch {x, edge_src, edge_dst, y, mask} whose tensors are
+ * the cached ones (no per-epoch rebuild, no copy).
+ *
+ * mode = graphs: many small graphs (molecules), graph-level regression. The
+ * file holds the graphs concatenated (x [N_total, F], edge_index [2, E_total]
+ * with graph-local node ids) plus CSR offsets node_ptr / edge_ptr [G+1],
+ * targets y [G, K] and per-graph split masks. Everything is read, validated,
+ * self-looped / normalized / standardized once at create. Each split owns
+ * staging tensors on the device sized for the whole split (mega-batch); an
+ * epoch lays the split's graphs out in epoch order into them (train:
+ * shuffled per epoch; val/test: once at create) with batch-local edge ids and
+ * the `batch` vector precomputed for the fixed batch boundaries, and next()
+ * returns views (pl_tensor_view_rows) of the staging tensors: no copy and no
+ * allocation per batch.
+ *
+ * Resume (both modes): state scalars hdf5_graph.epoch / hdf5_graph.next_batch
+ * (LOADER RESUME PROTOCOL: the train position, kept while val/test are served).
  */
 #include <hdf5.h>
 #include <math.h>
@@ -17,29 +33,91 @@
 
 static pthread_mutex_t g_h5_lock = PTHREAD_MUTEX_INITIALIZER;
 
+enum { NB_FIELDS = 5 };
+
+/* One split of graphs mode: its graphs, their epoch order, the batch
+ * boundaries and the staging tensors (device) holding the whole split. */
+typedef struct gsplit {
+    int64_t ng;             /* graphs in the split */
+    int64_t nodes, edges;   /* totals over the split (edges after self loops) */
+    int64_t nb;             /* batches served per epoch (after drop_last) */
+    int64_t nb_all;         /* ceil(ng / B): batches laid out in staging */
+    int64_t *ids;           /* graph ids in file order */
+    int64_t *order;         /* graph ids in the current epoch order */
+    int64_t *bnode, *bedge; /* [nb_all + 1] staging row offsets of each batch */
+    pl_tensor *x, *src, *dst, *batch, *y;
+    int64_t arranged_epoch; /* train: epoch whose order is staged; -1 none */
+} gsplit;
+
 typedef struct graph {
     pl_run_context *ctx;
     char path[1024];
+    bool graphs_mode;
+    /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
     int64_t N, F, E, C, count[PL_SPLIT_COUNT];
-    int cur;
     bool done;
+    /* graphs mode: host copies (after self loops, normalization, standardization) */
+    int64_t NG, K, B;
+    bool shuffle, drop_last;
+    int64_t *nptr, *eptr; /* [NG + 1] */
+    float *hx, *hy;       /* [N, F], [NG, K] */
+    int64_t *hsrc, *hdst; /* [E] graph-local ids */
+    gsplit sp[PL_SPLIT_COUNT];
+    /* host scratch for a non-CPU device (sized for the largest split) */
+    float *sx, *sy;
+    int64_t *ssrc, *sdst, *sbatch;
+    pl_tensor *views[NB_FIELDS];
+    int nviews;
+    int64_t cur_batch;
+    /* both modes */
+    int cur;
+    int64_t tr_epoch, tr_next; /* train position (resume state) */
+    bool tr_begun;
+    bool pending; /* a loaded position waits for its train epoch */
+    int64_t pend_epoch, pend_next;
     pl_loader_stats st;
 } graph;
 
 static const pl_option_spec opts[] = {
-    {"path", PL_OPT_STRING, NULL, PL_NO_BOUNDS, NULL, "HDF5 file (layout of tools/planetoid_to_h5.py)"},
-    {"features", PL_OPT_STRING, "features", PL_NO_BOUNDS, NULL, "node features [N, F] (any float/int type, read as f32)"},
-    {"edge_index", PL_OPT_STRING, "edge_index", PL_NO_BOUNDS, NULL, "edges [2, E] (source row 0, target row 1)"},
-    {"labels", PL_OPT_STRING, "labels", PL_NO_BOUNDS, NULL, "node classes [N] (-1: unlabeled)"},
-    {"train_mask", PL_OPT_STRING, "train_mask", PL_NO_BOUNDS, NULL, "u8 [N] mask of the train split"},
-    {"val_mask", PL_OPT_STRING, "val_mask", PL_NO_BOUNDS, NULL, "u8 [N] mask of the val split"},
-    {"test_mask", PL_OPT_STRING, "test_mask", PL_NO_BOUNDS, NULL, "u8 [N] mask of the test split"},
+    {"path", PL_OPT_STRING, NULL, PL_NO_BOUNDS, NULL,
+     "HDF5 file (node: tools/planetoid_to_h5.py layout; graphs: tools/molecules_to_h5.py layout)"},
+    {"mode", PL_OPT_CHOICE, "node", PL_NO_BOUNDS, "node|graphs",
+     "node: one graph, node classification; graphs: many small graphs batched, graph regression"},
+    {"features", PL_OPT_STRING, "features", PL_NO_BOUNDS, NULL,
+     "node features [N, F] (any float/int type, read as f32); mode = graphs: default 'x'"},
+    {"edge_index", PL_OPT_STRING, "edge_index", PL_NO_BOUNDS, NULL,
+     "edges [2, E] (source row 0, target row 1); graphs: node ids local to each graph"},
+    {"labels", PL_OPT_STRING, "labels", PL_NO_BOUNDS, NULL,
+     "mode = node: node classes [N] (-1: unlabeled)"},
+    {"train_mask", PL_OPT_STRING, "train_mask", PL_NO_BOUNDS, NULL,
+     "u8 mask of the train split ([N] nodes / [G] graphs)"},
+    {"val_mask", PL_OPT_STRING, "val_mask", PL_NO_BOUNDS, NULL,
+     "u8 mask of the val split ([N] nodes / [G] graphs)"},
+    {"test_mask", PL_OPT_STRING, "test_mask", PL_NO_BOUNDS, NULL,
+     "u8 mask of the test split ([N] nodes / [G] graphs)"},
     {"add_self_loops", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "remove existing self loops, then add (i, i) for every node (PyG remove_self_loops + add_self_loops)"},
+     "remove existing self loops, then add (i, i) for every node (PyG remove_self_loops + "
+     "add_self_loops; "
+     "graphs: per graph)"},
     {"row_normalize", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "x = (x - min(x)) / clamp(row sum, min 1) (PyG NormalizeFeatures)"},
+     "x = (x - min(x)) / clamp(row sum, min 1) (PyG NormalizeFeatures; graphs: min per graph)"},
+    {"node_ptr", PL_OPT_STRING, "node_ptr", PL_NO_BOUNDS, NULL,
+     "mode = graphs: i64 [G+1] CSR offsets of each graph's x rows"},
+    {"edge_ptr", PL_OPT_STRING, "edge_ptr", PL_NO_BOUNDS, NULL,
+     "mode = graphs: i64 [G+1] CSR offsets of each graph's edge_index columns"},
+    {"targets", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL,
+     "mode = graphs: graph targets [G] or [G, K] (read as f32)"},
+    {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL, "mode = graphs: graphs per batch"},
+    {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "mode = graphs: shuffle the train graphs each epoch (seed + epoch)"},
+    {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "mode = graphs: drop the last partial train batch"},
+    {"standardize_targets", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "mode = graphs: serve (y - mean) / std, mean and unbiased std of the train graphs"},
     PL_OPTIONS_END};
+
+/* ---- tensors ------------------------------------------------------------ */
 
 /* Own a tensor even inside a caller's pl_frame. */
 static pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev) {
@@ -50,8 +128,41 @@ static pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device
     return t;
 }
 
-static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int want_rank,
-                         const int64_t *want, void **out, int64_t *dims) {
+static pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len) {
+    pl_frame_begin();
+    pl_tensor *v = pl_tensor_view_rows(t, start, len);
+    if (v) pl_frame_keep(v);
+    pl_frame_end();
+    return v;
+}
+
+static pl_device dev_of(const graph *G) {
+    return G->ctx ? G->ctx->device : PL_CPU;
+}
+
+static pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host) {
+    pl_tensor *t = own_empty(dt, nd, shape, dev_of(G));
+    if (!t) return NULL;
+    int64_t n = 1;
+    for (int i = 0; i < nd; i++)
+        n *= shape[i];
+    size_t bytes = pl_dtype_nbytes(dt, n);
+    if (bytes == 0) return t;
+    const pl_backend *be = pl_backend_get(t->device.type);
+    if (!be || be->memcpy(pl_tensor_data(t), t->device, host, PL_CPU, bytes)) {
+        pl_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+/* Read dataset `name` as `memtype`; its rank must lie in [min_rank, max_rank]
+ * and axis i must have want[i] entries where want[i] >= 0. dims receives the
+ * shape, *rank (may be NULL) the rank. */
+static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank,
+                         int max_rank, const int64_t *want, void **out, int64_t *dims, int *rank) {
     hid_t ds = -1;
     H5E_BEGIN_TRY {
         if (H5Lexists(f, name, H5P_DEFAULT) > 0) ds = H5Dopen2(f, name, H5P_DEFAULT);
@@ -67,27 +178,38 @@ static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int
         char nm[64] = "";
         H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof nm, nm, NULL);
         if (id >= 0 && H5Zfilter_avail(id) <= 0)
-            st = pl_error_set(PL_ERR_IO, "%s: dataset '%s' uses HDF5 filter %d (%s) which this HDF5 library cannot decode",
-                              G->path, name, (int)id, nm[0] ? nm : "unknown");
+            st = pl_error_set(
+                PL_ERR_IO,
+                "%s: dataset '%s' uses HDF5 filter %d (%s) which this HDF5 library cannot decode",
+                G->path, name, (int)id, nm[0] ? nm : "unknown");
     }
     H5Pclose(dcpl);
     hid_t sp = H5Dget_space(ds);
     hsize_t d[H5S_MAX_RANK];
     int nd = H5Sget_simple_extent_dims(sp, d, NULL);
     H5Sclose(sp);
-    if (!st && nd != want_rank)
-        st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d", G->path, name, nd, want_rank);
+    if (!st && (nd < min_rank || nd > max_rank)) {
+        if (min_rank == max_rank)
+            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d", G->path,
+                              name, nd, min_rank);
+        else
+            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d..%d",
+                              G->path, name, nd, min_rank, max_rank);
+    }
+    if (rank) *rank = nd;
     size_t n = 1;
     for (int i = 0; i < nd && !st; i++) {
         dims[i] = (int64_t)d[i];
         if (want && want[i] >= 0 && want[i] != dims[i])
-            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has %lld entries on axis %d; expected %lld", G->path,
-                              name, (long long)dims[i], i, (long long)want[i]);
+            st = pl_error_set(PL_ERR_SHAPE,
+                              "%s: dataset '%s' has %lld entries on axis %d; expected %lld",
+                              G->path, name, (long long)dims[i], i, (long long)want[i]);
         n *= (size_t)d[i];
     }
     if (!st) {
         *out = malloc((n ? n : 1) * H5Tget_size(memtype));
-        if (!*out) st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for '%s'", G->path, name);
+        if (!*out)
+            st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for '%s'", G->path, name);
         else if (H5Dread(ds, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
             st = pl_error_set(PL_ERR_IO, "%s: reading '%s' failed", G->path, name);
         else
@@ -97,76 +219,116 @@ static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int
     return st;
 }
 
-static pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host) {
-    pl_tensor *t = own_empty(dt, nd, shape, G->ctx ? G->ctx->device : PL_CPU);
-    if (!t) return NULL;
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= shape[i];
-    size_t bytes = pl_dtype_nbytes(dt, n);
-    if (bytes == 0) return t;
-    const pl_backend *be = pl_backend_get(t->device.type);
-    if (!be || be->memcpy(pl_tensor_data(t), t->device, host, PL_CPU, bytes)) {
-        pl_tensor_release(t);
-        return NULL;
+/* Open G->path read-only (caller holds g_h5_lock). */
+static pl_status open_file(graph *G, hid_t *f) {
+    FILE *probe = fopen(G->path, "rb");
+    if (!probe)
+        return pl_error_set(PL_ERR_IO, "%s: cannot open (missing file?); run tools/prepare_data.sh",
+                            G->path);
+    fclose(probe);
+    htri_t is5;
+    H5E_BEGIN_TRY {
+        is5 = H5Fis_hdf5(G->path);
     }
-    return t;
+    H5E_END_TRY;
+    if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", G->path);
+    H5E_BEGIN_TRY {
+        *f = H5Fopen(G->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    if (*f < 0) return pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", G->path);
+    return PL_OK;
+}
+
+/* x = (x - min) / clamp(row sum of (x - min), 1) over rows [r0, r1) (min over those rows). */
+static void normalize_rows(float *x, int64_t r0, int64_t r1, int64_t F) {
+    if (r1 <= r0 || F == 0) return;
+    float mn = x[r0 * F];
+    for (int64_t i = r0 * F; i < r1 * F; i++)
+        mn = x[i] < mn ? x[i] : mn;
+    for (int64_t i = r0; i < r1; i++) {
+        float *r = x + i * F;
+        double s = 0;
+        for (int64_t j = 0; j < F; j++)
+            s += (double)(r[j] - mn);
+        float d = (float)(s < 1.0 ? 1.0 : s);
+        for (int64_t j = 0; j < F; j++)
+            r[j] = (r[j] - mn) / d;
+    }
+}
+
+/* ---- destroy ------------------------------------------------------------ */
+
+static void release_views(graph *G) {
+    for (int i = 0; i < G->nviews; i++)
+        pl_tensor_release(G->views[i]);
+    G->nviews = 0;
 }
 
 static void g_destroy(void *self) {
     graph *G = self;
     if (!G) return;
+    release_views(G);
     pl_tensor_release(G->x);
     pl_tensor_release(G->src);
     pl_tensor_release(G->dst);
     pl_tensor_release(G->y);
-    for (int i = 0; i < PL_SPLIT_COUNT; i++) pl_tensor_release(G->mask[i]);
+    for (int i = 0; i < PL_SPLIT_COUNT; i++) {
+        pl_tensor_release(G->mask[i]);
+        gsplit *S = &G->sp[i];
+        pl_tensor_release(S->x);
+        pl_tensor_release(S->src);
+        pl_tensor_release(S->dst);
+        pl_tensor_release(S->batch);
+        pl_tensor_release(S->y);
+        free(S->ids);
+        free(S->order);
+        free(S->bnode);
+        free(S->bedge);
+    }
+    free(G->nptr);
+    free(G->eptr);
+    free(G->hx);
+    free(G->hy);
+    free(G->hsrc);
+    free(G->hdst);
+    free(G->sx);
+    free(G->sy);
+    free(G->ssrc);
+    free(G->sdst);
+    free(G->sbatch);
     free(G);
 }
 
-static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
-    graph *G = calloc(1, sizeof *G);
-    if (!G) return pl_error_set(PL_ERR_NOMEM, "hdf5_graph: out of memory");
-    G->ctx = ctx;
-    G->cur = -1;
-    snprintf(G->path, sizeof G->path, "%s", pl_cfg_str(cfg, "path", ""));
+/* ======================================================================
+ * mode = node
+ * ====================================================================== */
+
+static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_context *ctx) {
     pl_status st = PL_OK;
     float *x = NULL;
     int64_t *ei = NULL, *y = NULL, *src = NULL, *dst = NULL;
     uint8_t *m[3] = {NULL, NULL, NULL};
     hid_t f = -1;
-    FILE *probe = fopen(G->path, "rb");
-    if (!probe) {
-        st = pl_error_set(PL_ERR_IO, "%s: cannot open (missing file?); run tools/prepare_data.sh", G->path);
-        g_destroy(G);
-        return st;
-    }
-    fclose(probe);
     pthread_mutex_lock(&g_h5_lock);
-    htri_t is5;
-    H5E_BEGIN_TRY { is5 = H5Fis_hdf5(G->path); }
-    H5E_END_TRY;
-    if (is5 <= 0) {
-        st = pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", G->path);
-        goto out;
-    }
-    H5E_BEGIN_TRY { f = H5Fopen(G->path, H5F_ACC_RDONLY, H5P_DEFAULT); }
-    H5E_END_TRY;
-    if (f < 0) {
-        st = pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", G->path);
-        goto out;
-    }
+    if ((st = open_file(G, &f))) goto out;
     int64_t dx[2], de[2], dy[1], dm[1];
-    if ((st = read_ds(G, f, pl_cfg_str(cfg, "features", "features"), H5T_NATIVE_FLOAT, 2, NULL, (void **)&x, dx)))
+    if ((st = read_ds(G, f, pl_cfg_str(cfg, "features", "features"), H5T_NATIVE_FLOAT, 2, 2, NULL,
+                      (void **)&x, dx, NULL)))
         goto out;
     G->N = dx[0];
     G->F = dx[1];
     int64_t wn[1] = {G->N}, we[2] = {2, -1};
-    if ((st = read_ds(G, f, pl_cfg_str(cfg, "labels", "labels"), H5T_NATIVE_INT64, 1, wn, (void **)&y, dy)) ||
-        (st = read_ds(G, f, pl_cfg_str(cfg, "edge_index", "edge_index"), H5T_NATIVE_INT64, 2, we, (void **)&ei, de)))
+    if ((st = read_ds(G, f, pl_cfg_str(cfg, "labels", "labels"), H5T_NATIVE_INT64, 1, 1, wn,
+                      (void **)&y, dy, NULL)) ||
+        (st = read_ds(G, f, pl_cfg_str(cfg, "edge_index", "edge_index"), H5T_NATIVE_INT64, 2, 2, we,
+                      (void **)&ei, de, NULL)))
         goto out;
     const char *mk[3] = {"train_mask", "val_mask", "test_mask"};
     for (int s = 0; s < 3; s++)
-        if ((st = read_ds(G, f, pl_cfg_str(cfg, mk[s], mk[s]), H5T_NATIVE_UINT8, 1, wn, (void **)&m[s], dm))) goto out;
+        if ((st = read_ds(G, f, pl_cfg_str(cfg, mk[s], mk[s]), H5T_NATIVE_UINT8, 1, 1, wn,
+                          (void **)&m[s], dm, NULL)))
+            goto out;
     /* attribute num_classes if present, else max label + 1 */
     int64_t C = -1;
     H5E_BEGIN_TRY {
@@ -180,15 +342,17 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     int64_t ymax = -1;
     for (int64_t i = 0; i < G->N; i++) {
         if (y[i] < -1) {
-            st = pl_error_set(PL_ERR_INVALID, "%s: labels[%lld] = %lld; expected a class >= 0 or -1", G->path,
-                              (long long)i, (long long)y[i]);
+            st =
+                pl_error_set(PL_ERR_INVALID, "%s: labels[%lld] = %lld; expected a class >= 0 or -1",
+                             G->path, (long long)i, (long long)y[i]);
             goto out;
         }
         if (y[i] > ymax) ymax = y[i];
     }
     if (C < 0) C = ymax + 1;
     if (ymax >= C) {
-        st = pl_error_set(PL_ERR_INVALID, "%s: label %lld >= num_classes %lld", G->path, (long long)ymax, (long long)C);
+        st = pl_error_set(PL_ERR_INVALID, "%s: label %lld >= num_classes %lld", G->path,
+                          (long long)ymax, (long long)C);
         goto out;
     }
     G->C = C;
@@ -198,8 +362,10 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
         for (int r = 0; r < 2; r++) {
             int64_t v = ei[r * E + e];
             if (v < 0 || v >= G->N) {
-                st = pl_error_set(PL_ERR_INVALID, "%s: edge_index[%d][%lld] = %lld is outside 0..%lld (num_nodes %lld)",
-                                  G->path, r, (long long)e, (long long)v, (long long)G->N - 1, (long long)G->N);
+                st = pl_error_set(
+                    PL_ERR_INVALID,
+                    "%s: edge_index[%d][%lld] = %lld is outside 0..%lld (num_nodes %lld)", G->path,
+                    r, (long long)e, (long long)v, (long long)G->N - 1, (long long)G->N);
                 goto out;
             }
         }
@@ -219,18 +385,22 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
         dst[k++] = ei[E + e];
     }
     if (loops)
-        for (int64_t i = 0; i < G->N; i++) src[k] = dst[k] = i, k++;
+        for (int64_t i = 0; i < G->N; i++)
+            src[k] = dst[k] = i, k++;
     G->E = k;
     if (pl_cfg_bool(cfg, "row_normalize", false) && G->N * G->F > 0) {
         float mn = x[0];
-        for (int64_t i = 0; i < G->N * G->F; i++) mn = x[i] < mn ? x[i] : mn;
+        for (int64_t i = 0; i < G->N * G->F; i++)
+            mn = x[i] < mn ? x[i] : mn;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < G->N; i++) {
             float *r = x + i * G->F;
             double s = 0;
-            for (int64_t j = 0; j < G->F; j++) s += (double)(r[j] - mn);
+            for (int64_t j = 0; j < G->F; j++)
+                s += (double)(r[j] - mn);
             float d = (float)(s < 1.0 ? 1.0 : s);
-            for (int64_t j = 0; j < G->F; j++) r[j] = (r[j] - mn) / d;
+            for (int64_t j = 0; j < G->F; j++)
+                r[j] = (r[j] - mn) / d;
         }
     }
     G->x = to_device(G, PL_F32, 2, (int64_t[]){G->N, G->F}, x);
@@ -240,7 +410,8 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     for (int s = 0; s < 3 && G->x; s++) {
         G->mask[s] = to_device(G, PL_U8, 1, (int64_t[]){G->N}, m[s]);
         if (!G->mask[s]) break;
-        for (int64_t i = 0; i < G->N; i++) G->count[s] += m[s][i] != 0;
+        for (int64_t i = 0; i < G->N; i++)
+            G->count[s] += m[s][i] != 0;
     }
     if (!G->x || !G->y || !G->src || !G->dst || !G->mask[0] || !G->mask[1] || !G->mask[2]) {
         st = pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
@@ -268,7 +439,424 @@ out:
     free(y);
     free(src);
     free(dst);
-    for (int s = 0; s < 3; s++) free(m[s]);
+    for (int s = 0; s < 3; s++)
+        free(m[s]);
+    return st;
+}
+
+/* ======================================================================
+ * mode = graphs
+ * ====================================================================== */
+
+/* ptr [n] must start at 0, never decrease and end at `total` (the rows of `of`). */
+static pl_status check_ptr(const graph *G, const char *name, const int64_t *ptr, int64_t n,
+                           int64_t total, const char *of, const char *what) {
+    if (ptr[0] != 0)
+        return pl_error_set(PL_ERR_INVALID, "%s: %s[0] = %lld; expected 0 (CSR offsets start at 0)",
+                            G->path, name, (long long)ptr[0]);
+    for (int64_t i = 0; i + 1 < n; i++)
+        if (ptr[i + 1] < ptr[i])
+            return pl_error_set(PL_ERR_INVALID,
+                                "%s: %s is not monotone: %s[%lld] = %lld < %s[%lld] = %lld",
+                                G->path, name, name, (long long)i + 1, (long long)ptr[i + 1], name,
+                                (long long)i, (long long)ptr[i]);
+    if (ptr[n - 1] != total)
+        return pl_error_set(
+            PL_ERR_INVALID, "%s: %s[%lld] = %lld (last entry); expected %lld, the %s of '%s'",
+            G->path, name, (long long)n - 1, (long long)ptr[n - 1], (long long)total, what, of);
+    return PL_OK;
+}
+
+/* Lay the split's graphs out in S->order into the staging tensors: x rows,
+ * batch-local edge ids, the batch vector, y rows and the batch boundaries
+ * (batch b = order positions [b*B, (b+1)*B)). Host-side gather straight into
+ * the tensors (CPU) or into the scratch buffers, then one copy per tensor. */
+static pl_status arrange(graph *G, gsplit *S) {
+    const int64_t F = G->F, K = G->K, B = G->B;
+    bool cpu = pl_device_eq(dev_of(G), PL_CPU);
+    float *px = cpu ? pl_tensor_data(S->x) : G->sx, *py = cpu ? pl_tensor_data(S->y) : G->sy;
+    int64_t *psrc = cpu ? pl_tensor_data(S->src) : G->ssrc,
+            *pdst = cpu ? pl_tensor_data(S->dst) : G->sdst;
+    int64_t *pbatch = cpu ? pl_tensor_data(S->batch) : G->sbatch;
+    /* batch boundaries (staging rows), sequential: O(ng) */
+    int64_t no = 0, eo = 0;
+    for (int64_t i = 0; i < S->ng; i++) {
+        if (i % B == 0) {
+            S->bnode[i / B] = no;
+            S->bedge[i / B] = eo;
+        }
+        int64_t g = S->order[i];
+        no += G->nptr[g + 1] - G->nptr[g];
+        eo += G->eptr[g + 1] - G->eptr[g];
+    }
+    S->bnode[S->nb_all] = no;
+    S->bedge[S->nb_all] = eo;
+    /* per-graph copy; a graph's staging offsets follow from its batch's start
+     * plus the graphs before it in that batch, so batches go in parallel */
+#pragma omp parallel for schedule(dynamic, 4) if (S->nodes > 65536)
+    for (int64_t b = 0; b < S->nb_all; b++) {
+        int64_t n0 = S->bnode[b], e0 = S->bedge[b];
+        int64_t nn = n0, ee = e0;
+        int64_t i1 = (b + 1) * B < S->ng ? (b + 1) * B : S->ng;
+        for (int64_t i = b * B; i < i1; i++) {
+            int64_t g = S->order[i], gn = G->nptr[g + 1] - G->nptr[g];
+            memcpy(px + nn * F, G->hx + G->nptr[g] * F, sizeof *px * (size_t)(gn * F));
+            memcpy(py + i * K, G->hy + g * K, sizeof *py * (size_t)K);
+            int64_t off = nn - n0; /* node offset of graph g within its batch */
+            for (int64_t e = G->eptr[g]; e < G->eptr[g + 1]; e++, ee++) {
+                psrc[ee] = G->hsrc[e] + off;
+                pdst[ee] = G->hdst[e] + off;
+            }
+            for (int64_t v = 0; v < gn; v++)
+                pbatch[nn + v] = i - b * B;
+            nn += gn;
+        }
+    }
+    if (cpu) return PL_OK;
+    const pl_backend *be = pl_backend_get(dev_of(G).type);
+    if (!be) return pl_error_status();
+    struct {
+        pl_tensor *t;
+        const void *h;
+        size_t bytes;
+    } cp[NB_FIELDS] = {{S->x, px, sizeof(float) * (size_t)(S->nodes * F)},
+                       {S->y, py, sizeof(float) * (size_t)(S->ng * K)},
+                       {S->src, psrc, sizeof(int64_t) * (size_t)S->edges},
+                       {S->dst, pdst, sizeof(int64_t) * (size_t)S->edges},
+                       {S->batch, pbatch, sizeof(int64_t) * (size_t)S->nodes}};
+    for (int i = 0; i < NB_FIELDS; i++) {
+        if (!cp[i].bytes) continue;
+        pl_status st =
+            be->memcpy(pl_tensor_data(cp[i].t), cp[i].t->device, cp[i].h, PL_CPU, cp[i].bytes);
+        if (st)
+            return pl_error_prefix(st, "%s: copying the %s staging of split to the device", G->path,
+                                   cp[i].t->name);
+    }
+    return PL_OK;
+}
+
+/* splitmix64 stream and Fisher-Yates (same generator as hdf5_chunk). */
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* The train order of `epoch`: the split's graphs (file order) shuffled with
+ * seed = ctx->seed + epoch. Depends on nothing else (resume relies on it). */
+static void train_order(graph *G, int64_t epoch) {
+    gsplit *S = &G->sp[PL_SPLIT_TRAIN];
+    memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
+    if (!G->shuffle) return;
+    uint64_t s = (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch;
+    for (int64_t i = S->ng - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next(&s) % (uint64_t)(i + 1));
+        int64_t t = S->order[i];
+        S->order[i] = S->order[j];
+        S->order[j] = t;
+    }
+}
+
+static const char *split_mask_key[PL_SPLIT_COUNT] = {"train_mask", "val_mask", "test_mask"};
+
+static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx) {
+    static const char *only_node[] = {"labels"};
+    for (size_t i = 0; i < sizeof only_node / sizeof *only_node; i++)
+        if (pl_cfg_is_set(cfg, only_node[i]))
+            return pl_error_set(
+                PL_ERR_CONFIG,
+                "hdf5_graph: option '%s' applies to mode = node only (graphs: targets)",
+                only_node[i]);
+    const char *xname = pl_cfg_is_set(cfg, "features") ? pl_cfg_str(cfg, "features", "x") : "x";
+    const char *einame = pl_cfg_str(cfg, "edge_index", "edge_index");
+    const char *npname = pl_cfg_str(cfg, "node_ptr", "node_ptr");
+    const char *epname = pl_cfg_str(cfg, "edge_ptr", "edge_ptr");
+    const char *yname = pl_cfg_str(cfg, "targets", "y");
+    G->B = pl_cfg_int(cfg, "batch_size", 32);
+    G->shuffle = pl_cfg_bool(cfg, "shuffle", true);
+    G->drop_last = pl_cfg_bool(cfg, "drop_last", false);
+    bool loops = pl_cfg_bool(cfg, "add_self_loops", false),
+         norm = pl_cfg_bool(cfg, "row_normalize", false);
+    bool standardize = pl_cfg_bool(cfg, "standardize_targets", true);
+
+    pl_status st = PL_OK;
+    int64_t *ei = NULL, *np = NULL, *ep = NULL;
+    uint8_t *m[3] = {NULL, NULL, NULL};
+    double *mean = NULL, *sd = NULL;
+    hid_t f = -1;
+    pthread_mutex_lock(&g_h5_lock);
+    if ((st = open_file(G, &f))) goto out;
+    int64_t dx[2], de[2], dnp[1], dep[1], dy[2], dm[1];
+    int yrank = 0;
+    if ((st = read_ds(G, f, xname, H5T_NATIVE_FLOAT, 2, 2, NULL, (void **)&G->hx, dx, NULL)) ||
+        (st = read_ds(G, f, einame, H5T_NATIVE_INT64, 2, 2, (int64_t[]){2, -1}, (void **)&ei, de,
+                      NULL)) ||
+        (st = read_ds(G, f, npname, H5T_NATIVE_INT64, 1, 1, NULL, (void **)&np, dnp, NULL)))
+        goto out;
+    G->N = dx[0];
+    G->F = dx[1];
+    int64_t E = de[1];
+    if (dnp[0] < 2) {
+        st = pl_error_set(
+            PL_ERR_SHAPE,
+            "%s: dataset '%s' has %lld entries; expected G+1 >= 2 (CSR offsets of G >= 1 graphs)",
+            G->path, npname, (long long)dnp[0]);
+        goto out;
+    }
+    G->NG = dnp[0] - 1;
+    if ((st = read_ds(G, f, epname, H5T_NATIVE_INT64, 1, 1, (int64_t[]){G->NG + 1}, (void **)&ep,
+                      dep, NULL))) {
+        pl_error_prefix(st, "'%s' and '%s' must both have G+1 entries", npname, epname);
+        goto out;
+    }
+    if ((st = read_ds(G, f, yname, H5T_NATIVE_FLOAT, 1, 2, (int64_t[]){G->NG, -1}, (void **)&G->hy,
+                      dy, &yrank))) {
+        pl_error_prefix(st, "targets: one row per graph (G = %lld from '%s')", (long long)G->NG,
+                        npname);
+        goto out;
+    }
+    G->K = yrank == 2 ? dy[1] : 1;
+    for (int s = 0; s < 3; s++) {
+        const char *mk = pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]);
+        if ((st = read_ds(G, f, mk, H5T_NATIVE_UINT8, 1, 1, (int64_t[]){G->NG}, (void **)&m[s], dm,
+                          NULL))) {
+            pl_error_prefix(st, "graph masks: one entry per graph (G = %lld from '%s')",
+                            (long long)G->NG, npname);
+            goto out;
+        }
+    }
+    H5Fclose(f);
+    f = -1;
+    pthread_mutex_unlock(&g_h5_lock);
+
+    /* CSR offsets and edges within their own graph */
+    if ((st = check_ptr(G, npname, np, G->NG + 1, G->N, xname, "rows")) ||
+        (st = check_ptr(G, epname, ep, G->NG + 1, E, einame, "columns")))
+        goto out_unlocked;
+    if (G->K < 1) {
+        st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has 0 targets per graph", G->path, yname);
+        goto out_unlocked;
+    }
+    for (int64_t g = 0; g < G->NG; g++) {
+        int64_t n = np[g + 1] - np[g];
+        for (int64_t e = ep[g]; e < ep[g + 1]; e++)
+            for (int r = 0; r < 2; r++) {
+                int64_t v = ei[r * E + e];
+                if (v < 0 || v >= n) {
+                    st = pl_error_set(PL_ERR_INVALID,
+                                      "%s: graph %lld: edge %lld of the graph (%s[%d][%lld]) = "
+                                      "%lld is outside its "
+                                      "local node ids 0..%lld (the graph has %lld nodes)",
+                                      G->path, (long long)g, (long long)(e - ep[g]), einame, r,
+                                      (long long)e, (long long)v, (long long)n - 1, (long long)n);
+                    goto out_unlocked;
+                }
+            }
+        for (int64_t k = 0; k < G->K; k++)
+            if (!isfinite(G->hy[g * G->K + k])) {
+                st = pl_error_set(PL_ERR_INVALID, "%s: %s[%lld][%lld] = %g is not finite", G->path,
+                                  yname, (long long)g, (long long)k, (double)G->hy[g * G->K + k]);
+                goto out_unlocked;
+            }
+    }
+    /* per-graph self loops: drop (i, i) then append (i, i) for every node */
+    int64_t cap = E + (loops ? G->N : 0);
+    G->hsrc = malloc(sizeof *G->hsrc * (size_t)(cap ? cap : 1));
+    G->hdst = malloc(sizeof *G->hdst * (size_t)(cap ? cap : 1));
+    G->nptr = np;
+    np = NULL;
+    G->eptr = malloc(sizeof *G->eptr * (size_t)(G->NG + 1));
+    if (!G->hsrc || !G->hdst || !G->eptr) {
+        st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+        goto out_unlocked;
+    }
+    int64_t k = 0;
+    G->eptr[0] = 0;
+    for (int64_t g = 0; g < G->NG; g++) {
+        for (int64_t e = ep[g]; e < ep[g + 1]; e++) {
+            if (loops && ei[e] == ei[E + e]) continue;
+            G->hsrc[k] = ei[e];
+            G->hdst[k++] = ei[E + e];
+        }
+        if (loops)
+            for (int64_t i = 0; i < G->nptr[g + 1] - G->nptr[g]; i++)
+                G->hsrc[k] = G->hdst[k] = i, k++;
+        G->eptr[g + 1] = k;
+    }
+    G->E = k;
+    if (norm) {
+#pragma omp parallel for schedule(dynamic, 64) if (G->N > 65536)
+        for (int64_t g = 0; g < G->NG; g++)
+            normalize_rows(G->hx, G->nptr[g], G->nptr[g + 1], G->F);
+    }
+
+    /* splits */
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        gsplit *S = &G->sp[s];
+        S->arranged_epoch = -1;
+        for (int64_t g = 0; g < G->NG; g++)
+            S->ng += m[s][g] != 0;
+        if (S->ng == 0) {
+            st = pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty: mask '%s' selects no graph",
+                              G->path, pl_split_name((pl_data_split)s),
+                              pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]));
+            goto out_unlocked;
+        }
+        bool drop = s == PL_SPLIT_TRAIN && G->drop_last;
+        if (drop && S->ng < G->B) {
+            st = pl_error_set(
+                PL_ERR_CONFIG,
+                "%s: train split has %lld graphs < batch_size %lld with drop_last = true: "
+                "no batch",
+                G->path, (long long)S->ng, (long long)G->B);
+            goto out_unlocked;
+        }
+        S->nb_all = (S->ng + G->B - 1) / G->B;
+        S->nb = drop ? S->ng / G->B : S->nb_all;
+        S->ids = malloc(sizeof *S->ids * (size_t)S->ng);
+        S->order = malloc(sizeof *S->order * (size_t)S->ng);
+        S->bnode = malloc(sizeof *S->bnode * (size_t)(S->nb_all + 1));
+        S->bedge = malloc(sizeof *S->bedge * (size_t)(S->nb_all + 1));
+        if (!S->ids || !S->order || !S->bnode || !S->bedge) {
+            st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+            goto out_unlocked;
+        }
+        int64_t j = 0;
+        for (int64_t g = 0; g < G->NG; g++)
+            if (m[s][g]) {
+                S->ids[j++] = g;
+                S->nodes += G->nptr[g + 1] - G->nptr[g];
+                S->edges += G->eptr[g + 1] - G->eptr[g];
+            }
+        memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
+    }
+
+    /* target standardization: mean and unbiased (n - 1) std over the train graphs */
+    mean = calloc((size_t)G->K, sizeof *mean);
+    sd = calloc((size_t)G->K, sizeof *sd);
+    if (!mean || !sd) {
+        st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+        goto out_unlocked;
+    }
+    for (int64_t kk = 0; kk < G->K; kk++) {
+        const gsplit *T = &G->sp[PL_SPLIT_TRAIN];
+        if (!standardize) {
+            sd[kk] = 1.0;
+            continue;
+        }
+        double s = 0, ss = 0;
+        for (int64_t i = 0; i < T->ng; i++)
+            s += G->hy[T->ids[i] * G->K + kk];
+        mean[kk] = s / (double)T->ng;
+        for (int64_t i = 0; i < T->ng; i++) {
+            double d = G->hy[T->ids[i] * G->K + kk] - mean[kk];
+            ss += d * d;
+        }
+        sd[kk] = T->ng > 1 ? sqrt(ss / (double)(T->ng - 1)) : 0.0;
+        if (!(sd[kk] > 0)) sd[kk] = 1.0; /* constant target or one train graph: center only */
+    }
+    if (standardize)
+        for (int64_t g = 0; g < G->NG; g++)
+            for (int64_t kk = 0; kk < G->K; kk++)
+                G->hy[g * G->K + kk] = (float)((G->hy[g * G->K + kk] - mean[kk]) / sd[kk]);
+
+    /* staging tensors (device) + host scratch for a non-CPU device */
+    pl_device dev = dev_of(G);
+    int64_t max_nodes = 0, max_edges = 0, max_ng = 0;
+    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y"};
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        gsplit *S = &G->sp[s];
+        S->x = own_empty(PL_F32, 2, (int64_t[]){S->nodes, G->F}, dev);
+        S->src = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
+        S->dst = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
+        S->batch = own_empty(PL_I64, 1, (int64_t[]){S->nodes}, dev);
+        S->y = own_empty(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
+        if (!S->x || !S->src || !S->dst || !S->batch || !S->y) {
+            st = pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
+                                 "%s: staging tensors of split '%s'", G->path,
+                                 pl_split_name((pl_data_split)s));
+            goto out_unlocked;
+        }
+        pl_tensor *t[NB_FIELDS] = {S->x, S->src, S->dst, S->batch, S->y};
+        for (int i = 0; i < NB_FIELDS; i++)
+            pl_tensor_set_name(t[i], "%s", fname[i]);
+        max_nodes = S->nodes > max_nodes ? S->nodes : max_nodes;
+        max_edges = S->edges > max_edges ? S->edges : max_edges;
+        max_ng = S->ng > max_ng ? S->ng : max_ng;
+    }
+    if (!pl_device_eq(dev, PL_CPU)) {
+        G->sx = malloc(sizeof *G->sx * (size_t)(max_nodes * G->F + 1));
+        G->sy = malloc(sizeof *G->sy * (size_t)(max_ng * G->K + 1));
+        G->ssrc = malloc(sizeof *G->ssrc * (size_t)(max_edges + 1));
+        G->sdst = malloc(sizeof *G->sdst * (size_t)(max_edges + 1));
+        G->sbatch = malloc(sizeof *G->sbatch * (size_t)(max_nodes + 1));
+        if (!G->sx || !G->sy || !G->ssrc || !G->sdst || !G->sbatch) {
+            st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+            goto out_unlocked;
+        }
+    }
+    /* val/test (and an unshuffled train) never change order: lay out once */
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        if (s == PL_SPLIT_TRAIN && G->shuffle) continue;
+        if ((st = arrange(G, &G->sp[s]))) goto out_unlocked;
+        G->sp[s].arranged_epoch = 0;
+    }
+    if (ctx && ctx->meta) {
+        pl_meta_set_int(ctx->meta, "num_features", G->F);
+        pl_meta_set_int(ctx->meta, "num_targets", G->K);
+        pl_meta_set_int(ctx->meta, "num_graphs", G->NG);
+        pl_meta_set_int(ctx->meta, "num_train", G->sp[0].ng);
+        pl_meta_set_int(ctx->meta, "num_val", G->sp[1].ng);
+        pl_meta_set_int(ctx->meta, "num_test", G->sp[2].ng);
+        for (int64_t kk = 0; kk < G->K; kk++) {
+            char key[64];
+            snprintf(key, sizeof key, "target_mean_%lld", (long long)kk);
+            pl_meta_set_float(ctx->meta, key, mean[kk]);
+            snprintf(key, sizeof key, "target_std_%lld", (long long)kk);
+            pl_meta_set_float(ctx->meta, key, sd[kk]);
+        }
+        pl_meta_set_str(ctx->meta, "task", "graph_regression");
+    }
+    G->st.chunks_loaded = 1;
+    goto out_unlocked;
+out:
+    if (f >= 0) H5Fclose(f);
+    pthread_mutex_unlock(&g_h5_lock);
+out_unlocked:
+    free(ei);
+    free(np);
+    free(ep);
+    free(mean);
+    free(sd);
+    for (int s = 0; s < 3; s++)
+        free(m[s]);
+    return st;
+}
+
+/* ======================================================================
+ * vtable
+ * ====================================================================== */
+
+static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    graph *G = calloc(1, sizeof *G);
+    if (!G) return pl_error_set(PL_ERR_NOMEM, "hdf5_graph: out of memory");
+    G->ctx = ctx;
+    G->cur = -1;
+    snprintf(G->path, sizeof G->path, "%s", pl_cfg_str(cfg, "path", ""));
+    G->graphs_mode = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
+    pl_status st = PL_OK;
+    if (!G->graphs_mode) {
+        static const char *only_graphs[] = {"node_ptr",           "edge_ptr", "targets",
+                                            "batch_size",         "shuffle",  "drop_last",
+                                            "standardize_targets"};
+        for (size_t i = 0; i < sizeof only_graphs / sizeof *only_graphs && !st; i++)
+            if (pl_cfg_is_set(cfg, only_graphs[i]))
+                st = pl_error_set(PL_ERR_CONFIG,
+                                  "hdf5_graph: option '%s' applies to mode = graphs only",
+                                  only_graphs[i]);
+    }
+    if (!st) st = G->graphs_mode ? create_graphs(G, cfg, ctx) : create_node(G, cfg, ctx);
     if (st) {
         g_destroy(G);
         return st;
@@ -277,47 +865,152 @@ out:
     return PL_OK;
 }
 
+static int64_t g_num_batches(void *self, pl_data_split split) {
+    graph *G = self;
+    if ((int)split < 0 || split >= PL_SPLIT_COUNT) return 0;
+    if (G->graphs_mode) return G->sp[split].nb;
+    return G->count[split] > 0 ? 1 : 0;
+}
+
 static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch) {
-    (void)epoch;
     graph *G = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_graph: bad split %d", (int)split);
-    if (G->count[split] == 0)
-        return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)", G->path,
-                            pl_split_name(split));
+    if (!G->graphs_mode && G->count[split] == 0)
+        return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)",
+                            G->path, pl_split_name(split));
+    release_views(G);
+    int64_t start = 0;
+    if (split == PL_SPLIT_TRAIN) {
+        /* a loaded resume position applies to its own epoch only */
+        if (G->pending && G->pend_epoch == epoch) start = G->pend_next;
+        G->pending = false;
+        if (G->graphs_mode && G->shuffle && G->sp[PL_SPLIT_TRAIN].arranged_epoch != epoch) {
+            G->sp[PL_SPLIT_TRAIN].arranged_epoch = -1;
+            train_order(G, epoch);
+            pl_status st = arrange(G, &G->sp[PL_SPLIT_TRAIN]);
+            if (st) return st;
+            G->sp[PL_SPLIT_TRAIN].arranged_epoch = epoch;
+        }
+        G->tr_epoch = epoch;
+        G->tr_next = start;
+        G->tr_begun = true;
+    }
     G->cur = split;
-    G->done = false;
+    G->cur_batch = start;
+    G->done = start >= g_num_batches(G, split);
     return PL_OK;
+}
+
+static int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v) {
+    if (!v) return -1;
+    G->views[G->nviews++] = v;
+    out->names[out->n] = name;
+    out->fields[out->n++] = v;
+    return 0;
+}
+
+static int next_graphs(graph *G, pl_batch *out) {
+    gsplit *S = &G->sp[G->cur];
+    int64_t b = G->cur_batch;
+    if (b >= S->nb) return 0;
+    int64_t n0 = S->bnode[b], nn = S->bnode[b + 1] - n0, e0 = S->bedge[b],
+            ne = S->bedge[b + 1] - e0;
+    int64_t g0 = b * G->B, ng = S->ng - g0 < G->B ? S->ng - g0 : G->B;
+    if (emit(G, out, "x", own_rows(S->x, n0, nn)) ||
+        emit(G, out, "edge_src", own_rows(S->src, e0, ne)) ||
+        emit(G, out, "edge_dst", own_rows(S->dst, e0, ne)) ||
+        emit(G, out, "batch", own_rows(S->batch, n0, nn)) ||
+        emit(G, out, "y", own_rows(S->y, g0, ng))) {
+        release_views(G);
+        memset(out, 0, sizeof *out);
+        return -1;
+    }
+    out->size = ng;
+    out->index = b;
+    G->cur_batch = b + 1;
+    return 1;
 }
 
 static int g_next(void *self, pl_batch *out) {
     graph *G = self;
+    release_views(G);
     memset(out, 0, sizeof *out);
     if (G->cur < 0) {
         pl_error_set(PL_ERR_INVALID, "hdf5_graph: next() before epoch_begin()");
         return -1;
     }
-    if (G->done) return 0;
-    G->done = true;
-    const char *names[5] = {"x", "edge_src", "edge_dst", "y", "mask"};
-    pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, G->mask[G->cur]};
-    for (int i = 0; i < 5; i++) {
-        out->names[i] = names[i];
-        out->fields[i] = f[i]; /* borrowed: the cached tensors themselves */
+    int r;
+    if (G->graphs_mode) {
+        r = next_graphs(G, out);
+    } else if (G->done) {
+        r = 0;
+    } else {
+        G->done = true;
+        const char *names[5] = {"x", "edge_src", "edge_dst", "y", "mask"};
+        pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, G->mask[G->cur]};
+        for (int i = 0; i < 5; i++) {
+            out->names[i] = names[i];
+            out->fields[i] = f[i]; /* borrowed: the cached tensors themselves */
+        }
+        out->n = 5;
+        out->size = G->N;
+        out->index = 0;
+        r = 1;
     }
-    out->n = 5;
-    out->size = G->N;
-    out->index = 0;
-    return 1;
+    if (r == 1 && G->cur == PL_SPLIT_TRAIN) {
+        G->tr_next = out->index + 1;
+        G->pending = false; /* serving train moves the position past any recorded one */
+    }
+    return r;
 }
 
-static int64_t g_num_batches(void *self, pl_data_split split) {
+/* LOADER RESUME PROTOCOL (ANNOUNCEMENTS.md): the train position. Saving
+ * reads the values, loading writes them; either way the visited values are
+ * recorded as pending, which the next epoch_begin(TRAIN, e) honours when e
+ * matches (after a save they equal the live position, so this is a no-op). */
+static pl_status g_state(void *self, const pl_state_visitor *v) {
     graph *G = self;
-    if ((int)split < 0 || split >= PL_SPLIT_COUNT) return 0;
-    return G->count[split] > 0 ? 1 : 0;
+    int64_t nb = g_num_batches(G, PL_SPLIT_TRAIN);
+    int64_t e, n;
+    if (G->pending) {
+        e = G->pend_epoch;
+        n = G->pend_next;
+    } else if (!G->tr_begun) {
+        e = 0;
+        n = 0;
+    } else if (G->tr_next >= nb) {
+        e = G->tr_epoch + 1; /* epoch done: the next one starts at batch 0 */
+        n = 0;
+    } else {
+        e = G->tr_epoch;
+        n = G->tr_next;
+    }
+    double de = (double)e, dn = (double)n;
+    pl_status st;
+    if (!v->scalar) return PL_OK;
+    if ((st = v->scalar(v->ctx, "hdf5_graph.epoch", &de)) ||
+        (st = v->scalar(v->ctx, "hdf5_graph.next_batch", &dn)))
+        return st;
+    if (!(de >= 0 && de == floor(de) && de < 9e15))
+        return pl_error_set(
+            PL_ERR_INVALID,
+            "hdf5_graph: resume state hdf5_graph.epoch = %g; expected an integer >= 0", de);
+    if (!(dn >= 0 && dn == floor(dn) && dn <= (double)nb))
+        return pl_error_set(
+            PL_ERR_INVALID,
+            "hdf5_graph: resume state hdf5_graph.next_batch = %g is outside 0..%lld (the train "
+            "batches of this configuration; batch_size, drop_last or the file changed?)",
+            dn, (long long)nb);
+    G->pending = true;
+    G->pend_epoch = (int64_t)de;
+    G->pend_next = (int64_t)dn;
+    return PL_OK;
 }
 
-static pl_loader_stats g_stats(void *self) { return ((graph *)self)->st; }
+static pl_loader_stats g_stats(void *self) {
+    return ((graph *)self)->st;
+}
 
 static const pl_loader_vtable vt = {
     .create = g_create,
@@ -326,8 +1019,10 @@ static const pl_loader_vtable vt = {
     .next = g_next,
     .num_batches = g_num_batches,
     .stats = g_stats,
-    .state = NULL,
+    .state = g_state,
 };
 
-PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.1.0",
-                 "whole-graph HDF5 loader (features, edges, labels, split masks), built once", opts, &vt)
+PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.2.0",
+                 "graph HDF5 loader: one graph (node mode) or many small graphs batched on the "
+                 "device (graphs mode)",
+                 opts, &vt)

@@ -1,6 +1,10 @@
-/* test_hdf5_graph.c - the whole-graph loader on the real Planetoid Cora file
- * (../shared/data/planetoid/cora.h5: 2708 nodes, 10556 edges, 140/500/1000)
- * and on small synthetic graphs written here (hand-computed expectations). */
+/* test_hdf5_graph.c - the graph loader.
+ * mode = node: the real Planetoid Cora file (../shared/data/planetoid/cora.h5:
+ * 2708 nodes, 10556 edges, 140/500/1000) and a small graph written here.
+ * mode = graphs: six hand-made graphs written here (exact batch contents,
+ * standardization against hand-computed statistics, shuffle, drop_last,
+ * views / no allocation, every load-time error, resume state) and, when
+ * tools/fetch_molecules.sh has made it, data/nci_tpsa.h5 (real molecules). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,9 +60,11 @@ START_TEST(test_small_graph) {
     }
     /* rows / clamp(sum, 1): [1,3]/4, [0,0]/1, [2,2]/4, [4,0]/4 */
     const float want_x[8] = {0.25f, 0.75f, 0, 0, 0.5f, 0.5f, 1, 0};
-    for (int i = 0; i < 8; i++) ck_assert_float_eq_tol(pl_tensor_f32(pl_batch_get(&b, "x"))[i], want_x[i], 1e-7);
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq_tol(pl_tensor_f32(pl_batch_get(&b, "x"))[i], want_x[i], 1e-7);
     const uint8_t want_m[4] = {0, 0, 1, 0};
-    for (int i = 0; i < 4; i++) ck_assert_int_eq(pl_tensor_u8(pl_batch_get(&b, "mask"))[i], want_m[i]);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pl_tensor_u8(pl_batch_get(&b, "mask"))[i], want_m[i]);
     ck_assert_int_eq(L.vt->next(L.self, &b), 0);
     lt_close(&L);
 }
@@ -108,7 +114,8 @@ START_TEST(test_cora) {
             ck_assert_int_eq(L.vt->next(L.self, &b), 1);
             pl_tensor *m = pl_batch_get(&b, "mask");
             int64_t c = 0;
-            for (int64_t i = 0; i < 2708; i++) c += pl_tensor_u8(m)[i];
+            for (int64_t i = 0; i < 2708; i++)
+                c += pl_tensor_u8(m)[i];
             ck_assert_int_eq(c, want[s]);
             /* built once: every split and epoch gets the same cached tensor */
             if (!x0) x0 = pl_batch_get(&b, "x");
@@ -119,9 +126,819 @@ START_TEST(test_cora) {
     const float *x = pl_tensor_f32(x0);
     for (int64_t i = 0; i < 2708; i++) {
         double s = 0;
-        for (int64_t j = 0; j < 1433; j++) s += x[i * 1433 + j];
+        for (int64_t j = 0; j < 1433; j++)
+            s += x[i * 1433 + j];
         ck_assert_double_eq_tol(s, 1.0, 1e-4);
     }
+    lt_close(&L);
+}
+END_TEST
+
+/* ======================================================================
+ * mode = graphs: many small graphs, hand-made file written here
+ * ====================================================================== */
+
+/* Six graphs (node counts 2, 3, 1, 4, 2, 3; N = 15), F = 2, K = 2.
+ * x row r of graph g = {r, 2g + 1} (so a row names its graph).
+ * Local edges (source -> target):
+ *   g0: 0->1 1->0   g1: 0->1 1->2 2->0 1->1 (self loop)   g2: none
+ *   g3: 0->3 3->0 1->2   g4: 1->0   g5: 0->2 2->0          (E = 12)
+ * y[g] = {g*g, 5 if g is train else 7}; train = {0, 1, 3, 5}, val = {2, 4},
+ * test = {4} (splits may overlap; the loader does not require disjoint ones). */
+#define NG 6
+#define NN 15
+#define NE 12
+typedef struct gfile {
+    long long np[NG + 1], ep[NG + 1], ei[2 * NE];
+    float x[NN * 2], y[NG * 2];
+    unsigned char tr[NG], va[NG], te[NG];
+    int np_len, ep_len, y_rows, mask_len;
+} gfile;
+
+static const long long k_np[NG + 1] = {0, 2, 5, 6, 10, 12, 15},
+                                 k_ep[NG + 1] = {0, 2, 6, 6, 9, 10, 12};
+static const long long k_src[NE] = {0, 1, 0, 1, 2, 1, 0, 3, 1, 1, 0, 2},
+                       k_dst[NE] = {1, 0, 1, 2, 0, 1, 3, 0, 2, 0, 2, 0};
+static const int k_train[4] = {0, 1, 3, 5};
+
+static void gfile_init(gfile *f) {
+    memset(f, 0, sizeof *f);
+    memcpy(f->np, k_np, sizeof k_np);
+    memcpy(f->ep, k_ep, sizeof k_ep);
+    memcpy(f->ei, k_src, sizeof k_src);
+    memcpy(f->ei + NE, k_dst, sizeof k_dst);
+    for (int g = 0; g < NG; g++)
+        for (long long r = k_np[g]; r < k_np[g + 1]; r++) {
+            f->x[r * 2] = (float)r;
+            f->x[r * 2 + 1] = (float)(2 * g + 1);
+        }
+    for (int g = 0; g < NG; g++) {
+        f->tr[g] = g == 0 || g == 1 || g == 3 || g == 5;
+        f->va[g] = g == 2 || g == 4;
+        f->te[g] = g == 4;
+        f->y[g * 2] = (float)(g * g);
+        f->y[g * 2 + 1] = f->tr[g] ? 5.0f : 7.0f;
+    }
+    f->np_len = f->ep_len = NG + 1;
+    f->y_rows = f->mask_len = NG;
+}
+
+static const char *gfile_write(const gfile *f, const char *name, char *buf, size_t n) {
+    const char *p = tmp_path(name, buf, n);
+    remove(p);
+    ck_assert_int_eq(lt_write(p, "x", H5T_NATIVE_FLOAT, 2, (long long[]){NN, 2}, f->x), 0);
+    ck_assert_int_eq(lt_write(p, "edge_index", H5T_NATIVE_LLONG, 2, (long long[]){2, NE}, f->ei),
+                     0);
+    ck_assert_int_eq(lt_write(p, "node_ptr", H5T_NATIVE_LLONG, 1, (long long[]){f->np_len}, f->np),
+                     0);
+    ck_assert_int_eq(lt_write(p, "edge_ptr", H5T_NATIVE_LLONG, 1, (long long[]){f->ep_len}, f->ep),
+                     0);
+    ck_assert_int_eq(lt_write(p, "y", H5T_NATIVE_FLOAT, 2, (long long[]){f->y_rows, 2}, f->y), 0);
+    ck_assert_int_eq(
+        lt_write(p, "train_mask", H5T_NATIVE_UCHAR, 1, (long long[]){f->mask_len}, f->tr), 0);
+    ck_assert_int_eq(lt_write(p, "val_mask", H5T_NATIVE_UCHAR, 1, (long long[]){NG}, f->va), 0);
+    ck_assert_int_eq(lt_write(p, "test_mask", H5T_NATIVE_UCHAR, 1, (long long[]){NG}, f->te), 0);
+    return p;
+}
+
+static pl_status open_graphs(lt_loader *L, const char *extra) {
+    gfile f;
+    gfile_init(&f);
+    char p[512], body[2048];
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\n%s",
+             gfile_write(&f, "graphs.h5", p, sizeof p), extra);
+    return lt_open(L, "hdf5_graph", body, NULL);
+}
+
+/* hand-computed train statistics of y[:, 0] over graphs {0, 1, 3, 5} = {0, 1, 9, 25}:
+ * mean 35/4 = 8.75, squared deviations 76.5625 + 60.0625 + 0.0625 + 264.0625 = 400.75,
+ * unbiased std sqrt(400.75 / 3) (torch.std default); y[:, 1] is 5 on every train graph:
+ * std 0 -> 1 (centered only) */
+#define MEAN0 8.75
+#define STD0 11.557825631724
+#define MEAN1 5.0
+#define STD1 1.0
+
+static float std_y(int g, int k) {
+    float raw = k == 0 ? (float)(g * g) : ((g == 0 || g == 1 || g == 3 || g == 5) ? 5.0f : 7.0f);
+    return k == 0 ? (float)((raw - MEAN0) / STD0) : (float)((raw - MEAN1) / STD1);
+}
+
+/* Check one batch against the file's facts: the batch vector splits the nodes
+ * into graphs 0..B-1 in order, each graph's x rows are the file rows of the
+ * graph it names, its edges are the file's local edges shifted by the graph's
+ * node offset within the batch, and y rows are the standardized targets.
+ * Returns the graph ids of the batch in order in ids[]. */
+static int check_batch(const pl_batch *b, bool loops, int *ids) {
+    pl_tensor *x = pl_batch_get(b, "x"), *src = pl_batch_get(b, "edge_src"),
+              *dst = pl_batch_get(b, "edge_dst"), *bv = pl_batch_get(b, "batch"),
+              *y = pl_batch_get(b, "y");
+    ck_assert(x && src && dst && bv && y);
+    ck_assert_int_eq(x->dtype, PL_F32);
+    ck_assert_int_eq(src->dtype, PL_I64);
+    ck_assert_int_eq(bv->dtype, PL_I64);
+    ck_assert_int_eq(y->dtype, PL_F32);
+    ck_assert_int_eq(y->ndim, 2);
+    ck_assert_int_eq(y->shape[0], b->size);
+    ck_assert_int_eq(y->shape[1], 2);
+    ck_assert_int_eq(x->shape[0], bv->shape[0]);
+    ck_assert_int_eq(src->shape[0], dst->shape[0]);
+    const float *xv = pl_tensor_f32(x), *yv = pl_tensor_f32(y);
+    const int64_t *sv = pl_tensor_i64(src), *dv = pl_tensor_i64(dst), *bb = pl_tensor_i64(bv);
+    int64_t row = 0, edge = 0;
+    for (int i = 0; i < b->size; i++) {
+        /* graph i: its rows are contiguous and tagged i in the batch vector */
+        int g = (int)((xv[row * 2 + 1] - 1) / 2);
+        ck_assert(g >= 0 && g < NG);
+        ids[i] = g;
+        int64_t n = k_np[g + 1] - k_np[g];
+        for (int64_t v = 0; v < n; v++) {
+            ck_assert_int_eq(bb[row + v], i);
+            ck_assert_float_eq(xv[(row + v) * 2], (float)(k_np[g] + v));
+            ck_assert_float_eq(xv[(row + v) * 2 + 1], (float)(2 * g + 1));
+        }
+        int64_t want_e = 0;
+        for (long long e = k_ep[g]; e < k_ep[g + 1]; e++) {
+            if (loops && k_src[e] == k_dst[e]) continue;
+            ck_assert_int_eq(sv[edge + want_e], k_src[e] + row);
+            ck_assert_int_eq(dv[edge + want_e], k_dst[e] + row);
+            want_e++;
+        }
+        if (loops)
+            for (int64_t v = 0; v < n; v++, want_e++) {
+                ck_assert_int_eq(sv[edge + want_e], v + row);
+                ck_assert_int_eq(dv[edge + want_e], v + row);
+            }
+        for (int k = 0; k < 2; k++)
+            ck_assert_float_eq_tol(yv[i * 2 + k], std_y(g, k), 1e-6);
+        row += n;
+        edge += want_e;
+    }
+    ck_assert_int_eq(row, x->shape[0]);
+    ck_assert_int_eq(edge, src->shape[0]);
+    return b->size;
+}
+
+/* Exact contents of the first train batch (no shuffle), written out by hand. */
+START_TEST(test_graphs_batch_contents) {
+    lt_loader L;
+    PL_CK_OK(open_graphs(&L, "batch_size = 3\nshuffle = false\n"));
+    int64_t v;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_graphs", &v));
+    ck_assert_int_eq(v, 6);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &v));
+    ck_assert_int_eq(v, 2);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_targets", &v));
+    ck_assert_int_eq(v, 2);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &v));
+    ck_assert_int_eq(v, 4);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &v));
+    ck_assert_int_eq(v, 2);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &v));
+    ck_assert_int_eq(v, 1);
+    ck_assert_str_eq(pl_meta_get_str(L.ctx.meta, "task"), "graph_regression");
+    double d;
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
+    ck_assert_double_eq_tol(d, MEAN0, 1e-12);
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
+    ck_assert_double_eq_tol(d, STD0, 1e-8);
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_1", &d));
+    ck_assert_double_eq_tol(d, MEAN1, 1e-12);
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_1", &d));
+    ck_assert_double_eq_tol(d, STD1, 1e-12);
+
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    ck_assert_int_eq(b.size, 3);
+    ck_assert_int_eq(b.index, 0);
+    ck_assert_int_eq(b.n, 5);
+    /* graphs 0 (2 nodes), 1 (3 nodes, offset 2), 3 (4 nodes, offset 5) */
+    const int64_t want_batch[9] = {0, 0, 1, 1, 1, 2, 2, 2, 2};
+    const float want_x0[9] = {0, 1, 2, 3, 4, 6, 7, 8, 9};
+    const int64_t want_src[9] = {0, 1, 2, 3, 4, 3, 5, 8, 6},
+                  want_dst[9] = {1, 0, 3, 4, 2, 3, 8, 5, 7};
+    ck_assert_int_eq(pl_batch_get(&b, "x")->shape[0], 9);
+    ck_assert_int_eq(pl_batch_get(&b, "edge_src")->shape[0], 9);
+    for (int i = 0; i < 9; i++) {
+        ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "batch"))[i], want_batch[i]);
+        ck_assert_float_eq(pl_tensor_f32(pl_batch_get(&b, "x"))[i * 2], want_x0[i]);
+        ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_src"))[i], want_src[i]);
+        ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_dst"))[i], want_dst[i]);
+    }
+    /* y standardized: graph 3 -> (9 - 8.75) / STD0, 0 */
+    ck_assert_float_eq_tol(pl_tensor_f32(pl_batch_get(&b, "y"))[0], (float)(-8.75 / STD0), 1e-6);
+    ck_assert_float_eq_tol(pl_tensor_f32(pl_batch_get(&b, "y"))[4], (float)(0.25 / STD0), 1e-6);
+    ck_assert_float_eq(pl_tensor_f32(pl_batch_get(&b, "y"))[5], 0.0f);
+    int ids[8];
+    check_batch(&b, false, ids);
+    /* last train batch: graph 5 alone, ids local again */
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    ck_assert_int_eq(b.size, 1);
+    ck_assert_int_eq(b.index, 1);
+    ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_src"))[0], 0);
+    ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_dst"))[0], 2);
+    check_batch(&b, false, ids);
+    ck_assert_int_eq(ids[0], 5);
+    ck_assert_int_eq(L.vt->next(L.self, &b), 0);
+    /* val: graphs 2 (one node, no edge) and 4; y of a non-train graph (7 - 5) / 1 = 2 */
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0));
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    ck_assert_int_eq(check_batch(&b, false, ids), 2);
+    ck_assert_int_eq(ids[0], 2);
+    ck_assert_int_eq(ids[1], 4);
+    ck_assert_int_eq(pl_batch_get(&b, "edge_src")->shape[0], 1);
+    ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_src"))[0],
+                     2); /* g4's 1->0 after g2's one node */
+    ck_assert_float_eq(pl_tensor_f32(pl_batch_get(&b, "y"))[1], 2.0f);
+    ck_assert_int_eq(L.vt->next(L.self, &b), 0);
+    lt_close(&L);
+}
+END_TEST
+
+/* self loops per graph (g1's own loop dropped first), row_normalize with the
+ * min of each graph (NormalizeFeatures applied to each graph), no standardization */
+START_TEST(test_graphs_loops_normalize) {
+    lt_loader L;
+    PL_CK_OK(open_graphs(
+        &L, "batch_size = 4\nshuffle = false\nadd_self_loops = true\nrow_normalize = true\n"
+            "standardize_targets = false\n"));
+    double d;
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
+    ck_assert_double_eq(d, 0.0);
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
+    ck_assert_double_eq(d, 1.0);
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    ck_assert_int_eq(b.size, 4);
+    /* edges: g0 2 + 2 loops, g1 3 + 3 loops, g3 3 + 4 loops, g5 2 + 3 loops */
+    ck_assert_int_eq(pl_batch_get(&b, "edge_src")->shape[0], 4 + 6 + 7 + 5);
+    const int64_t *s = pl_tensor_i64(pl_batch_get(&b, "edge_src")),
+                  *t = pl_tensor_i64(pl_batch_get(&b, "edge_dst"));
+    /* g1 (offset 2): 0->1 1->2 2->0 then loops 0,1,2 */
+    const int64_t w1s[6] = {2, 3, 4, 2, 3, 4}, w1d[6] = {3, 4, 2, 2, 3, 4};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_eq(s[4 + i], w1s[i]);
+        ck_assert_int_eq(t[4 + i], w1d[i]);
+    }
+    /* raw y: graph 3 -> {9, 5} */
+    ck_assert_float_eq(pl_tensor_f32(pl_batch_get(&b, "y"))[4], 9.0f);
+    ck_assert_float_eq(pl_tensor_f32(pl_batch_get(&b, "y"))[5], 5.0f);
+    /* g3 rows 6..9 = {r, 7}: min 6 -> {r-6, 1} / clamp(r-5, 1) */
+    const float *x = pl_tensor_f32(pl_batch_get(&b, "x"));
+    const float want3[8] = {0, 1, 0.5f, 0.5f, 2.0f / 3, 1.0f / 3, 0.75f, 0.25f};
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq_tol(x[5 * 2 + i], want3[i], 1e-7);
+    /* g0 rows 0..1 = {r, 1}: min 0 -> {0, 1}, {0.5, 0.5} */
+    const float want0[4] = {0, 1, 0.5f, 0.5f};
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq_tol(x[i], want0[i], 1e-7);
+    ck_assert_int_eq(L.vt->next(L.self, &b), 0);
+    /* val: g2 (one node) gets exactly its loop (0, 0) */
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0));
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    ck_assert_int_eq(pl_batch_get(&b, "edge_src")->shape[0], 1 + (1 + 2));
+    ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_src"))[0], 0);
+    ck_assert_int_eq(pl_tensor_i64(pl_batch_get(&b, "edge_dst"))[0], 0);
+    lt_close(&L);
+}
+END_TEST
+
+/* Shuffle: every train graph once per epoch, the order a function of (seed,
+ * epoch) only, not every epoch the same; val never shuffled. */
+START_TEST(test_graphs_shuffle) {
+    lt_loader L, L2;
+    PL_CK_OK(open_graphs(&L, "batch_size = 3\n"));
+    PL_CK_OK(open_graphs(&L2, "batch_size = 3\n"));
+    int order[6][4], distinct = 0;
+    for (int e = 0; e < 6; e++) {
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e));
+        pl_batch b;
+        int k = 0, ids[8], seen[NG] = {0};
+        while (L.vt->next(L.self, &b) == 1) {
+            int n = check_batch(&b, false, ids);
+            for (int i = 0; i < n; i++) {
+                order[e][k++] = ids[i];
+                seen[ids[i]]++;
+            }
+        }
+        ck_assert_int_eq(k, 4);
+        for (int i = 0; i < 4; i++)
+            ck_assert_int_eq(seen[k_train[i]], 1);
+        if (e > 0 && memcmp(order[e], order[0], sizeof order[0])) distinct++;
+    }
+    ck_assert_int_gt(distinct, 0);
+    /* a second loader visits the epochs backwards with val in between: the
+     * order is a function of (seed, epoch), not of the history */
+    for (int e = 5; e >= 0; e--) {
+        PL_CK_OK(L2.vt->epoch_begin(L2.self, PL_SPLIT_VAL, 0));
+        PL_CK_OK(L2.vt->epoch_begin(L2.self, PL_SPLIT_TRAIN, e));
+        pl_batch b;
+        int k = 0, ids[8];
+        while (L2.vt->next(L2.self, &b) == 1) {
+            int n = check_batch(&b, false, ids);
+            for (int i = 0; i < n; i++)
+                ck_assert_int_eq(ids[i], order[e][k++]);
+        }
+        ck_assert_int_eq(k, 4);
+    }
+    lt_close(&L);
+    lt_close(&L2);
+}
+END_TEST
+
+START_TEST(test_graphs_num_batches) {
+    const struct {
+        const char *opts;
+        int64_t train, val, test;
+    } cases[] = {{"batch_size = 3\n", 2, 1, 1},
+                 {"batch_size = 3\ndrop_last = true\n", 1, 1, 1},
+                 {"batch_size = 2\ndrop_last = true\n", 2, 1, 1},
+                 {"batch_size = 4\ndrop_last = true\n", 1, 1, 1},
+                 {"batch_size = 1\n", 4, 2, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        lt_loader L;
+        PL_CK_OK(open_graphs(&L, cases[c].opts));
+        const int64_t want[3] = {cases[c].train, cases[c].val, cases[c].test};
+        for (int s = 0; s < 3; s++) {
+            ck_assert_int_eq(L.vt->num_batches(L.self, (pl_data_split)s), want[s]);
+            PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0));
+            pl_batch b;
+            int64_t n = 0, graphs = 0;
+            while (L.vt->next(L.self, &b) == 1) {
+                ck_assert_int_eq(b.index, n);
+                n++;
+                graphs += b.size;
+            }
+            ck_assert_int_eq(n, want[s]);
+            if (s == 0 && strstr(cases[c].opts, "drop_last")) {
+                int64_t bs = strtoll(strstr(cases[c].opts, "= ") + 2, NULL, 10);
+                ck_assert_int_eq(graphs, (4 / bs) * bs); /* whole batches only */
+            }
+        }
+        lt_close(&L);
+    }
+}
+END_TEST
+
+/* Batches are views of the per-split staging tensors (consecutive batches are
+ * consecutive rows of one storage); an epoch, shuffled train included,
+ * allocates nothing. */
+START_TEST(test_graphs_views_no_alloc) {
+    lt_loader L;
+    PL_CK_OK(open_graphs(&L, "batch_size = 2\nadd_self_loops = true\n"));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    const char *names[5] = {"x", "edge_src", "edge_dst", "batch", "y"};
+    pl_storage *stor[5];
+    const char *base[5];
+    size_t rowb[5];
+    for (int i = 0; i < 5; i++) {
+        /* batch 0 starts at row 0 of the staging tensor */
+        pl_tensor *t = pl_batch_get(&b, names[i]);
+        stor[i] = t->storage;
+        base[i] = pl_tensor_data(t);
+        rowb[i] = pl_tensor_nbytes(t) / (size_t)t->shape[0];
+        ck_assert(pl_tensor_is_contiguous(t));
+        ck_assert_int_eq(t->offset, 0);
+    }
+    /* staging holds the whole split: 4 graphs, 2 + 3 + 4 + 3 nodes */
+    ck_assert_uint_ge(stor[0]->nbytes, 12 * 2 * sizeof(float));
+    ck_assert_uint_ge(stor[4]->nbytes, 4 * 2 * sizeof(float));
+    for (int e = 0; e < 3; e++) {
+        pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN,
+                                   e)); /* e > 0: reshuffled into the same staging */
+        int64_t rows[5] = {0};
+        int r, nb = 0;
+        while ((r = L.vt->next(L.self, &b)) == 1) {
+            for (int i = 0; i < 5; i++) {
+                pl_tensor *t = pl_batch_get(&b, names[i]);
+                /* a view into the same staging buffer, right after the previous batch */
+                ck_assert_ptr_eq(t->storage, stor[i]);
+                ck_assert_ptr_eq((const char *)pl_tensor_data(t),
+                                 base[i] + (size_t)rows[i] * rowb[i]);
+                rows[i] += t->shape[0];
+            }
+            nb++;
+        }
+        ck_assert_int_eq(r, 0);
+        ck_assert_int_eq(nb, 2);
+        ck_assert_int_eq(rows[0], 12);
+        ck_assert_int_eq(rows[4], 4);
+        /* val and test are served from their own staging */
+        for (int s = 1; s < 3; s++) {
+            PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, e));
+            while ((r = L.vt->next(L.self, &b)) == 1)
+                ck_assert_ptr_ne(pl_batch_get(&b, "x")->storage, stor[0]);
+            ck_assert_int_eq(r, 0);
+        }
+        pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+        ck_assert_uint_eq(s1.allocations, s0.allocations);
+        ck_assert_uint_eq(s1.system_allocs, s0.system_allocs);
+        ck_assert_uint_eq(s1.bytes_in_use, s0.bytes_in_use);
+    }
+    lt_close(&L);
+}
+END_TEST
+
+/* bad inputs: each message names the file and the dataset / graph */
+static void expect_error(const gfile *f, const char *extra, const char *want1, const char *want2) {
+    char p[512], body[2048];
+    static int n;
+    char name[64];
+    snprintf(name, sizeof name, "bad%d.h5", n++);
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\n%s", gfile_write(f, name, p, sizeof p),
+             extra);
+    lt_loader L;
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), want1) &&
+                      (!want2 || strstr(pl_error_message(), want2)),
+                  "expected '%s' / '%s' in: %s", want1, want2 ? want2 : "", pl_error_message());
+    if (strstr(want1, "hdf5_graph: option") == NULL)
+        ck_assert_msg(strstr(pl_error_message(), p), "file name missing in: %s",
+                      pl_error_message());
+}
+
+START_TEST(test_graphs_errors) {
+    gfile f;
+    gfile_init(&f);
+    f.np[0] = 1;
+    expect_error(&f, "", "node_ptr[0] = 1; expected 0", NULL);
+    gfile_init(&f);
+    f.np[2] = 1;
+    expect_error(&f, "", "node_ptr is not monotone: node_ptr[2] = 1 < node_ptr[1] = 2", NULL);
+    gfile_init(&f);
+    f.np[6] = 14;
+    expect_error(&f, "", "node_ptr[6] = 14 (last entry); expected 15, the rows of 'x'", NULL);
+    gfile_init(&f);
+    f.ep[6] = 11;
+    expect_error(&f, "", "edge_ptr[6] = 11 (last entry); expected 12, the columns of 'edge_index'",
+                 NULL);
+    gfile_init(&f);
+    f.ep[3] = 10;
+    expect_error(&f, "", "edge_ptr is not monotone: edge_ptr[4] = 9 < edge_ptr[3] = 10", NULL);
+    gfile_init(&f);
+    f.ep_len = NG;
+    expect_error(&f, "", "dataset 'edge_ptr' has 6 entries on axis 0; expected 7", "G+1");
+    gfile_init(&f);
+    f.y_rows = NG - 1;
+    expect_error(&f, "", "dataset 'y' has 5 entries on axis 0; expected 6", "one row per graph");
+    gfile_init(&f);
+    f.mask_len = NG - 1;
+    expect_error(&f, "", "dataset 'train_mask' has 5 entries on axis 0; expected 6", NULL);
+    gfile_init(&f);
+    f.ei[NE + 8] = 4; /* g3's third edge 1 -> 2 becomes 1 -> 4; g3 has 4 nodes */
+    expect_error(
+        &f, "",
+        "graph 3: edge 2 of the graph (edge_index[1][8]) = 4 is outside its local node ids 0..3",
+        NULL);
+    gfile_init(&f);
+    f.ei[0] = -1;
+    expect_error(&f, "", "graph 0: edge 0 of the graph (edge_index[0][0]) = -1 is outside", NULL);
+    gfile_init(&f);
+    f.ei[NE + 10] = 3; /* g5 has 3 nodes: local id 3 would be g6's first node if ids were global */
+    expect_error(&f, "", "graph 5: edge 0 of the graph (edge_index[1][10]) = 3", NULL);
+    gfile_init(&f);
+    memset(f.va, 0, sizeof f.va);
+    expect_error(&f, "", "split 'val' is empty: mask 'val_mask' selects no graph", NULL);
+    gfile_init(&f);
+    f.y[3] = NAN;
+    expect_error(&f, "", "y[1][1] = nan is not finite", NULL);
+    gfile_init(&f);
+    expect_error(&f, "batch_size = 5\ndrop_last = true\n",
+                 "train split has 4 graphs < batch_size 5 with drop_last = true", NULL);
+    expect_error(&f, "node_ptr = offsets\n", "dataset 'offsets' not found", NULL);
+    expect_error(&f, "labels = y\n", "hdf5_graph: option 'labels' applies to mode = node only",
+                 NULL);
+    /* graphs-only options in node mode */
+    char p[512], body[1024];
+    lt_loader L;
+    snprintf(body, sizeof body, "path = %s\nbatch_size = 4\n",
+             make_graph("node_opts.h5", 0, p, sizeof p));
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "option 'batch_size' applies to mode = graphs only"),
+                  "%s", pl_error_message());
+}
+END_TEST
+
+/* ---- resume state ------------------------------------------------------- */
+
+typedef struct fake_state {
+    bool load;
+    int n;
+    char name[8][64];
+    double v[8];
+} fake_state;
+
+static pl_status fake_scalar(void *ctx, const char *name, double *v) {
+    fake_state *s = ctx;
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->name[i], name)) {
+            if (s->load)
+                *v = s->v[i];
+            else
+                s->v[i] = *v;
+            return PL_OK;
+        }
+    if (s->load) return pl_error_set(PL_ERR_IO, "fake state: '%s' missing", name);
+    snprintf(s->name[s->n], sizeof s->name[0], "%s", name);
+    s->v[s->n++] = *v;
+    return PL_OK;
+}
+
+static double fake_get(const fake_state *s, const char *name) {
+    for (int i = 0; i < s->n; i++)
+        if (!strcmp(s->name[i], name)) return s->v[i];
+    ck_abort_msg("state has no '%s'", name);
+    return NAN;
+}
+
+static void save_state(lt_loader *L, fake_state *s) {
+    memset(s, 0, sizeof *s);
+    pl_state_visitor v = {s, NULL, fake_scalar};
+    PL_CK_OK(L->vt->state(L->self, &v));
+    ck_assert_int_eq(s->n, 2);
+}
+
+static pl_status load_state(lt_loader *L, fake_state *s) {
+    s->load = true;
+    pl_state_visitor v = {s, NULL, fake_scalar};
+    return L->vt->state(L->self, &v);
+}
+
+/* one batch flattened: every field's values as doubles */
+typedef struct flat {
+    int64_t index, size;
+    int n;
+    double v[256];
+} flat;
+static void flatten(const pl_batch *b, flat *f) {
+    f->index = b->index;
+    f->size = b->size;
+    f->n = 0;
+    for (int i = 0; i < b->n; i++)
+        for (int64_t j = 0; j < pl_tensor_numel(b->fields[i]); j++) {
+            ck_assert_int_lt(f->n, 256);
+            f->v[f->n++] = pl_tensor_get(b->fields[i], j);
+        }
+}
+
+START_TEST(test_graphs_resume) {
+    const char *opts = "batch_size = 1\nadd_self_loops = true\n";
+    const int64_t epoch = 3;
+    /* reference: epoch 3 served straight */
+    lt_loader A;
+    PL_CK_OK(open_graphs(&A, opts));
+    flat ref[4];
+    PL_CK_OK(A.vt->epoch_begin(A.self, PL_SPLIT_TRAIN, epoch));
+    pl_batch b;
+    int nref = 0;
+    while (A.vt->next(A.self, &b) == 1)
+        flatten(&b, &ref[nref++]);
+    ck_assert_int_eq(nref, 4);
+    fake_state s;
+    save_state(&A, &s); /* epoch finished: (epoch + 1, 0) */
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), epoch + 1);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.next_batch"), 0);
+    lt_close(&A);
+
+    for (int k = 0; k <= 4; k++) {
+        /* interrupted run: k batches of epoch 3, then val in between, then save */
+        lt_loader B, C;
+        PL_CK_OK(open_graphs(&B, opts));
+        save_state(&B, &s);
+        ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), 0);
+        ck_assert_double_eq(fake_get(&s, "hdf5_graph.next_batch"), 0);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, 2));
+        while (B.vt->next(B.self, &b) == 1) {
+        }
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, epoch));
+        for (int i = 0; i < k; i++)
+            ck_assert_int_eq(B.vt->next(B.self, &b), 1);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_VAL, 0));
+        ck_assert_int_eq(B.vt->next(B.self, &b), 1);
+        save_state(&B, &s); /* the train position, though val is being served */
+        ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), (k < 4 ? epoch : epoch + 1));
+        ck_assert_double_eq(fake_get(&s, "hdf5_graph.next_batch"), (k < 4 ? k : 0));
+        lt_close(&B);
+        /* resumed run: new loader, load, an unrelated val epoch, then epoch 3 */
+        PL_CK_OK(open_graphs(&C, opts));
+        PL_CK_OK(load_state(&C, &s));
+        fake_state s2;
+        save_state(&C, &s2); /* a save before the epoch starts reports the loaded position */
+        ck_assert_double_eq(fake_get(&s2, "hdf5_graph.epoch"), fake_get(&s, "hdf5_graph.epoch"));
+        ck_assert_double_eq(fake_get(&s2, "hdf5_graph.next_batch"),
+                            fake_get(&s, "hdf5_graph.next_batch"));
+        PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_VAL, 0));
+        while (C.vt->next(C.self, &b) == 1) {
+        }
+        int64_t e = k < 4 ? epoch : epoch + 1;
+        PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, e));
+        int got = 0;
+        while (C.vt->next(C.self, &b) == 1) {
+            flat fl;
+            flatten(&b, &fl);
+            if (k < 4) {
+                const flat *r = &ref[k + got];
+                ck_assert_int_eq(fl.index, r->index);
+                ck_assert_int_eq(fl.size, r->size);
+                ck_assert_int_eq(fl.n, r->n);
+                for (int i = 0; i < fl.n; i++)
+                    ck_assert_double_eq(fl.v[i], r->v[i]);
+            }
+            got++;
+        }
+        ck_assert_int_eq(got, k < 4 ? 4 - k : 4);
+        /* the pending position was used once: epoch 3 again starts at 0 */
+        PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, epoch));
+        got = 0;
+        while (C.vt->next(C.self, &b) == 1)
+            got++;
+        ck_assert_int_eq(got, 4);
+        lt_close(&C);
+    }
+
+    /* a position for another epoch is ignored: epoch 5 starts at 0 */
+    lt_loader D;
+    PL_CK_OK(open_graphs(&D, opts));
+    fake_state t = {
+        .load = true, .n = 2, .name = {"hdf5_graph.epoch", "hdf5_graph.next_batch"}, .v = {4, 2}};
+    PL_CK_OK(load_state(&D, &t));
+    PL_CK_OK(D.vt->epoch_begin(D.self, PL_SPLIT_TRAIN, 5));
+    ck_assert_int_eq(D.vt->next(D.self, &b), 1);
+    ck_assert_int_eq(b.index, 0);
+    /* out-of-range positions are refused */
+    fake_state bad = {
+        .load = true, .n = 2, .name = {"hdf5_graph.epoch", "hdf5_graph.next_batch"}, .v = {1, 5}};
+    ck_assert_int_ne(load_state(&D, &bad), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "next_batch = 5 is outside 0..4"), "%s",
+                  pl_error_message());
+    bad.v[0] = -1;
+    bad.v[1] = 0;
+    ck_assert_int_ne(load_state(&D, &bad), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "hdf5_graph.epoch = -1"), "%s", pl_error_message());
+    lt_close(&D);
+}
+END_TEST
+
+/* node mode state: one train batch per epoch */
+START_TEST(test_node_resume) {
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\n", make_graph("resume.h5", 1, p, sizeof p));
+    lt_loader L, M;
+    PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
+    fake_state s;
+    save_state(&L, &s);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), 0);
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 7));
+    save_state(&L, &s);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), 7);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.next_batch"), 0);
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0));
+    save_state(&L, &s);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.epoch"), 8);
+    ck_assert_double_eq(fake_get(&s, "hdf5_graph.next_batch"), 0);
+    /* loaded (7, 1): epoch 7 has nothing left; epoch 8 serves its batch */
+    PL_CK_OK(lt_open(&M, "hdf5_graph", body, NULL));
+    fake_state t = {
+        .load = true, .n = 2, .name = {"hdf5_graph.epoch", "hdf5_graph.next_batch"}, .v = {7, 1}};
+    PL_CK_OK(load_state(&M, &t));
+    PL_CK_OK(M.vt->epoch_begin(M.self, PL_SPLIT_TRAIN, 7));
+    ck_assert_int_eq(M.vt->next(M.self, &b), 0);
+    PL_CK_OK(M.vt->epoch_begin(M.self, PL_SPLIT_TRAIN, 8));
+    ck_assert_int_eq(M.vt->next(M.self, &b), 1);
+    lt_close(&M);
+    lt_close(&L);
+}
+END_TEST
+
+/* ---- the real NCI molecules (tools/fetch_molecules.sh) -------------------- */
+
+static int read_file_ds(const char *path, const char *name, hid_t type, void *out) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    int rc = d < 0 || H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0 ? -1 : 0;
+    if (d >= 0) H5Dclose(d);
+    H5Fclose(f);
+    return rc;
+}
+
+START_TEST(test_nci_molecules) {
+    const char *path = "data/nci_tpsa.h5";
+    FILE *probe = fopen(path, "rb");
+    if (!probe) {
+        printf("test_nci_molecules: %s absent (make it with tools/fetch_molecules.sh), skipped\n",
+               path);
+        return;
+    }
+    fclose(probe);
+    enum { G = 4993 };
+    static float y[G];
+    static unsigned char mask[3][G];
+    ck_assert_int_eq(read_file_ds(path, "y", H5T_NATIVE_FLOAT, y), 0);
+    const char *mk[3] = {"train_mask", "val_mask", "test_mask"};
+    for (int s = 0; s < 3; s++)
+        ck_assert_int_eq(read_file_ds(path, mk[s], H5T_NATIVE_UCHAR, mask[s]), 0);
+    /* independent train statistics: mean and unbiased std of the train graphs' TPSA */
+    double sum = 0, ss = 0;
+    int ntr = 0;
+    for (int g = 0; g < G; g++)
+        if (mask[0][g]) sum += y[g], ntr++;
+    double mean = sum / ntr;
+    for (int g = 0; g < G; g++)
+        if (mask[0][g]) ss += (y[g] - mean) * (y[g] - mean);
+    double sd = sqrt(ss / (ntr - 1));
+
+    char body[512];
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\nbatch_size = 64\nshuffle = false\n",
+             path);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
+    int64_t v;
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_graphs", &v));
+    ck_assert_int_eq(v, G); /* 4999 CSV molecules, 6 that RDKit 2022.09 cannot parse */
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &v));
+    ck_assert_int_eq(v, 27);
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_targets", &v));
+    ck_assert_int_eq(v, 1);
+    int64_t ns[3];
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &ns[0]));
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &ns[1]));
+    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &ns[2]));
+    ck_assert_int_eq(ns[0], 3994); /* floor(0.8 G) */
+    ck_assert_int_eq(ns[1], 499);  /* floor(0.1 G) */
+    ck_assert_int_eq(ns[2], 500);
+    ck_assert_int_eq(ntr, 3994);
+    double d;
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
+    ck_assert_double_eq_tol(d, mean, 1e-6 * fabs(mean));
+    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
+    ck_assert_double_eq_tol(d, sd, 1e-6 * sd);
+    int s0 = mask[0][0] ? 0 : mask[1][0] ? 1 : 2;
+    ck_assert(mask[s0][0]);
+    /* graph 0 = CC1=CC(=O)C=CC1=O (2-methyl-1,4-benzoquinone, C7H6O2): 9 heavy
+     * atoms, 9 bonds -> 18 directed edges, TPSA 34.14 (two carbonyl O, 17.07 each) */
+    int64_t nodes = 0, edges = 0, graphs = 0;
+    for (int s = 0; s < 3; s++) {
+        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0));
+        pl_batch b;
+        bool first = true;
+        while (L.vt->next(L.self, &b) == 1) {
+            pl_tensor *x = pl_batch_get(&b, "x"), *src = pl_batch_get(&b, "edge_src"),
+                      *dst = pl_batch_get(&b, "edge_dst"), *bv = pl_batch_get(&b, "batch");
+            nodes += x->shape[0];
+            edges += src->shape[0];
+            graphs += b.size;
+            for (int64_t e = 0; e < src->shape[0]; e++) {
+                int64_t a = pl_tensor_i64(src)[e], c = pl_tensor_i64(dst)[e];
+                ck_assert(a >= 0 && a < x->shape[0] && c >= 0 && c < x->shape[0]);
+                ck_assert_int_eq(pl_tensor_i64(bv)[a],
+                                 pl_tensor_i64(bv)[c]); /* within one molecule */
+            }
+            if (s == s0 && first) {
+                const int64_t *bb = pl_tensor_i64(bv), *sv = pl_tensor_i64(src),
+                              *dv = pl_tensor_i64(dst);
+                int64_t n0 = 0, e0 = 0;
+                while (n0 < x->shape[0] && bb[n0] == 0)
+                    n0++;
+                while (e0 < src->shape[0] && sv[e0] < n0)
+                    e0++;
+                ck_assert_int_eq(n0, 9);
+                ck_assert_int_eq(e0, 18);
+                for (int64_t e = 0; e < 18; e++) { /* every bond both ways */
+                    int rev = 0;
+                    for (int64_t f = 0; f < 18; f++)
+                        rev += sv[f] == dv[e] && dv[f] == sv[e];
+                    ck_assert_int_eq(rev, 1);
+                }
+                ck_assert_float_eq_tol(pl_tensor_f32(pl_batch_get(&b, "y"))[0],
+                                       (float)((34.14 - mean) / sd), 1e-5);
+                const float *xv = pl_tensor_f32(x);
+                /* atom 0, the methyl C: C, degree 1, charge 0, 3 H, not aromatic, sp3 */
+                const int c0[6] = {0, 11, 20, 25, -1}, o4[6] = {2, 11, 17, 24, -1};
+                float want0[27] = {0}, want4[27] = {0};
+                for (int i = 0; c0[i] >= 0; i++)
+                    want0[c0[i]] = 1;
+                /* atom 4, a carbonyl O: O, degree 1, 0 H, sp2 */
+                for (int i = 0; o4[i] >= 0; i++)
+                    want4[o4[i]] = 1;
+                for (int j = 0; j < 27; j++) {
+                    ck_assert_float_eq(xv[0 * 27 + j], want0[j]);
+                    ck_assert_float_eq(xv[4 * 27 + j], want4[j]);
+                }
+                first = false;
+            }
+        }
+    }
+    ck_assert_int_eq(graphs, G);
+    ck_assert_int_eq(nodes, 82047);
+    ck_assert_int_eq(edges, 168744);
     lt_close(&L);
 }
 END_TEST
@@ -134,6 +951,15 @@ int main(void) {
     tcase_add_test(tc, test_small_graph);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_cora);
+    tcase_add_test(tc, test_graphs_batch_contents);
+    tcase_add_test(tc, test_graphs_loops_normalize);
+    tcase_add_test(tc, test_graphs_shuffle);
+    tcase_add_test(tc, test_graphs_num_batches);
+    tcase_add_test(tc, test_graphs_views_no_alloc);
+    tcase_add_test(tc, test_graphs_errors);
+    tcase_add_test(tc, test_graphs_resume);
+    tcase_add_test(tc, test_node_resume);
+    tcase_add_test(tc, test_nci_molecules);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
