@@ -50,6 +50,8 @@ static const pl_option_spec trainer_schema[] = {
      "non-finite loss: stop the run, or skip the step"},
     {"checkpoint_every_n_epochs", PL_OPT_INT, "0", 0, 1e9, NULL,
      "keep a checkpoint every N epochs (0: only last/best)"},
+    {"checkpoint_every_n_train_steps", PL_OPT_INT, "0", 0, 1e15, NULL,
+     "every N optimizer steps write last and keep step-NNNNNN, resumable mid-epoch (0: off)"},
     {"save_last", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "write checkpoints/last.safetensors"},
     {"save_best", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "write checkpoints/best.safetensors (by `monitor`)"},

@@ -17,7 +17,12 @@
  *  - Early stopping = Lightning's EarlyStopping (improvement: better than the
  *    best by more than min_delta; patience counts validations).
  * Dropout / init randomness is counter-based (seed, step), so resuming from a
- * checkpoint written at an epoch boundary continues bit-identically.
+ * checkpoint continues bit-identically: one written at an epoch boundary, or
+ * one written mid-epoch (checkpoint_every_n_train_steps, a best checkpoint of
+ * a mid-epoch validation), which also records the batch position, the
+ * epoch's running train-loss sums and the loader's train position (loader
+ * `state`, see plugin.h); mid-epoch checkpoints are taken at optimizer-step
+ * boundaries, so no partial gradient accumulation is pending.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -71,13 +76,17 @@ typedef struct trainer {
     double clip;
     bool clip_norm, early_stop, mode_max, on_nan_skip, save_last, save_best, do_test, do_export;
     double min_delta;
-    int64_t patience, val_every_epochs, ckpt_every;
+    int64_t patience, val_every_epochs, ckpt_every, ckpt_every_steps;
     double limit[PL_SPLIT_COUNT];
     double val_interval;
     const char *monitor;
 
     /* state (saved in checkpoints) */
     int64_t epoch, step, micro;
+    int64_t batch;         /* next batch of `epoch` (0: at an epoch boundary) */
+    int64_t accum_pending; /* micro-batches accumulated since the last step */
+    double ep_loss_sum;    /* the epoch's train-loss sum and count so far */
+    int64_t ep_loss_n;
     double best, plateau_factor;
     int64_t bad_vals;
     bool have_best;
@@ -253,6 +262,12 @@ typedef struct ckpt_io {
     pl_st_writer *w; /* saving */
     pl_st_file *f;   /* loading */
     const char *path;
+    /* saving the loader's state: its train position "<plugin>.epoch" and
+     * "<plugin>.next_batch" must be the trainer's (epoch, batch); at an epoch
+     * boundary (batch 0) they are written as such, mid-epoch they are checked */
+    bool in_loader;
+    char pos_key[2][PL_NAME_MAX];
+    int64_t pos[2];
 } ckpt_io;
 
 static pl_status ck_tensor(void *ctx, const char *name, pl_tensor *tt) {
@@ -269,7 +284,18 @@ static pl_status ck_scalar(void *ctx, const char *name, double *v) {
     char full[256], buf[64];
     snprintf(full, sizeof full, "%s.%s", io->prefix, name);
     if (io->w) {
-        snprintf(buf, sizeof buf, "%.17g", *v);
+        double val = *v;
+        for (int k = 0; k < 2 && io->in_loader; k++) {
+            if (strcmp(name, io->pos_key[k])) continue;
+            if (io->pos[1] > 0 && val != (double)io->pos[k])
+                return pl_error_set(PL_ERR_INTERNAL, "checkpoint %s: loader [%s] reports %s = %.17g, but "
+                                    "the trainer is at epoch %lld, before batch %lld; resuming from it "
+                                    "would not continue where this run is (loader state out of step)",
+                                    io->path, io->prefix, name, val, (long long)io->pos[0],
+                                    (long long)io->pos[1]);
+            val = (double)io->pos[k];
+        }
+        snprintf(buf, sizeof buf, "%.17g", val);
         return pl_st_writer_meta(io->w, full, buf);
     }
     const char *s = pl_st_meta(io->f, full);
@@ -291,15 +317,117 @@ static pl_status visit_stage(stage *s, size_t state_offset, ckpt_io *io) {
     return fn(s->self, &v);
 }
 
-static pl_status visit_all_state(trainer *t, ckpt_io *io) {
+/* The loader is visited when saving, and when loading a mid-epoch checkpoint
+ * (at an epoch boundary its position is the start of the epoch, which is
+ * where epoch_begin starts anyway; checkpoints older than the loader state
+ * have none). */
+static pl_status visit_all_state(trainer *t, ckpt_io *io, bool loader) {
     pl_status st = PL_OK;
     if (!st) st = visit_stage(&t->optim, offsetof(pl_optimizer_vtable, state), io);
     if (!st) st = visit_stage(&t->sched, offsetof(pl_scheduler_vtable, state), io);
     if (!st) st = visit_stage(&t->sched2, offsetof(pl_scheduler_vtable, state), io);
     if (!st) st = visit_stage(&t->avg, offsetof(pl_averager_vtable, state), io);
     if (!st) st = visit_stage(&t->prec, offsetof(pl_precision_vtable, state), io);
-    if (!st) st = visit_stage(&t->loader, offsetof(pl_loader_vtable, state), io);
+    if (!st && loader) {
+        io->in_loader = true;
+        st = visit_stage(&t->loader, offsetof(pl_loader_vtable, state), io);
+        io->in_loader = false;
+    }
     return st;
+}
+
+/* ---- the loader's train position (resume protocol of plugin.h) ------------ */
+
+/* A visitor kept in memory: saving records the loader's scalars; loading
+ * writes them back, with "<plugin>.epoch" / ".next_batch" set to `set`.
+ * Tensors are left as they are (nothing happens between the two passes). */
+typedef struct mem_state {
+    bool load;
+    int n;
+    char name[16][PL_NAME_MAX];
+    double v[16];
+    char key[2][PL_NAME_MAX];
+    bool found[2];
+    double got[2];
+    int64_t set[2];
+} mem_state;
+
+static pl_status mem_tensor(void *ctx, const char *name, pl_tensor *tt) {
+    (void)ctx, (void)name, (void)tt;
+    return PL_OK;
+}
+
+static pl_status mem_scalar(void *ctx, const char *name, double *v) {
+    mem_state *m = ctx;
+    for (int k = 0; k < 2; k++)
+        if (!strcmp(name, m->key[k])) {
+            if (m->load) {
+                *v = (double)m->set[k];
+            } else {
+                m->found[k] = true;
+                m->got[k] = *v;
+            }
+            return PL_OK;
+        }
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(name, m->name[i])) {
+            if (m->load)
+                *v = m->v[i];
+            else
+                m->v[i] = *v;
+            return PL_OK;
+        }
+    if (m->load) return PL_OK;
+    if (m->n == 16)
+        return pl_error_set(PL_ERR_INTERNAL, "loader state: more than 16 scalars (at '%s')", name);
+    snprintf(m->name[m->n], sizeof m->name[0], "%s", name);
+    m->v[m->n++] = *v;
+    return PL_OK;
+}
+
+static pl_status loader_state_pass(trainer *t, mem_state *m) {
+    state_fn fn = LOADER(t)->state;
+    pl_state_visitor v = {m, mem_tensor, mem_scalar};
+    pl_status st = fn(t->loader.self, &v);
+    return st ? pl_error_prefix(st, "[%s] plugin '%s' state", t->loader.section,
+                                t->loader.desc->name)
+              : PL_OK;
+}
+
+static void mem_init(trainer *t, mem_state *m) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->key[0], sizeof m->key[0], "%s.epoch", t->loader.desc->name);
+    snprintf(m->key[1], sizeof m->key[1], "%s.next_batch", t->loader.desc->name);
+}
+
+/* Load (epoch, batch) into the loader: its next epoch_begin(train, epoch)
+ * starts at that batch. */
+static pl_status loader_set_position(trainer *t, int64_t epoch, int64_t batch) {
+    mem_state m;
+    mem_init(t, &m);
+    pl_status st = loader_state_pass(t, &m);
+    m.load = true;
+    m.set[0] = epoch;
+    m.set[1] = batch;
+    return st ? st : loader_state_pass(t, &m);
+}
+
+/* The loader must report train position (epoch, batch). */
+static pl_status loader_check_position(trainer *t, int64_t epoch, int64_t batch) {
+    mem_state m;
+    mem_init(t, &m);
+    pl_status st = loader_state_pass(t, &m);
+    if (st) return st;
+    if (!m.found[0] || !m.found[1])
+        return pl_error_set(PL_ERR_ABI, "[%s] plugin '%s': its state reports no '%s' (resume "
+                            "protocol of plugin.h); it cannot continue an epoch mid-way",
+                            t->loader.section, t->loader.desc->name, m.key[!m.found[0] ? 0 : 1]);
+    if (m.got[0] != (double)epoch || m.got[1] != (double)batch)
+        return pl_error_set(PL_ERR_INTERNAL, "[%s] plugin '%s' is at train epoch %.17g, batch %.17g; "
+                            "the trainer expected epoch %lld, batch %lld", t->loader.section,
+                            t->loader.desc->name, m.got[0], m.got[1], (long long)epoch,
+                            (long long)batch);
+    return PL_OK;
 }
 
 static pl_status save_checkpoint(trainer *t, const char *path) {
@@ -310,8 +438,10 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
         pl_param *p = pl_params_at(t->ctx.params, i);
         st = pl_st_writer_add(w, p->name, p->t);
     }
-    ckpt_io io = {.w = w, .path = path};
-    if (!st) st = visit_all_state(t, &io);
+    ckpt_io io = {.w = w, .path = path, .pos = {t->epoch, t->batch}};
+    snprintf(io.pos_key[0], sizeof io.pos_key[0], "%s.epoch", t->loader.desc->name);
+    snprintf(io.pos_key[1], sizeof io.pos_key[1], "%s.next_batch", t->loader.desc->name);
+    if (!st) st = visit_all_state(t, &io, true);
     char buf[64];
 #define META(k, fmt, v)                                                                            \
     do {                                                                                           \
@@ -322,6 +452,11 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
     META("epoch", "%lld", (long long)t->epoch);
     META("step", "%lld", (long long)t->step);
     META("micro_step", "%lld", (long long)t->micro);
+    META("batch_in_epoch", "%lld", (long long)t->batch);
+    META("accumulation_pending", "%lld", (long long)t->accum_pending);
+    META("epoch_train_loss_sum", "%.17g", t->ep_loss_sum);
+    META("epoch_train_loss_count", "%lld", (long long)t->ep_loss_n);
+    META("last_finite_loss", "%.17g", t->last_finite_loss);
     META("best", "%.17g", t->best);
     META("have_best", "%d", (int)t->have_best);
     META("bad_vals", "%lld", (long long)t->bad_vals);
@@ -333,6 +468,16 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
     if (!st) st = pl_st_writer_commit(w);
     pl_st_writer_free(w);
     return st;
+}
+
+static int64_t meta_i64(const pl_st_file *f, const char *key, int64_t dflt) {
+    const char *s = pl_st_meta(f, key);
+    return s ? strtoll(s, NULL, 10) : dflt;
+}
+
+static double meta_f64(const pl_st_file *f, const char *key, double dflt) {
+    const char *s = pl_st_meta(f, key);
+    return s ? strtod(s, NULL) : dflt;
 }
 
 /* Load parameters (all must be present unless weights_only) and, for a
@@ -380,16 +525,40 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
         if (!st && model && strcmp(model, t->model.desc->name))
             st = pl_error_set(PL_ERR_IO, "checkpoint %s was written by model '%s', this run's "
                               "model is '%s'", path, model, t->model.desc->name);
+        /* mid-epoch: the loop position; absent in checkpoints older than it */
+        int64_t epoch = meta_i64(f, "epoch", 0), batch = meta_i64(f, "batch_in_epoch", 0);
+        int64_t acc = meta_i64(f, "accumulation_pending", 0);
+        if (!st && batch > 0 && acc > 0)
+            st = pl_error_set(PL_ERR_IO, "checkpoint %s was written by a validation in the middle of "
+                              "a gradient accumulation (epoch %lld, before batch %lld, %lld "
+                              "micro-batches accumulated); their gradients are not saved, so "
+                              "training cannot continue exactly from it: resume from "
+                              "last.safetensors or a step-N checkpoint, or load its weights with "
+                              "[trainer] init_from", path, (long long)epoch, (long long)batch,
+                              (long long)acc);
+        if (!st && batch > 0 && !LOADER(t)->state)
+            st = pl_error_set(PL_ERR_CONFIG, "checkpoint %s was written mid-epoch (epoch %lld, "
+                              "before batch %lld), but loader plugin '%s' ([%s]) has no state "
+                              "function, so it cannot restore its position in the epoch: resume "
+                              "from a checkpoint written at an epoch end (last.safetensors of a "
+                              "run that finished an epoch, epoch-NNNN.safetensors), or load the "
+                              "weights only with [trainer] init_from", path, (long long)epoch,
+                              (long long)batch, t->loader.desc->name, t->loader.section);
         ckpt_io io = {.f = f, .path = path};
-        if (!st) st = visit_all_state(t, &io);
+        if (!st) st = visit_all_state(t, &io, batch > 0);
         if (!st) {
-            t->epoch = strtoll(pl_st_meta(f, "epoch"), NULL, 10);
-            t->step = strtoll(pl_st_meta(f, "step"), NULL, 10);
-            t->micro = strtoll(pl_st_meta(f, "micro_step"), NULL, 10);
-            t->best = strtod(pl_st_meta(f, "best"), NULL);
-            t->have_best = atoi(pl_st_meta(f, "have_best"));
-            t->bad_vals = strtoll(pl_st_meta(f, "bad_vals"), NULL, 10);
-            t->plateau_factor = strtod(pl_st_meta(f, "plateau_factor"), NULL);
+            t->epoch = epoch;
+            t->step = meta_i64(f, "step", 0);
+            t->micro = meta_i64(f, "micro_step", 0);
+            t->batch = batch;
+            t->accum_pending = 0;
+            t->ep_loss_sum = batch > 0 ? meta_f64(f, "epoch_train_loss_sum", 0) : 0;
+            t->ep_loss_n = batch > 0 ? meta_i64(f, "epoch_train_loss_count", 0) : 0;
+            t->last_finite_loss = meta_f64(f, "last_finite_loss", 0);
+            t->best = meta_f64(f, "best", 0);
+            t->have_best = meta_i64(f, "have_best", 0) != 0;
+            t->bad_vals = meta_i64(f, "bad_vals", 0);
+            t->plateau_factor = meta_f64(f, "plateau_factor", 1.0);
         }
     }
     pl_st_close(f);
@@ -583,9 +752,11 @@ static void count_parameter_bytes(trainer *t) {
 
 /* ---- fit ---------------------------------------------------------------------------------- */
 
-static void progress(trainer *t, int64_t b, int64_t nb, double t_epoch0, double loss, double lr) {
+/* b0: the batch this process started the epoch at (> 0 after a mid-epoch resume) */
+static void progress(trainer *t, int64_t b0, int64_t b, int64_t nb, double t_epoch0, double loss,
+                     double lr) {
     double el = now_s() - t_epoch0;
-    double ips = el > 0 ? (double)(b + 1) / el : 0;
+    double ips = el > 0 ? (double)(b + 1 - b0) / el : 0;
     double eta = ips > 0 ? (double)(nb - b - 1) / ips : 0;
     if (t->tty) {
         printf("\r\033[Kepoch %lld/%lld  %lld/%lld  %.2f it/s  eta %.0fs  loss %.4f  lr %.3g",
@@ -597,6 +768,45 @@ static void progress(trainer *t, int64_t b, int64_t nb, double t_epoch0, double 
               (long long)t->epoch + 1, (long long)t->max_epochs, (long long)b + 1, (long long)nb,
               ips, eta, loss, lr);
     }
+}
+
+/* A mid-epoch validation served val batches through the loader: put it back
+ * at batch t->batch of the train epoch (loader state; a loader without one
+ * begins the epoch again and skips the batches already trained on). */
+static pl_status continue_train_epoch(trainer *t) {
+    const pl_loader_vtable *L = LOADER(t);
+    pl_status st;
+    if (L->state) {
+        st = loader_set_position(t, t->epoch, t->batch);
+        if (!st) st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
+        if (!st) st = loader_check_position(t, t->epoch, t->batch);
+        return st;
+    }
+    st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
+    pl_batch b;
+    for (int64_t i = 0; i < t->batch && !st; i++) {
+        int r = L->next(t->loader.self, &b);
+        if (r < 0) st = pl_error_status();
+        if (r == 0)
+            st = pl_error_set(PL_ERR_INTERNAL, "[%s] plugin '%s': epoch %lld ended after %lld "
+                              "batches when skipping to batch %lld after a validation",
+                              t->loader.section, t->loader.desc->name, (long long)t->epoch,
+                              (long long)i, (long long)t->batch);
+    }
+    return st;
+}
+
+/* checkpoint_every_n_train_steps: last (when save_last) and step-NNNNNN. */
+static pl_status save_step_checkpoint(trainer *t) {
+    pl_status st = PL_OK;
+    if (t->save_last) st = save_checkpoint(t, t->last_path);
+    if (!st) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/checkpoints/step-%06lld.safetensors", t->run_dir,
+                 (long long)t->step);
+        st = save_checkpoint(t, p);
+    }
+    return st;
 }
 
 static pl_status fit(trainer *t) {
@@ -615,16 +825,36 @@ static pl_status fit(trainer *t) {
     bool stop = false;
     double t_fit0 = now_s();
     pl_alloc_reset_peak(t->ctx.device);
+    if (t->ckpt_every_steps > 0 && !L->state)
+        logf_(t, "warning: loader plugin '%s' has no state function: its mid-epoch checkpoints "
+              "(checkpoint_every_n_train_steps) hold the weights but cannot be resumed\n",
+              t->loader.desc->name);
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         double te0 = now_s();
+        int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
+        if (b0 > nb) {
+            st = pl_error_set(PL_ERR_CONFIG, "the checkpoint resumed from is at batch %lld of epoch "
+                              "%lld, but this configuration has %lld training batches per epoch "
+                              "(batch_size or limit_train_batches changed?)", (long long)b0,
+                              (long long)t->epoch, (long long)nb);
+            break;
+        }
+        if (b0 == 0) {
+            t->ep_loss_sum = 0;
+            t->ep_loss_n = 0;
+        }
         st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
-        double loss_sum = 0;
-        int64_t loss_n = 0, pending = 0;
+        if (!st && b0 > 0) {
+            st = loader_check_position(t, t->epoch, b0);
+            if (!st) logf_(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
+                           (long long)b0, (long long)nb);
+        }
+        int64_t pending = 0;
         double lr = NAN, gnorm = NAN;
         pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
         int64_t samples = 0;
-        for (int64_t b = 0; b < nb && !st && !stop; b++) {
+        for (int64_t b = b0; b < nb && !st && !stop; b++) {
             pl_batch batch;
             int r = L->next(t->loader.self, &batch);
             if (r < 0) {
@@ -655,6 +885,8 @@ static pl_status fit(trainer *t) {
                     pl_tape_clear();
                     zero_grads(t);
                     pending = 0;
+                    t->batch = b + 1;
+                    t->accum_pending = 0;
                 }
                 pl_frame_end();
                 continue;
@@ -666,24 +898,37 @@ static pl_status fit(trainer *t) {
             }
             pl_frame_end();
             if (st) break;
-            loss_sum += lv;
-            loss_n++;
+            t->ep_loss_sum += lv;
+            t->ep_loss_n++;
             t->micro++;
+            bool stepped = false;
             if (++pending == t->accum || b + 1 == nb) {
                 st = optimizer_step(t, &gnorm, &lr);
                 pending = 0;
+                stepped = true;
                 if (t->step % t->log_every == 0) {
                     metric_row(t, "train_loss", lv);
                     metric_row(t, "lr", lr);
                     metric_row(t, "grad_norm", gnorm);
                 }
             }
-            progress(t, b, nb, te0, loss_n ? loss_sum / loss_n : NAN, lr);
+            t->batch = b + 1;
+            t->accum_pending = pending;
+            progress(t, b0, b, nb, te0, t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN, lr);
             if (!st && (b + 1) % val_every == 0 && b + 1 < nb &&
-                ((t->epoch + 1) % t->val_every_epochs == 0))
+                ((t->epoch + 1) % t->val_every_epochs == 0)) {
                 st = validate(t, &stop);
+                if (!st && !stop) st = continue_train_epoch(t);
+            }
+            /* after the validation of this batch, so the checkpoint holds its outcome; a
+             * validation that stops the run leaves the epoch-end checkpoint only */
+            if (!st && stepped && !stop && t->ckpt_every_steps > 0 &&
+                t->step % t->ckpt_every_steps == 0)
+                st = save_step_checkpoint(t);
             if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         }
+        t->batch = 0;
+        t->accum_pending = 0;
         if (st) break;
         double te = now_s() - te0;
         pl_loader_stats ls1 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
@@ -692,10 +937,10 @@ static pl_status fit(trainer *t) {
         t->train_samples += (double)samples;
         t->train_seconds += te;
         if (t->tty) printf("\n");
+        double ep_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN;
         logf_(t, "epoch %lld: train_loss %.5f  %.1fs  %.0f samples/s  data-wait %.1f%%\n",
-              (long long)t->epoch, loss_n ? loss_sum / loss_n : NAN, te, samples / te,
-              100.0 * wait / te);
-        metric_row(t, "epoch_train_loss", loss_n ? loss_sum / loss_n : NAN);
+              (long long)t->epoch, ep_loss, te, samples / te, 100.0 * wait / te);
+        metric_row(t, "epoch_train_loss", ep_loss);
         metric_row(t, "samples_per_s", samples / te);
         metric_row(t, "data_wait_ms", wait * 1e3);
         if (t->avg.self) st = AVG(t)->update(t->avg.self, t->epoch, -1);
@@ -708,6 +953,8 @@ static pl_status fit(trainer *t) {
         if (t->metrics) fflush(t->metrics);
         int64_t done = t->epoch + 1;
         t->epoch++; /* checkpoints record the next epoch to run */
+        /* the loader's train position is the start of that epoch (resume protocol) */
+        if (!st && L->state) st = loader_set_position(t, t->epoch, 0);
         if (!st && t->save_last) st = save_checkpoint(t, t->last_path);
         if (!st && t->ckpt_every > 0 && done % t->ckpt_every == 0) {
             char p[PATH_MAX];
@@ -1033,6 +1280,7 @@ static void read_settings(trainer *t) {
     t->min_delta = pl_cfg_float(tr, "min_delta", 0);
     t->on_nan_skip = !strcmp(pl_cfg_str(tr, "on_nan", "stop"), "skip");
     t->ckpt_every = pl_cfg_int(tr, "checkpoint_every_n_epochs", 0);
+    t->ckpt_every_steps = pl_cfg_int(tr, "checkpoint_every_n_train_steps", 0);
     t->save_last = pl_cfg_bool(tr, "save_last", true);
     t->save_best = pl_cfg_bool(tr, "save_best", true);
     t->log_every = pl_cfg_int(tr, "log_every_n_steps", 50);
@@ -1154,8 +1402,12 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         }
         if (!st) {
             st = load_checkpoint(t, p, false);
-            if (!st) logf_(t, "resumed from %s at epoch %lld, step %lld\n", p,
-                           (long long)t->epoch, (long long)t->step);
+            if (!st && t->batch > 0)
+                logf_(t, "resumed from %s at epoch %lld, batch %lld (mid-epoch), step %lld\n", p,
+                      (long long)t->epoch, (long long)t->batch, (long long)t->step);
+            else if (!st)
+                logf_(t, "resumed from %s at epoch %lld, step %lld\n", p, (long long)t->epoch,
+                      (long long)t->step);
         }
     }
     if (!st) count_parameter_bytes(t);

@@ -1,7 +1,8 @@
 /* The trainer end to end, with the mlp model, the hdf5_chunk loader and the
  * optimizer / scheduler plugins, on a small synthetic regression file:
- * exact resume, gradient accumulation, clipping, NaN handling, plugin swaps
- * from the INI or the command line, and corrupt-checkpoint refusal. */
+ * exact resume (from epoch-end and mid-epoch checkpoints), gradient
+ * accumulation, clipping, NaN handling, plugin swaps from the INI or the
+ * command line, and corrupt-checkpoint refusal. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -95,6 +96,31 @@ static int run(const char *name, int n_over, const char **over, const char *resu
     return code;
 }
 
+/* max |a - b| over every tensor of two checkpoint files */
+static double file_diff(const char *pa, const char *pb, int *n_compared);
+
+/* Run with a config given whole (other loaders); `resume` may be NULL. */
+static int run_ini(const char *ini, int n_over, const char **over, const char *resume) {
+    pl_registry *r = registry();
+    char tp[700];
+    snprintf(tp, sizeof tp, "%s/test_plugins", PL_TEST_BINARY_DIR);
+    pl_registry_add_dir(r, tp);
+    pl_config *c = pl_config_load_string(ini, "test.ini", NULL, n_over, over, r);
+    ck_assert_msg(c != NULL, "config: %s", pl_error_message());
+    pl_run_options o = {.resume = resume, .config_path = "test.ini"};
+    int code = pl_trainer_run(c, r, &o);
+    pl_config_free(c);
+    pl_registry_free(r);
+    return code;
+}
+
+static void ckpt_path(char *buf, size_t n, const char *name, const char *which) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/latest/checkpoints/%s.safetensors", g_dir, name, which);
+    ck_assert_msg(realpath(p, buf) != NULL, "%s missing", p);
+    (void)n;
+}
+
 static pl_st_file *open_ckpt(const char *name, const char *which) {
     char p[1024];
     snprintf(p, sizeof p, "%s/%s/latest/checkpoints/%s.safetensors", g_dir, name, which);
@@ -105,13 +131,22 @@ static pl_st_file *open_ckpt(const char *name, const char *which) {
 
 /* max |a - b| over every tensor of two checkpoints (same names) */
 static double ckpt_diff(const char *a, const char *b, int *n_compared) {
-    pl_st_file *fa = open_ckpt(a, "last"), *fb = open_ckpt(b, "last");
+    char pa[1024], pb[1024];
+    ckpt_path(pa, sizeof pa, a, "last");
+    ckpt_path(pb, sizeof pb, b, "last");
+    return file_diff(pa, pb, n_compared);
+}
+
+static double file_diff(const char *pa, const char *pb, int *n_compared) {
+    pl_st_file *fa = NULL, *fb = NULL;
+    ck_assert_msg(pl_st_open(pa, &fa) == PL_OK, "%s", pl_error_message());
+    ck_assert_msg(pl_st_open(pb, &fb) == PL_OK, "%s", pl_error_message());
     double m = 0;
     *n_compared = 0;
     for (int i = 0; i < pl_st_count(fa); i++) {
         const char *nm = pl_st_name_at(fa, i);
         pl_tensor *ta = pl_st_load(fa, nm), *tb = pl_st_load(fb, nm);
-        ck_assert_msg(tb != NULL, "tensor %s missing in %s", nm, b);
+        ck_assert_msg(tb != NULL, "tensor %s missing in %s", nm, pb);
         double d = pl_test_max_abs_diff(ta, tb);
         if (d > m) m = d;
         (*n_compared)++;
@@ -142,6 +177,202 @@ START_TEST(resume_is_bit_identical) {
     pl_st_file *f = open_ckpt("split", "last");
     ck_assert_str_eq(pl_st_meta(f, "epoch"), "2");
     ck_assert_str_eq(pl_st_meta(f, "step"), "16");
+    pl_st_close(f);
+}
+END_TEST
+
+/* The metrics.csv row `key` logged at `step` (as text), or "" */
+static void metric_at(const char *name, long step, const char *key, char *out, size_t n) {
+    char p[1024], line[256], want[128];
+    snprintf(p, sizeof p, "%s/%s/latest/metrics.csv", g_dir, name);
+    snprintf(want, sizeof want, "%ld,", step);
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    out[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *k = strchr(line, ',');
+        if (strncmp(line, want, strlen(want)) || !k || !(k = strchr(k + 1, ',')) ||
+            strncmp(k + 1, key, strlen(key)) || k[1 + strlen(key)] != ',')
+            continue;
+        snprintf(out, n, "%s", k + 2 + strlen(key));
+        out[strcspn(out, "\r\n")] = 0;
+    }
+    fclose(f);
+}
+
+static void expect_meta(pl_st_file *f, const char *key, const char *want) {
+    const char *v = pl_st_meta(f, key);
+    ck_assert_msg(v && !strcmp(v, want), "metadata %s = %s, expected %s", key, v ? v : "(none)", want);
+}
+
+START_TEST(mid_epoch_resume_is_bit_identical) {
+    setup();
+    /* 8 batches = 8 steps per epoch, shuffled, dropout on, AdamW, cosine: a checkpoint
+     * every 3 steps lands mid-epoch (steps 3, 6 in epoch 0; 9, 12, 15 in epoch 1) */
+    const char *every[] = {"trainer.checkpoint_every_n_train_steps=3"};
+    ck_assert_int_eq(run("straight", 1, every, NULL), 0);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/straight/latest/checkpoints/step-000012.safetensors", g_dir);
+    pl_st_file *f = NULL;
+    ck_assert_msg(pl_st_open(p, &f) == PL_OK, "%s", pl_error_message());
+    expect_meta(f, "epoch", "1");
+    expect_meta(f, "step", "12");
+    expect_meta(f, "batch_in_epoch", "4");
+    expect_meta(f, "micro_step", "12");
+    expect_meta(f, "accumulation_pending", "0");
+    expect_meta(f, "data.hdf5_chunk.epoch", "1");
+    expect_meta(f, "data.hdf5_chunk.next_batch", "4");
+    pl_st_close(f);
+    /* an epoch-end checkpoint: the loader position is the start of the next epoch */
+    f = open_ckpt("straight", "last");
+    expect_meta(f, "epoch", "2");
+    expect_meta(f, "batch_in_epoch", "0");
+    expect_meta(f, "data.hdf5_chunk.epoch", "2");
+    expect_meta(f, "data.hdf5_chunk.next_batch", "0");
+    pl_st_close(f);
+
+    /* resume in epoch 1, and in epoch 0 (the resumed run then crosses an epoch end) */
+    const char *from[] = {"step-000012", "step-000006"};
+    const char *name[] = {"mid1", "mid0"};
+    for (int i = 0; i < 2; i++) {
+        char ck[1024];
+        snprintf(p, sizeof p, "%s/straight/latest/checkpoints/%s.safetensors", g_dir, from[i]);
+        ck_assert_ptr_nonnull(realpath(p, ck));
+        ck_assert_int_eq(run(name[i], 1, every, ck), 0);
+        int n;
+        double d = ckpt_diff("straight", name[i], &n);
+        ck_assert_int_ge(n, 4 + 8); /* 4 weights + adamw moments */
+        ck_assert_msg(d == 0.0, "run resumed from %s differs from the straight run by %g", from[i], d);
+        f = open_ckpt(name[i], "last");
+        expect_meta(f, "step", "16");
+        pl_st_close(f);
+        /* the resumed epoch's logged train-loss average covers the whole epoch */
+        char a[64], b[64];
+        metric_at("straight", 16, "epoch_train_loss", a, sizeof a);
+        metric_at(name[i], 16, "epoch_train_loss", b, sizeof b);
+        ck_assert_msg(a[0] && !strcmp(a, b), "epoch 1 train loss %s (straight) vs %s (%s)", a, b,
+                      name[i]);
+        /* and the learning rate of the steps after the resume is the straight run's */
+        metric_at("straight", 14, "lr", a, sizeof a);
+        metric_at(name[i], 14, "lr", b, sizeof b);
+        ck_assert_msg(a[0] && !strcmp(a, b), "lr at step 14: %s vs %s", a, b);
+    }
+
+    /* a killed run leaves its newest step checkpoint as last.safetensors; `--resume
+     * last` continues it exactly (the run directory is made by hand here) */
+    char dir[1024], cmd[3200];
+    snprintf(dir, sizeof dir, "%s/killed/20000101-000000/checkpoints", g_dir);
+    snprintf(p, sizeof p, "%s/straight/latest/checkpoints/step-000009.safetensors", g_dir);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s' '%s/last.safetensors'", dir, p, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(run("killed", 1, every, "last"), 0);
+    int n;
+    double d = ckpt_diff("straight", "killed", &n);
+    ck_assert_msg(d == 0.0, "run resumed from a killed run's last differs by %g", d);
+}
+END_TEST
+
+START_TEST(mid_epoch_resume_streaming_accumulation_validation) {
+    setup();
+    /* 4 chunks of 16 rows read by the prefetch thread; 2 micro-batches per step (4 steps
+     * per epoch); validation every 3 batches, so in the middle of epochs and of an
+     * accumulation; a checkpoint after every step */
+    const char *o[] = {"data.chunk_samples=16", "data.prefetch=true",
+                       "trainer.accumulate_grad_batches=2", "trainer.val_check_interval=3",
+                       "trainer.checkpoint_every_n_train_steps=1"};
+    ck_assert_int_eq(run("straight", 5, o, NULL), 0);
+    pl_st_file *f = open_ckpt("straight", "last");
+    /* the validations in the middle of an epoch no longer cut it short */
+    expect_meta(f, "step", "8");
+    expect_meta(f, "micro_step", "16");
+    pl_st_close(f);
+    /* step 3 = batch 6, right after the validation of batches 0..5; step 4 = batch 8, the
+     * end of epoch 0 before its epoch-end work; step 6 = batch 4 of epoch 1 */
+    const char *from[] = {"step-000003", "step-000004", "step-000006"};
+    const char *batch[] = {"6", "8", "4"};
+    for (int i = 0; i < 3; i++) {
+        char p[1024], ck[1024], name[32];
+        snprintf(p, sizeof p, "%s/straight/latest/checkpoints/%s.safetensors", g_dir, from[i]);
+        ck_assert_ptr_nonnull(realpath(p, ck));
+        f = NULL;
+        ck_assert_msg(pl_st_open(ck, &f) == PL_OK, "%s", pl_error_message());
+        expect_meta(f, "batch_in_epoch", batch[i]);
+        expect_meta(f, "data.hdf5_chunk.next_batch", batch[i]);
+        pl_st_close(f);
+        snprintf(name, sizeof name, "resumed%d", i);
+        ck_assert_int_eq(run(name, 5, o, ck), 0);
+        int n;
+        double d = ckpt_diff("straight", name, &n);
+        ck_assert_msg(d == 0.0, "run resumed from %s differs from the straight run by %g", from[i], d);
+        /* the validation after the resume saw the same weights */
+        char a[64], b[64];
+        metric_at("straight", 7, "val_loss", a, sizeof a);
+        metric_at(name, 7, "val_loss", b, sizeof b);
+        ck_assert_msg(a[0] && !strcmp(a, b), "val_loss at step 7: %s vs %s", a, b);
+    }
+}
+END_TEST
+
+/* A loader without `state` cannot continue an epoch mid-way: resuming from a mid-epoch
+ * checkpoint is refused naming it; epoch-end checkpoints still resume. */
+START_TEST(mid_epoch_resume_refused_for_stateless_loader) {
+    setup();
+    char so[700];
+    snprintf(so, sizeof so, "%s/test_plugins/test_stateless_loader.so", PL_TEST_BINARY_DIR);
+    ck_assert_msg(access(so, R_OK) == 0, "%s not built (build the whole tree)", so);
+    char ini[2048];
+    snprintf(ini, sizeof ini,
+             "[pipeline]\nname = stateless\nrun_dir = %s\nseed = 7\n"
+             "[data]\nplugin = test_stateless_loader\nbatch_size = 8\n"
+             "[model]\nplugin = mlp\nin_features = %d\nout_features = 1\nhidden = 16\n"
+             "[optimizer]\nplugin = adamw\nlr = 0.01\n"
+             "[trainer]\nmax_epochs = 2\ntest = false\nlog_every_n_steps = 1\n"
+             "checkpoint_every_n_train_steps = 3\nval_check_interval = 0.5\n",
+             g_dir, NF);
+    ck_assert_int_eq(run_ini(ini, 0, NULL, NULL), 0);
+    /* the mid-epoch validations did not cut the epochs short (the loader begins the
+     * epoch again and skips what was trained on) */
+    pl_st_file *f = open_ckpt("stateless", "last");
+    expect_meta(f, "step", "16");
+    pl_st_close(f);
+    char p[1024], ck[1024], last[1024];
+    snprintf(p, sizeof p, "%s/stateless/latest/checkpoints/step-000003.safetensors", g_dir);
+    ck_assert_ptr_nonnull(realpath(p, ck));
+    ckpt_path(last, sizeof last, "stateless", "last");
+    ck_assert_int_eq(run_ini(ini, 0, NULL, ck), 2);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "test_stateless_loader") && strstr(msg, "no state function") &&
+                  strstr(msg, "mid-epoch") && strstr(msg, "step-000003"), "message: %s", msg);
+    /* the epoch-end checkpoint of the same run resumes */
+    const char *more[] = {"trainer.max_epochs=3"};
+    ck_assert_int_eq(run_ini(ini, 1, more, last), 0);
+    f = open_ckpt("stateless", "last");
+    expect_meta(f, "step", "24");
+    pl_st_close(f);
+    /* and the mid-epoch checkpoint's weights load with init_from */
+    char init[1100];
+    snprintf(init, sizeof init, "trainer.init_from=%s", ck);
+    const char *w[] = {init};
+    ck_assert_int_eq(run_ini(ini, 1, w, NULL), 0);
+}
+END_TEST
+
+/* A run that fails mid-epoch leaves its newest step checkpoint as last.safetensors,
+ * recording where it was. */
+START_TEST(failed_run_leaves_a_mid_epoch_last) {
+    setup();
+    const char *o[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8", "scheduler.plugin=constant",
+                       "trainer.checkpoint_every_n_train_steps=1", "trainer.save_best=false"};
+    ck_assert_int_eq(run("nan", 5, o, NULL), 1);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "non-finite training loss"));
+    pl_st_file *f = open_ckpt("nan", "last");
+    const char *step = pl_st_meta(f, "step"), *batch = pl_st_meta(f, "batch_in_epoch");
+    ck_assert_ptr_nonnull(step);
+    ck_assert_ptr_nonnull(batch);
+    ck_assert_msg(atoi(step) >= 1 && atoi(step) < 8, "step %s", step);
+    ck_assert_str_eq(batch, step); /* epoch 0, one step per batch */
+    expect_meta(f, "epoch", "0");
+    expect_meta(f, "data.hdf5_chunk.next_batch", step);
     pl_st_close(f);
 }
 END_TEST
@@ -286,6 +517,10 @@ int main(void) {
     TCase *tc = tcase_create("fit");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, resume_is_bit_identical);
+    tcase_add_test(tc, mid_epoch_resume_is_bit_identical);
+    tcase_add_test(tc, mid_epoch_resume_streaming_accumulation_validation);
+    tcase_add_test(tc, mid_epoch_resume_refused_for_stateless_loader);
+    tcase_add_test(tc, failed_run_leaves_a_mid_epoch_last);
     tcase_add_test(tc, resume_last_continues_the_newest_run);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);

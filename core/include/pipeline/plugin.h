@@ -206,7 +206,19 @@ typedef struct pl_loader_vtable {
     /* Batches per epoch of a split (after drop_last). */
     int64_t (*num_batches)(void *self, pl_data_split split);
     pl_loader_stats (*stats)(void *self);
-    /* Position for exact resume (optional). */
+    /* Position for exact mid-epoch resume (optional; NULL: the trainer
+     * refuses to resume from a mid-epoch checkpoint, naming the plugin).
+     * Protocol: visit scalars "<plugin>.epoch" and "<plugin>.next_batch",
+     * the TRAIN split's epoch and the index (in that epoch's seeded order)
+     * of the next train batch to serve. Saving reports the train position
+     * even while val/test batches are being served (keep it apart from the
+     * cursor). Loading only records a pending position: the next
+     * epoch_begin(PL_SPLIT_TRAIN, e) with e == its epoch starts at batch
+     * next_batch of that order (batches before it are not read; b.index
+     * continues from next_batch) and clears it; any other epoch_begin
+     * ignores or clears it. The trainer writes (epoch + 1, 0) in epoch-end
+     * checkpoints and, at every epoch end and after a mid-epoch validation,
+     * loads the position it wants before the next epoch_begin(train). */
     pl_status (*state)(void *self, const pl_state_visitor *v);
 } pl_loader_vtable;
 

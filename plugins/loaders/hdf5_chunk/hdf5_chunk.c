@@ -18,6 +18,11 @@
  * matrix, never N copies. Splits by date (train_end / val_end) or fractions;
  * optional standardization with training-range statistics.
  *
+ * Resume (plugin.h loader `state`): the train position (epoch, next batch)
+ * is kept apart from the cursor val/test share; a loaded position makes the
+ * next epoch_begin(train, that epoch) start at that batch of the same seeded
+ * order, reading only the chunk that holds it (and prefetching the next).
+ *
  * Threading: only the prefetch thread or the caller's thread touch HDF5 at
  * any time (a process-wide mutex guards every HDF5 call); tensor headers and
  * reference counts are only touched on the caller's thread.
@@ -173,6 +178,13 @@ typedef struct loader {
     int cur_split;
     int64_t epoch, nchunks, chunk_pos, row_pos, batch_index;
     int cur_buf;
+    bool exhausted;         /* resumed at the end of the epoch: next() returns 0 */
+    /* resume protocol (train split only, README "Resume"): the train position is kept
+     * apart from the cursor, which val/test batches also use; state() arms a position
+     * that the next epoch_begin(train, that epoch) starts at */
+    int64_t tr_epoch, tr_next;
+    bool armed;
+    int64_t arm_epoch, arm_next;
     pl_tensor *out_views[MAXF + 4];
     int n_out;
     /* prefetch thread */
@@ -1347,6 +1359,17 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
     return PL_OK;
 }
 
+/* Batches next() serves from the chunk at position `pos` of the epoch's order. */
+static int64_t chunk_batches(const loader *L, int si, int64_t pos) {
+    const split_data *s = &L->sp[si];
+    int64_t rows = s->nrows;
+    if (!L->resident) {
+        rows = s->nrows - L->order[pos] * L->cap;
+        if (rows > L->cap) rows = L->cap;
+    }
+    return s->drop_last ? rows / s->batch : (rows + s->batch - 1) / s->batch;
+}
+
 static pl_status h5c_epoch_begin(void *self, pl_data_split split, int64_t epoch) {
     loader *L = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
@@ -1355,11 +1378,26 @@ static pl_status h5c_epoch_begin(void *self, pl_data_split split, int64_t epoch)
     release_views(L);
     if (!s->present || s->nrows == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (%s)", L->path, pl_split_name(split), s->where);
+    /* resume protocol: an armed position of this train epoch is where it starts */
+    int64_t start = 0;
+    if (split == PL_SPLIT_TRAIN) {
+        if (L->armed && L->arm_epoch == epoch) start = L->arm_next;
+        L->armed = false;
+        int64_t total = split_batches(L, split);
+        if (start > total)
+            return pl_error_set(PL_ERR_INVALID, "%s: resume position batch %lld of epoch %lld is past the %lld "
+                                "batches of the train split (%s); was the checkpoint written with another "
+                                "batch_size, drop_last or file?", L->path, (long long)start, (long long)epoch,
+                                (long long)total, s->where);
+        L->tr_epoch = epoch;
+        L->tr_next = start;
+    }
     L->cur_split = split;
     L->epoch = epoch;
-    L->batch_index = 0;
+    L->batch_index = start;
+    L->exhausted = false;
     if (L->series_mode) {
-        L->row_pos = 0;
+        L->row_pos = start * s->batch;
         if (s->shuffle) {
             for (int64_t i = 0; i < s->nrows; i++) L->perm[i] = i;
             uint64_t rs = (L->ctx ? L->ctx->seed : 0) + (uint64_t)epoch;
@@ -1376,7 +1414,23 @@ static pl_status h5c_epoch_begin(void *self, pl_data_split split, int64_t epoch)
         uint64_t rs = ((L->ctx ? L->ctx->seed : 0) + (uint64_t)epoch) ^ 0xC0FFEEull;
         shuffle_i64(L->order, L->nchunks, &rs);
     }
-    return activate_chunk(L, 0);
+    if (start == 0) return activate_chunk(L, 0);
+    /* resume at batch `start`: read the chunk that holds it (and prefetch the one after);
+     * the chunks before it in the epoch's order are not read. The within-chunk row order
+     * depends on (seed, epoch, position) only, so it is the uninterrupted epoch's. */
+    int64_t k = start;
+    for (int64_t pos = 0; pos < L->nchunks; pos++) {
+        int64_t nb = chunk_batches(L, split, pos);
+        if (k < nb) {
+            if ((st = activate_chunk(L, pos))) return st;
+            L->row_pos = k * s->batch;
+            return PL_OK;
+        }
+        k -= nb;
+    }
+    L->exhausted = true; /* every batch of the epoch was served before the checkpoint */
+    L->chunk_pos = L->nchunks - 1;
+    return PL_OK;
 }
 
 /* Copy rows perm[r0..r0+n) of `src` ([rows, ...]) into `dst` ([>=n, ...]). */
@@ -1444,15 +1498,7 @@ static int next_series(loader *L, pl_batch *out) {
     return 1;
 }
 
-static int h5c_next(void *self, pl_batch *out) {
-    loader *L = self;
-    release_views(L);
-    memset(out, 0, sizeof *out);
-    if (L->cur_split < 0) {
-        pl_error_set(PL_ERR_INVALID, "hdf5_chunk: next() before epoch_begin()");
-        return -1;
-    }
-    if (L->series_mode) return next_series(L, out);
+static int next_rows(loader *L, pl_batch *out) {
     split_data *s = &L->sp[L->cur_split];
     for (;;) {
         chunk_buf *b = &L->buf[L->cur_buf];
@@ -1488,6 +1534,55 @@ static int h5c_next(void *self, pl_batch *out) {
     return 1;
 }
 
+static int h5c_next(void *self, pl_batch *out) {
+    loader *L = self;
+    release_views(L);
+    memset(out, 0, sizeof *out);
+    if (L->cur_split < 0) {
+        pl_error_set(PL_ERR_INVALID, "hdf5_chunk: next() before epoch_begin()");
+        return -1;
+    }
+    int r = L->exhausted ? 0 : L->series_mode ? next_series(L, out) : next_rows(L, out);
+    if (L->cur_split == PL_SPLIT_TRAIN && r >= 0) {
+        L->armed = false; /* the cursor moved on: a position armed by a save is stale */
+        if (r == 1) {
+            L->tr_next = L->batch_index;
+        } else { /* epoch done: the next train batch is the first of the next epoch */
+            L->tr_epoch = L->epoch + 1;
+            L->tr_next = 0;
+        }
+    }
+    return r;
+}
+
+/* Resume protocol (plugin.h): scalars hdf5_chunk.epoch / hdf5_chunk.next_batch are the
+ * TRAIN position (an armed one if any), whatever split is being served. The visitor
+ * does not say whether it saves or loads, so every call arms the visited values: after
+ * a load that is the loaded position; after a save it is the current position, which
+ * the next train next() disarms and which an epoch_begin(train, same epoch) without a
+ * next() in between would continue from (README "Resume"). */
+static pl_status h5c_state(void *self, const pl_state_visitor *v) {
+    loader *L = self;
+    double e = (double)(L->armed ? L->arm_epoch : L->tr_epoch);
+    double n = (double)(L->armed ? L->arm_next : L->tr_next);
+    pl_status st = v->scalar(v->ctx, "hdf5_chunk.epoch", &e);
+    if (!st) st = v->scalar(v->ctx, "hdf5_chunk.next_batch", &n);
+    if (st) return st;
+    if (!(e >= 0 && n >= 0 && e < 9e15 && n < 9e15 && e == floor(e) && n == floor(n)))
+        return pl_error_set(PL_ERR_INVALID, "hdf5_chunk: state epoch = %g, next_batch = %g: expected "
+                            "non-negative integers", e, n);
+    int64_t total = split_batches(L, PL_SPLIT_TRAIN);
+    if ((int64_t)n > total)
+        return pl_error_set(PL_ERR_INVALID, "%s: state next_batch = %lld is past the %lld batches of the train "
+                            "split (%s, batch_size %lld); was it saved with another batch_size, drop_last or "
+                            "file?", L->path, (long long)n, (long long)total, L->sp[PL_SPLIT_TRAIN].where,
+                            (long long)L->sp[PL_SPLIT_TRAIN].batch);
+    L->armed = true;
+    L->arm_epoch = (int64_t)e;
+    L->arm_next = (int64_t)n;
+    return PL_OK;
+}
+
 static pl_loader_stats h5c_stats(void *self) {
     loader *L = self;
     return L->st;
@@ -1500,7 +1595,7 @@ static const pl_loader_vtable vt = {
     .next = h5c_next,
     .num_batches = h5c_num_batches,
     .stats = h5c_stats,
-    .state = NULL,
+    .state = h5c_state,
 };
 
 PL_PLUGIN_DEFINE(hdf5_chunk, PL_KIND_LOADER, "0.1.0",

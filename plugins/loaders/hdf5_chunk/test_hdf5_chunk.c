@@ -368,6 +368,209 @@ START_TEST(test_series_shuffle) {
 }
 END_TEST
 
+/* ---- resume position (state visitor) ------------------------------------ */
+
+/* A visitor holding the two protocol scalars: saving copies them out, loading in. */
+typedef struct pos_io {
+    double epoch, next;
+    bool load;
+    int calls;
+} pos_io;
+
+static pl_status pos_scalar(void *ctx, const char *name, double *v) {
+    pos_io *p = ctx;
+    double *slot = !strcmp(name, "hdf5_chunk.epoch") ? &p->epoch
+                   : !strcmp(name, "hdf5_chunk.next_batch") ? &p->next : NULL;
+    ck_assert_msg(slot != NULL, "unexpected state scalar '%s'", name);
+    if (p->load)
+        *v = *slot;
+    else
+        *slot = *v;
+    p->calls++;
+    return PL_OK;
+}
+
+static pl_status pos_tensor(void *ctx, const char *name, pl_tensor *t) {
+    (void)ctx, (void)t;
+    ck_abort_msg("unexpected state tensor '%s'", name);
+    return PL_OK;
+}
+
+static void save_pos(lt_loader *L, double *epoch, double *next) {
+    pos_io io = {0};
+    pl_state_visitor v = {&io, pos_tensor, pos_scalar};
+    PL_CK_OK(L->vt->state(L->self, &v));
+    ck_assert_int_eq(io.calls, 2);
+    *epoch = io.epoch;
+    *next = io.next;
+}
+
+static pl_status load_pos(lt_loader *L, double epoch, double next) {
+    pos_io io = {.epoch = epoch, .next = next, .load = true};
+    pl_state_visitor v = {&io, pos_tensor, pos_scalar};
+    return L->vt->state(L->self, &v);
+}
+
+/* One epoch as the sequence of its batches: per batch the size, its index and a
+ * value identifying each row (rows mode: label = row number; series: x[i, 0, 0] = w). */
+#define MAXB 32
+typedef struct epoch_seq {
+    int nb;
+    int64_t size[MAXB], index[MAXB];
+    double row[MAXB][16];
+} epoch_seq;
+
+static void read_rest(lt_loader *L, bool series, epoch_seq *q) {
+    pl_batch b;
+    int r;
+    q->nb = 0;
+    while ((r = L->vt->next(L->self, &b)) == 1) {
+        ck_assert_int_lt(q->nb, MAXB);
+        ck_assert_int_le(b.size, 16);
+        q->size[q->nb] = b.size;
+        q->index[q->nb] = b.index;
+        for (int64_t i = 0; i < b.size; i++)
+            q->row[q->nb][i] = series ? pl_tensor_get(pl_batch_get(&b, "x"), i * 3 * 3)
+                                      : (double)pl_tensor_i64(pl_batch_get(&b, "label"))[i];
+        q->nb++;
+    }
+    ck_assert_int_eq(r, 0);
+}
+
+/* Batches k.. of `ref` equal `rest` (sizes, indices, rows, in order). */
+static void expect_tail(const epoch_seq *ref, int k, const epoch_seq *rest, const char *what) {
+    ck_assert_msg(rest->nb == ref->nb - k, "%s, k = %d: %d batches after resume, expected %d", what, k,
+                  rest->nb, ref->nb - k);
+    for (int j = 0; j < rest->nb; j++) {
+        ck_assert_int_eq(rest->size[j], ref->size[k + j]);
+        ck_assert_int_eq(rest->index[j], k + j);
+        for (int64_t i = 0; i < rest->size[j]; i++)
+            ck_assert_msg(rest->row[j][i] == ref->row[k + j][i], "%s, k = %d: batch %d row %lld is %g, "
+                          "expected %g", what, k, k + j, (long long)i, rest->row[j][i], ref->row[k + j][i]);
+    }
+}
+
+/* Save after k train batches (with a val epoch served in between), load into a fresh
+ * loader: epoch_begin(train, same epoch) serves exactly the remaining batches of the
+ * uninterrupted epoch, reading only the chunks from the one holding batch k on. */
+static void check_resume(const char *body_extra, bool series, int chunk_rows) {
+    char p[512], body[2048];
+    if (series)
+        snprintf(body, sizeof body, "path = %s\nwindow = 3\nhorizon = 1\ntarget_columns = 0\n"
+                 "split_fractions = 0.6,0.2,0.2\n%s", make_series_file(p, sizeof p), body_extra);
+    else
+        snprintf(body, sizeof body, "path = %s\ndatasets = x,label=y\n%s", make_rows_file(p, sizeof p),
+                 body_extra);
+    const int E = 1;
+    lt_loader R;
+    PL_CK_OK(lt_open(&R, "hdf5_chunk", body, NULL));
+    epoch_seq ref, ref2;
+    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E));
+    read_rest(&R, series, &ref);
+    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E + 1));
+    read_rest(&R, series, &ref2);
+    ck_assert_int_eq(ref.nb, R.vt->num_batches(R.self, PL_SPLIT_TRAIN));
+    /* after the whole epoch the position is the start of the next one */
+    double e, n;
+    save_pos(&R, &e, &n);
+    ck_assert(e == E + 2 && n == 0);
+    lt_close(&R);
+    /* the chunk (rows / chunk_rows) of every batch, and its position in the epoch's order */
+    int chunk_pos[MAXB], nchunks = 0;
+    for (int j = 0; j < ref.nb; j++) {
+        if (chunk_rows <= 0) {
+            chunk_pos[j] = 0;
+            nchunks = 1;
+            continue;
+        }
+        int ch = (int)ref.row[j][0] / chunk_rows;
+        bool seen_before = j > 0 && (int)ref.row[j - 1][0] / chunk_rows == ch;
+        chunk_pos[j] = seen_before ? chunk_pos[j - 1] : nchunks++;
+    }
+    for (int k = 0; k <= ref.nb; k++) {
+        lt_loader A, B;
+        PL_CK_OK(lt_open(&A, "hdf5_chunk", body, NULL));
+        PL_CK_OK(A.vt->epoch_begin(A.self, PL_SPLIT_TRAIN, E));
+        pl_batch b;
+        for (int j = 0; j < k; j++) ck_assert_int_eq(A.vt->next(A.self, &b), 1);
+        save_pos(&A, &e, &n);
+        ck_assert_msg(e == E && n == k, "k = %d: saved (%g, %g)", k, e, n);
+        if (k < ref.nb) {
+            /* saving did not move the cursor */
+            ck_assert_int_eq(A.vt->next(A.self, &b), 1);
+            ck_assert_int_eq(b.index, k);
+            double v = series ? pl_tensor_get(pl_batch_get(&b, "x"), 0)
+                              : (double)pl_tensor_i64(pl_batch_get(&b, "label"))[0];
+            ck_assert(v == ref.row[k][0]);
+            /* serving val in between keeps the train position */
+            PL_CK_OK(A.vt->epoch_begin(A.self, PL_SPLIT_VAL, 0));
+            ck_assert_int_eq(A.vt->next(A.self, &b), 1);
+            save_pos(&A, &e, &n);
+            ck_assert_msg(e == E && n == k + 1, "k = %d: saved during val (%g, %g)", k, e, n);
+        }
+        lt_close(&A);
+
+        PL_CK_OK(lt_open(&B, "hdf5_chunk", body, NULL));
+        PL_CK_OK(load_pos(&B, E, k));
+        /* a loaded position survives val/test epochs and is reported by a save */
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_VAL, 0));
+        ck_assert_int_eq(B.vt->next(B.self, &b), 1);
+        save_pos(&B, &e, &n);
+        ck_assert(e == E && n == k);
+        uint64_t c0 = B.vt->stats(B.self).chunks_loaded;
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E));
+        epoch_seq rest;
+        read_rest(&B, series, &rest);
+        expect_tail(&ref, k, &rest, body_extra);
+        if (chunk_rows > 0) {
+            /* chunks read for the rest: the one holding batch k and those after it */
+            uint64_t read = B.vt->stats(B.self).chunks_loaded - c0;
+            int total_chunks = (NTR + chunk_rows - 1) / chunk_rows; /* incl. one serving no batch */
+            uint64_t want = k < ref.nb ? (uint64_t)(total_chunks - chunk_pos[k]) : 0;
+            ck_assert_msg(read == want, "k = %d: %llu chunks read after resume, expected %llu", k,
+                          (unsigned long long)read, (unsigned long long)want);
+        }
+        /* the position was consumed: the next epoch is whole, and so is a re-begin */
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E + 1));
+        read_rest(&B, series, &rest);
+        expect_tail(&ref2, 0, &rest, "next epoch");
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E));
+        read_rest(&B, series, &rest);
+        expect_tail(&ref, 0, &rest, "re-begun epoch");
+        lt_close(&B);
+    }
+    /* a position of another epoch is ignored */
+    lt_loader C;
+    PL_CK_OK(lt_open(&C, "hdf5_chunk", body, NULL));
+    PL_CK_OK(load_pos(&C, E + 5, 2));
+    PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, E));
+    epoch_seq rest;
+    read_rest(&C, series, &rest);
+    expect_tail(&ref, 0, &rest, "other epoch's position");
+    /* a position past the epoch's batches is refused, naming the numbers */
+    ck_assert_int_ne(load_pos(&C, E, ref.nb + 1), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "past the") != NULL, "%s", pl_error_message());
+    ck_assert_int_ne(load_pos(&C, -1, 0), PL_OK);
+    lt_close(&C);
+}
+
+START_TEST(test_state_resume_streaming) {
+    /* 100 rows in chunks of 16 (2 batches each; the 4-row chunk 6 is one short batch
+     * somewhere in the shuffled order), with the prefetch thread */
+    check_resume("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = true\n", false, 16);
+    check_resume("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = false\n", false, 16);
+    /* in order, drop_last: 12 batches, chunk 6 (4 rows) serves none */
+    check_resume("batch_size = 8\nchunk_samples = 24\nshuffle = false\ndrop_last = true\n", false, 24);
+}
+END_TEST
+
+START_TEST(test_state_resume_resident_and_series) {
+    check_resume("batch_size = 16\nshuffle = true\n", false, 0);
+    check_resume("batch_size = 4\nshuffle = true\n", true, 0);
+    check_resume("batch_size = 4\nshuffle = false\ndrop_last = true\n", true, 0);
+}
+END_TEST
+
 /* ---- bad inputs ------------------------------------------------------- */
 
 static void expect_error(const char *body, const char *needle1, const char *needle2) {
@@ -530,6 +733,8 @@ int main(void) {
     tcase_add_test(tc, test_fractions);
     tcase_add_test(tc, test_series_windows);
     tcase_add_test(tc, test_series_shuffle);
+    tcase_add_test(tc, test_state_resume_streaming);
+    tcase_add_test(tc, test_state_resume_resident_and_series);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
