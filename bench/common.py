@@ -29,10 +29,11 @@ def read_ini(path):
     return cp
 
 
-def run_pipeline(config, overrides, label):
-    """Run `pipeline run config overrides` in a temp run dir; return summary.json."""
+def run_pipeline(config, overrides, label, test=False):
+    """Run `pipeline run config overrides` in a temp run dir; return summary.json.
+    test=True also evaluates the test split with the final weights."""
     run_dir = tempfile.mkdtemp(prefix="pl_bench_")
-    cmd = [pipeline_bin(), "run", config, f"pipeline.run_dir={run_dir}", "trainer.test=false",
+    cmd = [pipeline_bin(), "run", config, f"pipeline.run_dir={run_dir}", f"trainer.test={str(test).lower()}",
            "trainer.export=false", "trainer.save_best=false", "trainer.save_last=false",
            "trainer.early_stopping=false"] + overrides
     t0 = time.time()
