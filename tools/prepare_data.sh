@@ -1,5 +1,5 @@
 #!/bin/sh
-# prepare_data.sh [--use-shared] [--cora PATH] [--data-dir DIR] [--max-len L] [--force]
+# prepare_data.sh [--use-shared] [--cora PATH] [--molecules] [--data-dir DIR] [--max-len L] [--force]
 #
 # Produce the reference workloads' HDF5 inputs under the repo's data/ folder
 # (git-ignored):
@@ -8,6 +8,9 @@
 #   data/cora.h5        only with --cora PATH: PATH is either a ready cora.h5
 #                       (symlinked) or a folder of raw ind.cora.* files
 #                       (converted with tools/planetoid_to_h5.py)
+#   data/nci_tpsa.h5    only with --molecules: NCI molecules + TPSA from
+#                       Debian's rdkit-data (tools/fetch_molecules.sh; needs
+#                       python3-rdkit, installed when run as root)
 #
 # Sources: by default the CSVs are fetched from Debian packages
 # (fetch_movielens.sh, fetch_chicago.sh; needs apt-get + Rscript). With
@@ -27,6 +30,7 @@ data="$repo/data"
 use_shared=0
 force=0
 cora=""
+molecules=0
 max_len=50
 py=${PYTHON:-python3}
 
@@ -35,9 +39,10 @@ while [ $# -gt 0 ]; do
         --use-shared) use_shared=1 ;;
         --force) force=1 ;;
         --cora) shift; cora=${1:?--cora needs a path} ;;
+        --molecules) molecules=1 ;;
         --data-dir) shift; data=${1:?--data-dir needs a path} ;;
         --max-len) shift; max_len=${1:?--max-len needs a number} ;;
-        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "prepare_data: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -104,6 +109,15 @@ if [ -n "$cora" ]; then
     fi
 else
     echo "prepare_data: no Cora source (pass --cora PATH or --use-shared); data/cora.h5 not made" >&2
+fi
+
+# NCI molecules with TPSA (hdf5_graph mode = graphs; optional)
+if [ "$molecules" = 1 ]; then
+    out="$data/nci_tpsa.h5"
+    if need "$out"; then
+        rm -f "$out"
+        sh "$here/fetch_molecules.sh" "$out"
+    fi
 fi
 
 echo "prepare_data: done: $(ls "$data"/*.h5 2>/dev/null | tr '\n' ' ')" >&2

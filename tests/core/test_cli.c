@@ -1,6 +1,7 @@
 /* test_cli.c - runs the built `pipeline` binary: exit codes (0 ok, 2 usage /
  * config error) and the two-line "error: ... / hint: ..." messages. Uses the
  * fixture plugins (tests/fixtures), never runs training. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +147,32 @@ START_TEST(check_config_errors_exit_two) {
 }
 END_TEST
 
+
+/* Every config the project ships passes `pipeline check` against the real
+ * plugins (keys, types, ranges, plugin names), so no config rots unnoticed. */
+START_TEST(shipped_configs_pass_check) {
+    DIR *d = opendir(PL_TEST_SOURCE_DIR "/configs");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".ini")) continue;
+        char cmd[PATH_MAX * 2];
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' check 'configs/%s' >'%s/out.txt' 2>'%s/err.txt'",
+                 PL_TEST_SOURCE_DIR, BIN, e->d_name, tmpdir, tmpdir);
+        int st = system(cmd);
+        char p[PATH_MAX + 16];
+        snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+        slurp(p, err_s, sizeof err_s);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pipeline check configs/%s: %s", e->d_name, err_s);
+        n++;
+    }
+    closedir(d);
+    ck_assert_int_ge(n, 5);
+}
+END_TEST
+
 START_TEST(plugins_lists_and_describes) {
     ck_assert_int_eq(run("plugins" PP), 0);
     CK_HAS(out_s, "fx_optim");
@@ -177,6 +204,7 @@ int main(void) {
     tcase_add_test(t, check_valid_config_prints_resolved_table);
     tcase_add_test(t, check_config_errors_exit_two);
     tcase_add_test(t, plugins_lists_and_describes);
+    tcase_add_test(t, shipped_configs_pass_check);
     suite_add_tcase(s, t);
     return pl_test_run(s);
 }
