@@ -75,6 +75,10 @@ def torch_run(path, epochs, cfg, threads):
                             weight_decay=float(o.get("weight_decay", 0.01)))
     loss_fn = {"mae": F.l1_loss, "huber": F.huber_loss}.get(m.get("loss", "mse"), F.mse_loss)
     train = DataLoader(split["train"], batch_size=bs, shuffle=True)
+    # the config's per-step cosine schedule (no warmup) = CosineAnnealingLR over all steps
+    sched = None
+    if cfg.has_section("scheduler") and cfg["scheduler"].get("plugin") == "cosine":
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(train))
     n_graphs = 0
     t0 = time.time()
     for _ in range(epochs):
@@ -83,6 +87,8 @@ def torch_run(path, epochs, cfg, threads):
             opt.zero_grad()
             loss_fn(net(b), b.y).backward()
             opt.step()
+            if sched:
+                sched.step()
             n_graphs += b.num_graphs
     train_s = time.time() - t0
     net.eval()
