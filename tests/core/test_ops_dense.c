@@ -361,15 +361,67 @@ START_TEST(binary_ops_broadcast_forward) {
 }
 END_TEST
 
+
+/* Broadcast forward against a plain index-arithmetic reference, over shape
+ * pairs whose dims the kernel merges (or must not merge). */
+START_TEST(binary_ops_broadcast_forward_merged_dims) {
+    static const int64_t shapes[][2][4] = {
+        {{4, 3, 5}, {4, 3, 1}}, {{6, 2, 8}, {2, 8}},     {{2, 3, 4, 5}, {2, 1, 4, 5}},
+        {{3, 1, 4}, {1, 5, 1}}, {{2, 1, 3, 1}, {4, 1, 2}}, {{7, 1}, {7, 9}},
+    };
+    static const int nds[][2] = {{3, 3}, {3, 2}, {4, 4}, {3, 3}, {4, 3}, {2, 2}};
+    pl_frame_begin();
+    for (int c = 0; c < 6; c++) {
+        pl_tensor *a = pl_test_randn(nds[c][0], shapes[c][0], 80 + c);
+        pl_tensor *b = pl_test_rand(nds[c][1], shapes[c][1], 0.5, 2.0, 90 + c);
+        int nd = nds[c][0] > nds[c][1] ? nds[c][0] : nds[c][1];
+        int64_t os[4], as[4], bs[4]; /* right-aligned shapes */
+        for (int d = 0; d < nd; d++) {
+            int da = d - (nd - nds[c][0]), db = d - (nd - nds[c][1]);
+            as[d] = da >= 0 ? shapes[c][0][da] : 1;
+            bs[d] = db >= 0 ? shapes[c][1][db] : 1;
+            os[d] = as[d] > bs[d] ? as[d] : bs[d];
+        }
+        int64_t n = 1;
+        for (int d = 0; d < nd; d++) n *= os[d];
+        for (int op = 0; op < 4; op++) {
+            pl_tensor *o = PL_CK_NOTNULL(f_binary((pl_tensor *[]){a, b}, 2, &op));
+            check_shape(o, nd, os);
+            double ref[512];
+            ck_assert_int_le(n, 512);
+            for (int64_t i = 0; i < n; i++) {
+                int64_t r = i, ia = 0, ib = 0, sa = 1, sb = 1;
+                for (int d = nd - 1; d >= 0; d--) {
+                    int64_t k = r % os[d];
+                    r /= os[d];
+                    ia += (as[d] == 1 ? 0 : k) * sa;
+                    ib += (bs[d] == 1 ? 0 : k) * sb;
+                    sa *= as[d];
+                    sb *= bs[d];
+                }
+                ref[i] = ref_bin(op, pl_tensor_get(a, ia), pl_tensor_get(b, ib));
+            }
+            char what[64];
+            snprintf(what, sizeof what, "%s case %d", bin_names[op], c);
+            check_close(o, ref, n, 1e-6, 1e-6, what);
+        }
+    }
+    pl_frame_end();
+}
+END_TEST
+
 START_TEST(binary_ops_gradients_reduce_over_broadcast_dims) {
     static const int64_t shapes[][2][4] = {
         {{7, 1, 5}, {3, 5}},
         {{1, 7}, {33, 1}},
         {{2, 3, 7}, {2, 3, 7}},
         {{1}, {7, 3}},
+        {{4, 3, 5}, {4, 3, 1}},       /* GAT messages: coalesced to [12, 5] x [12, 1] */
+        {{2, 3, 4, 5}, {2, 1, 4, 5}}, /* only the last two dims merge */
+        {{5, 1, 1}, {5, 3, 4}},
     };
-    static const int nds[][2] = {{3, 2}, {2, 2}, {3, 3}, {1, 2}};
-    for (int s = 0; s < 4; s++)
+    static const int nds[][2] = {{3, 2}, {2, 2}, {3, 3}, {1, 2}, {3, 3}, {4, 4}, {3, 3}};
+    for (int s = 0; s < 7; s++)
         for (int op = 0; op < 4; op++) {
             pl_tensor *in[2] = {randn_g(nds[s][0], shapes[s][0], 50 + s),
                                 pl_test_rand(nds[s][1], shapes[s][1], 0.5, 2.0, 60 + s)};
@@ -932,6 +984,7 @@ int main(void) {
     tcase_add_test(tc, autocast_bf16_runs_matmul_and_linear_in_bf16);
     tcase_add_test(tc, linear_matches_reference_and_gradients);
     tcase_add_test(tc, binary_ops_broadcast_forward);
+    tcase_add_test(tc, binary_ops_broadcast_forward_merged_dims);
     tcase_add_test(tc, binary_ops_gradients_reduce_over_broadcast_dims);
     tcase_add_test(tc, same_tensor_twice_gets_both_gradients);
     tcase_add_test(tc, scale_and_add_scalar);

@@ -179,6 +179,30 @@ static void bstrides(const pl_tensor *t, const bspace *b, int64_t *st) {
     }
 }
 
+/* Merge adjacent dims that both operands traverse contiguously (or both
+ * broadcast), e.g. [E, H, C] x [E, H, 1] -> [E*H, C] x [E*H, 1] and
+ * [N, H, C] x [H, C] -> [N, H*C] x [H*C]: fewer index divisions per row and
+ * longer inner loops. The strides stay valid for reduce_to. */
+static void bspace_coalesce(bspace *b, int64_t *sx, int64_t *sy) {
+    int nd = b->nd;
+    for (int d = nd - 2; d >= 0; d--) {
+        int64_t n1 = b->shape[d + 1];
+        if (sx[d] != sx[d + 1] * n1 || sy[d] != sy[d + 1] * n1) continue;
+        /* merge d into d + 1 */
+        b->shape[d + 1] *= b->shape[d];
+        for (int k = d; k < nd - 1; k++) {
+            b->shape[k] = b->shape[k + 1];
+            sx[k] = sx[k + 1];
+            sy[k] = sy[k + 1];
+        }
+        nd--;
+    }
+    b->nd = nd;
+    b->inner = b->shape[nd - 1];
+    b->rows = 1;
+    for (int d = 0; d < nd - 1; d++) b->rows *= b->shape[d];
+}
+
 static inline int64_t row_off(int64_t r, const bspace *b, const int64_t *st) {
     int64_t off = 0;
     for (int d = b->nd - 2; d >= 0; d--) {
@@ -217,6 +241,7 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     int64_t sx[PL_MAX_DIMS], sy[PL_MAX_DIMS];
     bstrides(a->in[0], &b, sx);
     bstrides(a->in[1], &b, sy);
+    bspace_coalesce(&b, sx, sy);
     const float *X = cf32(a->in[0]), *Y = cf32(a->in[1]);
     float *O = f32p(a->out[0]);
     int64_t ix = sx[b.nd - 1], iy = sy[b.nd - 1], inner = b.inner;
@@ -252,24 +277,39 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     for (int64_t r = 0; r < b.rows; r++) {
         const float *xp = X + row_off(r, &b, sx), *yp = Y + row_off(r, &b, sy);
         float *o = O + r * inner;
+        /* the inner stride of each operand is 1 (runs along) or 0 (broadcast):
+         * spelled out so that every case vectorizes */
+#define PL_BIN_LOOP(EXPR)                                                                    \
+    do {                                                                                     \
+        if (ix == 1 && iy == 1)                                                              \
+            for (int64_t j = 0; j < inner; j++) {                                            \
+                float xv = xp[j], yv = yp[j];                                                \
+                o[j] = EXPR;                                                                 \
+            }                                                                                \
+        else if (ix == 1) {                                                                  \
+            float yv = yp[0];                                                                \
+            for (int64_t j = 0; j < inner; j++) {                                            \
+                float xv = xp[j];                                                            \
+                o[j] = EXPR;                                                                 \
+            }                                                                                \
+        } else if (iy == 1) {                                                                \
+            float xv = xp[0];                                                                \
+            for (int64_t j = 0; j < inner; j++) {                                            \
+                float yv = yp[j];                                                            \
+                o[j] = EXPR;                                                                 \
+            }                                                                                \
+        } else {                                                                             \
+            float xv = xp[0], yv = yp[0];                                                    \
+            for (int64_t j = 0; j < inner; j++) o[j] = EXPR;                                 \
+        }                                                                                    \
+    } while (0)
         switch (op) {
-        case PL_OP_ADD:
-            for (int64_t j = 0; j < inner; j++)
-                o[j] = xp[j * ix] + yp[j * iy];
-            break;
-        case PL_OP_SUB:
-            for (int64_t j = 0; j < inner; j++)
-                o[j] = xp[j * ix] - yp[j * iy];
-            break;
-        case PL_OP_MUL:
-            for (int64_t j = 0; j < inner; j++)
-                o[j] = xp[j * ix] * yp[j * iy];
-            break;
-        default: /* PL_OP_DIV */
-            for (int64_t j = 0; j < inner; j++)
-                o[j] = xp[j * ix] / yp[j * iy];
-            break;
+        case PL_OP_ADD: PL_BIN_LOOP(xv + yv); break;
+        case PL_OP_SUB: PL_BIN_LOOP(xv - yv); break;
+        case PL_OP_MUL: PL_BIN_LOOP(xv * yv); break;
+        default: /* PL_OP_DIV */ PL_BIN_LOOP(xv / yv); break;
         }
+#undef PL_BIN_LOOP
     }
     return PL_OK;
 }
@@ -290,12 +330,18 @@ static void binary_contrib(pl_op op, int which, const float *G, const float *X, 
             for (int64_t j = 0; j < inner; j++)
                 d[j] = -g[j];
         } else if (op == PL_OP_MUL) {
-            if (which == 0)
+            const float *o = which == 0 ? yp : xp; /* d = g * the other operand */
+            int64_t io = which == 0 ? iy : ix;
+            if (io == 1)
                 for (int64_t j = 0; j < inner; j++)
-                    d[j] = g[j] * yp[j * iy];
-            else
+                    d[j] = g[j] * o[j];
+            else if (io == 0) {
+                float v = o[0];
                 for (int64_t j = 0; j < inner; j++)
-                    d[j] = g[j] * xp[j * ix];
+                    d[j] = g[j] * v;
+            } else
+                for (int64_t j = 0; j < inner; j++)
+                    d[j] = g[j] * o[j * io];
         } else { /* DIV */
             if (which == 0)
                 for (int64_t j = 0; j < inner; j++)
@@ -316,6 +362,7 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
     int64_t sx[PL_MAX_DIMS], sy[PL_MAX_DIMS];
     bstrides(x, &b, sx);
     bstrides(y, &b, sy);
+    bspace_coalesce(&b, sx, sy);
     int64_t total = b.rows * b.inner;
     for (int w = 0; w < 2; w++) {
         pl_tensor *o = a->out[w];
