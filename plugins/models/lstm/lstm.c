@@ -59,35 +59,91 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         return pl_error_set(PL_ERR_CONFIG, "lstm: input_size %lld, hidden_size %lld must be >= 1 and "
                             "output_size %lld in [1, %d]", (long long)o->input_size,
                             (long long)o->hidden_size, (long long)o->output_size, LSTM_MAX_OUT);
+    if (o->revin != LSTM_REVIN_OFF &&
+        (o->head != LSTM_HEAD_LAST || o->output_size != o->horizon || o->naive_column < 0 ||
+         o->naive_column >= o->input_size || !(o->revin_eps > 0)))
+        return pl_error_set(
+            PL_ERR_CONFIG,
+            "lstm: revin needs head = last, one target (output_size %lld = "
+            "horizon %lld), the target's input column naive_column (%lld) < input_size "
+            "%lld and revin_eps > 0 (%g)",
+            (long long)o->output_size, (long long)o->horizon, (long long)o->naive_column,
+            (long long)o->input_size, o->revin_eps);
+    if (o->input_diff < 0 || (o->input_diff > 0 && o->head != LSTM_HEAD_LAST))
+        return pl_error_set(PL_ERR_CONFIG,
+                            "lstm: input_diff %lld must be >= 0, and 0 with head = all",
+                            (long long)o->input_diff);
+    if (o->stateful && (o->revin != LSTM_REVIN_OFF || o->input_diff > 0 || o->ensemble > 1))
+        return pl_error_set(
+            PL_ERR_CONFIG,
+            "lstm: stateful carries the state across windows; revin and "
+            "input_diff act on one window, ensemble > 1 has no carry: use one or the other");
+    if (o->ensemble < 0 || o->ensemble > LSTM_MAX_MEMBERS) /* 0 counts as 1 */
+        return pl_error_set(PL_ERR_CONFIG, "lstm: ensemble = %d outside [1, %d]", o->ensemble,
+                            LSTM_MAX_MEMBERS);
     lstm_model *m = calloc(1, sizeof *m);
     if (!m) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
     m->o = *o;
+    if (m->o.ensemble == 0) m->o.ensemble = 1;
+    o = &m->o;
     m->ctx = ctx;
     m->carry_split = -1;
     int64_t Hd = o->hidden_size, D = o->bidirectional ? 2 : 1;
-    double k = 1.0 / sqrt((double)Hd);
+    double k = 1.0 / sqrt((double)Hd), kh = 1.0 / sqrt((double)(D * Hd));
     pl_status st = PL_OK;
-    uint64_t stream = 0;
-    for (int l = 0; l < o->num_layers && !st; l++) {
-        int64_t in = l == 0 ? o->input_size : D * Hd;
-        for (int d = 0; d < D && !st; d++) {
-            const char *sfx = d ? "_reverse" : "";
-            char name[PL_NAME_MAX];
-            snprintf(name, sizeof name, "lstm.weight_ih_l%d%s", l, sfx);
-            st = add_param(m, name, 2, (int64_t[]){4 * Hd, in}, k, stream++, 0, &m->w_ih[l][d]);
-            snprintf(name, sizeof name, "lstm.weight_hh_l%d%s", l, sfx);
-            if (!st) st = add_param(m, name, 2, (int64_t[]){4 * Hd, Hd}, k, stream++, 0, &m->w_hh[l][d]);
-            snprintf(name, sizeof name, "lstm.bias_ih_l%d%s", l, sfx);
-            if (!st) st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, &m->b_ih[l][d]);
-            snprintf(name, sizeof name, "lstm.bias_hh_l%d%s", l, sfx);
-            if (!st) st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, &m->b_hh[l][d]);
+    /* one member: torch's names (lstm.*, head.*, revin.*); an ensemble:
+     * members.<k>.lstm.* etc. Member k draws its init from streams offset by
+     * k * 100000, so member 0 starts as the single model with the same seed. */
+    for (int e = 0; e < o->ensemble && !st; e++) {
+        char pre[32] = "";
+        if (o->ensemble > 1) snprintf(pre, sizeof pre, "members.%d.", e);
+        uint64_t stream = (uint64_t)e * 100000, s0 = stream;
+        m->revin_w[e] = m->revin_b[e] = -1;
+        for (int l = 0; l < o->num_layers && !st; l++) {
+            int64_t in = l == 0 ? o->input_size : D * Hd;
+            for (int d = 0; d < D && !st; d++) {
+                const char *sfx = d ? "_reverse" : "";
+                char name[PL_NAME_MAX];
+                snprintf(name, sizeof name, "%slstm.weight_ih_l%d%s", pre, l, sfx);
+                st = add_param(m, name, 2, (int64_t[]){4 * Hd, in}, k, stream++, 0,
+                               &m->w_ih[e][l][d]);
+                snprintf(name, sizeof name, "%slstm.weight_hh_l%d%s", pre, l, sfx);
+                if (!st)
+                    st = add_param(m, name, 2, (int64_t[]){4 * Hd, Hd}, k, stream++, 0,
+                                   &m->w_hh[e][l][d]);
+                snprintf(name, sizeof name, "%slstm.bias_ih_l%d%s", pre, l, sfx);
+                if (!st)
+                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY,
+                                   &m->b_ih[e][l][d]);
+                snprintf(name, sizeof name, "%slstm.bias_hh_l%d%s", pre, l, sfx);
+                if (!st)
+                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY,
+                                   &m->b_hh[e][l][d]);
+            }
+        }
+        char name[PL_NAME_MAX];
+        snprintf(name, sizeof name, "%shead.weight", pre);
+        if (!st)
+            st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd}, kh, s0 + 1000,
+                           PL_TAG_HEAD, &m->head_w[e]);
+        snprintf(name, sizeof name, "%shead.bias", pre);
+        if (!st)
+            st = add_param(m, name, 1, (int64_t[]){o->output_size}, kh, s0 + 1001,
+                           PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b[e]);
+        /* RevIN affine (per input feature): weight ones, bias zeros, as RevIN's
+         * _init_params; tagged no_decay like normalization weights */
+        if (!st && o->revin != LSTM_REVIN_OFF && o->revin_affine) {
+            snprintf(name, sizeof name, "%srevin.affine_weight", pre);
+            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1002, PL_TAG_NO_DECAY,
+                           &m->revin_w[e]);
+            if (!st) st = pl_tensor_fill_(P(m, m->revin_w[e]), 1.0);
+            snprintf(name, sizeof name, "%srevin.affine_bias", pre);
+            if (!st)
+                st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1003,
+                               PL_TAG_NO_DECAY, &m->revin_b[e]);
+            if (!st) st = pl_tensor_fill_(P(m, m->revin_b[e]), 0.0);
         }
     }
-    double kh = 1.0 / sqrt((double)(D * Hd));
-    if (!st) st = add_param(m, "head.weight", 2, (int64_t[]){o->output_size, D * Hd}, kh, 1000, PL_TAG_HEAD,
-                            &m->head_w);
-    if (!st) st = add_param(m, "head.bias", 1, (int64_t[]){o->output_size}, kh, 1001,
-                            PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b);
     if (st) {
         lstm_model_free(m);
         return st;
@@ -129,7 +185,7 @@ static pl_status keep_state(lstm_model *m, int l, pl_tensor *hn, pl_tensor *cn) 
     return st;
 }
 
-pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
+pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training) {
     char b1[256];
     if (!x) return NULL;
     if (x->ndim != 3 || x->shape[2] != m->o.input_size) {
@@ -139,8 +195,47 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
     }
     int64_t B = x->shape[0], T = x->shape[1];
     int D = m->o.bidirectional ? 2 : 1;
-    uint64_t base = (uint64_t)m->ctx->micro_step * LSTM_MAX_LAYERS;
-    pl_tensor *xf = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device), *h = xf;
+    /* dropout counters: member e in the bits above 48 (member 0: as a single model) */
+    uint64_t mem = (uint64_t)e << 48, base = (uint64_t)m->ctx->micro_step * LSTM_MAX_LAYERS + mem;
+    pl_tensor *xf = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device);
+    if (m->o.input_diff >= T || (m->o.naive_skip && m->o.seasonal_period > T)) {
+        pl_error_set(PL_ERR_CONFIG,
+                     "lstm: input window of %lld steps, needs more than input_diff %lld and at "
+                     "least seasonal_period %lld (naive_skip)",
+                     (long long)T, (long long)m->o.input_diff,
+                     (long long)(m->o.naive_skip ? m->o.seasonal_period : 0));
+        return NULL;
+    }
+    /* RevIN normalization (Kim et al. 2022, ts-kim/RevIN RevIN.forward(x, 'norm')):
+     * mean and stdev over the time axis, detached (computed without a tape) */
+    pl_tensor *mu = NULL, *sd = NULL, *xn = xf;
+    if (m->o.revin != LSTM_REVIN_OFF) {
+        pl_no_grad_begin();
+        mu = pl_mean(xf, 1, true);        /* [B, 1, F] */
+        if (m->o.revin == LSTM_REVIN_STD) /* sqrt(biased var + eps) */
+            sd =
+                pl_sqrt(pl_add_scalar(pl_mean(pl_square(pl_sub(xf, mu)), 1, true), m->o.revin_eps));
+        pl_no_grad_end();
+        xn = pl_sub(xf, mu);
+        if (m->o.revin == LSTM_REVIN_STD) xn = pl_div(xn, sd);
+        if (m->revin_w[e] >= 0) xn = pl_add(pl_mul(xn, P(m, m->revin_w[e])), P(m, m->revin_b[e]));
+        if (!xn) return NULL;
+    }
+    /* seasonal differencing: x_t - x_{t-p}, t = p .. T-1 */
+    int64_t p = m->o.input_diff;
+    pl_tensor *h = p > 0 ? pl_sub(pl_slice(xn, 1, p, T), pl_slice(xn, 1, 0, T - p)) : xn;
+    int64_t Tl = p > 0 ? T - p : T;
+    if (training && m->o.feature_dropout > 0) {
+        /* nn.Dropout1d over the feature channels: one keep/drop per (window,
+         * feature) for all time steps, kept ones scaled by 1 / (1 - p) */
+        pl_tensor *ones =
+            pl_tensor_empty(PL_F32, 3, (int64_t[]){B, 1, m->o.input_size}, xf->device);
+        if (!ones || pl_tensor_fill_(ones, 1.0)) return NULL;
+        h = pl_mul(h, pl_dropout(ones, m->o.feature_dropout, m->ctx->seed,
+                                 ((uint64_t)1 << 62) | mem | (uint64_t)m->ctx->micro_step, true));
+    }
+    /* nn.Dropout on the input (counter slot 0: layers use 1 .. num_layers-1) */
+    h = pl_dropout(h, m->o.input_dropout, m->ctx->seed, base, training);
     for (int l = 0; l < m->o.num_layers && h; l++) {
         if (l > 0) h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + (uint64_t)l, training);
         pl_tensor *h0 = NULL, *c0 = NULL, *hn = NULL, *cn = NULL;
@@ -148,13 +243,14 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
             h0 = m->h[l];
             c0 = m->c[l];
         }
-        pl_tensor *yf = pl_lstm(h, P(m, m->w_ih[l][0]), P(m, m->w_hh[l][0]), P(m, m->b_ih[l][0]),
-                                P(m, m->b_hh[l][0]), h0, c0, false, m->o.stateful ? &hn : NULL,
-                                m->o.stateful ? &cn : NULL);
+        pl_tensor *yf = pl_lstm(h, P(m, m->w_ih[e][l][0]), P(m, m->w_hh[e][l][0]),
+                                P(m, m->b_ih[e][l][0]), P(m, m->b_hh[e][l][0]), h0, c0, false,
+                                m->o.stateful ? &hn : NULL, m->o.stateful ? &cn : NULL);
         if (yf && m->o.stateful && keep_state(m, l, hn, cn)) return NULL;
         if (D == 2) {
-            pl_tensor *yb = pl_lstm(h, P(m, m->w_ih[l][1]), P(m, m->w_hh[l][1]), P(m, m->b_ih[l][1]),
-                                    P(m, m->b_hh[l][1]), NULL, NULL, true, NULL, NULL);
+            pl_tensor *yb =
+                pl_lstm(h, P(m, m->w_ih[e][l][1]), P(m, m->w_hh[e][l][1]), P(m, m->b_ih[e][l][1]),
+                        P(m, m->b_hh[e][l][1]), NULL, NULL, true, NULL, NULL);
             pl_tensor *parts[2] = {yf, yb};
             h = yf && yb ? pl_concat(parts, 2, 2) : NULL;
         } else {
@@ -163,8 +259,8 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
     }
     if (!h) return NULL;
     if (m->o.head == LSTM_HEAD_LAST)
-        h = pl_reshape(pl_slice(h, 1, T - 1, T), 2, (int64_t[]){B, D * m->o.hidden_size});
-    pl_tensor *pred = pl_linear(h, P(m, m->head_w), P(m, m->head_b));
+        h = pl_reshape(pl_slice(h, 1, Tl - 1, Tl), 2, (int64_t[]){B, D * m->o.hidden_size});
+    pl_tensor *pred = pl_linear(h, P(m, m->head_w[e]), P(m, m->head_b[e]));
     if (m->o.naive_skip) {
         /* + x[:, T-1+h-period, naive_column] for horizon steps h = 1..Ho */
         int64_t Ho = m->o.horizon, t0 = T - m->o.seasonal_period, c = m->o.naive_column;
@@ -173,10 +269,29 @@ pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
                          (long long)m->o.seasonal_period, (long long)T);
             return NULL;
         }
-        pl_tensor *base = pl_slice(pl_slice(xf, 1, t0, t0 + Ho), 2, c, c + 1);
+        pl_tensor *base = pl_slice(pl_slice(xn, 1, t0, t0 + Ho), 2, c, c + 1);
         pred = pl_add(pred, pl_reshape(base, 2, (int64_t[]){B, Ho}));
     }
+    if (m->o.revin != LSTM_REVIN_OFF) {
+        /* RevIN de-normalization with the target column's statistics
+         * (RevIN._denormalize): (y - b_c) / (w_c + eps^2) * stdev_c + mean_c */
+        int64_t c = m->o.naive_column;
+        if (m->revin_w[e] >= 0)
+            pred = pl_div(pl_sub(pred, pl_slice(P(m, m->revin_b[e]), 0, c, c + 1)),
+                          pl_add_scalar(pl_slice(P(m, m->revin_w[e]), 0, c, c + 1),
+                                        m->o.revin_eps * m->o.revin_eps));
+        if (sd) pred = pl_mul(pred, pl_reshape(pl_slice(sd, 2, c, c + 1), 2, (int64_t[]){B, 1}));
+        pred = pl_add(pred, pl_reshape(pl_slice(mu, 2, c, c + 1), 2, (int64_t[]){B, 1}));
+    }
     return pred;
+}
+
+pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training) {
+    pl_tensor *sum = lstm_predict_member(m, 0, x, training);
+    if (m->o.ensemble == 1) return sum;
+    for (int e = 1; e < m->o.ensemble && sum; e++)
+        sum = pl_add(sum, lstm_predict_member(m, e, x, training));
+    return pl_scale(sum, 1.0 / m->o.ensemble);
 }
 
 /* ---- metrics ---------------------------------------------------------------------- */
@@ -237,13 +352,16 @@ static pl_status add_metrics(lstm_model *m, pl_tensor *pred, pl_tensor *target, 
 static const pl_option_spec lstm_options[] = {
     {"hidden_size", PL_OPT_INT, "64", 1, 1e6, NULL, "hidden units per direction"},
     {"num_layers", PL_OPT_INT, "1", 1, LSTM_MAX_LAYERS, NULL, "stacked LSTM layers"},
-    {"dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL, "dropout on the outputs of every layer but the last"},
-    {"bidirectional", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "add a reverse-time direction per layer"},
+    {"dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL,
+     "dropout on the outputs of every layer but the last"},
+    {"bidirectional", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "add a reverse-time direction per layer"},
     {"head", PL_OPT_CHOICE, "last", PL_NO_BOUNDS, "last|all",
      "linear head on the last step (target [B, O]) or on every step (target [B, T, O])"},
     {"stateful", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "carry (h, c) across consecutive batches (truncated BPTT; loader must not shuffle)"},
-    {"loss", PL_OPT_CHOICE, "mse", PL_NO_BOUNDS, "mse|mae|huber", "training loss (standardized units)"},
+    {"loss", PL_OPT_CHOICE, "mse", PL_NO_BOUNDS, "mse|mae|huber",
+     "training loss (standardized units)"},
     {"huber_delta", PL_OPT_FLOAT, "1.0", 1e-12, 1e9, NULL, "delta of the huber loss"},
     {"input_size", PL_OPT_INT, "0", 0, 1e9, NULL, "input features (0: the loader's num_features)"},
     {"output_size", PL_OPT_INT, "0", 0, LSTM_MAX_OUT, NULL,
@@ -251,10 +369,30 @@ static const pl_option_spec lstm_options[] = {
     {"seasonal_period", PL_OPT_INT, "0", 0, 1e6, NULL,
      "report seasonal_naive_mae with this period in steps (7: same weekday last week); 0: off"},
     {"naive_column", PL_OPT_INT, "0", 0, 1e6, NULL,
-     "input feature column that holds the target (standardized like the target), for the naive forecast"},
+     "input feature column that holds the target (standardized like the target), for the naive "
+     "forecast"},
     {"naive_skip", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "add the seasonal-naive forecast to the output: the network predicts the correction "
      "(head = last, one target, horizon <= seasonal_period)"},
+    {"revin", PL_OPT_CHOICE, "off", PL_NO_BOUNDS, "off|mean|std",
+     "reversible instance normalization of every input window and feature (Kim et al. 2022): "
+     "subtract the "
+     "window mean (mean) and divide by sqrt(var + eps) (std); the output gets the target column's "
+     "back "
+     "(head = last, one target, target in input column naive_column)"},
+    {"revin_affine", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "learnable per-feature scale and shift after the RevIN normalization "
+     "(revin.affine_weight/_bias)"},
+    {"revin_eps", PL_OPT_FLOAT, "1e-5", 1e-12, 1, NULL, "eps of the RevIN stdev sqrt(var + eps)"},
+    {"input_diff", PL_OPT_INT, "0", 0, 1e6, NULL,
+     "> 0: the LSTM reads x_t - x_{t-input_diff} (seasonal differencing, T - input_diff steps, "
+     "after revin)"},
+    {"input_dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL,
+     "dropout on the LSTM input values (nn.Dropout, after revin / input_diff)"},
+    {"feature_dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL,
+     "drop whole input features of a window (all its time steps; nn.Dropout1d over features)"},
+    {"ensemble", PL_OPT_INT, "1", 1, LSTM_MAX_MEMBERS, NULL,
+     "independent networks (own init, dropout masks and loss) whose forecasts are averaged"},
     {"input_field", PL_OPT_STRING, "x", PL_NO_BOUNDS, NULL, "batch field with inputs [B, T, F]"},
     {"target_field", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL, "batch field with targets"},
     PL_OPTIONS_END};
@@ -287,11 +425,21 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         .seasonal_period = pl_cfg_int(cfg, "seasonal_period", 0),
         .naive_column = pl_cfg_int(cfg, "naive_column", 0),
         .naive_skip = pl_cfg_bool(cfg, "naive_skip", false),
+        .revin_affine = pl_cfg_bool(cfg, "revin_affine", false),
+        .revin_eps = pl_cfg_float(cfg, "revin_eps", 1e-5),
+        .input_diff = pl_cfg_int(cfg, "input_diff", 0),
+        .input_dropout = pl_cfg_float(cfg, "input_dropout", 0),
+        .feature_dropout = pl_cfg_float(cfg, "feature_dropout", 0),
+        .ensemble = (int)pl_cfg_int(cfg, "ensemble", 1),
         .input_field = pl_cfg_str(cfg, "input_field", "x"),
         .target_field = pl_cfg_str(cfg, "target_field", "y"),
     };
     const char *loss = pl_cfg_str(cfg, "loss", "mse");
     o.loss = !strcmp(loss, "mae") ? LSTM_LOSS_MAE : !strcmp(loss, "huber") ? LSTM_LOSS_HUBER : LSTM_LOSS_MSE;
+    const char *revin = pl_cfg_str(cfg, "revin", "off");
+    o.revin = !strcmp(revin, "mean")  ? LSTM_REVIN_MEAN
+              : !strcmp(revin, "std") ? LSTM_REVIN_STD
+                                      : LSTM_REVIN_OFF;
     pl_status st = PL_OK;
     if (!o.input_size) st = pl_meta_get_int(ctx->meta, "num_features", &o.input_size);
     if (st) return pl_error_prefix(st, "lstm: set input_size or use a loader that publishes num_features");
@@ -354,13 +502,25 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
                             pl_tensor_describe(y, b1, sizeof b1), (long long)pl_tensor_numel(y),
                             m->o.head == LSTM_HEAD_LAST ? "last" : "all", (long long)O,
                             (long long)(rows * O), pl_tensor_describe(x, b2, sizeof b2));
-    pl_tensor *pred = lstm_predict(m, x, training);
+    /* training an ensemble: the mean of the members' own losses (each
+     * member's gradient comes from its own forecast only); evaluation: the
+     * loss of the averaged forecast */
+    bool per_member = training && m->o.ensemble > 1;
+    pl_tensor *pred =
+        per_member ? lstm_predict_member(m, 0, x, true) : lstm_predict(m, x, training);
     if (!pred) return pl_error_prefix(pl_error_status(), "lstm forward");
     pl_tensor *target = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
     target = pl_reshape(pl_contiguous(target), pred->ndim, pred->shape);
-    pl_tensor *loss = m->o.loss == LSTM_LOSS_MAE     ? pl_mae_loss(pred, target)
-                      : m->o.loss == LSTM_LOSS_HUBER ? pl_huber_loss(pred, target, m->o.huber_delta)
-                                                     : pl_mse_loss(pred, target);
+    pl_tensor *loss = NULL;
+    for (int e = 0; e < (per_member ? m->o.ensemble : 1); e++) {
+        if (e > 0) pred = lstm_predict_member(m, e, x, true);
+        pl_tensor *le = m->o.loss == LSTM_LOSS_MAE ? pl_mae_loss(pred, target)
+                        : m->o.loss == LSTM_LOSS_HUBER
+                            ? pl_huber_loss(pred, target, m->o.huber_delta)
+                            : pl_mse_loss(pred, target);
+        loss = e == 0 ? le : pl_add(loss, le);
+    }
+    if (per_member) loss = pl_scale(loss, 1.0 / m->o.ensemble);
     if (!loss) return pl_error_prefix(pl_error_status(), "lstm loss");
     *loss_out = loss;
     if (training || !metrics) return PL_OK;

@@ -14,9 +14,12 @@
 
 #define LSTM_MAX_LAYERS 16
 #define LSTM_MAX_OUT 256
+#define LSTM_MAX_MEMBERS 16
 
 typedef enum { LSTM_HEAD_LAST, LSTM_HEAD_ALL } lstm_head;
 typedef enum { LSTM_LOSS_MSE, LSTM_LOSS_MAE, LSTM_LOSS_HUBER } lstm_loss;
+/* reversible instance normalization of each input window (Kim et al. 2022) */
+typedef enum { LSTM_REVIN_OFF, LSTM_REVIN_MEAN, LSTM_REVIN_STD } lstm_revin;
 
 typedef struct lstm_opts {
     int64_t input_size, hidden_size, output_size;
@@ -35,15 +38,32 @@ typedef struct lstm_opts {
     /* add the seasonal-naive forecast to the head's output (the network
      * learns the correction; needs output_size == horizon <= period) */
     bool naive_skip;
+    /* RevIN: per window and feature, x -> (x - mean_T) [/ sqrt(var_T + eps)]
+     * [* w + b], statistics detached; the prediction is de-normalized with the
+     * statistics (and affine) of input column naive_column (the target).
+     * Needs head = last and one target (output_size == horizon). */
+    lstm_revin revin;
+    bool revin_affine;
+    double revin_eps;
+    /* > 0: the LSTM reads x_t - x_{t - input_diff} (T - input_diff steps),
+     * after RevIN; the naive_skip base is read before differencing */
+    int64_t input_diff;
+    /* dropout on the LSTM's input (after revin / differencing): elementwise
+     * (nn.Dropout) and whole features per window (nn.Dropout1d on [B, F, T]) */
+    double input_dropout, feature_dropout;
+    /* ensemble members (>= 1): independent networks (own init, own dropout
+     * masks, own training loss), the forecast is their mean */
+    int ensemble;
     const char *input_field, *target_field;
 } lstm_opts;
 
 typedef struct lstm_model {
     lstm_opts o;
-    /* parameter indices into ctx->params: [layer][direction] */
-    int w_ih[LSTM_MAX_LAYERS][2], w_hh[LSTM_MAX_LAYERS][2], b_ih[LSTM_MAX_LAYERS][2],
-        b_hh[LSTM_MAX_LAYERS][2];
-    int head_w, head_b;
+    /* parameter indices into ctx->params: [member][layer][direction] */
+    int w_ih[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2], w_hh[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2],
+        b_ih[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2], b_hh[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2];
+    int head_w[LSTM_MAX_MEMBERS], head_b[LSTM_MAX_MEMBERS];
+    int revin_w[LSTM_MAX_MEMBERS], revin_b[LSTM_MAX_MEMBERS]; /* -1 unless revin_affine */
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     /* stateful carry (forward direction), owned */
     pl_tensor *h[LSTM_MAX_LAYERS], *c[LSTM_MAX_LAYERS];
@@ -60,8 +80,11 @@ void lstm_model_free(lstm_model *m);
 void lstm_reset_state(lstm_model *m);
 
 /* Predictions (standardized units): x [B, T, F] -> [B, O] (head last) or
- * [B, T, O] (head all). With `stateful`, h0/c0 come from the carried state
- * and the new state is stored. Dropout counters from ctx->micro_step. */
+ * [B, T, O] (head all); the mean of the members' forecasts. With
+ * `stateful`, h0/c0 come from the carried state and the new state is
+ * stored. Dropout counters from ctx->micro_step. */
 pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training);
+/* The forecast of ensemble member k alone (0 <= k < ensemble). */
+pl_tensor *lstm_predict_member(lstm_model *m, int k, pl_tensor *x, bool training);
 
 #endif

@@ -1,5 +1,6 @@
 /* test_lstm.c - the lstm model plugin against torch.nn.LSTM + nn.Linear
- * (reference data from tools/gen_lstm_model_reference.py), numerical
+ * (reference data from tools/gen_lstm_model_reference.py; with RevIN, input
+ * differencing and the naive skip from gen_revin_reference.py), numerical
  * gradients of the training forward (dropout on), the stateful carry and
  * the evaluation metrics in original units. */
 #include <math.h>
@@ -9,6 +10,7 @@
 #include "../../../tests/data/lstm_model/lstm_model_reference.h"
 #include "lstm.h"
 #include "pl_test.h"
+#include "revin_reference.h"
 #include "runobjs.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
@@ -328,11 +330,399 @@ START_TEST(target_shape_mismatch_is_refused) {
 }
 END_TEST
 
+/* ---- RevIN, input differencing ---------------------------------------------------- */
+
+static lstm_opts revin_opts(lstm_revin mode, bool affine, int layers, bool bidir, int64_t diff,
+                            int64_t horizon, int64_t col) {
+    lstm_opts o = base_opts();
+    o.input_size = REVIN_REF_F;
+    o.hidden_size = REVIN_REF_H;
+    o.num_layers = layers;
+    o.bidirectional = bidir;
+    o.output_size = o.horizon = horizon;
+    o.revin = mode;
+    o.revin_affine = affine;
+    o.revin_eps = REVIN_REF_EPS;
+    o.input_diff = diff;
+    o.seasonal_period = REVIN_REF_PERIOD;
+    o.naive_column = col;
+    o.naive_skip = true;
+    return o;
+}
+
+static void check_revin_reference(const lstm_opts *o, const revin_ref_param *ps, const float *r,
+                                  const float *pred_ref, const float *dx_ref) {
+    fixture f;
+    fx_init(&f, o);
+    int n = 0;
+    for (const revin_ref_param *p = ps; p->name; p++, n++) {
+        pl_param *q = pl_params_find(f.ctx.params, p->name);
+        ck_assert_msg(q != NULL, "parameter %s missing", p->name);
+        ck_assert_int_eq(pl_tensor_numel(q->t), p->n);
+        memcpy(pl_tensor_f32(q->t), p->value, sizeof(float) * (size_t)p->n);
+    }
+    ck_assert_int_eq(n, pl_params_count(f.ctx.params));
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(REVIN_REF_B, REVIN_REF_T, REVIN_REF_F),
+                                       revin_ref_x, PL_CPU);
+    pl_tensor_set_requires_grad(x, true);
+    pl_frame_begin();
+    pl_tensor *pred = lstm_predict(f.m, x, false);
+    expect_close(pred, pred_ref, REVIN_REF_B * o->horizon, 1e-4, "pred");
+    pl_tensor *rt = pl_tensor_from_data(PL_F32, pred->ndim, pred->shape, r, PL_CPU);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(pred, rt), PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    /* dx with the statistics detached (RevIN) */
+    expect_close(x->grad, dx_ref, REVIN_REF_B * REVIN_REF_T * REVIN_REF_F, 1e-4, "dx");
+    for (const revin_ref_param *p = ps; p->name; p++)
+        expect_close(pl_params_find(f.ctx.params, p->name)->t->grad, p->grad, p->n, 1e-4, p->name);
+    pl_tensor_release(x);
+    fx_free(&f);
+}
+
+START_TEST(revin_std_affine_naive_skip_matches_torch) {
+    lstm_opts o = revin_opts(LSTM_REVIN_STD, true, REVIN_REF_STD_AFFINE_LAYERS,
+                             REVIN_REF_STD_AFFINE_BIDIR, REVIN_REF_STD_AFFINE_DIFF,
+                             REVIN_REF_STD_AFFINE_HORIZON, REVIN_REF_STD_AFFINE_COL);
+    check_revin_reference(&o, revin_ref_std_affine_params, revin_ref_std_affine_r,
+                          revin_ref_std_affine_pred, revin_ref_std_affine_dx);
+}
+END_TEST
+
+START_TEST(revin_mean_input_diff_bidirectional_matches_torch) {
+    lstm_opts o =
+        revin_opts(LSTM_REVIN_MEAN, false, REVIN_REF_MEAN_DIFF_LAYERS, REVIN_REF_MEAN_DIFF_BIDIR,
+                   REVIN_REF_MEAN_DIFF_DIFF, REVIN_REF_MEAN_DIFF_HORIZON, REVIN_REF_MEAN_DIFF_COL);
+    check_revin_reference(&o, revin_ref_mean_diff_params, revin_ref_mean_diff_r,
+                          revin_ref_mean_diff_pred, revin_ref_mean_diff_dx);
+}
+END_TEST
+
+/* With a zero head weight and head bias beta the network outputs beta, so
+ * the forecast is known by hand from the window statistics (computed here
+ * in double): revin std without naive skip: mean_c + beta * sqrt(var_c + eps);
+ * revin mean with naive skip: x[T - period, c] + beta. */
+START_TEST(revin_denormalizes_with_the_target_window_statistics) {
+    const int64_t B = 3, T = 8, F = LSTM_REF_MF, c = 2, period = 7;
+    const double beta = 0.7, eps = 1e-3;
+    pl_tensor *x = pl_test_randn(PL_SHAPE(B, T, F), 123);
+    float *xv = pl_tensor_f32(x);
+    for (int64_t i = 0; i < B * T; i++)
+        xv[i * F + c] = 4.0f + 2.5f * xv[i * F + c]; /* level 4, scale 2.5 */
+    for (int mode = 0; mode < 2; mode++) {
+        lstm_opts o = base_opts();
+        o.num_layers = 1;
+        o.revin = mode == 0 ? LSTM_REVIN_STD : LSTM_REVIN_MEAN;
+        o.revin_eps = eps;
+        o.naive_column = c;
+        o.seasonal_period = period;
+        o.naive_skip = mode == 1;
+        fixture f;
+        fx_init(&f, &o);
+        pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
+        pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, beta);
+        pl_frame_begin();
+        pl_tensor *pred = lstm_predict(f.m, x, false);
+        ck_assert_ptr_nonnull(pred);
+        for (int64_t b = 0; b < B; b++) {
+            double mu = 0, var = 0;
+            for (int64_t t = 0; t < T; t++)
+                mu += xv[(b * T + t) * F + c] / (double)T;
+            for (int64_t t = 0; t < T; t++) {
+                double d = xv[(b * T + t) * F + c] - mu;
+                var += d * d / (double)T;
+            }
+            double want =
+                mode == 0 ? mu + beta * sqrt(var + eps) : xv[(b * T + T - period) * F + c] + beta;
+            ck_assert_msg(fabs(pl_tensor_get(pred, b) - want) < 1e-5,
+                          "mode %d row %lld: %.7g, want %.7g", mode, (long long)b,
+                          pl_tensor_get(pred, b), want);
+        }
+        pl_frame_end();
+        fx_free(&f);
+    }
+    pl_tensor_release(x);
+}
+END_TEST
+
+/* What RevIN is for: a shift of every input feature's level (and, with std,
+ * a common scale a > 0) moves the forecast by the target column's shift (and
+ * scales it), whatever the weights. Seasonal differencing with the naive
+ * skip follows a level shift too; the plain model does not. Modes:
+ * 0 revin mean, 1 revin std (a = 2), 2 input_diff 2 only, 3 none. */
+START_TEST(revin_forecast_follows_level_and_scale_shifts) {
+    const int64_t B = 2, T = 9, F = LSTM_REF_MF, c = 1;
+    const float shift[LSTM_REF_MF] = {3.0f, -2.0f, 0.5f};
+    for (int mode = 0; mode < 4; mode++) {
+        lstm_opts o = base_opts();
+        o.revin = mode == 0 ? LSTM_REVIN_MEAN : mode == 1 ? LSTM_REVIN_STD : LSTM_REVIN_OFF;
+        o.revin_eps = 1e-9;
+        o.input_diff = mode == 2 ? 2 : 0;
+        o.naive_column = c;
+        o.seasonal_period = 7;
+        o.naive_skip = true;
+        fixture f;
+        fx_init(&f, &o);
+        pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t,
+                        0.4); /* a non-zero correction */
+        double a = mode == 1 ? 2.0 : 1.0;
+        pl_tensor *x = pl_test_randn(PL_SHAPE(B, T, F), 7),
+                  *xs = pl_test_randn(PL_SHAPE(B, T, F), 7);
+        float *v = pl_tensor_f32(xs);
+        for (int64_t i = 0; i < B * T * F; i++)
+            v[i] = (float)(a * v[i] + shift[i % F]);
+        pl_frame_begin();
+        pl_tensor *p0 = lstm_predict(f.m, x, false), *p1 = lstm_predict(f.m, xs, false);
+        ck_assert_ptr_nonnull(p0);
+        ck_assert_ptr_nonnull(p1);
+        for (int64_t b = 0; b < B; b++) {
+            double want = a * pl_tensor_get(p0, b) + shift[c], got = pl_tensor_get(p1, b);
+            if (mode < 3)
+                ck_assert_msg(fabs(got - want) < 1e-5, "mode %d row %lld: %.7g, want %.7g", mode,
+                              (long long)b, got, want);
+            else
+                ck_assert_msg(fabs(got - want) > 1e-3,
+                              "without revin the forecast should not follow the shift");
+        }
+        pl_frame_end();
+        pl_tensor_release(x);
+        pl_tensor_release(xs);
+        fx_free(&f);
+    }
+}
+END_TEST
+
+/* Full training forward (revin std + affine, input_diff, input and
+ * feature dropout, naive skip, 2 layers with dropout) vs finite differences w.r.t. every
+ * parameter. The input is left out: RevIN detaches its statistics, so the
+ * analytic dx omits their dependence on x by design (checked against torch
+ * above) while finite differences include it. */
+START_TEST(revin_training_forward_gradients_match_finite_differences) {
+    lstm_opts o = base_opts();
+    o.hidden_size = 3;
+    o.dropout = 0.3;
+    o.loss = LSTM_LOSS_HUBER; /* smooth: finite differences of L1 are poor near 0 */
+    o.revin = LSTM_REVIN_STD;
+    o.revin_affine = true;
+    o.revin_eps = 1e-5;
+    o.input_diff = 2;
+    o.seasonal_period = 4;
+    o.naive_column = 1;
+    o.naive_skip = true;
+    o.input_dropout = 0.2;
+    o.feature_dropout = 0.3;
+    fixture f;
+    fx_init(&f, &o);
+    f.ctx.micro_step = 6; /* fixed dropout masks */
+    /* non-trivial affine so that its gradients are generic */
+    float *w = pl_tensor_f32(pl_params_find(f.ctx.params, "revin.affine_weight")->t);
+    float *bb = pl_tensor_f32(pl_params_find(f.ctx.params, "revin.affine_bias")->t);
+    for (int i = 0; i < LSTM_REF_MF; i++) {
+        w[i] = 0.8f + 0.2f * (float)i;
+        bb[i] = 0.1f * (float)(i - 1);
+    }
+    series_batch s;
+    batch_init(&s, 3, 6, LSTM_REF_MF, 1, 31);
+    pl_tensor *ins[40];
+    int n = 0;
+    for (int i = 0; i < pl_params_count(f.ctx.params); i++)
+        ins[n++] = pl_params_at(f.ctx.params, i)->t;
+    ck_assert_int_eq(n, 2 * 4 + 2 + 2);
+    gc_ctx c = {&f, &s};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s",
+                  msg);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
+/* feature_dropout drops a feature for all time steps of a window:
+ * changing feature 2 at every step leaves exactly the rows where it was
+ * dropped unchanged (about half at p = 0.5). Elementwise input_dropout
+ * drops single values, so (almost) every row changes. */
+START_TEST(feature_dropout_drops_whole_features) {
+    const int64_t B = 64, T = 5, F = LSTM_REF_MF;
+    for (int kind = 0; kind < 2; kind++) {
+        lstm_opts o = base_opts();
+        o.num_layers = 1;
+        o.feature_dropout = kind == 0 ? 0.5 : 0;
+        o.input_dropout = kind == 1 ? 0.5 : 0;
+        fixture f;
+        fx_init(&f, &o);
+        f.ctx.micro_step = 3;
+        pl_tensor *x = pl_test_randn(PL_SHAPE(B, T, F), 17),
+                  *x2 = pl_test_randn(PL_SHAPE(B, T, F), 17);
+        float *v = pl_tensor_f32(x2);
+        for (int64_t i = 0; i < B * T; i++)
+            v[i * F + 2] += 1.0f;
+        pl_no_grad_begin();
+        pl_frame_begin();
+        pl_tensor *p1 = lstm_predict(f.m, x, true), *p2 = lstm_predict(f.m, x2, true);
+        ck_assert_ptr_nonnull(p1);
+        ck_assert_ptr_nonnull(p2);
+        int same = 0;
+        for (int64_t b = 0; b < B; b++)
+            same += pl_tensor_get(p1, b) == pl_tensor_get(p2, b);
+        if (kind == 0)
+            ck_assert_msg(same >= 16 && same <= 48,
+                          "feature dropout 0.5: %d of %lld rows unchanged", same, (long long)B);
+        else
+            ck_assert_msg(same <= 8, "input dropout 0.5: %d of %lld rows unchanged", same,
+                          (long long)B);
+        /* evaluation: no dropout, every row changes */
+        pl_tensor *e1 = lstm_predict(f.m, x, false), *e2 = lstm_predict(f.m, x2, false);
+        for (int64_t b = 0; b < B; b++)
+            ck_assert(pl_tensor_get(e1, b) != pl_tensor_get(e2, b));
+        pl_frame_end();
+        pl_no_grad_end();
+        pl_tensor_release(x);
+        pl_tensor_release(x2);
+        fx_free(&f);
+    }
+}
+END_TEST
+
+/* ---- ensemble ------------------------------------------------------------------- */
+
+/* Two members = two single models with the members' weights: the evaluation
+ * forecast is their mean and the training loss the mean of their losses.
+ * Member 0 starts from the single model's init (same seed); member 1 not. */
+START_TEST(ensemble_forecast_is_the_members_mean) {
+    lstm_opts o = base_opts();
+    o.num_layers = 1;
+    o.revin = LSTM_REVIN_MEAN;
+    o.revin_eps = 1e-5;
+    o.seasonal_period = 3;
+    o.naive_column = 0;
+    o.naive_skip = true;
+    o.loss = LSTM_LOSS_MAE;
+    fixture single[2], ens;
+    fx_init(&single[0], &o);
+    fx_init(&single[1], &o);
+    o.ensemble = 2;
+    fx_init(&ens, &o);
+    ck_assert_int_eq(pl_params_count(ens.ctx.params), 2 * pl_params_count(single[0].ctx.params));
+    for (int i = 0; i < pl_params_count(single[0].ctx.params); i++) {
+        const pl_param *q = pl_params_at(single[0].ctx.params, i);
+        char name[PL_NAME_MAX + 16];
+        snprintf(name, sizeof name, "members.0.%s", q->name);
+        pl_param *m0 = pl_params_find(ens.ctx.params, name);
+        snprintf(name, sizeof name, "members.1.%s", q->name);
+        pl_param *m1 = pl_params_find(ens.ctx.params, name);
+        ck_assert_msg(m0 && m1, "member parameters of %s missing", q->name);
+        ck_assert_msg(pl_test_max_abs_diff(m0->t, q->t) == 0, "%s: member 0 init differs", q->name);
+        ck_assert_msg(pl_test_max_abs_diff(m1->t, q->t) > 0, "%s: member 1 init = member 0",
+                      q->name);
+        /* the second single model gets member 1's weights */
+        PL_CK_OK(pl_tensor_copy_(pl_params_at(single[1].ctx.params, i)->t, m1->t));
+    }
+    series_batch s;
+    batch_init(&s, 4, 6, LSTM_REF_MF, 1, 8);
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *pe = lstm_predict(ens.m, s.x, false), *p0 = lstm_predict(single[0].m, s.x, false),
+              *p1 = lstm_predict(single[1].m, s.x, false);
+    for (int64_t b = 0; b < 4; b++)
+        ck_assert_double_eq_tol(pl_tensor_get(pe, b),
+                                0.5 * (pl_tensor_get(p0, b) + pl_tensor_get(p1, b)), 1e-6);
+    double l[3];
+    fixture *fs[3] = {&ens, &single[0], &single[1]};
+    for (int i = 0; i < 3; i++) {
+        pl_tensor *loss = NULL;
+        PL_CK_OK(vt->forward(fs[i]->m, &s.b, PL_SPLIT_TRAIN, true, &loss, NULL));
+        l[i] = pl_tensor_item(loss);
+    }
+    ck_assert_double_eq_tol(l[0], 0.5 * (l[1] + l[2]), 1e-6);
+    pl_frame_end();
+    pl_no_grad_end();
+    batch_free(&s);
+    for (int i = 0; i < 3; i++)
+        fx_free(fs[i]);
+}
+END_TEST
+
+START_TEST(ensemble_training_forward_gradients_match_finite_differences) {
+    lstm_opts o = base_opts();
+    o.hidden_size = 3;
+    o.dropout = 0.3;
+    o.loss = LSTM_LOSS_HUBER;
+    o.revin = LSTM_REVIN_STD;
+    o.revin_affine = true;
+    o.revin_eps = 1e-5;
+    o.seasonal_period = 2;
+    o.naive_column = 2;
+    o.naive_skip = true;
+    o.ensemble = 2;
+    fixture f;
+    fx_init(&f, &o);
+    f.ctx.micro_step = 2;
+    series_batch s;
+    batch_init(&s, 3, 5, LSTM_REF_MF, 1, 55);
+    pl_tensor *ins[40];
+    int n = 0;
+    for (int i = 0; i < pl_params_count(f.ctx.params); i++)
+        ins[n++] = pl_params_at(f.ctx.params, i)->t;
+    ck_assert_int_eq(n, 2 * (2 * 4 + 2 + 2));
+    gc_ctx c = {&f, &s};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s",
+                  msg);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
+START_TEST(revin_and_input_diff_misuse_is_refused) {
+    pl_run_context ctx = {.device = PL_CPU, .seed = 1};
+    ctx.params = pl_params_new();
+    lstm_model *m = NULL;
+    lstm_opts o = base_opts();
+    o.revin = LSTM_REVIN_MEAN;
+    o.revin_eps = 1e-5;
+    o.head = LSTM_HEAD_ALL; /* per-step head */
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    o = base_opts();
+    o.revin = LSTM_REVIN_STD;
+    o.revin_eps = 1e-5;
+    o.output_size = 2; /* two outputs, horizon 1: two targets */
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    o = base_opts();
+    o.revin = LSTM_REVIN_MEAN;
+    o.revin_eps = 1e-5;
+    o.stateful = true;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    o = base_opts();
+    o.ensemble = 2;
+    o.stateful = true;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    o = base_opts();
+    o.input_diff = 3;
+    o.head = LSTM_HEAD_ALL;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    /* a window not longer than input_diff */
+    o = base_opts();
+    o.input_diff = 4;
+    PL_CK_OK(lstm_model_new(&o, &ctx, &m));
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 4, LSTM_REF_MF), 1);
+    pl_frame_begin();
+    ck_assert_ptr_null(lstm_predict(m, x, false));
+    ck_assert_msg(strstr(pl_error_message(), "input_diff 4") != NULL, "%s", pl_error_message());
+    pl_frame_end();
+    pl_tensor_release(x);
+    lstm_model_free(m);
+    pl_params_free(ctx.params);
+}
+END_TEST
+
 START_TEST(schema_and_descriptor) {
     const pl_plugin_desc *d = pl_plugin_entry();
     ck_assert_str_eq(d->name, "lstm");
     ck_assert_int_eq(d->kind, PL_KIND_MODEL);
-    const char *want[] = {"hidden_size", "num_layers", "dropout", "bidirectional", "head", "stateful", "loss"};
+    const char *want[] = {
+        "hidden_size", "num_layers",    "dropout",         "bidirectional", "head",
+        "stateful",    "loss",          "revin",           "revin_affine",  "revin_eps",
+        "input_diff",  "input_dropout", "feature_dropout", "ensemble"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
         bool found = false;
         for (const pl_option_spec *o = d->options; o->name; o++) found |= !strcmp(o->name, want[i]);
@@ -352,6 +742,15 @@ int main(void) {
     tcase_add_test(tc, eval_metrics_in_original_units);
     tcase_add_test(tc, naive_skip_adds_the_seasonal_naive_forecast);
     tcase_add_test(tc, target_shape_mismatch_is_refused);
+    tcase_add_test(tc, revin_std_affine_naive_skip_matches_torch);
+    tcase_add_test(tc, revin_mean_input_diff_bidirectional_matches_torch);
+    tcase_add_test(tc, revin_denormalizes_with_the_target_window_statistics);
+    tcase_add_test(tc, revin_forecast_follows_level_and_scale_shifts);
+    tcase_add_test(tc, revin_training_forward_gradients_match_finite_differences);
+    tcase_add_test(tc, feature_dropout_drops_whole_features);
+    tcase_add_test(tc, ensemble_forecast_is_the_members_mean);
+    tcase_add_test(tc, ensemble_training_forward_gradients_match_finite_differences);
+    tcase_add_test(tc, revin_and_input_diff_misuse_is_refused);
     tcase_add_test(tc, schema_and_descriptor);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
