@@ -410,6 +410,43 @@ START_TEST(binary_ops_broadcast_forward_merged_dims) {
 }
 END_TEST
 
+
+/* ELU's exp runs on a polynomial kernel: forward and gradient against
+ * double expm1 / exp over [-100, 5] (incl. tiny |x| where expm1 matters and
+ * the clamp below -87), and NaN still propagates. */
+START_TEST(elu_matches_double_expm1) {
+    enum { N = 4099 };
+    static float v[N];
+    for (int i = 0; i < N - 3; i++) v[i] = -100.0f + 105.0f * (float)i / (N - 4);
+    v[N - 3] = -1e-7f;
+    v[N - 2] = -3e-4f;
+    v[N - 1] = NAN;
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(N), v, PL_CPU);
+    pl_tensor_set_requires_grad(x, true);
+    pl_frame_begin();
+    pl_tensor *y = PL_CK_NOTNULL(pl_elu(x, 1.3));
+    double worst = 0, worst_g = 0;
+    for (int i = 0; i < N - 1; i++) {
+        double xv = v[i], ref = xv > 0 ? xv : 1.3 * expm1(xv), got = pl_tensor_get(y, i);
+        double err = fabs(got - ref) / fmax(fabs(ref), 1e-30);
+        if (xv != 0 && err > worst) worst = err;
+    }
+    ck_assert_msg(worst < 4e-7, "ELU forward: max relative error %g vs double expm1", worst);
+    ck_assert_msg(isnan(pl_tensor_get(y, N - 1)), "ELU(NaN) = %g, expected NaN", pl_tensor_get(y, N - 1));
+    /* d/dx of sum(ELU(x)) = 1 (x > 0) or 1.3 e^x */
+    pl_tensor *fin = pl_slice(y, 0, 0, N - 1);
+    PL_CK_OK(pl_backward(pl_sum(fin, PL_ALL_DIMS, false), 1.0));
+    pl_frame_end();
+    for (int i = 0; i < N - 1; i++) {
+        double xv = v[i], ref = xv > 0 ? 1.0 : 1.3 * exp(xv), got = pl_tensor_get(x->grad, i);
+        double err = fabs(got - ref) / fmax(ref, 1e-30);
+        if (ref > 1e-30 && err > worst_g) worst_g = err;
+    }
+    ck_assert_msg(worst_g < 4e-7, "ELU gradient: max relative error %g vs double exp", worst_g);
+    pl_tensor_release(x);
+}
+END_TEST
+
 START_TEST(binary_ops_gradients_reduce_over_broadcast_dims) {
     static const int64_t shapes[][2][4] = {
         {{7, 1, 5}, {3, 5}},
@@ -984,6 +1021,7 @@ int main(void) {
     tcase_add_test(tc, autocast_bf16_runs_matmul_and_linear_in_bf16);
     tcase_add_test(tc, linear_matches_reference_and_gradients);
     tcase_add_test(tc, binary_ops_broadcast_forward);
+    tcase_add_test(tc, elu_matches_double_expm1);
     tcase_add_test(tc, binary_ops_broadcast_forward_merged_dims);
     tcase_add_test(tc, binary_ops_gradients_reduce_over_broadcast_dims);
     tcase_add_test(tc, same_tensor_twice_gets_both_gradients);
