@@ -566,6 +566,36 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
     return st;
 }
 
+/* After a resume: the best checkpoint so far is the earlier run's
+ * best.safetensors next to the resumed file, if that file is the one the
+ * restored best value came from (same monitor value, written at or before
+ * the resumed step; a later best of the earlier run is not ours). Test then
+ * uses it unless this run finds a better one (Lightning restores
+ * ModelCheckpoint.best_model_path the same way). */
+static void adopt_earlier_best(trainer *t, const char *resumed) {
+    if (!t->have_best || !t->save_best) return;
+    char dir[PATH_MAX], cand[PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s", resumed);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    snprintf(cand, sizeof cand, "%s/best.safetensors", dir);
+    if (access(cand, R_OK) != 0) return;
+    pl_st_file *f = NULL;
+    if (pl_st_open(cand, &f)) {
+        pl_error_clear();
+        return;
+    }
+    const char *b = pl_st_meta(f, "best");
+    char want[64];
+    snprintf(want, sizeof want, "%.17g", t->best);
+    bool same = b && !strcmp(b, want) && meta_i64(f, "step", INT64_MAX) <= t->step;
+    pl_st_close(f);
+    if (!same) return;
+    snprintf(t->best_path, sizeof t->best_path, "%s", cand);
+    logf_(t, "best checkpoint so far: %s (%s = %.5f)\n", cand, t->monitor, t->best);
+}
+
 /* ---- optimization step -------------------------------------------------------------- */
 
 static double grad_norm_and_clip(trainer *t) {
@@ -1408,6 +1438,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
             else if (!st)
                 logf_(t, "resumed from %s at epoch %lld, step %lld\n", p, (long long)t->epoch,
                       (long long)t->step);
+            if (!st) adopt_earlier_best(t, p);
         }
     }
     if (!st) count_parameter_bytes(t);

@@ -377,6 +377,32 @@ START_TEST(failed_run_leaves_a_mid_epoch_last) {
 }
 END_TEST
 
+
+/* A resumed run that finds no better validation tests the earlier run's
+ * best checkpoint (Lightning restores best_model_path), not its last weights. */
+START_TEST(resumed_run_tests_the_earlier_best) {
+    setup();
+    const char *every[] = {"trainer.checkpoint_every_n_epochs=1"};
+    ck_assert_int_eq(run("orig", 1, every, NULL), 0);
+    char last[1024], best[1024];
+    ckpt_path(last, sizeof last, "orig", "last");
+    ckpt_path(best, sizeof best, "orig", "best");
+    /* resume at the end of training: nothing left to fit, then test */
+    const char *test_on[] = {"trainer.test=true"};
+    ck_assert_int_eq(run("again", 1, test_on, last), 0);
+    char sp[1024], js[65536];
+    snprintf(sp, sizeof sp, "%s/again/latest/summary.json", g_dir);
+    FILE *f = fopen(sp, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t r = fread(js, 1, sizeof js - 1, f);
+    js[r] = 0;
+    fclose(f);
+    ck_assert_msg(strstr(js, best) != NULL, "summary of the resumed run does not name %s as its best "
+                  "checkpoint:\n%s", best, js);
+    ck_assert_msg(strstr(js, "\"test_metrics\"") != NULL, "no test metrics: %s", js);
+}
+END_TEST
+
 START_TEST(resume_last_continues_the_newest_run) {
     setup();
     ck_assert_int_eq(run("again", 0, NULL, NULL), 0);
@@ -522,6 +548,7 @@ int main(void) {
     tcase_add_test(tc, mid_epoch_resume_refused_for_stateless_loader);
     tcase_add_test(tc, failed_run_leaves_a_mid_epoch_last);
     tcase_add_test(tc, resume_last_continues_the_newest_run);
+    tcase_add_test(tc, resumed_run_tests_the_earlier_best);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
