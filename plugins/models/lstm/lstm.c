@@ -98,7 +98,7 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         char pre[32] = "";
         if (o->ensemble > 1) snprintf(pre, sizeof pre, "members.%d.", e);
         uint64_t stream = (uint64_t)e * 100000, s0 = stream;
-        m->revin_w[e] = m->revin_b[e] = -1;
+        m->revin_w[e] = m->revin_b[e] = m->gate[e] = -1;
         for (int l = 0; l < o->num_layers && !st; l++) {
             int64_t in = l == 0 ? o->input_size : D * Hd;
             for (int d = 0; d < D && !st; d++) {
@@ -143,6 +143,38 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
                                PL_TAG_NO_DECAY, &m->revin_b[e]);
             if (!st) st = pl_tensor_fill_(P(m, m->revin_b[e]), 0.0);
         }
+        /* exogenous gate [F], zero at init (the entry of the target column is unused) */
+        if (!st && o->exogenous_gate) {
+            snprintf(name, sizeof name, "%sinput_gate", pre);
+            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1004, 0, &m->gate[e]);
+        }
+    }
+    if (!st && o->exogenous_gate) {
+        if (o->naive_column < 0 || o->naive_column >= o->input_size)
+            st = pl_error_set(PL_ERR_CONFIG, "lstm: exogenous_gate needs naive_column (%lld) to name the "
+                              "target's input column among the %lld inputs", (long long)o->naive_column,
+                              (long long)o->input_size);
+        float *fx = st ? NULL : malloc(sizeof(float) * (size_t)o->input_size);
+        float *mk = fx ? malloc(sizeof(float) * (size_t)o->input_size) : NULL;
+        if (!st && !mk) st = pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
+        if (!st) {
+            for (int64_t f = 0; f < o->input_size; f++) {
+                fx[f] = f == o->naive_column;
+                mk[f] = f != o->naive_column;
+            }
+            pl_frame_begin();
+            pl_tensor *a = pl_tensor_from_data(PL_F32, 1, &o->input_size, fx, ctx->device);
+            pl_tensor *b = pl_tensor_from_data(PL_F32, 1, &o->input_size, mk, ctx->device);
+            if (a && b) {
+                m->gate_fixed = pl_frame_keep(a);
+                m->gate_mask = pl_frame_keep(b);
+            } else {
+                st = pl_error_status();
+            }
+            pl_frame_end();
+        }
+        free(fx);
+        free(mk);
     }
     if (st) {
         lstm_model_free(m);
@@ -163,6 +195,8 @@ void lstm_reset_state(lstm_model *m) {
 void lstm_model_free(lstm_model *m) {
     if (!m) return;
     lstm_reset_state(m);
+    pl_tensor_release(m->gate_fixed);
+    pl_tensor_release(m->gate_mask);
     free(m);
 }
 
@@ -225,6 +259,8 @@ pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training
     int64_t p = m->o.input_diff;
     pl_tensor *h = p > 0 ? pl_sub(pl_slice(xn, 1, p, T), pl_slice(xn, 1, 0, T - p)) : xn;
     int64_t Tl = p > 0 ? T - p : T;
+    if (m->gate[e] >= 0) /* x * (onehot(target) + mask * gate): other columns start switched off */
+        h = pl_mul(h, pl_add(m->gate_fixed, pl_mul(m->gate_mask, P(m, m->gate[e]))));
     if (training && m->o.feature_dropout > 0) {
         /* nn.Dropout1d over the feature channels: one keep/drop per (window,
          * feature) for all time steps, kept ones scaled by 1 / (1 - p) */
@@ -389,6 +425,9 @@ static const pl_option_spec lstm_options[] = {
      "after revin)"},
     {"input_dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL,
      "dropout on the LSTM input values (nn.Dropout, after revin / input_diff)"},
+    {"exogenous_gate", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "multiply every input column but naive_column by a learnable gate that starts at 0 "
+     "(input_gate; shrink it with an optimizer group's weight_decay)"},
     {"feature_dropout", PL_OPT_FLOAT, "0", 0, 0.99, NULL,
      "drop whole input features of a window (all its time steps; nn.Dropout1d over features)"},
     {"ensemble", PL_OPT_INT, "1", 1, LSTM_MAX_MEMBERS, NULL,
@@ -430,6 +469,7 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         .input_diff = pl_cfg_int(cfg, "input_diff", 0),
         .input_dropout = pl_cfg_float(cfg, "input_dropout", 0),
         .feature_dropout = pl_cfg_float(cfg, "feature_dropout", 0),
+        .exogenous_gate = pl_cfg_bool(cfg, "exogenous_gate", false),
         .ensemble = (int)pl_cfg_int(cfg, "ensemble", 1),
         .input_field = pl_cfg_str(cfg, "input_field", "x"),
         .target_field = pl_cfg_str(cfg, "target_field", "y"),

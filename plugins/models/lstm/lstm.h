@@ -51,6 +51,12 @@ typedef struct lstm_opts {
     /* dropout on the LSTM's input (after revin / differencing): elementwise
      * (nn.Dropout) and whole features per window (nn.Dropout1d on [B, F, T]) */
     double input_dropout, feature_dropout;
+    /* exogenous gate: every input column except naive_column (the target) is
+     * multiplied by a learnable per-column gate that starts at 0, so the
+     * network starts as a model of the target's own history and uses the
+     * other columns as far as training (against the gates' weight decay:
+     * optimizer group.<g>.match = *input_gate) pays for it */
+    bool exogenous_gate;
     /* ensemble members (>= 1): independent networks (own init, own dropout
      * masks, own training loss), the forecast is their mean */
     int ensemble;
@@ -64,6 +70,8 @@ typedef struct lstm_model {
         b_ih[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2], b_hh[LSTM_MAX_MEMBERS][LSTM_MAX_LAYERS][2];
     int head_w[LSTM_MAX_MEMBERS], head_b[LSTM_MAX_MEMBERS];
     int revin_w[LSTM_MAX_MEMBERS], revin_b[LSTM_MAX_MEMBERS]; /* -1 unless revin_affine */
+    int gate[LSTM_MAX_MEMBERS];                               /* -1 unless exogenous_gate */
+    pl_tensor *gate_fixed, *gate_mask; /* [F]: 1 at naive_column; 1 elsewhere (owned) */
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     /* stateful carry (forward direction), owned */
     pl_tensor *h[LSTM_MAX_LAYERS], *c[LSTM_MAX_LAYERS];

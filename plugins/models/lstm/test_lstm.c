@@ -536,6 +536,48 @@ START_TEST(revin_training_forward_gradients_match_finite_differences) {
 }
 END_TEST
 
+
+/* exogenous_gate: at init (gates 0) the forecast does not depend on the
+ * other columns at all; the gates get gradients (finite differences of the
+ * training loss w.r.t. every parameter incl. input_gate, set non-zero). */
+START_TEST(exogenous_gate_starts_from_the_target_history) {
+    lstm_opts o = base_opts();
+    o.hidden_size = 3;
+    o.loss = LSTM_LOSS_HUBER;
+    o.seasonal_period = 4;
+    o.naive_column = 1;
+    o.naive_skip = true;
+    o.exogenous_gate = true;
+    fixture f;
+    fx_init(&f, &o);
+    series_batch s;
+    batch_init(&s, 3, 6, LSTM_REF_MF, 1, 31);
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *p0 = lstm_predict(f.m, s.x, false);
+    /* change every column except the target's: the forecast must not move */
+    float *xv = pl_tensor_f32(s.x);
+    for (int64_t i = 0; i < pl_tensor_numel(s.x); i++)
+        if (i % LSTM_REF_MF != 1) xv[i] += 1.5f;
+    pl_tensor *p1 = lstm_predict(f.m, s.x, false);
+    ck_assert_msg(p0 && p1, "%s", pl_error_message());
+    ck_assert_double_eq(pl_test_max_abs_diff(p0, p1), 0.0);
+    pl_frame_end();
+    pl_no_grad_end();
+    float *g = pl_tensor_f32(pl_params_find(f.ctx.params, "input_gate")->t);
+    for (int i = 0; i < LSTM_REF_MF; i++) g[i] = 0.3f - 0.2f * (float)i;
+    pl_tensor *ins[40];
+    int n = 0;
+    for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
+    ck_assert_int_eq(n, 2 * 4 + 2 + 1);
+    gc_ctx c = {&f, &s};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s", msg);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
 /* feature_dropout drops a feature for all time steps of a window:
  * changing feature 2 at every step leaves exactly the rows where it was
  * dropped unchanged (about half at p = 0.5). Elementwise input_dropout
@@ -747,6 +789,7 @@ int main(void) {
     tcase_add_test(tc, revin_denormalizes_with_the_target_window_statistics);
     tcase_add_test(tc, revin_forecast_follows_level_and_scale_shifts);
     tcase_add_test(tc, revin_training_forward_gradients_match_finite_differences);
+    tcase_add_test(tc, exogenous_gate_starts_from_the_target_history);
     tcase_add_test(tc, feature_dropout_drops_whole_features);
     tcase_add_test(tc, ensemble_forecast_is_the_members_mean);
     tcase_add_test(tc, ensemble_training_forward_gradients_match_finite_differences);
