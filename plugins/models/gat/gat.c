@@ -304,7 +304,10 @@ pl_tensor *gat_conv(gat_model *m, const gat_layer *L, pl_tensor *x, pl_tensor *s
     return out;
 }
 
-pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training) {
+/* The GAT stack: dropout -> GATConv -> ELU per layer; the ELU after the last
+ * layer only when `elu_last` (graph regression, where a readout follows). */
+static pl_tensor *gat_stack(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training,
+                            bool elu_last) {
     if (!x) return NULL;
     /* dropout streams: 2 per layer per training forward, unique over the run */
     uint64_t base = (uint64_t)m->ctx->micro_step * 2 * GAT_MAX_LAYERS;
@@ -314,9 +317,13 @@ pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst
         h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + 2 * (uint64_t)l, training);
         h = gat_conv(m, &m->layer[l], h, src, dst, m->o.attn_dropout, base + 2 * (uint64_t)l + 1,
                      training);
-        if (l < m->o.layers - 1) h = pl_elu(h, 1.0);
+        if (elu_last || l < m->o.layers - 1) h = pl_elu(h, 1.0);
     }
     return h;
+}
+
+pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training) {
+    return gat_stack(m, x, src, dst, training, false);
 }
 
 /* ---- graph-level regression ------------------------------------------------------- */
@@ -325,41 +332,19 @@ pl_tensor *gat_readout_pool(pl_tensor *h, pl_tensor *batch, int64_t num_graphs, 
     if (!h || !batch) return NULL;
     pl_tensor *sum = pl_scatter_add(h, 0, batch, num_graphs); /* [B, D]: PyG global_add_pool */
     if (!sum || r == GAT_READOUT_SUM) return sum;
-    /* global_mean_pool: divide by each graph's node count (an empty graph
-     * gives 0, as PyG's scatter mean does) */
-    pl_tensor *hb = pl_tensor_to(batch, PL_I64, PL_CPU);
-    pl_tensor *inv = hb ? pl_tensor_empty(PL_F32, 2, (int64_t[]){num_graphs, 1}, PL_CPU) : NULL;
-    if (!inv) return NULL;
-    float *iv = pl_tensor_f32(inv);
-    for (int64_t g = 0; g < num_graphs; g++) iv[g] = 0.0f;
-    const int64_t *bv = pl_tensor_data(hb);
-    int64_t n = pl_tensor_numel(hb);
-    for (int64_t i = 0; i < n; i++) {
-        if (bv[i] < 0 || bv[i] >= num_graphs) {
-            pl_error_set(PL_ERR_INVALID, "gat: batch[%lld] = %lld outside the batch's %lld graphs", (long long)i,
-                         (long long)bv[i], (long long)num_graphs);
-            return NULL;
-        }
-        iv[bv[i]] += 1.0f;
-    }
-    for (int64_t g = 0; g < num_graphs; g++) iv[g] = iv[g] > 0 ? 1.0f / iv[g] : 0.0f;
-    if (!pl_device_eq(h->device, PL_CPU)) inv = pl_tensor_to(inv, PL_F32, h->device);
-    return pl_mul(sum, inv);
+    /* global_mean_pool: divide by each graph's node count, counted on the
+     * device by the same scatter (no host round trip). count + 1e-12 is the
+     * count itself in f32 for count >= 1, and an empty graph gives 0 / 1e-12
+     * = 0, as PyG's scatter mean does. */
+    pl_tensor *ones = pl_tensor_full(PL_F32, 2, (int64_t[]){h->shape[0], 1}, 1.0, h->device);
+    pl_tensor *count = pl_scatter_add(ones, 0, batch, num_graphs); /* [B, 1] */
+    return pl_div(sum, pl_add_scalar(count, 1e-12));
 }
 
 pl_tensor *gat_graph_predict(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
                              pl_tensor *batch, int64_t num_graphs, bool training) {
-    if (!x) return NULL;
-    uint64_t base = (uint64_t)m->ctx->micro_step * 2 * GAT_MAX_LAYERS;
-    pl_tensor *h = x;
-    if (h->dtype != PL_F32) h = pl_tensor_to(h, PL_F32, h->device);
-    for (int l = 0; l < m->o.layers && h; l++) {
-        h = pl_dropout(h, m->o.dropout, m->ctx->seed, base + 2 * (uint64_t)l, training);
-        h = gat_conv(m, &m->layer[l], h, src, dst, m->o.attn_dropout, base + 2 * (uint64_t)l + 1,
-                     training);
-        h = pl_elu(h, 1.0);
-    }
-    h = gat_readout_pool(h, batch, num_graphs, m->o.readout);
+    pl_tensor *h = gat_readout_pool(gat_stack(m, x, src, dst, training, true), batch, num_graphs,
+                                    m->o.readout);
     for (int i = 0; i < 2 && h && m->head_w[i] >= 0; i++) {
         if (i > 0) h = pl_elu(h, 1.0);
         h = pl_linear(h, P(m, m->head_w[i]), P(m, m->head_b[i]));

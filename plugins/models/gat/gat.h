@@ -99,13 +99,21 @@ pl_status gat_edges_batch(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst
  * ctx->micro_step (training only). */
 pl_tensor *gat_logits(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training);
 
-/* Graph-level regression: per-graph predictions [B, K] (standardized
- * units) for nodes x [n, F] whose graph ids within the batch are `batch`
- * i64 [n] in [0, B). Readout: PyG global_mean_pool / global_add_pool. */
+/* Graph-level regression: per-graph predictions f32 [B, K] (standardized
+ * target units) for nodes x f32 [n, F_in] with edges src/dst i64 [e]
+ * (batch-local node ids, self loops as wanted) and graph ids `batch` i64 [n]
+ * in [0, num_graphs). Network: the GAT stack with ELU after every layer,
+ * gat_readout_pool, then the head (PyG GATConv + global_*_pool + Linear).
+ * Returns a tensor of the current frame; NULL with the pl error set on a
+ * shape mismatch or an id out of range (named by the failing op). */
 pl_tensor *gat_graph_predict(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
                              pl_tensor *batch, int64_t num_graphs, bool training);
 
-/* Readout alone: sum or mean of h [n, D] over the nodes of each graph -> [B, D]. */
+/* Readout alone: sum (PyG global_add_pool) or mean (global_mean_pool) of
+ * h f32 [n, D] over the nodes of each graph, `batch` i64 [n] in
+ * [0, num_graphs) -> f32 [B, D]; a graph without nodes gives zeros (PyG's
+ * scatter mean). Differentiable in h. NULL with the pl error set when an id
+ * is out of range (scatter_add names it). */
 pl_tensor *gat_readout_pool(pl_tensor *h, pl_tensor *batch, int64_t num_graphs, gat_readout r);
 
 #endif
