@@ -394,10 +394,15 @@ static pl_status loader_state_pass(trainer *t, mem_state *m) {
               : PL_OK;
 }
 
+/* The loader's train-position scalars: "<plugin>.epoch", "<plugin>.next_batch". */
+static void loader_pos_keys(const trainer *t, char key[2][PL_NAME_MAX]) {
+    snprintf(key[0], PL_NAME_MAX, "%s.epoch", t->loader.desc->name);
+    snprintf(key[1], PL_NAME_MAX, "%s.next_batch", t->loader.desc->name);
+}
+
 static void mem_init(trainer *t, mem_state *m) {
     memset(m, 0, sizeof *m);
-    snprintf(m->key[0], sizeof m->key[0], "%s.epoch", t->loader.desc->name);
-    snprintf(m->key[1], sizeof m->key[1], "%s.next_batch", t->loader.desc->name);
+    loader_pos_keys(t, m->key);
 }
 
 /* Load (epoch, batch) into the loader: its next epoch_begin(train, epoch)
@@ -439,8 +444,7 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
         st = pl_st_writer_add(w, p->name, p->t);
     }
     ckpt_io io = {.w = w, .path = path, .pos = {t->epoch, t->batch}};
-    snprintf(io.pos_key[0], sizeof io.pos_key[0], "%s.epoch", t->loader.desc->name);
-    snprintf(io.pos_key[1], sizeof io.pos_key[1], "%s.next_batch", t->loader.desc->name);
+    loader_pos_keys(t, io.pos_key);
     if (!st) st = visit_all_state(t, &io, true);
     char buf[64];
 #define META(k, fmt, v)                                                                            \
@@ -470,14 +474,42 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
     return st;
 }
 
-static int64_t meta_i64(const pl_st_file *f, const char *key, int64_t dflt) {
-    const char *s = pl_st_meta(f, key);
-    return s ? strtoll(s, NULL, 10) : dflt;
+/* Checkpoint metadata is untrusted text: a value is read whole or refused,
+ * naming the file and the key. The first error sticks in `st` (later reads
+ * return their defaults), so a loader reads everything and checks once. */
+typedef struct meta_reader {
+    const pl_st_file *f;
+    const char *path;
+    pl_status st;
+} meta_reader;
+
+/* Integer >= 0; `dflt` when the key is absent (checkpoints older than it). */
+static int64_t meta_i64(meta_reader *r, const char *key, int64_t dflt) {
+    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
+    if (!s) return dflt;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0) {
+        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected an integer >= 0 "
+                             "(corrupt checkpoint?)", r->path, key, s);
+        return dflt;
+    }
+    return v;
 }
 
-static double meta_f64(const pl_st_file *f, const char *key, double dflt) {
-    const char *s = pl_st_meta(f, key);
-    return s ? strtod(s, NULL) : dflt;
+/* Any number strtod reads whole (inf/nan included: `best` may be either). */
+static double meta_f64(meta_reader *r, const char *key, double dflt) {
+    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
+    if (!s) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) {
+        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected a number "
+                             "(corrupt checkpoint?)", r->path, key, s);
+        return dflt;
+    }
+    return v;
 }
 
 /* Load parameters (all must be present unless weights_only) and, for a
@@ -526,8 +558,10 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             st = pl_error_set(PL_ERR_IO, "checkpoint %s was written by model '%s', this run's "
                               "model is '%s'", path, model, t->model.desc->name);
         /* mid-epoch: the loop position; absent in checkpoints older than it */
-        int64_t epoch = meta_i64(f, "epoch", 0), batch = meta_i64(f, "batch_in_epoch", 0);
-        int64_t acc = meta_i64(f, "accumulation_pending", 0);
+        meta_reader mr = {f, path, st};
+        int64_t epoch = meta_i64(&mr, "epoch", 0), batch = meta_i64(&mr, "batch_in_epoch", 0);
+        int64_t acc = meta_i64(&mr, "accumulation_pending", 0);
+        st = mr.st;
         if (!st && batch > 0 && acc > 0)
             st = pl_error_set(PL_ERR_IO, "checkpoint %s was written by a validation in the middle of "
                               "a gradient accumulation (epoch %lld, before batch %lld, %lld "
@@ -548,17 +582,18 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
         if (!st) st = visit_all_state(t, &io, batch > 0);
         if (!st) {
             t->epoch = epoch;
-            t->step = meta_i64(f, "step", 0);
-            t->micro = meta_i64(f, "micro_step", 0);
+            t->step = meta_i64(&mr, "step", 0);
+            t->micro = meta_i64(&mr, "micro_step", 0);
             t->batch = batch;
             t->accum_pending = 0;
-            t->ep_loss_sum = batch > 0 ? meta_f64(f, "epoch_train_loss_sum", 0) : 0;
-            t->ep_loss_n = batch > 0 ? meta_i64(f, "epoch_train_loss_count", 0) : 0;
-            t->last_finite_loss = meta_f64(f, "last_finite_loss", 0);
-            t->best = meta_f64(f, "best", 0);
-            t->have_best = meta_i64(f, "have_best", 0) != 0;
-            t->bad_vals = meta_i64(f, "bad_vals", 0);
-            t->plateau_factor = meta_f64(f, "plateau_factor", 1.0);
+            t->ep_loss_sum = batch > 0 ? meta_f64(&mr, "epoch_train_loss_sum", 0) : 0;
+            t->ep_loss_n = batch > 0 ? meta_i64(&mr, "epoch_train_loss_count", 0) : 0;
+            t->last_finite_loss = meta_f64(&mr, "last_finite_loss", 0);
+            t->best = meta_f64(&mr, "best", 0);
+            t->have_best = meta_i64(&mr, "have_best", 0) != 0;
+            t->bad_vals = meta_i64(&mr, "bad_vals", 0);
+            t->plateau_factor = meta_f64(&mr, "plateau_factor", 1.0);
+            st = mr.st;
         }
     }
     pl_st_close(f);
@@ -589,7 +624,9 @@ static void adopt_earlier_best(trainer *t, const char *resumed) {
     const char *b = pl_st_meta(f, "best");
     char want[64];
     snprintf(want, sizeof want, "%.17g", t->best);
-    bool same = b && !strcmp(b, want) && meta_i64(f, "step", INT64_MAX) <= t->step;
+    meta_reader mr = {f, cand, PL_OK};
+    bool same = b && !strcmp(b, want) && meta_i64(&mr, "step", INT64_MAX) <= t->step && !mr.st;
+    if (mr.st) pl_error_clear(); /* not a usable best: test uses this run's weights */
     pl_st_close(f);
     if (!same) return;
     snprintf(t->best_path, sizeof t->best_path, "%s", cand);

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 /* The trainer end to end, with the mlp model, the hdf5_chunk loader and the
  * optimizer / scheduler plugins, on a small synthetic regression file:
  * exact resume (from epoch-end and mid-epoch checkpoints), gradient
@@ -513,6 +514,37 @@ START_TEST(swapping_plugins_on_the_command_line_changes_the_run) {
 }
 END_TEST
 
+
+/* Checkpoint metadata is untrusted: a loop counter that is not a whole
+ * non-negative integer is refused naming the file and the key. */
+START_TEST(corrupt_checkpoint_metadata_is_refused) {
+    setup();
+    ck_assert_int_eq(run("meta", 0, NULL, NULL), 0);
+    char last[1024], rl[1024], bad[1100];
+    snprintf(last, sizeof last, "%s/meta/latest/checkpoints/last.safetensors", g_dir);
+    ck_assert_ptr_nonnull(realpath(last, rl));
+    FILE *in = fopen(rl, "rb");
+    ck_assert_ptr_nonnull(in);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    ck_assert_int_lt(n, sizeof buf);
+    /* same length, so every offset in the header stays valid */
+    const char *key = "\"step\":\"16\"";
+    char *at = memmem(buf, n, key, strlen(key));
+    ck_assert_msg(at != NULL, "no %s in the checkpoint header", key);
+    memcpy(at, "\"step\":\"1x\"", strlen(key));
+    snprintf(bad, sizeof bad, "%s/badmeta.safetensors", g_dir);
+    FILE *out = fopen(bad, "wb");
+    fwrite(buf, 1, n, out);
+    fclose(out);
+    ck_assert_int_eq(run("meta", 0, NULL, bad), 1);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "badmeta.safetensors") && strstr(msg, "'step'") && strstr(msg, "1x"),
+                  "message: %s", msg);
+}
+END_TEST
+
 START_TEST(corrupt_or_mismatched_checkpoint_is_refused) {
     setup();
     ck_assert_int_eq(run("good", 0, NULL, NULL), 0);
@@ -554,6 +586,7 @@ int main(void) {
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
     tcase_add_test(tc, swapping_plugins_on_the_command_line_changes_the_run);
     tcase_add_test(tc, corrupt_or_mismatched_checkpoint_is_refused);
+    tcase_add_test(tc, corrupt_checkpoint_metadata_is_refused);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
