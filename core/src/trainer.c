@@ -313,7 +313,7 @@ static pl_status visit_stage(stage *s, size_t state_offset, ckpt_io *io) {
     state_fn fn = *(const state_fn *)((const char *)s->vt + state_offset);
     if (!fn) return PL_OK;
     io->prefix = s->section;
-    pl_state_visitor v = {io, ck_tensor, ck_scalar};
+    pl_state_visitor v = {io, ck_tensor, ck_scalar, .loading = io->f != NULL};
     return fn(s->self, &v);
 }
 
@@ -387,7 +387,7 @@ static pl_status mem_scalar(void *ctx, const char *name, double *v) {
 
 static pl_status loader_state_pass(trainer *t, mem_state *m) {
     state_fn fn = LOADER(t)->state;
-    pl_state_visitor v = {m, mem_tensor, mem_scalar};
+    pl_state_visitor v = {m, mem_tensor, mem_scalar, .loading = m->load};
     pl_status st = fn(t->loader.self, &v);
     return st ? pl_error_prefix(st, "[%s] plugin '%s' state", t->loader.section,
                                 t->loader.desc->name)

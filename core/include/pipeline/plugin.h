@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define PL_ABI_MAJOR 1
-#define PL_ABI_MINOR 0
+#define PL_ABI_MINOR 1
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -150,6 +150,11 @@ typedef struct pl_state_visitor {
     void *ctx;
     pl_status (*tensor)(void *ctx, const char *name, pl_tensor *t);
     pl_status (*scalar)(void *ctx, const char *name, double *v);
+    /* true: loading (the visitor writes the values), false: saving (it reads
+     * them). Most plugins need not look; one whose state has an effect
+     * beyond the values (a loader arming a resume position) acts only when
+     * loading. Since ABI 1.1. */
+    bool loading;
 } pl_state_visitor;
 
 typedef enum pl_data_split { PL_SPLIT_TRAIN = 0, PL_SPLIT_VAL, PL_SPLIT_TEST, PL_SPLIT_COUNT } pl_data_split;

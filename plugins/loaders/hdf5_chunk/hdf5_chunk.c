@@ -1544,7 +1544,7 @@ static int h5c_next(void *self, pl_batch *out) {
     }
     int r = L->exhausted ? 0 : L->series_mode ? next_series(L, out) : next_rows(L, out);
     if (L->cur_split == PL_SPLIT_TRAIN && r >= 0) {
-        L->armed = false; /* the cursor moved on: a position armed by a save is stale */
+        L->armed = false; /* the cursor moved on: an armed position no longer applies */
         if (r == 1) {
             L->tr_next = L->batch_index;
         } else { /* epoch done: the next train batch is the first of the next epoch */
@@ -1556,18 +1556,16 @@ static int h5c_next(void *self, pl_batch *out) {
 }
 
 /* Resume protocol (plugin.h): scalars hdf5_chunk.epoch / hdf5_chunk.next_batch are the
- * TRAIN position (an armed one if any), whatever split is being served. The visitor
- * does not say whether it saves or loads, so every call arms the visited values: after
- * a load that is the loaded position; after a save it is the current position, which
- * the next train next() disarms and which an epoch_begin(train, same epoch) without a
- * next() in between would continue from (README "Resume"). */
+ * TRAIN position (an armed one if any), whatever split is being served. Loading
+ * (v->loading) checks the values and arms them for the next epoch_begin(train, epoch);
+ * saving only reports. */
 static pl_status h5c_state(void *self, const pl_state_visitor *v) {
     loader *L = self;
     double e = (double)(L->armed ? L->arm_epoch : L->tr_epoch);
     double n = (double)(L->armed ? L->arm_next : L->tr_next);
     pl_status st = v->scalar(v->ctx, "hdf5_chunk.epoch", &e);
     if (!st) st = v->scalar(v->ctx, "hdf5_chunk.next_batch", &n);
-    if (st) return st;
+    if (st || !v->loading) return st;
     if (!(e >= 0 && n >= 0 && e < 9e15 && n < 9e15 && e == floor(e) && n == floor(n)))
         return pl_error_set(PL_ERR_INVALID, "hdf5_chunk: state epoch = %g, next_batch = %g: expected "
                             "non-negative integers", e, n);

@@ -407,7 +407,7 @@ static void save_pos(lt_loader *L, double *epoch, double *next) {
 
 static pl_status load_pos(lt_loader *L, double epoch, double next) {
     pos_io io = {.epoch = epoch, .next = next, .load = true};
-    pl_state_visitor v = {&io, pos_tensor, pos_scalar};
+    pl_state_visitor v = {&io, pos_tensor, pos_scalar, .loading = true};
     return L->vt->state(L->self, &v);
 }
 
