@@ -330,18 +330,16 @@ static void binary_contrib(pl_op op, int which, const float *G, const float *X, 
             for (int64_t j = 0; j < inner; j++)
                 d[j] = -g[j];
         } else if (op == PL_OP_MUL) {
-            const float *o = which == 0 ? yp : xp; /* d = g * the other operand */
-            int64_t io = which == 0 ? iy : ix;
-            if (io == 1)
+            /* d = g * the other operand, whose inner stride is 1 or 0 (bstrides) */
+            const float *o = which == 0 ? yp : xp;
+            if (which == 0 ? iy : ix)
                 for (int64_t j = 0; j < inner; j++)
                     d[j] = g[j] * o[j];
-            else if (io == 0) {
+            else {
                 float v = o[0];
                 for (int64_t j = 0; j < inner; j++)
                     d[j] = g[j] * v;
-            } else
-                for (int64_t j = 0; j < inner; j++)
-                    d[j] = g[j] * o[j * io];
+            }
         } else { /* DIV */
             if (which == 0)
                 for (int64_t j = 0; j < inner; j++)
