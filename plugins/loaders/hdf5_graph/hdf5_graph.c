@@ -56,7 +56,6 @@ typedef struct graph {
     /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
     int64_t N, F, E, C, count[PL_SPLIT_COUNT];
-    bool done;
     /* graphs mode: host copies (after self loops, normalization, standardization) */
     int64_t NG, K, B;
     bool shuffle, drop_last;
@@ -69,9 +68,9 @@ typedef struct graph {
     int64_t *ssrc, *sdst, *sbatch;
     pl_tensor *views[NB_FIELDS];
     int nviews;
-    int64_t cur_batch;
     /* both modes */
     int cur;
+    int64_t cur_batch; /* next batch of split `cur` */
     int64_t tr_epoch, tr_next; /* train position (resume state) */
     bool tr_begun;
     bool pending; /* a loaded position waits for its train epoch */
@@ -197,23 +196,27 @@ static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int
                               G->path, name, nd, min_rank, max_rank);
     }
     if (rank) *rank = nd;
-    size_t n = 1;
+    size_t n = 1, esz = H5Tget_size(memtype);
     for (int i = 0; i < nd && !st; i++) {
         dims[i] = (int64_t)d[i];
         if (want && want[i] >= 0 && want[i] != dims[i])
             st = pl_error_set(PL_ERR_SHAPE,
                               "%s: dataset '%s' has %lld entries on axis %d; expected %lld",
                               G->path, name, (long long)dims[i], i, (long long)want[i]);
+        /* sizes from the file are untrusted: keep n * esz (and int64 sums) in range */
+        else if (d[i] && n > (size_t)(INT64_MAX / 2) / esz / d[i])
+            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' is too large (axis %d: %llu entries)",
+                              G->path, name, i, (unsigned long long)d[i]);
         n *= (size_t)d[i];
     }
     if (!st) {
-        *out = malloc((n ? n : 1) * H5Tget_size(memtype));
+        *out = malloc((n ? n : 1) * esz);
         if (!*out)
             st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for '%s'", G->path, name);
         else if (H5Dread(ds, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
             st = pl_error_set(PL_ERR_IO, "%s: reading '%s' failed", G->path, name);
         else
-            G->st.bytes_read += n * H5Tget_size(memtype);
+            G->st.bytes_read += n * esz;
     }
     H5Dclose(ds);
     return st;
@@ -246,6 +249,8 @@ static void normalize_rows(float *x, int64_t r0, int64_t r1, int64_t F) {
     float mn = x[r0 * F];
     for (int64_t i = r0 * F; i < r1 * F; i++)
         mn = x[i] < mn ? x[i] : mn;
+    /* node mode: one big graph in parallel; nested inside graphs mode's loop: serial */
+#pragma omp parallel for schedule(static) if ((r1 - r0) * F > 65536)
     for (int64_t i = r0; i < r1; i++) {
         float *r = x + i * F;
         double s = 0;
@@ -256,6 +261,36 @@ static void normalize_rows(float *x, int64_t r0, int64_t r1, int64_t F) {
             r[j] = (r[j] - mn) / d;
     }
 }
+
+/* First endpoint of edges [e0, e1) of ei [2, E] outside 0..n-1: returns its
+ * column and sets *row, or -1 when all are in range. */
+static int64_t bad_edge(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n, int *row) {
+    for (int64_t e = e0; e < e1; e++)
+        for (int r = 0; r < 2; r++)
+            if (ei[r * E + e] < 0 || ei[r * E + e] >= n) {
+                *row = r;
+                return e;
+            }
+    return -1;
+}
+
+/* Copy edges [e0, e1) of ei [2, E] to src/dst from position k; with loops,
+ * drop (i, i) and append (i, i) for i in 0..n-1 (PyG remove_self_loops +
+ * add_self_loops). Returns the new end position. */
+static int64_t copy_edges(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n,
+                          bool loops, int64_t *src, int64_t *dst, int64_t k) {
+    for (int64_t e = e0; e < e1; e++) {
+        if (loops && ei[e] == ei[E + e]) continue;
+        src[k] = ei[e];
+        dst[k++] = ei[E + e];
+    }
+    if (loops)
+        for (int64_t i = 0; i < n; i++, k++)
+            src[k] = dst[k] = i;
+    return k;
+}
+
+static const char *split_mask_key[PL_SPLIT_COUNT] = {"train_mask", "val_mask", "test_mask"};
 
 /* ---- destroy ------------------------------------------------------------ */
 
@@ -324,9 +359,9 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
         (st = read_ds(G, f, pl_cfg_str(cfg, "edge_index", "edge_index"), H5T_NATIVE_INT64, 2, 2, we,
                       (void **)&ei, de, NULL)))
         goto out;
-    const char *mk[3] = {"train_mask", "val_mask", "test_mask"};
     for (int s = 0; s < 3; s++)
-        if ((st = read_ds(G, f, pl_cfg_str(cfg, mk[s], mk[s]), H5T_NATIVE_UINT8, 1, 1, wn,
+        if ((st = read_ds(G, f, pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]),
+                          H5T_NATIVE_UINT8, 1, 1, wn,
                           (void **)&m[s], dm, NULL)))
             goto out;
     /* attribute num_classes if present, else max label + 1 */
@@ -350,6 +385,13 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
         if (y[i] > ymax) ymax = y[i];
     }
     if (C < 0) C = ymax + 1;
+    if (C < 1) {
+        st = pl_error_set(PL_ERR_INVALID,
+                          "%s: num_classes = %lld (attribute, or max label + 1 with every label "
+                          "-1); expected >= 1",
+                          G->path, (long long)C);
+        goto out;
+    }
     if (ymax >= C) {
         st = pl_error_set(PL_ERR_INVALID, "%s: label %lld >= num_classes %lld", G->path,
                           (long long)ymax, (long long)C);
@@ -358,17 +400,14 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     G->C = C;
     /* edges: range check, optional self loops */
     int64_t E = de[1];
-    for (int64_t e = 0; e < E; e++) {
-        for (int r = 0; r < 2; r++) {
-            int64_t v = ei[r * E + e];
-            if (v < 0 || v >= G->N) {
-                st = pl_error_set(
-                    PL_ERR_INVALID,
-                    "%s: edge_index[%d][%lld] = %lld is outside 0..%lld (num_nodes %lld)", G->path,
-                    r, (long long)e, (long long)v, (long long)G->N - 1, (long long)G->N);
-                goto out;
-            }
-        }
+    int r;
+    int64_t e = bad_edge(ei, E, 0, E, G->N, &r);
+    if (e >= 0) {
+        st = pl_error_set(PL_ERR_INVALID,
+                          "%s: edge_index[%d][%lld] = %lld is outside 0..%lld (num_nodes %lld)",
+                          G->path, r, (long long)e, (long long)ei[r * E + e], (long long)G->N - 1,
+                          (long long)G->N);
+        goto out;
     }
     bool loops = pl_cfg_bool(cfg, "add_self_loops", false);
     int64_t cap = E + (loops ? G->N : 0);
@@ -378,31 +417,8 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
         st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
         goto out;
     }
-    int64_t k = 0;
-    for (int64_t e = 0; e < E; e++) {
-        if (loops && ei[e] == ei[E + e]) continue;
-        src[k] = ei[e];
-        dst[k++] = ei[E + e];
-    }
-    if (loops)
-        for (int64_t i = 0; i < G->N; i++)
-            src[k] = dst[k] = i, k++;
-    G->E = k;
-    if (pl_cfg_bool(cfg, "row_normalize", false) && G->N * G->F > 0) {
-        float mn = x[0];
-        for (int64_t i = 0; i < G->N * G->F; i++)
-            mn = x[i] < mn ? x[i] : mn;
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < G->N; i++) {
-            float *r = x + i * G->F;
-            double s = 0;
-            for (int64_t j = 0; j < G->F; j++)
-                s += (double)(r[j] - mn);
-            float d = (float)(s < 1.0 ? 1.0 : s);
-            for (int64_t j = 0; j < G->F; j++)
-                r[j] = (r[j] - mn) / d;
-        }
-    }
+    G->E = copy_edges(ei, E, 0, E, G->N, loops, src, dst, 0);
+    if (pl_cfg_bool(cfg, "row_normalize", false)) normalize_rows(x, 0, G->N, G->F);
     G->x = to_device(G, PL_F32, 2, (int64_t[]){G->N, G->F}, x);
     G->y = to_device(G, PL_I64, 1, (int64_t[]){G->N}, y);
     G->src = to_device(G, PL_I64, 1, (int64_t[]){G->E}, src);
@@ -558,8 +574,6 @@ static void train_order(graph *G, int64_t epoch) {
     }
 }
 
-static const char *split_mask_key[PL_SPLIT_COUNT] = {"train_mask", "val_mask", "test_mask"};
-
 static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx) {
     static const char *only_node[] = {"labels"};
     for (size_t i = 0; i < sizeof only_node / sizeof *only_node; i++)
@@ -640,19 +654,17 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     }
     for (int64_t g = 0; g < G->NG; g++) {
         int64_t n = np[g + 1] - np[g];
-        for (int64_t e = ep[g]; e < ep[g + 1]; e++)
-            for (int r = 0; r < 2; r++) {
-                int64_t v = ei[r * E + e];
-                if (v < 0 || v >= n) {
-                    st = pl_error_set(PL_ERR_INVALID,
-                                      "%s: graph %lld: edge %lld of the graph (%s[%d][%lld]) = "
-                                      "%lld is outside its "
-                                      "local node ids 0..%lld (the graph has %lld nodes)",
-                                      G->path, (long long)g, (long long)(e - ep[g]), einame, r,
-                                      (long long)e, (long long)v, (long long)n - 1, (long long)n);
-                    goto out_unlocked;
-                }
-            }
+        int r;
+        int64_t e = bad_edge(ei, E, ep[g], ep[g + 1], n, &r);
+        if (e >= 0) {
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: graph %lld: edge %lld of the graph (%s[%d][%lld]) = %lld is "
+                              "outside its local node ids 0..%lld (the graph has %lld nodes)",
+                              G->path, (long long)g, (long long)(e - ep[g]), einame, r,
+                              (long long)e, (long long)ei[r * E + e], (long long)n - 1,
+                              (long long)n);
+            goto out_unlocked;
+        }
         for (int64_t k = 0; k < G->K; k++)
             if (!isfinite(G->hy[g * G->K + k])) {
                 st = pl_error_set(PL_ERR_INVALID, "%s: %s[%lld][%lld] = %g is not finite", G->path,
@@ -671,20 +683,11 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
         st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
         goto out_unlocked;
     }
-    int64_t k = 0;
     G->eptr[0] = 0;
-    for (int64_t g = 0; g < G->NG; g++) {
-        for (int64_t e = ep[g]; e < ep[g + 1]; e++) {
-            if (loops && ei[e] == ei[E + e]) continue;
-            G->hsrc[k] = ei[e];
-            G->hdst[k++] = ei[E + e];
-        }
-        if (loops)
-            for (int64_t i = 0; i < G->nptr[g + 1] - G->nptr[g]; i++)
-                G->hsrc[k] = G->hdst[k] = i, k++;
-        G->eptr[g + 1] = k;
-    }
-    G->E = k;
+    for (int64_t g = 0; g < G->NG; g++)
+        G->eptr[g + 1] = copy_edges(ei, E, ep[g], ep[g + 1], G->nptr[g + 1] - G->nptr[g], loops,
+                                    G->hsrc, G->hdst, G->eptr[g]);
+    G->E = G->eptr[G->NG];
     if (norm) {
 #pragma omp parallel for schedule(dynamic, 64) if (G->N > 65536)
         for (int64_t g = 0; g < G->NG; g++)
@@ -898,7 +901,6 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch) {
     }
     G->cur = split;
     G->cur_batch = start;
-    G->done = start >= g_num_batches(G, split);
     return PL_OK;
 }
 
@@ -943,10 +945,10 @@ static int g_next(void *self, pl_batch *out) {
     int r;
     if (G->graphs_mode) {
         r = next_graphs(G, out);
-    } else if (G->done) {
-        r = 0;
+    } else if (G->cur_batch >= 1) {
+        r = 0; /* node mode: one batch per split */
     } else {
-        G->done = true;
+        G->cur_batch = 1;
         const char *names[5] = {"x", "edge_src", "edge_dst", "y", "mask"};
         pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, G->mask[G->cur]};
         for (int i = 0; i < 5; i++) {
@@ -990,8 +992,8 @@ static pl_status g_state(void *self, const pl_state_visitor *v) {
     pl_status st;
     if (!v->scalar) return PL_OK;
     if ((st = v->scalar(v->ctx, "hdf5_graph.epoch", &de)) ||
-        (st = v->scalar(v->ctx, "hdf5_graph.next_batch", &dn)))
-        return st;
+        (st = v->scalar(v->ctx, "hdf5_graph.next_batch", &dn)) || !v->loading)
+        return st; /* saving only reports; a load arms the position */
     if (!(de >= 0 && de == floor(de) && de < 9e15))
         return pl_error_set(
             PL_ERR_INVALID,

@@ -24,6 +24,19 @@ static const char *tmp_path(const char *name, char *buf, size_t n) {
     return buf;
 }
 
+/* ctx.meta[key] of an open loader (asserting it is set) */
+static int64_t meta_int(const lt_loader *L, const char *key) {
+    int64_t v = 0;
+    PL_CK_OK(pl_meta_get_int(L->ctx.meta, key, &v));
+    return v;
+}
+
+static double meta_float(const lt_loader *L, const char *key) {
+    double d = 0;
+    PL_CK_OK(pl_meta_get_float(L->ctx.meta, key, &d));
+    return d;
+}
+
 /* 4 nodes, 2 features; edges 0->1, 1->0, 2->2 (a self loop), 3->edge_to */
 static const char *make_graph(const char *name, long long edge_to, char *buf, size_t n) {
     const char *p = tmp_path(name, buf, n);
@@ -45,11 +58,9 @@ START_TEST(test_small_graph) {
              make_graph("g.h5", 1, p, sizeof p));
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
-    int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_classes", &v));
-    ck_assert_int_eq(v, 3); /* no attribute: max label + 1 */
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_edges", &v));
-    ck_assert_int_eq(v, 3 + 4); /* 2->2 removed, one loop per node added */
+    ck_assert_int_eq(meta_int(&L, "num_classes"), 3); /* no attribute: max label + 1 */
+    /* 2->2 removed, one loop per node added */
+    ck_assert_int_eq(meta_int(&L, "num_edges"), 3 + 4);
     PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0));
     pl_batch b;
     ck_assert_int_eq(L.vt->next(L.self, &b), 1);
@@ -81,6 +92,13 @@ START_TEST(test_errors) {
     snprintf(body, sizeof body, "path = %s\nlabels = nope\n", make_graph("ok.h5", 0, p, sizeof p));
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "dataset 'nope' not found"), "%s", pl_error_message());
+    /* every label -1 and no num_classes attribute: no class to predict */
+    const long long none[4] = {-1, -1, -1, -1};
+    ck_assert_int_eq(lt_write(p, "unlabeled", H5T_NATIVE_LLONG, 1, (long long[]){4}, none), 0);
+    snprintf(body, sizeof body, "path = %s\nlabels = unlabeled\n", p);
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "num_classes = 0") && strstr(pl_error_message(), p),
+                  "%s", pl_error_message());
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", "path = /no/such.h5\n", NULL), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "/no/such.h5"), "%s", pl_error_message());
 }
@@ -95,15 +113,10 @@ START_TEST(test_cora) {
     snprintf(body, sizeof body, "path = %s\nrow_normalize = true\n", p);
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
-    int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_nodes", &v));
-    ck_assert_int_eq(v, 2708);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &v));
-    ck_assert_int_eq(v, 1433);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_classes", &v));
-    ck_assert_int_eq(v, 7);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_edges", &v));
-    ck_assert_int_eq(v, 10556);
+    ck_assert_int_eq(meta_int(&L, "num_nodes"), 2708);
+    ck_assert_int_eq(meta_int(&L, "num_features"), 1433);
+    ck_assert_int_eq(meta_int(&L, "num_classes"), 7);
+    ck_assert_int_eq(meta_int(&L, "num_edges"), 10556);
     const int64_t want[3] = {140, 500, 1000};
     pl_tensor *x0 = NULL;
     for (int e = 0; e < 2; e++)
@@ -283,29 +296,17 @@ static int check_batch(const pl_batch *b, bool loops, int *ids) {
 START_TEST(test_graphs_batch_contents) {
     lt_loader L;
     PL_CK_OK(open_graphs(&L, "batch_size = 3\nshuffle = false\n"));
-    int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_graphs", &v));
-    ck_assert_int_eq(v, 6);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &v));
-    ck_assert_int_eq(v, 2);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_targets", &v));
-    ck_assert_int_eq(v, 2);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &v));
-    ck_assert_int_eq(v, 4);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &v));
-    ck_assert_int_eq(v, 2);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &v));
-    ck_assert_int_eq(v, 1);
+    ck_assert_int_eq(meta_int(&L, "num_graphs"), 6);
+    ck_assert_int_eq(meta_int(&L, "num_features"), 2);
+    ck_assert_int_eq(meta_int(&L, "num_targets"), 2);
+    ck_assert_int_eq(meta_int(&L, "num_train"), 4);
+    ck_assert_int_eq(meta_int(&L, "num_val"), 2);
+    ck_assert_int_eq(meta_int(&L, "num_test"), 1);
     ck_assert_str_eq(pl_meta_get_str(L.ctx.meta, "task"), "graph_regression");
-    double d;
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
-    ck_assert_double_eq_tol(d, MEAN0, 1e-12);
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
-    ck_assert_double_eq_tol(d, STD0, 1e-8);
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_1", &d));
-    ck_assert_double_eq_tol(d, MEAN1, 1e-12);
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_1", &d));
-    ck_assert_double_eq_tol(d, STD1, 1e-12);
+    ck_assert_double_eq_tol(meta_float(&L, "target_mean_0"), MEAN0, 1e-12);
+    ck_assert_double_eq_tol(meta_float(&L, "target_std_0"), STD0, 1e-8);
+    ck_assert_double_eq_tol(meta_float(&L, "target_mean_1"), MEAN1, 1e-12);
+    ck_assert_double_eq_tol(meta_float(&L, "target_std_1"), STD1, 1e-12);
 
     PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
     pl_batch b;
@@ -665,7 +666,7 @@ static void save_state(lt_loader *L, fake_state *s) {
 
 static pl_status load_state(lt_loader *L, fake_state *s) {
     s->load = true;
-    pl_state_visitor v = {s, NULL, fake_scalar};
+    pl_state_visitor v = {s, NULL, fake_scalar, .loading = true};
     return L->vt->state(L->self, &v);
 }
 
@@ -864,13 +865,10 @@ START_TEST(test_nci_molecules) {
              path);
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
-    int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_graphs", &v));
-    ck_assert_int_eq(v, G); /* 4999 CSV molecules, 6 that RDKit 2022.09 cannot parse */
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &v));
-    ck_assert_int_eq(v, 27);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_targets", &v));
-    ck_assert_int_eq(v, 1);
+    /* 4999 CSV molecules, 6 that RDKit 2022.09 cannot parse */
+    ck_assert_int_eq(meta_int(&L, "num_graphs"), G);
+    ck_assert_int_eq(meta_int(&L, "num_features"), 27);
+    ck_assert_int_eq(meta_int(&L, "num_targets"), 1);
     int64_t ns[3];
     PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &ns[0]));
     PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &ns[1]));
@@ -879,11 +877,8 @@ START_TEST(test_nci_molecules) {
     ck_assert_int_eq(ns[1], 499);  /* floor(0.1 G) */
     ck_assert_int_eq(ns[2], 500);
     ck_assert_int_eq(ntr, 3994);
-    double d;
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
-    ck_assert_double_eq_tol(d, mean, 1e-6 * fabs(mean));
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
-    ck_assert_double_eq_tol(d, sd, 1e-6 * sd);
+    ck_assert_double_eq_tol(meta_float(&L, "target_mean_0"), mean, 1e-6 * fabs(mean));
+    ck_assert_double_eq_tol(meta_float(&L, "target_std_0"), sd, 1e-6 * sd);
     int s0 = mask[0][0] ? 0 : mask[1][0] ? 1 : 2;
     ck_assert(mask[s0][0]);
     /* graph 0 = CC1=CC(=O)C=CC1=O (2-methyl-1,4-benzoquinone, C7H6O2): 9 heavy
