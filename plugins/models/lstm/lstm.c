@@ -50,8 +50,9 @@ static pl_tensor *P(const lstm_model *m, int idx) {
     return idx < 0 ? NULL : pl_params_at(m->ctx->params, idx)->t;
 }
 
-pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out) {
-    *out = NULL;
+/* Every option combination the model cannot honour, refused with the
+ * option names and values (lstm_create has filled the loader-derived ones). */
+static pl_status validate_opts(const lstm_opts *o) {
     if (o->num_layers < 1 || o->num_layers > LSTM_MAX_LAYERS)
         return pl_error_set(PL_ERR_CONFIG, "lstm: num_layers = %d outside [1, %d]", o->num_layers,
                             LSTM_MAX_LAYERS);
@@ -59,28 +60,66 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         return pl_error_set(PL_ERR_CONFIG, "lstm: input_size %lld, hidden_size %lld must be >= 1 and "
                             "output_size %lld in [1, %d]", (long long)o->input_size,
                             (long long)o->hidden_size, (long long)o->output_size, LSTM_MAX_OUT);
-    if (o->revin != LSTM_REVIN_OFF &&
-        (o->head != LSTM_HEAD_LAST || o->output_size != o->horizon || o->naive_column < 0 ||
-         o->naive_column >= o->input_size || !(o->revin_eps > 0)))
-        return pl_error_set(
-            PL_ERR_CONFIG,
-            "lstm: revin needs head = last, one target (output_size %lld = "
-            "horizon %lld), the target's input column naive_column (%lld) < input_size "
-            "%lld and revin_eps > 0 (%g)",
-            (long long)o->output_size, (long long)o->horizon, (long long)o->naive_column,
-            (long long)o->input_size, o->revin_eps);
-    if (o->input_diff < 0 || (o->input_diff > 0 && o->head != LSTM_HEAD_LAST))
-        return pl_error_set(PL_ERR_CONFIG,
-                            "lstm: input_diff %lld must be >= 0, and 0 with head = all",
-                            (long long)o->input_diff);
-    if (o->stateful && (o->revin != LSTM_REVIN_OFF || o->input_diff > 0 || o->ensemble > 1))
-        return pl_error_set(
-            PL_ERR_CONFIG,
-            "lstm: stateful carries the state across windows; revin and "
-            "input_diff act on one window, ensemble > 1 has no carry: use one or the other");
     if (o->ensemble < 0 || o->ensemble > LSTM_MAX_MEMBERS) /* 0 counts as 1 */
         return pl_error_set(PL_ERR_CONFIG, "lstm: ensemble = %d outside [1, %d]", o->ensemble,
                             LSTM_MAX_MEMBERS);
+    bool uses_column = o->seasonal_period > 0 || o->revin != LSTM_REVIN_OFF || o->exogenous_gate;
+    if (uses_column && (o->naive_column < 0 || o->naive_column >= o->input_size))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_column %lld outside the %lld input features "
+                            "(it names the target's input column for seasonal_period, revin and "
+                            "exogenous_gate)", (long long)o->naive_column, (long long)o->input_size);
+    if (o->naive_skip && (o->seasonal_period <= 0 || o->head != LSTM_HEAD_LAST ||
+                          o->output_size != o->horizon || o->horizon > o->seasonal_period))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip needs seasonal_period > 0 (%lld), head = "
+                            "last, one target (output_size %lld = horizon %lld) and horizon <= "
+                            "seasonal_period", (long long)o->seasonal_period,
+                            (long long)o->output_size, (long long)o->horizon);
+    if (o->revin != LSTM_REVIN_OFF &&
+        (o->head != LSTM_HEAD_LAST || o->output_size != o->horizon || !(o->revin_eps > 0)))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: revin needs head = last, one target (output_size "
+                            "%lld = horizon %lld) and revin_eps > 0 (%g)", (long long)o->output_size,
+                            (long long)o->horizon, o->revin_eps);
+    if (o->input_diff < 0 || (o->input_diff > 0 && o->head != LSTM_HEAD_LAST))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: input_diff %lld must be >= 0, and 0 with head = all",
+                            (long long)o->input_diff);
+    if (o->stateful && (o->revin != LSTM_REVIN_OFF || o->input_diff > 0 || o->ensemble > 1))
+        return pl_error_set(PL_ERR_CONFIG, "lstm: stateful carries the state across windows; revin "
+                            "and input_diff (%lld) act on one window, ensemble (%d) > 1 has no carry: "
+                            "use one or the other", (long long)o->input_diff, o->ensemble);
+    if (o->exogenous_gate && o->input_size < 2)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: exogenous_gate gates the columns other than "
+                            "naive_column, but input_size = %lld leaves none", (long long)o->input_size);
+    return PL_OK;
+}
+
+/* The constant [F] tensors of the exogenous gate: onehot(naive_column) and its complement. */
+static pl_status make_gate_constants(lstm_model *m) {
+    int64_t F = m->o.input_size;
+    float *fx = malloc(sizeof(float) * 2 * (size_t)F), *mk = fx ? fx + F : NULL;
+    if (!fx) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
+    for (int64_t f = 0; f < F; f++) {
+        fx[f] = f == m->o.naive_column;
+        mk[f] = f != m->o.naive_column;
+    }
+    pl_status st = PL_OK;
+    pl_frame_begin();
+    pl_tensor *a = pl_tensor_from_data(PL_F32, 1, &F, fx, m->ctx->device);
+    pl_tensor *b = pl_tensor_from_data(PL_F32, 1, &F, mk, m->ctx->device);
+    if (a && b) {
+        m->gate_fixed = pl_frame_keep(a);
+        m->gate_mask = pl_frame_keep(b);
+    } else {
+        st = pl_error_status();
+    }
+    pl_frame_end();
+    free(fx);
+    return st;
+}
+
+pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out) {
+    *out = NULL;
+    pl_status vst = validate_opts(o);
+    if (vst) return vst;
     lstm_model *m = calloc(1, sizeof *m);
     if (!m) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
     m->o = *o;
@@ -149,33 +188,7 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
             st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1004, 0, &m->gate[e]);
         }
     }
-    if (!st && o->exogenous_gate) {
-        if (o->naive_column < 0 || o->naive_column >= o->input_size)
-            st = pl_error_set(PL_ERR_CONFIG, "lstm: exogenous_gate needs naive_column (%lld) to name the "
-                              "target's input column among the %lld inputs", (long long)o->naive_column,
-                              (long long)o->input_size);
-        float *fx = st ? NULL : malloc(sizeof(float) * (size_t)o->input_size);
-        float *mk = fx ? malloc(sizeof(float) * (size_t)o->input_size) : NULL;
-        if (!st && !mk) st = pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
-        if (!st) {
-            for (int64_t f = 0; f < o->input_size; f++) {
-                fx[f] = f == o->naive_column;
-                mk[f] = f != o->naive_column;
-            }
-            pl_frame_begin();
-            pl_tensor *a = pl_tensor_from_data(PL_F32, 1, &o->input_size, fx, ctx->device);
-            pl_tensor *b = pl_tensor_from_data(PL_F32, 1, &o->input_size, mk, ctx->device);
-            if (a && b) {
-                m->gate_fixed = pl_frame_keep(a);
-                m->gate_mask = pl_frame_keep(b);
-            } else {
-                st = pl_error_status();
-            }
-            pl_frame_end();
-        }
-        free(fx);
-        free(mk);
-    }
+    if (!st && o->exogenous_gate) st = make_gate_constants(m);
     if (st) {
         lstm_model_free(m);
         return st;
@@ -197,6 +210,7 @@ void lstm_model_free(lstm_model *m) {
     lstm_reset_state(m);
     pl_tensor_release(m->gate_fixed);
     pl_tensor_release(m->gate_mask);
+    pl_tensor_release(m->drop_ones);
     free(m);
 }
 
@@ -217,6 +231,20 @@ static pl_status keep_state(lstm_model *m, int l, pl_tensor *hn, pl_tensor *cn) 
     pl_status st = pl_tensor_copy_(m->h[l], hn);
     if (!st) st = pl_tensor_copy_(m->c[l], cn);
     return st;
+}
+
+/* The [B, 1, F] ones that feature dropout masks, kept across forwards
+ * (rebuilt when the batch size or device changes); borrowed by the caller. */
+static pl_tensor *feature_ones(lstm_model *m, int64_t B, pl_device dev) {
+    pl_tensor *t = m->drop_ones;
+    if (t && t->shape[0] == B && pl_device_eq(t->device, dev)) return t;
+    pl_tensor_release(m->drop_ones);
+    m->drop_ones = NULL;
+    pl_frame_begin();
+    t = pl_tensor_empty(PL_F32, 3, (int64_t[]){B, 1, m->o.input_size}, dev);
+    if (t && !pl_tensor_fill_(t, 1.0)) m->drop_ones = pl_frame_keep(t);
+    pl_frame_end();
+    return m->drop_ones;
 }
 
 pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training) {
@@ -264,9 +292,8 @@ pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training
     if (training && m->o.feature_dropout > 0) {
         /* nn.Dropout1d over the feature channels: one keep/drop per (window,
          * feature) for all time steps, kept ones scaled by 1 / (1 - p) */
-        pl_tensor *ones =
-            pl_tensor_empty(PL_F32, 3, (int64_t[]){B, 1, m->o.input_size}, xf->device);
-        if (!ones || pl_tensor_fill_(ones, 1.0)) return NULL;
+        pl_tensor *ones = feature_ones(m, B, xf->device);
+        if (!ones) return NULL;
         h = pl_mul(h, pl_dropout(ones, m->o.feature_dropout, m->ctx->seed,
                                  ((uint64_t)1 << 62) | mem | (uint64_t)m->ctx->micro_step, true));
     }
@@ -299,12 +326,8 @@ pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training
     pl_tensor *pred = pl_linear(h, P(m, m->head_w[e]), P(m, m->head_b[e]));
     if (m->o.naive_skip) {
         /* + x[:, T-1+h-period, naive_column] for horizon steps h = 1..Ho */
+        /* t0 >= 0: the window length was checked above */
         int64_t Ho = m->o.horizon, t0 = T - m->o.seasonal_period, c = m->o.naive_column;
-        if (t0 < 0) {
-            pl_error_set(PL_ERR_CONFIG, "lstm: seasonal_period %lld longer than the input window %lld",
-                         (long long)m->o.seasonal_period, (long long)T);
-            return NULL;
-        }
         pl_tensor *base = pl_slice(pl_slice(xn, 1, t0, t0 + Ho), 2, c, c + 1);
         pred = pl_add(pred, pl_reshape(base, 2, (int64_t[]){B, Ho}));
     }
@@ -500,14 +523,6 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         snprintf(k, sizeof k, "target_std_%lld", (long long)col);
         o.scale[i] = meta_float_or(ctx->meta, k, meta_float_or(ctx->meta, "target_std", 1.0));
     }
-    if (o.seasonal_period > 0 && o.naive_column >= o.input_size)
-        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_column %lld outside the %lld input features",
-                            (long long)o.naive_column, (long long)o.input_size);
-    if (o.naive_skip && (o.seasonal_period <= 0 || o.head != LSTM_HEAD_LAST || o.output_size != o.horizon ||
-                         o.horizon > o.seasonal_period))
-        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip needs seasonal_period > 0, head = last, one "
-                            "target (output_size %lld = horizon %lld) and horizon <= seasonal_period",
-                            (long long)o.output_size, (long long)o.horizon);
     lstm_model *m;
     st = lstm_model_new(&o, ctx, &m);
     if (!st) *self = m;
@@ -515,6 +530,14 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
 }
 
 static void lstm_destroy(void *self) { lstm_model_free(self); }
+
+static pl_tensor *train_loss(const lstm_model *m, pl_tensor *pred, pl_tensor *target) {
+    switch (m->o.loss) {
+    case LSTM_LOSS_MAE: return pl_mae_loss(pred, target);
+    case LSTM_LOSS_HUBER: return pl_huber_loss(pred, target, m->o.huber_delta);
+    default: return pl_mse_loss(pred, target);
+    }
+}
 
 static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
                               pl_tensor **loss_out, pl_metrics *metrics) {
@@ -532,7 +555,7 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
     m->carry_split = (int)split;
     m->carry_training = training;
     m->carry_batch = B;
-    if (m->o.seasonal_period > 0 && T - 1 + 1 - m->o.seasonal_period < 0)
+    if (m->o.seasonal_period > T)
         return pl_error_set(PL_ERR_CONFIG, "lstm: seasonal_period %lld longer than the input window %lld",
                             (long long)m->o.seasonal_period, (long long)T);
     int64_t rows = m->o.head == LSTM_HEAD_LAST ? B : B * T;
@@ -551,16 +574,12 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
     if (!pred) return pl_error_prefix(pl_error_status(), "lstm forward");
     pl_tensor *target = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
     target = pl_reshape(pl_contiguous(target), pred->ndim, pred->shape);
-    pl_tensor *loss = NULL;
-    for (int e = 0; e < (per_member ? m->o.ensemble : 1); e++) {
-        if (e > 0) pred = lstm_predict_member(m, e, x, true);
-        pl_tensor *le = m->o.loss == LSTM_LOSS_MAE ? pl_mae_loss(pred, target)
-                        : m->o.loss == LSTM_LOSS_HUBER
-                            ? pl_huber_loss(pred, target, m->o.huber_delta)
-                            : pl_mse_loss(pred, target);
-        loss = e == 0 ? le : pl_add(loss, le);
+    pl_tensor *loss = train_loss(m, pred, target);
+    if (per_member) {
+        for (int e = 1; e < m->o.ensemble; e++)
+            loss = pl_add(loss, train_loss(m, lstm_predict_member(m, e, x, true), target));
+        loss = pl_scale(loss, 1.0 / m->o.ensemble);
     }
-    if (per_member) loss = pl_scale(loss, 1.0 / m->o.ensemble);
     if (!loss) return pl_error_prefix(pl_error_status(), "lstm loss");
     *loss_out = loss;
     if (training || !metrics) return PL_OK;

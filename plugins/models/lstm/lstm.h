@@ -72,6 +72,7 @@ typedef struct lstm_model {
     int revin_w[LSTM_MAX_MEMBERS], revin_b[LSTM_MAX_MEMBERS]; /* -1 unless revin_affine */
     int gate[LSTM_MAX_MEMBERS];                               /* -1 unless exogenous_gate */
     pl_tensor *gate_fixed, *gate_mask; /* [F]: 1 at naive_column; 1 elsewhere (owned) */
+    pl_tensor *drop_ones;              /* [B, 1, F] ones for feature_dropout (owned, cached) */
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     /* stateful carry (forward direction), owned */
     pl_tensor *h[LSTM_MAX_LAYERS], *c[LSTM_MAX_LAYERS];

@@ -135,6 +135,27 @@ static pl_tensor *train_loss(pl_tensor **in, int n, void *p) {
     return loss;
 }
 
+/* Finite differences of the training forward w.r.t. x (when given) and
+ * every parameter of f, which must number n_params. */
+static void gradcheck_training_forward(fixture *f, series_batch *s, pl_tensor *x, int n_params) {
+    pl_tensor *ins[40];
+    int n = 0;
+    if (x) ins[n++] = x;
+    for (int i = 0; i < pl_params_count(f->ctx.params); i++)
+        ins[n++] = pl_params_at(f->ctx.params, i)->t;
+    ck_assert_int_eq(n, (x ? 1 : 0) + n_params);
+    gc_ctx c = {f, s};
+    char msg[512];
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s",
+                  msg);
+}
+
+/* head.weight = 0, head.bias = bias: the network outputs bias everywhere. */
+static void set_constant_head(fixture *f, double bias) {
+    PL_CK_OK(pl_tensor_fill_(pl_params_find(f->ctx.params, "head.weight")->t, 0.0));
+    PL_CK_OK(pl_tensor_fill_(pl_params_find(f->ctx.params, "head.bias")->t, bias));
+}
+
 START_TEST(training_forward_gradients_match_finite_differences) {
     lstm_opts o = base_opts();
     o.hidden_size = 3;
@@ -150,14 +171,7 @@ START_TEST(training_forward_gradients_match_finite_differences) {
     series_batch s;
     batch_init(&s, 3, 4, LSTM_REF_MF, 2, 99);
     pl_tensor_set_requires_grad(s.x, true);
-    pl_tensor *ins[40];
-    int n = 0;
-    ins[n++] = s.x;
-    for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
-    ck_assert_int_eq(n, 1 + 2 * 2 * 4 + 2);
-    gc_ctx c = {&f, &s};
-    char msg[512];
-    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s", msg);
+    gradcheck_training_forward(&f, &s, s.x, 2 * 2 * 4 + 2);
     batch_free(&s);
     fx_free(&f);
 }
@@ -236,8 +250,7 @@ START_TEST(eval_metrics_in_original_units) {
     o.naive_column = 1;
     fixture f;
     fx_init(&f, &o);
-    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
-    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, 0.5);
+    set_constant_head(&f, 0.5);
     const pl_model_vtable *vt = pl_plugin_entry()->vtable;
     int64_t B = 3, T = 5;
     pl_metrics m;
@@ -289,8 +302,7 @@ START_TEST(naive_skip_adds_the_seasonal_naive_forecast) {
     o.naive_skip = true;
     fixture f;
     fx_init(&f, &o);
-    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
-    pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, 0.0);
+    set_constant_head(&f, 0.0);
     int64_t B = 4, T = 6;
     series_batch s;
     batch_init(&s, B, T, LSTM_REF_MF, 1, 77);
@@ -418,8 +430,7 @@ START_TEST(revin_denormalizes_with_the_target_window_statistics) {
         o.naive_skip = mode == 1;
         fixture f;
         fx_init(&f, &o);
-        pl_tensor_fill_(pl_params_find(f.ctx.params, "head.weight")->t, 0.0);
-        pl_tensor_fill_(pl_params_find(f.ctx.params, "head.bias")->t, beta);
+        set_constant_head(&f, beta);
         pl_frame_begin();
         pl_tensor *pred = lstm_predict(f.m, x, false);
         ck_assert_ptr_nonnull(pred);
@@ -522,15 +533,7 @@ START_TEST(revin_training_forward_gradients_match_finite_differences) {
     }
     series_batch s;
     batch_init(&s, 3, 6, LSTM_REF_MF, 1, 31);
-    pl_tensor *ins[40];
-    int n = 0;
-    for (int i = 0; i < pl_params_count(f.ctx.params); i++)
-        ins[n++] = pl_params_at(f.ctx.params, i)->t;
-    ck_assert_int_eq(n, 2 * 4 + 2 + 2);
-    gc_ctx c = {&f, &s};
-    char msg[512];
-    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s",
-                  msg);
+    gradcheck_training_forward(&f, &s, NULL, 2 * 4 + 2 + 2);
     batch_free(&s);
     fx_free(&f);
 }
@@ -566,13 +569,7 @@ START_TEST(exogenous_gate_starts_from_the_target_history) {
     pl_no_grad_end();
     float *g = pl_tensor_f32(pl_params_find(f.ctx.params, "input_gate")->t);
     for (int i = 0; i < LSTM_REF_MF; i++) g[i] = 0.3f - 0.2f * (float)i;
-    pl_tensor *ins[40];
-    int n = 0;
-    for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
-    ck_assert_int_eq(n, 2 * 4 + 2 + 1);
-    gc_ctx c = {&f, &s};
-    char msg[512];
-    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s", msg);
+    gradcheck_training_forward(&f, &s, NULL, 2 * 4 + 2 + 1);
     batch_free(&s);
     fx_free(&f);
 }
@@ -701,15 +698,7 @@ START_TEST(ensemble_training_forward_gradients_match_finite_differences) {
     f.ctx.micro_step = 2;
     series_batch s;
     batch_init(&s, 3, 5, LSTM_REF_MF, 1, 55);
-    pl_tensor *ins[40];
-    int n = 0;
-    for (int i = 0; i < pl_params_count(f.ctx.params); i++)
-        ins[n++] = pl_params_at(f.ctx.params, i)->t;
-    ck_assert_int_eq(n, 2 * (2 * 4 + 2 + 2));
-    gc_ctx c = {&f, &s};
-    char msg[512];
-    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 1e-3, 1e-2, msg, sizeof msg), "%s",
-                  msg);
+    gradcheck_training_forward(&f, &s, NULL, 2 * (2 * 4 + 2 + 2));
     batch_free(&s);
     fx_free(&f);
 }
@@ -742,6 +731,26 @@ START_TEST(revin_and_input_diff_misuse_is_refused) {
     o.input_diff = 3;
     o.head = LSTM_HEAD_ALL;
     ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    /* exogenous_gate with only the target column: nothing to gate */
+    o = base_opts();
+    o.input_size = 1;
+    o.exogenous_gate = true;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "exogenous_gate") != NULL, "%s", pl_error_message());
+    /* the gate's target column outside the inputs */
+    o = base_opts();
+    o.exogenous_gate = true;
+    o.naive_column = LSTM_REF_MF;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "naive_column") != NULL, "%s", pl_error_message());
+    /* naive_skip horizon longer than the period */
+    o = base_opts();
+    o.seasonal_period = 2;
+    o.naive_skip = true;
+    o.output_size = o.horizon = 3;
+    ck_assert_int_eq(lstm_model_new(&o, &ctx, &m), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "naive_skip") != NULL, "%s", pl_error_message());
+    ck_assert_int_eq(pl_params_count(ctx.params), 0); /* refused before any parameter */
     /* a window not longer than input_diff */
     o = base_opts();
     o.input_diff = 4;
