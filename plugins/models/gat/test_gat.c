@@ -225,16 +225,19 @@ static gat_opts small_opts(void) {
                       .num_classes = GAT_REF_K};
 }
 
+/* The plugin's training loss on one batch, for pl_gradcheck (node and graph tasks). */
 typedef struct gc_ctx {
     fixture *f;
-    graph_batch *g;
+    const pl_batch *b;
 } gc_ctx;
 
 static pl_tensor *train_loss(pl_tensor **in, int n, void *p) {
+    (void)in;
+    (void)n;
     gc_ctx *c = p;
     const pl_model_vtable *vt = pl_plugin_entry()->vtable;
     pl_tensor *loss = NULL;
-    if (vt->forward(c->f->m, &c->g->b, PL_SPLIT_TRAIN, true, &loss, NULL)) return NULL;
+    if (vt->forward(c->f->m, c->b, PL_SPLIT_TRAIN, true, &loss, NULL)) return NULL;
     return loss;
 }
 
@@ -250,7 +253,7 @@ START_TEST(training_forward_gradients_match_finite_differences) {
     int n = 0;
     for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
     ck_assert_int_eq(n, 10); /* 2 layers x (lin, att_src, att_dst, res, bias) */
-    gc_ctx c = {&f, &g};
+    gc_ctx c = {&f, &g.b};
     char msg[512];
     ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 2e-3, 2e-2, msg, sizeof msg), "%s", msg);
     batch_free(&g);
@@ -543,21 +546,6 @@ START_TEST(graph_predictions_do_not_depend_on_batch_mates) {
 }
 END_TEST
 
-typedef struct gc_graph {
-    fixture *f;
-    multi_batch *g;
-} gc_graph;
-
-static pl_tensor *graph_train_loss(pl_tensor **in, int n, void *p) {
-    (void)in;
-    (void)n;
-    gc_graph *c = p;
-    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
-    pl_tensor *loss = NULL;
-    if (vt->forward(c->f->m, &c->g->b, PL_SPLIT_TRAIN, true, &loss, NULL)) return NULL;
-    return loss;
-}
-
 /* Numerical gradients of the plugin's whole training forward (dropout on
  * with fixed masks, huber loss, mean readout, MLP head). */
 START_TEST(graph_regression_gradients_match_finite_differences) {
@@ -578,9 +566,9 @@ START_TEST(graph_regression_gradients_match_finite_differences) {
     int n = 0;
     for (int i = 0; i < pl_params_count(f.ctx.params); i++) ins[n++] = pl_params_at(f.ctx.params, i)->t;
     ck_assert_int_eq(n, 14); /* 2 layers x 5 + head 2 x (weight, bias) */
-    gc_graph c = {&f, &g};
+    gc_ctx c = {&f, &g.b};
     char msg[512];
-    ck_assert_msg(pl_gradcheck(graph_train_loss, ins, n, &c, 1e-3, 2e-3, 2e-2, msg, sizeof msg), "%s", msg);
+    ck_assert_msg(pl_gradcheck(train_loss, ins, n, &c, 1e-3, 2e-3, 2e-2, msg, sizeof msg), "%s", msg);
     multi_free(&g);
     fx_free(&f);
 }
