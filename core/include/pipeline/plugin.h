@@ -23,14 +23,15 @@
 #include <stdint.h>
 
 #include "pipeline/config.h"
+#include "pipeline/safetensors.h"
 #include "pipeline/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define PL_ABI_MAJOR 1
-#define PL_ABI_MINOR 1
+#define PL_ABI_MAJOR 2
+#define PL_ABI_MINOR 0
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -91,26 +92,29 @@ typedef const pl_plugin_desc *(*pl_plugin_entry_fn)(void);
  * Shared run objects handed to plugins
  * ====================================================================== */
 
-/* Parameter tags (bitmask) used by optimizers' groups and precision. */
+/* Parameter tags (bitmask): generic facts about a parameter that stages of
+ * other kinds act on. Anything model-specific goes in the parameter's
+ * `role`, a free label the model chooses and optimizer groups select by. */
 enum {
-    PL_TAG_BASE = 1 << 0,     /* frozen backbone weight (quantizable by qlora4) */
-    PL_TAG_LORA = 1 << 1,     /* adapter weight */
-    PL_TAG_ROUTER = 1 << 2,   /* MoE router / gate */
-    PL_TAG_NO_DECAY = 1 << 3, /* biases, norms, embeddings' usual exemption */
-    PL_TAG_HEAD = 1 << 4,     /* task head */
-    PL_TAG_BUFFER = 1 << 5    /* non-trainable state saved in checkpoints */
+    PL_TAG_BASE = 1 << 0,     /* frozen pretrained weight a precision stage may quantize */
+    PL_TAG_NO_DECAY = 1 << 3, /* biases, norms, embeddings' usual weight-decay exemption */
+    PL_TAG_BUFFER = 1 << 5    /* non-trainable state saved in checkpoints (not averaged) */
 };
 
+#define PL_ROLE_MAX 32
 typedef struct pl_param {
     char name[PL_NAME_MAX]; /* "model.layers.0.self_attn.q_proj.weight" */
     pl_tensor *t;           /* owned reference; may be replaced by precision */
-    unsigned tags;
+    unsigned tags;          /* PL_TAG_* */
+    char role[PL_ROLE_MAX]; /* model-defined label ("lora", "router", "head"); "" when none */
 } pl_param;
 
 /* Ordered list of named parameters (owned by the core). */
 typedef struct pl_params pl_params;
-/* Add a parameter (retains t; sets t->name). Duplicate names: PL_ERR_INVALID. */
-pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned tags);
+/* Add a parameter (retains t; sets t->name). `role` may be NULL (no role)
+ * and is truncated to PL_ROLE_MAX - 1 bytes. Duplicate names: PL_ERR_INVALID. */
+pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned tags,
+                        const char *role);
 int pl_params_count(const pl_params *ps);
 pl_param *pl_params_at(pl_params *ps, int i);
 pl_param *pl_params_find(pl_params *ps, const char *name);
@@ -118,6 +122,16 @@ pl_param *pl_params_find(pl_params *ps, const char *name);
 pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
 /* fnmatch-style glob, comma-separated alternatives: "*bias,*norm*". */
 bool pl_name_matches(const char *name, const char *globs);
+
+struct pl_run_context;
+/* Create a parameter in ctx->params: a zero-filled f32 tensor of `shape` on
+ * ctx->device, requires_grad = trainable. The params list holds the only
+ * reference whatever frame is open (no pl_frame_keep needed); *out is
+ * borrowed, valid until the list is freed or the parameter replaced.
+ * Errors: PL_ERR_INVALID (duplicate name, bad shape), PL_ERR_OOM. */
+pl_status pl_param_new(struct pl_run_context *ctx, const char *name, int ndim,
+                       const int64_t *shape, unsigned tags, const char *role, bool trainable,
+                       pl_tensor **out);
 
 /* Key/value facts a loader publishes for the model ("num_items", ...). */
 typedef struct pl_meta pl_meta;
@@ -194,37 +208,65 @@ typedef struct pl_batch {
 /* Field by name, NULL (with PL_ERR_INVALID naming the field) if absent. */
 pl_tensor *pl_batch_get(const pl_batch *b, const char *name);
 
+/* ---- typed data contract ------------------------------------------------
+ * A loader declares the fields its batches carry; a model declares the
+ * fields it reads. `pipeline check` (and the trainer, before anything is
+ * built) matches the two: every field a model requires must be declared by
+ * the loader with a compatible dtype and rank. Both declarations are pure
+ * functions of the config section (a loader may read file metadata, never
+ * data), so a mismatch is reported before a run. */
+#define PL_DTYPE_ANY ((pl_dtype) - 1)     /* model side: any dtype accepted */
+#define PL_DTYPE_FLOAT ((pl_dtype) - 2)   /* model side: f32, bf16 or f16 */
+#define PL_DTYPE_INDEX ((pl_dtype) - 3)   /* model side: i32 or i64 */
+typedef struct pl_field_spec {
+    char name[48];   /* batch field name, as pl_batch_get() takes it */
+    pl_dtype dtype;  /* loader: the exact dtype; model: exact or PL_DTYPE_ANY/FLOAT/INDEX */
+    int rank;        /* number of dims including the batch dim; -1: any */
+    bool optional;   /* model side: read when present */
+} pl_field_spec;
+#define PL_FIELDS_MAX PL_BATCH_MAX_FIELDS
+typedef struct pl_field_list {
+    int n;
+    pl_field_spec f[PL_FIELDS_MAX];
+} pl_field_list;
+/* Append a field; PL_ERR_INVALID past PL_FIELDS_MAX or on a duplicate name. */
+pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int rank,
+                        bool optional);
+/* Check that `have` (a loader's) satisfies `need` (a model's). On a
+ * mismatch: PL_ERR_CONFIG naming the field, what the model needs and what
+ * the loader yields (or that it yields no such field, listing those it has).
+ * `loader` / `model` name the plugins in the message. */
+pl_status pl_fields_match(const pl_field_list *have, const char *loader,
+                          const pl_field_list *need, const char *model);
+
 typedef struct pl_loader_stats {
     uint64_t bytes_read;
     double wait_seconds; /* time next() spent waiting on I/O */
     uint64_t chunks_loaded;
 } pl_loader_stats;
 
+/* Loader contract (ABI 2): a split's batch order is a pure function of
+ * (ctx->seed, epoch): the same config serves the same batches in the same
+ * order in every process, so the trainer's batch counter is the only record
+ * of the position in an epoch and a loader has no position state. */
 typedef struct pl_loader_vtable {
     pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
     void (*destroy)(void *self);
-    /* Start an epoch over `split`; `epoch` seeds shuffling with ctx->seed. */
-    pl_status (*epoch_begin)(void *self, pl_data_split split, int64_t epoch);
+    /* Start an epoch over `split` at batch `start_batch` (0 <= start_batch <=
+     * num_batches) of that epoch's order; `epoch` seeds shuffling with
+     * ctx->seed. Batches before start_batch are not read; the next batch's
+     * index is start_batch. Val/test ignore `epoch` (fixed order).
+     * start_batch out of range: PL_ERR_INVALID. */
+    pl_status (*epoch_begin)(void *self, pl_data_split split, int64_t epoch, int64_t start_batch);
     /* Next batch: 1 = batch filled, 0 = epoch done, -1 = error. Fields are
      * views valid until the next call. */
     int (*next)(void *self, pl_batch *out);
     /* Batches per epoch of a split (after drop_last). */
     int64_t (*num_batches)(void *self, pl_data_split split);
-    pl_loader_stats (*stats)(void *self);
-    /* Position for exact mid-epoch resume (optional; NULL: the trainer
-     * refuses to resume from a mid-epoch checkpoint, naming the plugin).
-     * Protocol: visit scalars "<plugin>.epoch" and "<plugin>.next_batch",
-     * the TRAIN split's epoch and the index (in that epoch's seeded order)
-     * of the next train batch to serve. Saving reports the train position
-     * even while val/test batches are being served (keep it apart from the
-     * cursor). Loading only records a pending position: the next
-     * epoch_begin(PL_SPLIT_TRAIN, e) with e == its epoch starts at batch
-     * next_batch of that order (batches before it are not read; b.index
-     * continues from next_batch) and clears it; any other epoch_begin
-     * ignores or clears it. The trainer writes (epoch + 1, 0) in epoch-end
-     * checkpoints and, at every epoch end and after a mid-epoch validation,
-     * loads the position it wants before the next epoch_begin(train). */
-    pl_status (*state)(void *self, const pl_state_visitor *v);
+    pl_loader_stats (*stats)(void *self); /* optional */
+    /* The fields every batch carries under this config (required; called
+     * without create, by `pipeline check` too). */
+    pl_status (*batch_fields)(const pl_config_section *cfg, pl_field_list *out);
 } pl_loader_vtable;
 
 typedef struct pl_model_vtable {
@@ -246,18 +288,37 @@ typedef struct pl_model_vtable {
     pl_status (*export_end)(void *self);
     /* Optional: after the model's parameters were loaded from a checkpoint. */
     pl_status (*on_load)(void *self);
+    /* The batch fields forward() reads under this config (required; called
+     * without create, by `pipeline check` too). */
+    pl_status (*batch_needs)(const pl_config_section *cfg, pl_field_list *out);
 } pl_model_vtable;
+
+/* A named optimizer hyper-parameter that schedulers may drive (adamw:
+ * "beta1", "beta2"; sgd: "momentum"). The optimizer reads `value` at every
+ * step; `initial` is its configured value. */
+#define PL_HPARAMS_MAX 8
+typedef struct pl_hparam {
+    char name[32];
+    double value, initial;
+} pl_hparam;
 
 typedef struct pl_param_group {
     char name[64];
-    double lr;          /* current learning rate (set by the scheduler) */
+    double lr;          /* current learning rate (set by the trainer from the schedulers) */
     double initial_lr;  /* optimizer's configured lr x lr_scale */
     double lr_scale;
     double weight_decay;
-    double beta1, beta2; /* momentum for sgd in beta1 */
+    int n_hparams;
+    pl_hparam hparams[PL_HPARAMS_MAX];
     int n_params;
     int *param_index;    /* indices into ctx->params */
 } pl_param_group;
+/* The group's hyper-parameter `name`, or NULL when this optimizer has none
+ * of that name. */
+pl_hparam *pl_group_hparam(pl_param_group *g, const char *name);
+/* Add (or reset) hyper-parameter `name` = value (value and initial).
+ * PL_ERR_INVALID past PL_HPARAMS_MAX. */
+pl_status pl_group_hparam_set(pl_param_group *g, const char *name, double value);
 
 typedef struct pl_optimizer_vtable {
     /* Build groups over ctx->params (trainable ones only). */
@@ -265,31 +326,43 @@ typedef struct pl_optimizer_vtable {
     void (*destroy)(void *self);
     int (*num_groups)(void *self);
     pl_param_group *(*group)(void *self, int i);
-    /* One update from the accumulated .grad of each parameter. */
+    /* One update from the accumulated .grad of each parameter, with each
+     * group's current lr and hyper-parameter values. */
     pl_status (*step)(void *self);
     pl_status (*state)(void *self, const pl_state_visitor *v);
 } pl_optimizer_vtable;
 
+/* Schedulers compose: every section named `scheduler` or `scheduler<SUFFIX>`
+ * (`scheduler2`, `scheduler_plateau`) is one scheduler, and
+ *   lr(group, step) = group.initial_lr x prod over schedulers of lr_factor(step)
+ * in the order the sections appear in the file. */
 typedef struct pl_scheduler_vtable {
     pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
     void (*destroy)(void *self);
     /* Multiplier of each group's initial_lr for optimizer step `step`
-     * (0-based), and beta1 to use (NAN: leave unchanged). Per-step
-     * schedulers are pure functions of step. */
-    double (*lr_factor)(void *self, int64_t step, double *beta1);
+     * (0-based). Per-step schedulers are pure functions of step. */
+    double (*lr_factor)(void *self, int64_t step);
+    /* Optional: set the optimizer hyper-parameters this scheduler drives on
+     * group `g` for step `step` (onecycle: "momentum", else "beta1"), by
+     * name through pl_group_hparam(); a group without them is left alone. */
+    void (*drive)(void *self, int64_t step, pl_param_group *g);
     /* Optional (plateau): a validation metric arrived; epoch-level. */
     void (*on_validation)(void *self, double metric);
-    /* "step" or "epoch" granularity is the plugin's business; state for resume. */
     pl_status (*state)(void *self, const pl_state_visitor *v);
     const char *(*monitor)(void *self); /* metric name it needs, or NULL */
 } pl_scheduler_vtable;
 
+/* Weight averaging (SWA, EMA). When has_average() is true after fit, the
+ * trainer tests the averaged weights too and reports them under the
+ * plugin's own name: metrics "<plugin>_test_<metric>", summary.json key
+ * "<plugin>_test_metrics", checkpoint checkpoints/<plugin>.safetensors. */
 typedef struct pl_averager_vtable {
     pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
     void (*destroy)(void *self);
     /* Called after every optimizer step and at each epoch end (step = -1). */
     pl_status (*update)(void *self, int64_t epoch, int64_t step);
-    /* SWALR: lr multiplier override for this epoch/step, or NAN for none. */
+    /* Optional: lr multiplier that replaces the schedulers' product for
+     * this epoch/step (SWALR), or NAN for none. */
     double (*lr_factor)(void *self, int64_t epoch, int64_t step, double current_factor);
     /* Exchange averaged and live weights (call twice to swap back). */
     pl_status (*swap)(void *self);
@@ -311,6 +384,10 @@ typedef struct pl_precision_vtable {
     /* After the optimizer step (bf16-true: refresh low-precision copies). */
     pl_status (*after_step)(void *self, pl_params *ps);
     pl_status (*state)(void *self, const pl_state_visitor *v);
+    /* Optional: load parameter p from checkpoint f (`path` names it in
+     * errors), converting to the form this precision keeps (qlora4: f32 ->
+     * NF4, or NF4 with its quantization state). NULL: pl_st_load_into. */
+    pl_status (*load_param)(void *self, const pl_st_file *f, const char *path, pl_param *p);
 } pl_precision_vtable;
 
 /* Autocast: the dtype matmul-like ops compute in (PL_F32 default). Set by
