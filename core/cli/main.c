@@ -198,6 +198,15 @@ static int cmd_check(int argc, char **argv) {
     pl_config_print(cfg, stdout);
     for (int i = 0; i < pl_config_requires_count(cfg); i++)
         printf("requires: %s\n", pl_config_requires_at(cfg, i));
+    /* the typed data contract: what [data] yields satisfies what [model] reads */
+    pl_hint_clear();
+    if (pl_trainer_check_fields(cfg)) {
+        report_error("invalid configuration");
+        pl_config_free(cfg);
+        free_args(&a);
+        return EXIT_USAGE;
+    }
+    printf("batch fields OK: [data] yields what [model] reads\n");
     printf("config OK\n");
     pl_config_free(cfg);
     free_args(&a);

@@ -22,21 +22,6 @@
 #endif
 
 /* ====================================================================
- * Hints
- * ==================================================================== */
-
-static __thread char hint_buf[512];
-
-void pl_hint_set(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(hint_buf, sizeof hint_buf, fmt, ap);
-    va_end(ap);
-}
-const char *pl_hint_get(void) { return hint_buf; }
-void pl_hint_clear(void) { hint_buf[0] = '\0'; }
-
-/* ====================================================================
  * Data structures
  * ==================================================================== */
 
@@ -842,18 +827,41 @@ static pl_status check_refs(pl_config *c) {
                         e->origin_str, e->value, path);
 }
 
+/* Resolve one section: a core section against its schema, a stage section
+ * by finding its plugin and checking keys against the plugin's options. */
+static pl_status resolve_one(pl_config *c, pl_registry *reg, pl_config_section *s) {
+    const pl_option_spec *core = pl_core_schema(s->name);
+    if (core) return resolve_section(c, s, core, "core section");
+    int kind = pl_stage_section_kind(s->name);
+    entry *pe = find_entry(s, "plugin");
+    if (!pe) {
+        char w[512];
+        pl_hint_set("add `plugin = NAME` to [%s]; `pipeline plugins` lists the %s plugins",
+                    s->name, pl_plugin_kind_name((pl_plugin_kind)kind));
+        return pl_error_set(PL_ERR_CONFIG, "%s: [%s] is missing the required key 'plugin'",
+                            section_where(c, s, w, sizeof w), s->name);
+    }
+    pl_status st = pl_registry_find_for(reg, pe->value, (pl_plugin_kind)kind, s->name,
+                                        pe->origin_str, &s->plugin);
+    if (st) return st;
+    s->plugin_path = pl_registry_path_of(reg, s->plugin->name);
+    char owner[160];
+    snprintf(owner, sizeof owner, "plugin %s", s->plugin->name);
+    return resolve_section(c, s, s->plugin->options, owner);
+}
+
 static pl_status resolve(pl_config *c, pl_registry *reg) {
     const char *const *known = pl_config_known_sections();
-    /* unknown sections (file order) */
+    /* unknown sections (file order); scheduler<SUFFIX> sections are a list */
     for (int i = 0; i < c->n; i++) {
         pl_config_section *s = c->s[i];
-        bool ok = false;
+        bool ok = pl_stage_section_kind(s->name) >= 0;
         for (int k = 0; known[k]; k++) ok |= strcmp(known[k], s->name) == 0;
         if (ok) continue;
         char w[512];
         const char *sug = suggest(s->name, known, -1);
         pl_hint_set("valid sections: [pipeline] [data] [model] [optimizer] [averager] [scheduler] "
-                    "[precision] [trainer]");
+                    "(more schedulers: [scheduler2], [scheduler_NAME]) [precision] [trainer]");
         return pl_error_set(PL_ERR_CONFIG, "%s: unknown section [%s]%s%s%s",
                             section_where(c, s, w, sizeof w), s->name,
                             sug ? "; did you mean [" : "", sug ? sug : "", sug ? "]?" : "");
@@ -864,45 +872,29 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
         pl_hint_set("add a [%s] section with `plugin = NAME` (see `pipeline plugins`)", req[k]);
         return pl_error_set(PL_ERR_CONFIG, "%s: missing section [%s]", c->path, req[k]);
     }
-    /* resolve in canonical order; core sections always present */
+    /* resolve in canonical order (schedulers in file order at the place of
+     * [scheduler]); core sections always present */
     pl_config_section **ordered = calloc((size_t)c->n + 8, sizeof *ordered);
     if (!ordered) return pl_error_set(PL_ERR_NOMEM, "config: out of memory");
     int n = 0;
     pl_status st = PL_OK;
     for (int k = 0; known[k] && !st; k++) {
-        pl_config_section *s = find_section(c, known[k]);
-        const pl_option_spec *core = pl_core_schema(known[k]);
-        int kind = pl_stage_section_kind(known[k]);
-        if (!s && !core) continue;
-        if (!s) {
-            if (!(s = add_section(c, known[k], 0))) {
-                st = pl_error_status();
-                break;
+        if (!strcmp(known[k], "scheduler")) {
+            for (int i = 0; i < c->n && !st; i++) {
+                if (pl_stage_section_kind(c->s[i]->name) != PL_KIND_SCHEDULER) continue;
+                ordered[n++] = c->s[i];
+                st = resolve_one(c, reg, c->s[i]);
             }
-        }
-        ordered[n++] = s;
-        if (core) {
-            char owner[64];
-            snprintf(owner, sizeof owner, "core section");
-            st = resolve_section(c, s, core, owner);
             continue;
         }
-        entry *pe = find_entry(s, "plugin");
-        if (!pe) {
-            char w[512];
-            pl_hint_set("add `plugin = NAME` to [%s]; `pipeline plugins` lists the %s plugins",
-                        s->name, pl_plugin_kind_name((pl_plugin_kind)kind));
-            st = pl_error_set(PL_ERR_CONFIG, "%s: [%s] is missing the required key 'plugin'",
-                              section_where(c, s, w, sizeof w), s->name);
+        pl_config_section *s = find_section(c, known[k]);
+        if (!s && !pl_core_schema(known[k])) continue;
+        if (!s && !(s = add_section(c, known[k], 0))) {
+            st = pl_error_status();
             break;
         }
-        st = pl_registry_find_for(reg, pe->value, (pl_plugin_kind)kind, s->name, pe->origin_str,
-                                  &s->plugin);
-        if (st) break;
-        s->plugin_path = pl_registry_path_of(reg, s->plugin->name);
-        char owner[160];
-        snprintf(owner, sizeof owner, "plugin %s", s->plugin->name);
-        st = resolve_section(c, s, s->plugin->options, owner);
+        ordered[n++] = s;
+        st = resolve_one(c, reg, s);
     }
     if (!st) {
         /* every section was known, so `ordered` holds them all */

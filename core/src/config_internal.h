@@ -24,13 +24,6 @@
 #include "pipeline/pipeline.h"
 #include "registry.h"
 
-/* ---- user hints (thread-local side channel of the error context) ---- */
-
-/* Set / read / clear a one-line "what to do" hint for the last error. */
-void pl_hint_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-const char *pl_hint_get(void); /* "" if none */
-void pl_hint_clear(void);
-
 /* ---- core schema (core_schema.c) ------------------------------------- */
 
 /* Option schema of a core section ("pipeline", "trainer"), NULL otherwise. */

@@ -3,6 +3,7 @@
  * defaults follow PyTorch Lightning's Trainer where one exists. Documented in
  * docs/ini-reference.md (keep both in sync). */
 #include <stddef.h>
+#include <ctype.h>
 #include <string.h>
 
 #include "config_internal.h"
@@ -44,8 +45,6 @@ static const pl_option_spec trainer_schema[] = {
     {"mode", PL_OPT_CHOICE, "min", PL_NO_BOUNDS, "min|max", "whether `monitor` improves down or up"},
     {"patience", PL_OPT_INT, "3", 0, 1e9, NULL, "validations without improvement before stopping"},
     {"min_delta", PL_OPT_FLOAT, "0", 0, 1e30, NULL, "smallest change of `monitor` that counts"},
-    {"deterministic", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "use deterministic kernels only (bit-identical reruns)"},
     {"on_nan", PL_OPT_CHOICE, "stop", PL_NO_BOUNDS, "stop|skip",
      "non-finite loss: stop the run, or skip the step"},
     {"checkpoint_every_n_epochs", PL_OPT_INT, "0", 0, 1e9, NULL,
@@ -78,12 +77,17 @@ static const struct {
 } stage_sections[] = {
     {"data", PL_KIND_LOADER},         {"model", PL_KIND_MODEL},
     {"optimizer", PL_KIND_OPTIMIZER}, {"averager", PL_KIND_AVERAGER},
-    {"scheduler", PL_KIND_SCHEDULER}, {"scheduler2", PL_KIND_SCHEDULER},
-    {"precision", PL_KIND_PRECISION},
+    {"scheduler", PL_KIND_SCHEDULER}, {"precision", PL_KIND_PRECISION},
 };
 
 int pl_stage_section_kind(const char *section) {
     if (!section) return -1;
+    /* a list of schedulers: scheduler, scheduler2, scheduler_plateau, ... */
+    if (!strncmp(section, "scheduler", 9) && section[9]) {
+        for (const char *p = section + 9; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '_') return -1;
+        return PL_KIND_SCHEDULER;
+    }
     for (size_t i = 0; i < sizeof stage_sections / sizeof stage_sections[0]; i++)
         if (strcmp(section, stage_sections[i].section) == 0) return (int)stage_sections[i].kind;
     return -1;
@@ -91,7 +95,7 @@ int pl_stage_section_kind(const char *section) {
 
 const char *const *pl_config_known_sections(void) {
     static const char *const names[] = {"pipeline", "data",      "model",     "optimizer", "averager",
-                                        "scheduler", "scheduler2", "precision", "trainer", NULL};
+                                        "scheduler", "precision", "trainer", NULL};
     return names;
 }
 

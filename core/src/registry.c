@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config_internal.h"
+#include "pipeline/pipeline.h"
 
 #ifndef PL_BUILD_PLUGIN_DIR
 #define PL_BUILD_PLUGIN_DIR ""

@@ -1,4 +1,5 @@
 /* status.c - per-thread error context (see status.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,17 @@ void pl_error_clear(void) {
     tl_msg[0] = 0;
     tl_status = PL_OK;
 }
+
+static __thread char tl_hint[512];
+
+void pl_hint_set(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tl_hint, sizeof tl_hint, fmt, ap);
+    va_end(ap);
+}
+const char *pl_hint_get(void) { return tl_hint; }
+void pl_hint_clear(void) { tl_hint[0] = '\0'; }
 
 const char *pl_status_name(pl_status s) {
     static const char *names[] = {"PL_OK",          "PL_ERR_INVALID", "PL_ERR_CONFIG",

@@ -9,9 +9,11 @@
  *    over every trainable parameter (coef = max_norm / (norm + 1e-6), clamped
  *    to 1), or value = clip_grad_value_.
  *  - Learning rate of group g for optimizer step s (0-based):
- *      lr = g.initial_lr * scheduler.lr_factor(s) * scheduler2.factor
- *    ([scheduler2] is typically `plateau`, stepped after each validation);
- *    an averager (SWA) may override the factor once its phase starts.
+ *      lr = g.initial_lr * prod over schedulers k of k.lr_factor(s)
+ *    (every [scheduler*] section, in file order; `plateau` is stepped after
+ *    each validation); an averager (SWALR) may override the product once its
+ *    phase starts; a scheduler may also drive named optimizer
+ *    hyper-parameters (onecycle's momentum).
  *  - Metrics a model reports as "loss", "accuracy", ... are logged as
  *    "train_loss", "val_loss", "val_accuracy", "test_..."; `monitor` names one.
  *  - Early stopping = Lightning's EarlyStopping (improvement: better than the
@@ -19,10 +21,11 @@
  * Dropout / init randomness is counter-based (seed, step), so resuming from a
  * checkpoint continues bit-identically: one written at an epoch boundary, or
  * one written mid-epoch (checkpoint_every_n_train_steps, a best checkpoint of
- * a mid-epoch validation), which also records the batch position, the
- * epoch's running train-loss sums and the loader's train position (loader
- * `state`, see plugin.h); mid-epoch checkpoints are taken at optimizer-step
- * boundaries, so no partial gradient accumulation is pending.
+ * a mid-epoch validation), which also records the batch position and the
+ * epoch's running train-loss sums; a loader's batch order is a pure function
+ * of (seed, epoch), so epoch_begin(train, epoch, batch) continues the epoch.
+ * Mid-epoch checkpoints are taken at optimizer-step boundaries, so no
+ * partial gradient accumulation is pending.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -67,7 +70,9 @@ typedef struct trainer {
     pl_run_context ctx;
     char run_dir[PATH_MAX];
     char name[128];
-    stage loader, model, optim, sched, sched2, avg, prec;
+    stage loader, model, optim, avg, prec;
+    stage sched[PL_MAX_SCHEDULERS]; /* every [scheduler*] section, file order */
+    int n_sched;
     FILE *log, *metrics;
     bool tty;
 
@@ -87,7 +92,7 @@ typedef struct trainer {
     int64_t accum_pending; /* micro-batches accumulated since the last step */
     double ep_loss_sum;    /* the epoch's train-loss sum and count so far */
     int64_t ep_loss_n;
-    double best, plateau_factor;
+    double best;
     int64_t bad_vals;
     bool have_best;
     double last_finite_loss;
@@ -97,8 +102,8 @@ typedef struct trainer {
     double *epoch_s;
     int64_t n_epoch_s;
     phase_time ph_fit, ph_test, ph_export;
-    pl_metrics last_val, test_metrics, swa_test_metrics;
-    bool have_test, have_swa_test;
+    pl_metrics last_val, test_metrics, avg_test_metrics;
+    bool have_test, have_avg_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
     size_t frozen_bytes, trainable_bytes; /* parameter storage after precision setup */
@@ -181,9 +186,11 @@ static const char *missing_member(pl_plugin_kind kind, const void *vt) {
         REQ(pl_loader_vtable, epoch_begin);
         REQ(pl_loader_vtable, next);
         REQ(pl_loader_vtable, num_batches);
+        REQ(pl_loader_vtable, batch_fields);
         break;
     case PL_KIND_MODEL:
         REQ(pl_model_vtable, forward);
+        REQ(pl_model_vtable, batch_needs);
         break;
     case PL_KIND_OPTIMIZER:
         REQ(pl_optimizer_vtable, num_groups);
@@ -250,8 +257,7 @@ static void stage_destroy(stage *s) {
 #define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)
 #define MODEL(t) ((const pl_model_vtable *)(t)->model.vt)
 #define OPTIM(t) ((const pl_optimizer_vtable *)(t)->optim.vt)
-#define SCHED(t) ((const pl_scheduler_vtable *)(t)->sched.vt)
-#define SCHED2(t) ((const pl_scheduler_vtable *)(t)->sched2.vt)
+#define SCHED(s) ((const pl_scheduler_vtable *)(s)->vt)
 #define AVG(t) ((const pl_averager_vtable *)(t)->avg.vt)
 #define PREC(t) ((const pl_precision_vtable *)(t)->prec.vt)
 
@@ -262,12 +268,6 @@ typedef struct ckpt_io {
     pl_st_writer *w; /* saving */
     pl_st_file *f;   /* loading */
     const char *path;
-    /* saving the loader's state: its train position "<plugin>.epoch" and
-     * "<plugin>.next_batch" must be the trainer's (epoch, batch); at an epoch
-     * boundary (batch 0) they are written as such, mid-epoch they are checked */
-    bool in_loader;
-    char pos_key[2][PL_NAME_MAX];
-    int64_t pos[2];
 } ckpt_io;
 
 static pl_status ck_tensor(void *ctx, const char *name, pl_tensor *tt) {
@@ -284,25 +284,18 @@ static pl_status ck_scalar(void *ctx, const char *name, double *v) {
     char full[256], buf[64];
     snprintf(full, sizeof full, "%s.%s", io->prefix, name);
     if (io->w) {
-        double val = *v;
-        for (int k = 0; k < 2 && io->in_loader; k++) {
-            if (strcmp(name, io->pos_key[k])) continue;
-            if (io->pos[1] > 0 && val != (double)io->pos[k])
-                return pl_error_set(PL_ERR_INTERNAL, "checkpoint %s: loader [%s] reports %s = %.17g, but "
-                                    "the trainer is at epoch %lld, before batch %lld; resuming from it "
-                                    "would not continue where this run is (loader state out of step)",
-                                    io->path, io->prefix, name, val, (long long)io->pos[0],
-                                    (long long)io->pos[1]);
-            val = (double)io->pos[k];
-        }
-        snprintf(buf, sizeof buf, "%.17g", val);
+        snprintf(buf, sizeof buf, "%.17g", *v);
         return pl_st_writer_meta(io->w, full, buf);
     }
     const char *s = pl_st_meta(io->f, full);
     if (!s)
         return pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' missing (checkpoint from another "
                             "configuration?)", io->path, full);
-    *v = strtod(s, NULL);
+    char *end;
+    *v = strtod(s, &end);
+    if (end == s || *end)
+        return pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected a number "
+                            "(corrupt checkpoint?)", io->path, full, s);
     return PL_OK;
 }
 
@@ -317,122 +310,14 @@ static pl_status visit_stage(stage *s, size_t state_offset, ckpt_io *io) {
     return fn(s->self, &v);
 }
 
-/* The loader is visited when saving, and when loading a mid-epoch checkpoint
- * (at an epoch boundary its position is the start of the epoch, which is
- * where epoch_begin starts anyway; checkpoints older than the loader state
- * have none). */
-static pl_status visit_all_state(trainer *t, ckpt_io *io, bool loader) {
+static pl_status visit_all_state(trainer *t, ckpt_io *io) {
     pl_status st = PL_OK;
     if (!st) st = visit_stage(&t->optim, offsetof(pl_optimizer_vtable, state), io);
-    if (!st) st = visit_stage(&t->sched, offsetof(pl_scheduler_vtable, state), io);
-    if (!st) st = visit_stage(&t->sched2, offsetof(pl_scheduler_vtable, state), io);
+    for (int k = 0; k < t->n_sched && !st; k++)
+        st = visit_stage(&t->sched[k], offsetof(pl_scheduler_vtable, state), io);
     if (!st) st = visit_stage(&t->avg, offsetof(pl_averager_vtable, state), io);
     if (!st) st = visit_stage(&t->prec, offsetof(pl_precision_vtable, state), io);
-    if (!st && loader) {
-        io->in_loader = true;
-        st = visit_stage(&t->loader, offsetof(pl_loader_vtable, state), io);
-        io->in_loader = false;
-    }
     return st;
-}
-
-/* ---- the loader's train position (resume protocol of plugin.h) ------------ */
-
-/* A visitor kept in memory: saving records the loader's scalars; loading
- * writes them back, with "<plugin>.epoch" / ".next_batch" set to `set`.
- * Tensors are left as they are (nothing happens between the two passes). */
-typedef struct mem_state {
-    bool load;
-    int n;
-    char name[16][PL_NAME_MAX];
-    double v[16];
-    char key[2][PL_NAME_MAX];
-    bool found[2];
-    double got[2];
-    int64_t set[2];
-} mem_state;
-
-static pl_status mem_tensor(void *ctx, const char *name, pl_tensor *tt) {
-    (void)ctx, (void)name, (void)tt;
-    return PL_OK;
-}
-
-static pl_status mem_scalar(void *ctx, const char *name, double *v) {
-    mem_state *m = ctx;
-    for (int k = 0; k < 2; k++)
-        if (!strcmp(name, m->key[k])) {
-            if (m->load) {
-                *v = (double)m->set[k];
-            } else {
-                m->found[k] = true;
-                m->got[k] = *v;
-            }
-            return PL_OK;
-        }
-    for (int i = 0; i < m->n; i++)
-        if (!strcmp(name, m->name[i])) {
-            if (m->load)
-                *v = m->v[i];
-            else
-                m->v[i] = *v;
-            return PL_OK;
-        }
-    if (m->load) return PL_OK;
-    if (m->n == 16)
-        return pl_error_set(PL_ERR_INTERNAL, "loader state: more than 16 scalars (at '%s')", name);
-    snprintf(m->name[m->n], sizeof m->name[0], "%s", name);
-    m->v[m->n++] = *v;
-    return PL_OK;
-}
-
-static pl_status loader_state_pass(trainer *t, mem_state *m) {
-    state_fn fn = LOADER(t)->state;
-    pl_state_visitor v = {m, mem_tensor, mem_scalar, .loading = m->load};
-    pl_status st = fn(t->loader.self, &v);
-    return st ? pl_error_prefix(st, "[%s] plugin '%s' state", t->loader.section,
-                                t->loader.desc->name)
-              : PL_OK;
-}
-
-/* The loader's train-position scalars: "<plugin>.epoch", "<plugin>.next_batch". */
-static void loader_pos_keys(const trainer *t, char key[2][PL_NAME_MAX]) {
-    snprintf(key[0], PL_NAME_MAX, "%s.epoch", t->loader.desc->name);
-    snprintf(key[1], PL_NAME_MAX, "%s.next_batch", t->loader.desc->name);
-}
-
-static void mem_init(trainer *t, mem_state *m) {
-    memset(m, 0, sizeof *m);
-    loader_pos_keys(t, m->key);
-}
-
-/* Load (epoch, batch) into the loader: its next epoch_begin(train, epoch)
- * starts at that batch. */
-static pl_status loader_set_position(trainer *t, int64_t epoch, int64_t batch) {
-    mem_state m;
-    mem_init(t, &m);
-    pl_status st = loader_state_pass(t, &m);
-    m.load = true;
-    m.set[0] = epoch;
-    m.set[1] = batch;
-    return st ? st : loader_state_pass(t, &m);
-}
-
-/* The loader must report train position (epoch, batch). */
-static pl_status loader_check_position(trainer *t, int64_t epoch, int64_t batch) {
-    mem_state m;
-    mem_init(t, &m);
-    pl_status st = loader_state_pass(t, &m);
-    if (st) return st;
-    if (!m.found[0] || !m.found[1])
-        return pl_error_set(PL_ERR_ABI, "[%s] plugin '%s': its state reports no '%s' (resume "
-                            "protocol of plugin.h); it cannot continue an epoch mid-way",
-                            t->loader.section, t->loader.desc->name, m.key[!m.found[0] ? 0 : 1]);
-    if (m.got[0] != (double)epoch || m.got[1] != (double)batch)
-        return pl_error_set(PL_ERR_INTERNAL, "[%s] plugin '%s' is at train epoch %.17g, batch %.17g; "
-                            "the trainer expected epoch %lld, batch %lld", t->loader.section,
-                            t->loader.desc->name, m.got[0], m.got[1], (long long)epoch,
-                            (long long)batch);
-    return PL_OK;
 }
 
 static pl_status save_checkpoint(trainer *t, const char *path) {
@@ -443,9 +328,8 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
         pl_param *p = pl_params_at(t->ctx.params, i);
         st = pl_st_writer_add(w, p->name, p->t);
     }
-    ckpt_io io = {.w = w, .path = path, .pos = {t->epoch, t->batch}};
-    loader_pos_keys(t, io.pos_key);
-    if (!st) st = visit_all_state(t, &io, true);
+    ckpt_io io = {.w = w, .path = path};
+    if (!st) st = visit_all_state(t, &io);
     char buf[64];
 #define META(k, fmt, v)                                                                            \
     do {                                                                                           \
@@ -464,7 +348,6 @@ static pl_status save_checkpoint(trainer *t, const char *path) {
     META("best", "%.17g", t->best);
     META("have_best", "%d", (int)t->have_best);
     META("bad_vals", "%lld", (long long)t->bad_vals);
-    META("plateau_factor", "%.17g", t->plateau_factor);
     META("seed", "%llu", (unsigned long long)t->ctx.seed);
     META("config_hash", "%016llx", (unsigned long long)pl_config_hash(t->cfg));
     META("model", "%s", t->model.desc->name);
@@ -531,9 +414,12 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             missing++;
             continue;
         }
-        /* nf4 <-> float conversions (qlora4 checkpoints onto float bases and back)
-         * go through the quantizer; same-kind tensors are a plain load */
-        st = pl_nf4_load_into(f, p->name, "precision.qlora4.v1.", p->t);
+        /* the precision stage loads into the form it keeps (a quantized
+         * base, say); without one, a plain load with float conversions */
+        if (t->prec.self && PREC(t)->load_param)
+            st = PREC(t)->load_param(t->prec.self, f, path, p);
+        else
+            st = pl_st_load_into(f, p->name, p->t);
         if (st && !strstr(pl_error_message(), path)) pl_error_prefix(st, "checkpoint %s", path);
         loaded++;
     }
@@ -570,16 +456,8 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
                               "last.safetensors or a step-N checkpoint, or load its weights with "
                               "[trainer] init_from", path, (long long)epoch, (long long)batch,
                               (long long)acc);
-        if (!st && batch > 0 && !LOADER(t)->state)
-            st = pl_error_set(PL_ERR_CONFIG, "checkpoint %s was written mid-epoch (epoch %lld, "
-                              "before batch %lld), but loader plugin '%s' ([%s]) has no state "
-                              "function, so it cannot restore its position in the epoch: resume "
-                              "from a checkpoint written at an epoch end (last.safetensors of a "
-                              "run that finished an epoch, epoch-NNNN.safetensors), or load the "
-                              "weights only with [trainer] init_from", path, (long long)epoch,
-                              (long long)batch, t->loader.desc->name, t->loader.section);
         ckpt_io io = {.f = f, .path = path};
-        if (!st) st = visit_all_state(t, &io, batch > 0);
+        if (!st) st = visit_all_state(t, &io);
         if (!st) {
             t->epoch = epoch;
             t->step = meta_i64(&mr, "step", 0);
@@ -592,7 +470,6 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             t->best = meta_f64(&mr, "best", 0);
             t->have_best = meta_i64(&mr, "have_best", 0) != 0;
             t->bad_vals = meta_i64(&mr, "bad_vals", 0);
-            t->plateau_factor = meta_f64(&mr, "plateau_factor", 1.0);
             st = mr.st;
         }
     }
@@ -673,14 +550,12 @@ static void zero_grads(trainer *t) {
         pl_tensor_zero_grad(pl_params_at(t->ctx.params, i)->t);
 }
 
-static double current_factor(trainer *t, double *beta1) {
-    *beta1 = NAN;
+/* The product of every scheduler's factor for the current step, unless the
+ * averager overrides it (SWALR). */
+static double current_factor(trainer *t) {
     double f = 1.0;
-    if (t->sched.self) f = SCHED(t)->lr_factor(t->sched.self, t->step, beta1);
-    if (t->sched2.self) {
-        double b2 = NAN;
-        f *= SCHED2(t)->lr_factor(t->sched2.self, t->step, &b2);
-    }
+    for (int k = 0; k < t->n_sched; k++)
+        f *= SCHED(&t->sched[k])->lr_factor(t->sched[k].self, t->step);
     if (t->avg.self && AVG(t)->lr_factor) {
         double o = AVG(t)->lr_factor(t->avg.self, t->epoch, t->step, f);
         if (!isnan(o)) f = o;
@@ -688,15 +563,17 @@ static double current_factor(trainer *t, double *beta1) {
     return f;
 }
 
+/* Set every group's lr and let schedulers drive their hyper-parameters;
+ * returns group 0's lr (logged). */
 static double apply_lr(trainer *t) {
-    double beta1;
-    double f = current_factor(t, &beta1);
+    double f = current_factor(t);
     double lr0 = NAN;
     int ng = OPTIM(t)->num_groups(t->optim.self);
     for (int g = 0; g < ng; g++) {
         pl_param_group *pg = OPTIM(t)->group(t->optim.self, g);
         pg->lr = pg->initial_lr * f;
-        if (!isnan(beta1)) pg->beta1 = beta1;
+        for (int k = 0; k < t->n_sched; k++)
+            if (SCHED(&t->sched[k])->drive) SCHED(&t->sched[k])->drive(t->sched[k].self, t->step, pg);
         if (g == 0) lr0 = pg->lr;
     }
     return lr0;
@@ -725,7 +602,7 @@ static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
 static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, double lim) {
     pl_metrics_reset(m);
     const pl_loader_vtable *L = LOADER(t);
-    pl_status st = L->epoch_begin(t->loader.self, split, 0);
+    pl_status st = L->epoch_begin(t->loader.self, split, 0, 0);
     if (st) return st;
     int64_t nb = limit_batches(lim, L->num_batches(t->loader.self, split));
     pl_no_grad_begin();
@@ -774,8 +651,9 @@ static pl_status validate(trainer *t, bool *stop) {
     bool found;
     double v = monitored(t, &t->last_val, &found);
     if (!found) return PL_OK;
-    if (t->sched2.self && SCHED2(t)->on_validation) SCHED2(t)->on_validation(t->sched2.self, v);
-    if (t->sched.self && SCHED(t)->on_validation) SCHED(t)->on_validation(t->sched.self, v);
+    for (int k = 0; k < t->n_sched; k++)
+        if (SCHED(&t->sched[k])->on_validation)
+            SCHED(&t->sched[k])->on_validation(t->sched[k].self, v);
     bool better_best = !t->have_best || (t->mode_max ? v > t->best : v < t->best);
     bool improved = !t->have_best ||
                     (t->mode_max ? v > t->best + t->min_delta : v < t->best - t->min_delta);
@@ -837,30 +715,11 @@ static void progress(trainer *t, int64_t b0, int64_t b, int64_t nb, double t_epo
     }
 }
 
-/* A mid-epoch validation served val batches through the loader: put it back
- * at batch t->batch of the train epoch (loader state; a loader without one
- * begins the epoch again and skips the batches already trained on). */
+/* A mid-epoch validation served val batches through the loader: start the
+ * train epoch again at batch t->batch (the order is a function of
+ * (seed, epoch), so this continues where training was). */
 static pl_status continue_train_epoch(trainer *t) {
-    const pl_loader_vtable *L = LOADER(t);
-    pl_status st;
-    if (L->state) {
-        st = loader_set_position(t, t->epoch, t->batch);
-        if (!st) st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
-        if (!st) st = loader_check_position(t, t->epoch, t->batch);
-        return st;
-    }
-    st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
-    pl_batch b;
-    for (int64_t i = 0; i < t->batch && !st; i++) {
-        int r = L->next(t->loader.self, &b);
-        if (r < 0) st = pl_error_status();
-        if (r == 0)
-            st = pl_error_set(PL_ERR_INTERNAL, "[%s] plugin '%s': epoch %lld ended after %lld "
-                              "batches when skipping to batch %lld after a validation",
-                              t->loader.section, t->loader.desc->name, (long long)t->epoch,
-                              (long long)i, (long long)t->batch);
-    }
-    return st;
+    return LOADER(t)->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, t->batch);
 }
 
 /* checkpoint_every_n_train_steps: last (when save_last) and step-NNNNNN. */
@@ -892,10 +751,6 @@ static pl_status fit(trainer *t) {
     bool stop = false;
     double t_fit0 = now_s();
     pl_alloc_reset_peak(t->ctx.device);
-    if (t->ckpt_every_steps > 0 && !L->state)
-        logf_(t, "warning: loader plugin '%s' has no state function: its mid-epoch checkpoints "
-              "(checkpoint_every_n_train_steps) hold the weights but cannot be resumed\n",
-              t->loader.desc->name);
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         double te0 = now_s();
@@ -911,12 +766,10 @@ static pl_status fit(trainer *t) {
             t->ep_loss_sum = 0;
             t->ep_loss_n = 0;
         }
-        st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch);
-        if (!st && b0 > 0) {
-            st = loader_check_position(t, t->epoch, b0);
-            if (!st) logf_(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
-                           (long long)b0, (long long)nb);
-        }
+        st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, b0);
+        if (!st && b0 > 0)
+            logf_(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
+                  (long long)b0, (long long)nb);
         int64_t pending = 0;
         double lr = NAN, gnorm = NAN;
         pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
@@ -1020,8 +873,6 @@ static pl_status fit(trainer *t) {
         if (t->metrics) fflush(t->metrics);
         int64_t done = t->epoch + 1;
         t->epoch++; /* checkpoints record the next epoch to run */
-        /* the loader's train position is the start of that epoch (resume protocol) */
-        if (!st && L->state) st = loader_set_position(t, t->epoch, 0);
         if (!st && t->save_last) st = save_checkpoint(t, t->last_path);
         if (!st && t->ckpt_every > 0 && done % t->ckpt_every == 0) {
             char p[PATH_MAX];
@@ -1058,14 +909,18 @@ static pl_status run_test(trainer *t) {
         print_metrics(t, "test", &t->test_metrics);
     }
     if (!st && t->avg.self && AVG(t)->has_average(t->avg.self)) {
+        /* averaged weights are reported under the averager's own name */
+        const char *who = t->avg.desc->name;
         st = AVG(t)->swap(t->avg.self);
-        if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->swa_test_metrics, t->limit[PL_SPLIT_TEST]);
+        if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->avg_test_metrics, t->limit[PL_SPLIT_TEST]);
         if (!st) {
-            t->have_swa_test = true;
-            logf_(t, "test (SWA averaged weights):");
-            print_metrics(t, "swa_test", &t->swa_test_metrics);
+            t->have_avg_test = true;
+            char prefix[96];
+            snprintf(prefix, sizeof prefix, "%s_test", who);
+            logf_(t, "test (%s averaged weights):", who);
+            print_metrics(t, prefix, &t->avg_test_metrics);
             char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/checkpoints/swa.safetensors", t->run_dir);
+            snprintf(p, sizeof p, "%s/checkpoints/%s.safetensors", t->run_dir, who);
             st = save_checkpoint(t, p);
         }
         if (!st) st = AVG(t)->swap(t->avg.self);
@@ -1091,7 +946,7 @@ static pl_status run_export(trainer *t) {
     const pl_loader_vtable *L = LOADER(t);
     pl_no_grad_begin();
     for (int s = 0; s < PL_SPLIT_COUNT && !st; s++) {
-        st = L->epoch_begin(t->loader.self, (pl_data_split)s, 0);
+        st = L->epoch_begin(t->loader.self, (pl_data_split)s, 0, 0);
         pl_batch b;
         int r;
         while (!st && (r = L->next(t->loader.self, &b)) != 0) {
@@ -1175,8 +1030,11 @@ static void write_summary(trainer *t, int status) {
         cJSON_AddNumberToObject(o, "best_monitor", t->best);
     }
     if (t->have_test) cJSON_AddItemToObject(o, "test_metrics", metrics_json(&t->test_metrics));
-    if (t->have_swa_test)
-        cJSON_AddItemToObject(o, "swa_test_metrics", metrics_json(&t->swa_test_metrics));
+    if (t->have_avg_test) {
+        char key[96];
+        snprintf(key, sizeof key, "%s_test_metrics", t->avg.desc->name);
+        cJSON_AddItemToObject(o, key, metrics_json(&t->avg_test_metrics));
+    }
     cJSON_AddStringToObject(o, "best_checkpoint", t->best_path);
     cJSON_AddStringToObject(o, "last_checkpoint", t->last_path);
     cJSON_AddStringToObject(o, "outputs", t->outputs_path);
@@ -1353,7 +1211,6 @@ static void read_settings(trainer *t) {
     t->log_every = pl_cfg_int(tr, "log_every_n_steps", 50);
     t->do_test = pl_cfg_bool(tr, "test", true);
     t->do_export = pl_cfg_bool(tr, "export", false);
-    t->plateau_factor = 1.0;
 }
 
 static int fail(trainer *t, int code) {
@@ -1368,6 +1225,30 @@ static int fail(trainer *t, int code) {
                         : "`pipeline check FILE.ini` validates the config";
     fprintf(stderr, "hint: %s\n", hint);
     return code;
+}
+
+pl_status pl_trainer_check_fields(const pl_config *cfg) {
+    const pl_plugin_desc *ld = pl_config_plugin(cfg, "data"), *md = pl_config_plugin(cfg, "model");
+    if (!ld || !md) return PL_OK; /* a config error reported elsewhere */
+    const pl_loader_vtable *L = ld->vtable;
+    const pl_model_vtable *M = md->vtable;
+    if (!L || !L->batch_fields)
+        return pl_error_set(PL_ERR_ABI, "[data] plugin '%s' (%s) declares no batch fields "
+                            "(batch_fields is required since plugin ABI 2.0)", ld->name,
+                            pl_config_plugin_path(cfg, "data"));
+    if (!M || !M->batch_needs)
+        return pl_error_set(PL_ERR_ABI, "[model] plugin '%s' (%s) declares no batch fields it reads "
+                            "(batch_needs is required since plugin ABI 2.0)", md->name,
+                            pl_config_plugin_path(cfg, "model"));
+    pl_field_list have = {0}, need = {0};
+    pl_status st = L->batch_fields(pl_config_section_get(cfg, "data"), &have);
+    if (st) return pl_error_prefix(st, "[data] plugin '%s' batch fields", ld->name);
+    st = M->batch_needs(pl_config_section_get(cfg, "model"), &need);
+    if (st) return pl_error_prefix(st, "[model] plugin '%s' batch fields", md->name);
+    st = pl_fields_match(&have, ld->name, &need, md->name);
+    if (st) pl_hint_set("make [data] yield the fields [model] reads (see `pipeline plugins %s` and "
+                        "`pipeline plugins %s`)", ld->name, md->name);
+    return st;
 }
 
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
@@ -1410,7 +1291,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
           pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
           (unsigned long long)t->ctx.seed, omp_get_max_threads());
 
-    pl_status st = stage_create(t, &t->loader, "data");
+    pl_status st = pl_trainer_check_fields(cfg);
+    if (!st) st = stage_create(t, &t->loader, "data");
     if (!st) st = stage_create(t, &t->model, "model");
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
     if (!st) st = stage_create(t, &t->prec, "precision");
@@ -1428,11 +1310,24 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st) st = stage_create(t, &t->optim, "optimizer");
     if (!st && !t->optim.self)
         st = pl_error_set(PL_ERR_CONFIG, "no [optimizer] section (training needs one)");
-    if (!st)
+    /* schedulers and averagers scale the optimizer's base lr: group 0's
+     * configured lr (initial_lr without its lr_scale) */
+    if (!st && OPTIM(t)->num_groups(t->optim.self) > 0) {
+        pl_param_group *g0 = OPTIM(t)->group(t->optim.self, 0);
         pl_meta_set_float(t->ctx.meta, "optimizer.lr",
-                          pl_cfg_float(pl_config_section_get(cfg, "optimizer"), "lr", 1e-3));
-    if (!st) st = stage_create(t, &t->sched, "scheduler");
-    if (!st) st = stage_create(t, &t->sched2, "scheduler2");
+                          g0->lr_scale > 0 ? g0->initial_lr / g0->lr_scale : g0->initial_lr);
+    }
+    for (int i = 0; i < pl_config_section_count(cfg) && !st; i++) {
+        const char *sec = pl_cfg_section_name(pl_config_section_at(cfg, i));
+        if (pl_stage_section_kind(sec) != PL_KIND_SCHEDULER) continue;
+        if (t->n_sched == PL_MAX_SCHEDULERS) {
+            st = pl_error_set(PL_ERR_CONFIG, "[%s]: more than %d scheduler sections", sec,
+                              PL_MAX_SCHEDULERS);
+            break;
+        }
+        st = stage_create(t, &t->sched[t->n_sched], sec);
+        if (t->sched[t->n_sched].self) t->n_sched++;
+    }
     if (!st) st = stage_create(t, &t->avg, "averager");
     int params_total = 0, params_trainable = 0;
     for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
@@ -1488,8 +1383,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (st) fail(t, code);
 
     stage_destroy(&t->avg);
-    stage_destroy(&t->sched2);
-    stage_destroy(&t->sched);
+    for (int k = t->n_sched - 1; k >= 0; k--) stage_destroy(&t->sched[k]);
     stage_destroy(&t->optim);
     stage_destroy(&t->prec);
     stage_destroy(&t->model);

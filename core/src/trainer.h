@@ -21,6 +21,15 @@ typedef struct pl_run_options {
     char **argv;
 } pl_run_options;
 
+/* Most [scheduler*] sections one config may hold. */
+#define PL_MAX_SCHEDULERS 8
+
+/* The typed data contract: the [data] plugin's batch_fields must satisfy
+ * the [model] plugin's batch_needs (pl_fields_match). Runs nothing; used by
+ * `pipeline check` and before a run builds any stage. PL_ERR_CONFIG naming
+ * the field on a mismatch, PL_ERR_ABI when a plugin declares nothing. */
+pl_status pl_trainer_check_fields(const pl_config *cfg);
+
 /* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
  * printed to stderr with a hint line. */
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts);

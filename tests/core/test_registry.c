@@ -210,11 +210,11 @@ START_TEST(params_keep_order_retain_and_refuse_duplicates) {
     int64_t shape[2] = {2, 3};
     pl_tensor *a = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 2, shape, PL_CPU));
     pl_tensor *b = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 1, shape, PL_CPU));
-    PL_CK_OK(pl_params_add(ps, "layer.0.weight", a, PL_TAG_BASE));
-    PL_CK_OK(pl_params_add(ps, "layer.0.bias", b, PL_TAG_NO_DECAY));
+    PL_CK_OK(pl_params_add(ps, "layer.0.weight", a, PL_TAG_BASE, NULL));
+    PL_CK_OK(pl_params_add(ps, "layer.0.bias", b, PL_TAG_NO_DECAY, "head"));
     ck_assert_int_eq(a->refcount, 2);
     ck_assert_str_eq(a->name, "layer.0.weight");
-    ck_assert_int_eq(pl_params_add(ps, "layer.0.bias", a, 0), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_params_add(ps, "layer.0.bias", a, 0, NULL), PL_ERR_INVALID);
     CK_HAS(pl_error_message(), "layer.0.bias");
     ck_assert_int_eq(pl_params_count(ps), 2);
     ck_assert_str_eq(pl_params_at(ps, 1)->name, "layer.0.bias");

@@ -218,21 +218,29 @@ pl_tensor *pl_batch_get(const pl_batch *b, const char *name);
 #define PL_DTYPE_ANY ((pl_dtype) - 1)     /* model side: any dtype accepted */
 #define PL_DTYPE_FLOAT ((pl_dtype) - 2)   /* model side: f32, bf16 or f16 */
 #define PL_DTYPE_INDEX ((pl_dtype) - 3)   /* model side: i32 or i64 */
+#define PL_SPLIT_BIT(s) (1u << (s)) /* pl_data_split -> pl_field_spec.splits bit */
 typedef struct pl_field_spec {
     char name[48];   /* batch field name, as pl_batch_get() takes it */
     pl_dtype dtype;  /* loader: the exact dtype; model: exact or PL_DTYPE_ANY/FLOAT/INDEX */
     int rank;        /* number of dims including the batch dim; -1: any */
     bool optional;   /* model side: read when present */
+    unsigned splits; /* PL_SPLIT_BIT()s of the splits whose batches carry / need it; 0: all */
 } pl_field_spec;
 #define PL_FIELDS_MAX PL_BATCH_MAX_FIELDS
 typedef struct pl_field_list {
     int n;
     pl_field_spec f[PL_FIELDS_MAX];
 } pl_field_list;
-/* Append a field; PL_ERR_INVALID past PL_FIELDS_MAX or on a duplicate name. */
+/* Append a field carried / needed in every split; PL_ERR_INVALID past
+ * PL_FIELDS_MAX, on a name longer than 47 bytes, or on a duplicate name
+ * whose splits overlap. */
 pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int rank,
                         bool optional);
-/* Check that `have` (a loader's) satisfies `need` (a model's). On a
+/* The same for the splits in `splits` (PL_SPLIT_BIT()s; 0: all). */
+pl_status pl_fields_add_in(pl_field_list *l, unsigned splits, const char *name, pl_dtype dtype,
+                           int rank, bool optional);
+/* Check that `have` (a loader's) satisfies `need` (a model's), split by
+ * split: each required field a model needs in split s is carried in s. On a
  * mismatch: PL_ERR_CONFIG naming the field, what the model needs and what
  * the loader yields (or that it yields no such field, listing those it has).
  * `loader` / `model` name the plugins in the message. */

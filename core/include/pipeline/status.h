@@ -52,6 +52,14 @@ pl_status pl_error_status(void);
 /* Clear the calling thread's error context. */
 void pl_error_clear(void);
 
+/* A one-line "what to do" hint for the last error, printed by the CLI
+ * under the error ("hint: ..."). Thread-local like the message; printf
+ * format, truncated to 511 bytes. pl_hint_get returns "" when none is set
+ * (borrowed); pl_error_clear does not clear it, pl_hint_clear does. */
+void pl_hint_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *pl_hint_get(void);
+void pl_hint_clear(void);
+
 /* Human-readable name of a status code ("PL_ERR_SHAPE", ...). Static string. */
 const char *pl_status_name(pl_status s);
 

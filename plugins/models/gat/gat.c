@@ -27,6 +27,10 @@
 
 #define IGNORE_INDEX (-100)
 
+/* The output head's parameters get the role "head" (optimizer groups select
+ * it with group.NAME.tags = head); a private flag beside the PL_TAG_* bits. */
+#define ROLE_HEAD (1u << 16)
+
 /* ---- parameters ----------------------------------------------------------- */
 
 static pl_status add_param(gat_model *m, const char *name, int ndim, const int64_t *shape,
@@ -39,7 +43,8 @@ static pl_status add_param(gat_model *m, const char *name, int ndim, const int64
                             : pl_tensor_fill_(t, 0.0);
     if (!st) {
         pl_tensor_set_requires_grad(t, true);
-        st = pl_params_add(ctx->params, name, t, tags);
+        st = pl_params_add(ctx->params, name, t, tags & ~ROLE_HEAD,
+                           (tags & ROLE_HEAD) ? "head" : NULL);
     }
     pl_frame_end();
     if (st) return pl_error_prefix(st, "gat: parameter %s", name);
@@ -93,7 +98,7 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
             snprintf(name, sizeof name, "gat.layers.%d.bias", l);
             if (!st)
                 st = add_param(m, name, 1, (int64_t[]){total}, 0, s0 + 4,
-                               PL_TAG_NO_DECAY | (last ? PL_TAG_HEAD : 0), &L->bias);
+                               PL_TAG_NO_DECAY | (last ? ROLE_HEAD : 0), &L->bias);
         }
         in = total;
     }
@@ -110,11 +115,11 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
             double bound = 1.0 / sqrt((double)in);
             snprintf(name, sizeof name, "gat.head.%d.weight", i);
             st = add_param(m, name, 2, (int64_t[]){fan_out, in}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i,
-                           PL_TAG_HEAD, &m->head_w[i]);
+                           ROLE_HEAD, &m->head_w[i]);
             snprintf(name, sizeof name, "gat.head.%d.bias", i);
             if (!st)
                 st = add_param(m, name, 1, (int64_t[]){fan_out}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i + 1,
-                               PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b[i]);
+                               ROLE_HEAD | PL_TAG_NO_DECAY, &m->head_b[i]);
             in = fan_out;
         }
     }
@@ -540,10 +545,26 @@ static pl_status gat_forward(void *self, const pl_batch *b, pl_data_split split,
     return PL_OK;
 }
 
+/* Node classification reads one graph (x, edges, labels, the split's node
+ * mask); graph regression reads batches of graphs (PyG's `batch` vector
+ * maps nodes to graphs, y [G, K] targets). */
+static pl_status gat_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
+    bool graphs = !strcmp(pl_cfg_str(cfg, "task", "node_classification"), "graph_regression");
+    pl_status st = pl_fields_add(out, "x", PL_DTYPE_FLOAT, 2, false);
+    if (!st) st = pl_fields_add(out, "edge_src", PL_DTYPE_INDEX, 1, false);
+    if (!st) st = pl_fields_add(out, "edge_dst", PL_DTYPE_INDEX, 1, false);
+    if (!st && graphs) st = pl_fields_add(out, "batch", PL_DTYPE_INDEX, 1, false);
+    if (!st && graphs) st = pl_fields_add(out, "y", PL_DTYPE_FLOAT, 2, false);
+    if (!st && !graphs) st = pl_fields_add(out, "y", PL_DTYPE_INDEX, 1, false);
+    if (!st && !graphs) st = pl_fields_add(out, "mask", PL_U8, 1, false);
+    return st;
+}
+
 static const pl_model_vtable gat_vtable = {
     .create = gat_create,
     .destroy = gat_destroy,
     .forward = gat_forward,
+    .batch_needs = gat_batch_needs,
 };
 
 PL_PLUGIN_DEFINE(gat, PL_KIND_MODEL, "1.0.0",

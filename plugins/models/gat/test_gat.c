@@ -82,7 +82,7 @@ static void check_conv(bool concat, bool residual, bool loops, const float *w, c
     if (concat) { /* the model made the bias [C] for an output layer: swap in a [H*C] one */
         pl_tensor *b = pl_tensor_from_data(PL_F32, 1, &total, bias, PL_CPU);
         pl_tensor_set_requires_grad(b, true);
-        PL_CK_OK(pl_params_add(f.ctx.params, "test.bias_hc", b, 0));
+        PL_CK_OK(pl_params_add(f.ctx.params, "test.bias_hc", b, 0, NULL));
         pl_tensor_release(b);
         L.bias = pl_params_count(f.ctx.params) - 1;
         ck_assert(!residual);

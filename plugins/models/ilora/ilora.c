@@ -163,12 +163,21 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
 enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
        STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
 
+/* Roles of ilora's parameters (optimizer groups select them with
+ * group.NAME.tags = lora|router|head); private flags beside the PL_TAG_* bits. */
+#define ROLE_LORA (1u << 16)
+#define ROLE_ROUTER (1u << 17)
+#define ROLE_HEAD (1u << 18)
+
 static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, int ndim,
                             const int64_t *shape, unsigned tags, bool trainable) {
     /* called inside create's frame: the frame's reference goes at its end,
      * the params list keeps its own */
     pl_tensor *t = pl_tensor_zeros(PL_F32, ndim, shape, m->ctx->device);
-    if (!t || pl_params_add(m->params, name, t, tags)) return NULL;
+    const char *role = (tags & ROLE_LORA) ? "lora" : (tags & ROLE_ROUTER) ? "router"
+                     : (tags & ROLE_HEAD) ? "head" : NULL;
+    if (!t || pl_params_add(m->params, name, t, tags & ~(ROLE_LORA | ROLE_ROUTER | ROLE_HEAD), role))
+        return NULL;
     pl_tensor_set_requires_grad(t, trainable);
     if (m->n_slots == ILORA_MAX_PARAMS) {
         pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
@@ -296,10 +305,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
             int64_t R = E * m->r_e;
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), PL_TAG_LORA, true);
+            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), ROLE_LORA, true);
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), PL_TAG_LORA, true);
+            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), ROLE_LORA, true);
             if (!p->lora_a || !p->lora_b) {
                 st = pl_error_status();
                 break;
@@ -315,15 +324,15 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         st = m->norm ? pl_tensor_fill_(m->norm, 1.0) : pl_error_status();
     }
     if (!st && !o->tie_embeddings) {
-        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), PL_TAG_HEAD, base_train);
+        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), ROLE_HEAD, base_train);
         st = m->lm_head ? pl_tensor_normal_(m->lm_head, 0, o->init_std, seed, STREAM_LM_HEAD)
                         : pl_error_status();
     }
     if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
         /* nn.Linear(dim, E) default init: U(-1/sqrt(dim), 1/sqrt(dim)) for weight and bias */
         double bound = 1.0 / sqrt((double)D);
-        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), PL_TAG_ROUTER, true);
-        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_ROUTER | PL_TAG_NO_DECAY,
+        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), ROLE_ROUTER, true);
+        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), ROLE_ROUTER | PL_TAG_NO_DECAY,
                                 true);
         if (!m->router_w || !m->router_b) st = pl_error_status();
         if (!st) st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);
@@ -802,8 +811,30 @@ static pl_status vt_create(const pl_config_section *cfg, pl_run_context *ctx, vo
 
 static void vt_destroy(void *self) { ilora_model_destroy(self); }
 
+/* Training reads item ids and next-item labels per position; evaluation
+ * reads the ids and the held-out target per user, plus the history to
+ * exclude from the ranking (as a field, or looked up by user index) and
+ * the row index the export records, when present. */
+static pl_status ilora_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
+    const unsigned train = PL_SPLIT_BIT(PL_SPLIT_TRAIN);
+    const unsigned eval = PL_SPLIT_BIT(PL_SPLIT_VAL) | PL_SPLIT_BIT(PL_SPLIT_TEST);
+    pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "input_ids"), PL_DTYPE_INDEX,
+                                 2, false);
+    if (!st) st = pl_fields_add_in(out, train, pl_cfg_str(cfg, "label_field", "labels"),
+                                   PL_DTYPE_INDEX, 2, false);
+    if (!st) st = pl_fields_add_in(out, eval, pl_cfg_str(cfg, "target_field", "target"),
+                                   PL_DTYPE_INDEX, -1, false);
+    if (!st) st = pl_fields_add_in(out, eval, pl_cfg_str(cfg, "history_field", "history"),
+                                   PL_DTYPE_INDEX, 2, true);
+    if (!st) st = pl_fields_add_in(out, eval, pl_cfg_str(cfg, "user_field", "user_index"),
+                                   PL_DTYPE_INDEX, -1, true);
+    if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "row_field", "row"), PL_DTYPE_INDEX, -1, true);
+    return st;
+}
+
 static const pl_model_vtable ilora_vtable = {
     .create = vt_create,
+    .batch_needs = ilora_batch_needs,
     .destroy = vt_destroy,
     .forward = ilora_forward,
     .export_begin = ilora_export_begin,

@@ -27,6 +27,10 @@
 
 #include "lstm.h"
 
+/* The output head's parameters get the role "head" (optimizer groups select
+ * it with group.NAME.tags = head); a private flag beside the PL_TAG_* bits. */
+#define ROLE_HEAD (1u << 16)
+
 /* ---- parameters ------------------------------------------------------------ */
 
 static pl_status add_param(lstm_model *m, const char *name, int ndim, const int64_t *shape, double bound,
@@ -38,7 +42,8 @@ static pl_status add_param(lstm_model *m, const char *name, int ndim, const int6
     if (!st) st = pl_tensor_uniform_(t, -bound, bound, ctx->seed, stream);
     if (!st) {
         pl_tensor_set_requires_grad(t, true);
-        st = pl_params_add(ctx->params, name, t, tags);
+        st = pl_params_add(ctx->params, name, t, tags & ~ROLE_HEAD,
+                           (tags & ROLE_HEAD) ? "head" : NULL);
     }
     pl_frame_end();
     if (st) return pl_error_prefix(st, "lstm: parameter %s", name);
@@ -164,11 +169,11 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         snprintf(name, sizeof name, "%shead.weight", pre);
         if (!st)
             st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd}, kh, s0 + 1000,
-                           PL_TAG_HEAD, &m->head_w[e]);
+                           ROLE_HEAD, &m->head_w[e]);
         snprintf(name, sizeof name, "%shead.bias", pre);
         if (!st)
             st = add_param(m, name, 1, (int64_t[]){o->output_size}, kh, s0 + 1001,
-                           PL_TAG_HEAD | PL_TAG_NO_DECAY, &m->head_b[e]);
+                           ROLE_HEAD | PL_TAG_NO_DECAY, &m->head_b[e]);
         /* RevIN affine (per input feature): weight ones, bias zeros, as RevIN's
          * _init_params; tagged no_decay like normalization weights */
         if (!st && o->revin != LSTM_REVIN_OFF && o->revin_affine) {
@@ -588,10 +593,18 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
     return add_metrics(m, pred, target, x, b->index == 0, metrics);
 }
 
+/* Windows [B, T, F] of a series and their targets (any float shape). */
+static pl_status lstm_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
+    pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 3, false);
+    if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"), PL_DTYPE_FLOAT, -1, false);
+    return st;
+}
+
 static const pl_model_vtable lstm_vtable = {
     .create = lstm_create,
     .destroy = lstm_destroy,
     .forward = lstm_forward,
+    .batch_needs = lstm_batch_needs,
 };
 
 PL_PLUGIN_DEFINE(lstm, PL_KIND_MODEL, "1.0.0",

@@ -102,9 +102,9 @@ static pl_status mlp_create(const pl_config_section *cfg, pl_run_context *ctx, v
         pl_tensor_set_requires_grad(m->b[i], true);
         char name[64];
         snprintf(name, sizeof name, "mlp.%d.weight", i);
-        if (!st) st = pl_params_add(ctx->params, name, m->w[i], 0);
+        if (!st) st = pl_params_add(ctx->params, name, m->w[i], 0, NULL);
         snprintf(name, sizeof name, "mlp.%d.bias", i);
-        if (!st) st = pl_params_add(ctx->params, name, m->b[i], PL_TAG_NO_DECAY);
+        if (!st) st = pl_params_add(ctx->params, name, m->b[i], PL_TAG_NO_DECAY, NULL);
     }
     if (st) {
         mlp_destroy(m);
@@ -188,10 +188,23 @@ static pl_status mlp_forward(void *self, const pl_batch *b, pl_data_split split,
     return PL_OK;
 }
 
+/* Inputs [B, F], targets ([B, K] floats or [B] class indices), and the
+ * row mask when mask_field is set. */
+static pl_status mlp_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
+    bool ce = !strcmp(pl_cfg_str(cfg, "loss", "mse"), "cross_entropy");
+    pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 2, false);
+    if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"),
+                                ce ? PL_DTYPE_INDEX : PL_DTYPE_FLOAT, ce ? 1 : -1, false);
+    const char *mask = pl_cfg_str(cfg, "mask_field", "");
+    if (!st && mask[0]) st = pl_fields_add(out, mask, PL_U8, 1, false);
+    return st;
+}
+
 static const pl_model_vtable mlp_vtable = {
     .create = mlp_create,
     .destroy = mlp_destroy,
     .forward = mlp_forward,
+    .batch_needs = mlp_batch_needs,
 };
 
 PL_PLUGIN_DEFINE(mlp, PL_KIND_MODEL, "1.0.0",

@@ -106,8 +106,10 @@ static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx,
     pl_optim_group_defaults d = {
         .lr = pl_cfg_float(cfg, "lr", 1e-3),
         .weight_decay = pl_cfg_float(cfg, "weight_decay", 1e-2),
-        .beta1 = pl_cfg_float(cfg, "beta1", 0.9),
-        .beta2 = pl_cfg_float(cfg, "beta2", 0.999),
+        /* torch's betas = (beta1, beta2), named so schedulers can drive them */
+        .n_hparams = 2,
+        .hparam_name = {"beta1", "beta2"},
+        .hparam_value = {pl_cfg_float(cfg, "beta1", 0.9), pl_cfg_float(cfg, "beta2", 0.999)},
     };
     pl_status s = pl_optim_groups_build(cfg, ctx->params, "adamw", &d, &a->groups);
     if (s) {
@@ -149,7 +151,9 @@ static pl_param_group *adamw_group(void *self, int i) {
 static pl_status adamw_step(void *self) {
     adamw *a = self;
     for (int gi = 0; gi < a->groups.n; gi++) {
-        const pl_param_group *g = &a->groups.g[gi];
+        pl_param_group *g = &a->groups.g[gi];
+        const double beta1 = pl_group_hparam(g, "beta1")->value;
+        const double beta2 = pl_group_hparam(g, "beta2")->value;
         for (int k = 0; k < g->n_params; k++) {
             pl_param *p = pl_params_at(a->params, g->param_index[k]);
             adamw_state *st = &a->st[g->param_index[k]];
@@ -168,8 +172,8 @@ static pl_status adamw_step(void *self) {
                                        p->name);
             st->step++;
             pl_adamw_hyper h = {.lr = g->lr,
-                                .beta1 = g->beta1,
-                                .beta2 = g->beta2,
+                                .beta1 = beta1,
+                                .beta2 = beta2,
                                 .eps = a->eps,
                                 .weight_decay = g->weight_decay,
                                 .l2 = a->l2,
@@ -216,7 +220,7 @@ static pl_status adamw_state_visit(void *self, const pl_state_visitor *v) {
 
 static const pl_option_spec adamw_options[] = {
     {"lr", PL_OPT_FLOAT, "1e-3", 0, 1e9, NULL, "base learning rate (group initial_lr = lr x lr_scale)"},
-    {"beta1", PL_OPT_FLOAT, "0.9", 0, 0.999999, NULL, "first-moment decay (cycled by onecycle)"},
+    {"beta1", PL_OPT_FLOAT, "0.9", 0, 0.999999, NULL, "first-moment decay (group hyper-parameter 'beta1'; cycled by onecycle)"},
     {"beta2", PL_OPT_FLOAT, "0.999", 0, 0.999999999, NULL, "second-moment decay"},
     {"eps", PL_OPT_FLOAT, "1e-8", 0, 1, NULL, "added to sqrt(v_hat)"},
     {"weight_decay", PL_OPT_FLOAT, "1e-2", 0, 1e9, NULL,

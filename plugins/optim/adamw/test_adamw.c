@@ -46,7 +46,7 @@ START_TEST(groups_are_built_from_globs_and_tags) {
     tk_add_param(&r, "frozen.weight", PL_SHAPE(2), NULL, false);
     pl_tensor *h = tk_add_param(&r, "out.proj", PL_SHAPE(3), NULL, true);
     (void)h;
-    pl_params_find(r.ctx.params, "out.proj")->tags = PL_TAG_HEAD;
+    snprintf(pl_params_find(r.ctx.params, "out.proj")->role, PL_ROLE_MAX, "head");
     tk_open(&r, "optimizer", "adamw", NULL,
             "lr = 0.1\nweight_decay = 0.03\ngroup.no_decay.match = *bias,*norm*\n"
             "group.head.tags = head\ngroup.head.lr_scale = 0.25\n");
@@ -68,8 +68,9 @@ START_TEST(groups_are_built_from_globs_and_tags) {
     ck_assert_double_eq_tol(g2->initial_lr, 0.025, 1e-15);
     ck_assert_double_eq_tol(g2->lr, 0.025, 1e-15);
     ck_assert_double_eq_tol(g2->weight_decay, 0.03, 1e-15);
-    ck_assert_double_eq_tol(g2->beta1, 0.9, 1e-15);
-    ck_assert_double_eq_tol(g2->beta2, 0.999, 1e-15);
+    ck_assert_double_eq_tol(pl_group_hparam(g2, "beta1")->value, 0.9, 1e-15);
+    ck_assert_double_eq_tol(pl_group_hparam(g2, "beta2")->value, 0.999, 1e-15);
+    ck_assert_ptr_null(pl_group_hparam(g2, "momentum"));
     ck_assert_ptr_null(vt->group(self, 3));
     /* state lists step + two moments for each of the 4 trainable params */
     tk_state *st = tk_state_save(vt->state, self);
@@ -96,7 +97,7 @@ START_TEST(group_without_selector_or_with_bad_tag_is_refused) {
     ck_assert_ptr_null(self);
     ck_assert_msg(strstr(pl_error_message(), "group 'head' selects nothing"), "%s",
                   pl_error_message());
-    tk_open(&r, "optimizer", "adamw", NULL, "group.x.tags = lora,heads\n");
+    tk_open(&r, "optimizer", "adamw", NULL, "group.x.tags = no_decay,heads\n");
     ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "unknown parameter tag 'heads'"), "%s",
                   pl_error_message());

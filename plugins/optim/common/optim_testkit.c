@@ -111,7 +111,7 @@ pl_tensor *tk_add_param(tk_run *r, const char *name, int ndim, const int64_t *sh
         for (int64_t i = 0; i < pl_tensor_numel(t); i++) d[i] = (float)vals[i];
     }
     pl_tensor_set_requires_grad(t, trainable);
-    PL_CK_OK(pl_params_add(r->ctx.params, name, t, 0));
+    PL_CK_OK(pl_params_add(r->ctx.params, name, t, 0, NULL));
     pl_tensor_release(t); /* the list holds its own reference */
     return pl_params_find(r->ctx.params, name)->t;
 }

@@ -11,6 +11,8 @@ typedef struct group_spec {
     char name[64];
     const char *match; /* borrowed from the config, NULL if unset */
     unsigned tags;
+    char roles[PL_OPTIM_MAX_ROLES][PL_ROLE_MAX];
+    int n_roles;
     bool has_tags;
     double lr_scale;     /* NAN: unset */
     double weight_decay; /* NAN: unset */
@@ -19,11 +21,12 @@ typedef struct group_spec {
 static const struct {
     const char *name;
     unsigned bit;
-} tag_names[] = {{"base", PL_TAG_BASE},         {"lora", PL_TAG_LORA}, {"router", PL_TAG_ROUTER},
-                 {"no_decay", PL_TAG_NO_DECAY}, {"head", PL_TAG_HEAD}, {"buffer", PL_TAG_BUFFER}};
+} tag_names[] = {{"base", PL_TAG_BASE}, {"no_decay", PL_TAG_NO_DECAY}, {"buffer", PL_TAG_BUFFER}};
 
-pl_status pl_optim_parse_tags(const char *s, unsigned *mask) {
+pl_status pl_optim_parse_tags(const char *s, unsigned *mask, char roles[][PL_ROLE_MAX],
+                              int *n_roles) {
     *mask = 0;
+    *n_roles = 0;
     const char *p = s;
     while (*p) {
         while (*p == ' ' || *p == ',' || *p == '|') p++;
@@ -38,11 +41,14 @@ pl_status pl_optim_parse_tags(const char *s, unsigned *mask) {
                 found = true;
             }
         }
-        if (!found)
-            return pl_error_set(PL_ERR_CONFIG,
-                                "unknown parameter tag '%.*s' in '%s' (expected "
-                                "base|lora|router|no_decay|head|buffer)",
-                                (int)len, p, s);
+        if (!found) { /* a role the model gives its parameters */
+            if (*n_roles == PL_OPTIM_MAX_ROLES || len >= PL_ROLE_MAX)
+                return pl_error_set(PL_ERR_CONFIG, "'%s': more than %d roles, or role '%.*s' longer "
+                                    "than %d characters", s, PL_OPTIM_MAX_ROLES, (int)len, p,
+                                    PL_ROLE_MAX - 1);
+            memcpy(roles[*n_roles], p, len);
+            roles[(*n_roles)++][len] = '\0';
+        }
         p = e;
     }
     return PL_OK;
@@ -103,7 +109,7 @@ static pl_status parse_specs(const pl_config_section *cfg, const char *who, grou
         if (!strcmp(field, "match")) {
             s->match = val;
         } else if (!strcmp(field, "tags")) {
-            if ((st = pl_optim_parse_tags(val, &s->tags)))
+            if ((st = pl_optim_parse_tags(val, &s->tags, s->roles, &s->n_roles)))
                 return pl_error_prefix(st, "%s: key '%s'", who, key);
             s->has_tags = true;
         } else if (!strcmp(field, "lr_scale")) {
@@ -135,7 +141,11 @@ static pl_status parse_specs(const pl_config_section *cfg, const char *who, grou
 
 static bool spec_selects(const group_spec *s, const pl_param *p) {
     if (s->match && s->match[0] && pl_name_matches(p->name, s->match)) return true;
-    return s->has_tags && (p->tags & s->tags);
+    if (!s->has_tags) return false;
+    if (p->tags & s->tags) return true;
+    for (int i = 0; i < s->n_roles; i++)
+        if (!strcmp(p->role, s->roles[i])) return true;
+    return false;
 }
 
 void pl_optim_groups_free(pl_optim_groups *gs) {
@@ -162,6 +172,22 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
     if (def < 0) def = spec_index(specs, &ns, PL_OPTIM_MAX_GROUPS + 1, "default", 7);
 
     int np = ps ? pl_params_count(ps) : 0;
+    /* a role no parameter has is a typo (tags name generic tags or roles) */
+    for (int k = 0; k < ns; k++)
+        for (int r = 0; r < specs[k].n_roles; r++) {
+            bool seen = false;
+            char known[256] = "";
+            for (int i = 0; i < np; i++) {
+                const char *role = pl_params_at(ps, i)->role;
+                seen |= !strcmp(role, specs[k].roles[r]);
+                if (role[0] && !strstr(known, role) && strlen(known) + strlen(role) + 3 < sizeof known)
+                    strcat(strcat(known, known[0] ? ", " : ""), role);
+            }
+            if (!seen)
+                return pl_error_set(PL_ERR_CONFIG, "%s: group.%s.tags: unknown parameter tag '%s' (tags: "
+                                    "base, no_decay, buffer; roles of this model's parameters: %s)",
+                                    who, specs[k].name, specs[k].roles[r], known[0] ? known : "none");
+        }
     int *owner = malloc(sizeof(int) * (size_t)(np > 0 ? np : 1));
     int count[PL_OPTIM_MAX_GROUPS + 1] = {0};
     if (!owner) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory building groups", who);
@@ -200,8 +226,12 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
                                                   : d->weight_decay;
         g->initial_lr = d->lr * g->lr_scale;
         g->lr = g->initial_lr;
-        g->beta1 = d->beta1;
-        g->beta2 = d->beta2;
+        for (int h = 0; h < d->n_hparams; h++)
+            if (pl_group_hparam_set(g, d->hparam_name[h], d->hparam_value[h])) {
+                free(owner);
+                pl_optim_groups_free(out);
+                return pl_error_prefix(pl_error_status(), "%s", who);
+            }
         g->param_index = malloc(sizeof(int) * (size_t)(count[k] > 0 ? count[k] : 1));
         if (!g->param_index) {
             free(owner);

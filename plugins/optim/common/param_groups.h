@@ -4,7 +4,9 @@
  * Groups come from the optimizer section's pattern options
  *
  *   group.<name>.match        = *bias,*norm*     comma-separated globs (pl_name_matches)
- *   group.<name>.tags         = no_decay,head    any of base|lora|router|no_decay|head|buffer
+ *   group.<name>.tags         = no_decay,head    generic tags (base|no_decay|buffer) or
+ *                                                roles the model gives its parameters
+ *                                                (ilora: lora, router, head; gat/lstm: head)
  *   group.<name>.lr_scale     = 0.1              initial_lr = lr * lr_scale (default 1)
  *   group.<name>.weight_decay = 0                default: the optimizer's weight_decay, but
  *                                                0 for a group named "no_decay" or whose
@@ -12,7 +14,7 @@
  *
  * A trainable parameter (t->requires_grad) goes to the first group, in the
  * order the groups first appear in the section, whose `match` matches its
- * name OR whose `tags` intersect its tags. The others go to the group
+ * name OR whose `tags` name one of its tags or its role. The others go to the group
  * "default" (lr_scale 1, the optimizer's weight_decay), which may itself be
  * configured with group.default.* keys. The default group is dropped when it
  * is empty and was not configured; named groups are kept even when empty.
@@ -31,9 +33,13 @@ typedef struct pl_optim_groups {
     pl_param_group g[PL_OPTIM_MAX_GROUPS];
 } pl_optim_groups;
 
-/* Hyper-parameters every group starts from. */
+/* Hyper-parameters every group starts from: lr, weight decay, and the
+ * optimizer's named hyper-parameters (pl_hparam) that schedulers may drive. */
 typedef struct pl_optim_group_defaults {
-    double lr, weight_decay, beta1, beta2;
+    double lr, weight_decay;
+    int n_hparams;
+    const char *hparam_name[PL_HPARAMS_MAX];
+    double hparam_value[PL_HPARAMS_MAX];
 } pl_optim_group_defaults;
 
 /* Build the groups of `ps` from `cfg` ("group.*" keys). `who` names the
@@ -42,8 +48,11 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
                                 const pl_optim_group_defaults *d, pl_optim_groups *out);
 void pl_optim_groups_free(pl_optim_groups *gs);
 
-/* Parse "no_decay,head" (also '|' separated) into a PL_TAG_* mask. */
-pl_status pl_optim_parse_tags(const char *s, unsigned *mask);
+/* Parse "no_decay,head" (also '|' separated): generic tag names into a
+ * PL_TAG_* mask, any other word into `roles` (at most PL_OPTIM_MAX_ROLES). */
+#define PL_OPTIM_MAX_ROLES 8
+pl_status pl_optim_parse_tags(const char *s, unsigned *mask, char roles[][PL_ROLE_MAX],
+                              int *n_roles);
 
 /* The option-schema entries of the group keys, shared by every optimizer
  * using pl_optim_groups_build (one definition, so `pipeline plugins` and
@@ -52,7 +61,7 @@ pl_status pl_optim_parse_tags(const char *s, unsigned *mask);
     {"group.*.match", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,                                      \
      "comma-separated globs of parameter names in group *"},                                      \
         {"group.*.tags", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,                                    \
-         "parameter tags in group * (base,lora,router,no_decay,head)"},                            \
+         "parameter tags (base,no_decay,buffer) or model roles (lora,router,head) in group *"},                            \
         {"group.*.lr_scale", PL_OPT_FLOAT, "1", 0, 1e9, NULL, "group lr = lr x lr_scale"},         \
         {"group.*.weight_decay", PL_OPT_FLOAT, "", 0, 1e9, NULL,                                   \
          "group weight decay (unset: weight_decay; 0 for no_decay groups)"}

@@ -6,7 +6,9 @@
  *   momentum mu != 0:  b <- g on the first step, else b <- mu b + (1 - dampening) g
  *                      d <- g + mu b (nesterov) or d <- b
  *   p <- p - lr d
- * mu is the group's beta1 (so onecycle's momentum cycling applies to it).
+ * mu is the group's hyper-parameter "momentum" (pl_hparam), which a
+ * scheduler may drive (onecycle's momentum cycling, as torch's OneCycleLR
+ * cycles 'momentum' for SGD).
  */
 #include "sgd.h"
 
@@ -93,8 +95,9 @@ static pl_status sgd_create(const pl_config_section *cfg, pl_run_context *ctx, v
     o->nesterov = nesterov;
     pl_optim_group_defaults d = {.lr = pl_cfg_float(cfg, "lr", 1e-3),
                                  .weight_decay = pl_cfg_float(cfg, "weight_decay", 0.0),
-                                 .beta1 = momentum,
-                                 .beta2 = 0.0};
+                                 .n_hparams = 1,
+                                 .hparam_name = {"momentum"},
+                                 .hparam_value = {momentum}};
     pl_status s = pl_optim_groups_build(cfg, ctx->params, "sgd", &d, &o->groups);
     if (s) {
         free(o);
@@ -132,7 +135,8 @@ static pl_status sgd_step(void *self) {
     sgd *o = self;
     pl_status s;
     for (int gi = 0; gi < o->groups.n; gi++) {
-        const pl_param_group *g = &o->groups.g[gi];
+        pl_param_group *g = &o->groups.g[gi];
+        const double mu = pl_group_hparam(g, "momentum")->value;
         for (int k = 0; k < g->n_params; k++) {
             pl_param *p = pl_params_at(o->params, g->param_index[k]);
             sgd_state *st = &o->st[g->param_index[k]];
@@ -147,12 +151,12 @@ static pl_status sgd_step(void *self) {
             float *pd = pl_tensor_f32(t), *gd = pl_tensor_f32(t->grad);
             if (!pd || !gd)
                 return pl_error_prefix(PL_ERR_DTYPE, "sgd: parameter '%s' (or its grad)", p->name);
-            bool mom = g->beta1 != 0.0;
+            bool mom = mu != 0.0;
             if (mom && !st->buf && (s = alloc_buf(st, p))) return s; /* momentum cycled on */
             if (mom && pl_tensor_numel(st->buf) != pl_tensor_numel(t))
                 return pl_error_set(PL_ERR_SHAPE, "sgd: parameter '%s' changed size", p->name);
             pl_sgd_hyper h = {.lr = g->lr,
-                              .momentum = g->beta1,
+                              .momentum = mu,
                               .dampening = o->dampening,
                               .weight_decay = g->weight_decay,
                               .nesterov = o->nesterov,
@@ -190,7 +194,7 @@ static pl_status sgd_state_visit(void *self, const pl_state_visitor *v) {
 
 static const pl_option_spec sgd_options[] = {
     {"lr", PL_OPT_FLOAT, "1e-3", 0, 1e9, NULL, "base learning rate (group initial_lr = lr x lr_scale)"},
-    {"momentum", PL_OPT_FLOAT, "0", 0, 1, NULL, "momentum factor mu (group beta1; cycled by onecycle)"},
+    {"momentum", PL_OPT_FLOAT, "0", 0, 1, NULL, "momentum factor mu (group hyper-parameter 'momentum'; cycled by onecycle)"},
     {"dampening", PL_OPT_FLOAT, "0", 0, 1, NULL, "dampening of the gradient in the momentum buffer"},
     {"nesterov", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "Nesterov momentum (needs momentum > 0, dampening = 0)"},

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_load.h"
 
 typedef struct bf16 {
     bool true_mode;
@@ -109,6 +110,7 @@ static const pl_precision_vtable vt = {
     .setup = bf16_setup,
     .loss_scale = bf16_loss_scale,
     .before_step = bf16_before_step,
+    .load_param = pl_prec_load_param,
 };
 
 PL_PLUGIN_DEFINE(bf16, PL_KIND_PRECISION, "1.0.0",

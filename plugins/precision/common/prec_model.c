@@ -4,23 +4,23 @@
 #include <math.h>
 
 static void add(pl_params *ps, const char *name, int64_t r, int64_t c, double std, uint64_t seed,
-                bool train, unsigned tags) {
+                bool train, unsigned tags, const char *role) {
     pl_tensor *t = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(r, c), seed));
     float *d = pl_tensor_f32(t);
     for (int64_t i = 0; i < r * c; i++) d[i] = (float)(d[i] * std);
     pl_tensor_set_requires_grad(t, train);
-    PL_CK_OK(pl_params_add(ps, name, t, tags));
+    PL_CK_OK(pl_params_add(ps, name, t, tags, role));
     pl_tensor_release(t);
 }
 
 void pm_add_params(pl_params *ps, uint64_t seed) {
-    add(ps, "base.weight", PM_H, PM_D, 0.2, seed, false, PL_TAG_BASE);
-    add(ps, "lora.A", PM_R, PM_D, 0.1, seed + 1, true, PL_TAG_LORA);
-    add(ps, "lora.B", PM_H, PM_R, 0.1, seed + 2, true, PL_TAG_LORA);
-    add(ps, "head.weight", 1, PM_H, 0.2, seed + 3, true, PL_TAG_HEAD);
+    add(ps, "base.weight", PM_H, PM_D, 0.2, seed, false, PL_TAG_BASE, NULL);
+    add(ps, "lora.A", PM_R, PM_D, 0.1, seed + 1, true, 0, "lora");
+    add(ps, "lora.B", PM_H, PM_R, 0.1, seed + 2, true, 0, "lora");
+    add(ps, "head.weight", 1, PM_H, 0.2, seed + 3, true, 0, "head");
     pl_tensor *b = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, PL_SHAPE(1), PL_CPU));
     pl_tensor_set_requires_grad(b, true);
-    PL_CK_OK(pl_params_add(ps, "head.bias", b, PL_TAG_NO_DECAY | PL_TAG_HEAD));
+    PL_CK_OK(pl_params_add(ps, "head.bias", b, PL_TAG_NO_DECAY, "head"));
     pl_tensor_release(b);
 }
 

@@ -1,6 +1,6 @@
 /* prec_model.h - a tiny LoRA-style model for the precision plugin tests
  * (test-only). y = head(relu(x W^T + (x A^T) B^T)) with W [H, D] frozen base
- * (PL_TAG_BASE), A [R, D] and B [H, R] adapters (PL_TAG_LORA), head [1, H] +
+ * (PL_TAG_BASE), A [R, D] and B [H, R] adapters (role "lora"), head [1, H] +
  * bias; loss = mse(y, target). The base matmul uses pl_nf4_matmul when W is
  * nf4, the way model plugins do. Parameters are looked up in the list at
  * every forward (never cached), so precision replacements are seen. */

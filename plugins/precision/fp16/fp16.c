@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_load.h"
 
 typedef struct fp16 {
     double scale;
@@ -124,6 +125,7 @@ static const pl_precision_vtable vt = {
     .loss_scale = fp16_loss_scale,
     .before_step = fp16_before_step,
     .state = fp16_state,
+    .load_param = pl_prec_load_param,
 };
 
 PL_PLUGIN_DEFINE(fp16, PL_KIND_PRECISION, "1.0.0",

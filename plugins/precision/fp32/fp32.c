@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_load.h"
 
 typedef struct fp32 {
     bool allow_tf32;
@@ -53,6 +54,7 @@ static const pl_precision_vtable vt = {
     .setup = fp32_setup,
     .loss_scale = fp32_loss_scale,
     .before_step = fp32_before_step,
+    .load_param = pl_prec_load_param,
 };
 
 PL_PLUGIN_DEFINE(fp32, PL_KIND_PRECISION, "1.0.0", "f32 everything (default precision)", opts, &vt)

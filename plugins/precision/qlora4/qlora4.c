@@ -31,6 +31,7 @@
 
 #include <pipeline/nf4.h>
 #include <pipeline/pipeline.h>
+#include "../common/prec_load.h"
 
 typedef struct qlora4 {
     pl_dtype compute;
@@ -206,6 +207,7 @@ static const pl_precision_vtable vt = {
     .loss_scale = q_loss_scale,
     .before_step = q_before_step,
     .state = q_state,
+    .load_param = pl_prec_load_param,
 };
 
 PL_PLUGIN_DEFINE(qlora4, PL_KIND_PRECISION, "1.0.0",

@@ -11,6 +11,7 @@
 
 #include "optim_testkit.h"
 #include "prec_model.h"
+#include "../common/prec_load.h"
 #include "pipeline/nf4.h"
 #include "runobjs.h"
 
@@ -210,7 +211,7 @@ START_TEST(qlora4_checkpoint_loads_onto_an_fp32_base) {
     PL_CK_OK(pl_st_open(path, &f));
     for (int i = 0; i < pl_params_count(ps); i++) {
         pl_param *p = pl_params_at(ps, i);
-        PL_CK_OK(pl_nf4_load_into(f, p->name, "precision.qlora4.v1.", p->t));
+        PL_CK_OK(pl_nf4_load_into(f, p->name, PL_QLORA4_STATE_PREFIX, p->t));
     }
     pl_st_close(f);
     ck_assert_int_eq(pl_params_find(ps, "base.weight")->t->dtype, PL_F32);

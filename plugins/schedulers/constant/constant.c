@@ -31,9 +31,8 @@ static pl_status constant_create(const pl_config_section *cfg, pl_run_context *c
 
 static void constant_destroy(void *self) { free(self); }
 
-static double constant_lr_factor(void *self, int64_t step, double *beta1) {
+static double constant_lr_factor(void *self, int64_t step) {
     const constant *c = self;
-    if (beta1) *beta1 = NAN;
     return pl_sched_warmup(step, c->warmup_steps, c->warmup_start);
 }
 

@@ -55,8 +55,7 @@ static pl_status cosine_create(const pl_config_section *cfg, pl_run_context *ctx
 
 static void cosine_destroy(void *self) { free(self); }
 
-static double cosine_lr_factor(void *self, int64_t step, double *beta1) {
-    if (beta1) *beta1 = NAN;
+static double cosine_lr_factor(void *self, int64_t step) {
     return pl_cosine_factor(self, step);
 }
 

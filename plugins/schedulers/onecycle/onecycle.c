@@ -119,12 +119,23 @@ static pl_status onecycle_create(const pl_config_section *cfg, pl_run_context *c
 
 static void onecycle_destroy(void *self) { free(self); }
 
-static double onecycle_factor(void *self, int64_t step, double *beta1) {
+static double onecycle_factor(void *self, int64_t step) {
     const onecycle *o = self;
     double m = NAN;
-    double lr = pl_onecycle_lr(&o->oc, step, &m);
-    if (beta1) *beta1 = o->oc.cycle_momentum ? m : NAN;
-    return lr / o->base_lr;
+    return pl_onecycle_lr(&o->oc, step, &m) / o->base_lr;
+}
+
+/* Momentum cycling as torch's OneCycleLR: the group's "momentum" (sgd) or,
+ * for Adam-style optimizers, "beta1"; a group with neither is left alone. */
+static void onecycle_drive(void *self, int64_t step, pl_param_group *g) {
+    const onecycle *o = self;
+    if (!o->oc.cycle_momentum) return;
+    pl_hparam *h = pl_group_hparam(g, "momentum");
+    if (!h) h = pl_group_hparam(g, "beta1");
+    if (!h) return;
+    double m = NAN;
+    pl_onecycle_lr(&o->oc, step, &m);
+    h->value = m;
 }
 
 /* A pure function of the step: nothing to save. */
@@ -143,7 +154,7 @@ static const pl_option_spec onecycle_options[] = {
     {"three_phase", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "third phase: back to initial_lr, then anneal to min_lr (fastai style)"},
     {"cycle_momentum", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
-     "cycle beta1 (adamw) / momentum (sgd) inversely to the lr"},
+     "cycle the optimizer's momentum (sgd) or beta1 (adamw) inversely to the lr"},
     {"base_momentum", PL_OPT_FLOAT, "0.85", 0, 1, NULL, "lowest momentum (at the lr peak)"},
     {"max_momentum", PL_OPT_FLOAT, "0.95", 0, 1, NULL, "highest momentum (at the ends)"},
     PL_OPTIONS_END};
@@ -152,6 +163,7 @@ static const pl_scheduler_vtable onecycle_vtable = {
     .create = onecycle_create,
     .destroy = onecycle_destroy,
     .lr_factor = onecycle_factor,
+    .drive = onecycle_drive,
     .on_validation = NULL,
     .state = onecycle_state,
     .monitor = NULL,

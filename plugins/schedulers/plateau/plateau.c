@@ -107,9 +107,8 @@ static pl_status plateau_create(const pl_config_section *cfg, pl_run_context *ct
 
 static void plateau_destroy(void *self) { free(self); }
 
-static double plateau_factor(void *self, int64_t step, double *beta1) {
+static double plateau_factor(void *self, int64_t step) {
     const plateau *o = self;
-    if (beta1) *beta1 = NAN;
     return o->p.lr / o->base_lr;
 }
 
