@@ -1,0 +1,141 @@
+/* chain.c - stage chaining and run directories: `[pipeline] requires`
+ * configs run first, `@INI:best|last` references in init_from, the
+ * runs/<name>/latest link and `--resume last`. */
+#include <dirent.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer_internal.h"
+
+const char *pl_trainer_latest_dir(const pl_config *cfg, char *buf, size_t n) {
+    const pl_config_section *p = pl_config_section_get(cfg, "pipeline");
+    const char *rd = pl_cfg_str(p, "run_dir", "runs");
+    const char *name = pl_cfg_str(p, "name", "");
+    char stem[128];
+    if (!name[0]) {
+        const char *path = pl_config_path(cfg), *b = strrchr(path, '/');
+        snprintf(stem, sizeof stem, "%s", b ? b + 1 : path);
+        char *dot = strrchr(stem, '.');
+        if (dot) *dot = 0;
+        name = stem;
+    }
+    snprintf(buf, n, "%s/%s/latest", rd, name);
+    return buf;
+}
+
+/* ---- stage chaining -------------------------------------------------------------------------- */
+
+int tr_run_requirements(trainer *t) {
+    int n = pl_config_requires_count(t->cfg);
+    for (int i = 0; i < n; i++) {
+        const char *req = pl_config_requires_at(t->cfg, i);
+        pl_config *rc = pl_config_load(req, 0, NULL, t->reg);
+        if (!rc) {
+            fprintf(stderr, "error: %s (required by %s): %s\n", req, pl_config_path(t->cfg),
+                    pl_error_message());
+            return 2;
+        }
+        char latest[PATH_MAX], ck[PATH_MAX + 64];
+        pl_trainer_latest_dir(rc, latest, sizeof latest);
+        snprintf(ck, sizeof ck, "%s/checkpoints/last.safetensors", latest);
+        if (access(ck, R_OK) == 0) {
+            printf("%s: requirement %s satisfied by %s\n", pl_config_path(t->cfg), req, latest);
+            pl_config_free(rc);
+            continue;
+        }
+        printf("%s needs %s, which has no finished run (%s missing): running it first\n",
+               pl_config_path(t->cfg), req, ck);
+        pl_config_print(rc, stdout);
+        pl_run_options o = {.config_path = req};
+        int rc_code = pl_trainer_run(rc, t->reg, &o);
+        pl_config_free(rc);
+        if (rc_code) return rc_code;
+    }
+    return 0;
+}
+
+/* init_from: a path or @INI:best|last */
+pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n) {
+    char ini[PATH_MAX], which[32];
+    int r = pl_config_parse_ref(t->cfg, v, ini, sizeof ini, which, sizeof which);
+    if (r < 0) return pl_error_status();
+    if (r == 0) {
+        snprintf(out, n, "%s", v);
+        return PL_OK;
+    }
+    pl_config *rc = pl_config_load(ini, 0, NULL, t->reg);
+    if (!rc) return pl_error_prefix(pl_error_status(), "init_from %s", v);
+    char latest[PATH_MAX];
+    pl_trainer_latest_dir(rc, latest, sizeof latest);
+    pl_config_free(rc);
+    snprintf(out, n, "%s/checkpoints/%s.safetensors", latest, which);
+    if (access(out, R_OK) != 0) {
+        /* a config without validation writes no best: fall back to last */
+        if (!strcmp(which, "best")) {
+            snprintf(out, n, "%s/checkpoints/last.safetensors", latest);
+            if (access(out, R_OK) == 0) return PL_OK;
+        }
+        return pl_error_set(PL_ERR_IO, "init_from %s: %s does not exist (run %s first, or list it "
+                            "in [pipeline] requires)", v, out, ini);
+    }
+    return PL_OK;
+}
+
+/* The newest run directory under `base` (timestamped names sort in time
+ * order) other than `self` that holds checkpoints/last.safetensors. */
+int tr_newest_last_checkpoint(const char *base, const char *self, char *out, size_t n) {
+    struct dirent **ents = NULL;
+    int k = scandir(base, &ents, NULL, alphasort), found = -1;
+    const char *self_leaf = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
+    for (int i = k - 1; i >= 0; i--) {
+        const char *d = ents[i]->d_name;
+        if (found < 0 && d[0] != '.' && strcmp(d, "latest") && strcmp(d, self_leaf)) {
+            snprintf(out, n, "%s/%s/checkpoints/last.safetensors", base, d);
+            if (access(out, R_OK) == 0) found = 0;
+        }
+        free(ents[i]);
+    }
+    free(ents);
+    return found;
+}
+
+pl_status tr_make_run_dir(trainer *t) {
+    const char *rd = pl_cfg_str(t->pipe, "run_dir", "runs");
+    char latest[PATH_MAX];
+    pl_trainer_latest_dir(t->cfg, latest, sizeof latest);
+    char base[PATH_MAX];
+    snprintf(base, sizeof base, "%s", latest);
+    *strrchr(base, '/') = 0;
+    const char *slash = strrchr(base, '/');
+    snprintf(t->name, sizeof t->name, "%s", slash ? slash + 1 : base);
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    char stamp[64];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int k = 0; k < 100; k++) {
+        if (k)
+            snprintf(t->run_dir, sizeof t->run_dir, "%s/%s-%d", base, stamp, k);
+        else
+            snprintf(t->run_dir, sizeof t->run_dir, "%s/%s", base, stamp);
+        if (access(t->run_dir, F_OK) != 0) break;
+    }
+    char ck[PATH_MAX + 16];
+    snprintf(ck, sizeof ck, "%s/checkpoints", t->run_dir);
+    if (tr_mkdir_p(ck))
+        return pl_error_set(PL_ERR_IO, "cannot create run directory %s (run_dir = %s): %s",
+                            t->run_dir, rd, strerror(errno));
+    unlink(latest);
+    const char *leaf = strrchr(t->run_dir, '/') + 1;
+    if (symlink(leaf, latest))
+        fprintf(stderr, "warning: cannot update %s: %s\n", latest, strerror(errno));
+    snprintf(t->last_path, sizeof t->last_path, "%s/checkpoints/last.safetensors", t->run_dir);
+    return PL_OK;
+}

@@ -1,0 +1,117 @@
+/* report.c - the run report: summary.json (written for failed runs too)
+ * and the report printed at the end of a successful run. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "trainer_internal.h"
+
+/* ---- report ----------------------------------------------------------------------------------- */
+
+static cJSON *metrics_json(const pl_metrics *m) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; i < m->n; i++)
+        cJSON_AddNumberToObject(o, m->name[i], m->count[i] ? m->sum[i] / m->count[i] : NAN);
+    return o;
+}
+
+static void add_phase(cJSON *o, const char *name, const phase_time *p) {
+    cJSON *ph = cJSON_AddObjectToObject(o, name);
+    cJSON_AddNumberToObject(ph, "seconds", p->seconds);
+    cJSON_AddNumberToObject(ph, "peak_memory_bytes", (double)p->peak_bytes);
+}
+
+void tr_write_summary(trainer *t, int status) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "config", pl_config_path(t->cfg));
+    cJSON_AddStringToObject(o, "run_dir", t->run_dir);
+    cJSON_AddStringToObject(o, "status", status ? "failed" : "ok");
+    cJSON_AddNumberToObject(o, "total_wall_seconds", tr_now() - t->t_start);
+    cJSON_AddNumberToObject(o, "fit_seconds", t->fit_s);
+    cJSON *ep = cJSON_AddArrayToObject(o, "epoch_seconds");
+    double sum = 0;
+    for (int64_t i = 0; i < t->n_epoch_s; i++) {
+        cJSON_AddItemToArray(ep, cJSON_CreateNumber(t->epoch_s[i]));
+        sum += t->epoch_s[i];
+    }
+    cJSON_AddNumberToObject(o, "time_per_epoch_seconds", t->n_epoch_s ? sum / t->n_epoch_s : 0);
+    cJSON_AddNumberToObject(o, "test_seconds", t->test_s);
+    cJSON_AddNumberToObject(o, "export_seconds", t->export_s);
+    cJSON_AddNumberToObject(o, "epochs", (double)t->epoch);
+    cJSON_AddNumberToObject(o, "optimizer_steps", (double)t->step);
+    cJSON_AddNumberToObject(o, "seconds_per_step",
+                            t->step > 0 && t->train_seconds > 0 ? t->train_seconds / (double)t->step
+                                                                 : 0);
+    cJSON_AddNumberToObject(o, "frozen_parameter_bytes", (double)t->frozen_bytes);
+    cJSON_AddNumberToObject(o, "trainable_parameter_bytes", (double)t->trainable_bytes);
+    cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early);
+    cJSON_AddNumberToObject(o, "train_samples_per_second",
+                            t->train_seconds > 0 ? t->train_samples / t->train_seconds : 0);
+    cJSON_AddNumberToObject(o, "data_wait_fraction",
+                            t->train_seconds > 0 ? t->data_wait / t->train_seconds : 0);
+    char dev[32];
+    cJSON *mem = cJSON_AddObjectToObject(o, "phases");
+    add_phase(mem, "fit", &t->ph_fit);
+    add_phase(mem, "test", &t->ph_test);
+    add_phase(mem, "export", &t->ph_export);
+    cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
+    pl_alloc_stats as = pl_alloc_get_stats(t->ctx.device);
+    cJSON_AddNumberToObject(o, "peak_memory_bytes",
+                            (double)fmax(fmax((double)t->ph_fit.peak_bytes,
+                                              (double)t->ph_test.peak_bytes),
+                                         (double)t->ph_export.peak_bytes));
+    cJSON_AddNumberToObject(o, "allocator_system_allocs", (double)as.system_allocs);
+    cJSON_AddNumberToObject(o, "allocator_cache_hits", (double)as.cache_hits);
+    cJSON_AddItemToObject(o, "val_metrics", metrics_json(&t->last_val));
+    if (t->have_best) {
+        cJSON_AddStringToObject(o, "monitor", t->monitor);
+        cJSON_AddNumberToObject(o, "best_monitor", t->best);
+    }
+    if (t->have_test) cJSON_AddItemToObject(o, "test_metrics", metrics_json(&t->test_metrics));
+    if (t->have_avg_test) {
+        char key[96];
+        snprintf(key, sizeof key, "%s_test_metrics", t->avg.desc->name);
+        cJSON_AddItemToObject(o, key, metrics_json(&t->avg_test_metrics));
+    }
+    cJSON_AddStringToObject(o, "best_checkpoint", t->best_path);
+    cJSON_AddStringToObject(o, "last_checkpoint", t->last_path);
+    cJSON_AddStringToObject(o, "outputs", t->outputs_path);
+    char *txt = cJSON_Print(o);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/summary.json", t->run_dir);
+    FILE *f = fopen(path, "w");
+    if (f && txt) {
+        fputs(txt, f);
+        fputc('\n', f);
+        fclose(f);
+    }
+    if (status) { /* a failed run: summary.json records what there is; no report */
+        free(txt);
+        cJSON_Delete(o);
+        return;
+    }
+    /* the report printed at the end */
+    tr_log(t, "\n== run report (%s) ==\n", t->run_dir);
+    tr_log(t, "  total wall time    %10.1f s\n", tr_now() - t->t_start);
+    tr_log(t, "  fit                %10.1f s   (%lld epochs, %.2f s/epoch)\n", t->fit_s,
+          (long long)t->epoch, t->n_epoch_s ? sum / t->n_epoch_s : 0);
+    tr_log(t, "  test               %10.1f s\n", t->test_s);
+    tr_log(t, "  export             %10.1f s\n", t->export_s);
+    tr_log(t, "  peak memory (%s)  fit %.1f MiB  test %.1f MiB  export %.1f MiB\n", dev,
+          t->ph_fit.peak_bytes / 1048576.0, t->ph_test.peak_bytes / 1048576.0,
+          t->ph_export.peak_bytes / 1048576.0);
+    if (t->have_test)
+        for (int i = 0; i < t->test_metrics.n; i++)
+            tr_log(t, "  test_%-18s %10.5f\n", t->test_metrics.name[i],
+                  pl_metrics_get(&t->test_metrics, t->test_metrics.name[i]));
+    if (t->best_path[0]) tr_log(t, "  best checkpoint    %s\n", t->best_path);
+    if (t->outputs_path[0]) tr_log(t, "  outputs            %s\n", t->outputs_path);
+    tr_log(t, "  summary            %s\n", path);
+    free(txt);
+    cJSON_Delete(o);
+}

@@ -1,0 +1,126 @@
+/* trainer_internal.h - what the trainer's files share (core only).
+ *
+ * The trainer is four files with one job each:
+ *   trainer.c     the loop: stages, fit (train + validation), test, export
+ *   checkpoint.c  checkpoints: save, load, resume, the best of an earlier run
+ *   report.c      the run report: summary.json and the closing report
+ *   chain.c       stage chaining and run directories: requires, init_from,
+ *                 runs/<name>/latest, --resume last
+ * log.txt and metrics.csv rows are written by tr_log / tr_metric_row.
+ */
+#ifndef PL_TRAINER_INTERNAL_H
+#define PL_TRAINER_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "internal.h"
+#include "trainer.h"
+
+#define CKPT_FORMAT "pipeline-checkpoint-1"
+
+typedef struct stage {
+    const char *section;
+    const pl_plugin_desc *desc;
+    const pl_config_section *cfg;
+    const void *vt;
+    void *self;
+} stage;
+
+typedef struct phase_time {
+    double seconds;
+    size_t peak_bytes;
+} phase_time;
+
+typedef struct trainer {
+    pl_config *cfg;
+    pl_registry *reg;
+    const pl_run_options *opts;
+    const pl_config_section *pipe, *tr;
+    pl_run_context ctx;
+    char run_dir[PATH_MAX];
+    char name[128];
+    stage loader, model, optim, avg, prec;
+    stage sched[PL_MAX_SCHEDULERS]; /* every [scheduler*] section, file order */
+    int n_sched;
+    FILE *log, *metrics;
+    bool tty;
+
+    /* settings */
+    int64_t max_epochs, max_steps, accum, log_every;
+    double clip;
+    bool clip_norm, early_stop, mode_max, on_nan_skip, save_last, save_best, do_test, do_export;
+    double min_delta;
+    int64_t patience, val_every_epochs, ckpt_every, ckpt_every_steps;
+    double limit[PL_SPLIT_COUNT];
+    double val_interval;
+    const char *monitor;
+
+    /* state (saved in checkpoints) */
+    int64_t epoch, step, micro;
+    int64_t batch;         /* next batch of `epoch` (0: at an epoch boundary) */
+    int64_t accum_pending; /* micro-batches accumulated since the last step */
+    double ep_loss_sum;    /* the epoch's train-loss sum and count so far */
+    int64_t ep_loss_n;
+    double best;
+    int64_t bad_vals;
+    bool have_best;
+    double last_finite_loss;
+
+    /* report */
+    double t_start, fit_s, test_s, export_s;
+    double *epoch_s;
+    int64_t n_epoch_s;
+    phase_time ph_fit, ph_test, ph_export;
+    pl_metrics last_val, test_metrics, avg_test_metrics;
+    bool have_test, have_avg_test;
+    char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
+    double train_samples, train_seconds, data_wait;
+    size_t frozen_bytes, trainable_bytes; /* parameter storage after precision setup */
+    bool stopped_early;
+} trainer;
+
+#define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)
+#define MODEL(t) ((const pl_model_vtable *)(t)->model.vt)
+#define OPTIM(t) ((const pl_optimizer_vtable *)(t)->optim.vt)
+#define SCHED(s) ((const pl_scheduler_vtable *)(s)->vt)
+#define AVG(t) ((const pl_averager_vtable *)(t)->avg.vt)
+#define PREC(t) ((const pl_precision_vtable *)(t)->prec.vt)
+
+/* ---- trainer.c ---- */
+double tr_now(void); /* monotonic seconds */
+/* printf to stdout (clearing the progress line) and log.txt */
+void tr_log(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int tr_mkdir_p(const char *path); /* mkdir -p; 0 or -1 with errno */
+void tr_metric_row(trainer *t, const char *key, double v); /* one metrics.csv row */
+/* log "<prefix>_<name> value" for each metric and add metrics.csv rows */
+void tr_print_metrics(trainer *t, const char *prefix, const pl_metrics *m);
+
+/* ---- checkpoint.c ---- */
+/* Weights, every stage's state and the loop counters to `path` (temp file,
+ * fsync, rename). */
+pl_status tr_save_checkpoint(trainer *t, const char *path);
+/* Parameters (all must be present unless weights_only) and, for a resume,
+ * every stage's state and the loop counters; errors name the file and key. */
+pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only);
+/* After a resume: adopt the earlier run's best.safetensors as this run's best
+ * checkpoint when the restored best value came from it. */
+void tr_adopt_earlier_best(trainer *t, const char *resumed);
+
+/* ---- report.c ---- */
+/* summary.json (status "ok" or "failed") and, for a successful run, the report. */
+void tr_write_summary(trainer *t, int status);
+
+/* ---- chain.c ---- */
+/* Run every `requires` config without a finished run; CLI exit code. */
+int tr_run_requirements(trainer *t);
+/* init_from value (a path or @INI:best|last) to a checkpoint path. */
+pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n);
+/* Newest run directory under `base` other than `self` with a last checkpoint. */
+int tr_newest_last_checkpoint(const char *base, const char *self, char *out, size_t n);
+/* A new timestamped run directory and the runs/<name>/latest link. */
+pl_status tr_make_run_dir(trainer *t);
+
+#endif
