@@ -270,6 +270,37 @@ START_TEST(unknown_section_suggests_nearest) {
 }
 END_TEST
 
+/* Every [scheduler] / [scheduler<SUFFIX>] section is one scheduler of a list,
+ * kept in file order at the place of [scheduler]; each is validated like any
+ * stage section. */
+START_TEST(schedulers_are_a_list_in_file_order) {
+    pl_config *c = load(BASE "[scheduler_warm]\nplugin = fx_sched\nwarmup_steps = 1\n"
+                             "[scheduler]\nplugin = fx_sched\nwarmup_steps = 2\n"
+                             "[scheduler2]\nplugin = fx_sched\nwarmup_steps = 3\n",
+                        "scheduler2.anneal=linear", NULL);
+    ck_assert_msg(c != NULL, "%s", pl_error_message());
+    const char *want[] = {"scheduler_warm", "scheduler", "scheduler2"};
+    int k = 0;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const char *name = pl_cfg_section_name(pl_config_section_at(c, i));
+        if (pl_stage_section_kind(name) != PL_KIND_SCHEDULER) continue;
+        ck_assert_int_lt(k, 3);
+        ck_assert_str_eq(name, want[k]);
+        ck_assert_int_eq((int)pl_cfg_int(pl_config_section_at(c, i), "warmup_steps", -1), k + 1);
+        k++;
+    }
+    ck_assert_int_eq(k, 3);
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "scheduler2"), "anneal", ""), "linear");
+    pl_config_free(c);
+    const char *m = load_fails(BASE "[scheduler2]\nplugin = fx_sched\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "[scheduler2] is missing the required key 'warmup_steps'");
+    m = load_fails(BASE "[scheduler_x]\nplugin = fx_optim\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "expected a scheduler plugin");
+    m = load_fails(BASE "[scheduler-x]\nplugin = fx_sched\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "unknown section [scheduler-x]");
+}
+END_TEST
+
 START_TEST(syntax_errors_have_line_numbers) {
     const char *m = load_fails(BASE "this is not ini\n", NULL, PL_ERR_CONFIG);
     CK_HAS(m, at(5));
