@@ -449,7 +449,7 @@ pl_status pl_nf4_load_into(const pl_st_file *f, const char *name, const char *st
         pl_tensor *am = pl_st_load(f, key);
         if (!am)
             return pl_error_set(PL_ERR_IO, "tensor '%s' holds nf4 codes but the quantization state "
-                                "'%s' is missing (not a qlora4 checkpoint?)", name, key);
+                                "'%s' is missing (a checkpoint without NF4 quantization state?)", name, key);
         pl_tensor *q = pl_tensor_new_owned(PL_NF4, dst->ndim, dst->shape, PL_CPU);
         if (!q) {
             pl_tensor_release(am);
@@ -487,7 +487,7 @@ pl_tensor *pl_nf4_matmul(pl_tensor *x, pl_tensor *w) {
     if (!x || !w) return NULL;
     if (w->dtype != PL_NF4) {
         pl_error_set(PL_ERR_DTYPE, "nf4_matmul: weight %s must be nf4 (quantize it with "
-                     "pl_nf4_quantize or the qlora4 precision)", pl_tensor_describe(w, bw, sizeof bw));
+                     "pl_nf4_quantize or a quantizing precision stage)", pl_tensor_describe(w, bw, sizeof bw));
         return NULL;
     }
     if (check_nf4("nf4_matmul", w) || pl_check_ndim("nf4_matmul", w, 2, 2) ||

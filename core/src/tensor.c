@@ -599,7 +599,7 @@ pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     if (dst->dtype == PL_NF4 || src->dtype == PL_NF4) {
         if (dst->dtype != src->dtype)
             return pl_error_set(PL_ERR_DTYPE, "copy: cannot convert %s <- %s (nf4 converts only via "
-                                "the qlora4 quantizer)", pl_tensor_describe(dst, b1, sizeof b1),
+                                "the NF4 quantizer, pl_nf4_quantize)", pl_tensor_describe(dst, b1, sizeof b1),
                                 pl_tensor_describe(src, b2, sizeof b2));
     }
     bool same_dev = pl_device_eq(dst->device, src->device);
