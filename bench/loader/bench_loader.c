@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         t0 = now_s();
-        L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0);
+        L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0);
         pl_batch bt;
         double acc = 0;
         long nb = 0;
