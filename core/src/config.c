@@ -49,6 +49,7 @@ struct pl_config {
     pl_config_section **s;
     int n_req;
     char **req;
+    bool partial; /* pl_config_load_partial: no required-sections check */
 };
 
 static char *xstrdup(const char *s) {
@@ -867,7 +868,7 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
                             sug ? "; did you mean [" : "", sug ? sug : "", sug ? "]?" : "");
     }
     const char *const *req = pl_config_required_sections();
-    for (int k = 0; req[k]; k++) {
+    for (int k = 0; req[k] && !c->partial; k++) {
         if (find_section(c, req[k])) continue;
         pl_hint_set("add a [%s] section with `plugin = NAME` (see `pipeline plugins`)", req[k]);
         return pl_error_set(PL_ERR_CONFIG, "%s: missing section [%s]", c->path, req[k]);
@@ -915,12 +916,13 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
  * ==================================================================== */
 
 static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
-                              const char *const *overrides, pl_registry *reg) {
+                              const char *const *overrides, pl_registry *reg, bool partial) {
     pl_config *c = calloc(1, sizeof *c);
     if (!c) {
         pl_error_set(PL_ERR_NOMEM, "config: out of memory");
         return NULL;
     }
+    c->partial = partial;
     c->path = xstrdup(name);
     c->dir = xstrdup(base_dir ? base_dir : ".");
     if (!c->path || !c->dir) goto fail;
@@ -941,7 +943,17 @@ pl_config *pl_config_load_string(const char *text, const char *name, const char 
         pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, reg);
+    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, reg, false);
+}
+
+pl_config *pl_config_load_partial(const char *text, const char *name, pl_registry *reg) {
+    pl_hint_clear();
+    pl_error_clear();
+    if (!text || !reg) {
+        pl_error_set(PL_ERR_INVALID, "pl_config_load_partial: NULL %s", !text ? "text" : "registry");
+        return NULL;
+    }
+    return load_common(text, name ? name : "<string>", NULL, 0, NULL, reg, true);
 }
 
 pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
@@ -1004,7 +1016,7 @@ pl_config *pl_config_load(const char *path, int n_over, const char *const *overr
         *slash = '\0';
     else
         snprintf(dir, sizeof dir, ".");
-    pl_config *c = load_common(text, path, dir, n_over, overrides, reg);
+    pl_config *c = load_common(text, path, dir, n_over, overrides, reg, false);
     free(text);
     return c;
 }

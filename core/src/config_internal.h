@@ -47,6 +47,10 @@ pl_config *pl_config_load(const char *path, int n_over, const char *const *overr
  * (NULL: current directory). */
 pl_config *pl_config_load_string(const char *text, const char *name, const char *base_dir,
                                  int n_over, const char *const *overrides, pl_registry *reg);
+/* The same for a config that need not be runnable: the sections present
+ * are resolved and validated exactly as above, but [data] and [model] may
+ * be missing (the test harness validates one stage section this way). */
+pl_config *pl_config_load_partial(const char *text, const char *name, pl_registry *reg);
 void pl_config_free(pl_config *c);
 
 /* Split "section.key=value" (section: [A-Za-z0-9_]+; key non-empty, may
