@@ -46,18 +46,18 @@ START_TEST(groups_are_built_from_globs_and_tags) {
     tk_add_param(&r, "frozen.weight", PL_SHAPE(2), NULL, false);
     pl_tensor *h = tk_add_param(&r, "out.proj", PL_SHAPE(3), NULL, true);
     (void)h;
-    snprintf(pl_params_find(r.ctx.params, "out.proj")->role, PL_ROLE_MAX, "head");
+    snprintf(pl_params_find(r.ctx->params, "out.proj")->role, PL_ROLE_MAX, "head");
     tk_open(&r, "optimizer", "adamw", NULL,
             "lr = 0.1\nweight_decay = 0.03\ngroup.no_decay.match = *bias,*norm*\n"
             "group.head.tags = head\ngroup.head.lr_scale = 0.25\n");
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_int_eq(vt->num_groups(self), 3);
     pl_param_group *g0 = vt->group(self, 0), *g1 = vt->group(self, 1), *g2 = vt->group(self, 2);
     ck_assert_str_eq(g0->name, "default");
     ck_assert_int_eq(g0->n_params, 1); /* enc.weight; frozen.weight excluded */
-    ck_assert_str_eq(pl_params_at(r.ctx.params, g0->param_index[0])->name, "enc.weight");
+    ck_assert_str_eq(pl_params_at(r.ctx->params, g0->param_index[0])->name, "enc.weight");
     ck_assert_double_eq_tol(g0->weight_decay, 0.03, 1e-15);
     ck_assert_double_eq_tol(g0->initial_lr, 0.1, 1e-15);
     ck_assert_str_eq(g1->name, "no_decay");
@@ -93,12 +93,12 @@ START_TEST(group_without_selector_or_with_bad_tag_is_refused) {
     tk_open(&r, "optimizer", "adamw", NULL, "group.head.lr_scale = 2\n");
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_ptr_null(self);
     ck_assert_msg(strstr(pl_error_message(), "group 'head' selects nothing"), "%s",
                   pl_error_message());
     tk_open(&r, "optimizer", "adamw", NULL, "group.x.tags = no_decay,heads\n");
-    ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "unknown parameter tag 'heads'"), "%s",
                   pl_error_message());
     tk_close(&r);
@@ -112,7 +112,7 @@ START_TEST(wrong_gradient_dtype_is_an_error_naming_the_parameter) {
     tk_open(&r, "optimizer", "adamw", NULL, NULL);
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     w->grad = PL_CK_NOTNULL(pl_tensor_zeros(PL_F64, PL_SHAPE(4), PL_CPU));
     ck_assert_int_ne(vt->step(self), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "layer.w"), "%s", pl_error_message());

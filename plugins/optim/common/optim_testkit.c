@@ -6,14 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_internal.h"
-#include "registry.h"
-#include "runobjs.h"
-
-#ifndef PL_FIXTURE_GOOD_DIR
-#define PL_FIXTURE_GOOD_DIR PL_TEST_BINARY_DIR "/tests/fixtures/plugins/good"
-#endif
-
 cJSON *tk_json(const char *file) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/optim/%s", PL_TEST_SOURCE_DIR, file);
@@ -51,30 +43,17 @@ const cJSON *tk_case(const cJSON *root, const char *name) {
 
 void tk_init(tk_run *r) {
     memset(r, 0, sizeof *r);
-    r->ctx.device = PL_CPU;
-    r->ctx.seed = 1;
-    r->ctx.params = PL_CK_NOTNULL(pl_params_new());
-    r->ctx.meta = PL_CK_NOTNULL(pl_meta_new());
+    r->base = PL_CK_NOTNULL(pl_harness_new(NULL, NULL, NULL));
+    r->ctx = pl_harness_ctx(r->base);
+    r->ctx->seed = 1;
 }
 
 pl_status tk_try_open(tk_run *r, const char *section, const char *plugin, const char *ini_body) {
-    char ini[8192];
-    snprintf(ini, sizeof ini,
-             "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n[%s]\nplugin = %s\n%s",
-             section, plugin, ini_body ? ini_body : "");
-    if (!r->reg) {
-        r->reg = pl_registry_new();
-        ck_assert_ptr_nonnull(r->reg);
-        PL_CK_OK(pl_registry_add_dir(r->reg, PL_TEST_PLUGIN_DIR));
-        PL_CK_OK(pl_registry_add_dir(r->reg, PL_FIXTURE_GOOD_DIR));
-    }
-    if (r->cfg) pl_config_free(r->cfg);
-    r->cfg = pl_config_load_string(ini, "test.ini", NULL, 0, NULL, r->reg);
-    if (!r->cfg) return pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL;
-    r->sec = pl_config_section_get(r->cfg, section);
-    const pl_plugin_desc *d = pl_config_plugin(r->cfg, section);
-    ck_assert_msg(r->sec && d, "[%s] not resolved", section);
-    r->vtable = d->vtable;
+    pl_harness_free(r->stage);
+    r->stage = pl_harness_new_shared(r->base, section, plugin, ini_body);
+    if (!r->stage) return pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL;
+    r->sec = pl_harness_section(r->stage);
+    r->vtable = pl_harness_vtable(r->stage);
     return PL_OK;
 }
 
@@ -96,24 +75,24 @@ void tk_open(tk_run *r, const char *section, const char *plugin, const cJSON *op
 }
 
 void tk_close(tk_run *r) {
-    pl_config_free(r->cfg);
-    if (r->reg) pl_registry_free(r->reg);
-    pl_params_free(r->ctx.params);
-    pl_meta_free(r->ctx.meta);
+    pl_harness_free(r->stage);
+    pl_harness_free(r->base);
     memset(r, 0, sizeof *r);
 }
 
 pl_tensor *tk_add_param(tk_run *r, const char *name, int ndim, const int64_t *shape,
                         const double *vals, bool trainable) {
-    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, ndim, shape, PL_CPU));
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    float *f = NULL;
     if (vals) {
-        float *d = pl_tensor_f32(t);
-        for (int64_t i = 0; i < pl_tensor_numel(t); i++) d[i] = (float)vals[i];
+        f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+        ck_assert_ptr_nonnull(f);
+        for (int64_t i = 0; i < n; i++) f[i] = (float)vals[i];
     }
-    pl_tensor_set_requires_grad(t, trainable);
-    PL_CK_OK(pl_params_add(r->ctx.params, name, t, 0, NULL));
-    pl_tensor_release(t); /* the list holds its own reference */
-    return pl_params_find(r->ctx.params, name)->t;
+    pl_tensor *t = PL_CK_NOTNULL(pl_harness_add_param(r->base, name, ndim, shape, f, 0, NULL, trainable));
+    free(f);
+    return t;
 }
 
 double *tk_doubles(const cJSON *a, int *n) {
@@ -134,99 +113,40 @@ bool tk_near(double a, double b, double rtol, double atol) {
 
 /* ---- checkpoint state round trip ------------------------------------------ */
 
-#define TK_STATE_MAX 256
-struct tk_state {
-    int n;
-    char name[TK_STATE_MAX][PL_NAME_MAX + 64];
-    pl_tensor *t[TK_STATE_MAX]; /* NULL for scalars */
-    double v[TK_STATE_MAX];
-    bool loading;
-    int used;
-};
-
-static int state_find(const tk_state *st, const char *name) {
-    for (int i = 0; i < st->n; i++)
-        if (!strcmp(st->name[i], name)) return i;
-    return -1;
-}
-
-static pl_status visit_tensor(void *ctx, const char *name, pl_tensor *t) {
-    tk_state *st = ctx;
-    if (st->loading) {
-        int i = state_find(st, name);
-        if (i < 0 || !st->t[i]) return pl_error_set(PL_ERR_IO, "checkpoint has no tensor '%s'", name);
-        st->used++;
-        return pl_tensor_copy_(t, st->t[i]);
-    }
-    if (st->n >= TK_STATE_MAX || state_find(st, name) >= 0)
-        return pl_error_set(PL_ERR_INVALID, "state name '%s' repeated or too many", name);
-    snprintf(st->name[st->n], sizeof st->name[0], "%s", name);
-    st->t[st->n] = pl_tensor_to(t, PL_F32, PL_CPU);
-    if (!st->t[st->n]) return pl_error_status();
-    st->n++;
-    return PL_OK;
-}
-
-static pl_status visit_scalar(void *ctx, const char *name, double *v) {
-    tk_state *st = ctx;
-    if (st->loading) {
-        int i = state_find(st, name);
-        if (i < 0 || st->t[i]) return pl_error_set(PL_ERR_IO, "checkpoint has no scalar '%s'", name);
-        st->used++;
-        *v = st->v[i];
-        return PL_OK;
-    }
-    if (st->n >= TK_STATE_MAX || state_find(st, name) >= 0)
-        return pl_error_set(PL_ERR_INVALID, "state name '%s' repeated or too many", name);
-    snprintf(st->name[st->n], sizeof st->name[0], "%s", name);
-    st->t[st->n] = NULL;
-    st->v[st->n++] = *v;
-    return PL_OK;
-}
-
 tk_state *tk_state_save(tk_state_fn fn, void *self) {
-    tk_state *st = calloc(1, sizeof *st);
-    ck_assert_ptr_nonnull(st);
-    pl_state_visitor v = {st, visit_tensor, visit_scalar};
-    PL_CK_OK(fn(self, &v));
+    tk_state *st = PL_CK_NOTNULL(pl_snapshot_new());
+    PL_CK_OK(pl_snapshot_save_state(st, fn, self));
     return st;
 }
 
+/* every saved entry must be asked for (pl_snapshot_load_state checks) */
 void tk_state_load(tk_state *st, tk_state_fn fn, void *self) {
-    st->loading = true;
-    st->used = 0;
-    pl_state_visitor v = {st, visit_tensor, visit_scalar};
-    PL_CK_OK(fn(self, &v));
-    ck_assert_msg(st->used == st->n, "load visited %d of %d saved entries", st->used, st->n);
-    st->loading = false;
+    PL_CK_OK(pl_snapshot_load_state(st, fn, self));
 }
 
-int tk_state_count(const tk_state *st) { return st->n; }
+int tk_state_count(const tk_state *st) { return pl_snapshot_count(st); }
 
 double tk_state_scalar(const tk_state *st, const char *name, bool *found) {
-    int i = state_find(st, name);
-    if (found) *found = i >= 0 && !st->t[i];
-    return (i >= 0 && !st->t[i]) ? st->v[i] : NAN;
+    return pl_snapshot_scalar(st, name, found);
 }
 
-void tk_state_free(tk_state *st) {
-    if (!st) return;
-    for (int i = 0; i < st->n; i++) pl_tensor_release(st->t[i]);
-    free(st);
-}
+void tk_state_free(tk_state *st) { pl_snapshot_free(st); }
 
 /* ---- optimizer reference runs --------------------------------------------------- */
 
-static void set_grad(pl_tensor *t, const cJSON *g) {
-    pl_tensor_release(t->grad);
-    t->grad = NULL;
-    if (cJSON_IsNull(g)) return;
+static void set_grad(tk_run *r, pl_tensor *t, const cJSON *g) {
+    if (cJSON_IsNull(g)) {
+        PL_CK_OK(pl_harness_set_grad(r->base, t->name, NULL));
+        return;
+    }
     int n;
     double *v = tk_doubles(g, &n);
     ck_assert_int_eq(n, pl_tensor_numel(t));
-    t->grad = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, t->ndim, t->shape, PL_CPU));
-    float *d = pl_tensor_f32(t->grad);
-    for (int i = 0; i < n; i++) d[i] = (float)v[i];
+    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) f[i] = (float)v[i];
+    PL_CK_OK(pl_harness_set_grad(r->base, t->name, f));
+    free(f);
     free(v);
 }
 
@@ -252,7 +172,7 @@ void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at) {
     tk_open(&r, "optimizer", plugin, cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     const cJSON *grads = cJSON_GetObjectItemCaseSensitive(c, "grads");
     const cJSON *expected = cJSON_GetObjectItemCaseSensitive(c, "expected");
     int steps = cJSON_GetArraySize(grads);
@@ -261,12 +181,12 @@ void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at) {
             tk_state *st = tk_state_save(vt->state, self);
             vt->destroy(self);
             self = NULL;
-            PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+            PL_CK_OK(vt->create(r.sec, r.ctx, &self));
             tk_state_load(st, vt->state, self);
             tk_state_free(st);
         }
         const cJSON *gs = cJSON_GetArrayItem(grads, s), *es = cJSON_GetArrayItem(expected, s);
-        for (int i = 0; i < np; i++) set_grad(ts[i], cJSON_GetArrayItem(gs, i));
+        for (int i = 0; i < np; i++) set_grad(&r, ts[i], cJSON_GetArrayItem(gs, i));
         PL_CK_OK(vt->step(self));
         for (int i = 0; i < np; i++) {
             int n;

@@ -1,26 +1,29 @@
-/* optim_testkit.h - helpers for the optimizer / averager / scheduler plugin
- * tests (test-only; compiled into each test, never into a plugin).
+/* optim_testkit.h - helpers for the optimizer / averager / scheduler /
+ * precision plugin tests (test-only; compiled into each test, never into a
+ * plugin): a thin layer over the public harness (pipeline/testing.h) that
+ * adds the JSON reference files and Check assertions.
  *
  * A test loads a reference file written by tools/gen_optim_reference.py
  * (tests/data/optim/<file>.json) and builds the plugin under test through the
- * real path: registry (the build's plugin dir + the fixture plugins of
- * tests/fixtures for the mandatory [data] / [model] sections), config from
- * an INI string with the case's options, run context with params and meta.
+ * real path: registry and option validation of one INI section
+ * (pl_harness_new_shared over a run context that outlives every tk_open).
  */
 #ifndef PL_OPTIM_TESTKIT_H
 #define PL_OPTIM_TESTKIT_H
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
 
-#include "pl_test.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/testing.h"
+#include "pl_test.h"
 
 typedef struct tk_run {
-    struct pl_registry *reg;
-    pl_config *cfg;
+    pl_harness *base;  /* owns the run context */
+    pl_harness *stage; /* the section of the last tk_open, sharing base's context */
     const pl_config_section *sec;
-    const void *vtable; /* the plugin's pl_<kind>_vtable */
-    pl_run_context ctx; /* params and meta owned by the kit */
+    const void *vtable;  /* the plugin's pl_<kind>_vtable */
+    pl_run_context *ctx; /* params and meta owned by the kit */
 } tk_run;
 
 /* Parsed tests/data/optim/<file>; "cases" array via tk_cases. */
@@ -51,9 +54,10 @@ bool tk_near(double a, double b, double rtol, double atol);
 
 /* ---- checkpoint state round trip --------------------------------------- */
 
-/* In-memory checkpoint: what a plugin's state(visitor) listed. */
-typedef struct tk_state tk_state;
-typedef pl_status (*tk_state_fn)(void *self, const pl_state_visitor *v);
+/* In-memory checkpoint: what a plugin's state(visitor) listed (a harness
+ * snapshot; the tk_ wrappers fail the test on error). */
+typedef pl_snapshot tk_state;
+typedef pl_state_fn tk_state_fn;
 /* Save (the visitor copies every tensor / scalar it is shown). */
 tk_state *tk_state_save(tk_state_fn fn, void *self);
 /* Load into a freshly created plugin; fails the test if a name is missing. */

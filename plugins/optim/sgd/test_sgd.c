@@ -43,7 +43,7 @@ START_TEST(nesterov_without_momentum_is_refused) {
     tk_open(&r, "optimizer", "sgd", NULL, "nesterov = true\n");
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "nesterov"), "%s", pl_error_message());
     tk_close(&r);
 }
@@ -59,7 +59,7 @@ START_TEST(momentum_follows_the_group_hyper_parameter) {
     tk_open(&r, "optimizer", "sgd", NULL, "lr = 0.1\n");
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_ptr_null(pl_group_hparam(vt->group(self, 0), "beta1"));
     PL_CK_NOTNULL(pl_group_hparam(vt->group(self, 0), "momentum"))->value = 0.5;
     for (int s = 0; s < 2; s++) {

@@ -50,8 +50,8 @@ static void check_case(const char *cname, int resume_at) {
     const cJSON *averaged = cJSON_GetObjectItemCaseSensitive(c, "averaged");
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx.meta, "optimizer.lr", base));
-    r.ctx.max_epochs = epochs;
+    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
+    r.ctx->max_epochs = epochs;
     pl_tensor *p[2];
     const cJSON *pj;
     int np = 0;
@@ -68,14 +68,14 @@ static void check_case(const char *cname, int resume_at) {
     tk_open(&r, "averager", "swa", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_averager_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert(!vt->has_average(self));
     ck_assert_int_eq(vt->swap(self), PL_ERR_INVALID);
     for (int e = 0; e < epochs; e++) {
         if (resume_at > 0 && e == resume_at) {
             tk_state *st = tk_state_save(vt->state, self);
             vt->destroy(self);
-            PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+            PL_CK_OK(vt->create(r.sec, r.ctx, &self));
             tk_state_load(st, vt->state, self);
             tk_state_free(st);
         }
@@ -121,12 +121,12 @@ START_TEST(update_every_n_steps_and_fractional_start) {
     /* max_epochs 10, swa_start 0.3 -> epoch 3; average every 2 steps */
     tk_run r;
     tk_init(&r);
-    r.ctx.max_epochs = 10;
+    r.ctx->max_epochs = 10;
     pl_tensor *w = tk_add_param(&r, "w", PL_SHAPE(2), NULL, true);
     tk_open(&r, "averager", "swa", NULL, "swa_start = 0.3\nupdate_every_n_steps = 2\n");
     const pl_averager_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     float *d = pl_tensor_f32(w);
     d[0] = 1, d[1] = 2;
     PL_CK_OK(vt->update(self, 2, 2)); /* before the start epoch */

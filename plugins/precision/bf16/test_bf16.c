@@ -37,12 +37,12 @@ END_TEST
 
 static void *open_bf16(tk_run *r, const char *mode) {
     tk_init(r);
-    pm_add_params(r->ctx.params, 5);
+    pm_add_params(r->ctx->params, 5);
     char body[64];
     snprintf(body, sizeof body, "mode = %s\n", mode);
     PL_CK_OK(tk_try_open(r, "precision", "bf16", body));
     void *self = NULL;
-    PL_CK_OK(((const pl_precision_vtable *)r->vtable)->create(r->sec, &r->ctx, &self));
+    PL_CK_OK(((const pl_precision_vtable *)r->vtable)->create(r->sec, r->ctx, &self));
     return self;
 }
 
@@ -50,20 +50,20 @@ START_TEST(bf16_mixed_keeps_f32_weights_and_saves_bf16_activations) {
     tk_run r;
     void *self = open_bf16(&r, "bf16-mixed");
     const pl_precision_vtable *vt = r.vtable;
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(pl_autocast_get(), PL_BF16);
-    for (int i = 0; i < pl_params_count(r.ctx.params); i++)
-        ck_assert_int_eq(pl_params_at(r.ctx.params, i)->t->dtype, PL_F32);
+    for (int i = 0; i < pl_params_count(r.ctx->params); i++)
+        ck_assert_int_eq(pl_params_at(r.ctx->params, i)->t->dtype, PL_F32);
     pl_tensor *x, *tg;
     pm_batch(&x, &tg);
     pl_frame_begin();
-    pl_tensor *y = pm_forward(r.ctx.params, x);
+    pl_tensor *y = pm_forward(r.ctx->params, x);
     ck_assert_int_eq(y->dtype, PL_BF16); /* the head linear ran in bf16 */
     pl_tensor *loss = pl_mse_loss(pl_cast(y, PL_F32), tg);
     ck_assert_int_eq(loss->dtype, PL_F32);
     PL_CK_OK(pl_backward(loss, 1.0));
     pl_frame_end();
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "lora.A")->t->grad->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "lora.A")->t->grad->dtype, PL_F32);
     vt->destroy(self);
     pl_tensor_release(x);
     pl_tensor_release(tg);
@@ -76,14 +76,14 @@ START_TEST(bf16_true_stores_frozen_weights_in_bf16_in_place) {
     tk_run r;
     void *self = open_bf16(&r, "bf16-true");
     const pl_precision_vtable *vt = r.vtable;
-    pl_tensor *w = pl_params_find(r.ctx.params, "base.weight")->t;
+    pl_tensor *w = pl_params_find(r.ctx->params, "base.weight")->t;
     pl_tensor *keep = pl_tensor_retain(w); /* a model's own pointer */
     pl_tensor *before = PL_CK_NOTNULL(pl_tensor_to(w, PL_F32, PL_CPU));
     size_t nb = pl_tensor_nbytes(w);
     pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
-    ck_assert_ptr_eq(pl_params_find(r.ctx.params, "base.weight")->t, keep);
+    ck_assert_ptr_eq(pl_params_find(r.ctx->params, "base.weight")->t, keep);
     ck_assert_int_eq(keep->dtype, PL_BF16);
     ck_assert_int_eq(pl_tensor_nbytes(keep), nb / 2);
     ck_assert_msg(s1.bytes_in_use < s0.bytes_in_use, "no memory freed: %zu -> %zu",
@@ -93,10 +93,10 @@ START_TEST(bf16_true_stores_frozen_weights_in_bf16_in_place) {
         ck_assert_float_eq((float)pl_tensor_get(keep, i),
                            pl_bf16_to_f32(pl_f32_to_bf16(pl_tensor_f32(before)[i])));
     /* trainable parameters stay f32 masters */
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "lora.A")->t->dtype, PL_F32);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "head.bias")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "lora.A")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "head.bias")->t->dtype, PL_F32);
     /* a second setup (after init_from) changes nothing */
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(keep->dtype, PL_BF16);
     pl_tensor_release(keep);
     pl_tensor_release(before);

@@ -19,8 +19,8 @@ START_TEST(grad_scaler_unscales_grows_backs_off_and_skips) {
     tk_open(&r, "precision", "fp16", NULL, "init_scale = 1024\ngrowth_interval = 3\n");
     const pl_precision_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(pl_autocast_get(), PL_F16);
     (void)frozen;
     double expect_scale[] = {1024, 1024, 2048, 1024, 512, 512, 512, 1024};
@@ -33,7 +33,7 @@ START_TEST(grad_scaler_unscales_grows_backs_off_and_skips) {
         if (s == 3) g[1] = INFINITY;
         if (s == 4) g[2] = NAN;
         set_grad(p, g);
-        bool stepped = vt->before_step(self, r.ctx.params);
+        bool stepped = vt->before_step(self, r.ctx->params);
         ck_assert_msg(stepped == !bad, "step %d: stepped %d", s, stepped);
         if (!bad) {
             /* unscaled in place before clipping / the optimizer */
@@ -57,21 +57,21 @@ START_TEST(defaults_are_torch_grad_scaler_defaults) {
     tk_open(&r, "precision", "fp16", NULL, NULL);
     const pl_precision_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_double_eq(vt->loss_scale(self), 65536.0);
     /* 1999 finite steps keep the scale, the 2000th doubles it */
     float g = 1.0f;
     for (int s = 0; s < 1999; s++) {
         set_grad(p, &g);
-        ck_assert(vt->before_step(self, r.ctx.params));
+        ck_assert(vt->before_step(self, r.ctx->params));
     }
     ck_assert_double_eq(vt->loss_scale(self), 65536.0);
     set_grad(p, &g);
-    ck_assert(vt->before_step(self, r.ctx.params));
+    ck_assert(vt->before_step(self, r.ctx->params));
     ck_assert_double_eq(vt->loss_scale(self), 131072.0);
     g = INFINITY;
     set_grad(p, &g);
-    ck_assert(!vt->before_step(self, r.ctx.params));
+    ck_assert(!vt->before_step(self, r.ctx->params));
     ck_assert_double_eq(vt->loss_scale(self), 65536.0);
     vt->destroy(self);
     tk_close(&r);
@@ -85,22 +85,22 @@ START_TEST(scale_and_tracker_survive_a_checkpoint) {
     tk_open(&r, "precision", "fp16", NULL, "init_scale = 8\ngrowth_interval = 4\n");
     const pl_precision_vtable *vt = r.vtable;
     void *a = NULL, *b = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &a));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &a));
     float g = 8.0f;
     for (int s = 0; s < 3; s++) { /* tracker 3, scale 8 */
         set_grad(p, &g);
-        ck_assert(vt->before_step(a, r.ctx.params));
+        ck_assert(vt->before_step(a, r.ctx->params));
     }
     tk_state *st = tk_state_save((tk_state_fn)vt->state, a);
     bool found;
     ck_assert_double_eq(tk_state_scalar(st, "fp16.v1.scale", &found), 8.0);
     ck_assert(found);
     ck_assert_double_eq(tk_state_scalar(st, "fp16.v1.growth_tracker", &found), 3.0);
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &b));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &b));
     tk_state_load(st, (tk_state_fn)vt->state, b);
     /* one more finite step grows the scale in the restored scaler */
     set_grad(p, &g);
-    ck_assert(vt->before_step(b, r.ctx.params));
+    ck_assert(vt->before_step(b, r.ctx->params));
     ck_assert_double_eq(vt->loss_scale(b), 16.0);
     tk_state_free(st);
     vt->destroy(a);

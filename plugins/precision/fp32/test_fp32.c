@@ -23,28 +23,28 @@ static const variant k_variants[] = {
 static void run_variant(const variant *v, double *first, double *last, double *out0) {
     tk_run r;
     tk_init(&r);
-    pm_add_params(r.ctx.params, 5);
+    pm_add_params(r.ctx->params, 5);
     pl_status s = tk_try_open(&r, "precision", v->plugin, v->body);
     ck_assert_msg(s == PL_OK, "%s: %s", v->plugin, pl_error_message());
     const pl_precision_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(pl_autocast_get(), v->autocast);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "base.weight")->t->dtype, v->base_dtype);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "lora.A")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "base.weight")->t->dtype, v->base_dtype);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "lora.A")->t->dtype, PL_F32);
     pl_tensor *x, *tg;
     pm_batch(&x, &tg);
     for (int i = 0; i < 30; i++) {
         bool stepped;
-        double l = pm_train_step(vt, self, r.ctx.params, x, tg, 0.05, &stepped);
+        double l = pm_train_step(vt, self, r.ctx->params, x, tg, 0.05, &stepped);
         ck_assert_msg(isfinite(l) && stepped, "%s %s step %d: loss %g", v->plugin, v->body, i, l);
         if (i == 0) *first = l;
         *last = l;
     }
     pl_no_grad_begin();
     pl_frame_begin();
-    pl_tensor *y = pl_cast(pm_forward(r.ctx.params, x), PL_F32);
+    pl_tensor *y = pl_cast(pm_forward(r.ctx->params, x), PL_F32);
     *out0 = pl_tensor_get(y, 0);
     pl_frame_end();
     pl_no_grad_end();
@@ -76,26 +76,26 @@ END_TEST
 START_TEST(fp32_is_the_identity_precision) {
     tk_run r;
     tk_init(&r);
-    pm_add_params(r.ctx.params, 5);
+    pm_add_params(r.ctx->params, 5);
     PL_CK_OK(tk_try_open(&r, "precision", "fp32", "allow_tf32 = true\n"));
     const pl_precision_vtable *vt = r.vtable;
     void *self = NULL;
     pl_autocast_set(PL_BF16); /* setup must reset it */
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(pl_autocast_get(), PL_F32);
     ck_assert_double_eq(vt->loss_scale(self), 1.0);
-    for (int i = 0; i < pl_params_count(r.ctx.params); i++)
-        ck_assert_int_eq(pl_params_at(r.ctx.params, i)->t->dtype, PL_F32);
+    for (int i = 0; i < pl_params_count(r.ctx->params); i++)
+        ck_assert_int_eq(pl_params_at(r.ctx->params, i)->t->dtype, PL_F32);
     /* gradients pass through before_step untouched */
     pl_tensor *x, *tg;
     pm_batch(&x, &tg);
     pl_frame_begin();
-    PL_CK_OK(pl_backward(pm_loss(r.ctx.params, x, tg), 1.0));
+    PL_CK_OK(pl_backward(pm_loss(r.ctx->params, x, tg), 1.0));
     pl_frame_end();
-    pl_tensor *g = pl_params_find(r.ctx.params, "head.bias")->t->grad;
+    pl_tensor *g = pl_params_find(r.ctx->params, "head.bias")->t->grad;
     double g0 = pl_tensor_get(g, 0);
-    ck_assert(vt->before_step(self, r.ctx.params));
+    ck_assert(vt->before_step(self, r.ctx->params));
     ck_assert_double_eq(pl_tensor_get(g, 0), g0);
     vt->destroy(self);
     pl_tensor_release(x);

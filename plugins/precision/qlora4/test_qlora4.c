@@ -13,7 +13,7 @@
 #include "prec_model.h"
 #include "../common/prec_load.h"
 #include "pipeline/nf4.h"
-#include "runobjs.h"
+#include "pipeline/testing.h"
 
 typedef struct ck {
     pl_st_writer *w;
@@ -43,10 +43,10 @@ static pl_status ck_scalar(void *ctx, const char *name, double *v) {
 
 static void *open_q(tk_run *r, uint64_t seed, const char *body) {
     tk_init(r);
-    pm_add_params(r->ctx.params, seed);
+    pm_add_params(r->ctx->params, seed);
     PL_CK_OK(tk_try_open(r, "precision", "qlora4", body));
     void *self = NULL;
-    PL_CK_OK(((const pl_precision_vtable *)r->vtable)->create(r->sec, &r->ctx, &self));
+    PL_CK_OK(((const pl_precision_vtable *)r->vtable)->create(r->sec, r->ctx, &self));
     return self;
 }
 
@@ -64,10 +64,10 @@ START_TEST(only_frozen_2d_base_weights_are_quantized) {
     void *self = open_q(&r, 5, "");
     const pl_precision_vtable *vt = r.vtable;
     pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
-    PL_CK_OK(vt->setup(self, r.ctx.params));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
     pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
     ck_assert_int_eq(pl_autocast_get(), PL_BF16);
-    pl_tensor *w = pl_params_find(r.ctx.params, "base.weight")->t;
+    pl_tensor *w = pl_params_find(r.ctx->params, "base.weight")->t;
     ck_assert_int_eq(w->dtype, PL_NF4);
     ck_assert_str_eq(w->name, "base.weight");
     ck_assert_int_eq(w->quant.block, 64);
@@ -75,12 +75,12 @@ START_TEST(only_frozen_2d_base_weights_are_quantized) {
     ck_assert_ptr_nonnull(w->quant.absmax_scale);
     ck_assert_msg(s1.bytes_in_use < s0.bytes_in_use, "f32 base not freed: %zu -> %zu",
                   s0.bytes_in_use, s1.bytes_in_use);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "lora.A")->t->dtype, PL_F32);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "lora.B")->t->dtype, PL_F32);
-    ck_assert_int_eq(pl_params_find(r.ctx.params, "head.weight")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "lora.A")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "lora.B")->t->dtype, PL_F32);
+    ck_assert_int_eq(pl_params_find(r.ctx->params, "head.weight")->t->dtype, PL_F32);
     /* idempotent (the trainer calls setup again after init_from) */
-    PL_CK_OK(vt->setup(self, r.ctx.params));
-    ck_assert_ptr_eq(pl_params_find(r.ctx.params, "base.weight")->t, w);
+    PL_CK_OK(vt->setup(self, r.ctx->params));
+    ck_assert_ptr_eq(pl_params_find(r.ctx->params, "base.weight")->t, w);
     /* any other op refuses the nf4 parameter, naming it */
     pl_tensor *x, *tg;
     pm_batch(&x, &tg);
@@ -100,8 +100,8 @@ END_TEST
 
 static void save_ckpt(const char *path, tk_run *r, const pl_precision_vtable *vt, void *self) {
     ck c = {.w = PL_CK_NOTNULL(pl_st_writer_new(path))};
-    for (int i = 0; i < pl_params_count(r->ctx.params); i++) {
-        pl_param *p = pl_params_at(r->ctx.params, i);
+    for (int i = 0; i < pl_params_count(r->ctx->params); i++) {
+        pl_param *p = pl_params_at(r->ctx->params, i);
         PL_CK_OK(pl_st_writer_add(c.w, p->name, p->t));
     }
     pl_state_visitor v = {&c, ck_tensor, ck_scalar};
@@ -120,29 +120,29 @@ START_TEST(checkpoint_round_trip_gives_identical_outputs) {
         tk_run a;
         void *sa = open_q(&a, 5, body);
         const pl_precision_vtable *vt = a.vtable;
-        PL_CK_OK(vt->setup(sa, a.ctx.params));
+        PL_CK_OK(vt->setup(sa, a.ctx->params));
         pl_tensor *x, *tg;
         pm_batch(&x, &tg);
-        for (int s = 0; s < 3; s++) pm_train_step(vt, sa, a.ctx.params, x, tg, 0.05, NULL);
+        for (int s = 0; s < 3; s++) pm_train_step(vt, sa, a.ctx->params, x, tg, 0.05, NULL);
         float ya[PM_B], yb[PM_B];
-        outputs(a.ctx.params, x, ya);
+        outputs(a.ctx->params, x, ya);
         save_ckpt(path, &a, vt, sa);
 
         /* a fresh run with another init: resume = load params, then state */
         tk_run b;
         void *sb = open_q(&b, 77, body);
-        PL_CK_OK(vt->setup(sb, b.ctx.params));
-        outputs(b.ctx.params, x, yb);
+        PL_CK_OK(vt->setup(sb, b.ctx->params));
+        outputs(b.ctx->params, x, yb);
         ck_assert_msg(memcmp(ya, yb, sizeof ya) != 0, "different inits gave the same outputs");
         ck c = {0};
         PL_CK_OK(pl_st_open(path, &c.f));
-        for (int i = 0; i < pl_params_count(b.ctx.params); i++) {
-            pl_param *p = pl_params_at(b.ctx.params, i);
+        for (int i = 0; i < pl_params_count(b.ctx->params); i++) {
+            pl_param *p = pl_params_at(b.ctx->params, i);
             PL_CK_OK(pl_st_load_into(c.f, p->name, p->t));
         }
         pl_state_visitor v = {&c, ck_tensor, ck_scalar};
         PL_CK_OK(vt->state(sb, &v));
-        outputs(b.ctx.params, x, yb);
+        outputs(b.ctx->params, x, yb);
         for (int i = 0; i < PM_B; i++) ck_assert_float_eq(yb[i], ya[i]);
         pl_st_close(c.f);
 
@@ -166,8 +166,8 @@ START_TEST(state_of_another_base_is_refused) {
     tk_run a, b;
     void *sa = open_q(&a, 5, ""), *sb = open_q(&b, 77, "");
     const pl_precision_vtable *vt = a.vtable;
-    PL_CK_OK(vt->setup(sa, a.ctx.params));
-    PL_CK_OK(vt->setup(sb, b.ctx.params));
+    PL_CK_OK(vt->setup(sa, a.ctx->params));
+    PL_CK_OK(vt->setup(sb, b.ctx->params));
     save_ckpt(path, &a, vt, sa);
     ck c = {0};
     PL_CK_OK(pl_st_open(path, &c.f));
@@ -193,12 +193,12 @@ START_TEST(qlora4_checkpoint_loads_onto_an_fp32_base) {
     tk_run a;
     void *sa = open_q(&a, 5, "compute_dtype = f32\n");
     const pl_precision_vtable *vt = a.vtable;
-    PL_CK_OK(vt->setup(sa, a.ctx.params));
+    PL_CK_OK(vt->setup(sa, a.ctx->params));
     pl_tensor *x, *tg;
     pm_batch(&x, &tg);
-    for (int s = 0; s < 3; s++) pm_train_step(vt, sa, a.ctx.params, x, tg, 0.05, NULL);
+    for (int s = 0; s < 3; s++) pm_train_step(vt, sa, a.ctx->params, x, tg, 0.05, NULL);
     float ya[PM_B], yc[PM_B];
-    outputs(a.ctx.params, x, ya);
+    outputs(a.ctx->params, x, ya);
     save_ckpt(path, &a, vt, sa);
     vt->destroy(sa);
     tk_close(&a);

@@ -13,7 +13,7 @@ START_TEST(factor_is_one_without_warmup) {
     tk_open(&r, "scheduler", "constant", NULL, NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     for (int64_t s = 0; s < 1000; s += 97) {
         ck_assert_double_eq(vt->lr_factor(self, s), 1.0);
     }
@@ -33,7 +33,7 @@ START_TEST(warmup_matches_torch_linear_lr) {
     tk_open(&r, "scheduler", "constant", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     for (int s = 0; s < n; s++) {
         double got = vt->lr_factor(self, s) * base;
         ck_assert_msg(tk_near(got, lr[s], 1e-9, 1e-15), "step %d lr %.17g, torch %.17g", s, got,

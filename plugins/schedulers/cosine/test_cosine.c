@@ -19,11 +19,11 @@ static void check_case(const char *cname) {
     double *lr = tk_doubles(cJSON_GetObjectItemCaseSensitive(c, "lr"), &n);
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx.meta, "optimizer.lr", base));
+    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
     tk_open(&r, "scheduler", "cosine", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     for (int s = 0; s < n; s++) {
         double got = vt->lr_factor(self, s) * base;
         ck_assert_msg(tk_near(got, lr[s], 1e-9, 1e-15), "%s: step %d lr %.17g, torch %.17g", cname,
@@ -48,11 +48,11 @@ START_TEST(warmup_pct_and_fit_length_come_from_the_run) {
      * factor(0) = 0, factor(5) = 0.5, factor(10) = 1, factor(25) = 0.5 */
     tk_run r;
     tk_init(&r);
-    r.ctx.total_steps = 40;
+    r.ctx->total_steps = 40;
     tk_open(&r, "scheduler", "cosine", NULL, "warmup_pct = 0.25\n");
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_double_eq_tol(vt->lr_factor(self, 0), 0.0, 1e-15);
     ck_assert_double_eq_tol(vt->lr_factor(self, 5), 0.5, 1e-15);
     ck_assert_double_eq_tol(vt->lr_factor(self, 10), 1.0, 1e-15);
@@ -61,7 +61,7 @@ START_TEST(warmup_pct_and_fit_length_come_from_the_run) {
     vt->destroy(self);
     /* eta_min > 0 is absolute: needs optimizer.lr */
     tk_open(&r, "scheduler", "cosine", NULL, "eta_min = 1e-5\n");
-    ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "optimizer.lr"), "%s", pl_error_message());
     tk_close(&r);
 }

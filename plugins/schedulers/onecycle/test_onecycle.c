@@ -25,15 +25,15 @@ static void check_case(const cJSON *c, bool drop_total) {
     cJSON *opts = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(c, "options"), 1);
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx.meta, "optimizer.lr", base));
+    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
     if (drop_total) {
-        r.ctx.total_steps = n;
+        r.ctx->total_steps = n;
         cJSON_DeleteItemFromObject(opts, "total_steps");
     }
     tk_open(&r, "scheduler", "onecycle", opts, NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_ptr_null(vt->monitor);
     /* an Adam-style group (beta1) and an SGD-style one (momentum): torch
      * cycles betas[0] or momentum, whichever the optimizer has */
@@ -88,16 +88,16 @@ END_TEST
 START_TEST(absolute_max_lr_needs_the_optimizer_lr) {
     tk_run r;
     tk_init(&r);
-    r.ctx.total_steps = 10;
+    r.ctx->total_steps = 10;
     tk_open(&r, "scheduler", "onecycle", NULL, "max_lr = 0.1\n");
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    ck_assert_int_eq(vt->create(r.sec, &r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "optimizer.lr"), "%s", pl_error_message());
     /* max_lr unset: the peak is the optimizer's lr, factor 1 at the peak:
      * pct_start 0.3 of 10 steps -> peak at step 2 (end_step 3 - 1) */
     tk_open(&r, "scheduler", "onecycle", NULL, NULL);
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_double_eq_tol(vt->lr_factor(self, 2), 1.0, 1e-15);
     ck_assert_double_eq_tol(vt->lr_factor(self, 0), 1.0 / 25, 1e-15);
     vt->destroy(self);

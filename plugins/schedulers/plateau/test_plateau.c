@@ -24,18 +24,18 @@ static void check_case(const char *cname, int resume_at) {
     ck_assert_int_eq(n, nm);
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx.meta, "optimizer.lr", base));
+    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
     tk_open(&r, "scheduler", "plateau", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_double_eq(vt->lr_factor(self, 0), 1.0);
     int reductions = 0;
     for (int i = 0; i < n; i++) {
         if (resume_at > 0 && i == resume_at) {
             tk_state *st = tk_state_save(vt->state, self);
             vt->destroy(self);
-            PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+            PL_CK_OK(vt->create(r.sec, r.ctx, &self));
             tk_state_load(st, vt->state, self);
             tk_state_free(st);
         }
@@ -69,15 +69,15 @@ END_TEST
 START_TEST(monitor_defaults_to_val_loss_and_is_configurable) {
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx.meta, "optimizer.lr", 0.1));
+    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", 0.1));
     tk_open(&r, "scheduler", "plateau", NULL, NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_str_eq(vt->monitor(self), "val_loss");
     vt->destroy(self);
     tk_open(&r, "scheduler", "plateau", NULL, "monitor = val_accuracy\nmode = max\n");
-    PL_CK_OK(vt->create(r.sec, &r.ctx, &self));
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
     ck_assert_str_eq(vt->monitor(self), "val_accuracy");
     vt->destroy(self);
     tk_close(&r);
