@@ -9,7 +9,7 @@
 #include "../../../tests/data/gat/gat_reference.h"
 #include "gat.h"
 #include "pl_test.h"
-#include "runobjs.h"
+#include "pipeline/testing.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
 

@@ -19,7 +19,7 @@
 #include "ilora.h"
 #include "pl_test.h"
 #include "ranking.h"
-#include "runobjs.h"
+#include "pipeline/testing.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
 

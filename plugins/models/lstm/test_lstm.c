@@ -11,7 +11,7 @@
 #include "lstm.h"
 #include "pl_test.h"
 #include "revin_reference.h"
-#include "runobjs.h"
+#include "pipeline/testing.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
 
