@@ -7,9 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backend_loader.h"
+#include "pipeline/testing.h"
 #include "pl_test.h"
-#include "registry.h"
 
 static bool g_have_gpu;
 static char g_reason[1024];
@@ -18,11 +17,10 @@ static void load_once(void) {
     static bool done;
     if (done) return;
     done = true;
-    pl_registry *reg = pl_registry_new();
-    pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR);
-    g_have_gpu = pl_backend_load(reg, PL_DEVICE_CUDA) == PL_OK;
+    /* as `[pipeline] device = cuda` loads it (ctest puts the build's plugin
+     * dir on PIPELINE_PLUGIN_PATH) */
+    g_have_gpu = pl_harness_load_backend(PL_DEVICE_CUDA) == PL_OK;
     if (!g_have_gpu) snprintf(g_reason, sizeof g_reason, "%s", pl_error_message());
-    pl_registry_free(reg);
 }
 
 #define NEED_GPU()                                                                          \
@@ -36,10 +34,8 @@ static void load_once(void) {
 
 /* The plugin is found by name and kind, and its descriptor is a backend. */
 START_TEST(plugin_descriptor) {
-    pl_registry *reg = pl_registry_new();
-    PL_CK_OK(pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR));
     const pl_plugin_desc *d = NULL;
-    PL_CK_OK(pl_registry_find(reg, "cuda", PL_KIND_BACKEND, &d, NULL));
+    PL_CK_OK(pl_harness_find_plugin("cuda", PL_KIND_BACKEND, &d));
     ck_assert_str_eq(d->name, "cuda");
     const pl_backend *b = d->vtable;
     ck_assert_ptr_nonnull(b);
@@ -47,7 +43,6 @@ START_TEST(plugin_descriptor) {
     ck_assert_ptr_nonnull(b->forward[PL_OP_MATMUL]);
     ck_assert_ptr_nonnull(b->backward[PL_OP_CROSS_ENTROPY]);
     ck_assert_ptr_null(b->forward[PL_OP_LSTM]); /* documented as unsupported */
-    pl_registry_free(reg);
 }
 END_TEST
 
