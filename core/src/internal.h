@@ -24,6 +24,7 @@
 #ifndef PL_INTERNAL_H
 #define PL_INTERNAL_H
 
+#include "pipeline/backend_util.h"
 #include "pipeline/pipeline.h"
 
 /* New tensor owned by the caller and NOT adopted by the open frame. */
@@ -53,12 +54,8 @@ bool pl_any_requires_grad(pl_tensor *const *ts, int n);
 pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
                               int64_t *shape);
 
-/* Philox4x32-10 (Salmon et al., SC'11): counter (4 x u32) + key (2 x u32)
- * -> 4 random u32. pl_philox_u01 maps a u32 to [0, 1) with 24 bits. */
-void pl_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-static inline float pl_philox_u01(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
-
-/* The same generator on PL_PHILOX_LANES independent counters at once, laid
+/* Philox4x32-10 (pl_philox4x32_10, pl_philox_u01) is in backend_util.h.
+ * The same generator on PL_PHILOX_LANES independent counters at once, laid
  * out lane-major so the compiler vectorizes the rounds (AVX-512: 16 lanes):
  * lane l uses counter {c0[l], c1[l], c2, c3}; out[j][l] is word j of lane l.
  * Bit-identical to pl_philox4x32_10. */

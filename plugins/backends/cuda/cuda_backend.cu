@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cuda_common.cuh"
-#include "matmul_geometry.h"
+#include "pipeline/backend_util.h"
 
 #define PL_CUDA_MAX_DEVICES 8
 
