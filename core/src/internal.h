@@ -39,6 +39,10 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t);
  * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing. */
 pl_status pl_kernel_forward(pl_kernel_args *a);
 
+/* PL_OK when b's struct_size covers the ABI 2.0 layout and it has a kernel
+ * lookup; else PL_ERR_ABI naming `where` (a path or the backend's name). */
+pl_status pl_backend_check_layout(const pl_backend *b, const char *where);
+
 /* Gates used at op entry; each sets an error naming the op and tensor. */
 pl_status pl_check_float(const char *op, const pl_tensor *t, bool allow_half);
 pl_status pl_check_index(const char *op, const pl_tensor *t); /* i32 or i64 */
@@ -109,10 +113,11 @@ bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, 
 /* Per-thread frame stack (autograd.c). */
 void pl_frame_adopt(pl_tensor *t);
 
-/* CPU kernel registration, one function per kernel file (cpu_backend.c calls them). */
-void pl_cpu_register_dense(pl_backend *b);  /* kernels_dense.c */
-void pl_cpu_register_index(pl_backend *b);  /* kernels_index.c */
-void pl_cpu_register_copy(pl_backend *b);   /* tensor.c: PL_OP_COPY */
-void pl_cpu_register_nf4(pl_backend *b);    /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
+/* CPU kernel registration into the CPU backend's table (answered by its
+ * kernel lookup), one function per kernel file (cpu_backend.c calls them). */
+void pl_cpu_register_dense(pl_kernel_table *b); /* kernels_dense.c */
+void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c */
+void pl_cpu_register_copy(pl_kernel_table *b);  /* tensor.c: PL_OP_COPY */
+void pl_cpu_register_nf4(pl_kernel_table *b);   /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
 
 #endif

@@ -41,8 +41,12 @@ pl_status pl_dtype_parse(const char *s, pl_dtype *out) {
 }
 
 /* RNE, NaN stays a quiet NaN: the bits every backend uses (backend_util.h) */
-uint16_t pl_f32_to_bf16(float f) { return pl_bf16_round(f); }
-float pl_bf16_to_f32(uint16_t h) { return pl_bf16_widen(h); }
+uint16_t pl_f32_to_bf16(float f) {
+    return pl_bf16_round(f);
+}
+float pl_bf16_to_f32(uint16_t h) {
+    return pl_bf16_widen(h);
+}
 uint16_t pl_f32_to_f16(float f) {
     _Float16 h = (_Float16)f; /* IEEE binary16, RNE (GCC on x86-64) */
     uint16_t u;
@@ -577,7 +581,9 @@ static pl_status cpu_copy_forward(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-void pl_cpu_register_copy(pl_backend *b) { b->forward[PL_OP_COPY] = cpu_copy_forward; }
+void pl_cpu_register_copy(pl_kernel_table *b) {
+    b->forward[PL_OP_COPY] = cpu_copy_forward;
+}
 
 pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     char b1[256], b2[256];

@@ -1235,7 +1235,7 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ---------------------------------------------------------------- */
 
-void pl_cpu_register_dense(pl_backend *b) {
+void pl_cpu_register_dense(pl_kernel_table *b) {
     b->forward[PL_OP_MATMUL] = k_matmul_fwd;
     b->backward[PL_OP_MATMUL] = k_matmul_bwd;
     static const pl_op bin[] = {PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, PL_OP_DIV};

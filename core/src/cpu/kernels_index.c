@@ -17,7 +17,7 @@
 #include <omp.h>
 #endif
 
-void pl_cpu_register_lstm(pl_backend *b); /* kernels_lstm.c */
+void pl_cpu_register_lstm(pl_kernel_table *b); /* kernels_lstm.c */
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */
 
@@ -695,7 +695,7 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ------------------------------------------------------------------------- */
 
-void pl_cpu_register_index(pl_backend *b) {
+void pl_cpu_register_index(pl_kernel_table *b) {
     b->forward[PL_OP_EMBEDDING] = embedding_fwd;
     b->backward[PL_OP_EMBEDDING] = embedding_bwd;
     b->forward[PL_OP_INDEX_SELECT] = index_select_fwd;
