@@ -217,6 +217,13 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t) {
     return v;
 }
 
+pl_tensor *pl_tensor_empty_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev) {
+    return pl_tensor_new_owned(dt, ndim, shape, dev);
+}
+pl_tensor *pl_tensor_zeros_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev) {
+    return pl_tensor_new_owned_zeros(dt, ndim, shape, dev);
+}
+
 pl_tensor *pl_tensor_empty(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev) {
     return pl_op_result(pl_tensor_new_owned(dt, ndim, shape, dev));
 }

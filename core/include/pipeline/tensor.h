@@ -141,6 +141,18 @@ pl_tensor *pl_tensor_empty(pl_dtype dt, int ndim, const int64_t *shape, pl_devic
 pl_tensor *pl_tensor_zeros(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
 pl_tensor *pl_tensor_full(pl_dtype dt, int ndim, const int64_t *shape, double value,
                           pl_device dev);
+/* Owned variants: the same tensor as pl_tensor_empty()/pl_tensor_zeros()
+ * (contiguous, `ndim` dims of `shape`, dtype `dt`, on `dev`; zeros: every
+ * element 0, nf4 codes 0), but NEVER adopted by an open frame, whatever frame
+ * is open: the caller holds the only reference and releases it with
+ * pl_tensor_release(). For state that outlives a batch (a loader's batch
+ * buffers, an optimizer's moments) created while the trainer has a frame
+ * open. requires_grad is false, name "".
+ * Errors (NULL returned, thread error set): PL_ERR_DTYPE (invalid dtype),
+ * PL_ERR_SHAPE (ndim outside [0, PL_MAX_DIMS] or a negative size),
+ * PL_ERR_NOMEM, PL_ERR_DEVICE / PL_ERR_UNSUPPORTED (no backend for dev). */
+pl_tensor *pl_tensor_empty_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
+pl_tensor *pl_tensor_zeros_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
 /* Same shape/dtype/device as `like`. */
 pl_tensor *pl_tensor_empty_like(const pl_tensor *like);
 pl_tensor *pl_tensor_zeros_like(const pl_tensor *like);
