@@ -48,7 +48,8 @@ void pl_params_free(pl_params *ps) {
     free(ps);
 }
 
-pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned tags) {
+pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned tags,
+                        const char *role) {
     if (!ps || !name || !t)
         return pl_error_set(PL_ERR_INVALID, "pl_params_add: NULL %s",
                             !ps ? "params list" : !name ? "name" : "tensor");
@@ -71,7 +72,33 @@ pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned 
     memcpy(p->name, name, len + 1);
     p->t = pl_tensor_retain(t);
     p->tags = tags;
+    if (role) snprintf(p->role, sizeof p->role, "%s", role); /* truncates to PL_ROLE_MAX - 1 */
     memcpy(t->name, name, len + 1);
+    return PL_OK;
+}
+
+pl_status pl_param_new(pl_run_context *ctx, const char *name, int ndim, const int64_t *shape,
+                       unsigned tags, const char *role, bool trainable, pl_tensor **out) {
+    if (out) *out = NULL;
+    if (!ctx || !ctx->params || !name || (ndim > 0 && !shape))
+        return pl_error_set(PL_ERR_INVALID, "pl_param_new: NULL %s",
+                            !ctx           ? "run context"
+                            : !ctx->params ? "ctx->params"
+                            : !name        ? "name"
+                                           : "shape");
+    if (pl_params_find(ctx->params, name))
+        return pl_error_set(PL_ERR_INVALID, "pl_param_new: duplicate parameter name '%s'", name);
+    /* owned, never adopted by an open frame: the list's reference is the only one */
+    pl_tensor *t = pl_tensor_zeros_owned(PL_F32, ndim, shape, ctx->device);
+    if (!t) {
+        pl_status st = pl_error_status();
+        return pl_error_prefix(st == PL_ERR_SHAPE ? PL_ERR_INVALID : st, "pl_param_new '%s'", name);
+    }
+    t->requires_grad = trainable;
+    pl_status st = pl_params_add(ctx->params, name, t, tags, role);
+    pl_tensor_release(t);
+    if (st) return st;
+    if (out) *out = t;
     return PL_OK;
 }
 
@@ -124,6 +151,140 @@ bool pl_name_matches(const char *name, const char *globs) {
         s = e + 1;
     }
     return false;
+}
+
+/* ---- optimizer hyper-parameters -------------------------------------- */
+
+pl_hparam *pl_group_hparam(pl_param_group *g, const char *name) {
+    if (!g || !name) return NULL;
+    for (int i = 0; i < g->n_hparams && i < PL_HPARAMS_MAX; i++)
+        if (strcmp(g->hparams[i].name, name) == 0) return &g->hparams[i];
+    return NULL;
+}
+
+pl_status pl_group_hparam_set(pl_param_group *g, const char *name, double value) {
+    if (!g || !name)
+        return pl_error_set(PL_ERR_INVALID, "pl_group_hparam_set: NULL %s", !g ? "group" : "name");
+    size_t len = strlen(name);
+    if (len == 0 || len >= sizeof g->hparams[0].name)
+        return pl_error_set(PL_ERR_INVALID,
+                            "pl_group_hparam_set: group '%s': hyper-parameter name '%s' must have "
+                            "1..%zu characters, has %zu",
+                            g->name, name, sizeof g->hparams[0].name - 1, len);
+    pl_hparam *h = pl_group_hparam(g, name);
+    if (!h) {
+        if (g->n_hparams < 0 || g->n_hparams >= PL_HPARAMS_MAX)
+            return pl_error_set(PL_ERR_INVALID,
+                                "pl_group_hparam_set: group '%s' has %d hyper-parameters, the "
+                                "most there can be (PL_HPARAMS_MAX); cannot add '%s'",
+                                g->name, g->n_hparams, name);
+        h = &g->hparams[g->n_hparams++];
+        memset(h, 0, sizeof *h);
+        memcpy(h->name, name, len + 1);
+    }
+    h->value = h->initial = value;
+    return PL_OK;
+}
+
+/* ---- batch field declarations ---------------------------------------- */
+
+pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int rank,
+                        bool optional) {
+    if (!l || !name)
+        return pl_error_set(PL_ERR_INVALID, "pl_fields_add: NULL %s", !l ? "field list" : "name");
+    size_t len = strlen(name);
+    if (len == 0 || len >= sizeof l->f[0].name)
+        return pl_error_set(PL_ERR_INVALID,
+                            "pl_fields_add: field name '%s' must have 1..%zu characters, has %zu",
+                            name, sizeof l->f[0].name - 1, len);
+    if (rank < -1 || rank > PL_MAX_DIMS)
+        return pl_error_set(PL_ERR_INVALID,
+                            "pl_fields_add: field '%s': rank %d out of range (-1 for any, or 0..%d)",
+                            name, rank, PL_MAX_DIMS);
+    bool known = (dtype >= 0 && dtype < PL_DTYPE_COUNT) || dtype == PL_DTYPE_ANY ||
+                 dtype == PL_DTYPE_FLOAT || dtype == PL_DTYPE_INDEX;
+    if (!known)
+        return pl_error_set(PL_ERR_INVALID, "pl_fields_add: field '%s': unknown dtype %d", name,
+                            (int)dtype);
+    for (int i = 0; i < l->n && i < PL_FIELDS_MAX; i++)
+        if (strcmp(l->f[i].name, name) == 0)
+            return pl_error_set(PL_ERR_INVALID, "pl_fields_add: field '%s' declared twice", name);
+    if (l->n < 0 || l->n >= PL_FIELDS_MAX)
+        return pl_error_set(PL_ERR_INVALID,
+                            "pl_fields_add: cannot add field '%s': the list already has %d fields, "
+                            "the most there can be (PL_FIELDS_MAX)",
+                            name, l->n);
+    pl_field_spec *f = &l->f[l->n++];
+    memset(f, 0, sizeof *f);
+    memcpy(f->name, name, len + 1);
+    f->dtype = dtype;
+    f->rank = rank;
+    f->optional = optional;
+    return PL_OK;
+}
+
+/* "f32", or the class a model accepts ("any dtype", "a float dtype (f32, bf16, f16)") */
+static const char *field_dtype_str(pl_dtype dt) {
+    if (dt == PL_DTYPE_ANY) return "any dtype";
+    if (dt == PL_DTYPE_FLOAT) return "a float dtype (f32, bf16 or f16)";
+    if (dt == PL_DTYPE_INDEX) return "an index dtype (i32 or i64)";
+    return pl_dtype_name(dt);
+}
+
+static bool field_dtype_ok(pl_dtype need, pl_dtype have) {
+    if (need == PL_DTYPE_ANY) return true;
+    if (need == PL_DTYPE_FLOAT) return have == PL_F32 || have == PL_BF16 || have == PL_F16;
+    if (need == PL_DTYPE_INDEX) return have == PL_I32 || have == PL_I64;
+    return need == have;
+}
+
+/* "rank 2", "any rank" */
+static const char *field_rank_str(int rank, char *buf, size_t n) {
+    if (rank < 0) return "any rank";
+    snprintf(buf, n, "rank %d", rank);
+    return buf;
+}
+
+pl_status pl_fields_match(const pl_field_list *have, const char *loader,
+                          const pl_field_list *need, const char *model) {
+    const char *ln = loader ? loader : "loader";
+    const char *mn = model ? model : "model";
+    if (!have || !need)
+        return pl_error_set(PL_ERR_INVALID, "pl_fields_match: NULL %s field list",
+                            !have ? "loader" : "model");
+    int nh = have->n < PL_FIELDS_MAX ? have->n : PL_FIELDS_MAX;
+    int nn = need->n < PL_FIELDS_MAX ? need->n : PL_FIELDS_MAX;
+    for (int i = 0; i < nn; i++) {
+        const pl_field_spec *w = &need->f[i];
+        const pl_field_spec *h = NULL;
+        for (int j = 0; j < nh && !h; j++)
+            if (strcmp(have->f[j].name, w->name) == 0) h = &have->f[j];
+        char rw[24], rh[24];
+        if (!h) {
+            if (w->optional) continue;
+            char list[PL_FIELDS_MAX * 50] = "";
+            size_t off = 0;
+            for (int j = 0; j < nh && off < sizeof list; j++)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", j ? ", " : "",
+                                        have->f[j].name);
+            return pl_error_set(PL_ERR_CONFIG,
+                                "batch field '%s': model '%s' needs it (%s, %s) but loader '%s' "
+                                "yields no such field (it yields: %s)",
+                                w->name, mn, field_dtype_str(w->dtype),
+                                field_rank_str(w->rank, rw, sizeof rw), ln, nh ? list : "none");
+        }
+        bool dt_ok = field_dtype_ok(w->dtype, h->dtype);
+        /* a loader's rank -1 (varies) satisfies only a model that takes any rank */
+        bool rank_ok = w->rank < 0 || h->rank == w->rank;
+        if (!dt_ok || !rank_ok)
+            return pl_error_set(PL_ERR_CONFIG,
+                                "batch field '%s': model '%s' needs %s, %s; loader '%s' yields %s, "
+                                "%s",
+                                w->name, mn, field_dtype_str(w->dtype),
+                                field_rank_str(w->rank, rw, sizeof rw), ln,
+                                field_dtype_str(h->dtype), field_rank_str(h->rank, rh, sizeof rh));
+    }
+    return PL_OK;
 }
 
 /* ---- meta ------------------------------------------------------------ */
