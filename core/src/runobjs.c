@@ -3,6 +3,8 @@
  * field lookup and enum names. */
 #include "runobjs.h"
 
+#include "pipeline/autograd.h"
+
 #include <fnmatch.h>
 #include <inttypes.h>
 #include <math.h>
@@ -94,7 +96,7 @@ pl_status pl_param_new(pl_run_context *ctx, const char *name, int ndim, const in
         pl_status st = pl_error_status();
         return pl_error_prefix(st == PL_ERR_SHAPE ? PL_ERR_INVALID : st, "pl_param_new '%s'", name);
     }
-    t->requires_grad = trainable;
+    pl_tensor_set_requires_grad(t, trainable);
     pl_status st = pl_params_add(ctx->params, name, t, tags, role);
     pl_tensor_release(t);
     if (st) return st;
