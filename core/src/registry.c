@@ -353,7 +353,9 @@ pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind 
     if (!L) return pl_error_status();
     if (!L->desc) {
         pl_status s = replay(L);
-        if (section) pl_error_prefix(s, "%s[%s] plugin = %s", origin ? origin : "", section, name);
+        if (section)
+            pl_error_prefix(s, "%s%s[%s] plugin = %s", origin ? origin : "", origin ? ": " : "",
+                            section, name);
         return s;
     }
     if (strcmp(L->desc->name, name) != 0) {
