@@ -2,7 +2,8 @@
  *
  * PyTorch's torch.optim.lr_scheduler.LinearLR, stepped once per optimizer
  * step:
- *   factor(step) = start_factor + (end_factor - start_factor) * min(step, total_iters) / total_iters
+ *   factor(step) = start_factor
+ *                  + (end_factor - start_factor) * min(step, total_iters) / total_iters
  * so the lr climbs from start_factor x lr to end_factor x lr over total_iters
  * steps and stays there. total_iters = 0: end_factor from the first step.
  *
@@ -38,7 +39,9 @@ static pl_status lw_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     return PL_OK;
 }
 
-static void lw_destroy(void *self) { free(self); }
+static void lw_destroy(void *self) {
+    free(self);
+}
 
 static double lw_lr_factor(void *self, int64_t step) {
     const linear_warmup *s = self;

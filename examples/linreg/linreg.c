@@ -25,14 +25,17 @@ static const pl_option_spec lr_options[] = {
     {"in_features", PL_OPT_INT, "0", 0, 1e9, NULL, "input width (0: the loader's num_features)"},
     PL_OPTIONS_END};
 
-static void lr_destroy(void *self) { free(self); } /* the params list owns the tensors */
+/* the params list owns the tensors */
+static void lr_destroy(void *self) {
+    free(self);
+}
 
 static pl_status lr_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
     *self = NULL;
     int64_t F = pl_cfg_int(cfg, "in_features", 0);
     if (F == 0 && pl_meta_get_int(ctx->meta, "num_features", &F))
         return pl_error_prefix(pl_error_status(), "linreg: set in_features or use a loader that "
-                               "publishes num_features");
+                                                  "publishes num_features");
     linreg *m = calloc(1, sizeof *m);
     if (!m) return pl_error_set(PL_ERR_NOMEM, "linreg: out of memory");
     m->params = ctx->params;
@@ -40,7 +43,8 @@ static pl_status lr_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     pl_tensor *w = NULL, *b = NULL;
     pl_status st = pl_param_new(ctx, "linreg.weight", PL_SHAPE(1, F), 0, "linear", true, &w);
     if (!st) m->weight = pl_params_count(ctx->params) - 1;
-    if (!st) st = pl_param_new(ctx, "linreg.bias", PL_SHAPE(1), PL_TAG_NO_DECAY, "linear", true, &b);
+    if (!st)
+        st = pl_param_new(ctx, "linreg.bias", PL_SHAPE(1), PL_TAG_NO_DECAY, "linear", true, &b);
     if (!st) m->bias = pl_params_count(ctx->params) - 1;
     const double bound = 1.0 / sqrt((double)F);
     if (!st) st = pl_tensor_uniform_(w, -bound, bound, ctx->seed, 0);
@@ -64,7 +68,7 @@ static pl_status lr_forward(void *self, const pl_batch *batch, pl_data_split spl
     if (y->dtype != PL_F32) y = pl_tensor_to(y, PL_F32, y->device);
     pl_tensor *w = pl_params_at(m->params, m->weight)->t;
     pl_tensor *b = pl_params_at(m->params, m->bias)->t;
-    pl_tensor *pred = pl_linear(x, w, b);  /* [B, 1] */
+    pl_tensor *pred = pl_linear(x, w, b);   /* [B, 1] */
     pl_tensor *loss = pl_mse_loss(pred, y); /* 0-dim, mean over B */
     if (!loss) return pl_error_prefix(pl_error_status(), "linreg forward");
     *loss_out = loss;
@@ -94,5 +98,5 @@ static const pl_model_vtable lr_vtable = {
     /* optional members left NULL: export_begin/_batch/_end, on_load */
 };
 
-PL_PLUGIN_DEFINE(linreg, PL_KIND_MODEL, "1.0.0", "linear regression with MSE loss (nn.Linear(F, 1))",
-                 lr_options, &lr_vtable)
+PL_PLUGIN_DEFINE(linreg, PL_KIND_MODEL, "1.0.0",
+                 "linear regression with MSE loss (nn.Linear(F, 1))", lr_options, &lr_vtable)

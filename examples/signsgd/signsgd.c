@@ -35,7 +35,8 @@ static const pl_option_spec sg_options[] = {
 static void sg_destroy(void *self) {
     signsgd *o = self;
     if (!o) return;
-    for (int k = 0; k < o->group.n_params && o->m; k++) pl_tensor_release(o->m[k]);
+    for (int k = 0; k < o->group.n_params && o->m; k++)
+        pl_tensor_release(o->m[k]);
     free(o->m);
     free(o->group.param_index);
     free(o);
@@ -67,8 +68,10 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
         const pl_param *p = pl_params_at(ctx->params, i);
         if (!p->t->requires_grad) continue; /* frozen weights and buffers */
         if (p->t->dtype != PL_F32 || !pl_tensor_is_contiguous(p->t)) {
-            st = pl_error_set(PL_ERR_DTYPE, "signsgd: parameter '%s' is %s%s; expected a "
-                              "contiguous f32 tensor", p->name, pl_dtype_name(p->t->dtype),
+            st = pl_error_set(PL_ERR_DTYPE,
+                              "signsgd: parameter '%s' is %s%s; expected a "
+                              "contiguous f32 tensor",
+                              p->name, pl_dtype_name(p->t->dtype),
                               pl_tensor_is_contiguous(p->t) ? "" : " (strided)");
             break;
         }

@@ -22,9 +22,9 @@
 #include <pipeline/pipeline.h>
 
 typedef struct split_data {
-    int64_t n;  /* samples */
-    float *x;   /* [n, F] row-major */
-    float *y;   /* [n] */
+    int64_t n; /* samples */
+    float *x;  /* [n, F] row-major */
+    float *y;  /* [n] */
 } split_data;
 
 typedef struct synth {
@@ -52,8 +52,7 @@ static const pl_option_spec sr_options[] = {
     {"data_seed", PL_OPT_INT, "1234", 0, 9007199254740992.0, NULL,
      "seed of the weights, inputs and noise (the data set)"},
     {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "reshuffle the train split every epoch"},
-    {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "drop the last incomplete train batch"},
+    {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "drop the last incomplete train batch"},
     PL_OPTIONS_END};
 
 /* ---- counter-based randomness ------------------------------------------- */
@@ -89,8 +88,10 @@ static pl_status build_split(synth *s, pl_data_split sp, int64_t n, uint64_t dse
     d->x = malloc((size_t)(n * F) * sizeof *d->x);
     d->y = malloc((size_t)n * sizeof *d->y);
     if (!d->x || !d->y)
-        return pl_error_set(PL_ERR_NOMEM, "synth_regression: out of memory for the %s split "
-                            "(%lld x %lld)", pl_split_name(sp), (long long)n, (long long)F);
+        return pl_error_set(PL_ERR_NOMEM,
+                            "synth_regression: out of memory for the %s split "
+                            "(%lld x %lld)",
+                            pl_split_name(sp), (long long)n, (long long)F);
     for (int64_t i = 0; i < n; i++) {
         double y = 0;
         for (int64_t j = 0; j < F; j++) {
@@ -133,9 +134,10 @@ static pl_status sr_create(const pl_config_section *cfg, pl_run_context *ctx, vo
                                        pl_cfg_int(cfg, "test_samples", 512)};
     double *w = malloc((size_t)s->features * sizeof *w);
     s->order = malloc((size_t)n[PL_SPLIT_TRAIN] * sizeof *s->order);
-    pl_status st = (!w || !s->order) ? pl_error_set(PL_ERR_NOMEM, "synth_regression: out of memory")
-                                     : PL_OK;
-    for (int64_t j = 0; j < s->features && !st; j++) w[j] = normal(dseed, STREAM_WEIGHTS, 0, (uint64_t)j);
+    pl_status st =
+        (!w || !s->order) ? pl_error_set(PL_ERR_NOMEM, "synth_regression: out of memory") : PL_OK;
+    for (int64_t j = 0; j < s->features && !st; j++)
+        w[j] = normal(dseed, STREAM_WEIGHTS, 0, (uint64_t)j);
     for (int sp = 0; sp < PL_SPLIT_COUNT && !st; sp++)
         st = build_split(s, (pl_data_split)sp, n[sp], dseed, noise, w);
     free(w);
@@ -166,19 +168,21 @@ static pl_status sr_epoch_begin(void *self, pl_data_split split, int64_t epoch,
         return pl_error_set(PL_ERR_INVALID, "synth_regression: unknown split %d", (int)split);
     int64_t nb = sr_num_batches(s, split);
     if (start_batch < 0 || start_batch > nb)
-        return pl_error_set(PL_ERR_INVALID, "synth_regression: start batch %lld of the %s split "
-                            "is outside [0, %lld]", (long long)start_batch, pl_split_name(split),
-                            (long long)nb);
+        return pl_error_set(PL_ERR_INVALID,
+                            "synth_regression: start batch %lld of the %s split "
+                            "is outside [0, %lld]",
+                            (long long)start_batch, pl_split_name(split), (long long)nb);
     if (split == PL_SPLIT_TRAIN) {
         /* the epoch's order: identity, then Fisher-Yates with draws that are
          * a pure function of (seed, epoch); batches before start_batch are
          * never read, only their place in the order counts */
         int64_t n = s->data[PL_SPLIT_TRAIN].n;
-        for (int64_t i = 0; i < n; i++) s->order[i] = i;
+        for (int64_t i = 0; i < n; i++)
+            s->order[i] = i;
         if (s->shuffle)
             for (int64_t i = n - 1; i > 0; i--) {
-                int64_t j = (int64_t)(u01(s->seed, 0x5eed, (uint64_t)epoch, (uint64_t)i) *
-                                      (double)(i + 1));
+                int64_t j =
+                    (int64_t)(u01(s->seed, 0x5eed, (uint64_t)epoch, (uint64_t)i) * (double)(i + 1));
                 if (j > i) j = i;
                 int64_t t = s->order[i];
                 s->order[i] = s->order[j];

@@ -9,7 +9,7 @@
 #include "pl_test.h"
 #include "runobjs.h"
 
-#define CK_HAS(msg, needle) \
+#define CK_HAS(msg, needle)                                                                        \
     ck_assert_msg(strstr((msg), (needle)) != NULL, "expected '%s' in: %s", (needle), (msg))
 
 /* ---- batch field contract ------------------------------------------------ */
@@ -254,7 +254,8 @@ START_TEST(param_new_outside_a_frame_is_a_zero_f32_owned_by_the_list) {
     ck_assert(pl_device_eq(w->device, PL_CPU));
     ck_assert_str_eq(w->name, "lin.weight");
     ck_assert_int_eq(w->refcount, 1); /* the list's, nobody else's */
-    for (int64_t i = 0; i < 12; i++) ck_assert_double_eq(pl_tensor_get(w, i), 0.0);
+    for (int64_t i = 0; i < 12; i++)
+        ck_assert_double_eq(pl_tensor_get(w, i), 0.0);
     pl_param *p = PL_CK_NOTNULL(pl_params_find(ps, "lin.weight"));
     ck_assert_ptr_eq(p->t, w);
     ck_assert_str_eq(p->role, "head");
@@ -303,11 +304,10 @@ START_TEST(param_new_refuses_duplicates_and_bad_shapes) {
     ck_assert_int_eq(pl_param_new(&ctx, "w", PL_SHAPE(2), 0, NULL, true, &w), PL_ERR_INVALID);
     CK_HAS(pl_error_message(), "'w'");
     ck_assert_ptr_null(w);
-    ck_assert_int_eq(pl_param_new(&ctx, "neg", PL_SHAPE(2, -1), 0, NULL, true, &w),
-                     PL_ERR_INVALID);
+    ck_assert_int_eq(pl_param_new(&ctx, "neg", PL_SHAPE(2, -1), 0, NULL, true, &w), PL_ERR_INVALID);
     CK_HAS(pl_error_message(), "neg");
-    ck_assert_int_eq(pl_param_new(&ctx, "rank", PL_MAX_DIMS + 1, (int64_t[PL_MAX_DIMS + 1]){1},
-                                  0, NULL, true, &w),
+    ck_assert_int_eq(pl_param_new(&ctx, "rank", PL_MAX_DIMS + 1, (int64_t[PL_MAX_DIMS + 1]){1}, 0,
+                                  NULL, true, &w),
                      PL_ERR_INVALID);
     ck_assert_int_eq(pl_params_count(ps), 1);
     pl_run_context noparams = test_ctx(NULL);
@@ -336,11 +336,13 @@ START_TEST(owned_tensors_outlive_the_open_frame) {
     ck_assert_int_eq(z->ndim, 2);
     ck_assert(pl_tensor_is_contiguous(z));
     ck_assert(!z->requires_grad);
-    for (int64_t i = 0; i < 6; i++) ck_assert_double_eq(pl_tensor_get(z, i), 0.0);
+    for (int64_t i = 0; i < 6; i++)
+        ck_assert_double_eq(pl_tensor_get(z, i), 0.0);
     ck_assert_int_eq(e->dtype, PL_I64);
     ck_assert_int_eq(e->shape[0], 4);
     int64_t *ev = PL_CK_NOTNULL(pl_tensor_i64(e));
-    for (int i = 0; i < 4; i++) ev[i] = i; /* writable storage of the right size */
+    for (int i = 0; i < 4; i++)
+        ev[i] = i; /* writable storage of the right size */
     ck_assert_double_eq(pl_tensor_get(e, 3), 3.0);
     pl_tensor_release(z);
     pl_tensor_release(e);

@@ -17,9 +17,10 @@
 
 static const pl_option_spec old_options[] = {PL_OPTIONS_END};
 
-static const pl_plugin_desc old_desc = {
-    OLD_ABI_MAJOR, OLD_ABI_MINOR, OLD_ABI_NAME, PL_KIND_SCHEDULER, "0.0.1", "built for another plugin ABI",
-    old_options, NULL};
+static const pl_plugin_desc old_desc = {OLD_ABI_MAJOR, OLD_ABI_MINOR,
+                                        OLD_ABI_NAME,  PL_KIND_SCHEDULER,
+                                        "0.0.1",       "built for another plugin ABI",
+                                        old_options,   NULL};
 
 __attribute__((visibility("default"))) const pl_plugin_desc *pl_plugin_entry(void) {
     return &old_desc;
