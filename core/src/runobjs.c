@@ -200,9 +200,10 @@ pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int 
                             "pl_fields_add: field name '%s' must have 1..%zu characters, has %zu",
                             name, sizeof l->f[0].name - 1, len);
     if (rank < -1 || rank > PL_MAX_DIMS)
-        return pl_error_set(PL_ERR_INVALID,
-                            "pl_fields_add: field '%s': rank %d out of range (-1 for any, or 0..%d)",
-                            name, rank, PL_MAX_DIMS);
+        return pl_error_set(
+            PL_ERR_INVALID,
+            "pl_fields_add: field '%s': rank %d out of range (-1 for any, or 0..%d)", name, rank,
+            PL_MAX_DIMS);
     bool known = (dtype >= 0 && dtype < PL_DTYPE_COUNT) || dtype == PL_DTYPE_ANY ||
                  dtype == PL_DTYPE_FLOAT || dtype == PL_DTYPE_INDEX;
     if (!known)
@@ -247,8 +248,8 @@ static const char *field_rank_str(int rank, char *buf, size_t n) {
     return buf;
 }
 
-pl_status pl_fields_match(const pl_field_list *have, const char *loader,
-                          const pl_field_list *need, const char *model) {
+pl_status pl_fields_match(const pl_field_list *have, const char *loader, const pl_field_list *need,
+                          const char *model) {
     const char *ln = loader ? loader : "loader";
     const char *mn = model ? model : "model";
     if (!have || !need)
