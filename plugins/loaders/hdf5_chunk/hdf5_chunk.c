@@ -72,7 +72,8 @@ pl_status h5c_parse_fractions(const char *s, double fr[3]) {
         fr[2] < 0 || fr[0] + fr[1] + fr[2] > 1.0 + 1e-9)
         return pl_error_set(PL_ERR_CONFIG,
                             "hdf5_chunk: split_fractions = '%s': expected three fractions "
-                            "'train,val,test' >= 0 summing to at most 1", s);
+                            "'train,val,test' >= 0 summing to at most 1",
+                            s);
     return PL_OK;
 }
 
@@ -106,7 +107,8 @@ int64_t h5c_split_batches(const loader *L, int si) {
 }
 
 static void release_views(loader *L) {
-    for (int i = 0; i < L->n_out; i++) pl_tensor_release(L->out_views[i]);
+    for (int i = 0; i < L->n_out; i++)
+        pl_tensor_release(L->out_views[i]);
     L->n_out = 0;
 }
 
@@ -116,34 +118,44 @@ static const pl_option_spec opts[] = {
     {"path", PL_OPT_STRING, NULL, PL_NO_BOUNDS, NULL, "HDF5 file"},
     {"datasets", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "rows mode: 'field=dataset,...' or 'dataset,...' (field = dataset's base name)"},
-    {"val_datasets", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL, "datasets of the val split (default: datasets)"},
-    {"test_datasets", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL, "datasets of the test split (default: datasets)"},
+    {"val_datasets", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "datasets of the val split (default: datasets)"},
+    {"test_datasets", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "datasets of the test split (default: datasets)"},
     {"train_group", PL_OPT_STRING, "/train", PL_NO_BOUNDS, NULL, "group of the train split"},
     {"val_group", PL_OPT_STRING, "/val", PL_NO_BOUNDS, NULL, "group of the val split"},
     {"test_group", PL_OPT_STRING, "/test", PL_NO_BOUNDS, NULL, "group of the test split"},
     {"split_fractions", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "'0.8,0.1,0.1': split the rows (or the series) in order instead of groups/dates"},
     {"history", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "CSR group (offsets/items) under val/test groups exposed as a padded i32 [B, Hmax] field of that name"},
+     "CSR group (offsets/items) under val/test groups exposed as a padded i32 [B, Hmax] field of "
+     "that name"},
     {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL, "samples per batch"},
     {"eval_batch_size", PL_OPT_INT, "0", 0, 1e9, NULL, "val/test batch size (0: batch_size)"},
     {"chunk_samples", PL_OPT_INT, "0", 0, 1e12, NULL, "rows per chunk (0: from chunk_size_gb)"},
     {"chunk_size_gb", PL_OPT_FLOAT, "0", 0, 1e6, NULL,
      "chunk budget in GiB (0: 75 % of free device memory, clamped to the data size)"},
-    {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "shuffle train (chunk order and rows in a chunk)"},
+    {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "shuffle train (chunk order and rows in a chunk)"},
     {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "drop the last partial train batch"},
-    {"prefetch", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "read the next chunk in a background thread"},
-    {"convert", PL_OPT_CHOICE, "none", PL_NO_BOUNDS, "none|f32", "convert floating datasets to f32"},
+    {"prefetch", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "read the next chunk in a background thread"},
+    {"convert", PL_OPT_CHOICE, "none", PL_NO_BOUNDS, "none|f32",
+     "convert floating datasets to f32"},
     {"series", PL_OPT_STRING, "series", PL_NO_BOUNDS, NULL, "series mode: the [T, F] dataset"},
     {"window", PL_OPT_INT, "0", 0, 1e9, NULL, "series mode when > 0: input window length"},
     {"horizon", PL_OPT_INT, "1", 1, 1e9, NULL, "series mode: target steps after the window"},
-    {"target_columns", PL_OPT_STRING, "0", PL_NO_BOUNDS, NULL, "series: target column names or indices"},
-    {"feature_columns", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL, "series: input columns (default all)"},
+    {"target_columns", PL_OPT_STRING, "0", PL_NO_BOUNDS, NULL,
+     "series: target column names or indices"},
+    {"feature_columns", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "series: input columns (default all)"},
     {"standardize", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "series: (x - mean) / std per column, stats from the training range only"},
     {"date_dataset", PL_OPT_STRING, "date", PL_NO_BOUNDS, NULL, "series: days since 1970 per row"},
-    {"train_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL, "series: last date (YYYY-MM-DD) of train targets"},
-    {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL, "series: last date of val targets (test after)"},
+    {"train_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "series: last date (YYYY-MM-DD) of train targets"},
+    {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "series: last date of val targets (test after)"},
     PL_OPTIONS_END};
 
 /* ---- destroy / create ------------------------------------------------------ */
@@ -155,14 +167,17 @@ static void h5c_destroy(void *self) {
     pthread_mutex_destroy(&L->mu);
     pthread_cond_destroy(&L->cv);
     release_views(L);
-    for (int i = 0; i < PL_SPLIT_COUNT; i++) chunk_buf_free(&L->buf[i]);
-    for (int i = 0; i < MAXF; i++) pl_tensor_release(L->gather[i]);
+    for (int i = 0; i < PL_SPLIT_COUNT; i++)
+        chunk_buf_free(&L->buf[i]);
+    for (int i = 0; i < MAXF; i++)
+        pl_tensor_release(L->gather[i]);
     pl_h5_lock();
     for (int si = 0; si < PL_SPLIT_COUNT; si++) {
         split_data *s = &L->sp[si];
         for (int i = 0; i < s->nf; i++)
             if (s->ds[i] > 0) H5Dclose(s->ds[i]);
-        for (int i = 0; i < s->nx; i++) pl_tensor_release(s->xt[i]);
+        for (int i = 0; i < s->nx; i++)
+            pl_tensor_release(s->xt[i]);
     }
     if (L->file > 0) H5Fclose(L->file);
     pl_h5_unlock();
@@ -215,7 +230,8 @@ static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, v
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->cv, NULL);
     L->cur_split = -1;
-    for (int i = 0; i < PL_SPLIT_COUNT; i++) L->buf[i].split = -1;
+    for (int i = 0; i < PL_SPLIT_COUNT; i++)
+        L->buf[i].split = -1;
     pl_status st = PL_OK;
     snprintf(L->path, sizeof L->path, "%s", pl_cfg_str(cfg, "path", ""));
     if (!L->path[0]) {
@@ -226,7 +242,8 @@ static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, v
     publish_file_attrs(L);
     int64_t bs = pl_cfg_int(cfg, "batch_size", 32), ebs = pl_cfg_int(cfg, "eval_batch_size", 0);
     if (ebs <= 0) ebs = bs;
-    bool shuffle = pl_cfg_bool(cfg, "shuffle", true), drop_last = pl_cfg_bool(cfg, "drop_last", false);
+    bool shuffle = pl_cfg_bool(cfg, "shuffle", true),
+         drop_last = pl_cfg_bool(cfg, "drop_last", false);
     for (int si = 0; si < PL_SPLIT_COUNT; si++) {
         L->sp[si].batch = si == PL_SPLIT_TRAIN ? bs : ebs;
         L->sp[si].shuffle = si == PL_SPLIT_TRAIN && shuffle;
@@ -250,23 +267,24 @@ static int64_t h5c_num_batches(void *self, pl_data_split split) {
     return h5c_split_batches(L, split);
 }
 
-static pl_status h5c_epoch_begin(void *self, pl_data_split split, int64_t epoch, int64_t start_batch) {
+static pl_status h5c_epoch_begin(void *self, pl_data_split split, int64_t epoch,
+                                 int64_t start_batch) {
     loader *L = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_chunk: bad split %d", (int)split);
     split_data *s = &L->sp[split];
     release_views(L);
     if (!s->present || s->nrows == 0)
-        return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (%s)", L->path, pl_split_name(split),
-                            s->where);
+        return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (%s)", L->path,
+                            pl_split_name(split), s->where);
     int64_t nb = h5c_split_batches(L, split);
     if (start_batch < 0 || start_batch > nb)
-        return pl_error_set(PL_ERR_INVALID,
-                            "hdf5_chunk: epoch_begin(%s, epoch %lld, start_batch %lld): start_batch "
-                            "must lie in 0..%lld, split '%s' has %lld batches (%s, batch_size %lld)",
-                            pl_split_name(split), (long long)epoch, (long long)start_batch,
-                            (long long)nb, pl_split_name(split), (long long)nb, s->where,
-                            (long long)s->batch);
+        return pl_error_set(
+            PL_ERR_INVALID,
+            "hdf5_chunk: epoch_begin(%s, epoch %lld, start_batch %lld): start_batch "
+            "must lie in 0..%lld, split '%s' has %lld batches (%s, batch_size %lld)",
+            pl_split_name(split), (long long)epoch, (long long)start_batch, (long long)nb,
+            pl_split_name(split), (long long)nb, s->where, (long long)s->batch);
     L->cur_split = split;
     L->epoch = epoch;
     L->batch_index = start_batch;
@@ -313,6 +331,7 @@ static const pl_loader_vtable vt = {
     .batch_fields = h5c_batch_fields,
 };
 
-PL_PLUGIN_DEFINE(hdf5_chunk, PL_KIND_LOADER, "0.2.0",
-                 "HDF5 rows/series loader: mega-batch chunks on the device, batches are views, prefetch",
-                 opts, &vt)
+PL_PLUGIN_DEFINE(
+    hdf5_chunk, PL_KIND_LOADER, "0.2.0",
+    "HDF5 rows/series loader: mega-batch chunks on the device, batches are views, prefetch", opts,
+    &vt)
