@@ -8,7 +8,7 @@ function(pl_add_plugin name)
     PREFIX "" OUTPUT_NAME ${name}
     LIBRARY_OUTPUT_DIRECTORY ${PL_PLUGIN_BUILD_DIR}
     C_VISIBILITY_PRESET hidden)
-  install(TARGETS plugin_${name} LIBRARY DESTINATION ${PL_PLUGIN_INSTALL_DIR})
+  install(TARGETS plugin_${name} LIBRARY DESTINATION ${PL_PLUGIN_INSTALL_DIR} COMPONENT plugins)
 endfunction()
 
 # pl_add_test(NAME SOURCES a.c [LIBS x] [LABELS l])

@@ -192,10 +192,11 @@ pl_status pl_kernel_forward(pl_kernel_args *a) {
     const pl_tensor *ref = a->n_in > 0 && a->in[0] ? a->in[0] : a->out[0];
     const pl_backend *b = pl_backend_get(ref->device.type);
     if (!b) return pl_error_status();
-    if ((unsigned)a->op >= PL_OP_COUNT || !b->forward[a->op])
+    pl_kernel_fn fn = pl_backend_kernel(b, a->op, false);
+    if (!fn)
         return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no forward kernel on backend '%s'",
                             pl_op_name(a->op), b->name);
-    return b->forward[a->op](a);
+    return fn(a);
 }
 
 /* ---- recording --------------------------------------------------------------------- */
@@ -218,10 +219,14 @@ static void node_free(pl_node *n) {
         free(n);
 }
 
+static const char *backend_name(pl_device_type dev) {
+    const pl_backend *b = pl_backend_get(dev);
+    return b && b->name ? b->name : dev == PL_DEVICE_CUDA ? "cuda" : "cpu";
+}
+
 static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_type dev) {
     if (custom) return custom->backward[dev];
-    const pl_backend *b = pl_backend_get(dev);
-    return b && (unsigned)op < PL_OP_COUNT ? b->backward[op] : NULL;
+    return pl_backend_kernel(pl_backend_get(dev), (pl_op)op, true);
 }
 
 static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
@@ -233,9 +238,10 @@ static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *
         return pl_error_set(PL_ERR_INTERNAL, "%s: too many inputs/saved tensors to record", name);
     if (!backward_fn(op, custom, out->device.type))
         return pl_error_set(PL_ERR_UNSUPPORTED,
-                            "op '%s' has no backward on this backend, but input requires grad; "
-                            "wrap the call in pl_no_grad_begin/end or detach the input",
-                            name);
+                            "op '%s' has no backward kernel on backend '%s', but an input "
+                            "requires grad; wrap the call in pl_no_grad_begin/end or detach the "
+                            "input",
+                            name, backend_name(out->device.type));
     pl_node *n = node_new();
     if (!n) return pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
     n->op = op;
@@ -360,8 +366,9 @@ pl_status pl_backward(pl_tensor *loss, double grad_scale) {
         }
         pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
         if (!st && !fn)
-            st = pl_error_set(PL_ERR_UNSUPPORTED, "backward of '%s' missing",
-                              n->custom ? n->custom->name : pl_op_name(n->op));
+            st = pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
+                              n->custom ? n->custom->name : pl_op_name(n->op),
+                              backend_name(n->out->device.type));
         if (!st) {
             st = fn(&k);
             if (st)

@@ -54,6 +54,9 @@ pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
     if (!b)
         return pl_error_set(PL_ERR_ABI, "backend plugin %s: descriptor has no pl_backend vtable",
                             where);
+    /* struct_size first: the other fields are only meaningful in a known layout */
+    pl_status lay = pl_backend_check_layout(b, where);
+    if (lay) return lay;
     if (b->type != type || !b->name || !b->raw_alloc || !b->raw_free || !b->memcpy ||
         !b->memset || !b->synchronize || !b->device_count)
         return pl_error_set(PL_ERR_ABI,

@@ -15,7 +15,9 @@
  *   - PL_DEVICE_CPU: nothing to load, PL_OK.
  *   - PL_DEVICE_CUDA: PL_OK at once if a CUDA backend is already registered;
  *     else finds plugin "cuda" (kind backend) in `reg`, checks its vtable
- *     (type cuda, raw memory functions present), asks it for the device count
+ *     (struct_size covers the ABI 2.0 pl_backend layout and a kernel lookup
+ *     is present, then type cuda, raw memory functions present), asks it for
+ *     the device count
  *     and registers it with pl_backend_register().
  * Errors (message names the plugin / search path / reason):
  *   PL_ERR_CONFIG / PL_ERR_ABI  the plugin is missing or refused by the registry,

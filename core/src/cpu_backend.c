@@ -1,5 +1,7 @@
-/* cpu_backend.c - the built-in CPU backend table and the backend registry.
- * Kernels live in cpu/kernels_*.c, each file registering its own ops. */
+/* cpu_backend.c - the built-in CPU backend, the backend registry and kernel
+ * dispatch (pl_backend_kernel). Kernels live in cpu/kernels_*.c, each file
+ * registering its own ops into the CPU's kernel table, which the CPU
+ * backend's lookup answers from. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +33,25 @@ static pl_status cpu_mem_info(int device, size_t *free_b, size_t *total_b) {
 }
 
 /* Kernel files that are not linked in leave their ops unsupported. */
-__attribute__((weak)) void pl_cpu_register_dense(pl_backend *b) { (void)b; }
-__attribute__((weak)) void pl_cpu_register_index(pl_backend *b) { (void)b; }
-__attribute__((weak)) void pl_cpu_register_nf4(pl_backend *b) { (void)b; }
+__attribute__((weak)) void pl_cpu_register_dense(pl_kernel_table *b) {
+    (void)b;
+}
+__attribute__((weak)) void pl_cpu_register_index(pl_kernel_table *b) {
+    (void)b;
+}
+__attribute__((weak)) void pl_cpu_register_nf4(pl_kernel_table *b) {
+    (void)b;
+}
+
+/* Filled once by init_cpu() before g_cpu is handed out. */
+static pl_kernel_table g_cpu_kernels;
+
+static pl_kernel_fn cpu_kernel(pl_op op, bool backward) {
+    return pl_kernel_table_get(&g_cpu_kernels, op, backward);
+}
 
 static pl_backend g_cpu = {
+    .struct_size = PL_BACKEND_STRUCT_SIZE,
     .name = "cpu",
     .type = PL_DEVICE_CPU,
     .device_count = cpu_device_count,
@@ -45,16 +61,17 @@ static pl_backend g_cpu = {
     .memset = cpu_memset,
     .synchronize = cpu_sync,
     .mem_info = cpu_mem_info,
+    .kernel = cpu_kernel,
 };
 
 static const pl_backend *g_backends[2];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_cpu(void) {
-    pl_cpu_register_copy(&g_cpu);
-    pl_cpu_register_dense(&g_cpu);
-    pl_cpu_register_index(&g_cpu);
-    pl_cpu_register_nf4(&g_cpu);
+    pl_cpu_register_copy(&g_cpu_kernels);
+    pl_cpu_register_dense(&g_cpu_kernels);
+    pl_cpu_register_index(&g_cpu_kernels);
+    pl_cpu_register_nf4(&g_cpu_kernels);
     g_backends[PL_DEVICE_CPU] = &g_cpu;
 }
 
@@ -63,10 +80,33 @@ const pl_backend *pl_backend_cpu(void) {
     return &g_cpu;
 }
 
+pl_status pl_backend_check_layout(const pl_backend *b, const char *where) {
+    if (!b) return pl_error_set(PL_ERR_ABI, "backend %s: no pl_backend table", where);
+    if (b->struct_size < PL_BACKEND_MIN_SIZE)
+        return pl_error_set(PL_ERR_ABI,
+                            "backend %s: pl_backend.struct_size is %u bytes, the ABI %d.%d layout "
+                            "needs at least %u (built against another backend.h: rebuild it)",
+                            where, (unsigned)b->struct_size, PL_ABI_MAJOR, PL_ABI_MINOR,
+                            (unsigned)PL_BACKEND_MIN_SIZE);
+    if (!b->kernel)
+        return pl_error_set(PL_ERR_ABI,
+                            "backend %s: pl_backend.kernel (the op kernel lookup) is "
+                            "NULL",
+                            where);
+    return PL_OK;
+}
+
 pl_status pl_backend_register(const pl_backend *b) {
     pthread_once(&g_once, init_cpu);
-    if (!b || (unsigned)b->type > PL_DEVICE_CUDA)
-        return pl_error_set(PL_ERR_INVALID, "pl_backend_register: invalid backend table");
+    if (!b) return pl_error_set(PL_ERR_INVALID, "pl_backend_register: NULL backend table");
+    pl_status st = pl_backend_check_layout(
+        b, b->struct_size >= PL_BACKEND_MIN_SIZE && b->name ? b->name : "(unnamed)");
+    if (st) return st;
+    if ((unsigned)b->type > PL_DEVICE_CUDA)
+        return pl_error_set(PL_ERR_INVALID,
+                            "pl_backend_register: backend '%s' has invalid "
+                            "device type %d",
+                            b->name ? b->name : "?", (int)b->type);
     if (b->type == PL_DEVICE_CPU)
         return pl_error_set(PL_ERR_INVALID, "the CPU backend is built in and cannot be replaced");
     g_backends[b->type] = b;
@@ -81,6 +121,14 @@ const pl_backend *pl_backend_get(pl_device_type type) {
         return NULL;
     }
     return g_backends[type];
+}
+
+pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward) {
+    return b && b->kernel ? b->kernel(op, backward) : NULL;
+}
+
+bool pl_backend_supports(const pl_backend *b, pl_op op, bool backward) {
+    return pl_backend_kernel(b, op, backward) != NULL;
 }
 
 const char *pl_op_name(pl_op op) {
@@ -104,5 +152,5 @@ const char *pl_op_name(pl_op op) {
         [PL_OP_NF4_MATMUL] = "nf4_matmul", [PL_OP_LSTM] = "lstm",
     };
     if ((unsigned)op < PL_OP_COUNT && names[op]) return names[op];
-    return "custom";
+    return (int)op >= PL_OP_CUSTOM_BASE ? "custom" : "unknown";
 }

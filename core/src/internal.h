@@ -24,6 +24,7 @@
 #ifndef PL_INTERNAL_H
 #define PL_INTERNAL_H
 
+#include "pipeline/backend_util.h"
 #include "pipeline/pipeline.h"
 
 /* New tensor owned by the caller and NOT adopted by the open frame. */
@@ -37,6 +38,10 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t);
 /* Run the forward kernel of a->op on the backend of a->in[0]'s device (or
  * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing. */
 pl_status pl_kernel_forward(pl_kernel_args *a);
+
+/* PL_OK when b's struct_size covers the ABI 2.0 layout and it has a kernel
+ * lookup; else PL_ERR_ABI naming `where` (a path or the backend's name). */
+pl_status pl_backend_check_layout(const pl_backend *b, const char *where);
 
 /* Gates used at op entry; each sets an error naming the op and tensor. */
 pl_status pl_check_float(const char *op, const pl_tensor *t, bool allow_half);
@@ -53,12 +58,8 @@ bool pl_any_requires_grad(pl_tensor *const *ts, int n);
 pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
                               int64_t *shape);
 
-/* Philox4x32-10 (Salmon et al., SC'11): counter (4 x u32) + key (2 x u32)
- * -> 4 random u32. pl_philox_u01 maps a u32 to [0, 1) with 24 bits. */
-void pl_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-static inline float pl_philox_u01(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
-
-/* The same generator on PL_PHILOX_LANES independent counters at once, laid
+/* Philox4x32-10 (pl_philox4x32_10, pl_philox_u01) is in backend_util.h.
+ * The same generator on PL_PHILOX_LANES independent counters at once, laid
  * out lane-major so the compiler vectorizes the rounds (AVX-512: 16 lanes):
  * lane l uses counter {c0[l], c1[l], c2, c3}; out[j][l] is word j of lane l.
  * Bit-identical to pl_philox4x32_10. */
@@ -112,10 +113,11 @@ bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, 
 /* Per-thread frame stack (autograd.c). */
 void pl_frame_adopt(pl_tensor *t);
 
-/* CPU kernel registration, one function per kernel file (cpu_backend.c calls them). */
-void pl_cpu_register_dense(pl_backend *b);  /* kernels_dense.c */
-void pl_cpu_register_index(pl_backend *b);  /* kernels_index.c */
-void pl_cpu_register_copy(pl_backend *b);   /* tensor.c: PL_OP_COPY */
-void pl_cpu_register_nf4(pl_backend *b);    /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
+/* CPU kernel registration into the CPU backend's table (answered by its
+ * kernel lookup), one function per kernel file (cpu_backend.c calls them). */
+void pl_cpu_register_dense(pl_kernel_table *b); /* kernels_dense.c */
+void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c */
+void pl_cpu_register_copy(pl_kernel_table *b);  /* tensor.c: PL_OP_COPY */
+void pl_cpu_register_nf4(pl_kernel_table *b);   /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
 
 #endif

@@ -20,6 +20,14 @@
 #ifndef PL_INSTALL_PLUGIN_DIR
 #define PL_INSTALL_PLUGIN_DIR ""
 #endif
+/* The SONAME is libpipeline_core.so.<PL_ABI_MAJOR> (core/CMakeLists.txt reads
+ * the major from plugin.h): a plugin linked against another major cannot bind
+ * to this core, and dlopen says so (see plugin_needs_other_core). */
+#ifndef PL_CORE_SOVERSION
+#define PL_CORE_SOVERSION PL_ABI_MAJOR
+#endif
+_Static_assert(PL_CORE_SOVERSION == PL_ABI_MAJOR,
+               "libpipeline_core's SOVERSION must be the plugin ABI major (PL_ABI_MAJOR)");
 
 typedef struct loaded {
     char *path;      /* as found (dir/name.so) */
@@ -97,6 +105,22 @@ pl_status pl_registry_add_dir(pl_registry *r, const char *dir) {
     if (!r->dirs[r->n_dirs]) return pl_error_set(PL_ERR_NOMEM, "plugin search path: out of memory");
     r->n_dirs++;
     return PL_OK;
+}
+
+/* dlopen's error for a plugin whose libpipeline_core.so.N (another ABI major)
+ * is missing: "libpipeline_core.so.1: cannot open shared object file: ...".
+ * True with *major = N when the message is that one. */
+static bool plugin_needs_other_core(const char *dl_error, unsigned *major) {
+    static const char lib[] = "libpipeline_core.so.";
+    const char *p = strstr(dl_error, lib);
+    if (!p) return false;
+    p += sizeof lib - 1;
+    char *end = NULL;
+    unsigned long n = strtoul(p, &end, 10);
+    if (end == p || *end != ':' || n == (unsigned long)PL_CORE_SOVERSION || n > 1000000)
+        return false;
+    *major = (unsigned)n;
+    return true;
 }
 
 static bool is_dir(const char *p) {
@@ -197,11 +221,25 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
     L->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!L->handle) {
         const char *e = dlerror();
-        snprintf(msg, sizeof msg, "plugin %s could not be loaded: %s", path, e ? e : "dlopen failed");
+        unsigned other = 0;
+        if (e && plugin_needs_other_core(e, &other)) {
+            /* built against another ABI major: its libpipeline_core.so.N is not this one */
+            snprintf(msg, sizeof msg,
+                     "plugin %s was built for plugin ABI %u (it links libpipeline_core.so.%u) but "
+                     "this core provides ABI %d.%d (libpipeline_core.so.%d; the major version "
+                     "must match)",
+                     path, other, other, PL_ABI_MAJOR, PL_ABI_MINOR, PL_CORE_SOVERSION);
+            pl_hint_set("rebuild the plugin against the headers of pipeline %s, or remove %s from "
+                        "the plugin path",
+                        PL_VERSION_STRING, path);
+        } else {
+            snprintf(msg, sizeof msg, "plugin %s could not be loaded: %s", path,
+                     e ? e : "dlopen failed");
+            pl_hint_set("check that the file is a plugin built against this pipeline (%s) and that "
+                        "its libraries are installed (ldd %s)",
+                        PL_VERSION_STRING, path);
+        }
         L->status = PL_ERR_ABI;
-        pl_hint_set("check that the file is a plugin built against this pipeline (%s) and that its "
-                    "libraries are installed (ldd %s)",
-                    PL_VERSION_STRING, path);
         goto fail;
     }
     dlerror();
@@ -315,7 +353,9 @@ pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind 
     if (!L) return pl_error_status();
     if (!L->desc) {
         pl_status s = replay(L);
-        if (section) pl_error_prefix(s, "%s[%s] plugin = %s", origin ? origin : "", section, name);
+        if (section)
+            pl_error_prefix(s, "%s%s[%s] plugin = %s", origin ? origin : "", origin ? ": " : "",
+                            section, name);
         return s;
     }
     if (strcmp(L->desc->name, name) != 0) {

@@ -192,6 +192,14 @@ pl_status pl_group_hparam_set(pl_param_group *g, const char *name, double value)
 
 pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int rank,
                         bool optional) {
+    return pl_fields_add_in(l, 0, name, dtype, rank, optional);
+}
+
+#define ALL_SPLITS ((1u << PL_SPLIT_COUNT) - 1u)
+static unsigned split_mask(unsigned s) { return s ? s & ALL_SPLITS : ALL_SPLITS; }
+
+pl_status pl_fields_add_in(pl_field_list *l, unsigned splits, const char *name, pl_dtype dtype,
+                           int rank, bool optional) {
     if (!l || !name)
         return pl_error_set(PL_ERR_INVALID, "pl_fields_add: NULL %s", !l ? "field list" : "name");
     size_t len = strlen(name);
@@ -200,16 +208,20 @@ pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int 
                             "pl_fields_add: field name '%s' must have 1..%zu characters, has %zu",
                             name, sizeof l->f[0].name - 1, len);
     if (rank < -1 || rank > PL_MAX_DIMS)
-        return pl_error_set(PL_ERR_INVALID,
-                            "pl_fields_add: field '%s': rank %d out of range (-1 for any, or 0..%d)",
-                            name, rank, PL_MAX_DIMS);
+        return pl_error_set(
+            PL_ERR_INVALID,
+            "pl_fields_add: field '%s': rank %d out of range (-1 for any, or 0..%d)", name, rank,
+            PL_MAX_DIMS);
     bool known = (dtype >= 0 && dtype < PL_DTYPE_COUNT) || dtype == PL_DTYPE_ANY ||
                  dtype == PL_DTYPE_FLOAT || dtype == PL_DTYPE_INDEX;
     if (!known)
         return pl_error_set(PL_ERR_INVALID, "pl_fields_add: field '%s': unknown dtype %d", name,
                             (int)dtype);
+    if (splits & ~ALL_SPLITS)
+        return pl_error_set(PL_ERR_INVALID, "pl_fields_add: field '%s': split mask 0x%x has bits "
+                            "beyond the %d splits", name, splits, PL_SPLIT_COUNT);
     for (int i = 0; i < l->n && i < PL_FIELDS_MAX; i++)
-        if (strcmp(l->f[i].name, name) == 0)
+        if (strcmp(l->f[i].name, name) == 0 && (split_mask(l->f[i].splits) & split_mask(splits)))
             return pl_error_set(PL_ERR_INVALID, "pl_fields_add: field '%s' declared twice", name);
     if (l->n < 0 || l->n >= PL_FIELDS_MAX)
         return pl_error_set(PL_ERR_INVALID,
@@ -222,6 +234,7 @@ pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int 
     f->dtype = dtype;
     f->rank = rank;
     f->optional = optional;
+    f->splits = splits;
     return PL_OK;
 }
 
@@ -247,8 +260,8 @@ static const char *field_rank_str(int rank, char *buf, size_t n) {
     return buf;
 }
 
-pl_status pl_fields_match(const pl_field_list *have, const char *loader,
-                          const pl_field_list *need, const char *model) {
+pl_status pl_fields_match(const pl_field_list *have, const char *loader, const pl_field_list *need,
+                          const char *model) {
     const char *ln = loader ? loader : "loader";
     const char *mn = model ? model : "model";
     if (!have || !need)
@@ -256,35 +269,45 @@ pl_status pl_fields_match(const pl_field_list *have, const char *loader,
                             !have ? "loader" : "model");
     int nh = have->n < PL_FIELDS_MAX ? have->n : PL_FIELDS_MAX;
     int nn = need->n < PL_FIELDS_MAX ? need->n : PL_FIELDS_MAX;
-    for (int i = 0; i < nn; i++) {
-        const pl_field_spec *w = &need->f[i];
-        const pl_field_spec *h = NULL;
-        for (int j = 0; j < nh && !h; j++)
-            if (strcmp(have->f[j].name, w->name) == 0) h = &have->f[j];
-        char rw[24], rh[24];
-        if (!h) {
-            if (w->optional) continue;
-            char list[PL_FIELDS_MAX * 50] = "";
-            size_t off = 0;
-            for (int j = 0; j < nh && off < sizeof list; j++)
-                off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", j ? ", " : "",
-                                        have->f[j].name);
-            return pl_error_set(PL_ERR_CONFIG,
-                                "batch field '%s': model '%s' needs it (%s, %s) but loader '%s' "
-                                "yields no such field (it yields: %s)",
-                                w->name, mn, field_dtype_str(w->dtype),
-                                field_rank_str(w->rank, rw, sizeof rw), ln, nh ? list : "none");
+    for (int sp = 0; sp < PL_SPLIT_COUNT; sp++) {
+        const unsigned bit = 1u << sp;
+        for (int i = 0; i < nn; i++) {
+            const pl_field_spec *w = &need->f[i];
+            if (!(split_mask(w->splits) & bit)) continue;
+            const pl_field_spec *h = NULL;
+            for (int j = 0; j < nh && !h; j++)
+                if ((split_mask(have->f[j].splits) & bit) && strcmp(have->f[j].name, w->name) == 0)
+                    h = &have->f[j];
+            char rw[24], rh[24];
+            if (!h) {
+                if (w->optional) continue;
+                char list[PL_FIELDS_MAX * 50] = "";
+                size_t off = 0;
+                for (int j = 0; j < nh && off < sizeof list; j++)
+                    if (split_mask(have->f[j].splits) & bit)
+                        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+                                                off ? ", " : "", have->f[j].name);
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "batch field '%s': model '%s' needs it in %s batches (%s, %s) "
+                                    "but loader '%s' yields no such field there (it yields: %s)",
+                                    w->name, mn, pl_split_name((pl_data_split)sp),
+                                    field_dtype_str(w->dtype),
+                                    field_rank_str(w->rank, rw, sizeof rw), ln,
+                                    list[0] ? list : "none");
+            }
+            bool dt_ok = field_dtype_ok(w->dtype, h->dtype);
+            /* a loader's rank -1 (varies) satisfies only a model that takes any rank */
+            bool rank_ok = w->rank < 0 || h->rank == w->rank;
+            if (!dt_ok || !rank_ok)
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "batch field '%s' (%s batches): model '%s' needs %s, %s; loader "
+                                    "'%s' yields %s, %s",
+                                    w->name, pl_split_name((pl_data_split)sp), mn,
+                                    field_dtype_str(w->dtype),
+                                    field_rank_str(w->rank, rw, sizeof rw), ln,
+                                    field_dtype_str(h->dtype),
+                                    field_rank_str(h->rank, rh, sizeof rh));
         }
-        bool dt_ok = field_dtype_ok(w->dtype, h->dtype);
-        /* a loader's rank -1 (varies) satisfies only a model that takes any rank */
-        bool rank_ok = w->rank < 0 || h->rank == w->rank;
-        if (!dt_ok || !rank_ok)
-            return pl_error_set(PL_ERR_CONFIG,
-                                "batch field '%s': model '%s' needs %s, %s; loader '%s' yields %s, "
-                                "%s",
-                                w->name, mn, field_dtype_str(w->dtype),
-                                field_rank_str(w->rank, rw, sizeof rw), ln,
-                                field_dtype_str(h->dtype), field_rank_str(h->rank, rh, sizeof rh));
     }
     return PL_OK;
 }

@@ -40,18 +40,12 @@ pl_status pl_dtype_parse(const char *s, pl_dtype *out) {
                         "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u8, nf4, f64)", s);
 }
 
+/* RNE, NaN stays a quiet NaN: the bits every backend uses (backend_util.h) */
 uint16_t pl_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                       /* RNE */
-    return (uint16_t)(u >> 16);
+    return pl_bf16_round(f);
 }
 float pl_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return pl_bf16_widen(h);
 }
 uint16_t pl_f32_to_f16(float f) {
     _Float16 h = (_Float16)f; /* IEEE binary16, RNE (GCC on x86-64) */
@@ -594,7 +588,9 @@ static pl_status cpu_copy_forward(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-void pl_cpu_register_copy(pl_backend *b) { b->forward[PL_OP_COPY] = cpu_copy_forward; }
+void pl_cpu_register_copy(pl_kernel_table *b) {
+    b->forward[PL_OP_COPY] = cpu_copy_forward;
+}
 
 pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     char b1[256], b2[256];

@@ -569,6 +569,7 @@ int main(void) {
     tcase_add_test(t, duplicate_section_is_refused);
     tcase_add_test(t, missing_required_key_names_section_and_key);
     tcase_add_test(t, unknown_section_suggests_nearest);
+    tcase_add_test(t, schedulers_are_a_list_in_file_order);
     tcase_add_test(t, syntax_errors_have_line_numbers);
     tcase_add_test(t, plugin_name_must_not_be_a_path);
     tcase_add_test(t, kind_mismatch_names_section_and_line);

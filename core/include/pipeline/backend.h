@@ -1,12 +1,28 @@
-/* backend.h - the per-device backend vtable and the op kernel table.
+/* backend.h - the per-device backend vtable and the op kernel lookup.
  *
  * A backend fills one pl_backend: raw memory (alloc/free/copy/memset/sync)
- * and one forward and one backward kernel per op (indexed by pl_op). The CPU
- * backend is built into the core and implements every op; a CUDA backend is a
- * plugin .so (kind PL_KIND_BACKEND) whose vtable is a pl_backend, registered
- * with pl_backend_register(). Ops dispatch on the device of their inputs;
- * a NULL kernel means "not supported on this backend" and the op fails with
- * PL_ERR_UNSUPPORTED naming the op and backend (ggml's supports_op idea).
+ * and a kernel lookup, kernel(op, backward), that returns the forward or
+ * backward kernel of an op, or NULL when the backend does not implement it
+ * (ggml's supports_op idea). The CPU backend is built into the core and
+ * implements every op; a CUDA backend is a plugin .so (kind
+ * PL_KIND_BACKEND) whose vtable is a pl_backend, registered with
+ * pl_backend_register(). Ops dispatch on the device of their inputs through
+ * pl_backend_kernel(); a NULL kernel means "not supported on this backend"
+ * and the op fails with PL_ERR_UNSUPPORTED naming the op and backend.
+ *
+ * Why a lookup and not a table indexed by op: a table sized PL_OP_COUNT is
+ * part of the struct layout, so a core with one more op would read past the
+ * table of a backend built before it. The lookup is asked about any op id,
+ * including ids the backend was built without; it answers NULL for those
+ * (a backend bounds-checks against the PL_OP_COUNT it was compiled with,
+ * pl_kernel_table_get() in backend_util.h does it). Op ids are stable: a new
+ * op is appended just before PL_OP_COUNT; an id is never renumbered or reused.
+ *
+ * Layout check: struct_size is the first field and holds sizeof(pl_backend)
+ * as the backend was compiled (PL_BACKEND_STRUCT_SIZE). Fields are only ever
+ * appended; pl_backend_register() refuses (PL_ERR_ABI) a table smaller than
+ * the ABI 2.0 layout (PL_BACKEND_MIN_SIZE) or without a kernel lookup, and a
+ * field appended later is read only when struct_size covers it.
  *
  * Kernel calling convention (pl_kernel_args):
  *   forward : in[0..n_in) are the op's inputs (contiguous), out[0] is the
@@ -17,9 +33,15 @@
  *             preallocated with that input's shape, or NULL when input i needs
  *             no gradient. Backward kernels OVERWRITE out[i] (the autograd
  *             engine does the accumulation).
+ * Shape / index / broadcast geometry and the RoPE table every backend needs
+ * are in backend_util.h.
  */
 #ifndef PIPELINE_BACKEND_H
 #define PIPELINE_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "pipeline/tensor.h"
 
@@ -27,7 +49,9 @@
 extern "C" {
 #endif
 
-/* Every op the tensor interface knows. Keep in sync with pl_op_name(). */
+/* Every op the tensor interface knows. Keep in sync with pl_op_name().
+ * Append only (ids are ABI, see above). Which ops belong here and which live
+ * with a plugin as custom ops: CONTRIBUTING.md, "Where an op lives". */
 typedef enum pl_op {
     PL_OP_NONE = 0,
     PL_OP_COPY,          /* strided -> contiguous copy / dtype cast */
@@ -72,8 +96,8 @@ typedef enum pl_op {
     PL_OP_ROPE,          /* p.alpha = theta, p.start = position offset */
     PL_OP_CAUSAL_SOFTMAX, /* p.alpha = scale applied before masking */
     PL_OP_CAST,          /* dtype conversion with autograd (f32 <-> bf16/f16) */
-    PL_OP_NF4_MATMUL,    /* x[.., K] @ dequant(W nf4 [N, K])^T, W frozen */
-    PL_OP_LSTM,          /* fused LSTM layer (see ops.h) */
+    PL_OP_NF4_MATMUL,    /* x[.., K] @ dequant(W nf4 [N, K])^T, W frozen (qlora4) */
+    PL_OP_LSTM,          /* fused LSTM layer (see ops.h; the lstm model) */
     PL_OP_COUNT,
     PL_OP_CUSTOM_BASE = 1000 /* ids of ops registered by plugins */
 } pl_op;
@@ -105,7 +129,17 @@ typedef struct pl_kernel_args {
 
 typedef pl_status (*pl_kernel_fn)(const pl_kernel_args *a);
 
+/* Kernel lookup of a backend: the forward (backward = false) or backward
+ * kernel of `op`, or NULL when this backend does not implement it. Must
+ * answer NULL, without reading out of bounds, for ANY op id it does not
+ * know (negative, >= its own PL_OP_COUNT, custom ids). Called on every op
+ * call from any thread: a pure, lock-free function of (op, backward). */
+typedef pl_kernel_fn (*pl_kernel_lookup_fn)(pl_op op, bool backward);
+
 typedef struct pl_backend {
+    /* sizeof(pl_backend) as compiled by the backend: PL_BACKEND_STRUCT_SIZE.
+     * First field, so it can be read whatever the rest of the layout. */
+    uint32_t struct_size;
     const char *name;          /* "cpu", "cuda" */
     pl_device_type type;
     int (*device_count)(void);
@@ -122,18 +156,35 @@ typedef struct pl_backend {
     /* pinned host memory for async transfers (NULL: use pl_alloc on CPU) */
     void *(*host_alloc_pinned)(size_t nbytes);
     void (*host_free_pinned)(void *ptr);
-    pl_kernel_fn forward[PL_OP_COUNT];
-    pl_kernel_fn backward[PL_OP_COUNT];
+    /* required: the op kernels (see pl_kernel_lookup_fn) */
+    pl_kernel_lookup_fn kernel;
+    /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 
+#define PL_BACKEND_STRUCT_SIZE ((uint32_t)sizeof(pl_backend))
+/* Size of the ABI 2.0 layout (up to and including `kernel`): the smallest
+ * table pl_backend_register() accepts. Stays fixed when fields are appended. */
+#define PL_BACKEND_MIN_SIZE ((uint32_t)(offsetof(pl_backend, kernel) + sizeof(pl_kernel_lookup_fn)))
+
 /* Register a backend for its device type (the CPU backend is registered by
- * the core). The table is borrowed and must outlive the process. */
+ * the core). The table is borrowed and must outlive the process.
+ * Errors: PL_ERR_ABI when struct_size < PL_BACKEND_MIN_SIZE (built for
+ * another layout) or kernel is NULL, naming the backend; PL_ERR_INVALID for
+ * a bad device type or an attempt to replace the CPU backend. */
 pl_status pl_backend_register(const pl_backend *b);
 /* Backend for a device type, or NULL (with error set) if none is loaded. */
 const pl_backend *pl_backend_get(pl_device_type type);
 /* The built-in CPU backend. */
 const pl_backend *pl_backend_cpu(void);
-/* "matmul", "softmax", ... Static string. */
+/* The kernel of `op` on backend `b` (b->kernel(op, backward)), or NULL when
+ * b is NULL, has no lookup or does not implement the op. Any op id is safe.
+ * Does not set the error: callers report PL_ERR_UNSUPPORTED naming the op
+ * (pl_op_name) and the backend (b->name). */
+pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward);
+/* pl_backend_kernel(b, op, backward) != NULL. */
+bool pl_backend_supports(const pl_backend *b, pl_op op, bool backward);
+/* "matmul", "softmax", ... Static string; "custom" for ids from
+ * PL_OP_CUSTOM_BASE, "unknown" for other ids this core does not know. */
 const char *pl_op_name(pl_op op);
 
 #ifdef __cplusplus

@@ -128,7 +128,7 @@ struct pl_run_context;
  * ctx->device, requires_grad = trainable. The params list holds the only
  * reference whatever frame is open (no pl_frame_keep needed); *out is
  * borrowed, valid until the list is freed or the parameter replaced.
- * Errors: PL_ERR_INVALID (duplicate name, bad shape), PL_ERR_OOM. */
+ * Errors: PL_ERR_INVALID (duplicate name, bad shape), PL_ERR_NOMEM. */
 pl_status pl_param_new(struct pl_run_context *ctx, const char *name, int ndim,
                        const int64_t *shape, unsigned tags, const char *role, bool trainable,
                        pl_tensor **out);
@@ -215,9 +215,11 @@ pl_tensor *pl_batch_get(const pl_batch *b, const char *name);
  * the loader with a compatible dtype and rank. Both declarations are pure
  * functions of the config section (a loader may read file metadata, never
  * data), so a mismatch is reported before a run. */
-#define PL_DTYPE_ANY ((pl_dtype) - 1)     /* model side: any dtype accepted */
-#define PL_DTYPE_FLOAT ((pl_dtype) - 2)   /* model side: f32, bf16 or f16 */
-#define PL_DTYPE_INDEX ((pl_dtype) - 3)   /* model side: i32 or i64 */
+/* dtype classes a model may ask for: values past PL_DTYPE_COUNT, inside the
+ * enum's range */
+#define PL_DTYPE_ANY ((pl_dtype)(PL_DTYPE_COUNT + 1))   /* any dtype accepted */
+#define PL_DTYPE_FLOAT ((pl_dtype)(PL_DTYPE_COUNT + 2)) /* f32, bf16 or f16 */
+#define PL_DTYPE_INDEX ((pl_dtype)(PL_DTYPE_COUNT + 3)) /* i32 or i64 */
 #define PL_SPLIT_BIT(s) (1u << (s)) /* pl_data_split -> pl_field_spec.splits bit */
 typedef struct pl_field_spec {
     char name[48];   /* batch field name, as pl_batch_get() takes it */
@@ -356,8 +358,10 @@ typedef struct pl_scheduler_vtable {
     void (*drive)(void *self, int64_t step, pl_param_group *g);
     /* Optional (plateau): a validation metric arrived; epoch-level. */
     void (*on_validation)(void *self, double metric);
+    /* Optional (NULL: stateless, a pure function of the step): resume state. */
     pl_status (*state)(void *self, const pl_state_visitor *v);
-    const char *(*monitor)(void *self); /* metric name it needs, or NULL */
+    /* Optional: the metric it needs (plateau: `monitor`), or NULL. */
+    const char *(*monitor)(void *self);
 } pl_scheduler_vtable;
 
 /* Weight averaging (SWA, EMA). When has_average() is true after fit, the

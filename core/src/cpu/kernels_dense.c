@@ -14,8 +14,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h"
-#include "matmul_geometry.h"
+#include "internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry */
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */
 
@@ -165,18 +164,9 @@ static void bspace_init(bspace *b, const pl_tensor *out) {
 }
 
 /* Element strides of contiguous t right-aligned to the space (0 where t
- * broadcasts or lacks the dim). */
+ * broadcasts or lacks the dim): pl_bcast_strides, shared with every backend. */
 static void bstrides(const pl_tensor *t, const bspace *b, int64_t *st) {
-    int64_t s = 1;
-    for (int d = b->nd - 1; d >= 0; d--) {
-        int td = d - (b->nd - t->ndim);
-        if (td < 0) {
-            st[d] = 0;
-            continue;
-        }
-        st[d] = t->shape[td] == 1 ? 0 : s;
-        s *= t->shape[td];
-    }
+    pl_bcast_strides(t, b->nd, st);
 }
 
 /* Merge adjacent dims that both operands traverse contiguously (or both
@@ -1245,7 +1235,7 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ---------------------------------------------------------------- */
 
-void pl_cpu_register_dense(pl_backend *b) {
+void pl_cpu_register_dense(pl_kernel_table *b) {
     b->forward[PL_OP_MATMUL] = k_matmul_fwd;
     b->backward[PL_OP_MATMUL] = k_matmul_bwd;
     static const pl_op bin[] = {PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, PL_OP_DIV};

@@ -17,7 +17,7 @@
 #include <omp.h>
 #endif
 
-void pl_cpu_register_lstm(pl_backend *b); /* kernels_lstm.c */
+void pl_cpu_register_lstm(pl_kernel_table *b); /* kernels_lstm.c */
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */
 
@@ -69,17 +69,8 @@ static inline void st(void *p, pl_dtype dt, int64_t i, float v) {
     }
 }
 
-/* Sizes of t seen as [outer, t.shape[dim], inner]. */
-static void split3(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid, int64_t *inner) {
-    int64_t o = 1, in = 1;
-    for (int i = 0; i < dim; i++)
-        o *= t->shape[i];
-    for (int i = dim + 1; i < t->ndim; i++)
-        in *= t->shape[i];
-    *outer = o;
-    *mid = t->shape[dim];
-    *inner = in;
-}
+/* Sizes of t seen as [outer, t.shape[dim], inner] (backend_util.h). */
+#define split3 pl_dim_split
 
 /* dst[o, k, :] = src[o, idx[k], :]; rows of `inner` elements of es bytes.
  * src is [O, Nsrc, inner], dst is [O, K, inner]. */
@@ -600,27 +591,21 @@ static pl_status grad_identity_bwd(const pl_kernel_args *a) {
 
 /* ---- rope ------------------------------------------------------------------------------ */
 
-/* cos/sin [T, Dh/2] for positions off..off+T-1, HF Llama arithmetic:
- * inv_freq (f32) = 1 / theta^(2i/Dh), angle (f32) = pos * inv_freq. */
+/* cos/sin [T, Dh/2] for positions off..off+T-1 (pl_rope_cos_sin, HF Llama
+ * arithmetic, shared with every backend: backend_util.h). */
 static float *rope_table(int64_t T, int64_t half, int64_t off, double theta) {
     float *tab = malloc((size_t)(2 * T * half + 1) * sizeof(float));
     if (!tab) {
         pl_error_set(PL_ERR_NOMEM, "rope: out of host memory for the cos/sin table");
         return NULL;
     }
-    for (int64_t i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)(2 * half));
-        for (int64_t t = 0; t < T; t++) {
-            float ang = (float)(off + t) * inv;
-            tab[(t * half + i) * 2] = (float)cos((double)ang);
-            tab[(t * half + i) * 2 + 1] = (float)sin((double)ang);
-        }
-    }
+    pl_rope_cos_sin(tab, T, half, off, theta);
     return tab;
 }
 
 /* x [B, T, H, Dh]: y[d] = x[d] cos - x[d+h] sin, y[d+h] = x[d+h] cos + x[d] sin
- * (d < h = Dh/2). Backward applies the transposed rotation (sign of sin flipped). */
+ * (d < h = Dh/2, pl_rope_rotate). Backward applies the transposed rotation
+ * (sign of sin flipped). */
 static pl_status rope_apply(const void *xp, pl_dtype xdt, void *yp, pl_dtype ydt,
                             const int64_t *shape, int64_t off, double theta, float sign) {
     int64_t B = shape[0], T = shape[1], H = shape[2], Dh = shape[3], half = Dh / 2;
@@ -633,9 +618,10 @@ static pl_status rope_apply(const void *xp, pl_dtype xdt, void *yp, pl_dtype ydt
         const float *cs = tab + t * half * 2;
         for (int64_t i = 0; i < half; i++) {
             float c = cs[2 * i], s = sign * cs[2 * i + 1];
-            float x1 = ld(xp, xdt, base + i), x2 = ld(xp, xdt, base + i + half);
-            st(yp, ydt, base + i, x1 * c - x2 * s);
-            st(yp, ydt, base + i + half, x2 * c + x1 * s);
+            float x1 = ld(xp, xdt, base + i), x2 = ld(xp, xdt, base + i + half), y1, y2;
+            pl_rope_rotate(x1, x2, c, s, &y1, &y2);
+            st(yp, ydt, base + i, y1);
+            st(yp, ydt, base + i + half, y2);
         }
     }
     free(tab);
@@ -709,7 +695,7 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ------------------------------------------------------------------------- */
 
-void pl_cpu_register_index(pl_backend *b) {
+void pl_cpu_register_index(pl_kernel_table *b) {
     b->forward[PL_OP_EMBEDDING] = embedding_fwd;
     b->backward[PL_OP_EMBEDDING] = embedding_bwd;
     b->forward[PL_OP_INDEX_SELECT] = index_select_fwd;

@@ -27,7 +27,7 @@
 
 #include "internal.h"
 
-void pl_cpu_register_lstm(pl_backend *b);
+void pl_cpu_register_lstm(pl_kernel_table *b);
 
 static inline float sigm(float v) {
     return 1.0f / (1.0f + expf(-v));
@@ -192,7 +192,7 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-void pl_cpu_register_lstm(pl_backend *b) {
+void pl_cpu_register_lstm(pl_kernel_table *b) {
     b->forward[PL_OP_LSTM] = lstm_fwd;
     b->backward[PL_OP_LSTM] = lstm_bwd;
 }

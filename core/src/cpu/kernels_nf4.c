@@ -152,7 +152,7 @@ static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
     return st;
 }
 
-void pl_cpu_register_nf4(pl_backend *b) {
+void pl_cpu_register_nf4(pl_kernel_table *b) {
     b->forward[PL_OP_NF4_MATMUL] = nf4_matmul_fwd;
     b->backward[PL_OP_NF4_MATMUL] = nf4_matmul_bwd;
 }

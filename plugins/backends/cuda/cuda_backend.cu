@@ -9,8 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
-#include "matmul_geometry.h"
+#include "cuda_common.cuh" /* and pipeline/backend_util.h: matmul geometry */
 
 #define PL_CUDA_MAX_DEVICES 8
 
@@ -373,16 +372,7 @@ static pl_status k_permute_bwd(const pl_kernel_args *a) {
                         inv);
 }
 
-static void split3(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid, int64_t *inner) {
-    int64_t o = 1, in = 1;
-    for (int i = 0; i < dim; i++)
-        o *= t->shape[i];
-    for (int i = dim + 1; i < t->ndim; i++)
-        in *= t->shape[i];
-    *outer = o;
-    *mid = t->shape[dim];
-    *inner = in;
-}
+#define split3 pl_dim_split /* t as [outer, t.shape[dim], inner] (backend_util.h) */
 
 /* Copy a [O, L, I] block between [O, Ks, I] (at ks0) and [O, Kd, I] (at kd0). */
 static pl_status block_copy(void *dst, int64_t Kd, int64_t kd0, const void *src, int64_t Ks,
@@ -611,9 +601,19 @@ done:
     return st;
 }
 
-/* ---- the backend table and the plugin descriptor ------------------------------------------- */
+/* ---- the kernel lookup, the backend table and the plugin descriptor ------------------------ */
 
-static pl_backend g_cuda = {
+/* Filled once, before the descriptor (and so the table) is handed out. The
+ * lookup answers NULL for ids outside this build's PL_OP_COUNT: a newer core
+ * asking about an op appended later gets "unsupported", not a stray read. */
+static pl_kernel_table g_cuda_kernels;
+
+static pl_kernel_fn cu_kernel(pl_op op, bool backward) {
+    return pl_kernel_table_get(&g_cuda_kernels, op, backward);
+}
+
+static const pl_backend g_cuda = {
+    PL_BACKEND_STRUCT_SIZE,
     "cuda",
     PL_DEVICE_CUDA,
     cu_device_count,
@@ -625,29 +625,21 @@ static pl_backend g_cuda = {
     cu_mem_info,
     cu_host_alloc,
     cu_host_free,
-    {0},
-    {0},
+    cu_kernel,
 };
 
 static const pl_backend *cuda_table(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, [] {
-        pl_backend *b = &g_cuda;
-        b->forward[PL_OP_COPY] = k_copy_fwd;
-        b->backward[PL_OP_COPY] = k_grad_identity_bwd;
-        b->forward[PL_OP_RESHAPE] = k_bytes_fwd;
-        b->backward[PL_OP_RESHAPE] = k_grad_identity_bwd;
-        b->forward[PL_OP_CAST] = k_cast_fwd;
-        b->backward[PL_OP_CAST] = k_grad_identity_bwd;
-        b->forward[PL_OP_PERMUTE] = k_permute_fwd;
-        b->backward[PL_OP_PERMUTE] = k_permute_bwd;
-        b->forward[PL_OP_SLICE] = k_slice_fwd;
-        b->backward[PL_OP_SLICE] = k_slice_bwd;
-        b->forward[PL_OP_CONCAT] = k_concat_fwd;
-        b->backward[PL_OP_CONCAT] = k_concat_bwd;
-        b->forward[PL_OP_MATMUL] = k_matmul_fwd;
-        b->backward[PL_OP_MATMUL] = k_matmul_bwd;
-        pl_cuda_register_kernels(b);
+        pl_kernel_table *t = &g_cuda_kernels;
+        pl_kernel_table_set(t, PL_OP_COPY, k_copy_fwd, k_grad_identity_bwd);
+        pl_kernel_table_set(t, PL_OP_RESHAPE, k_bytes_fwd, k_grad_identity_bwd);
+        pl_kernel_table_set(t, PL_OP_CAST, k_cast_fwd, k_grad_identity_bwd);
+        pl_kernel_table_set(t, PL_OP_PERMUTE, k_permute_fwd, k_permute_bwd);
+        pl_kernel_table_set(t, PL_OP_SLICE, k_slice_fwd, k_slice_bwd);
+        pl_kernel_table_set(t, PL_OP_CONCAT, k_concat_fwd, k_concat_bwd);
+        pl_kernel_table_set(t, PL_OP_MATMUL, k_matmul_fwd, k_matmul_bwd);
+        pl_cuda_register_kernels(t);
     });
     return &g_cuda;
 }
@@ -655,10 +647,11 @@ static const pl_backend *cuda_table(void) {
 static const pl_option_spec g_cuda_opts[] = {PL_OPTIONS_END};
 
 /* PL_PLUGIN_DEFINE expanded by hand: the entry point needs C linkage and the
- * table must be filled (kernel slots) before the core reads it. */
-static pl_plugin_desc g_cuda_desc = {PL_ABI_MAJOR, PL_ABI_MINOR, "cuda", PL_KIND_BACKEND, "0.1.0",
-                                     "CUDA backend: cuBLAS matmul and device kernels",
-                                     g_cuda_opts, NULL};
+ * kernel table must be filled before the core asks the lookup. */
+static pl_plugin_desc g_cuda_desc = {PL_ABI_MAJOR, PL_ABI_MINOR,
+                                     "cuda",       PL_KIND_BACKEND,
+                                     "0.2.0",      "CUDA backend: cuBLAS matmul and device kernels",
+                                     g_cuda_opts,  NULL};
 
 extern "C" __attribute__((visibility("default"))) const pl_plugin_desc *pl_plugin_entry(void) {
     g_cuda_desc.vtable = cuda_table();

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "pipeline/backend_util.h"
 #include "pipeline/pipeline.h"
 
 #define PL_CUDA_THREADS 256
@@ -57,15 +58,12 @@ static inline float *fp(const pl_tensor *t) { return (float *)pl_tensor_data(t);
 
 /* ---- dtype load / store (bit-identical to the CPU conversions) ----------- */
 
+/* bf16: the core's rounding (RNE, NaN stays a quiet NaN), backend_util.h */
 __device__ __forceinline__ float pl_d_bf16_to_f32(uint16_t h) {
-    return __uint_as_float((uint32_t)h << 16);
+    return pl_bf16_widen(h);
 }
-/* round-to-nearest-even, NaN stays (quiet) NaN: the same bits as pl_f32_to_bf16 */
 __device__ __forceinline__ uint16_t pl_d_f32_to_bf16(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return pl_bf16_round(f);
 }
 __device__ __forceinline__ float pl_d_f16_to_f32(uint16_t h) {
     return __half2float(__ushort_as_half(h));
@@ -165,6 +163,8 @@ const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
  * naming the op, the index and its position. Synchronizes (one small D2H copy). */
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
 
-void pl_cuda_register_kernels(pl_backend *b); /* cuda_kernels.cu */
+/* The kernel table behind the backend's lookup (cuda_backend.cu fills the
+ * copy / shape / matmul slots, cuda_kernels.cu the others). */
+void pl_cuda_register_kernels(pl_kernel_table *t); /* cuda_kernels.cu */
 
 #endif

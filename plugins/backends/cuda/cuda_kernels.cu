@@ -67,45 +67,13 @@ out:
 
 /* ---- broadcasting binary ops -------------------------------------------------------------- */
 
-typedef struct bgeom {
-    int nd;
-    int64_t shape[PL_MAX_DIMS];
-    int64_t sx[PL_MAX_DIMS], sy[PL_MAX_DIMS];
-} bgeom;
-
-/* strides of contiguous t right-aligned to the space (0 where it broadcasts) */
-static void bstrides(const pl_tensor *t, int nd, int64_t *st) {
-    int64_t s = 1;
-    for (int d = nd - 1; d >= 0; d--) {
-        int td = d - (nd - t->ndim);
-        if (td < 0) {
-            st[d] = 0;
-            continue;
-        }
-        st[d] = t->shape[td] == 1 ? 0 : s;
-        s *= t->shape[td];
-    }
-}
-
-static void bgeom_init(bgeom *b, const pl_tensor *space, const pl_tensor *x, const pl_tensor *y) {
-    b->nd = space->ndim > 0 ? space->ndim : 1;
-    if (space->ndim == 0) b->shape[0] = 1;
-    for (int d = 0; d < space->ndim; d++)
-        b->shape[d] = space->shape[d];
-    bstrides(x, b->nd, b->sx);
-    bstrides(y, b->nd, b->sy);
-}
+/* The broadcast geometry of the CPU backend (backend_util.h), passed to the
+ * kernels by value. */
+typedef pl_bcast_geo bgeom;
+#define bgeom_init pl_bcast_geo_init
 
 __device__ __forceinline__ void boffs(const bgeom &b, int64_t i, int64_t *ox, int64_t *oy) {
-    int64_t a = 0, c = 0;
-    for (int d = b.nd - 1; d >= 0; d--) {
-        int64_t k = i % b.shape[d];
-        i /= b.shape[d];
-        a += k * b.sx[d];
-        c += k * b.sy[d];
-    }
-    *ox = a;
-    *oy = c;
+    pl_bcast_offsets(&b, i, ox, oy);
 }
 
 template <int OP> __device__ __forceinline__ float bin_apply(float x, float y) {
@@ -499,10 +467,7 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
 
 /* ---- softmax / log_softmax (last dim), one block per row ---------------------------------------- */
 
-static void last_dim_geom(const pl_tensor *t, int64_t *rows, int64_t *d) {
-    *d = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
-    *rows = *d > 0 ? pl_tensor_numel(t) / *d : 0;
-}
+#define last_dim_geom pl_last_dim_split /* t as [rows, last dim] (backend_util.h) */
 
 static unsigned row_grid(int64_t rows) {
     return (unsigned)(rows < 65535 * 16 ? (rows > 0 ? rows : 1) : 65535 * 16);
@@ -1007,16 +972,7 @@ static pl_status index_add(float *dst, const float *src, int64_t O, int64_t Ndst
     return PL_OK;
 }
 
-static void split3(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid, int64_t *inner) {
-    int64_t o = 1, in = 1;
-    for (int i = 0; i < dim; i++)
-        o *= t->shape[i];
-    for (int i = dim + 1; i < t->ndim; i++)
-        in *= t->shape[i];
-    *outer = o;
-    *mid = t->shape[dim];
-    *inner = in;
-}
+#define split3 pl_dim_split /* t as [outer, t.shape[dim], inner] (backend_util.h) */
 
 static pl_status k_embedding_fwd(const pl_kernel_args *a) {
     const pl_tensor *w = a->in[0], *ix = a->in[1];
@@ -1237,37 +1193,19 @@ static pl_status k_segment_softmax_bwd(const pl_kernel_args *a) {
 
 /* ---- dropout (Philox4x32-10, the same counter scheme as the CPU kernel) ---------------------------------- */
 
-__device__ __forceinline__ void d_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
-                                         uint32_t k0, uint32_t k1, uint32_t out[4]) {
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-/* element i kept iff u01(philox({i/4 lo, i/4 hi, counter lo, hi}, seed)[i % 4]) >= p */
+/* element i kept iff u01(philox({i/4 lo, i/4 hi, counter lo, hi}, seed)[i % 4]) >= p:
+ * the dropout stream of backend_util.h (pl_philox4x32_10, pl_philox_u01) */
 __global__ void k_dropout_f(const void *xp, void *yp, int dt, uint8_t *mask, int64_t n, float p,
                             float scale, uint32_t k0, uint32_t k1, uint32_t c2, uint32_t c3) {
     GRID_LOOP(g, (n + 3) / 4) {
+        const uint32_t ctr[4] = {(uint32_t)g, (uint32_t)((uint64_t)g >> 32), c2, c3};
+        const uint32_t key[2] = {k0, k1};
         uint32_t r[4];
-        d_philox((uint32_t)g, (uint32_t)((uint64_t)g >> 32), c2, c3, k0, k1, r);
+        pl_philox4x32_10(ctr, key, r);
         for (int j = 0; j < 4; j++) {
             int64_t i = g * 4 + j;
             if (i >= n) break;
-            float u = (float)(r[j] >> 8) * (1.0f / 16777216.0f);
-            uint8_t keep = u >= p;
+            uint8_t keep = pl_philox_u01(r[j]) >= p;
             mask[i] = keep;
             pl_d_stf(yp, dt, i, keep ? pl_d_ldf(xp, dt, i) * scale : 0.0f);
         }
@@ -1309,9 +1247,9 @@ static pl_status k_dropout_bwd(const pl_kernel_args *a) {
 
 /* ---- rope ----------------------------------------------------------------------------------------------- */
 
-/* The cos/sin table is computed on the host with the CPU kernel's exact
- * arithmetic (HF Llama: f32 inv_freq, f32 angle, cos/sin in double) and
- * cached per device for the last (T, half, offset, theta). */
+/* The cos/sin table is computed on the host by the core's pl_rope_cos_sin
+ * (backend_util.h: the CPU's exact arithmetic, HF Llama) and cached per
+ * device for the last (T, half, offset, theta). */
 typedef struct rope_cache {
     float *dev;
     int64_t T, half, off;
@@ -1333,14 +1271,7 @@ static const float *rope_table(int dev, int64_t T, int64_t half, int64_t off, do
         pl_error_set(PL_ERR_NOMEM, "rope: out of host memory for the cos/sin table");
         return NULL;
     }
-    for (int64_t i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)(2 * half));
-        for (int64_t t = 0; t < T; t++) {
-            float ang = (float)(off + t) * inv;
-            tab[(t * half + i) * 2] = (float)cos((double)ang);
-            tab[(t * half + i) * 2 + 1] = (float)sin((double)ang);
-        }
-    }
+    pl_rope_cos_sin(tab, T, half, off, theta);
     if (c->dev) cudaFree(c->dev); /* synchronizes: no pending kernel still reads it */
     c->dev = NULL;
     float *d = NULL;
@@ -1369,9 +1300,10 @@ __global__ void k_rope(const void *xp, int xdt, void *yp, int ydt, const float *
         int64_t t = (r / H) % T, base = r * Dh;
         const float *cs = tab + t * half * 2;
         float c = cs[2 * i], s = sign * cs[2 * i + 1];
-        float x1 = pl_d_ldf(xp, xdt, base + i), x2 = pl_d_ldf(xp, xdt, base + i + half);
-        pl_d_stf(yp, ydt, base + i, x1 * c - x2 * s);
-        pl_d_stf(yp, ydt, base + i + half, x2 * c + x1 * s);
+        float x1 = pl_d_ldf(xp, xdt, base + i), x2 = pl_d_ldf(xp, xdt, base + i + half), y1, y2;
+        pl_rope_rotate(x1, x2, c, s, &y1, &y2);
+        pl_d_stf(yp, ydt, base + i, y1);
+        pl_d_stf(yp, ydt, base + i + half, y2);
     }
 }
 
@@ -1468,51 +1400,35 @@ static pl_status k_causal_softmax_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ---------------------------------------------------------------------------------------- */
 
-void pl_cuda_register_kernels(pl_backend *b) {
+void pl_cuda_register_kernels(pl_kernel_table *t) {
     static const pl_op bin[] = {PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, PL_OP_DIV};
-    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++) {
-        b->forward[bin[i]] = k_binary_fwd;
-        b->backward[bin[i]] = k_binary_bwd;
-    }
-    b->forward[PL_OP_SCALE] = b->forward[PL_OP_ADD_SCALAR] = k_scalar_fwd;
-    b->backward[PL_OP_SCALE] = b->backward[PL_OP_ADD_SCALAR] = k_scalar_bwd;
-    b->forward[PL_OP_SUM] = b->forward[PL_OP_MEAN] = k_sum_fwd;
-    b->backward[PL_OP_SUM] = b->backward[PL_OP_MEAN] = k_sum_bwd;
+    for (size_t i = 0; i < sizeof bin / sizeof bin[0]; i++)
+        pl_kernel_table_set(t, bin[i], k_binary_fwd, k_binary_bwd);
+    pl_kernel_table_set(t, PL_OP_SCALE, k_scalar_fwd, k_scalar_bwd);
+    pl_kernel_table_set(t, PL_OP_ADD_SCALAR, k_scalar_fwd, k_scalar_bwd);
+    pl_kernel_table_set(t, PL_OP_SUM, k_sum_fwd, k_sum_bwd);
+    pl_kernel_table_set(t, PL_OP_MEAN, k_sum_fwd, k_sum_bwd);
     static const pl_op un[] = {PL_OP_RELU, PL_OP_LEAKY_RELU, PL_OP_ELU,  PL_OP_GELU,
                                PL_OP_SILU, PL_OP_SIGMOID,    PL_OP_TANH, PL_OP_EXP,
                                PL_OP_LOG,  PL_OP_SQUARE,     PL_OP_SQRT};
-    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++) {
-        b->forward[un[i]] = k_unary_fwd;
-        b->backward[un[i]] = k_unary_bwd;
-    }
-    b->forward[PL_OP_SOFTMAX] = b->forward[PL_OP_LOG_SOFTMAX] = k_softmax_fwd;
-    b->backward[PL_OP_SOFTMAX] = b->backward[PL_OP_LOG_SOFTMAX] = k_softmax_bwd;
-    b->forward[PL_OP_CROSS_ENTROPY] = k_ce_fwd;
-    b->backward[PL_OP_CROSS_ENTROPY] = k_ce_bwd;
+    for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
+        pl_kernel_table_set(t, un[i], k_unary_fwd, k_unary_bwd);
+    pl_kernel_table_set(t, PL_OP_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
+    pl_kernel_table_set(t, PL_OP_LOG_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
+    pl_kernel_table_set(t, PL_OP_CROSS_ENTROPY, k_ce_fwd, k_ce_bwd);
     static const pl_op ls[] = {PL_OP_MSE, PL_OP_MAE, PL_OP_HUBER};
-    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
-        b->forward[ls[i]] = k_loss_fwd;
-        b->backward[ls[i]] = k_loss_bwd;
-    }
-    b->forward[PL_OP_LAYER_NORM] = k_layer_norm_fwd;
-    b->backward[PL_OP_LAYER_NORM] = k_layer_norm_bwd;
-    b->forward[PL_OP_RMS_NORM] = k_rms_norm_fwd;
-    b->backward[PL_OP_RMS_NORM] = k_rms_norm_bwd;
-    b->forward[PL_OP_EMBEDDING] = k_embedding_fwd;
-    b->backward[PL_OP_EMBEDDING] = k_embedding_bwd;
-    b->forward[PL_OP_INDEX_SELECT] = k_index_select_fwd;
-    b->backward[PL_OP_INDEX_SELECT] = k_index_select_bwd;
-    b->forward[PL_OP_GATHER] = k_gather_fwd;
-    b->backward[PL_OP_GATHER] = k_gather_bwd;
-    b->forward[PL_OP_SCATTER_ADD] = k_scatter_add_fwd;
-    b->backward[PL_OP_SCATTER_ADD] = k_scatter_add_bwd;
-    b->forward[PL_OP_SEGMENT_SOFTMAX] = k_segment_softmax_fwd;
-    b->backward[PL_OP_SEGMENT_SOFTMAX] = k_segment_softmax_bwd;
-    b->forward[PL_OP_DROPOUT] = k_dropout_fwd;
-    b->backward[PL_OP_DROPOUT] = k_dropout_bwd;
-    b->forward[PL_OP_ROPE] = k_rope_fwd;
-    b->backward[PL_OP_ROPE] = k_rope_bwd;
-    b->forward[PL_OP_CAUSAL_SOFTMAX] = k_causal_softmax_fwd;
-    b->backward[PL_OP_CAUSAL_SOFTMAX] = k_causal_softmax_bwd;
-    /* NF4_MATMUL and LSTM stay NULL: the core reports them unsupported on cuda */
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        pl_kernel_table_set(t, ls[i], k_loss_fwd, k_loss_bwd);
+    pl_kernel_table_set(t, PL_OP_LAYER_NORM, k_layer_norm_fwd, k_layer_norm_bwd);
+    pl_kernel_table_set(t, PL_OP_RMS_NORM, k_rms_norm_fwd, k_rms_norm_bwd);
+    pl_kernel_table_set(t, PL_OP_EMBEDDING, k_embedding_fwd, k_embedding_bwd);
+    pl_kernel_table_set(t, PL_OP_INDEX_SELECT, k_index_select_fwd, k_index_select_bwd);
+    pl_kernel_table_set(t, PL_OP_GATHER, k_gather_fwd, k_gather_bwd);
+    pl_kernel_table_set(t, PL_OP_SCATTER_ADD, k_scatter_add_fwd, k_scatter_add_bwd);
+    pl_kernel_table_set(t, PL_OP_SEGMENT_SOFTMAX, k_segment_softmax_fwd, k_segment_softmax_bwd);
+    pl_kernel_table_set(t, PL_OP_DROPOUT, k_dropout_fwd, k_dropout_bwd);
+    pl_kernel_table_set(t, PL_OP_ROPE, k_rope_fwd, k_rope_bwd);
+    pl_kernel_table_set(t, PL_OP_CAUSAL_SOFTMAX, k_causal_softmax_fwd, k_causal_softmax_bwd);
+    /* NF4_MATMUL and LSTM stay NULL: the core reports them unsupported on cuda
+     * (PL_ERR_UNSUPPORTED naming op and backend) */
 }

@@ -40,9 +40,16 @@ START_TEST(plugin_descriptor) {
     const pl_backend *b = d->vtable;
     ck_assert_ptr_nonnull(b);
     ck_assert_int_eq(b->type, PL_DEVICE_CUDA);
-    ck_assert_ptr_nonnull(b->forward[PL_OP_MATMUL]);
-    ck_assert_ptr_nonnull(b->backward[PL_OP_CROSS_ENTROPY]);
-    ck_assert_ptr_null(b->forward[PL_OP_LSTM]); /* documented as unsupported */
+    ck_assert_uint_eq(b->struct_size, PL_BACKEND_STRUCT_SIZE);
+    ck_assert_ptr_nonnull(b->kernel);
+    ck_assert(pl_backend_supports(b, PL_OP_MATMUL, false));
+    ck_assert(pl_backend_supports(b, PL_OP_CROSS_ENTROPY, true));
+    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* documented as unsupported */
+    /* ids it was not built with: NULL, no read past its table */
+    ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
+    ck_assert_ptr_null(b->kernel((pl_op)(PL_OP_COUNT + 100), true));
+    ck_assert_ptr_null(b->kernel((pl_op)-1, false));
+    ck_assert_ptr_null(b->kernel(PL_OP_CUSTOM_BASE, false));
 }
 END_TEST
 

@@ -88,7 +88,7 @@ START_TEST(test_views_and_no_alloc) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 10\nchunk_samples = 20\nshuffle = false\nprefetch = true\n"));
     ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 10);
-    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0));
     pl_batch b;
     ck_assert_int_eq(L.vt->next(L.self, &b), 1);
     pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
@@ -139,8 +139,8 @@ START_TEST(test_shuffle) {
     int64_t order[2][NTR];
     for (int e = 0; e < 2; e++) {
         int seen[NTR] = {0};
-        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e));
-        PL_CK_OK(L2.vt->epoch_begin(L2.self, PL_SPLIT_TRAIN, e));
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e, 0));
+        PL_CK_OK(L2.vt->epoch_begin(L2.self, PL_SPLIT_TRAIN, e, 0));
         pl_batch b, b2;
         int64_t k = 0;
         pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
@@ -178,7 +178,7 @@ START_TEST(test_drop_last_and_resident) {
     ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TRAIN), 3);
     ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_VAL), 1); /* eval: never dropped */
     for (int e = 0; e < 3; e++) {
-        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e));
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, e, 0));
         pl_batch b;
         int n = 0;
         while (L.vt->next(L.self, &b) == 1) {
@@ -205,7 +205,7 @@ END_TEST
 START_TEST(test_history_field) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 4\neval_batch_size = 4\n"));
-    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0));
     pl_batch b;
     int64_t row = 0;
     while (L.vt->next(L.self, &b) == 1) {
@@ -232,7 +232,7 @@ START_TEST(test_fractions) {
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     int64_t first[3] = {0, 80, 90}, count[3] = {80, 10, 10};
     for (int s = 0; s < 3; s++) {
-        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0));
+        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0, 0));
         pl_batch b;
         int64_t n = 0;
         while (L.vt->next(L.self, &b) == 1) {
@@ -298,7 +298,7 @@ START_TEST(test_series_windows) {
     ck_assert_int_eq(nf, 2);
     const int64_t w0[3] = {0, 15, 20};
     for (int sp = 0; sp < 3; sp++) {
-        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)sp, 0));
+        PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)sp, 0, 0));
         pl_batch b;
         int64_t w = w0[sp];
         pl_storage *st0 = NULL;
@@ -348,7 +348,7 @@ START_TEST(test_series_shuffle) {
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     /* train rows [0, 18): windows whose target row w+3 < 18 -> w 0..14 */
-    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 1));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 1, 0));
     pl_batch b;
     int seen[15] = {0}, total = 0;
     while (L.vt->next(L.self, &b) == 1) {
@@ -368,206 +368,234 @@ START_TEST(test_series_shuffle) {
 }
 END_TEST
 
-/* ---- resume position (state visitor) ------------------------------------ */
+/* ---- start_batch: epoch_begin(split, epoch, k) --------------------------- */
 
-/* A visitor holding the two protocol scalars: saving copies them out, loading in. */
-typedef struct pos_io {
-    double epoch, next;
-    bool load;
-    int calls;
-} pos_io;
-
-static pl_status pos_scalar(void *ctx, const char *name, double *v) {
-    pos_io *p = ctx;
-    double *slot = !strcmp(name, "hdf5_chunk.epoch") ? &p->epoch
-                   : !strcmp(name, "hdf5_chunk.next_batch") ? &p->next : NULL;
-    ck_assert_msg(slot != NULL, "unexpected state scalar '%s'", name);
-    if (p->load)
-        *v = *slot;
-    else
-        *slot = *v;
-    p->calls++;
-    return PL_OK;
-}
-
-static pl_status pos_tensor(void *ctx, const char *name, pl_tensor *t) {
-    (void)ctx, (void)t;
-    ck_abort_msg("unexpected state tensor '%s'", name);
-    return PL_OK;
-}
-
-static void save_pos(lt_loader *L, double *epoch, double *next) {
-    pos_io io = {0};
-    pl_state_visitor v = {&io, pos_tensor, pos_scalar};
-    PL_CK_OK(L->vt->state(L->self, &v));
-    ck_assert_int_eq(io.calls, 2);
-    *epoch = io.epoch;
-    *next = io.next;
-}
-
-static pl_status load_pos(lt_loader *L, double epoch, double next) {
-    pos_io io = {.epoch = epoch, .next = next, .load = true};
-    pl_state_visitor v = {&io, pos_tensor, pos_scalar, .loading = true};
-    return L->vt->state(L->self, &v);
-}
-
-/* One epoch as the sequence of its batches: per batch the size, its index and a
- * value identifying each row (rows mode: label = row number; series: x[i, 0, 0] = w). */
-#define MAXB 32
-typedef struct epoch_seq {
-    int nb;
-    int64_t size[MAXB], index[MAXB];
-    double row[MAXB][16];
-} epoch_seq;
-
-static void read_rest(lt_loader *L, bool series, epoch_seq *q) {
-    pl_batch b;
-    int r;
-    q->nb = 0;
-    while ((r = L->vt->next(L->self, &b)) == 1) {
-        ck_assert_int_lt(q->nb, MAXB);
-        ck_assert_int_le(b.size, 16);
-        q->size[q->nb] = b.size;
-        q->index[q->nb] = b.index;
-        for (int64_t i = 0; i < b.size; i++)
-            q->row[q->nb][i] = series ? pl_tensor_get(pl_batch_get(&b, "x"), i * 3 * 3)
-                                      : (double)pl_tensor_i64(pl_batch_get(&b, "label"))[i];
-        q->nb++;
-    }
-    ck_assert_int_eq(r, 0);
-}
-
-/* Batches k.. of `ref` equal `rest` (sizes, indices, rows, in order). */
-static void expect_tail(const epoch_seq *ref, int k, const epoch_seq *rest, const char *what) {
-    ck_assert_msg(rest->nb == ref->nb - k, "%s, k = %d: %d batches after resume, expected %d", what, k,
-                  rest->nb, ref->nb - k);
-    for (int j = 0; j < rest->nb; j++) {
-        ck_assert_int_eq(rest->size[j], ref->size[k + j]);
-        ck_assert_int_eq(rest->index[j], k + j);
-        for (int64_t i = 0; i < rest->size[j]; i++)
-            ck_assert_msg(rest->row[j][i] == ref->row[k + j][i], "%s, k = %d: batch %d row %lld is %g, "
-                          "expected %g", what, k, k + j, (long long)i, rest->row[j][i], ref->row[k + j][i]);
-    }
-}
-
-/* Save after k train batches (with a val epoch served in between), load into a fresh
- * loader: epoch_begin(train, same epoch) serves exactly the remaining batches of the
- * uninterrupted epoch, reading only the chunks from the one holding batch k on. */
-static void check_resume(const char *body_extra, bool series, int chunk_rows) {
-    char p[512], body[2048];
+static void make_body(char *body, size_t n, const char *extra, bool series) {
+    char p[512];
     if (series)
-        snprintf(body, sizeof body, "path = %s\nwindow = 3\nhorizon = 1\ntarget_columns = 0\n"
-                 "split_fractions = 0.6,0.2,0.2\n%s", make_series_file(p, sizeof p), body_extra);
+        snprintf(body, n, "path = %s\nwindow = 3\nhorizon = 1\ntarget_columns = 0\n"
+                 "split_fractions = 0.6,0.2,0.2\n%s", make_series_file(p, sizeof p), extra);
     else
-        snprintf(body, sizeof body, "path = %s\ndatasets = x,label=y\n%s", make_rows_file(p, sizeof p),
-                 body_extra);
+        snprintf(body, n, "path = %s\ndatasets = x,label=y\nhistory = hist\n%s",
+                 make_rows_file(p, sizeof p), extra);
+}
+
+/* Value identifying row 0 of batch j (rows: the label = the row number; series:
+ * the first window's first level = w), to find the chunk of each batch. */
+static int64_t first_row(const lt_epoch *e, int j, bool series) {
+    const lt_batch_copy *c = &e->b[j];
+    for (int i = 0; i < c->n; i++) {
+        if (!series && !strcmp(c->name[i], "label")) return ((const int64_t *)c->data[i])[0];
+        if (series && !strcmp(c->name[i], "x")) return (int64_t)((const float *)c->data[i])[0];
+    }
+    ck_abort_msg("batch %d has no identifying field", j);
+    return -1;
+}
+
+/* For every k, a fresh loader's epoch_begin(train, E, k) serves exactly batches
+ * k.. of the whole epoch E (bit-identical fields, indices from k), reading only the
+ * chunk holding batch k and those after it; so does a loader that served val in
+ * between (the trainer's mid-epoch validation), and the next epoch is whole. The
+ * same for val (fixed order). Out of range: PL_ERR_INVALID with the numbers. */
+static void check_start(const char *body_extra, bool series, int chunk_rows) {
+    char body[2048], msg[512];
+    make_body(body, sizeof body, body_extra, series);
     const int E = 1;
     lt_loader R;
     PL_CK_OK(lt_open(&R, "hdf5_chunk", body, NULL));
-    epoch_seq ref, ref2;
-    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E));
-    read_rest(&R, series, &ref);
-    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E + 1));
-    read_rest(&R, series, &ref2);
+    lt_epoch ref, ref2, refv;
+    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E, 0));
+    ck_assert_int_eq(lt_read_epoch(&R, &ref), 0);
+    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_TRAIN, E + 1, 0));
+    ck_assert_int_eq(lt_read_epoch(&R, &ref2), 0);
+    PL_CK_OK(R.vt->epoch_begin(R.self, PL_SPLIT_VAL, 0, 0));
+    ck_assert_int_eq(lt_read_epoch(&R, &refv), 0);
     ck_assert_int_eq(ref.nb, R.vt->num_batches(R.self, PL_SPLIT_TRAIN));
-    /* after the whole epoch the position is the start of the next one */
-    double e, n;
-    save_pos(&R, &e, &n);
-    ck_assert(e == E + 2 && n == 0);
+    ck_assert_int_eq(refv.nb, R.vt->num_batches(R.self, PL_SPLIT_VAL));
     lt_close(&R);
-    /* the chunk (rows / chunk_rows) of every batch, and its position in the epoch's order */
-    int chunk_pos[MAXB], nchunks = 0;
+    /* the position in the epoch's chunk order of the chunk holding each batch */
+    int chunk_pos[64], nchunks = 0;
+    ck_assert_int_le(ref.nb, 64);
     for (int j = 0; j < ref.nb; j++) {
         if (chunk_rows <= 0) {
             chunk_pos[j] = 0;
             nchunks = 1;
             continue;
         }
-        int ch = (int)ref.row[j][0] / chunk_rows;
-        bool seen_before = j > 0 && (int)ref.row[j - 1][0] / chunk_rows == ch;
-        chunk_pos[j] = seen_before ? chunk_pos[j - 1] : nchunks++;
+        int64_t ch = first_row(&ref, j, series) / chunk_rows;
+        bool same = j > 0 && first_row(&ref, j - 1, series) / chunk_rows == ch;
+        chunk_pos[j] = same ? chunk_pos[j - 1] : nchunks++;
     }
     for (int k = 0; k <= ref.nb; k++) {
-        lt_loader A, B;
-        PL_CK_OK(lt_open(&A, "hdf5_chunk", body, NULL));
-        PL_CK_OK(A.vt->epoch_begin(A.self, PL_SPLIT_TRAIN, E));
-        pl_batch b;
-        for (int j = 0; j < k; j++) ck_assert_int_eq(A.vt->next(A.self, &b), 1);
-        save_pos(&A, &e, &n);
-        ck_assert_msg(e == E && n == k, "k = %d: saved (%g, %g)", k, e, n);
-        if (k < ref.nb) {
-            /* saving did not move the cursor */
-            ck_assert_int_eq(A.vt->next(A.self, &b), 1);
-            ck_assert_int_eq(b.index, k);
-            double v = series ? pl_tensor_get(pl_batch_get(&b, "x"), 0)
-                              : (double)pl_tensor_i64(pl_batch_get(&b, "label"))[0];
-            ck_assert(v == ref.row[k][0]);
-            /* serving val in between keeps the train position */
-            PL_CK_OK(A.vt->epoch_begin(A.self, PL_SPLIT_VAL, 0));
-            ck_assert_int_eq(A.vt->next(A.self, &b), 1);
-            save_pos(&A, &e, &n);
-            ck_assert_msg(e == E && n == k + 1, "k = %d: saved during val (%g, %g)", k, e, n);
-        }
-        lt_close(&A);
-
+        lt_loader B;
+        lt_epoch rest;
         PL_CK_OK(lt_open(&B, "hdf5_chunk", body, NULL));
-        PL_CK_OK(load_pos(&B, E, k));
-        /* a loaded position survives val/test epochs and is reported by a save */
-        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_VAL, 0));
-        ck_assert_int_eq(B.vt->next(B.self, &b), 1);
-        save_pos(&B, &e, &n);
-        ck_assert(e == E && n == k);
         uint64_t c0 = B.vt->stats(B.self).chunks_loaded;
-        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E));
-        epoch_seq rest;
-        read_rest(&B, series, &rest);
-        expect_tail(&ref, k, &rest, body_extra);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E, k));
+        ck_assert_int_eq(lt_read_epoch(&B, &rest), 0);
+        const char *d = lt_epoch_tail_diff(&ref, k, &rest, msg, sizeof msg);
+        ck_assert_msg(d == NULL, "%s: %s", body_extra, d);
+        lt_epoch_free(&rest);
         if (chunk_rows > 0) {
-            /* chunks read for the rest: the one holding batch k and those after it */
+            /* chunks read: the one holding batch k and those after it */
             uint64_t read = B.vt->stats(B.self).chunks_loaded - c0;
             int total_chunks = (NTR + chunk_rows - 1) / chunk_rows; /* incl. one serving no batch */
             uint64_t want = k < ref.nb ? (uint64_t)(total_chunks - chunk_pos[k]) : 0;
-            ck_assert_msg(read == want, "k = %d: %llu chunks read after resume, expected %llu", k,
+            ck_assert_msg(read == want, "%s: start %d: %llu chunks read, expected %llu", body_extra, k,
                           (unsigned long long)read, (unsigned long long)want);
         }
-        /* the position was consumed: the next epoch is whole, and so is a re-begin */
-        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E + 1));
-        read_rest(&B, series, &rest);
-        expect_tail(&ref2, 0, &rest, "next epoch");
-        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E));
-        read_rest(&B, series, &rest);
-        expect_tail(&ref, 0, &rest, "re-begun epoch");
+        /* train batches, then val batches, then the rest of the train epoch from k */
+        pl_batch b;
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E, 0));
+        for (int j = 0; j < k; j++) ck_assert_int_eq(B.vt->next(B.self, &b), 1);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_VAL, 0, 0));
+        ck_assert_int_eq(B.vt->next(B.self, &b), 1);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E, k));
+        ck_assert_int_eq(lt_read_epoch(&B, &rest), 0);
+        d = lt_epoch_tail_diff(&ref, k, &rest, msg, sizeof msg);
+        ck_assert_msg(d == NULL, "%s, after val: %s", body_extra, d);
+        lt_epoch_free(&rest);
+        PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_TRAIN, E + 1, 0));
+        ck_assert_int_eq(lt_read_epoch(&B, &rest), 0);
+        d = lt_epoch_tail_diff(&ref2, 0, &rest, msg, sizeof msg);
+        ck_assert_msg(d == NULL, "%s, next epoch: %s", body_extra, d);
+        lt_epoch_free(&rest);
+        if (k <= refv.nb) {
+            PL_CK_OK(B.vt->epoch_begin(B.self, PL_SPLIT_VAL, 7, k));
+            ck_assert_int_eq(lt_read_epoch(&B, &rest), 0);
+            d = lt_epoch_tail_diff(&refv, k, &rest, msg, sizeof msg);
+            ck_assert_msg(d == NULL, "%s, val: %s", body_extra, d);
+            lt_epoch_free(&rest);
+        }
         lt_close(&B);
     }
-    /* a position of another epoch is ignored */
+    /* out of range: refused naming the plugin, split, value and the batch count */
     lt_loader C;
     PL_CK_OK(lt_open(&C, "hdf5_chunk", body, NULL));
-    PL_CK_OK(load_pos(&C, E + 5, 2));
-    PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, E));
-    epoch_seq rest;
-    read_rest(&C, series, &rest);
-    expect_tail(&ref, 0, &rest, "other epoch's position");
-    /* a position past the epoch's batches is refused, naming the numbers */
-    ck_assert_int_ne(load_pos(&C, E, ref.nb + 1), PL_OK);
-    ck_assert_msg(strstr(pl_error_message(), "past the") != NULL, "%s", pl_error_message());
-    ck_assert_int_ne(load_pos(&C, -1, 0), PL_OK);
+    char want[128];
+    ck_assert_int_eq(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, E, ref.nb + 1), PL_ERR_INVALID);
+    const char *m = pl_error_message();
+    snprintf(want, sizeof want, "start_batch %d", ref.nb + 1);
+    ck_assert_msg(strstr(m, "hdf5_chunk") && strstr(m, "train") && strstr(m, want), "%s", m);
+    snprintf(want, sizeof want, "has %d batches", ref.nb);
+    ck_assert_msg(strstr(m, want), "%s", m);
+    ck_assert_int_eq(C.vt->epoch_begin(C.self, PL_SPLIT_VAL, 0, -1), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "start_batch -1") && strstr(pl_error_message(), "val"),
+                  "%s", pl_error_message());
+    /* a refused start leaves the loader usable */
+    PL_CK_OK(C.vt->epoch_begin(C.self, PL_SPLIT_TRAIN, E, 0));
+    lt_epoch rest;
+    ck_assert_int_eq(lt_read_epoch(&C, &rest), 0);
+    ck_assert_ptr_null(lt_epoch_tail_diff(&ref, 0, &rest, msg, sizeof msg));
+    lt_epoch_free(&rest);
     lt_close(&C);
+    lt_epoch_free(&ref);
+    lt_epoch_free(&ref2);
+    lt_epoch_free(&refv);
 }
 
-START_TEST(test_state_resume_streaming) {
+START_TEST(start_batch_streaming_shuffled_across_chunks) {
     /* 100 rows in chunks of 16 (2 batches each; the 4-row chunk 6 is one short batch
-     * somewhere in the shuffled order), with the prefetch thread */
-    check_resume("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = true\n", false, 16);
-    check_resume("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = false\n", false, 16);
+     * somewhere in the shuffled order), with and without the prefetch thread */
+    check_start("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = true\n", false, 16);
+    check_start("batch_size = 8\nchunk_samples = 16\nshuffle = true\nprefetch = false\n", false, 16);
     /* in order, drop_last: 12 batches, chunk 6 (4 rows) serves none */
-    check_resume("batch_size = 8\nchunk_samples = 24\nshuffle = false\ndrop_last = true\n", false, 24);
+    check_start("batch_size = 8\nchunk_samples = 24\nshuffle = false\ndrop_last = true\n", false, 24);
 }
 END_TEST
 
-START_TEST(test_state_resume_resident_and_series) {
-    check_resume("batch_size = 16\nshuffle = true\n", false, 0);
-    check_resume("batch_size = 4\nshuffle = true\n", true, 0);
-    check_resume("batch_size = 4\nshuffle = false\ndrop_last = true\n", true, 0);
+START_TEST(start_batch_resident_and_series) {
+    check_start("batch_size = 16\nshuffle = true\n", false, 0);
+    check_start("batch_size = 4\nshuffle = true\n", true, 0);
+    check_start("batch_size = 4\nshuffle = false\ndrop_last = true\n", true, 0);
+}
+END_TEST
+
+/* ---- batch_fields ------------------------------------------------------------ */
+
+/* batch_fields(cfg) of the loader in L, then every batch of every split checked
+ * against it; each declared field is carried by some batch. */
+static void check_fields_against_batches(lt_loader *L, const char *what) {
+    pl_field_list fl;
+    char msg[512];
+    PL_CK_OK(L->vt->batch_fields(pl_config_section_get(L->cfg, "data"), &fl));
+    unsigned used = 0;
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        if (L->vt->num_batches(L->self, (pl_data_split)s) == 0) continue;
+        PL_CK_OK(L->vt->epoch_begin(L->self, (pl_data_split)s, 0, 0));
+        pl_batch b;
+        while (L->vt->next(L->self, &b) == 1) {
+            const char *d = lt_fields_diff(&fl, &b, &used, msg, sizeof msg);
+            ck_assert_msg(d == NULL, "%s, split %s: %s", what, pl_split_name((pl_data_split)s), d);
+        }
+    }
+    ck_assert_msg(used == (1u << fl.n) - 1, "%s: a declared field is in no batch (used %x)", what, used);
+}
+
+static const pl_field_spec *find_field(const pl_field_list *fl, const char *name) {
+    for (int i = 0; i < fl->n; i++)
+        if (!strcmp(fl->f[i].name, name)) return &fl->f[i];
+    ck_abort_msg("field '%s' not declared", name);
+    return NULL;
+}
+
+START_TEST(batch_fields_rows_mode) {
+    lt_loader L;
+    PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 16\nshuffle = true\n"));
+    pl_field_list fl;
+    PL_CK_OK(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl));
+    ck_assert_int_eq(fl.n, 3);
+    const pl_field_spec *x = find_field(&fl, "x"), *y = find_field(&fl, "label"), *h = find_field(&fl, "hist");
+    ck_assert(x->dtype == PL_F32 && x->rank == 2 && !x->optional);
+    ck_assert(y->dtype == PL_I64 && y->rank == 1 && !y->optional);
+    ck_assert(h->dtype == PL_I32 && h->rank == 2 && h->optional); /* val/test batches only */
+    check_fields_against_batches(&L, "rows");
+    lt_close(&L);
+    /* convert = f32 and split_fractions */
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\ndatasets = x=/train/x,y=/train/y\nsplit_fractions = 0.8,0.1,0.1\n"
+             "batch_size = 16\nconvert = f32\n", make_rows_file(p, sizeof p));
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    check_fields_against_batches(&L, "rows, fractions");
+    lt_close(&L);
+}
+END_TEST
+
+/* One field name with a dtype that depends on the split cannot be declared. */
+START_TEST(batch_fields_refuses_split_dependent_dtype) {
+    char q[512], body[1024];
+    tmp_path("dtypes.h5", q, sizeof q);
+    float xf[8] = {0};
+    double xd[8] = {0};
+    ck_assert_int_eq(lt_write(q, "/train/x", H5T_NATIVE_FLOAT, 2, (long long[]){4, 2}, xf), 0);
+    ck_assert_int_eq(lt_write(q, "/val/x", H5T_NATIVE_DOUBLE, 2, (long long[]){4, 2}, xd), 0);
+    snprintf(body, sizeof body, "path = %s\ndatasets = x\nbatch_size = 2\n", q);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    pl_field_list fl;
+    ck_assert_int_eq(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "'x'") && strstr(pl_error_message(), "val") &&
+                  strstr(pl_error_message(), q), "%s", pl_error_message());
+    lt_close(&L);
+    snprintf(body, sizeof body, "path = %s\ndatasets = x\nbatch_size = 2\nconvert = f32\n", q);
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    check_fields_against_batches(&L, "convert = f32");
+    lt_close(&L);
+}
+END_TEST
+
+START_TEST(batch_fields_series_mode) {
+    char body[2048];
+    make_body(body, sizeof body, "batch_size = 4\nshuffle = true\n", true);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    pl_field_list fl;
+    PL_CK_OK(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl));
+    ck_assert_int_eq(fl.n, 2);
+    ck_assert(find_field(&fl, "x")->dtype == PL_F32 && find_field(&fl, "x")->rank == 3);
+    ck_assert(find_field(&fl, "y")->dtype == PL_F32 && find_field(&fl, "y")->rank == 3);
+    check_fields_against_batches(&L, "series");
+    lt_close(&L);
 }
 END_TEST
 
@@ -617,7 +645,7 @@ START_TEST(test_errors) {
     snprintf(body, sizeof body, "path = %s\ndatasets = a\n", q);
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_VAL), 0);
-    ck_assert_int_ne(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0), PL_OK);
+    ck_assert_int_ne(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0), PL_OK);
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "split 'val' is empty"));
     lt_close(&L);
 }
@@ -659,7 +687,7 @@ START_TEST(test_movielens_real) {
     ck_assert_int_eq(v, 50);
     /* test split: the target never appears in the padded history; histories of
      * all users hold 100004 - 671 items in total */
-    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0, 0));
     pl_batch b;
     int64_t users = 0, hist_items = 0;
     while (L.vt->next(L.self, &b) == 1) {
@@ -733,8 +761,11 @@ int main(void) {
     tcase_add_test(tc, test_fractions);
     tcase_add_test(tc, test_series_windows);
     tcase_add_test(tc, test_series_shuffle);
-    tcase_add_test(tc, test_state_resume_streaming);
-    tcase_add_test(tc, test_state_resume_resident_and_series);
+    tcase_add_test(tc, start_batch_streaming_shuffled_across_chunks);
+    tcase_add_test(tc, start_batch_resident_and_series);
+    tcase_add_test(tc, batch_fields_rows_mode);
+    tcase_add_test(tc, batch_fields_refuses_split_dependent_dtype);
+    tcase_add_test(tc, batch_fields_series_mode);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);

@@ -19,19 +19,21 @@
  * returns views (pl_tensor_view_rows) of the staging tensors: no copy and no
  * allocation per batch.
  *
- * Resume (both modes): state scalars hdf5_graph.epoch / hdf5_graph.next_batch
- * (LOADER RESUME PROTOCOL: the train position, kept while val/test are served).
+ * Batch order (plugin.h loader contract, both modes): a split's order is a
+ * pure function of (ctx->seed, epoch) - node mode has one batch, graphs mode
+ * shuffles the train graphs with seed + epoch - so epoch_begin(split, epoch,
+ * k) starts at batch k of that order; the loader keeps no position state.
+ *
+ * HDF5 is only touched at create (and by batch_fields, which reads nothing),
+ * through the shared helpers and under the process-wide lock of pl_h5.h.
  */
-#include <hdf5.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/pipeline.h"
-
-static pthread_mutex_t g_h5_lock = PTHREAD_MUTEX_INITIALIZER;
+#include "pl_h5.h"
 
 enum { NB_FIELDS = 5 };
 
@@ -68,13 +70,9 @@ typedef struct graph {
     int64_t *ssrc, *sdst, *sbatch;
     pl_tensor *views[NB_FIELDS];
     int nviews;
-    /* both modes */
+    /* both modes: the epoch cursor */
     int cur;
     int64_t cur_batch; /* next batch of split `cur` */
-    int64_t tr_epoch, tr_next; /* train position (resume state) */
-    bool tr_begun;
-    bool pending; /* a loaded position waits for its train epoch */
-    int64_t pend_epoch, pend_next;
     pl_loader_stats st;
 } graph;
 
@@ -157,89 +155,18 @@ static pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape,
 
 /* ---- reading ------------------------------------------------------------ */
 
-/* Read dataset `name` as `memtype`; its rank must lie in [min_rank, max_rank]
- * and axis i must have want[i] entries where want[i] >= 0. dims receives the
- * shape, *rank (may be NULL) the rank. */
+/* Read dataset `name` as `memtype` (pl_h5_read_alloc: rank in [min_rank,
+ * max_rank], axis i == want[i] where want[i] >= 0) and count its bytes. dims
+ * receives the shape, *rank (may be NULL) the rank. */
 static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank,
                          int max_rank, const int64_t *want, void **out, int64_t *dims, int *rank) {
-    hid_t ds = -1;
-    H5E_BEGIN_TRY {
-        if (H5Lexists(f, name, H5P_DEFAULT) > 0) ds = H5Dopen2(f, name, H5P_DEFAULT);
-    }
-    H5E_END_TRY;
-    if (ds < 0) return pl_error_set(PL_ERR_IO, "%s: dataset '%s' not found", G->path, name);
-    pl_status st = PL_OK;
-    hid_t dcpl = H5Dget_create_plist(ds);
-    int nfl = H5Pget_nfilters(dcpl);
-    for (int i = 0; i < nfl && !st; i++) {
-        unsigned flags, cd[8];
-        size_t ncd = 8;
-        char nm[64] = "";
-        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof nm, nm, NULL);
-        if (id >= 0 && H5Zfilter_avail(id) <= 0)
-            st = pl_error_set(
-                PL_ERR_IO,
-                "%s: dataset '%s' uses HDF5 filter %d (%s) which this HDF5 library cannot decode",
-                G->path, name, (int)id, nm[0] ? nm : "unknown");
-    }
-    H5Pclose(dcpl);
-    hid_t sp = H5Dget_space(ds);
-    hsize_t d[H5S_MAX_RANK];
-    int nd = H5Sget_simple_extent_dims(sp, d, NULL);
-    H5Sclose(sp);
-    if (!st && (nd < min_rank || nd > max_rank)) {
-        if (min_rank == max_rank)
-            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d", G->path,
-                              name, nd, min_rank);
-        else
-            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d..%d",
-                              G->path, name, nd, min_rank, max_rank);
-    }
-    if (rank) *rank = nd;
-    size_t n = 1, esz = H5Tget_size(memtype);
-    for (int i = 0; i < nd && !st; i++) {
-        dims[i] = (int64_t)d[i];
-        if (want && want[i] >= 0 && want[i] != dims[i])
-            st = pl_error_set(PL_ERR_SHAPE,
-                              "%s: dataset '%s' has %lld entries on axis %d; expected %lld",
-                              G->path, name, (long long)dims[i], i, (long long)want[i]);
-        /* sizes from the file are untrusted: keep n * esz (and int64 sums) in range */
-        else if (d[i] && n > (size_t)(INT64_MAX / 2) / esz / d[i])
-            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' is too large (axis %d: %llu entries)",
-                              G->path, name, i, (unsigned long long)d[i]);
-        n *= (size_t)d[i];
-    }
-    if (!st) {
-        *out = malloc((n ? n : 1) * esz);
-        if (!*out)
-            st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for '%s'", G->path, name);
-        else if (H5Dread(ds, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
-            st = pl_error_set(PL_ERR_IO, "%s: reading '%s' failed", G->path, name);
-        else
-            G->st.bytes_read += n * esz;
-    }
-    H5Dclose(ds);
-    return st;
-}
-
-/* Open G->path read-only (caller holds g_h5_lock). */
-static pl_status open_file(graph *G, hid_t *f) {
-    FILE *probe = fopen(G->path, "rb");
-    if (!probe)
-        return pl_error_set(PL_ERR_IO, "%s: cannot open (missing file?); run tools/prepare_data.sh",
-                            G->path);
-    fclose(probe);
-    htri_t is5;
-    H5E_BEGIN_TRY {
-        is5 = H5Fis_hdf5(G->path);
-    }
-    H5E_END_TRY;
-    if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", G->path);
-    H5E_BEGIN_TRY {
-        *f = H5Fopen(G->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    }
-    H5E_END_TRY;
-    if (*f < 0) return pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", G->path);
+    pl_h5_info in;
+    pl_status st = pl_h5_read_alloc(G->path, f, name, memtype, min_rank, max_rank, want, out, &in);
+    if (st) return st;
+    for (int i = 0; i < in.rank; i++)
+        dims[i] = in.dims[i];
+    if (rank) *rank = in.rank;
+    G->st.bytes_read += (uint64_t)in.numel * H5Tget_size(memtype);
     return PL_OK;
 }
 
@@ -344,9 +271,9 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     float *x = NULL;
     int64_t *ei = NULL, *y = NULL, *src = NULL, *dst = NULL;
     uint8_t *m[3] = {NULL, NULL, NULL};
-    hid_t f = -1;
-    pthread_mutex_lock(&g_h5_lock);
-    if ((st = open_file(G, &f))) goto out;
+    hid_t f = H5I_INVALID_HID;
+    pl_h5_lock();
+    if ((st = pl_h5_open_read(G->path, "run tools/prepare_data.sh", &f))) goto out;
     int64_t dx[2], de[2], dy[1], dm[1];
     if ((st = read_ds(G, f, pl_cfg_str(cfg, "features", "features"), H5T_NATIVE_FLOAT, 2, 2, NULL,
                       (void **)&x, dx, NULL)))
@@ -366,14 +293,9 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
             goto out;
     /* attribute num_classes if present, else max label + 1 */
     int64_t C = -1;
-    H5E_BEGIN_TRY {
-        if (H5Aexists(f, "num_classes") > 0) {
-            hid_t a = H5Aopen(f, "num_classes", H5P_DEFAULT);
-            if (H5Aread(a, H5T_NATIVE_INT64, &C) < 0) C = -1;
-            H5Aclose(a);
-        }
-    }
-    H5E_END_TRY;
+    bool has_c;
+    if ((st = pl_h5_attr_read_int(G->path, f, "num_classes", &C, &has_c))) goto out;
+    if (!has_c) C = -1;
     int64_t ymax = -1;
     for (int64_t i = 0; i < G->N; i++) {
         if (y[i] < -1) {
@@ -448,8 +370,8 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     }
     G->st.chunks_loaded = 1;
 out:
-    if (f >= 0) H5Fclose(f);
-    pthread_mutex_unlock(&g_h5_lock);
+    if (f >= 0) pl_h5_close(G->path, f);
+    pl_h5_unlock();
     free(x);
     free(ei);
     free(y);
@@ -598,9 +520,9 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     int64_t *ei = NULL, *np = NULL, *ep = NULL;
     uint8_t *m[3] = {NULL, NULL, NULL};
     double *mean = NULL, *sd = NULL;
-    hid_t f = -1;
-    pthread_mutex_lock(&g_h5_lock);
-    if ((st = open_file(G, &f))) goto out;
+    hid_t f = H5I_INVALID_HID;
+    pl_h5_lock();
+    if ((st = pl_h5_open_read(G->path, "run tools/prepare_data.sh", &f))) goto out;
     int64_t dx[2], de[2], dnp[1], dep[1], dy[2], dm[1];
     int yrank = 0;
     if ((st = read_ds(G, f, xname, H5T_NATIVE_FLOAT, 2, 2, NULL, (void **)&G->hx, dx, NULL)) ||
@@ -640,9 +562,10 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
             goto out;
         }
     }
-    H5Fclose(f);
-    f = -1;
-    pthread_mutex_unlock(&g_h5_lock);
+    st = pl_h5_close(G->path, f);
+    f = H5I_INVALID_HID;
+    pl_h5_unlock();
+    if (st) goto out_unlocked;
 
     /* CSR offsets and edges within their own graph */
     if ((st = check_ptr(G, npname, np, G->NG + 1, G->N, xname, "rows")) ||
@@ -824,8 +747,8 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     G->st.chunks_loaded = 1;
     goto out_unlocked;
 out:
-    if (f >= 0) H5Fclose(f);
-    pthread_mutex_unlock(&g_h5_lock);
+    if (f >= 0) pl_h5_close(G->path, f);
+    pl_h5_unlock();
 out_unlocked:
     free(ei);
     free(np);
@@ -875,32 +798,33 @@ static int64_t g_num_batches(void *self, pl_data_split split) {
     return G->count[split] > 0 ? 1 : 0;
 }
 
-static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch) {
+static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, int64_t start_batch) {
     graph *G = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_graph: bad split %d", (int)split);
     if (!G->graphs_mode && G->count[split] == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)",
                             G->path, pl_split_name(split));
+    int64_t nb = g_num_batches(G, split);
+    if (start_batch < 0 || start_batch > nb)
+        return pl_error_set(PL_ERR_INVALID,
+                            "hdf5_graph: epoch_begin(%s, epoch %lld, start_batch %lld): start_batch "
+                            "must lie in 0..%lld, split '%s' has %lld batches (%s)",
+                            pl_split_name(split), (long long)epoch, (long long)start_batch,
+                            (long long)nb, pl_split_name(split), (long long)nb, G->path);
     release_views(G);
-    int64_t start = 0;
-    if (split == PL_SPLIT_TRAIN) {
-        /* a loaded resume position applies to its own epoch only */
-        if (G->pending && G->pend_epoch == epoch) start = G->pend_next;
-        G->pending = false;
-        if (G->graphs_mode && G->shuffle && G->sp[PL_SPLIT_TRAIN].arranged_epoch != epoch) {
-            G->sp[PL_SPLIT_TRAIN].arranged_epoch = -1;
-            train_order(G, epoch);
-            pl_status st = arrange(G, &G->sp[PL_SPLIT_TRAIN]);
-            if (st) return st;
-            G->sp[PL_SPLIT_TRAIN].arranged_epoch = epoch;
-        }
-        G->tr_epoch = epoch;
-        G->tr_next = start;
-        G->tr_begun = true;
+    /* graphs mode: lay the train graphs out in this epoch's order (the whole split:
+     * batch boundaries depend on every graph before them; nothing is read) */
+    if (split == PL_SPLIT_TRAIN && G->graphs_mode && G->shuffle &&
+        G->sp[PL_SPLIT_TRAIN].arranged_epoch != epoch) {
+        G->sp[PL_SPLIT_TRAIN].arranged_epoch = -1;
+        train_order(G, epoch);
+        pl_status st = arrange(G, &G->sp[PL_SPLIT_TRAIN]);
+        if (st) return st;
+        G->sp[PL_SPLIT_TRAIN].arranged_epoch = epoch;
     }
     G->cur = split;
-    G->cur_batch = start;
+    G->cur_batch = start_batch;
     return PL_OK;
 }
 
@@ -960,54 +884,27 @@ static int g_next(void *self, pl_batch *out) {
         out->index = 0;
         r = 1;
     }
-    if (r == 1 && G->cur == PL_SPLIT_TRAIN) {
-        G->tr_next = out->index + 1;
-        G->pending = false; /* serving train moves the position past any recorded one */
-    }
     return r;
 }
 
-/* LOADER RESUME PROTOCOL (ANNOUNCEMENTS.md): the train position. Saving
- * reads the values, loading writes them; either way the visited values are
- * recorded as pending, which the next epoch_begin(TRAIN, e) honours when e
- * matches (after a save they equal the live position, so this is a no-op). */
-static pl_status g_state(void *self, const pl_state_visitor *v) {
-    graph *G = self;
-    int64_t nb = g_num_batches(G, PL_SPLIT_TRAIN);
-    int64_t e, n;
-    if (G->pending) {
-        e = G->pend_epoch;
-        n = G->pend_next;
-    } else if (!G->tr_begun) {
-        e = 0;
-        n = 0;
-    } else if (G->tr_next >= nb) {
-        e = G->tr_epoch + 1; /* epoch done: the next one starts at batch 0 */
-        n = 0;
+/* Node mode: x f32 [N, F], edge_src / edge_dst i64 [E], y i64 [N], mask u8 [N];
+ * graphs mode: x f32 [n, F], edge_src / edge_dst i64 [e], batch i64 [n],
+ * y f32 [B, K] (targets [G] are served as [B, 1]). Both are fixed by the
+ * mode, whatever the file's types (the loader converts), so nothing is read. */
+static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
+    memset(out, 0, sizeof *out);
+    bool graphs = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
+    pl_status st = pl_fields_add(out, "x", PL_F32, 2, false);
+    if (!st) st = pl_fields_add(out, "edge_src", PL_I64, 1, false);
+    if (!st) st = pl_fields_add(out, "edge_dst", PL_I64, 1, false);
+    if (graphs) {
+        if (!st) st = pl_fields_add(out, "batch", PL_I64, 1, false);
+        if (!st) st = pl_fields_add(out, "y", PL_F32, 2, false);
     } else {
-        e = G->tr_epoch;
-        n = G->tr_next;
+        if (!st) st = pl_fields_add(out, "y", PL_I64, 1, false);
+        if (!st) st = pl_fields_add(out, "mask", PL_U8, 1, false);
     }
-    double de = (double)e, dn = (double)n;
-    pl_status st;
-    if (!v->scalar) return PL_OK;
-    if ((st = v->scalar(v->ctx, "hdf5_graph.epoch", &de)) ||
-        (st = v->scalar(v->ctx, "hdf5_graph.next_batch", &dn)) || !v->loading)
-        return st; /* saving only reports; a load arms the position */
-    if (!(de >= 0 && de == floor(de) && de < 9e15))
-        return pl_error_set(
-            PL_ERR_INVALID,
-            "hdf5_graph: resume state hdf5_graph.epoch = %g; expected an integer >= 0", de);
-    if (!(dn >= 0 && dn == floor(dn) && dn <= (double)nb))
-        return pl_error_set(
-            PL_ERR_INVALID,
-            "hdf5_graph: resume state hdf5_graph.next_batch = %g is outside 0..%lld (the train "
-            "batches of this configuration; batch_size, drop_last or the file changed?)",
-            dn, (long long)nb);
-    G->pending = true;
-    G->pend_epoch = (int64_t)de;
-    G->pend_next = (int64_t)dn;
-    return PL_OK;
+    return st;
 }
 
 static pl_loader_stats g_stats(void *self) {
@@ -1021,10 +918,10 @@ static const pl_loader_vtable vt = {
     .next = g_next,
     .num_batches = g_num_batches,
     .stats = g_stats,
-    .state = g_state,
+    .batch_fields = g_batch_fields,
 };
 
-PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.2.0",
+PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.3.0",
                  "graph HDF5 loader: one graph (node mode) or many small graphs batched on the "
                  "device (graphs mode)",
                  opts, &vt)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ranking.h"
+#include "teacher_export.h"
 
 const char *const ilora_proj_names[ILORA_NPROJ] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
@@ -357,7 +358,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         const char *hp = m->o.history_path[0] ? m->o.history_path
                          : ctx->meta                ? pl_meta_get_str(ctx->meta, "path")
                                                     : NULL;
-        if (hp && hp[0]) st = ilora_hist_load(m, hp);
+        if (hp && hp[0] && !(st = ilora_hist_read(hp, m->hist))) m->have_hist = true;
     }
     if (st) {
         ilora_model_destroy(m);
@@ -371,7 +372,7 @@ void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
     pl_tensor_release(m->gate_index);
     pl_tensor_release(m->embed_deq);
-    ilora_hist_free(m);
+    ilora_hist_free(m->hist);
     if (m->exp) ilora_export_end(m);
     free(m);
 }

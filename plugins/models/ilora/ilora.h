@@ -12,6 +12,8 @@
 
 #include <pipeline/pipeline.h>
 
+#include "history_reader.h"
+
 #define ILORA_MAX_LAYERS 64
 #define ILORA_NPROJ 7 /* q k v o gate up down */
 #define ILORA_MAX_PARAMS (6 + ILORA_MAX_LAYERS * (2 + 3 * ILORA_NPROJ))
@@ -51,14 +53,7 @@ typedef struct ilora_layer {
     ilora_proj proj[ILORA_NPROJ];
 } ilora_layer;
 
-/* CSR histories of one split (items seen before the target), per user. */
-typedef struct ilora_hist {
-    int64_t n_users;
-    int64_t *offsets; /* [n_users + 1] */
-    int32_t *items;
-} ilora_hist;
-
-typedef struct ilora_export ilora_export;
+typedef struct ilora_export ilora_export; /* teacher_export.c */
 
 typedef struct ilora_model {
     ilora_opts o;
@@ -81,7 +76,7 @@ typedef struct ilora_model {
         int index;
     } slot[ILORA_MAX_PARAMS];
     ilora_layer layer[ILORA_MAX_LAYERS];
-    ilora_hist hist[PL_SPLIT_COUNT];
+    ilora_hist hist[PL_SPLIT_COUNT]; /* history_reader.h */
     bool have_hist;
     ilora_export *exp;
 } ilora_model;
@@ -113,15 +108,8 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training);
 /* logits = h @ E^T (tied) or h @ lm_head^T; h [..., D] -> [..., V]. */
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h);
 
-/* The vtable functions (for tests). */
+/* The vtable's forward (for tests); the export functions are in teacher_export.h. */
 pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
                         pl_tensor **loss, pl_metrics *mt);
-pl_status ilora_export_begin(void *self, const char *outputs_dir);
-pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split);
-pl_status ilora_export_end(void *self);
-
-/* Read /val/history and /test/history CSR (tools/movielens_to_h5.py layout). */
-pl_status ilora_hist_load(ilora_model *m, const char *path);
-void ilora_hist_free(ilora_model *m);
 
 #endif

@@ -20,6 +20,7 @@
 #include "pl_test.h"
 #include "ranking.h"
 #include "pipeline/testing.h"
+#include "teacher_export.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
 

@@ -2,6 +2,7 @@
  * step (tests/data/optim/adamw.json, tools/gen_optim_reference.py), its
  * parameter groups, checkpoint state and config errors. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "optim_testkit.h"

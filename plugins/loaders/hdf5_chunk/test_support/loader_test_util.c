@@ -70,3 +70,95 @@ int lt_write(const char *file, const char *name, long type, int ndim, const long
     H5Fclose(f);
     return rc;
 }
+
+int lt_read_epoch(lt_loader *L, lt_epoch *e) {
+    memset(e, 0, sizeof *e);
+    int cap = 0, r;
+    pl_batch b;
+    while ((r = L->vt->next(L->self, &b)) == 1) {
+        if (e->nb == cap) {
+            cap = cap ? 2 * cap : 16;
+            e->b = realloc(e->b, sizeof *e->b * (size_t)cap);
+        }
+        lt_batch_copy *c = &e->b[e->nb++];
+        memset(c, 0, sizeof *c);
+        c->size = b.size;
+        c->index = b.index;
+        c->n = b.n;
+        for (int i = 0; i < b.n; i++) {
+            pl_tensor *t = b.fields[i];
+            snprintf(c->name[i], sizeof c->name[i], "%s", b.names[i]);
+            c->dt[i] = t->dtype;
+            c->ndim[i] = t->ndim;
+            memcpy(c->shape[i], t->shape, sizeof(int64_t) * (size_t)t->ndim);
+            pl_tensor *h = pl_tensor_to(t, t->dtype, PL_CPU); /* contiguous copy */
+            if (!h) return -1;
+            c->nbytes[i] = pl_tensor_nbytes(h);
+            c->data[i] = malloc(c->nbytes[i] ? c->nbytes[i] : 1);
+            memcpy(c->data[i], pl_tensor_data(h), c->nbytes[i]);
+            pl_tensor_release(h);
+        }
+    }
+    return r < 0 ? -1 : 0;
+}
+
+void lt_epoch_free(lt_epoch *e) {
+    for (int j = 0; j < e->nb; j++)
+        for (int i = 0; i < e->b[j].n; i++) free(e->b[j].data[i]);
+    free(e->b);
+    memset(e, 0, sizeof *e);
+}
+
+const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest, char *buf, size_t n) {
+    if (rest->nb != full->nb - k) {
+        snprintf(buf, n, "start %d: %d batches served, expected %d", k, rest->nb, full->nb - k);
+        return buf;
+    }
+    for (int j = 0; j < rest->nb; j++) {
+        const lt_batch_copy *a = &full->b[k + j], *b = &rest->b[j];
+        if (b->index != k + j || b->size != a->size || b->n != a->n) {
+            snprintf(buf, n, "start %d, batch %d: index %lld size %lld fields %d; expected index %d "
+                     "size %lld fields %d", k, k + j, (long long)b->index, (long long)b->size, b->n,
+                     k + j, (long long)a->size, a->n);
+            return buf;
+        }
+        for (int i = 0; i < a->n; i++) {
+            if (strcmp(a->name[i], b->name[i]) || a->dt[i] != b->dt[i] || a->ndim[i] != b->ndim[i] ||
+                memcmp(a->shape[i], b->shape[i], sizeof(int64_t) * (size_t)a->ndim[i]) ||
+                a->nbytes[i] != b->nbytes[i] || memcmp(a->data[i], b->data[i], a->nbytes[i])) {
+                snprintf(buf, n, "start %d, batch %d: field '%s' differs from the whole epoch's", k,
+                         k + j, a->name[i]);
+                return buf;
+            }
+        }
+    }
+    return NULL;
+}
+
+const char *lt_fields_diff(const pl_field_list *fl, const pl_batch *b, unsigned *used, char *buf, size_t n) {
+    for (int i = 0; i < b->n; i++) {
+        int d = -1;
+        for (int j = 0; j < fl->n; j++)
+            if (!strcmp(fl->f[j].name, b->names[i])) d = j;
+        if (d < 0) {
+            snprintf(buf, n, "batch field '%s' is not declared", b->names[i]);
+            return buf;
+        }
+        if (fl->f[d].dtype != b->fields[i]->dtype || fl->f[d].rank != b->fields[i]->ndim) {
+            snprintf(buf, n, "batch field '%s' is %s rank %d, declared %s rank %d", b->names[i],
+                     pl_dtype_name(b->fields[i]->dtype), b->fields[i]->ndim,
+                     pl_dtype_name(fl->f[d].dtype), fl->f[d].rank);
+            return buf;
+        }
+        if (used) *used |= 1u << d;
+    }
+    for (int j = 0; j < fl->n; j++) {
+        bool in = false;
+        for (int i = 0; i < b->n; i++) in |= !strcmp(fl->f[j].name, b->names[i]);
+        if (!in && !fl->f[j].optional) {
+            snprintf(buf, n, "declared field '%s' (not optional) is missing from a batch", fl->f[j].name);
+            return buf;
+        }
+    }
+    return NULL;
+}

@@ -17,6 +17,35 @@ typedef struct lt_loader {
  * On failure returns the status with the error message set; L is cleaned. */
 pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char *run_dir);
 void lt_close(lt_loader *L);
+/* A batch copied to host memory (every field contiguous), to compare epochs
+ * bit for bit after the loader moved on. */
+typedef struct lt_batch_copy {
+    int64_t size, index;
+    int n;
+    char name[PL_BATCH_MAX_FIELDS][48];
+    pl_dtype dt[PL_BATCH_MAX_FIELDS];
+    int ndim[PL_BATCH_MAX_FIELDS];
+    int64_t shape[PL_BATCH_MAX_FIELDS][PL_MAX_DIMS];
+    size_t nbytes[PL_BATCH_MAX_FIELDS];
+    void *data[PL_BATCH_MAX_FIELDS];
+} lt_batch_copy;
+typedef struct lt_epoch {
+    int nb;
+    lt_batch_copy *b;
+} lt_epoch;
+/* Copy every remaining batch of the current epoch (next() until 0). 0 on
+ * success, -1 when next() failed (pl_error_message() says why). */
+int lt_read_epoch(lt_loader *L, lt_epoch *e);
+void lt_epoch_free(lt_epoch *e);
+/* NULL when `rest` is exactly batches k.. of `full`: same count, sizes,
+ * fields (names, dtypes, shapes) and bytes, indices k, k+1, ...; else a
+ * message (in buf) naming the first difference. */
+const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest, char *buf, size_t n);
+/* NULL when batch b agrees with the declared fields `fl`: every field of b is
+ * declared with b's dtype and rank, and every non-optional declared field is
+ * in b; else a message (in buf). *used (may be NULL) gets bit i set for each
+ * declared field i that b carries. */
+const char *lt_fields_diff(const pl_field_list *fl, const pl_batch *b, unsigned *used, char *buf, size_t n);
 /* Write an HDF5 dataset (creating parent groups) with a native type. */
 int lt_write(const char *file, const char *name, long type, int ndim, const long long *dims, const void *data);
 

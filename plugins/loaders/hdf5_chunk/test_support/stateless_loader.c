@@ -1,7 +1,8 @@
-/* stateless_loader.c - a loader plugin WITHOUT a `state` function, used only
- * by the trainer tests (tests/core/test_trainer.c): resuming from a mid-epoch
- * checkpoint must be refused naming it, and a mid-epoch validation must still
- * continue the train epoch. Built into the test folder, not the plugin dir.
+/* stateless_loader.c - a minimal in-memory loader plugin used only by the
+ * trainer tests (tests/core/test_trainer.c). Since ABI 2 no loader has a
+ * `state` function: like every loader it serves a split in an order fixed by
+ * (seed, epoch) (here: row order) and starts at any batch. Built into the
+ * test folder, not the plugin dir.
  *
  * Synthetic regression rows served in order (no shuffle), split s in 0..2:
  *   x[i][j] = sin(0.37 * (i + 1000 s) + j),  y[i] = sum_j (j + 1) x[i][j] / 5.
@@ -73,12 +74,16 @@ static pl_status sl_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     return PL_OK;
 }
 
-static pl_status sl_epoch_begin(void *self, pl_data_split split, int64_t epoch) {
+static pl_status sl_epoch_begin(void *self, pl_data_split split, int64_t epoch, int64_t start) {
     (void)epoch;
     sl *L = self;
     release_views(L);
+    int64_t nb = (L->n[split] + L->batch - 1) / L->batch;
+    if (start < 0 || start > nb)
+        return pl_error_set(PL_ERR_INVALID, "test_stateless_loader: start_batch %lld of split '%s' "
+                            "outside 0..%lld", (long long)start, pl_split_name(split), (long long)nb);
     L->split = split;
-    L->pos = 0;
+    L->pos = start * L->batch;
     return PL_OK;
 }
 
@@ -110,6 +115,13 @@ static int64_t sl_num_batches(void *self, pl_data_split split) {
     return (L->n[split] + L->batch - 1) / L->batch;
 }
 
+static pl_status sl_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
+    (void)cfg;
+    out->n = 0;
+    pl_status st = pl_fields_add(out, "x", PL_F32, 2, false);
+    return st ? st : pl_fields_add(out, "y", PL_F32, 2, false);
+}
+
 static const pl_option_spec opts[] = {
     {"batch_size", PL_OPT_INT, "8", 1, 1e6, NULL, "samples per batch"},
     {"num_train", PL_OPT_INT, "64", 1, 1e6, NULL, "train rows (val and test: 32)"},
@@ -119,6 +131,6 @@ static const pl_loader_vtable vt = {.create = sl_create,
                                     .epoch_begin = sl_epoch_begin,
                                     .next = sl_next,
                                     .num_batches = sl_num_batches,
-                                    .state = NULL};
+                                    .batch_fields = sl_batch_fields};
 PL_PLUGIN_DEFINE(test_stateless_loader, PL_KIND_LOADER, "0.0.1",
-                 "test-only in-memory loader without a state function", opts, &vt)
+                 "test-only in-memory loader", opts, &vt)

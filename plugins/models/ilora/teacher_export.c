@@ -1,5 +1,7 @@
-/* h5io.c - the ilora model's HDF5 I/O: reading the per-user history CSR
- * (items to exclude at ranking) and exporting teacher outputs.
+/* teacher_export.c - the ilora model's teacher-output exporter
+ * (teacher_export.h): every train/val/test batch's top-K logits, written
+ * through the shared HDF5 helpers under the process-wide HDF5 lock (pl_h5.h;
+ * the model's forward runs outside it).
  *
  * Export layout of OUTPUTS/teacher_outputs.h5 (K = export_top_k, L = max_len):
  *   /train/input_ids   i32 [N_rows, L]  the training rows in the order the loader
@@ -21,98 +23,16 @@
  * batch. The padding id 0 is never exported; history items are NOT removed
  * (these are the model's raw preferences, for distillation).
  */
-#include <hdf5.h>
+#include "teacher_export.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ilora.h"
+#include "pl_h5.h"
 #include "ranking.h"
-
-/* ---- history CSR ---------------------------------------------------------------------------- */
-
-static pl_status read_1d(hid_t f, const char *path, hid_t memtype, size_t esize, void **out,
-                         int64_t *n, const char *file) {
-    *out = NULL;
-    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-    if (d < 0) return pl_error_set(PL_ERR_IO, "%s: dataset %s missing", file, path);
-    hid_t sp = H5Dget_space(d);
-    hsize_t dims[2] = {0, 0};
-    int nd = H5Sget_simple_extent_dims(sp, dims, NULL);
-    H5Sclose(sp);
-    pl_status st = PL_OK;
-    if (nd != 1) {
-        st = pl_error_set(PL_ERR_IO, "%s: %s has %d dims, expected 1", file, path, nd);
-    } else {
-        *n = (int64_t)dims[0];
-        *out = malloc(dims[0] ? dims[0] * esize : 1);
-        if (!*out) st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory reading %s", file, path);
-        else if (dims[0] && H5Dread(d, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
-            st = pl_error_set(PL_ERR_IO, "%s: cannot read %s", file, path);
-    }
-    H5Dclose(d);
-    if (st) {
-        free(*out);
-        *out = NULL;
-    }
-    return st;
-}
-
-pl_status ilora_hist_load(ilora_model *m, const char *path) {
-    H5E_auto2_t fn;
-    void *cd;
-    H5Eget_auto2(H5E_DEFAULT, &fn, &cd);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    pl_status st = PL_OK;
-    if (f < 0) {
-        st = pl_error_set(PL_ERR_IO, "ilora: history_path %s: cannot open as HDF5", path);
-        goto out;
-    }
-    const pl_data_split sp[2] = {PL_SPLIT_VAL, PL_SPLIT_TEST};
-    for (int s = 0; s < 2 && !st; s++) {
-        char po[64], pi[64];
-        snprintf(po, sizeof po, "/%s/history/offsets", pl_split_name(sp[s]));
-        snprintf(pi, sizeof pi, "/%s/history/items", pl_split_name(sp[s]));
-        ilora_hist *h = &m->hist[sp[s]];
-        int64_t no = 0, ni = 0;
-        st = read_1d(f, po, H5T_NATIVE_INT64, sizeof(int64_t), (void **)&h->offsets, &no, path);
-        if (!st)
-            st = read_1d(f, pi, H5T_NATIVE_INT32, sizeof(int32_t), (void **)&h->items, &ni, path);
-        if (st) break;
-        h->n_users = no - 1;
-        if (no < 1 || h->offsets[0] != 0 || h->offsets[no - 1] != ni) {
-            st = pl_error_set(PL_ERR_IO, "%s: %s is not a CSR over %s (%lld offsets, last %lld, "
-                              "%lld items)", path, po, pi, (long long)no,
-                              no ? (long long)h->offsets[no - 1] : -1LL, (long long)ni);
-            break;
-        }
-        for (int64_t u = 0; u + 1 < no; u++)
-            if (h->offsets[u + 1] < h->offsets[u]) {
-                st = pl_error_set(PL_ERR_IO, "%s: %s decreases at user %lld", path, po,
-                                  (long long)u);
-                break;
-            }
-    }
-    H5Fclose(f);
-out:
-    H5Eset_auto2(H5E_DEFAULT, fn, cd);
-    if (st) ilora_hist_free(m);
-    else m->have_hist = true;
-    return st;
-}
-
-void ilora_hist_free(ilora_model *m) {
-    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
-        free(m->hist[s].offsets);
-        free(m->hist[s].items);
-        memset(&m->hist[s], 0, sizeof m->hist[s]);
-    }
-    m->have_hist = false;
-}
-
-/* ---- export ----------------------------------------------------------------------------------- */
 
 /* A/B/C: row,pos,label | user,target; IN/LAB/SRC: train row copies */
 enum { DS_IDS, DS_LOGITS, DS_A, DS_B, DS_C, DS_IN, DS_LAB, DS_SRC, DS_N };
@@ -125,64 +45,18 @@ struct ilora_export {
     char path[4096];
 };
 
-static hid_t make_ds(hid_t g, const char *name, hid_t type, int64_t width) {
-    int nd = width > 0 ? 2 : 1;
-    hsize_t dims[2] = {0, (hsize_t)width}, maxd[2] = {H5S_UNLIMITED, (hsize_t)width};
-    hsize_t chunk[2] = {width > 0 ? (hsize_t)(width > 256 ? 64 : 1024) : 8192, (hsize_t)width};
-    hid_t sp = H5Screate_simple(nd, dims, maxd);
-    hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
-    H5Pset_chunk(pl, nd, chunk);
-    hid_t d = H5Dcreate2(g, name, type, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
-    H5Pclose(pl);
-    H5Sclose(sp);
-    return d;
-}
-
 static pl_status append(ilora_export *e, hid_t d, hid_t memtype, int64_t start, int64_t n,
                         int64_t width, const void *data) {
-    if (n == 0) return PL_OK;
-    int nd = width > 0 ? 2 : 1;
-    hsize_t size[2] = {(hsize_t)(start + n), (hsize_t)width};
-    hsize_t off[2] = {(hsize_t)start, 0}, cnt[2] = {(hsize_t)n, (hsize_t)width};
-    if (H5Dset_extent(d, size) < 0)
-        return pl_error_set(PL_ERR_IO, "%s: cannot extend a dataset to %lld rows", e->path,
-                            (long long)(start + n));
-    hid_t fs = H5Dget_space(d);
-    hid_t ms = H5Screate_simple(nd, cnt, NULL);
-    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL);
-    if (r >= 0) r = H5Dwrite(d, memtype, ms, fs, H5P_DEFAULT, data);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    return r < 0 ? pl_error_set(PL_ERR_IO, "%s: write of %lld rows failed", e->path, (long long)n)
-                 : PL_OK;
+    return pl_h5_append_rows(e->path, d, memtype, start, n, width, data);
 }
 
-static pl_status attr_double(hid_t obj, const char *name, double v) {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return r < 0 ? pl_error_set(PL_ERR_IO, "cannot write attribute %s", name) : PL_OK;
-}
-static pl_status attr_int(hid_t obj, const char *name, int64_t v) {
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, H5T_NATIVE_INT64, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    return r < 0 ? pl_error_set(PL_ERR_IO, "cannot write attribute %s", name) : PL_OK;
-}
-static pl_status attr_str(hid_t obj, const char *name, const char *v) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, strlen(v) + 1);
-    hid_t sp = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, t, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(sp);
-    H5Tclose(t);
-    return r < 0 ? pl_error_set(PL_ERR_IO, "cannot write attribute %s", name) : PL_OK;
+static void close_datasets(ilora_export *e) {
+    pl_h5_lock();
+    for (int s = 0; s < PL_SPLIT_COUNT; s++)
+        for (int k = 0; k < DS_N; k++)
+            if (e->ds[s][k] > 0) H5Dclose(e->ds[s][k]);
+    pl_h5_unlock();
+    memset(e->ds, 0, sizeof e->ds);
 }
 
 pl_status ilora_export_begin(void *self, const char *outputs_dir) {
@@ -191,53 +65,59 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
     ilora_export *e = calloc(1, sizeof *e);
     if (!e) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
     snprintf(e->path, sizeof e->path, "%s/teacher_outputs.h5", outputs_dir);
-    e->file = H5Fcreate(e->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (e->file < 0) {
+    pl_status st = pl_h5_create(e->path, &e->file);
+    if (st) {
         free(e);
-        return pl_error_set(PL_ERR_IO, "ilora: cannot create %s/teacher_outputs.h5", outputs_dir);
+        return pl_error_prefix(st, "ilora export");
     }
     m->exp = e;
     int64_t K = m->o.export_top_k < m->vocab - 1 ? m->o.export_top_k : m->vocab - 1;
-    pl_status st = PL_OK;
+    const char *p = e->path;
     for (int s = 0; s < PL_SPLIT_COUNT && !st; s++) {
-        hid_t g = H5Gcreate2(e->file, pl_split_name((pl_data_split)s), H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT);
+        hid_t g;
+        pl_h5_lock();
+        H5E_BEGIN_TRY {
+            g = H5Gcreate2(e->file, pl_split_name((pl_data_split)s), H5P_DEFAULT, H5P_DEFAULT,
+                           H5P_DEFAULT);
+        }
+        H5E_END_TRY;
+        pl_h5_unlock();
         if (g < 0) {
-            st = pl_error_set(PL_ERR_IO, "%s: cannot create group", e->path);
+            st = pl_error_set(PL_ERR_IO, "%s: cannot create group /%s", p,
+                              pl_split_name((pl_data_split)s));
             break;
         }
-        e->ds[s][DS_IDS] = make_ds(g, "topk_ids", H5T_STD_I32LE, K);
-        e->ds[s][DS_LOGITS] = make_ds(g, "topk_logits", H5T_IEEE_F32LE, K);
+        hid_t *ds = e->ds[s];
+        st = pl_h5_create_rows(p, g, "topk_ids", H5T_STD_I32LE, K, &ds[DS_IDS]);
+        if (!st) st = pl_h5_create_rows(p, g, "topk_logits", H5T_IEEE_F32LE, K, &ds[DS_LOGITS]);
         if (s == PL_SPLIT_TRAIN) {
-            e->ds[s][DS_A] = make_ds(g, "row", H5T_STD_I32LE, 0);
-            e->ds[s][DS_B] = make_ds(g, "pos", H5T_STD_I32LE, 0);
-            e->ds[s][DS_C] = make_ds(g, "label", H5T_STD_I32LE, 0);
-            e->ds[s][DS_IN] = make_ds(g, "input_ids", H5T_STD_I32LE, m->o.max_len);
-            e->ds[s][DS_LAB] = make_ds(g, "labels", H5T_STD_I32LE, m->o.max_len);
-            e->ds[s][DS_SRC] = make_ds(g, "source_row", H5T_STD_I32LE, 0);
+            if (!st) st = pl_h5_create_rows(p, g, "row", H5T_STD_I32LE, 0, &ds[DS_A]);
+            if (!st) st = pl_h5_create_rows(p, g, "pos", H5T_STD_I32LE, 0, &ds[DS_B]);
+            if (!st) st = pl_h5_create_rows(p, g, "label", H5T_STD_I32LE, 0, &ds[DS_C]);
+            if (!st) st = pl_h5_create_rows(p, g, "input_ids", H5T_STD_I32LE, m->o.max_len, &ds[DS_IN]);
+            if (!st) st = pl_h5_create_rows(p, g, "labels", H5T_STD_I32LE, m->o.max_len, &ds[DS_LAB]);
+            if (!st) st = pl_h5_create_rows(p, g, "source_row", H5T_STD_I32LE, 0, &ds[DS_SRC]);
         } else {
-            e->ds[s][DS_A] = make_ds(g, "user", H5T_STD_I32LE, 0);
-            e->ds[s][DS_B] = make_ds(g, "target", H5T_STD_I32LE, 0);
+            if (!st) st = pl_h5_create_rows(p, g, "user", H5T_STD_I32LE, 0, &ds[DS_A]);
+            if (!st) st = pl_h5_create_rows(p, g, "target", H5T_STD_I32LE, 0, &ds[DS_B]);
             for (int k = DS_C; k < DS_N; k++)
-                e->ds[s][k] = H5I_INVALID_HID;
+                ds[k] = H5I_INVALID_HID;
         }
+        pl_h5_lock();
         H5Gclose(g);
-        for (int k = 0; k < (s == PL_SPLIT_TRAIN ? DS_N : DS_C); k++)
-            if (e->ds[s][k] < 0)
-                st = pl_error_set(PL_ERR_IO, "%s: cannot create the datasets of /%s", e->path,
-                                  pl_split_name((pl_data_split)s));
+        pl_h5_unlock();
     }
     static const char *const ad[] = {"none", "lora", "moe_lora"};
-    if (!st) st = attr_double(e->file, "temperature", m->o.export_temperature);
-    if (!st) st = attr_int(e->file, "top_k", K);
-    if (!st) st = attr_int(e->file, "num_items", m->vocab - 1);
-    if (!st) st = attr_int(e->file, "num_experts", m->o.num_experts);
-    if (!st) st = attr_str(e->file, "adapters", ad[m->o.adapters]);
-    if (!st) st = attr_str(e->file, "model", "ilora");
+    if (!st) st = pl_h5_attr_write_double(p, e->file, "temperature", m->o.export_temperature);
+    if (!st) st = pl_h5_attr_write_int(p, e->file, "top_k", K);
+    if (!st) st = pl_h5_attr_write_int(p, e->file, "num_items", m->vocab - 1);
+    if (!st) st = pl_h5_attr_write_int(p, e->file, "num_experts", m->o.num_experts);
+    if (!st) st = pl_h5_attr_write_str(p, e->file, "adapters", ad[m->o.adapters]);
+    if (!st) st = pl_h5_attr_write_str(p, e->file, "model", "ilora");
     if (!st)
-        st = attr_str(e->file, "logits",
-                      "topk_logits = model logits / temperature, best first; item 0 (padding) "
-                      "never exported; history items not removed");
+        st = pl_h5_attr_write_str(p, e->file, "logits",
+                                  "topk_logits = model logits / temperature, best first; item 0 "
+                                  "(padding) never exported; history items not removed");
     if (st) {
         pl_error_prefix(st, "ilora export");
         ilora_export_end(m);
@@ -385,12 +265,9 @@ pl_status ilora_export_end(void *self) {
     ilora_model *m = self;
     ilora_export *e = m->exp;
     if (!e) return PL_OK;
-    for (int s = 0; s < PL_SPLIT_COUNT; s++)
-        for (int k = 0; k < DS_N; k++)
-            if (e->ds[s][k] > 0) H5Dclose(e->ds[s][k]);
-    herr_t r = H5Fclose(e->file);
-    pl_status st = r < 0 ? pl_error_set(PL_ERR_IO, "ilora: closing %s failed", e->path) : PL_OK;
+    close_datasets(e);
+    pl_status st = pl_h5_close(e->path, e->file);
     free(e);
     m->exp = NULL;
-    return st;
+    return st ? pl_error_prefix(st, "ilora export") : PL_OK;
 }

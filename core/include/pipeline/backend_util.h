@@ -1,0 +1,294 @@
+/* backend_util.h - geometry and math every backend shares with the CPU one.
+ *
+ * A backend (the built-in CPU one, the CUDA plugin, a third party's) gets
+ * the same op from the core with the same pl_kernel_args (backend.h); what
+ * it derives from them must agree bit for bit with the CPU reference: which
+ * matrices of a batched matmul pair up, which element of a broadcast operand
+ * an output element reads, the RoPE angles, the dropout random stream. Those
+ * derivations live here, once, instead of being copied into each backend.
+ *
+ * Everything is `static inline` except pl_rope_cos_sin (exported by
+ * libpipeline_core). Functions marked PL_HD compile for the device too
+ * under nvcc (__host__ __device__); the others read pl_tensor headers and are
+ * host-only. All are plain C that is also valid C++.
+ *
+ * Tensors passed here are borrowed and only their headers (dtype, ndim,
+ * shape) are read; kernels receive contiguous tensors (backend.h), so the
+ * strides computed below are element strides of row-major storage. No
+ * function allocates or fails, except pl_rope_cos_sin (caller's buffer).
+ */
+#ifndef PIPELINE_BACKEND_UTIL_H
+#define PIPELINE_BACKEND_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "pipeline/backend.h"
+#include "pipeline/tensor.h"
+
+#ifdef __CUDACC__
+#define PL_HD __host__ __device__
+#else
+#define PL_HD
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- a kernel table behind the lookup --------------------------------------
+ * The usual way to implement pl_backend.kernel: fill a table once, answer
+ * lookups from it. The bound is the PL_OP_COUNT this backend is compiled
+ * with, so a newer core asking about an op appended later gets NULL. */
+typedef struct pl_kernel_table {
+    pl_kernel_fn forward[PL_OP_COUNT];
+    pl_kernel_fn backward[PL_OP_COUNT];
+} pl_kernel_table;
+
+static inline pl_kernel_fn pl_kernel_table_get(const pl_kernel_table *t, pl_op op, bool backward) {
+    if ((int)op <= (int)PL_OP_NONE || (int)op >= (int)PL_OP_COUNT) return NULL;
+    return backward ? t->backward[op] : t->forward[op];
+}
+
+/* Set both kernels of `op` (either may be NULL); ids outside the table are
+ * ignored. */
+static inline void pl_kernel_table_set(pl_kernel_table *t, pl_op op, pl_kernel_fn forward,
+                                       pl_kernel_fn backward) {
+    if ((int)op <= (int)PL_OP_NONE || (int)op >= (int)PL_OP_COUNT) return;
+    t->forward[op] = forward;
+    t->backward[op] = backward;
+}
+
+/* ---- one dim of a contiguous tensor ----------------------------------------- */
+
+/* t seen as [outer, t.shape[dim], inner] (index_select, gather, scatter_add,
+ * concat, slice along `dim`; 0 <= dim < t->ndim). */
+static inline void pl_dim_split(const pl_tensor *t, int dim, int64_t *outer, int64_t *mid,
+                                int64_t *inner) {
+    int64_t o = 1, in = 1;
+    for (int i = 0; i < dim; i++)
+        o *= t->shape[i];
+    for (int i = dim + 1; i < t->ndim; i++)
+        in *= t->shape[i];
+    *outer = o;
+    *mid = t->shape[dim];
+    *inner = in;
+}
+
+/* t seen as [rows, d], d the last dim (1 for a 0-dim tensor; rows 0 when
+ * d is 0): softmax, cross_entropy, layer_norm, rms_norm rows. */
+static inline void pl_last_dim_split(const pl_tensor *t, int64_t *rows, int64_t *d) {
+    *d = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+    *rows = *d > 0 ? pl_tensor_numel(t) / *d : 0;
+}
+
+/* ---- NumPy broadcasting of a binary op -------------------------------------
+ * The op iterates over the output's shape (the "space", nd >= 1: a 0-dim
+ * output is [1]). Operand t (contiguous, ndim <= nd) is right-aligned to the
+ * space; its element stride along space dim d is 0 where it has size 1 or
+ * lacks the dim. The gradient of a broadcast operand is the space-shaped
+ * gradient summed over the dims where its stride is 0. */
+
+/* Element strides st[0..nd) of contiguous t right-aligned to an nd-dim space. */
+static inline void pl_bcast_strides(const pl_tensor *t, int nd, int64_t *st) {
+    int64_t s = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int td = d - (nd - t->ndim);
+        if (td < 0) {
+            st[d] = 0;
+            continue;
+        }
+        st[d] = t->shape[td] == 1 ? 0 : s;
+        s *= t->shape[td];
+    }
+}
+
+typedef struct pl_bcast_geo {
+    int nd;                     /* dims of the space, >= 1 */
+    int64_t shape[PL_MAX_DIMS]; /* the space (the output's shape) */
+    int64_t sx[PL_MAX_DIMS];    /* strides of operand x in the space */
+    int64_t sy[PL_MAX_DIMS];    /* strides of operand y in the space */
+} pl_bcast_geo;
+
+/* Geometry of out = x (op) y over `space` (the output, or the incoming
+ * gradient in backward). Plain data: can be passed to a device kernel by value. */
+static inline void pl_bcast_geo_init(pl_bcast_geo *g, const pl_tensor *space, const pl_tensor *x,
+                                     const pl_tensor *y) {
+    g->nd = space->ndim > 0 ? space->ndim : 1;
+    if (space->ndim == 0) g->shape[0] = 1;
+    for (int d = 0; d < space->ndim; d++)
+        g->shape[d] = space->shape[d];
+    pl_bcast_strides(x, g->nd, g->sx);
+    pl_bcast_strides(y, g->nd, g->sy);
+}
+
+/* Offsets into x and y of space element i (row-major). */
+PL_HD static inline void pl_bcast_offsets(const pl_bcast_geo *g, int64_t i, int64_t *ox,
+                                          int64_t *oy) {
+    int64_t a = 0, c = 0;
+    for (int d = g->nd - 1; d >= 0; d--) {
+        int64_t k = i % g->shape[d];
+        i /= g->shape[d];
+        a += k * g->sx[d];
+        c += k * g->sy[d];
+    }
+    *ox = a;
+    *oy = c;
+}
+
+/* ---- batched matmul geometry (PL_OP_MATMUL) --------------------------------
+ * C[..., M, N] = op(A)[..., M, K] @ op(B)[..., K, N]; p.flags bit0 transposes
+ * A (stored [..., K, M]), bit1 transposes B (stored [..., N, K]). Batch dims
+ * of C are the broadcast of A's and B's (checked by pl_matmul before the
+ * kernel runs); matrix bi of C uses matrix ia of A and ib of B
+ * (pl_mm_batch_off), a broadcast dim having stride 0. */
+typedef struct pl_mm_geo {
+    int64_t M, N, K;
+    bool ta, tb;
+    int bnd; /* batch dims of the output */
+    int64_t bshape[PL_MAX_DIMS];
+    int64_t sa[PL_MAX_DIMS], sb[PL_MAX_DIMS]; /* matrix-index strides per batch dim */
+    int64_t nbatch, na, nb;                   /* matrices in C, A, B */
+    bool collapse; /* B shared and A un-transposed: one GEMM of nbatch*M rows */
+} pl_mm_geo;
+
+/* flags: PL_OP_MATMUL's p.flags. C is the output (forward) or its gradient. */
+static inline void pl_mm_geo_init(pl_mm_geo *g, const pl_tensor *A, const pl_tensor *B,
+                                  const pl_tensor *C, int flags) {
+    g->ta = flags & 1;
+    g->tb = (flags & 2) != 0;
+    int na = A->ndim, nb = B->ndim;
+    g->M = g->ta ? A->shape[na - 1] : A->shape[na - 2];
+    g->K = g->ta ? A->shape[na - 2] : A->shape[na - 1];
+    g->N = g->tb ? B->shape[nb - 2] : B->shape[nb - 1];
+    g->bnd = C->ndim - 2;
+    g->nbatch = 1;
+    for (int d = 0; d < g->bnd; d++) {
+        g->bshape[d] = C->shape[d];
+        g->nbatch *= C->shape[d];
+    }
+    int64_t s1 = 1, s2 = 1;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int da = d - (g->bnd - (na - 2)), db = d - (g->bnd - (nb - 2));
+        int64_t ea = da >= 0 ? A->shape[da] : 1, eb = db >= 0 ? B->shape[db] : 1;
+        g->sa[d] = ea == 1 ? 0 : s1;
+        g->sb[d] = eb == 1 ? 0 : s2;
+        s1 *= ea;
+        s2 *= eb;
+    }
+    g->na = s1;
+    g->nb = s2;
+    g->collapse = !g->ta && g->nb == 1 && g->na == g->nbatch;
+}
+
+/* Matrix indices into A and B of output matrix bi (0 <= bi < nbatch). */
+PL_HD static inline void pl_mm_batch_off(const pl_mm_geo *g, int64_t bi, int64_t *ia, int64_t *ib) {
+    *ia = 0;
+    *ib = 0;
+    for (int d = g->bnd - 1; d >= 0; d--) {
+        int64_t i = bi % g->bshape[d];
+        bi /= g->bshape[d];
+        *ia += i * g->sa[d];
+        *ib += i * g->sb[d];
+    }
+}
+
+/* ---- RoPE (PL_OP_ROPE) -------------------------------------------------------
+ * x is [B, T, H, Dh], Dh even, half = Dh / 2; position of row t is
+ * p.start + t, theta = p.alpha. Rotate-half convention of Hugging Face Llama
+ * (LlamaRotaryEmbedding + apply_rotary_pos_emb), with its arithmetic:
+ *   inv_freq[i] = 1 / theta^(2i / Dh)   in f32
+ *   angle       = f32(pos) * inv_freq   in f32
+ *   cos, sin    of the f32 angle, computed in double, rounded to f32
+ *   y[i]        = x[i] cos - x[i + half] sin      (i < half)
+ *   y[i + half] = x[i + half] cos + x[i] sin
+ * Backward applies the transposed rotation: the same with sin negated. */
+
+/* tab[(t * half + i) * 2 + 0 / 1] = cos / sin of the angle of position
+ * pos_offset + t and frequency i, for t < T, i < half. tab holds 2 * T * half
+ * floats, caller-owned. Computed on the host once per (T, half, offset,
+ * theta); a device backend uploads it (exported by libpipeline_core so every
+ * backend gets the same bits from the same code). */
+void pl_rope_cos_sin(float *tab, int64_t T, int64_t half, int64_t pos_offset, double theta);
+
+/* One rotation pair; s is already negated for backward. */
+PL_HD static inline void pl_rope_rotate(float x1, float x2, float c, float s, float *y1,
+                                        float *y2) {
+    *y1 = x1 * c - x2 * s;
+    *y2 = x2 * c + x1 * s;
+}
+
+/* ---- Philox4x32-10 (dropout masks, parameter init) ---------------------------
+ * Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3"
+ * (SC'11); constants from the paper / Random123. Counter (4 x u32) + key
+ * (2 x u32) -> 4 random u32.
+ *
+ * Dropout stream (PL_OP_DROPOUT, p.alpha = drop probability, p.seed,
+ * p.counter): element i of the flattened input is kept iff
+ *   pl_philox_u01(philox({g lo, g hi, counter lo, counter hi},
+ *                        {seed lo, seed hi})[i % 4]) >= p,   g = i / 4,
+ * and a kept element is scaled by 1 / (1 - p). Every backend draws the same
+ * mask for the same (seed, counter). */
+PL_HD static inline void pl_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
+                                          uint32_t out[4]) {
+    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* A random u32 to [0, 1) with 24 bits. */
+PL_HD static inline float pl_philox_u01(uint32_t x) {
+    return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
+
+/* ---- bf16 bits ---------------------------------------------------------------
+ * The conversions of pl_f32_to_bf16 / pl_bf16_to_f32 (tensor.h), usable in
+ * device code: round to nearest even, a NaN stays a (quiet) NaN. */
+PL_HD static inline uint32_t pl_f32_bits(float f) {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(f);
+#else
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+#endif
+}
+PL_HD static inline float pl_f32_from_bits(uint32_t u) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+#endif
+}
+PL_HD static inline uint16_t pl_bf16_round(float f) {
+    uint32_t u = pl_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);                                          /* RNE */
+    return (uint16_t)(u >> 16);
+}
+PL_HD static inline float pl_bf16_widen(uint16_t h) {
+    return pl_f32_from_bits((uint32_t)h << 16);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

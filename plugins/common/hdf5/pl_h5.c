@@ -1,0 +1,504 @@
+/* pl_h5.c - the process-wide HDF5 lock and the HDF5 helpers of pl_h5.h. */
+#include "pl_h5.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the lock ----------------------------------------------------------- */
+
+static pthread_mutex_t g_lock;
+static pthread_once_t g_lock_once = PTHREAD_ONCE_INIT;
+
+static void lock_init(void) {
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&g_lock, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void pl_h5_lock(void) {
+    pthread_once(&g_lock_once, lock_init);
+    pthread_mutex_lock(&g_lock);
+}
+
+void pl_h5_unlock(void) {
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
+    *out = H5I_INVALID_HID;
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+        return pl_error_set(PL_ERR_IO, "%s: cannot open (%s)%s%s", path, strerror(errno),
+                            hint ? "; " : "", hint ? hint : "");
+    fclose(probe);
+    pl_h5_lock();
+    htri_t is5;
+    hid_t f = H5I_INVALID_HID;
+    H5E_BEGIN_TRY {
+        is5 = H5Fis_hdf5(path);
+        if (is5 > 0) f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", path);
+    if (f < 0) return pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", path);
+    *out = f;
+    return PL_OK;
+}
+
+pl_status pl_h5_create(const char *path, hid_t *out) {
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    if (*out < 0) return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file", path);
+    return PL_OK;
+}
+
+pl_status pl_h5_close(const char *path, hid_t file) {
+    if (file < 0) return PL_OK;
+    herr_t r;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        r = H5Fclose(file);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    return r < 0 ? pl_error_set(PL_ERR_IO, "%s: closing the HDF5 file failed", path) : PL_OK;
+}
+
+bool pl_h5_exists(hid_t loc, const char *name) {
+    if (!strcmp(name, "/")) return true;
+    char buf[1024];
+    if (snprintf(buf, sizeof buf, "%s", name) >= (int)sizeof buf) return false;
+    htri_t ok = 1;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        /* H5Lexists needs every intermediate link to exist */
+        for (char *p = buf + 1; *p && ok > 0; p++) {
+            if (*p != '/') continue;
+            *p = 0;
+            ok = H5Lexists(loc, buf, H5P_DEFAULT);
+            *p = '/';
+        }
+        if (ok > 0) ok = H5Lexists(loc, buf, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    return ok > 0;
+}
+
+/* ---- datasets: metadata ------------------------------------------------- */
+
+static const char *filter_name(H5Z_filter_t id) {
+    switch (id) {
+    case H5Z_FILTER_DEFLATE:
+        return "gzip";
+    case H5Z_FILTER_SHUFFLE:
+        return "shuffle";
+    case H5Z_FILTER_FLETCHER32:
+        return "fletcher32";
+    case H5Z_FILTER_SZIP:
+        return "szip";
+    case H5Z_FILTER_NBIT:
+        return "nbit";
+    case H5Z_FILTER_SCALEOFFSET:
+        return "scaleoffset";
+    case 32000:
+        return "lzf";
+    case 32001:
+        return "blosc";
+    case 32004:
+        return "lz4";
+    case 32015:
+        return "zstd";
+    case 32008:
+        return "bitshuffle";
+    default:
+        return "unknown";
+    }
+}
+
+/* Every filter of a dataset must be available to this HDF5 library (lock held). */
+static pl_status check_filters(const char *path, const char *name, hid_t ds) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) return PL_OK;
+    int n = H5Pget_nfilters(dcpl);
+    pl_status st = PL_OK;
+    for (int i = 0; i < n && !st; i++) {
+        unsigned flags, cd[8];
+        size_t ncd = 8;
+        char nm[64] = "";
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cd, sizeof nm, nm, NULL);
+        if (id < 0) continue;
+        if (H5Zfilter_avail(id) <= 0)
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: dataset '%s' uses HDF5 filter %d (%s) which this HDF5 library "
+                              "cannot decode; rewrite the file with gzip or no compression, or put "
+                              "the filter plugin in HDF5_PLUGIN_PATH",
+                              path, name, (int)id, nm[0] ? nm : filter_name(id));
+    }
+    H5Pclose(dcpl);
+    return st;
+}
+
+pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out) {
+    *out = H5I_INVALID_HID;
+    if (!pl_h5_exists(loc, name))
+        return pl_error_set(PL_ERR_IO, "%s: dataset '%s' not found", path, name);
+    pl_h5_lock();
+    hid_t ds;
+    H5E_BEGIN_TRY {
+        ds = H5Dopen2(loc, name, H5P_DEFAULT);
+    }
+    H5E_END_TRY;
+    pl_status st = PL_OK;
+    if (ds < 0) {
+        st = pl_error_set(PL_ERR_IO, "%s: '%s' is not a dataset", path, name);
+    } else if ((st = check_filters(path, name, ds))) {
+        H5Dclose(ds);
+    } else {
+        *out = ds;
+    }
+    pl_h5_unlock();
+    return st;
+}
+
+pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_t elem_size,
+                             pl_h5_info *out) {
+    memset(out, 0, sizeof *out);
+    pl_h5_lock();
+    hid_t sp = H5Dget_space(ds), ft = H5Dget_type(ds);
+    hsize_t d[H5S_MAX_RANK];
+    int nd = sp < 0 ? -1 : H5Sget_simple_extent_dims(sp, d, NULL);
+    out->cls = ft < 0 ? H5T_NO_CLASS : H5Tget_class(ft);
+    out->size = ft < 0 ? 0 : H5Tget_size(ft);
+    out->is_signed = out->cls == H5T_INTEGER && H5Tget_sign(ft) != H5T_SGN_NONE;
+    if (ft >= 0) H5Tclose(ft);
+    if (sp >= 0) H5Sclose(sp);
+    pl_h5_unlock();
+    if (nd < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read the shape of '%s'", path, name);
+    out->rank = nd;
+    size_t esz = elem_size > out->size ? elem_size : out->size;
+    if (!esz) esz = 1;
+    uint64_t n = 1;
+    for (int i = 0; i < nd; i++) {
+        /* sizes from the file are untrusted: keep numel * esz (and int64 sums) in range */
+        if (d[i] && n > ((uint64_t)1 << 62) / esz / d[i])
+            return pl_error_set(PL_ERR_SHAPE,
+                                "%s: dataset '%s' is too large (axis %d: %llu entries)", path, name,
+                                i, (unsigned long long)d[i]);
+        n *= d[i];
+        out->dims[i] = (int64_t)d[i];
+    }
+    out->numel = (int64_t)n;
+    return PL_OK;
+}
+
+pl_status pl_h5_dataset_dtype(const char *path, const char *name, hid_t ds, bool floats_to_f32,
+                              pl_dtype *dt, hid_t *memtype) {
+    pl_h5_info in;
+    pl_status st = pl_h5_dataset_info(path, name, ds, 0, &in);
+    if (st) return st;
+    if (in.cls == H5T_FLOAT) {
+        if (!floats_to_f32 && in.size == 8) {
+            *dt = PL_F64;
+            *memtype = H5T_NATIVE_DOUBLE;
+        } else { /* f32; f16 and others converted by HDF5 */
+            *dt = PL_F32;
+            *memtype = H5T_NATIVE_FLOAT;
+        }
+        return PL_OK;
+    }
+    if (in.cls == H5T_INTEGER || in.cls == H5T_ENUM) {
+        if (in.size == 1 && !in.is_signed) {
+            *dt = PL_U8;
+            *memtype = H5T_NATIVE_UINT8;
+        } else if (in.size <= 4 && !(in.size == 4 && !in.is_signed)) {
+            *dt = PL_I32;
+            *memtype = H5T_NATIVE_INT32;
+        } else {
+            *dt = PL_I64;
+            *memtype = H5T_NATIVE_INT64;
+        }
+        return PL_OK;
+    }
+    return pl_error_set(PL_ERR_DTYPE, "%s: dataset '%s' has a non-numeric HDF5 type (class %d)",
+                        path, name, (int)in.cls);
+}
+
+hid_t pl_h5_memtype(pl_dtype dt) {
+    switch (dt) {
+    case PL_F32:
+        return H5T_NATIVE_FLOAT;
+    case PL_F64:
+        return H5T_NATIVE_DOUBLE;
+    case PL_I32:
+        return H5T_NATIVE_INT32;
+    case PL_I64:
+        return H5T_NATIVE_INT64;
+    case PL_U8:
+        return H5T_NATIVE_UINT8;
+    default:
+        return H5I_INVALID_HID;
+    }
+}
+
+/* ---- datasets: data ----------------------------------------------------- */
+
+pl_status pl_h5_read_rows(const char *path, const char *name, hid_t ds, hid_t memtype, int64_t r0,
+                          int64_t n, void *dst) {
+    if (n == 0) return PL_OK;
+    herr_t e = -1;
+    pl_h5_lock();
+    hid_t fs = H5Dget_space(ds);
+    hsize_t start[H5S_MAX_RANK] = {0}, count[H5S_MAX_RANK];
+    int nd = fs < 0 ? -1 : H5Sget_simple_extent_dims(fs, count, NULL);
+    if (nd >= 1) {
+        start[0] = (hsize_t)r0;
+        count[0] = (hsize_t)n;
+        hid_t ms = H5Screate_simple(nd, count, NULL);
+        H5E_BEGIN_TRY {
+            e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+            if (e >= 0) e = H5Dread(ds, memtype, ms, fs, H5P_DEFAULT, dst);
+        }
+        H5E_END_TRY;
+        H5Sclose(ms);
+    }
+    if (fs >= 0) H5Sclose(fs);
+    pl_h5_unlock();
+    if (e < 0)
+        return pl_error_set(PL_ERR_IO, "%s: reading rows %lld..%lld of dataset '%s' failed", path,
+                            (long long)r0, (long long)(r0 + n), name);
+    return PL_OK;
+}
+
+pl_status pl_h5_read_alloc(const char *path, hid_t loc, const char *name, hid_t memtype,
+                           int min_rank, int max_rank, const int64_t *want, void **out,
+                           pl_h5_info *info) {
+    *out = NULL;
+    pl_h5_info in;
+    hid_t ds;
+    pl_status st = pl_h5_dataset_open(path, loc, name, &ds);
+    if (st) return st;
+    pl_h5_lock();
+    size_t esz = H5Tget_size(memtype);
+    st = pl_h5_dataset_info(path, name, ds, esz, &in);
+    if (!st && (in.rank < min_rank || in.rank > max_rank)) {
+        if (min_rank == max_rank)
+            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d", path, name,
+                              in.rank, min_rank);
+        else
+            st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected %d..%d", path,
+                              name, in.rank, min_rank, max_rank);
+    }
+    for (int i = 0; i < in.rank && !st && want; i++)
+        if (want[i] >= 0 && want[i] != in.dims[i])
+            st = pl_error_set(PL_ERR_SHAPE,
+                              "%s: dataset '%s' has %lld entries on axis %d; expected %lld", path,
+                              name, (long long)in.dims[i], i, (long long)want[i]);
+    if (!st) {
+        *out = malloc(in.numel ? (size_t)in.numel * esz : 1);
+        if (!*out) {
+            st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for '%s'", path, name);
+        } else if (in.numel) {
+            herr_t e;
+            H5E_BEGIN_TRY {
+                e = H5Dread(ds, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out);
+            }
+            H5E_END_TRY;
+            if (e < 0) st = pl_error_set(PL_ERR_IO, "%s: reading '%s' failed", path, name);
+        }
+    }
+    H5Dclose(ds);
+    pl_h5_unlock();
+    if (st) {
+        free(*out);
+        *out = NULL;
+    } else if (info) {
+        *info = in;
+    }
+    return st;
+}
+
+pl_status pl_h5_read_tensor(const char *path, hid_t loc, const char *name, pl_dtype dt,
+                            pl_tensor **out) {
+    *out = NULL;
+    hid_t mt = pl_h5_memtype(dt);
+    if (mt < 0)
+        return pl_error_set(PL_ERR_DTYPE, "%s: reading '%s' as %s: not a dtype HDF5 converts to",
+                            path, name, pl_dtype_name(dt));
+    hid_t ds;
+    pl_status st = pl_h5_dataset_open(path, loc, name, &ds);
+    if (st) return st;
+    pl_h5_info in;
+    pl_h5_lock();
+    st = pl_h5_dataset_info(path, name, ds, pl_dtype_size(dt), &in);
+    if (!st && (in.rank < 1 || in.rank > PL_MAX_DIMS))
+        st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has rank %d; expected 1..%d", path, name,
+                          in.rank, PL_MAX_DIMS);
+    pl_tensor *t = NULL;
+    if (!st) {
+        pl_frame_begin(); /* owned by the caller whatever frame is open */
+        t = pl_tensor_empty(dt, in.rank, in.dims, PL_CPU);
+        if (t) pl_frame_keep(t);
+        pl_frame_end();
+        if (!t) st = pl_error_prefix(pl_error_status(), "%s: '%s'", path, name);
+    }
+    if (!st && in.numel) {
+        herr_t e;
+        H5E_BEGIN_TRY {
+            e = H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, pl_tensor_data(t));
+        }
+        H5E_END_TRY;
+        if (e < 0) st = pl_error_set(PL_ERR_IO, "%s: reading '%s' failed", path, name);
+    }
+    H5Dclose(ds);
+    pl_h5_unlock();
+    if (st) {
+        pl_tensor_release(t);
+        return st;
+    }
+    *out = t;
+    return PL_OK;
+}
+
+/* ---- attributes ---------------------------------------------------------- */
+
+static pl_status attr_read(const char *path, hid_t obj, const char *name, hid_t memtype, void *v,
+                           bool *found) {
+    *found = false;
+    pl_status st = PL_OK;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        if (H5Aexists(obj, name) > 0) {
+            *found = true;
+            hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+            hid_t sp = a < 0 ? -1 : H5Aget_space(a), t = a < 0 ? -1 : H5Aget_type(a);
+            H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+            bool ok = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 &&
+                      (c == H5T_INTEGER || c == H5T_FLOAT) && H5Aread(a, memtype, v) >= 0;
+            if (t >= 0) H5Tclose(t);
+            if (sp >= 0) H5Sclose(sp);
+            if (a >= 0) H5Aclose(a);
+            if (!ok)
+                st = pl_error_set(PL_ERR_IO, "%s: attribute '%s' is not one readable number", path,
+                                  name);
+        }
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    return st;
+}
+
+pl_status pl_h5_attr_read_int(const char *path, hid_t obj, const char *name, int64_t *v,
+                              bool *found) {
+    return attr_read(path, obj, name, H5T_NATIVE_INT64, v, found);
+}
+
+pl_status pl_h5_attr_read_double(const char *path, hid_t obj, const char *name, double *v,
+                                 bool *found) {
+    return attr_read(path, obj, name, H5T_NATIVE_DOUBLE, v, found);
+}
+
+static pl_status attr_write(const char *path, hid_t obj, const char *name, hid_t type,
+                            const void *v) {
+    herr_t r = -1;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(obj, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
+        if (a >= 0) {
+            r = H5Awrite(a, type, v);
+            H5Aclose(a);
+        }
+        H5Sclose(sp);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    return r < 0 ? pl_error_set(PL_ERR_IO, "%s: cannot write attribute '%s'", path, name) : PL_OK;
+}
+
+pl_status pl_h5_attr_write_int(const char *path, hid_t obj, const char *name, int64_t v) {
+    return attr_write(path, obj, name, H5T_NATIVE_INT64, &v);
+}
+
+pl_status pl_h5_attr_write_double(const char *path, hid_t obj, const char *name, double v) {
+    return attr_write(path, obj, name, H5T_NATIVE_DOUBLE, &v);
+}
+
+pl_status pl_h5_attr_write_str(const char *path, hid_t obj, const char *name, const char *v) {
+    pl_h5_lock();
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1);
+    pl_status st = attr_write(path, obj, name, t, v);
+    H5Tclose(t);
+    pl_h5_unlock();
+    return st;
+}
+
+/* ---- writing row-extendible datasets ------------------------------------ */
+
+pl_status pl_h5_create_rows(const char *path, hid_t loc, const char *name, hid_t type,
+                            int64_t width, hid_t *out) {
+    int nd = width > 0 ? 2 : 1;
+    hsize_t dims[2] = {0, (hsize_t)width}, maxd[2] = {H5S_UNLIMITED, (hsize_t)width};
+    hsize_t chunk[2] = {width > 0 ? (hsize_t)(width > 256 ? 64 : 1024) : 8192, (hsize_t)width};
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        hid_t sp = H5Screate_simple(nd, dims, maxd);
+        hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(pl, nd, chunk);
+        *out = H5Dcreate2(loc, name, type, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+        H5Pclose(pl);
+        H5Sclose(sp);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    if (*out < 0) return pl_error_set(PL_ERR_IO, "%s: cannot create dataset '%s'", path, name);
+    return PL_OK;
+}
+
+pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t start, int64_t n,
+                            int64_t width, const void *data) {
+    if (n == 0) return PL_OK;
+    int nd = width > 0 ? 2 : 1;
+    hsize_t size[2] = {(hsize_t)(start + n), (hsize_t)width};
+    hsize_t off[2] = {(hsize_t)start, 0}, cnt[2] = {(hsize_t)n, (hsize_t)width};
+    herr_t r;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        r = H5Dset_extent(ds, size);
+        if (r >= 0) {
+            hid_t fs = H5Dget_space(ds);
+            hid_t ms = H5Screate_simple(nd, cnt, NULL);
+            r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL);
+            if (r >= 0) r = H5Dwrite(ds, memtype, ms, fs, H5P_DEFAULT, data);
+            H5Sclose(ms);
+            H5Sclose(fs);
+        }
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    if (r < 0) {
+        char nm[256] = "?";
+        pl_h5_lock();
+        H5E_BEGIN_TRY {
+            H5Iget_name(ds, nm, sizeof nm);
+        }
+        H5E_END_TRY;
+        pl_h5_unlock();
+        return pl_error_set(PL_ERR_IO, "%s: writing rows %lld..%lld of '%s' failed", path,
+                            (long long)start, (long long)(start + n), nm);
+    }
+    return PL_OK;
+}

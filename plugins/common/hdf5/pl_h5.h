@@ -1,0 +1,125 @@
+/* pl_h5.h - HDF5 helpers shared by the plugins that read or write HDF5
+ * (hdf5_chunk, hdf5_graph, ilora's history reader and teacher export), and
+ * THE process-wide HDF5 lock.
+ *
+ * Built as one shared library, libpipeline_hdf5.so, next to libpipeline_core:
+ * the core dlopen()s plugins RTLD_LOCAL, so a `static` lock in each plugin
+ * would be one lock per plugin; a shared library is loaded once per process
+ * whatever loads it, so pl_h5_lock() is one mutex for every plugin.
+ *
+ * Locking: every HDF5 call of these plugins runs under pl_h5_lock(). The
+ * lock is recursive. Each helper below takes it itself, so a single helper
+ * call needs nothing; code that calls the HDF5 API directly, or wants several
+ * calls to be one critical section, brackets them with pl_h5_lock() /
+ * pl_h5_unlock(). HDF5 error-stack printing is suppressed inside helpers;
+ * failures come back as pl_status with pl_error_set() naming the file and
+ * the dataset or attribute.
+ *
+ * Ownership: hid_t handles returned are owned by the caller (close them under
+ * the lock: pl_h5_close / H5Dclose); malloc'd buffers are owned by the caller
+ * (free); tensors returned are owned by the caller (pl_tensor_release), not by
+ * any frame the caller has open.
+ */
+#ifndef PL_H5_H
+#define PL_H5_H
+
+#include <hdf5.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the lock ----------------------------------------------------------- */
+void pl_h5_lock(void);
+void pl_h5_unlock(void);
+
+/* ---- files -------------------------------------------------------------- */
+/* Open an existing file read-only. Errors (PL_ERR_IO) name `path`: missing or
+ * unreadable ("PATH: cannot open (REASON)", plus "; HINT" when hint is not
+ * NULL), not HDF5 ("PATH: not an HDF5 file"), or rejected by the library. */
+pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
+/* Create (truncate) `path` for writing. */
+pl_status pl_h5_create(const char *path, hid_t *out);
+/* Close a file opened above; an error names `path` (buffered writes lost). */
+pl_status pl_h5_close(const char *path, hid_t file);
+
+/* true when link `name` exists under `loc` (every intermediate group is
+ * checked, so "/a/b/c" with no "/a" is false, not an HDF5 error). "/" exists. */
+bool pl_h5_exists(hid_t loc, const char *name);
+
+/* ---- datasets: metadata ------------------------------------------------- */
+typedef struct pl_h5_info {
+    int rank;
+    int64_t dims[H5S_MAX_RANK];
+    int64_t numel;   /* product of dims */
+    H5T_class_t cls; /* H5T_INTEGER, H5T_FLOAT, ... */
+    size_t size;     /* bytes per element in the file */
+    bool is_signed;  /* integers */
+} pl_h5_info;
+
+/* Open dataset `name` under `loc`. PL_ERR_IO naming `path` and `name` when it
+ * is missing, not a dataset, or uses a filter this HDF5 cannot decode (the
+ * filter is named: h5py's lzf, blosc, ...). */
+pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out);
+/* Shape and file type of an open dataset. numel * max(elem_size, size) must
+ * stay below 2^62 (sizes from a file are untrusted): else PL_ERR_SHAPE naming
+ * the dataset. elem_size: the bytes per element the caller will read it as
+ * (0: the file's). */
+pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_t elem_size,
+                             pl_h5_info *out);
+/* The tensor dtype and native memory type to read a numeric dataset as:
+ * floats f32 (f64 stays f64 unless floats_to_f32; f16 and others -> f32),
+ * unsigned 1-byte integers u8, integers that fit -> i32, else i64.
+ * Non-numeric: PL_ERR_DTYPE naming the dataset. */
+pl_status pl_h5_dataset_dtype(const char *path, const char *name, hid_t ds, bool floats_to_f32,
+                              pl_dtype *dt, hid_t *memtype);
+/* Native HDF5 memory type of a tensor dtype (f32, f64, i32, i64, u8), or
+ * H5I_INVALID_HID for the others. */
+hid_t pl_h5_memtype(pl_dtype dt);
+
+/* ---- datasets: data ----------------------------------------------------- */
+/* Rows [r0, r0 + n) along axis 0 of an open dataset (every other axis whole)
+ * into `dst` (host memory, n x row elements of memtype). */
+pl_status pl_h5_read_rows(const char *path, const char *name, hid_t ds, hid_t memtype, int64_t r0,
+                          int64_t n, void *dst);
+/* A whole dataset `name` under `loc` into a new malloc'd buffer (*out; at
+ * least one byte). Its rank must lie in [min_rank, max_rank] and axis i have
+ * want[i] entries where want != NULL and want[i] >= 0 (else PL_ERR_SHAPE
+ * naming both). info (may be NULL) receives its shape. */
+pl_status pl_h5_read_alloc(const char *path, hid_t loc, const char *name, hid_t memtype,
+                           int min_rank, int max_rank, const int64_t *want, void **out,
+                           pl_h5_info *info);
+/* A whole dataset as a new CPU tensor of dtype `dt` (converted by HDF5) and
+ * the dataset's shape (rank 1..PL_MAX_DIMS). */
+pl_status pl_h5_read_tensor(const char *path, hid_t loc, const char *name, pl_dtype dt,
+                            pl_tensor **out);
+
+/* ---- attributes ---------------------------------------------------------- */
+/* Scalar numeric attribute `name` of `obj`: *found = false (and PL_OK) when
+ * absent; PL_ERR_IO naming it when present but not readable as a number. */
+pl_status pl_h5_attr_read_int(const char *path, hid_t obj, const char *name, int64_t *v,
+                              bool *found);
+pl_status pl_h5_attr_read_double(const char *path, hid_t obj, const char *name, double *v,
+                                 bool *found);
+pl_status pl_h5_attr_write_int(const char *path, hid_t obj, const char *name, int64_t v);
+pl_status pl_h5_attr_write_double(const char *path, hid_t obj, const char *name, double v);
+pl_status pl_h5_attr_write_str(const char *path, hid_t obj, const char *name, const char *v);
+
+/* ---- writing row-extendible datasets ------------------------------------ */
+/* Create `name` under `loc`: [0] (width 0) or [0, width] rows of file type
+ * `type`, chunked, extendible along axis 0 (H5S_UNLIMITED). */
+pl_status pl_h5_create_rows(const char *path, hid_t loc, const char *name, hid_t type,
+                            int64_t width, hid_t *out);
+/* Grow such a dataset to start + n rows and write rows [start, start + n)
+ * from `data` (n x max(width, 1) elements of memtype). n == 0: no-op. */
+pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t start, int64_t n,
+                            int64_t width, const void *data);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

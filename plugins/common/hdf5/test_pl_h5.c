@@ -1,0 +1,193 @@
+/* test_pl_h5.c - libpipeline_hdf5: one lock instance for every plugin in the
+ * process, and the shared helpers (errors naming the file, overflow-checked
+ * sizes, row-extendible writes read back). */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pl_h5.h"
+#include "pl_test.h"
+
+static char g_dir[256];
+
+static const char *tmp_path(const char *name, char *buf, size_t n) {
+    if (!g_dir[0]) {
+        snprintf(g_dir, sizeof g_dir, "/tmp/pl_test_pl_h5_XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    }
+    snprintf(buf, n, "%s/%s", g_dir, name);
+    return buf;
+}
+
+/* Plugins are dlopen()ed RTLD_LOCAL like the registry does: each one's
+ * pl_h5_lock resolves to this process's single libpipeline_hdf5 copy. */
+START_TEST(lock_is_one_instance_across_plugins) {
+    const char *names[] = {"hdf5_chunk", "hdf5_graph"};
+    for (int i = 0; i < 2; i++) {
+        char so[1024];
+        snprintf(so, sizeof so, "%s/%s.so", PL_TEST_PLUGIN_DIR, names[i]);
+        void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+        ck_assert_msg(h != NULL, "dlopen %s: %s", so, dlerror());
+        void *lock = dlsym(h, "pl_h5_lock");
+        ck_assert_msg(lock == (void *)pl_h5_lock,
+                      "%s sees a pl_h5_lock at %p, this process's is %p", names[i], lock,
+                      (void *)pl_h5_lock);
+        dlclose(h);
+    }
+}
+END_TEST
+
+/* Recursive: a helper called with the lock held does not deadlock. */
+START_TEST(lock_is_recursive) {
+    char p[512];
+    tmp_path("rec.h5", p, sizeof p);
+    pl_h5_lock();
+    pl_h5_lock();
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    PL_CK_OK(pl_h5_attr_write_int(p, f, "n", 7));
+    PL_CK_OK(pl_h5_close(p, f));
+    pl_h5_unlock();
+    pl_h5_unlock();
+}
+END_TEST
+
+START_TEST(open_errors_name_the_file) {
+    hid_t f;
+    ck_assert_int_eq(pl_h5_open_read("/nonexistent/x.h5", "run tools/prepare_data.sh", &f),
+                     PL_ERR_IO);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "/nonexistent/x.h5: cannot open") && strstr(m, "prepare_data"), "%s",
+                  m);
+    char p[512];
+    tmp_path("text.h5", p, sizeof p);
+    FILE *t = fopen(p, "w");
+    fputs("not hdf5\n", t);
+    fclose(t);
+    ck_assert_int_eq(pl_h5_open_read(p, NULL, &f), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "not an HDF5 file") && strstr(pl_error_message(), p),
+                  "%s", pl_error_message());
+}
+END_TEST
+
+/* Write [0, 3] rows twice, attributes of each kind; read them back whole, by
+ * rows, as a tensor; shape and rank checks name the dataset. */
+START_TEST(write_rows_then_read_back) {
+    char p[512];
+    tmp_path("rows.h5", p, sizeof p);
+    hid_t f, d, v;
+    PL_CK_OK(pl_h5_create(p, &f));
+    PL_CK_OK(pl_h5_create_rows(p, f, "m", H5T_STD_I32LE, 3, &d));
+    PL_CK_OK(pl_h5_create_rows(p, f, "v", H5T_IEEE_F32LE, 0, &v));
+    int32_t a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {7, 8, 9};
+    float fv[3] = {0.5f, 1.5f, 2.5f};
+    PL_CK_OK(pl_h5_append_rows(p, d, H5T_NATIVE_INT32, 0, 2, 3, a));
+    PL_CK_OK(pl_h5_append_rows(p, d, H5T_NATIVE_INT32, 2, 1, 3, b));
+    PL_CK_OK(pl_h5_append_rows(p, v, H5T_NATIVE_FLOAT, 0, 3, 0, fv));
+    PL_CK_OK(pl_h5_attr_write_int(p, f, "k", 42));
+    PL_CK_OK(pl_h5_attr_write_double(p, f, "t", 0.25));
+    PL_CK_OK(pl_h5_attr_write_str(p, f, "s", "hello"));
+    pl_h5_lock();
+    H5Dclose(d);
+    H5Dclose(v);
+    pl_h5_unlock();
+    PL_CK_OK(pl_h5_close(p, f));
+
+    PL_CK_OK(pl_h5_open_read(p, NULL, &f));
+    int64_t k;
+    double t;
+    bool found;
+    PL_CK_OK(pl_h5_attr_read_int(p, f, "k", &k, &found));
+    ck_assert(found && k == 42);
+    PL_CK_OK(pl_h5_attr_read_double(p, f, "t", &t, &found));
+    ck_assert(found && t == 0.25);
+    PL_CK_OK(pl_h5_attr_read_int(p, f, "absent", &k, &found));
+    ck_assert(!found);
+    ck_assert_int_eq(pl_h5_attr_read_int(p, f, "s", &k, &found), PL_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "attribute 's'"));
+
+    int32_t *all;
+    pl_h5_info in;
+    PL_CK_OK(pl_h5_read_alloc(p, f, "m", H5T_NATIVE_INT32, 2, 2, (int64_t[]){-1, 3}, (void **)&all,
+                              &in));
+    ck_assert_int_eq(in.rank, 2);
+    ck_assert_int_eq(in.dims[0], 3);
+    ck_assert_int_eq(in.numel, 9);
+    for (int i = 0; i < 9; i++)
+        ck_assert_int_eq(all[i], i + 1);
+    free(all);
+    ck_assert_int_eq(pl_h5_read_alloc(p, f, "m", H5T_NATIVE_INT32, 1, 1, NULL, (void **)&all, NULL),
+                     PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "'m' has rank 2; expected 1"), "%s",
+                  pl_error_message());
+    ck_assert_int_eq(pl_h5_read_alloc(p, f, "m", H5T_NATIVE_INT32, 2, 2, (int64_t[]){4, -1},
+                                      (void **)&all, NULL),
+                     PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "has 3 entries on axis 0; expected 4"), "%s",
+                  pl_error_message());
+    ck_assert_int_eq(
+        pl_h5_read_alloc(p, f, "nope", H5T_NATIVE_INT32, 1, 1, NULL, (void **)&all, NULL),
+        PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "dataset 'nope' not found") &&
+                      strstr(pl_error_message(), p),
+                  "%s", pl_error_message());
+
+    hid_t ds;
+    PL_CK_OK(pl_h5_dataset_open(p, f, "m", &ds));
+    int32_t row[3];
+    PL_CK_OK(pl_h5_read_rows(p, "m", ds, H5T_NATIVE_INT32, 1, 1, row));
+    ck_assert(row[0] == 4 && row[2] == 6);
+    pl_dtype dt;
+    hid_t mt;
+    PL_CK_OK(pl_h5_dataset_dtype(p, "m", ds, false, &dt, &mt));
+    ck_assert_int_eq(dt, PL_I32);
+    pl_h5_lock();
+    H5Dclose(ds);
+    pl_h5_unlock();
+
+    pl_tensor *tv;
+    PL_CK_OK(pl_h5_read_tensor(p, f, "v", PL_F64, &tv));
+    ck_assert_int_eq(tv->ndim, 1);
+    ck_assert_int_eq(tv->shape[0], 3);
+    ck_assert(((double *)pl_tensor_data(tv))[2] == 2.5);
+    pl_tensor_release(tv);
+    PL_CK_OK(pl_h5_close(p, f));
+}
+END_TEST
+
+/* A shape whose byte size overflows is refused before any allocation. */
+START_TEST(huge_shape_is_refused) {
+    char p[512];
+    tmp_path("huge.h5", p, sizeof p);
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    pl_h5_lock();
+    hsize_t dims[2] = {(hsize_t)1 << 40, (hsize_t)1 << 30}, chunk[2] = {1, 16};
+    hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 2, chunk);
+    hid_t d = H5Dcreate2(f, "big", H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    ck_assert_int_ge(d, 0);
+    H5Pclose(pl);
+    H5Sclose(sp);
+    pl_h5_info in;
+    ck_assert_int_eq(pl_h5_dataset_info(p, "big", d, 4, &in), PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "'big' is too large"), "%s", pl_error_message());
+    H5Dclose(d);
+    pl_h5_unlock();
+    PL_CK_OK(pl_h5_close(p, f));
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("pl_h5");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, lock_is_one_instance_across_plugins);
+    tcase_add_test(tc, lock_is_recursive);
+    tcase_add_test(tc, open_errors_name_the_file);
+    tcase_add_test(tc, write_rows_then_read_back);
+    tcase_add_test(tc, huge_shape_is_refused);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}

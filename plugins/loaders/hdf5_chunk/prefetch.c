@@ -1,0 +1,140 @@
+/* prefetch.c - hdf5_chunk's chunk buffers and the thread that fills them.
+ *
+ * Streaming rows mode keeps two buffers of `cap` rows: while batches are
+ * served from one, the prefetch thread reads the next chunk of the epoch's
+ * order into the other (double buffering). Resident mode has one buffer per
+ * split, filled on the caller's thread at its first epoch. A chunk is read
+ * field by field under the process-wide HDF5 lock, into host staging first
+ * when the device is not the CPU.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "hdf5_chunk.h"
+
+pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t rows) {
+    b->split = -1;
+    for (int i = 0; i < s->nf; i++) {
+        int64_t shape[PL_MAX_DIMS];
+        memcpy(shape, s->f[i].dims, sizeof shape);
+        shape[0] = rows;
+        b->t[i] = h5c_new_tensor(s->f[i].dt, s->f[i].ndim, shape, L->dev);
+        if (!b->t[i])
+            return pl_error_prefix(pl_error_status(), "%s: chunk buffer for '%s'", L->path,
+                                   s->f[i].dset);
+        pl_tensor_set_name(b->t[i], "%s", s->f[i].dset);
+        if (!pl_device_eq(L->dev, PL_CPU)) {
+            b->stage[i] = h5c_new_tensor(s->f[i].dt, s->f[i].ndim, shape, PL_CPU);
+            if (!b->stage[i]) return pl_error_status();
+        }
+    }
+    return PL_OK;
+}
+
+void chunk_buf_free(chunk_buf *b) {
+    for (int i = 0; i < MAXF; i++) {
+        pl_tensor_release(b->t[i]);
+        pl_tensor_release(b->stage[i]);
+        b->t[i] = b->stage[i] = NULL;
+    }
+}
+
+pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
+    split_data *s = &L->sp[si];
+    int64_t r0 = chunk * L->cap, n = s->nrows - r0;
+    if (n > L->cap) n = L->cap;
+    pl_status st = PL_OK;
+    pl_h5_lock();
+    for (int i = 0; i < s->nf && !st; i++) {
+        pl_tensor *dst = b->stage[i] ? b->stage[i] : b->t[i];
+        st = pl_h5_read_rows(L->path, s->f[i].dset, s->ds[i], s->f[i].memtype, s->row0 + r0, n,
+                             pl_tensor_data(dst));
+    }
+    pl_h5_unlock();
+    for (int i = 0; i < s->nf && !st; i++) {
+        if (!b->stage[i]) continue;
+        const pl_backend *be = pl_backend_get(L->dev.type);
+        st = be ? be->memcpy(pl_tensor_data(b->t[i]), L->dev, pl_tensor_data(b->stage[i]), PL_CPU,
+                             (size_t)n * s->f[i].row_bytes)
+                : pl_error_status();
+    }
+    if (!st) {
+        b->split = si;
+        b->chunk = chunk;
+        b->rows = n;
+        size_t bytes = 0;
+        for (int i = 0; i < s->nf; i++)
+            bytes += (size_t)n * s->f[i].row_bytes;
+        __atomic_add_fetch(&L->st.bytes_read, bytes, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&L->st.chunks_loaded, 1, __ATOMIC_RELAXED);
+    } else {
+        b->split = -1;
+    }
+    return st;
+}
+
+static void *prefetch_main(void *arg) {
+    loader *L = arg;
+    pthread_mutex_lock(&L->mu);
+    for (;;) {
+        while (!L->req_pending && !L->quit)
+            pthread_cond_wait(&L->cv, &L->mu);
+        if (L->quit) break;
+        int bi = L->req_buf, si = L->req_split;
+        int64_t ch = L->req_chunk;
+        L->req_pending = false;
+        L->busy = true;
+        pthread_mutex_unlock(&L->mu);
+        pl_status st = chunk_fill(L, &L->buf[bi], si, ch);
+        pthread_mutex_lock(&L->mu);
+        L->req_status = st;
+        if (st) snprintf(L->req_err, sizeof L->req_err, "%s", pl_error_message());
+        L->busy = false;
+        pthread_cond_broadcast(&L->cv);
+    }
+    pthread_mutex_unlock(&L->mu);
+    return NULL;
+}
+
+pl_status prefetch_start(loader *L) {
+    if (pthread_create(&L->th, NULL, prefetch_main, L) != 0)
+        return pl_error_set(PL_ERR_INTERNAL, "hdf5_chunk: cannot start the prefetch thread");
+    L->th_started = true;
+    return PL_OK;
+}
+
+void prefetch_stop(loader *L) {
+    if (!L->th_started) return;
+    pthread_mutex_lock(&L->mu);
+    L->quit = true;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+    pthread_join(L->th, NULL);
+    L->th_started = false;
+}
+
+pl_status prefetch_wait(loader *L) {
+    if (!L->th_started) return PL_OK;
+    double t0 = h5c_now();
+    pthread_mutex_lock(&L->mu);
+    while (L->req_pending || L->busy)
+        pthread_cond_wait(&L->cv, &L->mu);
+    pl_status st = L->req_status;
+    L->req_status = PL_OK;
+    pthread_mutex_unlock(&L->mu);
+    L->st.wait_seconds += h5c_now() - t0;
+    if (st) return pl_error_set(st, "%s", L->req_err);
+    return PL_OK;
+}
+
+void prefetch_request(loader *L, int bi, int si, int64_t chunk) {
+    if (!L->th_started) return;
+    pthread_mutex_lock(&L->mu);
+    L->buf[bi].split = -1; /* being overwritten */
+    L->req_buf = bi;
+    L->req_split = si;
+    L->req_chunk = chunk;
+    L->req_pending = true;
+    pthread_cond_broadcast(&L->cv);
+    pthread_mutex_unlock(&L->mu);
+}

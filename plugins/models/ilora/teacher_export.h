@@ -1,0 +1,16 @@
+/* teacher_export.h - the ilora model's teacher-output exporter: the model
+ * vtable's export_begin / export_batch / export_end, writing
+ * OUTPUTS/teacher_outputs.h5 (layout in teacher_export.c and README.md).
+ * Plugin-internal. `self` is the ilora_model (ilora.h); this header needs
+ * nothing of it, so the model includes it without an include cycle. */
+#ifndef ILORA_TEACHER_EXPORT_H
+#define ILORA_TEACHER_EXPORT_H
+
+#include <pipeline/pipeline.h>
+
+pl_status ilora_export_begin(void *self, const char *outputs_dir);
+pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split);
+/* Closes the file; a no-op when no export is open. */
+pl_status ilora_export_end(void *self);
+
+#endif

@@ -1,0 +1,229 @@
+/* test_backend_contract.c - the pl_backend contract of backend.h: kernels
+ * are found through the backend's lookup, an op the backend does not
+ * implement (or was built without) is PL_ERR_UNSUPPORTED naming op and
+ * backend, no op id makes a lookup read past its table, and a table of
+ * another layout is refused at registration.
+ *
+ * The device backend here is a stand-in registered for PL_DEVICE_CUDA: its
+ * "device memory" is host memory and its kernels are the CPU's, but its
+ * lookup table was "compiled" with an older op list (OLD_OP_COUNT), so it
+ * behaves like a backend plugin built before PL_OP_CAST, PL_OP_NF4_MATMUL
+ * and PL_OP_LSTM were appended. It also declines relu's backward. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pipeline/backend_util.h"
+#include "pl_test.h"
+
+/* ---- the stand-in backend ------------------------------------------------------ */
+
+#define OLD_OP_COUNT PL_OP_CAST /* its op list ended before cast */
+
+static pl_kernel_fn g_old_fwd[OLD_OP_COUNT], g_old_bwd[OLD_OP_COUNT];
+static int g_max_asked = -1; /* largest op id the core asked about */
+static int g_asked_unknown;  /* lookups for ids >= OLD_OP_COUNT (answered NULL) */
+
+static pl_kernel_fn old_kernel(pl_op op, bool backward) {
+    if ((int)op > g_max_asked) g_max_asked = (int)op;
+    if ((int)op <= PL_OP_NONE || (int)op >= OLD_OP_COUNT) {
+        g_asked_unknown++;
+        return NULL;
+    }
+    return backward ? g_old_bwd[op] : g_old_fwd[op];
+}
+
+static int fake_count(void) {
+    return 1;
+}
+static void *fake_alloc(int dev, size_t n) {
+    return aligned_alloc(64, (n + 63) & ~(size_t)63);
+}
+static void fake_free(int dev, void *p) {
+    free(p);
+}
+static pl_status fake_memcpy(void *d, pl_device dd, const void *s, pl_device sd, size_t n) {
+    memmove(d, s, n);
+    return PL_OK;
+}
+static pl_status fake_memset(void *d, pl_device dev, int v, size_t n) {
+    memset(d, v, n);
+    return PL_OK;
+}
+static pl_status fake_sync(int dev) {
+    return PL_OK;
+}
+
+static pl_backend g_old = {
+    .struct_size = PL_BACKEND_STRUCT_SIZE,
+    .name = "oldgpu",
+    .type = PL_DEVICE_CUDA,
+    .device_count = fake_count,
+    .raw_alloc = fake_alloc,
+    .raw_free = fake_free,
+    .memcpy = fake_memcpy,
+    .memset = fake_memset,
+    .synchronize = fake_sync,
+    .kernel = old_kernel,
+};
+
+static const pl_device DEV = {PL_DEVICE_CUDA, 0};
+
+static void register_old(void) {
+    const pl_backend *cpu = pl_backend_cpu();
+    for (int op = PL_OP_NONE + 1; op < OLD_OP_COUNT; op++) {
+        g_old_fwd[op] = pl_backend_kernel(cpu, (pl_op)op, false);
+        g_old_bwd[op] = pl_backend_kernel(cpu, (pl_op)op, true);
+    }
+    g_old_bwd[PL_OP_RELU] = NULL; /* forward only */
+    PL_CK_OK(pl_backend_register(&g_old));
+    ck_assert_ptr_eq(pl_backend_get(PL_DEVICE_CUDA), &g_old);
+}
+
+static pl_tensor *on_device(const float *v, int64_t n, bool grad) {
+    pl_tensor *h = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, (int64_t[]){n}, v, PL_CPU));
+    pl_tensor *d = PL_CK_NOTNULL(pl_tensor_to(h, PL_F32, DEV));
+    if (grad) pl_tensor_set_requires_grad(d, true);
+    return d;
+}
+
+/* ---- tests ------------------------------------------------------------------------ */
+
+/* The CPU lookup answers every op it has and NULL for every id it does not
+ * know, whatever the id (no read outside its table). */
+START_TEST(cpu_lookup_is_bounded) {
+    const pl_backend *cpu = pl_backend_cpu();
+    ck_assert_uint_eq(cpu->struct_size, PL_BACKEND_STRUCT_SIZE);
+    ck_assert(pl_backend_supports(cpu, PL_OP_MATMUL, false));
+    ck_assert(pl_backend_supports(cpu, PL_OP_LSTM, true));
+    const int bad[] = {PL_OP_NONE,
+                       -1,
+                       INT_MIN,
+                       PL_OP_COUNT,
+                       PL_OP_COUNT + 1,
+                       PL_OP_COUNT + 500,
+                       PL_OP_CUSTOM_BASE,
+                       PL_OP_CUSTOM_BASE + 3,
+                       INT_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int bw = 0; bw < 2; bw++)
+            ck_assert_msg(pl_backend_kernel(cpu, (pl_op)bad[i], bw) == NULL,
+                          "cpu lookup of op id %d (%s) is not NULL", bad[i], bw ? "bwd" : "fwd");
+    ck_assert_ptr_null(pl_backend_kernel(NULL, PL_OP_MATMUL, false));
+    ck_assert_str_eq(pl_op_name(PL_OP_COUNT), "unknown");
+    ck_assert_str_eq(pl_op_name((pl_op)(PL_OP_CUSTOM_BASE + 2)), "custom");
+    ck_assert_str_eq(pl_op_name(PL_OP_LSTM), "lstm");
+}
+END_TEST
+
+/* pl_kernel_table_get (backend_util.h) bounds by the table's PL_OP_COUNT. */
+START_TEST(kernel_table_is_bounded) {
+    static pl_kernel_table t;
+    pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), PL_OP_RELU, false);
+    pl_kernel_table_set(&t, PL_OP_RELU, f, NULL);
+    pl_kernel_table_set(&t, (pl_op)(PL_OP_COUNT + 3), f, f); /* ignored */
+    ck_assert_ptr_eq(pl_kernel_table_get(&t, PL_OP_RELU, false), f);
+    ck_assert_ptr_null(pl_kernel_table_get(&t, PL_OP_RELU, true));
+    ck_assert_ptr_null(pl_kernel_table_get(&t, PL_OP_COUNT, false));
+    ck_assert_ptr_null(pl_kernel_table_get(&t, (pl_op)-7, false));
+    ck_assert_ptr_null(pl_kernel_table_get(&t, PL_OP_NONE, false));
+}
+END_TEST
+
+/* Ops the backend has run through its kernels (here: the CPU's). */
+START_TEST(supported_op_runs_on_the_backend) {
+    register_old();
+    const float v[4] = {-1.5f, 0.0f, 2.0f, -3.0f};
+    pl_frame_begin();
+    pl_tensor *x = on_device(v, 4, false);
+    pl_tensor *y = PL_CK_NOTNULL(pl_relu(x));
+    ck_assert(pl_device_eq(y->device, DEV));
+    pl_tensor *h = PL_CK_NOTNULL(pl_tensor_to(y, PL_F32, PL_CPU));
+    const float want[4] = {0, 0, 2, 0};
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(pl_tensor_f32(h)[i], want[i]);
+    pl_frame_end();
+}
+END_TEST
+
+/* An op appended after the backend was built: the core asks the lookup
+ * (which answers NULL without touching its table) and the op fails with
+ * PL_ERR_UNSUPPORTED naming the op and the backend. */
+START_TEST(op_unknown_to_backend_is_unsupported) {
+    register_old();
+    const float v[3] = {1, 2, 3};
+    pl_frame_begin();
+    pl_tensor *x = on_device(v, 3, false);
+    g_asked_unknown = 0;
+    pl_tensor *y = pl_cast(x, PL_BF16);
+    ck_assert_ptr_null(y);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_UNSUPPORTED);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "'cast'") && strstr(m, "'oldgpu'"), "message: %s", m);
+    ck_assert_int_ge(g_asked_unknown, 1);
+    ck_assert_int_eq(g_max_asked, PL_OP_CAST);
+    /* the two ops appended last, asked directly */
+    ck_assert(!pl_backend_supports(&g_old, PL_OP_NF4_MATMUL, false));
+    ck_assert(!pl_backend_supports(&g_old, PL_OP_LSTM, true));
+    ck_assert(!pl_backend_supports(&g_old, (pl_op)(PL_OP_COUNT + 10), false));
+    pl_error_clear();
+    pl_frame_end();
+}
+END_TEST
+
+/* A backend with a forward but no backward kernel: recording the op with an
+ * input that requires grad is refused at once, naming op and backend. */
+START_TEST(missing_backward_is_refused_when_recorded) {
+    register_old();
+    const float v[2] = {1, -1};
+    pl_frame_begin();
+    pl_tensor *x = on_device(v, 2, true);
+    ck_assert_ptr_null(pl_relu(x));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_UNSUPPORTED);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "'relu'") && strstr(m, "backward") && strstr(m, "'oldgpu'"),
+                  "message: %s", m);
+    pl_error_clear();
+    /* without grad the forward runs */
+    pl_no_grad_begin();
+    ck_assert_ptr_nonnull(pl_relu(x));
+    pl_no_grad_end();
+    pl_tape_clear();
+    pl_frame_end();
+}
+END_TEST
+
+/* A table of another layout (struct_size too small) or without a lookup is
+ * refused with PL_ERR_ABI naming the backend, before any other field is used. */
+START_TEST(register_refuses_other_layouts) {
+    pl_backend b = g_old;
+    b.name = "shortgpu";
+    b.struct_size = 8;
+    ck_assert_int_eq(pl_backend_register(&b), PL_ERR_ABI);
+    ck_assert_msg(strstr(pl_error_message(), "struct_size is 8"), "message: %s",
+                  pl_error_message());
+    b.struct_size = PL_BACKEND_STRUCT_SIZE;
+    b.name = "nolookup";
+    b.kernel = NULL;
+    ck_assert_int_eq(pl_backend_register(&b), PL_ERR_ABI);
+    ck_assert_msg(strstr(pl_error_message(), "nolookup") && strstr(pl_error_message(), "kernel"),
+                  "message: %s", pl_error_message());
+    pl_error_clear();
+    /* the minimal size is the ABI 2.0 layout up to the lookup */
+    ck_assert_uint_le(PL_BACKEND_MIN_SIZE, PL_BACKEND_STRUCT_SIZE);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("backend_contract");
+    TCase *tc = tcase_create("lookup");
+    tcase_add_test(tc, cpu_lookup_is_bounded);
+    tcase_add_test(tc, kernel_table_is_bounded);
+    tcase_add_test(tc, supported_op_runs_on_the_backend);
+    tcase_add_test(tc, op_unknown_to_backend_is_unsupported);
+    tcase_add_test(tc, missing_backward_is_refused_when_recorded);
+    tcase_add_test(tc, register_refuses_other_layouts);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}
