@@ -190,9 +190,9 @@ START_TEST(test_drop_last_and_resident) {
     /* resident (everything fits): the train split was read once for 3 epochs */
     ck_assert_uint_eq(L.vt->stats(L.self).chunks_loaded, 1);
     int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_items", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_items", &v));
     ck_assert_int_eq(v, 42);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_train", &v));
     ck_assert_int_eq(v, NTR);
     lt_close(&L);
     PL_CK_OK(open_rows(&L, "batch_size = 30\ndrop_last = false\nshuffle = false\n"));
@@ -289,12 +289,12 @@ START_TEST(test_series_windows) {
     ck_assert_int_eq(L.vt->num_batches(L.self, PL_SPLIT_TEST), 2);  /* w 20..24 */
     /* training stats of 'level' over rows 0..19: mean 9.5, population std sqrt(33.25) */
     double m, s, sd_level = sqrt(33.25);
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean", &m));
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std", &s));
+    PL_CK_OK(pl_meta_get_float(L.ctx->meta, "target_mean", &m));
+    PL_CK_OK(pl_meta_get_float(L.ctx->meta, "target_std", &s));
     ck_assert_double_eq_tol(m, 9.5, 1e-9);
     ck_assert_double_eq_tol(s, sd_level, 1e-9);
     int64_t nf;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &nf));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_features", &nf));
     ck_assert_int_eq(nf, 2);
     const int64_t w0[3] = {0, 15, 20};
     for (int sp = 0; sp < 3; sp++) {
@@ -518,7 +518,7 @@ END_TEST
 static void check_fields_against_batches(lt_loader *L, const char *what) {
     pl_field_list fl;
     char msg[512];
-    PL_CK_OK(L->vt->batch_fields(pl_config_section_get(L->cfg, "data"), &fl));
+    PL_CK_OK(L->vt->batch_fields(L->sec, &fl));
     unsigned used = 0;
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         if (L->vt->num_batches(L->self, (pl_data_split)s) == 0) continue;
@@ -543,7 +543,7 @@ START_TEST(batch_fields_rows_mode) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 16\nshuffle = true\n"));
     pl_field_list fl;
-    PL_CK_OK(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl));
+    PL_CK_OK(L.vt->batch_fields(L.sec, &fl));
     ck_assert_int_eq(fl.n, 3);
     const pl_field_spec *x = find_field(&fl, "x"), *y = find_field(&fl, "label"), *h = find_field(&fl, "hist");
     ck_assert(x->dtype == PL_F32 && x->rank == 2 && !x->optional);
@@ -573,7 +573,7 @@ START_TEST(batch_fields_refuses_split_dependent_dtype) {
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     pl_field_list fl;
-    ck_assert_int_eq(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl), PL_ERR_CONFIG);
+    ck_assert_int_eq(L.vt->batch_fields(L.sec, &fl), PL_ERR_CONFIG);
     ck_assert_msg(strstr(pl_error_message(), "'x'") && strstr(pl_error_message(), "val") &&
                   strstr(pl_error_message(), q), "%s", pl_error_message());
     lt_close(&L);
@@ -590,7 +590,7 @@ START_TEST(batch_fields_series_mode) {
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     pl_field_list fl;
-    PL_CK_OK(L.vt->batch_fields(pl_config_section_get(L.cfg, "data"), &fl));
+    PL_CK_OK(L.vt->batch_fields(L.sec, &fl));
     ck_assert_int_eq(fl.n, 2);
     ck_assert(find_field(&fl, "x")->dtype == PL_F32 && find_field(&fl, "x")->rank == 3);
     ck_assert(find_field(&fl, "y")->dtype == PL_F32 && find_field(&fl, "y")->rank == 3);
@@ -677,13 +677,13 @@ START_TEST(test_movielens_real) {
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     int64_t v;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_items", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_items", &v));
     ck_assert_int_eq(v, 9066);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_users", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_users", &v));
     ck_assert_int_eq(v, 671);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_ratings", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_ratings", &v));
     ck_assert_int_eq(v, 100004);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "seq_len", &v));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "seq_len", &v));
     ck_assert_int_eq(v, 50);
     /* test split: the target never appears in the padded history; histories of
      * all users hold 100004 - 671 items in total */
@@ -729,21 +729,21 @@ START_TEST(test_chicago_real) {
     lt_loader L;
     PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
     int64_t rows, ntr, nv, nt, nf;
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_rows", &rows));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_rows", &rows));
     ck_assert_int_eq(rows, 5698);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_features", &nf));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_features", &nf));
     ck_assert_int_eq(nf, 49);
     /* 2001-01-22 .. 2013-12-31 is 4727 days; windows whose target is in 2014: 365 */
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "train_rows", &rows));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "train_rows", &rows));
     ck_assert_int_eq(rows, 4727);
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &ntr));
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &nv));
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &nt));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_train", &ntr));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_val", &nv));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_test", &nt));
     ck_assert_int_eq(ntr, 4727 - 14);
     ck_assert_int_eq(nv, 365);
     ck_assert_int_eq(nt, 5698 - 4727 - 365);
     double m;
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean", &m));
+    PL_CK_OK(pl_meta_get_float(L.ctx->meta, "target_mean", &m));
     ck_assert(m > 5 && m < 25); /* thousands of rides at Clark/Lake */
     lt_close(&L);
 }

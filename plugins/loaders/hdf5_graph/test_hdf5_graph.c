@@ -27,13 +27,13 @@ static const char *tmp_path(const char *name, char *buf, size_t n) {
 /* ctx.meta[key] of an open loader (asserting it is set) */
 static int64_t meta_int(const lt_loader *L, const char *key) {
     int64_t v = 0;
-    PL_CK_OK(pl_meta_get_int(L->ctx.meta, key, &v));
+    PL_CK_OK(pl_meta_get_int(L->ctx->meta, key, &v));
     return v;
 }
 
 static double meta_float(const lt_loader *L, const char *key) {
     double d = 0;
-    PL_CK_OK(pl_meta_get_float(L->ctx.meta, key, &d));
+    PL_CK_OK(pl_meta_get_float(L->ctx->meta, key, &d));
     return d;
 }
 
@@ -302,7 +302,7 @@ START_TEST(test_graphs_batch_contents) {
     ck_assert_int_eq(meta_int(&L, "num_train"), 4);
     ck_assert_int_eq(meta_int(&L, "num_val"), 2);
     ck_assert_int_eq(meta_int(&L, "num_test"), 1);
-    ck_assert_str_eq(pl_meta_get_str(L.ctx.meta, "task"), "graph_regression");
+    ck_assert_str_eq(pl_meta_get_str(L.ctx->meta, "task"), "graph_regression");
     ck_assert_double_eq_tol(meta_float(&L, "target_mean_0"), MEAN0, 1e-12);
     ck_assert_double_eq_tol(meta_float(&L, "target_std_0"), STD0, 1e-8);
     ck_assert_double_eq_tol(meta_float(&L, "target_mean_1"), MEAN1, 1e-12);
@@ -365,9 +365,9 @@ START_TEST(test_graphs_loops_normalize) {
         &L, "batch_size = 4\nshuffle = false\nadd_self_loops = true\nrow_normalize = true\n"
             "standardize_targets = false\n"));
     double d;
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_mean_0", &d));
+    PL_CK_OK(pl_meta_get_float(L.ctx->meta, "target_mean_0", &d));
     ck_assert_double_eq(d, 0.0);
-    PL_CK_OK(pl_meta_get_float(L.ctx.meta, "target_std_0", &d));
+    PL_CK_OK(pl_meta_get_float(L.ctx->meta, "target_std_0", &d));
     ck_assert_double_eq(d, 1.0);
     PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0));
     pl_batch b;
@@ -710,7 +710,7 @@ END_TEST
 static void check_fields(lt_loader *L, int nfields, const char *what) {
     pl_field_list fl;
     char msg[512];
-    PL_CK_OK(L->vt->batch_fields(pl_config_section_get(L->cfg, "data"), &fl));
+    PL_CK_OK(L->vt->batch_fields(L->sec, &fl));
     ck_assert_int_eq(fl.n, nfields);
     unsigned used = 0;
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
@@ -798,9 +798,9 @@ START_TEST(test_nci_molecules) {
     ck_assert_int_eq(meta_int(&L, "num_features"), 27);
     ck_assert_int_eq(meta_int(&L, "num_targets"), 1);
     int64_t ns[3];
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_train", &ns[0]));
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_val", &ns[1]));
-    PL_CK_OK(pl_meta_get_int(L.ctx.meta, "num_test", &ns[2]));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_train", &ns[0]));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_val", &ns[1]));
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_test", &ns[2]));
     ck_assert_int_eq(ns[0], 3994); /* floor(0.8 G) */
     ck_assert_int_eq(ns[1], 499);  /* floor(0.1 G) */
     ck_assert_int_eq(ns[2], 500);

@@ -5,34 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_internal.h"
-#include "registry.h"
-#include "runobjs.h"
-
 pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char *run_dir) {
     memset(L, 0, sizeof *L);
-    pl_registry *reg = pl_registry_new();
-    pl_registry_add_dir(reg, PL_TEST_PLUGIN_DIR);
-    pl_registry_add_dir(reg, PL_LOADER_TEST_PLUGIN_DIR);
-    size_t n = strlen(body) + 256;
-    char *ini = malloc(n);
-    snprintf(ini, n, "[data]\nplugin = %s\n%s\n[model]\nplugin = test_null_model\n", plugin, body);
-    pl_config *cfg = pl_config_load_string(ini, "test.ini", NULL, 0, NULL, reg);
-    free(ini);
-    L->reg = reg;
-    if (!cfg) {
-        pl_status st = pl_error_status();
-        pl_registry_free(reg);
-        L->reg = NULL;
-        return st;
-    }
-    L->cfg = cfg;
-    L->vt = pl_config_plugin(cfg, "data")->vtable;
-    L->ctx.device = PL_CPU;
-    L->ctx.seed = 42;
-    L->ctx.run_dir = run_dir;
-    L->ctx.meta = pl_meta_new();
-    pl_status st = L->vt->create(pl_config_section_get(cfg, "data"), &L->ctx, &L->self);
+    L->h = pl_harness_new("data", plugin, body);
+    if (!L->h) return pl_error_status();
+    L->sec = pl_harness_section(L->h);
+    L->vt = pl_harness_vtable(L->h);
+    L->ctx = pl_harness_ctx(L->h);
+    L->ctx->seed = 42;
+    L->ctx->run_dir = run_dir;
+    pl_status st = pl_harness_create(L->h, &L->self);
     if (st) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", pl_error_message());
@@ -44,11 +26,8 @@ pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char
 }
 
 void lt_close(lt_loader *L) {
-    if (L->self) L->vt->destroy(L->self);
-    L->self = NULL;
-    if (L->cfg) pl_config_free(L->cfg);
-    if (L->reg) pl_registry_free(L->reg);
-    pl_meta_free(L->ctx.meta);
+    pl_harness_destroy(L->h, L->self);
+    pl_harness_free(L->h);
     memset(L, 0, sizeof *L);
 }
 

@@ -1,20 +1,22 @@
-/* loader_test_util.h - open a loader plugin from an INI [data] body in tests. */
+/* loader_test_util.h - open a loader plugin from an INI [data] body in tests
+ * (over the public harness, pipeline/testing.h). */
 #ifndef LOADER_TEST_UTIL_H
 #define LOADER_TEST_UTIL_H
 
 #include "pipeline/pipeline.h"
+#include "pipeline/testing.h"
 
 typedef struct lt_loader {
-    void *reg;    /* pl_registry */
-    void *cfg;    /* pl_config */
+    pl_harness *h;               /* owns the section and the run context */
+    const pl_config_section *sec; /* the resolved [data] section */
     const pl_loader_vtable *vt;
     void *self;
-    pl_run_context ctx;
+    pl_run_context *ctx;         /* borrowed from h */
 } lt_loader;
 
-/* Load `[data] plugin = PLUGIN` + `body` (key = value lines) with a test-only
- * [model] section, create the loader (seed 42, CPU, run_dir may be NULL).
- * On failure returns the status with the error message set; L is cleaned. */
+/* Validate `[data] plugin = PLUGIN` + `body` (key = value lines) as a config
+ * would, create the loader (seed 42, CPU, run_dir may be NULL). On failure
+ * returns the status with the error message set; L is cleaned. */
 pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char *run_dir);
 void lt_close(lt_loader *L);
 /* A batch copied to host memory (every field contiguous), to compare epochs
