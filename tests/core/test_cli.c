@@ -114,7 +114,28 @@ START_TEST(check_valid_config_prints_resolved_table) {
     CK_HAS(out_s, "command line");
     CK_HAS(out_s, "default");
     CK_HAS(out_s, "[trainer]");
+    CK_HAS(out_s, "batch fields OK");
     ck_assert_str_eq(err_s, "");
+}
+END_TEST
+
+/* The typed data contract: a model reading a field the loader does not yield
+ * is a config error before any run, naming the field and both plugins. */
+START_TEST(check_refuses_a_model_reading_a_field_the_loader_lacks) {
+    write_ini("fields.ini", "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                            "input_field = features\n");
+    ck_assert_int_eq(run("check fields.ini" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "batch field 'features'");
+    CK_HAS(err_s, "fx_model");
+    CK_HAS(err_s, "fx_loader");
+    CK_HAS(err_s, "it yields: x, y");
+    /* a field of the wrong rank / dtype class */
+    write_ini("fields2.ini", "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                             "input_field = y\n");
+    ck_assert_int_eq(run("check fields2.ini" PP), 2);
+    CK_HAS(err_s, "a float dtype");
+    CK_HAS(err_s, "loader 'fx_loader' yields i64, rank 1");
 }
 END_TEST
 
@@ -202,6 +223,7 @@ int main(void) {
     tcase_add_test(t, version_and_help_exit_zero);
     tcase_add_test(t, usage_errors_exit_two_with_hint);
     tcase_add_test(t, check_valid_config_prints_resolved_table);
+    tcase_add_test(t, check_refuses_a_model_reading_a_field_the_loader_lacks);
     tcase_add_test(t, check_config_errors_exit_two);
     tcase_add_test(t, plugins_lists_and_describes);
     tcase_add_test(t, shipped_configs_pass_check);

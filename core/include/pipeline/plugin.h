@@ -166,8 +166,7 @@ typedef struct pl_state_visitor {
     pl_status (*scalar)(void *ctx, const char *name, double *v);
     /* true: loading (the visitor writes the values), false: saving (it reads
      * them). Most plugins need not look; one whose state has an effect
-     * beyond the values (a loader arming a resume position) acts only when
-     * loading. Since ABI 1.1. */
+     * beyond the values acts only when loading. */
     bool loading;
 } pl_state_visitor;
 

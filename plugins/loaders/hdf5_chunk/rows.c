@@ -539,8 +539,8 @@ int rows_next(loader *L, pl_batch *out) {
 /* ---- batch fields -------------------------------------------------------- */
 
 /* Add split si's field (name, dt, rank) to `out`: a name seen in an earlier
- * split must have the same dtype and rank; fields not carried by every split
- * present are marked optional (README "Batch fields"). */
+ * split must have the same dtype and rank; a field not carried by every split
+ * present is declared for the splits that carry it (pl_field_spec.splits). */
 static pl_status add_field(pl_field_list *out, int *seen, int si, const char *name, pl_dtype dt,
                            int rank, const char *path) {
     for (int i = 0; i < out->n; i++) {
@@ -597,7 +597,7 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
         }
     }
     for (int i = 0; i < out->n && !st; i++)
-        out->f[i].optional = seen[i] != present;
+        out->f[i].splits = seen[i] == present ? 0u : (unsigned)seen[i];
     free(s);
     pl_status cst = pl_h5_close(path, file);
     return st ? st : cst;

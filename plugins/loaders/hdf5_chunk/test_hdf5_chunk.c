@@ -525,7 +525,7 @@ static void check_fields_against_batches(lt_loader *L, const char *what) {
         PL_CK_OK(L->vt->epoch_begin(L->self, (pl_data_split)s, 0, 0));
         pl_batch b;
         while (L->vt->next(L->self, &b) == 1) {
-            const char *d = lt_fields_diff(&fl, &b, &used, msg, sizeof msg);
+            const char *d = lt_fields_diff(&fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
             ck_assert_msg(d == NULL, "%s, split %s: %s", what, pl_split_name((pl_data_split)s), d);
         }
     }
@@ -548,7 +548,10 @@ START_TEST(batch_fields_rows_mode) {
     const pl_field_spec *x = find_field(&fl, "x"), *y = find_field(&fl, "label"), *h = find_field(&fl, "hist");
     ck_assert(x->dtype == PL_F32 && x->rank == 2 && !x->optional);
     ck_assert(y->dtype == PL_I64 && y->rank == 1 && !y->optional);
-    ck_assert(h->dtype == PL_I32 && h->rank == 2 && h->optional); /* val/test batches only */
+    ck_assert(h->dtype == PL_I32 && h->rank == 2 && !h->optional);
+    /* val/test batches only */
+    ck_assert_uint_eq(h->splits, PL_SPLIT_BIT(PL_SPLIT_VAL) | PL_SPLIT_BIT(PL_SPLIT_TEST));
+    ck_assert_uint_eq(x->splits, 0);
     check_fields_against_batches(&L, "rows");
     lt_close(&L);
     /* convert = f32 and split_fractions */

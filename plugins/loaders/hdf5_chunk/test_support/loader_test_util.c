@@ -114,11 +114,14 @@ const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest
     return NULL;
 }
 
-const char *lt_fields_diff(const pl_field_list *fl, const pl_batch *b, unsigned *used, char *buf, size_t n) {
+const char *lt_fields_diff(const pl_field_list *fl, pl_data_split split, const pl_batch *b,
+                           unsigned *used, char *buf, size_t n) {
+    const unsigned bit = PL_SPLIT_BIT(split);
     for (int i = 0; i < b->n; i++) {
         int d = -1;
         for (int j = 0; j < fl->n; j++)
-            if (!strcmp(fl->f[j].name, b->names[i])) d = j;
+            if (!strcmp(fl->f[j].name, b->names[i]) && (!fl->f[j].splits || (fl->f[j].splits & bit)))
+                d = j;
         if (d < 0) {
             snprintf(buf, n, "batch field '%s' is not declared", b->names[i]);
             return buf;
@@ -134,8 +137,10 @@ const char *lt_fields_diff(const pl_field_list *fl, const pl_batch *b, unsigned 
     for (int j = 0; j < fl->n; j++) {
         bool in = false;
         for (int i = 0; i < b->n; i++) in |= !strcmp(fl->f[j].name, b->names[i]);
-        if (!in && !fl->f[j].optional) {
-            snprintf(buf, n, "declared field '%s' (not optional) is missing from a batch", fl->f[j].name);
+        bool here = !fl->f[j].splits || (fl->f[j].splits & bit);
+        if (!in && here && !fl->f[j].optional) {
+            snprintf(buf, n, "declared field '%s' (not optional) is missing from a %s batch",
+                     fl->f[j].name, pl_split_name(split));
             return buf;
         }
     }

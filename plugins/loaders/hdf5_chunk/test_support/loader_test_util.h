@@ -47,7 +47,8 @@ const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest
  * declared with b's dtype and rank, and every non-optional declared field is
  * in b; else a message (in buf). *used (may be NULL) gets bit i set for each
  * declared field i that b carries. */
-const char *lt_fields_diff(const pl_field_list *fl, const pl_batch *b, unsigned *used, char *buf, size_t n);
+const char *lt_fields_diff(const pl_field_list *fl, pl_data_split split, const pl_batch *b,
+                           unsigned *used, char *buf, size_t n);
 /* Write an HDF5 dataset (creating parent groups) with a native type. */
 int lt_write(const char *file, const char *name, long type, int ndim, const long long *dims, const void *data);
 
