@@ -69,7 +69,7 @@ typedef struct pl_harness pl_harness;
 
 /* Build a harness for `[section] plugin = plugin` + `ini_body` ("key = value"
  * lines, may be NULL). `section` is a stage section name ("data", "model",
- * "optimizer", "averager", "scheduler", "scheduler2", "precision").
+ * "optimizer", "averager", "scheduler" or "scheduler<SUFFIX>", "precision").
  * Returns NULL with the error set when the plugin is missing or refused
  * (PL_ERR_CONFIG / PL_ERR_ABI, message naming the file) or the snippet
  * fails validation (PL_ERR_CONFIG, "test.ini:LINE: ..." as a real config,
