@@ -1,9 +1,9 @@
 /* runobjs.c - the small run objects handed to plugins: the ordered parameter
  * list, name globs, the loader->model meta store, metric accumulators, batch
  * field lookup and enum names. */
-#include "runobjs.h"
 
 #include "pipeline/autograd.h"
+#include "pipeline/plugin.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -198,6 +198,10 @@ pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int 
 #define ALL_SPLITS ((1u << PL_SPLIT_COUNT) - 1u)
 static unsigned split_mask(unsigned s) { return s ? s & ALL_SPLITS : ALL_SPLITS; }
 
+bool pl_field_in_split(const pl_field_spec *f, pl_data_split s) {
+    return f && (unsigned)s < PL_SPLIT_COUNT && (split_mask(f->splits) & (1u << s)) != 0;
+}
+
 pl_status pl_fields_add_in(pl_field_list *l, unsigned splits, const char *name, pl_dtype dtype,
                            int rank, bool optional) {
     if (!l || !name)
@@ -238,15 +242,14 @@ pl_status pl_fields_add_in(pl_field_list *l, unsigned splits, const char *name, 
     return PL_OK;
 }
 
-/* "f32", or the class a model accepts ("any dtype", "a float dtype (f32, bf16, f16)") */
-static const char *field_dtype_str(pl_dtype dt) {
+const char *pl_field_dtype_name(pl_dtype dt) {
     if (dt == PL_DTYPE_ANY) return "any dtype";
     if (dt == PL_DTYPE_FLOAT) return "a float dtype (f32, bf16 or f16)";
     if (dt == PL_DTYPE_INDEX) return "an index dtype (i32 or i64)";
     return pl_dtype_name(dt);
 }
 
-static bool field_dtype_ok(pl_dtype need, pl_dtype have) {
+bool pl_field_dtype_accepts(pl_dtype need, pl_dtype have) {
     if (need == PL_DTYPE_ANY) return true;
     if (need == PL_DTYPE_FLOAT) return have == PL_F32 || have == PL_BF16 || have == PL_F16;
     if (need == PL_DTYPE_INDEX) return have == PL_I32 || have == PL_I64;
@@ -270,13 +273,13 @@ pl_status pl_fields_match(const pl_field_list *have, const char *loader, const p
     int nh = have->n < PL_FIELDS_MAX ? have->n : PL_FIELDS_MAX;
     int nn = need->n < PL_FIELDS_MAX ? need->n : PL_FIELDS_MAX;
     for (int sp = 0; sp < PL_SPLIT_COUNT; sp++) {
-        const unsigned bit = 1u << sp;
         for (int i = 0; i < nn; i++) {
             const pl_field_spec *w = &need->f[i];
-            if (!(split_mask(w->splits) & bit)) continue;
+            if (!pl_field_in_split(w, (pl_data_split)sp)) continue;
             const pl_field_spec *h = NULL;
             for (int j = 0; j < nh && !h; j++)
-                if ((split_mask(have->f[j].splits) & bit) && strcmp(have->f[j].name, w->name) == 0)
+                if (pl_field_in_split(&have->f[j], (pl_data_split)sp) &&
+                    strcmp(have->f[j].name, w->name) == 0)
                     h = &have->f[j];
             char rw[24], rh[24];
             if (!h) {
@@ -284,18 +287,18 @@ pl_status pl_fields_match(const pl_field_list *have, const char *loader, const p
                 char list[PL_FIELDS_MAX * 50] = "";
                 size_t off = 0;
                 for (int j = 0; j < nh && off < sizeof list; j++)
-                    if (split_mask(have->f[j].splits) & bit)
+                    if (pl_field_in_split(&have->f[j], (pl_data_split)sp))
                         off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
                                                 off ? ", " : "", have->f[j].name);
                 return pl_error_set(PL_ERR_CONFIG,
                                     "batch field '%s': model '%s' needs it in %s batches (%s, %s) "
                                     "but loader '%s' yields no such field there (it yields: %s)",
                                     w->name, mn, pl_split_name((pl_data_split)sp),
-                                    field_dtype_str(w->dtype),
+                                    pl_field_dtype_name(w->dtype),
                                     field_rank_str(w->rank, rw, sizeof rw), ln,
                                     list[0] ? list : "none");
             }
-            bool dt_ok = field_dtype_ok(w->dtype, h->dtype);
+            bool dt_ok = pl_field_dtype_accepts(w->dtype, h->dtype);
             /* a loader's rank -1 (varies) satisfies only a model that takes any rank */
             bool rank_ok = w->rank < 0 || h->rank == w->rank;
             if (!dt_ok || !rank_ok)
@@ -303,9 +306,9 @@ pl_status pl_fields_match(const pl_field_list *have, const char *loader, const p
                                     "batch field '%s' (%s batches): model '%s' needs %s, %s; loader "
                                     "'%s' yields %s, %s",
                                     w->name, pl_split_name((pl_data_split)sp), mn,
-                                    field_dtype_str(w->dtype),
+                                    pl_field_dtype_name(w->dtype),
                                     field_rank_str(w->rank, rw, sizeof rw), ln,
-                                    field_dtype_str(h->dtype),
+                                    pl_field_dtype_name(h->dtype),
                                     field_rank_str(h->rank, rh, sizeof rh));
         }
     }

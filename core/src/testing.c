@@ -567,24 +567,6 @@ pl_status pl_harness_batch_add(pl_batch *b, const char *name, pl_tensor *t) {
     return PL_OK;
 }
 
-static const char *dtype_str(pl_dtype dt) {
-    if (dt == PL_DTYPE_ANY) return "any dtype";
-    if (dt == PL_DTYPE_FLOAT) return "a float dtype";
-    if (dt == PL_DTYPE_INDEX) return "an index dtype (i32/i64)";
-    return pl_dtype_name(dt);
-}
-
-static bool dtype_ok(pl_dtype want, pl_dtype have) {
-    if (want == PL_DTYPE_ANY) return true;
-    if (want == PL_DTYPE_FLOAT) return have == PL_F32 || have == PL_BF16 || have == PL_F16;
-    if (want == PL_DTYPE_INDEX) return have == PL_I32 || have == PL_I64;
-    return want == have;
-}
-
-static bool in_split(const pl_field_spec *f, pl_data_split s) {
-    return !f->splits || (f->splits & PL_SPLIT_BIT(s));
-}
-
 pl_status pl_harness_check_batch(pl_harness *h, const pl_batch *b, pl_data_split split) {
     if (!h || !h->desc || !b) return pl_error_set(PL_ERR_INVALID, "pl_harness_check_batch: NULL argument");
     pl_field_list l;
@@ -602,7 +584,7 @@ pl_status pl_harness_check_batch(pl_harness *h, const pl_batch *b, pl_data_split
     const char *who = h->desc->name, *sp = pl_split_name(split);
     for (int i = 0; i < l.n; i++) {
         const pl_field_spec *f = &l.f[i];
-        if (!in_split(f, split)) continue;
+        if (!pl_field_in_split(f, split)) continue;
         const pl_tensor *t = NULL;
         for (int k = 0; k < b->n && !t; k++)
             if (!strcmp(b->names[k], f->name)) t = b->fields[k];
@@ -612,9 +594,9 @@ pl_status pl_harness_check_batch(pl_harness *h, const pl_batch *b, pl_data_split
                                 who, sp, f->name, loader ? "batch_fields" : "batch_needs",
                                 loader ? "" : " required");
         }
-        if (!dtype_ok(f->dtype, t->dtype))
+        if (!pl_field_dtype_accepts(f->dtype, t->dtype))
             return pl_error_set(PL_ERR_INVALID, "%s: %s batch field '%s' is %s, declared %s", who,
-                                sp, f->name, pl_dtype_name(t->dtype), dtype_str(f->dtype));
+                                sp, f->name, pl_dtype_name(t->dtype), pl_field_dtype_name(f->dtype));
         if (f->rank >= 0 && t->ndim != f->rank)
             return pl_error_set(PL_ERR_INVALID, "%s: %s batch field '%s' has rank %d, declared %d",
                                 who, sp, f->name, t->ndim, f->rank);
@@ -623,7 +605,7 @@ pl_status pl_harness_check_batch(pl_harness *h, const pl_batch *b, pl_data_split
     for (int k = 0; k < b->n; k++) {
         bool declared = false;
         for (int i = 0; i < l.n && !declared; i++)
-            declared = in_split(&l.f[i], split) && !strcmp(l.f[i].name, b->names[k]);
+            declared = pl_field_in_split(&l.f[i], split) && !strcmp(l.f[i].name, b->names[k]);
         if (!declared)
             return pl_error_set(PL_ERR_INVALID, "%s: %s batch carries field '%s' that "
                                 "batch_fields does not declare for that split", who, sp,

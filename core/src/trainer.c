@@ -41,7 +41,6 @@
 
 #include "backend_loader.h"
 #include "pipeline/nf4.h"
-#include "runobjs.h"
 #include "trainer_internal.h"
 
 /* ---- small utilities ------------------------------------------------------- */

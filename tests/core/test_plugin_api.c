@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "pl_test.h"
-#include "runobjs.h"
 
 #define CK_HAS(msg, needle)                                                                        \
     ck_assert_msg(strstr((msg), (needle)) != NULL, "expected '%s' in: %s", (needle), (msg))

@@ -10,7 +10,6 @@
 #include "pl_test.h"
 #include "config_internal.h"
 #include "registry.h"
-#include "runobjs.h"
 
 #ifndef PL_FIXTURE_DIR
 #define PL_FIXTURE_DIR PL_TEST_BINARY_DIR "/tests/fixtures/plugins"

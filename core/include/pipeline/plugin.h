@@ -135,6 +135,20 @@ pl_status pl_param_new(struct pl_run_context *ctx, const char *name, int ndim,
 
 /* Key/value facts a loader publishes for the model ("num_items", ...). */
 typedef struct pl_meta pl_meta;
+
+/* Run objects: the trainer makes one parameter list and one meta table per
+ * run; tests and tools make their own. Both are owned by the caller and
+ * freed with pl_params_free / pl_meta_free (NULL-safe); pl_params holds one
+ * reference on each of its tensors, released by pl_params_free. NULL (with
+ * PL_ERR_NOMEM set) when out of memory. */
+pl_params *pl_params_new(void);
+void pl_params_free(pl_params *ps);
+pl_meta *pl_meta_new(void);
+void pl_meta_free(pl_meta *m);
+/* Number of meta entries, and the i-th key in insertion order (borrowed;
+ * NULL when i is out of range). */
+int pl_meta_count(const pl_meta *m);
+const char *pl_meta_key_at(const pl_meta *m, int i);
 pl_status pl_meta_set_int(pl_meta *m, const char *key, int64_t v);
 pl_status pl_meta_set_float(pl_meta *m, const char *key, double v);
 pl_status pl_meta_set_str(pl_meta *m, const char *key, const char *v);
@@ -247,6 +261,14 @@ pl_status pl_fields_add_in(pl_field_list *l, unsigned splits, const char *name, 
  * `loader` / `model` name the plugins in the message. */
 pl_status pl_fields_match(const pl_field_list *have, const char *loader,
                           const pl_field_list *need, const char *model);
+/* Whether a field declared with dtype `need` (exact, or PL_DTYPE_ANY /
+ * FLOAT / INDEX) accepts a tensor or loader field of dtype `have`. */
+bool pl_field_dtype_accepts(pl_dtype need, pl_dtype have);
+/* "f32", or a class's description ("a float dtype (f32, bf16 or f16)").
+ * Static string. */
+const char *pl_field_dtype_name(pl_dtype dt);
+/* Whether field `f` is carried / needed in split `s` (splits 0: every split). */
+bool pl_field_in_split(const pl_field_spec *f, pl_data_split s);
 
 typedef struct pl_loader_stats {
     uint64_t bytes_read;

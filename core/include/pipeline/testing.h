@@ -46,20 +46,8 @@
 extern "C" {
 #endif
 
-/* ======================================================================
- * Run objects outside a run (the trainer makes these for a real run)
- * ====================================================================== */
-
-/* Empty parameter list / meta table, owned by the caller; free with
- * pl_params_free / pl_meta_free (NULL-safe). pl_params holds one reference
- * on each of its tensors, released by pl_params_free. NULL on OOM. */
-pl_params *pl_params_new(void);
-void pl_params_free(pl_params *ps);
-pl_meta *pl_meta_new(void);
-void pl_meta_free(pl_meta *m);
-/* Number of meta entries and the i-th key (borrowed), NULL out of range. */
-int pl_meta_count(const pl_meta *m);
-const char *pl_meta_key_at(const pl_meta *m, int i);
+/* Run objects outside a run: pl_params_new / pl_meta_new and their frees
+ * are declared in <pipeline/plugin.h>. */
 
 /* ======================================================================
  * Building a stage
