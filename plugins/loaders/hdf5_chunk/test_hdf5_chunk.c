@@ -525,7 +525,7 @@ static void check_fields_against_batches(lt_loader *L, const char *what) {
         PL_CK_OK(L->vt->epoch_begin(L->self, (pl_data_split)s, 0, 0));
         pl_batch b;
         while (L->vt->next(L->self, &b) == 1) {
-            const char *d = lt_fields_diff(&fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
+            const char *d = lt_fields_diff(L, &fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
             ck_assert_msg(d == NULL, "%s, split %s: %s", what, pl_split_name((pl_data_split)s), d);
         }
     }

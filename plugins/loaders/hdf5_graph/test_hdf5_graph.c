@@ -718,7 +718,7 @@ static void check_fields(lt_loader *L, int nfields, const char *what) {
         pl_batch b;
         int n = 0;
         while (L->vt->next(L->self, &b) == 1) {
-            const char *d = lt_fields_diff(&fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
+            const char *d = lt_fields_diff(L, &fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
             ck_assert_msg(d == NULL, "%s, split %s: %s", what, pl_split_name((pl_data_split)s), d);
             n++;
         }

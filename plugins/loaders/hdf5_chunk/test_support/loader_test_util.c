@@ -114,35 +114,14 @@ const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest
     return NULL;
 }
 
-const char *lt_fields_diff(const pl_field_list *fl, pl_data_split split, const pl_batch *b,
-                           unsigned *used, char *buf, size_t n) {
-    const unsigned bit = PL_SPLIT_BIT(split);
-    for (int i = 0; i < b->n; i++) {
-        int d = -1;
-        for (int j = 0; j < fl->n; j++)
-            if (!strcmp(fl->f[j].name, b->names[i]) && (!fl->f[j].splits || (fl->f[j].splits & bit)))
-                d = j;
-        if (d < 0) {
-            snprintf(buf, n, "batch field '%s' is not declared", b->names[i]);
-            return buf;
-        }
-        if (fl->f[d].dtype != b->fields[i]->dtype || fl->f[d].rank != b->fields[i]->ndim) {
-            snprintf(buf, n, "batch field '%s' is %s rank %d, declared %s rank %d", b->names[i],
-                     pl_dtype_name(b->fields[i]->dtype), b->fields[i]->ndim,
-                     pl_dtype_name(fl->f[d].dtype), fl->f[d].rank);
-            return buf;
-        }
-        if (used) *used |= 1u << d;
+const char *lt_fields_diff(lt_loader *L, const pl_field_list *fl, pl_data_split split,
+                           const pl_batch *b, unsigned *used, char *buf, size_t n) {
+    if (pl_harness_check_batch(L->h, b, split)) {
+        snprintf(buf, n, "%s", pl_error_message());
+        return buf;
     }
-    for (int j = 0; j < fl->n; j++) {
-        bool in = false;
-        for (int i = 0; i < b->n; i++) in |= !strcmp(fl->f[j].name, b->names[i]);
-        bool here = !fl->f[j].splits || (fl->f[j].splits & bit);
-        if (!in && here && !fl->f[j].optional) {
-            snprintf(buf, n, "declared field '%s' (not optional) is missing from a %s batch",
-                     fl->f[j].name, pl_split_name(split));
-            return buf;
-        }
-    }
+    for (int j = 0; used && j < fl->n; j++)
+        for (int i = 0; i < b->n; i++)
+            if (!strcmp(fl->f[j].name, b->names[i])) *used |= 1u << j;
     return NULL;
 }

@@ -43,12 +43,13 @@ void lt_epoch_free(lt_epoch *e);
  * fields (names, dtypes, shapes) and bytes, indices k, k+1, ...; else a
  * message (in buf) naming the first difference. */
 const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest, char *buf, size_t n);
-/* NULL when batch b agrees with the declared fields `fl`: every field of b is
- * declared with b's dtype and rank, and every non-optional declared field is
- * in b; else a message (in buf). *used (may be NULL) gets bit i set for each
- * declared field i that b carries. */
-const char *lt_fields_diff(const pl_field_list *fl, pl_data_split split, const pl_batch *b,
-                           unsigned *used, char *buf, size_t n);
+/* NULL when batch b of `split` agrees with the loader's declared fields
+ * (pl_harness_check_batch: every field of b declared for that split with b's
+ * dtype and rank, every required declared field present); else the message
+ * (in buf). *used (may be NULL) gets bit i set for each field i of `fl` (the
+ * loader's batch_fields) that b carries. */
+const char *lt_fields_diff(lt_loader *L, const pl_field_list *fl, pl_data_split split,
+                           const pl_batch *b, unsigned *used, char *buf, size_t n);
 /* Write an HDF5 dataset (creating parent groups) with a native type. */
 int lt_write(const char *file, const char *name, long type, int ndim, const long long *dims, const void *data);
 
