@@ -27,14 +27,10 @@
 
 #define IGNORE_INDEX (-100)
 
-/* The output head's parameters get the role "head" (optimizer groups select
- * it with group.NAME.tags = head); a private flag beside the PL_TAG_* bits. */
-#define ROLE_HEAD (1u << 16)
-
 /* ---- parameters ----------------------------------------------------------- */
 
 static pl_status add_param(gat_model *m, const char *name, int ndim, const int64_t *shape,
-                           double bound, uint64_t stream, unsigned tags, int *idx) {
+                           double bound, uint64_t stream, unsigned tags, const char *role, int *idx) {
     pl_run_context *ctx = m->ctx;
     pl_frame_begin(); /* the frame owns our reference; params keeps its own */
     pl_tensor *t = pl_tensor_empty(PL_F32, ndim, shape, ctx->device);
@@ -43,8 +39,7 @@ static pl_status add_param(gat_model *m, const char *name, int ndim, const int64
                             : pl_tensor_fill_(t, 0.0);
     if (!st) {
         pl_tensor_set_requires_grad(t, true);
-        st = pl_params_add(ctx->params, name, t, tags & ~ROLE_HEAD,
-                           (tags & ROLE_HEAD) ? "head" : NULL);
+        st = pl_params_add(ctx->params, name, t, tags, role);
     }
     pl_frame_end();
     if (st) return pl_error_prefix(st, "gat: parameter %s", name);
@@ -84,21 +79,21 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
         uint64_t s0 = 16 * (uint64_t)l;
         char name[PL_NAME_MAX];
         snprintf(name, sizeof name, "gat.layers.%d.lin.weight", l);
-        st = add_param(m, name, 2, (int64_t[]){H * C, in}, glorot(in, H * C), s0, 0, &L->w);
+        st = add_param(m, name, 2, (int64_t[]){H * C, in}, glorot(in, H * C), s0, 0, NULL, &L->w);
         snprintf(name, sizeof name, "gat.layers.%d.att_src", l);
-        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 1, 0, &L->att_src);
+        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 1, 0, NULL, &L->att_src);
         snprintf(name, sizeof name, "gat.layers.%d.att_dst", l);
-        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 2, 0, &L->att_dst);
+        if (!st) st = add_param(m, name, 2, (int64_t[]){H, C}, glorot(H, C), s0 + 2, 0, NULL, &L->att_dst);
         if (o->residual) {
             snprintf(name, sizeof name, "gat.layers.%d.res.weight", l);
             if (!st)
-                st = add_param(m, name, 2, (int64_t[]){total, in}, glorot(in, total), s0 + 3, 0, &L->res);
+                st = add_param(m, name, 2, (int64_t[]){total, in}, glorot(in, total), s0 + 3, 0, NULL, &L->res);
         }
         if (o->bias) {
             snprintf(name, sizeof name, "gat.layers.%d.bias", l);
             if (!st)
                 st = add_param(m, name, 1, (int64_t[]){total}, 0, s0 + 4,
-                               PL_TAG_NO_DECAY | (last ? ROLE_HEAD : 0), &L->bias);
+                               PL_TAG_NO_DECAY, last ? "head" : NULL, &L->bias);
         }
         in = total;
     }
@@ -114,12 +109,11 @@ pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out)
             /* torch.nn.Linear init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weight and bias */
             double bound = 1.0 / sqrt((double)in);
             snprintf(name, sizeof name, "gat.head.%d.weight", i);
-            st = add_param(m, name, 2, (int64_t[]){fan_out, in}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i,
-                           ROLE_HEAD, &m->head_w[i]);
+            st = add_param(m, name, 2, (int64_t[]){fan_out, in}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i, 0, "head", &m->head_w[i]);
             snprintf(name, sizeof name, "gat.head.%d.bias", i);
             if (!st)
                 st = add_param(m, name, 1, (int64_t[]){fan_out}, bound, 16 * GAT_MAX_LAYERS + 2 * (uint64_t)i + 1,
-                               ROLE_HEAD | PL_TAG_NO_DECAY, &m->head_b[i]);
+                               PL_TAG_NO_DECAY, "head", &m->head_b[i]);
             in = fan_out;
         }
     }

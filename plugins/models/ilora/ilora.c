@@ -164,21 +164,15 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
 enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
        STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
 
-/* Roles of ilora's parameters (optimizer groups select them with
- * group.NAME.tags = lora|router|head); private flags beside the PL_TAG_* bits. */
-#define ROLE_LORA (1u << 16)
-#define ROLE_ROUTER (1u << 17)
-#define ROLE_HEAD (1u << 18)
-
+/* A zero f32 parameter with PL_TAG_* `tags` and `role` ("lora", "router",
+ * "head" - what optimizer groups select with group.NAME.tags - or NULL). */
 static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, int ndim,
-                            const int64_t *shape, unsigned tags, bool trainable) {
+                            const int64_t *shape, unsigned tags, const char *role,
+                            bool trainable) {
     /* called inside create's frame: the frame's reference goes at its end,
      * the params list keeps its own */
     pl_tensor *t = pl_tensor_zeros(PL_F32, ndim, shape, m->ctx->device);
-    const char *role = (tags & ROLE_LORA) ? "lora" : (tags & ROLE_ROUTER) ? "router"
-                     : (tags & ROLE_HEAD) ? "head" : NULL;
-    if (!t || pl_params_add(m->params, name, t, tags & ~(ROLE_LORA | ROLE_ROUTER | ROLE_HEAD), role))
-        return NULL;
+    if (!t || pl_params_add(m->params, name, t, tags, role)) return NULL;
     pl_tensor_set_requires_grad(t, trainable);
     if (m->n_slots == ILORA_MAX_PARAMS) {
         pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
@@ -264,7 +258,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     /* a backbone weight (BASE: qlora4 quantizes it when frozen, and lookups and
      * the tied head then read a dequantized copy, see embed_weight()) */
     m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
-                         PL_TAG_NO_DECAY | PL_TAG_BASE, base_train);
+                         PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train);
     if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
     else st = pl_error_status();
     /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
@@ -280,10 +274,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     for (int64_t l = 0; l < L && !st; l++) {
         ilora_layer *ly = &m->layer[l];
         snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        ly->input_norm = new_param(m, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        ly->input_norm = new_param(m, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
         snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
                  (long long)l);
-        ly->post_norm = new_param(m, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        ly->post_norm = new_param(m, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
         if (!ly->input_norm || !ly->post_norm) {
             st = pl_error_status();
             break;
@@ -295,7 +289,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
                      ilora_proj_names[i]);
             ilora_proj *p = &ly->proj[i];
-            p->w = new_param(m, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, base_train);
+            p->w = new_param(m, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, NULL, base_train);
             if (!p->w) {
                 st = pl_error_status();
                 break;
@@ -306,10 +300,10 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
             int64_t R = E * m->r_e;
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), ROLE_LORA, true);
+            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), 0, "lora", true);
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
                      ilora_proj_names[i]);
-            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), ROLE_LORA, true);
+            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), 0, "lora", true);
             if (!p->lora_a || !p->lora_b) {
                 st = pl_error_status();
                 break;
@@ -321,19 +315,19 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         }
     }
     if (!st) {
-        m->norm = new_param(m, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, base_train);
+        m->norm = new_param(m, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
         st = m->norm ? pl_tensor_fill_(m->norm, 1.0) : pl_error_status();
     }
     if (!st && !o->tie_embeddings) {
-        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), ROLE_HEAD, base_train);
+        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), 0, "head", base_train);
         st = m->lm_head ? pl_tensor_normal_(m->lm_head, 0, o->init_std, seed, STREAM_LM_HEAD)
                         : pl_error_status();
     }
     if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
         /* nn.Linear(dim, E) default init: U(-1/sqrt(dim), 1/sqrt(dim)) for weight and bias */
         double bound = 1.0 / sqrt((double)D);
-        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), ROLE_ROUTER, true);
-        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), ROLE_ROUTER | PL_TAG_NO_DECAY,
+        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), 0, "router", true);
+        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_NO_DECAY, "router",
                                 true);
         if (!m->router_w || !m->router_b) st = pl_error_status();
         if (!st) st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);

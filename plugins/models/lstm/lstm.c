@@ -27,14 +27,10 @@
 
 #include "lstm.h"
 
-/* The output head's parameters get the role "head" (optimizer groups select
- * it with group.NAME.tags = head); a private flag beside the PL_TAG_* bits. */
-#define ROLE_HEAD (1u << 16)
-
 /* ---- parameters ------------------------------------------------------------ */
 
 static pl_status add_param(lstm_model *m, const char *name, int ndim, const int64_t *shape, double bound,
-                           uint64_t stream, unsigned tags, int *idx) {
+                           uint64_t stream, unsigned tags, const char *role, int *idx) {
     pl_run_context *ctx = m->ctx;
     pl_frame_begin(); /* the frame owns our reference; params keeps its own */
     pl_tensor *t = pl_tensor_empty(PL_F32, ndim, shape, ctx->device);
@@ -42,8 +38,7 @@ static pl_status add_param(lstm_model *m, const char *name, int ndim, const int6
     if (!st) st = pl_tensor_uniform_(t, -bound, bound, ctx->seed, stream);
     if (!st) {
         pl_tensor_set_requires_grad(t, true);
-        st = pl_params_add(ctx->params, name, t, tags & ~ROLE_HEAD,
-                           (tags & ROLE_HEAD) ? "head" : NULL);
+        st = pl_params_add(ctx->params, name, t, tags, role);
     }
     pl_frame_end();
     if (st) return pl_error_prefix(st, "lstm: parameter %s", name);
@@ -149,48 +144,47 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
                 const char *sfx = d ? "_reverse" : "";
                 char name[PL_NAME_MAX];
                 snprintf(name, sizeof name, "%slstm.weight_ih_l%d%s", pre, l, sfx);
-                st = add_param(m, name, 2, (int64_t[]){4 * Hd, in}, k, stream++, 0,
+                st = add_param(m, name, 2, (int64_t[]){4 * Hd, in}, k, stream++, 0, NULL,
                                &m->w_ih[e][l][d]);
                 snprintf(name, sizeof name, "%slstm.weight_hh_l%d%s", pre, l, sfx);
                 if (!st)
-                    st = add_param(m, name, 2, (int64_t[]){4 * Hd, Hd}, k, stream++, 0,
+                    st = add_param(m, name, 2, (int64_t[]){4 * Hd, Hd}, k, stream++, 0, NULL,
                                    &m->w_hh[e][l][d]);
                 snprintf(name, sizeof name, "%slstm.bias_ih_l%d%s", pre, l, sfx);
                 if (!st)
-                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY,
+                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, NULL,
                                    &m->b_ih[e][l][d]);
                 snprintf(name, sizeof name, "%slstm.bias_hh_l%d%s", pre, l, sfx);
                 if (!st)
-                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY,
+                    st = add_param(m, name, 1, (int64_t[]){4 * Hd}, k, stream++, PL_TAG_NO_DECAY, NULL,
                                    &m->b_hh[e][l][d]);
             }
         }
         char name[PL_NAME_MAX];
         snprintf(name, sizeof name, "%shead.weight", pre);
         if (!st)
-            st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd}, kh, s0 + 1000,
-                           ROLE_HEAD, &m->head_w[e]);
+            st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd}, kh, s0 + 1000, 0, "head", &m->head_w[e]);
         snprintf(name, sizeof name, "%shead.bias", pre);
         if (!st)
             st = add_param(m, name, 1, (int64_t[]){o->output_size}, kh, s0 + 1001,
-                           ROLE_HEAD | PL_TAG_NO_DECAY, &m->head_b[e]);
+                           PL_TAG_NO_DECAY, "head", &m->head_b[e]);
         /* RevIN affine (per input feature): weight ones, bias zeros, as RevIN's
          * _init_params; tagged no_decay like normalization weights */
         if (!st && o->revin != LSTM_REVIN_OFF && o->revin_affine) {
             snprintf(name, sizeof name, "%srevin.affine_weight", pre);
-            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1002, PL_TAG_NO_DECAY,
+            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1002, PL_TAG_NO_DECAY, NULL,
                            &m->revin_w[e]);
             if (!st) st = pl_tensor_fill_(P(m, m->revin_w[e]), 1.0);
             snprintf(name, sizeof name, "%srevin.affine_bias", pre);
             if (!st)
                 st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1003,
-                               PL_TAG_NO_DECAY, &m->revin_b[e]);
+                               PL_TAG_NO_DECAY, NULL, &m->revin_b[e]);
             if (!st) st = pl_tensor_fill_(P(m, m->revin_b[e]), 0.0);
         }
         /* exogenous gate [F], zero at init (the entry of the target column is unused) */
         if (!st && o->exogenous_gate) {
             snprintf(name, sizeof name, "%sinput_gate", pre);
-            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1004, 0, &m->gate[e]);
+            st = add_param(m, name, 1, (int64_t[]){o->input_size}, 0, s0 + 1004, 0, NULL, &m->gate[e]);
         }
     }
     if (!st && o->exogenous_gate) st = make_gate_constants(m);
