@@ -22,6 +22,44 @@ typedef struct ckpt_io {
     const char *path;
 } ckpt_io;
 
+/* Checkpoint metadata is untrusted text: a value is read whole or refused,
+ * naming the file and the key. The first error sticks in `st` (later reads
+ * return their defaults), so a loader reads everything and checks once. */
+typedef struct meta_reader {
+    const pl_st_file *f;
+    const char *path;
+    pl_status st;
+} meta_reader;
+
+/* Integer >= 0; `dflt` when the key is absent (checkpoints older than it). */
+static int64_t meta_i64(meta_reader *r, const char *key, int64_t dflt) {
+    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
+    if (!s) return dflt;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < 0) {
+        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected an integer >= 0 "
+                             "(corrupt checkpoint?)", r->path, key, s);
+        return dflt;
+    }
+    return v;
+}
+
+/* Any number strtod reads whole (inf/nan included: `best` may be either). */
+static double meta_f64(meta_reader *r, const char *key, double dflt) {
+    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
+    if (!s) return dflt;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) {
+        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected a number "
+                             "(corrupt checkpoint?)", r->path, key, s);
+        return dflt;
+    }
+    return v;
+}
+
 static pl_status ck_tensor(void *ctx, const char *name, pl_tensor *tt) {
     ckpt_io *io = ctx;
     char full[256];
@@ -39,16 +77,12 @@ static pl_status ck_scalar(void *ctx, const char *name, double *v) {
         snprintf(buf, sizeof buf, "%.17g", *v);
         return pl_st_writer_meta(io->w, full, buf);
     }
-    const char *s = pl_st_meta(io->f, full);
-    if (!s)
+    if (!pl_st_meta(io->f, full))
         return pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' missing (checkpoint from another "
                             "configuration?)", io->path, full);
-    char *end;
-    *v = strtod(s, &end);
-    if (end == s || *end)
-        return pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected a number "
-                            "(corrupt checkpoint?)", io->path, full, s);
-    return PL_OK;
+    meta_reader r = {io->f, io->path, PL_OK};
+    *v = meta_f64(&r, full, 0);
+    return r.st;
 }
 
 typedef pl_status (*state_fn)(void *self, const pl_state_visitor *v);
@@ -107,44 +141,6 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     if (!st) st = pl_st_writer_commit(w);
     pl_st_writer_free(w);
     return st;
-}
-
-/* Checkpoint metadata is untrusted text: a value is read whole or refused,
- * naming the file and the key. The first error sticks in `st` (later reads
- * return their defaults), so a loader reads everything and checks once. */
-typedef struct meta_reader {
-    const pl_st_file *f;
-    const char *path;
-    pl_status st;
-} meta_reader;
-
-/* Integer >= 0; `dflt` when the key is absent (checkpoints older than it). */
-static int64_t meta_i64(meta_reader *r, const char *key, int64_t dflt) {
-    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
-    if (!s) return dflt;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || errno || v < 0) {
-        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected an integer >= 0 "
-                             "(corrupt checkpoint?)", r->path, key, s);
-        return dflt;
-    }
-    return v;
-}
-
-/* Any number strtod reads whole (inf/nan included: `best` may be either). */
-static double meta_f64(meta_reader *r, const char *key, double dflt) {
-    const char *s = r->st ? NULL : pl_st_meta(r->f, key);
-    if (!s) return dflt;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end) {
-        r->st = pl_error_set(PL_ERR_IO, "checkpoint %s: metadata '%s' = '%s'; expected a number "
-                             "(corrupt checkpoint?)", r->path, key, s);
-        return dflt;
-    }
-    return v;
 }
 
 /* Load parameters (all must be present unless weights_only) and, for a
