@@ -112,3 +112,13 @@ int pl_test_run(Suite *s) {
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
 }
+
+const char *pl_test_tmp_path(const char *suite, const char *name, char *buf, size_t n) {
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/pl_test_%s_XXXXXX", suite);
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+    }
+    snprintf(buf, n, "%s/%s", dir, name);
+    return buf;
+}

@@ -45,6 +45,10 @@ double pl_test_max_abs_diff(const pl_tensor *a, const pl_tensor *b);
         _p;                                                                                  \
     })
 
+/* Path of `name` in a scratch directory /tmp/pl_test_<suite>_XXXXXX made on
+ * the first call (one per process); written into buf, returned. */
+const char *pl_test_tmp_path(const char *suite, const char *name, char *buf, size_t n);
+
 /* Run a suite with CK_NORMAL output; returns the process exit code. */
 int pl_test_run(Suite *s);
 

@@ -10,15 +10,8 @@
 #include "pl_h5.h"
 #include "pl_test.h"
 
-static char g_dir[256];
-
 static const char *tmp_path(const char *name, char *buf, size_t n) {
-    if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/pl_test_pl_h5_XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(g_dir));
-    }
-    snprintf(buf, n, "%s/%s", g_dir, name);
-    return buf;
+    return pl_test_tmp_path("pl_h5", name, buf, n);
 }
 
 /* Plugins are dlopen()ed RTLD_LOCAL like the registry does: each one's

@@ -14,15 +14,8 @@
 #include "loader_test_util.h"
 #include "pl_test.h"
 
-static char g_dir[256];
-
 static const char *tmp_path(const char *name, char *buf, size_t n) {
-    if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/pl_test_hdf5_chunk_XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(g_dir));
-    }
-    snprintf(buf, n, "%s/%s", g_dir, name);
-    return buf;
+    return pl_test_tmp_path("hdf5_chunk", name, buf, n);
 }
 
 #define NTR 100

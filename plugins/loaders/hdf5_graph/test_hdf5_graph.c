@@ -14,14 +14,8 @@
 #include "loader_test_util.h"
 #include "pl_test.h"
 
-static char g_dir[256];
 static const char *tmp_path(const char *name, char *buf, size_t n) {
-    if (!g_dir[0]) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/pl_test_hdf5_graph_XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(g_dir));
-    }
-    snprintf(buf, n, "%s/%s", g_dir, name);
-    return buf;
+    return pl_test_tmp_path("hdf5_graph", name, buf, n);
 }
 
 /* ctx.meta[key] of an open loader (asserting it is set) */
