@@ -85,24 +85,18 @@ static pl_status ck_scalar(void *ctx, const char *name, double *v) {
     return r.st;
 }
 
-typedef pl_status (*state_fn)(void *self, const pl_state_visitor *v);
-
-static pl_status visit_stage(stage *s, size_t state_offset, ckpt_io *io) {
-    if (!s->desc || !s->self) return PL_OK;
-    state_fn fn = *(const state_fn *)((const char *)s->vt + state_offset);
-    if (!fn) return PL_OK;
+static pl_status visit_stage(stage *s, ckpt_io *io) {
+    if (!s->desc || !s->self || !s->fns.state) return PL_OK;
     io->prefix = s->section;
     pl_state_visitor v = {io, ck_tensor, ck_scalar, .loading = io->f != NULL};
-    return fn(s->self, &v);
+    return s->fns.state(s->self, &v);
 }
 
 static pl_status visit_all_state(trainer *t, ckpt_io *io) {
-    pl_status st = PL_OK;
-    if (!st) st = visit_stage(&t->optim, offsetof(pl_optimizer_vtable, state), io);
-    for (int k = 0; k < t->n_sched && !st; k++)
-        st = visit_stage(&t->sched[k], offsetof(pl_scheduler_vtable, state), io);
-    if (!st) st = visit_stage(&t->avg, offsetof(pl_averager_vtable, state), io);
-    if (!st) st = visit_stage(&t->prec, offsetof(pl_precision_vtable, state), io);
+    pl_status st = visit_stage(&t->optim, io);
+    for (int k = 0; k < t->n_sched && !st; k++) st = visit_stage(&t->sched[k], io);
+    if (!st) st = visit_stage(&t->avg, io);
+    if (!st) st = visit_stage(&t->prec, io);
     return st;
 }
 

@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "pipeline/testing.h"
 #include "registry.h"
+#include "stage.h"
 
 struct pl_harness {
     pl_registry *reg;
@@ -147,72 +148,24 @@ const void *pl_harness_vtable(const pl_harness *h) {
 }
 const pl_plugin_desc *pl_harness_desc(const pl_harness *h) { return h ? h->desc : NULL; }
 
-typedef pl_status (*create_fn)(const pl_config_section *, pl_run_context *, void **);
-typedef void (*destroy_fn)(void *);
-
-static pl_status stage_fns(const pl_harness *h, create_fn *c, destroy_fn *d, pl_state_fn *st) {
-    *c = NULL;
-    *d = NULL;
-    *st = NULL;
+static pl_status stage_fns(const pl_harness *h, pl_stage_fns *f) {
     if (!h || !h->desc)
         return pl_error_set(PL_ERR_INVALID, "harness: no plugin (a context-only harness)");
-    const void *vt = h->desc->vtable;
-    switch (h->desc->kind) {
-    case PL_KIND_LOADER:
-        *c = ((const pl_loader_vtable *)vt)->create;
-        *d = ((const pl_loader_vtable *)vt)->destroy;
-        break;
-    case PL_KIND_MODEL:
-        *c = ((const pl_model_vtable *)vt)->create;
-        *d = ((const pl_model_vtable *)vt)->destroy;
-        break;
-    case PL_KIND_OPTIMIZER:
-        *c = ((const pl_optimizer_vtable *)vt)->create;
-        *d = ((const pl_optimizer_vtable *)vt)->destroy;
-        *st = ((const pl_optimizer_vtable *)vt)->state;
-        break;
-    case PL_KIND_AVERAGER:
-        *c = ((const pl_averager_vtable *)vt)->create;
-        *d = ((const pl_averager_vtable *)vt)->destroy;
-        *st = ((const pl_averager_vtable *)vt)->state;
-        break;
-    case PL_KIND_SCHEDULER:
-        *c = ((const pl_scheduler_vtable *)vt)->create;
-        *d = ((const pl_scheduler_vtable *)vt)->destroy;
-        *st = ((const pl_scheduler_vtable *)vt)->state;
-        break;
-    case PL_KIND_PRECISION:
-        *c = ((const pl_precision_vtable *)vt)->create;
-        *d = ((const pl_precision_vtable *)vt)->destroy;
-        *st = ((const pl_precision_vtable *)vt)->state;
-        break;
-    default:
-        return pl_error_set(PL_ERR_INVALID, "harness: plugin %s is a %s, which has no create",
-                            h->desc->name, pl_plugin_kind_name(h->desc->kind));
-    }
-    if (!*c || !*d)
-        return pl_error_set(PL_ERR_ABI, "harness: plugin %s lacks create or destroy",
-                            h->desc->name);
-    return PL_OK;
+    return pl_stage_fns_of(h->desc, "", f);
 }
 
 pl_status pl_harness_create(pl_harness *h, void **self) {
-    create_fn c;
-    destroy_fn d;
-    pl_state_fn st;
     if (!self) return pl_error_set(PL_ERR_INVALID, "pl_harness_create: NULL self");
     *self = NULL;
-    pl_status s = stage_fns(h, &c, &d, &st);
-    if (s) return s;
-    return c(h->sec, h->ctx, self);
+    pl_stage_fns f;
+    pl_status s = stage_fns(h, &f);
+    return s ? s : f.create(h->sec, h->ctx, self);
 }
 
 void pl_harness_destroy(pl_harness *h, void *self) {
-    create_fn c;
-    destroy_fn d;
-    pl_state_fn st;
-    if (!self || stage_fns(h, &c, &d, &st)) return;
-    d(self);
+    pl_stage_fns f;
+    if (!self || stage_fns(h, &f)) return;
+    f.destroy(self);
 }
 
 pl_status pl_harness_find_plugin(const char *name, pl_plugin_kind kind,
@@ -512,10 +465,10 @@ static pl_status no_state(void *self, const pl_state_visitor *v) {
 }
 
 static pl_status harness_state_fn(pl_harness *h, void **self, pl_state_fn *fn) {
-    create_fn c;
-    destroy_fn d;
-    pl_status st = stage_fns(h, &c, &d, fn);
+    pl_stage_fns f;
+    pl_status st = stage_fns(h, &f);
     if (st) return st;
+    *fn = f.state;
     if (h->desc->kind == PL_KIND_MODEL) {
         *fn = model_params_state;
         *self = h->ctx->params;

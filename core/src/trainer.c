@@ -93,80 +93,22 @@ static int64_t limit_batches(double lim, int64_t n) {
 
 /* ---- stages ------------------------------------------------------------------ */
 
-/* Name of the first required vtable member that is NULL, or NULL. */
-static const char *missing_member(pl_plugin_kind kind, const void *vt) {
-#define REQ(type, member)                                                                          \
-    if (!((const type *)vt)->member) return #member
-    switch (kind) {
-    case PL_KIND_LOADER:
-        REQ(pl_loader_vtable, epoch_begin);
-        REQ(pl_loader_vtable, next);
-        REQ(pl_loader_vtable, num_batches);
-        REQ(pl_loader_vtable, batch_fields);
-        break;
-    case PL_KIND_MODEL:
-        REQ(pl_model_vtable, forward);
-        REQ(pl_model_vtable, batch_needs);
-        break;
-    case PL_KIND_OPTIMIZER:
-        REQ(pl_optimizer_vtable, num_groups);
-        REQ(pl_optimizer_vtable, group);
-        REQ(pl_optimizer_vtable, step);
-        break;
-    case PL_KIND_SCHEDULER:
-        REQ(pl_scheduler_vtable, lr_factor);
-        break;
-    case PL_KIND_AVERAGER:
-        REQ(pl_averager_vtable, update);
-        REQ(pl_averager_vtable, swap);
-        REQ(pl_averager_vtable, has_average);
-        break;
-    case PL_KIND_PRECISION:
-        REQ(pl_precision_vtable, setup);
-        REQ(pl_precision_vtable, loss_scale);
-        break;
-    default:
-        break;
-    }
-#undef REQ
-    return NULL;
-}
-
 static pl_status stage_create(trainer *t, stage *s, const char *section) {
     s->section = section;
     s->cfg = pl_config_section_get(t->cfg, section);
     s->desc = pl_config_plugin(t->cfg, section);
     if (!s->cfg || !s->desc) return PL_OK; /* optional stage absent */
     s->vt = s->desc->vtable;
-    /* every kind's vtable starts with create and destroy; refuse a plugin
-     * that leaves them out instead of crashing on it */
-    if (!s->vt || !((void *const *)s->vt)[0] || !((void *const *)s->vt)[1])
-        return pl_error_set(PL_ERR_ABI, "[%s] plugin '%s' (%s) has no %s; it cannot run as a "
-                            "%s stage", section, s->desc->name,
-                            pl_config_plugin_path(t->cfg, section),
-                            !s->vt ? "vtable" : "create/destroy function",
-                            pl_plugin_kind_name(s->desc->kind));
-    /* every kind's vtable starts with create(cfg, ctx, &self) */
-    const char *missing = missing_member(s->desc->kind, s->vt);
-    if (missing)
-        return pl_error_set(PL_ERR_ABI, "[%s] plugin '%s' (%s): required function '%s' of a %s "
-                            "vtable is NULL", section, s->desc->name,
-                            pl_config_plugin_path(t->cfg, section), missing,
-                            pl_plugin_kind_name(s->desc->kind));
-    typedef pl_status (*create_fn)(const pl_config_section *, pl_run_context *, void **);
-    create_fn create = *(const create_fn *)s->vt;
-    pl_status st = create(s->cfg, &t->ctx, &s->self);
-    if (st)
-        return pl_error_prefix(st, "[%s] plugin '%s' (%s)", section, s->desc->name,
-                               pl_config_plugin_path(t->cfg, section));
+    const char *path = pl_config_plugin_path(t->cfg, section);
+    pl_status st = pl_stage_fns_of(s->desc, path, &s->fns);
+    if (!st) st = s->fns.create(s->cfg, &t->ctx, &s->self);
+    if (st) return pl_error_prefix(st, "[%s] plugin '%s' (%s)", section, s->desc->name, path);
     return PL_OK;
 }
 
 static void stage_destroy(stage *s) {
     if (!s->desc || !s->self) return;
-    typedef void (*destroy_fn)(void *);
-    destroy_fn d = ((const destroy_fn *)s->vt)[1];
-    if (d) d(s->self);
+    s->fns.destroy(s->self);
     s->self = NULL;
 }
 

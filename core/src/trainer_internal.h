@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "internal.h"
+#include "stage.h"
 #include "trainer.h"
 
 #define CKPT_FORMAT "pipeline-checkpoint-1"
@@ -26,6 +27,7 @@ typedef struct stage {
     const pl_plugin_desc *desc;
     const pl_config_section *cfg;
     const void *vt;
+    pl_stage_fns fns; /* create, destroy, state (stage.h) */
     void *self;
 } stage;
 

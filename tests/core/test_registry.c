@@ -10,6 +10,7 @@
 #include "pl_test.h"
 #include "config_internal.h"
 #include "registry.h"
+#include "stage.h"
 
 #ifndef PL_FIXTURE_DIR
 #define PL_FIXTURE_DIR PL_TEST_BINARY_DIR "/tests/fixtures/plugins"
@@ -308,6 +309,48 @@ START_TEST(enum_names) {
 }
 END_TEST
 
+/* The trainer and the test harness read a stage's vtable through one check:
+ * a vtable missing create/destroy or a member its kind requires is refused
+ * naming the plugin, its file and the member; a complete one gives its
+ * functions, with the state function of kinds that have one. */
+static pl_status fx_create(const pl_config_section *c, pl_run_context *x, void **self) {
+    (void)c, (void)x;
+    *self = NULL;
+    return PL_OK;
+}
+static void fx_destroy(void *self) { (void)self; }
+static double fx_factor(void *self, int64_t step) { return (void)self, (double)step; }
+static pl_status fx_state(void *self, const pl_state_visitor *v) { return (void)self, (void)v, PL_OK; }
+static int fx_next(void *self, pl_batch *b) { return (void)self, (void)b, 0; }
+
+START_TEST(stage_vtables_are_checked_for_required_members) {
+    pl_stage_fns f;
+    const pl_scheduler_vtable sched = {.create = fx_create, .destroy = fx_destroy,
+                                       .lr_factor = fx_factor, .state = fx_state};
+    pl_plugin_desc d = {PL_ABI_MAJOR, PL_ABI_MINOR, "fx_s", PL_KIND_SCHEDULER, "1", "", NULL, &sched};
+    PL_CK_OK(pl_stage_fns_of(&d, "/x/fx_s.so", &f));
+    ck_assert(f.create == fx_create && f.destroy == fx_destroy && f.state == fx_state);
+    /* a loader without batch_fields (required since ABI 2.0) */
+    const pl_loader_vtable ld = {.create = fx_create, .destroy = fx_destroy,
+                                 .epoch_begin = NULL, .next = fx_next};
+    pl_plugin_desc dl = {PL_ABI_MAJOR, PL_ABI_MINOR, "fx_l", PL_KIND_LOADER, "1", "", NULL, &ld};
+    ck_assert_int_eq(pl_stage_fns_of(&dl, "/x/fx_l.so", &f), PL_ERR_ABI);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "fx_l") && strstr(m, "/x/fx_l.so") && strstr(m, "'epoch_begin'"), "%s", m);
+    /* no vtable at all; no destroy */
+    pl_plugin_desc dn = {PL_ABI_MAJOR, PL_ABI_MINOR, "fx_n", PL_KIND_MODEL, "1", "", NULL, NULL};
+    ck_assert_int_eq(pl_stage_fns_of(&dn, "", &f), PL_ERR_ABI);
+    ck_assert_msg(strstr(pl_error_message(), "has no vtable"), "%s", pl_error_message());
+    const pl_model_vtable md = {.create = fx_create};
+    dn.vtable = &md;
+    ck_assert_int_eq(pl_stage_fns_of(&dn, "", &f), PL_ERR_ABI);
+    ck_assert_msg(strstr(pl_error_message(), "create/destroy"), "%s", pl_error_message());
+    /* a backend is no stage */
+    dn.kind = PL_KIND_BACKEND;
+    ck_assert_int_eq(pl_stage_fns_of(&dn, "", &f), PL_ERR_INVALID);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("registry");
     TCase *t = tcase_create("registry");
@@ -330,6 +373,7 @@ int main(void) {
     tcase_add_test(o, metrics_average_sum_over_count);
     tcase_add_test(o, batch_get_names_missing_field);
     tcase_add_test(o, enum_names);
+    tcase_add_test(o, stage_vtables_are_checked_for_required_members);
     suite_add_tcase(s, o);
     return pl_test_run(s);
 }

@@ -183,6 +183,8 @@ typedef struct pl_state_visitor {
      * beyond the values acts only when loading. */
     bool loading;
 } pl_state_visitor;
+/* A stage's state function (the `state` member of its vtable). */
+typedef pl_status (*pl_state_fn)(void *self, const pl_state_visitor *v);
 
 typedef enum pl_data_split { PL_SPLIT_TRAIN = 0, PL_SPLIT_VAL, PL_SPLIT_TEST, PL_SPLIT_COUNT } pl_data_split;
 const char *pl_split_name(pl_data_split s); /* "train", "val", "test" */

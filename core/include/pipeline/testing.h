@@ -126,7 +126,6 @@ pl_status pl_harness_set_grad(pl_harness *h, const char *name, const float *valu
  * are refused (PL_ERR_DTYPE): save their dequantized form. Owned by the
  * caller (pl_snapshot_free). */
 typedef struct pl_snapshot pl_snapshot;
-typedef pl_status (*pl_state_fn)(void *self, const pl_state_visitor *v);
 
 pl_snapshot *pl_snapshot_new(void);
 void pl_snapshot_free(pl_snapshot *s); /* NULL-safe */
