@@ -46,6 +46,8 @@ typedef struct pl_kernel_table {
     pl_kernel_fn backward[PL_OP_COUNT];
 } pl_kernel_table;
 
+/* The forward or backward kernel of `op`: NULL when unset, or for an id
+ * outside this table (PL_OP_NONE, negative, past PL_OP_COUNT, custom). */
 static inline pl_kernel_fn pl_kernel_table_get(const pl_kernel_table *t, pl_op op, bool backward) {
     if ((int)op <= (int)PL_OP_NONE || (int)op >= (int)PL_OP_COUNT) return NULL;
     return backward ? t->backward[op] : t->forward[op];
