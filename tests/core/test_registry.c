@@ -10,6 +10,7 @@
 #include "pl_test.h"
 #include "config_internal.h"
 #include "registry.h"
+#include "pipeline/testing.h"
 #include "stage.h"
 
 #ifndef PL_FIXTURE_DIR
@@ -351,6 +352,21 @@ START_TEST(stage_vtables_are_checked_for_required_members) {
 }
 END_TEST
 
+/* pl_harness_new_in finds a plugin in the extra directories and validates the
+ * snippet against its schema; without the directory the plugin is unknown. */
+START_TEST(harness_searches_extra_plugin_dirs) {
+    pl_harness *h = pl_harness_new_in(PL_FIXTURE_DIR "/good", "model", "fx_model", "hidden = 8\n");
+    ck_assert_msg(h != NULL, "%s", pl_error_message());
+    ck_assert_str_eq(pl_harness_desc(h)->name, "fx_model");
+    ck_assert_int_eq((int)pl_cfg_int(pl_harness_section(h), "hidden", 0), 8);
+    pl_harness_free(h);
+    h = pl_harness_new_in(PL_FIXTURE_DIR "/good", "model", "fx_model", "hidden = 0\n");
+    ck_assert_ptr_null(h);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_CONFIG);
+    ck_assert_ptr_null(pl_harness_new("model", "fx_model", NULL));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("registry");
     TCase *t = tcase_create("registry");
@@ -374,6 +390,7 @@ int main(void) {
     tcase_add_test(o, batch_get_names_missing_field);
     tcase_add_test(o, enum_names);
     tcase_add_test(o, stage_vtables_are_checked_for_required_members);
+    tcase_add_test(o, harness_searches_extra_plugin_dirs);
     suite_add_tcase(s, o);
     return pl_test_run(s);
 }
