@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_llama.h"
+#define PL_TAG_PRETRAINED (1 << 6) /* TEMP until the core tag lands */
 #include "ranking.h"
 #include "teacher_export.h"
 
@@ -31,9 +33,22 @@ static const char *const proj_short[ILORA_NPROJ] = {"q", "k", "v", "o", "gate", 
 static const pl_option_spec ilora_options[] = {
     {"num_items", PL_OPT_INT, "0", 0, 1e9, NULL,
      "number of items (ids 1..N, 0 = padding); 0: the loader's meta 'num_items'"},
+    {"backbone", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "Hugging Face Llama checkpoint directory (config.json + model.safetensors or shards); "
+     "empty: a backbone of the shape options below, randomly initialized"},
+    {"inputs", PL_OPT_CHOICE, "items", PL_NO_BOUNDS, "items|tokens",
+     "with a backbone: items = an item table projected to hidden_size (iLoRA/LLaRA); tokens = "
+     "the backbone's own token vocabulary and LM head (HF LlamaForCausalLM)"},
+    {"item_dim", PL_OPT_INT, "64", 1, 65536, NULL,
+     "with a backbone and item inputs: item table width (pretrain.ini's dim, for init_from)"},
+    {"gradient_checkpointing", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "recompute each decoder layer's activations during backward (HF gradient_checkpointing)"},
     {"dim", PL_OPT_INT, "64", 2, 65536, NULL, "hidden size (hidden_size)"},
     {"layers", PL_OPT_INT, "2", 1, ILORA_MAX_LAYERS, NULL, "decoder layers (num_hidden_layers)"},
-    {"heads", PL_OPT_INT, "2", 1, 1024, NULL, "attention heads; dim/heads must be even"},
+    {"heads", PL_OPT_INT, "2", 1, 1024, NULL, "attention heads (num_attention_heads)"},
+    {"kv_heads", PL_OPT_INT, "0", 0, 1024, NULL,
+     "key/value heads (num_key_value_heads; grouped-query attention); 0: heads"},
+    {"head_dim", PL_OPT_INT, "0", 0, 4096, NULL, "size of one head (even); 0: dim / heads"},
     {"max_len", PL_OPT_INT, "50", 1, 1e6, NULL, "longest input sequence (tokens)"},
     {"ffn_dim", PL_OPT_INT, "0", 0, 1e7, NULL,
      "SwiGLU inner size (intermediate_size); 0: 8/3*dim rounded up to a multiple of 8"},
@@ -123,6 +138,17 @@ static pl_status parse_targets(const char *s, unsigned *out) {
 pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     memset(o, 0, sizeof *o);
     o->num_items = opt_int(c, "num_items");
+    static const char *const shape_keys[] = {"dim", "layers", "heads", "ffn_dim", "kv_heads",
+                                             "head_dim", "rope_theta", "norm_eps",
+                                             "tie_embeddings"};
+    for (unsigned i = 0; i < sizeof shape_keys / sizeof *shape_keys; i++)
+        if (c && pl_cfg_get(c, shape_keys[i])) o->set_in_config |= 1u << i;
+    opt_str(c, "backbone", o->backbone, sizeof o->backbone);
+    o->token_inputs = !strcmp(pl_cfg_str(c, "inputs", spec_default("inputs")), "tokens");
+    o->item_dim = opt_int(c, "item_dim");
+    o->gradient_checkpointing = opt_bool(c, "gradient_checkpointing");
+    o->kv_heads = opt_int(c, "kv_heads");
+    o->head_dim = opt_int(c, "head_dim");
     o->dim = opt_int(c, "dim");
     o->layers = opt_int(c, "layers");
     o->heads = opt_int(c, "heads");
@@ -162,7 +188,7 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
 /* Philox streams of the initializers: fixed per parameter so that the
  * backbone gets the same init whatever adapters are configured. */
 enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
-       STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
+       STREAM_ITEM_PROJ = 5, STREAM_SCORE_PROJ = 7, STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
 
 /* A zero f32 parameter with PL_TAG_* `tags` and `role` ("lora", "router",
  * "head" - what optimizer groups select with group.NAME.tags - or NULL). */
@@ -201,18 +227,123 @@ static pl_tensor *embed_weight(ilora_model *m) {
     return m->embed_deq;
 }
 
+/* The shape of the backbone: the shape options, or a checkpoint's config.json
+ * (then a shape option also written in the INI must agree with it). */
+static pl_status apply_backbone_config(ilora_opts *o, const hf_llama_config *c, const char *dir) {
+    struct {
+        unsigned bit;
+        const char *key, *field;
+        double ini, json;
+    } f[] = {
+        {ILORA_SET_DIM, "dim", "hidden_size", (double)o->dim, (double)c->hidden_size},
+        {ILORA_SET_LAYERS, "layers", "num_hidden_layers", (double)o->layers,
+         (double)c->num_hidden_layers},
+        {ILORA_SET_HEADS, "heads", "num_attention_heads", (double)o->heads,
+         (double)c->num_attention_heads},
+        {ILORA_SET_FFN, "ffn_dim", "intermediate_size", (double)o->ffn_dim,
+         (double)c->intermediate_size},
+        {ILORA_SET_KV, "kv_heads", "num_key_value_heads", (double)o->kv_heads,
+         (double)c->num_key_value_heads},
+        {ILORA_SET_HEAD_DIM, "head_dim", "head_dim", (double)o->head_dim, (double)c->head_dim},
+        {ILORA_SET_THETA, "rope_theta", "rope_theta", o->rope_theta, c->rope_theta},
+        {ILORA_SET_EPS, "norm_eps", "rms_norm_eps", o->norm_eps, c->rms_norm_eps},
+        {ILORA_SET_TIE, "tie_embeddings", "tie_word_embeddings", (double)o->tie_embeddings,
+         (double)c->tie_word_embeddings},
+    };
+    for (unsigned i = 0; i < sizeof f / sizeof *f; i++)
+        if ((o->set_in_config & f[i].bit) && f[i].ini != f[i].json)
+            return pl_error_set(PL_ERR_CONFIG, "[model] %s = %g, but backbone %s/config.json has "
+                                "%s = %g (drop %s from the INI: the checkpoint decides it)",
+                                f[i].key, f[i].ini, dir, f[i].field, f[i].json, f[i].key);
+    o->dim = c->hidden_size;
+    o->layers = c->num_hidden_layers;
+    o->heads = c->num_attention_heads;
+    o->kv_heads = c->num_key_value_heads;
+    o->head_dim = c->head_dim;
+    o->ffn_dim = c->intermediate_size;
+    o->rope_theta = c->rope_theta;
+    o->norm_eps = c->rms_norm_eps;
+    o->tie_embeddings = c->tie_word_embeddings;
+    if (o->max_len > c->max_position_embeddings)
+        return pl_error_set(PL_ERR_CONFIG, "[model] max_len %lld exceeds backbone %s/config.json "
+                            "max_position_embeddings %lld", (long long)o->max_len, dir,
+                            (long long)c->max_position_embeddings);
+    return PL_OK;
+}
+
 static pl_status check_opts(const ilora_opts *o) {
-    if (o->dim % o->heads || (o->dim / o->heads) % 2)
-        return pl_error_set(PL_ERR_CONFIG,
-                            "[model] dim %lld must be a multiple of heads %lld with an even head "
-                            "size (RoPE), got head size %g", (long long)o->dim,
-                            (long long)o->heads, (double)o->dim / (double)o->heads);
+    int64_t kv = o->kv_heads ? o->kv_heads : o->heads;
+    if (!o->head_dim && o->dim % o->heads)
+        return pl_error_set(PL_ERR_CONFIG, "[model] dim %lld is not a multiple of heads %lld "
+                            "(set head_dim, or heads dividing dim)", (long long)o->dim,
+                            (long long)o->heads);
+    int64_t hd = o->head_dim ? o->head_dim : o->dim / o->heads;
+    if (hd % 2)
+        return pl_error_set(PL_ERR_CONFIG, "[model] head size %lld must be even (RoPE rotates "
+                            "pairs)", (long long)hd);
+    if (kv > o->heads || o->heads % kv)
+        return pl_error_set(PL_ERR_CONFIG, "[model] heads %lld must be a multiple of kv_heads "
+                            "%lld (grouped-query attention)", (long long)o->heads, (long long)kv);
     if (o->adapters == ILORA_MOE_LORA && o->lora_rank % o->num_experts)
         return pl_error_set(PL_ERR_CONFIG,
                             "[model] lora_rank %lld must be divisible by num_experts %lld "
                             "(each expert gets lora_rank/num_experts)", (long long)o->lora_rank,
                             (long long)o->num_experts);
+    if (o->token_inputs && !o->backbone[0])
+        return pl_error_set(PL_ERR_CONFIG, "[model] inputs = tokens needs a backbone (without "
+                            "one, the item ids are the tokens)");
     return PL_OK;
+}
+
+/* A backbone weight: a view of the checkpoint's tensor (kept in the file's
+ * dtype; the precision stage converts it) or, without a checkpoint, a new f32
+ * parameter drawn from N(0, init_std) (fill >= 0: constant `fill`). */
+static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, const char *name,
+                             int ndim, const int64_t *shape, unsigned tags, const char *role,
+                             bool trainable, uint64_t stream, double fill) {
+    if (!hf) {
+        pl_tensor *t = new_param(m, dst, name, ndim, shape, tags, role, trainable);
+        pl_status st = !t        ? pl_error_status()
+                       : fill >= 0 ? pl_tensor_fill_(t, fill)
+                                 : pl_tensor_normal_(t, 0, m->o.init_std, m->ctx->seed, stream);
+        return st ? NULL : t;
+    }
+    pl_tensor *v = hf_llama_tensor(hf, name, ndim, shape);
+    if (!v) return NULL;
+    pl_tensor *t = v;
+    if (m->ctx->device.type != PL_DEVICE_CPU) {
+        t = pl_tensor_to(v, v->dtype, m->ctx->device);
+        pl_tensor_release(v);
+        if (!t) return NULL;
+    }
+    pl_status st = pl_params_add(m->params, name, t, tags | PL_TAG_PRETRAINED, role);
+    pl_tensor_release(t); /* the params list holds it */
+    if (st) return NULL;
+    pl_tensor_set_requires_grad(t, trainable);
+    if (m->n_slots == ILORA_MAX_PARAMS) {
+        pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
+        return NULL;
+    }
+    m->slot[m->n_slots].dst = dst;
+    m->slot[m->n_slots++].index = pl_params_count(m->params) - 1;
+    return t;
+}
+
+/* A Linear layer's weight (and bias) with nn.Linear's default init
+ * U(-1/sqrt(in), 1/sqrt(in)), trainable. */
+static pl_status linear_param(ilora_model *m, pl_tensor **w, pl_tensor **b, const char *name,
+                              int64_t out, int64_t in, const char *role, uint64_t stream) {
+    char n[PL_NAME_MAX];
+    double bound = 1.0 / sqrt((double)in);
+    snprintf(n, sizeof n, "%s.weight", name);
+    *w = new_param(m, w, n, PL_SHAPE(out, in), 0, role, true);
+    if (!*w) return pl_error_status();
+    pl_status st = pl_tensor_uniform_(*w, -bound, bound, m->ctx->seed, stream);
+    if (st || !b) return st;
+    snprintf(n, sizeof n, "%s.bias", name);
+    *b = new_param(m, b, n, PL_SHAPE(out), PL_TAG_NO_DECAY, role, true);
+    return *b ? pl_tensor_uniform_(*b, -bound, bound, m->ctx->seed, stream + 1)
+              : pl_error_status();
 }
 
 pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out) {
@@ -226,22 +357,41 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     m->o = *o;
     m->ctx = ctx;
     m->params = ctx->params;
-    if (m->o.num_items <= 0) {
+    hf_llama *hf = NULL;
+    if (o->backbone[0]) {
+        st = hf_llama_open(o->backbone, ILORA_MAX_LAYERS, &hf);
+        if (!st) st = apply_backbone_config(&m->o, hf_llama_cfg(hf), hf_llama_dir(hf));
+        if (!st) st = check_opts(&m->o);
+        if (st) {
+            hf_llama_close(hf);
+            free(m);
+            return st;
+        }
+    }
+    bool tokens = m->o.token_inputs;
+    if (!tokens && m->o.num_items <= 0) {
         if (!ctx->meta || pl_meta_get_int(ctx->meta, "num_items", &m->o.num_items)) {
+            hf_llama_close(hf);
             free(m);
             return pl_error_prefix(PL_ERR_CONFIG, "[model] num_items is 0 and the loader did not "
                                    "publish it");
         }
         if (m->o.num_items <= 0) {
             long long ni = (long long)m->o.num_items;
+            hf_llama_close(hf);
             free(m);
             return pl_error_set(PL_ERR_CONFIG, "ilora: loader meta num_items = %lld, expected > 0",
                                 ni);
         }
     }
-    int64_t D = o->dim, V = m->o.num_items + 1, L = o->layers;
+    o = &m->o;
+    int64_t D = o->dim, L = o->layers;
+    int64_t V = tokens ? hf_llama_cfg(hf)->vocab_size : m->o.num_items + 1;
     m->vocab = V;
-    m->head_dim = D / o->heads;
+    m->head_dim = o->head_dim ? o->head_dim : D / o->heads;
+    m->kv_heads = o->kv_heads ? o->kv_heads : o->heads;
+    m->q_dim = o->heads * m->head_dim;
+    m->kv_dim = m->kv_heads * m->head_dim;
     m->ffn = o->ffn_dim > 0 ? o->ffn_dim : ((8 * D + 2) / 3 + 7) / 8 * 8;
     bool adapt = o->adapters != ILORA_NONE;
     int64_t E = o->adapters == ILORA_MOE_LORA ? o->num_experts : 1;
@@ -250,53 +400,63 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     m->r_e = adapt ? o->lora_rank / E : 0;
     m->lora_scale = adapt ? o->lora_alpha / (double)m->r_e : 0;
     bool base_train = !(adapt && o->freeze_base);
+    bool item_front = hf && !tokens; /* an item table in front of a pretrained body */
     uint64_t seed = ctx->seed;
     char name[PL_NAME_MAX];
 
     pl_frame_begin();
     pl_no_grad_begin();
-    /* a backbone weight (BASE: qlora4 quantizes it when frozen, and lookups and
-     * the tied head then read a dequantized copy, see embed_weight()) */
-    m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
-                         PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train);
-    if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
-    else st = pl_error_status();
-    /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
-    if (!st && m->embed->device.type == PL_DEVICE_CPU)
-        memset(pl_tensor_f32(m->embed), 0, (size_t)D * sizeof(float));
-    else if (!st) {
-        pl_tensor *row0 = pl_tensor_view_rows(m->embed, 0, 1);
-        st = row0 ? pl_tensor_fill_(row0, 0.0) : pl_error_status();
-        pl_tensor_release(row0);
+    /* the input embedding: the item table (items are the tokens, or an item
+     * table in front of a checkpoint's body), or the checkpoint's own tokens.
+     * BASE: qlora4 quantizes it when frozen, and lookups and the tied head
+     * then read a dequantized copy (embed_weight()) */
+    int64_t W = item_front ? o->item_dim : D;
+    if (tokens) {
+        m->embed = base_param(m, hf, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
+                              PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train, 0, 0);
+        if (!m->embed) st = pl_error_status();
+    } else {
+        m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, W),
+                             PL_TAG_NO_DECAY | (item_front ? 0 : PL_TAG_BASE), NULL, base_train);
+        if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
+        else st = pl_error_status();
+        /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
+        if (!st) {
+            pl_tensor *row0 = pl_tensor_view_rows(m->embed, 0, 1); /* the frame owns it */
+            st = row0 ? pl_tensor_fill_(row0, 0.0) : pl_error_status();
+        }
     }
-    const int64_t in_dim[ILORA_NPROJ] = {D, D, D, D, D, D, m->ffn};
-    const int64_t out_dim[ILORA_NPROJ] = {D, D, D, D, m->ffn, m->ffn, D};
+    if (!st && item_front)
+        st = linear_param(m, &m->item_proj_w, &m->item_proj_b, "item_proj", D, W, "projector",
+                          STREAM_ITEM_PROJ);
+    const int64_t in_dim[ILORA_NPROJ] = {D, D, D, m->q_dim, D, D, m->ffn};
+    const int64_t out_dim[ILORA_NPROJ] = {m->q_dim, m->kv_dim, m->kv_dim, D, m->ffn, m->ffn, D};
     for (int64_t l = 0; l < L && !st; l++) {
         ilora_layer *ly = &m->layer[l];
         snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        ly->input_norm = new_param(m, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
+        ly->input_norm = base_param(m, hf, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
+                                    NULL, base_train, 0, 1.0);
         snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
                  (long long)l);
-        ly->post_norm = new_param(m, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
+        if (ly->input_norm)
+            ly->post_norm = base_param(m, hf, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
+                                       NULL, base_train, 0, 1.0);
         if (!ly->input_norm || !ly->post_norm) {
             st = pl_error_status();
             break;
         }
-        st = pl_tensor_fill_(ly->input_norm, 1.0);
-        if (!st) st = pl_tensor_fill_(ly->post_norm, 1.0);
         for (int i = 0; i < ILORA_NPROJ && !st; i++) {
             const char *blk = i < 4 ? "self_attn" : "mlp";
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
                      ilora_proj_names[i]);
             ilora_proj *p = &ly->proj[i];
-            p->w = new_param(m, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE, NULL, base_train);
+            p->w = base_param(m, hf, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE,
+                              NULL, base_train, STREAM_PROJ + (uint64_t)l * 16 + (uint64_t)i, -1);
             if (!p->w) {
                 st = pl_error_status();
                 break;
             }
-            st = pl_tensor_normal_(p->w, 0, o->init_std, seed,
-                                   STREAM_PROJ + (uint64_t)l * 16 + (uint64_t)i);
-            if (st || !adapt || !(o->lora_targets & (1u << i))) continue;
+            if (!adapt || !(o->lora_targets & (1u << i))) continue;
             int64_t R = E * m->r_e;
             snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
                      ilora_proj_names[i]);
@@ -315,18 +475,34 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         }
     }
     if (!st) {
-        m->norm = new_param(m, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY, NULL, base_train);
-        st = m->norm ? pl_tensor_fill_(m->norm, 1.0) : pl_error_status();
+        m->norm = base_param(m, hf, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY,
+                             NULL, base_train, 0, 1.0);
+        if (!m->norm) st = pl_error_status();
     }
-    if (!st && !o->tie_embeddings) {
-        m->lm_head = new_param(m, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D), 0, "head", base_train);
-        st = m->lm_head ? pl_tensor_normal_(m->lm_head, 0, o->init_std, seed, STREAM_LM_HEAD)
-                        : pl_error_status();
+    if (!st && item_front) {
+        st = linear_param(m, &m->score_proj, NULL, "score_proj", W, D, "projector",
+                          STREAM_SCORE_PROJ);
+    } else if (!st && !o->tie_embeddings) {
+        m->lm_head = base_param(m, hf, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D),
+                                hf ? PL_TAG_BASE : 0, "head", base_train, STREAM_LM_HEAD, -1);
+        if (!m->lm_head) st = pl_error_status();
+    }
+    if (!st && m->kv_heads < o->heads) {
+        int64_t H = o->heads, rep = o->heads / m->kv_heads;
+        int64_t *ki = malloc((size_t)H * sizeof *ki);
+        if (!ki) st = pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        for (int64_t h = 0; ki && h < H; h++) ki[h] = h / rep; /* HF repeat_kv */
+        if (!st) {
+            m->kv_index = pl_frame_keep(pl_tensor_from_data(PL_I64, 1, (int64_t[]){H}, ki,
+                                                            ctx->device));
+            if (!m->kv_index) st = pl_error_status();
+        }
+        free(ki);
     }
     if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
-        /* nn.Linear(dim, E) default init: U(-1/sqrt(dim), 1/sqrt(dim)) for weight and bias */
-        double bound = 1.0 / sqrt((double)D);
-        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, D), 0, "router", true);
+        /* nn.Linear(W, E) default init: U(-1/sqrt(W), 1/sqrt(W)) for weight and bias */
+        double bound = 1.0 / sqrt((double)W);
+        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, W), 0, "router", true);
         m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_NO_DECAY, "router",
                                 true);
         if (!m->router_w || !m->router_b) st = pl_error_status();
@@ -348,7 +524,8 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     }
     pl_no_grad_end();
     pl_frame_end();
-    if (!st && m->o.exclude_history) {
+    hf_llama_close(hf); /* the views keep their mappings */
+    if (!st && m->o.exclude_history && !tokens) {
         const char *hp = m->o.history_path[0] ? m->o.history_path
                          : ctx->meta                ? pl_meta_get_str(ctx->meta, "path")
                                                     : NULL;
@@ -365,6 +542,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
     pl_tensor_release(m->gate_index);
+    pl_tensor_release(m->kv_index);
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
     if (m->exp) ilora_export_end(m);
@@ -496,6 +674,53 @@ static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
     return (micro << 16) | site;
 }
 
+/* One decoder layer, as a function of its inputs (the residual stream h
+ * [B, L, D] f32 and the expanded gates, or none) so that it can be
+ * recomputed during backward (gradient_checkpointing). Deterministic: its
+ * dropout masks are Philox streams of (seed, micro-step, site). */
+typedef struct layer_ctx {
+    ilora_model *m;
+    int64_t l;
+    const fwd_state *s;
+    bool training;
+} layer_ctx;
+
+static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
+    const layer_ctx *c = ctxp;
+    ilora_model *m = c->m;
+    const ilora_opts *o = &m->o;
+    pl_tensor *h = in[0], *gexp = n_in > 1 ? in[1] : NULL;
+    int64_t B = c->s->B, L = c->s->L, H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
+    uint64_t seed = m->ctx->seed, site = 1 + (uint64_t)c->l * 16;
+    bool training = c->training;
+    ilora_layer *ly = &m->layer[c->l];
+#define PROJ(i, x)                                                                                 \
+    ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
+                          m->lora_scale, o->lora_dropout, seed, drop_counter(m, site + 2 + (i)),   \
+                          training)
+    pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
+    pl_tensor *q = pl_rope(pl_reshape(PROJ(0, x), 4, (int64_t[]){B, L, H, Dh}), 0, o->rope_theta);
+    pl_tensor *k = pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
+    pl_tensor *v = pl_reshape(PROJ(2, x), 4, (int64_t[]){B, L, KV, Dh});
+    if (m->kv_index) { /* grouped-query attention: HF repeat_kv, query head h reads kv head h/rep */
+        k = pl_index_select(k, 2, m->kv_index);
+        v = pl_index_select(v, 2, m->kv_index);
+    }
+    q = pl_transpose(q, 1, 2); /* [B, H, L, Dh] */
+    k = pl_transpose(k, 1, 2);
+    v = pl_transpose(v, 1, 2);
+    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->s->pad_bias); /* [B, H, L, L] */
+    pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
+    att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, m->q_dim});
+    pl_tensor *ao = PROJ(3, att);
+    h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(m, site), training));
+    x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
+    pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
+    pl_tensor *mo = PROJ(6, mid);
+#undef PROJ
+    return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(m, site + 1), training));
+}
+
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     if (!ids) return NULL;
     refresh_params(m);
@@ -507,8 +732,7 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
         free(s.ids);
         return NULL;
     }
-    int64_t B = s.B, L = s.L, H = o->heads, Dh = m->head_dim, D = o->dim;
-    if (L > o->max_len) {
+    if (s.L > o->max_len) {
         char b[256];
         pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s are longer than max_len %lld",
                      pl_tensor_describe(ids, b, sizeof b), (long long)o->max_len);
@@ -525,42 +749,28 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
         }
     }
     pl_tensor *h = pl_embedding(embed_weight(m), ids);
+    if (m->item_proj_w) h = pl_linear(h, m->item_proj_w, m->item_proj_b); /* item -> hidden */
+    if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
     h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
-    double att_scale = 1.0 / sqrt((double)Dh);
+    bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
     for (int64_t l = 0; l < o->layers && h; l++) {
         /* one frame per layer: its temporaries go as soon as the layer is done
          * (evaluation peak = one layer; backward keeps what it needs) */
         pl_frame_begin();
-        ilora_layer *ly = &m->layer[l];
-        uint64_t site = 1 + (uint64_t)l * 16;
-        pl_tensor *pr[ILORA_NPROJ] = {0};
-#define PROJ(i, x)                                                                                 \
-    ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
-                          m->lora_scale, o->lora_dropout, seed, drop_counter(m, site + 2 + (i)),   \
-                          training)
-        pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
-        for (int i = 0; i < 3; i++)
-            pr[i] = pl_reshape(PROJ(i, x), 4, (int64_t[]){B, L, H, Dh});
-        pl_tensor *q = pl_transpose(pl_rope(pr[0], 0, o->rope_theta), 1, 2); /* [B, H, L, Dh] */
-        pl_tensor *k = pl_transpose(pl_rope(pr[1], 0, o->rope_theta), 1, 2);
-        pl_tensor *v = pl_transpose(pr[2], 1, 2);
-        pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), s.pad_bias); /* [B, H, L, L] */
-        pl_tensor *att = pl_matmul(pl_causal_softmax(sc, att_scale), v, false, false);
-        att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, D});
-        pl_tensor *ao = PROJ(3, att);
-        h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(m, site), training));
-        x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
-        pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
-        pl_tensor *mo = PROJ(6, mid);
-        h = pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(m, site + 1), training));
-#undef PROJ
-        h = pl_frame_end_keep(h);
+        layer_ctx c = {m, l, &s, training};
+        pl_tensor *in[2] = {h, gexp};
+        (void)recompute; /* TEMP until pl_checkpoint lands */
+        h = pl_frame_end_keep(layer_forward(&c, in, gexp ? 2 : 1));
     }
     free(s.ids);
     return pl_rms_norm(h, m->norm, o->norm_eps);
 }
 
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
+    /* items in front of a pretrained body: score every item by its table row
+     * through the output projection (E4SRec-style item head, see README) */
+    if (m->score_proj) return pl_matmul(pl_linear(h, m->score_proj, NULL), embed_weight(m), false,
+                                        true);
     if (m->lm_head) return ilora_base_linear(h, m->lm_head);
     return m->embed->dtype == PL_NF4 ? pl_nf4_matmul(h, m->embed)
                                      : pl_matmul(h, m->embed, false, true);

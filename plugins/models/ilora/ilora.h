@@ -14,17 +14,23 @@
 
 #include "history_reader.h"
 
-#define ILORA_MAX_LAYERS 64
+#define ILORA_MAX_LAYERS 128
 #define ILORA_NPROJ 7 /* q k v o gate up down */
-#define ILORA_MAX_PARAMS (6 + ILORA_MAX_LAYERS * (2 + 3 * ILORA_NPROJ))
+#define ILORA_MAX_PARAMS (8 + ILORA_MAX_LAYERS * (2 + 3 * ILORA_NPROJ))
 
 typedef enum ilora_adapters { ILORA_NONE = 0, ILORA_LORA, ILORA_MOE_LORA } ilora_adapters;
 
 typedef struct ilora_opts {
     int64_t num_items; /* 0: from ctx->meta "num_items"; vocabulary = num_items + 1 */
     int64_t dim, layers, heads, max_len, ffn_dim;
+    int64_t kv_heads, head_dim; /* 0: heads, dim / heads */
     double dropout, rope_theta, norm_eps, init_std;
     bool tie_embeddings;
+    unsigned set_in_config; /* ILORA_SET_*: shape options written in the INI */
+    char backbone[1024];    /* Hugging Face Llama checkpoint directory, or "" */
+    bool token_inputs;      /* inputs = tokens: the backbone's own vocabulary */
+    int64_t item_dim;       /* item table width in front of a backbone */
+    bool gradient_checkpointing;
     ilora_adapters adapters;
     int64_t num_experts, lora_rank;
     double lora_alpha, lora_dropout;
@@ -38,6 +44,11 @@ typedef struct ilora_opts {
     int64_t export_top_k;
     double export_temperature;
 } ilora_opts;
+
+/* Shape options that a backbone's config.json decides (ilora_opts.set_in_config). */
+enum { ILORA_SET_DIM = 1, ILORA_SET_LAYERS = 2, ILORA_SET_HEADS = 4, ILORA_SET_FFN = 8,
+       ILORA_SET_KV = 16, ILORA_SET_HEAD_DIM = 32, ILORA_SET_THETA = 64, ILORA_SET_EPS = 128,
+       ILORA_SET_TIE = 256 };
 
 /* Projection names in HF Llama order, and whether they live in self_attn or mlp. */
 extern const char *const ilora_proj_names[ILORA_NPROJ];
@@ -60,13 +71,18 @@ typedef struct ilora_model {
     pl_run_context *ctx; /* borrowed: counters for dropout */
     pl_params *params;   /* borrowed: ctx->params */
     int64_t vocab, head_dim, ffn;
+    int64_t kv_heads, q_dim, kv_dim; /* GQA: kv heads; heads*head_dim; kv_heads*head_dim */
     int64_t r_e;         /* rank per expert */
     double lora_scale;   /* alpha / r_e */
     pl_tensor *embed;    /* [V, D] (nf4 under qlora4 when frozen) */
     pl_tensor *embed_deq; /* f32 copy of an nf4 embed, rebuilt each forward (owned) */
     pl_tensor *norm;     /* [D] */
     pl_tensor *lm_head;  /* [V, D] or NULL when tied */
-    pl_tensor *router_w, *router_b; /* [E, D], [E] or NULL */
+    pl_tensor *router_w, *router_b; /* [E, W], [E] or NULL (W: the embedding width) */
+    /* backbone with item inputs: item table [V, item_dim] in `embed`, input
+     * projection item_dim -> D, output projection D -> item_dim (else NULL) */
+    pl_tensor *item_proj_w, *item_proj_b, *score_proj;
+    pl_tensor *kv_index; /* i64 [heads]: query head -> kv head (GQA), or NULL */
     pl_tensor *gate_index;          /* i64 [E*r_e]: slot -> expert (device) */
     /* where each parameter lives: the fields above point at ctx->params'
      * tensors and are re-read before every forward (precision may replace them) */
