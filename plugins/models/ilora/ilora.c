@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "hf_llama.h"
-#define PL_TAG_PRETRAINED (1 << 6) /* TEMP until the core tag lands */
 #include "ranking.h"
 #include "teacher_export.h"
 

@@ -13,6 +13,7 @@
 #include <pipeline/pipeline.h>
 
 #include "history_reader.h"
+#define PL_TAG_PRETRAINED (1 << 6) /* TEMP until the core tag lands */
 
 #define ILORA_MAX_LAYERS 128
 #define ILORA_NPROJ 7 /* q k v o gate up down */
