@@ -156,6 +156,19 @@ static pl_status parse_config(const cJSON *j, const char *path, int64_t max_laye
     pl_status st = refuse_unless(j, path, "rope_scaling", NULL,
                                  "rotary scaling (linear, dynamic, yarn, llama3) is not "
                                  "implemented; expected null");
+    /* transformers >= 5 writes the rotary settings as
+     * "rope_parameters": {"rope_type": "default", "rope_theta": ...} */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (!st && rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp))
+            st = pl_error_set(PL_ERR_CONFIG, "%s: field 'rope_parameters' must be an object",
+                              path);
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (!st && rt && !(cJSON_IsString(rt) && !strcmp(rt->valuestring, "default")))
+            st = refuse_unless(rp, path, "rope_type", "default",
+                               "in 'rope_parameters': rotary scaling is not implemented; "
+                               "expected \"default\"");
+    }
     if (!st) st = refuse_unless(j, path, "hidden_act", "silu", "the MLP implements silu only");
     if (!st) st = refuse_unless(j, path, "attention_bias", NULL,
                                 "projections with bias are not implemented; expected false");
@@ -192,6 +205,12 @@ static pl_status parse_config(const cJSON *j, const char *path, int64_t max_laye
                           &c->max_position_embeddings);
     if (!st) st = get_num(j, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps);
     if (!st) st = get_num(j, path, "rope_theta", 10000, 0, 1e12, &c->rope_theta);
+    if (!st && cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "rope_theta"))
+        st = get_num(rp, path, "rope_theta", 10000, 0, 1e12, &c->rope_theta);
+    if (!st) st = get_int(j, path, "pad_token_id", -1, -1, (int64_t)1 << 24, &c->pad_token_id);
+    if (!st && c->pad_token_id >= c->vocab_size)
+        st = pl_error_set(PL_ERR_CONFIG, "%s: pad_token_id %lld is not below vocab_size %lld",
+                          path, (long long)c->pad_token_id, (long long)c->vocab_size);
     if (!st) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
         if (t && !cJSON_IsNull(t) && !cJSON_IsBool(t))

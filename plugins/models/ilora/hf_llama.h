@@ -23,6 +23,7 @@ typedef struct hf_llama_config {
         num_key_value_heads, head_dim, vocab_size, max_position_embeddings;
     double rms_norm_eps, rope_theta;
     bool tie_word_embeddings;
+    int64_t pad_token_id; /* -1: none (null or absent) */
     char torch_dtype[16]; /* "float32", "bfloat16", "float16" or "" */
 } hf_llama_config;
 

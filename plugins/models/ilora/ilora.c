@@ -387,6 +387,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     int64_t D = o->dim, L = o->layers;
     int64_t V = tokens ? hf_llama_cfg(hf)->vocab_size : m->o.num_items + 1;
     m->vocab = V;
+    m->pad_id = tokens ? hf_llama_cfg(hf)->pad_token_id : 0;
     m->head_dim = o->head_dim ? o->head_dim : D / o->heads;
     m->kv_heads = o->kv_heads ? o->kv_heads : o->heads;
     m->q_dim = o->heads * m->head_dim;
@@ -616,7 +617,7 @@ typedef struct fwd_state {
     pl_tensor *pad_bias; /* f32 [B, 1, 1, L]: 0 for items, -1e9 for padding keys */
 } fwd_state;
 
-static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, pl_device dev) {
+static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, int64_t pad_id, pl_device dev) {
     char b[256];
     memset(s, 0, sizeof *s);
     if (ids->ndim != 2)
@@ -629,7 +630,7 @@ static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, pl_device dev) {
     float *bias = malloc((size_t)(s->B * s->L) * sizeof *bias);
     if (!bias) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
     for (int64_t i = 0; i < s->B * s->L; i++)
-        bias[i] = s->ids[i] == 0 ? -1e9f : 0.0f;
+        bias[i] = s->ids[i] == pad_id ? -1e9f : 0.0f;
     s->pad_bias = pl_tensor_from_data(PL_F32, 4, (int64_t[]){s->B, 1, 1, s->L}, bias, dev);
     free(bias);
     return s->pad_bias ? PL_OK : pl_error_status();
@@ -727,7 +728,7 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     m->embed_deq = NULL;
     const ilora_opts *o = &m->o;
     fwd_state s;
-    if (fwd_state_init(&s, ids, m->ctx->device)) {
+    if (fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) {
         free(s.ids);
         return NULL;
     }

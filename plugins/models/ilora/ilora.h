@@ -72,6 +72,7 @@ typedef struct ilora_model {
     pl_run_context *ctx; /* borrowed: counters for dropout */
     pl_params *params;   /* borrowed: ctx->params */
     int64_t vocab, head_dim, ffn;
+    int64_t pad_id;                  /* input id masked as padding (0: items), -1: none */
     int64_t kv_heads, q_dim, kv_dim; /* GQA: kv heads; heads*head_dim; kv_heads*head_dim */
     int64_t r_e;         /* rank per expert */
     double lora_scale;   /* alpha / r_e */

@@ -141,7 +141,7 @@ static const char *const tiny_config =
     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-6, "
     "\"rope_theta\": 10000.0, \"vocab_size\": 20, \"tie_word_embeddings\": %s, "
     "\"max_position_embeddings\": 32, \"hidden_act\": \"silu\", \"torch_dtype\": \"float32\", "
-    "\"rope_scaling\": null%s}";
+    "\"rope_scaling\": null, \"pad_token_id\": 0%s}";
 
 static ilora_opts tiny_builtin(bool tie) {
     ilora_opts o = base_opts();
