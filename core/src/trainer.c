@@ -638,6 +638,19 @@ pl_status pl_trainer_check_fields(const pl_config *cfg) {
     return st;
 }
 
+/* No [precision] section: what fp32 does (Lightning's default precision
+ * "32-true"): a parameter the model created in another float dtype (bf16 /
+ * f16 checkpoint views) is converted to f32, one tensor at a time. */
+static pl_status default_precision(trainer *t) {
+    for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
+        pl_param *p = pl_params_at(t->ctx.params, i);
+        if (!pl_dtype_is_float(p->t->dtype) || p->t->dtype == PL_F32) continue;
+        pl_status st = pl_param_convert(p, PL_F32);
+        if (st) return pl_error_prefix(st, "default precision (f32, no [precision] section)");
+    }
+    return PL_OK;
+}
+
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
     t->t_start = tr_now();
@@ -684,6 +697,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
     if (!st) st = stage_create(t, &t->prec, "precision");
     if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    if (!st && !t->prec.self) st = default_precision(t);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],

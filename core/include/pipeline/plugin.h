@@ -120,6 +120,22 @@ pl_param *pl_params_at(pl_params *ps, int i);
 pl_param *pl_params_find(pl_params *ps, const char *name);
 /* Replace the tensor of a parameter (precision: f32 -> nf4); retains `t`. */
 pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
+/* Convert parameter p's values to dtype `dt` (PL_F32, PL_BF16 or PL_F16) in
+ * place of its storage: the tensor header p->t stays the same object (a
+ * model holding the pointer sees the new dtype and values), its storage is
+ * replaced by a new contiguous buffer of dt on the same device (values
+ * rounded to nearest even; bf16/f16 -> f32 is exact) and offset 0. The old
+ * storage is released at once: an allocator buffer returns to the
+ * allocator, an mmap view from pl_st_view drops its resident pages (unless
+ * another tensor still shares that storage). This is how precision stages
+ * turn the file-dtype views a model creates into the form they keep, one
+ * tensor at a time. requires_grad, name and any .grad are left as they are.
+ * No-op (PL_OK) when p->t is already dt.
+ * Errors: PL_ERR_INVALID (NULL p or tensor; p->t not contiguous; the
+ * message names the parameter), PL_ERR_DTYPE (dt or p->t's dtype is not a
+ * float dtype, e.g. nf4 or an integer), PL_ERR_NOMEM and device errors
+ * from the copy; on error the parameter is unchanged. */
+pl_status pl_param_convert(pl_param *p, pl_dtype dt);
 /* fnmatch-style glob, comma-separated alternatives: "*bias,*norm*". */
 bool pl_name_matches(const char *name, const char *globs);
 
