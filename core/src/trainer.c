@@ -26,6 +26,18 @@
  * of (seed, epoch), so epoch_begin(train, epoch, batch) continues the epoch.
  * Mid-epoch checkpoints are taken at optimizer-step boundaries, so no
  * partial gradient accumulation is pending.
+ *
+ * Stages are created in this order: data, model, precision (its setup()
+ * converts the parameters into the form it keeps), optimizer, schedulers,
+ * averager; then init_from (weights only, precision setup again) and
+ * resume. Without a [precision] section the parameters are kept as fp32
+ * keeps them (Lightning's default precision "32-true"): a float parameter
+ * the model created in another dtype (bf16 / f16 checkpoint views) is
+ * converted to f32 with pl_param_convert, one tensor at a time.
+ * Load time (summary.json load_seconds, load_peak_rss_bytes) is measured
+ * from model create to the end of weight loading (precision setup and
+ * init_from included; the optimizer, scheduler and averager creates in
+ * between are counted too), the peak as getrusage's ru_maxrss.
  */
 #include <errno.h>
 #include <limits.h>
@@ -35,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +62,12 @@ double tr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+size_t tr_peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
 }
 
 void tr_log(trainer *t, const char *fmt, ...) {
@@ -693,6 +712,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
 
     pl_status st = pl_trainer_check_fields(cfg);
     if (!st) st = stage_create(t, &t->loader, "data");
+    double load_start = tr_now();
     if (!st) st = stage_create(t, &t->model, "model");
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
     if (!st) st = stage_create(t, &t->prec, "precision");
@@ -749,6 +769,12 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         st = tr_resolve_init_from(t, init, p, sizeof p);
         if (!st) st = tr_load_checkpoint(t, p, true);
         if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    }
+    if (!st) {
+        t->load_s = tr_now() - load_start;
+        t->load_peak_rss = tr_peak_rss_bytes();
+        tr_log(t, "loaded model in %.2f s, peak resident %.1f MiB\n", t->load_s,
+               t->load_peak_rss / 1048576.0);
     }
     const char *resume = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");
     if (!st && resume && resume[0]) {
