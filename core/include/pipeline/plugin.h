@@ -31,7 +31,8 @@ extern "C" {
 #endif
 
 #define PL_ABI_MAJOR 2
-#define PL_ABI_MINOR 0
+/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_st_view */
+#define PL_ABI_MINOR 1
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -98,7 +99,15 @@ typedef const pl_plugin_desc *(*pl_plugin_entry_fn)(void);
 enum {
     PL_TAG_BASE = 1 << 0,     /* frozen pretrained weight a precision stage may quantize */
     PL_TAG_NO_DECAY = 1 << 3, /* biases, norms, embeddings' usual weight-decay exemption */
-    PL_TAG_BUFFER = 1 << 5    /* non-trainable state saved in checkpoints (not averaged) */
+    PL_TAG_BUFFER = 1 << 5,   /* non-trainable state saved in checkpoints (not averaged) */
+    /* A weight the model reads at create from a pretrained source it names
+     * in its config (a Hugging Face checkpoint directory). While frozen
+     * (requires_grad false) it is owned by that source: checkpoints neither
+     * save nor load it (as PEFT's save_pretrained saves only the adapters),
+     * so a 1B backbone is not copied into every checkpoint; a resume or
+     * init_from re-reads it from the source through the model's create. A
+     * trainable one is saved and loaded like any parameter. (ABI 2.1) */
+    PL_TAG_PRETRAINED = 1 << 6
 };
 
 #define PL_ROLE_MAX 32
