@@ -1,8 +1,9 @@
 /* checkpoint.c - the trainer's checkpoints: every parameter under its own
- * name, every stage's state through the state visitor (names prefixed with
- * the stage's section), loop counters and the config hash in __metadata__.
- * Loading is checked: metadata is read whole or refused naming the file and
- * key. See trainer_internal.h. */
+ * name (except frozen PL_TAG_PRETRAINED weights, which their pretrained
+ * source owns: neither saved nor loaded), every stage's state through the
+ * state visitor (names prefixed with the stage's section), loop counters
+ * and the config hash in __metadata__. Loading is checked: metadata is read
+ * whole or refused naming the file and key. See trainer_internal.h. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -100,12 +101,19 @@ static pl_status visit_all_state(trainer *t, ckpt_io *io) {
     return st;
 }
 
+/* A frozen weight owned by its pretrained source (PL_TAG_PRETRAINED): the
+ * model re-reads it at create, so checkpoints neither save nor load it. */
+static bool from_source(const pl_param *p) {
+    return (p->tags & PL_TAG_PRETRAINED) && !p->t->requires_grad;
+}
+
 pl_status tr_save_checkpoint(trainer *t, const char *path) {
     pl_st_writer *w = pl_st_writer_new(path);
     if (!w) return pl_error_status();
     pl_status st = PL_OK;
     for (int i = 0; i < pl_params_count(t->ctx.params) && !st; i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
+        if (from_source(p)) continue;
         st = pl_st_writer_add(w, p->name, p->t);
     }
     ckpt_io io = {.w = w, .path = path};
@@ -143,10 +151,14 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
     pl_st_file *f = NULL;
     pl_status st = pl_st_open(path, &f);
     if (st) return st;
-    int loaded = 0, missing = 0;
+    int loaded = 0, missing = 0, kept = 0;
     char first_missing[PL_NAME_MAX] = "";
     for (int i = 0; i < pl_params_count(t->ctx.params) && !st; i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
+        if (from_source(p)) { /* as the model's create read it; never missing */
+            kept++;
+            continue;
+        }
         pl_dtype dt;
         int nd;
         int64_t sh[PL_MAX_DIMS];
@@ -165,14 +177,16 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
         if (st && !strstr(pl_error_message(), path)) pl_error_prefix(st, "checkpoint %s", path);
         loaded++;
     }
+    int n_ckpt = pl_params_count(t->ctx.params) - kept; /* parameters checkpoints hold */
     if (!st && !weights_only && missing)
         st = pl_error_set(PL_ERR_IO, "checkpoint %s: parameter '%s' missing (%d of %d missing; "
-                          "checkpoint of another model?)", path, first_missing, missing,
-                          pl_params_count(t->ctx.params));
-    if (!st && loaded == 0)
+                          "checkpoint of another model?)", path, first_missing, missing, n_ckpt);
+    if (!st && loaded == 0 && n_ckpt > 0)
         st = pl_error_set(PL_ERR_IO, "checkpoint %s: none of the model's %d parameters is in it "
-                          "(first expected: '%s')", path, pl_params_count(t->ctx.params),
-                          first_missing);
+                          "(first expected: '%s')", path, n_ckpt, first_missing);
+    if (!st && kept)
+        tr_log(t, "%d pretrained weights kept from their source (frozen; not in checkpoints)\n",
+               kept);
     if (!st && weights_only)
         tr_log(t, "loaded %d parameter tensors from %s (%d not in the file keep their init)\n",
               loaded, path, missing);

@@ -47,6 +47,9 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddNumberToObject(o, "seconds_per_step",
                             t->step > 0 && t->train_seconds > 0 ? t->train_seconds / (double)t->step
                                                                  : 0);
+    cJSON_AddNumberToObject(o, "load_seconds", t->load_s);
+    cJSON_AddNumberToObject(o, "load_peak_rss_bytes", (double)t->load_peak_rss);
+    cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)tr_peak_rss_bytes());
     cJSON_AddNumberToObject(o, "frozen_parameter_bytes", (double)t->frozen_bytes);
     cJSON_AddNumberToObject(o, "trainable_parameter_bytes", (double)t->trainable_bytes);
     cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early);

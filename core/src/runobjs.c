@@ -133,6 +133,44 @@ pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t) {
     return PL_OK;
 }
 
+pl_status pl_param_convert(pl_param *p, pl_dtype dt) {
+    if (!p || !p->t) return pl_error_set(PL_ERR_INVALID, "pl_param_convert: NULL %s",
+                                         !p ? "parameter" : "tensor");
+    pl_tensor *t = p->t;
+    char buf[256];
+    if (dt != PL_F32 && dt != PL_BF16 && dt != PL_F16)
+        return pl_error_set(PL_ERR_DTYPE, "pl_param_convert '%s': target dtype %s; expected f32, bf16 "
+                            "or f16", p->name, pl_dtype_name(dt));
+    if (t->dtype == dt) return PL_OK;
+    if (!pl_dtype_is_float(t->dtype))
+        return pl_error_set(PL_ERR_DTYPE, "pl_param_convert '%s': %s is not a float tensor (f32, bf16, "
+                            "f16 or f64 convert)", p->name, pl_tensor_describe(t, buf, sizeof buf));
+    if (!pl_tensor_is_contiguous(t))
+        return pl_error_set(PL_ERR_INVALID, "pl_param_convert '%s': %s is not contiguous", p->name,
+                            pl_tensor_describe(t, buf, sizeof buf));
+    /* its own frame, so the copy is ours whatever frame the caller has open */
+    pl_frame_begin();
+    pl_tensor *n = pl_tensor_to(t, dt, t->device);
+    if (n) pl_frame_keep(n);
+    pl_frame_end();
+    if (!n)
+        return pl_error_prefix(pl_error_status(), "pl_param_convert '%s': %s to %s", p->name,
+                               pl_tensor_describe(t, buf, sizeof buf), pl_dtype_name(dt));
+    /* swap storages: t takes the new one, n the old one, released with n */
+    pl_storage *old = t->storage;
+    int64_t old_off = t->offset;
+    pl_dtype old_dt = t->dtype;
+    t->storage = n->storage;
+    t->offset = 0;
+    t->dtype = dt;
+    for (int d = 0; d < t->ndim; d++) t->stride[d] = n->stride[d];
+    n->storage = old;
+    n->offset = old_off;
+    n->dtype = old_dt;
+    pl_tensor_release(n);
+    return PL_OK;
+}
+
 bool pl_name_matches(const char *name, const char *globs) {
     if (!name || !globs) return false;
     const char *s = globs;

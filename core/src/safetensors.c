@@ -18,13 +18,20 @@
  *     for an nf4 destination with the same numel and copies the codes back.
  *
  * Reader notes:
- *   - the file is mmap'ed read-only; every entry is validated at open time
+ *   - the file is mmap'ed MAP_PRIVATE with PROT_READ | PROT_WRITE: a write
+ *     through a view (pl_st_view) is copy-on-write into this process and
+ *     never reaches the file; every entry is validated at open time
  *     (dtype, shape, offsets inside the data section, byte count equal to
  *     numel * dtype size, no two non-empty tensors overlapping), so later
  *     loads never read out of bounds;
  *   - pl_st_name_at() follows the order of the JSON header;
  *   - pl_st_load() returns a tensor owned by the caller (not adopted by an
- *     open autograd frame).
+ *     open autograd frame);
+ *   - the mapping is reference counted (st_map): the file holds one
+ *     reference and every view from pl_st_view() one more, so views outlive
+ *     pl_st_close(). A view's release drops the pages it covers
+ *     (madvise(MADV_DONTNEED) on the whole pages inside its byte range) and
+ *     its reference; the last reference unmaps the file.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -372,9 +379,28 @@ typedef struct st_rentry {
     uint64_t begin, end; /* relative to the data section */
 } st_rentry;
 
+/* The file mapping, shared by the file and its views. */
+typedef struct st_map {
+    void *base;
+    size_t size;
+    int refcount; /* atomic: views may be released on any thread */
+} st_map;
+
+static st_map *st_map_retain(st_map *m) {
+    __atomic_add_fetch(&m->refcount, 1, __ATOMIC_RELAXED);
+    return m;
+}
+
+static void st_map_release(st_map *m) {
+    if (!m || __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
+    if (m->base && m->size) munmap(m->base, m->size);
+    free(m);
+}
+
 struct pl_st_file {
     char *path;
-    const uint8_t *map;
+    st_map *mapping;
+    const uint8_t *map; /* mapping->base */
     size_t size;
     const uint8_t *data; /* start of the data section */
     uint64_t data_size;
@@ -386,7 +412,7 @@ struct pl_st_file {
 
 void pl_st_close(pl_st_file *f) {
     if (!f) return;
-    if (f->map && f->size) munmap((void *)f->map, f->size);
+    st_map_release(f->mapping);
     for (int i = 0; i < f->n; i++) free(f->ents[i].name);
     for (int i = 0; i < f->n_meta; i++) {
         free(f->meta_k[i]);
@@ -591,18 +617,26 @@ pl_status pl_st_open(const char *path, pl_st_file **out) {
         return pl_error_set(PL_ERR_IO, "%s: truncated: file is %" PRIu64 " bytes, shorter than the "
                             "8-byte header length", path, size);
     }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* writable but private: a write through a view is copy-on-write into
+     * this process's memory and never reaches the file */
+    void *map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     int merr = errno;
     close(fd);
     if (map == MAP_FAILED)
         return pl_error_set(PL_ERR_IO, "%s: mmap of %" PRIu64 " bytes failed: %s", path, size,
                             strerror(merr));
     pl_st_file *f = calloc(1, sizeof *f);
-    if (!f || !(f->path = strdup(path))) {
+    st_map *m = calloc(1, sizeof *m);
+    if (!f || !m || !(f->path = strdup(path))) {
         free(f);
+        free(m);
         munmap(map, (size_t)size);
         return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", path);
     }
+    m->base = map;
+    m->size = (size_t)size;
+    m->refcount = 1;
+    f->mapping = m;
     f->map = map;
     f->size = (size_t)size;
     uint64_t hlen = 0;
@@ -666,6 +700,55 @@ pl_tensor *pl_st_load(const pl_st_file *f, const char *name) {
         return NULL;
     }
     if (e->end > e->begin) memcpy(pl_tensor_data(t), f->data + e->begin, e->end - e->begin);
+    pl_tensor_set_name(t, "%s", name);
+    return t;
+}
+
+/* What a view's free callback needs: its mapping and its byte range. */
+typedef struct st_view_ref {
+    st_map *m;
+    size_t nbytes;
+} st_view_ref;
+
+/* Free callback of a view: drop the whole pages inside [data, data +
+ * nbytes) from the process (their private copies too), then the view's
+ * reference on the mapping. Pages shared with a neighbouring tensor stay. */
+static void st_view_free(void *data, void *ctx) {
+    st_view_ref *r = ctx;
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t ps = pg > 0 ? (uintptr_t)pg : 4096;
+    uintptr_t lo = ((uintptr_t)data + ps - 1) / ps * ps;
+    uintptr_t hi = ((uintptr_t)data + r->nbytes) / ps * ps;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: failure is harmless */
+    st_map_release(r->m);
+    free(r);
+}
+
+pl_tensor *pl_st_view(const pl_st_file *f, const char *name) {
+    const st_rentry *e = find(f, name);
+    if (!e) return NULL;
+    /* bytes not aligned for the dtype (a foreign writer without header
+     * padding): kernels need aligned elements, so copy */
+    if ((uintptr_t)(f->data + e->begin) % pl_dtype_size(e->dtype)) return pl_st_load(f, name);
+    st_view_ref *r = malloc(sizeof *r);
+    if (!r) {
+        pl_error_set(PL_ERR_NOMEM, "%s: out of memory viewing tensor '%s'", f->path, name);
+        return NULL;
+    }
+    r->m = st_map_retain(f->mapping);
+    r->nbytes = (size_t)(e->end - e->begin);
+    /* its own frame, so the caller owns the view whatever frame is open */
+    pl_frame_begin();
+    pl_tensor *t = pl_tensor_from_external(e->dtype, e->ndim, e->shape,
+                                           (void *)(f->data + e->begin), st_view_free, r);
+    pl_frame_keep(t);
+    pl_frame_end();
+    if (!t) {
+        st_map_release(r->m);
+        free(r);
+        pl_error_prefix(pl_error_status(), "%s: viewing tensor '%s'", f->path, name);
+        return NULL;
+    }
     pl_tensor_set_name(t, "%s", name);
     return t;
 }

@@ -26,6 +26,18 @@
  * of (seed, epoch), so epoch_begin(train, epoch, batch) continues the epoch.
  * Mid-epoch checkpoints are taken at optimizer-step boundaries, so no
  * partial gradient accumulation is pending.
+ *
+ * Stages are created in this order: data, model, precision (its setup()
+ * converts the parameters into the form it keeps), optimizer, schedulers,
+ * averager; then init_from (weights only, precision setup again) and
+ * resume. Without a [precision] section the parameters are kept as fp32
+ * keeps them (Lightning's default precision "32-true"): a float parameter
+ * the model created in another dtype (bf16 / f16 checkpoint views) is
+ * converted to f32 with pl_param_convert, one tensor at a time.
+ * Load time (summary.json load_seconds, load_peak_rss_bytes) is measured
+ * from model create to the end of weight loading (precision setup and
+ * init_from included; the optimizer, scheduler and averager creates in
+ * between are counted too), the peak as getrusage's ru_maxrss.
  */
 #include <errno.h>
 #include <limits.h>
@@ -35,6 +47,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +62,12 @@ double tr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+size_t tr_peak_rss_bytes(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
 }
 
 void tr_log(trainer *t, const char *fmt, ...) {
@@ -638,6 +657,19 @@ pl_status pl_trainer_check_fields(const pl_config *cfg) {
     return st;
 }
 
+/* No [precision] section: what fp32 does (Lightning's default precision
+ * "32-true"): a parameter the model created in another float dtype (bf16 /
+ * f16 checkpoint views) is converted to f32, one tensor at a time. */
+static pl_status default_precision(trainer *t) {
+    for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
+        pl_param *p = pl_params_at(t->ctx.params, i);
+        if (!pl_dtype_is_float(p->t->dtype) || p->t->dtype == PL_F32) continue;
+        pl_status st = pl_param_convert(p, PL_F32);
+        if (st) return pl_error_prefix(st, "default precision (f32, no [precision] section)");
+    }
+    return PL_OK;
+}
+
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
     t->t_start = tr_now();
@@ -680,10 +712,12 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
 
     pl_status st = pl_trainer_check_fields(cfg);
     if (!st) st = stage_create(t, &t->loader, "data");
+    double load_start = tr_now();
     if (!st) st = stage_create(t, &t->model, "model");
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
     if (!st) st = stage_create(t, &t->prec, "precision");
     if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    if (!st && !t->prec.self) st = default_precision(t);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],
@@ -735,6 +769,12 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         st = tr_resolve_init_from(t, init, p, sizeof p);
         if (!st) st = tr_load_checkpoint(t, p, true);
         if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    }
+    if (!st) {
+        t->load_s = tr_now() - load_start;
+        t->load_peak_rss = tr_peak_rss_bytes();
+        tr_log(t, "loaded model in %.2f s, peak resident %.1f MiB\n", t->load_s,
+               t->load_peak_rss / 1048576.0);
     }
     const char *resume = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");
     if (!st && resume && resume[0]) {

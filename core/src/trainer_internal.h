@@ -81,6 +81,9 @@ typedef struct trainer {
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
     size_t frozen_bytes, trainable_bytes; /* parameter storage after precision setup */
+    /* model create to the end of weight loading (precision setup, init_from) */
+    double load_s;
+    size_t load_peak_rss; /* process peak resident bytes at that point */
     bool stopped_early;
 } trainer;
 
@@ -93,6 +96,7 @@ typedef struct trainer {
 
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */
+size_t tr_peak_rss_bytes(void); /* the process's peak resident set so far (ru_maxrss), bytes */
 /* printf to stdout (clearing the progress line) and log.txt */
 void tr_log(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int tr_mkdir_p(const char *path); /* mkdir -p; 0 or -1 with errno */

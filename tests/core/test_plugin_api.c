@@ -4,6 +4,7 @@
  * constructors that no frame adopts. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pl_test.h"
@@ -317,6 +318,46 @@ END_TEST
 
 /* ---- owned tensors --------------------------------------------------------- */
 
+static int g_ext_freed;
+static void ext_free(void *data, void *ctx) {
+    (void)ctx;
+    g_ext_freed++;
+    free(data);
+}
+
+START_TEST(param_convert_swaps_storage_in_place_and_releases_the_old_at_once) {
+    pl_params *ps = PL_CK_NOTNULL(pl_params_new());
+    uint16_t *d = malloc(6 * sizeof *d);
+    const float v[6] = {1.0f, -2.5f, 3.140625f, 0.0f, 65504.0f, -1e-3f};
+    for (int i = 0; i < 6; i++) d[i] = pl_f32_to_bf16(v[i]);
+    g_ext_freed = 0;
+    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_from_external(PL_BF16, PL_SHAPE(2, 3), d, ext_free, NULL));
+    PL_CK_OK(pl_params_add(ps, "w", t, PL_TAG_BASE, NULL));
+    pl_tensor_release(t);
+    pl_param *p = pl_params_find(ps, "w");
+    PL_CK_OK(pl_param_convert(p, PL_BF16)); /* already bf16: no-op */
+    ck_assert_int_eq(g_ext_freed, 0);
+    PL_CK_OK(pl_param_convert(p, PL_F32));
+    ck_assert_ptr_eq(p->t, t); /* same header */
+    ck_assert_int_eq(g_ext_freed, 1); /* old storage gone right away */
+    ck_assert_int_eq(t->dtype, PL_F32);
+    ck_assert_str_eq(t->name, "w");
+    for (int i = 0; i < 6; i++) ck_assert(pl_tensor_f32(t)[i] == pl_bf16_to_f32(pl_f32_to_bf16(v[i])));
+    PL_CK_OK(pl_param_convert(p, PL_F16));
+    ck_assert_int_eq(t->dtype, PL_F16);
+    ck_assert(pl_tensor_get(t, 0) == 1.0);
+    ck_assert_int_eq(pl_param_convert(p, PL_NF4), PL_ERR_DTYPE);
+    ck_assert_int_eq(pl_param_convert(p, PL_I32), PL_ERR_DTYPE);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "'w'"));
+    pl_tensor *ix = PL_CK_NOTNULL(pl_tensor_zeros_owned(PL_I64, PL_SHAPE(3), PL_CPU));
+    PL_CK_OK(pl_params_add(ps, "idx", ix, 0, NULL));
+    pl_tensor_release(ix);
+    ck_assert_int_eq(pl_param_convert(pl_params_find(ps, "idx"), PL_F32), PL_ERR_DTYPE);
+    ck_assert_int_eq(pl_params_find(ps, "idx")->t->dtype, PL_I64);
+    pl_params_free(ps);
+}
+END_TEST
+
 START_TEST(owned_tensors_outlive_the_open_frame) {
     pl_frame_begin();
     pl_tensor *z = pl_tensor_zeros_owned(PL_F32, PL_SHAPE(2, 3), PL_CPU);
@@ -381,6 +422,7 @@ int main(void) {
     tcase_add_test(p, param_new_outside_a_frame_is_a_zero_f32_owned_by_the_list);
     tcase_add_test(p, param_new_inside_a_frame_survives_frame_end);
     tcase_add_test(p, param_new_refuses_duplicates_and_bad_shapes);
+    tcase_add_test(p, param_convert_swaps_storage_in_place_and_releases_the_old_at_once);
     suite_add_tcase(s, p);
     TCase *t = tcase_create("owned_tensors");
     tcase_add_test(t, owned_tensors_outlive_the_open_frame);

@@ -304,6 +304,156 @@ START_TEST(load_into_shape_mismatch_names_both_shapes) {
 }
 END_TEST
 
+/* ---- zero-copy views ---------------------------------------------------------- */
+
+START_TEST(view_equals_load_for_every_dtype) {
+    char p[512];
+    tpath("view.safetensors", p);
+    write_ref_file(p, 1);
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    for (int k = 0; k < N_REF; k++) {
+        pl_tensor *v = PL_CK_NOTNULL(pl_st_view(f, REF[k].name));
+        pl_tensor *l = PL_CK_NOTNULL(pl_st_load(f, REF[k].name));
+        ck_assert(v->device.type == PL_DEVICE_CPU);
+        ck_assert(pl_tensor_is_contiguous(v));
+        ck_assert_str_eq(v->name, REF[k].name);
+        /* the writer pads the header to 8 bytes but packs tensors back to
+         * back: a_f32 (offset 0) is a view, c_f64 (offset 96 + 10) is not
+         * aligned for f64 and comes back as a copy */
+        if (!strcmp(REF[k].name, "a_f32"))
+            ck_assert_msg(v->storage->external, "a_f32: copied, expected a view");
+        if (!strcmp(REF[k].name, "c_f64"))
+            ck_assert_msg(!v->storage->external, "c_f64: viewed at a misaligned address");
+        check_ref(v, k);
+        ck_assert_int_eq(pl_tensor_nbytes(v), pl_tensor_nbytes(l));
+        if (pl_tensor_nbytes(v))
+            ck_assert(!memcmp(pl_tensor_data(v), pl_tensor_data(l), pl_tensor_nbytes(v)));
+        pl_tensor_release(l);
+        pl_tensor_release(v);
+    }
+    ck_assert_ptr_null(pl_st_view(f, "absent"));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), p));
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "'absent'"));
+    pl_st_close(f);
+}
+END_TEST
+
+START_TEST(view_outlives_close_and_is_not_adopted_by_a_frame) {
+    char p[512];
+    tpath("outlive.safetensors", p);
+    write_ref_file(p, 1);
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    pl_frame_begin();
+    pl_tensor *a = PL_CK_NOTNULL(pl_st_view(f, "a_f32"));
+    pl_tensor *b = PL_CK_NOTNULL(pl_st_view(f, "i_bf16"));
+    pl_frame_end(); /* the views are ours, not the frame's */
+    pl_st_close(f);
+    check_ref(a, 0);
+    check_ref(b, N_REF - 1);
+    pl_tensor_release(a);
+    check_ref(b, N_REF - 1); /* the mapping lives while one view does */
+    pl_tensor_release(b);
+}
+END_TEST
+
+START_TEST(writing_into_a_view_never_reaches_the_file) {
+    char p[512];
+    tpath("cow.safetensors", p);
+    write_ref_file(p, 1);
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    pl_tensor *v = PL_CK_NOTNULL(pl_st_view(f, "a_f32"));
+    float *d = pl_tensor_f32(v);
+    for (int64_t i = 0; i < pl_tensor_numel(v); i++) d[i] = 1234.5f;
+    ck_assert(pl_tensor_get(v, 3) == 1234.5);
+    pl_tensor_release(v);
+    pl_st_close(f);
+    PL_CK_OK(pl_st_open(p, &f));
+    pl_tensor *l = PL_CK_NOTNULL(pl_st_load(f, "a_f32"));
+    check_ref(l, 0);
+    pl_tensor_release(l);
+    pl_st_close(f);
+}
+END_TEST
+
+START_TEST(misaligned_tensor_is_copied_not_viewed) {
+    /* a header of odd length (no padding) puts the data section on an odd
+     * address: an f32 there cannot be viewed */
+    char p[512];
+    tpath("odd.safetensors", p);
+    char json[128];
+    snprintf(json, sizeof json, "{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]}}");
+    if (strlen(json) % 2 == 0) strcat(json, " ");
+    float vals[3] = {1.5f, -2.25f, 3.0f};
+    write_raw(p, json, vals, sizeof vals);
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    pl_tensor *v = PL_CK_NOTNULL(pl_st_view(f, "x"));
+    ck_assert(!v->storage->external); /* a copy in allocator memory */
+    ck_assert_int_eq(v->dtype, PL_F32);
+    for (int i = 0; i < 3; i++) ck_assert(pl_tensor_get(v, i) == vals[i]);
+    pl_st_close(f);
+    ck_assert(pl_tensor_get(v, 1) == vals[1]);
+    pl_tensor_release(v);
+}
+END_TEST
+
+/* Resident file-backed memory of this process in bytes (RssFile; VmRSS on
+ * kernels without it); -1 where /proc is absent. */
+static long long rss_file_bytes(void) {
+    FILE *fp = fopen("/proc/self/status", "r");
+    if (!fp) return -1;
+    char line[256];
+    long long file = -1, vm = -1;
+    while (fgets(line, sizeof line, fp)) {
+        long long kb;
+        if (sscanf(line, "RssFile: %lld kB", &kb) == 1) file = kb * 1024;
+        if (sscanf(line, "VmRSS: %lld kB", &kb) == 1) vm = kb * 1024;
+    }
+    fclose(fp);
+    return file >= 0 ? file : vm;
+}
+
+START_TEST(releasing_a_view_drops_its_resident_pages) {
+    char p[512];
+    tpath("big.safetensors", p);
+    const int64_t n = 16 * 1024 * 1024; /* 64 MiB of f32 */
+    pl_tensor *w = PL_CK_NOTNULL(pl_tensor_empty_owned(PL_F32, PL_SHAPE(n), PL_CPU));
+    float *wd = pl_tensor_f32(w);
+    for (int64_t i = 0; i < n; i++) wd[i] = (float)(i & 1023);
+    pl_st_writer *wr = PL_CK_NOTNULL(pl_st_writer_new(p));
+    PL_CK_OK(pl_st_writer_add(wr, "big", w));
+    PL_CK_OK(pl_st_writer_commit(wr));
+    pl_st_writer_free(wr);
+    pl_tensor_release(w);
+
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    long long r0 = rss_file_bytes();
+    if (r0 < 0) {
+        pl_st_close(f);
+        return; /* no /proc: nothing to measure */
+    }
+    pl_tensor *v = PL_CK_NOTNULL(pl_st_view(f, "big"));
+    const float *d = pl_tensor_f32(v);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += d[i]; /* touch every page */
+    ck_assert(sum == (double)(n / 1024) * (1023.0 * 1024 / 2));
+    long long r1 = rss_file_bytes();
+    pl_tensor_release(v); /* the file stays open: the drop is the view's own */
+    long long r2 = rss_file_bytes();
+    pl_st_close(f);
+    long long half = n * 4 / 2;
+    ck_assert_msg(r1 - r0 >= half, "touching the view added %lld bytes resident, expected >= %lld",
+                  r1 - r0, half);
+    ck_assert_msg(r1 - r2 >= half, "releasing the view dropped %lld resident bytes (%lld -> %lld), "
+                  "expected >= %lld", r1 - r2, r1, r2, half);
+}
+END_TEST
+
 /* ---- corrupt files ------------------------------------------------------------ */
 
 START_TEST(truncated_file_refused) {
@@ -567,6 +717,11 @@ static Suite *suite(void) {
     tcase_add_test(tc, strided_view_and_nf4_round_trip);
     tcase_add_test(tc, load_into_converts_float_dtypes);
     tcase_add_test(tc, load_into_shape_mismatch_names_both_shapes);
+    tcase_add_test(tc, view_equals_load_for_every_dtype);
+    tcase_add_test(tc, view_outlives_close_and_is_not_adopted_by_a_frame);
+    tcase_add_test(tc, writing_into_a_view_never_reaches_the_file);
+    tcase_add_test(tc, misaligned_tensor_is_copied_not_viewed);
+    tcase_add_test(tc, releasing_a_view_drops_its_resident_pages);
     tcase_add_test(tc, truncated_file_refused);
     tcase_add_test(tc, header_length_larger_than_file_refused);
     tcase_add_test(tc, corrupt_json_refused);

@@ -159,6 +159,147 @@ static double file_diff(const char *pa, const char *pb, int *n_compared) {
     return m;
 }
 
+/* ---- pretrained weights owned by their source (PL_TAG_PRETRAINED) ---------- */
+
+/* The pretrained source: backbone.weight bf16 [16, 5] (deterministic). */
+static void write_source(char *path, size_t n) {
+    snprintf(path, n, "%s/source.safetensors", g_dir);
+    uint16_t w[16 * NF];
+    for (int i = 0; i < 16 * NF; i++) w[i] = pl_f32_to_bf16((float)sin(0.7 * i + 0.3) * 0.8f);
+    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_from_data(PL_BF16, PL_SHAPE(16, NF), w, PL_CPU));
+    pl_st_writer *wr = PL_CK_NOTNULL(pl_st_writer_new(path));
+    PL_CK_OK(pl_st_writer_add(wr, "backbone.weight", t));
+    PL_CK_OK(pl_st_writer_commit(wr));
+    pl_st_writer_free(wr);
+    pl_tensor_release(t);
+}
+
+static void pretrained_ini(char *ini, size_t n, const char *name, const char *model_extra,
+                           const char *trainer_extra) {
+    char src[700];
+    write_source(src, sizeof src);
+    snprintf(ini, n,
+             "[pipeline]\nname = %s\nrun_dir = %s\nseed = 7\n"
+             "[data]\nplugin = test_stateless_loader\nbatch_size = 8\n"
+             "[model]\nplugin = test_pretrained_model\nsource = %s\n%s"
+             "[optimizer]\nplugin = adamw\nlr = 0.01\n"
+             "[trainer]\nmax_epochs = 2\ntest = false\nlog_every_n_steps = 1\n"
+             "checkpoint_every_n_train_steps = 3\n%s",
+             name, g_dir, src, model_extra, trainer_extra);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s missing", path);
+    static char buf[1 << 16];
+    size_t r = fread(buf, 1, sizeof buf - 1, f);
+    buf[r] = 0;
+    fclose(f);
+    return buf;
+}
+
+static char *run_file(const char *name, const char *file) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/latest/%s", g_dir, name, file);
+    return slurp(p);
+}
+
+/* summary.json's load time and resident-memory keys exist and are > 0. */
+static void expect_load_keys(const char *name) {
+    const char *js = run_file(name, "summary.json");
+    const char *keys[] = {"\"load_seconds\"", "\"load_peak_rss_bytes\"", "\"peak_rss_bytes\""};
+    for (int i = 0; i < 3; i++) {
+        const char *k = strstr(js, keys[i]);
+        ck_assert_msg(k != NULL, "%s: summary.json lacks %s:\n%s", name, keys[i], js);
+        double v = strtod(strchr(k, ':') + 1, NULL);
+        ck_assert_msg(v > 0, "%s: %s = %g, expected > 0", name, keys[i], v);
+    }
+    ck_assert_ptr_nonnull(strstr(run_file(name, "log.txt"), "loaded model in "));
+}
+
+START_TEST(frozen_pretrained_weight_stays_out_of_checkpoints_and_resume_is_bit_identical) {
+    setup();
+    char so[700];
+    snprintf(so, sizeof so, "%s/test_plugins/test_pretrained_model.so", PL_TEST_BINARY_DIR);
+    ck_assert_msg(access(so, R_OK) == 0, "%s not built (build the whole tree)", so);
+    char ini[4096];
+    pretrained_ini(ini, sizeof ini, "pre", "", "");
+    ck_assert_int_eq(run_ini(ini, 0, NULL, NULL), 0);
+    expect_load_keys("pre");
+    pl_st_file *f = open_ckpt("pre", "last");
+    ck_assert_int_eq(pl_st_info(f, "backbone.weight", NULL, NULL, NULL), PL_ERR_INVALID);
+    pl_error_clear();
+    PL_CK_OK(pl_st_info(f, "head.weight", NULL, NULL, NULL));
+    PL_CK_OK(pl_st_info(f, "head.bias", NULL, NULL, NULL));
+    pl_st_close(f);
+    /* resume from step 3: the backbone is re-read from the source */
+    char straight[1024], p[1024], ck[1024];
+    ckpt_path(straight, sizeof straight, "pre", "last");
+    snprintf(p, sizeof p, "%s/pre/latest/checkpoints/step-000003.safetensors", g_dir);
+    ck_assert_ptr_nonnull(realpath(p, ck));
+    ck_assert_int_eq(run_ini(ini, 0, NULL, ck), 0);
+    ck_assert_ptr_nonnull(strstr(run_file("pre", "log.txt"),
+                                 "1 pretrained weights kept from their source"));
+    char resumed[1024];
+    ckpt_path(resumed, sizeof resumed, "pre", "last");
+    ck_assert_str_ne(resumed, straight);
+    int n;
+    double d = file_diff(straight, resumed, &n);
+    ck_assert_int_ge(n, 2);
+    ck_assert_msg(d == 0.0, "resumed from step 3 with a pretrained backbone: differs by %g", d);
+    expect_load_keys("pre");
+}
+END_TEST
+
+START_TEST(init_from_keeps_the_pretrained_weight_from_its_source) {
+    setup();
+    char ini[4096];
+    pretrained_ini(ini, sizeof ini, "pre_a", "", "");
+    ck_assert_int_eq(run_ini(ini, 0, NULL, NULL), 0);
+    char last[1024], tr[1200];
+    ckpt_path(last, sizeof last, "pre_a", "last");
+    snprintf(tr, sizeof tr, "init_from = %s\n", last);
+    pretrained_ini(ini, sizeof ini, "pre_b", "", tr);
+    ck_assert_int_eq(run_ini(ini, 0, NULL, NULL), 0);
+    const char *log = run_file("pre_b", "log.txt");
+    ck_assert_msg(strstr(log, "1 pretrained weights kept from their source") != NULL, "%s", log);
+    ck_assert_msg(strstr(log, "loaded 2 parameter tensors from") != NULL, "%s", log);
+    expect_load_keys("pre_b");
+}
+END_TEST
+
+START_TEST(trainable_pretrained_weight_is_saved_and_trained_in_f32) {
+    setup();
+    char ini[4096];
+    pretrained_ini(ini, sizeof ini, "pre_t", "train_backbone = true\n", "");
+    ck_assert_int_eq(run_ini(ini, 0, NULL, NULL), 0);
+    pl_st_file *f = open_ckpt("pre_t", "last");
+    pl_dtype dt;
+    PL_CK_OK(pl_st_info(f, "backbone.weight", &dt, NULL, NULL));
+    /* the bf16 view was converted to f32 (no [precision]: as fp32) and trained */
+    ck_assert_int_eq(dt, PL_F32);
+    pl_tensor *w = PL_CK_NOTNULL(pl_st_load(f, "backbone.weight"));
+    double moved = 0;
+    for (int i = 0; i < 16 * NF; i++)
+        moved = fmax(moved, fabs(pl_tensor_get(w, i) -
+                                 pl_bf16_to_f32(pl_f32_to_bf16((float)sin(0.7 * i + 0.3) * 0.8f))));
+    ck_assert_msg(moved > 0, "the trainable backbone did not change");
+    pl_tensor_release(w);
+    pl_st_close(f);
+    /* and a resume loads it back */
+    char straight[1024], p[1024], ck[1024], resumed[1024];
+    ckpt_path(straight, sizeof straight, "pre_t", "last");
+    snprintf(p, sizeof p, "%s/pre_t/latest/checkpoints/step-000003.safetensors", g_dir);
+    ck_assert_ptr_nonnull(realpath(p, ck));
+    ck_assert_int_eq(run_ini(ini, 0, NULL, ck), 0);
+    ckpt_path(resumed, sizeof resumed, "pre_t", "last");
+    int n;
+    double d = file_diff(straight, resumed, &n);
+    ck_assert_int_ge(n, 3);
+    ck_assert_msg(d == 0.0, "resume with a trainable pretrained backbone differs by %g", d);
+}
+END_TEST
+
 START_TEST(resume_is_bit_identical) {
     setup();
     /* the straight run keeps a checkpoint after every epoch; resuming the same
@@ -576,6 +717,9 @@ int main(void) {
     tcase_add_test(tc, swapping_plugins_on_the_command_line_changes_the_run);
     tcase_add_test(tc, corrupt_or_mismatched_checkpoint_is_refused);
     tcase_add_test(tc, corrupt_checkpoint_metadata_is_refused);
+    tcase_add_test(tc, frozen_pretrained_weight_stays_out_of_checkpoints_and_resume_is_bit_identical);
+    tcase_add_test(tc, init_from_keeps_the_pretrained_weight_from_its_source);
+    tcase_add_test(tc, trainable_pretrained_weight_is_saved_and_trained_in_f32);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -31,7 +31,8 @@ extern "C" {
 #endif
 
 #define PL_ABI_MAJOR 2
-#define PL_ABI_MINOR 0
+/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_st_view */
+#define PL_ABI_MINOR 1
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -98,7 +99,15 @@ typedef const pl_plugin_desc *(*pl_plugin_entry_fn)(void);
 enum {
     PL_TAG_BASE = 1 << 0,     /* frozen pretrained weight a precision stage may quantize */
     PL_TAG_NO_DECAY = 1 << 3, /* biases, norms, embeddings' usual weight-decay exemption */
-    PL_TAG_BUFFER = 1 << 5    /* non-trainable state saved in checkpoints (not averaged) */
+    PL_TAG_BUFFER = 1 << 5,   /* non-trainable state saved in checkpoints (not averaged) */
+    /* A weight the model reads at create from a pretrained source it names
+     * in its config (a Hugging Face checkpoint directory). While frozen
+     * (requires_grad false) it is owned by that source: checkpoints neither
+     * save nor load it (as PEFT's save_pretrained saves only the adapters),
+     * so a 1B backbone is not copied into every checkpoint; a resume or
+     * init_from re-reads it from the source through the model's create. A
+     * trainable one is saved and loaded like any parameter. (ABI 2.1) */
+    PL_TAG_PRETRAINED = 1 << 6
 };
 
 #define PL_ROLE_MAX 32
@@ -120,6 +129,22 @@ pl_param *pl_params_at(pl_params *ps, int i);
 pl_param *pl_params_find(pl_params *ps, const char *name);
 /* Replace the tensor of a parameter (precision: f32 -> nf4); retains `t`. */
 pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
+/* Convert parameter p's values to dtype `dt` (PL_F32, PL_BF16 or PL_F16) in
+ * place of its storage: the tensor header p->t stays the same object (a
+ * model holding the pointer sees the new dtype and values), its storage is
+ * replaced by a new contiguous buffer of dt on the same device (values
+ * rounded to nearest even; bf16/f16 -> f32 is exact) and offset 0. The old
+ * storage is released at once: an allocator buffer returns to the
+ * allocator, an mmap view from pl_st_view drops its resident pages (unless
+ * another tensor still shares that storage). This is how precision stages
+ * turn the file-dtype views a model creates into the form they keep, one
+ * tensor at a time. requires_grad, name and any .grad are left as they are.
+ * No-op (PL_OK) when p->t is already dt.
+ * Errors: PL_ERR_INVALID (NULL p or tensor; p->t not contiguous; the
+ * message names the parameter), PL_ERR_DTYPE (dt or p->t's dtype is not a
+ * float dtype, e.g. nf4 or an integer), PL_ERR_NOMEM and device errors
+ * from the copy; on error the parameter is unchanged. */
+pl_status pl_param_convert(pl_param *p, pl_dtype dt);
 /* fnmatch-style glob, comma-separated alternatives: "*bias,*norm*". */
 bool pl_name_matches(const char *name, const char *globs);
 

@@ -48,6 +48,38 @@ pl_status pl_st_info(const pl_st_file *f, const char *name, pl_dtype *dt, int *n
                      int64_t *shape);
 /* New CPU tensor with the stored contents (caller owns). NULL if absent. */
 pl_tensor *pl_st_load(const pl_st_file *f, const char *name);
+/* Zero-copy view of a stored tensor: a new contiguous CPU tensor, dtype and
+ * shape as stored (f32, bf16, f16, f64, i32, i64 or u8; u8 for packed nf4
+ * codes), whose data are the stored bytes inside the file's mapping. No
+ * bytes are read or copied here: pages are read from the file when first
+ * touched (the page cache), so creating every view of a 1B-parameter
+ * checkpoint costs no resident memory until they are used.
+ *
+ * Ownership: the caller owns the returned reference (never adopted by an
+ * open autograd frame) and releases it with pl_tensor_release(). The
+ * mapping is reference counted: each view holds a reference, so a view
+ * stays valid after pl_st_close(f); the file is unmapped when the file and
+ * its last view are gone. When the last reference to a view goes, the
+ * whole pages inside its byte range are dropped from the process
+ * (madvise MADV_DONTNEED; the pages at its two ends, shared with
+ * neighbouring tensors, stay), so releasing a view after converting it
+ * returns its resident memory at once.
+ *
+ * Writing: the file is mapped MAP_PRIVATE and writable, so a write into a
+ * view is copy-on-write into this process's memory (those pages then count
+ * as anonymous memory until the view is released) and never reaches the
+ * file; it is seen only by this process's other reads of the same open
+ * file (its other views, pl_st_load). Treat views as read-only all the same: the trainer's frozen
+ * weights are.
+ *
+ * Alignment: if the stored bytes are not aligned for the dtype (a foreign
+ * writer that did not pad the header to 8 bytes), the result is a copy
+ * (what pl_st_load returns: caller-owned, allocator memory) instead of a
+ * view; values are the same either way.
+ *
+ * Errors: NULL with the thread error set: PL_ERR_INVALID "<file>: no
+ * tensor named '<name>'" when absent (or a NULL argument), PL_ERR_NOMEM. */
+pl_tensor *pl_st_view(const pl_st_file *f, const char *name);
 /* Copy the stored tensor into `dst`, which must have the same shape;
  * dtypes may differ among f32/bf16/f16 (converted). Error names the tensor,
  * the expected shape (dst's) and the stored one. */

@@ -12,8 +12,13 @@
  *   Trainable parameters stay f32 (our optimizers update f32 tensors;
  *   Lightning would update bf16 weights in place, which loses small updates
  *   below bf16's 8-bit mantissa: we keep the f32 master copy instead).
- *   The conversion swaps the storage of the parameter's own tensor header,
- *   so a model that kept pointers to its parameters sees the bf16 weights.
+ *   The conversion swaps the storage of the parameter's own tensor header
+ *   (pl_param_convert), so a model that kept pointers to its parameters
+ *   sees the bf16 weights.
+ * Parameters may arrive in any float dtype (a model's bf16 / f16 checkpoint
+ * views): setup() converts each to the dtype the mode keeps, one at a time
+ * (common/prec_convert.h): bf16-mixed everything f32; bf16-true trainable
+ * and buffers f32, frozen weights bf16 (a bf16 view is kept as it is).
  *
  * Nothing else is stored (no state for checkpoints): a bf16 parameter is
  * saved as BF16 and loads back into f32 or bf16 alike.
@@ -23,13 +28,12 @@
 #include <string.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_convert.h"
 #include "../common/prec_load.h"
 
 typedef struct bf16 {
     bool true_mode;
     int verbose;
-    int converted;
-    size_t bytes_before, bytes_after;
 } bf16;
 
 static const pl_option_spec opts[] = {
@@ -48,48 +52,16 @@ static pl_status bf16_create(const pl_config_section *cfg, pl_run_context *ctx, 
 
 static void bf16_destroy(void *self) { free(self); }
 
-/* Replace t's storage by a bf16 copy of its values (same header). */
-static pl_status to_bf16_in_place(pl_tensor *t) {
-    char buf[256];
-    if (!pl_tensor_is_contiguous(t))
-        return pl_error_set(PL_ERR_INVALID, "bf16-true: parameter %s is not contiguous",
-                            pl_tensor_describe(t, buf, sizeof buf));
-    pl_frame_begin();
-    pl_tensor *n = pl_tensor_to(t, PL_BF16, t->device);
-    if (n) pl_frame_keep(n);
-    pl_frame_end();
-    if (!n) return pl_error_prefix(pl_error_status(), "bf16-true: converting %s",
-                                   pl_tensor_describe(t, buf, sizeof buf));
-    pl_storage *old = t->storage;
-    int64_t old_off = t->offset;
-    t->storage = n->storage;
-    t->offset = 0;
-    t->dtype = PL_BF16;
-    n->storage = old; /* released with n */
-    n->offset = old_off;
-    n->dtype = PL_F32;
-    pl_tensor_release(n);
-    return PL_OK;
-}
-
 static pl_status bf16_setup(void *self, pl_params *ps) {
     bf16 *p = self;
     pl_autocast_set(PL_BF16);
-    if (!p->true_mode) return PL_OK;
-    for (int i = 0; i < pl_params_count(ps); i++) {
-        pl_param *pp = pl_params_at(ps, i);
-        pl_tensor *t = pp->t;
-        if (t->requires_grad || (pp->tags & PL_TAG_BUFFER) || t->dtype != PL_F32) continue;
-        size_t before = pl_tensor_nbytes(t);
-        pl_status st = to_bf16_in_place(t);
-        if (st) return st;
-        p->converted++;
-        p->bytes_before += before;
-        p->bytes_after += pl_tensor_nbytes(t);
-    }
-    if (p->verbose && p->converted)
-        fprintf(stderr, "bf16-true: %d frozen parameters stored in bf16 (%zu -> %zu bytes)\n",
-                p->converted, p->bytes_before, p->bytes_after);
+    if (!p->true_mode) return pl_prec_convert_params(ps, PL_F32, "bf16-mixed", NULL);
+    pl_prec_convert_stats cs = {0};
+    pl_status st = pl_prec_convert_params(ps, PL_BF16, "bf16-true", &cs);
+    if (st) return st;
+    if (p->verbose && cs.converted)
+        fprintf(stderr, "bf16-true: %d parameters converted to the dtype kept (%zu -> %zu bytes)\n",
+                cs.converted, cs.bytes_before, cs.bytes_after);
     return PL_OK;
 }
 

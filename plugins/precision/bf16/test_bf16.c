@@ -106,12 +106,22 @@ START_TEST(bf16_true_stores_frozen_weights_in_bf16_in_place) {
 }
 END_TEST
 
+START_TEST(setup_keeps_each_mode_s_dtypes_for_bf16_and_f16_parameters) {
+    /* lean loading: a model hands over checkpoint views in the file's dtype;
+     * bf16-mixed keeps f32 weights, bf16-true keeps frozen weights in bf16
+     * (a bf16 one as it is, an f16 one rounded) and trainable ones in f32 */
+    pm_setup_converts_half_params("bf16", "mode = bf16-mixed\n", PL_F32, PL_F32);
+    pm_setup_converts_half_params("bf16", "mode = bf16-true\n", PL_BF16, PL_BF16);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("bf16");
     TCase *tc = tcase_create("bf16");
     tcase_add_test(tc, bf16_matmul_is_within_bf16_tolerance_of_f32);
     tcase_add_test(tc, bf16_mixed_keeps_f32_weights_and_saves_bf16_activations);
     tcase_add_test(tc, bf16_true_stores_frozen_weights_in_bf16_in_place);
+    tcase_add_test(tc, setup_keeps_each_mode_s_dtypes_for_bf16_and_f16_parameters);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

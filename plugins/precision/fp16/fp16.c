@@ -12,12 +12,16 @@
  *         tracker = 0.
  * The trainer clips after before_step, so clipping sees unscaled gradients
  * (the order torch's docs prescribe: scaler.unscale_ then clip).
+ * setup() converts every floating parameter that arrives in another dtype
+ * (a model's bf16 / f16 checkpoint views) to f32: the master weights are
+ * f32 (common/prec_convert.h).
  * State (checkpoints): fp16.v1.scale, fp16.v1.growth_tracker.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_convert.h"
 #include "../common/prec_load.h"
 
 typedef struct fp16 {
@@ -53,9 +57,8 @@ static void fp16_destroy(void *self) { free(self); }
 
 static pl_status fp16_setup(void *self, pl_params *ps) {
     (void)self;
-    (void)ps;
     pl_autocast_set(PL_F16);
-    return PL_OK;
+    return pl_prec_convert_params(ps, PL_F32, "fp16", NULL);
 }
 
 static double fp16_loss_scale(void *self) { return ((fp16 *)self)->scale; }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "optim_testkit.h"
+#include "prec_model.h"
 
 static void set_grad(pl_tensor *t, const float *g) {
     if (!t->grad) t->grad = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, t->ndim, t->shape, PL_CPU));
@@ -109,12 +110,19 @@ START_TEST(scale_and_tracker_survive_a_checkpoint) {
 }
 END_TEST
 
+START_TEST(setup_converts_bf16_and_f16_parameters_to_f32_masters) {
+    /* lean loading: a model hands over checkpoint views in the file's dtype */
+    pm_setup_converts_half_params("fp16", "", PL_F32, PL_F32);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("fp16");
     TCase *tc = tcase_create("fp16");
     tcase_add_test(tc, grad_scaler_unscales_grows_backs_off_and_skips);
     tcase_add_test(tc, defaults_are_torch_grad_scaler_defaults);
     tcase_add_test(tc, scale_and_tracker_survive_a_checkpoint);
+    tcase_add_test(tc, setup_converts_bf16_and_f16_parameters_to_f32_masters);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -1,6 +1,9 @@
 /* fp32.c - default precision: every parameter, activation and gradient in
  * f32; matmuls through OpenBLAS sgemm. Matches Lightning precision="32-true".
  *
+ * setup() converts every floating parameter that arrives in another dtype
+ * (a model's bf16 / f16 checkpoint views) to f32 (common/prec_convert.h).
+ *
  * allow_tf32 is accepted for configs shared with GPU runs: on a CUDA backend
  * it lets cuBLAS use TF32 tensor cores for f32 matmuls
  * (torch.backends.cuda.matmul.allow_tf32); on the CPU it has no effect.
@@ -8,6 +11,7 @@
 #include <stdlib.h>
 
 #include <pipeline/pipeline.h>
+#include "../common/prec_convert.h"
 #include "../common/prec_load.h"
 
 typedef struct fp32 {
@@ -32,9 +36,8 @@ static void fp32_destroy(void *self) { free(self); }
 
 static pl_status fp32_setup(void *self, pl_params *ps) {
     (void)self;
-    (void)ps;
     pl_autocast_set(PL_F32);
-    return PL_OK;
+    return pl_prec_convert_params(ps, PL_F32, "fp32", NULL);
 }
 
 static double fp32_loss_scale(void *self) {

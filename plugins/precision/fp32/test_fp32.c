@@ -113,6 +113,12 @@ START_TEST(unknown_mode_is_refused_by_the_schema) {
 }
 END_TEST
 
+START_TEST(setup_converts_bf16_and_f16_parameters_to_f32) {
+    /* lean loading: a model hands over checkpoint views in the file's dtype */
+    pm_setup_converts_half_params("fp32", "", PL_F32, PL_F32);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("fp32");
     TCase *tc = tcase_create("fp32");
@@ -120,6 +126,7 @@ int main(void) {
     tcase_add_test(tc, fp32_is_the_identity_precision);
     tcase_add_test(tc, same_model_trains_under_all_five_precisions);
     tcase_add_test(tc, unknown_mode_is_refused_by_the_schema);
+    tcase_add_test(tc, setup_converts_bf16_and_f16_parameters_to_f32);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -5,8 +5,13 @@
  * setup(): every parameter tagged PL_TAG_BASE that is 2-D, frozen
  * (requires_grad false), floating and matches `targets` is quantized with
  * pl_nf4_quantize(block_size, double_quant) and replaced in the parameter
- * list (pl_params_replace): the f32 tensor is released (its memory returns
- * to the allocator unless the model still holds a reference). Models call
+ * list (pl_params_replace): the float tensor is released right after it is
+ * quantized, before the next one (its memory returns to the allocator, or
+ * for a model's pl_st_view checkpoint view its pages are dropped, unless
+ * the model still holds a reference of its own), so a bf16 backbone is
+ * never resident whole next to its nf4 codes. Every other floating
+ * parameter (trainable ones, frozen ones not quantized, buffers) is
+ * converted to f32 in place (common/prec_convert.h). Models call
  * pl_nf4_matmul(x, W) for a base weight whose dtype is nf4; every other op
  * refuses nf4 with PL_ERR_DTYPE. A second setup() (after init_from) keeps
  * already-quantized parameters.
@@ -31,6 +36,7 @@
 
 #include <pipeline/nf4.h>
 #include <pipeline/pipeline.h>
+#include "../common/prec_convert.h"
 #include "../common/prec_load.h"
 
 typedef struct qlora4 {
@@ -122,6 +128,8 @@ static pl_status q_setup(void *self, pl_params *ps) {
         p->bytes_before += before;
         p->bytes_after += pl_nf4_code_nbytes(q) + pl_nf4_state_nbytes(q);
     }
+    pl_status st = pl_prec_convert_params(ps, PL_F32, "qlora4", NULL);
+    if (st) return st;
     if (p->verbose)
         fprintf(stderr, "qlora4: %d base weights in nf4 (%zu -> %zu bytes), compute %s\n", p->n,
                 p->bytes_before, p->bytes_after, pl_dtype_name(p->compute));

@@ -224,6 +224,57 @@ START_TEST(qlora4_checkpoint_loads_onto_an_fp32_base) {
 }
 END_TEST
 
+START_TEST(setup_quantizes_bf16_base_and_converts_the_rest_to_f32) {
+    /* lean loading: a model hands over checkpoint views in the file's dtype */
+    pm_setup_converts_half_params("qlora4", "", PL_NF4, PL_F32);
+}
+END_TEST
+
+/* A stand-in for a checkpoint view: external bf16 memory whose release
+ * records how many parameters were nf4 at that moment. */
+typedef struct view_probe {
+    pl_params *ps;
+    int released, nf4_at_release[4];
+} view_probe;
+
+static void probe_free(void *data, void *ctx) {
+    view_probe *p = ctx;
+    int nf4 = 0;
+    for (int i = 0; i < pl_params_count(p->ps); i++) nf4 += pl_params_at(p->ps, i)->t->dtype == PL_NF4;
+    p->nf4_at_release[p->released++] = nf4;
+    free(data);
+}
+
+START_TEST(each_base_view_is_released_right_after_it_is_quantized) {
+    tk_run r;
+    tk_init(&r);
+    view_probe probe = {.ps = r.ctx->params};
+    for (int k = 0; k < 3; k++) {
+        uint16_t *d = malloc(64 * 64 * sizeof *d);
+        for (int i = 0; i < 64 * 64; i++) d[i] = pl_f32_to_bf16((float)((i * 7 + k) % 17) - 8.0f);
+        pl_tensor *t = PL_CK_NOTNULL(
+            pl_tensor_from_external(PL_BF16, PL_SHAPE(64, 64), d, probe_free, &probe));
+        char name[32];
+        snprintf(name, sizeof name, "layer%d.weight", k);
+        PL_CK_OK(pl_params_add(r.ctx->params, name, t, PL_TAG_BASE, NULL));
+        pl_tensor_release(t); /* the list holds the only reference, as for a model's view */
+    }
+    PL_CK_OK(tk_try_open(&r, "precision", "qlora4", ""));
+    const pl_precision_vtable *vt = r.vtable;
+    void *self = NULL;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
+    ck_assert_int_eq(probe.released, 3);
+    /* view k went as its codes took its place (the list still named it),
+     * with views 0..k-1 already nf4 and k+1.. not yet quantized: one float
+     * tensor at a time, never the whole base next to its codes */
+    for (int k = 0; k < 3; k++) ck_assert_int_eq(probe.nf4_at_release[k], k);
+    vt->destroy(self);
+    tk_close(&r);
+    pl_autocast_set(PL_F32);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("qlora4");
     TCase *tc = tcase_create("qlora4");
@@ -232,6 +283,8 @@ int main(void) {
     tcase_add_test(tc, checkpoint_round_trip_gives_identical_outputs);
     tcase_add_test(tc, state_of_another_base_is_refused);
     tcase_add_test(tc, qlora4_checkpoint_loads_onto_an_fp32_base);
+    tcase_add_test(tc, setup_quantizes_bf16_base_and_converts_the_rest_to_f32);
+    tcase_add_test(tc, each_base_view_is_released_right_after_it_is_quantized);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
