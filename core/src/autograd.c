@@ -229,6 +229,39 @@ static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_ty
     return pl_backend_kernel(pl_backend_get(dev), (pl_op)op, true);
 }
 
+/* Append a node out = op(inputs) to the tape; retains inputs, saved and out. */
+static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
+                          pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
+                          pl_tensor *out) {
+    if (tl_tape_n == tl_tape_cap) {
+        int64_t nc = tl_tape_cap ? tl_tape_cap * 2 : 1024;
+        pl_node **nt = realloc(tl_tape, (size_t)nc * sizeof *nt);
+        if (!nt) {
+            pl_error_set(PL_ERR_NOMEM, "out of memory (tape)");
+            return NULL;
+        }
+        tl_tape = nt;
+        tl_tape_cap = nc;
+    }
+    pl_node *n = node_new();
+    if (!n) {
+        pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
+        return NULL;
+    }
+    n->op = op;
+    n->custom = custom;
+    if (p) n->p = *p;
+    n->n_in = n_in;
+    for (int i = 0; i < n_in; i++) n->in[i] = pl_tensor_retain(inputs[i]);
+    n->n_saved = n_saved;
+    for (int i = 0; i < n_saved; i++) n->saved[i] = pl_tensor_retain(saved[i]);
+    n->out = pl_tensor_retain(out);
+    out->grad_fn = n;
+    out->requires_grad = true;
+    tl_tape[tl_tape_n++] = n;
+    return n;
+}
+
 static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
                         pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
                         pl_tensor *out) {
@@ -242,30 +275,7 @@ static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *
                             "requires grad; wrap the call in pl_no_grad_begin/end or detach the "
                             "input",
                             name, backend_name(out->device.type));
-    pl_node *n = node_new();
-    if (!n) return pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
-    n->op = op;
-    n->custom = custom;
-    if (p) n->p = *p;
-    n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = pl_tensor_retain(inputs[i]);
-    n->n_saved = n_saved;
-    for (int i = 0; i < n_saved; i++) n->saved[i] = pl_tensor_retain(saved[i]);
-    n->out = pl_tensor_retain(out);
-    out->grad_fn = n;
-    out->requires_grad = true;
-    if (tl_tape_n == tl_tape_cap) {
-        int64_t nc = tl_tape_cap ? tl_tape_cap * 2 : 1024;
-        pl_node **nt = realloc(tl_tape, (size_t)nc * sizeof *nt);
-        if (!nt) {
-            node_free(n);
-            return pl_error_set(PL_ERR_NOMEM, "out of memory (tape)");
-        }
-        tl_tape = nt;
-        tl_tape_cap = nc;
-    }
-    tl_tape[tl_tape_n++] = n;
-    return PL_OK;
+    return tape_push(op, custom, p, inputs, n_in, saved, n_saved, out) ? PL_OK : pl_error_status();
 }
 
 pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *inputs, int n_in,
@@ -273,10 +283,14 @@ pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *
     return record(op, NULL, p, inputs, n_in, saved, n_saved, out);
 }
 
-void pl_tape_clear(void) {
-    for (int64_t i = tl_tape_n - 1; i >= 0; i--) node_free(tl_tape[i]);
-    tl_tape_n = 0;
+/* Free the nodes tape[mark..] (newest first) and what they hold. */
+static void tape_truncate(int64_t mark) {
+    for (int64_t i = tl_tape_n - 1; i >= mark; i--)
+        node_free(tl_tape[i]);
+    tl_tape_n = mark;
 }
+
+void pl_tape_clear(void) { tape_truncate(0); }
 
 int64_t pl_tape_size(void) { return tl_tape_n; }
 
@@ -326,6 +340,58 @@ static pl_status give_grad(pl_tensor *x, pl_tensor *g) {
     return s;
 }
 
+/* Gradients g[j] (owned, f32, input j's shape; NULL where input j needs
+ * none) of a recorded op's inputs from its accumulated grad_out. */
+static pl_status node_backward(pl_node *n, pl_tensor **g) {
+    const char *name = n->custom ? n->custom->name : pl_op_name(n->op);
+    pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
+    k.n_in = 1 + n->n_in + n->n_saved;
+    k.in[0] = n->grad_out;
+    for (int j = 0; j < n->n_in; j++)
+        k.in[1 + j] = n->in[j];
+    for (int j = 0; j < n->n_saved; j++)
+        k.in[1 + n->n_in + j] = n->saved[j];
+    k.n_out = n->n_in;
+    for (int j = 0; j < n->n_in; j++) {
+        pl_tensor *x = n->in[j];
+        /* same tensor passed twice: each slot gets its own buffer */
+        if (x && x->requires_grad) {
+            g[j] = k.out[j] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+            if (!g[j]) return pl_error_status();
+        }
+    }
+    pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
+    if (!fn)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
+                            name, backend_name(n->out->device.type));
+    pl_status st = fn(&k);
+    if (st) pl_error_prefix(st, "backward of '%s'", name);
+    return st;
+}
+
+/* Reverse walk over tape[lo..]: every node holding a grad_out passes
+ * gradients to its inputs (nodes further back, or leaves' .grad). */
+static pl_status backward_from(int64_t lo) {
+    pl_status st = PL_OK;
+    for (int64_t i = tl_tape_n - 1; i >= lo && !st; i--) {
+        pl_node *n = tl_tape[i];
+        if (!n->grad_out) continue;
+        pl_tensor *g[PL_MAX_OP_INPUTS] = {0};
+        st = node_backward(n, g);
+        for (int j = 0; j < n->n_in; j++) {
+            if (!g[j]) continue;
+            if (!st)
+                st = give_grad(n->in[j], g[j]);
+            else
+                pl_tensor_release(g[j]);
+        }
+        /* free this node's gradient early: nothing downstream needs it */
+        pl_tensor_release(n->grad_out);
+        n->grad_out = NULL;
+    }
+    return st;
+}
+
 pl_status pl_backward(pl_tensor *loss, double grad_scale) {
     char buf[256];
     if (!loss) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "backward: NULL loss");
@@ -347,45 +413,7 @@ pl_status pl_backward(pl_tensor *loss, double grad_scale) {
         pl_tape_clear();
         return pl_error_status();
     }
-    pl_status st = PL_OK;
-    for (int64_t i = tl_tape_n - 1; i >= 0 && !st; i--) {
-        pl_node *n = tl_tape[i];
-        if (!n->grad_out) continue;
-        pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
-        k.n_in = 1 + n->n_in + n->n_saved;
-        k.in[0] = n->grad_out;
-        for (int j = 0; j < n->n_in; j++) k.in[1 + j] = n->in[j];
-        for (int j = 0; j < n->n_saved; j++) k.in[1 + n->n_in + j] = n->saved[j];
-        k.n_out = n->n_in;
-        for (int j = 0; j < n->n_in; j++) {
-            pl_tensor *x = n->in[j];
-            bool need = x && x->requires_grad;
-            /* same tensor passed twice: each slot gets its own buffer */
-            k.out[j] = need ? pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device) : NULL;
-            if (need && !k.out[j]) st = pl_error_status();
-        }
-        pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
-        if (!st && !fn)
-            st = pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
-                              n->custom ? n->custom->name : pl_op_name(n->op),
-                              backend_name(n->out->device.type));
-        if (!st) {
-            st = fn(&k);
-            if (st)
-                pl_error_prefix(st, "backward of '%s'",
-                                n->custom ? n->custom->name : pl_op_name(n->op));
-        }
-        for (int j = 0; j < n->n_in; j++) {
-            if (!k.out[j]) continue;
-            if (!st)
-                st = give_grad(n->in[j], k.out[j]);
-            else
-                pl_tensor_release(k.out[j]);
-        }
-        /* free this node's gradient early: nothing downstream needs it */
-        pl_tensor_release(n->grad_out);
-        n->grad_out = NULL;
-    }
+    pl_status st = backward_from(0);
     pl_tape_clear();
     return st;
 }
