@@ -1,5 +1,6 @@
-/* autograd.c - grad mode, frames, the tape, backward, custom ops, autocast,
- * and the small checks every op uses at entry (see autograd.h, internal.h). */
+/* autograd.c - grad mode, frames, the tape, backward, activation
+ * checkpointing, custom ops, autocast, and the small checks every op uses at
+ * entry (see autograd.h, internal.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@ typedef struct pl_node {
     pl_tensor *out;
     pl_tensor *grad_out; /* accumulated d(loss)/d(out), f32 */
     const pl_custom_op *custom;
+    pl_checkpoint_fn ckpt_fn; /* checkpoint node: backward recomputes fn(ckpt_ctx, in) */
+    void *ckpt_ctx;           /* borrowed */
 } pl_node;
 
 /* ---- per-thread state ------------------------------------------------------ */
@@ -28,6 +31,9 @@ typedef struct tensor_vec {
 } tensor_vec;
 
 static _Thread_local int tl_no_grad;
+/* set when an op under no-grad had an input requiring grad: pl_checkpoint's
+ * forward learns from it whether fn's result would have been recorded */
+static _Thread_local bool tl_no_grad_saw_grad;
 static _Thread_local pl_node **tl_tape;
 static _Thread_local int64_t tl_tape_n, tl_tape_cap;
 static _Thread_local pl_node *tl_node_pool[1024];
@@ -265,7 +271,11 @@ static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params
 static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
                         pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
                         pl_tensor *out) {
-    if (!pl_grad_enabled() || !pl_any_requires_grad(inputs, n_in)) return PL_OK;
+    if (!pl_any_requires_grad(inputs, n_in)) return PL_OK;
+    if (!pl_grad_enabled()) {
+        tl_no_grad_saw_grad = true;
+        return PL_OK;
+    }
     const char *name = custom ? custom->name : pl_op_name(op);
     if (n_in > PL_MAX_OP_INPUTS || n_saved > MAX_SAVED)
         return pl_error_set(PL_ERR_INTERNAL, "%s: too many inputs/saved tensors to record", name);
@@ -369,6 +379,8 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
     return st;
 }
 
+static pl_status checkpoint_backward(pl_node *n, pl_tensor **g);
+
 /* Reverse walk over tape[lo..]: every node holding a grad_out passes
  * gradients to its inputs (nodes further back, or leaves' .grad). */
 static pl_status backward_from(int64_t lo) {
@@ -377,7 +389,7 @@ static pl_status backward_from(int64_t lo) {
         pl_node *n = tl_tape[i];
         if (!n->grad_out) continue;
         pl_tensor *g[PL_MAX_OP_INPUTS] = {0};
-        st = node_backward(n, g);
+        st = n->ckpt_fn ? checkpoint_backward(n, g) : node_backward(n, g);
         for (int j = 0; j < n->n_in; j++) {
             if (!g[j]) continue;
             if (!st)
@@ -415,6 +427,97 @@ pl_status pl_backward(pl_tensor *loss, double grad_scale) {
     }
     pl_status st = backward_from(0);
     pl_tape_clear();
+    return st;
+}
+
+/* ---- activation checkpointing ------------------------------------------------------ */
+
+pl_tensor *pl_checkpoint(pl_checkpoint_fn fn, void *ctx, pl_tensor *const *inputs, int n_in) {
+    if (!fn || n_in < 0 || n_in > PL_MAX_OP_INPUTS || (n_in > 0 && !inputs)) {
+        pl_error_set(PL_ERR_INVALID, "checkpoint: fn is NULL or n_in = %d is outside 0..%d", n_in,
+                     PL_MAX_OP_INPUTS);
+        return NULL;
+    }
+    for (int i = 0; i < n_in; i++)
+        if (!inputs[i]) return NULL; /* NULL-propagation, as every op */
+    if (!pl_grad_enabled()) return fn(ctx, inputs, n_in);
+    /* forward without a tape: fn's temporaries die with the frame */
+    bool outer_saw = tl_no_grad_saw_grad;
+    tl_no_grad_saw_grad = false;
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *y = fn(ctx, inputs, n_in);
+    /* a new header, so that the node never claims a tensor fn passed through */
+    pl_tensor *out = y ? pl_tensor_view_owned(y) : NULL;
+    /* or fn handed back a tensor requiring grad without an op */
+    bool saw = tl_no_grad_saw_grad || (y && y->requires_grad);
+    pl_frame_end();
+    pl_no_grad_end();
+    tl_no_grad_saw_grad = outer_saw || saw;
+    if (!out) {
+        if (!y && !pl_error_status())
+            pl_error_set(PL_ERR_INVALID, "checkpoint: fn returned NULL without setting an error");
+        return NULL;
+    }
+    /* saw: some op in fn read a tensor requiring grad (an input or a parameter) */
+    pl_node *n = saw ? tape_push(PL_OP_NONE, NULL, NULL, inputs, n_in, NULL, 0, out) : NULL;
+    if (saw && !n) {
+        pl_tensor_release(out);
+        return NULL;
+    }
+    if (n) {
+        n->ckpt_fn = fn;
+        n->ckpt_ctx = ctx;
+    }
+    return pl_op_result(out);
+}
+
+/* Backward of a checkpoint node: recompute fn with grad on over detached
+ * aliases of the inputs, onto the tape after the current end, back-propagate
+ * grad_out through that segment (parameters' .grad accumulate as usual), hand
+ * the aliases' gradients out as g[j], then free the segment. */
+static pl_status checkpoint_backward(pl_node *n, pl_tensor **g) {
+    char b1[256], b2[256];
+    pl_tensor *x[PL_MAX_OP_INPUTS] = {0};
+    int64_t mark = tl_tape_n;
+    int no_grad = tl_no_grad;
+    pl_status st = PL_OK;
+    for (int j = 0; j < n->n_in && !st; j++) {
+        pl_tensor *in = n->in[j];
+        x[j] = in->requires_grad ? pl_tensor_view_owned(in) : pl_tensor_retain(in);
+        if (!x[j])
+            st = pl_error_status();
+        else
+            x[j]->requires_grad = in->requires_grad; /* a leaf: grad_fn NULL */
+    }
+    tl_no_grad = 0;
+    pl_frame_begin();
+    pl_tensor *y = st ? NULL : n->ckpt_fn(n->ckpt_ctx, x, n->n_in);
+    if (!st && !y)
+        st = pl_error_status() ? pl_error_status()
+                               : pl_error_set(PL_ERR_INVALID, "fn returned NULL without setting "
+                                                              "an error");
+    if (!st && (y->dtype != n->out->dtype || !pl_tensor_same_shape(y, n->out)))
+        st = pl_error_set(PL_ERR_INVALID,
+                          "recomputed output %s differs from the forward's %s; fn must be "
+                          "deterministic given ctx",
+                          pl_tensor_describe(y, b1, sizeof b1),
+                          pl_tensor_describe(n->out, b2, sizeof b2));
+    if (!st) st = give_grad(y, pl_tensor_retain(n->grad_out));
+    if (!st) st = backward_from(mark);
+    if (st) pl_error_prefix(st, "backward of checkpoint");
+    tape_truncate(mark);
+    pl_frame_end();
+    tl_no_grad = no_grad;
+    for (int j = 0; j < n->n_in; j++) {
+        if (!st && x[j]->requires_grad) {
+            g[j] = x[j]->grad
+                       ? pl_tensor_retain(x[j]->grad)
+                       : pl_tensor_new_owned_zeros(PL_F32, x[j]->ndim, x[j]->shape, x[j]->device);
+            if (!g[j]) st = pl_error_status();
+        }
+        pl_tensor_release(x[j]);
+    }
     return st;
 }
 
