@@ -69,8 +69,9 @@ typedef pl_tensor *(*pl_checkpoint_fn)(void *ctx, pl_tensor *const *inputs, int 
  * inputs: n_in (0..PL_MAX_OP_INPUTS) tensors of any shape/dtype fn accepts,
  * borrowed (the tape retains them, as any op's inputs). A NULL input returns
  * NULL (error left as set by the op that failed), like every op. Returns fn's
- * result (a new header sharing fn's output storage; same shape and dtype),
- * owned by the current frame, or by the caller when no frame is open.
+ * result (with grad mode on, a new header sharing the storage of fn's output:
+ * same shape, strides and dtype), owned by the current frame, or by the
+ * caller when no frame is open.
  *
  *   - Grad mode off: returns fn(ctx, inputs, n_in), nothing else.
  *   - Grad mode on: fn runs under no-grad inside its own frame (its
