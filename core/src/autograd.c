@@ -1,5 +1,6 @@
-/* autograd.c - grad mode, frames, the tape, backward, custom ops, autocast,
- * and the small checks every op uses at entry (see autograd.h, internal.h). */
+/* autograd.c - grad mode, frames, the tape, backward, activation
+ * checkpointing, custom ops, autocast, and the small checks every op uses at
+ * entry (see autograd.h, internal.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,8 @@ typedef struct pl_node {
     pl_tensor *out;
     pl_tensor *grad_out; /* accumulated d(loss)/d(out), f32 */
     const pl_custom_op *custom;
+    pl_checkpoint_fn ckpt_fn; /* checkpoint node: backward recomputes fn(ckpt_ctx, in) */
+    void *ckpt_ctx;           /* borrowed */
 } pl_node;
 
 /* ---- per-thread state ------------------------------------------------------ */
@@ -28,6 +31,9 @@ typedef struct tensor_vec {
 } tensor_vec;
 
 static _Thread_local int tl_no_grad;
+/* set when an op under no-grad had an input requiring grad: pl_checkpoint's
+ * forward learns from it whether fn's result would have been recorded */
+static _Thread_local bool tl_no_grad_saw_grad;
 static _Thread_local pl_node **tl_tape;
 static _Thread_local int64_t tl_tape_n, tl_tape_cap;
 static _Thread_local pl_node *tl_node_pool[1024];
@@ -229,21 +235,25 @@ static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_ty
     return pl_backend_kernel(pl_backend_get(dev), (pl_op)op, true);
 }
 
-static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
-                        pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
-                        pl_tensor *out) {
-    if (!pl_grad_enabled() || !pl_any_requires_grad(inputs, n_in)) return PL_OK;
-    const char *name = custom ? custom->name : pl_op_name(op);
-    if (n_in > PL_MAX_OP_INPUTS || n_saved > MAX_SAVED)
-        return pl_error_set(PL_ERR_INTERNAL, "%s: too many inputs/saved tensors to record", name);
-    if (!backward_fn(op, custom, out->device.type))
-        return pl_error_set(PL_ERR_UNSUPPORTED,
-                            "op '%s' has no backward kernel on backend '%s', but an input "
-                            "requires grad; wrap the call in pl_no_grad_begin/end or detach the "
-                            "input",
-                            name, backend_name(out->device.type));
+/* Append a node out = op(inputs) to the tape; retains inputs, saved and out. */
+static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
+                          pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
+                          pl_tensor *out) {
+    if (tl_tape_n == tl_tape_cap) {
+        int64_t nc = tl_tape_cap ? tl_tape_cap * 2 : 1024;
+        pl_node **nt = realloc(tl_tape, (size_t)nc * sizeof *nt);
+        if (!nt) {
+            pl_error_set(PL_ERR_NOMEM, "out of memory (tape)");
+            return NULL;
+        }
+        tl_tape = nt;
+        tl_tape_cap = nc;
+    }
     pl_node *n = node_new();
-    if (!n) return pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
+    if (!n) {
+        pl_error_set(PL_ERR_NOMEM, "out of memory (autograd node)");
+        return NULL;
+    }
     n->op = op;
     n->custom = custom;
     if (p) n->p = *p;
@@ -254,18 +264,28 @@ static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *
     n->out = pl_tensor_retain(out);
     out->grad_fn = n;
     out->requires_grad = true;
-    if (tl_tape_n == tl_tape_cap) {
-        int64_t nc = tl_tape_cap ? tl_tape_cap * 2 : 1024;
-        pl_node **nt = realloc(tl_tape, (size_t)nc * sizeof *nt);
-        if (!nt) {
-            node_free(n);
-            return pl_error_set(PL_ERR_NOMEM, "out of memory (tape)");
-        }
-        tl_tape = nt;
-        tl_tape_cap = nc;
-    }
     tl_tape[tl_tape_n++] = n;
-    return PL_OK;
+    return n;
+}
+
+static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
+                        pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
+                        pl_tensor *out) {
+    if (!pl_any_requires_grad(inputs, n_in)) return PL_OK;
+    if (!pl_grad_enabled()) {
+        tl_no_grad_saw_grad = true;
+        return PL_OK;
+    }
+    const char *name = custom ? custom->name : pl_op_name(op);
+    if (n_in > PL_MAX_OP_INPUTS || n_saved > MAX_SAVED)
+        return pl_error_set(PL_ERR_INTERNAL, "%s: too many inputs/saved tensors to record", name);
+    if (!backward_fn(op, custom, out->device.type))
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "op '%s' has no backward kernel on backend '%s', but an input "
+                            "requires grad; wrap the call in pl_no_grad_begin/end or detach the "
+                            "input",
+                            name, backend_name(out->device.type));
+    return tape_push(op, custom, p, inputs, n_in, saved, n_saved, out) ? PL_OK : pl_error_status();
 }
 
 pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *inputs, int n_in,
@@ -273,10 +293,14 @@ pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *
     return record(op, NULL, p, inputs, n_in, saved, n_saved, out);
 }
 
-void pl_tape_clear(void) {
-    for (int64_t i = tl_tape_n - 1; i >= 0; i--) node_free(tl_tape[i]);
-    tl_tape_n = 0;
+/* Free the nodes tape[mark..] (newest first) and what they hold. */
+static void tape_truncate(int64_t mark) {
+    for (int64_t i = tl_tape_n - 1; i >= mark; i--)
+        node_free(tl_tape[i]);
+    tl_tape_n = mark;
 }
+
+void pl_tape_clear(void) { tape_truncate(0); }
 
 int64_t pl_tape_size(void) { return tl_tape_n; }
 
@@ -326,6 +350,60 @@ static pl_status give_grad(pl_tensor *x, pl_tensor *g) {
     return s;
 }
 
+/* Gradients g[j] (owned, f32, input j's shape; NULL where input j needs
+ * none) of a recorded op's inputs from its accumulated grad_out. */
+static pl_status node_backward(pl_node *n, pl_tensor **g) {
+    const char *name = n->custom ? n->custom->name : pl_op_name(n->op);
+    pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
+    k.n_in = 1 + n->n_in + n->n_saved;
+    k.in[0] = n->grad_out;
+    for (int j = 0; j < n->n_in; j++)
+        k.in[1 + j] = n->in[j];
+    for (int j = 0; j < n->n_saved; j++)
+        k.in[1 + n->n_in + j] = n->saved[j];
+    k.n_out = n->n_in;
+    for (int j = 0; j < n->n_in; j++) {
+        pl_tensor *x = n->in[j];
+        /* same tensor passed twice: each slot gets its own buffer */
+        if (x && x->requires_grad) {
+            g[j] = k.out[j] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+            if (!g[j]) return pl_error_status();
+        }
+    }
+    pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
+    if (!fn)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
+                            name, backend_name(n->out->device.type));
+    pl_status st = fn(&k);
+    if (st) pl_error_prefix(st, "backward of '%s'", name);
+    return st;
+}
+
+static pl_status checkpoint_backward(pl_node *n, pl_tensor **g);
+
+/* Reverse walk over tape[lo..]: every node holding a grad_out passes
+ * gradients to its inputs (nodes further back, or leaves' .grad). */
+static pl_status backward_from(int64_t lo) {
+    pl_status st = PL_OK;
+    for (int64_t i = tl_tape_n - 1; i >= lo && !st; i--) {
+        pl_node *n = tl_tape[i];
+        if (!n->grad_out) continue;
+        pl_tensor *g[PL_MAX_OP_INPUTS] = {0};
+        st = n->ckpt_fn ? checkpoint_backward(n, g) : node_backward(n, g);
+        for (int j = 0; j < n->n_in; j++) {
+            if (!g[j]) continue;
+            if (!st)
+                st = give_grad(n->in[j], g[j]);
+            else
+                pl_tensor_release(g[j]);
+        }
+        /* free this node's gradient early: nothing downstream needs it */
+        pl_tensor_release(n->grad_out);
+        n->grad_out = NULL;
+    }
+    return st;
+}
+
 pl_status pl_backward(pl_tensor *loss, double grad_scale) {
     char buf[256];
     if (!loss) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "backward: NULL loss");
@@ -347,46 +425,99 @@ pl_status pl_backward(pl_tensor *loss, double grad_scale) {
         pl_tape_clear();
         return pl_error_status();
     }
-    pl_status st = PL_OK;
-    for (int64_t i = tl_tape_n - 1; i >= 0 && !st; i--) {
-        pl_node *n = tl_tape[i];
-        if (!n->grad_out) continue;
-        pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
-        k.n_in = 1 + n->n_in + n->n_saved;
-        k.in[0] = n->grad_out;
-        for (int j = 0; j < n->n_in; j++) k.in[1 + j] = n->in[j];
-        for (int j = 0; j < n->n_saved; j++) k.in[1 + n->n_in + j] = n->saved[j];
-        k.n_out = n->n_in;
-        for (int j = 0; j < n->n_in; j++) {
-            pl_tensor *x = n->in[j];
-            bool need = x && x->requires_grad;
-            /* same tensor passed twice: each slot gets its own buffer */
-            k.out[j] = need ? pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device) : NULL;
-            if (need && !k.out[j]) st = pl_error_status();
-        }
-        pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
-        if (!st && !fn)
-            st = pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
-                              n->custom ? n->custom->name : pl_op_name(n->op),
-                              backend_name(n->out->device.type));
-        if (!st) {
-            st = fn(&k);
-            if (st)
-                pl_error_prefix(st, "backward of '%s'",
-                                n->custom ? n->custom->name : pl_op_name(n->op));
-        }
-        for (int j = 0; j < n->n_in; j++) {
-            if (!k.out[j]) continue;
-            if (!st)
-                st = give_grad(n->in[j], k.out[j]);
-            else
-                pl_tensor_release(k.out[j]);
-        }
-        /* free this node's gradient early: nothing downstream needs it */
-        pl_tensor_release(n->grad_out);
-        n->grad_out = NULL;
-    }
+    pl_status st = backward_from(0);
     pl_tape_clear();
+    return st;
+}
+
+/* ---- activation checkpointing ------------------------------------------------------ */
+
+pl_tensor *pl_checkpoint(pl_checkpoint_fn fn, void *ctx, pl_tensor *const *inputs, int n_in) {
+    if (!fn || n_in < 0 || n_in > PL_MAX_OP_INPUTS || (n_in > 0 && !inputs)) {
+        pl_error_set(PL_ERR_INVALID, "checkpoint: fn is NULL or n_in = %d is outside 0..%d", n_in,
+                     PL_MAX_OP_INPUTS);
+        return NULL;
+    }
+    for (int i = 0; i < n_in; i++)
+        if (!inputs[i]) return NULL; /* NULL-propagation, as every op */
+    if (!pl_grad_enabled()) return fn(ctx, inputs, n_in);
+    /* forward without a tape: fn's temporaries die with the frame */
+    bool outer_saw = tl_no_grad_saw_grad;
+    tl_no_grad_saw_grad = false;
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *y = fn(ctx, inputs, n_in);
+    /* a new header, so that the node never claims a tensor fn passed through */
+    pl_tensor *out = y ? pl_tensor_view_owned(y) : NULL;
+    /* or fn handed back a tensor requiring grad without an op */
+    bool saw = tl_no_grad_saw_grad || (y && y->requires_grad);
+    pl_frame_end();
+    pl_no_grad_end();
+    tl_no_grad_saw_grad = outer_saw || saw;
+    if (!out) {
+        if (!y && !pl_error_status())
+            pl_error_set(PL_ERR_INVALID, "checkpoint: fn returned NULL without setting an error");
+        return NULL;
+    }
+    /* saw: some op in fn read a tensor requiring grad (an input or a parameter) */
+    pl_node *n = saw ? tape_push(PL_OP_NONE, NULL, NULL, inputs, n_in, NULL, 0, out) : NULL;
+    if (saw && !n) {
+        pl_tensor_release(out);
+        return NULL;
+    }
+    if (n) {
+        n->ckpt_fn = fn;
+        n->ckpt_ctx = ctx;
+    }
+    return pl_op_result(out);
+}
+
+/* Backward of a checkpoint node: recompute fn with grad on over detached
+ * aliases of the inputs, onto the tape after the current end, back-propagate
+ * grad_out through that segment (parameters' .grad accumulate as usual), hand
+ * the aliases' gradients out as g[j], then free the segment. */
+static pl_status checkpoint_backward(pl_node *n, pl_tensor **g) {
+    char b1[256], b2[256];
+    pl_tensor *x[PL_MAX_OP_INPUTS] = {0};
+    int64_t mark = tl_tape_n;
+    int no_grad = tl_no_grad;
+    pl_status st = PL_OK;
+    for (int j = 0; j < n->n_in && !st; j++) {
+        pl_tensor *in = n->in[j];
+        x[j] = in->requires_grad ? pl_tensor_view_owned(in) : pl_tensor_retain(in);
+        if (!x[j])
+            st = pl_error_status();
+        else
+            x[j]->requires_grad = in->requires_grad; /* a leaf: grad_fn NULL */
+    }
+    tl_no_grad = 0;
+    pl_frame_begin();
+    pl_tensor *y = st ? NULL : n->ckpt_fn(n->ckpt_ctx, x, n->n_in);
+    if (!st && !y)
+        st = pl_error_status() ? pl_error_status()
+                               : pl_error_set(PL_ERR_INVALID, "fn returned NULL without setting "
+                                                              "an error");
+    if (!st && (y->dtype != n->out->dtype || !pl_tensor_same_shape(y, n->out)))
+        st = pl_error_set(PL_ERR_INVALID,
+                          "recomputed output %s differs from the forward's %s; fn must be "
+                          "deterministic given ctx",
+                          pl_tensor_describe(y, b1, sizeof b1),
+                          pl_tensor_describe(n->out, b2, sizeof b2));
+    if (!st) st = give_grad(y, pl_tensor_retain(n->grad_out));
+    if (!st) st = backward_from(mark);
+    if (st) pl_error_prefix(st, "backward of checkpoint");
+    tape_truncate(mark);
+    pl_frame_end();
+    tl_no_grad = no_grad;
+    for (int j = 0; j < n->n_in; j++) {
+        if (!st && x[j]->requires_grad) {
+            g[j] = x[j]->grad
+                       ? pl_tensor_retain(x[j]->grad)
+                       : pl_tensor_new_owned_zeros(PL_F32, x[j]->ndim, x[j]->shape, x[j]->device);
+            if (!g[j]) st = pl_error_status();
+        }
+        pl_tensor_release(x[j]);
+    }
     return st;
 }
 

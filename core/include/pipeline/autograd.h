@@ -53,6 +53,61 @@ void pl_tape_clear(void);
 /* Number of nodes on the tape (tests). */
 int64_t pl_tape_size(void);
 
+/* ---- activation (gradient) checkpointing ------------------------------ */
+
+/* fn computes outputs from inputs (borrowed); returns one new tensor (owned by
+ * the current frame, like any op result) or NULL with the error set. */
+typedef pl_tensor *(*pl_checkpoint_fn)(void *ctx, pl_tensor *const *inputs, int n_in);
+
+/* y = fn(ctx, inputs), keeping none of fn's activations for backward: they
+ * are recomputed during backward. Trades one extra forward of fn for the
+ * memory of its intermediate tensors (checkpointing every sqrt(n)-th of n
+ * layers gives O(sqrt n) activation memory). Math and semantics: Chen et al.
+ * 2016, "Training Deep Nets with Sublinear Memory Cost"; PyTorch's
+ * torch.utils.checkpoint.checkpoint(use_reentrant=False).
+ *
+ * inputs: n_in (0..PL_MAX_OP_INPUTS) tensors of any shape/dtype fn accepts,
+ * borrowed (the tape retains them, as any op's inputs). A NULL input returns
+ * NULL (error left as set by the op that failed), like every op. Returns fn's
+ * result (with grad mode on, a new header sharing the storage of fn's output:
+ * same shape, strides and dtype), owned by the current frame, or by the
+ * caller when no frame is open.
+ *
+ *   - Grad mode off: returns fn(ctx, inputs, n_in), nothing else.
+ *   - Grad mode on: fn runs under no-grad inside its own frame (its
+ *     temporaries are freed when it returns). If some op inside fn read a
+ *     tensor requiring grad (an input or a parameter), ONE tape node is
+ *     recorded: inputs -> y. Otherwise nothing is recorded.
+ *   - Backward of that node: detached aliases of the inputs (sharing storage;
+ *     requires_grad as the input's) are passed to fn again with grad mode on,
+ *     recording onto the tape past its current end; the node's output
+ *     gradient is back-propagated through that segment: parameters used in
+ *     fn ACCUMULATE into .grad exactly as without checkpointing (grad_scale
+ *     and several backward calls included), and the aliases' gradients are
+ *     this node's input gradients, passed on through the outer tape. The
+ *     segment and the recomputed activations are freed before the walk
+ *     continues. A checkpointed fn may itself call pl_checkpoint (nested
+ *     recomputation).
+ *   - pl_tape_clear (or an error in backward) frees the node; ctx is never
+ *     freed by the core.
+ *
+ * Contract on fn and ctx (borrowed): ctx must stay valid until the node is
+ * consumed by pl_backward or pl_tape_clear, and fn must be deterministic
+ * given ctx and the inputs: the same ops, shapes and values when recomputed.
+ * Dropout is (counter-based Philox, pl_dropout): pass the seed and counter
+ * fixed in ctx; do not advance a counter inside fn. Parameters (leaves) may be
+ * read through ctx. A non-leaf tensor requiring grad should be passed in
+ * `inputs`; one read through ctx gets its gradient too (its producing node
+ * precedes this one on the tape, so the reverse walk reaches it later), but
+ * it then must be the same tensor at recomputation.
+ *
+ * Errors (NULL returned, thread error set): PL_ERR_INVALID when fn is NULL,
+ * n_in is outside 0..PL_MAX_OP_INPUTS, or fn returns NULL without setting an
+ * error; whatever fn sets. In backward, pl_backward returns fn's error or
+ * PL_ERR_INVALID when the recomputed output's shape or dtype differs from
+ * the forward's, prefixed "backward of checkpoint". */
+pl_tensor *pl_checkpoint(pl_checkpoint_fn fn, void *ctx, pl_tensor *const *inputs, int n_in);
+
 /* ---- frames --------------------------------------------------------- */
 
 void pl_frame_begin(void);
