@@ -38,6 +38,10 @@ Precisions:
              when bitsandbytes is missing or its CPU NF4 round trip fails. frozen bytes
              then count the packed 4-bit weights (uint8, 2 values a byte), not the
              per-block absmax scales.
+On a CPU without avx512_bf16/AMX (e.g. the 2-core AMD EPYC this was written on),
+bf16 matmuls are emulated: bf16 and bf16-true are several times slower than fp32
+there (tiny: fp32 0.04 s, bf16 0.40 s, bf16-true 0.18 s per step; 135m bf16 did
+not finish 4 steps in 6.5 min, i.e. > 90 s/step against fp32's 4.0 s).
 --gradient-checkpointing: transformers' activation checkpointing of every decoder
 layer (use_reentrant False).
 
