@@ -375,6 +375,7 @@ static pl_status fit(trainer *t) {
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         double te0 = tr_now();
+        double t_prev = te0; /* end of the previous optimizer step (step_seconds) */
         int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
         if (b0 > nb) {
             st = pl_error_set(PL_ERR_CONFIG, "the checkpoint resumed from is at batch %lld of epoch "
@@ -447,12 +448,17 @@ static pl_status fit(trainer *t) {
                 st = optimizer_step(t, &gnorm, &lr);
                 pending = 0;
                 stepped = true;
+                double now = tr_now();
                 if (t->step % t->log_every == 0) {
+                    /* wall seconds of this optimizer step: its micro-batches'
+                     * loading, forward, backward and the update */
+                    tr_metric_row(t, "step_seconds", now - t_prev);
                     tr_metric_row(t, "train_loss", lv);
                     tr_metric_row(t, "lr", lr);
                     tr_metric_row(t, "grad_norm", gnorm);
                 }
             }
+            if (stepped) t_prev = tr_now();
             t->batch = b + 1;
             t->accum_pending = pending;
             progress(t, b0, b, nb, te0, t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN, lr);
@@ -460,6 +466,7 @@ static pl_status fit(trainer *t) {
                 ((t->epoch + 1) % t->val_every_epochs == 0)) {
                 st = validate(t, &stop);
                 if (!st && !stop) st = continue_train_epoch(t);
+                t_prev = tr_now(); /* validation is not a step's time */
             }
             /* after the validation of this batch, so the checkpoint holds its outcome; a
              * validation that stops the run leaves the epoch-end checkpoint only */
@@ -750,16 +757,16 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         if (t->sched[t->n_sched].self) t->n_sched++;
     }
     if (!st) st = stage_create(t, &t->avg, "averager");
-    int params_total = 0, params_trainable = 0;
+    int64_t params_total = 0, params_trainable = 0; /* a 7B model overflows an int */
     for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
         int64_t n = pl_tensor_numel(p->t);
-        params_total += (int)n;
-        if (p->t->requires_grad) params_trainable += (int)n;
+        params_total += n;
+        if (p->t->requires_grad) params_trainable += n;
     }
     if (!st)
-        tr_log(t, "model %s: %d parameters (%d trainable); %lld optimizer steps per epoch\n",
-              t->model.desc->name, params_total, params_trainable,
+        tr_log(t, "model %s: %lld parameters (%lld trainable); %lld optimizer steps per epoch\n",
+              t->model.desc->name, (long long)params_total, (long long)params_trainable,
               (long long)t->ctx.steps_per_epoch);
 
     /* weights init / resume */

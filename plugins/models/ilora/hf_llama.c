@@ -409,7 +409,7 @@ pl_tensor *hf_llama_tensor(hf_llama *h, const char *name, int ndim, const int64_
                      fname, name, pl_dtype_name(dt));
         return NULL;
     }
-    pl_tensor *t = pl_st_load(h->files[fi], name); /* TEMP until pl_st_view lands */
+    pl_tensor *t = pl_st_view(h->files[fi], name);
     if (!t && !strstr(pl_error_message(), fname))
         pl_error_prefix(pl_error_status(), "%s", fname);
     return t;

@@ -543,6 +543,8 @@ void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
     pl_tensor_release(m->gate_index);
     pl_tensor_release(m->kv_index);
+    pl_tensor_release(m->pad_bias);
+    free(m->layer_ctx);
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
     if (m->exp) ilora_export_end(m);
@@ -678,25 +680,26 @@ static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
  * [B, L, D] f32 and the expanded gates, or none) so that it can be
  * recomputed during backward (gradient_checkpointing). Deterministic: its
  * dropout masks are Philox streams of (seed, micro-step, site). */
-typedef struct layer_ctx {
+typedef struct ilora_layer_ctx {
     ilora_model *m;
-    int64_t l;
-    const fwd_state *s;
+    int64_t l, B, L;
+    pl_tensor *pad_bias; /* borrowed: the model keeps it until the next forward */
+    uint64_t micro;      /* the micro-step of the forward (dropout counters) */
     bool training;
-} layer_ctx;
+} ilora_layer_ctx;
 
 static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
-    const layer_ctx *c = ctxp;
+    const ilora_layer_ctx *c = ctxp;
     ilora_model *m = c->m;
     const ilora_opts *o = &m->o;
     pl_tensor *h = in[0], *gexp = n_in > 1 ? in[1] : NULL;
-    int64_t B = c->s->B, L = c->s->L, H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
+    int64_t B = c->B, L = c->L, H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
     uint64_t seed = m->ctx->seed, site = 1 + (uint64_t)c->l * 16;
     bool training = c->training;
     ilora_layer *ly = &m->layer[c->l];
 #define PROJ(i, x)                                                                                 \
     ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
-                          m->lora_scale, o->lora_dropout, seed, drop_counter(m, site + 2 + (i)),   \
+                          m->lora_scale, o->lora_dropout, seed, (c->micro << 16) | (site + 2 + (i)),   \
                           training)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *q = pl_rope(pl_reshape(PROJ(0, x), 4, (int64_t[]){B, L, H, Dh}), 0, o->rope_theta);
@@ -709,16 +712,16 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     q = pl_transpose(q, 1, 2); /* [B, H, L, Dh] */
     k = pl_transpose(k, 1, 2);
     v = pl_transpose(v, 1, 2);
-    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->s->pad_bias); /* [B, H, L, L] */
+    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->pad_bias); /* [B, H, L, L] */
     pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
     att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, m->q_dim});
     pl_tensor *ao = PROJ(3, att);
-    h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(m, site), training));
+    h = pl_add(h, pl_dropout(ao, o->dropout, seed, (c->micro << 16) | site, training));
     x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
     pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
     pl_tensor *mo = PROJ(6, mid);
 #undef PROJ
-    return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(m, site + 1), training));
+    return pl_add(h, pl_dropout(mo, o->dropout, seed, (c->micro << 16) | (site + 1), training));
 }
 
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
@@ -753,14 +756,25 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
     h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
     bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
+    uint64_t micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
+    if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)o->layers, sizeof *m->layer_ctx))) {
+        free(s.ids);
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        return NULL;
+    }
+    pl_tensor_release(m->pad_bias); /* the previous forward's, kept for its backward */
+    m->pad_bias = pl_tensor_retain(s.pad_bias);
     for (int64_t l = 0; l < o->layers && h; l++) {
         /* one frame per layer: its temporaries go as soon as the layer is done
          * (evaluation peak = one layer; backward keeps what it needs) */
         pl_frame_begin();
-        layer_ctx c = {m, l, &s, training};
+        /* the context outlives this call: a checkpointed layer reads it
+         * again during backward */
+        ilora_layer_ctx *c = &m->layer_ctx[l];
+        *c = (ilora_layer_ctx){m, l, s.B, s.L, s.pad_bias, micro, training};
         pl_tensor *in[2] = {h, gexp};
-        (void)recompute; /* TEMP until pl_checkpoint lands */
-        h = pl_frame_end_keep(layer_forward(&c, in, gexp ? 2 : 1));
+        h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
+                                        : layer_forward(c, in, gexp ? 2 : 1));
     }
     free(s.ids);
     return pl_rms_norm(h, m->norm, o->norm_eps);

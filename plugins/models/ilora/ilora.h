@@ -13,7 +13,6 @@
 #include <pipeline/pipeline.h>
 
 #include "history_reader.h"
-#define PL_TAG_PRETRAINED (1 << 6) /* TEMP until the core tag lands */
 
 #define ILORA_MAX_LAYERS 128
 #define ILORA_NPROJ 7 /* q k v o gate up down */
@@ -66,6 +65,7 @@ typedef struct ilora_layer {
 } ilora_layer;
 
 typedef struct ilora_export ilora_export; /* teacher_export.c */
+typedef struct ilora_layer_ctx ilora_layer_ctx;       /* ilora.c: one layer's recomputation context */
 
 typedef struct ilora_model {
     ilora_opts o;
@@ -85,6 +85,8 @@ typedef struct ilora_model {
      * projection item_dim -> D, output projection D -> item_dim (else NULL) */
     pl_tensor *item_proj_w, *item_proj_b, *score_proj;
     pl_tensor *kv_index; /* i64 [heads]: query head -> kv head (GQA), or NULL */
+    ilora_layer_ctx *layer_ctx; /* [layers]: contexts of the last forward's layers (owned) */
+    pl_tensor *pad_bias;  /* the last forward's padding bias, for a recomputing backward */
     pl_tensor *gate_index;          /* i64 [E*r_e]: slot -> expert (device) */
     /* where each parameter lives: the fields above point at ctx->params'
      * tensors and are re-read before every forward (precision may replace them) */

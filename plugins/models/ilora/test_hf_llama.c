@@ -19,6 +19,7 @@
 
 #include "hf_llama.h"
 #include "ilora.h"
+#include "pipeline/alloc.h"
 #include "pl_test.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -130,6 +131,8 @@ START_TEST(logits_match_transformers_untied_sharded_head_dim) {
 }
 END_TEST
 START_TEST(logits_match_transformers_bf16_file) { check_fixture("bf16"); }
+END_TEST
+START_TEST(logits_match_transformers_legacy_config) { check_fixture("legacy_config"); }
 END_TEST
 
 /* ---- a checkpoint written from the built-in backbone ------------------------------------------ */
@@ -324,6 +327,84 @@ START_TEST(item_inputs_train_projections_and_adapters_only) {
     pl_tensor_release(labels);
     ilora_model_destroy(m);
     env_free(&e);
+}
+END_TEST
+
+/* ---- activation checkpointing ------------------------------------------------------------------ */
+
+/* Loss, every gradient and the bytes held after forward (before backward) of
+ * one training step of a 4-layer model with dropout, adapters and a router. */
+static double ckpt_step(bool gc, pl_params **grads_out, size_t *held) {
+    env e;
+    env_init(&e, 0);
+    ilora_opts o = tiny_builtin(true);
+    o.layers = 4;
+    o.num_items = 30;
+    o.max_len = 12;
+    o.dropout = 0.1;
+    o.lora_dropout = 0.2;
+    o.adapters = ILORA_MOE_LORA;
+    o.num_experts = 2;
+    o.lora_rank = 4;
+    o.freeze_base = false; /* backbone gradients too */
+    o.gradient_checkpointing = gc;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    /* non-zero B so that the adapters' gradients are all non-trivial */
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.1, 0.1, 5, (uint64_t)i));
+    }
+    int32_t idv[24], lab[24];
+    for (int i = 0; i < 24; i++) {
+        idv[i] = i % 12 < 2 ? 0 : 1 + (i * 7) % 30;
+        lab[i] = i % 12 < 1 ? 0 : 1 + (i * 7 + 7) % 30;
+    }
+    pl_tensor *ids = pl_tensor_from_data(PL_I32, 2, (int64_t[]){2, 12}, idv, PL_CPU);
+    pl_tensor *labels = pl_tensor_from_data(PL_I32, 2, (int64_t[]){2, 12}, lab, PL_CPU);
+    pl_batch b = train_batch(ids, labels);
+    size_t before = pl_alloc_get_stats(PL_CPU).bytes_in_use;
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    PL_CK_OK(ilora_forward(m, &b, PL_SPLIT_TRAIN, true, &loss, NULL));
+    *held = pl_alloc_get_stats(PL_CPU).bytes_in_use - before;
+    double lv = pl_tensor_item(loss);
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_frame_end();
+    /* hand the gradients over as a params list (names -> grad) */
+    pl_params *g = pl_params_new();
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        if (p->t->grad) PL_CK_OK(pl_params_add(g, p->name, p->t->grad, 0, NULL));
+    }
+    *grads_out = g;
+    pl_tensor_release(ids);
+    pl_tensor_release(labels);
+    ilora_model_destroy(m);
+    env_free(&e);
+    return lv;
+}
+
+START_TEST(gradient_checkpointing_gives_the_same_gradients_with_less_held) {
+    pl_params *g0 = NULL, *g1 = NULL;
+    size_t held0 = 0, held1 = 0;
+    double l0 = ckpt_step(false, &g0, &held0), l1 = ckpt_step(true, &g1, &held1);
+    ck_assert_double_eq_tol(l0, l1, 1e-6);
+    ck_assert_int_eq(pl_params_count(g0), pl_params_count(g1));
+    ck_assert_int_gt(pl_params_count(g0), 40); /* backbone, adapters, router */
+    for (int i = 0; i < pl_params_count(g0); i++) {
+        pl_param *a = pl_params_at(g0, i), *b = PL_CK_NOTNULL(pl_params_find(g1, a->name));
+        double scale = 0;
+        const float *x = pl_tensor_f32(a->t);
+        for (int64_t j = 0; j < pl_tensor_numel(a->t); j++) scale = fmax(scale, fabs(x[j]));
+        double d = pl_test_max_abs_diff(a->t, b->t);
+        ck_assert_msg(d <= 1e-6 + 1e-5 * scale, "%s: gradients differ by %g (max |g| %g)",
+                      a->name, d, scale);
+    }
+    ck_assert_msg(held1 * 2 < held0, "activations held after forward: %zu with checkpointing, "
+                  "%zu without", held1, held0);
+    pl_params_free(g0);
+    pl_params_free(g1);
 }
 END_TEST
 
@@ -539,6 +620,8 @@ int main(void) {
     tcase_add_test(t, checkpoint_of_the_builtin_backbone_gives_its_logits);
     tcase_add_test(t, gqa_gradients_match_central_differences);
     tcase_add_test(t, item_inputs_train_projections_and_adapters_only);
+    tcase_add_test(t, gradient_checkpointing_gives_the_same_gradients_with_less_held);
+    tcase_add_test(t, logits_match_transformers_legacy_config);
     tcase_add_test(t, bad_config_fields_are_refused_naming_the_field);
     tcase_add_test(t, bad_tensors_are_refused_naming_the_tensor);
     tcase_add_test(t, bad_shard_indexes_are_refused_naming_the_file);
