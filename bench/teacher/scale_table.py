@@ -49,15 +49,14 @@ def torch_row(rd, size, prec, gc):
             j = json.load(f)
     except (OSError, ValueError):
         return None
-    st = j.get("step_seconds", {})
     return {
         "peak": j.get("peak_rss_bytes", 0) / MiB,
         "frozen": j.get("frozen_bytes", 0) / MiB,
         "trainable": j.get("trainable_params", 0),
-        "step": st.get("median", float("nan")) if isinstance(st, dict) else st,
-        "min": st.get("min", float("nan")) if isinstance(st, dict) else st,
-        "max": st.get("max", float("nan")) if isinstance(st, dict) else st,
-        "load": j.get("load_seconds", float("nan")),
+        "step": j.get("step_s_median", float("nan")),
+        "min": j.get("step_s_min", float("nan")),
+        "max": j.get("step_s_max", float("nan")),
+        "load": j.get("load_s", float("nan")),
         "load_peak": float("nan"),
     }
 
@@ -88,7 +87,7 @@ def main():
                 if r and gc in fp32_peak and prec != "fp32":
                     ratio = f" ({r['peak'] / fp32_peak[gc]:.2f}x fp32)"
                 print(f"| {size} | pipeline | {prec}{ratio} | {gc} " + fmt(r))
-        for prec in ("fp32", "bf16"):
+        for prec in ("fp32", "bf16", "qlora4"):
             for gc in ("false", "true"):
                 print(f"| {size} | PyTorch+PEFT | {prec} | {gc} " + fmt(torch_row(rd, size, prec, gc)))
 

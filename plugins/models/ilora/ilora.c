@@ -141,7 +141,7 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
                                              "head_dim", "rope_theta", "norm_eps",
                                              "tie_embeddings"};
     for (unsigned i = 0; i < sizeof shape_keys / sizeof *shape_keys; i++)
-        if (c && pl_cfg_get(c, shape_keys[i])) o->set_in_config |= 1u << i;
+        if (c && pl_cfg_is_set(c, shape_keys[i])) o->set_in_config |= 1u << i;
     opt_str(c, "backbone", o->backbone, sizeof o->backbone);
     o->token_inputs = !strcmp(pl_cfg_str(c, "inputs", spec_default("inputs")), "tokens");
     o->item_dim = opt_int(c, "item_dim");
