@@ -189,6 +189,19 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
 enum { STREAM_EMBED = 1, STREAM_LM_HEAD = 2, STREAM_ROUTER_W = 3, STREAM_ROUTER_B = 4,
        STREAM_ITEM_PROJ = 5, STREAM_SCORE_PROJ = 7, STREAM_PROJ = 100, STREAM_LORA_A = 100000 };
 
+/* Remember where parameter t (just added, the last of the list) lives, so
+ * refresh_params() can re-read it into *dst. */
+static pl_tensor *track(ilora_model *m, pl_tensor **dst, pl_tensor *t, bool trainable) {
+    pl_tensor_set_requires_grad(t, trainable);
+    if (m->n_slots == ILORA_MAX_PARAMS) {
+        pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
+        return NULL;
+    }
+    m->slot[m->n_slots].dst = dst;
+    m->slot[m->n_slots++].index = pl_params_count(m->params) - 1;
+    return t;
+}
+
 /* A zero f32 parameter with PL_TAG_* `tags` and `role` ("lora", "router",
  * "head" - what optimizer groups select with group.NAME.tags - or NULL). */
 static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, int ndim,
@@ -198,14 +211,7 @@ static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, i
      * the params list keeps its own */
     pl_tensor *t = pl_tensor_zeros(PL_F32, ndim, shape, m->ctx->device);
     if (!t || pl_params_add(m->params, name, t, tags, role)) return NULL;
-    pl_tensor_set_requires_grad(t, trainable);
-    if (m->n_slots == ILORA_MAX_PARAMS) {
-        pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
-        return NULL;
-    }
-    m->slot[m->n_slots].dst = dst;
-    m->slot[m->n_slots++].index = pl_params_count(m->params) - 1;
-    return t;
+    return track(m, dst, t, trainable);
 }
 
 /* Re-read every parameter tensor from the params list: a precision plugin
@@ -317,15 +323,7 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
     }
     pl_status st = pl_params_add(m->params, name, t, tags | PL_TAG_PRETRAINED, role);
     pl_tensor_release(t); /* the params list holds it */
-    if (st) return NULL;
-    pl_tensor_set_requires_grad(t, trainable);
-    if (m->n_slots == ILORA_MAX_PARAMS) {
-        pl_error_set(PL_ERR_INVALID, "ilora: more than %d parameters", ILORA_MAX_PARAMS);
-        return NULL;
-    }
-    m->slot[m->n_slots].dst = dst;
-    m->slot[m->n_slots++].index = pl_params_count(m->params) - 1;
-    return t;
+    return st ? NULL : track(m, dst, t, trainable);
 }
 
 /* A Linear layer's weight (and bias) with nn.Linear's default init
