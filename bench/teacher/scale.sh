@@ -10,7 +10,11 @@
 # (build/core/pipeline, or PIPELINE_BIN). Backbones are written once by
 # tools/make_hf_llama.py into models/llama-SIZE (random weights, bf16).
 # STEPS (default 4) optimizer steps per run; the first is excluded from the
-# step time. Results: runs/scale/table.md (also printed).
+# step time. PRECISIONS (default "fp32 bf16-true qlora4") limits pipeline's
+# rows, TORCH=0 skips PyTorch; TORCH_BF16_SIZES / TORCH_QLORA4_SIZES (default
+# none / 135m) name the sizes where PyTorch's bf16 autocast and bitsandbytes
+# NF4 run (both are emulated or unvectorized on this CPU: > 90 s per step at
+# 135m). Results: runs/scale/table.md (also printed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PL=${PIPELINE_BIN:-build/core/pipeline}
@@ -23,7 +27,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 for size in "${sizes[@]}"; do
   dir=models/llama-$size
   [[ -f $dir/config.json ]] || python3 tools/make_hf_llama.py "$size" "$dir"
-  for prec in fp32 bf16-true qlora4; do
+  for prec in ${PRECISIONS:-fp32 bf16-true qlora4}; do
     case $prec in
       fp32) pargs=(precision.plugin=fp32) ;;
       bf16-true) pargs=(precision.plugin=bf16 precision.mode=bf16-true) ;;
@@ -38,9 +42,12 @@ for size in "${sizes[@]}"; do
   done
   # PyTorch's bf16 autocast on this CPU takes > 90 s per step already at 135m
   # (bench/teacher/scale_torch.py): it runs only at the sizes listed in TORCH_BF16_SIZES (default none)
-  tprecs=(fp32 qlora4)
-  [[ " ${TORCH_BF16_SIZES:-} " == *" $size "* ]] && tprecs=(fp32 bf16 qlora4)
-  for prec in "${tprecs[@]}"; do
+  # bitsandbytes' CPU NF4 path takes ~100 s per step at 135m: TORCH_QLORA4_SIZES
+  tprecs=(fp32)
+  [[ " ${TORCH_BF16_SIZES:-} " == *" $size "* ]] && tprecs+=(bf16)
+  [[ " ${TORCH_QLORA4_SIZES:-135m} " == *" $size "* ]] && tprecs+=(qlora4)
+  [[ ${TORCH:-1} == 0 ]] && tprecs=()
+  for prec in "${tprecs[@]+"${tprecs[@]}"}"; do
     for gc in false true; do
       name="t_${size}_${prec}_gc$gc"
       gflag=(); [[ $gc == true ]] && gflag=(--gradient-checkpointing)

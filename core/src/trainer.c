@@ -288,7 +288,11 @@ static pl_status validate(trainer *t, bool *stop) {
         if (t->save_best) {
             snprintf(t->best_path, sizeof t->best_path, "%s/checkpoints/best.safetensors",
                      t->run_dir);
+            /* at an epoch end, best records the next epoch to run, as last
+             * does: a resume from it must not train the finished epoch again */
+            if (t->epoch_done) t->epoch++;
             st = tr_save_checkpoint(t, t->best_path);
+            if (t->epoch_done) t->epoch--;
         }
     }
     if (t->early_stop && t->bad_vals >= t->patience) {
@@ -492,7 +496,9 @@ static pl_status fit(trainer *t) {
         tr_metric_row(t, "samples_per_s", samples / te);
         tr_metric_row(t, "data_wait_ms", wait * 1e3);
         if (t->avg.self) st = AVG(t)->update(t->avg.self, t->epoch, -1);
+        t->epoch_done = true;
         if (!st && (t->epoch + 1) % t->val_every_epochs == 0) st = validate(t, &stop);
+        t->epoch_done = false;
         double *ne = realloc(t->epoch_s, (size_t)(t->n_epoch_s + 1) * sizeof(double));
         if (ne) {
             t->epoch_s = ne;

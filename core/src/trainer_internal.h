@@ -85,6 +85,7 @@ typedef struct trainer {
     double load_s;
     size_t load_peak_rss; /* process peak resident bytes at that point */
     bool stopped_early;
+    bool epoch_done; /* validating at the end of an epoch: checkpoints record the next one */
 } trainer;
 
 #define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)

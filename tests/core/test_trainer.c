@@ -511,6 +511,33 @@ END_TEST
 
 /* A resumed run that finds no better validation tests the earlier run's
  * best checkpoint (Lightning restores best_model_path), not its last weights. */
+/* best.safetensors written at an epoch end records the next epoch to run,
+ * like the epoch checkpoint of the same step: a resume from best does not
+ * train that epoch twice (it did: best recorded the finished epoch) */
+START_TEST(best_records_the_same_position_as_the_epoch_checkpoint) {
+    setup();
+    const char *every[] = {"trainer.checkpoint_every_n_epochs=1", "trainer.max_epochs=3"};
+    ck_assert_int_eq(run("bestpos", 2, every, NULL), 0);
+    pl_st_file *b = open_ckpt("bestpos", "best");
+    int matched = 0;
+    for (int e = 1; e <= 3; e++) {
+        char p[1024], w[32];
+        snprintf(w, sizeof w, "epoch-%04d", e);
+        ckpt_path(p, sizeof p, "bestpos", w);
+        pl_st_file *f = NULL;
+        PL_CK_OK(pl_st_open(p, &f));
+        if (!strcmp(pl_st_meta(f, "step"), pl_st_meta(b, "step"))) {
+            matched++;
+            expect_meta(b, "epoch", pl_st_meta(f, "epoch"));
+            expect_meta(b, "batch_in_epoch", "0");
+        }
+        pl_st_close(f);
+    }
+    ck_assert_int_eq(matched, 1);
+    pl_st_close(b);
+}
+END_TEST
+
 START_TEST(resumed_run_tests_the_earlier_best) {
     setup();
     const char *every[] = {"trainer.checkpoint_every_n_epochs=1"};
@@ -711,6 +738,7 @@ int main(void) {
     tcase_add_test(tc, failed_run_leaves_a_mid_epoch_last);
     tcase_add_test(tc, resume_last_continues_the_newest_run);
     tcase_add_test(tc, resumed_run_tests_the_earlier_best);
+    tcase_add_test(tc, best_records_the_same_position_as_the_epoch_checkpoint);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);

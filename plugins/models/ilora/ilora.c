@@ -569,6 +569,11 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training) {
     pl_tensor *y = ilora_base_linear(x, w0);
+    /* under autocast the GEMM returns bf16/f16; the residual-stream math runs
+     * in f32 (as the precision plugins document), so convert once here
+     * rather than let every elementwise op round-trip through f32 and keep
+     * both copies for backward */
+    if (y && y->dtype != PL_F32) y = pl_cast(y, PL_F32);
     if (!a || !y) return y;
     pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
     pl_tensor *xa = pl_linear(xd, a, NULL); /* [B, T, E*r_e] */
