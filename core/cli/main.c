@@ -198,6 +198,12 @@ static int cmd_check(int argc, char **argv) {
     pl_config_print(cfg, stdout);
     for (int i = 0; i < pl_config_requires_count(cfg); i++)
         printf("requires: %s\n", pl_config_requires_at(cfg, i));
+    if (pl_trainer_check_requires(cfg, a.reg)) {
+        report_error("invalid configuration");
+        pl_config_free(cfg);
+        free_args(&a);
+        return EXIT_USAGE;
+    }
     /* the typed data contract: what [data] yields satisfies what [model] reads */
     pl_hint_clear();
     pl_status fst = pl_trainer_check_fields(cfg);

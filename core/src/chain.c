@@ -32,7 +32,59 @@ const char *pl_trainer_latest_dir(const pl_config *cfg, char *buf, size_t n) {
 
 /* ---- stage chaining -------------------------------------------------------------------------- */
 
+/* Depth-first walk of the requires graph from `cfg`; `stack` holds the
+ * real paths of the configs on the current path (depth of them). */
+#define REQ_MAX_DEPTH 32
+static pl_status req_walk(const pl_config *cfg, pl_registry *reg, char (*stack)[PATH_MAX],
+                          int depth) {
+    for (int i = 0; i < pl_config_requires_count(cfg); i++) {
+        const char *req = pl_config_requires_at(cfg, i);
+        char rp[PATH_MAX];
+        if (!realpath(req, rp)) snprintf(rp, sizeof rp, "%s", req);
+        for (int d = 0; d < depth; d++) {
+            if (strcmp(stack[d], rp)) continue;
+            char chain[4096];
+            size_t k = 0;
+            for (int e = d; e < depth && k < sizeof chain; e++)
+                k += (size_t)snprintf(chain + k, sizeof chain - k, "%s -> ", stack[e]);
+            if (k < sizeof chain) snprintf(chain + k, sizeof chain - k, "%s", rp);
+            pl_hint_set("a config cannot require itself, directly or through others");
+            return pl_error_set(PL_ERR_CONFIG, "[pipeline] requires forms a cycle: %s", chain);
+        }
+        if (depth == REQ_MAX_DEPTH)
+            return pl_error_set(PL_ERR_CONFIG, "[pipeline] requires chain deeper than %d configs "
+                                "(at %s)", REQ_MAX_DEPTH, rp);
+        pl_config *rc = pl_config_load(req, 0, NULL, reg);
+        if (!rc)
+            return pl_error_prefix(pl_error_status(), "%s (required by %s)", req,
+                                   pl_config_path(cfg));
+        snprintf(stack[depth], PATH_MAX, "%s", rp);
+        pl_status st = req_walk(rc, reg, stack, depth + 1);
+        pl_config_free(rc);
+        if (st) return st;
+    }
+    return PL_OK;
+}
+
+pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg) {
+    char (*stack)[PATH_MAX] = calloc(REQ_MAX_DEPTH + 1, PATH_MAX);
+    if (!stack) return pl_error_set(PL_ERR_NOMEM, "requires: out of memory");
+    if (!realpath(pl_config_path(cfg), stack[0]))
+        snprintf(stack[0], PATH_MAX, "%s", pl_config_path(cfg));
+    pl_status st = req_walk(cfg, reg, stack, 1);
+    free(stack);
+    return st;
+}
+
 int tr_run_requirements(trainer *t) {
+    /* a cycle would recurse until the stack overflows: refuse it first (the
+     * requirements' own runs check again, which is cheap) */
+    if (pl_trainer_check_requires(t->cfg, t->reg)) {
+        fprintf(stderr, "error: %s\n", pl_error_message());
+        const char *h = pl_hint_get();
+        if (h && h[0]) fprintf(stderr, "hint: %s\n", h);
+        return 2;
+    }
     int n = pl_config_requires_count(t->cfg);
     for (int i = 0; i < n; i++) {
         const char *req = pl_config_requires_at(t->cfg, i);

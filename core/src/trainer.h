@@ -30,6 +30,12 @@ typedef struct pl_run_options {
  * the field on a mismatch, PL_ERR_ABI when a plugin declares nothing. */
 pl_status pl_trainer_check_fields(const pl_config *cfg);
 
+/* The [pipeline] requires graph from `cfg` (each required config loaded
+ * and checked in turn): PL_ERR_CONFIG naming the cycle (a.ini -> b.ini ->
+ * a.ini) or a chain deeper than 32, or the first required config that does
+ * not load. Used by `pipeline check` and before a run runs its requirements. */
+pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg);
+
 /* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
  * printed to stderr with a hint line. */
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts);

@@ -169,6 +169,35 @@ START_TEST(check_config_errors_exit_two) {
 END_TEST
 
 
+/* A requires cycle (itself, or a -> b -> a) is refused by check and by run,
+ * naming the cycle, instead of recursing until the stack overflows. */
+START_TEST(requires_cycles_are_refused) {
+    char t[1024];
+    snprintf(t, sizeof t, "[pipeline]\nrequires = self.ini\n%s", good);
+    write_ini("self.ini", t);
+    snprintf(t, sizeof t, "[pipeline]\nrequires = cyc_b.ini\n%s", good);
+    write_ini("cyc_a.ini", t);
+    snprintf(t, sizeof t, "[pipeline]\nrequires = cyc_a.ini\n%s", good);
+    write_ini("cyc_b.ini", t);
+    snprintf(t, sizeof t, "[pipeline]\nrequires = cyc_a.ini\n%s", good);
+    write_ini("into_cycle.ini", t);
+    const char *cmds[] = {"check self.ini" PP, "run self.ini" PP, "check cyc_a.ini" PP,
+                          "run cyc_a.ini" PP, "check into_cycle.ini" PP, "run into_cycle.ini" PP};
+    for (int i = 0; i < 6; i++) {
+        ck_assert_msg(run(cmds[i]) == 2, "%s: exit code not 2; stderr %s", cmds[i], err_s);
+        ck_error_format();
+        CK_HAS(err_s, "requires forms a cycle");
+    }
+    CK_HAS(err_s, "cyc_a.ini -> ");
+    CK_HAS(err_s, "cyc_b.ini -> ");
+    /* a chain without a cycle passes */
+    write_ini("base.ini", good);
+    snprintf(t, sizeof t, "[pipeline]\nrequires = base.ini\n%s", good);
+    write_ini("on_base.ini", t);
+    ck_assert_int_eq(run("check on_base.ini" PP), 0);
+}
+END_TEST
+
 /* Every config the project ships passes `pipeline check` against the real
  * plugins (keys, types, ranges, plugin names), so no config rots unnoticed. */
 START_TEST(shipped_configs_pass_check) {
@@ -221,6 +250,7 @@ int main(void) {
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 60);
     tcase_add_test(t, version_and_help_exit_zero);
+    tcase_add_test(t, requires_cycles_are_refused);
     tcase_add_test(t, usage_errors_exit_two_with_hint);
     tcase_add_test(t, check_valid_config_prints_resolved_table);
     tcase_add_test(t, check_refuses_a_model_reading_a_field_the_loader_lacks);
