@@ -201,6 +201,42 @@ pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_
         out->dims[i] = (int64_t)d[i];
     }
     out->numel = (int64_t)n;
+    /* a declared shape with no data behind it (never written, or chunks
+     * missing) reads as fill values: refuse it rather than train on them or
+     * allocate for it. Chunked: every chunk covering the extent must exist. */
+    H5D_space_status_t ss = H5D_SPACE_STATUS_ALLOCATED;
+    hsize_t have = 0, need = 0;
+    pl_h5_lock();
+    herr_t e = n ? H5Dget_space_status(ds, &ss) : 0;
+    hid_t cp = n ? H5Dget_create_plist(ds) : H5I_INVALID_HID;
+    if (cp >= 0 && H5Pget_layout(cp) == H5D_CHUNKED) {
+        hsize_t ch[H5S_MAX_RANK];
+        if (H5Pget_chunk(cp, H5S_MAX_RANK, ch) == nd) {
+            need = 1;
+            for (int i = 0; i < nd; i++) need *= (d[i] + ch[i] - 1) / ch[i];
+            hid_t sp2 = H5Dget_space(ds);
+            if (sp2 < 0 || H5Dget_num_chunks(ds, sp2, &have) < 0) have = need; /* unknown: trust */
+            if (sp2 >= 0) H5Sclose(sp2);
+        }
+    }
+    if (cp >= 0) H5Pclose(cp);
+    pl_h5_unlock();
+    bool none = e < 0 || ss == H5D_SPACE_STATUS_NOT_ALLOCATED;
+    if (none || have < need) {
+        char shape[160];
+        size_t k = (size_t)snprintf(shape, sizeof shape, "[");
+        for (int i = 0; i < nd && k < sizeof shape; i++)
+            k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%llu", i ? ", " : "",
+                                  (unsigned long long)d[i]);
+        if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        char what[96];
+        if (none) snprintf(what, sizeof what, "none of its data");
+        else snprintf(what, sizeof what, "only %llu of its %llu chunks",
+                      (unsigned long long)have, (unsigned long long)need);
+        return pl_error_set(PL_ERR_IO, "%s: dataset '%s' declares shape %s but the file stores "
+                            "%s; reading it would give fill values (truncated or crafted file?)",
+                            path, name, shape, what);
+    }
     return PL_OK;
 }
 

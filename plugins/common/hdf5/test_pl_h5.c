@@ -173,6 +173,43 @@ START_TEST(huge_shape_is_refused) {
 }
 END_TEST
 
+/* A shape with no data behind it (a 1 GiB declared dataset in a small file,
+ * chunks never written; or only some written) is refused naming the
+ * dataset and the declared shape, before anything is allocated for it. */
+START_TEST(declared_shape_without_data_is_refused) {
+    char p[512];
+    tmp_path("hollow.h5", p, sizeof p);
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    pl_h5_lock();
+    hsize_t dims[2] = {(hsize_t)1 << 22, 64}, chunk[2] = {1024, 64};
+    hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 2, chunk);
+    hid_t d = H5Dcreate2(f, "hollow", H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    hid_t d2 = H5Dcreate2(f, "partial", H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    ck_assert_int_ge(d, 0);
+    ck_assert_int_ge(d2, 0);
+    static float rows[1024 * 64];
+    hsize_t start[2] = {0, 0}, cnt[2] = {1024, 64};
+    hid_t ms = H5Screate_simple(2, cnt, NULL);
+    H5Sselect_hyperslab(sp, H5S_SELECT_SET, start, NULL, cnt, NULL);
+    ck_assert_int_ge(H5Dwrite(d2, H5T_NATIVE_FLOAT, ms, sp, H5P_DEFAULT, rows), 0);
+    H5Sclose(ms);
+    H5Pclose(pl);
+    H5Sclose(sp);
+    pl_h5_info in;
+    ck_assert_int_eq(pl_h5_dataset_info(p, "hollow", d, 4, &in), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "'hollow' declares shape [4194304, 64]") &&
+                      strstr(pl_error_message(), "stores none of its data"), "%s", pl_error_message());
+    ck_assert_int_eq(pl_h5_dataset_info(p, "partial", d2, 4, &in), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "only 1 of its 4096 chunks"), "%s", pl_error_message());
+    H5Dclose(d);
+    H5Dclose(d2);
+    pl_h5_unlock();
+    PL_CK_OK(pl_h5_close(p, f));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pl_h5");
     TCase *tc = tcase_create("core");
@@ -181,6 +218,7 @@ int main(void) {
     tcase_add_test(tc, open_errors_name_the_file);
     tcase_add_test(tc, write_rows_then_read_back);
     tcase_add_test(tc, huge_shape_is_refused);
+    tcase_add_test(tc, declared_shape_without_data_is_refused);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
