@@ -85,13 +85,20 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddStringToObject(o, "last_checkpoint", t->last_path);
     cJSON_AddStringToObject(o, "outputs", t->outputs_path);
     char *txt = cJSON_Print(o);
-    char path[PATH_MAX];
+    char path[PATH_MAX], tmp[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/summary.json", t->run_dir);
-    FILE *f = fopen(path, "w");
-    if (f && txt) {
-        fputs(txt, f);
-        fputc('\n', f);
-        fclose(f);
+    /* a temporary name renamed over the old one: a full disk leaves the
+     * previous summary (or none), never a truncated one; errors are reported */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = txt ? fopen(tmp, "w") : NULL;
+    bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
+              fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && rename(tmp, path) != 0) ok = false;
+    if (!ok) {
+        fprintf(stderr, "error: writing %s failed: %s\n", path, txt ? strerror(errno) : "no memory");
+        if (t->log) fprintf(t->log, "error: writing %s failed\n", path);
+        unlink(tmp);
     }
     if (status) { /* a failed run: summary.json records what there is; no report */
         free(txt);

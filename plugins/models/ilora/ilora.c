@@ -545,7 +545,7 @@ void ilora_model_destroy(ilora_model *m) {
     free(m->layer_ctx);
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
-    if (m->exp) ilora_export_end(m);
+    if (m->exp) ilora_export_abort(m); /* destroyed mid-export: no partial file */
     free(m);
 }
 

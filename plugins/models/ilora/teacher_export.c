@@ -26,9 +26,11 @@
 #include "teacher_export.h"
 
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ilora.h"
 #include "pl_h5.h"
@@ -42,7 +44,8 @@ struct ilora_export {
     hid_t ds[PL_SPLIT_COUNT][DS_N];
     int64_t rows[PL_SPLIT_COUNT];
     int64_t counter[PL_SPLIT_COUNT]; /* rows seen per split */
-    char path[4096];
+    char path[4096]; /* where it is being written: final + ".tmp.<pid>" */
+    char final[4096]; /* renamed to this once complete (export_end) */
 };
 
 static pl_status append(ilora_export *e, hid_t d, hid_t memtype, int64_t start, int64_t n,
@@ -64,7 +67,11 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
     if (m->exp) ilora_export_end(m);
     ilora_export *e = calloc(1, sizeof *e);
     if (!e) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    snprintf(e->path, sizeof e->path, "%s/teacher_outputs.h5", outputs_dir);
+    /* written under a temporary name and renamed when complete, so a failed
+     * or interrupted export (disk full) never leaves a partial file under
+     * the final name */
+    snprintf(e->final, sizeof e->final, "%s/teacher_outputs.h5", outputs_dir);
+    snprintf(e->path, sizeof e->path, "%s.tmp.%ld", e->final, (long)getpid());
     pl_status st = pl_h5_create(e->path, &e->file);
     if (st) {
         free(e);
@@ -267,7 +274,23 @@ pl_status ilora_export_end(void *self) {
     if (!e) return PL_OK;
     close_datasets(e);
     pl_status st = pl_h5_close(e->path, e->file);
+    if (!st && rename(e->path, e->final) != 0)
+        st = pl_error_set(PL_ERR_IO, "%s: renaming to %s failed: %s", e->path, e->final,
+                          strerror(errno));
+    if (st) unlink(e->path);
     free(e);
     m->exp = NULL;
     return st ? pl_error_prefix(st, "ilora export") : PL_OK;
+}
+
+void ilora_export_abort(void *self) {
+    ilora_model *m = self;
+    ilora_export *e = m->exp;
+    if (!e) return;
+    close_datasets(e);
+    pl_h5_close(e->path, e->file);
+    pl_error_clear(); /* the error that aborted the export is the one to report */
+    unlink(e->path);
+    free(e);
+    m->exp = NULL;
 }

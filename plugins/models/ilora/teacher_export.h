@@ -10,7 +10,11 @@
 
 pl_status ilora_export_begin(void *self, const char *outputs_dir);
 pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split);
-/* Closes the file; a no-op when no export is open. */
+/* Closes the file (written as teacher_outputs.h5.tmp.<pid>) and renames it
+ * to teacher_outputs.h5; a no-op when no export is open. */
 pl_status ilora_export_end(void *self);
+/* An export that did not finish: close and delete the temporary file
+ * (`self` as above; used when the model is destroyed mid-export). */
+void ilora_export_abort(void *self);
 
 #endif

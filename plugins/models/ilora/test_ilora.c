@@ -8,6 +8,7 @@
  * metrics against hand-computed cases, export, dropout determinism and a
  * tiny fit on synthetic sequences.
  */
+#include <dirent.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -468,6 +469,31 @@ END_TEST
 
 /* ---- export ---------------------------------------------------------------------------------- */
 
+/* A model destroyed in the middle of an export (a failed run) leaves no
+ * teacher_outputs.h5 and no temporary file behind. */
+START_TEST(aborted_export_leaves_no_file) {
+    env e;
+    env_init(&e, 5, 0);
+    ilora_opts o = small_opts(ILORA_MOE_LORA);
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/test_ilora_abort_%d", (int)getpid());
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    PL_CK_OK(ilora_export_begin(m, dir));
+    ilora_model_destroy(m);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int files = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        files += de->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(files, 0);
+    rmdir(dir);
+    env_free(&e);
+}
+END_TEST
+
 START_TEST(export_writes_sorted_topk_per_position_and_user) {
     env e;
     env_init(&e, 5, 0);
@@ -498,6 +524,11 @@ START_TEST(export_writes_sorted_topk_per_position_and_user) {
     pl_batch bv = {.n = 3, .names = {"input_ids", "target", "user_index"},
                    .fields = {ids, tg, us}, .size = 2};
     PL_CK_OK(ilora_export_batch(m, &bv, PL_SPLIT_TEST));
+    { /* until export_end the file exists only under its temporary name */
+        char fin[300];
+        snprintf(fin, sizeof fin, "%s/teacher_outputs.h5", dir);
+        ck_assert_int_ne(access(fin, F_OK), 0);
+    }
     pl_tensor *lg = ilora_logits(m, ilora_hidden(m, ids, false)); /* [2, 6, 13] */
     pl_no_grad_end();
     PL_CK_OK(ilora_export_end(m));
@@ -786,6 +817,7 @@ int main(void) {
     tcase_add_test(t, llama_named_safetensors_loads_through_the_vtable);
     tcase_add_test(t, eval_metrics_exclude_history_and_padding);
     tcase_add_test(t, export_writes_sorted_topk_per_position_and_user);
+    tcase_add_test(t, aborted_export_leaves_no_file);
     tcase_add_test(t, dropout_masks_follow_the_micro_step);
     tcase_add_test(t, tiny_fit_on_synthetic_sequences_lowers_the_loss);
     tcase_add_test(t, nf4_base_weights_give_the_dequantized_model);
