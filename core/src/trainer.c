@@ -262,9 +262,25 @@ static double monitored(trainer *t, const pl_metrics *val, bool *found) {
     return v;
 }
 
+/* A run never reports non-finite metrics as a success: the first one fails
+ * the run, naming the split and the metric. */
+static pl_status check_finite(const char *split, const pl_metrics *m) {
+    for (int i = 0; i < m->n; i++) {
+        if (m->count[i] <= 0) continue;
+        double v = m->sum[i] / m->count[i];
+        if (isfinite(v)) continue;
+        pl_hint_set("non-finite values in the %s data, or weights that diverged: check the data "
+                    "(NaN/Inf rows) and the last finite training loss in log.txt", split);
+        return pl_error_set(PL_ERR_NUMERIC, "%s metric '%s' is %g over %g samples", split,
+                            m->name[i], v, m->count[i]);
+    }
+    return PL_OK;
+}
+
 static pl_status validate(trainer *t, bool *stop) {
     double t0 = tr_now();
     pl_status st = evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
+    if (!st) st = check_finite("validation", &t->last_val);
     if (st) return st;
     tr_log(t, "epoch %lld step %lld validation (%.1fs):", (long long)t->epoch, (long long)t->step,
           tr_now() - t0);
@@ -537,6 +553,7 @@ static pl_status run_test(trainer *t) {
         tr_log(t, "test: using the last weights\n");
     }
     if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->test_metrics, t->limit[PL_SPLIT_TEST]);
+    if (!st) st = check_finite("test", &t->test_metrics);
     if (!st) {
         t->have_test = true;
         tr_log(t, "test:");
@@ -547,6 +564,7 @@ static pl_status run_test(trainer *t) {
         const char *who = t->avg.desc->name;
         st = AVG(t)->swap(t->avg.self);
         if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->avg_test_metrics, t->limit[PL_SPLIT_TEST]);
+        if (!st) st = check_finite("test (averaged weights)", &t->avg_test_metrics);
         if (!st) {
             t->have_avg_test = true;
             char prefix[96];

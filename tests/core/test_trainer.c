@@ -627,6 +627,39 @@ START_TEST(clip_by_norm_bounds_the_update_like_clip_grad_norm) {
 }
 END_TEST
 
+/* NaN in the test targets: the run fails naming the test metric instead of
+ * ending with exit 0 and NaN metrics; summary.json says failed. */
+START_TEST(non_finite_test_metrics_fail_the_run) {
+    setup();
+    hid_t f = H5Fopen(g_h5, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "/test/y", H5P_DEFAULT);
+    hid_t sp = H5Dget_space(ds);
+    hsize_t n;
+    H5Sget_simple_extent_dims(sp, &n, NULL);
+    float *y = malloc(sizeof *y * n);
+    H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+    y[3] = NAN;
+    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
+    free(y);
+    H5Sclose(sp);
+    H5Dclose(ds);
+    H5Fclose(f);
+    const char *o[] = {"trainer.test=true", "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("nan_test", 2, o, NULL), 1);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "test metric") && strstr(msg, "nan"), "message: %s", msg);
+    char sp2[1024], js[65536];
+    snprintf(sp2, sizeof sp2, "%s/nan_test/latest/summary.json", g_dir);
+    FILE *fp = fopen(sp2, "r");
+    ck_assert_ptr_nonnull(fp);
+    size_t r = fread(js, 1, sizeof js - 1, fp);
+    js[r] = 0;
+    fclose(fp);
+    ck_assert_msg(strstr(js, "\"status\": \"failed\"") || strstr(js, "\"status\":\t\"failed\""),
+                  "%s", js);
+}
+END_TEST
+
 START_TEST(nan_loss_stops_with_step_and_last_finite_loss) {
     setup();
     const char *o[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8", "scheduler.plugin=constant"};
@@ -636,7 +669,12 @@ START_TEST(nan_loss_stops_with_step_and_last_finite_loss) {
                   "message: %s", msg);
     const char *skip[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8",
                           "scheduler.plugin=constant", "trainer.on_nan=skip"};
-    ck_assert_int_eq(run("nan_skip", 4, skip, NULL), 0);
+    /* skipping non-finite steps goes on training, but the weights already
+     * diverged: the validation metrics are non-finite and the run fails
+     * naming them rather than ending with exit 0 */
+    ck_assert_int_eq(run("nan_skip", 4, skip, NULL), 1);
+    msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "validation metric"), "message: %s", msg);
 }
 END_TEST
 
@@ -739,6 +777,7 @@ int main(void) {
     tcase_add_test(tc, resume_last_continues_the_newest_run);
     tcase_add_test(tc, resumed_run_tests_the_earlier_best);
     tcase_add_test(tc, best_records_the_same_position_as_the_epoch_checkpoint);
+    tcase_add_test(tc, non_finite_test_metrics_fail_the_run);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
