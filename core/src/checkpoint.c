@@ -145,6 +145,35 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     return st;
 }
 
+/* A loaded parameter must hold finite values: a NaN or Inf weight would
+ * train or evaluate to NaN far from its cause. PL_ERR_NUMERIC naming the
+ * checkpoint, the parameter, how many and the first position. */
+static pl_status check_finite_param(const char *path, const pl_param *p) {
+    pl_tensor *t = p->t;
+    if (t->dtype != PL_F32 && t->dtype != PL_BF16 && t->dtype != PL_F16) return PL_OK;
+    pl_frame_begin();
+    pl_tensor *h = (t->dtype == PL_F32 && t->device.type == PL_DEVICE_CPU &&
+                    pl_tensor_is_contiguous(t))
+                       ? t
+                       : pl_tensor_to(t, PL_F32, PL_CPU);
+    pl_status st = PL_OK;
+    if (!h) {
+        st = pl_error_status();
+    } else {
+        const float *v = pl_tensor_f32(h);
+        int64_t n = pl_tensor_numel(h), bad = 0, first = -1;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(v[i]) && bad++ == 0) first = i;
+        if (bad)
+            st = pl_error_set(PL_ERR_NUMERIC, "checkpoint %s: parameter '%s' holds %lld non-finite "
+                              "values of %lld (first at flat index %lld: %g); the run that wrote it "
+                              "diverged, or the file is corrupt", path, p->name, (long long)bad,
+                              (long long)n, (long long)first, (double)v[first]);
+    }
+    pl_frame_end();
+    return st;
+}
+
 /* Load parameters (all must be present unless weights_only) and, for a
  * resume, every stage's state and the loop counters. */
 pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
@@ -175,6 +204,7 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
         else
             st = pl_st_load_into(f, p->name, p->t);
         if (st && !strstr(pl_error_message(), path)) pl_error_prefix(st, "checkpoint %s", path);
+        if (!st) st = check_finite_param(path, p);
         loaded++;
     }
     int n_ckpt = pl_params_count(t->ctx.params) - kept; /* parameters checkpoints hold */

@@ -711,6 +711,16 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     t->tr = pl_config_section_get(cfg, "trainer");
     t->tty = isatty(STDOUT_FILENO);
     read_settings(t);
+    const char *init0 = pl_cfg_str(t->tr, "init_from", "");
+    const char *res0 = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");
+    if (t->max_epochs == 0 && t->max_steps != 0 && !init0[0] && !(res0 && res0[0])) {
+        /* it would test (and export) the untrained initialization and exit 0 */
+        pl_error_set(PL_ERR_CONFIG, "[trainer] max_epochs = 0 trains nothing, and there are no "
+                     "weights to evaluate (no init_from, no resume)");
+        pl_hint_set("set max_epochs >= 1, or give [trainer] init_from (or --resume) to test "
+                    "existing weights");
+        return fail(t, 2);
+    }
     int code = tr_run_requirements(t);
     if (code) return code;
     int64_t threads = pl_cfg_int(t->pipe, "threads", 0);

@@ -762,6 +762,39 @@ START_TEST(corrupt_or_mismatched_checkpoint_is_refused) {
     const char *msg = pl_error_message();
     ck_assert_msg(strstr(msg, "mlp.0.weight") && strstr(msg, "32") && strstr(msg, "16"),
                   "message: %s", msg);
+    /* max_epochs = 0 with nothing to load would test untrained weights: refused;
+     * with init_from it evaluates the given weights */
+    const char *z[] = {"trainer.max_epochs=0"};
+    ck_assert_int_eq(run("zero", 1, z, NULL), 2);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "max_epochs = 0"));
+    char init0[1200];
+    snprintf(init0, sizeof init0, "trainer.init_from=%s", rl);
+    const char *zi[] = {"trainer.max_epochs=0", init0, "trainer.test=true",
+                        "scheduler.plugin=constant"};
+    ck_assert_msg(run("zero_init", 4, zi, NULL) == 0, "%s", pl_error_message());
+    /* a NaN weight is refused at load, naming the file and the parameter */
+    char nanp[1100];
+    snprintf(nanp, sizeof nanp, "%s/nan_weight.safetensors", g_dir);
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(rl, &f));
+    pl_st_writer *w = PL_CK_NOTNULL(pl_st_writer_new(nanp));
+    for (int i = 0; i < pl_st_count(f); i++) {
+        const char *nm = pl_st_name_at(f, i);
+        pl_tensor *x = PL_CK_NOTNULL(pl_st_load(f, nm));
+        if (!strcmp(nm, "mlp.0.weight")) pl_tensor_f32(x)[5] = NAN;
+        PL_CK_OK(pl_st_writer_add(w, nm, x));
+        pl_tensor_release(x);
+    }
+    PL_CK_OK(pl_st_writer_commit(w));
+    pl_st_writer_free(w);
+    pl_st_close(f);
+    char init[1200];
+    snprintf(init, sizeof init, "trainer.init_from=%s", nanp);
+    const char *oi[] = {init};
+    ck_assert_int_eq(run("nan_init", 1, oi, NULL), 1);
+    msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "nan_weight.safetensors") && strstr(msg, "mlp.0.weight") &&
+                      strstr(msg, "non-finite"), "message: %s", msg);
 }
 END_TEST
 
