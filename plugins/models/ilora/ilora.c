@@ -134,14 +134,31 @@ static pl_status parse_targets(const char *s, unsigned *out) {
     return PL_OK;
 }
 
+/* The shape options a backbone's config.json decides: INI key, LlamaConfig
+ * field, and their values in the options and in the config. */
+static double opt_shape(const ilora_opts *o, unsigned bit);
+static double hf_shape(const hf_llama_config *c, unsigned bit);
+static const struct {
+    unsigned bit;
+    const char *key, *field;
+} shape_opts[] = {
+    {ILORA_SET_DIM, "dim", "hidden_size"},
+    {ILORA_SET_LAYERS, "layers", "num_hidden_layers"},
+    {ILORA_SET_HEADS, "heads", "num_attention_heads"},
+    {ILORA_SET_FFN, "ffn_dim", "intermediate_size"},
+    {ILORA_SET_KV, "kv_heads", "num_key_value_heads"},
+    {ILORA_SET_HEAD_DIM, "head_dim", "head_dim"},
+    {ILORA_SET_THETA, "rope_theta", "rope_theta"},
+    {ILORA_SET_EPS, "norm_eps", "rms_norm_eps"},
+    {ILORA_SET_TIE, "tie_embeddings", "tie_word_embeddings"},
+};
+#define N_SHAPE_OPTS (sizeof shape_opts / sizeof *shape_opts)
+
 pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     memset(o, 0, sizeof *o);
     o->num_items = opt_int(c, "num_items");
-    static const char *const shape_keys[] = {"dim", "layers", "heads", "ffn_dim", "kv_heads",
-                                             "head_dim", "rope_theta", "norm_eps",
-                                             "tie_embeddings"};
-    for (unsigned i = 0; i < sizeof shape_keys / sizeof *shape_keys; i++)
-        if (c && pl_cfg_is_set(c, shape_keys[i])) o->set_in_config |= 1u << i;
+    for (unsigned i = 0; i < N_SHAPE_OPTS; i++)
+        if (c && pl_cfg_is_set(c, shape_opts[i].key)) o->set_in_config |= shape_opts[i].bit;
     opt_str(c, "backbone", o->backbone, sizeof o->backbone);
     o->token_inputs = !strcmp(pl_cfg_str(c, "inputs", spec_default("inputs")), "tokens");
     o->item_dim = opt_int(c, "item_dim");
@@ -234,32 +251,46 @@ static pl_tensor *embed_weight(ilora_model *m) {
 
 /* The shape of the backbone: the shape options, or a checkpoint's config.json
  * (then a shape option also written in the INI must agree with it). */
+static double opt_shape(const ilora_opts *o, unsigned bit) {
+    switch (bit) {
+    case ILORA_SET_DIM: return (double)o->dim;
+    case ILORA_SET_LAYERS: return (double)o->layers;
+    case ILORA_SET_HEADS: return (double)o->heads;
+    case ILORA_SET_FFN: return (double)o->ffn_dim;
+    case ILORA_SET_KV: return (double)o->kv_heads;
+    case ILORA_SET_HEAD_DIM: return (double)o->head_dim;
+    case ILORA_SET_THETA: return o->rope_theta;
+    case ILORA_SET_EPS: return o->norm_eps;
+    default: return (double)o->tie_embeddings;
+    }
+}
+
+static double hf_shape(const hf_llama_config *c, unsigned bit) {
+    switch (bit) {
+    case ILORA_SET_DIM: return (double)c->hidden_size;
+    case ILORA_SET_LAYERS: return (double)c->num_hidden_layers;
+    case ILORA_SET_HEADS: return (double)c->num_attention_heads;
+    case ILORA_SET_FFN: return (double)c->intermediate_size;
+    case ILORA_SET_KV: return (double)c->num_key_value_heads;
+    case ILORA_SET_HEAD_DIM: return (double)c->head_dim;
+    case ILORA_SET_THETA: return c->rope_theta;
+    case ILORA_SET_EPS: return c->rms_norm_eps;
+    default: return (double)c->tie_word_embeddings;
+    }
+}
+
+/* The shape of the backbone: the shape options, or a checkpoint's config.json
+ * (then a shape option also written in the INI must agree with it). */
 static pl_status apply_backbone_config(ilora_opts *o, const hf_llama_config *c, const char *dir) {
-    struct {
-        unsigned bit;
-        const char *key, *field;
-        double ini, json;
-    } f[] = {
-        {ILORA_SET_DIM, "dim", "hidden_size", (double)o->dim, (double)c->hidden_size},
-        {ILORA_SET_LAYERS, "layers", "num_hidden_layers", (double)o->layers,
-         (double)c->num_hidden_layers},
-        {ILORA_SET_HEADS, "heads", "num_attention_heads", (double)o->heads,
-         (double)c->num_attention_heads},
-        {ILORA_SET_FFN, "ffn_dim", "intermediate_size", (double)o->ffn_dim,
-         (double)c->intermediate_size},
-        {ILORA_SET_KV, "kv_heads", "num_key_value_heads", (double)o->kv_heads,
-         (double)c->num_key_value_heads},
-        {ILORA_SET_HEAD_DIM, "head_dim", "head_dim", (double)o->head_dim, (double)c->head_dim},
-        {ILORA_SET_THETA, "rope_theta", "rope_theta", o->rope_theta, c->rope_theta},
-        {ILORA_SET_EPS, "norm_eps", "rms_norm_eps", o->norm_eps, c->rms_norm_eps},
-        {ILORA_SET_TIE, "tie_embeddings", "tie_word_embeddings", (double)o->tie_embeddings,
-         (double)c->tie_word_embeddings},
-    };
-    for (unsigned i = 0; i < sizeof f / sizeof *f; i++)
-        if ((o->set_in_config & f[i].bit) && f[i].ini != f[i].json)
+    for (unsigned i = 0; i < N_SHAPE_OPTS; i++) {
+        unsigned bit = shape_opts[i].bit;
+        double ini = opt_shape(o, bit), json = hf_shape(c, bit);
+        if ((o->set_in_config & bit) && ini != json)
             return pl_error_set(PL_ERR_CONFIG, "[model] %s = %g, but backbone %s/config.json has "
                                 "%s = %g (drop %s from the INI: the checkpoint decides it)",
-                                f[i].key, f[i].ini, dir, f[i].field, f[i].json, f[i].key);
+                                shape_opts[i].key, ini, dir, shape_opts[i].field, json,
+                                shape_opts[i].key);
+    }
     o->dim = c->hidden_size;
     o->layers = c->num_hidden_layers;
     o->heads = c->num_attention_heads;
@@ -641,11 +672,10 @@ static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, int64_t pad_id, pl
     return s->pad_bias ? PL_OK : pl_error_status();
 }
 
-pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
-    if (!m->router_w || !ids) return NULL;
+/* The gates from ids [B, L] and their host copy `h` (the forward's, so the
+ * ids cross to the host once per forward). */
+static pl_tensor *gates_of(ilora_model *m, pl_tensor *ids, const int64_t *h) {
     int64_t B = ids->shape[0], L = ids->shape[1];
-    int64_t *h = host_index(ids, "input ids");
-    if (!h) return NULL;
     float *mask = malloc((size_t)(B * L) * sizeof *mask);
     float *inv = malloc((size_t)B * sizeof *inv);
     pl_tensor *g = NULL;
@@ -653,7 +683,7 @@ pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
         for (int64_t b = 0; b < B; b++) {
             int64_t c = 0;
             for (int64_t t = 0; t < L; t++)
-                c += (mask[b * L + t] = h[b * L + t] != 0);
+                c += (mask[b * L + t] = h[b * L + t] != m->pad_id);
             inv[b] = c ? 1.0f / (float)c : 0.0f;
         }
         /* the router input is a fixed (frozen, detached) representation */
@@ -670,14 +700,20 @@ pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
     }
     free(mask);
     free(inv);
+    return g;
+}
+
+pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
+    if (!m->router_w || !ids) return NULL;
+    int64_t *h = host_index(ids, "input ids");
+    pl_tensor *g = h ? gates_of(m, ids, h) : NULL;
     free(h);
     return g;
 }
 
-static uint64_t drop_counter(const ilora_model *m, uint64_t site) {
-    uint64_t micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
-    return (micro << 16) | site;
-}
+/* Philox counter of dropout site `site` in micro-step `micro` (a resumed or
+ * recomputed forward draws the same masks). */
+static uint64_t drop_counter(uint64_t micro, uint64_t site) { return (micro << 16) | site; }
 
 /* One decoder layer, as a function of its inputs (the residual stream h
  * [B, L, D] f32 and the expanded gates, or none) so that it can be
@@ -702,7 +738,7 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     ilora_layer *ly = &m->layer[c->l];
 #define PROJ(i, x)                                                                                 \
     ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
-                          m->lora_scale, o->lora_dropout, seed, (c->micro << 16) | (site + 2 + (i)),   \
+                          m->lora_scale, o->lora_dropout, seed, drop_counter(c->micro, site + 2 + (i)),   \
                           training)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *q = pl_rope(pl_reshape(PROJ(0, x), 4, (int64_t[]){B, L, H, Dh}), 0, o->rope_theta);
@@ -719,12 +755,12 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
     att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, m->q_dim});
     pl_tensor *ao = PROJ(3, att);
-    h = pl_add(h, pl_dropout(ao, o->dropout, seed, (c->micro << 16) | site, training));
+    h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(c->micro, site), training));
     x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
     pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
     pl_tensor *mo = PROJ(6, mid);
 #undef PROJ
-    return pl_add(h, pl_dropout(mo, o->dropout, seed, (c->micro << 16) | (site + 1), training));
+    return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(c->micro, site + 1), training));
 }
 
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
@@ -733,38 +769,27 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
     pl_tensor_release(m->embed_deq); /* weights may have changed since the last forward */
     m->embed_deq = NULL;
     const ilora_opts *o = &m->o;
+    uint64_t seed = m->ctx->seed, micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
+    pl_tensor *h = NULL, *gexp = NULL;
     fwd_state s;
-    if (fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) {
-        free(s.ids);
-        return NULL;
-    }
+    if (fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) goto done;
     if (s.L > o->max_len) {
         char b[256];
         pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s are longer than max_len %lld",
                      pl_tensor_describe(ids, b, sizeof b), (long long)o->max_len);
-        free(s.ids);
-        return NULL;
+        goto done;
     }
-    uint64_t seed = m->ctx->seed;
-    pl_tensor *gexp = NULL;
-    if (m->router_w) {
-        gexp = ilora_gate_expand(ilora_gates(m, ids), m->gate_index);
-        if (!gexp) {
-            free(s.ids);
-            return NULL;
-        }
+    if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)o->layers, sizeof *m->layer_ctx))) {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        goto done;
     }
-    pl_tensor *h = pl_embedding(embed_weight(m), ids);
+    if (m->router_w && !(gexp = ilora_gate_expand(gates_of(m, ids, s.ids), m->gate_index)))
+        goto done;
+    h = pl_embedding(embed_weight(m), ids);
     if (m->item_proj_w) h = pl_linear(h, m->item_proj_w, m->item_proj_b); /* item -> hidden */
     if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
-    h = pl_dropout(h, o->dropout, seed, drop_counter(m, 0), training);
+    h = pl_dropout(h, o->dropout, seed, drop_counter(micro, 0), training);
     bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
-    uint64_t micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
-    if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)o->layers, sizeof *m->layer_ctx))) {
-        free(s.ids);
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        return NULL;
-    }
     pl_tensor_release(m->pad_bias); /* the previous forward's, kept for its backward */
     m->pad_bias = pl_tensor_retain(s.pad_bias);
     for (int64_t l = 0; l < o->layers && h; l++) {
@@ -779,8 +804,10 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
         h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
                                         : layer_forward(c, in, gexp ? 2 : 1));
     }
+    if (h) h = pl_rms_norm(h, m->norm, o->norm_eps);
+done:
     free(s.ids);
-    return pl_rms_norm(h, m->norm, o->norm_eps);
+    return h;
 }
 
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
