@@ -21,25 +21,21 @@
 #include "ilora.h"
 #include "pipeline/alloc.h"
 #include "pl_test.h"
+#include "test_env.h"
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-typedef struct env {
-    pl_run_context ctx;
-} env;
+static ilora_opts base_opts(void);
 
-static void env_init(env *e, int64_t num_items) {
-    memset(e, 0, sizeof *e);
-    e->ctx.device = PL_CPU;
-    e->ctx.seed = 7;
-    e->ctx.params = pl_params_new();
-    e->ctx.meta = pl_meta_new();
-    if (num_items > 0) pl_meta_set_int(e->ctx.meta, "num_items", num_items);
-}
-
-static void env_free(env *e) {
-    pl_params_free(e->ctx.params);
-    pl_meta_free(e->ctx.meta);
+/* A model with token inputs on the checkpoint directory `dir`, in a fresh
+ * env; the status of create (the env is set up either way). */
+static pl_status token_model(const char *dir, env *e, ilora_model **m) {
+    env_init(e, 7, 0);
+    ilora_opts o = base_opts();
+    snprintf(o.backbone, sizeof o.backbone, "%s", dir);
+    o.token_inputs = true;
+    *m = NULL;
+    return ilora_model_create(&o, &e->ctx, m);
 }
 
 static ilora_opts base_opts(void) {
@@ -100,12 +96,8 @@ static void check_fixture(const char *name) {
     pl_tensor *ids = PL_CK_NOTNULL(pl_st_load(f, "input_ids"));
     pl_tensor *want = PL_CK_NOTNULL(pl_st_load(f, "logits"));
     env e;
-    env_init(&e, 0);
-    ilora_opts o = base_opts();
-    snprintf(o.backbone, sizeof o.backbone, "%s", dir);
-    o.token_inputs = true;
     ilora_model *m = NULL;
-    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    PL_CK_OK(token_model(dir, &e, &m));
     /* the backbone is frozen, pretrained, and nothing else was made */
     for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
         pl_param *p = pl_params_at(e.ctx.params, i);
@@ -168,7 +160,7 @@ static void write_tiny_checkpoint(const char *dir, bool tie, const char *extra, 
     snprintf(cfg, sizeof cfg, tiny_config, tie ? "true" : "false", extra ? extra : "");
     snprintf(path, sizeof path, "%s/config.json", dir);
     write_text(path, cfg);
-    env_init(e, 0);
+    env_init(e, 7, 0);
     ilora_opts o = tiny_builtin(tie);
     PL_CK_OK(ilora_model_create(&o, &e->ctx, ref));
     /* norms away from 1 so a norm that is not read shows */
@@ -198,11 +190,7 @@ START_TEST(checkpoint_of_the_builtin_backbone_gives_its_logits) {
         env e0, e1;
         ilora_model *ref = NULL, *m = NULL;
         write_tiny_checkpoint(dir, tie, NULL, &ref, &e0);
-        env_init(&e1, 0);
-        ilora_opts o = base_opts();
-        snprintf(o.backbone, sizeof o.backbone, "%s", dir);
-        o.token_inputs = true;
-        PL_CK_OK(ilora_model_create(&o, &e1.ctx, &m));
+        PL_CK_OK(token_model(dir, &e1, &m));
         ck_assert_int_eq(pl_params_count(e1.ctx.params), pl_params_count(e0.ctx.params));
         ck_assert_int_eq(m->kv_heads, 2);
         ck_assert_int_eq(m->vocab, NI + 1);
@@ -241,7 +229,7 @@ static pl_tensor *f_loss(pl_tensor **in, int n, void *vctx) {
 
 START_TEST(gqa_gradients_match_central_differences) {
     env e;
-    env_init(&e, 0);
+    env_init(&e, 7, 0);
     ilora_opts o = tiny_builtin(true);
     o.dim = 8;
     o.heads = 4;
@@ -284,7 +272,7 @@ START_TEST(item_inputs_train_projections_and_adapters_only) {
     write_tiny_checkpoint(dir, true, NULL, &ref, &e0);
     ilora_model_destroy(ref);
     env_free(&e0);
-    env_init(&e, 30); /* 30 items: not the checkpoint's 20 tokens */
+    env_init(&e, 7, 30); /* 30 items: not the checkpoint's 20 tokens */
     ilora_opts o = base_opts();
     snprintf(o.backbone, sizeof o.backbone, "%s", dir);
     o.item_dim = 6;
@@ -336,7 +324,7 @@ END_TEST
  * one training step of a 4-layer model with dropout, adapters and a router. */
 static double ckpt_step(bool gc, pl_params **grads_out, size_t *held) {
     env e;
-    env_init(&e, 0);
+    env_init(&e, 7, 0);
     ilora_opts o = tiny_builtin(true);
     o.layers = 4;
     o.num_items = 30;
@@ -414,12 +402,8 @@ END_TEST
  * non-NULL needle. */
 static void expect_refused(const char *dir, const char *n1, const char *n2, const char *what) {
     env e;
-    env_init(&e, 0);
-    ilora_opts o = base_opts();
-    snprintf(o.backbone, sizeof o.backbone, "%s", dir);
-    o.token_inputs = true;
     ilora_model *m = NULL;
-    pl_status st = ilora_model_create(&o, &e.ctx, &m);
+    pl_status st = token_model(dir, &e, &m);
     ck_assert_msg(st != PL_OK, "%s: accepted", what);
     const char *msg = pl_error_message();
     ck_assert_msg(!n1 || strstr(msg, n1), "%s: message lacks '%s': %s", what, n1, msg);
@@ -560,12 +544,8 @@ START_TEST(bad_shard_indexes_are_refused_naming_the_file) {
     PL_CK_OK(pl_st_writer_commit(w));
     pl_st_writer_free(w);
     env e;
-    env_init(&e, 0);
-    ilora_opts o = base_opts();
-    snprintf(o.backbone, sizeof o.backbone, "%s", dir);
-    o.token_inputs = true;
     ilora_model *m = NULL;
-    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    PL_CK_OK(token_model(dir, &e, &m));
     pl_param *pn = PL_CK_NOTNULL(pl_params_find(e.ctx.params, "model.norm.weight"));
     ck_assert_double_le(pl_test_max_abs_diff(pn->t, norm), 0.0);
     ilora_model_destroy(m);
@@ -588,7 +568,7 @@ START_TEST(ini_shape_options_must_agree_with_config_json) {
     char dir[512];
     fresh_dir("agree", NULL, dir, sizeof dir);
     env e;
-    env_init(&e, 0);
+    env_init(&e, 7, 0);
     ilora_opts o = base_opts();
     snprintf(o.backbone, sizeof o.backbone, "%s", dir);
     o.token_inputs = true;
@@ -601,7 +581,7 @@ START_TEST(ini_shape_options_must_agree_with_config_json) {
     PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
     ilora_model_destroy(m);
     env_free(&e);
-    env_init(&e, 0);
+    env_init(&e, 7, 0);
     o.max_len = 64; /* > max_position_embeddings 32 */
     ck_assert_int_ne(ilora_model_create(&o, &e.ctx, &m), PL_OK);
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "max_position_embeddings"));

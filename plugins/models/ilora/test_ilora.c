@@ -22,28 +22,11 @@
 #include "ranking.h"
 #include "pipeline/testing.h"
 #include "teacher_export.h"
+#include "test_env.h"
 
 const pl_plugin_desc *pl_plugin_entry(void);
 
 /* ---- helpers ---------------------------------------------------------------------------- */
-
-typedef struct env {
-    pl_run_context ctx;
-} env;
-
-static void env_init(env *e, uint64_t seed, int64_t num_items) {
-    memset(e, 0, sizeof *e);
-    e->ctx.device = PL_CPU;
-    e->ctx.seed = seed;
-    e->ctx.params = pl_params_new();
-    e->ctx.meta = pl_meta_new();
-    if (num_items > 0) pl_meta_set_int(e->ctx.meta, "num_items", num_items);
-}
-
-static void env_free(env *e) {
-    pl_params_free(e->ctx.params);
-    pl_meta_free(e->ctx.meta);
-}
 
 static ilora_opts small_opts(ilora_adapters ad) {
     ilora_opts o;
