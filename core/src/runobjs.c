@@ -171,6 +171,26 @@ pl_status pl_param_convert(pl_param *p, pl_dtype dt) {
     return PL_OK;
 }
 
+pl_status pl_params_convert(pl_params *ps, pl_dtype frozen, pl_convert_stats *stats) {
+    for (int i = 0; i < pl_params_count(ps); i++) {
+        pl_param *pp = pl_params_at(ps, i);
+        pl_tensor *t = pp->t;
+        if (!pl_dtype_is_float(t->dtype)) continue;
+        bool frozen_weight = !t->requires_grad && !(pp->tags & PL_TAG_BUFFER);
+        pl_dtype want = frozen_weight ? frozen : PL_F32;
+        if (t->dtype == want) continue;
+        size_t before = pl_tensor_nbytes(t);
+        pl_status st = pl_param_convert(pp, want);
+        if (st) return st;
+        if (stats) {
+            stats->converted++;
+            stats->bytes_before += before;
+            stats->bytes_after += pl_tensor_nbytes(t);
+        }
+    }
+    return PL_OK;
+}
+
 bool pl_name_matches(const char *name, const char *globs) {
     if (!name || !globs) return false;
     const char *s = globs;

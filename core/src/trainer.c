@@ -692,13 +692,8 @@ pl_status pl_trainer_check_fields(const pl_config *cfg) {
  * "32-true"): a parameter the model created in another float dtype (bf16 /
  * f16 checkpoint views) is converted to f32, one tensor at a time. */
 static pl_status default_precision(trainer *t) {
-    for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
-        pl_param *p = pl_params_at(t->ctx.params, i);
-        if (!pl_dtype_is_float(p->t->dtype) || p->t->dtype == PL_F32) continue;
-        pl_status st = pl_param_convert(p, PL_F32);
-        if (st) return pl_error_prefix(st, "default precision (f32, no [precision] section)");
-    }
-    return PL_OK;
+    pl_status st = pl_params_convert(t->ctx.params, PL_F32, NULL);
+    return st ? pl_error_prefix(st, "default precision (f32, no [precision] section)") : PL_OK;
 }
 
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {

@@ -31,7 +31,7 @@ extern "C" {
 #endif
 
 #define PL_ABI_MAJOR 2
-/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_st_view */
+/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_params_convert, pl_st_view */
 #define PL_ABI_MINOR 1
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
@@ -145,6 +145,22 @@ pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
  * float dtype, e.g. nf4 or an integer), PL_ERR_NOMEM and device errors
  * from the copy; on error the parameter is unchanged. */
 pl_status pl_param_convert(pl_param *p, pl_dtype dt);
+
+/* Counts of a pl_params_convert call. */
+typedef struct pl_convert_stats {
+    int converted;                    /* parameters whose dtype changed */
+    size_t bytes_before, bytes_after; /* their storage before and after, bytes */
+} pl_convert_stats;
+/* Bring every floating parameter of `ps` to the dtype a precision keeps, one
+ * tensor at a time with pl_param_convert (so a converted checkpoint view's
+ * pages leave the process before the next is read): trainable parameters
+ * and PL_TAG_BUFFERs -> f32 (optimizers update f32 master weights), frozen
+ * weights -> `frozen` (f32, bf16 or f16). Integer and nf4 parameters are left
+ * alone. The trainer calls it with PL_F32 when a run has no [precision]
+ * stage (Lightning's default "32-true"); precision plugins call it from
+ * setup(). `stats` may be NULL. Errors: those of pl_param_convert (naming
+ * the parameter); parameters before the failing one stay converted. */
+pl_status pl_params_convert(pl_params *ps, pl_dtype frozen, pl_convert_stats *stats);
 /* fnmatch-style glob, comma-separated alternatives: "*bias,*norm*". */
 bool pl_name_matches(const char *name, const char *globs);
 

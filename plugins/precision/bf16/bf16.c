@@ -56,7 +56,7 @@ static pl_status bf16_setup(void *self, pl_params *ps) {
     bf16 *p = self;
     pl_autocast_set(PL_BF16);
     if (!p->true_mode) return pl_prec_convert_params(ps, PL_F32, "bf16-mixed", NULL);
-    pl_prec_convert_stats cs = {0};
+    pl_convert_stats cs = {0};
     pl_status st = pl_prec_convert_params(ps, PL_BF16, "bf16-true", &cs);
     if (st) return st;
     if (p->verbose && cs.converted)

@@ -4,7 +4,7 @@
  *
  * A model may hand over parameters in a checkpoint file's dtype (bf16 or
  * f16 zero-copy views from pl_st_view, "lean loading"); setup() converts
- * each one with pl_param_convert, one tensor at a time, so the old storage
+ * each one (core pl_params_convert), one tensor at a time, so the old storage
  * (a view's pages) is released before the next is converted and the
  * process never holds the whole model twice:
  *   - trainable parameters -> f32 (our optimizers update f32 master weights);
@@ -20,33 +20,12 @@
 
 #include <pipeline/pipeline.h>
 
-typedef struct pl_prec_convert_stats {
-    int converted;                    /* parameters whose dtype changed */
-    size_t bytes_before, bytes_after; /* their storage before and after */
-} pl_prec_convert_stats;
-
-/* Convert every floating parameter of `ps` to the dtype kept (above).
- * `who` names the precision in errors; `stats` may be NULL. Errors: those
- * of pl_param_convert, prefixed with `who`. */
+/* pl_params_convert (plugin.h, the loop the trainer's default f32 uses too),
+ * with errors prefixed by the precision's name `who`; `stats` may be NULL. */
 static inline pl_status pl_prec_convert_params(pl_params *ps, pl_dtype frozen, const char *who,
-                                               pl_prec_convert_stats *stats) {
-    for (int i = 0; i < pl_params_count(ps); i++) {
-        pl_param *pp = pl_params_at(ps, i);
-        pl_tensor *t = pp->t;
-        if (!pl_dtype_is_float(t->dtype)) continue;
-        bool frozen_weight = !t->requires_grad && !(pp->tags & PL_TAG_BUFFER);
-        pl_dtype want = frozen_weight ? frozen : PL_F32;
-        if (t->dtype == want) continue;
-        size_t before = pl_tensor_nbytes(t);
-        pl_status st = pl_param_convert(pp, want);
-        if (st) return pl_error_prefix(st, "%s setup", who);
-        if (stats) {
-            stats->converted++;
-            stats->bytes_before += before;
-            stats->bytes_after += pl_tensor_nbytes(t);
-        }
-    }
-    return PL_OK;
+                                               pl_convert_stats *stats) {
+    pl_status st = pl_params_convert(ps, frozen, stats);
+    return st ? pl_error_prefix(st, "%s setup", who) : PL_OK;
 }
 
 #endif
