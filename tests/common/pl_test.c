@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 const char *pl_test_shared(const char *rel, char *buf, size_t n) {
@@ -111,6 +112,21 @@ int pl_test_run(Suite *s) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed == 0 ? 0 : 1;
+}
+
+void pl_test_st_replace(const char *src, const char *dst, const char *name, pl_tensor *t) {
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(src, &f));
+    pl_st_writer *w = PL_CK_NOTNULL(pl_st_writer_new(dst));
+    for (int i = 0; i < pl_st_count(f); i++) {
+        const char *n = pl_st_name_at(f, i);
+        pl_tensor *x = strcmp(n, name) ? PL_CK_NOTNULL(pl_st_load(f, n)) : pl_tensor_retain(t);
+        if (x) PL_CK_OK(pl_st_writer_add(w, n, x));
+        pl_tensor_release(x);
+    }
+    pl_st_close(f);
+    PL_CK_OK(pl_st_writer_commit(w));
+    pl_st_writer_free(w);
 }
 
 const char *pl_test_tmp_path(const char *suite, const char *name, char *buf, size_t n) {

@@ -49,6 +49,11 @@ double pl_test_max_abs_diff(const pl_tensor *a, const pl_tensor *b);
  * the first call (one per process); written into buf, returned. */
 const char *pl_test_tmp_path(const char *suite, const char *name, char *buf, size_t n);
 
+/* Copy the safetensors file `src` to `dst` (may be the same path: the copy is
+ * written to a temporary file and renamed) with tensor `name` replaced by
+ * `t` (NULL: dropped); metadata is not copied. Fails the test on error. */
+void pl_test_st_replace(const char *src, const char *dst, const char *name, pl_tensor *t);
+
 /* Run a suite with CK_NORMAL output; returns the process exit code. */
 int pl_test_run(Suite *s);
 

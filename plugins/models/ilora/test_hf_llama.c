@@ -479,18 +479,7 @@ END_TEST
 static void replace_tensor(const char *dir, const char *name, pl_tensor *t) {
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    pl_st_file *f = NULL;
-    PL_CK_OK(pl_st_open(path, &f));
-    pl_st_writer *w = PL_CK_NOTNULL(pl_st_writer_new(path));
-    for (int i = 0; i < pl_st_count(f); i++) {
-        const char *n = pl_st_name_at(f, i);
-        pl_tensor *x = strcmp(n, name) ? PL_CK_NOTNULL(pl_st_load(f, n)) : pl_tensor_retain(t);
-        if (x) PL_CK_OK(pl_st_writer_add(w, n, x));
-        pl_tensor_release(x);
-    }
-    pl_st_close(f);
-    PL_CK_OK(pl_st_writer_commit(w));
-    pl_st_writer_free(w);
+    pl_test_st_replace(path, path, name, t);
 }
 
 START_TEST(bad_tensors_are_refused_naming_the_tensor) {
