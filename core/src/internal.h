@@ -58,9 +58,10 @@ bool pl_any_requires_grad(pl_tensor *const *ts, int n);
 pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
                               int64_t *shape);
 
-/* Philox4x32-10 (pl_philox4x32_10, pl_philox_u01) is in backend_util.h.
- * The same generator on PL_PHILOX_LANES independent counters at once, laid
- * out lane-major so the compiler vectorizes the rounds (AVX-512: 16 lanes):
+/* Philox4x32-10 (pl_philox4x32_10, pl_philox_round, pl_philox_u01) is in
+ * kernel_math.h. The same generator on PL_PHILOX_LANES independent counters
+ * at once, laid out lane-major so the compiler vectorizes the rounds
+ * (AVX-512: 16 lanes):
  * lane l uses counter {c0[l], c1[l], c2, c3}; out[j][l] is word j of lane l.
  * Bit-identical to pl_philox4x32_10. */
 #define PL_PHILOX_LANES 16
@@ -77,16 +78,10 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
     uint32_t k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
 #pragma omp simd
-        for (int l = 0; l < PL_PHILOX_LANES; l++) {
-            uint64_t p0 = (uint64_t)0xD2511F53u * a[l], p1 = (uint64_t)0xCD9E8D57u * c[l];
-            uint32_t na = (uint32_t)(p1 >> 32) ^ b[l] ^ k0, nc = (uint32_t)(p0 >> 32) ^ d[l] ^ k1;
-            b[l] = (uint32_t)p1;
-            d[l] = (uint32_t)p0;
-            a[l] = na;
-            c[l] = nc;
-        }
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
+        for (int l = 0; l < PL_PHILOX_LANES; l++)
+            pl_philox_round(&a[l], &b[l], &c[l], &d[l], k0, k1);
+        k0 += PL_PHILOX_W0;
+        k1 += PL_PHILOX_W1;
     }
     for (int l = 0; l < PL_PHILOX_LANES; l++) {
         out[0][l] = a[l];

@@ -15,45 +15,14 @@
 
 /* ---- code tables ------------------------------------------------------------ */
 
-/* bitsandbytes csrc/kernels.cu (dDequantizeNF4 / nf4_data). */
-static const float k_nf4[16] = {
-    -1.0f,
-    -0.6961928009986877f,
-    -0.5250730514526367f,
-    -0.39491748809814453f,
-    -0.28444138169288635f,
-    -0.18477343022823334f,
-    -0.09105003625154495f,
-    0.0f,
-    0.07958029955625534f,
-    0.16093020141124725f,
-    0.24611230194568634f,
-    0.33791524171829224f,
-    0.44070982933044434f,
-    0.5626170039176941f,
-    0.7229568362236023f,
-    1.0f,
-};
+/* The code values and the quantizer's decision tree are kernel_math.h's
+ * (pl_nf4_code, pl_nf4_encode), shared with every backend; this table is
+ * the public one of pl_nf4_code_table(), expanded from the same list. */
+static const float k_nf4[16] = {PL_NF4_CODE_VALUES};
 
 const float *pl_nf4_code_table(void) { return k_nf4; }
 
-/* bitsandbytes dQuantizeNF4: decision tree over the midpoints. */
-uint8_t pl_nf4_quantize_value(float x) {
-    if (x > 0.03979014977812767f) {
-        if (x > 0.3893125355243683f) {
-            if (x > 0.6427869200706482f) return x > 0.8614784181118011f ? 15 : 14;
-            return x > 0.5016634166240692f ? 13 : 12;
-        }
-        if (x > 0.2035212516784668f) return x > 0.2920137718319893f ? 11 : 10;
-        return x > 0.1202552504837513f ? 9 : 8;
-    }
-    if (x > -0.33967943489551544f) {
-        if (x > -0.13791173323988914f) return x > -0.045525018125772476f ? 7 : 6;
-        return x > -0.23460740596055984f ? 5 : 4;
-    }
-    if (x > -0.6106329262256622f) return x > -0.4599952697753906f ? 3 : 2;
-    return x > -0.8480964004993439f ? 1 : 0;
-}
+uint8_t pl_nf4_quantize_value(float x) { return pl_nf4_encode(x); }
 
 static float g_dyn[256];
 static int g_dyn_ready;
@@ -193,7 +162,7 @@ static void quantize_cpu(const float *x, int64_t n, int64_t block, uint8_t *code
         absmax[b] = m;
         float inv = m > 0.0f ? 1.0f / m : 0.0f;
         for (int64_t i = i0; i < i1; i++) {
-            uint8_t c = pl_nf4_quantize_value(x[i] * inv);
+            uint8_t c = pl_nf4_encode(x[i] * inv);
             if (i & 1)
                 codes[i >> 1] = (uint8_t)((codes[i >> 1] & 0x0f) | (c << 4));
             else
@@ -341,7 +310,8 @@ pl_status pl_nf4_block_absmax(const pl_tensor *q, float *out) {
     const uint8_t *c = pl_tensor_data(c8);
     const float *s = pl_tensor_data(sc);
     float mean = q->quant.absmax_mean;
-    for (int64_t b = 0; b < nb; b++) out[b] = map[c[b]] * s[b / PL_NF4_DQ_BLOCK] + mean;
+    for (int64_t b = 0; b < nb; b++)
+        out[b] = pl_nf4_dq_absmax(map[c[b]], s[b / PL_NF4_DQ_BLOCK], mean);
     pl_tensor_release(c8);
     pl_tensor_release(sc);
     return PL_OK;
@@ -354,13 +324,11 @@ __attribute__((visibility("hidden"))) void pl_nf4_dequant_range_cpu(
     const uint8_t *codes, const float *absmax, int64_t block, int64_t e0, int64_t e1, float *dst,
     pl_dtype round_to) {
     for (int64_t i = e0; i < e1; i++) {
-        uint8_t byte = codes[i >> 1];
-        uint8_t c = (i & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 0x0f);
-        float v = k_nf4[c] * absmax[i / block];
+        float v = pl_nf4_decode(codes, i, absmax[i / block]);
         if (round_to == PL_BF16)
-            v = pl_bf16_to_f32(pl_f32_to_bf16(v));
+            v = pl_bf16_rne(v);
         else if (round_to == PL_F16)
-            v = pl_f16_to_f32(pl_f32_to_f16(v));
+            v = pl_f16_rne(v);
         dst[i - e0] = v;
     }
 }

@@ -40,7 +40,7 @@ pl_status pl_dtype_parse(const char *s, pl_dtype *out) {
                         "unknown dtype '%s' (expected f32, bf16, f16, i32, i64, u8, nf4, f64)", s);
 }
 
-/* RNE, NaN stays a quiet NaN: the bits every backend uses (backend_util.h) */
+/* RNE, NaN stays a quiet NaN: the bits every backend uses (kernel_math.h) */
 uint16_t pl_f32_to_bf16(float f) {
     return pl_bf16_round(f);
 }
@@ -48,15 +48,10 @@ float pl_bf16_to_f32(uint16_t h) {
     return pl_bf16_widen(h);
 }
 uint16_t pl_f32_to_f16(float f) {
-    _Float16 h = (_Float16)f; /* IEEE binary16, RNE (GCC on x86-64) */
-    uint16_t u;
-    memcpy(&u, &h, 2);
-    return u;
+    return pl_f16_round(f); /* IEEE binary16, RNE */
 }
 float pl_f16_to_f32(uint16_t u) {
-    _Float16 h;
-    memcpy(&h, &u, 2);
-    return (float)h;
+    return pl_f16_widen(u);
 }
 
 /* ---- devices ----------------------------------------------------------- */

@@ -6,6 +6,9 @@
  * matrices of a batched matmul pair up, which element of a broadcast operand
  * an output element reads, the RoPE angles, the dropout random stream. Those
  * derivations live here, once, instead of being copied into each backend.
+ * The per-element math (activations, softmax and loss terms, normalization,
+ * Philox and dropout, RoPE rotation, NF4 decode, bf16 / f16 rounding) is in
+ * kernel_math.h, included here, which also defines PL_HD.
  *
  * Everything is `static inline` except pl_rope_cos_sin (exported by
  * libpipeline_core). Functions marked PL_HD compile for the device too
@@ -25,13 +28,8 @@
 #include <string.h>
 
 #include "pipeline/backend.h"
+#include "pipeline/kernel_math.h" /* PL_HD and the per-element math */
 #include "pipeline/tensor.h"
-
-#ifdef __CUDACC__
-#define PL_HD __host__ __device__
-#else
-#define PL_HD
-#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,6 +81,27 @@ static inline void pl_dim_split(const pl_tensor *t, int dim, int64_t *outer, int
 static inline void pl_last_dim_split(const pl_tensor *t, int64_t *rows, int64_t *d) {
     *d = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
     *rows = *d > 0 ? pl_tensor_numel(t) / *d : 0;
+}
+
+/* The input x of a sum / mean over `dim` as [outer, n, inner], n the reduced
+ * length; dim == PL_ALL_DIMS reduces everything: [1, numel, 1]. */
+static inline void pl_reduce_split(const pl_tensor *x, int64_t dim, int64_t *outer, int64_t *n,
+                                   int64_t *inner) {
+    *outer = 1;
+    *inner = 1;
+    *n = 1;
+    if (dim == PL_ALL_DIMS) {
+        *n = pl_tensor_numel(x);
+        return;
+    }
+    for (int d = 0; d < x->ndim; d++) {
+        if (d < dim)
+            *outer *= x->shape[d];
+        else if (d == dim)
+            *n = x->shape[d];
+        else
+            *inner *= x->shape[d];
+    }
 }
 
 /* ---- NumPy broadcasting of a binary op -------------------------------------
@@ -197,15 +216,9 @@ PL_HD static inline void pl_mm_batch_off(const pl_mm_geo *g, int64_t bi, int64_t
 }
 
 /* ---- RoPE (PL_OP_ROPE) -------------------------------------------------------
- * x is [B, T, H, Dh], Dh even, half = Dh / 2; position of row t is
- * p.start + t, theta = p.alpha. Rotate-half convention of Hugging Face Llama
- * (LlamaRotaryEmbedding + apply_rotary_pos_emb), with its arithmetic:
- *   inv_freq[i] = 1 / theta^(2i / Dh)   in f32
- *   angle       = f32(pos) * inv_freq   in f32
- *   cos, sin    of the f32 angle, computed in double, rounded to f32
- *   y[i]        = x[i] cos - x[i + half] sin      (i < half)
- *   y[i + half] = x[i + half] cos + x[i] sin
- * Backward applies the transposed rotation: the same with sin negated. */
+ * x is [B, T, H, Dh], position of row t is p.start + t, theta = p.alpha; the
+ * convention (Hugging Face Llama) and the rotation (pl_rope_rotate) are in
+ * kernel_math.h. */
 
 /* tab[(t * half + i) * 2 + 0 / 1] = cos / sin of the angle of position
  * pos_offset + t and frequency i, for t < T, i < half. tab holds 2 * T * half
@@ -213,82 +226,6 @@ PL_HD static inline void pl_mm_batch_off(const pl_mm_geo *g, int64_t bi, int64_t
  * theta); a device backend uploads it (exported by libpipeline_core so every
  * backend gets the same bits from the same code). */
 void pl_rope_cos_sin(float *tab, int64_t T, int64_t half, int64_t pos_offset, double theta);
-
-/* One rotation pair; s is already negated for backward. */
-PL_HD static inline void pl_rope_rotate(float x1, float x2, float c, float s, float *y1,
-                                        float *y2) {
-    *y1 = x1 * c - x2 * s;
-    *y2 = x2 * c + x1 * s;
-}
-
-/* ---- Philox4x32-10 (dropout masks, parameter init) ---------------------------
- * Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3"
- * (SC'11); constants from the paper / Random123. Counter (4 x u32) + key
- * (2 x u32) -> 4 random u32.
- *
- * Dropout stream (PL_OP_DROPOUT, p.alpha = drop probability, p.seed,
- * p.counter): element i of the flattened input is kept iff
- *   pl_philox_u01(philox({g lo, g hi, counter lo, counter hi},
- *                        {seed lo, seed hi})[i % 4]) >= p,   g = i / 4,
- * and a kept element is scaled by 1 / (1 - p). Every backend draws the same
- * mask for the same (seed, counter). */
-PL_HD static inline void pl_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2],
-                                          uint32_t out[4]) {
-    uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-/* A random u32 to [0, 1) with 24 bits. */
-PL_HD static inline float pl_philox_u01(uint32_t x) {
-    return (float)(x >> 8) * (1.0f / 16777216.0f);
-}
-
-/* ---- bf16 bits ---------------------------------------------------------------
- * The conversions of pl_f32_to_bf16 / pl_bf16_to_f32 (tensor.h), usable in
- * device code: round to nearest even, a NaN stays a (quiet) NaN. */
-PL_HD static inline uint32_t pl_f32_bits(float f) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(f);
-#else
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-#endif
-}
-PL_HD static inline float pl_f32_from_bits(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-#endif
-}
-PL_HD static inline uint16_t pl_bf16_round(float f) {
-    uint32_t u = pl_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);                                          /* RNE */
-    return (uint16_t)(u >> 16);
-}
-PL_HD static inline float pl_bf16_widen(uint16_t h) {
-    return pl_f32_from_bits((uint32_t)h << 16);
-}
 
 #ifdef __cplusplus
 }

@@ -14,29 +14,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry */
+#include "internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry,
+                        * pipeline/kernel_math.h: the per-element math */
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */
 
 /* ---- small helpers ----------------------------------------------------- */
-
-static inline float bf16_to_f32(uint16_t h) {
-    union {
-        uint32_t u;
-        float f;
-    } v = {.u = (uint32_t)h << 16};
-    return v.f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    union {
-        float f;
-        uint32_t u;
-    } v = {.f = f};
-    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
-    v.u += 0x7fffu + ((v.u >> 16) & 1u);
-    return (uint16_t)(v.u >> 16);
-}
 
 static inline const float *cf32(const pl_tensor *t) {
     return (const float *)pl_tensor_data(t);
@@ -56,14 +39,14 @@ static pl_status to_f32(const pl_tensor *t, float *dst, int64_t n) {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(s[i]);
+            dst[i] = pl_bf16_widen(s[i]);
         return PL_OK;
     }
     case PL_F16: {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            dst[i] = pl_f16_to_f32(s[i]);
+            dst[i] = pl_f16_widen(s[i]);
         return PL_OK;
     }
     case PL_F64: {
@@ -90,14 +73,14 @@ static pl_status from_f32(const float *src, pl_tensor *t, int64_t n) {
         uint16_t *d = dst;
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            d[i] = f32_to_bf16(src[i]);
+            d[i] = pl_bf16_round(src[i]);
         return PL_OK;
     }
     case PL_F16: {
         uint16_t *d = dst;
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            d[i] = pl_f32_to_f16(src[i]);
+            d[i] = pl_f16_round(src[i]);
         return PL_OK;
     }
     case PL_F64: {
@@ -403,24 +386,8 @@ static pl_status k_scalar_bwd(const pl_kernel_args *a) {
 
 /* ---- reductions ---------------------------------------------------------- */
 
-/* Split the input of a dim reduction into [outer, n, inner]. */
-static void red_geom(const pl_tensor *x, int64_t dim, int64_t *outer, int64_t *n, int64_t *inner) {
-    *outer = 1;
-    *inner = 1;
-    *n = 1;
-    if (dim == PL_ALL_DIMS) {
-        *n = pl_tensor_numel(x);
-        return;
-    }
-    for (int d = 0; d < x->ndim; d++) {
-        if (d < dim)
-            *outer *= x->shape[d];
-        else if (d == dim)
-            *n = x->shape[d];
-        else
-            *inner *= x->shape[d];
-    }
-}
+/* The input of a dim reduction as [outer, n, inner] (backend_util.h). */
+#define red_geom pl_reduce_split
 
 static pl_status k_sum_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
@@ -478,56 +445,8 @@ static pl_status k_sum_bwd(const pl_kernel_args *a) {
 
 /* ---- activations ----------------------------------------------------------- */
 
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT_2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
-#define GELU_C 0.044715f
-
-/* e^x = 2^k (1 + p), p = expm1(r), x = k ln2 + r, |r| <= ln2/2, for
- * x in [-87, 0] (callers clamp): Cody-Waite reduction with ln2 split in a
- * high part exact in float and a low part, then the Taylor polynomial of
- * expm1 to degree 8 (truncation < 3e-9 relative on |r| <= 0.347). Plain
- * arithmetic and a bit cast, so loops over it vectorize (glibc's expm1f
- * does not, and took a tenth of a GAT training step). Max error against
- * double expm1: see test_ops_dense elu_matches_double_expm1. */
-static inline void exp_parts(float x, float *two_k, float *p) {
-    const float ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f, inv_ln2 = 1.44269504f;
-    float k = __builtin_roundf(x * inv_ln2);
-    float r = (x - k * ln2_hi) - k * ln2_lo;
-    float q = 1.0f / 40320;
-    q = q * r + 1.0f / 5040;
-    q = q * r + 1.0f / 720;
-    q = q * r + 1.0f / 120;
-    q = q * r + 1.0f / 24;
-    q = q * r + 1.0f / 6;
-    q = q * r + 0.5f;
-    *p = r + r * r * q;
-    union {
-        int32_t i;
-        float f;
-    } u = {.i = ((int32_t)k + 127) << 23};
-    *two_k = u.f;
-}
-
-/* expm1(x) for x <= 0 (ELU's negative side); x below -87 gives -1. */
-static inline float expm1_neg(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float t, p;
-    exp_parts(x, &t, &p);
-    return t * p + (t - 1.0f);
-}
-
-/* exp(x) for x <= 0. */
-static inline float exp_neg(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float t, p;
-    exp_parts(x, &t, &p);
-    return t + t * p;
-}
-
-static inline float sigmoidf(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
+/* The formulas (and their sources) are kernel_math.h's; each case is its own
+ * loop so that the op switch stays outside the hot loop. */
 
 static pl_status k_unary_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
@@ -538,43 +457,38 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
     case PL_OP_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            O[i] = X[i] > 0 ? X[i] : 0.0f;
+            O[i] = pl_math_relu(X[i]);
         break;
     case PL_OP_LEAKY_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            O[i] = X[i] > 0 ? X[i] : X[i] * al;
+            O[i] = pl_math_leaky_relu(X[i], al);
         break;
     case PL_OP_ELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-        { /* NaN passes through (it fails both comparisons) */
-            float x = X[i], e = al * expm1_neg(x <= 0 ? x : 0.0f);
-            O[i] = x > 0 ? x : x <= 0 ? e : x;
-        }
+            O[i] = pl_math_elu(X[i], al);
         break;
     case PL_OP_GELU:
         if (a->p.flags & 1) {
 #pragma omp parallel for if (n > PAR_MIN)
-            for (int64_t i = 0; i < n; i++) {
-                float x = X[i];
-                O[i] = 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
-            }
+            for (int64_t i = 0; i < n; i++)
+                O[i] = pl_math_gelu_tanh(X[i]);
         } else {
 #pragma omp parallel for if (n > PAR_MIN)
             for (int64_t i = 0; i < n; i++)
-                O[i] = 0.5f * X[i] * (1.0f + erff(X[i] * INV_SQRT_2));
+                O[i] = pl_math_gelu_erf(X[i]);
         }
         break;
     case PL_OP_SILU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            O[i] = X[i] * sigmoidf(X[i]);
+            O[i] = pl_math_silu(X[i]);
         break;
     case PL_OP_SIGMOID:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            O[i] = sigmoidf(X[i]);
+            O[i] = pl_math_sigmoid(X[i]);
         break;
     case PL_OP_TANH:
 #pragma omp parallel for if (n > PAR_MIN)
@@ -594,7 +508,7 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
     case PL_OP_SQUARE:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            O[i] = X[i] * X[i];
+            O[i] = pl_math_square(X[i]);
         break;
     case PL_OP_SQRT:
 #pragma omp parallel for if (n > PAR_MIN)
@@ -607,7 +521,7 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-/* gx = g * f'(x); derivatives as in PyTorch's derivatives.yaml. */
+/* gx = g * f'(x); derivatives as in PyTorch's derivatives.yaml (kernel_math.h). */
 static pl_status k_unary_bwd(const pl_kernel_args *a) {
     pl_tensor *gx = a->out[0];
     if (!gx) return PL_OK;
@@ -619,80 +533,63 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     case PL_OP_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = X[i] > 0 ? G[i] : 0.0f;
+            D[i] = pl_math_relu_grad(G[i], X[i]);
         break;
     case PL_OP_LEAKY_RELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = X[i] > 0 ? G[i] : G[i] * al;
+            D[i] = pl_math_leaky_relu_grad(G[i], X[i], al);
         break;
     case PL_OP_ELU:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-        {
-            float x = X[i], e = G[i] * al * exp_neg(x <= 0 ? x : 0.0f);
-            D[i] = x > 0 ? G[i] : x <= 0 ? e : x;
-        }
+            D[i] = pl_math_elu_grad(G[i], X[i], al);
         break;
     case PL_OP_GELU:
         if (a->p.flags & 1) {
 #pragma omp parallel for if (n > PAR_MIN)
-            for (int64_t i = 0; i < n; i++) {
-                float x = X[i], x2 = x * x;
-                float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
-                float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
-                D[i] = G[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-            }
+            for (int64_t i = 0; i < n; i++)
+                D[i] = pl_math_gelu_tanh_grad(G[i], X[i]);
         } else {
 #pragma omp parallel for if (n > PAR_MIN)
-            for (int64_t i = 0; i < n; i++) {
-                float x = X[i];
-                float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
-                float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-                D[i] = G[i] * (cdf + x * pdf);
-            }
+            for (int64_t i = 0; i < n; i++)
+                D[i] = pl_math_gelu_erf_grad(G[i], X[i]);
         }
         break;
     case PL_OP_SILU:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float s = sigmoidf(X[i]);
-            D[i] = G[i] * s * (1.0f + X[i] * (1.0f - s));
-        }
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_silu_grad(G[i], X[i]);
         break;
     case PL_OP_SIGMOID:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float s = sigmoidf(X[i]);
-            D[i] = G[i] * s * (1.0f - s);
-        }
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_sigmoid_grad(G[i], X[i]);
         break;
     case PL_OP_TANH:
 #pragma omp parallel for if (n > PAR_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            float t = tanhf(X[i]);
-            D[i] = G[i] * (1.0f - t * t);
-        }
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_tanh_grad(G[i], X[i]);
         break;
     case PL_OP_EXP:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = G[i] * expf(X[i]);
+            D[i] = pl_math_exp_grad(G[i], X[i]);
         break;
     case PL_OP_LOG:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = G[i] / X[i];
+            D[i] = pl_math_log_grad(G[i], X[i]);
         break;
     case PL_OP_SQUARE:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = 2.0f * G[i] * X[i];
+            D[i] = pl_math_square_grad(G[i], X[i]);
         break;
     case PL_OP_SQRT:
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
-            D[i] = G[i] / (2.0f * sqrtf(X[i]));
+            D[i] = pl_math_sqrt_grad(G[i], X[i]);
         break;
     default:
         return pl_error_set(PL_ERR_INTERNAL, "k_unary_bwd: op %s", pl_op_name(a->op));
@@ -706,29 +603,26 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
 static inline void softmax_row(const float *x, float *y, int64_t d, bool logsm) {
     float m = -INFINITY;
     for (int64_t j = 0; j < d; j++)
-        m = x[j] > m ? x[j] : m;
+        m = pl_max_step(m, x[j]);
     double s = 0;
     if (logsm) {
         for (int64_t j = 0; j < d; j++)
-            s += expf(x[j] - m);
-        float lse = m + (float)log(s);
+            s += pl_softmax_exp(x[j], m);
+        float lse = pl_log_softmax_lse(m, s);
         for (int64_t j = 0; j < d; j++)
             y[j] = x[j] - lse;
     } else {
         for (int64_t j = 0; j < d; j++) {
-            y[j] = expf(x[j] - m);
+            y[j] = pl_softmax_exp(x[j], m);
             s += y[j];
         }
-        float inv = (float)(1.0 / s);
+        float inv = pl_softmax_inv(s);
         for (int64_t j = 0; j < d; j++)
             y[j] *= inv;
     }
 }
 
-static void last_dim_geom(const pl_tensor *t, int64_t *rows, int64_t *d) {
-    *d = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
-    *rows = *d > 0 ? pl_tensor_numel(t) / *d : 0;
-}
+#define last_dim_geom pl_last_dim_split /* t as [rows, last dim] (backend_util.h) */
 
 static pl_status k_softmax_fwd(const pl_kernel_args *a) {
     int64_t rows, d;
@@ -764,12 +658,12 @@ static pl_status k_softmax_bwd(const pl_kernel_args *a) {
             for (int64_t j = 0; j < d; j++)
                 s += g[j];
             for (int64_t j = 0; j < d; j++)
-                o[j] = g[j] - expf(o[j]) * (float)s;
+                o[j] = pl_log_softmax_grad(g[j], o[j], (float)s);
         } else {
             for (int64_t j = 0; j < d; j++)
                 s += (double)g[j] * o[j];
             for (int64_t j = 0; j < d; j++)
-                o[j] = o[j] * (g[j] - (float)s);
+                o[j] = pl_softmax_grad(o[j], g[j], (float)s);
         }
     }
     return PL_OK;
@@ -784,7 +678,7 @@ static inline int64_t target_at(const pl_tensor *t, int64_t i) {
 
 /* logits [N, C] f32, target [N] i64/i32 -> loss (0-dim), saved lse [N].
  * PyTorch: loss = (1-eps) * sum_valid(-logp[t]) / n_valid
- *               + eps/C * sum_valid(sum_c -logp[c]) / n_valid. */
+ *               + eps/C * sum_valid(sum_c -logp[c]) / n_valid (kernel_math.h). */
 static pl_status k_ce_fwd(const pl_kernel_args *a) {
     const pl_tensor *lg = a->in[0], *tg = a->in[1];
     int64_t N, C;
@@ -800,15 +694,15 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
         const float *x = X + i * C;
         float m = -INFINITY;
         for (int64_t c = 0; c < C; c++)
-            m = x[c] > m ? x[c] : m;
+            m = pl_max_step(m, x[c]);
         /* expf in f32 (vectorized through libmvec), sums in f64 */
         double s = 0, sx = 0;
 #pragma omp simd reduction(+ : s, sx)
         for (int64_t c = 0; c < C; c++) {
-            s += expf(x[c] - m);
+            s += pl_softmax_exp(x[c], m);
             sx += x[c];
         }
-        double l = m + log(s);
+        double l = pl_ce_lse(m, s);
         lse[i] = (float)l;
         int64_t t = target_at(tg, i);
         if (t == ign) continue;
@@ -818,8 +712,8 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
             continue;
         }
         valid++;
-        nll += l - x[t];
-        smooth += (double)C * l - sx;
+        nll += pl_ce_row_nll(l, x[t]);
+        smooth += pl_ce_row_smooth(l, C, sx);
     }
     if (bad >= 0)
         return pl_error_set(PL_ERR_INVALID,
@@ -827,8 +721,7 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
                             "ignore_index %lld",
                             (long long)bad, (long long)target_at(tg, bad), (long long)C,
                             (long long)ign);
-    double loss = ((1.0 - eps) * nll + eps / (double)C * smooth) / (double)valid;
-    f32p(a->out[0])[0] = (float)loss;
+    f32p(a->out[0])[0] = (float)pl_ce_loss(nll, smooth, eps, C, (double)valid);
     return PL_OK;
 }
 
@@ -848,7 +741,7 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
     for (int64_t i = 0; i < N; i++)
         valid += target_at(tg, i) != ign;
     float scale = cf32(a->in[0])[0] / (float)valid;
-    float off = eps / (float)C;
+    float off = pl_ce_smooth_off(eps, C);
 #pragma omp parallel for if (N * C > PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         float *d = D + i * C;
@@ -862,8 +755,8 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
         const float l = lse[i];
 #pragma omp simd
         for (int64_t c = 0; c < C; c++)
-            d[c] = scale * (expf(x[c] - l) - off);
-        if (t >= 0 && t < C) d[t] -= scale * (1.0f - eps);
+            d[c] = pl_ce_grad(x[c], l, scale, off);
+        if (t >= 0 && t < C) d[t] -= pl_ce_target_grad(scale, eps);
     }
     return PL_OK;
 }
@@ -876,13 +769,7 @@ static pl_status k_loss_fwd(const pl_kernel_args *a) {
     pl_op op = a->op;
 #pragma omp parallel for reduction(+ : s) if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        double d = (double)P[i] - T[i];
-        if (op == PL_OP_MSE)
-            s += d * d;
-        else if (op == PL_OP_MAE)
-            s += fabs(d);
-        else
-            s += fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
+        s += pl_loss_term(op, (double)P[i] - T[i], delta);
     }
     f32p(a->out[0])[0] = (float)(s / (double)n);
     return PL_OK;
@@ -897,14 +784,7 @@ static pl_status k_loss_bwd(const pl_kernel_args *a) {
     pl_op op = a->op;
 #pragma omp parallel for if (n > PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
-        float d = P[i] - T[i], v;
-        if (op == PL_OP_MSE)
-            v = 2.0f * d;
-        else if (op == PL_OP_MAE)
-            v = (float)((d > 0) - (d < 0));
-        else
-            v = d < -delta ? -delta : (d > delta ? delta : d);
-        v *= g;
+        float v = pl_loss_grad(op, P[i] - T[i], delta) * g;
         if (GP) GP[i] = v;
         if (GT) GT[i] = -v;
     }
@@ -933,17 +813,13 @@ static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
             s += x[j];
         double mu = s / (double)D;
         for (int64_t j = 0; j < D; j++)
-            ss += (x[j] - mu) * (x[j] - mu);
-        float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
+            ss += pl_layer_norm_sqdev(x[j], mu);
+        float rs = pl_norm_rstd(ss, D, eps);
         float m = (float)mu;
         MU[r] = m;
         RS[r] = rs;
-        for (int64_t j = 0; j < D; j++) {
-            float v = (x[j] - m) * rs;
-            if (W) v *= W[j];
-            if (B) v += B[j];
-            y[j] = v;
-        }
+        for (int64_t j = 0; j < D; j++)
+            y[j] = pl_layer_norm_y(x[j], m, rs, W, B, j);
     }
     return PL_OK;
 }
@@ -976,18 +852,15 @@ static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
             float mu = MU[r], rs = RS[r];
             double s1 = 0, s2 = 0;
             for (int64_t j = 0; j < D; j++) {
-                float gy = W ? g[j] * W[j] : g[j];
-                float xh = (xr[j] - mu) * rs;
+                float gy = pl_norm_gy(g[j], W, j);
                 s1 += gy;
-                s2 += (double)gy * xh;
+                s2 += (double)gy * pl_norm_xhat(xr[j], mu, rs);
             }
             float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
             float *gx = GX + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                float gy = W ? g[j] * W[j] : g[j];
-                float xh = (xr[j] - mu) * rs;
-                gx[j] = rs * (gy - m1 - xh * m2);
-            }
+            for (int64_t j = 0; j < D; j++)
+                gx[j] = pl_layer_norm_gx(pl_norm_gy(g[j], W, j), pl_norm_xhat(xr[j], mu, rs), rs,
+                                         m1, m2);
         }
     }
     if (GW || GB) {
@@ -996,7 +869,7 @@ static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
             double sw = 0, sb = 0;
             for (int64_t r = 0; r < R; r++) {
                 float g = G[r * D + j];
-                sw += (double)g * ((X[r * D + j] - MU[r]) * RS[r]);
+                sw += (double)g * pl_norm_xhat(X[r * D + j], MU[r], RS[r]);
                 sb += g;
             }
             if (GW) GW[j] = (float)sw;
@@ -1021,10 +894,10 @@ static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
         double ss = 0;
         for (int64_t j = 0; j < D; j++)
             ss += (double)x[j] * x[j];
-        float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
+        float rs = pl_norm_rstd(ss, D, eps);
         RS[r] = rs;
         for (int64_t j = 0; j < D; j++)
-            y[j] = W ? x[j] * rs * W[j] : x[j] * rs;
+            y[j] = pl_rms_norm_y(x[j], rs, W, j);
     }
     return PL_OK;
 }
@@ -1046,16 +919,12 @@ static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
             const float *g = G + r * D, *xr = X + r * D;
             float rs = RS[r];
             double s2 = 0;
-            for (int64_t j = 0; j < D; j++) {
-                float gy = W ? g[j] * W[j] : g[j];
-                s2 += (double)gy * xr[j] * rs;
-            }
+            for (int64_t j = 0; j < D; j++)
+                s2 += pl_rms_norm_dot(pl_norm_gy(g[j], W, j), xr[j], rs);
             float m2 = (float)(s2 / (double)D);
             float *gx = GX + r * D;
-            for (int64_t j = 0; j < D; j++) {
-                float gy = W ? g[j] * W[j] : g[j];
-                gx[j] = rs * (gy - xr[j] * rs * m2);
-            }
+            for (int64_t j = 0; j < D; j++)
+                gx[j] = pl_rms_norm_gx(pl_norm_gy(g[j], W, j), xr[j], rs, m2);
         }
     }
     if (GW) {
@@ -1063,7 +932,7 @@ static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
         for (int64_t j = 0; j < D; j++) {
             double s = 0;
             for (int64_t r = 0; r < R; r++)
-                s += (double)G[r * D + j] * X[r * D + j] * RS[r];
+                s += pl_rms_norm_dot(G[r * D + j], X[r * D + j], RS[r]);
             GW[j] = (float)s;
         }
     }

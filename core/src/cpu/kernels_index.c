@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "internal.h" /* backend_util.h, kernel_math.h: the per-element math */
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -47,9 +47,9 @@ static pl_status check_indices(pl_op op, const pl_tensor *t, int64_t n) {
 static inline float ld(const void *p, pl_dtype dt, int64_t i) {
     switch (dt) {
     case PL_BF16:
-        return pl_bf16_to_f32(((const uint16_t *)p)[i]);
+        return pl_bf16_widen(((const uint16_t *)p)[i]);
     case PL_F16:
-        return pl_f16_to_f32(((const uint16_t *)p)[i]);
+        return pl_f16_widen(((const uint16_t *)p)[i]);
     default:
         return ((const float *)p)[i];
     }
@@ -58,10 +58,10 @@ static inline float ld(const void *p, pl_dtype dt, int64_t i) {
 static inline void st(void *p, pl_dtype dt, int64_t i, float v) {
     switch (dt) {
     case PL_BF16:
-        ((uint16_t *)p)[i] = pl_f32_to_bf16(v);
+        ((uint16_t *)p)[i] = pl_bf16_round(v);
         break;
     case PL_F16:
-        ((uint16_t *)p)[i] = pl_f32_to_f16(v);
+        ((uint16_t *)p)[i] = pl_f16_round(v);
         break;
     default:
         ((float *)p)[i] = v;
@@ -318,10 +318,10 @@ static pl_status segment_softmax_fwd(const pl_kernel_args *a) {
         for (int64_t h = 0; h < H; h++) {
             float m = -INFINITY;
             for (int64_t r = b; r < e_; r++)
-                m = fmaxf(m, x[order[r] * H + h]);
+                m = pl_max_step(m, x[order[r] * H + h]);
             float sum = 0.0f;
             for (int64_t r = b; r < e_; r++) {
-                float v = expf(x[order[r] * H + h] - m);
+                float v = pl_softmax_exp(x[order[r] * H + h], m);
                 y[order[r] * H + h] = v;
                 sum += v;
             }
@@ -353,7 +353,7 @@ static pl_status segment_softmax_bwd(const pl_kernel_args *a) {
                 dot += gp[order[r] * H + h] * y[order[r] * H + h];
             for (int64_t r = b; r < e_; r++) {
                 int64_t i = order[r] * H + h;
-                ds[i] = y[i] * (gp[i] - dot);
+                ds[i] = pl_softmax_grad(y[i], gp[i], dot);
             }
         }
     }
@@ -365,13 +365,13 @@ static pl_status segment_softmax_bwd(const pl_kernel_args *a) {
 /* ---- dropout ------------------------------------------------------------------------ */
 
 /* Element i is kept iff u01(philox(ctr = {i/4 lo, i/4 hi, counter lo, hi},
- * key = seed)[i % 4]) >= p; kept values are scaled by 1/(1-p). */
+ * key = seed)[i % 4]) >= p; kept values are scaled by 1/(1-p) (the dropout
+ * stream of kernel_math.h). */
 static pl_status dropout_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
     pl_dtype dt = x->dtype;
     int64_t n = pl_tensor_numel(x), ng = (n + 3) / 4;
-    float p = (float)a->p.alpha,
-          scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
+    float p = (float)a->p.alpha, scale = pl_dropout_scale(a->p.alpha);
     const uint32_t key[2] = {(uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32)};
     uint32_t c2 = (uint32_t)a->p.counter, c3 = (uint32_t)(a->p.counter >> 32);
     const void *xp = pl_tensor_data(x);
@@ -400,9 +400,9 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
                 for (int j = 0; j < 4; j++) w[l * 4 + j] = r[j][l];
 #pragma omp simd
             for (int e = 0; e < PL_PHILOX_LANES * 4; e++) {
-                int keep = pl_philox_u01(w[e]) >= p;
+                bool keep = pl_dropout_keep(w[e], p);
                 mk[e] = (uint8_t)keep;
-                yf[e] = keep ? xf[e] * scale : 0.0f;
+                yf[e] = pl_dropout_apply(xf[e], keep, scale);
             }
             continue;
         }
@@ -410,9 +410,9 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
             for (int j = 0; j < 4; j++) {
                 int64_t i = base + l * 4 + j;
                 if (i >= n) break;
-                uint8_t keep = pl_philox_u01(r[j][l]) >= p;
-                mask[i] = keep;
-                st(yp, dt, i, keep ? ld(xp, dt, i) * scale : 0.0f);
+                bool keep = pl_dropout_keep(r[j][l], p);
+                mask[i] = (uint8_t)keep;
+                st(yp, dt, i, pl_dropout_apply(ld(xp, dt, i), keep, scale));
             }
     }
     return PL_OK;
@@ -422,13 +422,13 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
 static pl_status dropout_bwd(const pl_kernel_args *a) {
     if (!a->out[0]) return PL_OK;
     int64_t n = pl_tensor_numel(a->in[0]);
-    float scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
+    float scale = pl_dropout_scale(a->p.alpha);
     const float *g = pl_tensor_data(a->in[0]);
     const uint8_t *mask = pl_tensor_data(a->in[2]);
     float *dx = pl_tensor_data(a->out[0]);
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        dx[i] = mask[i] ? g[i] * scale : 0.0f;
+        dx[i] = pl_dropout_apply(g[i], mask[i], scale);
     return PL_OK;
 }
 
@@ -657,12 +657,12 @@ static pl_status causal_softmax_fwd(const pl_kernel_args *a) {
         int64_t base = r * S, vis = (r % T) + S - T + 1;
         float m = -INFINITY, sum = 0.0f;
         for (int64_t j = 0; j < vis; j++)
-            m = fmaxf(m, scale * ld(xp, x->dtype, base + j));
+            m = pl_max_step(m, scale * ld(xp, x->dtype, base + j));
         for (int64_t j = 0; j < vis; j++)
-            sum += expf(scale * ld(xp, x->dtype, base + j) - m);
+            sum += pl_softmax_exp(scale * ld(xp, x->dtype, base + j), m);
         float inv = 1.0f / sum;
         for (int64_t j = 0; j < vis; j++)
-            st(yp, y->dtype, base + j, expf(scale * ld(xp, x->dtype, base + j) - m) * inv);
+            st(yp, y->dtype, base + j, pl_softmax_exp(scale * ld(xp, x->dtype, base + j), m) * inv);
         for (int64_t j = vis; j < S; j++)
             st(yp, y->dtype, base + j, 0.0f);
     }
@@ -686,7 +686,7 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
         for (int64_t j = 0; j < vis; j++)
             dot += gp[base + j] * ld(yp, y->dtype, base + j);
         for (int64_t j = 0; j < vis; j++)
-            ds[base + j] = scale * ld(yp, y->dtype, base + j) * (gp[base + j] - dot);
+            ds[base + j] = pl_softmax_grad(scale * ld(yp, y->dtype, base + j), gp[base + j], dot);
         for (int64_t j = vis; j < S; j++)
             ds[base + j] = 0.0f;
     }

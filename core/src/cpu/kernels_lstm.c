@@ -19,6 +19,8 @@
  * Kernel args: in = {x [B,T,In], w_ih [4H,In], w_hh [4H,H], b [4H], h0 [B,H],
  * c0 [B,H]}; out = {y [B,T,H], ws [B,T,6H], h_n [B,H], c_n [B,H]};
  * p.flags bit0 = reverse (process t = T-1 .. 0).
+ * The cell's per-element math (gates, tanh through expf, the derivatives) is
+ * kernel_math.h's pl_lstm_cell / pl_lstm_cell_grad, shared with every backend.
  */
 #include <cblas.h>
 #include <math.h>
@@ -28,23 +30,6 @@
 #include "internal.h"
 
 void pl_cpu_register_lstm(pl_kernel_table *b);
-
-static inline float sigm(float v) {
-    return 1.0f / (1.0f + expf(-v));
-}
-
-/* tanh through expf: glibc's tanhf goes through expm1f, which took a third of
- * an LSTM step. Odd Taylor series below 0.1 (error term 62x^9/2835 < 3e-11
- * relative), (1 - e)/(1 + e) with e = exp(-2|x|) above (< 4e-7 relative). */
-static inline float tanh_fast(float x) {
-    float ax = fabsf(x);
-    if (ax < 0.1f) {
-        float x2 = x * x;
-        return x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
-    }
-    float e = expf(-2.0f * ax);
-    return copysignf((1.0f - e) / (1.0f + e), x);
-}
 
 static pl_status lstm_fwd(const pl_kernel_args *a) {
     const pl_tensor *xt = a->in[0], *wih = a->in[1], *whh = a->in[2];
@@ -85,14 +70,9 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
             float *row = ws + (b * T + t) * W;
             const float *cprev = s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H;
             for (int64_t j = 0; j < H; j++) {
-                float ig = sigm(row[j]), fg = sigm(row[H + j]);
-                float gg = tanh_fast(row[2 * H + j]), og = sigm(row[3 * H + j]);
-                float c = fg * cprev[j] + ig * gg, h = og * tanh_fast(c);
-                row[j] = ig;
-                row[H + j] = fg;
-                row[2 * H + j] = gg;
-                row[3 * H + j] = og;
-                row[4 * H + j] = c;
+                float h;
+                pl_lstm_cell(row[j], row[H + j], row[2 * H + j], row[3 * H + j], cprev[j], &row[j],
+                             &row[H + j], &row[2 * H + j], &row[3 * H + j], &row[4 * H + j], &h);
                 row[5 * H + j] = h;
                 y[(b * T + t) * H + j] = h;
             }
@@ -145,15 +125,10 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
             const float *cprev = s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H;
             float *da = dA + (b * T + t) * G;
             for (int64_t j = 0; j < H; j++) {
-                float ig = row[j], fg = row[H + j], gg = row[2 * H + j], og = row[3 * H + j];
-                float tc = tanh_fast(row[4 * H + j]);
                 float dh = dy[(b * T + t) * H + j] + dh_next[b * H + j];
-                float dc = dh * og * (1.0f - tc * tc) + dc_next[b * H + j];
-                da[j] = dc * gg * ig * (1.0f - ig);
-                da[H + j] = dc * cprev[j] * fg * (1.0f - fg);
-                da[2 * H + j] = dc * ig * (1.0f - gg * gg);
-                da[3 * H + j] = dh * tc * og * (1.0f - og);
-                dc_next[b * H + j] = dc * fg;
+                pl_lstm_cell_grad(row[j], row[H + j], row[2 * H + j], row[3 * H + j],
+                                  row[4 * H + j], cprev[j], dh, dc_next[b * H + j], &da[j],
+                                  &da[H + j], &da[2 * H + j], &da[3 * H + j], &dc_next[b * H + j]);
             }
         }
         if (s > 0 || dh0)

@@ -10,6 +10,9 @@
  *           accumulates in f32 and the result is rounded to x's dtype.
  * backward: dy [M, N] f32 -> dx [M, K] f32 = dy @ dequant(W) (same panels).
  *           W is frozen: no gradient for it.
+ * The decode (code table, nibble order, absmax scale) and the rounding are
+ * kernel_math.h's pl_nf4_decode / pl_bf16_rne / pl_f16_rne, through
+ * pl_nf4_dequant_range_cpu (ops_nf4.c).
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -42,11 +45,11 @@ static void widen(const void *src, pl_dtype dt, float *dst, int64_t n) {
     if (dt == PL_BF16) {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] = pl_bf16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = pl_bf16_widen(s[i]);
     } else if (dt == PL_F16) {
         const uint16_t *s = src;
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) dst[i] = pl_f16_to_f32(s[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = pl_f16_widen(s[i]);
     } else {
         memcpy(dst, src, (size_t)n * sizeof(float));
     }
@@ -56,10 +59,10 @@ static void narrow(const float *src, pl_dtype dt, void *dst, int64_t n) {
     uint16_t *d = dst;
     if (dt == PL_BF16) {
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = pl_bf16_round(src[i]);
     } else {
 #pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_f16(src[i]);
+        for (int64_t i = 0; i < n; i++) d[i] = pl_f16_round(src[i]);
     }
 }
 
