@@ -104,6 +104,56 @@ static inline void pl_reduce_split(const pl_tensor *x, int64_t dim, int64_t *out
     }
 }
 
+/* ---- layer_norm / rms_norm arguments (PL_OP_LAYER_NORM, PL_OP_RMS_NORM) -----
+ * Rows are x's last dim: x is [R, D]. p.flags bit0: weight w [D]; bit1 (layer_norm
+ * only): bias b [D]. Forward: in = x, [w], [b]; out = y, [mean] (layer_norm
+ * only), rstd, mean and rstd [R]. Backward: in = g, x, [w], [b], [mean], rstd;
+ * out = gx, [gw], [gb], each NULL when that gradient is not wanted. The
+ * structs hold the data pointers by role, NULL where absent; f32 throughout. */
+typedef struct pl_norm_fwd_io {
+    int64_t R, D;
+    const float *x, *w, *b;
+    float *y, *mean, *rstd;
+} pl_norm_fwd_io;
+
+typedef struct pl_norm_bwd_io {
+    int64_t R, D;
+    const float *g, *x, *w, *mean, *rstd;
+    float *gx, *gw, *gb;
+} pl_norm_bwd_io;
+
+static inline float *pl_norm_data_(const pl_tensor *t) {
+    return t ? (float *)pl_tensor_data(t) : NULL;
+}
+
+/* rms: PL_OP_RMS_NORM's layout (no bias, no mean). */
+static inline void pl_norm_fwd_io_init(pl_norm_fwd_io *io, const pl_kernel_args *a, bool rms) {
+    bool hw = a->p.flags & 1, hb = !rms && (a->p.flags & 2);
+    int k = 1;
+    pl_last_dim_split(a->in[0], &io->R, &io->D);
+    io->x = pl_norm_data_(a->in[0]);
+    io->w = hw ? pl_norm_data_(a->in[k++]) : NULL;
+    io->b = hb ? pl_norm_data_(a->in[k++]) : NULL;
+    io->y = pl_norm_data_(a->out[0]);
+    io->mean = rms ? NULL : pl_norm_data_(a->out[1]);
+    io->rstd = pl_norm_data_(a->out[rms ? 1 : 2]);
+}
+
+static inline void pl_norm_bwd_io_init(pl_norm_bwd_io *io, const pl_kernel_args *a, bool rms) {
+    bool hw = a->p.flags & 1, hb = !rms && (a->p.flags & 2);
+    int k = 2, o = 1;
+    pl_last_dim_split(a->in[1], &io->R, &io->D);
+    io->g = pl_norm_data_(a->in[0]);
+    io->x = pl_norm_data_(a->in[1]);
+    io->w = hw ? pl_norm_data_(a->in[k++]) : NULL;
+    if (hb) k++;
+    io->mean = rms ? NULL : pl_norm_data_(a->in[k++]);
+    io->rstd = pl_norm_data_(a->in[k]);
+    io->gx = pl_norm_data_(a->out[0]);
+    io->gw = hw ? pl_norm_data_(a->out[o++]) : NULL;
+    io->gb = hb ? pl_norm_data_(a->out[o]) : NULL;
+}
+
 /* ---- NumPy broadcasting of a binary op -------------------------------------
  * The op iterates over the output's shape (the "space", nd >= 1: a 0-dim
  * output is [1]). Operand t (contiguous, ndim <= nd) is right-aligned to the

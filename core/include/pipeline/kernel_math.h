@@ -98,7 +98,7 @@ PL_HD static inline uint16_t pl_f16_round(float f) {
 #ifdef __CUDACC__
     return __half_as_ushort(__float2half_rn(f));
 #else
-    _Float16 h = (_Float16)f;
+    __extension__ _Float16 h = (_Float16)f; /* __extension__: no -pedantic warning */
     uint16_t u;
     memcpy(&u, &h, 2);
     return u;
@@ -108,7 +108,7 @@ PL_HD static inline float pl_f16_widen(uint16_t h) {
 #ifdef __CUDACC__
     return __half2float(__ushort_as_half(h));
 #else
-    _Float16 v;
+    __extension__ _Float16 v;
     memcpy(&v, &h, 2);
     return (float)v;
 #endif

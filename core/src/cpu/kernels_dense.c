@@ -794,15 +794,13 @@ static pl_status k_loss_bwd(const pl_kernel_args *a) {
 /* ---- normalization --------------------------------------------------------- */
 
 /* layer_norm: in = x [R, D], w [D] if flags&1, b [D] if flags&2;
- * out[0] = y, out[1] = mean [R], out[2] = rstd [R]. */
+ * out[0] = y, out[1] = mean [R], out[2] = rstd [R] (pl_norm_fwd_io). */
 static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
-    int64_t R, D;
-    last_dim_geom(a->in[0], &R, &D);
-    int k = 1;
-    const float *X = cf32(a->in[0]);
-    const float *W = (a->p.flags & 1) ? cf32(a->in[k++]) : NULL;
-    const float *B = (a->p.flags & 2) ? cf32(a->in[k++]) : NULL;
-    float *Y = f32p(a->out[0]), *MU = f32p(a->out[1]), *RS = f32p(a->out[2]);
+    pl_norm_fwd_io io;
+    pl_norm_fwd_io_init(&io, a, false);
+    int64_t R = io.R, D = io.D;
+    const float *X = io.x, *W = io.w, *B = io.b;
+    float *Y = io.y, *MU = io.mean, *RS = io.rstd;
     double eps = a->p.eps;
 #pragma omp parallel for if (R * D > PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
@@ -828,23 +826,11 @@ static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
  * xhat = (x - mu) rstd, gy = g * w:
  * gx = rstd (gy - mean(gy) - xhat mean(gy xhat)), gw = sum_r g xhat, gb = sum_r g. */
 static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
-    const pl_tensor *x = a->in[1];
-    int64_t R, D;
-    last_dim_geom(x, &R, &D);
-    bool hw = a->p.flags & 1, hb = a->p.flags & 2;
-    int k = 2;
-    const float *W = hw ? cf32(a->in[k++]) : NULL;
-    if (hb) k++;
-    const float *MU = cf32(a->in[k]), *RS = cf32(a->in[k + 1]);
-    const float *G = cf32(a->in[0]), *X = cf32(x);
-    int o = 1;
-    float *GX = a->out[0] ? f32p(a->out[0]) : NULL;
-    float *GW = NULL, *GB = NULL;
-    if (hw) {
-        GW = a->out[o] ? f32p(a->out[o]) : NULL;
-        o++;
-    }
-    if (hb) GB = a->out[o] ? f32p(a->out[o]) : NULL;
+    pl_norm_bwd_io io;
+    pl_norm_bwd_io_init(&io, a, false);
+    int64_t R = io.R, D = io.D;
+    const float *G = io.g, *X = io.x, *W = io.w, *MU = io.mean, *RS = io.rstd;
+    float *GX = io.gx, *GW = io.gw, *GB = io.gb;
     if (GX) {
 #pragma omp parallel for if (R * D > PAR_MIN)
         for (int64_t r = 0; r < R; r++) {
@@ -881,11 +867,11 @@ static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
 
 /* rms_norm: in = x [R, D], w [D] if flags&1; out[0] = y, out[1] = rstd [R]. */
 static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
-    int64_t R, D;
-    last_dim_geom(a->in[0], &R, &D);
-    const float *X = cf32(a->in[0]);
-    const float *W = (a->p.flags & 1) ? cf32(a->in[1]) : NULL;
-    float *Y = f32p(a->out[0]), *RS = f32p(a->out[1]);
+    pl_norm_fwd_io io;
+    pl_norm_fwd_io_init(&io, a, true);
+    int64_t R = io.R, D = io.D;
+    const float *X = io.x, *W = io.w;
+    float *Y = io.y, *RS = io.rstd;
     double eps = a->p.eps;
 #pragma omp parallel for if (R * D > PAR_MIN)
     for (int64_t r = 0; r < R; r++) {
@@ -904,15 +890,11 @@ static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
 
 /* in = g, x, [w], rstd; gx = rstd (gy - xhat mean(gy xhat)), gw = sum_r g xhat. */
 static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
-    const pl_tensor *x = a->in[1];
-    int64_t R, D;
-    last_dim_geom(x, &R, &D);
-    bool hw = a->p.flags & 1;
-    const float *W = hw ? cf32(a->in[2]) : NULL;
-    const float *RS = cf32(a->in[hw ? 3 : 2]);
-    const float *G = cf32(a->in[0]), *X = cf32(x);
-    float *GX = a->out[0] ? f32p(a->out[0]) : NULL;
-    float *GW = hw && a->out[1] ? f32p(a->out[1]) : NULL;
+    pl_norm_bwd_io io;
+    pl_norm_bwd_io_init(&io, a, true);
+    int64_t R = io.R, D = io.D;
+    const float *G = io.g, *X = io.x, *W = io.w, *RS = io.rstd;
+    float *GX = io.gx, *GW = io.gw;
     if (GX) {
 #pragma omp parallel for if (R * D > PAR_MIN)
         for (int64_t r = 0; r < R; r++) {

@@ -1,5 +1,10 @@
 /* cuda_common.cuh - helpers shared by the CUDA backend's translation units.
  *
+ * Kernels here keep launch geometry and memory access only: every formula
+ * (activations, softmax / loss terms, normalization, dropout, RoPE, NF4
+ * decode, dtype rounding) is a PL_HD function of pipeline/kernel_math.h,
+ * the same text the CPU backend runs, reached through backend_util.h.
+ *
  * Everything runs on the legacy default stream of the tensor's device, so
  * kernels, cuBLAS calls and cudaMemcpy are ordered with each other and a
  * scratch block returned to the caching allocator may be reused by the next
@@ -58,7 +63,8 @@ static inline float *fp(const pl_tensor *t) { return (float *)pl_tensor_data(t);
 
 /* ---- dtype load / store (bit-identical to the CPU conversions) ----------- */
 
-/* bf16: the core's rounding (RNE, NaN stays a quiet NaN), backend_util.h */
+/* The core's roundings (RNE, NaN stays NaN), kernel_math.h: the same
+ * functions the CPU backend converts with. */
 __device__ __forceinline__ float pl_d_bf16_to_f32(uint16_t h) {
     return pl_bf16_widen(h);
 }
@@ -66,10 +72,10 @@ __device__ __forceinline__ uint16_t pl_d_f32_to_bf16(float f) {
     return pl_bf16_round(f);
 }
 __device__ __forceinline__ float pl_d_f16_to_f32(uint16_t h) {
-    return __half2float(__ushort_as_half(h));
+    return pl_f16_widen(h);
 }
 __device__ __forceinline__ uint16_t pl_d_f32_to_f16(float f) {
-    return __half_as_ushort(__float2half_rn(f));
+    return pl_f16_round(f);
 }
 
 /* Float load/store of a float dtype (f32, bf16, f16, f64). */
@@ -101,7 +107,7 @@ template <typename T> __device__ __forceinline__ T pl_d_warp_sum(T v) {
     return v;
 }
 __device__ __forceinline__ float pl_d_warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int o = 16; o > 0; o >>= 1) v = pl_max_step(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 template <typename T> __device__ __forceinline__ T pl_d_block_sum(T v, T *sh) {

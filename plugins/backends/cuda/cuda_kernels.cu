@@ -2,9 +2,12 @@
  * reduction, softmax, loss, normalization, indexing, dropout, rope and
  * causal-softmax ops. Semantics, argument layout and saved tensors follow the
  * CPU kernels (core/src/cpu/kernels_dense.c, kernels_index.c) op for op; see
- * backend.h for the calling convention. Sums that the CPU does in double are
- * done in double here too; scatter-style backwards use atomicAdd, so their
- * summation order (not their value beyond rounding) differs from the CPU.
+ * backend.h for the calling convention. This file holds launch geometry,
+ * reductions and memory access; the formula of every element is the PL_HD
+ * function of pipeline/kernel_math.h that the CPU kernel calls too. Sums
+ * that the CPU does in double are done in double here too; scatter-style
+ * backwards use atomicAdd, so their summation order (not their value beyond
+ * rounding) differs from the CPU.
  */
 #include <float.h>
 #include <math.h>
@@ -24,6 +27,24 @@ __global__ void k_check_idx(const void *idx, int dt, int64_t m, int64_t n,
         int64_t v = pl_d_idx(idx, dt, i);
         if (v < 0 || v >= n) atomicMin(bad, (unsigned long long)i);
     }
+}
+
+/* Value at position pos of a device index tensor (i32 / i64), read back for
+ * an error message. */
+static int64_t index_at(const pl_tensor *idx, int64_t pos) {
+    size_t es = pl_dtype_size(idx->dtype);
+    char tmp[8] = {0};
+    int64_t v = 0;
+    int32_t v32;
+    cudaMemcpy(tmp, (const char *)pl_tensor_data(idx) + pos * (int64_t)es, es,
+               cudaMemcpyDeviceToHost);
+    if (idx->dtype == PL_I64)
+        memcpy(&v, tmp, 8);
+    else {
+        memcpy(&v32, tmp, 4);
+        v = v32;
+    }
+    return v;
 }
 
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n) {
@@ -46,17 +67,7 @@ pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n) {
         goto out;
     }
     if (hb != ~0ull) {
-        int64_t pos = (int64_t)hb, v = 0;
-        size_t es = pl_dtype_size(idx->dtype);
-        char tmp[8] = {0};
-        cudaMemcpy(tmp, (const char *)pl_tensor_data(idx) + pos * es, es, cudaMemcpyDeviceToHost);
-        if (idx->dtype == PL_I64)
-            memcpy(&v, tmp, 8);
-        else {
-            int32_t v32;
-            memcpy(&v32, tmp, 4);
-            v = v32;
-        }
+        int64_t pos = (int64_t)hb, v = index_at(idx, pos);
         st = pl_error_set(PL_ERR_INVALID, "%s: index %lld at position %lld is out of range [0, %lld)",
                           pl_op_name(op), (long long)v, (long long)pos, (long long)n);
     }
@@ -260,23 +271,7 @@ static pl_status k_scalar_bwd(const pl_kernel_args *a) {
 
 /* ---- reductions (sum / mean over one dim or all) ------------------------------------------------ */
 
-static void red_geom(const pl_tensor *x, int64_t dim, int64_t *outer, int64_t *n, int64_t *inner) {
-    *outer = 1;
-    *inner = 1;
-    *n = 1;
-    if (dim == PL_ALL_DIMS) {
-        *n = pl_tensor_numel(x);
-        return;
-    }
-    for (int d = 0; d < x->ndim; d++) {
-        if (d < dim)
-            *outer *= x->shape[d];
-        else if (d == dim)
-            *n = x->shape[d];
-        else
-            *inner *= x->shape[d];
-    }
-}
+#define red_geom pl_reduce_split /* [outer, n, inner] of a dim reduction (backend_util.h) */
 
 /* one block per output (o, i): sum over k of X[(o n + k) inner + i] */
 __global__ void k_sum_block(const float *X, float *O, int64_t outer, int64_t n, int64_t inner,
@@ -351,72 +346,14 @@ static pl_status k_sum_bwd(const pl_kernel_args *a) {
 
 /* ---- activations ------------------------------------------------------------------------------ */
 
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define INV_SQRT_2 0.7071067811865476f
-#define INV_SQRT_2PI 0.3989422804014327f
-#define GELU_C 0.044715f
-
-__device__ __forceinline__ float d_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-template <int OP> __device__ __forceinline__ float un_fwd(float x, float al, int fl) {
-    switch (OP) {
-    case PL_OP_RELU: return x > 0 ? x : 0.0f;
-    case PL_OP_LEAKY_RELU: return x > 0 ? x : x * al;
-    case PL_OP_ELU: return x > 0 ? x : al * expm1f(x);
-    case PL_OP_GELU:
-        if (fl & 1) return 0.5f * x * (1.0f + tanhf(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
-        return 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
-    case PL_OP_SILU: return x * d_sigmoid(x);
-    case PL_OP_SIGMOID: return d_sigmoid(x);
-    case PL_OP_TANH: return tanhf(x);
-    case PL_OP_EXP: return expf(x);
-    case PL_OP_LOG: return logf(x);
-    case PL_OP_SQUARE: return x * x;
-    default: return sqrtf(x); /* PL_OP_SQRT */
-    }
-}
-
-/* d/dx, as in PyTorch's derivatives.yaml (and the CPU kernels) */
-template <int OP> __device__ __forceinline__ float un_bwd(float g, float x, float al, int fl) {
-    switch (OP) {
-    case PL_OP_RELU: return x > 0 ? g : 0.0f;
-    case PL_OP_LEAKY_RELU: return x > 0 ? g : g * al;
-    case PL_OP_ELU: return x > 0 ? g : g * al * expf(x);
-    case PL_OP_GELU:
-        if (fl & 1) {
-            float x2 = x * x, t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
-            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
-            return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-        } else {
-            float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
-            float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-            return g * (cdf + x * pdf);
-        }
-    case PL_OP_SILU: {
-        float s = d_sigmoid(x);
-        return g * s * (1.0f + x * (1.0f - s));
-    }
-    case PL_OP_SIGMOID: {
-        float s = d_sigmoid(x);
-        return g * s * (1.0f - s);
-    }
-    case PL_OP_TANH: {
-        float t = tanhf(x);
-        return g * (1.0f - t * t);
-    }
-    case PL_OP_EXP: return g * expf(x);
-    case PL_OP_LOG: return g / x;
-    case PL_OP_SQUARE: return 2.0f * g * x;
-    default: return g / (2.0f * sqrtf(x)); /* PL_OP_SQRT */
-    }
-}
-
+/* pl_unary_forward / pl_unary_backward (kernel_math.h) on a constant op:
+ * the switch folds away in each instantiation. */
 template <int OP> __global__ void k_unary_f(const float *X, float *O, float al, int fl, int64_t n) {
-    GRID_LOOP(i, n) O[i] = un_fwd<OP>(X[i], al, fl);
+    GRID_LOOP(i, n) O[i] = pl_unary_forward((pl_op)OP, X[i], al, fl);
 }
 template <int OP>
 __global__ void k_unary_b(const float *G, const float *X, float *D, float al, int fl, int64_t n) {
-    GRID_LOOP(i, n) D[i] = un_bwd<OP>(G[i], X[i], al, fl);
+    GRID_LOOP(i, n) D[i] = pl_unary_backward((pl_op)OP, G[i], X[i], al, fl);
 }
 
 #define UNARY_CASES(M)                                                                        \
@@ -478,11 +415,11 @@ __device__ __forceinline__ void row_max_sum(const float *x, int64_t d, float *m_
                                             float *shf, double *shd) {
     float m = -INFINITY;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        m = fmaxf(m, x[j]);
+        m = pl_max_step(m, x[j]);
     m = pl_d_block_max(m, shf);
     double s = 0;
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-        s += expf(x[j] - m);
+        s += pl_softmax_exp(x[j], m);
     s = pl_d_block_sum(s, shd);
     *m_out = m;
     *s_out = s;
@@ -498,13 +435,13 @@ __global__ void k_softmax_f(const float *X, float *Y, int64_t rows, int64_t d, b
         double s;
         row_max_sum(x, d, &m, &s, shf, shd);
         if (logsm) {
-            float lse = m + (float)log(s);
+            float lse = pl_log_softmax_lse(m, s);
             for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
                 y[j] = x[j] - lse;
         } else {
-            float inv = (float)(1.0 / s);
+            float inv = pl_softmax_inv(s);
             for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-                y[j] = expf(x[j] - m) * inv;
+                y[j] = pl_softmax_exp(x[j], m) * inv;
         }
     }
 }
@@ -520,20 +457,15 @@ __global__ void k_softmax_b(const float *G, const float *X, float *D, int64_t ro
         float m;
         double s;
         row_max_sum(x, d, &m, &s, shf, shd);
-        float lse = m + (float)log(s), inv = (float)(1.0 / s);
+        float lse = pl_log_softmax_lse(m, s), inv = pl_softmax_inv(s);
         double acc = 0;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-            acc += logsm ? (double)g[j] : (double)g[j] * (expf(x[j] - m) * inv);
+            acc += logsm ? (double)g[j] : (double)g[j] * (pl_softmax_exp(x[j], m) * inv);
         acc = pl_d_block_sum(acc, shd);
         float sf = (float)acc;
-        for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-            if (logsm)
-                o[j] = g[j] - expf(x[j] - lse) * sf;
-            else {
-                float y = expf(x[j] - m) * inv;
-                o[j] = y * (g[j] - sf);
-            }
-        }
+        for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
+            o[j] = logsm ? pl_log_softmax_grad(g[j], x[j] - lse, sf)
+                         : pl_softmax_grad(pl_softmax_exp(x[j], m) * inv, g[j], sf);
     }
 }
 
@@ -575,18 +507,18 @@ __global__ void k_ce_rows(const float *X, const void *tg, int tdt, float *lse, c
         const float *x = X + i * C;
         float m = -INFINITY;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-            m = fmaxf(m, x[c]);
+            m = pl_max_step(m, x[c]);
         m = pl_d_block_max(m, shf);
-        /* the CPU sums exp in double from double differences; so do we */
+        /* as the CPU: e^(x - m) in f32, summed in double */
         double s2 = 0, sx = 0;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-            s2 += exp((double)x[c] - m);
+            s2 += pl_softmax_exp(x[c], m);
             sx += x[c];
         }
         s2 = pl_d_block_sum(s2, shd);
         sx = pl_d_block_sum(sx, shd);
         if (threadIdx.x == 0) {
-            double l = m + log(s2);
+            double l = pl_ce_lse(m, s2);
             lse[i] = (float)l;
             int64_t t = pl_d_idx(tg, tdt, i);
             ce_row rr = {0.0, 0.0, 0};
@@ -594,8 +526,8 @@ __global__ void k_ce_rows(const float *X, const void *tg, int tdt, float *lse, c
                 if (t < 0 || t >= C)
                     atomicMin(bad, (unsigned long long)i);
                 else {
-                    rr.nll = l - x[t];
-                    rr.smooth = (double)C * l - sx;
+                    rr.nll = pl_ce_row_nll(l, x[t]);
+                    rr.smooth = pl_ce_row_smooth(l, C, sx);
                     rr.valid = 1;
                 }
             }
@@ -615,7 +547,7 @@ __global__ void k_ce_final(const ce_row *rows, int64_t N, int64_t C, double eps,
     nll = pl_d_block_sum(nll, shd);
     sm = pl_d_block_sum(sm, shd);
     v = pl_d_block_sum(v, shd);
-    if (threadIdx.x == 0) loss[0] = (float)(((1.0 - eps) * nll + eps / (double)C * sm) / v);
+    if (threadIdx.x == 0) loss[0] = (float)pl_ce_loss(nll, sm, eps, C, v);
 }
 
 static pl_status k_ce_fwd(const pl_kernel_args *a) {
@@ -645,17 +577,7 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
         goto out;
     }
     if (hb != ~0ull) {
-        int64_t t = 0;
-        size_t es = pl_dtype_size(tg->dtype);
-        char tmp[8] = {0};
-        cudaMemcpy(tmp, (const char *)pl_tensor_data(tg) + hb * es, es, cudaMemcpyDeviceToHost);
-        if (tg->dtype == PL_I64)
-            memcpy(&t, tmp, 8);
-        else {
-            int32_t t32;
-            memcpy(&t32, tmp, 4);
-            t = t32;
-        }
+        int64_t t = index_at(tg, (int64_t)hb);
         st = pl_error_set(PL_ERR_INVALID,
                           "cross_entropy: target[%lld] = %lld outside [0, %lld) and != "
                           "ignore_index %lld",
@@ -678,15 +600,15 @@ __global__ void k_count_valid(const void *tg, int tdt, int64_t N, int64_t ign, f
 
 __global__ void k_ce_b(const float *G, const float *X, const void *tg, int tdt, const float *lse,
                        const float *valid, float *D, int64_t N, int64_t C, int64_t ign, float eps) {
-    float scale = G[0] / valid[0], off = eps / (float)C;
+    float scale = G[0] / valid[0], off = pl_ce_smooth_off(eps, C);
     GRID_LOOP(e, N * C) {
         int64_t i = e / C, c = e % C, t = pl_d_idx(tg, tdt, i);
         float v;
         if (t == ign)
             v = 0.0f;
         else {
-            v = scale * (expf(X[e] - lse[i]) - off);
-            if (c == t) v -= scale * (1.0f - eps);
+            v = pl_ce_grad(X[e], lse[i], scale, off);
+            if (c == t) v -= pl_ce_target_grad(scale, eps);
         }
         D[e] = v;
     }
@@ -718,15 +640,8 @@ __global__ void k_loss_f(const float *P, const float *T, int op, double delta, i
                          float *out) {
     __shared__ double shd[32];
     double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        double d = (double)P[i] - T[i];
-        if (op == PL_OP_MSE)
-            s += d * d;
-        else if (op == PL_OP_MAE)
-            s += fabs(d);
-        else
-            s += fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
-    }
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+        s += pl_loss_term((pl_op)op, (double)P[i] - T[i], delta);
     s = pl_d_block_sum(s, shd);
     if (threadIdx.x == 0) out[0] = (float)(s / (double)n);
 }
@@ -735,14 +650,7 @@ __global__ void k_loss_b(const float *G, const float *P, const float *T, int op,
                          int64_t n, float *GP, float *GT) {
     float g = G[0] / (float)n;
     GRID_LOOP(i, n) {
-        float d = P[i] - T[i], v;
-        if (op == PL_OP_MSE)
-            v = 2.0f * d;
-        else if (op == PL_OP_MAE)
-            v = (float)((d > 0) - (d < 0));
-        else
-            v = d < -delta ? -delta : (d > delta ? delta : d);
-        v *= g;
+        float v = pl_loss_grad((pl_op)op, P[i] - T[i], delta) * g;
         if (GP) GP[i] = v;
         if (GT) GT[i] = -v;
     }
@@ -782,44 +690,40 @@ __global__ void k_ln_f(const float *X, const float *W, const float *B, float *Y,
         s = pl_d_block_sum(s, shd);
         double mu = s / (double)D, ss = 0;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            ss += (x[j] - mu) * (x[j] - mu);
+            ss += pl_layer_norm_sqdev(x[j], mu);
         ss = pl_d_block_sum(ss, shd);
-        float rs = (float)(1.0 / sqrt(ss / (double)D + eps)), m = (float)mu;
+        float rs = pl_norm_rstd(ss, D, eps), m = (float)mu;
         if (threadIdx.x == 0) {
             MU[r] = m;
             RS[r] = rs;
         }
-        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float v = (x[j] - m) * rs;
-            if (W) v *= W[j];
-            if (B) v += B[j];
-            y[j] = v;
-        }
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
+            y[j] = pl_layer_norm_y(x[j], m, rs, W, B, j);
     }
 }
 
-/* gx = rstd (gy - mean(gy) - xhat mean(gy xhat)); rms: mu = 0 and no mean(gy) term */
+/* layer: gx = rstd (gy - mean(gy) - xhat mean(gy xhat)); rms (MU NULL):
+ * gx = rstd (gy - x rstd mean(gy x rstd)) (kernel_math.h) */
 __global__ void k_norm_gx(const float *G, const float *X, const float *W, const float *MU,
-                          const float *RS, float *GX, int64_t R, int64_t D, bool rms) {
+                          const float *RS, float *GX, int64_t R, int64_t D) {
     __shared__ double shd[32];
     for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
         const float *g = G + r * D, *xr = X + r * D;
-        float mu = rms ? 0.0f : MU[r], rs = RS[r];
+        float mu = MU ? MU[r] : 0.0f, rs = RS[r];
         double s1 = 0, s2 = 0;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float gy = W ? g[j] * W[j] : g[j];
-            float xh = (xr[j] - mu) * rs;
+            float gy = pl_norm_gy(g[j], W, j);
             s1 += gy;
-            s2 += (double)gy * xh;
+            s2 += MU ? (double)gy * pl_norm_xhat(xr[j], mu, rs) : pl_rms_norm_dot(gy, xr[j], rs);
         }
         s1 = pl_d_block_sum(s1, shd);
         s2 = pl_d_block_sum(s2, shd);
-        float m1 = rms ? 0.0f : (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
+        float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
         float *gx = GX + r * D;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float gy = W ? g[j] * W[j] : g[j];
-            float xh = (xr[j] - mu) * rs;
-            gx[j] = rs * (gy - m1 - xh * m2);
+            float gy = pl_norm_gy(g[j], W, j);
+            gx[j] = MU ? pl_layer_norm_gx(gy, pl_norm_xhat(xr[j], mu, rs), rs, m1, m2)
+                       : pl_rms_norm_gx(gy, xr[j], rs, m2);
         }
     }
 }
@@ -830,9 +734,8 @@ __global__ void k_norm_gwb(const float *G, const float *X, const float *MU, cons
     GRID_LOOP(j, D) {
         double sw = 0, sb = 0;
         for (int64_t r = 0; r < R; r++) {
-            float g = G[r * D + j];
-            float mu = MU ? MU[r] : 0.0f;
-            sw += (double)g * ((X[r * D + j] - mu) * RS[r]);
+            float g = G[r * D + j], x = X[r * D + j];
+            sw += MU ? (double)g * pl_norm_xhat(x, MU[r], RS[r]) : pl_rms_norm_dot(g, x, RS[r]);
             sb += g;
         }
         if (GW) GW[j] = (float)sw;
@@ -840,43 +743,35 @@ __global__ void k_norm_gwb(const float *G, const float *X, const float *MU, cons
     }
 }
 
+/* argument layout: pl_norm_fwd_io / pl_norm_bwd_io (backend_util.h) */
 static pl_status k_layer_norm_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->in[0])) return pl_error_status();
-    int64_t R, D;
-    last_dim_geom(a->in[0], &R, &D);
-    int k = 1;
-    const float *W = (a->p.flags & 1) ? cf(a->in[k++]) : NULL;
-    const float *B = (a->p.flags & 2) ? cf(a->in[k++]) : NULL;
-    if (!R) return PL_OK;
-    k_ln_f<<<row_grid(R), T_ROW>>>(cf(a->in[0]), W, B, fp(a->out[0]), fp(a->out[1]), fp(a->out[2]),
-                                   R, D, a->p.eps);
+    pl_norm_fwd_io io;
+    pl_norm_fwd_io_init(&io, a, false);
+    if (!io.R) return PL_OK;
+    k_ln_f<<<row_grid(io.R), T_ROW>>>(io.x, io.w, io.b, io.y, io.mean, io.rstd, io.R, io.D,
+                                      a->p.eps);
     CUDA_LAUNCHED("layer_norm");
     return PL_OK;
 }
 
-/* in = g, x, [w], [b], mean, rstd; out = gx, [gw], [gb] */
-static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
-    const pl_tensor *x = a->in[1];
-    if (pl_cu_set_device(x)) return pl_error_status();
-    int64_t R, D;
-    last_dim_geom(x, &R, &D);
-    bool hw = a->p.flags & 1, hb = a->p.flags & 2;
-    int k = 2;
-    const float *W = hw ? cf(a->in[k++]) : NULL;
-    if (hb) k++;
-    const float *MU = cf(a->in[k]), *RS = cf(a->in[k + 1]);
-    int o = 1;
-    float *GX = a->out[0] ? fp(a->out[0]) : NULL, *GW = NULL, *GB = NULL;
-    if (hw) {
-        GW = a->out[o] ? fp(a->out[o]) : NULL;
-        o++;
-    }
-    if (hb) GB = a->out[o] ? fp(a->out[o]) : NULL;
-    if (GX && R) k_norm_gx<<<row_grid(R), T_ROW>>>(cf(a->in[0]), cf(x), W, MU, RS, GX, R, D, false);
-    if ((GW || GB) && D)
-        k_norm_gwb<<<pl_cu_blocks(D), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(x), MU, RS, GW, GB, R, D);
-    CUDA_LAUNCHED("layer_norm backward");
+/* layer_norm and rms_norm backward (rms: no mean, no bias) */
+static pl_status norm_bwd(const pl_kernel_args *a, bool rms) {
+    if (pl_cu_set_device(a->in[1])) return pl_error_status();
+    pl_norm_bwd_io io;
+    pl_norm_bwd_io_init(&io, a, rms);
+    int64_t R = io.R, D = io.D;
+    if (io.gx && R)
+        k_norm_gx<<<row_grid(R), T_ROW>>>(io.g, io.x, io.w, io.mean, io.rstd, io.gx, R, D);
+    if ((io.gw || io.gb) && D)
+        k_norm_gwb<<<pl_cu_blocks(D), PL_CUDA_THREADS>>>(io.g, io.x, io.mean, io.rstd, io.gw,
+                                                         io.gb, R, D);
+    CUDA_LAUNCHED(rms ? "rms_norm backward" : "layer_norm backward");
     return PL_OK;
+}
+
+static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
+    return norm_bwd(a, false);
 }
 
 __global__ void k_rms_f(const float *X, const float *W, float *Y, float *RS, int64_t R, int64_t D,
@@ -889,40 +784,25 @@ __global__ void k_rms_f(const float *X, const float *W, float *Y, float *RS, int
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
             ss += (double)x[j] * x[j];
         ss = pl_d_block_sum(ss, shd);
-        float rs = (float)(1.0 / sqrt(ss / (double)D + eps));
+        float rs = pl_norm_rstd(ss, D, eps);
         if (threadIdx.x == 0) RS[r] = rs;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            y[j] = W ? x[j] * rs * W[j] : x[j] * rs;
+            y[j] = pl_rms_norm_y(x[j], rs, W, j);
     }
 }
 
 static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->in[0])) return pl_error_status();
-    int64_t R, D;
-    last_dim_geom(a->in[0], &R, &D);
-    if (!R) return PL_OK;
-    k_rms_f<<<row_grid(R), T_ROW>>>(cf(a->in[0]), (a->p.flags & 1) ? cf(a->in[1]) : NULL,
-                                    fp(a->out[0]), fp(a->out[1]), R, D, a->p.eps);
+    pl_norm_fwd_io io;
+    pl_norm_fwd_io_init(&io, a, true);
+    if (!io.R) return PL_OK;
+    k_rms_f<<<row_grid(io.R), T_ROW>>>(io.x, io.w, io.y, io.rstd, io.R, io.D, a->p.eps);
     CUDA_LAUNCHED("rms_norm");
     return PL_OK;
 }
 
-/* in = g, x, [w], rstd */
 static pl_status k_rms_norm_bwd(const pl_kernel_args *a) {
-    const pl_tensor *x = a->in[1];
-    if (pl_cu_set_device(x)) return pl_error_status();
-    int64_t R, D;
-    last_dim_geom(x, &R, &D);
-    bool hw = a->p.flags & 1;
-    const float *W = hw ? cf(a->in[2]) : NULL;
-    const float *RS = cf(a->in[hw ? 3 : 2]);
-    float *GX = a->out[0] ? fp(a->out[0]) : NULL;
-    float *GW = hw && a->out[1] ? fp(a->out[1]) : NULL;
-    if (GX && R) k_norm_gx<<<row_grid(R), T_ROW>>>(cf(a->in[0]), cf(x), W, NULL, RS, GX, R, D, true);
-    if (GW && D)
-        k_norm_gwb<<<pl_cu_blocks(D), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(x), NULL, RS, GW, NULL, R, D);
-    CUDA_LAUNCHED("rms_norm backward");
-    return PL_OK;
+    return norm_bwd(a, true);
 }
 
 /* ---- embedding / index_select / scatter_add / gather ------------------------------------------------- */
@@ -1128,7 +1008,7 @@ __global__ void k_seg_exp(const float *x, const void *seg, int sdt, const float 
                           float *sum, int64_t E, int64_t H) {
     GRID_LOOP(e, E * H) {
         int64_t q = pl_d_idx(seg, sdt, e / H) * H + e % H;
-        float v = expf(x[e] - mx[q]);
+        float v = pl_softmax_exp(x[e], mx[q]);
         y[e] = v;
         atomicAdd(&sum[q], v);
     }
@@ -1146,7 +1026,10 @@ __global__ void k_seg_dot(const float *g, const float *y, const void *seg, int s
 
 __global__ void k_seg_grad(const float *g, const float *y, const void *seg, int sdt,
                            const float *dot, float *ds, int64_t E, int64_t H) {
-    GRID_LOOP(e, E * H) ds[e] = y[e] * (g[e] - dot[pl_d_idx(seg, sdt, e / H) * H + e % H]);
+    GRID_LOOP(e, E * H) {
+        float d = dot[pl_d_idx(seg, sdt, e / H) * H + e % H];
+        ds[e] = pl_softmax_grad(y[e], g[e], d);
+    }
 }
 
 static pl_status k_segment_softmax_fwd(const pl_kernel_args *a) {
@@ -1194,26 +1077,24 @@ static pl_status k_segment_softmax_bwd(const pl_kernel_args *a) {
 /* ---- dropout (Philox4x32-10, the same counter scheme as the CPU kernel) ---------------------------------- */
 
 /* element i kept iff u01(philox({i/4 lo, i/4 hi, counter lo, hi}, seed)[i % 4]) >= p:
- * the dropout stream of backend_util.h (pl_philox4x32_10, pl_philox_u01) */
+ * the dropout stream of kernel_math.h (pl_dropout_draw / keep / apply) */
 __global__ void k_dropout_f(const void *xp, void *yp, int dt, uint8_t *mask, int64_t n, float p,
-                            float scale, uint32_t k0, uint32_t k1, uint32_t c2, uint32_t c3) {
+                            float scale, uint64_t seed, uint64_t counter) {
     GRID_LOOP(g, (n + 3) / 4) {
-        const uint32_t ctr[4] = {(uint32_t)g, (uint32_t)((uint64_t)g >> 32), c2, c3};
-        const uint32_t key[2] = {k0, k1};
         uint32_t r[4];
-        pl_philox4x32_10(ctr, key, r);
+        pl_dropout_draw((uint64_t)g, seed, counter, r);
         for (int j = 0; j < 4; j++) {
             int64_t i = g * 4 + j;
             if (i >= n) break;
-            uint8_t keep = pl_philox_u01(r[j]) >= p;
-            mask[i] = keep;
-            pl_d_stf(yp, dt, i, keep ? pl_d_ldf(xp, dt, i) * scale : 0.0f);
+            bool keep = pl_dropout_keep(r[j], p);
+            mask[i] = (uint8_t)keep;
+            pl_d_stf(yp, dt, i, pl_dropout_apply(pl_d_ldf(xp, dt, i), keep, scale));
         }
     }
 }
 
 __global__ void k_dropout_b(const float *g, const uint8_t *mask, float *dx, float scale, int64_t n) {
-    GRID_LOOP(i, n) dx[i] = mask[i] ? g[i] * scale : 0.0f;
+    GRID_LOOP(i, n) dx[i] = pl_dropout_apply(g[i], mask[i], scale);
 }
 
 static pl_status k_dropout_fwd(const pl_kernel_args *a) {
@@ -1221,12 +1102,10 @@ static pl_status k_dropout_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(x)) return pl_error_status();
     int64_t n = pl_tensor_numel(x);
     if (!n) return PL_OK;
-    float p = (float)a->p.alpha,
-          scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
+    float p = (float)a->p.alpha, scale = pl_dropout_scale(a->p.alpha);
     k_dropout_f<<<pl_cu_blocks((n + 3) / 4), PL_CUDA_THREADS>>>(
         pl_tensor_data(x), pl_tensor_data(a->out[0]), x->dtype, (uint8_t *)pl_tensor_data(a->out[1]),
-        n, p, scale, (uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32), (uint32_t)a->p.counter,
-        (uint32_t)(a->p.counter >> 32));
+        n, p, scale, (uint64_t)a->p.seed, (uint64_t)a->p.counter);
     CUDA_LAUNCHED("dropout");
     return PL_OK;
 }
@@ -1237,7 +1116,7 @@ static pl_status k_dropout_bwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->in[0])) return pl_error_status();
     int64_t n = pl_tensor_numel(a->in[0]);
     if (!n) return PL_OK;
-    float scale = a->p.alpha < 1.0 ? (float)(1.0 / (1.0 - a->p.alpha)) : 0.0f;
+    float scale = pl_dropout_scale(a->p.alpha);
     k_dropout_b<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]),
                                                       (const uint8_t *)pl_tensor_data(a->in[2]),
                                                       fp(a->out[0]), scale, n);
@@ -1343,16 +1222,16 @@ __global__ void k_causal_f(const void *xp, int xdt, void *yp, int ydt, int64_t r
         int64_t base = r * S, vis = (r % T) + S - T + 1;
         float m = -INFINITY;
         for (int64_t j = threadIdx.x; j < vis; j += blockDim.x)
-            m = fmaxf(m, scale * pl_d_ldf(xp, xdt, base + j));
+            m = pl_max_step(m, scale * pl_d_ldf(xp, xdt, base + j));
         m = pl_d_block_max(m, shf);
         float sum = 0.0f;
         for (int64_t j = threadIdx.x; j < vis; j += blockDim.x)
-            sum += expf(scale * pl_d_ldf(xp, xdt, base + j) - m);
+            sum += pl_softmax_exp(scale * pl_d_ldf(xp, xdt, base + j), m);
         sum = pl_d_block_sum(sum, shf);
         float inv = 1.0f / sum;
         for (int64_t j = threadIdx.x; j < S; j += blockDim.x)
             pl_d_stf(yp, ydt, base + j,
-                     j < vis ? expf(scale * pl_d_ldf(xp, xdt, base + j) - m) * inv : 0.0f);
+                     j < vis ? pl_softmax_exp(scale * pl_d_ldf(xp, xdt, base + j), m) * inv : 0.0f);
     }
 }
 
@@ -1368,7 +1247,8 @@ __global__ void k_causal_b(const float *gp, const void *yp, int ydt, float *ds, 
         dot = pl_d_block_sum(dot, shf);
         for (int64_t j = threadIdx.x; j < S; j += blockDim.x)
             ds[base + j] =
-                j < vis ? scale * pl_d_ldf(yp, ydt, base + j) * (gp[base + j] - dot) : 0.0f;
+                j < vis ? pl_softmax_grad(scale * pl_d_ldf(yp, ydt, base + j), gp[base + j], dot)
+                        : 0.0f;
     }
 }
 
