@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pipeline/kernel_math.h"
 #include "pipeline/nf4.h"
 #include "pl_test.h"
 
@@ -88,6 +89,26 @@ START_TEST(each_code_value_maps_to_itself) {
     pl_tensor_release(d);
     pl_tensor_release(q);
     pl_tensor_release(w);
+}
+END_TEST
+
+/* The decode every backend compiles (kernel_math.h, PL_HD) is the public
+ * table and the public quantizer, value for value. */
+START_TEST(shared_decode_is_the_public_table) {
+    const float *t = pl_nf4_code_table();
+    for (unsigned c = 0; c < 16; c++) ck_assert(pl_nf4_code(c) == t[c]);
+    uint8_t codes[8];
+    for (int b = 0; b < 8; b++) codes[b] = (uint8_t)((2 * b) | ((15 - 2 * b) << 4));
+    for (int i = 0; i < 16; i++) {
+        unsigned c = (i & 1) ? 15u - (unsigned)(i - 1) : (unsigned)i; /* low nibble first */
+        ck_assert_uint_eq(pl_nf4_nibble(codes, i), c);
+        ck_assert(pl_nf4_decode(codes, i, 0.5f) == t[c] * 0.5f);
+    }
+    for (int k = -1100; k <= 1100; k++) {
+        float x = (float)k / 1000.0f;
+        ck_assert_int_eq(pl_nf4_encode(x), pl_nf4_quantize_value(x));
+    }
+    ck_assert_int_eq(pl_nf4_encode(NAN), 0);
 }
 END_TEST
 
@@ -345,6 +366,7 @@ int main(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, code_table_is_the_qlora_normal_map);
     tcase_add_test(tc, each_code_value_maps_to_itself);
+    tcase_add_test(tc, shared_decode_is_the_public_table);
     tcase_add_test(tc, round_trip_of_normal_matrix_within_bitsandbytes_bound);
     tcase_add_test(tc, double_quantization_stores_0_127_bits_per_param);
     tcase_add_test(tc, zero_block_and_short_last_block);
