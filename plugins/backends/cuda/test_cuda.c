@@ -1,7 +1,8 @@
 /* test_cuda.c - the cuda backend plugin: loads through the registry, and on
  * a machine with a GPU round-trips memory, reports mem_info, pinned memory
- * and runs a small training-style graph (matmul + cross-entropy backward)
- * against the CPU. Without a GPU every test skips with the reason. The
+ * and runs a small training-style graph (matmul + cross-entropy backward),
+ * and nf4_matmul (f32 / bf16 x, plain / double-quantized absmax) against the
+ * CPU. Without a GPU every test skips with the reason. The
  * op-by-op comparison is tests/core/test_backend_conformance.c. */
 #include <math.h>
 #include <stdio.h>
@@ -44,6 +45,8 @@ START_TEST(plugin_descriptor) {
     ck_assert_ptr_nonnull(b->kernel);
     ck_assert(pl_backend_supports(b, PL_OP_MATMUL, false));
     ck_assert(pl_backend_supports(b, PL_OP_CROSS_ENTROPY, true));
+    ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, false));
+    ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, true));
     ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* documented as unsupported */
     /* ids it was not built with: NULL, no read past its table */
     ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
@@ -114,6 +117,57 @@ START_TEST(small_graph_matches_cpu) {
 }
 END_TEST
 
+/* Largest |v| of a CPU float tensor (the scale for relative tolerances). */
+static double max_abs(const pl_tensor *t) {
+    double m = 0;
+    for (int64_t i = 0; i < pl_tensor_numel(t); i++) m = fmax(m, fabs(pl_tensor_get(t, i)));
+    return m;
+}
+
+/* y = x @ dequant(W)^T and dx on the GPU match the CPU for f32 and bf16 x,
+ * with plain and double-quantized absmax. W [300, 128] has 600 blocks of
+ * 64, so the double quantization spans three groups of 256 (the last short). */
+START_TEST(nf4_matmul_matches_cpu) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    for (int variant = 0; variant < 4; variant++) {
+        pl_dtype xdt = variant & 1 ? PL_BF16 : PL_F32;
+        bool dq = variant & 2;
+        pl_tensor *y[2], *gx[2];
+        for (int k = 0; k < 2; k++) {
+            pl_device d = k ? gd : PL_CPU;
+            pl_frame_begin();
+            pl_tensor *x = pl_tensor_to(pl_test_randn(PL_SHAPE(2, 5, 128), 11), PL_F32, d);
+            pl_tensor *wf = pl_tensor_to(pl_test_randn(PL_SHAPE(300, 128), 12), PL_F32, d);
+            pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(2, 5, 300), -1, 1, 13), PL_F32, d);
+            pl_tensor *q = PL_CK_NOTNULL(pl_nf4_quantize(wf, 64, dq));
+            pl_tensor_set_requires_grad(x, true);
+            pl_tensor *out = PL_CK_NOTNULL(pl_nf4_matmul(pl_cast(x, xdt), q));
+            ck_assert_int_eq(out->dtype, xdt);
+            pl_tensor *loss = pl_sum(pl_mul(pl_cast(out, PL_F32), r), PL_ALL_DIMS, false);
+            PL_CK_OK(pl_backward(loss, 1.0));
+            y[k] = pl_tensor_retain(pl_tensor_to(out, PL_F32, PL_CPU));
+            gx[k] = pl_tensor_retain(pl_tensor_to(x->grad, PL_F32, PL_CPU));
+            pl_tensor_release(q);
+            pl_frame_end();
+        }
+        /* same dequantized weights; only the GEMMs' summation order differs
+         * (and, for bf16, the final rounding of y to bf16) */
+        double ty = (xdt == PL_BF16 ? 1e-2 : 1e-5) * max_abs(y[0]);
+        ck_assert_msg(pl_test_max_abs_diff(y[0], y[1]) <= ty, "%s%s: y differs by %g",
+                      pl_dtype_name(xdt), dq ? " double-quant" : "",
+                      pl_test_max_abs_diff(y[0], y[1]));
+        ck_assert_msg(pl_test_max_abs_diff(gx[0], gx[1]) <= 1e-5 * max_abs(gx[0]),
+                      "%s%s: dx differs by %g", pl_dtype_name(xdt), dq ? " double-quant" : "",
+                      pl_test_max_abs_diff(gx[0], gx[1]));
+        for (int k = 0; k < 2; k++) {
+            pl_tensor_release(y[k]);
+            pl_tensor_release(gx[k]);
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -121,6 +175,7 @@ int main(void) {
     tcase_add_test(tc, load_reports_reason);
     tcase_add_test(tc, memory_roundtrip);
     tcase_add_test(tc, small_graph_matches_cpu);
+    tcase_add_test(tc, nf4_matmul_matches_cpu);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
