@@ -1,8 +1,8 @@
 /* test_cuda.c - the cuda backend plugin: loads through the registry, and on
  * a machine with a GPU round-trips memory, reports mem_info, pinned memory
  * and runs a small training-style graph (matmul + cross-entropy backward),
- * and nf4_matmul (f32 / bf16 x, plain / double-quantized absmax) against the
- * CPU. Without a GPU every test skips with the reason. The
+ * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax) and lstm (cuDNN,
+ * both directions, initial states) against the CPU. Without a GPU every test skips with the reason. The
  * op-by-op comparison is tests/core/test_backend_conformance.c. */
 #include <math.h>
 #include <stdio.h>
@@ -47,7 +47,12 @@ START_TEST(plugin_descriptor) {
     ck_assert(pl_backend_supports(b, PL_OP_CROSS_ENTROPY, true));
     ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, false));
     ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, true));
-    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* documented as unsupported */
+#ifdef PL_CUDA_HAVE_CUDNN
+    ck_assert(pl_backend_supports(b, PL_OP_LSTM, false));
+    ck_assert(pl_backend_supports(b, PL_OP_LSTM, true));
+#else
+    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* built without cuDNN */
+#endif
     /* ids it was not built with: NULL, no read past its table */
     ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
     ck_assert_ptr_null(b->kernel((pl_op)(PL_OP_COUNT + 100), true));
@@ -168,6 +173,59 @@ START_TEST(nf4_matmul_matches_cpu) {
 }
 END_TEST
 
+/* pl_lstm with both biases and initial states, forward and reverse: y,
+ * h_n, c_n and every gradient (x, w_ih, w_hh, b_ih, b_hh, h0, c0) match the
+ * CPU. */
+START_TEST(lstm_matches_cpu) {
+    NEED_GPU();
+#ifndef PL_CUDA_HAVE_CUDNN
+    printf("SKIP %s: the cuda plugin was built without cuDNN (no lstm)\n", __func__);
+    return;
+#endif
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    enum { NI = 7 };
+    for (int rev = 0; rev < 2; rev++) {
+        pl_tensor *res[2][3 + NI];
+        for (int k = 0; k < 2; k++) {
+            pl_device d = k ? gd : PL_CPU;
+            pl_frame_begin();
+            int64_t B = 3, T = 5, In = 7, H = 6;
+            pl_tensor *in[NI] = {
+                pl_test_randn(PL_SHAPE(B, T, In), 21),     pl_test_randn(PL_SHAPE(4 * H, In), 22),
+                pl_test_randn(PL_SHAPE(4 * H, H), 23),     pl_test_randn(PL_SHAPE(4 * H), 24),
+                pl_test_randn(PL_SHAPE(4 * H), 25),        pl_test_randn(PL_SHAPE(B, H), 26),
+                pl_test_randn(PL_SHAPE(B, H), 27)};
+            for (int i = 0; i < NI; i++) {
+                in[i] = pl_tensor_to(in[i], PL_F32, d);
+                pl_tensor_set_requires_grad(in[i], true);
+            }
+            pl_tensor *hn = NULL, *cn = NULL;
+            pl_tensor *y = PL_CK_NOTNULL(pl_lstm(in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+                                                 rev, &hn, &cn));
+            pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(B, T, H), -1, 1, 28), PL_F32, d);
+            PL_CK_OK(pl_backward(pl_sum(pl_mul(y, r), PL_ALL_DIMS, false), 1.0));
+            res[k][0] = pl_tensor_retain(pl_tensor_to(y, PL_F32, PL_CPU));
+            res[k][1] = pl_tensor_retain(pl_tensor_to(hn, PL_F32, PL_CPU));
+            res[k][2] = pl_tensor_retain(pl_tensor_to(cn, PL_F32, PL_CPU));
+            for (int i = 0; i < NI; i++) {
+                ck_assert_msg(in[i]->grad != NULL, "input %d got no gradient", i);
+                res[k][3 + i] = pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU));
+            }
+            pl_frame_end();
+        }
+        static const char *names[3 + NI] = {"y",     "h_n",    "c_n",  "dx", "dw_ih",
+                                            "dw_hh", "db_ih", "db_hh", "dh0", "dc0"};
+        for (int j = 0; j < 3 + NI; j++) {
+            double diff = pl_test_max_abs_diff(res[0][j], res[1][j]);
+            ck_assert_msg(diff <= 1e-4 * (1.0 + max_abs(res[0][j])), "%s%s differs by %g",
+                          names[j], rev ? " (reverse)" : "", diff);
+            pl_tensor_release(res[0][j]);
+            pl_tensor_release(res[1][j]);
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -176,6 +234,7 @@ int main(void) {
     tcase_add_test(tc, memory_roundtrip);
     tcase_add_test(tc, small_graph_matches_cpu);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
+    tcase_add_test(tc, lstm_matches_cpu);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
