@@ -141,6 +141,9 @@ static cublasHandle_t blas_handle(int dev) {
     return h;
 }
 
+cublasHandle_t pl_cu_blas_handle(int dev) { return blas_handle(dev); }
+const char *pl_cu_blas_status(cublasStatus_t s) { return blas_str(s); }
+
 /* ---- strided copy / conversion ------------------------------------------------------ */
 
 static __device__ __forceinline__ bool is_int_dt(int dt) {
@@ -640,6 +643,10 @@ static const pl_backend *cuda_table(void) {
         pl_kernel_table_set(t, PL_OP_CONCAT, k_concat_fwd, k_concat_bwd);
         pl_kernel_table_set(t, PL_OP_MATMUL, k_matmul_fwd, k_matmul_bwd);
         pl_cuda_register_kernels(t);
+        pl_cuda_register_nf4(t);
+#ifdef PL_CUDA_HAVE_CUDNN
+        pl_cuda_register_lstm(t);
+#endif
     });
     return &g_cuda;
 }

@@ -13,6 +13,7 @@
 #ifndef PL_CUDA_COMMON_CUH
 #define PL_CUDA_COMMON_CUH
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -169,8 +170,19 @@ const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
  * naming the op, the index and its position. Synchronizes (one small D2H copy). */
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
 
+/* The cuBLAS handle of device `dev` (created on first use; legacy default
+ * stream, f32 GEMMs without TF32), or NULL with the error set. Borrowed: it
+ * lives as long as the process. cuda_backend.cu. */
+cublasHandle_t pl_cu_blas_handle(int dev);
+/* "CUBLAS_STATUS_..." for an error message. Static string. */
+const char *pl_cu_blas_status(cublasStatus_t s);
+
 /* The kernel table behind the backend's lookup (cuda_backend.cu fills the
- * copy / shape / matmul slots, cuda_kernels.cu the others). */
+ * copy / shape / matmul slots and calls the others). */
 void pl_cuda_register_kernels(pl_kernel_table *t); /* cuda_kernels.cu */
+void pl_cuda_register_nf4(pl_kernel_table *t);     /* cuda_nf4.cu: nf4_matmul */
+#ifdef PL_CUDA_HAVE_CUDNN
+void pl_cuda_register_lstm(pl_kernel_table *t);    /* cuda_lstm.cu (cuDNN): lstm */
+#endif
 
 #endif

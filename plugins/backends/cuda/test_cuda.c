@@ -1,7 +1,8 @@
 /* test_cuda.c - the cuda backend plugin: loads through the registry, and on
  * a machine with a GPU round-trips memory, reports mem_info, pinned memory
- * and runs a small training-style graph (matmul + cross-entropy backward)
- * against the CPU. Without a GPU every test skips with the reason. The
+ * and runs a small training-style graph (matmul + cross-entropy backward),
+ * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax) and lstm (cuDNN,
+ * both directions, initial states) against the CPU. Without a GPU every test skips with the reason. The
  * op-by-op comparison is tests/core/test_backend_conformance.c. */
 #include <math.h>
 #include <stdio.h>
@@ -44,7 +45,14 @@ START_TEST(plugin_descriptor) {
     ck_assert_ptr_nonnull(b->kernel);
     ck_assert(pl_backend_supports(b, PL_OP_MATMUL, false));
     ck_assert(pl_backend_supports(b, PL_OP_CROSS_ENTROPY, true));
-    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* documented as unsupported */
+    ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, false));
+    ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, true));
+#ifdef PL_CUDA_HAVE_CUDNN
+    ck_assert(pl_backend_supports(b, PL_OP_LSTM, false));
+    ck_assert(pl_backend_supports(b, PL_OP_LSTM, true));
+#else
+    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* built without cuDNN */
+#endif
     /* ids it was not built with: NULL, no read past its table */
     ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
     ck_assert_ptr_null(b->kernel((pl_op)(PL_OP_COUNT + 100), true));
@@ -114,6 +122,110 @@ START_TEST(small_graph_matches_cpu) {
 }
 END_TEST
 
+/* Largest |v| of a CPU float tensor (the scale for relative tolerances). */
+static double max_abs(const pl_tensor *t) {
+    double m = 0;
+    for (int64_t i = 0; i < pl_tensor_numel(t); i++) m = fmax(m, fabs(pl_tensor_get(t, i)));
+    return m;
+}
+
+/* y = x @ dequant(W)^T and dx on the GPU match the CPU for f32 and bf16 x,
+ * with plain and double-quantized absmax. W [300, 128] has 600 blocks of
+ * 64, so the double quantization spans three groups of 256 (the last short). */
+START_TEST(nf4_matmul_matches_cpu) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    for (int variant = 0; variant < 4; variant++) {
+        pl_dtype xdt = variant & 1 ? PL_BF16 : PL_F32;
+        bool dq = variant & 2;
+        pl_tensor *y[2], *gx[2];
+        for (int k = 0; k < 2; k++) {
+            pl_device d = k ? gd : PL_CPU;
+            pl_frame_begin();
+            pl_tensor *x = pl_tensor_to(pl_test_randn(PL_SHAPE(2, 5, 128), 11), PL_F32, d);
+            pl_tensor *wf = pl_tensor_to(pl_test_randn(PL_SHAPE(300, 128), 12), PL_F32, d);
+            pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(2, 5, 300), -1, 1, 13), PL_F32, d);
+            pl_tensor *q = PL_CK_NOTNULL(pl_nf4_quantize(wf, 64, dq));
+            pl_tensor_set_requires_grad(x, true);
+            pl_tensor *out = PL_CK_NOTNULL(pl_nf4_matmul(pl_cast(x, xdt), q));
+            ck_assert_int_eq(out->dtype, xdt);
+            pl_tensor *loss = pl_sum(pl_mul(pl_cast(out, PL_F32), r), PL_ALL_DIMS, false);
+            PL_CK_OK(pl_backward(loss, 1.0));
+            y[k] = pl_tensor_retain(pl_tensor_to(out, PL_F32, PL_CPU));
+            gx[k] = pl_tensor_retain(pl_tensor_to(x->grad, PL_F32, PL_CPU));
+            pl_tensor_release(q);
+            pl_frame_end();
+        }
+        /* same dequantized weights; only the GEMMs' summation order differs
+         * (and, for bf16, the final rounding of y to bf16) */
+        double ty = (xdt == PL_BF16 ? 1e-2 : 1e-5) * max_abs(y[0]);
+        ck_assert_msg(pl_test_max_abs_diff(y[0], y[1]) <= ty, "%s%s: y differs by %g",
+                      pl_dtype_name(xdt), dq ? " double-quant" : "",
+                      pl_test_max_abs_diff(y[0], y[1]));
+        ck_assert_msg(pl_test_max_abs_diff(gx[0], gx[1]) <= 1e-5 * max_abs(gx[0]),
+                      "%s%s: dx differs by %g", pl_dtype_name(xdt), dq ? " double-quant" : "",
+                      pl_test_max_abs_diff(gx[0], gx[1]));
+        for (int k = 0; k < 2; k++) {
+            pl_tensor_release(y[k]);
+            pl_tensor_release(gx[k]);
+        }
+    }
+}
+END_TEST
+
+/* pl_lstm with both biases and initial states, forward and reverse: y,
+ * h_n, c_n and every gradient (x, w_ih, w_hh, b_ih, b_hh, h0, c0) match the
+ * CPU. */
+START_TEST(lstm_matches_cpu) {
+    NEED_GPU();
+#ifndef PL_CUDA_HAVE_CUDNN
+    printf("SKIP %s: the cuda plugin was built without cuDNN (no lstm)\n", __func__);
+    return;
+#endif
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    enum { NI = 7 };
+    for (int rev = 0; rev < 2; rev++) {
+        pl_tensor *res[2][3 + NI];
+        for (int k = 0; k < 2; k++) {
+            pl_device d = k ? gd : PL_CPU;
+            pl_frame_begin();
+            int64_t B = 3, T = 5, In = 7, H = 6;
+            pl_tensor *in[NI] = {
+                pl_test_randn(PL_SHAPE(B, T, In), 21),     pl_test_randn(PL_SHAPE(4 * H, In), 22),
+                pl_test_randn(PL_SHAPE(4 * H, H), 23),     pl_test_randn(PL_SHAPE(4 * H), 24),
+                pl_test_randn(PL_SHAPE(4 * H), 25),        pl_test_randn(PL_SHAPE(B, H), 26),
+                pl_test_randn(PL_SHAPE(B, H), 27)};
+            for (int i = 0; i < NI; i++) {
+                in[i] = pl_tensor_to(in[i], PL_F32, d);
+                pl_tensor_set_requires_grad(in[i], true);
+            }
+            pl_tensor *hn = NULL, *cn = NULL;
+            pl_tensor *y = PL_CK_NOTNULL(pl_lstm(in[0], in[1], in[2], in[3], in[4], in[5], in[6],
+                                                 rev, &hn, &cn));
+            pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(B, T, H), -1, 1, 28), PL_F32, d);
+            PL_CK_OK(pl_backward(pl_sum(pl_mul(y, r), PL_ALL_DIMS, false), 1.0));
+            res[k][0] = pl_tensor_retain(pl_tensor_to(y, PL_F32, PL_CPU));
+            res[k][1] = pl_tensor_retain(pl_tensor_to(hn, PL_F32, PL_CPU));
+            res[k][2] = pl_tensor_retain(pl_tensor_to(cn, PL_F32, PL_CPU));
+            for (int i = 0; i < NI; i++) {
+                ck_assert_msg(in[i]->grad != NULL, "input %d got no gradient", i);
+                res[k][3 + i] = pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU));
+            }
+            pl_frame_end();
+        }
+        static const char *names[3 + NI] = {"y",     "h_n",    "c_n",  "dx", "dw_ih",
+                                            "dw_hh", "db_ih", "db_hh", "dh0", "dc0"};
+        for (int j = 0; j < 3 + NI; j++) {
+            double diff = pl_test_max_abs_diff(res[0][j], res[1][j]);
+            ck_assert_msg(diff <= 1e-4 * (1.0 + max_abs(res[0][j])), "%s%s differs by %g",
+                          names[j], rev ? " (reverse)" : "", diff);
+            pl_tensor_release(res[0][j]);
+            pl_tensor_release(res[1][j]);
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -121,6 +233,8 @@ int main(void) {
     tcase_add_test(tc, load_reports_reason);
     tcase_add_test(tc, memory_roundtrip);
     tcase_add_test(tc, small_graph_matches_cpu);
+    tcase_add_test(tc, nf4_matmul_matches_cpu);
+    tcase_add_test(tc, lstm_matches_cpu);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

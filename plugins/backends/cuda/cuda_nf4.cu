@@ -1,0 +1,294 @@
+/* cuda_nf4.cu - PL_OP_NF4_MATMUL on CUDA (ops.h pl_nf4_matmul), the GPU
+ * twin of core/src/cpu/kernels_nf4.c.
+ *
+ * forward : x [M, K] (f32/bf16/f16, contiguous; leading dims flattened),
+ *           W nf4 [N, K] -> y [M, N] in x's dtype, y = x @ dequant(W)^T.
+ *           W is dequantized a panel of rows at a time into a scratch buffer
+ *           of x's dtype (each value code * absmax computed in f32 and
+ *           rounded to x's dtype, as the CPU does, so a bf16 x sees bf16
+ *           weights), then one cublasGemmEx per panel: operands in x's dtype,
+ *           f32 accumulation (CUBLAS_COMPUTE_32F, no TF32), the result
+ *           rounded to x's dtype by cuBLAS. The CPU widens x to f32 and runs
+ *           sgemm on the same (exactly representable) values, so the two
+ *           differ only in summation order.
+ * backward: dy [M, N] f32 -> dx [M, K] f32 = dy @ dequant(W): the panels are
+ *           dequantized into f32 holding values rounded to x's dtype (the
+ *           CPU's numbers), f32 GEMMs accumulate into dx. W is frozen: a
+ *           request for its gradient is an error, as on the CPU.
+ *
+ * NF4 layout (pipeline/nf4.h): element e of the flat row-major weight is
+ * the LOW nibble of byte e/2 when e is even, the HIGH nibble when odd; its
+ * block is e / quant.block. Double-quantized absmax (u8 codes into the
+ * signed dynamic map, f32 group scale per 256 blocks, one f32 mean) is
+ * recovered on the device: absmax[b] = dyn[q8[b]] * scale[b / 256] + mean as
+ * ONE fused multiply-add: the core's pl_nf4_block_absmax writes a*b + c in
+ * gnu11, and gcc contracts it into an FMA under the default -march=native
+ * (checked in the x86-64 disassembly), so the fused form is the CPU's
+ * default numbers. A core built with PL_NATIVE=OFF on x86-64 rounds twice
+ * and can differ from this by one ulp of absmax.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+#include "pipeline/nf4.h"
+
+#define PL_CUDA_MAX_DEVICES 8
+/* Elements of W dequantized per panel: 32 Mi (64 MiB bf16 / 128 MiB f32);
+ * a whole projection of a 7B model fits in one panel. */
+#define NF4_PANEL_ELEMS ((int64_t)1 << 25)
+
+/* ---- the NF4 code table ------------------------------------------------------ */
+
+/* TODO(kernel_math): move to kernel_math.h */
+/* Value of the 4-bit NF4 code c: bitsandbytes' dDequantizeNF4 constants, the
+ * same floats as pl_nf4_code_table() (checked once, nf4_tables_ready). */
+PL_HD static inline float pl_nf4_code_value(unsigned c) {
+    switch (c & 15u) {
+    case 0: return -1.0f;
+    case 1: return -0.6961928009986877f;
+    case 2: return -0.5250730514526367f;
+    case 3: return -0.39491748809814453f;
+    case 4: return -0.28444138169288635f;
+    case 5: return -0.18477343022823334f;
+    case 6: return -0.09105003625154495f;
+    case 7: return 0.0f;
+    case 8: return 0.07958029955625534f;
+    case 9: return 0.16093020141124725f;
+    case 10: return 0.24611230194568634f;
+    case 11: return 0.33791524171829224f;
+    case 12: return 0.44070982933044434f;
+    case 13: return 0.5626170039176941f;
+    case 14: return 0.7229568362236023f;
+    default: return 1.0f;
+    }
+}
+
+/* The signed dynamic map of double quantization, pl_nf4_dynamic_map(),
+ * uploaded once per device (constant memory is per device). */
+__constant__ float c_nf4_dyn_map[256];
+static bool g_dyn_ready[PL_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_dyn_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The device-side code table must be the core's, bit for bit; the dynamic
+ * map is copied from the core to the current device on first use. */
+static pl_status nf4_tables_ready(int dev) {
+    if (dev < 0 || dev >= PL_CUDA_MAX_DEVICES)
+        return pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul: device index %d out of range", dev);
+    const float *core = pl_nf4_code_table();
+    for (unsigned c = 0; c < 16; c++) {
+        float v = pl_nf4_code_value(c);
+        if (memcmp(&v, &core[c], sizeof v) != 0)
+            return pl_error_set(PL_ERR_INTERNAL, "cuda nf4_matmul: NF4 code %u is %.9g here but "
+                                "%.9g in the core's table", c, (double)v, (double)core[c]);
+    }
+    pl_status st = PL_OK;
+    pthread_mutex_lock(&g_dyn_mu);
+    if (!g_dyn_ready[dev]) {
+        cudaError_t e = cudaMemcpyToSymbol(c_nf4_dyn_map, pl_nf4_dynamic_map(),
+                                           256 * sizeof(float));
+        if (e != cudaSuccess)
+            st = pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul: upload of the dynamic map to "
+                              "cuda:%d failed: %s", dev, cudaGetErrorString(e));
+        else
+            g_dyn_ready[dev] = true;
+    }
+    pthread_mutex_unlock(&g_dyn_mu);
+    return st;
+}
+
+/* ---- kernels ---------------------------------------------------------------------- */
+
+/* absmax[b] = fma(dyn[q8[b]], scale[b / 256], mean), b < nb (see the top). */
+__global__ void k_nf4_absmax_dq(float *absmax, const uint8_t *q8, const float *scale, float mean,
+                                int64_t nb) {
+    GRID_LOOP(b, nb) {
+        absmax[b] = __fmaf_rn(c_nf4_dyn_map[q8[b]], scale[b / PL_NF4_DQ_BLOCK], mean);
+    }
+}
+
+/* dst[i] (dtype dst_dt, contiguous) = dequantized element e0 + i of the flat
+ * weight, i < n: code * absmax in f32, rounded to `round_to` (bf16 / f16
+ * rounding; f32 keeps the product), then stored as dst_dt. */
+__global__ void k_nf4_dequant(void *dst, int dst_dt, const uint8_t *codes, const float *absmax,
+                              int64_t block, int64_t e0, int64_t n, int round_to) {
+    GRID_LOOP(i, n) {
+        int64_t e = e0 + i;
+        uint8_t byte = codes[e >> 1];
+        unsigned c = (e & 1) ? (unsigned)(byte >> 4) : (unsigned)(byte & 0x0f);
+        float v = __fmul_rn(pl_nf4_code_value(c), absmax[e / block]);
+        if (round_to == PL_BF16)
+            v = pl_d_bf16_to_f32(pl_d_f32_to_bf16(v));
+        else if (round_to == PL_F16)
+            v = pl_d_f16_to_f32(pl_d_f32_to_f16(v));
+        pl_d_stf(dst, dst_dt, i, v);
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+typedef struct nf4_w {
+    const uint8_t *codes;
+    const float *absmax; /* f32 [nb] on the device: the tensor's own or `s_am` */
+    int64_t block, N, K;
+    pl_cu_scratch s_am;
+} nf4_w;
+
+/* Check W's quantization state (on W's device) and make its f32 absmax. */
+static pl_status nf4_w_open(nf4_w *w, const pl_tensor *t) {
+    memset(w, 0, sizeof *w);
+    const pl_tensor *am = t->quant.absmax, *sc = t->quant.absmax_scale;
+    if (t->dtype != PL_NF4 || t->ndim != 2 || t->quant.block <= 0 || !am ||
+        !(am->dtype == PL_F32 || (am->dtype == PL_U8 && sc && sc->dtype == PL_F32)))
+        return pl_error_set(PL_ERR_INVALID, "cuda nf4_matmul: weight '%s' is not a 2-d nf4 tensor "
+                            "with a quantization state", t->name);
+    int64_t nb = pl_nf4_num_blocks(t);
+    if (pl_tensor_numel(am) != nb || am->device.type != PL_DEVICE_CUDA ||
+        am->device.index != t->device.index ||
+        (sc && (sc->device.type != PL_DEVICE_CUDA || sc->device.index != t->device.index)))
+        return pl_error_set(PL_ERR_INVALID, "cuda nf4_matmul: the absmax of weight '%s' must hold "
+                            "%lld values on cuda:%d", t->name, (long long)nb,
+                            t->device.index);
+    if (nf4_tables_ready(t->device.index)) return pl_error_status();
+    w->codes = (const uint8_t *)pl_tensor_data(t);
+    w->block = t->quant.block;
+    w->N = t->shape[0];
+    w->K = t->shape[1];
+    if (am->dtype == PL_F32) {
+        w->absmax = cf(am);
+        return PL_OK;
+    }
+    float *p = (float *)pl_cu_scratch_get(&w->s_am, t->device, (size_t)nb * sizeof(float));
+    if (!p) return pl_error_status();
+    if (nb > 0)
+        k_nf4_absmax_dq<<<pl_cu_blocks(nb), PL_CUDA_THREADS>>>(
+            p, (const uint8_t *)pl_tensor_data(am), cf(sc), t->quant.absmax_mean, nb);
+    CUDA_LAUNCHED("nf4_matmul");
+    w->absmax = p;
+    return PL_OK;
+}
+
+static void nf4_w_close(nf4_w *w) { pl_cu_scratch_free(&w->s_am); }
+
+/* Rows [r0, r1) of W into panel [r1 - r0, K] of dtype dt, rounded to round_to. */
+static pl_status nf4_dequant_rows(const nf4_w *w, int64_t r0, int64_t r1, void *panel, int dt,
+                                  int round_to) {
+    int64_t n = (r1 - r0) * w->K;
+    if (n <= 0) return PL_OK;
+    k_nf4_dequant<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(panel, dt, w->codes, w->absmax, w->block,
+                                                         r0 * w->K, n, round_to);
+    CUDA_LAUNCHED("nf4_matmul");
+    return PL_OK;
+}
+
+static int64_t nf4_panel_rows(int64_t N, int64_t K) {
+    int64_t r = NF4_PANEL_ELEMS / (K > 0 ? K : 1);
+    if (r < 1) r = 1;
+    return r < N ? r : N;
+}
+
+static cudaDataType_t nf4_cu_type(pl_dtype dt) {
+    return dt == PL_BF16 ? CUDA_R_16BF : dt == PL_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static pl_status nf4_check_dims(int64_t M, int64_t N, int64_t K) {
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "cuda nf4_matmul: [%lld, %lld] @ [%lld, %lld]^T "
+                            "exceeds cuBLAS's int range", (long long)M, (long long)K,
+                            (long long)N, (long long)K);
+    return PL_OK;
+}
+
+/* in = {x [.., K], W nf4 [N, K]}; out = {y [.., N]} in x's dtype. */
+static pl_status k_nf4_matmul_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0], *wt = a->in[1];
+    pl_tensor *y = a->out[0];
+    pl_dtype xd = x->dtype;
+    if (!(xd == PL_F32 || xd == PL_BF16 || xd == PL_F16) || y->dtype != xd)
+        return pl_error_set(PL_ERR_DTYPE, "cuda nf4_matmul: x %s -> y %s; expected f32, bf16 or "
+                            "f16 for both", pl_dtype_name(xd), pl_dtype_name(y->dtype));
+    if (pl_cu_set_device(x)) return pl_error_status();
+    int64_t N = wt->shape[0], K = wt->shape[1];
+    int64_t M = K ? pl_tensor_numel(x) / K : 0;
+    if (nf4_check_dims(M, N, K)) return pl_error_status();
+    if (M == 0 || N == 0) return PL_OK;
+    if (K == 0) {
+        CUDA_TRY(cudaMemset(pl_tensor_data(y), 0, pl_tensor_nbytes(y)));
+        return PL_OK;
+    }
+    cublasHandle_t h = pl_cu_blas_handle(x->device.index);
+    if (!h) return pl_error_status();
+    nf4_w w;
+    pl_cu_scratch s_p = {0};
+    pl_status st = nf4_w_open(&w, wt);
+    int64_t pr = nf4_panel_rows(N, K);
+    size_t es = pl_dtype_size(xd);
+    void *panel = st ? NULL : pl_cu_scratch_get(&s_p, x->device, (size_t)(pr * K) * es);
+    if (!st && !panel) st = pl_error_status();
+    const cudaDataType_t t = nf4_cu_type(xd);
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
+        int64_t r1 = r0 + pr < N ? r0 + pr : N;
+        if ((st = nf4_dequant_rows(&w, r0, r1, panel, xd, xd))) break;
+        /* column-major view: Y^T[r0:r1, :] (ld N) = P X^T, where the row-major
+         * panel P [r, K] reads as P^T (so OP_T) and x [M, K] as X^T */
+        cublasStatus_t s = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)(r1 - r0), (int)M, (int)K,
+                                        &alpha, panel, t, (int)K, pl_tensor_data(x), t, (int)K,
+                                        &beta, (char *)pl_tensor_data(y) + (size_t)r0 * es, t,
+                                        (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            st = pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul: cublasGemmEx failed: %s",
+                              pl_cu_blas_status(s));
+    }
+    pl_cu_scratch_free(&s_p);
+    nf4_w_close(&w);
+    return st;
+}
+
+/* in = {dy [.., N] f32, x, W}; out = {dx [.., K] f32, NULL (W is frozen)}. */
+static pl_status k_nf4_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *dy = a->in[0], *x = a->in[1], *wt = a->in[2];
+    pl_tensor *dx = a->out[0];
+    if (a->n_out > 1 && a->out[1])
+        return pl_error_set(PL_ERR_INVALID, "nf4_matmul: weight '%s' is frozen and gets no gradient",
+                            wt->name);
+    if (!dx) return PL_OK;
+    if (pl_cu_set_device(dy)) return pl_error_status();
+    int64_t N = wt->shape[0], K = wt->shape[1];
+    int64_t M = K ? pl_tensor_numel(x) / K : 0;
+    if (nf4_check_dims(M, N, K)) return pl_error_status();
+    if (M == 0 || K == 0) return PL_OK;
+    if (N == 0) {
+        CUDA_TRY(cudaMemset(pl_tensor_data(dx), 0, (size_t)(M * K) * sizeof(float)));
+        return PL_OK;
+    }
+    cublasHandle_t h = pl_cu_blas_handle(dy->device.index);
+    if (!h) return pl_error_status();
+    nf4_w w;
+    pl_cu_scratch s_p = {0};
+    pl_status st = nf4_w_open(&w, wt);
+    int64_t pr = nf4_panel_rows(N, K);
+    void *panel = st ? NULL : pl_cu_scratch_get(&s_p, dy->device, (size_t)(pr * K) * sizeof(float));
+    if (!st && !panel) st = pl_error_status();
+    const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
+    for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
+        int64_t r1 = r0 + pr < N ? r0 + pr : N;
+        if ((st = nf4_dequant_rows(&w, r0, r1, panel, PL_F32, x->dtype))) break;
+        /* column-major view: dX^T [K, M] (+)= P^T dY^T[r0:r1, :] */
+        cublasStatus_t s = cublasGemmEx(
+            h, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)M, (int)(r1 - r0), &alpha, panel, CUDA_R_32F,
+            (int)K, cf(dy) + r0, CUDA_R_32F, (int)N, r0 == 0 ? &zero : &one, fp(dx), CUDA_R_32F,
+            (int)K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            st = pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul backward: cublasGemmEx failed: %s",
+                              pl_cu_blas_status(s));
+    }
+    pl_cu_scratch_free(&s_p);
+    nf4_w_close(&w);
+    return st;
+}
+
+void pl_cuda_register_nf4(pl_kernel_table *t) {
+    pl_kernel_table_set(t, PL_OP_NF4_MATMUL, k_nf4_matmul_fwd, k_nf4_matmul_bwd);
+}
