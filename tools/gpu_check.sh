@@ -24,7 +24,8 @@
 # Environment (all optional):
 #   GPU_CHECK_ONLY="curves bench"  run only these steps; results of earlier calls
 #                  with the same OUTDIR stay in the report (for machines that
-#                  limit the length of one command: call it once per step group)
+#                  limit the length of one command: call it once per step group;
+#                  GPU_CHECK_ONLY=report runs none and rewrites the report)
 #   GPU_CHECK_BUILD=DIR            build directory (default: build-gpu)
 #   GPU_CHECK_JOBS=N               build / ctest parallelism
 #   GPU_CHECK_STEPS=N              training steps per config in `curves`
