@@ -3,6 +3,8 @@ summary, read INI values the PyTorch peer must mirror, print the comparison.
 
 Both sides run in the same process environment (OPENBLAS_CORETYPE is left as
 the environment sets it and reported), on the same machine, in the same run.
+With `--device cuda` (add_device_arg) both run on the GPU: pipeline with
+`pipeline.device=cuda`, PyTorch with tensors on 'cuda' (timings synchronize).
 """
 import configparser
 import json
@@ -53,11 +55,35 @@ def run_pipeline(config, overrides, label, test=False):
     return s
 
 
-def environment():
+def add_device_arg(ap):
+    """--device cpu|cuda: where both sides run."""
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="run pipeline (pipeline.device) and PyTorch on this device")
+
+
+def device_overrides(device):
+    """The pipeline overrides for --device."""
+    return [f"pipeline.device={device}"] if device != "cpu" else []
+
+
+def sync(device):
+    """Wait for the device's queued work (before reading a clock)."""
+    if device == "cuda":
+        import torch
+        torch.cuda.synchronize()
+
+
+def environment(device="cpu"):
     import torch
-    return (f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
-            f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
-            f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+    env = (f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus; "
+           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}; "
+           f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("bench: --device cuda but torch.cuda.is_available() is False")
+        env += (f"; device cuda: {torch.cuda.get_device_name(0)}, torch CUDA {torch.version.cuda}, "
+                f"cuDNN {torch.backends.cudnn.version()}")
+    return env
 
 
 def report(workload, unit, ours, theirs, extra=""):

@@ -4,6 +4,7 @@ dropout 0.6, Adam lr 0.005 + L2 5e-4), one train step + one validation
 forward per epoch on both sides.
 
 usage: python3 bench/gat/bench_gat.py [--epochs 100] [--data ../shared/data/planetoid/cora.h5]
+                                     [--device cpu|cuda]
 """
 import argparse
 import os
@@ -14,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 
-def torch_epochs_per_s(path, epochs, cfg):
+def torch_epochs_per_s(path, epochs, cfg, device="cpu"):
     import h5py
     import torch
     import torch.nn.functional as F
@@ -27,6 +28,7 @@ def torch_epochs_per_s(path, epochs, cfg):
         train = torch.tensor(f["train_mask"][:]).bool()
         val = torch.tensor(f["val_mask"][:]).bool()
     x = x / x.sum(1, keepdim=True).clamp(min=1)
+    x, y, ei, train, val = (t.to(device) for t in (x, y, ei, train, val))
     m = cfg["model"]
     hidden, heads = int(m.get("hidden", 8)), int(m.get("heads", 8))
     out_heads, p = int(m.get("output_heads", 1)), float(m.get("dropout", 0.6))
@@ -45,7 +47,7 @@ def torch_epochs_per_s(path, epochs, cfg):
             return self.c2(x, ei)
 
     torch.manual_seed(0)
-    model = GAT()
+    model = GAT().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)
 
     def epoch():
@@ -60,9 +62,11 @@ def torch_epochs_per_s(path, epochs, cfg):
 
     for _ in range(5):
         epoch()
+    common.sync(device)
     t0 = time.perf_counter()
     for _ in range(epochs):
         epoch()
+    common.sync(device)
     return epochs / (time.perf_counter() - t0)
 
 
@@ -70,14 +74,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=100)
     ap.add_argument("--data", default=os.path.join(common.ROOT, "../shared/data/planetoid/cora.h5"))
+    common.add_device_arg(ap)
     a = ap.parse_args()
     cfg = common.read_ini("configs/gat_cora.ini")
-    print(common.environment())
+    print(common.environment(a.device))
     s = common.run_pipeline("configs/gat_cora.ini",
-                            [f"trainer.max_epochs={a.epochs}", f"data.path={a.data}"], "gat")
+                            [f"trainer.max_epochs={a.epochs}", f"data.path={a.data}"]
+                            + common.device_overrides(a.device), "gat")
     ours = s["epochs"] / s["fit_seconds"]
-    theirs = torch_epochs_per_s(a.data, a.epochs, cfg)
-    common.report("GAT Cora (train+val epoch)", "epochs/s", ours, theirs,
+    theirs = torch_epochs_per_s(a.data, a.epochs, cfg, a.device)
+    common.report(f"GAT Cora (train+val epoch, {a.device})", "epochs/s", ours, theirs,
                   f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
 
 

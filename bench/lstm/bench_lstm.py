@@ -3,7 +3,8 @@ vs torch.nn.LSTM with the same shapes (window, features, hidden_size,
 num_layers, dropout, batch size from the INI), linear head on the last step,
 Huber loss, AdamW, gradient clipping at 1.0, on the same standardized windows.
 
-usage: python3 bench/lstm/bench_lstm.py [--epochs 3]
+usage: python3 bench/lstm/bench_lstm.py [--epochs 3] [--device cpu|cuda]
+(on cuda, torch.nn.LSTM runs cuDNN's fused LSTM)
 """
 import argparse
 import os
@@ -14,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 
-def torch_samples_per_s(h5, cfg, epochs):
+def torch_samples_per_s(h5, cfg, epochs, device="cpu"):
     import h5py
     import numpy as np
     import torch
@@ -29,8 +30,8 @@ def torch_samples_per_s(h5, cfg, epochs):
         s = np.asarray(f[d.get("series", "series")][:], dtype=np.float32)
     n_train = int(0.75 * len(s))  # same order of magnitude as the 2001-2013 range
     s = (s - s[:n_train].mean(0)) / (s[:n_train].std(0) + 1e-8)
-    x = torch.tensor(s)
-    idx = torch.arange(n_train - W - 1)
+    x = torch.tensor(s, device=device)
+    idx = torch.arange(n_train - W - 1, device=device)
 
     class Net(nn.Module):
         def __init__(self):
@@ -43,13 +44,14 @@ def torch_samples_per_s(h5, cfg, epochs):
             return self.head(y[:, -1])
 
     torch.manual_seed(0)
-    net = Net()
+    net = Net().to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=2e-3, weight_decay=1e-4)
     windows = x.unfold(0, W, 1).transpose(1, 2)  # [T-W+1, W, F] strided view
     n = 0
+    common.sync(device)
     t0 = time.perf_counter()
     for ep in range(epochs):
-        perm = idx[torch.randperm(len(idx))]
+        perm = idx[torch.randperm(len(idx), device=device)]
         for b in range(0, len(perm), bs):
             ib = perm[b:b + bs]
             xb, yb = windows[ib], x[ib + W, :1]
@@ -59,6 +61,7 @@ def torch_samples_per_s(h5, cfg, epochs):
             nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             n += len(ib)
+    common.sync(device)
     return n / (time.perf_counter() - t0)
 
 
@@ -66,15 +69,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--data", default=os.path.join(common.ROOT, "data/chicago.h5"))
+    common.add_device_arg(ap)
     a = ap.parse_args()
     cfg = common.read_ini("configs/lstm_chicago.ini")
-    print(common.environment())
+    print(common.environment(a.device))
     s = common.run_pipeline("configs/lstm_chicago.ini",
                             [f"trainer.max_epochs={a.epochs}", "trainer.limit_val_batches=1",
-                             f"data.path={a.data}"], "lstm")
+                             f"data.path={a.data}"] + common.device_overrides(a.device), "lstm")
     ours = s["train_samples_per_second"]
-    theirs = torch_samples_per_s(a.data, cfg, a.epochs)
-    common.report("LSTM Chicago (train)", "samples/s", ours, theirs,
+    theirs = torch_samples_per_s(a.data, cfg, a.epochs, a.device)
+    common.report(f"LSTM Chicago (train, {a.device})", "samples/s", ours, theirs,
                   f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
 
 

@@ -5,6 +5,7 @@ over the mean item embedding; frozen base), on the same MovieLens training
 rows, batch size and full-softmax cross-entropy. Shapes come from the INI.
 
 usage: python3 bench/teacher/bench_teacher.py [--batches 60] [--config configs/teacher.ini]
+                                             [--device cpu|cuda]
 """
 import argparse
 import os
@@ -15,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 
-def torch_samples_per_s(h5, cfg, batches):
+def torch_samples_per_s(h5, cfg, batches, device="cpu"):
     import h5py
     import torch
     import torch.nn as nn
@@ -33,8 +34,8 @@ def torch_samples_per_s(h5, cfg, batches):
     p_drop, lora_p = float(m.get("dropout", 0.1)), float(m.get("lora_dropout", 0.1))
     bs = int(d.get("batch_size", 16))
     with h5py.File(h5) as f:
-        ids = torch.tensor(f["/train/input_ids"][:]).long()
-        labels = torch.tensor(f["/train/labels"][:]).long()
+        ids = torch.tensor(f["/train/input_ids"][:]).long().to(device)
+        labels = torch.tensor(f["/train/labels"][:]).long().to(device)
         V = int(f.attrs["num_items"]) + 1
 
     class Proj(nn.Module):
@@ -55,8 +56,8 @@ def torch_samples_per_s(h5, cfg, batches):
 
     def rope(x):  # x [B, T, H, Dh], HF rotate_half
         dh = x.shape[-1]
-        inv = 10000 ** (-torch.arange(0, dh, 2).float() / dh)
-        ang = torch.arange(x.shape[1]).float()[:, None] * inv[None]
+        inv = 10000 ** (-torch.arange(0, dh, 2, device=x.device).float() / dh)
+        ang = torch.arange(x.shape[1], device=x.device).float()[:, None] * inv[None]
         cos = torch.cat([ang.cos(), ang.cos()], -1)[None, :, None]
         sin = torch.cat([ang.sin(), ang.sin()], -1)[None, :, None]
         x1, x2 = x[..., : dh // 2], x[..., dh // 2:]
@@ -100,14 +101,14 @@ def torch_samples_per_s(h5, cfg, batches):
             mask = (ids > 0).float()[..., None]
             rep = (x * mask).sum(1) / mask.sum(1).clamp(min=1)
             gate = (F.softmax(self.router(rep), -1) if self.router is not None
-                    else torch.ones(ids.shape[0], 1))
+                    else torch.ones(ids.shape[0], 1, device=ids.device))
             x = F.dropout(x, p_drop, self.training)
             for b in self.blocks:
                 x = b(x, gate)
             return self.norm(x) @ self.emb.weight.t()
 
     torch.manual_seed(0)
-    model = Model()
+    model = Model().to(device)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     model.train()
     n = ids.shape[0]
@@ -122,9 +123,11 @@ def torch_samples_per_s(h5, cfg, batches):
 
     for i in range(5):
         step(i)
+    common.sync(device)
     t0 = time.perf_counter()
     for i in range(batches):
         step(i)
+    common.sync(device)
     return batches * bs / (time.perf_counter() - t0)
 
 
@@ -133,17 +136,18 @@ def main():
     ap.add_argument("--batches", type=int, default=60)
     ap.add_argument("--config", default="configs/teacher.ini")
     ap.add_argument("--data", default=os.path.join(common.ROOT, "data/movielens.h5"))
+    common.add_device_arg(ap)
     a = ap.parse_args()
     cfg = common.read_ini(a.config)
-    print(common.environment())
+    print(common.environment(a.device))
     s = common.run_pipeline(a.config, ["pipeline.requires=", "trainer.init_from=",
                                        "trainer.max_epochs=1",
                                        f"trainer.limit_train_batches={a.batches}",
-                                       "trainer.limit_val_batches=1", f"data.path={a.data}"],
-                            "teacher")
+                                       "trainer.limit_val_batches=1", f"data.path={a.data}"]
+                            + common.device_overrides(a.device), "teacher")
     ours = s["train_samples_per_second"]
-    theirs = torch_samples_per_s(a.data, cfg, a.batches)
-    common.report(f"iLoRA teacher train ({a.config})", "samples/s", ours, theirs,
+    theirs = torch_samples_per_s(a.data, cfg, a.batches, a.device)
+    common.report(f"iLoRA teacher train ({a.config}, {a.device})", "samples/s", ours, theirs,
                   f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
 
 

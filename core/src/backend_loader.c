@@ -1,5 +1,5 @@
-/* backend_loader.c - find the "cuda" backend plugin and register its table.
- * See backend_loader.h. */
+/* backend_loader.c - find a device's backend plugin ("cuda", or another by
+ * name) and register its table. See backend_loader.h. */
 #include "backend_loader.h"
 
 #include <stdio.h>
@@ -12,9 +12,14 @@ static const char *backend_plugin_name(pl_device_type type) {
 }
 
 pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
+    return pl_backend_load_named(reg, type, NULL);
+}
+
+pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const char *name) {
     if (type == PL_DEVICE_CPU) return PL_OK;
-    const char *name = backend_plugin_name(type);
-    if (!name)
+    const char *dev = backend_plugin_name(type); /* the device's word in messages */
+    if (!name || !name[0]) name = dev;
+    if (!name || !dev)
         return pl_error_set(PL_ERR_INVALID, "pl_backend_load: unknown device type %d", (int)type);
     /* already registered (by an earlier call): nothing to do */
     pl_status prev = pl_error_status();
@@ -42,7 +47,7 @@ pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
     if (st) {
         /* keep the registry's reason (not found / ABI / kind) and say what it was for */
         pl_error_prefix(st, "device %s requested: backend plugin '%s' (%s.so) could not be loaded",
-                        name, name, name);
+                        dev, name, name);
         pl_registry_free(own);
         return st;
     }
@@ -62,14 +67,14 @@ pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
         return pl_error_set(PL_ERR_ABI,
                             "backend plugin %s: vtable is not a usable %s backend (type %d, "
                             "expected %d; raw memory functions and device_count are required)",
-                            where, name, (int)b->type, (int)type);
+                            where, dev, (int)b->type, (int)type);
     pl_error_clear();
     int n = b->device_count();
     if (n <= 0) {
         char why[1024];
         snprintf(why, sizeof why, "%s", pl_error_message());
         return pl_error_set(PL_ERR_DEVICE, "backend plugin %s loaded but no %s device is visible%s%s",
-                            where, name, why[0] ? ": " : "", why);
+                            where, dev, why[0] ? ": " : "", why);
     }
     return pl_backend_register(b);
 }

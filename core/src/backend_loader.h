@@ -27,4 +27,12 @@
  * `reg` may be NULL: a temporary registry over the default dirs is used. */
 pl_status pl_backend_load(pl_registry *reg, pl_device_type type);
 
+/* The same with the plugin named `name` (name.so, kind backend) instead of
+ * the device type's default ("cuda"): for the conformance test and tools
+ * that check another backend registering for the same device type, such as
+ * a CPU-side emulated "strict" CUDA backend. Its vtable must still have type
+ * `type`. NULL or "" = the default name. As above, PL_OK at once when a
+ * backend of `type` is already registered (whatever its name). */
+pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const char *name);
+
 #endif
