@@ -459,8 +459,9 @@ double pl_tensor_item(const pl_tensor *t) {
         return NAN;
     }
     if (t->device.type == PL_DEVICE_CPU) return pl_tensor_get(t, 0);
-    pl_tensor *h = pl_tensor_to(t, PL_F64, PL_CPU);
-    double v = h ? ((double *)pl_tensor_data(h))[0] : NAN;
+    /* owned, not adopted by the open frame (pl_tensor_to's result would be) */
+    pl_tensor *h = pl_tensor_new_owned(PL_F64, t->ndim, t->shape, PL_CPU);
+    double v = h && !pl_tensor_copy_(h, t) ? ((double *)pl_tensor_data(h))[0] : NAN;
     pl_tensor_release(h);
     return v;
 }
