@@ -1,5 +1,5 @@
-/* backend_loader.c - find a device's backend plugin ("cuda", or another by
- * name) and register its table. See backend_loader.h. */
+/* backend_loader.c - find a device's backend plugin ("cuda", "strict", or
+ * another by name) and register its table. See backend_loader.h. */
 #include "backend_loader.h"
 
 #include <stdio.h>
@@ -25,7 +25,13 @@ pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const cha
     pl_status prev = pl_error_status();
     char prev_msg[1024];
     snprintf(prev_msg, sizeof prev_msg, "%s", pl_error_message());
-    if (pl_backend_get(type)) {
+    const pl_backend *have = pl_backend_get(type);
+    if (have) {
+        if (have->name && strcmp(have->name, name) != 0)
+            return pl_error_set(PL_ERR_DEVICE,
+                                "device %s requested but backend '%s' already holds that device "
+                                "slot in this process (one accelerator backend per process)",
+                                name, have->name);
         if (prev)
             pl_error_set(prev, "%s", prev_msg);
         else
@@ -62,12 +68,14 @@ pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const cha
     /* struct_size first: the other fields are only meaningful in a known layout */
     pl_status lay = pl_backend_check_layout(b, where);
     if (lay) return lay;
-    if (b->type != type || !b->name || !b->raw_alloc || !b->raw_free || !b->memcpy ||
+    if (b->type != type || !b->name || strcmp(b->name, name) != 0 || !b->raw_alloc || !b->raw_free || !b->memcpy ||
         !b->memset || !b->synchronize || !b->device_count)
         return pl_error_set(PL_ERR_ABI,
                             "backend plugin %s: vtable is not a usable %s backend (type %d, "
-                            "expected %d; raw memory functions and device_count are required)",
-                            where, dev, (int)b->type, (int)type);
+                            "expected %d; name '%s', expected '%s'; raw memory functions and "
+                            "device_count are required)",
+                            where, dev, (int)b->type, (int)type, b->name ? b->name : "(null)",
+                            name);
     pl_error_clear();
     int n = b->device_count();
     if (n <= 0) {

@@ -42,6 +42,9 @@ __attribute__((weak)) void pl_cpu_register_index(pl_kernel_table *b) {
 __attribute__((weak)) void pl_cpu_register_nf4(pl_kernel_table *b) {
     (void)b;
 }
+__attribute__((weak)) void pl_cpu_register_optim(pl_kernel_table *b) {
+    (void)b;
+}
 
 /* Filled once by init_cpu() before g_cpu is handed out. */
 static pl_kernel_table g_cpu_kernels;
@@ -72,6 +75,7 @@ static void init_cpu(void) {
     pl_cpu_register_dense(&g_cpu_kernels);
     pl_cpu_register_index(&g_cpu_kernels);
     pl_cpu_register_nf4(&g_cpu_kernels);
+    pl_cpu_register_optim(&g_cpu_kernels);
     g_backends[PL_DEVICE_CPU] = &g_cpu;
 }
 
@@ -150,6 +154,7 @@ const char *pl_op_name(pl_op op) {
         [PL_OP_PERMUTE] = "permute", [PL_OP_RESHAPE] = "reshape", [PL_OP_ROPE] = "rope",
         [PL_OP_CAUSAL_SOFTMAX] = "causal_softmax", [PL_OP_CAST] = "cast",
         [PL_OP_NF4_MATMUL] = "nf4_matmul", [PL_OP_LSTM] = "lstm",
+        [PL_OP_CLAMP] = "clamp", [PL_OP_ADAMW_STEP] = "adamw_step", [PL_OP_SGD_STEP] = "sgd_step",
     };
     if ((unsigned)op < PL_OP_COUNT && names[op]) return names[op];
     return (int)op >= PL_OP_CUSTOM_BASE ? "custom" : "unknown";

@@ -114,5 +114,6 @@ void pl_cpu_register_dense(pl_kernel_table *b); /* kernels_dense.c */
 void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c */
 void pl_cpu_register_copy(pl_kernel_table *b);  /* tensor.c: PL_OP_COPY */
 void pl_cpu_register_nf4(pl_kernel_table *b);   /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
+void pl_cpu_register_optim(pl_kernel_table *b); /* cpu/kernels_optim.c: clamp, optimizer steps */
 
 #endif

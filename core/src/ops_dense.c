@@ -117,20 +117,34 @@ pl_tensor *pl_div(pl_tensor *a, pl_tensor *b) {
 
 /* ---- elementwise unary (scalar ops and activations) ------------------------------- */
 
-static pl_tensor *unary(const char *name, pl_op op, pl_tensor *a, double alpha, int flags) {
+static pl_tensor *unary_ab(const char *name, pl_op op, pl_tensor *a, double alpha, double beta,
+                           int flags) {
     if (!a) return NULL;
     if (pl_check_float(name, a, true)) return NULL;
     if (a->dtype != PL_F32) {
         pl_frame_begin();
-        pl_tensor *r = unary(name, op, pl_cast(a, PL_F32), alpha, flags);
+        pl_tensor *r = unary_ab(name, op, pl_cast(a, PL_F32), alpha, beta, flags);
         return frame_result(pl_cast(r, a->dtype));
     }
     pl_kernel_args k = {.op = op, .n_out = 1};
     k.p.alpha = alpha;
+    k.p.beta = beta;
     k.p.flags = flags;
     if (!take_inputs(&k, &a, 1)) return NULL;
     k.out[0] = pl_tensor_new_owned(PL_F32, a->ndim, shape0(a), a->device);
     return launch(&k);
+}
+
+static pl_tensor *unary(const char *name, pl_op op, pl_tensor *a, double alpha, int flags) {
+    return unary_ab(name, op, a, alpha, 0.0, flags);
+}
+
+pl_tensor *pl_clamp(pl_tensor *a, double min, double max) {
+    if (!(min <= max)) {
+        pl_error_set(PL_ERR_INVALID, "clamp: min %g > max %g (or NaN)", min, max);
+        return NULL;
+    }
+    return unary_ab("clamp", PL_OP_CLAMP, a, min, max, 0);
 }
 
 pl_tensor *pl_scale(pl_tensor *a, double s) {

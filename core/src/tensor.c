@@ -56,11 +56,25 @@ float pl_f16_to_f32(uint16_t u) {
 
 /* ---- devices ----------------------------------------------------------- */
 
+/* Name of the backend in the accelerator slot ("cuda" when none is loaded). */
+static const char *accel_name(void) {
+    /* pl_backend_get sets the error when the slot is empty: keep the caller's */
+    pl_status prev = pl_error_status();
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", pl_error_message());
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    if (prev)
+        pl_error_set(prev, "%s", msg);
+    else
+        pl_error_clear();
+    return b && b->name ? b->name : "cuda";
+}
+
 const char *pl_device_str(pl_device d, char *buf, size_t n) {
     if (d.type == PL_DEVICE_CPU)
         snprintf(buf, n, "cpu");
     else
-        snprintf(buf, n, "cuda:%d", d.index);
+        snprintf(buf, n, "%s:%d", accel_name(), d.index);
     return buf;
 }
 bool pl_device_eq(pl_device a, pl_device b) { return a.type == b.type && a.index == b.index; }
@@ -76,18 +90,32 @@ pl_status pl_device_parse(const char *s, pl_device *out) {
                                                                 : PL_CPU;
         return PL_OK;
     }
-    if (!strncmp(s, "cuda", 4)) {
+    /* cuda, cuda:N, or the name of the backend holding the accelerator slot
+     * (strict, strict:N) */
+    const char *names[2] = {"cuda", "strict"};
+    for (int k = 0; k < 2; k++) {
+        size_t ln = strlen(names[k]);
+        if (strncmp(s, names[k], ln) != 0 || (s[ln] && s[ln] != ':')) continue;
         int idx = 0;
-        if (s[4] == ':' && sscanf(s + 5, "%d", &idx) != 1)
-            return pl_error_set(PL_ERR_INVALID, "bad device '%s' (expected cpu, cuda, cuda:N, auto)", s);
+        char tail;
+        if (s[ln] == ':' && sscanf(s + ln + 1, "%d%c", &idx, &tail) != 1)
+            return pl_error_set(PL_ERR_INVALID,
+                                "bad device '%s' (expected cpu, cuda, cuda:N, strict, auto)", s);
         const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
         if (!b)
             return pl_error_set(PL_ERR_DEVICE,
-                                "device '%s' requested but no CUDA backend plugin is loaded", s);
+                                "device '%s' requested but no %s backend plugin is loaded", s,
+                                names[k]);
+        if (strcmp(b->name, names[k]) != 0)
+            return pl_error_set(PL_ERR_DEVICE,
+                                "device '%s' requested but the accelerator backend loaded in this "
+                                "process is '%s'",
+                                s, b->name);
         *out = (pl_device){PL_DEVICE_CUDA, idx};
         return PL_OK;
     }
-    return pl_error_set(PL_ERR_INVALID, "bad device '%s' (expected cpu, cuda, cuda:N, auto)", s);
+    return pl_error_set(PL_ERR_INVALID, "bad device '%s' (expected cpu, cuda, cuda:N, strict, auto)",
+                        s);
 }
 
 /* ---- storage and headers --------------------------------------------- */
@@ -426,8 +454,9 @@ double pl_tensor_item(const pl_tensor *t) {
         return NAN;
     }
     if (t->device.type == PL_DEVICE_CPU) return pl_tensor_get(t, 0);
-    pl_tensor *h = pl_tensor_to(t, PL_F64, PL_CPU);
-    double v = h ? ((double *)pl_tensor_data(h))[0] : NAN;
+    /* owned, not adopted by the open frame (pl_tensor_to's result would be) */
+    pl_tensor *h = pl_tensor_new_owned(PL_F64, t->ndim, t->shape, PL_CPU);
+    double v = h && !pl_tensor_copy_(h, t) ? ((double *)pl_tensor_data(h))[0] : NAN;
     pl_tensor_release(h);
     return v;
 }

@@ -178,7 +178,12 @@ pl_status pl_harness_find_plugin(const char *name, pl_plugin_kind kind,
     return st;
 }
 
-pl_status pl_harness_load_backend(pl_device_type type) { return pl_backend_load(NULL, type); }
+pl_status pl_harness_load_backend(pl_device_type type) {
+    return pl_backend_load(NULL, type);
+}
+pl_status pl_harness_load_backend_named(pl_device_type type, const char *name) {
+    return pl_backend_load_named(NULL, type, name);
+}
 
 /* ======================================================================
  * Parameters

@@ -133,36 +133,40 @@ static void stage_destroy(stage *s) {
 
 /* ---- optimization step -------------------------------------------------------------- */
 
+/* Total 2-norm of all gradients (as torch.nn.utils.clip_grad_norm_: the norm
+ * of the per-tensor norms, i.e. sqrt of the sum of squares) and, when
+ * gradient_clip_val > 0, clipping by norm (g *= clip / (norm + 1e-6) when
+ * that is < 1) or by value (clamp to [-clip, clip]). Runs as ops on the
+ * gradients' device; only the norm comes back to the host. NaN when an op
+ * fails (the step's finite check then stops the run). */
 static double grad_norm_and_clip(trainer *t) {
-    double total = 0;
     int n = pl_params_count(t->ctx.params);
-    for (int i = 0; i < n; i++) {
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *total = NULL;
+    for (int i = 0; i < n && (i == 0 || total); i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
         if (!p->t->requires_grad || !p->t->grad) continue;
-        const float *g = pl_tensor_data(p->t->grad);
-        int64_t m = pl_tensor_numel(p->t->grad);
-        double s = 0;
-#pragma omp parallel for reduction(+ : s) if (m > 65536)
-        for (int64_t j = 0; j < m; j++) s += (double)g[j] * g[j];
-        total += s;
+        pl_tensor *ssq = pl_sum(pl_square(p->t->grad), PL_ALL_DIMS, false);
+        total = total ? pl_add(total, ssq) : ssq;
+        if (!total) break;
     }
-    double norm = sqrt(total);
-    if (t->clip > 0) {
+    double norm = total ? sqrt(pl_tensor_item(total)) : 0.0;
+    pl_frame_end();
+    if (t->clip > 0 && (!t->clip_norm || t->clip / (norm + 1e-6) < 1.0)) {
+        double coef = t->clip / (norm + 1e-6);
         for (int i = 0; i < n; i++) {
             pl_param *p = pl_params_at(t->ctx.params, i);
             if (!p->t->requires_grad || !p->t->grad) continue;
-            float *g = pl_tensor_data(p->t->grad);
-            int64_t m = pl_tensor_numel(p->t->grad);
-            if (t->clip_norm) {
-                double coef = t->clip / (norm + 1e-6);
-                if (coef < 1.0)
-                    for (int64_t j = 0; j < m; j++) g[j] = (float)(g[j] * coef);
-            } else {
-                float c = (float)t->clip;
-                for (int64_t j = 0; j < m; j++) g[j] = g[j] > c ? c : (g[j] < -c ? -c : g[j]);
-            }
+            pl_frame_begin();
+            pl_tensor *c = t->clip_norm ? pl_scale(p->t->grad, coef)
+                                        : pl_clamp(p->t->grad, -t->clip, t->clip);
+            pl_status st = c ? pl_tensor_copy_(p->t->grad, c) : PL_ERR_NOMEM;
+            pl_frame_end();
+            if (st) norm = NAN;
         }
     }
+    pl_no_grad_end();
     return norm;
 }
 
@@ -722,7 +726,10 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (threads > 0) omp_set_num_threads((int)threads);
 
     const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
-    if (strcmp(dev, "cpu") != 0 && pl_backend_load(reg, PL_DEVICE_CUDA) != PL_OK) {
+    /* "strict" (and "strict:N") fills the accelerator slot with the GPU-like
+     * emulation (plugins/backends/strict); cuda, cuda:N and auto with CUDA */
+    const char *slot = strncmp(dev, "strict", 6) == 0 && (!dev[6] || dev[6] == ':') ? "strict" : NULL;
+    if (strcmp(dev, "cpu") != 0 && pl_backend_load_named(reg, PL_DEVICE_CUDA, slot) != PL_OK) {
         if (strcmp(dev, "auto") != 0) return fail(t, 2);
         printf("device = auto: no usable CUDA backend (%s); training on the CPU\n",
                pl_error_message());

@@ -1,7 +1,7 @@
 /* test_backend_conformance.c - every op of pl_op on every backend (the idea
  * of ggml's test-backend-ops).
  *
- * For each op (PL_OP_COPY .. PL_OP_LSTM) a few small representative cases
+ * For each op (PL_OP_COPY .. PL_OP_SGD_STEP) a few small representative cases
  * run forward (and backward through pl_backward of sum(out * R) when the op
  * is differentiable) on the CPU backend, the reference. Then, for the backend
  * registered for PL_DEVICE_CUDA (the "cuda" plugin, loaded through the
@@ -41,6 +41,7 @@
 
 #include "backend_loader.h"
 #include "pipeline/nf4.h"
+#include "pipeline/optim_math.h"
 #include "pl_test.h"
 #include "registry.h"
 
@@ -179,6 +180,27 @@ static const struct {
     {PL_F16, 4e-3, 2e-3},
 };
 
+static pl_tensor *c_clamp(pl_tensor **in, const ocase *c) { return pl_clamp(in[0], -c->par, c->par); }
+/* In-place updates: on copies of the inputs (the CPU's inputs are copied to
+ * the device afterwards), returning the updated state as one [3 * n] tensor. */
+static pl_tensor *fresh(pl_tensor *t) { return pl_tensor_to(t, PL_F32, t->device); }
+static pl_tensor *c_adamw(pl_tensor **in, const ocase *c) {
+    pl_tensor *p = fresh(in[0]), *m = fresh(in[2]), *v = fresh(in[3]), *vm = fresh(in[4]);
+    pl_adamw_hyper h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                        .weight_decay = 0.1, .l2 = c->flag & 1, .amsgrad = c->flag & 2, .step = 3};
+    if (!p || !m || !v || !vm || pl_adamw_step_(p, in[1], m, v, vm, &h)) return NULL;
+    pl_tensor *parts[4] = {p, m, v, vm};
+    return pl_concat(parts, 4, 0);
+}
+static pl_tensor *c_sgd(pl_tensor **in, const ocase *c) {
+    pl_tensor *p = fresh(in[0]), *b = fresh(in[2]);
+    pl_sgd_hyper h = {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01,
+                      .nesterov = c->flag & 1, .first = c->flag & 2};
+    if (!p || !b || pl_sgd_step_(p, in[1], b, &h)) return NULL;
+    pl_tensor *parts[2] = {p, b};
+    return pl_concat(parts, 2, 0);
+}
+
 static const ocase g_cases[] = {
     {PL_OP_COPY, "strided view [4,5][:,1:4] -> contiguous", 1, {{.nd = 2, .sh = {4, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true, .strided = true}}, c_copy, true},
     {PL_OP_MATMUL, "[2,3,4] @ [4,5] (shared B)", 2, {F(3, 2, 3, 4), F(2, 4, 5)}, c_matmul, true},
@@ -252,6 +274,11 @@ static const ocase g_cases[] = {
     {PL_OP_NF4_MATMUL, "[2,64] @ nf4[3,64]^T", 2, {F(2, 2, 64), FN(2, 3, 64)}, c_nf4, true},
     {PL_OP_LSTM, "B2 T3 In4 H2", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true},
     {PL_OP_LSTM, "reverse", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, .flag = 1},
+    {PL_OP_CLAMP, "[3,5] to [-1,1]", 1, {F(2, 3, 5)}, c_clamp, true, .par = 1.0},
+    {PL_OP_ADAMW_STEP, "AdamW [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false},
+    {PL_OP_ADAMW_STEP, "Adam l2 amsgrad [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 3},
+    {PL_OP_SGD_STEP, "momentum [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false},
+    {PL_OP_SGD_STEP, "nesterov first [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 3},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 
@@ -408,7 +435,9 @@ static bool all_finite(const pl_tensor *t) {
     return true;
 }
 
-static bool is_differentiable(pl_op op) { return op != PL_OP_NONE; }
+static bool is_differentiable(pl_op op) {
+    return op != PL_OP_NONE && op != PL_OP_ADAMW_STEP && op != PL_OP_SGD_STEP;
+}
 
 /* ---- tests ------------------------------------------------------------------------ */
 

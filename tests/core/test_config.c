@@ -207,7 +207,7 @@ START_TEST(bad_choice_lists_choices_and_suggests) {
     CK_HAS(m, "expected one of relu|gelu|silu, found 'gelo'");
     CK_HAS(m, "did you mean 'gelu'");
     m = load_fails(BASE "[pipeline]\ndevice = tpu\n", NULL, PL_ERR_CONFIG);
-    CK_HAS(m, "cpu|cuda|auto");
+    CK_HAS(m, "cpu|cuda|strict|auto");
 }
 END_TEST
 

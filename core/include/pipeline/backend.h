@@ -98,6 +98,12 @@ typedef enum pl_op {
     PL_OP_CAST,          /* dtype conversion with autograd (f32 <-> bf16/f16) */
     PL_OP_NF4_MATMUL,    /* x[.., K] @ dequant(W nf4 [N, K])^T, W frozen (qlora4) */
     PL_OP_LSTM,          /* fused LSTM layer (see ops.h; the lstm model) */
+    PL_OP_CLAMP,         /* p.alpha = min, p.beta = max (torch.clamp) */
+    PL_OP_ADAMW_STEP,    /* in place, no autograd: in[0] grad; out[0] param, out[1] exp_avg,
+                          * out[2] exp_avg_sq, out[3] max_exp_avg_sq (amsgrad);
+                          * p.extra = const pl_adamw_coef * (optim_math.h) */
+    PL_OP_SGD_STEP,      /* in place, no autograd: in[0] grad; out[0] param, out[1] momentum
+                          * buffer (momentum only); p.extra = const pl_sgd_coef * */
     PL_OP_COUNT,
     PL_OP_CUSTOM_BASE = 1000 /* ids of ops registered by plugins */
 } pl_op;

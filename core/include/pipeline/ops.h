@@ -18,6 +18,9 @@
 #define PIPELINE_OPS_H
 
 #include "pipeline/autograd.h"
+
+struct pl_adamw_hyper; /* optim_math.h */
+struct pl_sgd_hyper;
 #include "pipeline/tensor.h"
 
 #ifdef __cplusplus
@@ -155,6 +158,27 @@ pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta);
 /* y = x @ dequant(W)^T with W nf4 [N, K] (frozen, no grad), x f32/bf16
  * [..., K] -> [..., N] in x's dtype. Gradient flows to x only. */
 pl_tensor *pl_nf4_matmul(pl_tensor *x, pl_tensor *w_nf4);
+
+/* ---- clamp and optimizer updates --------------------------------------------- */
+
+/* torch.clamp(a, min, max): f32/bf16/f16 a, same shape and dtype out; NaN
+ * stays NaN; gradient passes where min <= a <= max (derivatives.yaml).
+ * min > max: PL_ERR_INVALID. */
+pl_tensor *pl_clamp(pl_tensor *a, double min, double max);
+
+/* One AdamW / Adam update in place on the tensors' device (optim_math.h has
+ * the math and the sources): param, exp_avg, exp_avg_sq (and max_exp_avg_sq
+ * when h->amsgrad, else NULL) are f32, contiguous, of grad's element count,
+ * on one device; grad f32 contiguous, not modified. Not recorded on the tape
+ * (call it with grad mode in any state). Errors: PL_ERR_DTYPE / PL_ERR_SHAPE /
+ * PL_ERR_DEVICE naming param->name; h->step < 1 PL_ERR_INVALID. */
+pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                         pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
+                         const struct pl_adamw_hyper *h);
+/* One SGD update in place (optim_math.h): param f32, grad f32, momentum_buf
+ * f32 or NULL (no momentum), as for pl_adamw_step_. */
+pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                       const struct pl_sgd_hyper *h);
 
 /* ---- fused recurrent --------------------------------------------------------- */
 

@@ -127,8 +127,12 @@ float pl_bf16_to_f32(uint16_t h);
 uint16_t pl_f32_to_f16(float f);
 float pl_f16_to_f32(uint16_t h);
 
-/* Device helpers: "cpu", "cuda:0". pl_device_parse accepts "cpu", "cuda",
- * "cuda:N" and "auto" (cuda:0 if a CUDA backend is loaded and sees a GPU). */
+/* Device helpers. pl_device_str writes "cpu", or "<backend>:N" for the
+ * accelerator slot, <backend> being the loaded backend's name ("cuda:0",
+ * "strict:0"; "cuda" when none is loaded). pl_device_parse accepts "cpu",
+ * "cuda", "cuda:N", "strict", "strict:N" (the backend of that name must be
+ * the one loaded, else PL_ERR_DEVICE) and "auto" (accelerator 0 if a backend
+ * is loaded and sees a device, else cpu); anything else PL_ERR_INVALID. */
 const char *pl_device_str(pl_device d, char *buf, size_t n);
 pl_status pl_device_parse(const char *s, pl_device *out);
 bool pl_device_eq(pl_device a, pl_device b);

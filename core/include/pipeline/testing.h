@@ -100,6 +100,10 @@ pl_status pl_harness_find_plugin(const char *name, pl_plugin_kind kind,
  * plugin loads but sees no device; PL_ERR_CONFIG / PL_ERR_ABI when the
  * plugin is missing or refused. */
 pl_status pl_harness_load_backend(pl_device_type type);
+/* Same, naming the backend plugin that fills the slot: "cuda" (NULL means
+ * it) or "strict" (the GPU-like emulation that runs on the CPU). A slot
+ * already held by another backend: PL_ERR_DEVICE naming both. */
+pl_status pl_harness_load_backend_named(pl_device_type type, const char *name);
 
 /* ======================================================================
  * Parameters (for optimizers, schedulers, averagers, precision stages)

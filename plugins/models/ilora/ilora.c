@@ -348,7 +348,10 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
     if (!v) return NULL;
     pl_tensor *t = v;
     if (m->ctx->device.type != PL_DEVICE_CPU) {
+        pl_frame_begin(); /* the copy is ours whatever frame the caller has open */
         t = pl_tensor_to(v, v->dtype, m->ctx->device);
+        if (t) pl_frame_keep(t);
+        pl_frame_end();
         pl_tensor_release(v);
         if (!t) return NULL;
     }

@@ -9,56 +9,18 @@
  *   vmax <- max(vmax, v)                        (amsgrad; v below means vmax)
  *   p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  * in f32 with the operation order of torch's single-tensor implementation
- * (torch/optim/adam.py, _single_tensor_adam). Parameters without a gradient
+ * (torch/optim/adam.py, _single_tensor_adam); the per-element math is the
+ * core's optim_math.h and runs on the parameters' device (pl_adamw_step_). Parameters without a gradient
  * are skipped and their step count does not advance, as in torch.
  */
-#include "adamw.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/param_groups.h"
+#include "pipeline/optim_math.h"
 #include "pipeline/pipeline.h"
-
-#define OMP_MIN_ELEMENTS 32768
-
-void pl_adamw_update(float *p, const float *g, float *m, float *v, float *vmax, int64_t n,
-                     const pl_adamw_hyper *h) {
-    const bool decay = h->weight_decay != 0.0 && !h->l2;
-    const bool l2 = h->weight_decay != 0.0 && h->l2;
-    const float decay_f = (float)(1.0 - h->lr * h->weight_decay);
-    const float wd_f = (float)h->weight_decay;
-    const float w1 = (float)(1.0 - h->beta1); /* lerp weight */
-    const float b2 = (float)h->beta2, c2 = (float)(1.0 - h->beta2);
-    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
-    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
-    const float neg_step = (float)(-(h->lr / bc1));
-    const float bc2_sqrt = (float)sqrt(bc2);
-    const float eps = (float)h->eps;
-    const bool ams = h->amsgrad && vmax;
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i], gi = g[i];
-        if (decay) pi = pi * decay_f;
-        if (l2) gi = gi + wd_f * pi;
-        float mi = m[i], d = gi - mi;
-        mi = w1 < 0.5f ? fmaf(w1, d, mi) : fmaf(w1 - 1.0f, d, gi);
-        float vi = v[i] * b2;
-        vi = vi + c2 * gi * gi;
-        float vu = vi;
-        if (ams) {
-            float vm = vmax[i];
-            vu = (vi > vm || isnan(vi)) ? vi : vm;
-            vmax[i] = vu;
-        }
-        float denom = sqrtf(vu) / bc2_sqrt + eps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi + neg_step * mi / denom;
-    }
-}
 
 /* ---- plugin ------------------------------------------------------------ */
 
@@ -159,17 +121,6 @@ static pl_status adamw_step(void *self) {
             adamw_state *st = &a->st[g->param_index[k]];
             pl_tensor *t = p->t;
             if (!t->grad) continue;
-            if (!pl_tensor_is_contiguous(t) || !pl_tensor_is_contiguous(t->grad) ||
-                pl_tensor_numel(t->grad) != pl_tensor_numel(t) ||
-                pl_tensor_numel(st->exp_avg) != pl_tensor_numel(t))
-                return pl_error_set(PL_ERR_SHAPE,
-                                    "adamw: parameter '%s': expected contiguous f32 tensor and "
-                                    "gradient of %lld elements",
-                                    p->name, (long long)pl_tensor_numel(st->exp_avg));
-            float *pd = pl_tensor_f32(t), *gd = pl_tensor_f32(t->grad);
-            if (!pd || !gd)
-                return pl_error_prefix(PL_ERR_DTYPE, "adamw: parameter '%s' (or its grad)",
-                                       p->name);
             st->step++;
             pl_adamw_hyper h = {.lr = g->lr,
                                 .beta1 = beta1,
@@ -179,9 +130,9 @@ static pl_status adamw_step(void *self) {
                                 .l2 = a->l2,
                                 .amsgrad = a->amsgrad,
                                 .step = st->step};
-            pl_adamw_update(pd, gd, pl_tensor_f32(st->exp_avg), pl_tensor_f32(st->exp_avg_sq),
-                            a->amsgrad ? pl_tensor_f32(st->max_exp_avg_sq) : NULL,
-                            pl_tensor_numel(t), &h);
+            pl_status s = pl_adamw_step_(t, t->grad, st->exp_avg, st->exp_avg_sq,
+                                         st->max_exp_avg_sq, &h);
+            if (s) return pl_error_prefix(s, "adamw");
         }
     }
     return PL_OK;

@@ -8,39 +8,17 @@
  *   p <- p - lr d
  * mu is the group's hyper-parameter "momentum" (pl_hparam), which a
  * scheduler may drive (onecycle's momentum cycling, as torch's OneCycleLR
- * cycles 'momentum' for SGD).
+ * cycles 'momentum' for SGD). The per-element math is the core's
+ * optim_math.h, run on the parameters' device (pl_sgd_step_).
  */
-#include "sgd.h"
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/param_groups.h"
+#include "pipeline/optim_math.h"
 #include "pipeline/pipeline.h"
-
-#define OMP_MIN_ELEMENTS 32768
-
-void pl_sgd_update(float *p, const float *g, float *buf, int64_t n, const pl_sgd_hyper *h) {
-    const bool wd = h->weight_decay != 0.0;
-    const float wd_f = (float)h->weight_decay;
-    const bool mom = h->momentum != 0.0 && buf;
-    const float mu = (float)h->momentum, keep = (float)(1.0 - h->dampening);
-    const float neg_lr = (float)(-h->lr);
-    const bool first = h->first, nesterov = h->nesterov;
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
-    for (int64_t i = 0; i < n; i++) {
-        float pi = p[i], d = g[i];
-        if (wd) d = d + wd_f * pi;
-        if (mom) {
-            float b = first ? d : buf[i] * mu + keep * d;
-            buf[i] = b;
-            d = nesterov ? d + mu * b : b;
-        }
-        p[i] = pi + neg_lr * d;
-    }
-}
 
 /* ---- plugin ------------------------------------------------------------ */
 
@@ -142,15 +120,6 @@ static pl_status sgd_step(void *self) {
             sgd_state *st = &o->st[g->param_index[k]];
             pl_tensor *t = p->t;
             if (!t->grad) continue;
-            if (!pl_tensor_is_contiguous(t) || !pl_tensor_is_contiguous(t->grad) ||
-                pl_tensor_numel(t->grad) != pl_tensor_numel(t))
-                return pl_error_set(PL_ERR_SHAPE,
-                                    "sgd: parameter '%s': expected a contiguous f32 tensor and "
-                                    "gradient of the same size",
-                                    p->name);
-            float *pd = pl_tensor_f32(t), *gd = pl_tensor_f32(t->grad);
-            if (!pd || !gd)
-                return pl_error_prefix(PL_ERR_DTYPE, "sgd: parameter '%s' (or its grad)", p->name);
             bool mom = mu != 0.0;
             if (mom && !st->buf && (s = alloc_buf(st, p))) return s; /* momentum cycled on */
             if (mom && pl_tensor_numel(st->buf) != pl_tensor_numel(t))
@@ -161,7 +130,8 @@ static pl_status sgd_step(void *self) {
                               .weight_decay = g->weight_decay,
                               .nesterov = o->nesterov,
                               .first = st->step == 0};
-            pl_sgd_update(pd, gd, mom ? pl_tensor_f32(st->buf) : NULL, pl_tensor_numel(t), &h);
+            if ((s = pl_sgd_step_(t, t->grad, mom ? st->buf : NULL, &h)))
+                return pl_error_prefix(s, "sgd");
             if (mom) st->step++;
         }
     }

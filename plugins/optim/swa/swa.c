@@ -29,17 +29,6 @@
 #include "../../schedulers/common/sched_common.h"
 #include "pipeline/pipeline.h"
 
-#define OMP_MIN_ELEMENTS 32768
-
-void pl_swa_accumulate(float *avg, const float *cur, int64_t n, int64_t n_averaged) {
-    if (n_averaged == 0) {
-        memcpy(avg, cur, sizeof(float) * (size_t)n);
-        return;
-    }
-    const float div = (float)(n_averaged + 1);
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
-    for (int64_t i = 0; i < n; i++) avg[i] = avg[i] + (cur[i] - avg[i]) / div;
-}
 
 double pl_swalr(double swa_lr, double lr0, int64_t j, int64_t anneal_epochs, bool cos_anneal) {
     double t = (double)j / (double)(anneal_epochs > 1 ? anneal_epochs : 1);
@@ -128,27 +117,40 @@ static pl_status swa_create(const pl_config_section *cfg, pl_run_context *ctx, v
     return PL_OK;
 }
 
-static pl_status live_and_avg(swa *s, int i, float **live, float **avg) {
+static pl_status check_avg(swa *s, int i) {
     pl_param *p = pl_params_at(s->params, i);
-    if (!pl_tensor_is_contiguous(p->t) || pl_tensor_numel(p->t) != pl_tensor_numel(s->avg[i]))
-        return pl_error_set(PL_ERR_SHAPE,
-                            "swa: parameter '%s': expected a contiguous f32 tensor of %lld "
+    char b[256];
+    if (p->t->dtype != PL_F32 || pl_tensor_numel(p->t) != pl_tensor_numel(s->avg[i]))
+        return pl_error_set(PL_ERR_SHAPE, "swa: parameter '%s' is %s: expected an f32 tensor of %lld "
                             "elements",
-                            p->name, (long long)pl_tensor_numel(s->avg[i]));
-    *live = pl_tensor_f32(p->t);
-    *avg = pl_tensor_f32(s->avg[i]);
-    if (!*live || !*avg) return pl_error_prefix(PL_ERR_DTYPE, "swa: parameter '%s'", p->name);
+                            p->name, pl_tensor_describe(p->t, b, sizeof b),
+                            (long long)pl_tensor_numel(s->avg[i]));
     return PL_OK;
 }
 
+/* torch.optim.swa_utils.AveragedModel.update_parameters for one tensor, as
+ * ops on its device: n_averaged == 0: avg = cur; else
+ * avg += (cur - avg) / (n_averaged + 1) in f32 (the same operations in the
+ * same order as torch's default avg_fn). */
 static pl_status swa_average(swa *s) {
-    for (int i = 0; i < s->n_params; i++) {
+    pl_status st = PL_OK;
+    pl_no_grad_begin();
+    for (int i = 0; i < s->n_params && !st; i++) {
         if (!s->avg[i]) continue;
-        float *live, *avg;
-        pl_status st = live_and_avg(s, i, &live, &avg);
-        if (st) return st;
-        pl_swa_accumulate(avg, live, pl_tensor_numel(s->avg[i]), s->n_averaged);
+        if ((st = check_avg(s, i))) break;
+        pl_tensor *live = pl_params_at(s->params, i)->t;
+        if (s->n_averaged == 0) {
+            st = pl_tensor_copy_(s->avg[i], live);
+            continue;
+        }
+        pl_frame_begin();
+        pl_tensor *div = pl_tensor_scalar((float)(s->n_averaged + 1), live->device);
+        pl_tensor *upd = pl_add(s->avg[i], pl_div(pl_sub(live, s->avg[i]), div));
+        st = upd ? pl_tensor_copy_(s->avg[i], upd) : pl_error_status();
+        pl_frame_end();
     }
+    pl_no_grad_end();
+    if (st) return pl_error_prefix(st, "swa: averaging");
     s->n_averaged++;
     return PL_OK;
 }
@@ -176,20 +178,19 @@ static pl_status swa_swap(void *self) {
                             "swa: swap requested but no weights were averaged yet (averaging "
                             "starts at epoch %lld)",
                             (long long)s->start_epoch);
-    for (int i = 0; i < s->n_params; i++) {
+    pl_status st = PL_OK;
+    for (int i = 0; i < s->n_params && !st; i++) {
         if (!s->avg[i]) continue;
-        float *live, *avg;
-        pl_status st = live_and_avg(s, i, &live, &avg);
-        if (st) return st;
-        int64_t n = pl_tensor_numel(s->avg[i]);
-#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
-        for (int64_t k = 0; k < n; k++) {
-            float t = live[k];
-            live[k] = avg[k];
-            avg[k] = t;
-        }
+        if ((st = check_avg(s, i))) break;
+        /* exchange through a copy on the same device */
+        pl_tensor *live = pl_params_at(s->params, i)->t;
+        pl_tensor *tmp = pl_tensor_empty_owned(PL_F32, live->ndim, live->shape, live->device);
+        st = tmp ? pl_tensor_copy_(tmp, live) : pl_error_status();
+        if (!st) st = pl_tensor_copy_(live, s->avg[i]);
+        if (!st) st = pl_tensor_copy_(s->avg[i], tmp);
+        pl_tensor_release(tmp);
     }
-    return PL_OK;
+    return st;
 }
 
 static bool swa_has_average(void *self) { return ((swa *)self)->n_averaged > 0; }

@@ -1,0 +1,153 @@
+/* optim_math.h - the per-element AdamW / Adam and SGD updates, once, for
+ * every backend.
+ *
+ * An optimizer plugin describes one update of one parameter tensor with a
+ * pl_adamw_hyper or pl_sgd_hyper and calls pl_adamw_step_ / pl_sgd_step_
+ * (ops.h), which run on the tensors' device. Each backend's kernel loops over
+ * the elements calling pl_adamw_elem / pl_sgd_elem below with the scalars
+ * pl_adamw_coef_of / pl_sgd_coef_of derived once per tensor on the host, so
+ * the CPU and a GPU compute the same f32 operations in the same order.
+ *
+ * Math: torch/optim/adam.py and sgd.py, _single_tensor_adam and
+ * _single_tensor_sgd (PyTorch 2.x), in f32:
+ *   AdamW:  p <- p * (1 - lr * wd)              Adam (l2): g <- g + wd * p
+ *   m <- m + (1 - beta1) (g - m)                (torch's lerp_, both branches)
+ *   v <- beta2 v + (1 - beta2) g^2
+ *   vmax <- max(vmax, v)                        (amsgrad; v below means vmax)
+ *   p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ *   SGD:    g <- g + wd * p
+ *           momentum mu != 0: b <- g (first step) or mu b + (1 - dampening) g
+ *                             d <- g + mu b (nesterov) or b;   p <- p - lr d
+ *
+ * Everything here is `static inline`; the element functions are PL_HD
+ * (host and device under nvcc). Plain C that is also valid C++.
+ */
+#ifndef PIPELINE_OPTIM_MATH_H
+#define PIPELINE_OPTIM_MATH_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/backend_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One AdamW / Adam update of one tensor, as the optimizer sees it. */
+typedef struct pl_adamw_hyper {
+    double lr, beta1, beta2, eps, weight_decay;
+    bool l2;      /* true: coupled L2 (torch.optim.Adam), false: decoupled (AdamW) */
+    bool amsgrad; /* keep max_exp_avg_sq */
+    int64_t step; /* 1-based count of this update (bias correction), >= 1 */
+} pl_adamw_hyper;
+
+/* The f32 scalars of one AdamW update (derived on the host, passed to a
+ * kernel by value). */
+typedef struct pl_adamw_coef {
+    float decay_f;  /* 1 - lr * wd (decoupled decay) */
+    float wd_f;     /* wd (coupled L2) */
+    float w1;       /* 1 - beta1, the lerp weight */
+    float b2, c2;   /* beta2, 1 - beta2 */
+    float neg_step; /* -lr / (1 - beta1^t) */
+    float bc2_sqrt; /* sqrt(1 - beta2^t) */
+    float eps;
+    int decay, l2, ams; /* flags */
+} pl_adamw_coef;
+
+/* The scalars of h (host only: pow in double as torch computes them). */
+static inline pl_adamw_coef pl_adamw_coef_of(const pl_adamw_hyper *h) {
+    pl_adamw_coef c;
+    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
+    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
+    c.decay = h->weight_decay != 0.0 && !h->l2;
+    c.l2 = h->weight_decay != 0.0 && h->l2;
+    c.decay_f = (float)(1.0 - h->lr * h->weight_decay);
+    c.wd_f = (float)h->weight_decay;
+    c.w1 = (float)(1.0 - h->beta1);
+    c.b2 = (float)h->beta2;
+    c.c2 = (float)(1.0 - h->beta2);
+    c.neg_step = (float)(-(h->lr / bc1));
+    c.bc2_sqrt = (float)sqrt(bc2);
+    c.eps = (float)h->eps;
+    c.ams = h->amsgrad;
+    return c;
+}
+
+/* Update element i in place: p, m, v (and vmax when c->ams; vmax may be
+ * NULL otherwise) from gradient g. */
+PL_HD static inline void pl_adamw_elem(const pl_adamw_coef *c, float *p, float g, float *m,
+                                       float *v, float *vmax) {
+    float pi = *p, gi = g;
+    if (c->decay) pi = pi * c->decay_f;
+    if (c->l2) gi = gi + c->wd_f * pi;
+    float mi = *m, d = gi - mi;
+    /* torch's lerp_: start + w (end - start) for w < 0.5, else end - (1 - w)(end - start) */
+    mi = c->w1 < 0.5f ? fmaf(c->w1, d, mi) : fmaf(c->w1 - 1.0f, d, gi);
+    float vi = *v * c->b2;
+    vi = vi + c->c2 * gi * gi;
+    float vu = vi;
+    if (c->ams) {
+        float vm = *vmax;
+        vu = (vi > vm || vi != vi) ? vi : vm; /* torch.maximum propagates NaN */
+        *vmax = vu;
+    }
+    float denom = sqrtf(vu) / c->bc2_sqrt + c->eps;
+    *m = mi;
+    *v = vi;
+    *p = pi + c->neg_step * mi / denom;
+}
+
+/* One SGD update of one tensor. */
+typedef struct pl_sgd_hyper {
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov;
+    bool first; /* true: the momentum buffer is initialised to the gradient */
+} pl_sgd_hyper;
+
+typedef struct pl_sgd_coef {
+    float wd_f, mu, keep, neg_lr; /* wd, momentum, 1 - dampening, -lr */
+    int wd, mom, first, nesterov; /* flags */
+} pl_sgd_coef;
+
+/* The scalars of h; `has_buf`: a momentum buffer is passed (momentum != 0). */
+static inline pl_sgd_coef pl_sgd_coef_of(const pl_sgd_hyper *h, bool has_buf) {
+    pl_sgd_coef c;
+    c.wd = h->weight_decay != 0.0;
+    c.wd_f = (float)h->weight_decay;
+    c.mom = h->momentum != 0.0 && has_buf;
+    c.mu = (float)h->momentum;
+    c.keep = (float)(1.0 - h->dampening);
+    c.neg_lr = (float)(-h->lr);
+    c.first = h->first;
+    c.nesterov = h->nesterov;
+    return c;
+}
+
+/* Update element p (and the momentum buffer element buf when c->mom; may be
+ * NULL otherwise) from gradient g. */
+PL_HD static inline void pl_sgd_elem(const pl_sgd_coef *c, float *p, float g, float *buf) {
+    float pi = *p, d = g;
+    if (c->wd) d = d + c->wd_f * pi;
+    if (c->mom) {
+        float b = c->first ? d : *buf * c->mu + c->keep * d;
+        *buf = b;
+        d = c->nesterov ? d + c->mu * b : b;
+    }
+    *p = pi + c->neg_lr * d;
+}
+
+/* torch.clamp(x, lo, hi) of one element: NaN stays NaN; the gradient passes
+ * where lo <= x <= hi (derivatives.yaml, clamp_backward). */
+PL_HD static inline float pl_clamp_elem(float x, float lo, float hi) {
+    return x < lo ? lo : (x > hi ? hi : x);
+}
+PL_HD static inline float pl_clamp_grad_elem(float x, float lo, float hi, float dy) {
+    return (x >= lo && x <= hi) ? dy : 0.0f;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,73 @@
+/* ops_optim.c - in-place optimizer updates (pl_adamw_step_, pl_sgd_step_,
+ * ops.h) dispatched to the tensors' backend, so an optimizer plugin never
+ * touches parameter memory from the host. The math is optim_math.h; the
+ * kernels are cpu/kernels_optim.c and the CUDA plugin's. */
+#include <string.h>
+
+#include "internal.h"
+#include "pipeline/optim_math.h"
+
+/* t is an f32 contiguous tensor of n elements on device d. */
+static pl_status check_state(const char *op, const char *pname, const char *what,
+                             const pl_tensor *t, int64_t n, pl_device d) {
+    char b[256];
+    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: parameter '%s': %s is NULL", op, pname, what);
+    if (t->dtype != PL_F32 || !pl_tensor_is_contiguous(t) || pl_tensor_numel(t) != n)
+        return pl_error_set(PL_ERR_SHAPE,
+                            "%s: parameter '%s': %s is %s, expected a contiguous f32 tensor of "
+                            "%lld elements",
+                            op, pname, what, pl_tensor_describe(t, b, sizeof b), (long long)n);
+    if (!pl_device_eq(t->device, d)) {
+        char d1[32], d2[32];
+        return pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': %s is on %s, the parameter on %s",
+                            op, pname, what, pl_device_str(t->device, d1, sizeof d1),
+                            pl_device_str(d, d2, sizeof d2));
+    }
+    return PL_OK;
+}
+
+static pl_status run_step(pl_kernel_args *k) {
+    pl_status s = pl_kernel_forward(k);
+    return s ? pl_error_prefix(s, "%s of parameter '%s'", pl_op_name(k->op), k->out[0]->name) : s;
+}
+
+pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                         pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
+                         const pl_adamw_hyper *h) {
+    if (!param || !h) return pl_error_set(PL_ERR_INVALID, "adamw_step: NULL parameter or hyper");
+    const char *nm = param->name;
+    int64_t n = pl_tensor_numel(param);
+    pl_status s = check_state("adamw_step", nm, "the parameter", param, n, param->device);
+    if (!s) s = check_state("adamw_step", nm, "its gradient", grad, n, param->device);
+    if (!s) s = check_state("adamw_step", nm, "exp_avg", exp_avg, n, param->device);
+    if (!s) s = check_state("adamw_step", nm, "exp_avg_sq", exp_avg_sq, n, param->device);
+    if (!s && h->amsgrad)
+        s = check_state("adamw_step", nm, "max_exp_avg_sq", max_exp_avg_sq, n, param->device);
+    if (s) return s;
+    if (h->step < 1)
+        return pl_error_set(PL_ERR_INVALID, "adamw_step: parameter '%s': step %lld, expected >= 1",
+                            nm, (long long)h->step);
+    pl_adamw_coef c = pl_adamw_coef_of(h);
+    pl_kernel_args k = {.op = PL_OP_ADAMW_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
+                        .n_out = h->amsgrad ? 4 : 3,
+                        .out = {param, exp_avg, exp_avg_sq, h->amsgrad ? max_exp_avg_sq : NULL}};
+    k.p.extra = &c;
+    return run_step(&k);
+}
+
+pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                       const pl_sgd_hyper *h) {
+    if (!param || !h) return pl_error_set(PL_ERR_INVALID, "sgd_step: NULL parameter or hyper");
+    const char *nm = param->name;
+    int64_t n = pl_tensor_numel(param);
+    pl_status s = check_state("sgd_step", nm, "the parameter", param, n, param->device);
+    if (!s) s = check_state("sgd_step", nm, "its gradient", grad, n, param->device);
+    if (!s && momentum_buf)
+        s = check_state("sgd_step", nm, "the momentum buffer", momentum_buf, n, param->device);
+    if (s) return s;
+    pl_sgd_coef c = pl_sgd_coef_of(h, momentum_buf != NULL);
+    pl_kernel_args k = {.op = PL_OP_SGD_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
+                        .n_out = momentum_buf ? 2 : 1, .out = {param, momentum_buf}};
+    k.p.extra = &c;
+    return run_step(&k);
+}
