@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# test_strict_configs.sh - every shipped config, short, on the strict device
+# (GPU-like memory the host cannot touch) and on the CPU: the strict run must
+# finish (any host access to device memory is a SIGSEGV there) and give the
+# CPU's validation and test metrics.
+#
+# Tolerance: relative 1e-5 (absolute 1e-7 near zero). The strict device runs
+# the CPU's kernels, so the two runs differ only where the core or a stage
+# takes a device path (a copy through the host, an op instead of a host loop);
+# those compute the same f32 values, so the metrics agree to the last bits in
+# practice and the tolerance only absorbs summation-order noise.
+#
+# Data: data/*.h5 of the repo when present, else converted from ../shared/data
+# into a temporary folder (tools/prepare_data.sh --use-shared); a config whose
+# data is missing is skipped with its reason (under CI=true a missing
+# MovieLens/Cora/Chicago source fails). teacher_llm runs on the tiny HF Llama
+# fixture (tests/data/hf_llama/gqa_tied) with a MovieLens-shaped file of 40
+# items, as test_llm_run.sh does.
+# usage: test_strict_configs.sh SOURCE_DIR BUILD_DIR [CONFIG_NAME...]
+set -euo pipefail
+src=$(cd "$1" && pwd)
+bin=$(cd "$2" && pwd)/core/pipeline
+shift 2
+only=("$@")
+tmp=$(mktemp -d /tmp/pl_test_strict_XXXXXX)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# ---- data ----------------------------------------------------------------------------------------
+mkdir -p "$tmp/data"
+for f in movielens.h5 chicago.h5 cora.h5 nci_tpsa.h5; do
+    [ -e "$src/data/$f" ] && ln -s "$src/data/$f" "$tmp/data/$f"
+done
+if [ ! -e "$tmp/data/movielens.h5" ] || [ ! -e "$tmp/data/chicago.h5" ] || [ ! -e "$tmp/data/cora.h5" ]; then
+    if [ -d "$src/../shared/data" ]; then
+        sh "$src/tools/prepare_data.sh" --use-shared --data-dir "$tmp/data" >"$tmp/prepare.log" 2>&1 ||
+            { cat "$tmp/prepare.log"; fail "prepare_data.sh --use-shared"; }
+    fi
+fi
+python3 - "$tmp/data/ml_tiny.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(0)
+N, U, L = 40, 24, 8
+seqs = [rng.integers(1, N + 1, size=rng.integers(5, 12)) for _ in range(U)]
+def rows(s):
+    s = s[-(L + 1):]
+    x = np.zeros(L, np.int32); y = np.zeros(L, np.int32)
+    x[L - len(s) + 1:] = s[:-1]; y[L - len(s) + 1:] = s[1:]
+    return x, y
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["num_items"] = np.int64(N)
+    tr = [rows(s[:-2]) for s in seqs]
+    g = f.create_group("train")
+    g["input_ids"] = np.stack([a for a, _ in tr]); g["labels"] = np.stack([b for _, b in tr])
+    for name, cut in (("val", 1), ("test", 0)):
+        g = f.create_group(name)
+        ctx = [s[:len(s) - cut - 1] for s in seqs]
+        x = np.zeros((U, L), np.int32)
+        for i, c in enumerate(ctx):
+            c = c[-L:]; x[i, L - len(c):] = c
+        g["input_ids"] = x
+        g["target"] = np.array([s[len(s) - cut - 1] for s in seqs], np.int32)
+        g["user_index"] = np.arange(U, dtype=np.int32)
+PY
+
+# ---- the configs and their short-run overrides ----------------------------------------------------
+short="trainer.max_epochs=1 trainer.early_stopping=false"
+declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
+                    [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5)
+declare -A extra=(
+    [gat_cora]=""
+    [gat_molecules]="trainer.limit_train_batches=0.1 trainer.limit_val_batches=0.2 trainer.limit_test_batches=0.2"
+    [lstm_chicago]="trainer.limit_train_batches=0.3"
+    [pretrain]="trainer.limit_train_batches=0.05"
+    [teacher]="trainer.limit_train_batches=0.05"
+    [teacher_llm]="data.path=data/ml_tiny.h5 data.history= data.batch_size=4 data.eval_batch_size=8
+                   model.backbone=$src/tests/data/hf_llama/gqa_tied model.item_dim=8 model.max_len=8
+                   model.export_top_k=5 pipeline.requires= trainer.init_from= trainer.limit_train_batches=1.0
+                   trainer.limit_val_batches=1.0 trainer.limit_test_batches=1.0 trainer.export=true"
+)
+
+cd "$tmp"
+ran=0
+for ini in "$src"/configs/*.ini; do
+    name=$(basename "$ini" .ini)
+    if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $name " ]]; then continue; fi
+    [ -n "${data_of[$name]+x}" ] || fail "$name: a shipped config this test does not know; add its data and short-run overrides here"
+    if [ ! -e "data/${data_of[$name]}" ]; then
+        if [ "${CI:-}" = true ] && [ "$name" != gat_molecules ]; then fail "$name: data/${data_of[$name]} missing"; fi
+        echo "SKIP $name: data/${data_of[$name]} not available (tools/prepare_data.sh)"
+        continue
+    fi
+    cp "$ini" "$tmp/$name.ini"
+    for dev in cpu strict; do
+        # a config that requires pretrain: its short pretrain run first, in this run_dir, and the
+        # chain replaced by an explicit init_from (a required config runs with its own settings)
+        chain=""
+        if grep -q '^requires *= *pretrain.ini' "$ini" && [[ " ${extra[$name]} " != *" pipeline.requires= "* ]]; then
+            # shellcheck disable=SC2086
+            "$bin" run "$src/configs/pretrain.ini" pipeline.device=$dev pipeline.run_dir="$tmp/runs_$dev" \
+                $short ${extra[pretrain]} >"$tmp/pretrain_for_${name}_$dev.log" 2>&1 ||
+                { tail -20 "$tmp/pretrain_for_${name}_$dev.log"; fail "$name: pretrain on $dev"; }
+            chain="pipeline.requires= trainer.init_from=$tmp/runs_$dev/pretrain/latest/checkpoints/best.safetensors"
+        fi
+        # shellcheck disable=SC2086
+        if ! "$bin" run "$tmp/$name.ini" pipeline.device=$dev pipeline.run_dir="$tmp/runs_$dev" $short \
+            ${extra[$name]} $chain >"$tmp/${name}_$dev.log" 2>&1; then
+            tail -20 "$tmp/${name}_$dev.log"
+            fail "$name on $dev (exit status above; on strict a SIGSEGV is host code touching device memory)"
+        fi
+    done
+    python3 - "$tmp/runs_cpu/$name/latest/summary.json" "$tmp/runs_strict/$name/latest/summary.json" "$name" <<'PY'
+import json, math, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+name = sys.argv[3]
+assert b["device"].startswith("strict"), f"{name}: the strict run reports device {b['device']}"
+bad, n = [], 0
+for part in ("val_metrics", "test_metrics"):
+    ma, mb = a.get(part) or {}, b.get(part) or {}
+    if set(ma) != set(mb):
+        bad.append(f"{part}: keys differ: cpu {sorted(ma)} strict {sorted(mb)}")
+    for k in sorted(set(ma) & set(mb)):
+        x, y = ma[k], mb[k]
+        if not isinstance(x, (int, float)):
+            continue
+        n += 1
+        if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > 1e-7 + 1e-5 * abs(x):
+            bad.append(f"{part}.{k}: cpu {x!r} strict {y!r}")
+if n == 0:
+    bad.append("no metrics to compare")
+if bad:
+    print(f"FAIL: {name}: strict device vs cpu:\n  " + "\n  ".join(bad))
+    sys.exit(1)
+print(f"ok {name}: {n} metrics equal on strict and cpu (rel 1e-5)")
+PY
+    ran=$((ran + 1))
+done
+[ $ran -gt 0 ] || fail "no config ran"
+echo "PASS: $ran configs on the strict device"
