@@ -704,6 +704,40 @@ START_TEST(activation_gradients) {
 }
 END_TEST
 
+/* ---- clamp ---------------------------------------------------------------------------- */
+
+static pl_tensor *f_clamp(pl_tensor **in, int n, void *ctx) { return pl_clamp(in[0], -0.5, 0.8); }
+
+/* torch.clamp(x, -0.5, 0.8): values, NaN kept, gradient 1 inside [min, max]
+ * (boundaries included, derivatives.yaml) and 0 outside; central differences
+ * away from the two kinks; min > max refused. */
+START_TEST(clamp_matches_torch) {
+    pl_frame_begin();
+    float v[6] = {-2.0f, -0.5f, 0.1f, 0.8f, 3.0f, NAN};
+    pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(6), v, PL_CPU);
+    pl_tensor_set_requires_grad(x, true);
+    pl_tensor *y = PL_CK_NOTNULL(pl_clamp(x, -0.5, 0.8));
+    const float want[5] = {-0.5f, -0.5f, 0.1f, 0.8f, 0.8f};
+    for (int i = 0; i < 5; i++) ck_assert_float_eq(pl_tensor_f32(y)[i], want[i]);
+    ck_assert(isnan(pl_tensor_f32(y)[5]));
+    pl_tensor *w = pl_tensor_from_data(PL_F32, PL_SHAPE(6), (float[]){1, 2, 3, 4, 5, 0}, PL_CPU);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(y, w), PL_ALL_DIMS, false), 1.0));
+    const float gwant[5] = {0, 2, 3, 4, 0};
+    for (int i = 0; i < 5; i++) ck_assert_float_eq(pl_tensor_f32(x->grad)[i], gwant[i]);
+    ck_assert_ptr_null(pl_clamp(x, 1.0, -1.0));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    pl_error_clear();
+    pl_frame_end();
+    pl_tensor *g = pl_test_randn(PL_SHAPE(7, 33), 94);
+    float *gd = pl_tensor_f32(g);
+    for (int i = 0; i < 231; i++)
+        if (fabsf(gd[i] + 0.5f) < 0.01f || fabsf(gd[i] - 0.8f) < 0.01f) gd[i] = 0.2f;
+    pl_tensor_set_requires_grad(g, true);
+    check_grad(f_clamp, &g, 1, NULL, "clamp");
+    pl_tensor_release(g);
+}
+END_TEST
+
 /* ---- softmax -------------------------------------------------------------------------- */
 
 static pl_tensor *f_softmax(pl_tensor **in, int n, void *ctx) {
@@ -1031,6 +1065,7 @@ int main(void) {
     tcase_add_test(tc, sum_and_mean_gradients);
     tcase_add_test(tc, activations_match_torch_formulas);
     tcase_add_test(tc, activation_gradients);
+    tcase_add_test(tc, clamp_matches_torch);
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);
     tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
