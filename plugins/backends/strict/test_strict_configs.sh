@@ -79,6 +79,33 @@ declare -A extra=(
                    trainer.limit_val_batches=1.0 trainer.limit_test_batches=1.0 trainer.export=true"
 )
 
+compare() { # NAME: the val/test metrics of runs_cpu/NAME and runs_strict/NAME agree
+    python3 - "$tmp/runs_cpu/$1/latest/summary.json" "$tmp/runs_strict/$1/latest/summary.json" "$1" <<'PY'
+import json, math, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+name = sys.argv[3]
+assert b["device"].startswith("strict"), f"{name}: the strict run reports device {b['device']}"
+bad, n = [], 0
+for part in ("val_metrics", "test_metrics"):
+    ma, mb = a.get(part) or {}, b.get(part) or {}
+    if set(ma) != set(mb):
+        bad.append(f"{part}: keys differ: cpu {sorted(ma)} strict {sorted(mb)}")
+    for k in sorted(set(ma) & set(mb)):
+        x, y = ma[k], mb[k]
+        if not isinstance(x, (int, float)):
+            continue
+        n += 1
+        if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > 1e-7 + 1e-5 * abs(x):
+            bad.append(f"{part}.{k}: cpu {x!r} strict {y!r}")
+if n == 0:
+    bad.append("no metrics to compare")
+if bad:
+    print(f"FAIL: {name}: strict device vs cpu:\n  " + "\n  ".join(bad))
+    sys.exit(1)
+print(f"ok {name}: {n} metrics equal on strict and cpu (rel 1e-5)")
+PY
+}
+
 cd "$tmp"
 ran=0
 for ini in "$src"/configs/*.ini; do
@@ -109,31 +136,30 @@ for ini in "$src"/configs/*.ini; do
             fail "$name on $dev (exit status above; on strict a SIGSEGV is host code touching device memory)"
         fi
     done
-    python3 - "$tmp/runs_cpu/$name/latest/summary.json" "$tmp/runs_strict/$name/latest/summary.json" "$name" <<'PY'
-import json, math, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-name = sys.argv[3]
-assert b["device"].startswith("strict"), f"{name}: the strict run reports device {b['device']}"
-bad, n = [], 0
-for part in ("val_metrics", "test_metrics"):
-    ma, mb = a.get(part) or {}, b.get(part) or {}
-    if set(ma) != set(mb):
-        bad.append(f"{part}: keys differ: cpu {sorted(ma)} strict {sorted(mb)}")
-    for k in sorted(set(ma) & set(mb)):
-        x, y = ma[k], mb[k]
-        if not isinstance(x, (int, float)):
-            continue
-        n += 1
-        if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > 1e-7 + 1e-5 * abs(x):
-            bad.append(f"{part}.{k}: cpu {x!r} strict {y!r}")
-if n == 0:
-    bad.append("no metrics to compare")
-if bad:
-    print(f"FAIL: {name}: strict device vs cpu:\n  " + "\n  ".join(bad))
-    sys.exit(1)
-print(f"ok {name}: {n} metrics equal on strict and cpu (rel 1e-5)")
-PY
+    compare "$name"
     ran=$((ran + 1))
 done
+# ---- variants: the other stages (precisions, sgd, swa, value clipping) on the strict device -------
+variant() { # NAME CONFIG OVERRIDES...
+    local vname=$1 cfg=$2
+    shift 2
+    if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $vname " ]]; then return 0; fi
+    [ -e "data/${data_of[$cfg]}" ] || { echo "SKIP $vname: data/${data_of[$cfg]} not available"; return 0; }
+    for dev in cpu strict; do
+        # shellcheck disable=SC2086
+        "$bin" run "$src/configs/$cfg.ini" pipeline.name=$vname pipeline.device=$dev \
+            pipeline.run_dir="$tmp/runs_$dev" $short ${extra[$cfg]} "$@" >"$tmp/${vname}_$dev.log" 2>&1 ||
+            { tail -20 "$tmp/${vname}_$dev.log"; fail "$vname on $dev"; }
+    done
+    compare "$vname"
+    ran=$((ran + 1))
+}
+teacher_short="pipeline.requires= trainer.init_from= trainer.export=false"
+variant teacher_bf16 teacher $teacher_short precision.plugin=bf16
+variant teacher_fp16 teacher $teacher_short precision.plugin=fp16
+variant teacher_qlora4 teacher $teacher_short precision.plugin=qlora4
+variant lstm_sgd_swa lstm_chicago optimizer.plugin=sgd optimizer.momentum=0.9 optimizer.nesterov=true \
+    averager.plugin=swa averager.swa_start_epoch=0 trainer.gradient_clip_algorithm=value \
+    trainer.gradient_clip_val=0.5
 [ $ran -gt 0 ] || fail "no config ran"
 echo "PASS: $ran configs on the strict device"
