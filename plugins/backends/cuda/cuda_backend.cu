@@ -644,6 +644,7 @@ static const pl_backend *cuda_table(void) {
         pl_kernel_table_set(t, PL_OP_MATMUL, k_matmul_fwd, k_matmul_bwd);
         pl_cuda_register_kernels(t);
         pl_cuda_register_nf4(t);
+        pl_cuda_register_optim(t);
 #ifdef PL_CUDA_HAVE_CUDNN
         pl_cuda_register_lstm(t);
 #endif

@@ -181,6 +181,7 @@ const char *pl_cu_blas_status(cublasStatus_t s);
  * copy / shape / matmul slots and calls the others). */
 void pl_cuda_register_kernels(pl_kernel_table *t); /* cuda_kernels.cu */
 void pl_cuda_register_nf4(pl_kernel_table *t);     /* cuda_nf4.cu: nf4_matmul */
+void pl_cuda_register_optim(pl_kernel_table *t);   /* cuda_optim.cu: clamp, adamw_step, sgd_step */
 #ifdef PL_CUDA_HAVE_CUDNN
 void pl_cuda_register_lstm(pl_kernel_table *t);    /* cuda_lstm.cu (cuDNN): lstm */
 #endif

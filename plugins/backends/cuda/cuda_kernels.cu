@@ -1309,6 +1309,6 @@ void pl_cuda_register_kernels(pl_kernel_table *t) {
     pl_kernel_table_set(t, PL_OP_DROPOUT, k_dropout_fwd, k_dropout_bwd);
     pl_kernel_table_set(t, PL_OP_ROPE, k_rope_fwd, k_rope_bwd);
     pl_kernel_table_set(t, PL_OP_CAUSAL_SOFTMAX, k_causal_softmax_fwd, k_causal_softmax_bwd);
-    /* NF4_MATMUL and LSTM stay NULL: the core reports them unsupported on cuda
-     * (PL_ERR_UNSUPPORTED naming op and backend) */
+    /* nf4_matmul, lstm and clamp / adamw_step / sgd_step are registered by
+     * cuda_nf4.cu, cuda_lstm.cu and cuda_optim.cu */
 }

@@ -20,12 +20,24 @@
  * the LOW nibble of byte e/2 when e is even, the HIGH nibble when odd; its
  * block is e / quant.block. Double-quantized absmax (u8 codes into the
  * signed dynamic map, f32 group scale per 256 blocks, one f32 mean) is
- * recovered on the device: absmax[b] = dyn[q8[b]] * scale[b / 256] + mean as
- * ONE fused multiply-add: the core's pl_nf4_block_absmax writes a*b + c in
- * gnu11, and gcc contracts it into an FMA under the default -march=native
- * (checked in the x86-64 disassembly), so the fused form is the CPU's
- * default numbers. A core built with PL_NATIVE=OFF on x86-64 rounds twice
- * and can differ from this by one ulp of absmax.
+ * recovered on the device.
+ *
+ * The element math is kernel_math.h's, the functions the CPU's
+ * pl_nf4_dequant_range_cpu / pl_nf4_block_absmax call: pl_nf4_decode (code
+ * table, nibble order, code * absmax), pl_bf16_rne / pl_f16_rne (rounding to
+ * x's dtype) and pl_nf4_dq_absmax (dyn[q8[b]] * scale[b / 256] + mean). That
+ * last one is a*b + c: gcc contracts it into one FMA under the core's
+ * default -march=native (gnu11, -ffp-contract=fast), and nvcc does the same
+ * under its default --fmad=true (k_nf4_absmax_dq is one fma.rn.f32 in the
+ * PTX), so both compute the fused form. A core built with PL_NATIVE=OFF on
+ * x86-64, or this plugin with --fmad=false, rounds twice and can differ by
+ * one ulp of absmax.
+ *
+ * Cost: pl_nf4_code keeps its 16 codes in a local constant array, which
+ * nvcc 13 places in local memory and re-initializes per element (a 64-byte
+ * stack frame in k_nf4_dequant; the switch this file had before needed
+ * none). Declaring that array `static const` in kernel_math.h would put it
+ * in read-only global memory (tried: no stack frame, ld.global.nc).
  */
 #include <limits.h>
 #include <pthread.h>
@@ -39,31 +51,7 @@
  * a whole projection of a 7B model fits in one panel. */
 #define NF4_PANEL_ELEMS ((int64_t)1 << 25)
 
-/* ---- the NF4 code table ------------------------------------------------------ */
-
-/* TODO(kernel_math): move to kernel_math.h */
-/* Value of the 4-bit NF4 code c: bitsandbytes' dDequantizeNF4 constants, the
- * same floats as pl_nf4_code_table() (checked once, nf4_tables_ready). */
-PL_HD static inline float pl_nf4_code_value(unsigned c) {
-    switch (c & 15u) {
-    case 0: return -1.0f;
-    case 1: return -0.6961928009986877f;
-    case 2: return -0.5250730514526367f;
-    case 3: return -0.39491748809814453f;
-    case 4: return -0.28444138169288635f;
-    case 5: return -0.18477343022823334f;
-    case 6: return -0.09105003625154495f;
-    case 7: return 0.0f;
-    case 8: return 0.07958029955625534f;
-    case 9: return 0.16093020141124725f;
-    case 10: return 0.24611230194568634f;
-    case 11: return 0.33791524171829224f;
-    case 12: return 0.44070982933044434f;
-    case 13: return 0.5626170039176941f;
-    case 14: return 0.7229568362236023f;
-    default: return 1.0f;
-    }
-}
+/* ---- the double-quantization map ---------------------------------------------- */
 
 /* The signed dynamic map of double quantization, pl_nf4_dynamic_map(),
  * uploaded once per device (constant memory is per device). */
@@ -71,18 +59,11 @@ __constant__ float c_nf4_dyn_map[256];
 static bool g_dyn_ready[PL_CUDA_MAX_DEVICES];
 static pthread_mutex_t g_dyn_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* The device-side code table must be the core's, bit for bit; the dynamic
- * map is copied from the core to the current device on first use. */
+/* The dynamic map is copied from the core to the current device on first
+ * use. (The 16 NF4 codes need no upload: pl_nf4_code holds them.) */
 static pl_status nf4_tables_ready(int dev) {
     if (dev < 0 || dev >= PL_CUDA_MAX_DEVICES)
         return pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul: device index %d out of range", dev);
-    const float *core = pl_nf4_code_table();
-    for (unsigned c = 0; c < 16; c++) {
-        float v = pl_nf4_code_value(c);
-        if (memcmp(&v, &core[c], sizeof v) != 0)
-            return pl_error_set(PL_ERR_INTERNAL, "cuda nf4_matmul: NF4 code %u is %.9g here but "
-                                "%.9g in the core's table", c, (double)v, (double)core[c]);
-    }
     pl_status st = PL_OK;
     pthread_mutex_lock(&g_dyn_mu);
     if (!g_dyn_ready[dev]) {
@@ -100,28 +81,27 @@ static pl_status nf4_tables_ready(int dev) {
 
 /* ---- kernels ---------------------------------------------------------------------- */
 
-/* absmax[b] = fma(dyn[q8[b]], scale[b / 256], mean), b < nb (see the top). */
+/* absmax[b] = dyn[q8[b]] * scale[b / 256] + mean (one FMA), b < nb (see the top). */
 __global__ void k_nf4_absmax_dq(float *absmax, const uint8_t *q8, const float *scale, float mean,
                                 int64_t nb) {
     GRID_LOOP(b, nb) {
-        absmax[b] = __fmaf_rn(c_nf4_dyn_map[q8[b]], scale[b / PL_NF4_DQ_BLOCK], mean);
+        absmax[b] = pl_nf4_dq_absmax(c_nf4_dyn_map[q8[b]], scale[b / PL_NF4_DQ_BLOCK], mean);
     }
 }
 
 /* dst[i] (dtype dst_dt, contiguous) = dequantized element e0 + i of the flat
  * weight, i < n: code * absmax in f32, rounded to `round_to` (bf16 / f16
- * rounding; f32 keeps the product), then stored as dst_dt. */
+ * rounding; f32 keeps the product), then stored as dst_dt. The CPU's
+ * pl_nf4_dequant_range_cpu, element for element. */
 __global__ void k_nf4_dequant(void *dst, int dst_dt, const uint8_t *codes, const float *absmax,
                               int64_t block, int64_t e0, int64_t n, int round_to) {
     GRID_LOOP(i, n) {
         int64_t e = e0 + i;
-        uint8_t byte = codes[e >> 1];
-        unsigned c = (e & 1) ? (unsigned)(byte >> 4) : (unsigned)(byte & 0x0f);
-        float v = __fmul_rn(pl_nf4_code_value(c), absmax[e / block]);
+        float v = pl_nf4_decode(codes, e, absmax[e / block]);
         if (round_to == PL_BF16)
-            v = pl_d_bf16_to_f32(pl_d_f32_to_bf16(v));
+            v = pl_bf16_rne(v);
         else if (round_to == PL_F16)
-            v = pl_d_f16_to_f32(pl_d_f32_to_f16(v));
+            v = pl_f16_rne(v);
         pl_d_stf(dst, dst_dt, i, v);
     }
 }

@@ -1,13 +1,15 @@
 /* test_cuda.c - the cuda backend plugin: loads through the registry, and on
  * a machine with a GPU round-trips memory, reports mem_info, pinned memory
  * and runs a small training-style graph (matmul + cross-entropy backward),
- * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax) and lstm (cuDNN,
- * both directions, initial states) against the CPU. Without a GPU every test skips with the reason. The
- * op-by-op comparison is tests/core/test_backend_conformance.c. */
+ * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax), lstm (cuDNN,
+ * both directions, initial states), clamp and ten AdamW / SGD steps against
+ * the CPU. Without a GPU every test skips with the reason. The op-by-op
+ * comparison is tests/core/test_backend_conformance.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "pipeline/optim_math.h"
 #include "pipeline/testing.h"
 #include "pl_test.h"
 
@@ -53,6 +55,12 @@ START_TEST(plugin_descriptor) {
 #else
     ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* built without cuDNN */
 #endif
+    ck_assert(pl_backend_supports(b, PL_OP_CLAMP, false));
+    ck_assert(pl_backend_supports(b, PL_OP_CLAMP, true));
+    ck_assert(pl_backend_supports(b, PL_OP_ADAMW_STEP, false));
+    ck_assert(pl_backend_supports(b, PL_OP_SGD_STEP, false));
+    ck_assert(!pl_backend_supports(b, PL_OP_ADAMW_STEP, true)); /* in place, no autograd */
+    ck_assert(!pl_backend_supports(b, PL_OP_SGD_STEP, true));
     /* ids it was not built with: NULL, no read past its table */
     ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
     ck_assert_ptr_null(b->kernel((pl_op)(PL_OP_COUNT + 100), true));
@@ -226,6 +234,89 @@ START_TEST(lstm_matches_cpu) {
 }
 END_TEST
 
+/* clamp to [-1, 1] forward and backward are bit-identical to the CPU,
+ * including the bounds themselves, +-inf and NaN (stays NaN; gradient 0). */
+START_TEST(clamp_matches_cpu) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    enum { N = 1000 };
+    float xv[N];
+    for (int i = 0; i < N; i++) xv[i] = (float)(i - N / 2) * 0.005f;
+    xv[0] = -1.0f, xv[1] = 1.0f, xv[2] = INFINITY, xv[3] = -INFINITY, xv[4] = NAN;
+    pl_tensor *y[2], *gx[2];
+    for (int k = 0; k < 2; k++) {
+        pl_device d = k ? gd : PL_CPU;
+        pl_frame_begin();
+        pl_tensor *x = pl_tensor_from_data(PL_F32, PL_SHAPE(N), xv, d);
+        pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(N), -1, 1, 41), PL_F32, d);
+        pl_tensor_set_requires_grad(x, true);
+        pl_tensor *out = PL_CK_NOTNULL(pl_clamp(x, -1.0, 1.0));
+        PL_CK_OK(pl_backward(pl_sum(pl_mul(out, r), PL_ALL_DIMS, false), 1.0));
+        y[k] = pl_tensor_retain(pl_tensor_to(out, PL_F32, PL_CPU));
+        gx[k] = pl_tensor_retain(pl_tensor_to(x->grad, PL_F32, PL_CPU));
+        pl_frame_end();
+    }
+    ck_assert(memcmp(pl_tensor_f32(y[0]), pl_tensor_f32(y[1]), N * sizeof(float)) == 0);
+    ck_assert(memcmp(pl_tensor_f32(gx[0]), pl_tensor_f32(gx[1]), N * sizeof(float)) == 0);
+    for (int k = 0; k < 2; k++) {
+        pl_tensor_release(y[k]);
+        pl_tensor_release(gx[k]);
+    }
+}
+END_TEST
+
+/* Ten in-place updates of a 70001-element parameter (many blocks, a partial
+ * last one): AdamW, Adam (l2), each with and without amsgrad, and SGD with
+ * dampened momentum, plain and nesterov. The parameter and every state tensor
+ * match the CPU. Both run optim_math.h's element functions; only the two
+ * compilers' FMA contractions may differ, hence a tolerance of a few ulps. */
+START_TEST(optimizer_steps_match_cpu) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    const int64_t n = 70001;
+    static const char *names[6] = {"adamw", "adam l2", "adamw amsgrad", "adam l2 amsgrad",
+                                   "sgd momentum", "sgd nesterov"};
+    static const char *states[4] = {"param", "exp_avg / momentum", "exp_avg_sq",
+                                    "max_exp_avg_sq"};
+    for (int variant = 0; variant < 6; variant++) {
+        bool sgd = variant >= 4;
+        int nst = sgd ? 2 : 4;
+        pl_tensor *res[2][4];
+        for (int k = 0; k < 2; k++) {
+            pl_device d = k ? gd : PL_CPU;
+            pl_frame_begin();
+            pl_tensor *st[4]; /* param, exp_avg (sgd: momentum buffer), exp_avg_sq, max */
+            st[0] = pl_tensor_to(pl_test_randn(PL_SHAPE(n), 31), PL_F32, d);
+            for (int j = 1; j < 4; j++) st[j] = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 1, &n, d));
+            for (int step = 1; step <= 10; step++) {
+                pl_tensor *g = pl_tensor_to(pl_test_randn(PL_SHAPE(n), 100 + step), PL_F32, d);
+                if (sgd) {
+                    pl_sgd_hyper h = {.lr = 0.05, .momentum = 0.9, .dampening = 0.1,
+                                      .weight_decay = 0.01, .nesterov = variant & 1,
+                                      .first = step == 1};
+                    PL_CK_OK(pl_sgd_step_(st[0], g, st[1], &h));
+                } else {
+                    pl_adamw_hyper h = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                        .weight_decay = 0.1, .l2 = variant & 1,
+                                        .amsgrad = variant & 2, .step = step};
+                    PL_CK_OK(pl_adamw_step_(st[0], g, st[1], st[2], h.amsgrad ? st[3] : NULL, &h));
+                }
+            }
+            for (int j = 0; j < nst; j++)
+                res[k][j] = pl_tensor_retain(pl_tensor_to(st[j], PL_F32, PL_CPU));
+            pl_frame_end();
+        }
+        for (int j = 0; j < nst; j++) {
+            double diff = pl_test_max_abs_diff(res[0][j], res[1][j]);
+            ck_assert_msg(diff <= 1e-6 * (1.0 + max_abs(res[0][j])), "%s: %s differs by %g",
+                          names[variant], states[j], diff);
+            pl_tensor_release(res[0][j]);
+            pl_tensor_release(res[1][j]);
+        }
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -235,6 +326,8 @@ int main(void) {
     tcase_add_test(tc, small_graph_matches_cpu);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
     tcase_add_test(tc, lstm_matches_cpu);
+    tcase_add_test(tc, clamp_matches_cpu);
+    tcase_add_test(tc, optimizer_steps_match_cpu);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
