@@ -16,8 +16,10 @@
  *   - float math through the C functions both libm and CUDA's device library
  *     have (expf, tanhf, erff, logf, sqrtf, log, sqrt, fabs, roundf,
  *     copysignf); a sum the CPU does in double is done in double here too;
- *   - no host static data: a table (the 16 NF4 codes) is a local constant
- *     array inside the function;
+ *   - no data outside the functions: a table (the 16 NF4 codes) is a
+ *     function-local `static const` array, which gcc puts in .rodata and
+ *     nvcc in read-only global memory (a plain local array would be rebuilt
+ *     in per-thread local memory on every call on the GPU);
  *   - no allocation, no error path, no function pointers (the CPU's OpenMP
  *     loops inline and vectorize these like the expression they replace).
  * The numerics are the CPU backend's, bit for bit (its test suite is the
@@ -603,7 +605,7 @@ PL_HD static inline float pl_rms_norm_gx(float gy, float x, float rstd, float m2
 
 /* The code value of 4-bit index c (0..15; higher bits ignored). */
 PL_HD static inline float pl_nf4_code(unsigned c) {
-    const float codes[16] = {PL_NF4_CODE_VALUES};
+    static const float codes[16] = {PL_NF4_CODE_VALUES};
     return codes[c & 15u];
 }
 

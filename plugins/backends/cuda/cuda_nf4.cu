@@ -33,11 +33,9 @@
  * x86-64, or this plugin with --fmad=false, rounds twice and can differ by
  * one ulp of absmax.
  *
- * Cost: pl_nf4_code keeps its 16 codes in a local constant array, which
- * nvcc 13 places in local memory and re-initializes per element (a 64-byte
- * stack frame in k_nf4_dequant; the switch this file had before needed
- * none). Declaring that array `static const` in kernel_math.h would put it
- * in read-only global memory (tried: no stack frame, ld.global.nc).
+ * Table: pl_nf4_code keeps its 16 codes in a function-local `static const`
+ * array, which nvcc places in read-only global memory (no stack frame,
+ * ld.global.nc; a plain local array was rebuilt in local memory per element).
  */
 #include <limits.h>
 #include <pthread.h>
