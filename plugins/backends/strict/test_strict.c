@@ -1,0 +1,124 @@
+/* test_strict.c - the strict device backend: it loads into the accelerator
+ * slot by name, its memory is reachable through copies and kernels only (a
+ * host read of a device tensor's data dies with SIGSEGV and a message naming
+ * the cause), its kernels give the CPU's bits, and device names parse and
+ * print with its name. Every shipped config on it: test_strict_configs.sh;
+ * every op: test_backend_conformance under PL_CONFORMANCE_BACKEND=strict. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pipeline/testing.h"
+#include "pl_test.h"
+
+static pl_device g_dev = {PL_DEVICE_CUDA, 0};
+
+static void load(void) { PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, "strict")); }
+
+/* Loaded by name; "strict" parses to the accelerator slot and prints back;
+ * "cuda" is refused while strict holds the slot, and so is loading cuda. */
+START_TEST(loads_and_names_devices) {
+    load();
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_str_eq(b->name, "strict");
+    pl_device d;
+    PL_CK_OK(pl_device_parse("strict", &d));
+    ck_assert(pl_device_eq(d, g_dev));
+    PL_CK_OK(pl_device_parse("strict:0", &d));
+    char buf[32];
+    ck_assert_str_eq(pl_device_str(d, buf, sizeof buf), "strict:0");
+    ck_assert_int_eq(pl_device_parse("cuda", &d), PL_ERR_DEVICE);
+    ck_assert_msg(strstr(pl_error_message(), "'strict'"), "%s", pl_error_message());
+    ck_assert_int_eq(pl_device_parse("strict:x", &d), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_harness_load_backend_named(PL_DEVICE_CUDA, "cuda"), PL_ERR_DEVICE);
+    ck_assert_msg(strstr(pl_error_message(), "already holds"), "%s", pl_error_message());
+    pl_error_clear();
+}
+END_TEST
+
+/* Copies in and out, memset, and a kernel: the CPU's values, bit for bit. */
+START_TEST(copies_and_kernels) {
+    load();
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(5, 7), 11), *w = pl_test_randn(PL_SHAPE(3, 7), 12);
+    pl_tensor *xd = PL_CK_NOTNULL(pl_tensor_to(x, PL_F32, g_dev));
+    pl_tensor *wd = PL_CK_NOTNULL(pl_tensor_to(w, PL_BF16, g_dev)); /* cast on the device */
+    pl_tensor *y = PL_CK_NOTNULL(pl_gelu(pl_linear(x, pl_cast(pl_cast(w, PL_BF16), PL_F32), NULL), false));
+    pl_tensor *yd = PL_CK_NOTNULL(pl_gelu(pl_linear(xd, pl_cast(wd, PL_F32), NULL), false));
+    ck_assert(pl_device_eq(yd->device, g_dev));
+    pl_tensor *yh = PL_CK_NOTNULL(pl_tensor_to(yd, PL_F32, PL_CPU));
+    ck_assert_double_eq(pl_test_max_abs_diff(y, yh), 0.0);
+    pl_tensor *z = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 1, (int64_t[]){1000}, g_dev));
+    ck_assert_double_eq(pl_tensor_item(pl_sum(z, PL_ALL_DIMS, false)), 0.0);
+    ck_assert_double_eq(pl_tensor_item(pl_sum(xd, PL_ALL_DIMS, false)),
+                        pl_tensor_item(pl_sum(x, PL_ALL_DIMS, false)));
+    pl_frame_end();
+}
+END_TEST
+
+/* Run fn in a child; its exit: the signal that killed it, -1 when it exited
+ * non-zero (AddressSanitizer's SEGV handler, which the backend's handler
+ * hands over to, reports and exits), 0 on a clean exit; and the first bytes
+ * of its stderr. */
+static int in_child(void (*fn)(void), char *err, size_t n) {
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(p[1], 2);
+        close(p[0]);
+        fn();
+        _exit(0);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(p[0], err + got, n - 1 - got)) > 0) got += (size_t)r;
+    err[got] = 0;
+    close(p[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) ? WTERMSIG(st) : (WEXITSTATUS(st) ? -1 : 0);
+}
+
+static volatile float g_sink;
+
+static void host_reads_device(void) {
+    load();
+    pl_tensor *xd = pl_tensor_to(pl_test_randn(PL_SHAPE(4, 4), 3), PL_F32, g_dev);
+    g_sink = ((float *)pl_tensor_data(xd))[5]; /* what a GPU would not allow */
+}
+
+static void host_reads_copy(void) {
+    load();
+    pl_tensor *xd = pl_tensor_to(pl_test_randn(PL_SHAPE(4, 4), 3), PL_F32, g_dev);
+    pl_tensor *h = pl_tensor_to(xd, PL_F32, PL_CPU);
+    g_sink = ((float *)pl_tensor_data(h))[5]; /* the right way: fine */
+}
+
+/* The host touching device memory dies with SIGSEGV and says why; the
+ * same read through a copy is fine. */
+START_TEST(host_access_crashes_with_a_message) {
+    char err[8192];
+    int sig = in_child(host_reads_device, err, sizeof err);
+    ck_assert_msg(sig == SIGSEGV || sig == -1, "expected SIGSEGV, got %d; stderr: %s", sig, err);
+    ck_assert_msg(strstr(err, "strict device: the host read or wrote device memory"), "stderr: %s",
+                  err);
+    sig = in_child(host_reads_copy, err, sizeof err);
+    ck_assert_msg(sig == 0, "a read through a copy died with signal %d: %s", sig, err);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("strict_backend");
+    TCase *tc = tcase_create("strict");
+    tcase_add_test(tc, loads_and_names_devices);
+    tcase_add_test(tc, copies_and_kernels);
+    tcase_add_test(tc, host_access_crashes_with_a_message);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
+}
