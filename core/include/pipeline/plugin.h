@@ -31,8 +31,10 @@ extern "C" {
 #endif
 
 #define PL_ABI_MAJOR 2
-/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_params_convert, pl_st_view */
-#define PL_ABI_MINOR 1
+/* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_params_convert, pl_st_view
+ * minor 2: ops clamp, adamw_step, sgd_step (pl_clamp, pl_adamw_step_,
+ *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device */
+#define PL_ABI_MINOR 2
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
