@@ -164,6 +164,18 @@ typedef struct pl_backend {
     void (*host_free_pinned)(void *ptr);
     /* required: the op kernels (see pl_kernel_lookup_fn) */
     pl_kernel_lookup_fn kernel;
+    /* ---- ABI 2.2 (read only when struct_size covers it; may be NULL) ----
+     * Host-to-device copy for a background thread (a loader's prefetch):
+     * copies nbytes from host src (pinned from host_alloc_pinned for a truly
+     * asynchronous copy) to device dst on a copy stream of its own, ordered
+     * after all work already issued on the compute stream (so a buffer that
+     * queued kernels still read is not overwritten), and returns when the copy
+     * has completed. The calling thread blocks; the compute stream does not,
+     * so the copy overlaps compute (the reports' ChunkDataLoader). After it
+     * returns, work issued later on the compute stream sees the data. NULL:
+     * callers use memcpy. */
+    pl_status (*memcpy_h2d_background)(void *dst, pl_device dst_dev, const void *src,
+                                       size_t nbytes);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 
@@ -171,6 +183,11 @@ typedef struct pl_backend {
 /* Size of the ABI 2.0 layout (up to and including `kernel`): the smallest
  * table pl_backend_register() accepts. Stays fixed when fields are appended. */
 #define PL_BACKEND_MIN_SIZE ((uint32_t)(offsetof(pl_backend, kernel) + sizeof(pl_kernel_lookup_fn)))
+
+/* Whether backend table b (built against some ABI 2.x backend.h) has the
+ * field `f`: fields appended after ABI 2.0 are read only when it does, e.g.
+ * `PL_BACKEND_HAS(b, memcpy_h2d_background) && b->memcpy_h2d_background`. */
+#define PL_BACKEND_HAS(b, f) ((b)->struct_size >= offsetof(pl_backend, f) + sizeof((b)->f))
 
 /* Register a backend for its device type (the CPU backend is registered by
  * the core). The table is borrowed and must outlive the process.

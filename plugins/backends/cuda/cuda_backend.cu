@@ -68,6 +68,36 @@ static pl_status cu_memcpy(void *dst, pl_device dd, const void *src, pl_device s
     return PL_OK;
 }
 
+/* One non-blocking copy stream per device (no implicit synchronization with
+ * the legacy default stream the kernels run on), created on first use. */
+#define PL_CU_MAX_DEVICES 16
+static cudaStream_t g_copy_stream[PL_CU_MAX_DEVICES];
+static pthread_mutex_t g_copy_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static pl_status cu_memcpy_h2d_background(void *dst, pl_device dd, const void *src, size_t n) {
+    if (n == 0) return PL_OK;
+    if (dd.type != PL_DEVICE_CUDA || dd.index < 0 || dd.index >= PL_CU_MAX_DEVICES)
+        return pl_error_set(PL_ERR_DEVICE, "cuda: background copy to a non-CUDA device");
+    CUDA_TRY(cudaSetDevice(dd.index));
+    pthread_mutex_lock(&g_copy_mu);
+    cudaError_t e = cudaSuccess;
+    if (!g_copy_stream[dd.index])
+        e = cudaStreamCreateWithFlags(&g_copy_stream[dd.index], cudaStreamNonBlocking);
+    cudaStream_t cs = g_copy_stream[dd.index];
+    pthread_mutex_unlock(&g_copy_mu);
+    CUDA_TRY(e);
+    /* after everything already issued on the compute (legacy default) stream */
+    cudaEvent_t issued;
+    CUDA_TRY(cudaEventCreateWithFlags(&issued, cudaEventDisableTiming));
+    e = cudaEventRecord(issued, 0);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(cs, issued, 0);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cs);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs);
+    cudaEventDestroy(issued);
+    CUDA_TRY(e);
+    return PL_OK;
+}
+
 static pl_status cu_memset(void *dst, pl_device dev, int v, size_t n) {
     if (n == 0) return PL_OK;
     CUDA_TRY(cudaSetDevice(dev.index));
@@ -629,6 +659,7 @@ static const pl_backend g_cuda = {
     cu_host_alloc,
     cu_host_free,
     cu_kernel,
+    cu_memcpy_h2d_background,
 };
 
 static const pl_backend *cuda_table(void) {

@@ -208,6 +208,17 @@ static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device s
     return s;
 }
 
+/* "Pinned" host memory is ordinary host memory here (the host may touch it,
+ * as it may touch cudaHostAlloc'd memory); it exercises the callers' pinned
+ * staging paths. */
+static void *st_host_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
+static void st_host_free(void *p) { free(p); }
+
+/* Synchronous here: every kernel has completed when it is issued. */
+static pl_status st_memcpy_h2d_background(void *dst, pl_device dd, const void *src, size_t n) {
+    return st_memcpy(dst, dd, src, PL_CPU, n);
+}
+
 static pl_status st_memset(void *dst, pl_device dev, int v, size_t n) {
     if (!n) return PL_OK;
     const void *b = NULL;
@@ -356,9 +367,10 @@ static const pl_backend g_strict = {
     .memset = st_memset,
     .synchronize = st_sync,
     .mem_info = st_mem_info,
-    .host_alloc_pinned = NULL,
-    .host_free_pinned = NULL,
+    .host_alloc_pinned = st_host_alloc,
+    .host_free_pinned = st_host_free,
     .kernel = st_kernel,
+    .memcpy_h2d_background = st_memcpy_h2d_background,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

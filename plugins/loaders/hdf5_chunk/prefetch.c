@@ -5,12 +5,38 @@
  * order into the other (double buffering). Resident mode has one buffer per
  * split, filled on the caller's thread at its first epoch. A chunk is read
  * field by field under the process-wide HDF5 lock, into host staging first
- * when the device is not the CPU.
+ * when the device is not the CPU: pinned memory from the backend, copied on
+ * the backend's copy stream (memcpy_h2d_background, ordered after the
+ * kernels already issued), so on a GPU the next chunk's transfer overlaps the
+ * current chunk's compute.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "hdf5_chunk.h"
+
+static void free_pinned(void *data, void *ctx) { ((const pl_backend *)ctx)->host_free_pinned(data); }
+
+/* Host staging for one field of a chunk: pinned memory from the backend when
+ * it has it (so the copy to the device can run asynchronously), else
+ * ordinary host memory. Owned by the caller. */
+static pl_tensor *stage_tensor(loader *L, pl_dtype dt, int ndim, const int64_t *shape) {
+    const pl_backend *be = pl_backend_get(L->dev.type);
+    if (be && be->host_alloc_pinned && be->host_free_pinned) {
+        int64_t n = 1;
+        for (int d = 0; d < ndim; d++) n *= shape[d];
+        void *p = be->host_alloc_pinned(pl_dtype_nbytes(dt, n) ? pl_dtype_nbytes(dt, n) : 1);
+        if (p) {
+            pl_frame_begin(); /* ours, whatever frame the caller has open */
+            pl_tensor *t = pl_tensor_from_external(dt, ndim, shape, p, free_pinned, (void *)be);
+            if (t) pl_frame_keep(t);
+            pl_frame_end();
+            if (!t) be->host_free_pinned(p);
+            return t;
+        }
+    }
+    return h5c_new_tensor(dt, ndim, shape, PL_CPU);
+}
 
 pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t rows) {
     b->split = -1;
@@ -24,7 +50,7 @@ pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t 
                                    s->f[i].dset);
         pl_tensor_set_name(b->t[i], "%s", s->f[i].dset);
         if (!pl_device_eq(L->dev, PL_CPU)) {
-            b->stage[i] = h5c_new_tensor(s->f[i].dt, s->f[i].ndim, shape, PL_CPU);
+            b->stage[i] = stage_tensor(L, s->f[i].dt, s->f[i].ndim, shape);
             if (!b->stage[i]) return pl_error_status();
         }
     }
@@ -51,12 +77,17 @@ pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
                              pl_tensor_data(dst));
     }
     pl_h5_unlock();
-    for (int i = 0; i < s->nf && !st; i++) {
-        if (!b->stage[i]) continue;
-        const pl_backend *be = pl_backend_get(L->dev.type);
-        st = be ? be->memcpy(pl_tensor_data(b->t[i]), L->dev, pl_tensor_data(b->stage[i]), PL_CPU,
-                             (size_t)n * s->f[i].row_bytes)
-                : pl_error_status();
+    /* to the device on the backend's copy stream when it has one (this runs on
+     * the prefetch thread: the copy overlaps the compute of the current chunk) */
+    const pl_backend *be = b->stage[0] ? pl_backend_get(L->dev.type) : NULL;
+    if (b->stage[0] && !be) st = st ? st : pl_error_status();
+    for (int i = 0; i < s->nf && !st && be; i++) {
+        void *dst = pl_tensor_data(b->t[i]);
+        const void *src = pl_tensor_data(b->stage[i]);
+        size_t nb = (size_t)n * s->f[i].row_bytes;
+        st = PL_BACKEND_HAS(be, memcpy_h2d_background) && be->memcpy_h2d_background
+                 ? be->memcpy_h2d_background(dst, L->dev, src, nb)
+                 : be->memcpy(dst, L->dev, src, PL_CPU, nb);
     }
     if (!st) {
         b->split = si;
