@@ -15,6 +15,9 @@ static const pl_option_spec pipeline_schema[] = {
     {"device", PL_OPT_CHOICE, "cpu", PL_NO_BOUNDS, "cpu|cuda|strict|auto",
      "device to train on (auto: cuda when a CUDA backend plugin finds a GPU; strict: the "
      "GPU-like emulation on the CPU that crashes on host access to device memory)"},
+    {"allow_tf32", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "let f32 GEMMs on a GPU use TF32 tensor cores (10-bit mantissa inputs, f32 accumulation; "
+     "torch.backends.cuda.matmul.allow_tf32, off by default as in PyTorch); no effect on the CPU"},
     {"seed", PL_OPT_INT, "42", 0, 9007199254740992.0, NULL,
      "global seed (weights init, shuffling, dropout)"},
     {"requires", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,

@@ -736,6 +736,19 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         pl_error_clear();
     }
     if (pl_device_parse(dev, &t->ctx.device)) return fail(t, 2);
+    if (t->ctx.device.type != PL_DEVICE_CPU) {
+        /* run-wide backend settings (allow_tf32: off by default, as in PyTorch) */
+        const pl_backend *be = pl_backend_get(t->ctx.device.type);
+        bool tf32 = pl_cfg_bool(t->pipe, "allow_tf32", false);
+        pl_status so = PL_ERR_UNSUPPORTED;
+        if (be && PL_BACKEND_HAS(be, set_option) && be->set_option)
+            so = be->set_option("allow_tf32", tf32 ? "true" : "false");
+        if (so && so != PL_ERR_UNSUPPORTED) return fail(t, 2);
+        if (so && tf32)
+            printf("allow_tf32 = true: backend '%s' has no TF32 setting; f32 GEMMs stay f32\n",
+                   be ? be->name : "?");
+        pl_error_clear();
+    }
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
     t->ctx.meta = pl_meta_new();
     t->ctx.params = pl_params_new();

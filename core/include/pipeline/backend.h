@@ -176,6 +176,12 @@ typedef struct pl_backend {
      * callers use memcpy. */
     pl_status (*memcpy_h2d_background)(void *dst, pl_device dst_dev, const void *src,
                                        size_t nbytes);
+    /* A run-wide backend setting from the config, e.g. ("allow_tf32", "true"):
+     * PyTorch's torch.backends.cuda.matmul.allow_tf32, off by default. Called
+     * by the trainer before any op; PL_ERR_UNSUPPORTED for a key the backend
+     * does not know (the trainer ignores that for keys that are no-ops on
+     * such a device). NULL: no settings. */
+    pl_status (*set_option)(const char *key, const char *value);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 

@@ -472,6 +472,18 @@ static pl_status k_concat_bwd(const pl_kernel_args *a) {
 
 /* ---- matmul (cuBLAS, row-major via C^T = B^T A^T) ------------------------------------------ */
 
+/* [pipeline] allow_tf32 (set_option): f32 x f32 GEMMs may use TF32 tensor
+ * cores. Off by default (torch.backends.cuda.matmul.allow_tf32 = False). */
+static bool g_allow_tf32;
+
+static pl_status cu_set_option(const char *key, const char *value) {
+    if (!strcmp(key, "allow_tf32")) {
+        g_allow_tf32 = !strcmp(value, "true") || !strcmp(value, "1");
+        return PL_OK;
+    }
+    return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);
+}
+
 static cudaDataType_t cu_type(pl_dtype dt) {
     return dt == PL_BF16 ? CUDA_R_16BF : dt == PL_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
@@ -493,7 +505,9 @@ static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t 
     cublasStatus_t s = cublasGemmStridedBatchedEx(
         h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
         &alpha, B, bt, ldb, sB, A, at, lda, sA, &beta, C, ct, (int)N, sC, (int)batch,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        g_allow_tf32 && at == CUDA_R_32F && bt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                             : CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
     if (s != CUBLAS_STATUS_SUCCESS)
         return pl_error_set(PL_ERR_DEVICE, "cuda matmul: cublasGemmStridedBatchedEx failed: %s",
                             blas_str(s));
@@ -660,6 +674,7 @@ static const pl_backend g_cuda = {
     cu_host_free,
     cu_kernel,
     cu_memcpy_h2d_background,
+    cu_set_option,
 };
 
 static const pl_backend *cuda_table(void) {

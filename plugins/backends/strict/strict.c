@@ -214,6 +214,13 @@ static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device s
 static void *st_host_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
 static void st_host_free(void *p) { free(p); }
 
+/* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32). */
+static pl_status st_set_option(const char *key, const char *value) {
+    (void)value;
+    if (!strcmp(key, "allow_tf32")) return PL_OK;
+    return pl_error_set(PL_ERR_UNSUPPORTED, "strict backend: no setting '%s'", key);
+}
+
 /* Synchronous here: every kernel has completed when it is issued. */
 static pl_status st_memcpy_h2d_background(void *dst, pl_device dd, const void *src, size_t n) {
     return st_memcpy(dst, dd, src, PL_CPU, n);
@@ -371,6 +378,7 @@ static const pl_backend g_strict = {
     .host_free_pinned = st_host_free,
     .kernel = st_kernel,
     .memcpy_h2d_background = st_memcpy_h2d_background,
+    .set_option = st_set_option,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

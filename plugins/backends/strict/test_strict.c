@@ -24,6 +24,11 @@ START_TEST(loads_and_names_devices) {
     const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
     ck_assert_ptr_nonnull(b);
     ck_assert_str_eq(b->name, "strict");
+    /* the ABI 2.2 fields: background copies and run-wide settings */
+    ck_assert(PL_BACKEND_HAS(b, set_option) && b->set_option && b->memcpy_h2d_background);
+    PL_CK_OK(b->set_option("allow_tf32", "true"));
+    ck_assert_int_eq(b->set_option("no_such_setting", "1"), PL_ERR_UNSUPPORTED);
+    pl_error_clear();
     pl_device d;
     PL_CK_OK(pl_device_parse("strict", &d));
     ck_assert(pl_device_eq(d, g_dev));
