@@ -30,7 +30,8 @@ void tr_write_summary(trainer *t, int status) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "config", pl_config_path(t->cfg));
     cJSON_AddStringToObject(o, "run_dir", t->run_dir);
-    cJSON_AddStringToObject(o, "status", status ? "failed" : "ok");
+    cJSON_AddStringToObject(o, "status",
+                            t->interrupted ? "interrupted" : status ? "failed" : "ok");
     cJSON_AddNumberToObject(o, "total_wall_seconds", tr_now() - t->t_start);
     cJSON_AddNumberToObject(o, "fit_seconds", t->fit_s);
     cJSON *ep = cJSON_AddArrayToObject(o, "epoch_seconds");

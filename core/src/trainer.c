@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -380,6 +381,46 @@ static pl_status save_step_checkpoint(trainer *t) {
     return st;
 }
 
+/* ---- SIGINT / SIGTERM (Lightning's graceful interrupt) -------------------------------------
+ * The first signal is noted; the training loop finishes the optimizer step in
+ * progress, writes `last` (mid-epoch: --resume last continues at the next
+ * batch) and summary.json with status "interrupted", skips test and export,
+ * and the process exits 128 + the signal (130, 143). A second signal aborts
+ * at once (the default action). */
+static volatile sig_atomic_t g_signal;
+static struct sigaction g_prev_int, g_prev_term;
+
+static void on_signal(int sig) {
+    if (g_signal) {
+        /* second signal: give up at once */
+        sigaction(SIGINT, &g_prev_int, NULL);
+        sigaction(SIGTERM, &g_prev_term, NULL);
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_signal = sig;
+    static const char msg[] = "\ninterrupted: finishing this step, then saving the last "
+                              "checkpoint and summary (again to abort now)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void signals_install(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    g_signal = 0;
+    sigaction(SIGINT, &sa, &g_prev_int);
+    sigaction(SIGTERM, &sa, &g_prev_term);
+}
+
+static void signals_restore(void) {
+    sigaction(SIGINT, &g_prev_int, NULL);
+    sigaction(SIGTERM, &g_prev_term, NULL);
+}
+
 static pl_status fit(trainer *t) {
     const pl_loader_vtable *L = LOADER(t);
     int64_t nb_full = L->num_batches(t->loader.self, PL_SPLIT_TRAIN);
@@ -498,7 +539,18 @@ static pl_status fit(trainer *t) {
                 t->step % t->ckpt_every_steps == 0)
                 st = save_step_checkpoint(t);
             if (t->max_steps >= 0 && t->step >= t->max_steps) break;
+            if (g_signal && pending == 0 && !st) {
+                /* at an optimizer-step boundary: last records the next batch */
+                t->interrupted = g_signal;
+                if (t->tty) printf("\n");
+                tr_log(t, "interrupted (signal %d) at epoch %lld batch %lld, step %lld: saving "
+                       "%s\n", (int)g_signal, (long long)t->epoch, (long long)t->batch,
+                       (long long)t->step, t->last_path);
+                st = tr_save_checkpoint(t, t->last_path);
+                break;
+            }
         }
+        if (t->interrupted) break;
         t->batch = 0;
         t->accum_pending = 0;
         if (st) break;
@@ -857,13 +909,21 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         }
     }
     if (!st) count_parameter_bytes(t);
+    signals_install();
     if (!st) st = fit(t);
-    if (!st && t->do_test) st = run_test(t);
-    if (!st && t->do_export) st = run_export(t);
-    code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : 0;
+    /* a signal during validation, test or export: the phase ends, the next is skipped */
+    if (!st && g_signal) t->interrupted = g_signal;
+    if (!st && t->do_test && !t->interrupted) st = run_test(t);
+    if (!st && g_signal) t->interrupted = g_signal;
+    if (!st && t->do_export && !t->interrupted) st = run_export(t);
+    code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
     tr_write_summary(t, code);
+    signals_restore();
     if (st) fail(t, code);
+    if (!st && t->interrupted)
+        tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
+               pl_config_path(cfg));
 
     stage_destroy(&t->avg);
     for (int k = t->n_sched - 1; k >= 0; k--) stage_destroy(&t->sched[k]);

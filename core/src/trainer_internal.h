@@ -85,6 +85,7 @@ typedef struct trainer {
     double load_s;
     size_t load_peak_rss; /* process peak resident bytes at that point */
     bool stopped_early;
+    int interrupted; /* SIGINT / SIGTERM received and honoured: the signal number */
     bool epoch_done; /* validating at the end of an epoch: checkpoints record the next one */
 } trainer;
 
