@@ -54,7 +54,7 @@ static const char *general_help =
     "                 list every plugin found, or one plugin's options\n"
     "  plot RUN_DIR [OUT.svg]\n"
     "                 draw the run's metrics.csv curves (loss, lr, metrics) to RUN_DIR/plot.svg\n"
-    "  help [COMMAND] this text, or one command's\n"
+    "  help [COMMAND] this text, or one command's usage\n"
     "  --version      print the version\n"
     "\n"
     "Plugins are searched in: --plugin-path DIRs, PIPELINE_PLUGIN_PATH (colon-separated),\n"
@@ -85,14 +85,37 @@ static const char *plugins_help =
     "plugins that were refused are listed with the reason. With NAME: that plugin's\n"
     "options (name, type, default, allowed values, description).\n";
 
+static const char *plot_help =
+    "usage: pipeline plot RUN_DIR [OUT.svg]\n"
+    "\n"
+    "Draws the curves of RUN_DIR/metrics.csv (train loss, lr, grad norm, validation and\n"
+    "test metrics: one panel per key, against the optimizer step) into an SVG file,\n"
+    "RUN_DIR/plot.svg unless OUT.svg is given.\n";
+
+static const char *version_help =
+    "usage: pipeline --version\n"
+    "\n"
+    "Prints pipeline's version and the plugin ABI (major.minor) it provides.\n";
+
+static const char *help_help =
+    "usage: pipeline help [COMMAND]\n"
+    "\n"
+    "Without COMMAND: every command in one line each. With COMMAND (run, check, plugins,\n"
+    "plot, help, version): that command's usage. `pipeline COMMAND --help` says the same\n"
+    "for run, check, plugins and plot.\n";
+
 static int cmd_help(int argc, char **argv) {
     const char *c = argc > 0 ? argv[0] : NULL;
     if (!c) fputs(general_help, stdout);
     else if (strcmp(c, "run") == 0) fputs(run_help, stdout);
     else if (strcmp(c, "check") == 0) fputs(check_help, stdout);
     else if (strcmp(c, "plugins") == 0) fputs(plugins_help, stdout);
-    else if (strcmp(c, "help") == 0) fputs(general_help, stdout);
-    else return usage_error(NULL, "unknown command '%s'", c);
+    else if (strcmp(c, "plot") == 0) fputs(plot_help, stdout);
+    else if (strcmp(c, "help") == 0) fputs(help_help, stdout);
+    else if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) fputs(version_help, stdout);
+    else
+        return usage_error(NULL, "unknown command '%s' (commands: run, check, plugins, plot, help, "
+                           "version)", c);
     return 0;
 }
 
@@ -392,7 +415,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) {
-        if (argc < 3 || argc > 4) return usage_error(NULL, "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
+        if (argc == 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
+            fputs(plot_help, stdout);
+            return 0;
+        }
+        if (argc < 3 || argc > 4)
+            return usage_error("plot", "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
         char out[4096];
         if (pl_plot_run(argv[2], argc == 4 ? argv[3] : NULL, out, sizeof out)) {
             report_error("plot failed");

@@ -23,6 +23,9 @@ static const pl_option_spec pipeline_schema[] = {
     {"requires", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "space/comma-separated INI files whose runs this one needs (relative to this file)"},
     {"threads", PL_OPT_INT, "0", 0, 4096, NULL, "CPU threads (0: OpenMP default)"},
+    {"verbose", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "plugins print what they do (pl_run_context.verbose: plateau's lr reductions, precision "
+     "conversions, loader sizes) to the terminal and log.txt"},
     PL_OPTIONS_END};
 
 static const pl_option_spec trainer_schema[] = {

@@ -309,6 +309,11 @@ static bool regular_file(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* "a" or "an" before a kind name ("an optimizer", "a loader") */
+static const char *article(const char *word) {
+    return word[0] && strchr("aeiou", word[0]) ? "an" : "a";
+}
+
 pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind kind,
                                const char *section, const char *origin,
                                const pl_plugin_desc **desc) {
@@ -364,13 +369,12 @@ pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind 
                             where, first, L->desc->name, name);
     }
     if (kind != PL_KIND_COUNT && L->desc->kind != kind) {
-        pl_hint_set("'%s' belongs in a [%s] section; pick a %s plugin for [%s] (see `pipeline "
+        const char *is = pl_plugin_kind_name(L->desc->kind), *want = pl_plugin_kind_name(kind);
+        pl_hint_set("'%s' belongs in %s [%s] section; pick %s %s plugin for [%s] (see `pipeline "
                     "plugins`)",
-                    name, pl_plugin_kind_name(L->desc->kind), pl_plugin_kind_name(kind),
-                    section ? section : pl_plugin_kind_name(kind));
-        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' (%s) is a %s plugin, expected a %s plugin",
-                            where, name, first, pl_plugin_kind_name(L->desc->kind),
-                            pl_plugin_kind_name(kind));
+                    name, article(is), is, article(want), want, section ? section : want);
+        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' (%s) is %s %s plugin, expected %s %s plugin",
+                            where, name, first, article(is), is, article(want), want);
     }
     if (desc) *desc = L->desc;
     return PL_OK;

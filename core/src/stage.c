@@ -66,13 +66,13 @@ pl_status pl_stage_fns_of(const pl_plugin_desc *d, const char *where, pl_stage_f
     create_fn c = vt ? *(const create_fn *)vt : NULL;
     destroy_fn x = vt ? ((const destroy_fn *)vt)[1] : NULL;
     if (!c || !x)
-        return pl_error_set(PL_ERR_ABI, "plugin '%s'%s%s%s has no %s; it cannot run as a %s stage",
+        return pl_error_set(PL_ERR_ABI, "plugin '%s'%s%s%s has no %s; it cannot run as the %s stage",
                             d->name, where ? " (" : "", where ? where : "", where ? ")" : "",
                             !vt ? "vtable" : "create/destroy function",
                             pl_plugin_kind_name(d->kind));
     const char *missing = missing_member(d->kind, vt);
     if (missing)
-        return pl_error_set(PL_ERR_ABI, "plugin '%s'%s%s%s: required function '%s' of a %s vtable "
+        return pl_error_set(PL_ERR_ABI, "plugin '%s'%s%s%s: required function '%s' of the %s vtable "
                             "is NULL", d->name, where ? " (" : "", where ? where : "",
                             where ? ")" : "", missing, pl_plugin_kind_name(d->kind));
     out->create = c;

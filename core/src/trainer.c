@@ -71,19 +71,47 @@ size_t tr_peak_rss_bytes(void) {
     return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
 }
 
+void tr_progress_clear(trainer *t) {
+    if (!t->progress_shown) return;
+    fputs("\r\033[K", stdout);
+    t->progress_shown = false;
+}
+
+static void tr_vlog(trainer *t, const char *fmt, va_list ap) {
+    va_list aq;
+    va_copy(aq, ap);
+    tr_progress_clear(t);
+    vprintf(fmt, ap);
+    fflush(stdout);
+    if (t->log) {
+        vfprintf(t->log, fmt, aq);
+        fflush(t->log);
+    }
+    va_end(aq);
+}
+
 void tr_log(trainer *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    if (t->tty) fputs("\r\033[K", stdout);
-    vprintf(fmt, ap);
+    tr_vlog(t, fmt, ap);
     va_end(ap);
-    fflush(stdout);
-    if (t->log) {
-        va_start(ap, fmt);
-        vfprintf(t->log, fmt, ap);
-        va_end(ap);
-        fflush(t->log);
-    }
+}
+
+/* the run pl_message writes into (NULL outside pl_trainer_run: stderr only) */
+static trainer *g_log_run;
+
+void pl_message(const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    size_t n = strlen(line);
+    const char *nl = n && line[n - 1] == '\n' ? "" : "\n";
+    if (g_log_run)
+        tr_log(g_log_run, "%s%s", line, nl);
+    else
+        fprintf(stderr, "%s%s", line, nl);
 }
 
 int tr_mkdir_p(const char *path) {
@@ -247,15 +275,18 @@ static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, double
     return st;
 }
 
-void tr_print_metrics(trainer *t, const char *prefix, const pl_metrics *m) {
+void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const pl_metrics *m) {
+    /* one line, printed at once, so the terminal shows it whole */
+    char line[4096];
+    size_t n = (size_t)snprintf(line, sizeof line, "%s", heading);
     for (int i = 0; i < m->n; i++) {
         char key[96];
         snprintf(key, sizeof key, "%s_%s", prefix, m->name[i]);
         double v = m->count[i] ? m->sum[i] / m->count[i] : NAN;
-        tr_log(t, "%s%s %.5f", i ? "  " : "  ", key, v);
+        if (n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, "  %s %.5f", key, v);
         tr_metric_row(t, key, v);
     }
-    tr_log(t, "\n");
+    tr_log(t, "%s\n", line);
 }
 
 static double monitored(trainer *t, const pl_metrics *val, bool *found) {
@@ -287,9 +318,10 @@ static pl_status validate(trainer *t, bool *stop) {
     pl_status st = evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
     if (!st) st = check_finite("validation", &t->last_val);
     if (st) return st;
-    tr_log(t, "epoch %lld step %lld validation (%.1fs):", (long long)t->epoch, (long long)t->step,
-          tr_now() - t0);
-    tr_print_metrics(t, "val", &t->last_val);
+    char heading[128];
+    snprintf(heading, sizeof heading, "epoch %lld step %lld validation (%.1fs):",
+             (long long)t->epoch, (long long)t->step, tr_now() - t0);
+    tr_print_metrics(t, heading, "val", &t->last_val);
     bool found;
     double v = monitored(t, &t->last_val, &found);
     if (!found) return PL_OK;
@@ -343,21 +375,70 @@ static void count_parameter_bytes(trainer *t) {
 
 /* ---- fit ---------------------------------------------------------------------------------- */
 
-/* b0: the batch this process started the epoch at (> 0 after a mid-epoch resume) */
+/* Training batches the fit plans, counted from epoch 0 batch 0: max_epochs
+ * epochs of nb batches, fewer when max_steps ends it first (an optimizer step
+ * every `accum` batches and at each epoch's end); -1 when neither bounds it.
+ * Early stopping may end the run sooner. */
+static int64_t planned_batches(const trainer *t, int64_t nb) {
+    int64_t total = t->max_epochs < INT64_MAX / 4 ? t->max_epochs * nb : -1;
+    if (t->max_steps >= 0) {
+        int64_t spe = (nb + t->accum - 1) / t->accum;
+        int64_t q = t->max_steps / spe, r = t->max_steps % spe;
+        int64_t by_steps = q < INT64_MAX / 4 / nb ? q * nb + r * t->accum : INT64_MAX / 4;
+        if (total < 0 || by_steps < total) total = by_steps;
+    }
+    return total;
+}
+
+/* "M:SS" or "H:MM:SS" (as tqdm), "?" when unknown */
+static const char *format_duration(char *buf, size_t n, double s) {
+    if (!(s >= 0) || s > 1e9) {
+        snprintf(buf, n, "?");
+        return buf;
+    }
+    long long x = (long long)(s + 0.5);
+    if (x >= 3600)
+        snprintf(buf, n, "%lld:%02lld:%02lld", x / 3600, x / 60 % 60, x % 60);
+    else
+        snprintf(buf, n, "%lld:%02lld", x / 60, x % 60);
+    return buf;
+}
+
+/* The progress line after batch b of nb (b0: the batch this process started
+ * the epoch at, > 0 after a mid-epoch resume). Epochs are 0-based indices,
+ * as everywhere (Lightning's convention): "epoch 3/9" is the fourth of ten,
+ * 9 the index of the last epoch planned; "batch 5/20" counts the epoch's
+ * batches done. On a terminal it is one line refreshed in place; otherwise a
+ * line every log_every_n_steps optimizer steps and at the epoch's end. */
 static void progress(trainer *t, int64_t b0, int64_t b, int64_t nb, double t_epoch0, double loss,
                      double lr) {
-    double el = tr_now() - t_epoch0;
+    bool show = t->tty || (t->step % t->log_every) == 0 || b + 1 == nb;
+    if (!show) return;
+    double now = tr_now(), el = now - t_epoch0;
     double ips = el > 0 ? (double)(b + 1 - b0) / el : 0;
-    double eta = ips > 0 ? (double)(nb - b - 1) / ips : 0;
+    double eta = ips > 0 ? (double)(nb - b - 1) / ips : -1;
+    /* whole run: batches left at this process's rate, validations included */
+    int64_t total = planned_batches(t, nb), at = t->epoch * nb + b + 1;
+    double run_el = now - t->fit_t0;
+    double run_rate = run_el > 0 ? (double)(at - t->fit_batch0) / run_el : 0;
+    double run_eta = total >= 0 && run_rate > 0 ? (double)(total > at ? total - at : 0) / run_rate
+                                                : -1;
+    char ep[48], e1[32], e2[32], line[256];
+    if (total >= 0)
+        snprintf(ep, sizeof ep, "epoch %lld/%lld", (long long)t->epoch,
+                 (long long)((total - 1) / nb));
+    else
+        snprintf(ep, sizeof ep, "epoch %lld", (long long)t->epoch);
+    snprintf(line, sizeof line, "%s  batch %lld/%lld  %.2f it/s  eta epoch %s run %s  loss %.4f  lr %.3g",
+             ep, (long long)b + 1, (long long)nb, ips, format_duration(e1, sizeof e1, eta),
+             format_duration(e2, sizeof e2, run_eta), loss, lr);
     if (t->tty) {
-        printf("\r\033[Kepoch %lld/%lld  %lld/%lld  %.2f it/s  eta %.0fs  loss %.4f  lr %.3g",
-               (long long)t->epoch + 1, (long long)t->max_epochs, (long long)b + 1, (long long)nb,
-               ips, eta, loss, lr);
+        fputs("\r\033[K", stdout);
+        fputs(line, stdout);
         fflush(stdout);
-    } else if ((t->step % t->log_every) == 0 || b + 1 == nb) {
-        tr_log(t, "epoch %lld/%lld  batch %lld/%lld  %.2f it/s  eta %.0fs  loss %.4f  lr %.3g\n",
-              (long long)t->epoch + 1, (long long)t->max_epochs, (long long)b + 1, (long long)nb,
-              ips, eta, loss, lr);
+        t->progress_shown = true;
+    } else {
+        tr_log(t, "%s\n", line);
     }
 }
 
@@ -436,6 +517,8 @@ static pl_status fit(trainer *t) {
     pl_status st = PL_OK;
     bool stop = false;
     double t_fit0 = tr_now();
+    t->fit_t0 = t_fit0;
+    t->fit_batch0 = t->epoch * nb + t->batch;
     pl_alloc_reset_peak(t->ctx.device);
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
@@ -560,7 +643,6 @@ static pl_status fit(trainer *t) {
         t->data_wait += wait;
         t->train_samples += (double)samples;
         t->train_seconds += te;
-        if (t->tty) printf("\n");
         double ep_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN;
         tr_log(t, "epoch %lld: train_loss %.5f  %.1fs  %.0f samples/s  data-wait %.1f%%\n",
               (long long)t->epoch, ep_loss, te, samples / te, 100.0 * wait / te);
@@ -612,8 +694,7 @@ static pl_status run_test(trainer *t) {
     if (!st) st = check_finite("test", &t->test_metrics);
     if (!st) {
         t->have_test = true;
-        tr_log(t, "test:");
-        tr_print_metrics(t, "test", &t->test_metrics);
+        tr_print_metrics(t, "test:", "test", &t->test_metrics);
     }
     if (!st && t->avg.self && AVG(t)->has_average(t->avg.self)) {
         /* averaged weights are reported under the averager's own name */
@@ -623,10 +704,10 @@ static pl_status run_test(trainer *t) {
         if (!st) st = check_finite("test (averaged weights)", &t->avg_test_metrics);
         if (!st) {
             t->have_avg_test = true;
-            char prefix[96];
+            char prefix[96], heading[128];
             snprintf(prefix, sizeof prefix, "%s_test", who);
-            tr_log(t, "test (%s averaged weights):", who);
-            tr_print_metrics(t, prefix, &t->avg_test_metrics);
+            snprintf(heading, sizeof heading, "test (%s averaged weights):", who);
+            tr_print_metrics(t, heading, prefix, &t->avg_test_metrics);
             char p[PATH_MAX];
             snprintf(p, sizeof p, "%s/checkpoints/%s.safetensors", t->run_dir, who);
             st = tr_save_checkpoint(t, p);
@@ -707,6 +788,7 @@ static void read_settings(trainer *t) {
 }
 
 static int fail(trainer *t, int code) {
+    tr_progress_clear(t);
     const char *msg = pl_error_message();
     fprintf(stderr, "error: %s\n", msg[0] ? msg : "run failed");
     if (t->log) fprintf(t->log, "error: %s\n", msg);
@@ -802,6 +884,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         pl_error_clear();
     }
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
+    t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);
     t->ctx.meta = pl_meta_new();
     t->ctx.params = pl_params_new();
     if (tr_make_run_dir(t)) return fail(t, 1);
@@ -812,6 +895,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     snprintf(path, sizeof path, "%s/metrics.csv", t->run_dir);
     t->metrics = fopen(path, "w");
     if (t->metrics) fprintf(t->metrics, "step,epoch,key,value\n");
+    g_log_run = t; /* pl_message from plugins: the terminal and log.txt */
     snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
     pl_config_write_ini(cfg, path);
     tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads\n", t->run_dir,
@@ -934,6 +1018,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);
     free(t->epoch_s);
+    g_log_run = NULL;
     if (t->log) fclose(t->log);
     if (t->metrics) fclose(t->metrics);
     pl_autocast_set(PL_F32);

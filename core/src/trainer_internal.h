@@ -49,6 +49,7 @@ typedef struct trainer {
     int n_sched;
     FILE *log, *metrics;
     bool tty;
+    bool progress_shown; /* tty: the progress line is on screen (no newline after it) */
 
     /* settings */
     int64_t max_epochs, max_steps, accum, log_every;
@@ -80,6 +81,10 @@ typedef struct trainer {
     bool have_test, have_avg_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
+    /* whole-run ETA: when fit started in this process, and the global batch
+     * position (epoch * batches per epoch + batch) it started at */
+    double fit_t0;
+    int64_t fit_batch0;
     size_t frozen_bytes, trainable_bytes; /* parameter storage after precision setup */
     /* model create to the end of weight loading (precision setup, init_from) */
     double load_s;
@@ -99,12 +104,18 @@ typedef struct trainer {
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */
 size_t tr_peak_rss_bytes(void); /* the process's peak resident set so far (ru_maxrss), bytes */
-/* printf to stdout (clearing the progress line) and log.txt */
+/* printf to stdout and log.txt. On a terminal the progress line is erased
+ * first, so what is printed stays on screen; pieces of one line may be
+ * printed by several calls (nothing erases them until the next progress
+ * refresh, which a piece that ends the line with '\n' puts below). */
 void tr_log(trainer *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* erase the progress line from the terminal, if it is shown */
+void tr_progress_clear(trainer *t);
 int tr_mkdir_p(const char *path); /* mkdir -p; 0 or -1 with errno */
 void tr_metric_row(trainer *t, const char *key, double v); /* one metrics.csv row */
-/* log "<prefix>_<name> value" for each metric and add metrics.csv rows */
-void tr_print_metrics(trainer *t, const char *prefix, const pl_metrics *m);
+/* log one line "<heading>  <prefix>_<name> value ..." (every metric) and add
+ * metrics.csv rows */
+void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const pl_metrics *m);
 
 /* ---- checkpoint.c ---- */
 /* Weights, every stage's state and the loop counters to `path` (temp file,

@@ -87,6 +87,31 @@ START_TEST(version_and_help_exit_zero) {
 }
 END_TEST
 
+/* every command the general help lists has its own `pipeline help CMD` */
+START_TEST(help_covers_every_command) {
+    ck_assert_int_eq(run("help"), 0);
+    char general[sizeof out_s];
+    memcpy(general, out_s, sizeof general);
+    const char *p = strstr(general, "commands:\n");
+    ck_assert_ptr_nonnull(p);
+    int n = 0;
+    for (p = strchr(p, '\n') + 1; p[0] == ' ' && p[1] == ' '; p = strchr(p, '\n') + 1) {
+        char cmd[32] = "", args[64];
+        if (sscanf(p, "%31s", cmd) == 1 && p[2] != ' ') {
+            snprintf(args, sizeof args, "help %s", cmd);
+            ck_assert_msg(run(args) == 0, "pipeline %s: %s", args, err_s);
+            char want[64];
+            snprintf(want, sizeof want, "usage: pipeline %s", cmd);
+            CK_HAS(out_s, want);
+            n++;
+        }
+    }
+    ck_assert_int_ge(n, 6); /* run check plugins plot help --version */
+    ck_assert_int_eq(run("plot --help"), 0);
+    CK_HAS(out_s, "usage: pipeline plot RUN_DIR");
+}
+END_TEST
+
 START_TEST(usage_errors_exit_two_with_hint) {
     ck_assert_int_eq(run(""), 2);
     CK_HAS(err_s, "no command");
@@ -250,6 +275,7 @@ int main(void) {
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 60);
     tcase_add_test(t, version_and_help_exit_zero);
+    tcase_add_test(t, help_covers_every_command);
     tcase_add_test(t, requires_cycles_are_refused);
     tcase_add_test(t, usage_errors_exit_two_with_hint);
     tcase_add_test(t, check_valid_config_prints_resolved_table);

@@ -339,7 +339,7 @@ START_TEST(kind_mismatch_names_section_and_line) {
     const char *m = load_fails(BASE "[optimizer]\nplugin = fx_sched\n", NULL, PL_ERR_CONFIG);
     CK_HAS(m, at(6));
     CK_HAS(m, "[optimizer] plugin = fx_sched");
-    CK_HAS(m, "scheduler plugin, expected a optimizer plugin");
+    CK_HAS(m, "scheduler plugin, expected an optimizer plugin");
 }
 END_TEST
 

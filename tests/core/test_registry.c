@@ -108,7 +108,7 @@ START_TEST(refuses_kind_mismatch_naming_section) {
     const char *m = pl_error_message();
     CK_HAS(m, "t.ini:7");
     CK_HAS(m, "[optimizer] plugin = fx_sched");
-    CK_HAS(m, "is a scheduler plugin, expected a optimizer plugin");
+    CK_HAS(m, "is a scheduler plugin, expected an optimizer plugin");
     CK_HAS(m, GOOD "/fx_sched.so");
     CK_HAS(pl_hint_get(), "[scheduler]");
     pl_registry_free(r);

@@ -33,8 +33,9 @@ extern "C" {
 #define PL_ABI_MAJOR 2
 /* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_params_convert, pl_st_view
  * minor 2: ops clamp, adamw_step, sgd_step (pl_clamp, pl_adamw_step_,
- *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device */
-#define PL_ABI_MINOR 2
+ *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device
+ * minor 3: pl_message */
+#define PL_ABI_MINOR 3
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -250,6 +251,15 @@ typedef struct pl_run_context {
     int64_t micro_step;      /* training forwards done so far */
     int verbose;
 } pl_run_context;
+
+/* A message for the user, printf-style, one line (a trailing newline is
+ * added when missing; at most 2047 bytes). During a run it goes where the
+ * trainer's own messages go: the terminal (stdout, above the progress line,
+ * which a plain write to stdout or stderr would garble) and the run's
+ * log.txt; outside a run (unit tests, the harness) to stderr. Call it from
+ * the thread that called the plugin. What a plugin writes to stdout or
+ * stderr itself reaches the terminal only, never log.txt. (ABI 2.3) */
+void pl_message(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ======================================================================
  * Stage vtables

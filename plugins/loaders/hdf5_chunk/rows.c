@@ -356,10 +356,9 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
     /* dims of the first field of the train split: seq_len for [N, L] inputs */
     if (tr->nf > 0 && tr->f[0].ndim >= 2) h5c_meta_int(L, "seq_len", tr->f[0].dims[1]);
     if (L->ctx && L->ctx->verbose)
-        fprintf(stderr,
-                "hdf5_chunk: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows\n",
-                L->path, (long long)tr->nrows, (long long)L->sp[1].nrows, (long long)L->sp[2].nrows,
-                L->resident ? "resident" : "streaming", (long long)L->cap);
+        pl_message("hdf5_chunk: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows",
+                   L->path, (long long)tr->nrows, (long long)L->sp[1].nrows,
+                   (long long)L->sp[2].nrows, L->resident ? "resident" : "streaming", (long long)L->cap);
     return PL_OK;
 }
 

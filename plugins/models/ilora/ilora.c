@@ -960,9 +960,9 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
             if (!users) st = pl_error_status();
         } else {
             if (!warned_history) {
-                fprintf(stderr, "ilora: warning: no history for exclusion (no batch field '%s', "
-                        "no history_path CSR + '%s' field); excluding the input window only\n",
-                        m->o.history_field, m->o.user_field);
+                pl_message("ilora: warning: no history for exclusion (no batch field '%s', "
+                           "no history_path CSR + '%s' field); excluding the input window only",
+                           m->o.history_field, m->o.user_field);
                 warned_history = true;
             }
             win = host_index(ids, m->o.input_field);

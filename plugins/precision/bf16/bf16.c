@@ -60,8 +60,8 @@ static pl_status bf16_setup(void *self, pl_params *ps) {
     pl_status st = pl_prec_convert_params(ps, PL_BF16, "bf16-true", &cs);
     if (st) return st;
     if (p->verbose && cs.converted)
-        fprintf(stderr, "bf16-true: %d parameters converted to the dtype kept (%zu -> %zu bytes)\n",
-                cs.converted, cs.bytes_before, cs.bytes_after);
+        pl_message("bf16-true: %d parameters converted to the dtype kept (%zu -> %zu bytes)",
+                   cs.converted, cs.bytes_before, cs.bytes_after);
     return PL_OK;
 }
 

@@ -131,8 +131,8 @@ static pl_status q_setup(void *self, pl_params *ps) {
     pl_status st = pl_prec_convert_params(ps, PL_F32, "qlora4", NULL);
     if (st) return st;
     if (p->verbose)
-        fprintf(stderr, "qlora4: %d base weights in nf4 (%zu -> %zu bytes), compute %s\n", p->n,
-                p->bytes_before, p->bytes_after, pl_dtype_name(p->compute));
+        pl_message("qlora4: %d base weights in nf4 (%zu -> %zu bytes), compute %s", p->n,
+                   p->bytes_before, p->bytes_after, pl_dtype_name(p->compute));
     return PL_OK;
 }
 

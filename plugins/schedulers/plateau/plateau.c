@@ -116,8 +116,8 @@ static void plateau_on_validation(void *self, double metric) {
     plateau *o = self;
     double before = o->p.lr;
     if (pl_plateau_step(&o->p, metric) && o->verbose)
-        fprintf(stderr, "plateau: %s = %g did not improve on %g for %lld validations: lr %g -> %g\n",
-                o->monitor, metric, o->p.best, (long long)(o->p.patience + 1), before, o->p.lr);
+        pl_message("plateau: %s = %g did not improve on %g for %lld validations: lr %g -> %g",
+                   o->monitor, metric, o->p.best, (long long)(o->p.patience + 1), before, o->p.lr);
 }
 
 static const char *plateau_monitor(void *self) { return ((plateau *)self)->monitor; }
