@@ -42,13 +42,24 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg) {
 
 /* ---- help ------------------------------------------------------------- */
 
+#define OVERRIDE_HELP                                                                         \
+    "\n"                                                                                  \
+    "OVERRIDE, applied after the file (removals first, then settings):\n"                  \
+    "  section.key=value  set a key (section.key= sets the empty string, e.g.\n"           \
+    "                     pipeline.requires= clears the list)\n"                           \
+    "  ~section.key       drop a key the file sets, as if its line were not there\n"       \
+    "                     (its default then applies); e.g. after optimizer.plugin=sgd,\n"  \
+    "                     ~optimizer.beta1 drops a key only the old plugin knew\n"         \
+    "  ~section           drop a section the file has, e.g. ~scheduler\n"                   \
+    "Dropping what the file does not set is an error. Quote ~ if your shell expands it.\n"
+
 static const char *general_help =
     "usage: pipeline COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  run FILE.ini [section.key=value]... [--resume PATH|last] [--plugin-path DIR]...\n"
+    "  run FILE.ini [OVERRIDE]... [--resume PATH|last] [--plugin-path DIR]...\n"
     "                 resolve the config, then train, validate, test and export\n"
-    "  check FILE.ini [section.key=value]... [--plugin-path DIR]...\n"
+    "  check FILE.ini [OVERRIDE]... [--plugin-path DIR]...\n"
     "                 resolve and validate the config, print it, run nothing\n"
     "  plugins [NAME] [--plugin-path DIR]...\n"
     "                 list every plugin found, or one plugin's options\n"
@@ -59,24 +70,27 @@ static const char *general_help =
     "\n"
     "Plugins are searched in: --plugin-path DIRs, PIPELINE_PLUGIN_PATH (colon-separated),\n"
     "the build tree's plugin dir, then the install dir. Exit codes: 0 ok, 1 run failed,\n"
-    "2 usage or configuration error. INI keys: docs/ini-reference.md.\n";
+    "2 usage or configuration error. INI keys: docs/ini-reference.md.\n"
+    OVERRIDE_HELP;
 
 static const char *run_help =
-    "usage: pipeline run FILE.ini [section.key=value]... [--resume PATH|last] [--plugin-path DIR]...\n"
+    "usage: pipeline run FILE.ini [OVERRIDE]... [--resume PATH|last] [--plugin-path DIR]...\n"
     "\n"
     "Resolves FILE.ini (overrides applied after the file, e.g. optimizer.lr=5e-4 or\n"
     "precision.plugin=bf16), prints the resolved config, then runs fit, test and export\n"
-    "into [pipeline] run_dir/NAME/TIMESTAMP/.\n"
+    "into [pipeline] run_dir/NAME/TIMESTAMP/ (its files: docs/run-files.md).\n"
     "  --resume PATH|last   resume from a checkpoint file, or the last run of this config\n"
     "                       (same as trainer.resume=...)\n"
-    "  --plugin-path DIR    search DIR for plugins first (repeatable)\n";
+    "  --plugin-path DIR    search DIR for plugins first (repeatable)\n"
+    OVERRIDE_HELP;
 
 static const char *check_help =
-    "usage: pipeline check FILE.ini [section.key=value]... [--plugin-path DIR]...\n"
+    "usage: pipeline check FILE.ini [OVERRIDE]... [--plugin-path DIR]...\n"
     "\n"
     "Resolves and validates FILE.ini with its overrides: every plugin is loaded and every\n"
     "key checked against its schema. Prints every key with its value and origin (default,\n"
-    "file:line or command line). Exit code 0 if valid, 2 otherwise.\n";
+    "file:line or command line). Exit code 0 if valid, 2 otherwise.\n"
+    OVERRIDE_HELP;
 
 static const char *plugins_help =
     "usage: pipeline plugins [NAME] [--plugin-path DIR]...\n"
@@ -167,7 +181,7 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_args *a, bool 
             a->file = s;
             continue;
         }
-        if (allow_over && strchr(s, '=')) {
+        if (allow_over && (strchr(s, '=') || s[0] == '~')) {
             char sec[128], key[256];
             if (pl_override_parse(s, sec, sizeof sec, key, sizeof key, NULL)) {
                 report_error("bad override");
@@ -177,7 +191,9 @@ static int parse_args(const char *cmd, int argc, char **argv, cli_args *a, bool 
             continue;
         }
         if (allow_over)
-            return usage_error(cmd, "unexpected argument '%s' (overrides are section.key=value)",
+            return usage_error(cmd,
+                               "unexpected argument '%s' (overrides are section.key=value, "
+                               "~section.key or ~section)",
                                s);
         return usage_error(cmd, "unexpected argument '%s'", s);
     }

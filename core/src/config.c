@@ -40,6 +40,8 @@ struct pl_config_section {
     entry *e;
     const pl_plugin_desc *plugin;
     const char *plugin_path; /* borrowed from the registry */
+    char *file_plugin;       /* the file's `plugin` when the command line replaced it */
+    int file_plugin_line;
 };
 
 struct pl_config {
@@ -81,6 +83,7 @@ static void section_free(pl_config_section *s) {
     for (int i = 0; i < s->n; i++) entry_clear(&s->e[i]);
     free(s->e);
     free(s->name);
+    free(s->file_plugin);
     free(s);
 }
 
@@ -278,6 +281,24 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
                                 const char *value, const char *where) {
     bool bounded = o->min <= o->max;
     char b[256];
+    /* an empty value is the empty string (`pipeline.requires=` clears the
+     * list); for a key that cannot be empty, point at the removal syntax */
+    if (!*value && o->type != PL_OPT_STRING &&
+        !(o->type == PL_OPT_CHOICE && choice_has(o->choices ? o->choices : "", value))) {
+        static const char *const want[] = {
+            [PL_OPT_INT] = "an integer", [PL_OPT_FLOAT] = "a number",
+            [PL_OPT_BOOL] = "true or false", [PL_OPT_CHOICE] = "one of",
+            [PL_OPT_NUMBER_OR_FRACTION] = "a count or a fraction"};
+        const char *w = (unsigned)o->type < sizeof want / sizeof want[0] && want[o->type]
+                            ? want[o->type]
+                            : "a value";
+        pl_hint_set("an empty value means the empty string; to drop a key the file sets, "
+                    "write ~%s.%s on the command line (its default then applies)",
+                    sec, key);
+        return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s is empty: expected %s%s%s", where, sec,
+                            key, w, o->type == PL_OPT_CHOICE ? " " : "",
+                            o->type == PL_OPT_CHOICE && o->choices ? o->choices : "");
+    }
     switch (o->type) {
     case PL_OPT_INT: {
         int64_t v;
@@ -538,19 +559,57 @@ static pl_status parse_text(pl_config *c, const char *text) {
  * Overrides
  * ==================================================================== */
 
+static bool is_name_char(char ch) { return isalnum((unsigned char)ch) || ch == '_'; }
+
 bool pl_is_override(const char *arg) {
     if (!arg || arg[0] == '-') return false;
+    if (arg[0] == '~') return is_name_char(arg[1]) && !strchr(arg, '/') && !strchr(arg, '=');
     const char *eq = strchr(arg, '=');
     if (!eq) return false;
     const char *slash = strchr(arg, '/');
     return !slash || slash > eq;
 }
 
+/* Key name rules shared by setting and removal: non-empty, no blanks, no
+ * INI syntax characters, not ending with '.'. */
+static bool key_ok(const char *k, size_t kl) {
+    if (kl == 0 || k[kl - 1] == '.') return false;
+    for (size_t i = 0; i < kl; i++)
+        if (isspace((unsigned char)k[i]) || k[i] == '[' || k[i] == ']' || k[i] == ';' ||
+            k[i] == '=')
+            return false;
+    return true;
+}
+
+static pl_status parse_removal(const char *arg, char *section, size_t sn, char *key, size_t kn,
+                               const char **value) {
+    const char *name = arg + 1, *dot = strchr(name, '.');
+    size_t sl = dot ? (size_t)(dot - name) : strlen(name);
+    size_t kl = dot ? strlen(dot + 1) : 0;
+    bool ok = sl > 0 && sl < sn && kl < kn && !strchr(arg, '=');
+    for (size_t i = 0; ok && i < sl; i++) ok = is_name_char(name[i]);
+    if (ok && dot) ok = key_ok(dot + 1, kl);
+    if (!ok) {
+        pl_hint_set("write ~section.key to drop a key the file sets, ~section to drop a whole "
+                    "section, e.g. ~optimizer.beta1 or ~averager");
+        return pl_error_set(PL_ERR_CONFIG,
+                            "override '%s': bad removal (expected ~section.key or ~section)", arg);
+    }
+    memcpy(section, name, sl);
+    section[sl] = '\0';
+    if (kl) memcpy(key, dot + 1, kl);
+    key[kl] = '\0';
+    if (value) *value = NULL;
+    return PL_OK;
+}
+
 pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key, size_t kn,
                             const char **value) {
+    if (arg && arg[0] == '~') return parse_removal(arg, section, sn, key, kn, value);
     const char *eq = arg ? strchr(arg, '=') : NULL;
     if (!eq) {
-        pl_hint_set("write overrides as section.key=value, e.g. optimizer.lr=5e-4");
+        pl_hint_set("write overrides as section.key=value (e.g. optimizer.lr=5e-4), or "
+                    "~section.key to drop a key the file sets");
         return pl_error_set(PL_ERR_CONFIG, "override '%s': missing '=' (expected section.key=value)",
                             arg ? arg : "");
     }
@@ -561,14 +620,9 @@ pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key
                             "override '%s': missing section (expected section.key=value)", arg);
     }
     size_t sl = (size_t)(dot - arg), kl = (size_t)(eq - dot - 1);
-    bool ok = sl > 0 && kl > 0 && sl < sn && kl < kn;
-    for (size_t i = 0; ok && i < sl; i++)
-        ok = isalnum((unsigned char)arg[i]) || arg[i] == '_';
-    for (size_t i = 0; ok && i < kl; i++) {
-        char ch = dot[1 + i];
-        ok = !isspace((unsigned char)ch) && ch != '[' && ch != ']' && ch != ';';
-    }
-    if (ok) ok = dot[kl] != '.'; /* key must not end with '.' */
+    bool ok = sl > 0 && sl < sn && kl < kn;
+    for (size_t i = 0; ok && i < sl; i++) ok = is_name_char(arg[i]);
+    if (ok) ok = key_ok(dot + 1, kl);
     if (!ok) {
         pl_hint_set("write overrides as section.key=value, e.g. optimizer.lr=5e-4");
         return pl_error_set(PL_ERR_CONFIG,
@@ -583,12 +637,107 @@ pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key
     return PL_OK;
 }
 
+/* Is `~sec` (a whole-section removal) among the overrides? */
+static bool section_dropped(int n, const char *const *over, const char *sec) {
+    for (int i = 0; i < n; i++)
+        if (over[i][0] == '~' && strcmp(over[i] + 1, sec) == 0) return true;
+    return false;
+}
+
+/* One removal `~sec` or `~sec.key` (key ""): drops what the file set, as if
+ * its lines were not there. Removing what the file does not have is an
+ * error (a typo would otherwise be silently ignored). */
+static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, const char *key,
+                               bool section_also_dropped) {
+    int si = -1;
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->s[i]->name, sec) == 0) si = i;
+    if (*key && section_also_dropped) {
+        pl_hint_set("~%s already drops every key of [%s]; leave out %s", sec, sec, arg);
+        return pl_error_set(PL_ERR_CONFIG, "command line: %s: [%s] is already dropped by ~%s", arg,
+                            sec, sec);
+    }
+    if (si < 0) {
+        const char *names[64];
+        int n = 0;
+        char list[512] = "";
+        size_t off = 0;
+        for (int i = 0; i < c->n && n < 64; i++) {
+            names[n++] = c->s[i]->name;
+            if (off < sizeof list)
+                off += (size_t)snprintf(list + off, sizeof list - off, "%s[%s]", i ? " " : "",
+                                        c->s[i]->name);
+        }
+        const char *sug = suggest(sec, names, n);
+        pl_hint_set("~ drops only what %s sets; its sections: %s", c->path, n ? list : "none");
+        return pl_error_set(PL_ERR_CONFIG, "command line: %s: %s has no section [%s]%s%s%s", arg,
+                            c->path, sec, sug ? "; did you mean [" : "", sug ? sug : "",
+                            sug ? "]?" : "");
+    }
+    pl_config_section *S = c->s[si];
+    if (!*key) {
+        section_free(S);
+        memmove(&c->s[si], &c->s[si + 1], (size_t)(c->n - si - 1) * sizeof *c->s);
+        c->n--;
+        return PL_OK;
+    }
+    for (int i = 0; i < S->n; i++) {
+        if (strcmp(S->e[i].key, key) != 0) continue;
+        entry_clear(&S->e[i]);
+        memmove(&S->e[i], &S->e[i + 1], (size_t)(S->n - i - 1) * sizeof *S->e);
+        S->n--;
+        return PL_OK;
+    }
+    const char *names[256];
+    int n = 0;
+    char list[512] = "";
+    size_t off = 0;
+    for (int i = 0; i < S->n && n < 256; i++) {
+        names[n++] = S->e[i].key;
+        if (off < sizeof list)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
+                                    S->e[i].key);
+    }
+    const char *sug = suggest(key, names, n);
+    pl_hint_set("~ drops only keys the file sets; [%s] in %s sets: %s", sec, c->path,
+                n ? list : "nothing");
+    return pl_error_set(PL_ERR_CONFIG, "command line: %s: [%s] in %s has no key '%s'%s%s%s", arg,
+                        sec, c->path, key, sug ? "; did you mean '" : "", sug ? sug : "",
+                        sug ? "'?" : "");
+}
+
+/* Removals first (they act on the file, whatever their place on the command
+ * line), then settings in order. */
 static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
     for (int i = 0; i < n; i++) {
         char sec[128], key[256];
         const char *value;
         pl_status s = pl_override_parse(over[i], sec, sizeof sec, key, sizeof key, &value);
         if (s) return s;
+        if (value) continue;
+        for (int j = 0; j < i; j++)
+            if (strcmp(over[j], over[i]) == 0) {
+                pl_hint_set("give each override once");
+                return pl_error_set(PL_ERR_CONFIG, "command line: '%s' given twice", over[i]);
+            }
+        for (int j = 0; *key && j < n; j++) {
+            size_t len = strlen(over[i]) - 1;
+            if (strncmp(over[j], over[i] + 1, len) == 0 && over[j][len] == '=') {
+                pl_hint_set("give one of %s and %s", over[i], over[j]);
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "command line: %s.%s is both dropped (%s) and set (%s)", sec,
+                                    key, over[i], over[j]);
+            }
+        }
+        s = apply_removal(c, over[i], sec, key, section_dropped(n, over, sec));
+        if (s) return s;
+    }
+    for (int i = 0; i < n; i++) {
+        char sec[128], key[256];
+        const char *value;
+        pl_status s = pl_override_parse(over[i], sec, sizeof sec, key, sizeof key, &value);
+        if (s) return s;
+        if (!value) continue;
         pl_config_section *S = find_section(c, sec);
         if (!S && !(S = add_section(c, sec, 0))) return pl_error_status();
         entry *e = find_entry(S, key);
@@ -604,7 +753,13 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
                 free(o);
                 return pl_error_status();
             }
-            free(e->value);
+            if (strcmp(key, "plugin") == 0 && !S->file_plugin) {
+                /* remembered for the error when the file's keys do not fit the new plugin */
+                S->file_plugin = e->value;
+                S->file_plugin_line = e->line;
+            } else {
+                free(e->value);
+            }
             free(e->origin_str);
             e->value = v;
             e->origin_str = o;
@@ -663,6 +818,54 @@ static pl_status unknown_key(const pl_config_section *s, const entry *e,
                         sug ? "'?" : "");
 }
 
+/* The command line swapped the plugin of `s` (its file named another one)
+ * and the file sets keys the new plugin does not know: name them all, say
+ * where they came from, and how to drop them. PL_OK if there are none. */
+static pl_status swapped_plugin_strays(const pl_config *c, const pl_config_section *s,
+                                       const pl_option_spec *schema) {
+    const entry *pe = find_entry(s, "plugin");
+    if (!s->plugin || !pe || pe->origin != PL_FROM_CLI) return PL_OK;
+    const entry *first = NULL;
+    const char *cands[256] = {0};
+    int nc = 0;
+    for (const pl_option_spec *o = schema; o && o->name && nc < 256; o++) cands[nc++] = o->name;
+    char keys[1024] = "", drops[512] = "";
+    size_t ko = 0, dro = 0;
+    int n = 0;
+    for (int i = 0; i < s->n; i++) {
+        const entry *e = &s->e[i];
+        if (e->origin != PL_FROM_FILE || find_spec(schema, e->key)) continue;
+        if (!first) first = e;
+        const char *sug = suggest(e->key, cands, nc);
+        char near[160] = "";
+        if (sug) snprintf(near, sizeof near, "; nearest in %s: '%s'", s->plugin->name, sug);
+        if (ko < sizeof keys)
+            ko += (size_t)snprintf(keys + ko, sizeof keys - ko, "%s'%s' (line %d%s)",
+                                   n ? ", " : "", e->key, e->line, near);
+        if (dro < sizeof drops)
+            dro += (size_t)snprintf(drops + dro, sizeof drops - dro, "%s~%s.%s", n ? " " : "",
+                                    s->name, e->key);
+        n++;
+    }
+    if (!first) return PL_OK;
+    char old[256];
+    if (s->file_plugin)
+        snprintf(old, sizeof old, "%s (%s:%d)", s->file_plugin, c->path, s->file_plugin_line);
+    else
+        snprintf(old, sizeof old, "the file's section (no plugin)");
+    const char *name = s->plugin->name;
+    char count[32];
+    snprintf(count, sizeof count, n > 1 ? "%d keys" : "the key", n);
+    pl_hint_set("add %s to the command line to drop %s, or ~%s to drop the file's [%s] whole "
+                "and set it from the command line; `pipeline plugins %s` lists %s's keys",
+                drops, n > 1 ? "them" : "it", s->name, s->name, name, name);
+    return pl_error_set(PL_ERR_CONFIG,
+                        "%s: [%s] plugin = %s (command line) replaces %s; %s does not know %s "
+                        "the file sets for %s: %s",
+                        first->origin_str, s->name, name, old, name, count,
+                        s->file_plugin ? s->file_plugin : "it", keys);
+}
+
 static char *file_stem(const char *path) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
@@ -676,7 +879,9 @@ static char *file_stem(const char *path) {
 /* Rebuild section `s` in schema order, defaults included; validate. */
 static pl_status resolve_section(pl_config *c, pl_config_section *s, const pl_option_spec *schema,
                                  const char *owner) {
-    /* 1. every user key exists and has a valid value (file order) */
+    /* 1. every user key exists and has a valid value (file order); a
+     * plugin swapped on the command line names every key left over */
+    if (swapped_plugin_strays(c, s, schema)) return pl_error_status();
     for (int i = 0; i < s->n; i++) {
         entry *e = &s->e[i];
         if (s->plugin && strcmp(e->key, "plugin") == 0) continue;

@@ -3,11 +3,16 @@
  *
  * Loading: the INI file is parsed by inih; every handler call is tagged with
  * its line number (the core's own line reader feeds inih), duplicate keys and
- * sections are refused with both lines, then command-line overrides
- * (`section.key=value`) are applied, each stage section's `plugin` is loaded
+ * sections are refused with both lines, then command-line overrides are
+ * applied: first the removals (`~section.key`, `~section`: drop what the file
+ * sets; dropping what it does not set is an error), then the settings
+ * (`section.key=value`, in order). Each stage section's `plugin` is loaded
  * from the registry (kind checked) and every key is validated against the
  * owning schema: the plugin's pl_option_spec list for stage sections, the
  * core's (core_schema.c) for [pipeline] and [trainer]. Defaults fill the rest.
+ * When an override swaps a stage's plugin, the file's keys the new plugin
+ * does not know are reported together, naming the old plugin and the
+ * `~section.key` removals that drop them.
  * Errors: PL_ERR_CONFIG (or PL_ERR_IO / PL_ERR_ABI) with a message starting
  * with "file:line: " where a line is known; a hint for the user is available
  * from pl_hint_get() until the next pl_hint_clear().
@@ -54,11 +59,14 @@ pl_config *pl_config_load_partial(const char *text, const char *name, pl_registr
 void pl_config_free(pl_config *c);
 
 /* Split "section.key=value" (section: [A-Za-z0-9_]+; key non-empty, may
- * contain dots). Writes into the caller's buffers. PL_ERR_CONFIG naming the
- * argument on bad syntax. */
+ * contain dots; value may be empty: the empty string). A removal
+ * "~section.key" gives *value = NULL, "~section" also an empty key. Writes
+ * into the caller's buffers. PL_ERR_CONFIG naming the argument on bad
+ * syntax. */
 pl_status pl_override_parse(const char *arg, char *section, size_t sn, char *key, size_t kn,
                             const char **value);
-/* True if `arg` looks like an override (contains '=' before any '/'). */
+/* True if `arg` looks like an override: '=' before any '/', or a removal
+ * ('~' then a section name, no '/' or '='). */
 bool pl_is_override(const char *arg);
 
 /* ---- access ---------------------------------------------------------- */

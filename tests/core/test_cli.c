@@ -223,6 +223,52 @@ START_TEST(requires_cycles_are_refused) {
 }
 END_TEST
 
+/* Swapping a stage's plugin on the command line: the error names the file's
+ * keys the new plugin does not know and the ~ removals; with them the same
+ * command is clean. (~ is quoted: some shells expand ~word.) */
+START_TEST(plugin_swap_with_removals_checks_clean) {
+    write_ini("prec.ini", "[data]\nplugin = fx_loader\n[model]\nplugin = fx_model\n"
+                          "[precision]\nplugin = fx_prec_a\nloss_scale = 128\n"
+                          "growth_interval = 10\n");
+    ck_assert_int_eq(run("check prec.ini precision.plugin=fx_prec_b" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "prec.ini:7: [precision] plugin = fx_prec_b (command line) replaces fx_prec_a");
+    CK_HAS(err_s, "'loss_scale' (line 7), 'growth_interval' (line 8)");
+    CK_HAS(err_s, "hint: add ~precision.loss_scale ~precision.growth_interval to the command line");
+    ck_assert_int_eq(run("check prec.ini precision.plugin=fx_prec_b '~precision.loss_scale' "
+                         "'~precision.growth_interval'" PP),
+                     0);
+    CK_HAS(out_s, "config OK");
+    CK_HAS(out_s, "fx_prec_b");
+    ck_assert_str_eq(err_s, "");
+    /* the whole section, rebuilt from the command line */
+    ck_assert_int_eq(run("check prec.ini '~precision' precision.plugin=fx_prec_b "
+                         "precision.block=32" PP),
+                     0);
+    CK_HAS(out_s, "config OK");
+    /* a removal of what the file does not set exits 2 naming it */
+    ck_assert_int_eq(run("check prec.ini '~precision.loss_scal'" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "has no key 'loss_scal'; did you mean 'loss_scale'?");
+    ck_assert_int_eq(run("check prec.ini '~precision.'" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "bad removal");
+    ck_assert_int_eq(run("help run"), 0);
+    CK_HAS(out_s, "~section.key");
+    /* a shipped config: gat_cora's [optimizer] sets adamw's l2, which sgd lacks */
+    char cmd[PATH_MAX * 2];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' check configs/gat_cora.ini optimizer.plugin=sgd '~optimizer.l2' "
+             ">'%s/out.txt' 2>'%s/err.txt'",
+             PL_TEST_SOURCE_DIR, BIN, tmpdir, tmpdir);
+    int st = system(cmd);
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s/err.txt", tmpdir);
+    slurp(p, err_s, sizeof err_s);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gat_cora with sgd: %s", err_s);
+}
+END_TEST
+
 /* Every config the project ships passes `pipeline check` against the real
  * plugins (keys, types, ranges, plugin names), so no config rots unnoticed. */
 START_TEST(shipped_configs_pass_check) {
@@ -283,6 +329,7 @@ int main(void) {
     tcase_add_test(t, check_config_errors_exit_two);
     tcase_add_test(t, plugins_lists_and_describes);
     tcase_add_test(t, shipped_configs_pass_check);
+    tcase_add_test(t, plugin_swap_with_removals_checks_clean);
     suite_add_tcase(s, t);
     return pl_test_run(s);
 }

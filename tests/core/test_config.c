@@ -58,6 +58,22 @@ static pl_config *load(const char *text, const char *o1, const char *o2) {
     return pl_config_load(ini_path, n, ov, reg);
 }
 
+/* Load `text` as t.ini with the NULL-terminated overrides `ov`. */
+static pl_config *loadv(const char *text, const char *const *ov) {
+    write_file(ini_path, text);
+    int n = 0;
+    while (ov[n]) n++;
+    return pl_config_load(ini_path, n, ov, reg);
+}
+
+/* Expect loadv() to fail with PL_ERR_CONFIG; return the message. */
+static const char *loadv_fails(const char *text, const char *const *ov) {
+    pl_config *c = loadv(text, ov);
+    ck_assert_msg(c == NULL, "config unexpectedly valid:\n%s", text);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_CONFIG);
+    return pl_error_message();
+}
+
 /* Expect a load failure with `status`; return the message. */
 static const char *load_fails(const char *text, const char *o1, pl_status status) {
     pl_config *c = load(text, o1, NULL);
@@ -363,6 +379,27 @@ START_TEST(override_syntax) {
                       "accepted '%s'", bad[i]);
         CK_HAS(pl_error_message(), bad[i]);
     }
+    /* removals: value NULL, key "" for a whole section */
+    v = "x";
+    PL_CK_OK(pl_override_parse("~optimizer.group.decay.lr_scale", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(s, "optimizer");
+    ck_assert_str_eq(k, "group.decay.lr_scale");
+    ck_assert_ptr_null(v);
+    v = "x";
+    PL_CK_OK(pl_override_parse("~averager", s, sizeof s, k, sizeof k, &v));
+    ck_assert_str_eq(s, "averager");
+    ck_assert_str_eq(k, "");
+    ck_assert_ptr_null(v);
+    const char *bad_rm[] = {"~", "~.lr", "~optimizer.", "~optimizer.lr=1", "~opt imizer",
+                            "~optimizer.l r", "~a/b"};
+    for (size_t i = 0; i < sizeof bad_rm / sizeof bad_rm[0]; i++) {
+        ck_assert_msg(pl_override_parse(bad_rm[i], s, sizeof s, k, sizeof k, &v) == PL_ERR_CONFIG,
+                      "accepted '%s'", bad_rm[i]);
+        CK_HAS(pl_error_message(), "bad removal");
+    }
+    ck_assert(pl_is_override("~optimizer.beta1"));
+    ck_assert(pl_is_override("~averager"));
+    ck_assert(!pl_is_override("~/configs/x.ini"));
     ck_assert(pl_is_override("a.b=c"));
     ck_assert(!pl_is_override("configs/x=1.ini"));
     ck_assert(!pl_is_override("teacher.ini"));
@@ -399,7 +436,7 @@ START_TEST(plugin_override_validates_against_new_schema) {
     /* loss_scale belongs to fx_prec_a, not fx_prec_b */
     const char *m = load_fails(ini, "precision.plugin=fx_prec_b", PL_ERR_CONFIG);
     CK_HAS(m, at(7));
-    CK_HAS(m, "unknown key 'loss_scale' in [precision] (plugin fx_prec_b)");
+    CK_HAS(m, "fx_prec_b does not know the key the file sets for fx_prec_a: 'loss_scale'");
     c = PL_CK_NOTNULL(
         load(BASE "[precision]\nplugin = fx_prec_a\n", "precision.plugin=fx_prec_b", NULL));
     const pl_config_section *p = pl_config_section_get(c, "precision");
@@ -408,6 +445,122 @@ START_TEST(plugin_override_validates_against_new_schema) {
     ck_assert_ptr_null(pl_cfg_get(p, "loss_scale"));
     ck_assert_str_eq(pl_config_plugin(c, "precision")->name, "fx_prec_b");
     pl_config_free(c);
+}
+END_TEST
+
+/* Swapping a stage's plugin on the command line: every key the file set for
+ * the old plugin that the new one does not know is named in one error, with
+ * its line, the old plugin and the ~ removals that fix it. */
+#define PREC_A BASE "[precision]\nplugin = fx_prec_a\nloss_scale = 128\ngrowth_interval = 10\n"
+
+START_TEST(plugin_swap_names_every_stray_key_and_how_to_drop_it) {
+    const char *swap[] = {"precision.plugin=fx_prec_b", NULL};
+    const char *m = loadv_fails(PREC_A, swap);
+    CK_HAS(m, at(7)); /* the first stray key */
+    CK_HAS(m, "[precision] plugin = fx_prec_b (command line) replaces fx_prec_a");
+    CK_HAS(m, at(6)); /* where the file named the old plugin */
+    CK_HAS(m, "fx_prec_b does not know 2 keys the file sets for fx_prec_a");
+    CK_HAS(m, "'loss_scale' (line 7)");
+    CK_HAS(m, "'growth_interval' (line 8)");
+    const char *h = pl_hint_get();
+    CK_HAS(h, "~precision.loss_scale ~precision.growth_interval");
+    CK_HAS(h, "~precision to drop");
+    CK_HAS(h, "pipeline plugins fx_prec_b");
+    /* a stray key from the command line is an ordinary unknown key */
+    const char *cli[] = {"precision.plugin=fx_prec_b", "precision.loss_scale=2", NULL};
+    m = loadv_fails(BASE "[precision]\nplugin = fx_prec_a\n", cli);
+    CK_HAS(m, "command line: unknown key 'loss_scale' in [precision] (plugin fx_prec_b)");
+    /* without a swap, an unknown key keeps the ordinary message */
+    m = load_fails(BASE "[precision]\nplugin = fx_prec_b\nloss_scale = 1\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "unknown key 'loss_scale' in [precision] (plugin fx_prec_b)");
+}
+END_TEST
+
+START_TEST(tilde_drops_a_key_the_file_sets) {
+    const char *ov[] = {"~optimizer.lr", NULL};
+    pl_config *c = PL_CK_NOTNULL(loadv(good_ini, ov));
+    const pl_config_section *o = pl_config_section_get(c, "optimizer");
+    ck_assert(pl_cfg_float(o, "lr", 0) == 1e-3); /* fx_optim's default */
+    ck_assert_str_eq(pl_cfg_origin(o, "lr"), "default");
+    ck_assert(pl_cfg_float(o, "group.decay.lr_scale", 0) == 2.0); /* the rest stays */
+    pl_config_free(c);
+    /* a pattern key */
+    const char *pat[] = {"~optimizer.group.decay.lr_scale", NULL};
+    c = PL_CK_NOTNULL(loadv(good_ini, pat));
+    ck_assert_ptr_null(pl_cfg_get(pl_config_section_get(c, "optimizer"), "group.decay.lr_scale"));
+    pl_config_free(c);
+    /* a removal acts on the file wherever it stands on the command line */
+    const char *swap[] = {"precision.plugin=fx_prec_b", "~precision.loss_scale",
+                          "~precision.growth_interval", "precision.block=128", NULL};
+    c = PL_CK_NOTNULL(loadv(PREC_A, swap));
+    const pl_config_section *p = pl_config_section_get(c, "precision");
+    ck_assert_str_eq(pl_config_plugin(c, "precision")->name, "fx_prec_b");
+    ck_assert_int_eq(pl_cfg_int(p, "block", 0), 128);
+    ck_assert_ptr_null(pl_cfg_get(p, "loss_scale"));
+    ck_assert_ptr_null(pl_cfg_get(p, "growth_interval"));
+    pl_config_free(c);
+}
+END_TEST
+
+START_TEST(tilde_section_drops_or_restarts_a_section) {
+    const char *drop[] = {"~optimizer", NULL};
+    pl_config *c = PL_CK_NOTNULL(loadv(good_ini, drop));
+    ck_assert_ptr_null(pl_config_section_get(c, "optimizer"));
+    ck_assert_ptr_null(pl_config_plugin(c, "optimizer"));
+    pl_config_free(c);
+    /* dropped, then rebuilt from the command line: none of the file's keys */
+    const char *again[] = {"optimizer.plugin=fx_optim", "~optimizer", "optimizer.amsgrad=true",
+                           NULL};
+    c = PL_CK_NOTNULL(loadv(good_ini, again));
+    const pl_config_section *o = pl_config_section_get(c, "optimizer");
+    ck_assert_str_eq(pl_cfg_origin(o, "plugin"), "command line");
+    ck_assert_str_eq(pl_cfg_origin(o, "lr"), "default");
+    ck_assert(pl_cfg_bool(o, "amsgrad", false));
+    ck_assert_ptr_null(pl_cfg_get(o, "group.decay.lr_scale"));
+    pl_config_free(c);
+    /* a required section stays required */
+    const char *data[] = {"~data", NULL};
+    CK_HAS(loadv_fails(good_ini, data), "missing section [data]");
+}
+END_TEST
+
+/* Dropping what the file does not set is an error naming it (a typo would
+ * otherwise pass silently), as are contradictory or repeated removals. */
+START_TEST(tilde_refuses_what_the_file_does_not_set) {
+    const char *typo[] = {"~optimizer.weight_decy", NULL};
+    const char *m = loadv_fails(good_ini, typo);
+    CK_HAS(m, "command line: ~optimizer.weight_decy: [optimizer] in ");
+    CK_HAS(m, "has no key 'weight_decy'");
+    CK_HAS(pl_hint_get(), "plugin, lr, group.decay.lr_scale");
+    /* a key the plugin knows but the file does not set */
+    const char *unset[] = {"~optimizer.amsgrad", NULL};
+    CK_HAS(loadv_fails(good_ini, unset), "has no key 'amsgrad'");
+    const char *sec[] = {"~optimiser", NULL};
+    m = loadv_fails(good_ini, sec);
+    CK_HAS(m, "has no section [optimiser]; did you mean [optimizer]?");
+    const char *nosec[] = {"~averager", NULL};
+    CK_HAS(loadv_fails(good_ini, nosec), "has no section [averager]");
+    const char *both[] = {"optimizer.lr=0.1", "~optimizer.lr", NULL};
+    CK_HAS(loadv_fails(good_ini, both),
+           "optimizer.lr is both dropped (~optimizer.lr) and set (optimizer.lr=0.1)");
+    const char *twice[] = {"~optimizer.lr", "~optimizer.lr", NULL};
+    CK_HAS(loadv_fails(good_ini, twice), "'~optimizer.lr' given twice");
+    const char *inner[] = {"~optimizer.lr", "~optimizer", NULL};
+    CK_HAS(loadv_fails(good_ini, inner), "[optimizer] is already dropped by ~optimizer");
+}
+END_TEST
+
+/* An empty value stays the empty string (`pipeline.requires=` clears the
+ * list); for a key that cannot be empty the error points at `~`. */
+START_TEST(empty_value_is_the_empty_string) {
+    pl_config *c = PL_CK_NOTNULL(load(BASE "[pipeline]\nrequires = nope.ini\n",
+                                      "pipeline.requires=", NULL));
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "pipeline"), "requires", "x"), "");
+    ck_assert_int_eq(pl_config_requires_count(c), 0);
+    pl_config_free(c);
+    const char *m = load_fails(good_ini, "trainer.max_epochs=", PL_ERR_CONFIG);
+    CK_HAS(m, "command line: [trainer] max_epochs is empty: expected an integer");
+    CK_HAS(pl_hint_get(), "~trainer.max_epochs");
 }
 END_TEST
 
@@ -576,6 +729,11 @@ int main(void) {
     tcase_add_test(t, override_syntax);
     tcase_add_test(t, overrides_are_validated_like_file_keys);
     tcase_add_test(t, plugin_override_validates_against_new_schema);
+    tcase_add_test(t, plugin_swap_names_every_stray_key_and_how_to_drop_it);
+    tcase_add_test(t, tilde_drops_a_key_the_file_sets);
+    tcase_add_test(t, tilde_section_drops_or_restarts_a_section);
+    tcase_add_test(t, tilde_refuses_what_the_file_does_not_set);
+    tcase_add_test(t, empty_value_is_the_empty_string);
     tcase_add_test(t, pattern_options_match_one_segment);
     tcase_add_test(t, requires_resolve_relative_to_the_ini);
     tcase_add_test(t, written_ini_reloads_to_same_values_and_hash);
