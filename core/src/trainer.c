@@ -217,6 +217,8 @@ static double current_factor(trainer *t) {
     return f;
 }
 
+double tr_lr_factor(trainer *t) { return current_factor(t); }
+
 /* Set every group's lr and let schedulers drive their hyper-parameters;
  * returns group 0's lr (logged). */
 static double apply_lr(trainer *t) {
@@ -826,6 +828,28 @@ pl_status pl_trainer_check_fields(const pl_config *cfg) {
     return st;
 }
 
+/* After a resume: a learning-rate schedule that differs from the one the
+ * checkpoint was trained on is allowed (extending a run is how max_epochs
+ * is raised), but the result is then no continuation of the earlier run: a
+ * scheduler that spans the whole fit (cosine, onecycle with total_steps = 0)
+ * is planned over this run's length, so the earlier steps followed another
+ * curve and the next step's lr jumps. Say so, with the numbers. */
+static void warn_schedule_change(trainer *t) {
+    if (isnan(t->resume_lr_factor)) return; /* a checkpoint older than the record */
+    double f = current_factor(t);
+    if (f == t->resume_lr_factor) return;
+    char why[256] = "";
+    if (t->resume_total_steps >= 0 && t->resume_total_steps != t->ctx.total_steps)
+        snprintf(why, sizeof why, "; the fit now plans %lld optimizer steps, the checkpoint's run "
+                 "planned %lld, and a scheduler that spans the fit (total_steps = 0) is re-planned "
+                 "over the new length", (long long)t->ctx.total_steps,
+                 (long long)t->resume_total_steps);
+    tr_log(t, "warning: learning-rate factor of step %lld is %.6g here, %.6g in the run that wrote "
+           "the checkpoint%s: the steps before the resume followed another schedule, so the "
+           "result will not equal an uninterrupted run (set the scheduler's total_steps to keep "
+           "one schedule across resumes)\n", (long long)t->step, f, t->resume_lr_factor, why);
+}
+
 /* No [precision] section: what fp32 does (Lightning's default precision
  * "32-true"): a parameter the model created in another float dtype (bf16 /
  * f16 checkpoint views) is converted to f32, one tensor at a time. */
@@ -843,6 +867,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     t->pipe = pl_config_section_get(cfg, "pipeline");
     t->tr = pl_config_section_get(cfg, "trainer");
     t->tty = isatty(STDOUT_FILENO);
+    t->resume_total_steps = -1;
+    t->resume_lr_factor = NAN;
     read_settings(t);
     const char *init0 = pl_cfg_str(t->tr, "init_from", "");
     const char *res0 = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");
@@ -990,6 +1016,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
                 tr_log(t, "resumed from %s at epoch %lld, step %lld\n", p, (long long)t->epoch,
                       (long long)t->step);
             if (!st) tr_adopt_earlier_best(t, p);
+            if (!st) warn_schedule_change(t);
         }
     }
     if (!st) count_parameter_bytes(t);

@@ -72,6 +72,11 @@ typedef struct trainer {
     bool have_best;
     double last_finite_loss;
 
+    /* what the resumed checkpoint recorded (-1 / NaN: older checkpoint, or no resume):
+     * the fit's planned optimizer steps and the lr factor of its next step */
+    int64_t resume_total_steps;
+    double resume_lr_factor;
+
     /* report */
     double t_start, fit_s, test_s, export_s;
     double *epoch_s;
@@ -116,6 +121,9 @@ void tr_metric_row(trainer *t, const char *key, double v); /* one metrics.csv ro
 /* log one line "<heading>  <prefix>_<name> value ..." (every metric) and add
  * metrics.csv rows */
 void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const pl_metrics *m);
+/* The learning-rate factor of the next optimizer step (t->step): every
+ * scheduler's product, or the averager's override. */
+double tr_lr_factor(trainer *t);
 
 /* ---- checkpoint.c ---- */
 /* Weights, every stage's state and the loop counters to `path` (temp file,
