@@ -314,6 +314,7 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     META("seed", "%llu", (unsigned long long)t->ctx.seed);
     META("config_hash", "%016llx", (unsigned long long)pl_config_hash(t->cfg));
     META("model", "%s", t->model.desc->name);
+    META("nan_skips_in_a_row", "%lld", (long long)t->nan_skips);
     /* what a resume compares: the fit's planned optimizer steps (schedulers
      * that span the fit take their length from it) and the lr factor of the
      * next step */
@@ -456,6 +457,7 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
             t->best = meta_f64(&mr, "best", 0);
             t->have_best = meta_i64(&mr, "have_best", 0) != 0;
             t->bad_vals = meta_i64(&mr, "bad_vals", 0);
+            t->nan_skips = meta_i64(&mr, "nan_skips_in_a_row", 0);
             /* absent in checkpoints older than them: nothing to compare */
             t->resume_total_steps = meta_i64(&mr, "total_steps", -1);
             t->resume_lr_factor = meta_f64(&mr, "lr_factor", NAN);

@@ -565,11 +565,26 @@ static pl_status fit(trainer *t) {
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
             double lv = st ? NAN : pl_tensor_item(loss);
             if (!st && !isfinite(lv)) {
+                t->nan_skips++;
                 if (!t->on_nan_skip) {
                     st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
                                       "step %lld batch %lld (last finite loss %.6g); "
                                       "set [trainer] on_nan = skip to skip such steps",
                                       lv, (long long)t->epoch, (long long)t->step, (long long)b,
+                                      t->last_finite_loss);
+                } else if (t->max_nan_skips > 0 && t->nan_skips > t->max_nan_skips) {
+                    /* the weights (or the data from here on) have gone bad: skipping
+                     * would only run out the fit on untouched or diverged weights */
+                    pl_hint_set("look for NaN/Inf rows in the training data and at the last "
+                                "finite training loss in log.txt (a diverging run: lower lr, "
+                                "gradient_clip_val); [trainer] max_consecutive_nan_skips = 0 "
+                                "skips without limit");
+                    st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
+                                      "step %lld batch %lld, %lld in a row: on_nan = skip allows "
+                                      "at most %lld consecutive skipped steps "
+                                      "(max_consecutive_nan_skips; last finite loss %.6g)",
+                                      lv, (long long)t->epoch, (long long)t->step, (long long)b,
+                                      (long long)t->nan_skips, (long long)t->max_nan_skips,
                                       t->last_finite_loss);
                 } else {
                     tr_log(t, "warning: non-finite loss at step %lld batch %lld: step skipped\n",
@@ -585,6 +600,7 @@ static pl_status fit(trainer *t) {
             }
             if (!st) {
                 t->last_finite_loss = lv;
+                t->nan_skips = 0;
                 double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
                 st = pl_backward(loss, scale / (double)t->accum);
             }
@@ -780,6 +796,7 @@ static void read_settings(trainer *t) {
     t->patience = pl_cfg_int(tr, "patience", 3);
     t->min_delta = pl_cfg_float(tr, "min_delta", 0);
     t->on_nan_skip = !strcmp(pl_cfg_str(tr, "on_nan", "stop"), "skip");
+    t->max_nan_skips = pl_cfg_int(tr, "max_consecutive_nan_skips", 10);
     t->ckpt_every = pl_cfg_int(tr, "checkpoint_every_n_epochs", 0);
     t->ckpt_every_steps = pl_cfg_int(tr, "checkpoint_every_n_train_steps", 0);
     t->save_last = pl_cfg_bool(tr, "save_last", true);

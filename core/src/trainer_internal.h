@@ -57,6 +57,7 @@ typedef struct trainer {
     bool clip_norm, early_stop, mode_max, on_nan_skip, save_last, save_best, do_test, do_export;
     double min_delta;
     int64_t patience, val_every_epochs, ckpt_every, ckpt_every_steps;
+    int64_t max_nan_skips; /* on_nan = skip: consecutive skips allowed (0: no limit) */
     double limit[PL_SPLIT_COUNT];
     double val_interval;
     const char *monitor;
@@ -71,6 +72,7 @@ typedef struct trainer {
     int64_t bad_vals;
     bool have_best;
     double last_finite_loss;
+    int64_t nan_skips; /* on_nan = skip: non-finite losses in a row (reset by a finite one) */
 
     /* what the resumed checkpoint recorded (-1 / NaN: older checkpoint, or no resume):
      * the fit's planned optimizer steps and the lr factor of its next step */
