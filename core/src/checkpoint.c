@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +108,180 @@ static bool from_source(const pl_param *p) {
     return (p->tags & PL_TAG_PRETRAINED) && !p->t->requires_grad;
 }
 
+/* ---- the configuration a checkpoint was written with -------------------------------
+ * Metadata "config": the resolved configuration as "section.key=value" lines
+ * (section names hold no '.', keys no '='). A resume compares it with its
+ * own: changed keys are a warning; a different plugin in a stage section
+ * whose state the checkpoint holds is refused. Checkpoints older than it
+ * have only config_hash (and model): compared as far as they go. */
+
+static char *config_lines(const pl_config *c) {
+    size_t n = 1;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const pl_config_section *s = pl_config_section_at(c, i);
+        for (int j = 0; j < pl_cfg_count(s); j++)
+            n += strlen(pl_cfg_section_name(s)) + strlen(pl_cfg_key_at(s, j)) +
+                 strlen(pl_cfg_value_at(s, j)) + 3;
+    }
+    char *text = malloc(n), *p = text;
+    if (!text) return NULL;
+    *p = 0;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const pl_config_section *s = pl_config_section_at(c, i);
+        for (int j = 0; j < pl_cfg_count(s); j++)
+            p += sprintf(p, "%s.%s=%s\n", pl_cfg_section_name(s), pl_cfg_key_at(s, j),
+                         pl_cfg_value_at(s, j));
+    }
+    return text;
+}
+
+/* The value of section.key in "config" lines, or NULL; `len` its length. */
+static const char *config_lines_get(const char *text, const char *sec, const char *key,
+                                    size_t *len) {
+    size_t ls = strlen(sec), lk = strlen(key);
+    for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, sec, ls) || l[ls] != '.' || strncmp(l + ls + 1, key, lk) ||
+            l[ls + 1 + lk] != '=')
+            continue;
+        const char *v = l + ls + 2 + lk, *e = strchr(v, '\n');
+        *len = e ? (size_t)(e - v) : strlen(v);
+        return v;
+    }
+    return NULL;
+}
+
+/* Where a file goes, not what it trains: never worth a warning. */
+static bool config_key_ignored(const char *sec, const char *key) {
+    return (!strcmp(sec, "trainer") && !strcmp(key, "resume")) ||
+           (!strcmp(sec, "pipeline") && (!strcmp(key, "run_dir") || !strcmp(key, "name")));
+}
+
+/* Stage sections whose state a checkpoint holds and whose plugin must stay:
+ * model, optimizer, precision, averager, every scheduler (not data: a
+ * loader keeps no state; its order is a function of (seed, epoch)). */
+static bool stage_with_state(const char *sec) {
+    int k = pl_stage_section_kind(sec);
+    return k >= 0 && k != PL_KIND_LOADER;
+}
+
+typedef struct key_list {
+    char text[1024];
+    size_t n;
+    int count;
+} key_list;
+
+static void key_list_add(key_list *kl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void key_list_add(key_list *kl, const char *fmt, ...) {
+    kl->count++;
+    if (kl->n >= sizeof kl->text) return;
+    if (kl->count > 1) kl->n += (size_t)snprintf(kl->text + kl->n, sizeof kl->text - kl->n, ", ");
+    if (kl->n >= sizeof kl->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    kl->n += (size_t)vsnprintf(kl->text + kl->n, sizeof kl->text - kl->n, fmt, ap);
+    va_end(ap);
+}
+
+/* The plugin of stage section `sec` in the checkpoint's config ("" when the
+ * section was absent). */
+static void old_plugin(const char *text, const char *sec, char *out, size_t n) {
+    size_t len = 0;
+    const char *v = config_lines_get(text, sec, "plugin", &len);
+    if (!v) len = 0;
+    snprintf(out, n, "%.*s", (int)len, v ? v : "");
+}
+
+static pl_status refuse_plugin(const char *path, const char *sec, const char *was, const char *is) {
+    pl_hint_set("resume with the checkpoint's plugins (its run directory's config.ini has them), "
+                "or start a new run from its weights with [trainer] init_from = %s", path);
+    return pl_error_set(PL_ERR_CONFIG, "cannot resume from %s: it was written with [%s] %s%s%s, "
+                        "this run has %s%s%s; that stage's state (or its absence) cannot continue "
+                        "exactly", path, sec, was[0] ? "plugin '" : "no such section", was,
+                        was[0] ? "'" : "", is[0] ? "plugin '" : "no such section", is,
+                        is[0] ? "'" : "");
+}
+
+/* Compare this run's configuration with the checkpoint's before loading it
+ * for a resume: refuse another plugin (or an added / removed section) where
+ * the checkpoint holds a stage's state; warn naming every other changed key
+ * (max_epochs, limits, log settings: how runs are extended). `model_diff`
+ * gets the changed [model] keys, for the message of a shape mismatch. */
+static pl_status compare_config(trainer *t, pl_st_file *f, const char *path, key_list *model_diff) {
+    const char *old_hash = pl_st_meta(f, "config_hash");
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)pl_config_hash(t->cfg));
+    if (old_hash && !strcmp(old_hash, hash)) return PL_OK;
+    const char *text = pl_st_meta(f, "config");
+    if (!text) {
+        if (old_hash)
+            tr_log(t, "warning: resuming from %s, written with another configuration (config hash "
+                   "%s, this run %s); the checkpoint predates the stored configuration, so the "
+                   "changed keys cannot be named\n", path, old_hash, hash);
+        return PL_OK;
+    }
+    /* plugins first: a refusal needs no list of keys */
+    char was[PL_NAME_MAX];
+    for (int i = 0; i < pl_config_section_count(t->cfg); i++) {
+        const char *sec = pl_cfg_section_name(pl_config_section_at(t->cfg, i));
+        if (!stage_with_state(sec)) continue;
+        const pl_plugin_desc *d = pl_config_plugin(t->cfg, sec);
+        old_plugin(text, sec, was, sizeof was);
+        if (strcmp(was, d ? d->name : "")) return refuse_plugin(path, sec, was, d ? d->name : "");
+    }
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n'), *dot = strchr(l, '.');
+        size_t ll = e ? (size_t)(e - l) : strlen(l);
+        if (dot && dot < l + ll) {
+            char sec[PL_NAME_MAX];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - l), l);
+            if (stage_with_state(sec) && !pl_config_section_get(t->cfg, sec)) {
+                old_plugin(text, sec, was, sizeof was);
+                return refuse_plugin(path, sec, was, "");
+            }
+        }
+        l += ll + (e ? 1 : 0);
+    }
+    /* every key of either side, in this run's order, then the ones it dropped */
+    key_list diff = {0};
+    for (int i = 0; i < pl_config_section_count(t->cfg); i++) {
+        const pl_config_section *s = pl_config_section_at(t->cfg, i);
+        const char *sec = pl_cfg_section_name(s);
+        for (int j = 0; j < pl_cfg_count(s); j++) {
+            const char *key = pl_cfg_key_at(s, j), *now = pl_cfg_value_at(s, j);
+            if (config_key_ignored(sec, key)) continue;
+            size_t len = 0;
+            const char *v = config_lines_get(text, sec, key, &len);
+            if (v && strlen(now) == len && !strncmp(v, now, len)) continue;
+            if (v)
+                key_list_add(&diff, "%s.%s %.*s -> %s", sec, key, (int)len, v, now);
+            else
+                key_list_add(&diff, "%s.%s (new) = %s", sec, key, now);
+            if (!strcmp(sec, "model"))
+                key_list_add(model_diff, "%s %.*s -> %s", key, (int)(v ? len : 6),
+                             v ? v : "absent", now);
+        }
+    }
+    for (const char *l = text; *l;) {
+        const char *e = strchr(l, '\n'), *dot = strchr(l, '.'), *eq = strchr(l, '=');
+        size_t ll = e ? (size_t)(e - l) : strlen(l);
+        if (dot && eq && dot < eq && eq < l + ll) {
+            char sec[PL_NAME_MAX], key[PL_NAME_MAX];
+            snprintf(sec, sizeof sec, "%.*s", (int)(dot - l), l);
+            snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+            const pl_config_section *s = pl_config_section_get(t->cfg, sec);
+            if (!config_key_ignored(sec, key) && !pl_cfg_get(s, key))
+                key_list_add(&diff, "%s.%s (dropped, was %.*s)", sec, key,
+                             (int)(l + ll - eq - 1), eq + 1);
+        }
+        l += ll + (e ? 1 : 0);
+    }
+    if (diff.count)
+        tr_log(t, "warning: resuming from %s with %d changed configuration key%s: %s%s\n", path,
+               diff.count, diff.count == 1 ? "" : "s", diff.text,
+               diff.n >= sizeof diff.text ? " ..." : "");
+    return PL_OK;
+}
+
 pl_status tr_save_checkpoint(trainer *t, const char *path) {
     pl_st_writer *w = pl_st_writer_new(path);
     if (!w) return pl_error_status();
@@ -139,7 +314,19 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     META("seed", "%llu", (unsigned long long)t->ctx.seed);
     META("config_hash", "%016llx", (unsigned long long)pl_config_hash(t->cfg));
     META("model", "%s", t->model.desc->name);
+    META("nan_skips_in_a_row", "%lld", (long long)t->nan_skips);
+    /* what a resume compares: the fit's planned optimizer steps (schedulers
+     * that span the fit take their length from it) and the lr factor of the
+     * next step */
+    META("total_steps", "%lld", (long long)t->ctx.total_steps);
+    META("lr_factor", "%.17g", tr_lr_factor(t));
 #undef META
+    if (!st) {
+        char *text = config_lines(t->cfg);
+        st = text ? pl_st_writer_meta(w, "config", text)
+                  : pl_error_set(PL_ERR_NOMEM, "checkpoint %s: out of memory (config)", path);
+        free(text);
+    }
     if (!st) st = pl_st_writer_commit(w);
     pl_st_writer_free(w);
     return st;
@@ -180,6 +367,8 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
     pl_st_file *f = NULL;
     pl_status st = pl_st_open(path, &f);
     if (st) return st;
+    key_list model_diff = {0};
+    if (!weights_only) st = compare_config(t, f, path, &model_diff);
     int loaded = 0, missing = 0, kept = 0;
     char first_missing[PL_NAME_MAX] = "";
     for (int i = 0; i < pl_params_count(t->ctx.params) && !st; i++) {
@@ -204,6 +393,18 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
         else
             st = pl_st_load_into(f, p->name, p->t);
         if (st && !strstr(pl_error_message(), path)) pl_error_prefix(st, "checkpoint %s", path);
+        if (st && model_diff.count) {
+            /* a resume continues the model it saved: a configuration error
+             * naming what changed */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", pl_error_message());
+            st = pl_error_set(PL_ERR_CONFIG, "cannot resume from %s: [model] changed since the "
+                              "checkpoint (%s%s), and its weights do not fit: %s", path,
+                              model_diff.text, model_diff.n >= sizeof model_diff.text ? " ..." : "",
+                              why);
+            pl_hint_set("resume with the checkpoint's [model] options (its run directory's "
+                        "config.ini has them); a new model shape needs a new run");
+        }
         if (!st) st = check_finite_param(path, p);
         loaded++;
     }
@@ -256,6 +457,10 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
             t->best = meta_f64(&mr, "best", 0);
             t->have_best = meta_i64(&mr, "have_best", 0) != 0;
             t->bad_vals = meta_i64(&mr, "bad_vals", 0);
+            t->nan_skips = meta_i64(&mr, "nan_skips_in_a_row", 0);
+            /* absent in checkpoints older than them: nothing to compare */
+            t->resume_total_steps = meta_i64(&mr, "total_steps", -1);
+            t->resume_lr_factor = meta_f64(&mr, "lr_factor", NAN);
             st = mr.st;
         }
     }

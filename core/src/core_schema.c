@@ -54,6 +54,8 @@ static const pl_option_spec trainer_schema[] = {
     {"min_delta", PL_OPT_FLOAT, "0", 0, 1e30, NULL, "smallest change of `monitor` that counts"},
     {"on_nan", PL_OPT_CHOICE, "stop", PL_NO_BOUNDS, "stop|skip",
      "non-finite loss: stop the run, or skip the step"},
+    {"max_consecutive_nan_skips", PL_OPT_INT, "10", 0, 1e15, NULL,
+     "on_nan = skip: non-finite losses skipped in a row before the run fails (0: no limit)"},
     {"checkpoint_every_n_epochs", PL_OPT_INT, "0", 0, 1e9, NULL,
      "keep a checkpoint every N epochs (0: only last/best)"},
     {"checkpoint_every_n_train_steps", PL_OPT_INT, "0", 0, 1e15, NULL,

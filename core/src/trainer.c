@@ -217,6 +217,8 @@ static double current_factor(trainer *t) {
     return f;
 }
 
+double tr_lr_factor(trainer *t) { return current_factor(t); }
+
 /* Set every group's lr and let schedulers drive their hyper-parameters;
  * returns group 0's lr (logged). */
 static double apply_lr(trainer *t) {
@@ -563,11 +565,26 @@ static pl_status fit(trainer *t) {
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
             double lv = st ? NAN : pl_tensor_item(loss);
             if (!st && !isfinite(lv)) {
+                t->nan_skips++;
                 if (!t->on_nan_skip) {
                     st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
                                       "step %lld batch %lld (last finite loss %.6g); "
                                       "set [trainer] on_nan = skip to skip such steps",
                                       lv, (long long)t->epoch, (long long)t->step, (long long)b,
+                                      t->last_finite_loss);
+                } else if (t->max_nan_skips > 0 && t->nan_skips > t->max_nan_skips) {
+                    /* the weights (or the data from here on) have gone bad: skipping
+                     * would only run out the fit on untouched or diverged weights */
+                    pl_hint_set("look for NaN/Inf rows in the training data and at the last "
+                                "finite training loss in log.txt (a diverging run: lower lr, "
+                                "gradient_clip_val); [trainer] max_consecutive_nan_skips = 0 "
+                                "skips without limit");
+                    st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
+                                      "step %lld batch %lld, %lld in a row: on_nan = skip allows "
+                                      "at most %lld consecutive skipped steps "
+                                      "(max_consecutive_nan_skips; last finite loss %.6g)",
+                                      lv, (long long)t->epoch, (long long)t->step, (long long)b,
+                                      (long long)t->nan_skips, (long long)t->max_nan_skips,
                                       t->last_finite_loss);
                 } else {
                     tr_log(t, "warning: non-finite loss at step %lld batch %lld: step skipped\n",
@@ -583,6 +600,7 @@ static pl_status fit(trainer *t) {
             }
             if (!st) {
                 t->last_finite_loss = lv;
+                t->nan_skips = 0;
                 double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
                 st = pl_backward(loss, scale / (double)t->accum);
             }
@@ -778,6 +796,7 @@ static void read_settings(trainer *t) {
     t->patience = pl_cfg_int(tr, "patience", 3);
     t->min_delta = pl_cfg_float(tr, "min_delta", 0);
     t->on_nan_skip = !strcmp(pl_cfg_str(tr, "on_nan", "stop"), "skip");
+    t->max_nan_skips = pl_cfg_int(tr, "max_consecutive_nan_skips", 10);
     t->ckpt_every = pl_cfg_int(tr, "checkpoint_every_n_epochs", 0);
     t->ckpt_every_steps = pl_cfg_int(tr, "checkpoint_every_n_train_steps", 0);
     t->save_last = pl_cfg_bool(tr, "save_last", true);
@@ -826,6 +845,28 @@ pl_status pl_trainer_check_fields(const pl_config *cfg) {
     return st;
 }
 
+/* After a resume: a learning-rate schedule that differs from the one the
+ * checkpoint was trained on is allowed (extending a run is how max_epochs
+ * is raised), but the result is then no continuation of the earlier run: a
+ * scheduler that spans the whole fit (cosine, onecycle with total_steps = 0)
+ * is planned over this run's length, so the earlier steps followed another
+ * curve and the next step's lr jumps. Say so, with the numbers. */
+static void warn_schedule_change(trainer *t) {
+    if (isnan(t->resume_lr_factor)) return; /* a checkpoint older than the record */
+    double f = current_factor(t);
+    if (f == t->resume_lr_factor) return;
+    char why[256] = "";
+    if (t->resume_total_steps >= 0 && t->resume_total_steps != t->ctx.total_steps)
+        snprintf(why, sizeof why, "; the fit now plans %lld optimizer steps, the checkpoint's run "
+                 "planned %lld, and a scheduler that spans the fit (total_steps = 0) is re-planned "
+                 "over the new length", (long long)t->ctx.total_steps,
+                 (long long)t->resume_total_steps);
+    tr_log(t, "warning: learning-rate factor of step %lld is %.6g here, %.6g in the run that wrote "
+           "the checkpoint%s: the steps before the resume followed another schedule, so the "
+           "result will not equal an uninterrupted run (set the scheduler's total_steps to keep "
+           "one schedule across resumes)\n", (long long)t->step, f, t->resume_lr_factor, why);
+}
+
 /* No [precision] section: what fp32 does (Lightning's default precision
  * "32-true"): a parameter the model created in another float dtype (bf16 /
  * f16 checkpoint views) is converted to f32, one tensor at a time. */
@@ -843,6 +884,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     t->pipe = pl_config_section_get(cfg, "pipeline");
     t->tr = pl_config_section_get(cfg, "trainer");
     t->tty = isatty(STDOUT_FILENO);
+    t->resume_total_steps = -1;
+    t->resume_lr_factor = NAN;
     read_settings(t);
     const char *init0 = pl_cfg_str(t->tr, "init_from", "");
     const char *res0 = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");
@@ -990,6 +1033,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
                 tr_log(t, "resumed from %s at epoch %lld, step %lld\n", p, (long long)t->epoch,
                       (long long)t->step);
             if (!st) tr_adopt_earlier_best(t, p);
+            if (!st) warn_schedule_change(t);
         }
     }
     if (!st) count_parameter_bytes(t);

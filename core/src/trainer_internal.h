@@ -57,6 +57,7 @@ typedef struct trainer {
     bool clip_norm, early_stop, mode_max, on_nan_skip, save_last, save_best, do_test, do_export;
     double min_delta;
     int64_t patience, val_every_epochs, ckpt_every, ckpt_every_steps;
+    int64_t max_nan_skips; /* on_nan = skip: consecutive skips allowed (0: no limit) */
     double limit[PL_SPLIT_COUNT];
     double val_interval;
     const char *monitor;
@@ -71,6 +72,12 @@ typedef struct trainer {
     int64_t bad_vals;
     bool have_best;
     double last_finite_loss;
+    int64_t nan_skips; /* on_nan = skip: non-finite losses in a row (reset by a finite one) */
+
+    /* what the resumed checkpoint recorded (-1 / NaN: older checkpoint, or no resume):
+     * the fit's planned optimizer steps and the lr factor of its next step */
+    int64_t resume_total_steps;
+    double resume_lr_factor;
 
     /* report */
     double t_start, fit_s, test_s, export_s;
@@ -116,6 +123,9 @@ void tr_metric_row(trainer *t, const char *key, double v); /* one metrics.csv ro
 /* log one line "<heading>  <prefix>_<name> value ..." (every metric) and add
  * metrics.csv rows */
 void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const pl_metrics *m);
+/* The learning-rate factor of the next optimizer step (t->step): every
+ * scheduler's product, or the averager's override. */
+double tr_lr_factor(trainer *t);
 
 /* ---- checkpoint.c ---- */
 /* Weights, every stage's state and the loop counters to `path` (temp file,

@@ -323,6 +323,151 @@ START_TEST(resume_is_bit_identical) {
 }
 END_TEST
 
+/* Every metrics.csv row of run `b` (timings aside) is a row of run `a`,
+ * byte for byte; returns how many were compared. */
+static int metrics_rows_in(const char *a, const char *b) {
+    char pa[1024], pb[1024], line[256];
+    snprintf(pa, sizeof pa, "%s/%s/latest/metrics.csv", g_dir, a);
+    snprintf(pb, sizeof pb, "%s/%s/latest/metrics.csv", g_dir, b);
+    static char all[1 << 16];
+    snprintf(all, sizeof all, "%s", slurp(pa));
+    FILE *f = fopen(pb, "r");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, ",samples_per_s,") || strstr(line, ",data_wait_ms,") ||
+            strstr(line, ",step_seconds,") || !strncmp(line, "step,", 5))
+            continue;
+        char want[260];
+        snprintf(want, sizeof want, "\n%s", line);
+        ck_assert_msg(strstr(all, want) != NULL, "%s logged %s%s has no such row", b, line, a);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* The text of summary.json's `"key": {...}` object or `"key": value`, up to
+ * its end (compared as text between two runs). */
+static void summary_part(const char *name, const char *key, char *out, size_t n) {
+    const char *js = run_file(name, "summary.json");
+    char k[128];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *at = strstr(js, k);
+    ck_assert_msg(at != NULL, "%s: summary.json lacks %s", name, key);
+    const char *v = at + strlen(k) + strspn(at + strlen(k), " \t");
+    size_t len = *v == '{' ? (size_t)(strchr(v, '}') + 1 - at) : (size_t)(v - at) + strcspn(v, ",\n");
+    snprintf(out, n, "%.*s", (int)len, at);
+}
+
+/* Issue 16: "1 epoch, then --resume last with max_epochs = 2" reported other
+ * metrics than a straight 2-epoch run. The cause was no lost state: the
+ * 1-epoch run's cosine schedule (total_steps from the fit) decayed to 0 over
+ * its own 8 steps, so its epoch 0 already trained differently. With the
+ * schedule pinned (total_steps) the extended run equals the straight one in
+ * weights, every logged metric (validation, train loss, lr, test) and the
+ * summary; unpinned, the resume says that the schedule changed. */
+START_TEST(extended_run_equals_the_straight_run_in_metrics_and_summary) {
+    setup();
+    const char *straight[] = {"scheduler.total_steps=16", "trainer.test=true"};
+    ck_assert_int_eq(run("straight", 2, straight, NULL), 0);
+    const char *first[] = {"scheduler.total_steps=16", "trainer.test=true",
+                           "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("ext", 3, first, NULL), 0);
+    ck_assert_int_eq(run("ext", 2, straight, "last"), 0);
+    int n;
+    ck_assert_msg(ckpt_diff("straight", "ext", &n) == 0.0, "weights differ");
+    /* 8 steps x (train_loss, lr, grad_norm) + epoch_train_loss + 2 x 5 val/test metrics */
+    ck_assert_int_ge(metrics_rows_in("straight", "ext"), 8 * 3 + 1 + 2);
+    const char *keys[] = {"val_metrics", "test_metrics", "best_monitor", "epochs",
+                          "optimizer_steps", "status"};
+    for (int i = 0; i < 6; i++) {
+        char a[1024], b[1024];
+        summary_part("straight", keys[i], a, sizeof a);
+        summary_part("ext", keys[i], b, sizeof b);
+        ck_assert_msg(!strcmp(a, b), "summary %s: straight %s, extended %s", keys[i], a, b);
+    }
+    const char *log = run_file("ext", "log.txt");
+    ck_assert_msg(strstr(log, "1 changed configuration key: trainer.max_epochs 1 -> 2"), "%s", log);
+    ck_assert_msg(!strstr(log, "learning-rate factor"), "%s", log);
+
+    /* unpinned: the fit's length sets the cosine schedule; the resume says so */
+    const char *one[] = {"trainer.max_epochs=1"};
+    ck_assert_int_eq(run("unpinned", 1, one, NULL), 0);
+    ck_assert_int_eq(run("unpinned", 0, NULL, "last"), 0);
+    log = run_file("unpinned", "log.txt");
+    ck_assert_msg(strstr(log, "warning: learning-rate factor of step 8 is 0.5 here, 0 in the run") &&
+                      strstr(log, "now plans 16 optimizer steps, the checkpoint's run planned 8"),
+                  "%s", log);
+}
+END_TEST
+
+/* Issue 16: a resume compares the checkpoint's configuration with its own:
+ * another plugin (or an added / removed section) where the checkpoint holds
+ * a stage's state is refused; a changed model shape is refused naming the
+ * changed key; other changes are allowed with a warning naming them;
+ * init_from (weights only) compares nothing. */
+START_TEST(resume_refuses_another_stage_plugin_and_names_changed_keys) {
+    setup();
+    ck_assert_int_eq(run("cfg", 0, NULL, NULL), 0);
+    char last[1024];
+    ckpt_path(last, sizeof last, "cfg", "last");
+    const char *sgd[] = {"optimizer.plugin=sgd"};
+    ck_assert_int_eq(run("cfg2", 1, sgd, last), 2);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "[optimizer] plugin 'adamw'") && strstr(msg, "plugin 'sgd'"),
+                  "message: %s", msg);
+    const char *no_sched[] = {"~scheduler"};
+    ck_assert_int_eq(run("cfg2", 1, no_sched, last), 2);
+    msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "[scheduler] plugin 'cosine'") && strstr(msg, "no such section"),
+                  "message: %s", msg);
+    const char *swa[] = {"averager.plugin=swa"};
+    ck_assert_int_eq(run("cfg2", 1, swa, last), 2);
+    ck_assert_msg(strstr(pl_error_message(), "[averager] no such section"), "message: %s",
+                  pl_error_message());
+    const char *wide[] = {"model.hidden=32"};
+    ck_assert_int_eq(run("cfg2", 1, wide, last), 2);
+    msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "[model] changed") && strstr(msg, "hidden 16 -> 32") &&
+                      strstr(msg, "mlp.0.weight"), "message: %s", msg);
+    /* allowed: more epochs, another dropout and lr; each named */
+    const char *more[] = {"trainer.max_epochs=3", "model.dropout=0.2", "optimizer.lr=0.005"};
+    ck_assert_int_eq(run("cfg2", 3, more, last), 0);
+    const char *log = run_file("cfg2", "log.txt");
+    ck_assert_msg(strstr(log, "with 3 changed configuration keys: model.dropout 0.1 -> 0.2, "
+                              "optimizer.lr 0.01 -> 0.005, trainer.max_epochs 2 -> 3"),
+                  "%s", log);
+    /* init_from loads weights into any optimizer */
+    char init[1100];
+    snprintf(init, sizeof init, "trainer.init_from=%s", last);
+    const char *from[] = {init, "optimizer.plugin=sgd", "scheduler.plugin=constant"};
+    ck_assert_msg(run("cfg3", 3, from, NULL) == 0, "%s", pl_error_message());
+
+    /* a checkpoint from before the stored config (and lr record) still resumes;
+     * the changed hash is a warning that cannot name keys */
+    FILE *in = fopen(last, "rb");
+    ck_assert_ptr_nonnull(in);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    const char *hide[][2] = {{"\"config\":", "\"cxnfig\":"}, {"\"lr_factor\":", "\"lr_fxctor\":"}};
+    for (int i = 0; i < 2; i++) {
+        char *at = memmem(buf, n, hide[i][0], strlen(hide[i][0]));
+        ck_assert_msg(at != NULL, "no %s in the checkpoint header", hide[i][0]);
+        memcpy(at, hide[i][1], strlen(hide[i][1]));
+    }
+    char old[1100];
+    snprintf(old, sizeof old, "%s/old.safetensors", g_dir);
+    FILE *out = fopen(old, "wb");
+    fwrite(buf, 1, n, out);
+    fclose(out);
+    const char *three[] = {"trainer.max_epochs=3"};
+    ck_assert_msg(run("cfg4", 1, three, old) == 0, "%s", pl_error_message());
+    ck_assert_ptr_nonnull(strstr(run_file("cfg4", "log.txt"), "predates the stored configuration"));
+}
+END_TEST
+
 /* The metrics.csv row `key` logged at `step` (as text), or "" */
 static void metric_at(const char *name, long step, const char *key, char *out, size_t n) {
     char p[1024], line[256], want[128];
@@ -668,13 +813,59 @@ START_TEST(nan_loss_stops_with_step_and_last_finite_loss) {
     ck_assert_msg(strstr(msg, "non-finite training loss") && strstr(msg, "last finite loss"),
                   "message: %s", msg);
     const char *skip[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8",
-                          "scheduler.plugin=constant", "trainer.on_nan=skip"};
-    /* skipping non-finite steps goes on training, but the weights already
-     * diverged: the validation metrics are non-finite and the run fails
-     * naming them rather than ending with exit 0 */
-    ck_assert_int_eq(run("nan_skip", 4, skip, NULL), 1);
+                          "scheduler.plugin=constant", "trainer.on_nan=skip",
+                          "trainer.max_consecutive_nan_skips=0"};
+    /* skipping non-finite steps without limit goes on training, but the
+     * weights already diverged: the validation metrics are non-finite and the
+     * run fails naming them rather than ending with exit 0 */
+    ck_assert_int_eq(run("nan_skip", 5, skip, NULL), 1);
     msg = pl_error_message();
     ck_assert_msg(strstr(msg, "validation metric"), "message: %s", msg);
+}
+END_TEST
+
+/* Set rows [r0, r1) of dataset `name` (float, 2-D) of the test file to NaN
+ * (as setup() wrote it; the next setup() writes it again). */
+static void poison_rows(const char *name, int r0, int r1) {
+    hid_t f = H5Fopen(g_h5, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    hid_t sp = H5Dget_space(ds);
+    hsize_t d[2];
+    H5Sget_simple_extent_dims(sp, d, NULL);
+    float *v = malloc(sizeof *v * d[0] * d[1]);
+    H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    for (size_t i = (size_t)r0 * d[1]; i < (size_t)r1 * d[1]; i++) v[i] = NAN;
+    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    free(v);
+    H5Sclose(sp);
+    H5Dclose(ds);
+    H5Fclose(f);
+}
+
+/* on_nan = skip: a bad row skips its batch's step once per epoch and the
+ * run goes on; a run of more than max_consecutive_nan_skips non-finite
+ * losses in a row fails naming the epoch, step, batch and the count. */
+START_TEST(nan_skips_in_a_row_are_limited) {
+    setup();
+    poison_rows("/train/y", 5, 6); /* (a NaN input is no test: ReLU maps it to 0) */
+    const char *skip1[] = {"trainer.on_nan=skip", "trainer.max_consecutive_nan_skips=1"};
+    ck_assert_msg(run("nan_row", 2, skip1, NULL) == 0, "%s", pl_error_message());
+    const char *log = run_file("nan_row", "log.txt");
+    int skipped = 0;
+    for (const char *p = log; (p = strstr(p, "step skipped")); p++) skipped++;
+    ck_assert_msg(skipped == 2, "%d skipped steps (one per epoch expected):\n%s", skipped, log);
+
+    setup();
+    poison_rows("/train/y", 0, N_TRAIN);
+    const char *skip3[] = {"trainer.on_nan=skip", "trainer.max_consecutive_nan_skips=3"};
+    ck_assert_int_eq(run("nan_all", 2, skip3, NULL), 1);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "at epoch 0 step 0 batch 3, 4 in a row") &&
+                      strstr(msg, "at most 3 consecutive skipped steps") &&
+                      strstr(msg, "max_consecutive_nan_skips"), "message: %s", msg);
+    /* 0: no limit; every step is skipped, the untouched weights validate finely */
+    const char *unlimited[] = {"trainer.on_nan=skip", "trainer.max_consecutive_nan_skips=0"};
+    ck_assert_msg(run("nan_all", 2, unlimited, NULL) == 0, "%s", pl_error_message());
 }
 END_TEST
 
@@ -758,7 +949,7 @@ START_TEST(corrupt_or_mismatched_checkpoint_is_refused) {
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "truncated.safetensors"));
     /* a checkpoint of another model shape: hidden 16 vs 32 names the tensor and shapes */
     const char *o[] = {"model.hidden=32"};
-    ck_assert_int_eq(run("other", 1, o, rl), 1);
+    ck_assert_int_eq(run("other", 1, o, rl), 2);
     const char *msg = pl_error_message();
     ck_assert_msg(strstr(msg, "mlp.0.weight") && strstr(msg, "32") && strstr(msg, "16"),
                   "message: %s", msg);
@@ -798,6 +989,8 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, resume_is_bit_identical);
     tcase_add_test(tc, mid_epoch_resume_is_bit_identical);
+    tcase_add_test(tc, extended_run_equals_the_straight_run_in_metrics_and_summary);
+    tcase_add_test(tc, resume_refuses_another_stage_plugin_and_names_changed_keys);
     tcase_add_test(tc, mid_epoch_resume_streaming_accumulation_validation);
     tcase_add_test(tc, mid_epoch_resume_needs_no_loader_state);
     tcase_add_test(tc, failed_run_leaves_a_mid_epoch_last);
@@ -808,6 +1001,7 @@ int main(void) {
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
+    tcase_add_test(tc, nan_skips_in_a_row_are_limited);
     tcase_add_test(tc, swapping_plugins_on_the_command_line_changes_the_run);
     tcase_add_test(tc, corrupt_or_mismatched_checkpoint_is_refused);
     tcase_add_test(tc, corrupt_checkpoint_metadata_is_refused);
