@@ -25,6 +25,76 @@
  * Data structures
  * ==================================================================== */
 
+/* A hash index from names to positions in an array (sections of a config,
+ * keys of a section), so a file with 100,000 sections or keys loads in
+ * linear time. Built when the array reaches INDEX_MIN names (below that a
+ * scan is as fast), kept up to date by appends, dropped by removals (rare:
+ * `~` on the command line) and rebuilt at the next lookup. Open addressing,
+ * load factor <= 1/2; slot = position + 1, 0 empty. */
+#define INDEX_MIN 32
+typedef struct name_index {
+    int *slot;
+    size_t cap; /* power of two, 0: no index */
+} name_index;
+
+static uint64_t name_hash(const char *k) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *k; k++) h = (h ^ (unsigned char)*k) * 1099511628211ull;
+    return h;
+}
+
+static void index_drop(name_index *ix) {
+    free(ix->slot);
+    ix->slot = NULL;
+    ix->cap = 0;
+}
+
+static void index_put(name_index *ix, const char *name, int pos) {
+    size_t m = ix->cap - 1, i = (size_t)name_hash(name) & m;
+    while (ix->slot[i]) i = (i + 1) & m;
+    ix->slot[i] = pos + 1;
+}
+
+/* (Re)build over n names (name_at(arr, i)); false (no index) when out of memory. */
+static bool index_build(name_index *ix, int n, const char *(*name_at)(const void *, int),
+                        const void *arr) {
+    size_t cap = 64;
+    while (cap < 2 * (size_t)n) cap *= 2;
+    int *slot = calloc(cap, sizeof *slot);
+    if (!slot) return false;
+    free(ix->slot);
+    ix->slot = slot;
+    ix->cap = cap;
+    for (int i = 0; i < n; i++) index_put(ix, name_at(arr, i), i);
+    return true;
+}
+
+/* Position of `name` among n names, or -1. Builds the index when worth it. */
+static int index_find(name_index *ix, int n, const char *(*name_at)(const void *, int),
+                      const void *arr, const char *name) {
+    if (n >= INDEX_MIN && !ix->cap) index_build(ix, n, name_at, arr);
+    if (!ix->cap) {
+        for (int i = 0; i < n; i++)
+            if (strcmp(name_at(arr, i), name) == 0) return i;
+        return -1;
+    }
+    size_t m = ix->cap - 1;
+    for (size_t i = (size_t)name_hash(name) & m; ix->slot[i]; i = (i + 1) & m)
+        if (strcmp(name_at(arr, ix->slot[i] - 1), name) == 0) return ix->slot[i] - 1;
+    return -1;
+}
+
+/* After appending position pos (= n - 1): keep an index current. */
+static void index_added(name_index *ix, int n, const char *(*name_at)(const void *, int),
+                        const void *arr) {
+    if (!ix->cap) return;
+    if (2 * (size_t)n > ix->cap) {
+        if (!index_build(ix, n, name_at, arr)) index_drop(ix);
+        return;
+    }
+    index_put(ix, name_at(arr, n - 1), n - 1);
+}
+
 typedef struct entry {
     char *key;
     char *value;
@@ -42,6 +112,7 @@ struct pl_config_section {
     const char *plugin_path; /* borrowed from the registry */
     char *file_plugin;       /* the file's `plugin` when the command line replaced it */
     int file_plugin_line;
+    name_index ix;           /* keys -> positions in e (config.c's name_index) */
 };
 
 struct pl_config {
@@ -49,6 +120,7 @@ struct pl_config {
     char *dir;  /* base for relative paths */
     int n, cap;
     pl_config_section **s;
+    name_index ix; /* section names -> positions in s */
     int n_req;
     char **req;
     bool partial; /* pl_config_load_partial: no required-sections check */
@@ -84,6 +156,7 @@ static void section_free(pl_config_section *s) {
     free(s->e);
     free(s->name);
     free(s->file_plugin);
+    index_drop(&s->ix);
     free(s);
 }
 
@@ -91,6 +164,7 @@ void pl_config_free(pl_config *c) {
     if (!c) return;
     for (int i = 0; i < c->n; i++) section_free(c->s[i]);
     free(c->s);
+    index_drop(&c->ix);
     for (int i = 0; i < c->n_req; i++) free(c->req[i]);
     free(c->req);
     free(c->path);
@@ -98,10 +172,15 @@ void pl_config_free(pl_config *c) {
     free(c);
 }
 
+static const char *section_name_at(const void *arr, int i) {
+    return ((pl_config_section *const *)arr)[i]->name;
+}
+static const char *entry_key_at(const void *arr, int i) { return ((const entry *)arr)[i].key; }
+
+/* The index is a cache: lookups on a const config may build it. */
 static pl_config_section *find_section(const pl_config *c, const char *name) {
-    for (int i = 0; i < c->n; i++)
-        if (strcmp(c->s[i]->name, name) == 0) return c->s[i];
-    return NULL;
+    int i = index_find((name_index *)&c->ix, c->n, section_name_at, c->s, name);
+    return i < 0 ? NULL : c->s[i];
 }
 
 static pl_config_section *add_section(pl_config *c, const char *name, int line) {
@@ -123,14 +202,14 @@ static pl_config_section *add_section(pl_config *c, const char *name, int line) 
     }
     s->line = line;
     c->s[c->n++] = s;
+    index_added(&c->ix, c->n, section_name_at, c->s);
     return s;
 }
 
 static entry *find_entry(const pl_config_section *s, const char *key) {
     if (!s || !key) return NULL;
-    for (int i = 0; i < s->n; i++)
-        if (strcmp(s->e[i].key, key) == 0) return &s->e[i];
-    return NULL;
+    int i = index_find((name_index *)&s->ix, s->n, entry_key_at, s->e, key);
+    return i < 0 ? NULL : &s->e[i];
 }
 
 /* Append an entry; takes ownership of nothing (copies). */
@@ -158,6 +237,7 @@ static entry *add_entry(pl_config_section *s, const char *key, const char *value
     e->origin = origin;
     e->line = line;
     s->n++;
+    index_added(&s->ix, s->n, entry_key_at, s->e);
     return e;
 }
 
@@ -679,6 +759,7 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
         section_free(S);
         memmove(&c->s[si], &c->s[si + 1], (size_t)(c->n - si - 1) * sizeof *c->s);
         c->n--;
+        index_drop(&c->ix); /* positions moved: rebuilt at the next lookup */
         return PL_OK;
     }
     for (int i = 0; i < S->n; i++) {
@@ -686,6 +767,7 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
         entry_clear(&S->e[i]);
         memmove(&S->e[i], &S->e[i + 1], (size_t)(S->n - i - 1) * sizeof *S->e);
         S->n--;
+        index_drop(&S->ix);
         return PL_OK;
     }
     const char *names[256];
@@ -933,13 +1015,16 @@ static pl_status resolve_section(pl_config *c, pl_config_section *s, const pl_op
     }
     for (int i = 0; i < s->n; i++) entry_clear(&s->e[i]);
     free(s->e);
+    index_drop(&s->ix);
     s->e = tmp.e;
     s->n = tmp.n;
     s->cap = tmp.cap;
+    s->ix = tmp.ix; /* indexes tmp.e, now s->e */
     return PL_OK;
 nomem:
     st = pl_error_set(PL_ERR_NOMEM, "config: out of memory resolving [%s]", s->name);
 fail:
+    index_drop(&tmp.ix);
     for (int i = 0; i < tmp.n; i++) entry_clear(&tmp.e[i]);
     free(tmp.e);
     return st;
@@ -1106,6 +1191,7 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
         /* every section was known, so `ordered` holds them all */
         free(c->s);
         c->s = ordered;
+        index_drop(&c->ix); /* positions changed: rebuilt at the next lookup */
         c->n = n;
         c->cap = c->n + 8;
         ordered = NULL;

@@ -317,6 +317,72 @@ START_TEST(schedulers_are_a_list_in_file_order) {
 }
 END_TEST
 
+/* Past the size where sections and keys are looked up through a hash index
+ * (config.c's name_index, built at 32 names): 100 scheduler sections and 300
+ * pattern keys resolve, in file order, with their values; a duplicate key
+ * and a duplicate section deep in the file are still found; `~` removes a key
+ * and a section (the index is rebuilt) and the rest stays reachable. The
+ * time of a 100,000-section file is bench/config/ini_scale.sh's. */
+START_TEST(many_sections_and_keys_resolve_through_the_index) {
+    size_t cap = 64 * 1024, n = 0;
+    char *t = malloc(cap);
+    ck_assert_ptr_nonnull(t);
+    n += (size_t)snprintf(t + n, cap - n, BASE "[optimizer]\nplugin = fx_optim\n");
+    for (int k = 0; k < 300; k++)
+        n += (size_t)snprintf(t + n, cap - n, "group.g%d.lr_scale = %g\n", k, (k + 1) / 8.0);
+    for (int k = 0; k < 100; k++)
+        n += (size_t)snprintf(t + n, cap - n, "[scheduler_s%d]\nplugin = fx_sched\nwarmup_steps = %d\n",
+                              k, k);
+    const char *none[] = {NULL};
+    pl_config *c = loadv(t, none);
+    ck_assert_msg(c != NULL, "%s", pl_error_message());
+    const pl_config_section *o = pl_config_section_get(c, "optimizer");
+    for (int k = 0; k < 300; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "group.g%d.lr_scale", k);
+        ck_assert_msg(pl_cfg_float(o, key, -1) == (k + 1) / 8.0, "%s", key);
+    }
+    int seen = 0;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const pl_config_section *s = pl_config_section_at(c, i);
+        if (pl_stage_section_kind(pl_cfg_section_name(s)) != PL_KIND_SCHEDULER) continue;
+        char want[32];
+        snprintf(want, sizeof want, "scheduler_s%d", seen);
+        ck_assert_str_eq(pl_cfg_section_name(s), want);
+        ck_assert_ptr_eq(pl_config_section_get(c, want), s);
+        ck_assert_int_eq((int)pl_cfg_int(s, "warmup_steps", -1), seen);
+        seen++;
+    }
+    ck_assert_int_eq(seen, 100);
+    pl_config_free(c);
+    /* removals: positions move, lookups still find the rest */
+    const char *rm[] = {"~optimizer.group.g7.lr_scale", "~scheduler_s3", NULL};
+    c = loadv(t, rm);
+    ck_assert_msg(c != NULL, "%s", pl_error_message());
+    o = pl_config_section_get(c, "optimizer");
+    ck_assert(pl_cfg_float(o, "group.g7.lr_scale", -1) == -1);
+    ck_assert(pl_cfg_float(o, "group.g299.lr_scale", -1) == 300 / 8.0);
+    ck_assert_ptr_null(pl_config_section_get(c, "scheduler_s3"));
+    ck_assert_int_eq((int)pl_cfg_int(pl_config_section_get(c, "scheduler_s99"), "warmup_steps", -1), 99);
+    pl_config_free(c);
+    /* a duplicate key and a duplicate section among hundreds */
+    size_t n0 = n;
+    snprintf(t + n, cap - n, "[optimizer]\nlr = 1\n");
+    CK_HAS(loadv_fails(t, none), "section [optimizer] appears twice");
+    n = n0;
+    snprintf(t + n, cap - n, "[scheduler_s50]\nplugin = fx_sched\nwarmup_steps = 1\n");
+    CK_HAS(loadv_fails(t, none), "section [scheduler_s50] appears twice");
+    char *dup = strstr(t, "group.g250.lr_scale");
+    ck_assert_ptr_nonnull(dup);
+    t[n0] = 0;
+    char *t2 = malloc(cap);
+    snprintf(t2, cap, "%.*sgroup.g10.lr_scale = 5\n%s", (int)(dup - t), t, dup);
+    CK_HAS(loadv_fails(t2, none), "duplicate key 'group.g10.lr_scale' in [optimizer]");
+    free(t2);
+    free(t);
+}
+END_TEST
+
 START_TEST(syntax_errors_have_line_numbers) {
     const char *m = load_fails(BASE "this is not ini\n", NULL, PL_ERR_CONFIG);
     CK_HAS(m, at(5));
@@ -719,6 +785,7 @@ int main(void) {
     tcase_add_test(t, bad_choice_lists_choices_and_suggests);
     tcase_add_test(t, number_or_fraction_accepts_counts_and_fractions);
     tcase_add_test(t, duplicate_key_names_both_lines);
+    tcase_add_test(t, many_sections_and_keys_resolve_through_the_index);
     tcase_add_test(t, duplicate_section_is_refused);
     tcase_add_test(t, missing_required_key_names_section_and_key);
     tcase_add_test(t, unknown_section_suggests_nearest);
