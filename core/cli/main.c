@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "config_internal.h"
+#include "crash.h"
 #include "registry.h"
 #include "plot.h"
 #include "trainer.h"
@@ -415,6 +416,7 @@ static void ensure_passive_wait(char **argv) {
 
 int main(int argc, char **argv) {
     ensure_passive_wait(argv);
+    pl_crash_handler_install(); /* a crashing plugin is named before the process dies */
     if (argc < 2) {
         fputs(general_help, stderr);
         fprintf(stderr, "error: no command given\nhint: try `pipeline help`\n");

@@ -1,6 +1,7 @@
 /* registry.c - plugin search path, dlopen and descriptor checks.
  * See registry.h for the rules. Handles are never closed. */
 #include "registry.h"
+#include "crash.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -218,7 +219,9 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
 
     char msg[1024];
     dlerror();
+    pl_crash_context_push("loading plugin %s (dlopen: its constructors)", path);
     L->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    pl_crash_context_pop();
     if (!L->handle) {
         const char *e = dlerror();
         unsigned other = 0;
@@ -255,7 +258,9 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
     }
     pl_plugin_entry_fn entry;
     *(void **)&entry = sym;
+    pl_crash_context_push("calling %s() of plugin %s", PL_PLUGIN_ENTRY_SYMBOL, path);
     const pl_plugin_desc *d = entry();
+    pl_crash_context_pop();
     if (!d) {
         snprintf(msg, sizeof msg, "plugin %s: %s() returned NULL instead of a descriptor", path,
                  PL_PLUGIN_ENTRY_SYMBOL);
