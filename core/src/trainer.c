@@ -1003,6 +1003,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
     tr_write_summary(t, code);
+    if (!code) tr_mark_latest(t);
     signals_restore();
     if (st) fail(t, code);
     if (!st && t->interrupted)

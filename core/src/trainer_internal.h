@@ -139,7 +139,10 @@ int tr_run_requirements(trainer *t);
 pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n);
 /* Newest run directory under `base` other than `self` with a last checkpoint. */
 int tr_newest_last_checkpoint(const char *base, const char *self, char *out, size_t n);
-/* A new timestamped run directory and the runs/<name>/latest link. */
+/* A new timestamped run directory; runs/<name>/last_attempt points at it. */
 pl_status tr_make_run_dir(trainer *t);
+/* runs/<name>/latest -> this run: called when the run ended ok, so
+ * requirements and @INI:best|last never see a failed or interrupted run. */
+void tr_mark_latest(trainer *t);
 
 #endif

@@ -4,6 +4,7 @@
  * exact resume (from epoch-end and mid-epoch checkpoints), gradient
  * accumulation, clipping, NaN handling, plugin swaps from the INI or the
  * command line, and corrupt-checkpoint refusal. */
+#include <dirent.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -122,12 +123,22 @@ static void ckpt_path(char *buf, size_t n, const char *name, const char *which) 
     (void)n;
 }
 
-static pl_st_file *open_ckpt(const char *name, const char *which) {
+/* checkpoint `which` of the newest run of `name` that ended ok (latest) or,
+ * with open_attempt_ckpt, of the newest run started (last_attempt) */
+static pl_st_file *open_link_ckpt(const char *name, const char *link, const char *which) {
     char p[1024];
-    snprintf(p, sizeof p, "%s/%s/latest/checkpoints/%s.safetensors", g_dir, name, which);
+    snprintf(p, sizeof p, "%s/%s/%s/checkpoints/%s.safetensors", g_dir, name, link, which);
     pl_st_file *f = NULL;
     ck_assert_msg(pl_st_open(p, &f) == PL_OK, "%s", pl_error_message());
     return f;
+}
+
+static pl_st_file *open_ckpt(const char *name, const char *which) {
+    return open_link_ckpt(name, "latest", which);
+}
+
+static pl_st_file *open_attempt_ckpt(const char *name, const char *which) {
+    return open_link_ckpt(name, "last_attempt", which);
 }
 
 /* max |a - b| over every tensor of two checkpoints (same names) */
@@ -497,7 +508,7 @@ START_TEST(failed_run_leaves_a_mid_epoch_last) {
                        "trainer.checkpoint_every_n_train_steps=1", "trainer.save_best=false"};
     ck_assert_int_eq(run("nan", 5, o, NULL), 1);
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "non-finite training loss"));
-    pl_st_file *f = open_ckpt("nan", "last");
+    pl_st_file *f = open_attempt_ckpt("nan", "last");
     const char *step = pl_st_meta(f, "step"), *batch = pl_st_meta(f, "batch_in_epoch");
     ck_assert_ptr_nonnull(step);
     ck_assert_ptr_nonnull(batch);
@@ -627,10 +638,8 @@ START_TEST(clip_by_norm_bounds_the_update_like_clip_grad_norm) {
 }
 END_TEST
 
-/* NaN in the test targets: the run fails naming the test metric instead of
- * ending with exit 0 and NaN metrics; summary.json says failed. */
-START_TEST(non_finite_test_metrics_fail_the_run) {
-    setup();
+/* Replace test target 3 by `v` in the test data file. */
+static void set_test_target(float v) {
     hid_t f = H5Fopen(g_h5, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t ds = H5Dopen2(f, "/test/y", H5P_DEFAULT);
     hid_t sp = H5Dget_space(ds);
@@ -638,18 +647,18 @@ START_TEST(non_finite_test_metrics_fail_the_run) {
     H5Sget_simple_extent_dims(sp, &n, NULL);
     float *y = malloc(sizeof *y * n);
     H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
-    y[3] = NAN;
+    y[3] = v;
     H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
     free(y);
     H5Sclose(sp);
     H5Dclose(ds);
     H5Fclose(f);
-    const char *o[] = {"trainer.test=true", "trainer.max_epochs=1"};
-    ck_assert_int_eq(run("nan_test", 2, o, NULL), 1);
-    const char *msg = pl_error_message();
-    ck_assert_msg(strstr(msg, "test metric") && strstr(msg, "nan"), "message: %s", msg);
+}
+
+/* summary.json of the newest run started (last_attempt) says failed */
+static void expect_last_attempt_failed(const char *name) {
     char sp2[1024], js[65536];
-    snprintf(sp2, sizeof sp2, "%s/nan_test/latest/summary.json", g_dir);
+    snprintf(sp2, sizeof sp2, "%s/%s/last_attempt/summary.json", g_dir, name);
     FILE *fp = fopen(sp2, "r");
     ck_assert_ptr_nonnull(fp);
     size_t r = fread(js, 1, sizeof js - 1, fp);
@@ -657,6 +666,110 @@ START_TEST(non_finite_test_metrics_fail_the_run) {
     fclose(fp);
     ck_assert_msg(strstr(js, "\"status\": \"failed\"") || strstr(js, "\"status\":\t\"failed\""),
                   "%s", js);
+}
+
+/* A test metric that overflows to Inf: the run fails naming the test metric
+ * instead of ending with exit 0 and Inf metrics; summary.json says failed.
+ * (NaN in the test data never gets that far: the loader refuses it, naming
+ * the dataset, row and column; also checked here.) */
+START_TEST(non_finite_test_metrics_fail_the_run) {
+    setup();
+    set_test_target(3e38f); /* finite, but its squared error is not */
+    const char *o[] = {"trainer.test=true", "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("nan_test", 2, o, NULL), 1);
+    const char *msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "test metric") && strstr(msg, "inf"), "message: %s", msg);
+    expect_last_attempt_failed("nan_test");
+    set_test_target(NAN);
+    ck_assert_int_eq(run("nan_test", 2, o, NULL), 1);
+    msg = pl_error_message();
+    ck_assert_msg(strstr(msg, "data.h5: dataset '/test/y' row 3, column 0 is nan"), "message: %s",
+                  msg);
+    expect_last_attempt_failed("nan_test");
+}
+END_TEST
+
+/* run directories (timestamped) of config `name` */
+static int count_runs(const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    DIR *d = opendir(p);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] >= '0' && e->d_name[0] <= '9' && !strstr(e->d_name, ".tmp.");
+    closedir(d);
+    return n;
+}
+
+/* target of RUN_DIR/name/link ("" when absent) */
+static const char *link_target(const char *name, const char *link, char *buf, size_t n) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/%s", g_dir, name, link);
+    ssize_t k = readlink(p, buf, n - 1);
+    buf[k > 0 ? k : 0] = 0;
+    return buf;
+}
+
+/* Run an INI file (requirements resolved from its directory). */
+static int run_ini_file(const char *path) {
+    pl_registry *r = registry();
+    pl_config *c = pl_config_load(path, 0, NULL, r);
+    ck_assert_msg(c != NULL, "config: %s", pl_error_message());
+    pl_run_options o = {.config_path = path};
+    int code = pl_trainer_run(c, r, &o);
+    pl_config_free(c);
+    pl_registry_free(r);
+    return code;
+}
+
+/* `latest` names the newest run that ended ok: a failed run moves only
+ * `last_attempt`, so a config requiring this one finds the finished run and
+ * does not run it again; a `latest` left on a failed run (older versions
+ * moved it at start) does not satisfy a requirement. */
+START_TEST(failed_run_keeps_latest_on_the_finished_run) {
+    setup();
+    char ini[4096], p[1024], ok_dir[256], buf[256];
+    FILE *f;
+    snprintf(p, sizeof p, "%s/keep.ini", g_dir);
+    ck_assert_ptr_nonnull(f = fopen(p, "w"));
+    fputs(base_ini(ini, sizeof ini, "keep"), f);
+    fclose(f);
+    char child[1024];
+    snprintf(child, sizeof child, "%s/child.ini", g_dir);
+    base_ini(ini, sizeof ini, "child");
+    char *seed = strstr(ini, "seed = 7\n") + strlen("seed = 7\n");
+    ck_assert_ptr_nonnull(f = fopen(child, "w"));
+    fprintf(f, "%.*srequires = keep.ini\n%s", (int)(seed - ini), ini, seed);
+    fclose(f);
+
+    ck_assert_int_eq(run_ini_file(p), 0);
+    link_target("keep", "latest", ok_dir, sizeof ok_dir);
+    ck_assert_str_ne(ok_dir, "");
+    ck_assert_str_eq(link_target("keep", "last_attempt", buf, sizeof buf), ok_dir);
+    /* a run that fails after its directory is made (NaN loss) */
+    const char *o[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8", "scheduler.plugin=constant"};
+    ck_assert_int_eq(run("keep", 3, o, NULL), 1);
+    ck_assert_int_eq(count_runs("keep"), 2);
+    ck_assert_str_eq(link_target("keep", "latest", buf, sizeof buf), ok_dir);
+    char failed_dir[256];
+    link_target("keep", "last_attempt", failed_dir, sizeof failed_dir);
+    ck_assert_str_ne(failed_dir, ok_dir);
+    expect_last_attempt_failed("keep");
+    /* the requirement is satisfied by the finished run: not run again */
+    ck_assert_int_eq(run_ini_file(child), 0);
+    ck_assert_int_eq(count_runs("keep"), 2);
+    ck_assert_str_ne(link_target("child", "latest", buf, sizeof buf), "");
+    /* latest on a failed run (as older versions left it): the requirement runs again */
+    char lp[1024];
+    snprintf(lp, sizeof lp, "%s/keep/latest", g_dir);
+    unlink(lp);
+    ck_assert_int_eq(symlink(failed_dir, lp), 0);
+    ck_assert_int_eq(run_ini_file(child), 0);
+    ck_assert_int_eq(count_runs("keep"), 3);
+    link_target("keep", "latest", buf, sizeof buf);
+    ck_assert_str_ne(buf, failed_dir);
+    ck_assert_str_ne(buf, ok_dir);
 }
 END_TEST
 
@@ -805,6 +918,7 @@ int main(void) {
     tcase_add_test(tc, resumed_run_tests_the_earlier_best);
     tcase_add_test(tc, best_records_the_same_position_as_the_epoch_checkpoint);
     tcase_add_test(tc, non_finite_test_metrics_fail_the_run);
+    tcase_add_test(tc, failed_run_keeps_latest_on_the_finished_run);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
