@@ -1,7 +1,8 @@
 /* chain.c - stage chaining and run directories: `[pipeline] requires`
  * configs run first, `@INI:best|last` references in init_from, the
  * runs/<name>/latest link (the newest run that ended ok), the
- * runs/<name>/last_attempt link (the newest run started) and `--resume last`. */
+ * runs/<name>/last_attempt link (the newest run started), `--resume last`, and
+ * removing the NAME.tmp.<pid> files a killed run left in its run tree. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +199,79 @@ int tr_newest_last_checkpoint(const char *base, const char *self, char *out, siz
     }
     free(ents);
     return found;
+}
+
+/* ---- orphan temporary files -------------------------------------------------------------------- */
+
+/* The pid of a temporary name NAME.tmp.<pid>, or 0 for any other name. */
+static long tmp_pid(const char *name) {
+    const char *p = strstr(name, ".tmp."), *next;
+    if (!p) return 0;
+    while ((next = strstr(p + 1, ".tmp."))) p = next;
+    p += 5;
+    if (!*p) return 0;
+    long pid = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || pid > 100000000) return 0;
+        pid = pid * 10 + (*p - '0');
+    }
+    return pid;
+}
+
+int tr_remove_orphan_tmp(const char *dir, double min_age_s,
+                         void (*report)(void *ud, const char *path, long pid), void *ud) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid = tmp_pid(e->d_name);
+        if (pid <= 0) continue;
+        char p[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || lstat(p, &st) ||
+            !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
+            continue;
+        /* a live pid (ours, or EPERM: another user's) may still be writing it; a
+         * recent file may be written by a process of another host sharing the
+         * directory, whose pid means nothing here */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (difftime(now, st.st_mtime) < min_age_s) continue;
+        if (unlink(p) == 0) {
+            removed++;
+            if (report) report(ud, p, pid);
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+static void report_orphan(void *ud, const char *path, long pid) {
+    tr_log(ud, "removed %s: a temporary file left by process %ld, which no longer runs (killed "
+           "while writing)\n", path, pid);
+}
+
+void tr_sweep_orphan_tmp(trainer *t) {
+    char base[PATH_MAX];
+    pl_trainer_latest_dir(t->cfg, base, sizeof base);
+    *strrchr(base, '/') = 0; /* RUN_DIR/NAME: the links' temporaries */
+    tr_remove_orphan_tmp(base, TR_ORPHAN_MIN_AGE_S, report_orphan, t);
+    struct dirent **ents = NULL;
+    int k = scandir(base, &ents, NULL, alphasort);
+    for (int i = 0; i < k; i++) {
+        const char *d = ents[i]->d_name;
+        if (d[0] != '.' && strcmp(d, "latest") && strcmp(d, "last_attempt") && !tmp_pid(d)) {
+            /* a run: summary.json at its top, checkpoints/, outputs/ */
+            static const char *const sub[] = {"", "/checkpoints", "/outputs"};
+            for (int j = 0; j < 3; j++) {
+                char p[PATH_MAX + 300];
+                snprintf(p, sizeof p, "%s/%s%s", base, d, sub[j]);
+                tr_remove_orphan_tmp(p, TR_ORPHAN_MIN_AGE_S, report_orphan, t);
+            }
+        }
+        free(ents[i]);
+    }
+    free(ents);
 }
 
 pl_status tr_make_run_dir(trainer *t) {

@@ -5,12 +5,15 @@
  * accumulation, clipping, NaN handling, plugin swaps from the INI or the
  * command line, and corrupt-checkpoint refusal. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "config_internal.h"
@@ -773,6 +776,74 @@ START_TEST(failed_run_keeps_latest_on_the_finished_run) {
 }
 END_TEST
 
+/* a pid that no longer runs: a child that has exited and been reaped */
+static long dead_pid(void) {
+    pid_t c = fork();
+    if (c == 0) _exit(0);
+    ck_assert_int_gt(c, 0);
+    waitpid(c, NULL, 0);
+    return (long)c;
+}
+
+/* create `path` (a link when `link`), modified `age` seconds ago */
+static void make_tmp(const char *path, bool link, int age) {
+    if (link) {
+        ck_assert_int_eq(symlink("nowhere", path), 0);
+    } else {
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("half-written", f);
+        fclose(f);
+    }
+    struct timespec ts[2];
+    clock_gettime(CLOCK_REALTIME, &ts[0]);
+    ts[0].tv_sec -= age;
+    ts[1] = ts[0];
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+/* NAME.tmp.<pid> files a killed run left (checkpoints, summary.json,
+ * exports, the links) are removed when the next run of the config starts,
+ * and log.txt says so; a live pid's, a recent one and other names stay. */
+START_TEST(orphan_tmp_files_of_killed_runs_are_removed_at_start) {
+    setup();
+    ck_assert_int_eq(run("orph", 0, NULL, NULL), 0);
+    char dir[1024], p[1400];
+    snprintf(p, sizeof p, "%s/orph/latest", g_dir);
+    ck_assert_ptr_nonnull(realpath(p, dir));
+    long dead = dead_pid();
+    char gone[4][1400], kept[4][1400];
+    snprintf(p, sizeof p, "%s/outputs", dir);
+    ck_assert_int_eq(mkdir(p, 0755), 0);
+    snprintf(gone[0], sizeof gone[0], "%s/checkpoints/last.safetensors.tmp.%ld", dir, dead);
+    snprintf(gone[1], sizeof gone[1], "%s/summary.json.tmp.%ld", dir, dead);
+    snprintf(gone[2], sizeof gone[2], "%s/outputs/teacher_outputs.h5.tmp.%ld", dir, dead);
+    snprintf(gone[3], sizeof gone[3], "%s/orph/latest.tmp.%ld", g_dir, dead);
+    snprintf(kept[0], sizeof kept[0], "%s/checkpoints/best.safetensors.tmp.%ld", dir,
+             (long)getpid()); /* a live process */
+    snprintf(kept[1], sizeof kept[1], "%s/checkpoints/step.safetensors.tmp.%ld", dir, dead);
+    snprintf(kept[2], sizeof kept[2], "%s/checkpoints/notes.tmp.txt", dir);
+    snprintf(kept[3], sizeof kept[3], "%s/checkpoints/x.tmp.", dir);
+    for (int i = 0; i < 4; i++) {
+        make_tmp(gone[i], i == 3, 3600);
+        make_tmp(kept[i], false, i == 1 ? 0 : 3600); /* kept[1]: written just now */
+    }
+    ck_assert_int_eq(run("orph", 0, NULL, NULL), 0);
+    struct stat st;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(lstat(gone[i], &st) != 0, "%s was not removed", gone[i]);
+        ck_assert_msg(lstat(kept[i], &st) == 0, "%s was removed", kept[i]);
+    }
+    const char *log = run_file("orph", "log.txt");
+    for (int i = 0; i < 4; i++) {
+        char want[1600];
+        snprintf(want, sizeof want, "removed %s: a temporary file left by process %ld", gone[i],
+                 dead);
+        ck_assert_msg(strstr(log, want), "log.txt lacks '%s':\n%s", want, log);
+    }
+}
+END_TEST
+
 START_TEST(nan_loss_stops_with_step_and_last_finite_loss) {
     setup();
     const char *o[] = {"optimizer.plugin=sgd", "optimizer.lr=1e8", "scheduler.plugin=constant"};
@@ -919,6 +990,7 @@ int main(void) {
     tcase_add_test(tc, best_records_the_same_position_as_the_epoch_checkpoint);
     tcase_add_test(tc, non_finite_test_metrics_fail_the_run);
     tcase_add_test(tc, failed_run_keeps_latest_on_the_finished_run);
+    tcase_add_test(tc, orphan_tmp_files_of_killed_runs_are_removed_at_start);
     tcase_add_test(tc, gradient_accumulation_matches_larger_batch);
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
