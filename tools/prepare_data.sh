@@ -19,8 +19,10 @@
 # used instead when present (Cora is then linked even without --cora).
 #
 # Idempotent: an output that already exists is skipped (use --force to
-# rebuild). Outputs are written to a temporary name and renamed, so an
-# interrupted run never leaves a half-written file behind.
+# rebuild). Outputs are written to a temporary name (OUT.tmp.<pid>) and
+# renamed, so an interrupted run never leaves a half-written file under the
+# final name; the temporaries a killed run left (its pid no longer runs,
+# untouched for a minute) are removed at the next start.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +53,16 @@ done
 mkdir -p "$data"
 data=$(cd "$data" && pwd)
 
+# orphan temporaries of a killed run: OUT.tmp.<pid> whose process is gone
+# (kill -0 also fails for another user's live process: /proc tells them apart)
+find "$data" -maxdepth 1 -name '*.tmp.*' -mmin +1 2>/dev/null | while IFS= read -r f; do
+    pid=${f##*.tmp.}
+    case "$pid" in '' | *[!0-9]*) continue ;; esac
+    if ! kill -0 "$pid" 2>/dev/null && [ ! -d "/proc/$pid" ]; then
+        rm -f "$f" && echo "prepare_data: removed $f, left by process $pid (killed while writing)" >&2
+    fi
+done
+
 need() { # need OUT: true when OUT must be (re)built
     if [ -e "$1" ] && [ "$force" = 0 ]; then
         echo "prepare_data: $1 exists, skipping (--force rebuilds)" >&2
@@ -76,16 +88,16 @@ source_csv() {
 out="$data/movielens.h5"
 if need "$out"; then
     csv=$(source_csv movielens/ratings.csv fetch_movielens.sh movielens_ratings.csv)
-    "$py" "$here/movielens_to_h5.py" --max-len "$max_len" "$csv" "$out.tmp"
-    mv "$out.tmp" "$out"
+    "$py" "$here/movielens_to_h5.py" --max-len "$max_len" "$csv" "$out.tmp.$$"
+    mv "$out.tmp.$$" "$out"
 fi
 
 # Chicago ridership
 out="$data/chicago.h5"
 if need "$out"; then
     csv=$(source_csv timeseries/chicago_ridership.csv fetch_chicago.sh chicago_ridership.csv)
-    "$py" "$here/csv_to_h5.py" --date-col date "$csv" "$out.tmp"
-    mv "$out.tmp" "$out"
+    "$py" "$here/csv_to_h5.py" --date-col date "$csv" "$out.tmp.$$"
+    mv "$out.tmp.$$" "$out"
 fi
 
 # Cora (optional)
@@ -96,8 +108,8 @@ fi
 if [ -n "$cora" ]; then
     if need "$out"; then
         if [ -d "$cora" ]; then
-            "$py" "$here/planetoid_to_h5.py" --name cora "$cora" "$out.tmp"
-            mv "$out.tmp" "$out"
+            "$py" "$here/planetoid_to_h5.py" --name cora "$cora" "$out.tmp.$$"
+            mv "$out.tmp.$$" "$out"
         elif [ -f "$cora" ]; then
             rm -f "$out"
             ln -s "$(cd "$(dirname "$cora")" && pwd)/$(basename "$cora")" "$out"

@@ -1,12 +1,16 @@
 /* chain.c - stage chaining and run directories: `[pipeline] requires`
  * configs run first, `@INI:best|last` references in init_from, the
- * runs/<name>/latest link and `--resume last`. */
+ * runs/<name>/latest link (the newest run that ended ok), the
+ * runs/<name>/last_attempt link (the newest run started), `--resume last`, and
+ * removing the NAME.tmp.<pid> files a killed run left in its run tree. */
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +32,43 @@ const char *pl_trainer_latest_dir(const pl_config *cfg, char *buf, size_t n) {
     }
     snprintf(buf, n, "%s/%s/latest", rd, name);
     return buf;
+}
+
+/* RUN_DIR/NAME/<link> -> this run's directory: relative (the directory's own
+ * name, so a runs/ tree can be moved), replaced by rename so the link is
+ * never missing; a failure is a warning (the run itself is not affected). */
+static void point_link(const trainer *t, const char *link) {
+    char latest[PATH_MAX], path[PATH_MAX + 32], tmp[PATH_MAX + 64];
+    pl_trainer_latest_dir(t->cfg, latest, sizeof latest);
+    *strrchr(latest, '/') = 0; /* RUN_DIR/NAME */
+    snprintf(path, sizeof path, "%s/%s", latest, link);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    const char *leaf = strrchr(t->run_dir, '/') + 1;
+    unlink(tmp);
+    if (symlink(leaf, tmp) || rename(tmp, path)) {
+        fprintf(stderr, "warning: cannot point %s at %s: %s\n", path, leaf, strerror(errno));
+        unlink(tmp);
+    }
+}
+
+void tr_mark_latest(trainer *t) { point_link(t, "latest"); }
+
+/* summary.json of run directory `dir` says status "ok"; a run without one
+ * (written before summaries existed) counts by its last checkpoint alone. */
+static bool run_finished_ok(const char *dir) {
+    char p[PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/summary.json", dir);
+    FILE *f = fopen(p, "r");
+    if (!f) return true;
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "status");
+    bool ok = cJSON_IsString(st) && !strcmp(st->valuestring, "ok");
+    cJSON_Delete(o);
+    return ok;
 }
 
 /* ---- stage chaining -------------------------------------------------------------------------- */
@@ -97,12 +138,13 @@ int tr_run_requirements(trainer *t) {
         char latest[PATH_MAX], ck[PATH_MAX + 64];
         pl_trainer_latest_dir(rc, latest, sizeof latest);
         snprintf(ck, sizeof ck, "%s/checkpoints/last.safetensors", latest);
-        if (access(ck, R_OK) == 0) {
+        if (access(ck, R_OK) == 0 && run_finished_ok(latest)) {
             printf("%s: requirement %s satisfied by %s\n", pl_config_path(t->cfg), req, latest);
             pl_config_free(rc);
             continue;
         }
-        printf("%s needs %s, which has no finished run (%s missing): running it first\n",
+        printf("%s needs %s, which has no finished run (no %s from a run that ended ok): "
+               "running it first\n",
                pl_config_path(t->cfg), req, ck);
         pl_config_print(rc, stdout);
         pl_run_options o = {.config_path = req};
@@ -148,7 +190,8 @@ int tr_newest_last_checkpoint(const char *base, const char *self, char *out, siz
     const char *self_leaf = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
     for (int i = k - 1; i >= 0; i--) {
         const char *d = ents[i]->d_name;
-        if (found < 0 && d[0] != '.' && strcmp(d, "latest") && strcmp(d, self_leaf)) {
+        if (found < 0 && d[0] != '.' && strcmp(d, "latest") && strcmp(d, "last_attempt") &&
+            !strstr(d, ".tmp.") && strcmp(d, self_leaf)) {
             snprintf(out, n, "%s/%s/checkpoints/last.safetensors", base, d);
             if (access(out, R_OK) == 0) found = 0;
         }
@@ -156,6 +199,79 @@ int tr_newest_last_checkpoint(const char *base, const char *self, char *out, siz
     }
     free(ents);
     return found;
+}
+
+/* ---- orphan temporary files -------------------------------------------------------------------- */
+
+/* The pid of a temporary name NAME.tmp.<pid>, or 0 for any other name. */
+static long tmp_pid(const char *name) {
+    const char *p = strstr(name, ".tmp."), *next;
+    if (!p) return 0;
+    while ((next = strstr(p + 1, ".tmp."))) p = next;
+    p += 5;
+    if (!*p) return 0;
+    long pid = 0;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9' || pid > 100000000) return 0;
+        pid = pid * 10 + (*p - '0');
+    }
+    return pid;
+}
+
+int tr_remove_orphan_tmp(const char *dir, double min_age_s,
+                         void (*report)(void *ud, const char *path, long pid), void *ud) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid = tmp_pid(e->d_name);
+        if (pid <= 0) continue;
+        char p[PATH_MAX];
+        struct stat st;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p || lstat(p, &st) ||
+            !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
+            continue;
+        /* a live pid (ours, or EPERM: another user's) may still be writing it; a
+         * recent file may be written by a process of another host sharing the
+         * directory, whose pid means nothing here */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        if (difftime(now, st.st_mtime) < min_age_s) continue;
+        if (unlink(p) == 0) {
+            removed++;
+            if (report) report(ud, p, pid);
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+static void report_orphan(void *ud, const char *path, long pid) {
+    tr_log(ud, "removed %s: a temporary file left by process %ld, which no longer runs (killed "
+           "while writing)\n", path, pid);
+}
+
+void tr_sweep_orphan_tmp(trainer *t) {
+    char base[PATH_MAX];
+    pl_trainer_latest_dir(t->cfg, base, sizeof base);
+    *strrchr(base, '/') = 0; /* RUN_DIR/NAME: the links' temporaries */
+    tr_remove_orphan_tmp(base, TR_ORPHAN_MIN_AGE_S, report_orphan, t);
+    struct dirent **ents = NULL;
+    int k = scandir(base, &ents, NULL, alphasort);
+    for (int i = 0; i < k; i++) {
+        const char *d = ents[i]->d_name;
+        if (d[0] != '.' && strcmp(d, "latest") && strcmp(d, "last_attempt") && !tmp_pid(d)) {
+            /* a run: summary.json at its top, checkpoints/, outputs/ */
+            static const char *const sub[] = {"", "/checkpoints", "/outputs"};
+            for (int j = 0; j < 3; j++) {
+                char p[PATH_MAX + 300];
+                snprintf(p, sizeof p, "%s/%s%s", base, d, sub[j]);
+                tr_remove_orphan_tmp(p, TR_ORPHAN_MIN_AGE_S, report_orphan, t);
+            }
+        }
+        free(ents[i]);
+    }
+    free(ents);
 }
 
 pl_status tr_make_run_dir(trainer *t) {
@@ -184,10 +300,9 @@ pl_status tr_make_run_dir(trainer *t) {
     if (tr_mkdir_p(ck))
         return pl_error_set(PL_ERR_IO, "cannot create run directory %s (run_dir = %s): %s",
                             t->run_dir, rd, strerror(errno));
-    unlink(latest);
-    const char *leaf = strrchr(t->run_dir, '/') + 1;
-    if (symlink(leaf, latest))
-        fprintf(stderr, "warning: cannot update %s: %s\n", latest, strerror(errno));
+    /* `latest` moves only when the run ends ok (tr_mark_latest), so a failed
+     * or interrupted run never replaces the finished run requirements use */
+    point_link(t, "last_attempt");
     snprintf(t->last_path, sizeof t->last_path, "%s/checkpoints/last.safetensors", t->run_dir);
     return PL_OK;
 }

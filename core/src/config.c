@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -264,22 +265,34 @@ int pl_edit_distance(const char *a, const char *b) {
     return row[m];
 }
 
-/* Nearest of `cands` (n of them, or NULL-terminated when n < 0) to `word`
- * within max(2, len/3), or NULL. */
-static const char *suggest(const char *word, const char *const *cands, int n) {
+/* Edit distance ignoring ASCII case ("adamW" is 0 from "adamw"). */
+static int edit_distance_nocase(const char *a, const char *b) {
+    char la[256], lb[256];
+    size_t i;
+    for (i = 0; a[i] && i < sizeof la - 1; i++) la[i] = (char)tolower((unsigned char)a[i]);
+    la[i] = 0;
+    for (i = 0; b[i] && i < sizeof lb - 1; i++) lb[i] = (char)tolower((unsigned char)b[i]);
+    lb[i] = 0;
+    return pl_edit_distance(la, lb);
+}
+
+const char *pl_suggest_name(const char *word, const char *const *cands, int n) {
     int len = (int)strlen(word);
     int limit = len / 3 > 2 ? len / 3 : 2;
     const char *best = NULL;
     int bestd = INT_MAX;
     for (int i = 0; n < 0 ? cands[i] != NULL : i < n; i++) {
         if (!cands[i] || strchr(cands[i], '*')) continue;
-        int d = pl_edit_distance(word, cands[i]);
+        /* a case-only difference first, then the fewest edits (case ignored) */
+        int d = !strcmp(word, cands[i])       ? -1
+                : !strcasecmp(word, cands[i]) ? 0
+                                              : 1 + edit_distance_nocase(word, cands[i]);
         if (d < bestd) {
             bestd = d;
             best = cands[i];
         }
     }
-    return (best && bestd <= limit) ? best : NULL;
+    return (best && bestd <= limit + 1) ? best : NULL;
 }
 
 static bool parse_int(const char *s, int64_t *out) {
@@ -345,7 +358,7 @@ static const char *choice_suggest(const char *choices, const char *v, char *buf,
     char *save = NULL;
     for (char *t = strtok_r(copy, "|", &save); t && n < 64; t = strtok_r(NULL, "|", &save))
         cands[n++] = t;
-    const char *s = suggest(v, cands, n);
+    const char *s = pl_suggest_name(v, cands, n);
     if (!s) return NULL;
     snprintf(buf, bn, "%s", s);
     return buf;
@@ -748,7 +761,7 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
                 off += (size_t)snprintf(list + off, sizeof list - off, "%s[%s]", i ? " " : "",
                                         c->s[i]->name);
         }
-        const char *sug = suggest(sec, names, n);
+        const char *sug = pl_suggest_name(sec, names, n);
         pl_hint_set("~ drops only what %s sets; its sections: %s", c->path, n ? list : "none");
         return pl_error_set(PL_ERR_CONFIG, "command line: %s: %s has no section [%s]%s%s%s", arg,
                             c->path, sec, sug ? "; did you mean [" : "", sug ? sug : "",
@@ -780,7 +793,7 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
             off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
                                     S->e[i].key);
     }
-    const char *sug = suggest(key, names, n);
+    const char *sug = pl_suggest_name(key, names, n);
     pl_hint_set("~ drops only keys the file sets; [%s] in %s sets: %s", sec, c->path,
                 n ? list : "nothing");
     return pl_error_set(PL_ERR_CONFIG, "command line: %s: [%s] in %s has no key '%s'%s%s%s", arg,
@@ -885,7 +898,7 @@ static pl_status unknown_key(const pl_config_section *s, const entry *e,
     int n = 0;
     if (s->plugin) cands[n++] = "plugin";
     for (const pl_option_spec *o = schema; o && o->name && n < 255; o++) cands[n++] = o->name;
-    const char *sug = suggest(e->key, cands, n);
+    const char *sug = pl_suggest_name(e->key, cands, n);
     char list[1024] = "";
     size_t off = 0;
     for (int i = 0; i < n && off < sizeof list; i++)
@@ -918,7 +931,7 @@ static pl_status swapped_plugin_strays(const pl_config *c, const pl_config_secti
         const entry *e = &s->e[i];
         if (e->origin != PL_FROM_FILE || find_spec(schema, e->key)) continue;
         if (!first) first = e;
-        const char *sug = suggest(e->key, cands, nc);
+        const char *sug = pl_suggest_name(e->key, cands, nc);
         char near[160] = "";
         if (sug) snprintf(near, sizeof near, "; nearest in %s: '%s'", s->plugin->name, sug);
         if (ko < sizeof keys)
@@ -1150,7 +1163,7 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
         for (int k = 0; known[k]; k++) ok |= strcmp(known[k], s->name) == 0;
         if (ok) continue;
         char w[512];
-        const char *sug = suggest(s->name, known, -1);
+        const char *sug = pl_suggest_name(s->name, known, -1);
         pl_hint_set("valid sections: [pipeline] [data] [model] [optimizer] [averager] [scheduler] "
                     "(more schedulers: [scheduler2], [scheduler_NAME]) [precision] [trainer]");
         return pl_error_set(PL_ERR_CONFIG, "%s: unknown section [%s]%s%s%s",

@@ -108,5 +108,11 @@ uint64_t pl_config_hash(const pl_config *c);
 
 /* Edit distance (Levenshtein), exposed for tests. */
 int pl_edit_distance(const char *a, const char *b);
+/* The nearest of `cands` (n of them, or NULL-terminated when n < 0; names
+ * holding '*' are skipped) to `word`, for "did you mean": the name itself,
+ * else a match ignoring case, else the fewest edits (case ignored) within
+ * max(2, len/3); NULL when none is that near. Borrowed from `cands`. Used for
+ * section, key and choice names (config.c) and plugin names (registry.c). */
+const char *pl_suggest_name(const char *word, const char *const *cands, int n);
 
 #endif

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config_internal.h"
 #include "pipeline/pipeline.h"
 
 #ifndef PL_BUILD_PLUGIN_DIR
@@ -319,6 +320,34 @@ static const char *article(const char *word) {
     return word[0] && strchr("aeiou", word[0]) ? "an" : "a";
 }
 
+/* For a plugin `name` not found: the nearest loadable plugin of `kind` (any
+ * kind: PL_KIND_COUNT) into sug ("" when none is near, pl_suggest_name) and
+ * the names of that kind into names ("adamw, sgd"). Loads every plugin of
+ * the search path (pl_registry_list), so only on this error path. */
+static void nearest_plugins(pl_registry *r, const char *name, pl_plugin_kind kind, char *sug,
+                            size_t sn, char *names, size_t nn) {
+    sug[0] = names[0] = 0;
+    const pl_plugin_info *info;
+    int n = pl_registry_list(r, &info);
+    const char **cands = calloc((size_t)(n > 0 ? n : 1), sizeof *cands);
+    if (!cands) return;
+    int nc = 0;
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        if (!info[i].desc || (kind != PL_KIND_COUNT && info[i].desc->kind != kind)) continue;
+        if (nc && !strcmp(cands[nc - 1], info[i].name)) continue; /* same name in two dirs */
+        cands[nc++] = info[i].name;
+        if (used < nn) {
+            int k = snprintf(names + used, nn - used, "%s%s", nc > 1 ? ", " : "", info[i].name);
+            used = k < 0 ? nn : used + (size_t)k;
+        }
+    }
+    if (used >= nn && nn > 4) snprintf(names + nn - 4, 4, "...");
+    const char *best = pl_suggest_name(name, cands, nc);
+    if (best) snprintf(sug, sn, "%s", best);
+    free(cands);
+}
+
 pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind kind,
                                const char *section, const char *origin,
                                const pl_plugin_desc **desc) {
@@ -352,12 +381,20 @@ pl_status pl_registry_find_for(pl_registry *r, const char *name, pl_plugin_kind 
         }
     }
     if (!first[0]) {
-        char dirs[2048];
+        char dirs[2048], sug[128], names[320];
         dirs_string(r, dirs, sizeof dirs);
-        pl_hint_set("list available plugins with `pipeline plugins`; add a directory with "
-                    "--plugin-path DIR or PIPELINE_PLUGIN_PATH");
-        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' not found (no %s.so in %s)", where, name,
-                            name, dirs);
+        nearest_plugins(r, name, kind, sug, sizeof sug, names, sizeof names);
+        const char *kn = kind == PL_KIND_COUNT ? "" : pl_plugin_kind_name(kind);
+        if (names[0])
+            pl_hint_set("%s%s plugins here: %s (`pipeline plugins` describes them); add a "
+                        "directory with --plugin-path DIR or PIPELINE_PLUGIN_PATH",
+                        kn, kn[0] ? "" : "all", names);
+        else
+            pl_hint_set("list available plugins with `pipeline plugins`; add a directory with "
+                        "--plugin-path DIR or PIPELINE_PLUGIN_PATH");
+        return pl_error_set(PL_ERR_CONFIG, "%splugin '%s' not found (no %s.so in %s)%s%s%s", where,
+                            name, name, dirs, sug[0] ? "; did you mean '" : "", sug,
+                            sug[0] ? "'?" : "");
     }
     loaded *L = load_path(r, first, first_real);
     if (!L) return pl_error_status();

@@ -949,6 +949,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads\n", t->run_dir,
           pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
           (unsigned long long)t->ctx.seed, omp_get_max_threads());
+    tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
     pl_status st = pl_trainer_check_fields(cfg);
     if (!st) st = stage_create(t, &t->loader, "data");
@@ -1052,6 +1053,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
     tr_write_summary(t, code);
+    if (!code) tr_mark_latest(t);
     signals_restore();
     if (st) fail(t, code);
     if (!st && t->interrupted)

@@ -40,8 +40,10 @@ pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg);
  * printed to stderr with a hint line. */
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
 
-/* Run directory of the latest run of a config: RUN_DIR/NAME/latest (the
- * symlink pl_trainer_run maintains). Writes into buf; returns buf. */
+/* Run directory of the newest run of a config that ended ok:
+ * RUN_DIR/NAME/latest (the symlink pl_trainer_run moves when a run ends ok;
+ * RUN_DIR/NAME/last_attempt points at the newest run started, whatever its
+ * outcome). Writes into buf; returns buf. */
 const char *pl_trainer_latest_dir(const pl_config *cfg, char *buf, size_t n);
 
 #endif

@@ -149,7 +149,21 @@ int tr_run_requirements(trainer *t);
 pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n);
 /* Newest run directory under `base` other than `self` with a last checkpoint. */
 int tr_newest_last_checkpoint(const char *base, const char *self, char *out, size_t n);
-/* A new timestamped run directory and the runs/<name>/latest link. */
+/* A new timestamped run directory; runs/<name>/last_attempt points at it. */
 pl_status tr_make_run_dir(trainer *t);
+/* runs/<name>/latest -> this run: called when the run ended ok, so
+ * requirements and @INI:best|last never see a failed or interrupted run. */
+void tr_mark_latest(trainer *t);
+/* Remove the NAME.tmp.<pid> files (checkpoints, summary.json, exports, links:
+ * written under a temporary name, then renamed) in `dir` whose process no
+ * longer runs (kill(pid, 0) fails with ESRCH) and that were not modified for
+ * min_age_s seconds (a process of another host sharing the directory may be
+ * writing it); report(ud, path, pid) for each. Returns how many. */
+int tr_remove_orphan_tmp(const char *dir, double min_age_s,
+                         void (*report)(void *ud, const char *path, long pid), void *ud);
+#define TR_ORPHAN_MIN_AGE_S 60.0
+/* tr_remove_orphan_tmp over this config's run tree (RUN_DIR/NAME, every run
+ * directory in it, their checkpoints/ and outputs/), each removal logged. */
+void tr_sweep_orphan_tmp(trainer *t);
 
 #endif

@@ -28,14 +28,14 @@ runs="$tmp/runs"
 # start a long run; signal it once it has logged a few optimizer steps
 start() { # SIGNALS... : send them 5 ms apart; sets rc and delivered (how many reached it)
     local before
-    before=$(readlink "$runs/lstm_chicago/latest" 2>/dev/null || true)
+    before=$(readlink "$runs/lstm_chicago/last_attempt" 2>/dev/null || true)
     "$bin" run "$cfg" pipeline.run_dir="$runs" trainer.max_epochs=500 trainer.log_every_n_steps=1 \
         trainer.early_stopping=false >"$tmp/run.log" 2>&1 &
     local pid=$! n=0
-    # this run's own directory (latest moves when it starts), with steps in its metrics
-    until [ "$(readlink "$runs/lstm_chicago/latest" 2>/dev/null || true)" != "$before" ] &&
-          [ -e "$runs/lstm_chicago/latest/metrics.csv" ] &&
-          [ "$(grep -c '^[0-9]*,[0-9]*,train_loss' "$runs/lstm_chicago/latest/metrics.csv" || true)" -ge 5 ]; do
+    # this run's own directory (last_attempt moves when it starts), with steps in its metrics
+    until [ "$(readlink "$runs/lstm_chicago/last_attempt" 2>/dev/null || true)" != "$before" ] &&
+          [ -e "$runs/lstm_chicago/last_attempt/metrics.csv" ] &&
+          [ "$(grep -c '^[0-9]*,[0-9]*,train_loss' "$runs/lstm_chicago/last_attempt/metrics.csv" || true)" -ge 5 ]; do
         sleep 0.1
         n=$((n + 1))
         [ $n -lt 600 ] || { kill -9 $pid; fail "the run logged no steps in 60 s"; }
@@ -52,12 +52,15 @@ start() { # SIGNALS... : send them 5 ms apart; sets rc and delivered (how many r
 # SIGINT: graceful, exit 130
 start INT
 [ $rc -eq 130 ] || { tail -20 "$tmp/run.log"; fail "exit status $rc after SIGINT, expected 130"; }
-dir=$(readlink -f "$runs/lstm_chicago/latest")
+dir=$(readlink -f "$runs/lstm_chicago/last_attempt")
 grep -q '"status":[[:space:]]*"interrupted"' "$dir/summary.json" || fail "summary.json status is not interrupted"
 [ -s "$dir/checkpoints/last.safetensors" ] || fail "no last checkpoint after SIGINT"
 grep -q "interrupted (signal 2)" "$dir/log.txt" || fail "log.txt does not record the interrupt"
 saved=$(sed -n 's/.*interrupted (signal 2) at epoch [0-9]* batch [0-9]*, step \([0-9]*\).*/\1/p' "$dir/log.txt")
 [ -n "$saved" ] || fail "no step in the interrupt line"
+# latest names only runs that ended ok: never the interrupted one
+[ "$(readlink -f "$runs/lstm_chicago/latest" 2>/dev/null || true)" != "$dir" ] ||
+    fail "latest moved to the interrupted run"
 
 # --resume last continues at that step and ends normally
 "$bin" run "$cfg" pipeline.run_dir="$runs" trainer.max_epochs=1 trainer.log_every_n_steps=1 \
@@ -65,6 +68,7 @@ saved=$(sed -n 's/.*interrupted (signal 2) at epoch [0-9]* batch [0-9]*, step \(
 grep -q "resumed from .*last.safetensors at epoch 0, batch [0-9]* (mid-epoch), step $saved" "$tmp/resume.log" ||
     { grep resumed "$tmp/resume.log"; fail "the resume did not continue at step $saved"; }
 rdir=$(readlink -f "$runs/lstm_chicago/latest")
+[ "$rdir" = "$(readlink -f "$runs/lstm_chicago/last_attempt")" ] || fail "latest is not the resumed run that ended ok"
 grep -q '"status":[[:space:]]*"ok"' "$rdir/summary.json" || fail "the resumed run did not end ok"
 
 # SIGTERM: graceful, exit 143
@@ -78,7 +82,7 @@ start TERM
 python3 - "$bin" "$cfg" "$runs" <<'PY' || fail "a second SIGINT did not abort the run"
 import os, signal, subprocess, sys, time
 binary, cfg, runs = sys.argv[1:4]
-latest = os.path.join(runs, "lstm_chicago", "latest")
+latest = os.path.join(runs, "lstm_chicago", "last_attempt")
 for attempt in range(5):
     before = os.readlink(latest) if os.path.islink(latest) else ""
     p = subprocess.Popen([binary, "run", cfg, "pipeline.run_dir=" + runs, "trainer.max_epochs=500",

@@ -165,6 +165,37 @@ START_TEST(not_found_lists_search_dirs) {
 }
 END_TEST
 
+/* a mistyped plugin name gets the nearest name of the kind asked for: a
+ * case-only difference first, then the fewest edits; the hint lists the
+ * plugins of that kind */
+START_TEST(not_found_suggests_nearest_plugin_of_the_kind) {
+    pl_registry *r = reg_with(GOOD, BROKEN);
+    const char *err = NULL;
+    ck_assert_int_eq(pl_registry_find_for(r, "FX_Optim", PL_KIND_OPTIMIZER, "optim", "a.ini", NULL),
+                     PL_ERR_CONFIG);
+    err = pl_error_message();
+    CK_HAS(err, "a.ini: [optim] plugin = FX_Optim: plugin 'FX_Optim' not found");
+    CK_HAS(err, "did you mean 'fx_optim'?");
+    CK_HAS(pl_hint_get(), "optimizer plugins here: fx_optim");
+    ck_assert_int_eq(pl_registry_find(r, "fx_optm", PL_KIND_OPTIMIZER, NULL, &err), PL_ERR_CONFIG);
+    CK_HAS(err, "did you mean 'fx_optim'?");
+    /* fx_model is near but a model: not offered for an optimizer */
+    ck_assert_int_eq(pl_registry_find(r, "fx_mode", PL_KIND_OPTIMIZER, NULL, &err), PL_ERR_CONFIG);
+    ck_assert_msg(!strstr(err, "did you mean"), "%s", err);
+    ck_assert_int_eq(pl_registry_find(r, "fx_mode", PL_KIND_MODEL, NULL, &err), PL_ERR_CONFIG);
+    CK_HAS(err, "did you mean 'fx_model'?");
+    /* prec_a and prec_b are both one edit away: the first by name */
+    ck_assert_int_eq(pl_registry_find(r, "FX_PREC_C", PL_KIND_PRECISION, NULL, &err),
+                     PL_ERR_CONFIG);
+    CK_HAS(err, "did you mean 'fx_prec_a'?");
+    CK_HAS(pl_hint_get(), "precision plugins here: fx_prec_a, fx_prec_b");
+    /* nothing near: no suggestion */
+    ck_assert_int_eq(pl_registry_find(r, "zzzzzz", PL_KIND_COUNT, NULL, &err), PL_ERR_CONFIG);
+    ck_assert_msg(!strstr(err, "did you mean"), "%s", err);
+    pl_registry_free(r);
+}
+END_TEST
+
 START_TEST(search_order_flag_then_env_then_build_dirs) {
     setenv("PIPELINE_PLUGIN_PATH", BROKEN ":" DUP1, 1);
     pl_registry *r = reg_with(GOOD, NULL);
@@ -379,6 +410,7 @@ int main(void) {
     tcase_add_test(t, refuses_descriptor_name_differing_from_file);
     tcase_add_test(t, refuses_paths_as_plugin_names);
     tcase_add_test(t, not_found_lists_search_dirs);
+    tcase_add_test(t, not_found_suggests_nearest_plugin_of_the_kind);
     tcase_add_test(t, search_order_flag_then_env_then_build_dirs);
     tcase_add_test(t, list_sorts_and_reports_refused_plugins);
     suite_add_tcase(s, t);

@@ -2,6 +2,7 @@
 #include "pl_h5.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -537,4 +538,53 @@ pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t s
                             (long long)start, (long long)(start + n), nm);
     }
     return PL_OK;
+}
+
+/* ---- checking data ------------------------------------------------------ */
+
+pl_status pl_h5_check_finite(const char *path, const char *name, pl_dtype dt, const void *data,
+                             int64_t first_row, int64_t rows, int ndim, const int64_t *dims,
+                             const bool *use_col, const char (*col_names)[64], int n_names) {
+    if ((dt != PL_F32 && dt != PL_F64) || rows <= 0) return PL_OK;
+    int64_t w = 1;
+    for (int d = 1; d < ndim; d++)
+        w *= dims[d];
+    int64_t n = rows * w, count = 0, first = -1;
+    if (dt == PL_F32) {
+        const float *x = data;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && (!use_col || use_col[i % w]) && count++ == 0) first = i;
+    } else {
+        const double *x = data;
+        for (int64_t i = 0; i < n; i++)
+            if (!isfinite(x[i]) && (!use_col || use_col[i % w]) && count++ == 0) first = i;
+    }
+    if (!count) return PL_OK;
+    double v = dt == PL_F32 ? (double)((const float *)data)[first] : ((const double *)data)[first];
+    int64_t row = first_row + first / w, col = first % w;
+    /* where in the row: "column 3 ('down')", or "element 7 = [2][1]" beyond rank 2 */
+    char where[256] = "";
+    if (ndim == 2) {
+        int k = snprintf(where, sizeof where, ", column %lld", (long long)col);
+        if (col_names && col < n_names && col_names[col][0])
+            snprintf(where + k, sizeof where - (size_t)k, " ('%s')", col_names[col]);
+    } else if (ndim > 2) {
+        int k = snprintf(where, sizeof where, ", column %lld (index [%lld]", (long long)col,
+                         (long long)row);
+        int64_t rest = col, stride = w;
+        for (int d = 1; d < ndim && k > 0 && (size_t)k < sizeof where; d++) {
+            stride /= dims[d];
+            k += snprintf(where + k, sizeof where - (size_t)k, "[%lld]",
+                          (long long)(rest / stride));
+            rest %= stride;
+        }
+        if (k > 0 && (size_t)k < sizeof where) snprintf(where + k, sizeof where - (size_t)k, ")");
+    }
+    return pl_error_set(PL_ERR_INVALID,
+                        "%s: dataset '%s' row %lld%s is %g: not a finite number (%lld non-finite "
+                        "value%s in rows %lld..%lld). Missing values are refused: drop those rows "
+                        "or fill them (e.g. pandas dropna() / fillna()) when writing the file",
+                        path, name, (long long)row, where, v, (long long)count,
+                        count == 1 ? "" : "s", (long long)first_row,
+                        (long long)(first_row + rows - 1));
 }

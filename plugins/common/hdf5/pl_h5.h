@@ -98,6 +98,21 @@ pl_status pl_h5_read_alloc(const char *path, hid_t loc, const char *name, hid_t 
 pl_status pl_h5_read_tensor(const char *path, hid_t loc, const char *name, pl_dtype dt,
                             pl_tensor **out);
 
+/* ---- checking data ------------------------------------------------------ */
+/* Every value of rows [first_row, first_row + rows) of dataset `name`, read
+ * into host memory `data` as f32 or f64 (`dt`; other dtypes: PL_OK, nothing
+ * to check), must be finite. dims[1..ndim-1] are the dataset's trailing dims
+ * (a row holds their product; dims[0] is not read). use_col (NULL: all)
+ * marks the elements of a row that are used (series mode: the feature and
+ * target columns); col_names (NULL, or n_names names) names columns in the
+ * message. One pass, no allocation. On a NaN or Inf: PL_ERR_INVALID naming
+ * the file, the dataset, the row and column of the first one, its value, how
+ * many there are in these rows, and what to do (missing values are refused:
+ * drop or fill them when writing the file). */
+pl_status pl_h5_check_finite(const char *path, const char *name, pl_dtype dt, const void *data,
+                             int64_t first_row, int64_t rows, int ndim, const int64_t *dims,
+                             const bool *use_col, const char (*col_names)[64], int n_names);
+
 /* ---- attributes ---------------------------------------------------------- */
 /* Scalar numeric attribute `name` of `obj`: *found = false (and PL_OK) when
  * absent; PL_ERR_IO naming it when present but not readable as a number. */

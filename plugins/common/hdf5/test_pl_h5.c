@@ -2,6 +2,7 @@
  * process, and the shared helpers (errors naming the file, overflow-checked
  * sizes, row-extendible writes read back). */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +211,34 @@ START_TEST(declared_shape_without_data_is_refused) {
 }
 END_TEST
 
+/* NaN / Inf: first one by row and column (the index beyond rank 2), the
+ * count, used columns only; integer dtypes are not checked */
+START_TEST(check_finite_names_row_column_and_count) {
+    float x[2 * 3 * 2] = {0};
+    const int64_t dims[3] = {2, 3, 2};
+    PL_CK_OK(pl_h5_check_finite("f.h5", "/x", PL_F32, x, 10, 2, 3, dims, NULL, NULL, 0));
+    x[1 * 6 + 2 * 2 + 1] = NAN; /* row 1, element [2][1] */
+    x[1 * 6 + 0] = INFINITY;    /* row 1, element [0][0] comes first */
+    ck_assert_int_eq(pl_h5_check_finite("f.h5", "/x", PL_F32, x, 10, 2, 3, dims, NULL, NULL, 0),
+                     PL_ERR_INVALID);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "f.h5: dataset '/x' row 11, column 0 (index [11][0][0]) is inf") &&
+                      strstr(m, "2 non-finite values in rows 10..11"),
+                  "%s", m);
+    const double d[4] = {1, 2, NAN, 4};
+    const int64_t d2[2] = {2, 2};
+    const bool use[2] = {true, false};
+    const char names[2][64] = {"a", "b"};
+    PL_CK_OK(pl_h5_check_finite("f.h5", "/d", PL_F64, d, 0, 2, 2, d2, (const bool[]){false, true},
+                                names, 2));
+    ck_assert_int_eq(pl_h5_check_finite("f.h5", "/d", PL_F64, d, 0, 2, 2, d2, use, names, 2),
+                     PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "dataset '/d' row 1, column 0 ('a') is nan"), "%s",
+                  pl_error_message());
+    PL_CK_OK(pl_h5_check_finite("f.h5", "/i", PL_I64, d, 0, 2, 2, d2, NULL, NULL, 0));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pl_h5");
     TCase *tc = tcase_create("core");
@@ -219,6 +248,7 @@ int main(void) {
     tcase_add_test(tc, write_rows_then_read_back);
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
+    tcase_add_test(tc, check_finite_names_row_column_and_count);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -8,7 +8,8 @@
  * when the device is not the CPU: pinned memory from the backend, copied on
  * the backend's copy stream (memcpy_h2d_background, ordered after the
  * kernels already issued), so on a GPU the next chunk's transfer overlaps the
- * current chunk's compute.
+ * current chunk's compute. Float data is checked for NaN / Inf once it is in
+ * host memory, before it goes to the device.
  */
 #include <stdio.h>
 #include <string.h>
@@ -77,6 +78,11 @@ pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
                              pl_tensor_data(dst));
     }
     pl_h5_unlock();
+    /* NaN / Inf refused where the data is first in host memory (README "Missing values") */
+    for (int i = 0; i < s->nf && !st; i++)
+        st = pl_h5_check_finite(L->path, s->f[i].dset, s->f[i].dt,
+                                pl_tensor_data(b->stage[i] ? b->stage[i] : b->t[i]),
+                                s->row0 + r0, n, s->f[i].ndim, s->f[i].dims, NULL, NULL, 0);
     /* to the device on the backend's copy stream when it has one (this runs on
      * the prefetch thread: the copy overlaps the compute of the current chunk) */
     const pl_backend *be = b->stage[0] ? pl_backend_get(L->dev.type) : NULL;

@@ -198,6 +198,20 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     if ((st = parse_columns(L, "target_columns", pl_cfg_str(cfg, "target_columns", "0"), names,
                             nnames, F, tcols, &ntc)))
         goto out;
+    /* NaN / Inf in a used column is refused (README "Missing values"); other columns are never read */
+    bool *used = calloc((size_t)(F > 0 ? F : 1), sizeof *used);
+    if (!used) {
+        st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", L->path);
+        goto out;
+    }
+    for (int i = 0; i < nfc; i++)
+        used[fcols[i]] = true;
+    for (int i = 0; i < ntc; i++)
+        used[tcols[i]] = true;
+    st = pl_h5_check_finite(L->path, sname, PL_F32, raw, 0, T, 2, rawt->shape, used,
+                            (const char(*)[64])names, nnames);
+    free(used);
+    if (st) goto out;
 
     int64_t W = pl_cfg_int(cfg, "window", 0), H = pl_cfg_int(cfg, "horizon", 1);
     int64_t nwin = T - W - H + 1;

@@ -239,6 +239,7 @@ START_TEST(test_fractions) {
 END_TEST
 
 /* Series: T = 30 days from 1970-01-01, F = 3 columns c0 = t, c1 = t^2/10, c2 = 5 - t. */
+static void write_series_columns(const char *p);
 static const char *make_series_file(char *buf, size_t n) {
     const char *p = tmp_path("series.h5", buf, n);
     if (access(p, F_OK) == 0) return p;
@@ -252,6 +253,12 @@ static const char *make_series_file(char *buf, size_t n) {
     }
     ck_assert_int_eq(lt_write(p, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){30, 3}, s), 0);
     ck_assert_int_eq(lt_write(p, "/date", H5T_NATIVE_LLONG, 1, (long long[]){30}, d), 0);
+    write_series_columns(p);
+    return p;
+}
+
+/* /columns = level, sq, down (variable-length strings) */
+static void write_series_columns(const char *p) {
     hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
     hid_t st = H5Tcopy(H5T_C_S1);
     H5Tset_size(st, H5T_VARIABLE);
@@ -263,7 +270,6 @@ static const char *make_series_file(char *buf, size_t n) {
     H5Sclose(sp);
     H5Tclose(st);
     H5Fclose(f);
-    return p;
 }
 
 START_TEST(test_series_windows) {
@@ -647,6 +653,121 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* ---- NaN / Inf in the data ------------------------------------------- */
+
+/* /train/x f32 [40, 3] = row, with NaN at row 25 column 2 and Inf at row 28
+ * column 0; /train/z f64 [40] = row with NaN at row 3; /train/ok f32 [40, 3]. */
+static const char *make_nan_file(char *buf, size_t n) {
+    const char *p = tmp_path("nan.h5", buf, n);
+    remove(p);
+    float x[40 * 3], ok[40 * 3];
+    double z[40];
+    for (int i = 0; i < 40; i++) {
+        z[i] = i;
+        for (int j = 0; j < 3; j++) x[i * 3 + j] = ok[i * 3 + j] = (float)i;
+    }
+    x[25 * 3 + 2] = NAN;
+    x[28 * 3 + 0] = INFINITY;
+    z[3] = NAN;
+    ck_assert_int_eq(lt_write(p, "/train/x", H5T_NATIVE_FLOAT, 2, (long long[]){40, 3}, x), 0);
+    ck_assert_int_eq(lt_write(p, "/train/z", H5T_NATIVE_DOUBLE, 1, (long long[]){40}, z), 0);
+    ck_assert_int_eq(lt_write(p, "/train/ok", H5T_NATIVE_FLOAT, 2, (long long[]){40, 3}, ok), 0);
+    return p;
+}
+
+static void expect_in_message(const char *m, const char *a, const char *b, const char *c) {
+    ck_assert_msg(strstr(m, a) && (!b || strstr(m, b)) && (!c || strstr(m, c)),
+                  "message '%s' lacks '%s' / '%s' / '%s'", m, a, b ? b : "", c ? c : "");
+}
+
+/* Rows mode: a chunk holding NaN / Inf is refused when it is read, naming
+ * the file, the dataset, the row and column of the first one and the count in
+ * that chunk (streaming: the read of a later chunk; resident: the first epoch). */
+START_TEST(nonfinite_rows_are_refused_naming_dataset_row_and_column) {
+    char p[512], body[1024];
+    make_nan_file(p, sizeof p);
+    for (int prefetch = 0; prefetch < 2; prefetch++) {
+        /* streaming, chunks of 10 rows in file order: chunk 2 (rows 20..29) fails */
+        snprintf(body, sizeof body,
+                 "path = %s\ndatasets = x\nbatch_size = 10\nchunk_samples = 10\nshuffle = "
+                 "false\nprefetch = %s\n",
+                 p, prefetch ? "true" : "false");
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+        pl_status st = L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0);
+        pl_batch b;
+        int r = 0, nb = 0;
+        while (!st && (r = L.vt->next(L.self, &b)) == 1)
+            nb++;
+        ck_assert_msg(st || r < 0, "an epoch over NaN data ended without an error");
+        ck_assert_int_le(nb, 2); /* batches of chunks 0 and 1 are clean */
+        expect_in_message(pl_error_message(), p, "dataset '/train/x' row 25, column 2 is nan",
+                          "2 non-finite values in rows 20..29");
+        /* the chunks before it are served */
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0));
+        ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+        lt_close(&L);
+    }
+    /* resident (everything fits): refused at the first epoch_begin */
+    snprintf(body, sizeof body, "path = %s\ndatasets = ok,x\nbatch_size = 8\nshuffle = false\n",
+             p);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    ck_assert_int_ne(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0), PL_OK);
+    expect_in_message(pl_error_message(), "dataset '/train/x' row 25, column 2 is nan",
+                      "2 non-finite values in rows 0..39", "fillna()");
+    lt_close(&L);
+    /* f64 kept as f64, rank 1: no column; split_fractions rows are dataset rows */
+    snprintf(body, sizeof body,
+             "path = %s\ndatasets = /train/z\nbatch_size = 2\nshuffle = false\n"
+             "split_fractions = 0.05,0.95,0\n",
+             p);
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0)); /* rows 0..1 are clean */
+    ck_assert_int_ne(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0), PL_OK);
+    expect_in_message(pl_error_message(), "dataset '/train/z' row 3 is nan",
+                      "1 non-finite value in rows 2..39", NULL);
+    lt_close(&L);
+}
+END_TEST
+
+/* Series mode: the used columns of the series are checked once at create;
+ * the message names the column; an unused column may hold NaN. */
+START_TEST(nonfinite_series_is_refused_naming_row_and_column) {
+    char q[512], body[1024];
+    tmp_path("series_nan.h5", q, sizeof q);
+    remove(q);
+    /* copy the series with NaN at row 12 column 1 ('sq') */
+    float s[30 * 3];
+    long long d[30];
+    for (int t = 0; t < 30; t++) {
+        s[t * 3] = (float)t;
+        s[t * 3 + 1] = t == 12 ? NAN : (float)(t * t) / 10.0f;
+        s[t * 3 + 2] = t == 20 ? -INFINITY : 5.0f - (float)t;
+        d[t] = t;
+    }
+    ck_assert_int_eq(lt_write(q, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){30, 3}, s), 0);
+    ck_assert_int_eq(lt_write(q, "/date", H5T_NATIVE_LLONG, 1, (long long[]){30}, d), 0);
+    write_series_columns(q);
+    const char *common = "window = 4\nhorizon = 2\ntarget_columns = level\n"
+                         "train_end = 1970-01-20\nval_end = 1970-01-25\nbatch_size = 4\n";
+    snprintf(body, sizeof body, "path = %s\n%s", q, common);
+    lt_loader L;
+    ck_assert_int_ne(lt_open(&L, "hdf5_chunk", body, NULL), PL_OK);
+    expect_in_message(pl_error_message(), q, "dataset '/series' row 12, column 1 ('sq') is nan",
+                      "2 non-finite values in rows 0..29");
+    /* only 'level' and 'down' used: the first is -inf at row 20 column 2 */
+    snprintf(body, sizeof body, "path = %s\n%sfeature_columns = 0,2\n", q, common);
+    ck_assert_int_ne(lt_open(&L, "hdf5_chunk", body, NULL), PL_OK);
+    expect_in_message(pl_error_message(), "dataset '/series' row 20, column 2 ('down') is -inf",
+                      "1 non-finite value in rows 0..29", NULL);
+    /* 'sq' and 'down' unused: loads */
+    snprintf(body, sizeof body, "path = %s\n%sfeature_columns = 0\n", q, common);
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    lt_close(&L);
+}
+END_TEST
+
 /* ---- real data (converted by tools/ when python3 + h5py are here) ----- */
 
 static bool convert(const char *tool, const char *args, const char *out) {
@@ -763,6 +884,8 @@ int main(void) {
     tcase_add_test(tc, batch_fields_refuses_split_dependent_dtype);
     tcase_add_test(tc, batch_fields_series_mode);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, nonfinite_rows_are_refused_naming_dataset_row_and_column);
+    tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
     suite_add_tcase(s, tc);

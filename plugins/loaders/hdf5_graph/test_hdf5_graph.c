@@ -600,9 +600,6 @@ START_TEST(test_graphs_errors) {
     memset(f.va, 0, sizeof f.va);
     expect_error(&f, "", "split 'val' is empty: mask 'val_mask' selects no graph", NULL);
     gfile_init(&f);
-    f.y[3] = NAN;
-    expect_error(&f, "", "y[1][1] = nan is not finite", NULL);
-    gfile_init(&f);
     expect_error(&f, "batch_size = 5\ndrop_last = true\n",
                  "train split has 4 graphs < batch_size 5 with drop_last = true", NULL);
     expect_error(&f, "node_ptr = offsets\n", "dataset 'offsets' not found", NULL);
@@ -625,6 +622,37 @@ END_TEST
  * another epoch and val before serves exactly batches k.. of the whole epoch 3
  * (bit-identical fields, indices from k); val likewise. Out of range: refused
  * naming the plugin, split, value and the batch count. */
+/* NaN / Inf in node features (both modes) or targets (graphs) is refused at
+ * load, naming the file, the dataset, the row and column of the first one and
+ * how many there are */
+START_TEST(nonfinite_features_and_targets_are_refused_naming_row_and_column) {
+    gfile f;
+    gfile_init(&f);
+    f.x[7 * 2 + 1] = NAN; /* node 7 (graph 3), feature 1 */
+    f.x[9 * 2 + 0] = INFINITY;
+    expect_error(&f, "", "dataset 'x' row 7, column 1 is nan: not a finite number",
+                 "2 non-finite values in rows 0..14");
+    gfile_init(&f);
+    f.y[3] = NAN; /* graph 1, target 1 */
+    expect_error(&f, "", "dataset 'y' row 1, column 1 is nan", "1 non-finite value in rows 0..5");
+    gfile_init(&f);
+    f.y[10] = -INFINITY;
+    expect_error(&f, "", "dataset 'y' row 5, column 0 is -inf", "dropna()");
+    /* node mode: features [4, 2] with an Inf at node 2, feature 0 */
+    char p[512], body[1024];
+    make_graph("nan_node.h5", 0, p, sizeof p);
+    const float x[8] = {1, 3, 0, 0, INFINITY, 2, 4, 0};
+    ck_assert_int_eq(lt_write(p, "inf_features", H5T_NATIVE_FLOAT, 2, (long long[]){4, 2}, x), 0);
+    snprintf(body, sizeof body, "path = %s\nfeatures = inf_features\n", p);
+    lt_loader L;
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, p) && strstr(m, "dataset 'inf_features' row 2, column 0 is inf") &&
+                      strstr(m, "1 non-finite value in rows 0..3"),
+                  "%s", m);
+}
+END_TEST
+
 START_TEST(test_graphs_start_batch) {
     const char *opts = "batch_size = 2\nadd_self_loops = true\n";
     const int64_t epoch = 3;
@@ -878,6 +906,7 @@ int main(void) {
     tcase_add_test(tc, test_graphs_num_batches);
     tcase_add_test(tc, test_graphs_views_no_alloc);
     tcase_add_test(tc, test_graphs_errors);
+    tcase_add_test(tc, nonfinite_features_and_targets_are_refused_naming_row_and_column);
     tcase_add_test(tc, test_graphs_start_batch);
     tcase_add_test(tc, test_node_start_batch);
     tcase_add_test(tc, test_batch_fields_node_mode);
