@@ -64,8 +64,9 @@ static const char *general_help =
     "                 resolve and validate the config, print it, run nothing\n"
     "  plugins [NAME] [--plugin-path DIR]...\n"
     "                 list every plugin found, or one plugin's options\n"
-    "  plot RUN_DIR [OUT.svg]\n"
-    "                 draw the run's metrics.csv curves (loss, lr, metrics) to RUN_DIR/plot.svg\n"
+    "  plot RUN_DIR [OUT.svg] | plot --compare RUN_DIR... [-o OUT.svg]\n"
+    "                 draw the run's metrics.csv curves (train/val/test per panel, lr) to\n"
+    "                 RUN_DIR/plot.svg; --compare overlays runs\n"
     "  help [COMMAND] this text, or one command's usage\n"
     "  --version      print the version\n"
     "\n"
@@ -102,10 +103,14 @@ static const char *plugins_help =
 
 static const char *plot_help =
     "usage: pipeline plot RUN_DIR [OUT.svg]\n"
+    "       pipeline plot --compare RUN_DIR RUN_DIR... [-o OUT.svg]\n"
     "\n"
-    "Draws the curves of RUN_DIR/metrics.csv (train loss, lr, grad norm, validation and\n"
-    "test metrics: one panel per key, against the optimizer step) into an SVG file,\n"
-    "RUN_DIR/plot.svg unless OUT.svg is given.\n";
+    "Draws the curves of RUN_DIR/metrics.csv into an SVG file: one panel per metric with\n"
+    "its splits together (train_loss, epoch_train_loss, val_loss and test_loss on \"loss\":\n"
+    "train solid, validation dashed, test values as marked points), lr, grad_norm, ...\n"
+    "against the optimizer step. Written to RUN_DIR/plot.svg unless OUT.svg is given.\n"
+    "--compare overlays up to 8 runs (an ablation), one colour per run, into OUT.svg\n"
+    "(default: the first RUN_DIR/compare.svg).\n";
 
 static const char *version_help =
     "usage: pipeline --version\n"
@@ -437,10 +442,29 @@ int main(int argc, char **argv) {
             fputs(plot_help, stdout);
             return 0;
         }
-        if (argc < 3 || argc > 4)
-            return usage_error("plot", "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
         char out[4096];
-        if (pl_plot_run(argv[2], argc == 4 ? argv[3] : NULL, out, sizeof out)) {
+        pl_status ps;
+        if (argc >= 3 && strcmp(argv[2], "--compare") == 0) {
+            const char *runs[8], *o = NULL;
+            int n = 0;
+            for (int i = 3; i < argc; i++) {
+                if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+                    o = argv[++i];
+                    continue;
+                }
+                if (n == 8) return usage_error("plot", "%s", "--compare takes at most 8 runs");
+                runs[n++] = argv[i];
+            }
+            if (n < 2)
+                return usage_error("plot", "%s",
+                                   "usage: pipeline plot --compare RUN_DIR RUN_DIR... [-o OUT.svg]");
+            ps = pl_plot_runs(runs, n, o, out, sizeof out);
+        } else {
+            if (argc < 3 || argc > 4)
+                return usage_error("plot", "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
+            ps = pl_plot_run(argv[2], argc == 4 ? argv[3] : NULL, out, sizeof out);
+        }
+        if (ps) {
             report_error("plot failed");
             return EXIT_RUN_FAILED;
         }
