@@ -16,12 +16,14 @@
  * into one block while the main thread runs a kernel on another (or the
  * same) block is safe. Blocks are found by their base address (the core's
  * caching allocator hands out whole blocks; tensors are views at an offset
- * into storage->data, which is a block base).
+ * into storage->data; blocks are kept sorted, so the one holding any
+ * pointer is a binary search away).
  *
  * Kernels: the CPU backend's own kernels (which run the shared math of
  * backend_util.h / kernel_math.h), called with every tensor they receive
- * (inputs, outputs, an nf4 tensor's quantization state) opened. Results are
- * therefore the CPU's, bit for bit. A kernel's scratch comes from PL_CPU.
+ * (inputs, outputs, an nf4 tensor's quantization state) opened; a CPU tensor
+ * handed to one is an error, as a host pointer is to a GPU kernel. Results
+ * are therefore the CPU's, bit for bit. A kernel's scratch comes from PL_CPU.
  *
  * What it cannot catch: a host access to a block that another thread has
  * open at that moment (the window of one kernel). Device memory is ordinary
@@ -45,71 +47,54 @@
 #include "pipeline/status.h"
 #include "pipeline/tensor.h"
 
-/* ---- the block table ----------------------------------------------------- */
+/* ---- the block table -----------------------------------------------------
+ * Live mappings sorted by base address: the block containing any address
+ * (a tensor's data pointer is a view into its storage's block) is one binary
+ * search away. Inserts and removals move the tail; blocks are few (the core's
+ * caching allocator reuses them), so that stays cheap. */
 
 typedef struct block {
     uintptr_t base;
-    size_t len;   /* bytes mapped (whole pages) */
-    int opens;    /* > 0: PROT_READ|PROT_WRITE */
-    bool used;
+    size_t len; /* bytes mapped (whole pages) */
+    int opens;  /* > 0: PROT_READ|PROT_WRITE */
 } block;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static block *g_blocks;     /* open addressing on base, linear probing */
-static size_t g_cap, g_n;   /* slots (power of two), live blocks */
+static block *g_blocks; /* [g_n] sorted by base; [g_cap] allocated */
+static size_t g_n, g_cap;
 static size_t g_page;
 
-static size_t slot_of(uintptr_t base, size_t cap) {
-    uint64_t h = (uint64_t)base * 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 17) & (cap - 1);
+/* Caller holds g_mu. How many blocks have base <= a. */
+static size_t n_at_or_below(uintptr_t a) {
+    size_t lo = 0, hi = g_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (g_blocks[mid].base <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
-/* Caller holds g_mu. */
-static block *find(uintptr_t base) {
-    if (!g_cap) return NULL;
-    for (size_t i = slot_of(base, g_cap), k = 0; k < g_cap; k++, i = (i + 1) & (g_cap - 1)) {
-        if (!g_blocks[i].used) return NULL;
-        if (g_blocks[i].base == base) return &g_blocks[i];
-    }
-    return NULL;
-}
-
-/* Caller holds g_mu. Backward-shift deletion keeps probe chains intact. */
-static void erase(block *b) {
-    size_t i = (size_t)(b - g_blocks);
-    g_blocks[i].used = false;
-    for (size_t j = (i + 1) & (g_cap - 1); g_blocks[j].used; j = (j + 1) & (g_cap - 1)) {
-        size_t home = slot_of(g_blocks[j].base, g_cap);
-        /* move j into the hole i when its home is not in (i, j] (cyclically) */
-        bool in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!in_range) {
-            g_blocks[i] = g_blocks[j];
-            g_blocks[j].used = false;
-            i = j;
-        }
-    }
-    g_n--;
+/* Caller holds g_mu. The block holding address a, or NULL. */
+static block *containing(uintptr_t a) {
+    size_t i = n_at_or_below(a);
+    return i > 0 && a < g_blocks[i - 1].base + g_blocks[i - 1].len ? &g_blocks[i - 1] : NULL;
 }
 
 /* Caller holds g_mu. */
 static bool insert(uintptr_t base, size_t len) {
-    if ((g_n + 1) * 2 > g_cap) {
-        size_t nc = g_cap ? g_cap * 2 : 1024;
-        block *nb = calloc(nc, sizeof *nb);
+    if (g_n == g_cap) {
+        size_t nc = g_cap ? 2 * g_cap : 256;
+        block *nb = realloc(g_blocks, nc * sizeof *nb);
         if (!nb) return false;
-        for (size_t i = 0; i < g_cap; i++) {
-            if (!g_blocks[i].used) continue;
-            size_t s = slot_of(g_blocks[i].base, nc);
-            while (nb[s].used) s = (s + 1) & (nc - 1);
-            nb[s] = g_blocks[i];
-        }
-        free(g_blocks);
         g_blocks = nb;
         g_cap = nc;
     }
-    size_t s = slot_of(base, g_cap);
-    while (g_blocks[s].used) s = (s + 1) & (g_cap - 1);
-    g_blocks[s] = (block){.base = base, .len = len, .opens = 0, .used = true};
+    size_t i = n_at_or_below(base);
+    memmove(&g_blocks[i + 1], &g_blocks[i], (g_n - i) * sizeof *g_blocks);
+    g_blocks[i] = (block){.base = base, .len = len, .opens = 0};
     g_n++;
     return true;
 }
@@ -134,77 +119,60 @@ static void st_raw_free(int device, void *p) {
     (void)device;
     if (!p) return;
     pthread_mutex_lock(&g_mu);
-    block *b = find((uintptr_t)p);
-    size_t len = b ? b->len : 0;
-    if (b) erase(b);
+    block *b = containing((uintptr_t)p);
+    size_t len = b && b->base == (uintptr_t)p ? b->len : 0;
+    if (len) {
+        size_t i = (size_t)(b - g_blocks);
+        memmove(&g_blocks[i], &g_blocks[i + 1], (g_n - i - 1) * sizeof *g_blocks);
+        g_n--;
+    }
     pthread_mutex_unlock(&g_mu);
     if (len) munmap(p, len);
 }
 
-/* Open (or close) the block whose base is `base`. NULL base: nothing. A base
- * that is no block of ours is an error: the pointer is not device memory. */
-static pl_status open_block(const void *base, bool open, const char *what) {
-    if (!base) return PL_OK;
+/* Open (or close) the block holding device pointer p; returns its base in
+ * *base (to close the same block later) when base is non-NULL. NULL p:
+ * nothing. A pointer in no block of ours is an error: it is not device
+ * memory (a host pointer handed to a device kernel or copy). */
+static pl_status open_block(const void *p, bool open, const char *what, uintptr_t *base) {
+    if (!p) return PL_OK;
     pthread_mutex_lock(&g_mu);
-    block *b = find((uintptr_t)base);
+    block *b = containing((uintptr_t)p);
     if (!b) {
         pthread_mutex_unlock(&g_mu);
         return pl_error_set(PL_ERR_DEVICE,
                             "strict device: %s at %p is not strict device memory (a host "
                             "pointer handed to a device kernel or copy)",
-                            what, base);
+                            what, p);
     }
     int rc = 0;
     if (open && b->opens++ == 0)
         rc = mprotect((void *)b->base, b->len, PROT_READ | PROT_WRITE);
     else if (!open && --b->opens == 0)
         rc = mprotect((void *)b->base, b->len, PROT_NONE);
+    if (base) *base = b->base;
     pthread_mutex_unlock(&g_mu);
     if (rc) return pl_error_set(PL_ERR_DEVICE, "strict device: mprotect: %s", strerror(errno));
     return PL_OK;
 }
 
-/* The block base and byte offset of a device pointer inside it (the copy
- * functions get tensor data pointers, which may be views into a block).
- * Found by scanning back page by page to a known base: views start inside
- * their storage's first pages in practice, and a miss is reported. */
-static const void *base_of(const void *p) {
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)(g_page - 1);
-    pthread_mutex_lock(&g_mu);
-    for (int k = 0; k < (1 << 20) && a; k++, a -= g_page) {
-        block *b = find(a);
-        if (b) {
-            bool inside = (uintptr_t)p < b->base + b->len;
-            pthread_mutex_unlock(&g_mu);
-            return inside ? (const void *)a : NULL;
-        }
-    }
-    pthread_mutex_unlock(&g_mu);
-    return NULL;
-}
-
 /* ---- transfers ------------------------------------------------------------- */
 
-static pl_status open_ptr(const void *p, pl_device d, bool open, const void **base,
-                          const char *what) {
-    *base = NULL;
-    if (d.type == PL_DEVICE_CPU || !p) return PL_OK;
-    *base = base_of(p);
-    if (!*base)
-        return pl_error_set(PL_ERR_DEVICE, "strict device: %s %p is not strict device memory",
-                            what, p);
-    return open_block(*base, open, what);
+/* Open the device side of a copy (a CPU pointer needs nothing). */
+static pl_status open_side(const void *p, pl_device d, bool open, const char *what) {
+    return d.type == PL_DEVICE_CPU ? PL_OK : open_block(p, open, what, NULL);
 }
 
 static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
     if (!n) return PL_OK;
-    const void *bd = NULL, *bs = NULL;
-    pl_status s = open_ptr(dst, dd, true, &bd, "copy destination");
+    pl_status s = open_side(dst, dd, true, "copy destination");
     if (s) return s;
-    s = open_ptr(src, sd, true, &bs, "copy source");
-    if (!s) memmove(dst, src, n);
-    if (bs) open_block(bs, false, "copy source");
-    if (bd) open_block(bd, false, "copy destination");
+    s = open_side(src, sd, true, "copy source");
+    if (!s) {
+        memmove(dst, src, n);
+        open_side(src, sd, false, "copy source");
+    }
+    open_side(dst, dd, false, "copy destination");
     return s;
 }
 
@@ -228,11 +196,10 @@ static pl_status st_memcpy_h2d_background(void *dst, pl_device dd, const void *s
 
 static pl_status st_memset(void *dst, pl_device dev, int v, size_t n) {
     if (!n) return PL_OK;
-    const void *b = NULL;
-    pl_status s = open_ptr(dst, dev, true, &b, "memset destination");
+    pl_status s = open_side(dst, dev, true, "memset destination");
     if (s) return s;
     memset(dst, v, n);
-    return open_block(b, false, "memset destination");
+    return open_side(dst, dev, false, "memset destination");
 }
 
 static pl_status st_sync(int device) {
@@ -251,13 +218,7 @@ static void on_segv(int sig, siginfo_t *si, void *uctx) {
     uintptr_t a = (uintptr_t)si->si_addr;
     bool ours = false;
     if (pthread_mutex_trylock(&g_mu) == 0) {
-        for (uintptr_t p = a & ~(uintptr_t)(g_page - 1), k = 0; k < 4096 && p; k++, p -= g_page) {
-            block *b = find(p);
-            if (b) {
-                ours = a < b->base + b->len;
-                break;
-            }
-        }
+        ours = containing(a) != NULL;
         pthread_mutex_unlock(&g_mu);
     }
     if (ours) {
@@ -309,23 +270,25 @@ static pl_status st_mem_info(int device, size_t *free_b, size_t *total_b) {
 #define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3)
 
 typedef struct opened {
-    const void *base[MAX_OPEN];
+    uintptr_t base[MAX_OPEN]; /* blocks opened for this kernel call */
     int n;
 } opened;
 
 static pl_status open_tensor(opened *o, const pl_tensor *t, const char *what) {
-    if (!t || !t->storage || t->device.type == PL_DEVICE_CPU) {
-        /* a host tensor reaching a device kernel: the op front end should
-         * have refused mixed devices; the CPU kernel will simply read it */
-        return PL_OK;
+    if (!t) return PL_OK;
+    if (t->device.type == PL_DEVICE_CPU) {
+        /* on a GPU a kernel cannot read host memory: the op front end (or the
+         * stage that built the tensor) should have moved it */
+        char b[256];
+        return pl_error_set(PL_ERR_DEVICE, "strict device: %s %s is on the cpu", what,
+                            pl_tensor_describe(t, b, sizeof b));
     }
-    const void *base = t->storage->data;
-    for (int i = 0; i < o->n; i++)
-        if (o->base[i] == base) return PL_OK;
     if (o->n == MAX_OPEN) return pl_error_set(PL_ERR_INTERNAL, "strict device: too many tensors");
-    pl_status s = open_block(base, true, what);
+    /* opens are counted per block: a block shared by several tensors of this
+     * call is simply opened (and later closed) once per tensor */
+    pl_status s = open_block(t->storage->data, true, what, &o->base[o->n]);
     if (s) return pl_error_prefix(s, "tensor '%s'", t->name);
-    o->base[o->n++] = base;
+    o->n++;
     if (t->dtype == PL_NF4) {
         if ((s = open_tensor(o, t->quant.absmax, what))) return s;
         if ((s = open_tensor(o, t->quant.absmax_scale, what))) return s;
@@ -335,7 +298,7 @@ static pl_status open_tensor(opened *o, const pl_tensor *t, const char *what) {
 
 static void close_all(opened *o) {
     for (int i = o->n - 1; i >= 0; i--)
-        open_block(o->base[i], false, "kernel tensor");
+        open_block((const void *)o->base[i], false, "kernel tensor", NULL);
     o->n = 0;
 }
 
