@@ -22,20 +22,13 @@ pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const cha
     if (!name || !dev)
         return pl_error_set(PL_ERR_INVALID, "pl_backend_load: unknown device type %d", (int)type);
     /* already registered (by an earlier call): nothing to do */
-    pl_status prev = pl_error_status();
-    char prev_msg[1024];
-    snprintf(prev_msg, sizeof prev_msg, "%s", pl_error_message());
-    const pl_backend *have = pl_backend_get(type);
+    const pl_backend *have = pl_backend_peek(type);
     if (have) {
         if (have->name && strcmp(have->name, name) != 0)
             return pl_error_set(PL_ERR_DEVICE,
                                 "device %s requested but backend '%s' already holds that device "
                                 "slot in this process (one accelerator backend per process)",
                                 name, have->name);
-        if (prev)
-            pl_error_set(prev, "%s", prev_msg);
-        else
-            pl_error_clear();
         return PL_OK;
     }
     pl_registry *own = NULL;

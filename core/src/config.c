@@ -338,6 +338,8 @@ static bool pattern_match(const char *pattern, const char *key) {
     return true;
 }
 
+/* v is one of choices "a|b|c"; a choice "x:N" admits "x:" followed by a
+ * decimal index (at most 9 digits). */
 static bool choice_has(const char *choices, const char *v) {
     size_t vl = strlen(v);
     const char *p = choices;
@@ -345,6 +347,9 @@ static bool choice_has(const char *choices, const char *v) {
         const char *bar = strchr(p, '|');
         size_t n = bar ? (size_t)(bar - p) : strlen(p);
         if (n == vl && strncmp(p, v, n) == 0) return true;
+        if (n >= 2 && strncmp(p + n - 2, ":N", 2) == 0 && vl > n - 1 && vl - (n - 1) <= 9 &&
+            strncmp(p, v, n - 1) == 0 && strspn(v + n - 1, "0123456789") == vl - (n - 1))
+            return true;
         p = bar ? bar + 1 : NULL;
     }
     return false;

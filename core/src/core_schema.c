@@ -12,7 +12,7 @@ static const pl_option_spec pipeline_schema[] = {
     {"name", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "run name; runs go to RUN_DIR/NAME/TIMESTAMP (empty: the INI file's stem)"},
     {"run_dir", PL_OPT_STRING, "runs", PL_NO_BOUNDS, NULL, "parent directory of run directories"},
-    {"device", PL_OPT_CHOICE, "cpu", PL_NO_BOUNDS, "cpu|cuda|strict|auto",
+    {"device", PL_OPT_CHOICE, "cpu", PL_NO_BOUNDS, "cpu|cuda|strict|auto|cuda:N|strict:N",
      "device to train on (auto: cuda when a CUDA backend plugin finds a GPU; strict: the "
      "GPU-like emulation on the CPU that crashes on host access to device memory)"},
     {"allow_tf32", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,

@@ -127,6 +127,11 @@ const pl_backend *pl_backend_get(pl_device_type type) {
     return g_backends[type];
 }
 
+const pl_backend *pl_backend_peek(pl_device_type type) {
+    pthread_once(&g_once, init_cpu);
+    return (unsigned)type > PL_DEVICE_CUDA ? NULL : g_backends[type];
+}
+
 pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward) {
     return b && b->kernel ? b->kernel(op, backward) : NULL;
 }

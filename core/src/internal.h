@@ -35,6 +35,14 @@ pl_tensor *pl_op_result(pl_tensor *t);
 /* New tensor header sharing t's storage (view); owned by caller. */
 pl_tensor *pl_tensor_view_owned(pl_tensor *t);
 
+/* The backend registered for `type`, or NULL; unlike pl_backend_get it leaves
+ * the error state alone (for callers that only ask). */
+const pl_backend *pl_backend_peek(pl_device_type type);
+/* Split a device string "NAME" or "NAME:N" (NAME: letters, digits, '_';
+ * N: 0..2^31-1) into the backend name and index; "cpu" and "auto" come back
+ * as themselves with index 0. PL_ERR_INVALID naming the string otherwise. */
+pl_status pl_device_spec(const char *s, char *name, size_t n, int *index);
+
 /* Run the forward kernel of a->op on the backend of a->in[0]'s device (or
  * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing. */
 pl_status pl_kernel_forward(pl_kernel_args *a);

@@ -1,4 +1,5 @@
 /* tensor.c - tensor headers, storage, views, copies, conversions, init. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,66 +57,63 @@ float pl_f16_to_f32(uint16_t u) {
 
 /* ---- devices ----------------------------------------------------------- */
 
-/* Name of the backend in the accelerator slot ("cuda" when none is loaded). */
-static const char *accel_name(void) {
-    /* pl_backend_get sets the error when the slot is empty: keep the caller's */
-    pl_status prev = pl_error_status();
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", pl_error_message());
-    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
-    if (prev)
-        pl_error_set(prev, "%s", msg);
-    else
-        pl_error_clear();
-    return b && b->name ? b->name : "cuda";
-}
-
 const char *pl_device_str(pl_device d, char *buf, size_t n) {
+    const pl_backend *b = d.type == PL_DEVICE_CPU ? NULL : pl_backend_peek(d.type);
     if (d.type == PL_DEVICE_CPU)
         snprintf(buf, n, "cpu");
     else
-        snprintf(buf, n, "%s:%d", accel_name(), d.index);
+        snprintf(buf, n, "%s:%d", b && b->name ? b->name : "cuda", d.index);
     return buf;
 }
 bool pl_device_eq(pl_device a, pl_device b) { return a.type == b.type && a.index == b.index; }
+
+pl_status pl_device_spec(const char *s, char *name, size_t n, int *index) {
+    size_t ln = strcspn(s, ":");
+    long idx = 0;
+    char *end = NULL;
+    bool ok = ln > 0 && ln < n && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_") == ln;
+    if (ok) {
+        memcpy(name, s, ln);
+        name[ln] = 0;
+    }
+    if (ok && s[ln] == ':') { /* an index, but not for cpu or auto */
+        errno = 0;
+        idx = strtol(s + ln + 1, &end, 10);
+        ok = end != s + ln + 1 && !*end && errno == 0 && idx >= 0 && idx <= INT32_MAX &&
+             strcmp(name, "cpu") != 0 && strcmp(name, "auto") != 0;
+    }
+    if (!ok)
+        return pl_error_set(PL_ERR_INVALID, "bad device '%s' (expected cpu, auto, a backend name "
+                            "such as cuda or strict, or NAME:N)", s);
+    *index = (int)idx;
+    return PL_OK;
+}
+
 pl_status pl_device_parse(const char *s, pl_device *out) {
-    if (!strcmp(s, "cpu")) {
+    char name[64];
+    int idx;
+    if (pl_device_spec(s, name, sizeof name, &idx)) return pl_error_status();
+    if (!strcmp(name, "cpu")) {
         *out = PL_CPU;
         return PL_OK;
     }
-    if (!strcmp(s, "auto")) {
-        const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
-        pl_error_clear();
+    const pl_backend *b = pl_backend_peek(PL_DEVICE_CUDA);
+    if (!strcmp(name, "auto")) {
         *out = (b && b->device_count && b->device_count() > 0) ? (pl_device){PL_DEVICE_CUDA, 0}
                                                                 : PL_CPU;
         return PL_OK;
     }
-    /* cuda, cuda:N, or the name of the backend holding the accelerator slot
-     * (strict, strict:N) */
-    const char *names[2] = {"cuda", "strict"};
-    for (int k = 0; k < 2; k++) {
-        size_t ln = strlen(names[k]);
-        if (strncmp(s, names[k], ln) != 0 || (s[ln] && s[ln] != ':')) continue;
-        int idx = 0;
-        char tail;
-        if (s[ln] == ':' && sscanf(s + ln + 1, "%d%c", &idx, &tail) != 1)
-            return pl_error_set(PL_ERR_INVALID,
-                                "bad device '%s' (expected cpu, cuda, cuda:N, strict, auto)", s);
-        const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
-        if (!b)
-            return pl_error_set(PL_ERR_DEVICE,
-                                "device '%s' requested but no %s backend plugin is loaded", s,
-                                names[k]);
-        if (strcmp(b->name, names[k]) != 0)
-            return pl_error_set(PL_ERR_DEVICE,
-                                "device '%s' requested but the accelerator backend loaded in this "
-                                "process is '%s'",
-                                s, b->name);
-        *out = (pl_device){PL_DEVICE_CUDA, idx};
-        return PL_OK;
-    }
-    return pl_error_set(PL_ERR_INVALID, "bad device '%s' (expected cpu, cuda, cuda:N, strict, auto)",
-                        s);
+    /* NAME[:N]: the backend of that name must be the one holding the accelerator slot */
+    if (!b)
+        return pl_error_set(PL_ERR_DEVICE,
+                            "device '%s' requested but no backend plugin is loaded for it", s);
+    if (strcmp(b->name, name) != 0)
+        return pl_error_set(PL_ERR_DEVICE,
+                            "device '%s' requested but the accelerator backend loaded in this "
+                            "process is '%s'",
+                            s, b->name);
+    *out = (pl_device){PL_DEVICE_CUDA, idx};
+    return PL_OK;
 }
 
 /* ---- storage and headers --------------------------------------------- */

@@ -908,11 +908,15 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (threads > 0) omp_set_num_threads((int)threads);
 
     const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
-    /* "strict" (and "strict:N") fills the accelerator slot with the GPU-like
-     * emulation (plugins/backends/strict); cuda, cuda:N and auto with CUDA */
-    const char *slot = strncmp(dev, "strict", 6) == 0 && (!dev[6] || dev[6] == ':') ? "strict" : NULL;
-    if (strcmp(dev, "cpu") != 0 && pl_backend_load_named(reg, PL_DEVICE_CUDA, slot) != PL_OK) {
-        if (strcmp(dev, "auto") != 0) return fail(t, 2);
+    /* NAME[:N] loads backend plugin NAME into the accelerator slot (cuda, or
+     * strict: the GPU-like emulation of plugins/backends/strict); auto tries cuda */
+    char backend[64];
+    int dev_index;
+    if (pl_device_spec(dev, backend, sizeof backend, &dev_index)) return fail(t, 2);
+    bool is_auto = !strcmp(backend, "auto");
+    if (strcmp(backend, "cpu") != 0 &&
+        pl_backend_load_named(reg, PL_DEVICE_CUDA, is_auto ? "cuda" : backend) != PL_OK) {
+        if (!is_auto) return fail(t, 2);
         printf("device = auto: no usable CUDA backend (%s); training on the CPU\n",
                pl_error_message());
         pl_error_clear();

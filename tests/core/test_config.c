@@ -227,6 +227,24 @@ START_TEST(bad_choice_lists_choices_and_suggests) {
 }
 END_TEST
 
+/* A choice "x:N" admits an index: device = cuda:3 (the README's `cuda:N`), not
+ * cuda: or cuda:1x or cpu:1. */
+START_TEST(choice_with_index_admits_digits_only) {
+    pl_config *c = load(BASE "[pipeline]\ndevice = cuda:3\n", NULL, NULL);
+    ck_assert_msg(c != NULL, "%s", pl_error_message());
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "pipeline"), "device", ""), "cuda:3");
+    pl_config_free(c);
+    const char *bad[] = {"cuda:", "cuda:1x", "cpu:1", "cuda:-1", "cuda:1234567890"};
+    for (int i = 0; i < 5; i++) {
+        char t[256];
+        snprintf(t, sizeof t, BASE "[pipeline]\ndevice = %s\n", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "found '%s'", bad[i]);
+        CK_HAS(load_fails(t, NULL, PL_ERR_CONFIG), want);
+    }
+}
+END_TEST
+
 START_TEST(number_or_fraction_accepts_counts_and_fractions) {
     const char *sched = BASE "[scheduler]\nplugin = fx_sched\nwarmup_steps = 5\nval_check = ";
     char buf[512];
@@ -785,6 +803,7 @@ int main(void) {
     tcase_add_test(t, bad_choice_lists_choices_and_suggests);
     tcase_add_test(t, number_or_fraction_accepts_counts_and_fractions);
     tcase_add_test(t, duplicate_key_names_both_lines);
+    tcase_add_test(t, choice_with_index_admits_digits_only);
     tcase_add_test(t, many_sections_and_keys_resolve_through_the_index);
     tcase_add_test(t, duplicate_section_is_refused);
     tcase_add_test(t, missing_required_key_names_section_and_key);

@@ -57,7 +57,8 @@ typedef enum pl_option_type {
     PL_OPT_FLOAT,  /* double, bounds [min, max] when min <= max */
     PL_OPT_BOOL,   /* true/false/1/0/yes/no/on/off */
     PL_OPT_STRING, /* free text (paths, lists) */
-    PL_OPT_CHOICE, /* one of `choices` ("a|b|c") */
+    PL_OPT_CHOICE, /* one of `choices` ("a|b|c"); a choice "x:N" also admits "x:0", "x:1", ...
+                    * (a device and its index: "cuda|cuda:N") */
     PL_OPT_NUMBER_OR_FRACTION /* int count, or float fraction in (0, 1] ("limit_train_batches") */
 } pl_option_type;
 

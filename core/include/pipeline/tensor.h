@@ -130,9 +130,12 @@ float pl_f16_to_f32(uint16_t h);
 /* Device helpers. pl_device_str writes "cpu", or "<backend>:N" for the
  * accelerator slot, <backend> being the loaded backend's name ("cuda:0",
  * "strict:0"; "cuda" when none is loaded). pl_device_parse accepts "cpu",
- * "cuda", "cuda:N", "strict", "strict:N" (the backend of that name must be
- * the one loaded, else PL_ERR_DEVICE) and "auto" (accelerator 0 if a backend
- * is loaded and sees a device, else cpu); anything else PL_ERR_INVALID. */
+ * "auto" (accelerator 0 if a backend is loaded and sees a device, else cpu)
+ * and "NAME" or "NAME:N" where NAME is the name of the backend holding the
+ * accelerator slot ("cuda", "strict"; N defaults to 0). A malformed string:
+ * PL_ERR_INVALID; a NAME that is not the loaded backend, or none loaded:
+ * PL_ERR_DEVICE naming both. Neither function touches the error state on
+ * success. */
 const char *pl_device_str(pl_device d, char *buf, size_t n);
 pl_status pl_device_parse(const char *s, pl_device *out);
 bool pl_device_eq(pl_device a, pl_device b);
