@@ -66,6 +66,26 @@ void chunk_buf_free(chunk_buf *b) {
     }
 }
 
+/* The first n staged rows of every field to the device buffers: on the
+ * backend's copy stream when it has one (this runs on the prefetch thread, so
+ * the copy overlaps the compute of the current chunk), else a plain copy. */
+static pl_status stage_to_device(loader *L, chunk_buf *b, const split_data *s, int64_t n) {
+    const pl_backend *be = pl_backend_get(L->dev.type);
+    if (!be) return pl_error_status();
+    bool bg = PL_BACKEND_HAS(be, memcpy_h2d_background) && be->memcpy_h2d_background;
+    for (int i = 0; i < s->nf; i++) {
+        void *dst = pl_tensor_data(b->t[i]);
+        const void *src = pl_tensor_data(b->stage[i]);
+        size_t nb = (size_t)n * s->f[i].row_bytes;
+        pl_status st = bg ? be->memcpy_h2d_background(dst, L->dev, src, nb)
+                          : be->memcpy(dst, L->dev, src, PL_CPU, nb);
+        if (st)
+            return pl_error_prefix(st, "%s: copying dataset '%s' to the device", L->path,
+                                   s->f[i].dset);
+    }
+    return PL_OK;
+}
+
 pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
     split_data *s = &L->sp[si];
     int64_t r0 = chunk * L->cap, n = s->nrows - r0;
@@ -83,18 +103,7 @@ pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
         st = pl_h5_check_finite(L->path, s->f[i].dset, s->f[i].dt,
                                 pl_tensor_data(b->stage[i] ? b->stage[i] : b->t[i]),
                                 s->row0 + r0, n, s->f[i].ndim, s->f[i].dims, NULL, NULL, 0);
-    /* to the device on the backend's copy stream when it has one (this runs on
-     * the prefetch thread: the copy overlaps the compute of the current chunk) */
-    const pl_backend *be = b->stage[0] ? pl_backend_get(L->dev.type) : NULL;
-    if (b->stage[0] && !be) st = st ? st : pl_error_status();
-    for (int i = 0; i < s->nf && !st && be; i++) {
-        void *dst = pl_tensor_data(b->t[i]);
-        const void *src = pl_tensor_data(b->stage[i]);
-        size_t nb = (size_t)n * s->f[i].row_bytes;
-        st = PL_BACKEND_HAS(be, memcpy_h2d_background) && be->memcpy_h2d_background
-                 ? be->memcpy_h2d_background(dst, L->dev, src, nb)
-                 : be->memcpy(dst, L->dev, src, PL_CPU, nb);
-    }
+    if (!st && b->stage[0]) st = stage_to_device(L, b, s, n);
     if (!st) {
         b->split = si;
         b->chunk = chunk;
