@@ -106,6 +106,27 @@ bool pl_gradcheck(pl_test_fn f, pl_tensor **inputs, int n, void *ctx, double eps
     return ok;
 }
 
+char *pl_test_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s: cannot open", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_msg(n >= 0, "%s: cannot size", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_SET), 0);
+    char *buf = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_msg((long)fread(buf, 1, (size_t)n, f) == n, "%s: short read", path);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+void pl_test_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: cannot create", path);
+    ck_assert_msg(fputs(text, f) >= 0 && fclose(f) == 0, "%s: write failed", path);
+}
+
 int pl_test_run(Suite *s) {
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -54,6 +54,12 @@ const char *pl_test_tmp_path(const char *suite, const char *name, char *buf, siz
  * `t` (NULL: dropped); metadata is not copied. Fails the test on error. */
 void pl_test_st_replace(const char *src, const char *dst, const char *name, pl_tensor *t);
 
+/* The whole file at `path`, NUL-terminated, malloc'd (the caller frees); a
+ * file that cannot be read fails the test naming it. */
+char *pl_test_read_file(const char *path);
+/* Write `text` to `path` (replacing it); fails the test on error. */
+void pl_test_write_file(const char *path, const char *text);
+
 /* Run a suite with CK_NORMAL output; returns the process exit code. */
 int pl_test_run(Suite *s);
 

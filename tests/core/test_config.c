@@ -41,16 +41,9 @@ static void teardown(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 /* Load `text` as t.ini with up to 4 overrides (NULL-terminated). */
 static pl_config *load(const char *text, const char *o1, const char *o2) {
-    write_file(ini_path, text);
+    pl_test_write_file(ini_path, text);
     const char *ov[2];
     int n = 0;
     if (o1) ov[n++] = o1;
@@ -60,7 +53,7 @@ static pl_config *load(const char *text, const char *o1, const char *o2) {
 
 /* Load `text` as t.ini with the NULL-terminated overrides `ov`. */
 static pl_config *loadv(const char *text, const char *const *ov) {
-    write_file(ini_path, text);
+    pl_test_write_file(ini_path, text);
     int n = 0;
     while (ov[n]) n++;
     return pl_config_load(ini_path, n, ov, reg);
@@ -676,7 +669,7 @@ START_TEST(requires_resolve_relative_to_the_ini) {
     snprintf(sub, sizeof sub, "%s/configs", tmpdir);
     ck_assert_int_eq(mkdir(sub, 0755), 0);
     snprintf(pre, sizeof pre, "%s/pre.ini", sub);
-    write_file(pre, BASE);
+    pl_test_write_file(pre, BASE);
     pl_config *c = PL_CK_NOTNULL(
         load(BASE "[pipeline]\nrequires = configs/pre.ini\n[trainer]\ninit_from = "
                   "@configs/pre.ini:best\n",

@@ -28,27 +28,6 @@ static void remove_tmp(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
 }
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "r");
-    ck_assert_msg(f != NULL, "cannot read %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq((long)fread(s, 1, (size_t)n, f), n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static int count(const char *s, const char *what) {
     int n = 0;
     for (const char *p = s; (p = strstr(p, what)); p += strlen(what)) n++;
@@ -64,7 +43,7 @@ static const char *run_dir(const char *name, const char *csv) {
     mkdir(d, 0755);
     char p[600];
     snprintf(p, sizeof p, "%s/metrics.csv", d);
-    write_file(p, csv);
+    pl_test_write_file(p, csv);
     return d;
 }
 
@@ -90,7 +69,7 @@ START_TEST(splits_share_a_panel_and_test_is_a_point) {
     char want[600];
     snprintf(want, sizeof want, "%s/plot.svg", d);
     ck_assert_str_eq(written, want);
-    char *svg = read_all(written);
+    char *svg = pl_test_read_file(written);
     /* panels: loss (train, val, test), lr, accuracy (val, test) */
     ck_assert_int_eq(count(svg, "class=\"panel\""), 3);
     CK_HAS(svg, "font-weight=\"bold\">loss<");
@@ -119,7 +98,7 @@ START_TEST(compare_overlays_runs_with_a_legend) {
     snprintf(out, sizeof out, "%s/ablation.svg", g_tmp);
     PL_CK_OK(pl_plot_runs(runs, 2, out, written, sizeof written));
     ck_assert_str_eq(written, out);
-    char *svg = read_all(out);
+    char *svg = pl_test_read_file(out);
     ck_assert_int_eq(count(svg, "class=\"panel\""), 3);
     ck_assert_int_eq(count(svg, "class=\"curve\""), 6);
     ck_assert_int_eq(count(svg, "class=\"point\""), 6);

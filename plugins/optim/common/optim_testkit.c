@@ -9,16 +9,7 @@
 cJSON *tk_json(const char *file) {
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/data/optim/%s", PL_TEST_SOURCE_DIR, file);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s: cannot open (run tools/gen_optim_reference.py)", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_int_eq((long)fread(buf, 1, (size_t)n, f), n);
-    buf[n] = '\0';
-    fclose(f);
+    char *buf = pl_test_read_file(path); /* missing: run tools/gen_optim_reference.py */
     cJSON *root = cJSON_Parse(buf);
     free(buf);
     ck_assert_msg(root != NULL, "%s: invalid JSON", path);
