@@ -78,26 +78,29 @@ static bool fp16_before_step(void *self, pl_params *ps) {
     fp16 *p = self;
     float inv = (float)(1.0 / p->scale); /* torch: scale.double().reciprocal().float() */
     bool found_inf = false;
+    /* other devices: unscale there with ops; a non-finite element makes
+     * sum(g * 0) NaN (inf * 0 = NaN), summed over the parameters and read back
+     * once, so no gradient crosses to the host */
+    pl_tensor *probe = NULL;
+    bool on_device = false;
+    pl_frame_begin();
     for (int i = 0; i < pl_params_count(ps); i++) {
         pl_tensor *t = pl_params_at(ps, i)->t;
         if (!t->requires_grad || !t->grad) continue;
         pl_tensor *g = t->grad;
-        int64_t n = pl_tensor_numel(g);
         if (g->device.type == PL_DEVICE_CPU) {
-            found_inf |= unscale(pl_tensor_data(g), n, inv);
+            found_inf |= unscale(pl_tensor_data(g), pl_tensor_numel(g), inv);
             continue;
         }
-        /* other devices: stage through host memory */
-        pl_frame_begin();
-        pl_tensor *h = pl_tensor_to(g, PL_F32, PL_CPU);
-        if (h) {
-            found_inf |= unscale(pl_tensor_data(h), n, inv);
-            if (pl_tensor_copy_(g, h)) found_inf = true;
-        } else {
-            found_inf = true;
-        }
-        pl_frame_end();
+        on_device = true;
+        pl_tensor *u = pl_scale(g, inv);
+        pl_tensor *z = u && !pl_tensor_copy_(g, u) ? pl_sum(pl_scale(u, 0.0), PL_ALL_DIMS, false)
+                                                   : NULL;
+        probe = !z ? NULL : probe ? pl_add(probe, z) : z;
+        if (!probe) break; /* an op failed: treated as an overflow (the step is skipped) */
     }
+    if (on_device) found_inf |= !probe || !isfinite(pl_tensor_item(probe));
+    pl_frame_end();
     if (found_inf) {
         p->scale = (float)(p->scale * p->backoff_factor);
         p->tracker = 0;

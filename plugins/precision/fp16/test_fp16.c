@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "optim_testkit.h"
+#include "pipeline/testing.h"
 #include "prec_model.h"
 
 static void set_grad(pl_tensor *t, const float *g) {
@@ -41,6 +42,47 @@ START_TEST(grad_scaler_unscales_grows_backs_off_and_skips) {
             ck_assert_float_eq(pl_tensor_f32(p->grad)[0], 1.0f);
             ck_assert_float_eq(pl_tensor_f32(p->grad)[1], -2.5f);
             ck_assert_float_eq(pl_tensor_f32(p->grad)[2], 0.25f);
+        }
+        ck_assert_msg(vt->loss_scale(self) == expect_scale[s], "after step %d: scale %g, expected %g",
+                      s, vt->loss_scale(self), expect_scale[s]);
+    }
+    vt->destroy(self);
+    tk_close(&r);
+    pl_autocast_set(PL_F32);
+}
+END_TEST
+
+/* The same scaler on gradients that live on a device (the strict backend:
+ * memory the host cannot touch): unscaled there, an inf or NaN found without
+ * reading the gradients on the host, the same skips and scales as above. */
+START_TEST(grad_scaler_on_device_gradients) {
+    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, "strict"));
+    const pl_device dev = {PL_DEVICE_CUDA, 0};
+    tk_run r;
+    tk_init(&r);
+    pl_tensor *p = tk_add_param(&r, "w", PL_SHAPE(3), NULL, true);
+    tk_open(&r, "precision", "fp16", NULL, "init_scale = 1024\ngrowth_interval = 3\n");
+    const pl_precision_vtable *vt = r.vtable;
+    void *self = NULL;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    PL_CK_OK(vt->setup(self, r.ctx->params));
+    double expect_scale[] = {1024, 1024, 2048, 1024, 512, 512};
+    for (int s = 0; s < 6; s++) {
+        double sc = vt->loss_scale(self);
+        float g[3] = {(float)(1.0 * sc), (float)(-2.5 * sc), (float)(0.25 * sc)};
+        bool bad = s == 3 || s == 4;
+        if (s == 3) g[1] = INFINITY;
+        if (s == 4) g[2] = NAN;
+        pl_tensor_release(p->grad);
+        p->grad = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, PL_SHAPE(3), g, dev));
+        bool stepped = vt->before_step(self, r.ctx->params);
+        ck_assert_msg(stepped == !bad, "step %d: stepped %d", s, stepped);
+        if (!bad) {
+            pl_tensor *h = PL_CK_NOTNULL(pl_tensor_to(p->grad, PL_F32, PL_CPU));
+            ck_assert_float_eq(pl_tensor_f32(h)[0], 1.0f);
+            ck_assert_float_eq(pl_tensor_f32(h)[1], -2.5f);
+            ck_assert_float_eq(pl_tensor_f32(h)[2], 0.25f);
+            pl_tensor_release(h);
         }
         ck_assert_msg(vt->loss_scale(self) == expect_scale[s], "after step %d: scale %g, expected %g",
                       s, vt->loss_scale(self), expect_scale[s]);
@@ -120,6 +162,7 @@ int main(void) {
     Suite *s = suite_create("fp16");
     TCase *tc = tcase_create("fp16");
     tcase_add_test(tc, grad_scaler_unscales_grows_backs_off_and_skips);
+    tcase_add_test(tc, grad_scaler_on_device_gradients);
     tcase_add_test(tc, defaults_are_torch_grad_scaler_defaults);
     tcase_add_test(tc, scale_and_tracker_survive_a_checkpoint);
     tcase_add_test(tc, setup_converts_bf16_and_f16_parameters_to_f32_masters);
