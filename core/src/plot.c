@@ -41,7 +41,7 @@ typedef struct plot {
 } plot;
 
 static void split_key(const char *key, char *panel, size_t n, int *split) {
-    /* longest prefix first: epoch_train_ before train_ would not matter, but be exact */
+    /* "epoch_train_loss" does not start with "train_", so the order is free */
     for (int k = 0; k < N_SPLIT - 1; k++) {
         size_t l = strlen(k_split[k]);
         if (!strncmp(key, k_split[k], l) && key[l]) {
