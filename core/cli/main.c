@@ -11,6 +11,7 @@
 #include "crash.h"
 #include "registry.h"
 #include "plot.h"
+#include "png.h"
 #include "trainer.h"
 
 #define EXIT_RUN_FAILED 1
@@ -64,7 +65,7 @@ static const char *general_help =
     "                 resolve and validate the config, print it, run nothing\n"
     "  plugins [NAME] [--plugin-path DIR]...\n"
     "                 list every plugin found, or one plugin's options\n"
-    "  plot RUN_DIR [OUT.svg] | plot --compare RUN_DIR... [-o OUT.svg]\n"
+    "  plot RUN_DIR [OUT.svg|OUT.png] | plot --compare RUN_DIR... [-o OUT.svg|OUT.png]\n"
     "                 draw the run's metrics.csv curves (train/val/test per panel, lr) to\n"
     "                 RUN_DIR/plot.svg; --compare overlays runs\n"
     "  help [COMMAND] this text, or one command's usage\n"
@@ -102,15 +103,16 @@ static const char *plugins_help =
     "options (name, type, default, allowed values, description).\n";
 
 static const char *plot_help =
-    "usage: pipeline plot RUN_DIR [OUT.svg]\n"
-    "       pipeline plot --compare RUN_DIR RUN_DIR... [-o OUT.svg]\n"
+    "usage: pipeline plot RUN_DIR [OUT.svg|OUT.png]\n"
+    "       pipeline plot --compare RUN_DIR RUN_DIR... [-o OUT.svg|OUT.png]\n"
     "\n"
     "Draws the curves of RUN_DIR/metrics.csv into an SVG file: one panel per metric with\n"
     "its splits together (train_loss, epoch_train_loss, val_loss and test_loss on \"loss\":\n"
     "train solid, validation dashed, test values as marked points), lr, grad_norm, ...\n"
     "against the optimizer step. Written to RUN_DIR/plot.svg unless OUT.svg is given.\n"
     "--compare overlays up to 8 runs (an ablation), one colour per run, into OUT.svg\n"
-    "(default: the first RUN_DIR/compare.svg).\n";
+    "(default: the first RUN_DIR/compare.svg). An output name ending in .png writes a PNG\n"
+    "instead (the same picture rendered by librsvg at 2x).\n";
 
 static const char *version_help =
     "usage: pipeline --version\n"
@@ -458,11 +460,14 @@ int main(int argc, char **argv) {
             if (n < 2)
                 return usage_error("plot", "%s",
                                    "usage: pipeline plot --compare RUN_DIR RUN_DIR... [-o OUT.svg]");
-            ps = pl_plot_runs(runs, n, o, out, sizeof out);
+            ps = pl_png_wanted(o) ? pl_png_plot(runs, n, o, out, sizeof out)
+                                  : pl_plot_runs(runs, n, o, out, sizeof out);
         } else {
             if (argc < 3 || argc > 4)
-                return usage_error("plot", "%s", "usage: pipeline plot RUN_DIR [OUT.svg]");
-            ps = pl_plot_run(argv[2], argc == 4 ? argv[3] : NULL, out, sizeof out);
+                return usage_error("plot", "%s", "usage: pipeline plot RUN_DIR [OUT.svg|OUT.png]");
+            const char *o = argc == 4 ? argv[3] : NULL;
+            ps = pl_png_wanted(o) ? pl_png_plot((const char *const *)argv + 2, 1, o, out, sizeof out)
+                                  : pl_plot_run(argv[2], o, out, sizeof out);
         }
         if (ps) {
             report_error("plot failed");
