@@ -133,11 +133,22 @@ void tr_metric_row(trainer *t, const char *key, double v) {
                             (long long)t->epoch, key, v);
 }
 
-static int64_t limit_batches(double lim, int64_t n) {
-    if (lim < 0) return n;
-    if (lim <= 1.0 && lim != floor(lim)) return (int64_t)floor(lim * (double)n);
-    if (lim == 1.0) return n; /* 1.0 = all (Lightning: float 1.0 means 100 %) */
-    return (int64_t)lim < n ? (int64_t)lim : n;
+/* A `limit_*_batches` / `val_check_interval` value, as Lightning reads it: an
+ * integer ("1", "20") is a count of batches, a float ("1.0", "0.25") a
+ * fraction of the split. The spelling decides, so 1 is one batch and 1.0 all. */
+static pl_limit cfg_limit(const pl_config_section *s, const char *key) {
+    const char *v = pl_cfg_get(s, key);
+    pl_limit l = {1.0, false};
+    if (!v) return l;
+    l.value = pl_cfg_float(s, key, 1.0);
+    l.is_count = strpbrk(v, ".eE") == NULL;
+    return l;
+}
+
+static int64_t limit_batches(pl_limit lim, int64_t n) {
+    if (lim.is_count) return (int64_t)lim.value < n ? (int64_t)lim.value : n;
+    if (lim.value >= 1.0) return n; /* 1.0 = all (Lightning: float 1.0 means 100 %) */
+    return (int64_t)floor(lim.value * (double)n);
 }
 
 /* ---- stages ------------------------------------------------------------------ */
@@ -260,7 +271,7 @@ static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 
-static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, double lim) {
+static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
     pl_metrics_reset(m);
     const pl_loader_vtable *L = LOADER(t);
     pl_status st = L->epoch_begin(t->loader.self, split, 0, 0);
@@ -517,10 +528,10 @@ static pl_status fit(trainer *t) {
         return pl_error_set(PL_ERR_CONFIG, "no training batches (split has %lld, "
                             "limit_train_batches gives 0)", (long long)nb_full);
     int64_t val_every = nb;
-    if (t->val_interval > 0 && t->val_interval < 1.0)
-        val_every = (int64_t)fmax(1.0, floor(t->val_interval * (double)nb));
-    else if (t->val_interval > 1.0)
-        val_every = (int64_t)t->val_interval;
+    if (t->val_interval.is_count && t->val_interval.value >= 1)
+        val_every = (int64_t)t->val_interval.value; /* every N training batches */
+    else if (!t->val_interval.is_count && t->val_interval.value < 1.0)
+        val_every = (int64_t)fmax(1.0, floor(t->val_interval.value * (double)nb));
     pl_status st = PL_OK;
     bool stop = false;
     double t_fit0 = tr_now();
@@ -790,11 +801,11 @@ static void read_settings(trainer *t) {
     t->accum = pl_cfg_int(tr, "accumulate_grad_batches", 1);
     t->clip = pl_cfg_float(tr, "gradient_clip_val", 0);
     t->clip_norm = strcmp(pl_cfg_str(tr, "gradient_clip_algorithm", "norm"), "value") != 0;
-    t->val_interval = pl_cfg_float(tr, "val_check_interval", 1.0);
+    t->val_interval = cfg_limit(tr, "val_check_interval");
     t->val_every_epochs = pl_cfg_int(tr, "check_val_every_n_epoch", 1);
-    t->limit[PL_SPLIT_TRAIN] = pl_cfg_float(tr, "limit_train_batches", 1.0);
-    t->limit[PL_SPLIT_VAL] = pl_cfg_float(tr, "limit_val_batches", 1.0);
-    t->limit[PL_SPLIT_TEST] = pl_cfg_float(tr, "limit_test_batches", 1.0);
+    t->limit[PL_SPLIT_TRAIN] = cfg_limit(tr, "limit_train_batches");
+    t->limit[PL_SPLIT_VAL] = cfg_limit(tr, "limit_val_batches");
+    t->limit[PL_SPLIT_TEST] = cfg_limit(tr, "limit_test_batches");
     t->early_stop = pl_cfg_bool(tr, "early_stopping", false);
     t->monitor = pl_cfg_str(tr, "monitor", "val_loss");
     t->mode_max = !strcmp(pl_cfg_str(tr, "mode", "min"), "max");

@@ -31,6 +31,13 @@ typedef struct stage {
     void *self;
 } stage;
 
+/* A batch limit or validation interval: a count of batches (the value was
+ * written as an integer) or a fraction of the split (written as a float). */
+typedef struct pl_limit {
+    double value;
+    bool is_count;
+} pl_limit;
+
 typedef struct phase_time {
     double seconds;
     size_t peak_bytes;
@@ -58,8 +65,8 @@ typedef struct trainer {
     double min_delta;
     int64_t patience, val_every_epochs, ckpt_every, ckpt_every_steps;
     int64_t max_nan_skips; /* on_nan = skip: consecutive skips allowed (0: no limit) */
-    double limit[PL_SPLIT_COUNT];
-    double val_interval;
+    pl_limit limit[PL_SPLIT_COUNT]; /* limit_{train,val,test}_batches */
+    pl_limit val_interval;          /* val_check_interval */
     const char *monitor;
 
     /* state (saved in checkpoints) */

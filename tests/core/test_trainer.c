@@ -506,6 +506,44 @@ static void expect_meta(pl_st_file *f, const char *key, const char *want) {
     ck_assert_msg(v && !strcmp(v, want), "metadata %s = %s, expected %s", key, v ? v : "(none)", want);
 }
 
+/* Lightning's rule for limit_*_batches and val_check_interval: an integer is a
+ * count of batches, a float a fraction; so 1 is one batch and 1.0 the whole
+ * split (8 batches per epoch here). */
+static int val_rows(const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s/latest/metrics.csv", g_dir, name);
+    char *csv = pl_test_read_file(p);
+    ck_assert_msg(csv != NULL, "%s unreadable", p);
+    int rows = 0;
+    for (const char *q = csv; (q = strstr(q, ",val_loss,")) != NULL; q++) rows++;
+    free(csv);
+    return rows;
+}
+
+START_TEST(limit_batches_integer_is_a_count_float_a_fraction) {
+    setup();
+    const char *lims[] = {"1", "1.0", "0.5", "3", "1e0"};
+    const char *steps[] = {"1", "8", "4", "3", "8"};
+    for (int i = 0; i < 5; i++) {
+        char name[32], o0[64];
+        snprintf(name, sizeof name, "limit%d", i);
+        snprintf(o0, sizeof o0, "trainer.limit_train_batches=%s", lims[i]);
+        const char *o[] = {o0, "trainer.max_epochs=1"};
+        ck_assert_int_eq(run(name, 2, o, NULL), 0);
+        pl_st_file *f = open_ckpt(name, "last");
+        expect_meta(f, "step", steps[i]);
+        pl_st_close(f);
+    }
+    /* val_check_interval = 1: after every batch; 1.0: once, at the end of the epoch */
+    const char *every[] = {"trainer.val_check_interval=1", "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("val_every", 2, every, NULL), 0);
+    ck_assert_int_eq(val_rows("val_every"), 8);
+    const char *once[] = {"trainer.val_check_interval=1.0", "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("val_once", 2, once, NULL), 0);
+    ck_assert_int_eq(val_rows("val_once"), 1);
+}
+END_TEST
+
 START_TEST(mid_epoch_resume_is_bit_identical) {
     setup();
     /* 8 batches = 8 steps per epoch, shuffled, dropout on, AdamW, cosine: a checkpoint
@@ -1175,6 +1213,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, resume_is_bit_identical);
     tcase_add_test(tc, mid_epoch_resume_is_bit_identical);
+    tcase_add_test(tc, limit_batches_integer_is_a_count_float_a_fraction);
     tcase_add_test(tc, extended_run_equals_the_straight_run_in_metrics_and_summary);
     tcase_add_test(tc, resume_refuses_another_stage_plugin_and_names_changed_keys);
     tcase_add_test(tc, mid_epoch_resume_streaming_accumulation_validation);
