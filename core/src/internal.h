@@ -99,6 +99,11 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
     }
 }
 
+/* OpenBLAS's thread pool size: set (n > 0; `[pipeline] threads` sets it with
+ * OpenMP's, so a one-thread run keeps OpenBLAS off the second core) and read
+ * (for summary.json). cpu/blas.c. */
+void pl_blas_set_threads(int n);
+int pl_blas_threads(void);
 /* cblas_sgemm, run on one OpenBLAS thread when the product is small: below
  * ~16 MFLOP the hand-off to OpenBLAS's thread pool costs more than it saves
  * (measured: the LSTM's per-step [64 x 64] x [64 x 256] recurrence ran 3x

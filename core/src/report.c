@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,8 @@ void tr_write_summary(trainer *t, int status) {
     add_phase(mem, "test", &t->ph_test);
     add_phase(mem, "export", &t->ph_export);
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
+    cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
+    cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
     pl_alloc_stats as = pl_alloc_get_stats(t->ctx.device);
     cJSON_AddNumberToObject(o, "peak_memory_bytes",
                             (double)fmax(fmax((double)t->ph_fit.peak_bytes,

@@ -916,7 +916,10 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     int code = tr_run_requirements(t);
     if (code) return code;
     int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
-    if (threads > 0) omp_set_num_threads((int)threads);
+    if (threads > 0) {
+        omp_set_num_threads((int)threads);
+        pl_blas_set_threads((int)threads); /* its own pool: OpenMP's setting does not reach it */
+    }
 
     const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
     /* NAME[:N] loads backend plugin NAME into the accelerator slot (cuda, or
@@ -961,9 +964,9 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     g_log_run = t; /* pl_message from plugins: the terminal and log.txt */
     snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
     pl_config_write_ini(cfg, path);
-    tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads\n", t->run_dir,
+    tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d)\n", t->run_dir,
           pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
-          (unsigned long long)t->ctx.seed, omp_get_max_threads());
+          (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads());
     tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
     pl_status st = pl_trainer_check_fields(cfg);

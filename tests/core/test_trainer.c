@@ -544,6 +544,27 @@ START_TEST(limit_batches_integer_is_a_count_float_a_fraction) {
 }
 END_TEST
 
+/* `[pipeline] threads` sizes OpenBLAS's own pool too (OpenMP's setting does not
+ * reach it); summary.json records both. */
+START_TEST(threads_govern_openblas_too) {
+    setup();
+    const char *o[] = {"pipeline.threads=1", "trainer.max_epochs=1"};
+    ck_assert_int_eq(run("one_thread", 2, o, NULL), 0);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/one_thread/latest/summary.json", g_dir);
+    char *js = pl_test_read_file(p);
+    ck_assert_msg(js != NULL, "%s unreadable", p);
+    const char *keys[] = {"\"openblas_threads\":", "\"openmp_threads\":"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = strstr(js, keys[i]);
+        ck_assert_msg(v != NULL, "summary.json has no %s", keys[i]);
+        ck_assert_msg(strtol(v + strlen(keys[i]), NULL, 10) == 1, "summary.json: %s %s",
+                      keys[i], v + strlen(keys[i]));
+    }
+    free(js);
+}
+END_TEST
+
 START_TEST(mid_epoch_resume_is_bit_identical) {
     setup();
     /* 8 batches = 8 steps per epoch, shuffled, dropout on, AdamW, cosine: a checkpoint
@@ -1214,6 +1235,7 @@ int main(void) {
     tcase_add_test(tc, resume_is_bit_identical);
     tcase_add_test(tc, mid_epoch_resume_is_bit_identical);
     tcase_add_test(tc, limit_batches_integer_is_a_count_float_a_fraction);
+    tcase_add_test(tc, threads_govern_openblas_too);
     tcase_add_test(tc, extended_run_equals_the_straight_run_in_metrics_and_summary);
     tcase_add_test(tc, resume_refuses_another_stage_plugin_and_names_changed_keys);
     tcase_add_test(tc, mid_epoch_resume_streaming_accumulation_validation);

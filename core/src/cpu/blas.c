@@ -13,3 +13,11 @@ void pl_sgemm(int order, int trans_a, int trans_b, int M, int N, int K, float al
                 (enum CBLAS_TRANSPOSE)trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (nt > 1) openblas_set_num_threads(nt);
 }
+
+void pl_blas_set_threads(int n) {
+    if (n > 0) openblas_set_num_threads(n);
+}
+
+int pl_blas_threads(void) {
+    return openblas_get_num_threads();
+}
