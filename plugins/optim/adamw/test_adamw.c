@@ -3,7 +3,9 @@
  * parameter groups, checkpoint state and config errors. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "optim_testkit.h"
 
@@ -106,6 +108,38 @@ START_TEST(group_without_selector_or_with_bad_tag_is_refused) {
 }
 END_TEST
 
+/* a group whose glob selects nothing is most often a typo: the run goes on, with a
+ * warning naming the group and what the parameters are called */
+START_TEST(group_matching_no_parameter_is_warned) {
+    tk_run r;
+    tk_init(&r);
+    tk_add_param(&r, "enc.weight", PL_SHAPE(2), NULL, true);
+    tk_open(&r, "optimizer", "adamw", NULL, "group.head.match = head.*\ngroup.head.lr_scale = 2\n");
+    const pl_optimizer_vtable *vt = r.vtable;
+    void *self = NULL;
+    char path[] = "/tmp/test_adamw_stderr_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    pl_status st = vt->create(r.sec, r.ctx, &self);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char buf[1024] = {0};
+    ck_assert_int_ge(pread(fd, buf, sizeof buf - 1, 0), 0);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(st, PL_OK);
+    ck_assert_msg(strstr(buf, "group 'head' selects no trainable parameter (match 'head.*')") &&
+                      strstr(buf, "enc.weight"),
+                  "stderr: %s", buf);
+    vt->destroy(self);
+    tk_close(&r);
+}
+END_TEST
+
 START_TEST(wrong_gradient_dtype_is_an_error_naming_the_parameter) {
     tk_run r;
     tk_init(&r);
@@ -133,6 +167,7 @@ int main(void) {
     tcase_add_test(tc, resume_from_saved_state_is_exact);
     tcase_add_test(tc, groups_are_built_from_globs_and_tags);
     tcase_add_test(tc, group_without_selector_or_with_bad_tag_is_refused);
+    tcase_add_test(tc, group_matching_no_parameter_is_warned);
     tcase_add_test(tc, wrong_gradient_dtype_is_an_error_naming_the_parameter);
     suite_add_tcase(s, tc);
     return pl_test_run(s);

@@ -204,6 +204,21 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
         owner[i] = gi;
         count[gi]++;
     }
+    /* a named group that selects no trainable parameter is most often a typo in
+     * its match glob or tags: the run goes on (its parameters train in the default
+     * group), but say so, naming the group and what it asked for */
+    char example[192] = "";
+    for (int i = 0, shown = 0; i < np && shown < 2; i++)
+        if (owner[i] >= 0 && strlen(example) + strlen(pl_params_at(ps, i)->name) + 4 < sizeof example) {
+            strcat(strcat(example, shown ? ", " : ""), pl_params_at(ps, i)->name);
+            shown++;
+        }
+    for (int k = 0; k < ns; k++)
+        if (k != def && count[k] == 0)
+            pl_message("warning: %s: group '%s' selects no trainable parameter (match '%s'%s); "
+                       "its settings apply to nothing. Trainable parameters are named like: %s",
+                       who, specs[k].name, specs[k].match ? specs[k].match : "",
+                       specs[k].has_tags ? ", tags set" : "", example[0] ? example : "(none)");
     if (ns > PL_OPTIM_MAX_GROUPS && count[def] > 0) {
         free(owner);
         return pl_error_set(PL_ERR_CONFIG, "%s: more than %d parameter groups", who,
