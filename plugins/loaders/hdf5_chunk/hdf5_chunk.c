@@ -221,7 +221,35 @@ static void publish_file_attrs(loader *L) {
     pl_h5_unlock();
 }
 
+/* Options that contradict each other, refused before anything is read (by
+ * `pipeline check` through batch_fields, and by create): one way to split a
+ * series, and the date keys only where there are dates (series mode). */
+static pl_status h5c_check_options(const pl_config_section *cfg) {
+    bool series = pl_cfg_int(cfg, "window", 0) > 0;
+    const char *fr = pl_cfg_str(cfg, "split_fractions", ""), *te = pl_cfg_str(cfg, "train_end", ""),
+               *ve = pl_cfg_str(cfg, "val_end", "");
+    if (fr[0] && (te[0] || ve[0])) {
+        pl_hint_set("give train_end (and val_end) to split by date, or split_fractions to split by "
+                    "share of rows; remove the other with ~data.%s",
+                    te[0] ? "train_end" : "val_end");
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: split_fractions = %s and %s = %s are both set; they are two "
+                            "ways to split and only one can apply",
+                            fr, te[0] ? "train_end" : "val_end", te[0] ? te : ve);
+    }
+    if (ve[0] && !te[0])
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: val_end = %s without train_end: val_end "
+                            "ends the validation period that starts at train_end", ve);
+    if (!series && (te[0] || ve[0]))
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s = %s applies to series mode (window > 0) "
+                            "only; rows mode splits by group (train_group, ...) or split_fractions",
+                            te[0] ? "train_end" : "val_end", te[0] ? te : ve);
+    return PL_OK;
+}
+
 static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
+    pl_status cst = h5c_check_options(cfg);
+    if (cst) return cst;
     loader *L = calloc(1, sizeof *L);
     if (!L) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
     L->ctx = ctx;
@@ -315,8 +343,9 @@ static pl_loader_stats h5c_stats(void *self) {
  * and y. Reads the file's metadata only (README "Batch fields"). */
 static pl_status h5c_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     memset(out, 0, sizeof *out);
-    pl_status st = pl_cfg_int(cfg, "window", 0) > 0 ? series_batch_fields(cfg, out)
-                                                    : rows_batch_fields(cfg, out);
+    pl_status st = h5c_check_options(cfg);
+    if (st) return st;
+    st = pl_cfg_int(cfg, "window", 0) > 0 ? series_batch_fields(cfg, out) : rows_batch_fields(cfg, out);
     if (st) memset(out, 0, sizeof *out);
     return st;
 }

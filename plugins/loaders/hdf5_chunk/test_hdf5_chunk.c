@@ -538,6 +538,38 @@ static const pl_field_spec *find_field(const pl_field_list *fl, const char *name
     return NULL;
 }
 
+/* Contradicting split options are refused, by batch_fields (what `pipeline
+ * check` calls, before any data is read) and by create, naming both keys. */
+START_TEST(contradicting_split_options_are_refused) {
+    char p[512], body[1024];
+    const char *series_file = make_series_file(p, sizeof p);
+    const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"window = 3\nsplit_fractions = 0.6,0.2,0.2\ntrain_end = 1970-01-20\n",
+         "split_fractions = 0.6,0.2,0.2 and train_end = 1970-01-20 are both set"},
+        {"window = 3\ntrain_end = \nval_end = 1970-01-20\nsplit_fractions = 0.6,0.2,0.2\n",
+         "split_fractions = 0.6,0.2,0.2 and val_end = 1970-01-20 are both set"},
+        {"window = 3\nval_end = 1970-01-20\n", "val_end = 1970-01-20 without train_end"},
+        {"train_end = 1970-01-20\n", "train_end = 1970-01-20 applies to series mode"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "path = %s\nhorizon = 1\ntarget_columns = 0\n%s", series_file,
+                 cases[i].extra);
+        pl_harness *h = pl_harness_new("data", "hdf5_chunk", body);
+        ck_assert_msg(h != NULL, "%s", pl_error_message());
+        const pl_loader_vtable *vt = pl_harness_vtable(h);
+        pl_field_list fl;
+        ck_assert_int_eq(vt->batch_fields(pl_harness_section(h), &fl), PL_ERR_CONFIG);
+        ck_assert_msg(strstr(pl_error_message(), cases[i].want), "case %zu: %s", i, pl_error_message());
+        pl_harness_free(h);
+        lt_loader L;
+        ck_assert_int_eq(lt_open(&L, "hdf5_chunk", body, NULL), PL_ERR_CONFIG);
+        ck_assert_msg(strstr(pl_error_message(), cases[i].want), "case %zu: %s", i, pl_error_message());
+    }
+}
+END_TEST
+
 START_TEST(batch_fields_rows_mode) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 16\nshuffle = true\n"));
@@ -886,6 +918,7 @@ int main(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, nonfinite_rows_are_refused_naming_dataset_row_and_column);
     tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);
+    tcase_add_test(tc, contradicting_split_options_are_refused);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
     suite_add_tcase(s, tc);
