@@ -67,6 +67,17 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
+    /* the run's meta table: what the loader found in the data (split sizes,
+     * num_items, num_nodes, data_summary, ...) and values stages shared */
+    cJSON *meta = cJSON_AddObjectToObject(o, "data");
+    for (int i = 0; meta && i < pl_meta_count(t->ctx.meta); i++) {
+        const char *k = pl_meta_key_at(t->ctx.meta, i), *sv = pl_meta_get_str(t->ctx.meta, k);
+        double v;
+        if (sv)
+            cJSON_AddStringToObject(meta, k, sv);
+        else if (!pl_meta_get_float(t->ctx.meta, k, &v) && isfinite(v))
+            cJSON_AddNumberToObject(meta, k, v);
+    }
     pl_alloc_stats as = pl_alloc_get_stats(t->ctx.device);
     cJSON_AddNumberToObject(o, "peak_memory_bytes",
                             (double)fmax(fmax((double)t->ph_fit.peak_bytes,

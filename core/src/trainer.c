@@ -971,6 +971,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
 
     pl_status st = pl_trainer_check_fields(cfg);
     if (!st) st = stage_create(t, &t->loader, "data");
+    const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
+    if (!st && data_line) tr_log(t, "data: %s\n", data_line);
     double load_start = tr_now();
     if (!st) st = stage_create(t, &t->model, "model");
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");

@@ -554,6 +554,9 @@ START_TEST(threads_govern_openblas_too) {
     snprintf(p, sizeof p, "%s/one_thread/latest/summary.json", g_dir);
     char *js = pl_test_read_file(p);
     ck_assert_msg(js != NULL, "%s unreadable", p);
+    /* and the data: the loader's split sizes under "data" */
+    ck_assert_msg(strstr(js, "\"data\":") && strstr(js, "\"num_train\":"),
+                  "summary.json has no data.num_train");
     const char *keys[] = {"\"openblas_threads\":", "\"openmp_threads\":"};
     for (int i = 0; i < 2; i++) {
         const char *v = strstr(js, keys[i]);

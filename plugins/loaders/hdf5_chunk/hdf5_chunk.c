@@ -221,6 +221,26 @@ static void publish_file_attrs(loader *L) {
     pl_h5_unlock();
 }
 
+/* What was loaded, for the run's data line (ctx->meta "data_summary") and
+ * summary.json: each split's size and where it comes from (series split by
+ * date: the dates of its targets). */
+static void publish_summary(loader *L) {
+    if (!L->ctx || !L->ctx->meta) return;
+    static const char *const key[PL_SPLIT_COUNT] = {"num_train", "num_val", "num_test"};
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s:", L->path);
+    for (int si = 0; si < PL_SPLIT_COUNT && n > 0 && (size_t)n < sizeof line; si++) {
+        const split_data *s = &L->sp[si];
+        pl_meta_set_int(L->ctx->meta, key[si], s->present ? s->nrows : 0);
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %lld %s (%s%s%s)",
+                      si ? "," : "", pl_split_name((pl_data_split)si),
+                      (long long)(s->present ? s->nrows : 0),
+                      L->series_mode ? "windows" : "rows", s->where, s->span[0] ? ", last targets " : "",
+                      s->span);
+    }
+    pl_meta_set_str(L->ctx->meta, "data_summary", line);
+}
+
 /* Options that contradict each other, refused before anything is read (by
  * `pipeline check` through batch_fields, and by create): one way to split a
  * series, and the date keys only where there are dates (series mode). */
@@ -280,6 +300,7 @@ static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, v
     L->series_mode = pl_cfg_int(cfg, "window", 0) > 0;
     st = L->series_mode ? series_create(L, cfg) : rows_create(L, cfg);
     if (st) goto fail;
+    publish_summary(L);
     *self = L;
     return PL_OK;
 fail:

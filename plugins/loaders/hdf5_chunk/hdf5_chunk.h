@@ -53,6 +53,7 @@ typedef struct split_data {
     pl_tensor *xt[MAX_EXTRA];
     /* series mode: windows [w0, w1) */
     int64_t w0, w1;
+    char span[48]; /* split by date: "2001-01-22..2013-12-31", its windows' last targets; else "" */
 } split_data;
 
 typedef struct chunk_buf {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hdf5_chunk.h"
 
@@ -37,6 +38,16 @@ static pl_status parse_date(const char *key, const char *s, int64_t *out) {
                             s);
     *out = days_from_civil(y, (unsigned)m, (unsigned)d);
     return PL_OK;
+}
+
+/* Days since 1970-01-01 -> "YYYY-MM-DD" (UTC). */
+static void format_day(int64_t day, char *out, size_t n) {
+    time_t t = (time_t)(day * 86400);
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(out, n, "%Y-%m-%d", &tm);
+    else
+        snprintf(out, n, "day %lld", (long long)day);
 }
 
 /* Column names of the series: dataset "/columns" or attribute "columns". */
@@ -282,6 +293,15 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
         s->present = s->nrows > 0;
         snprintf(s->where, sizeof s->where, "windows %lld..%lld of %s", (long long)s->w0,
                  (long long)s->w1, sname);
+        s->span[0] = 0;
+        if (date && s->nrows > 0) {
+            /* window w predicts target rows w+W .. w+W+H-1 and belongs to the split of
+             * the last one: the span is that of the windows' last targets */
+            char d0[16], d1[16];
+            format_day(date[s->w0 + W + H - 1], d0, sizeof d0);
+            format_day(date[s->w1 - 1 + W + H - 1], d1, sizeof d1);
+            snprintf(s->span, sizeof s->span, "%s..%s", d0, d1);
+        }
     }
     if (L->sp[PL_SPLIT_TRAIN].nrows <= 0) {
         st = pl_error_set(PL_ERR_CONFIG,

@@ -295,6 +295,14 @@ START_TEST(test_series_windows) {
     int64_t nf;
     PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_features", &nf));
     ck_assert_int_eq(nf, 2);
+    /* the data line: windows per split and the dates of their last targets (row r is day r) */
+    const char *sum = pl_meta_get_str(L.ctx->meta, "data_summary");
+    ck_assert_ptr_nonnull(sum);
+    ck_assert_msg(strstr(sum, "train 15 windows (windows 0..15 of /series, last targets "
+                              "1970-01-06..1970-01-20), val 5 windows (windows 15..20 of /series, "
+                              "last targets 1970-01-21..1970-01-25), test 5 windows (windows "
+                              "20..25 of /series, last targets 1970-01-26..1970-01-30)"),
+                  "%s", sum);
     const int64_t w0[3] = {0, 15, 20};
     for (int sp = 0; sp < 3; sp++) {
         PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)sp, 0, 0));

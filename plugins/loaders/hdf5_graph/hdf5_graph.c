@@ -364,13 +364,36 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     pl_tensor_set_name(G->src, "edge_src");
     pl_tensor_set_name(G->dst, "edge_dst");
     if (ctx && ctx->meta) {
+        /* what was loaded, for the run's data line: nodes with no edge other than a
+         * self loop (in the file's edges) and nodes without a label (-1) */
+        int64_t isolated = 0, unlabeled = 0;
+        unsigned char *touched = calloc((size_t)G->N, 1);
+        if (touched) {
+            for (int64_t k = 0; k < E; k++)
+                if (ei[k] != ei[E + k]) touched[ei[k]] = touched[ei[E + k]] = 1;
+            for (int64_t i = 0; i < G->N; i++)
+                isolated += !touched[i];
+            free(touched);
+        }
+        for (int64_t i = 0; i < G->N; i++)
+            unlabeled += y[i] < 0;
         pl_meta_set_int(ctx->meta, "num_nodes", G->N);
         pl_meta_set_int(ctx->meta, "num_features", G->F);
         pl_meta_set_int(ctx->meta, "num_classes", G->C);
         pl_meta_set_int(ctx->meta, "num_edges", G->E);
+        pl_meta_set_int(ctx->meta, "num_isolated_nodes", isolated);
+        pl_meta_set_int(ctx->meta, "num_unlabeled_nodes", unlabeled);
         pl_meta_set_int(ctx->meta, "num_train", G->count[0]);
         pl_meta_set_int(ctx->meta, "num_val", G->count[1]);
         pl_meta_set_int(ctx->meta, "num_test", G->count[2]);
+        char line[512];
+        snprintf(line, sizeof line,
+                 "%s: %lld nodes, %lld edges%s, %lld features, %lld classes; %lld isolated, "
+                 "%lld unlabeled nodes; train %lld, val %lld, test %lld nodes",
+                 G->path, (long long)G->N, (long long)G->E, loops ? " (self loops added)" : "",
+                 (long long)G->F, (long long)G->C, (long long)isolated, (long long)unlabeled,
+                 (long long)G->count[0], (long long)G->count[1], (long long)G->count[2]);
+        pl_meta_set_str(ctx->meta, "data_summary", line);
     }
     G->st.chunks_loaded = 1;
 out:
@@ -746,6 +769,13 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
             pl_meta_set_float(ctx->meta, key, sd[kk]);
         }
         pl_meta_set_str(ctx->meta, "task", "graph_regression");
+        char line[512];
+        snprintf(line, sizeof line,
+                 "%s: %lld graphs, %lld node features, %lld targets; train %lld, val %lld, "
+                 "test %lld graphs",
+                 G->path, (long long)G->NG, (long long)G->F, (long long)G->K,
+                 (long long)G->sp[0].ng, (long long)G->sp[1].ng, (long long)G->sp[2].ng);
+        pl_meta_set_str(ctx->meta, "data_summary", line);
     }
     G->st.chunks_loaded = 1;
     goto out_unlocked;

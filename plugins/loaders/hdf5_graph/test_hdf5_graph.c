@@ -55,6 +55,13 @@ START_TEST(test_small_graph) {
     ck_assert_int_eq(meta_int(&L, "num_classes"), 3); /* no attribute: max label + 1 */
     /* 2->2 removed, one loop per node added */
     ck_assert_int_eq(meta_int(&L, "num_edges"), 3 + 4);
+    /* node 2 has only its self loop 2->2: isolated; every node is labelled */
+    ck_assert_int_eq(meta_int(&L, "num_isolated_nodes"), 1);
+    ck_assert_int_eq(meta_int(&L, "num_unlabeled_nodes"), 0);
+    const char *sum = pl_meta_get_str(L.ctx->meta, "data_summary");
+    ck_assert_msg(sum && strstr(sum, ": 4 nodes, 7 edges (self loops added), 2 features, 3 classes; "
+                                     "1 isolated, 0 unlabeled nodes; train 2, val 1, test 1 nodes"),
+                  "%s", sum ? sum : "(none)");
     PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0));
     pl_batch b;
     ck_assert_int_eq(L.vt->next(L.self, &b), 1);
