@@ -303,7 +303,7 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
                              t->model.desc->name);
         if (st) break;
         pl_frame_begin();
-        st = M->predict_batch(t->model.self, &b);
+        st = M->predict_batch(t->model.self, &b, split);
         pl_frame_end();
         if (st) pl_error_prefix(st, "predict: model '%s', %s batch %lld", t->model.desc->name,
                                 pl_split_name(split), (long long)b.index);

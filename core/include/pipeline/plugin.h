@@ -402,7 +402,8 @@ typedef struct pl_model_vtable {
      * entry of `attrs` (borrowed: "run_dir", "checkpoint", "config_hash",
      * "model", "input", "split", ... as strings) as a root attribute.
      * predict_batch: append one row of outputs per sample of b (b->size
-     * rows, in batch order), in the data's original units.
+     * rows, in batch order), in the data's original units; `split` is the
+     * split the rows come from (the same for every call).
      * predict_end: flush and close the file.
      *
      * Loaders: during predict, meta "predict_split" (a string: "train",
@@ -414,7 +415,7 @@ typedef struct pl_model_vtable {
      * statistics of the new file (standardization). */
     pl_status (*predict_needs)(const pl_config_section *cfg, pl_field_list *out);
     pl_status (*predict_begin)(void *self, const char *out_path, const pl_meta *attrs);
-    pl_status (*predict_batch)(void *self, const pl_batch *b);
+    pl_status (*predict_batch)(void *self, const pl_batch *b, pl_data_split split);
     pl_status (*predict_end)(void *self);
 } pl_model_vtable;
 
