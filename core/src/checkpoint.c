@@ -419,7 +419,9 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
     if (!st && kept)
         tr_log(t, "%d pretrained weights kept from their source (frozen; not in checkpoints)\n",
                kept);
-    if (!st && weights_only)
+    if (!st && weights_only && all_params)
+        tr_log(t, "loaded %d parameter tensors from %s\n", loaded, path);
+    else if (!st && weights_only)
         tr_log(t, "loaded %d parameter tensors from %s (%d not in the file keep their init)\n",
               loaded, path, missing);
     if (!st && !weights_only) {
