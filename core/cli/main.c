@@ -1,4 +1,5 @@
-/* main.c - the `pipeline` command line: run, check, plugins, help, --version.
+/* main.c - the `pipeline` command line: run, check, predict, plugins, plot,
+ * help, --version.
  *
  * Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
  * Errors go to stderr as one line naming the problem and one "hint:" line. */
@@ -63,6 +64,9 @@ static const char *general_help =
     "                 resolve the config, then train, validate, test and export\n"
     "  check FILE.ini [OVERRIDE]... [--plugin-path DIR]...\n"
     "                 resolve and validate the config, print it, run nothing\n"
+    "  predict RUN_DIR INPUT.h5 OUT.h5 [--checkpoint best|last|PATH] [--split test]\n"
+    "          [OVERRIDE]...\n"
+    "                 run a trained model on new rows; predictions to OUT.h5\n"
     "  plugins [NAME] [--plugin-path DIR]...\n"
     "                 list every plugin found, or one plugin's options\n"
     "  plot RUN_DIR [OUT.svg|OUT.png] | plot --compare RUN_DIR... [-o OUT.svg|OUT.png]\n"
@@ -95,6 +99,25 @@ static const char *check_help =
     "file:line or command line). Exit code 0 if valid, 2 otherwise.\n"
     OVERRIDE_HELP;
 
+static const char *predict_help =
+    "usage: pipeline predict RUN_DIR INPUT.h5 OUT.h5 [--checkpoint best|last|PATH]\n"
+    "                        [--split train|val|test] [OVERRIDE]... [--plugin-path DIR]...\n"
+    "\n"
+    "Runs the model a finished run trained on the rows of INPUT.h5 and writes its predictions\n"
+    "to OUT.h5 (its layout per model: docs/run-files.md). The model, its precision and the\n"
+    "loader are built from RUN_DIR/config.ini as the run built them; the loader reads INPUT.h5\n"
+    "(its data.path) laid out as the run's data file, only the chosen split is read, and\n"
+    "targets may be absent (new rows). OUT.h5 is written to a temporary name and renamed.\n"
+    "  --checkpoint WHICH   best (default; last when the run saved no best), last, or a\n"
+    "                       checkpoint file\n"
+    "  --split SPLIT        the split (group) of INPUT.h5 to predict: test (default), val,\n"
+    "                       train\n"
+    "  OVERRIDE             section.key=value applied to the run's config, e.g.\n"
+    "                       model.predict_top_k=20, data.eval_batch_size=64\n"
+    "  --plugin-path DIR    search DIR for plugins first (repeatable)\n"
+    "Exit codes: 0 ok, 1 predict failed (input file, data), 2 usage or configuration error\n"
+    "(no run directory, a model without predict support).\n";
+
 static const char *plugins_help =
     "usage: pipeline plugins [NAME] [--plugin-path DIR]...\n"
     "\n"
@@ -122,22 +145,23 @@ static const char *version_help =
 static const char *help_help =
     "usage: pipeline help [COMMAND]\n"
     "\n"
-    "Without COMMAND: every command in one line each. With COMMAND (run, check, plugins,\n"
-    "plot, help, version): that command's usage. `pipeline COMMAND --help` says the same\n"
-    "for run, check, plugins and plot.\n";
+    "Without COMMAND: every command in one line each. With COMMAND (run, check, predict,\n"
+    "plugins, plot, help, version): that command's usage. `pipeline COMMAND --help` says\n"
+    "the same for run, check, predict, plugins and plot.\n";
 
 static int cmd_help(int argc, char **argv) {
     const char *c = argc > 0 ? argv[0] : NULL;
     if (!c) fputs(general_help, stdout);
     else if (strcmp(c, "run") == 0) fputs(run_help, stdout);
     else if (strcmp(c, "check") == 0) fputs(check_help, stdout);
+    else if (strcmp(c, "predict") == 0) fputs(predict_help, stdout);
     else if (strcmp(c, "plugins") == 0) fputs(plugins_help, stdout);
     else if (strcmp(c, "plot") == 0) fputs(plot_help, stdout);
     else if (strcmp(c, "help") == 0) fputs(help_help, stdout);
     else if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) fputs(version_help, stdout);
     else
-        return usage_error(NULL, "unknown command '%s' (commands: run, check, plugins, plot, help, "
-                           "version)", c);
+        return usage_error(NULL, "unknown command '%s' (commands: run, check, predict, plugins, "
+                           "plot, help, version)", c);
     return 0;
 }
 
@@ -308,6 +332,92 @@ static int cmd_run(int argc, char **argv) {
     return rc;
 }
 
+/* ---- predict ---------------------------------------------------------- */
+
+/* A flag's value: "--flag V" or "--flag=V"; NULL (usage error printed) when missing. */
+static const char *flag_value(int argc, char **argv, int *i, const char *flag, const char *what) {
+    const char *s = argv[*i];
+    size_t n = strlen(flag);
+    const char *v = s[n] == '=' ? s + n + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (!v || !*v) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%s needs %s", flag, what);
+        usage_error("predict", "%s", msg);
+        return NULL;
+    }
+    return v;
+}
+
+static bool is_flag(const char *s, const char *flag) {
+    size_t n = strlen(flag);
+    return !strncmp(s, flag, n) && (s[n] == 0 || s[n] == '=');
+}
+
+static int cmd_predict(int argc, char **argv) {
+    pl_registry *reg = pl_registry_new();
+    const char **over = calloc((size_t)argc + 1, sizeof *over);
+    const char *pos[3] = {0};
+    int npos = 0, nover = 0, rc = 0;
+    pl_predict_options o = {0};
+    if (!reg || !over) {
+        report_error("out of memory");
+        rc = EXIT_RUN_FAILED;
+        goto done;
+    }
+    for (int i = 0; i < argc && !rc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            fputs(predict_help, stdout);
+            goto done;
+        }
+        if (is_flag(s, "--plugin-path")) {
+            const char *v = flag_value(argc, argv, &i, "--plugin-path", "a directory");
+            if (!v) rc = EXIT_USAGE;
+            else pl_registry_add_dir(reg, v);
+        } else if (is_flag(s, "--checkpoint")) {
+            if (!(o.checkpoint = flag_value(argc, argv, &i, "--checkpoint", "best, last or a path")))
+                rc = EXIT_USAGE;
+        } else if (is_flag(s, "--split")) {
+            if (!(o.split = flag_value(argc, argv, &i, "--split", "train, val or test")))
+                rc = EXIT_USAGE;
+        } else if (s[0] == '-' && s[1]) {
+            rc = usage_error("predict", "unknown option '%s'", s);
+        } else if (npos < 3) {
+            pos[npos++] = s; /* RUN_DIR INPUT.h5 OUT.h5, whatever they contain */
+        } else if (strchr(s, '=') || s[0] == '~') {
+            char sec[128], key[256];
+            if (pl_override_parse(s, sec, sizeof sec, key, sizeof key, NULL)) {
+                report_error("bad override");
+                rc = EXIT_USAGE;
+            }
+            over[nover++] = s;
+        } else {
+            rc = usage_error("predict", "unexpected argument '%s' (overrides are "
+                             "section.key=value)", s);
+        }
+    }
+    if (rc) goto done;
+    if (npos < 3) {
+        rc = usage_error("predict", "%s", "usage: pipeline predict RUN_DIR INPUT.h5 OUT.h5");
+        goto done;
+    }
+    if (pl_registry_add_default_dirs(reg)) {
+        report_error("plugin search path");
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    o.run_dir = pos[0];
+    o.input = pos[1];
+    o.output = pos[2];
+    o.argc = nover;
+    o.argv = over;
+    rc = pl_predict_run(reg, &o);
+done:
+    free(over);
+    pl_registry_free(reg);
+    return rc;
+}
+
 /* ---- plugins ---------------------------------------------------------- */
 
 static const char *type_name(pl_option_type t) {
@@ -438,6 +548,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) return cmd_help(0, NULL);
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
+    if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 2, argv + 2);
     if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) {
         if (argc == 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {

@@ -153,7 +153,7 @@ static int64_t limit_batches(pl_limit lim, int64_t n) {
 
 /* ---- stages ------------------------------------------------------------------ */
 
-static pl_status stage_create(trainer *t, stage *s, const char *section) {
+pl_status tr_stage_create(trainer *t, stage *s, const char *section) {
     s->section = section;
     s->cfg = pl_config_section_get(t->cfg, section);
     s->desc = pl_config_plugin(t->cfg, section);
@@ -170,7 +170,7 @@ static pl_status stage_create(trainer *t, stage *s, const char *section) {
     return PL_OK;
 }
 
-static void stage_destroy(stage *s) {
+void tr_stage_destroy(stage *s) {
     if (!s->desc || !s->self) return;
     s->fns.destroy(s->self);
     s->self = NULL;
@@ -886,9 +886,47 @@ static void warn_schedule_change(trainer *t) {
 /* No [precision] section: what fp32 does (Lightning's default precision
  * "32-true"): a parameter the model created in another float dtype (bf16 /
  * f16 checkpoint views) is converted to f32, one tensor at a time. */
-static pl_status default_precision(trainer *t) {
+pl_status tr_default_precision(trainer *t) {
     pl_status st = pl_params_convert(t->ctx.params, PL_F32, NULL);
     return st ? pl_error_prefix(st, "default precision (f32, no [precision] section)") : PL_OK;
+}
+
+pl_status tr_setup_device(trainer *t) {
+    int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
+    if (threads > 0) {
+        omp_set_num_threads((int)threads);
+        pl_blas_set_threads((int)threads); /* its own pool: OpenMP's setting does not reach it */
+    }
+
+    const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
+    /* NAME[:N] loads backend plugin NAME into the accelerator slot (cuda, or
+     * strict: the GPU-like emulation of plugins/backends/strict); auto tries cuda */
+    char backend[64];
+    int dev_index;
+    if (pl_device_spec(dev, backend, sizeof backend, &dev_index)) return pl_error_status();
+    bool is_auto = !strcmp(backend, "auto");
+    if (strcmp(backend, "cpu") != 0 &&
+        pl_backend_load_named(t->reg, PL_DEVICE_CUDA, is_auto ? "cuda" : backend) != PL_OK) {
+        if (!is_auto) return pl_error_status();
+        printf("device = auto: no usable CUDA backend (%s); training on the CPU\n",
+               pl_error_message());
+        pl_error_clear();
+    }
+    if (pl_device_parse(dev, &t->ctx.device)) return pl_error_status();
+    if (t->ctx.device.type != PL_DEVICE_CPU) {
+        /* run-wide backend settings (allow_tf32: off by default, as in PyTorch) */
+        const pl_backend *be = pl_backend_get(t->ctx.device.type);
+        bool tf32 = pl_cfg_bool(t->pipe, "allow_tf32", false);
+        pl_status so = PL_ERR_UNSUPPORTED;
+        if (be && PL_BACKEND_HAS(be, set_option) && be->set_option)
+            so = be->set_option("allow_tf32", tf32 ? "true" : "false");
+        if (so && so != PL_ERR_UNSUPPORTED) return pl_error_status();
+        if (so && tf32)
+            printf("allow_tf32 = true: backend '%s' has no TF32 setting; f32 GEMMs stay f32\n",
+                   be ? be->name : "?");
+        pl_error_clear();
+    }
+    return PL_OK;
 }
 
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
@@ -915,40 +953,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     }
     int code = tr_run_requirements(t);
     if (code) return code;
-    int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
-    if (threads > 0) {
-        omp_set_num_threads((int)threads);
-        pl_blas_set_threads((int)threads); /* its own pool: OpenMP's setting does not reach it */
-    }
-
-    const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
-    /* NAME[:N] loads backend plugin NAME into the accelerator slot (cuda, or
-     * strict: the GPU-like emulation of plugins/backends/strict); auto tries cuda */
-    char backend[64];
-    int dev_index;
-    if (pl_device_spec(dev, backend, sizeof backend, &dev_index)) return fail(t, 2);
-    bool is_auto = !strcmp(backend, "auto");
-    if (strcmp(backend, "cpu") != 0 &&
-        pl_backend_load_named(reg, PL_DEVICE_CUDA, is_auto ? "cuda" : backend) != PL_OK) {
-        if (!is_auto) return fail(t, 2);
-        printf("device = auto: no usable CUDA backend (%s); training on the CPU\n",
-               pl_error_message());
-        pl_error_clear();
-    }
-    if (pl_device_parse(dev, &t->ctx.device)) return fail(t, 2);
-    if (t->ctx.device.type != PL_DEVICE_CPU) {
-        /* run-wide backend settings (allow_tf32: off by default, as in PyTorch) */
-        const pl_backend *be = pl_backend_get(t->ctx.device.type);
-        bool tf32 = pl_cfg_bool(t->pipe, "allow_tf32", false);
-        pl_status so = PL_ERR_UNSUPPORTED;
-        if (be && PL_BACKEND_HAS(be, set_option) && be->set_option)
-            so = be->set_option("allow_tf32", tf32 ? "true" : "false");
-        if (so && so != PL_ERR_UNSUPPORTED) return fail(t, 2);
-        if (so && tf32)
-            printf("allow_tf32 = true: backend '%s' has no TF32 setting; f32 GEMMs stay f32\n",
-                   be ? be->name : "?");
-        pl_error_clear();
-    }
+    if (tr_setup_device(t)) return fail(t, 2);
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
     t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);
     t->ctx.meta = pl_meta_new();
@@ -970,15 +975,15 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
     pl_status st = pl_trainer_check_fields(cfg);
-    if (!st) st = stage_create(t, &t->loader, "data");
+    if (!st) st = tr_stage_create(t, &t->loader, "data");
     const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
     if (!st && data_line) tr_log(t, "data: %s\n", data_line);
     double load_start = tr_now();
-    if (!st) st = stage_create(t, &t->model, "model");
+    if (!st) st = tr_stage_create(t, &t->model, "model");
     if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
-    if (!st) st = stage_create(t, &t->prec, "precision");
+    if (!st) st = tr_stage_create(t, &t->prec, "precision");
     if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
-    if (!st && !t->prec.self) st = default_precision(t);
+    if (!st && !t->prec.self) st = tr_default_precision(t);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],
@@ -989,7 +994,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         if (t->max_steps >= 0 && (t->max_steps < t->ctx.total_steps || t->max_epochs >= INT64_MAX / 4))
             t->ctx.total_steps = t->max_steps;
     }
-    if (!st) st = stage_create(t, &t->optim, "optimizer");
+    if (!st) st = tr_stage_create(t, &t->optim, "optimizer");
     if (!st && !t->optim.self)
         st = pl_error_set(PL_ERR_CONFIG, "no [optimizer] section (training needs one)");
     /* schedulers and averagers scale the optimizer's base lr: group 0's
@@ -1007,10 +1012,10 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
                               PL_MAX_SCHEDULERS);
             break;
         }
-        st = stage_create(t, &t->sched[t->n_sched], sec);
+        st = tr_stage_create(t, &t->sched[t->n_sched], sec);
         if (t->sched[t->n_sched].self) t->n_sched++;
     }
-    if (!st) st = stage_create(t, &t->avg, "averager");
+    if (!st) st = tr_stage_create(t, &t->avg, "averager");
     int64_t params_total = 0, params_trainable = 0; /* a 7B model overflows an int */
     for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
@@ -1080,12 +1085,12 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
                pl_config_path(cfg));
 
-    stage_destroy(&t->avg);
-    for (int k = t->n_sched - 1; k >= 0; k--) stage_destroy(&t->sched[k]);
-    stage_destroy(&t->optim);
-    stage_destroy(&t->prec);
-    stage_destroy(&t->model);
-    stage_destroy(&t->loader);
+    tr_stage_destroy(&t->avg);
+    for (int k = t->n_sched - 1; k >= 0; k--) tr_stage_destroy(&t->sched[k]);
+    tr_stage_destroy(&t->optim);
+    tr_stage_destroy(&t->prec);
+    tr_stage_destroy(&t->model);
+    tr_stage_destroy(&t->loader);
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);
     free(t->epoch_s);

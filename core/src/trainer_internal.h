@@ -1,11 +1,12 @@
 /* trainer_internal.h - what the trainer's files share (core only).
  *
- * The trainer is four files with one job each:
+ * The trainer is five files with one job each:
  *   trainer.c     the loop: stages, fit (train + validation), test, export
  *   checkpoint.c  checkpoints: save, load, resume, the best of an earlier run
  *   report.c      the run report: summary.json and the closing report
  *   chain.c       stage chaining and run directories: requires, init_from,
  *                 runs/<name>/latest, --resume last
+ *   predict.c     `pipeline predict`: a finished run's model on new rows
  * log.txt and metrics.csv rows are written by tr_log / tr_metric_row.
  */
 #ifndef PL_TRAINER_INTERNAL_H
@@ -134,6 +135,18 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
  * scheduler's product, or the averager's override. */
 double tr_lr_factor(trainer *t);
 
+/* Create the stage of INI section `section` (PL_OK with s->self NULL when
+ * the config has no such section); errors name the section and plugin. */
+pl_status tr_stage_create(trainer *t, stage *s, const char *section);
+void tr_stage_destroy(stage *s);
+/* [pipeline] device (loading its backend plugin), threads and the backend
+ * settings into t->ctx.device; errors set the thread's error. */
+pl_status tr_setup_device(trainer *t);
+/* No [precision] section: parameters as fp32 keeps them (pl_params_convert). */
+pl_status tr_default_precision(trainer *t);
+
+/* ---- predict.c ---- (the entry point, pl_predict_run, is in trainer.h) */
+
 /* ---- checkpoint.c ---- */
 /* Weights, every stage's state and the loop counters to `path` (temp file,
  * fsync, rename). */
@@ -141,6 +154,10 @@ pl_status tr_save_checkpoint(trainer *t, const char *path);
 /* Parameters (all must be present unless weights_only) and, for a resume,
  * every stage's state and the loop counters; errors name the file and key. */
 pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only);
+/* Every parameter's weights from `path` (each must be in it; frozen
+ * pretrained weights excepted), no stage state, no loop counters: what
+ * `pipeline predict` loads. Errors name the file and parameter. */
+pl_status tr_load_weights(trainer *t, const char *path);
 /* After a resume: adopt the earlier run's best.safetensors as this run's best
  * checkpoint when the restored best value came from it. */
 void tr_adopt_earlier_best(trainer *t, const char *resumed);

@@ -34,8 +34,10 @@ extern "C" {
 /* minor 1: PL_TAG_PRETRAINED, pl_param_convert, pl_params_convert, pl_st_view
  * minor 2: ops clamp, adamw_step, sgd_step (pl_clamp, pl_adamw_step_,
  *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device
- * minor 3: pl_message */
-#define PL_ABI_MINOR 3
+ * minor 3: pl_message
+ * minor 4: pl_model_vtable predict_needs / predict_begin / predict_batch /
+ *          predict_end (`pipeline predict`) */
+#define PL_ABI_MINOR 4
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -378,6 +380,43 @@ typedef struct pl_model_vtable {
     /* The batch fields forward() reads under this config (required; called
      * without create, by `pipeline check` too). */
     pl_status (*batch_needs)(const pl_config_section *cfg, pl_field_list *out);
+    /* ---- ABI 2.4: prediction (`pipeline predict RUN_DIR INPUT.h5 OUT.h5`) ----
+     * Optional, all four or none. The core reads these members only from a
+     * plugin whose desc->abi_minor >= 4 (an older plugin's vtable ends
+     * before them); without them `pipeline predict` refuses the model,
+     * naming it. The core builds the run's loader (its `path` pointed at
+     * INPUT.h5, meta "predict_split" set: see below), model and precision,
+     * loads the checkpoint's weights, then: predict_begin once, predict_batch
+     * for every batch of one split in order (eval mode, grad off, each inside
+     * a pl_frame), predict_end once. On any error the core destroys the model
+     * (destroy must then close and abandon what predict_begin opened) and
+     * removes the file; on success it renames the file to OUT.h5.
+     *
+     * predict_needs: the batch fields predict_batch reads (called without
+     * create). Unlike batch_needs, prediction is for new rows, so targets
+     * should be optional here (read when present, e.g. to write them next to
+     * the predictions). The core checks the required ones against the first
+     * batch and refuses the input file naming the missing field.
+     * predict_begin: create the HDF5 file `out_path` (a temporary name;
+     * the plugin owns the file until predict_end returns) and write every
+     * entry of `attrs` (borrowed: "run_dir", "checkpoint", "config_hash",
+     * "model", "input", "split", ... as strings) as a root attribute.
+     * predict_batch: append one row of outputs per sample of b (b->size
+     * rows, in batch order), in the data's original units; `split` is the
+     * split the rows come from (the same for every call).
+     * predict_end: flush and close the file.
+     *
+     * Loaders: during predict, meta "predict_split" (a string: "train",
+     * "val" or "test") is set before the loader's create. A loader that
+     * honours it serves that split only, needs no other split in the file,
+     * treats a configured input absent from the file as an absent batch field
+     * (targets of new rows), and reuses what the run saved in ctx->run_dir
+     * (the trained run's directory: read it, never write it) instead of
+     * statistics of the new file (standardization). */
+    pl_status (*predict_needs)(const pl_config_section *cfg, pl_field_list *out);
+    pl_status (*predict_begin)(void *self, const char *out_path, const pl_meta *attrs);
+    pl_status (*predict_batch)(void *self, const pl_batch *b, pl_data_split split);
+    pl_status (*predict_end)(void *self);
 } pl_model_vtable;
 
 /* A named optimizer hyper-parameter that schedulers may drive (adamw:

@@ -1,5 +1,6 @@
 /* pl_h5.h - HDF5 helpers shared by the plugins that read or write HDF5
- * (hdf5_chunk, hdf5_graph, ilora's history reader and teacher export), and
+ * (hdf5_chunk, hdf5_graph, ilora's history reader and teacher export, the
+ * models' prediction files), and
  * THE process-wide HDF5 lock.
  *
  * Built as one shared library, libpipeline_hdf5.so, next to libpipeline_core:
@@ -133,6 +134,41 @@ pl_status pl_h5_create_rows(const char *path, hid_t loc, const char *name, hid_t
  * from `data` (n x max(width, 1) elements of memtype). n == 0: no-op. */
 pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t start, int64_t n,
                             int64_t width, const void *data);
+
+/* ---- prediction files (`pipeline predict`, plugin.h ABI 2.4) ----------- */
+/* A file of named datasets that grow by rows, one call per batch: what a
+ * model's predict_begin / predict_batch / predict_end write. Each dataset
+ * takes its dtype and trailing dims from the first tensor appended to it;
+ * later tensors must match them (PL_ERR_SHAPE naming the dataset). */
+#define PL_H5_OUT_MAX 12
+typedef struct pl_h5_out_dataset {
+    char name[64];
+    hid_t ds;
+    pl_dtype dt;
+    int rank;
+    int64_t dims[PL_MAX_DIMS]; /* dims[0]: rows written so far */
+} pl_h5_out_dataset;
+typedef struct pl_h5_out {
+    char path[1024];
+    hid_t file; /* H5I_INVALID_HID when closed */
+    int n;
+    pl_h5_out_dataset d[PL_H5_OUT_MAX];
+} pl_h5_out;
+/* Create (truncate) `path` and write every entry of `attrs` (may be NULL;
+ * borrowed) as a root attribute: strings as strings, numbers as int64 or
+ * double. On error nothing stays open. */
+pl_status pl_h5_out_open(pl_h5_out *o, const char *path, const pl_meta *attrs);
+/* Append the rows of `t` (axis 0; any device, dtype f32, f64, i32, i64 or
+ * u8, any strides: copied to host as needed) to dataset `name`, created on
+ * first use as [0, t's trailing dims...] extendible along axis 0. */
+pl_status pl_h5_out_append(pl_h5_out *o, const char *name, const pl_tensor *t);
+/* Rows written to `name` so far (-1: no such dataset). */
+int64_t pl_h5_out_rows(const pl_h5_out *o, const char *name);
+/* Close every dataset and the file; the error names the file. */
+pl_status pl_h5_out_close(pl_h5_out *o);
+/* Close without reporting (after an error, or from a model's destroy); a
+ * no-op when closed. The caller removes the file. */
+void pl_h5_out_abort(pl_h5_out *o);
 
 #ifdef __cplusplus
 }

@@ -92,6 +92,13 @@ void h5c_meta_float(loader *L, const char *k, double v) {
     if (L->ctx && L->ctx->meta) pl_meta_set_float(L->ctx->meta, k, v);
 }
 
+int h5c_predict_split(const loader *L) {
+    const char *s = L->ctx && L->ctx->meta ? pl_meta_get_str(L->ctx->meta, "predict_split") : NULL;
+    for (int i = 0; s && i < PL_SPLIT_COUNT; i++)
+        if (!strcmp(s, pl_split_name((pl_data_split)i))) return i;
+    return -1;
+}
+
 int h5c_emit(loader *L, pl_batch *out, const char *name, pl_tensor *v) {
     if (!v) return -1;
     L->out_views[L->n_out++] = v;

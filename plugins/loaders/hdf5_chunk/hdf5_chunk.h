@@ -119,6 +119,11 @@ pl_status h5c_parse_fractions(const char *s, double fr[3]);
 void h5c_join_path(char *out, size_t n, const char *group, const char *name);
 void h5c_meta_int(loader *L, const char *k, int64_t v);
 void h5c_meta_float(loader *L, const char *k, double v);
+/* `pipeline predict` (meta "predict_split", plugin.h ABI 2.4): the split it
+ * reads (rows mode opens only that one and skips listed datasets absent from
+ * the file; series mode reuses the run's standardization.json), or -1 in a
+ * training run. */
+int h5c_predict_split(const loader *L);
 /* Publish field f of a batch (the view is released at the next next()). */
 int h5c_emit(loader *L, pl_batch *out, const char *name, pl_tensor *v);
 int64_t h5c_split_batches(const loader *L, int si);

@@ -86,14 +86,22 @@ static void split_source(const pl_config_section *cfg, int si, const char **grou
 /* Open the datasets of s (parsed by parse_fields) under `group`: dtype, shape,
  * equal row counts. Their handles go to s->ds (closed by the caller). */
 static pl_status open_split(const char *path, hid_t file, split_data *s, const char *group,
-                            bool to_f32) {
+                            bool to_f32, bool skip_missing) {
     int64_t n = -1;
     const char *first = NULL;
+    int listed = s->nf;
     for (int i = 0; i < s->nf; i++) {
         field *f = &s->f[i];
         char full[NAME_LEN];
         h5c_join_path(full, sizeof full, group, f->dset);
         snprintf(f->dset, sizeof f->dset, "%s", full);
+        if (skip_missing && !pl_h5_exists(file, f->dset)) {
+            /* predict: a dataset the new rows lack (their targets) is no field */
+            memmove(f, f + 1, sizeof *f * (size_t)(s->nf - i - 1));
+            s->nf--;
+            i--;
+            continue;
+        }
         pl_status st = pl_h5_dataset_open(path, file, f->dset, &s->ds[i]);
         if (st) return st;
         pl_h5_info in;
@@ -120,6 +128,9 @@ static pl_status open_split(const char *path, hid_t file, split_data *s, const c
                                 path, first, (long long)n, f->dset, (long long)f->dims[0]);
         }
     }
+    if (s->nf == 0)
+        return pl_error_set(PL_ERR_IO, "%s: none of the %d datasets the run's config lists is in "
+                            "group %s", path, listed, group);
     s->present = true;
     s->row0 = 0;
     s->nrows = n;
@@ -205,7 +216,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
         double f3[3];
         split_source(cfg, 0, &group, &key, &spec);
         if ((st = h5c_parse_fractions(fr, f3)) || (st = parse_fields(key, spec, &L->sp[0])) ||
-            (st = open_split(L->path, L->file, &L->sp[0], group, to_f32)))
+            (st = open_split(L->path, L->file, &L->sp[0], group, to_f32, false)))
             return st;
         int64_t N = L->sp[0].nrows;
         int64_t a = (int64_t)floor(f3[0] * (double)N + 0.5);
@@ -239,9 +250,17 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
         return PL_OK;
     }
     const char *hist = pl_cfg_str(cfg, "history", "");
+    int only = h5c_predict_split(L); /* predict: that split alone, targets optional */
     for (int si = 0; si < 3; si++) {
+        if (only >= 0 && si != only) continue;
         split_source(cfg, si, &group, &key, &spec);
         if (!pl_h5_exists(L->file, group)) {
+            if (si == only)
+                return pl_error_set(PL_ERR_IO, "%s: group '%s' of split '%s' not found (set %s)",
+                                    L->path, group, pl_split_name((pl_data_split)si),
+                                    si == PL_SPLIT_TRAIN ? "data.train_group"
+                                    : si == PL_SPLIT_VAL ? "data.val_group"
+                                                         : "data.test_group");
             if (si == PL_SPLIT_TRAIN)
                 return pl_error_set(PL_ERR_IO,
                                     "%s: train group '%s' not found (set train_group, or "
@@ -251,7 +270,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
             continue;
         }
         if ((st = parse_fields(key, spec, &L->sp[si])) ||
-            (st = open_split(L->path, L->file, &L->sp[si], group, to_f32)))
+            (st = open_split(L->path, L->file, &L->sp[si], group, to_f32, only >= 0)))
             return st;
         if (L->sp[si].nrows == 0)
             return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' (group %s) has 0 rows", L->path,
@@ -283,7 +302,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
         total += rb * (size_t)s->nrows;
     }
     split_data *tr = &L->sp[PL_SPLIT_TRAIN];
-    if (tr->drop_last && tr->nrows < tr->batch)
+    if (tr->present && tr->drop_last && tr->nrows < tr->batch)
         return pl_error_set(
             PL_ERR_CONFIG,
             "%s: train split (%s) has %lld rows < batch_size %lld with drop_last: no batch",
@@ -581,7 +600,8 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
             continue; /* an absent val/test group: an empty split, no batch */
         }
         memset(s, 0, sizeof *s);
-        if ((st = parse_fields(key, spec, s)) || (st = open_split(path, file, s, group, to_f32))) {
+        if ((st = parse_fields(key, spec, s)) ||
+            (st = open_split(path, file, s, group, to_f32, false))) {
             close_split(s);
             break;
         }

@@ -170,6 +170,63 @@ static pl_status write_standardization(loader *L, char names[][64], int nnames, 
     return st;
 }
 
+/* `pipeline predict`: the mean and std the run computed over its training
+ * rows (run_dir/standardization.json), so new rows are scaled as the model
+ * was trained, whatever rows the input file holds. The file is untrusted:
+ * its columns must be this config's, in order. */
+static pl_status read_standardization(loader *L, char names[][64], int nnames, const int *cols,
+                                      int nc, double *mean, double *sd) {
+    char p[2048];
+    snprintf(p, sizeof p, "%s/standardization.json", L->ctx && L->ctx->run_dir ? L->ctx->run_dir
+                                                                              : ".");
+    FILE *f = fopen(p, "rb");
+    if (!f) return pl_error_set(PL_ERR_IO, "%s: cannot open (the run standardized its series; "
+                                "predict needs its statistics)", p);
+    char *txt = NULL;
+    long n = -1;
+    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n < (1L << 24) && !fseek(f, 0, SEEK_SET)) {
+        txt = malloc((size_t)n + 1);
+        if (txt && fread(txt, 1, (size_t)n, f) == (size_t)n) txt[n] = 0;
+        else {
+            free(txt);
+            txt = NULL;
+        }
+    }
+    fclose(f);
+    if (!txt) return pl_error_set(PL_ERR_IO, "%s: cannot read (or larger than 16 MiB)", p);
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "columns");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "mean");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "std");
+    pl_status st = PL_OK;
+    if (!cJSON_IsArray(c) || !cJSON_IsArray(m) || !cJSON_IsArray(d) ||
+        cJSON_GetArraySize(c) != nc || cJSON_GetArraySize(m) != nc || cJSON_GetArraySize(d) != nc)
+        st = pl_error_set(PL_ERR_IO, "%s: expected arrays columns, mean and std of %d entries "
+                          "(the feature then target columns of this config)", p, nc);
+    for (int i = 0; !st && i < nc; i++) {
+        const cJSON *ci = cJSON_GetArrayItem(c, i), *mi = cJSON_GetArrayItem(m, i),
+                    *di = cJSON_GetArrayItem(d, i);
+        char nb[64];
+        if (cols[i] < nnames) snprintf(nb, sizeof nb, "%s", names[cols[i]]);
+        else snprintf(nb, sizeof nb, "%d", cols[i]);
+        if (!cJSON_IsString(ci) || strcmp(ci->valuestring, nb))
+            st = pl_error_set(PL_ERR_IO, "%s: column %d is '%s', %s has '%s' there (the input "
+                              "file's columns must be the training file's)", p, i,
+                              cJSON_IsString(ci) ? ci->valuestring : "?", L->path, nb);
+        else if (!cJSON_IsNumber(mi) || !cJSON_IsNumber(di) || !isfinite(mi->valuedouble) ||
+                 !(di->valuedouble > 0) || !isfinite(di->valuedouble))
+            st = pl_error_set(PL_ERR_IO, "%s: mean/std of column '%s' must be finite numbers, "
+                              "std > 0", p, nb);
+        else {
+            mean[i] = mi->valuedouble;
+            sd[i] = di->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
 static pl_status open_series(loader *L, const pl_config_section *cfg) {
     const char *series = pl_cfg_str(cfg, "series", "series");
     char sname[NAME_LEN];
@@ -303,7 +360,8 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
             snprintf(s->span, sizeof s->span, "%s..%s", d0, d1);
         }
     }
-    if (L->sp[PL_SPLIT_TRAIN].nrows <= 0) {
+    bool predict = h5c_predict_split(L) >= 0; /* new rows: the train split may be empty */
+    if (!predict && L->sp[PL_SPLIT_TRAIN].nrows <= 0) {
         st = pl_error_set(PL_ERR_CONFIG,
                           "%s: the train split of '%s' has no window (train rows: %lld, "
                           "window %lld + horizon %lld)",
@@ -327,7 +385,12 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     for (int i = 0; i < nall; i++) {
         mean[i] = 0;
         sd[i] = 1;
-        if (!stdz) continue;
+    }
+    if (stdz && predict &&
+        (st = read_standardization(L, names, nnames, allc, nall, mean, sd)))
+        goto out;
+    for (int i = 0; i < nall; i++) {
+        if (!stdz || predict) continue;
         double s1 = 0, s2 = 0;
         for (int64_t r = 0; r < a; r++)
             s1 += raw[r * F + allc[i]];
@@ -388,7 +451,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     h5c_meta_float(L, "target_mean", mean[nfc]);
     h5c_meta_float(L, "target_std", sd[nfc]);
     h5c_meta_int(L, "standardized", stdz ? 1 : 0);
-    if (stdz) st = write_standardization(L, names, nnames, allc, nall, mean, sd, a);
+    if (stdz && !predict) st = write_standardization(L, names, nnames, allc, nall, mean, sd, a);
 out:
     pl_tensor_release(rawt);
     free(date);

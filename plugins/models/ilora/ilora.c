@@ -21,6 +21,7 @@
 #include "hf_llama.h"
 #include "ranking.h"
 #include "teacher_export.h"
+#include "pl_h5.h"
 
 const char *const ilora_proj_names[ILORA_NPROJ] = {"q_proj",    "k_proj",  "v_proj", "o_proj",
                                                    "gate_proj", "up_proj", "down_proj"};
@@ -89,6 +90,8 @@ static const pl_option_spec ilora_options[] = {
     {"export_top_k", PL_OPT_INT, "100", 1, 1e6, NULL, "items per exported position"},
     {"export_temperature", PL_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL,
      "exported logits are logits / T (T stored as attribute 'temperature')"},
+    {"predict_top_k", PL_OPT_INT, "10", 1, 1e6, NULL,
+     "pipeline predict: best items written per input row (top_items, top_scores)"},
     PL_OPTIONS_END};
 
 static const char *spec_default(const char *name) {
@@ -195,6 +198,7 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     opt_str(c, "history_path", o->history_path, sizeof o->history_path);
     o->export_top_k = opt_int(c, "export_top_k");
     o->export_temperature = opt_float(c, "export_temperature");
+    o->predict_top_k = opt_int(c, "predict_top_k");
     return parse_targets(pl_cfg_str(c, "lora_targets", spec_default("lora_targets")),
                          &o->lora_targets);
 }
@@ -580,6 +584,8 @@ void ilora_model_destroy(ilora_model *m) {
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
     if (m->exp) ilora_export_abort(m); /* destroyed mid-export: no partial file */
+    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
+    free(m->pred);
     free(m);
 }
 
@@ -1049,6 +1055,154 @@ pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool
               : PL_OK;
 }
 
+/* ---- pipeline predict ------------------------------------------------------------------------
+ * Per input row: the predict_top_k best items after the same exclusions as
+ * evaluation (padding id 0 and the items the user has seen: the history
+ * field, the history CSR by user index, or the input window), except that
+ * a target, when the file has one, is never looked at: the prediction of a
+ * row does not depend on its label. OUT.h5 (docs/run-files.md):
+ *   top_items  i32 [N, k]  item ids, best first (ties: lower id first)
+ *   top_scores f32 [N, k]  their logits
+ *   row        i64 [N]     the row's index in the input split
+ *   user_index i64 [N]     when the input has the user field
+ *   target     i64 [N]     when the input has targets (copied, for scoring) */
+
+static pl_status ilora_predict_needs(const pl_config_section *cfg, pl_field_list *out) {
+    const char *s[3] = {pl_cfg_str(cfg, "history_field", "history"),
+                        pl_cfg_str(cfg, "user_field", "user_index"),
+                        pl_cfg_str(cfg, "target_field", "target")};
+    pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "input_ids"), PL_DTYPE_INDEX,
+                                 2, false);
+    if (!st) st = pl_fields_add(out, s[0], PL_DTYPE_INDEX, 2, true);
+    for (int i = 1; i < 3 && !st; i++) st = pl_fields_add(out, s[i], PL_DTYPE_INDEX, -1, true);
+    return st;
+}
+
+static pl_status ilora_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+    ilora_model *m = self;
+    if (m->o.predict_top_k > m->vocab - 1)
+        return pl_error_set(PL_ERR_CONFIG, "ilora: predict_top_k %lld exceeds the %lld items",
+                            (long long)m->o.predict_top_k, (long long)m->vocab - 1);
+    m->pred = calloc(1, sizeof *m->pred);
+    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    m->pred_rows = 0;
+    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
+    if (!st) st = pl_h5_attr_write_int(out_path, m->pred->file, "top_k", m->o.predict_top_k);
+    if (st) {
+        pl_h5_out_abort(m->pred);
+        free(m->pred);
+        m->pred = NULL;
+    }
+    return st;
+}
+
+/* A [n] i64 CPU tensor of host values, owned by the caller's frame. */
+static pl_tensor *host_rows_i64(const int64_t *v, int64_t n) {
+    return pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, v, PL_CPU);
+}
+
+static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+    ilora_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "ilora: predict_batch before predict_begin");
+    pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
+    if (!ids) return pl_error_status();
+    if (ids->ndim != 2) {
+        char d[256];
+        return pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s must be [B, L]",
+                            pl_tensor_describe(ids, d, sizeof d));
+    }
+    int64_t B = ids->shape[0], V = m->vocab, K = m->o.predict_top_k;
+    pl_tensor *host = NULL;
+    if (!last_logits(m, ids, &host)) return pl_error_status();
+    pl_tensor *hf = field(b, m->o.history_field), *uf = field(b, m->o.user_field),
+              *tf = field(b, m->o.target_field);
+    int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL, *tg = NULL, *rows = NULL;
+    const ilora_hist *csr = NULL;
+    pl_status st = PL_OK;
+    if (uf && !(users = host_index(uf, m->o.user_field))) st = pl_error_status();
+    if (!st && uf && pl_tensor_numel(uf) != B)
+        st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one user per row (%lld)",
+                          m->o.user_field, (long long)B);
+    if (!st && tf && !(tg = host_index(tf, m->o.target_field))) st = pl_error_status();
+    if (!st && tf && pl_tensor_numel(tf) != B)
+        st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one target per row (%lld)",
+                          m->o.target_field, (long long)B);
+    if (!st && m->o.exclude_history) {
+        if (hf) {
+            hist = host_index(hf, m->o.history_field);
+            hw = hf->ndim == 2 ? hf->shape[1] : 0;
+            if (!hist || hf->ndim != 2 || hf->shape[0] != B)
+                st = hist ? pl_error_set(PL_ERR_SHAPE, "ilora: history field must be [B, H]")
+                          : pl_error_status();
+        } else if (m->have_hist && users) {
+            csr = &m->hist[split];
+        } else if (!(win = host_index(ids, m->o.input_field))) {
+            st = pl_error_status();
+        }
+    }
+    const float *lh = st ? NULL : pl_tensor_f32(host);
+    float *row = st ? NULL : malloc((size_t)V * sizeof *row);
+    int32_t *top = st ? NULL : malloc((size_t)(B * K) * sizeof *top);
+    float *val = st ? NULL : malloc((size_t)(B * K) * sizeof *val);
+    rows = st ? NULL : malloc((size_t)(B ? B : 1) * sizeof *rows);
+    if (!st && (!lh || !row || !top || !val || !rows))
+        st = lh ? pl_error_set(PL_ERR_NOMEM, "ilora: out of memory") : pl_error_status();
+    for (int64_t i = 0; !st && i < B; i++) {
+        memcpy(row, lh + i * V, (size_t)V * sizeof *row);
+        row[0] = -INFINITY;
+        const int64_t *ex = NULL;
+        int64_t ne = 0;
+        if (hist) {
+            ex = hist + i * hw;
+            ne = hw;
+        } else if (csr) {
+            int64_t u = users[i];
+            if (u < 0 || u >= csr->n_users) {
+                st = pl_error_set(PL_ERR_INVALID, "ilora: user index %lld of row %lld outside "
+                                  "the history CSR's %lld users", (long long)u,
+                                  (long long)(m->pred_rows + i), (long long)csr->n_users);
+                break;
+            }
+            for (int64_t j = csr->offsets[u]; j < csr->offsets[u + 1]; j++)
+                if (csr->items[j] > 0 && csr->items[j] < V) row[csr->items[j]] = -INFINITY;
+        } else if (win) {
+            ex = win + i * ids->shape[1];
+            ne = ids->shape[1];
+        }
+        for (int64_t j = 0; j < ne; j++)
+            if (ex[j] > 0 && ex[j] < V) row[ex[j]] = -INFINITY;
+        ilora_topk(row, V, K, top + i * K, val + i * K);
+        rows[i] = m->pred_rows + i;
+    }
+    pl_h5_out *o = m->pred;
+    if (!st) st = pl_h5_out_append(o, "top_items",
+                                   pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, K}, top, PL_CPU));
+    if (!st) st = pl_h5_out_append(o, "top_scores",
+                                   pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, K}, val, PL_CPU));
+    if (!st) st = pl_h5_out_append(o, "row", host_rows_i64(rows, B));
+    if (!st && users) st = pl_h5_out_append(o, "user_index", host_rows_i64(users, B));
+    if (!st && tg) st = pl_h5_out_append(o, "target", host_rows_i64(tg, B));
+    if (!st) m->pred_rows += B;
+    free(row);
+    free(top);
+    free(val);
+    free(rows);
+    free(hist);
+    free(users);
+    free(win);
+    free(tg);
+    return st;
+}
+
+static pl_status ilora_predict_end(void *self) {
+    ilora_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "ilora: predict_end before predict_begin");
+    pl_status st = pl_h5_out_close(m->pred);
+    free(m->pred);
+    m->pred = NULL;
+    return st;
+}
+
 /* ---- plugin glue -------------------------------------------------------------------------- */
 
 static pl_status vt_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
@@ -1093,6 +1247,10 @@ static const pl_model_vtable ilora_vtable = {
     .export_batch = ilora_export_batch,
     .export_end = ilora_export_end,
     .on_load = NULL,
+    .predict_needs = ilora_predict_needs,
+    .predict_begin = ilora_predict_begin,
+    .predict_batch = ilora_predict_batch,
+    .predict_end = ilora_predict_end,
 };
 
 PL_PLUGIN_DEFINE(ilora, PL_KIND_MODEL, "0.1.0",

@@ -43,6 +43,7 @@ typedef struct ilora_opts {
     char history_path[1024];
     int64_t export_top_k;
     double export_temperature;
+    int64_t predict_top_k; /* items per row in `pipeline predict`'s OUT.h5 */
 } ilora_opts;
 
 /* Shape options that a backbone's config.json decides (ilora_opts.set_in_config). */
@@ -99,6 +100,8 @@ typedef struct ilora_model {
     ilora_hist hist[PL_SPLIT_COUNT]; /* history_reader.h */
     bool have_hist;
     ilora_export *exp;
+    struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
+    int64_t pred_rows;      /* rows predicted so far */
 } ilora_model;
 
 /* Options from a config section; `cfg` may be NULL (every default). */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "lstm.h"
+#include "pl_h5.h"
 
 /* ---- parameters ------------------------------------------------------------ */
 
@@ -210,6 +211,8 @@ void lstm_model_free(lstm_model *m) {
     pl_tensor_release(m->gate_fixed);
     pl_tensor_release(m->gate_mask);
     pl_tensor_release(m->drop_ones);
+    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
+    free(m->pred);
     free(m);
 }
 
@@ -594,11 +597,110 @@ static pl_status lstm_batch_needs(const pl_config_section *cfg, pl_field_list *o
     return st;
 }
 
+/* ---- pipeline predict ------------------------------------------------------------------
+ * The forecast of every window of the split, in the target's original units
+ * (v * std + mean with the statistics the loader published: for `pipeline
+ * predict` those of the run's standardization.json), and the window's
+ * targets the same way when the input has them. OUT.h5 (docs/run-files.md):
+ *   forecast f32 [N, horizon, num_targets]  (head = all: [N, T, outputs])
+ *   target   f32, the same shape             (when the batches carry targets)
+ *   row      i64 [N]                         the window's index in the split */
+
+static pl_status lstm_predict_needs(const pl_config_section *cfg, pl_field_list *out) {
+    pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 3, false);
+    if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"), PL_DTYPE_FLOAT, -1, true);
+    return st;
+}
+
+static pl_status lstm_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+    lstm_model *m = self;
+    m->pred = calloc(1, sizeof *m->pred);
+    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
+    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
+    if (st) {
+        free(m->pred);
+        m->pred = NULL;
+    }
+    return st;
+}
+
+/* [B*S, O] standardized values -> a new f32 CPU tensor [B, S', O'] in
+ * original units (output o: v * scale[o] + shift[o]); the frame owns it. */
+static pl_tensor *original_units(const lstm_model *m, pl_tensor *v, int64_t B) {
+    pl_tensor *h = pl_contiguous(pl_tensor_to(v, PL_F32, PL_CPU));
+    if (!h) return NULL;
+    int64_t O = m->o.output_size, R = pl_tensor_numel(h) / O;
+    int64_t shape[3] = {B, m->o.horizon, O / m->o.horizon}; /* head = last: [horizon, targets] */
+    if (m->o.head == LSTM_HEAD_ALL) shape[1] = R / B, shape[2] = O;
+    pl_tensor *out = pl_tensor_empty(PL_F32, 3, shape, PL_CPU);
+    if (!out) return NULL;
+    const float *src = pl_tensor_f32(h);
+    float *dst = pl_tensor_data(out);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t o = 0; o < O; o++)
+            dst[r * O + o] = (float)(src[r * O + o] * m->o.scale[o] + m->o.shift[o]);
+    return out;
+}
+
+static pl_status lstm_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+    char d1[256];
+    lstm_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "lstm: predict_batch before predict_begin");
+    pl_tensor *x = pl_batch_get(b, m->o.input_field);
+    if (!x) return pl_error_prefix(pl_error_status(), "lstm");
+    pl_error_clear();
+    pl_tensor *y = NULL;
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->names[i], m->o.target_field)) y = b->fields[i];
+    if (x->ndim != 3)
+        return pl_error_set(PL_ERR_SHAPE, "lstm: input '%s' %s must be [B, T, F]", m->o.input_field,
+                            pl_tensor_describe(x, d1, sizeof d1));
+    int64_t B = x->shape[0], O = m->o.output_size;
+    int64_t rows = m->o.head == LSTM_HEAD_LAST ? B : B * x->shape[1];
+    if (y && pl_tensor_numel(y) != rows * O)
+        return pl_error_set(PL_ERR_SHAPE, "lstm: target '%s' %s: expected %lld values",
+                            m->o.target_field, pl_tensor_describe(y, d1, sizeof d1),
+                            (long long)(rows * O));
+    /* the stateful carry as in evaluation */
+    if (m->o.stateful && (b->index == 0 || (int)split != m->carry_split || m->carry_training ||
+                          B != m->carry_batch))
+        lstm_reset_state(m);
+    m->carry_split = (int)split;
+    m->carry_training = false;
+    m->carry_batch = B;
+    pl_tensor *pred = lstm_predict(m, x, false);
+    if (!pred) return pl_error_prefix(pl_error_status(), "lstm predict");
+    int64_t n0 = pl_h5_out_rows(m->pred, "forecast");
+    int64_t *ri = malloc((size_t)(B ? B : 1) * sizeof *ri);
+    if (!ri) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
+    for (int64_t i = 0; i < B; i++) ri[i] = (n0 < 0 ? 0 : n0) + i;
+    pl_status st = pl_h5_out_append(m->pred, "forecast", original_units(m, pred, B));
+    if (!st && y) st = pl_h5_out_append(m->pred, "target", original_units(m, y, B));
+    if (!st)
+        st = pl_h5_out_append(m->pred, "row", pl_tensor_from_data(PL_I64, 1, (int64_t[]){B}, ri,
+                                                                  PL_CPU));
+    free(ri);
+    return st;
+}
+
+static pl_status lstm_predict_end(void *self) {
+    lstm_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "lstm: predict_end before predict_begin");
+    pl_status st = pl_h5_out_close(m->pred);
+    free(m->pred);
+    m->pred = NULL;
+    return st;
+}
+
 static const pl_model_vtable lstm_vtable = {
     .create = lstm_create,
     .destroy = lstm_destroy,
     .forward = lstm_forward,
     .batch_needs = lstm_batch_needs,
+    .predict_needs = lstm_predict_needs,
+    .predict_begin = lstm_predict_begin,
+    .predict_batch = lstm_predict_batch,
+    .predict_end = lstm_predict_end,
 };
 
 PL_PLUGIN_DEFINE(lstm, PL_KIND_MODEL, "1.0.0",

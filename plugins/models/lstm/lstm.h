@@ -81,6 +81,7 @@ typedef struct lstm_model {
     int64_t carry_batch;
     /* running sums of the evaluation in progress (RMSE needs the total) */
     double sse, n_err;
+    struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
 } lstm_model;
 
 pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out);

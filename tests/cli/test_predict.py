@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""test_predict.py - `pipeline predict RUN_DIR INPUT.h5 OUT.h5` on tiny runs.
+
+Trains two tiny runs (seconds each) and checks that predict reproduces what
+the run's own test evaluation computed, recomputed from OUT.h5 alone:
+  - ilora: HR@10 from top_items and the targets == summary.json
+    test_metrics hit_ratio@10; the same rows WITHOUT targets (no /test/target)
+    give the same top_items;
+  - lstm (series, standardized): MAE of forecast vs target == test_mae; a
+    new file holding only the tail of the series (whose own statistics
+    differ from the run's) gives the same forecasts, so the run's
+    standardization is the one used;
+  - OUT.h5 attributes (run_dir, checkpoint, config_hash, model, split) and
+    no temporary file left behind;
+  - errors: a missing run directory, an input file without the dataset the
+    model needs (the message names the file and the field), a model without
+    predict support (mlp; the message names it), exit codes 2 / 1 / 2.
+usage: test_predict.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+
+def fail(msg):
+    print("FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def run(argv, expect=0):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    if p.returncode != expect:
+        fail("%s exited %d (expected %d)\nstdout:\n%s\nstderr:\n%s" %
+             (" ".join(argv), p.returncode, expect, p.stdout[-3000:], p.stderr[-3000:]))
+    return p
+
+
+def make_movielens(path, with_target=True):
+    """40 items, 48 users, rows of 8: the layout of tools/movielens_to_h5.py.
+    A user never sees an item twice, so excluding the input window never
+    excludes the target (evaluation keeps the target; predict never looks)."""
+    rng = np.random.default_rng(0)
+    N, U, L = 40, 48, 8
+    seqs = [rng.permutation(np.arange(1, N + 1))[:rng.integers(6, 12)] for _ in range(U)]
+
+    def rows(s):
+        s = s[-(L + 1):]
+        x = np.zeros(L, np.int32)
+        y = np.zeros(L, np.int32)
+        x[L - len(s) + 1:] = s[:-1]
+        y[L - len(s) + 1:] = s[1:]
+        return x, y
+
+    with h5py.File(path, "w") as f:
+        f.attrs["num_items"] = np.int64(N)
+        tr = [rows(s[:-2]) for s in seqs]
+        g = f.create_group("train")
+        g["input_ids"] = np.stack([a for a, _ in tr])
+        g["labels"] = np.stack([b for _, b in tr])
+        for name, cut in (("val", 1), ("test", 0)):
+            g = f.create_group(name)
+            x = np.zeros((U, L), np.int32)
+            for i, s in enumerate(seqs):
+                c = s[:len(s) - cut - 1][-L:]
+                x[i, L - len(c):] = c
+            g["input_ids"] = x
+            if with_target or name != "test":
+                g["target"] = np.array([s[len(s) - cut - 1] for s in seqs], np.int32)
+            g["user_index"] = np.arange(U, dtype=np.int32)
+
+
+def make_series(path, T=200):
+    """Two columns (ridership with a weekly cycle, temp), one row a day from 2013-10-22."""
+    rng = np.random.default_rng(0)
+    t = np.arange(T)
+    a = 100 + 20 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3, T)
+    b = 5 + rng.normal(0, 1, T)
+    with h5py.File(path, "w") as f:
+        f["series"] = np.stack([a, b], 1).astype(np.float32)
+        f["date"] = (16000 + t).astype(np.int64)
+        f["columns"] = np.array(["ridership", "temp"], dtype=h5py.string_dtype())
+
+
+def write_ini(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def summary(run_dir):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        return json.load(f)
+
+
+def check_attrs(out, run_dir, model):
+    with h5py.File(out) as f:
+        a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    for k in ("run_dir", "checkpoint", "config_hash", "model", "split", "input"):
+        if k not in a:
+            fail("%s: attribute %s missing (has %s)" % (out, k, sorted(a)))
+    if a["model"] != model or a["split"] != "test" or len(a["config_hash"]) != 16:
+        fail("%s: attributes %r" % (out, a))
+    if os.path.realpath(a["run_dir"]) != os.path.realpath(run_dir):
+        fail("%s: run_dir %s, expected %s" % (out, a["run_dir"], run_dir))
+    if not a["checkpoint"].endswith("best.safetensors"):
+        fail("%s: checkpoint %s, expected the best one" % (out, a["checkpoint"]))
+    left = [n for n in os.listdir(os.path.dirname(out)) if ".tmp." in n]
+    if left:
+        fail("temporary files left: %s" % left)
+
+
+def test_ilora(exe, tmp):
+    h5 = os.path.join(tmp, "ml.h5")
+    make_movielens(h5)
+    ini = os.path.join(tmp, "il.ini")
+    write_ini(ini, f"""[pipeline]
+name = il
+run_dir = {tmp}/runs
+seed = 1
+[data]
+plugin = hdf5_chunk
+path = {h5}
+datasets = input_ids,labels
+val_datasets = input_ids,target,user_index
+test_datasets = input_ids,target,user_index
+batch_size = 8
+eval_batch_size = 10
+[model]
+plugin = ilora
+dim = 16
+layers = 1
+heads = 2
+max_len = 8
+[optimizer]
+plugin = adamw
+lr = 1e-2
+[trainer]
+max_epochs = 2
+monitor = val_ndcg@10
+mode = max
+""")
+    run([exe, "run", ini])
+    rd = os.path.join(tmp, "runs", "il", "latest")
+    want = summary(rd)["test_metrics"]["hit_ratio@10"]
+    out = os.path.join(tmp, "il_pred.h5")
+    run([exe, "predict", rd, h5, out])
+    check_attrs(out, rd, "ilora")
+    with h5py.File(out) as f:
+        top, tg, row, users = f["top_items"][:], f["target"][:], f["row"][:], f["user_index"][:]
+    if top.shape != (48, 10) or not np.array_equal(row, np.arange(48)) \
+            or not np.array_equal(users, np.arange(48)):
+        fail("ilora: top_items %s, row %s, user_index %s" % (top.shape, row[:5], users[:5]))
+    hr = float(np.mean([tg[i] in top[i] for i in range(len(tg))]))
+    if abs(hr - want) > 1e-12:
+        fail("ilora: HR@10 from OUT.h5 %.6f != the run's test_hit_ratio@10 %.6f" % (hr, want))
+    print("ilora: HR@10 recomputed from OUT.h5 = %.6f = test_hit_ratio@10" % hr)
+
+    # the same rows, no targets: predictions do not depend on them
+    h5n = os.path.join(tmp, "ml_new.h5")
+    make_movielens(h5n, with_target=False)
+    outn = os.path.join(tmp, "il_new.h5")
+    run([exe, "predict", rd, h5n, outn, "model.predict_top_k=5"])
+    with h5py.File(outn) as f:
+        if "target" in f:
+            fail("ilora: a file without targets gave a target dataset")
+        if not np.array_equal(f["top_items"][:], top[:, :5]):
+            fail("ilora: predictions without targets differ from those with targets")
+    print("ilora: a file without targets predicts the same top items")
+
+    # errors: no such run; an input without the ids the model reads; a model without predict
+    p = run([exe, "predict", os.path.join(tmp, "no_such_run"), h5, out], expect=2)
+    if "no_such_run" not in p.stderr:
+        fail("missing run dir: message does not name it:\n" + p.stderr)
+    bad = os.path.join(tmp, "no_ids.h5")
+    with h5py.File(bad, "w") as f:
+        f.attrs["num_items"] = np.int64(40)
+        f["test/target"] = np.arange(1, 5, dtype=np.int32)
+    p = run([exe, "predict", rd, bad, os.path.join(tmp, "x.h5")], expect=1)
+    if bad not in p.stderr or "input_ids" not in p.stderr:
+        fail("input without input_ids: message names neither file nor field:\n" + p.stderr)
+    if os.path.exists(os.path.join(tmp, "x.h5")):
+        fail("a failed predict left OUT.h5")
+    print("ilora: errors name the missing run dir, the input file and field")
+
+
+def test_lstm(exe, tmp):
+    h5 = os.path.join(tmp, "s.h5")
+    make_series(h5)
+    ini = os.path.join(tmp, "ls.ini")
+    write_ini(ini, f"""[pipeline]
+name = ls
+run_dir = {tmp}/runs
+seed = 1
+[data]
+plugin = hdf5_chunk
+path = {h5}
+window = 14
+horizon = 2
+target_columns = ridership
+standardize = true
+train_end = 2014-03-10
+val_end = 2014-04-09
+batch_size = 16
+eval_batch_size = 8
+[model]
+plugin = lstm
+hidden_size = 8
+[optimizer]
+plugin = adamw
+lr = 1e-2
+[trainer]
+max_epochs = 2
+monitor = val_mae
+""")
+    run([exe, "run", ini])
+    rd = os.path.join(tmp, "runs", "ls", "latest")
+    want = summary(rd)["test_metrics"]["mae"]
+    out = os.path.join(tmp, "ls_pred.h5")
+    run([exe, "predict", rd, h5, out])
+    check_attrs(out, rd, "lstm")
+    with h5py.File(out) as f:
+        fc, tg = f["forecast"][:], f["target"][:]
+    if fc.shape != (30, 2, 1) or tg.shape != fc.shape:
+        fail("lstm: forecast %s target %s, expected (30, 2, 1)" % (fc.shape, tg.shape))
+    mae = float(np.abs(fc.astype(np.float64) - tg).mean())
+    if abs(mae - want) > 1e-4 * max(1.0, abs(want)):
+        fail("lstm: MAE from OUT.h5 %.6f != the run's test_mae %.6f" % (mae, want))
+    print("lstm: MAE recomputed from OUT.h5 = %.6f (test_mae %.6f)" % (mae, want))
+
+    # a new file: the last 45 rows only (the test windows); its own mean/std differ
+    tail = os.path.join(tmp, "tail.h5")
+    with h5py.File(h5) as f, h5py.File(tail, "w") as g:
+        k = 30 + 14 + 2 - 1
+        g["series"] = f["series"][-k:]
+        g["date"] = f["date"][-k:]
+        g["columns"] = f["columns"][:]
+    outt = os.path.join(tmp, "ls_tail.h5")
+    run([exe, "predict", rd, tail, outt])
+    with h5py.File(outt) as f:
+        d = float(np.abs(f["forecast"][:] - fc).max())
+    if d > 1e-5:
+        fail("lstm: the tail file's forecasts differ by %g: not the run's standardization" % d)
+    print("lstm: a file of the series' tail forecasts the same (max diff %g)" % d)
+
+
+def test_no_predict(exe, tmp):
+    h5 = os.path.join(tmp, "d.h5")
+    rng = np.random.default_rng(0)
+    with h5py.File(h5, "w") as f:
+        for split, n in (("train", 32), ("val", 8), ("test", 8)):
+            x = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
+            f[split + "/x"] = x
+            f[split + "/y"] = x.sum(axis=1, keepdims=True).astype(np.float32)
+    ini = os.path.join(tmp, "mlp.ini")
+    write_ini(ini, f"""[pipeline]
+name = mlp
+run_dir = {tmp}/runs
+[data]
+plugin = hdf5_chunk
+path = {h5}
+datasets = x,y
+batch_size = 8
+[model]
+plugin = mlp
+hidden = 8
+in_features = 4
+out_features = 1
+[optimizer]
+plugin = adamw
+[trainer]
+max_epochs = 1
+""")
+    run([exe, "run", ini])
+    p = run([exe, "predict", os.path.join(tmp, "runs", "mlp", "latest"), h5,
+             os.path.join(tmp, "m.h5")], expect=2)
+    if "'mlp'" not in p.stderr or "predict" not in p.stderr:
+        fail("a model without predict: message does not name it:\n" + p.stderr)
+    print("mlp: refused with: " + p.stderr.splitlines()[0])
+
+
+def main():
+    build = os.path.abspath(sys.argv[1])
+    exe = os.path.join(build, "core", "pipeline")
+    with tempfile.TemporaryDirectory(prefix="pl_test_predict_") as tmp:
+        test_ilora(exe, tmp)
+        test_lstm(exe, tmp)
+        test_no_predict(exe, tmp)
+    print("OK")
+
+
+if __name__ == "__main__":
+    main()
