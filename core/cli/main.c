@@ -269,7 +269,7 @@ static int cmd_check(int argc, char **argv) {
     pl_config_print(cfg, stdout);
     for (int i = 0; i < pl_config_requires_count(cfg); i++)
         printf("requires: %s\n", pl_config_requires_at(cfg, i));
-    if (pl_trainer_check_requires(cfg, a.reg)) {
+    if (pl_trainer_check_requires(cfg, a.reg) || pl_trainer_check_options(cfg)) {
         report_error("invalid configuration");
         pl_config_free(cfg);
         free_args(&a);

@@ -309,6 +309,12 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     META("epoch_train_loss_count", "%lld", (long long)t->ep_loss_n);
     META("last_finite_loss", "%.17g", t->last_finite_loss);
     META("best", "%.17g", t->best);
+    for (int k = 1; k < t->n_monitor; k++) { /* the GAT rule's other monitored metrics */
+        char key[32];
+        snprintf(key, sizeof key, "best_%d", k);
+        META(key, "%.17g", t->bests[k]);
+    }
+    META("early_stopping_best", "%.17g", t->es_best);
     META("have_best", "%d", (int)t->have_best);
     META("bad_vals", "%lld", (long long)t->bad_vals);
     META("seed", "%llu", (unsigned long long)t->ctx.seed);
@@ -457,8 +463,15 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             t->ep_loss_sum = batch > 0 ? meta_f64(&mr, "epoch_train_loss_sum", 0) : 0;
             t->ep_loss_n = batch > 0 ? meta_i64(&mr, "epoch_train_loss_count", 0) : 0;
             t->last_finite_loss = meta_f64(&mr, "last_finite_loss", 0);
-            t->best = meta_f64(&mr, "best", 0);
+            t->best = t->bests[0] = meta_f64(&mr, "best", 0);
+            t->es_best = meta_f64(&mr, "early_stopping_best", t->best); /* older: the same */
             t->have_best = meta_i64(&mr, "have_best", 0) != 0;
+            for (int k = 1; k < t->n_monitor; k++) {
+                char key[32];
+                snprintf(key, sizeof key, "best_%d", k);
+                /* a checkpoint from a one-metric run: this metric starts afresh */
+                t->bests[k] = meta_f64(&mr, key, t->mode_maxes[k] ? -INFINITY : INFINITY);
+            }
             t->bad_vals = meta_i64(&mr, "bad_vals", 0);
             t->nan_skips = meta_i64(&mr, "nan_skips_in_a_row", 0);
             /* absent in checkpoints older than them: nothing to compare */

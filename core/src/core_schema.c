@@ -48,8 +48,10 @@ static const pl_option_spec trainer_schema[] = {
     {"early_stopping", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "stop when `monitor` stops improving for `patience` validations"},
     {"monitor", PL_OPT_STRING, "val_loss", PL_NO_BOUNDS, NULL,
-     "metric for early stopping and the best checkpoint"},
-    {"mode", PL_OPT_CHOICE, "min", PL_NO_BOUNDS, "min|max", "whether `monitor` improves down or up"},
+     "metric for early stopping and the best checkpoint; several (val_loss,val_accuracy): the "
+     "GAT rule (patience while none improves, best where all are best)"},
+    {"mode", PL_OPT_STRING, "min", PL_NO_BOUNDS, NULL,
+     "min|max: whether `monitor` improves down or up (a list: one per monitored metric)"},
     {"patience", PL_OPT_INT, "3", 0, 1e9, NULL, "validations without improvement before stopping"},
     {"min_delta", PL_OPT_FLOAT, "0", 0, 1e30, NULL, "smallest change of `monitor` that counts"},
     {"on_nan", PL_OPT_CHOICE, "stop", PL_NO_BOUNDS, "stop|skip",

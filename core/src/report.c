@@ -89,6 +89,11 @@ void tr_write_summary(trainer *t, int status) {
     if (t->have_best) {
         cJSON_AddStringToObject(o, "monitor", t->monitor);
         cJSON_AddNumberToObject(o, "best_monitor", t->best);
+        if (t->n_monitor > 1) { /* the GAT rule: each metric's best so far */
+            cJSON *b = cJSON_AddObjectToObject(o, "best_monitors");
+            for (int k = 0; b && k < t->n_monitor; k++)
+                cJSON_AddNumberToObject(b, t->monitors[k], t->bests[k]);
+        }
     }
     if (t->have_test) cJSON_AddItemToObject(o, "test_metrics", metrics_json(&t->test_metrics));
     if (t->have_avg_test) {

@@ -307,14 +307,20 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
     tr_log(t, "%s\n", line);
 }
 
-static double monitored(trainer *t, const pl_metrics *val, bool *found) {
-    const char *mon = t->monitor;
+/* Metric k of the monitor list in the validation metrics (NaN, *found false,
+ * when the model reports none of that name). */
+static double monitored(trainer *t, const pl_metrics *val, int k, bool *found) {
+    const char *mon = t->monitors[k];
     *found = false;
     if (strncmp(mon, "val_", 4) != 0) return NAN;
     double v = pl_metrics_get(val, mon + 4);
     *found = !isnan(v);
     return v;
 }
+
+static bool at_least(bool max, double v, double ref) { return max ? v >= ref : v <= ref; }
+
+static pl_status parse_monitors(const pl_config_section *tr, char names[][64], bool *maxes, int *n);
 
 /* A run never reports non-finite metrics as a success: the first one fails
  * the run, naming the split and the metric. */
@@ -331,6 +337,45 @@ static pl_status check_finite(const char *split, const pl_metrics *m) {
     return PL_OK;
 }
 
+bool tr_monitor_step(trainer *t, const double *v) {
+    bool improved, better_best;
+    if (t->n_monitor == 1) {
+        /* Lightning: patience resets on an improvement by more than min_delta; the
+         * best checkpoint follows any strict improvement */
+        bool mx = t->mode_maxes[0];
+        better_best = !t->have_best || (mx ? v[0] > t->bests[0] : v[0] < t->bests[0]);
+        /* EarlyStopping keeps its own best, moved only by an improvement that counts */
+        improved = !t->have_best ||
+                   (mx ? v[0] > t->es_best + t->min_delta : v[0] < t->es_best - t->min_delta);
+        if (improved) t->es_best = v[0];
+    } else {
+        /* The GAT rule (Velickovic et al. 2018, reference execute_cora.py): patience
+         * resets while any monitored metric reaches its best so far (ties count, by
+         * min_delta beyond it when set); the best checkpoint is kept where all of them
+         * are at their best together; each best is tracked on its own */
+        improved = !t->have_best;
+        better_best = true;
+        for (int k = 0; k < t->n_monitor; k++) {
+            bool mx = t->mode_maxes[k];
+            double ref = !t->have_best ? v[k] : mx ? t->bests[k] + t->min_delta
+                                                    : t->bests[k] - t->min_delta;
+            improved |= at_least(mx, v[k], ref);
+            better_best &= !t->have_best || at_least(mx, v[k], t->bests[k]);
+        }
+    }
+    if (improved)
+        t->bad_vals = 0;
+    else
+        t->bad_vals++;
+    for (int k = 0; k < t->n_monitor; k++)
+        if (!t->have_best || (t->n_monitor > 1 ? at_least(t->mode_maxes[k], v[k], t->bests[k])
+                                               : better_best))
+            t->bests[k] = v[k];
+    t->best = t->bests[0];
+    t->have_best = true;
+    return better_best;
+}
+
 static pl_status validate(trainer *t, bool *stop) {
     double t0 = tr_now();
     pl_status st = evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
@@ -340,21 +385,17 @@ static pl_status validate(trainer *t, bool *stop) {
     snprintf(heading, sizeof heading, "epoch %lld step %lld validation (%.1fs):",
              (long long)t->epoch, (long long)t->step, tr_now() - t0);
     tr_print_metrics(t, heading, "val", &t->last_val);
-    bool found;
-    double v = monitored(t, &t->last_val, &found);
-    if (!found) return PL_OK;
+    double v[PL_MONITOR_MAX];
+    for (int k = 0; k < t->n_monitor; k++) {
+        bool found;
+        v[k] = monitored(t, &t->last_val, k, &found);
+        if (!found) return PL_OK;
+    }
     for (int k = 0; k < t->n_sched; k++)
         if (SCHED(&t->sched[k])->on_validation)
-            SCHED(&t->sched[k])->on_validation(t->sched[k].self, v);
-    bool better_best = !t->have_best || (t->mode_max ? v > t->best : v < t->best);
-    bool improved = !t->have_best ||
-                    (t->mode_max ? v > t->best + t->min_delta : v < t->best - t->min_delta);
-    if (improved)
-        t->bad_vals = 0;
-    else
-        t->bad_vals++;
+            SCHED(&t->sched[k])->on_validation(t->sched[k].self, v[0]);
+    bool better_best = tr_monitor_step(t, v);
     if (better_best) {
-        t->best = v;
         t->have_best = true;
         if (t->save_best) {
             snprintf(t->best_path, sizeof t->best_path, "%s/checkpoints/best.safetensors",
@@ -808,7 +849,8 @@ static void read_settings(trainer *t) {
     t->limit[PL_SPLIT_TEST] = cfg_limit(tr, "limit_test_batches");
     t->early_stop = pl_cfg_bool(tr, "early_stopping", false);
     t->monitor = pl_cfg_str(tr, "monitor", "val_loss");
-    t->mode_max = !strcmp(pl_cfg_str(tr, "mode", "min"), "max");
+    parse_monitors(tr, t->monitors, t->mode_maxes, &t->n_monitor); /* checked by pl_trainer_check_options */
+    t->mode_max = t->mode_maxes[0];
     t->patience = pl_cfg_int(tr, "patience", 3);
     t->min_delta = pl_cfg_float(tr, "min_delta", 0);
     t->on_nan_skip = !strcmp(pl_cfg_str(tr, "on_nan", "stop"), "skip");
@@ -820,6 +862,65 @@ static void read_settings(trainer *t) {
     t->log_every = pl_cfg_int(tr, "log_every_n_steps", 50);
     t->do_test = pl_cfg_bool(tr, "test", true);
     t->do_export = pl_cfg_bool(tr, "export", false);
+}
+
+/* [trainer] monitor = M1[,M2...] and mode = min|max[,...] (one mode for all, or
+ * one per metric) into names and directions. PL_ERR_CONFIG naming the key on
+ * more than PL_MONITOR_MAX metrics, an empty or non-"val_" name, a mode other
+ * than min/max, or a mode count that is neither 1 nor the metric count. */
+static pl_status parse_monitors(const pl_config_section *tr, char names[][64], bool *maxes, int *n) {
+    const char *mon = pl_cfg_str(tr, "monitor", "val_loss"), *mode = pl_cfg_str(tr, "mode", "min");
+    char mb[512], db[256];
+    snprintf(mb, sizeof mb, "%s", mon);
+    snprintf(db, sizeof db, "%s", mode);
+    *n = 0;
+    names[0][0] = 0;
+    maxes[0] = false;
+    char *save = NULL;
+    for (char *tok = strtok_r(mb, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        size_t L = strlen(tok);
+        while (L && tok[L - 1] == ' ') tok[--L] = 0;
+        if (*n == PL_MONITOR_MAX)
+            return pl_error_set(PL_ERR_CONFIG, "[trainer] monitor = %s: at most %d metrics", mon,
+                                PL_MONITOR_MAX);
+        if (!L || L >= 64)
+            return pl_error_set(PL_ERR_CONFIG, "[trainer] monitor = %s: empty or overlong metric name",
+                                mon);
+        snprintf(names[(*n)++], 64, "%s", tok);
+    }
+    if (*n == 0) return pl_error_set(PL_ERR_CONFIG, "[trainer] monitor is empty");
+    int nm = 0;
+    bool mv[PL_MONITOR_MAX + 1];
+    save = NULL;
+    for (char *tok = strtok_r(db, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ') tok++;
+        size_t L = strlen(tok);
+        while (L && tok[L - 1] == ' ') tok[--L] = 0;
+        if (strcmp(tok, "min") && strcmp(tok, "max")) {
+            pl_hint_set("mode is min or max, or a list with one per monitored metric (min,max)");
+            return pl_error_set(PL_ERR_CONFIG, "[trainer] mode = %s: '%s' is neither min nor max",
+                                mode, tok);
+        }
+        if (nm == PL_MONITOR_MAX) break;
+        mv[nm++] = !strcmp(tok, "max");
+    }
+    if (nm != 1 && nm != *n) {
+        pl_hint_set("give one mode for all metrics, or one per metric in the order of monitor");
+        return pl_error_set(PL_ERR_CONFIG, "[trainer] monitor = %s names %d metrics but mode = %s "
+                            "gives %d directions", mon, *n, mode, nm);
+    }
+    for (int k = 0; k < *n; k++)
+        maxes[k] = nm == 1 ? mv[0] : mv[k];
+    return PL_OK;
+}
+
+pl_status pl_trainer_check_options(const pl_config *cfg) {
+    const pl_config_section *tr = pl_config_section_get(cfg, "trainer");
+    char names[PL_MONITOR_MAX][64];
+    bool maxes[PL_MONITOR_MAX];
+    int n;
+    return tr ? parse_monitors(tr, names, maxes, &n) : PL_OK;
 }
 
 static int fail(trainer *t, int code) {
@@ -940,6 +1041,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     t->tty = isatty(STDOUT_FILENO);
     t->resume_total_steps = -1;
     t->resume_lr_factor = NAN;
+    if (pl_trainer_check_options(cfg)) return fail(t, 2);
     read_settings(t);
     const char *init0 = pl_cfg_str(t->tr, "init_from", "");
     const char *res0 = opts && opts->resume ? opts->resume : pl_cfg_str(t->tr, "resume", "");

@@ -29,6 +29,11 @@ typedef struct pl_run_options {
  * `pipeline check` and before a run builds any stage. PL_ERR_CONFIG naming
  * the field on a mismatch, PL_ERR_ABI when a plugin declares nothing. */
 pl_status pl_trainer_check_fields(const pl_config *cfg);
+/* [trainer] options that depend on each other, checked before a run and by
+ * `pipeline check`: `monitor` (1..4 comma-separated validation metrics) and
+ * `mode` (min|max, one for all or one per metric). PL_ERR_CONFIG naming the
+ * key and value. */
+pl_status pl_trainer_check_options(const pl_config *cfg);
 
 /* The [pipeline] requires graph from `cfg` (each required config loaded
  * and checked in turn): PL_ERR_CONFIG naming the cycle (a.ini -> b.ini ->

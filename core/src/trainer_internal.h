@@ -32,6 +32,8 @@ typedef struct stage {
     void *self;
 } stage;
 
+#define PL_MONITOR_MAX 4
+
 /* A batch limit or validation interval: a count of batches (the value was
  * written as an integer) or a fraction of the split (written as a float). */
 typedef struct pl_limit {
@@ -68,7 +70,12 @@ typedef struct trainer {
     int64_t max_nan_skips; /* on_nan = skip: consecutive skips allowed (0: no limit) */
     pl_limit limit[PL_SPLIT_COUNT]; /* limit_{train,val,test}_batches */
     pl_limit val_interval;          /* val_check_interval */
-    const char *monitor;
+    const char *monitor; /* the [trainer] monitor string as written ("val_loss,val_accuracy") */
+    /* monitored metrics: one (Lightning's ModelCheckpoint / EarlyStopping), or several
+     * under the GAT rule (see validate()) */
+    int n_monitor;
+    char monitors[PL_MONITOR_MAX][64];
+    bool mode_maxes[PL_MONITOR_MAX];
 
     /* state (saved in checkpoints) */
     int64_t epoch, step, micro;
@@ -76,7 +83,9 @@ typedef struct trainer {
     int64_t accum_pending; /* micro-batches accumulated since the last step */
     double ep_loss_sum;    /* the epoch's train-loss sum and count so far */
     int64_t ep_loss_n;
-    double best;
+    double best;                    /* = bests[0] */
+    double bests[PL_MONITOR_MAX];   /* best value of each monitored metric so far */
+    double es_best;                 /* one metric: early stopping's best (moves by > min_delta) */
     int64_t bad_vals;
     bool have_best;
     double last_finite_loss;
@@ -189,5 +198,15 @@ int tr_remove_orphan_tmp(const char *dir, double min_age_s,
 /* tr_remove_orphan_tmp over this config's run tree (RUN_DIR/NAME, every run
  * directory in it, their checkpoints/ and outputs/), each removal logged. */
 void tr_sweep_orphan_tmp(trainer *t);
+
+/* One validation's monitored values v[0..n_monitor-1] against the bests so far:
+ * updates bad_vals (patience), bests[] and best, and returns whether this is
+ * the new best checkpoint. One metric: Lightning's EarlyStopping (an
+ * improvement by more than min_delta resets patience) and ModelCheckpoint
+ * (any strict improvement is the best). Several: the GAT rule (Velickovic et
+ * al. 2018, execute_cora.py) - patience resets while any metric reaches its
+ * best so far (ties count), the best checkpoint is where all are at their best
+ * together. Sets have_best. */
+bool tr_monitor_step(trainer *t, const double *v);
 
 #endif

@@ -20,6 +20,7 @@
 #include "pl_test.h"
 #include "registry.h"
 #include "trainer.h"
+#include "trainer_internal.h"
 
 #define N_TRAIN 64
 #define NF 5
@@ -565,6 +566,67 @@ START_TEST(threads_govern_openblas_too) {
                       keys[i], v + strlen(keys[i]));
     }
     free(js);
+}
+END_TEST
+
+/* The monitor rules on hand-made validation sequences: one metric as Lightning
+ * (min_delta gates patience, any strict improvement is the best checkpoint);
+ * val_loss,val_accuracy as the GAT reference code (patience resets while
+ * either reaches its best, ties included; best where both are best). */
+START_TEST(monitor_rules_lightning_and_gat) {
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.n_monitor = 1;
+    t.mode_maxes[0] = false;
+    t.min_delta = 0.1;
+    const double one[] = {1.0, 0.95, 0.85, 0.9};
+    const bool one_best[] = {true, true, true, false};
+    const int64_t one_bad[] = {0, 1, 0, 1};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(tr_monitor_step(&t, &one[i]), one_best[i]);
+        ck_assert_int_eq(t.bad_vals, one_bad[i]);
+    }
+    ck_assert_double_eq(t.best, 0.85);
+
+    memset(&t, 0, sizeof t);
+    t.n_monitor = 2;
+    t.mode_maxes[0] = false; /* val_loss */
+    t.mode_maxes[1] = true;  /* val_accuracy */
+    const double seq[][2] = {{1.0, 0.5}, {0.9, 0.4}, {0.95, 0.5}, {0.95, 0.45},
+                             {0.9, 0.55}, {0.92, 0.5}, {0.91, 0.54}};
+    const bool best[] = {true, false, false, false, true, false, false};
+    const int64_t bad[] = {0, 0, 0, 1, 0, 1, 2};
+    for (int i = 0; i < 7; i++) {
+        ck_assert_msg(tr_monitor_step(&t, seq[i]) == best[i], "validation %d: best", i);
+        ck_assert_msg(t.bad_vals == bad[i], "validation %d: bad_vals %lld, expected %lld", i,
+                      (long long)t.bad_vals, (long long)bad[i]);
+    }
+    ck_assert_double_eq(t.bests[0], 0.9);
+    ck_assert_double_eq(t.bests[1], 0.55);
+}
+END_TEST
+
+/* monitor / mode lists are checked before a run (and by `pipeline check`) */
+START_TEST(monitor_and_mode_lists_are_checked) {
+    const char *bad[][2] = {{"val_loss,val_accuracy", "min,max,min"},
+                            {"val_loss", "down"},
+                            {"val_a,val_b,val_c,val_d,val_e", "min"}};
+    const char *want[] = {"names 2 metrics but mode = min,max,min gives 3", "'down' is neither",
+                          "at most 4 metrics"};
+    for (int i = 0; i < 3; i++) {
+        char ini[512];
+        snprintf(ini, sizeof ini,
+                 "[pipeline]\nname = m\n[data]\nplugin = hdf5_chunk\npath = x.h5\n[model]\nplugin = mlp\n"
+                 "in_features = 2\nout_features = 1\n[optimizer]\nplugin = adamw\n"
+                 "[trainer]\nmonitor = %s\nmode = %s\n", bad[i][0], bad[i][1]);
+        pl_registry *r = registry();
+        pl_config *c = pl_config_load_string(ini, "m.ini", NULL, 0, NULL, r);
+        ck_assert_msg(c != NULL, "config: %s", pl_error_message());
+        ck_assert_int_eq(pl_trainer_check_options(c), PL_ERR_CONFIG);
+        ck_assert_msg(strstr(pl_error_message(), want[i]), "%s", pl_error_message());
+        pl_config_free(c);
+        pl_registry_free(r);
+    }
 }
 END_TEST
 
@@ -1239,6 +1301,8 @@ int main(void) {
     tcase_add_test(tc, mid_epoch_resume_is_bit_identical);
     tcase_add_test(tc, limit_batches_integer_is_a_count_float_a_fraction);
     tcase_add_test(tc, threads_govern_openblas_too);
+    tcase_add_test(tc, monitor_rules_lightning_and_gat);
+    tcase_add_test(tc, monitor_and_mode_lists_are_checked);
     tcase_add_test(tc, extended_run_equals_the_straight_run_in_metrics_and_summary);
     tcase_add_test(tc, resume_refuses_another_stage_plugin_and_names_changed_keys);
     tcase_add_test(tc, mid_epoch_resume_streaming_accumulation_validation);
