@@ -13,8 +13,8 @@ the run's own test evaluation computed, recomputed from OUT.h5 alone:
   - OUT.h5 attributes (run_dir, checkpoint, config_hash, model, split) and
     no temporary file left behind;
   - errors: a missing run directory, an input file without the dataset the
-    model needs (the message names the file and the field), a model without
-    predict support (mlp; the message names it), exit codes 2 / 1 / 2.
+    model needs (the message names the file and the field), exit codes 2 / 1.
+gat and mlp: tests/cli/test_predict_gat_mlp.py (also a model without predict).
 usage: test_predict.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
 import json
@@ -247,48 +247,12 @@ monitor = val_mae
     print("lstm: a file of the series' tail forecasts the same (max diff %g)" % d)
 
 
-def test_no_predict(exe, tmp):
-    h5 = os.path.join(tmp, "d.h5")
-    rng = np.random.default_rng(0)
-    with h5py.File(h5, "w") as f:
-        for split, n in (("train", 32), ("val", 8), ("test", 8)):
-            x = rng.uniform(-1, 1, (n, 4)).astype(np.float32)
-            f[split + "/x"] = x
-            f[split + "/y"] = x.sum(axis=1, keepdims=True).astype(np.float32)
-    ini = os.path.join(tmp, "mlp.ini")
-    write_ini(ini, f"""[pipeline]
-name = mlp
-run_dir = {tmp}/runs
-[data]
-plugin = hdf5_chunk
-path = {h5}
-datasets = x,y
-batch_size = 8
-[model]
-plugin = mlp
-hidden = 8
-in_features = 4
-out_features = 1
-[optimizer]
-plugin = adamw
-[trainer]
-max_epochs = 1
-""")
-    run([exe, "run", ini])
-    p = run([exe, "predict", os.path.join(tmp, "runs", "mlp", "latest"), h5,
-             os.path.join(tmp, "m.h5")], expect=2)
-    if "'mlp'" not in p.stderr or "predict" not in p.stderr:
-        fail("a model without predict: message does not name it:\n" + p.stderr)
-    print("mlp: refused with: " + p.stderr.splitlines()[0])
-
-
 def main():
     build = os.path.abspath(sys.argv[1])
     exe = os.path.join(build, "core", "pipeline")
     with tempfile.TemporaryDirectory(prefix="pl_test_predict_") as tmp:
         test_ilora(exe, tmp)
         test_lstm(exe, tmp)
-        test_no_predict(exe, tmp)
     print("OK")
 
 

@@ -19,6 +19,11 @@
  * returns views (pl_tensor_view_rows) of the staging tensors: no copy and no
  * allocation per batch.
  *
+ * `pipeline predict` (meta predict_split): one split only (every node / graph
+ * when the file has no masks), labels / targets optional, and the run's
+ * graph_meta.json (node) / standardization.json (graphs) instead of
+ * statistics of the new file; both are written into ctx->run_dir by training.
+ *
  * Batch order (plugin.h loader contract, both modes): a split's order is a
  * pure function of (ctx->seed, epoch) - node mode has one batch, graphs mode
  * shuffles the train graphs with seed + epoch - so epoch_begin(split, epoch,
@@ -27,6 +32,7 @@
  * HDF5 is only touched at create (and by batch_fields, which reads nothing),
  * through the shared helpers and under the process-wide lock of pl_h5.h.
  */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +41,7 @@
 #include "pipeline/pipeline.h"
 #include "pl_h5.h"
 
-enum { NB_FIELDS = 5 };
+enum { NB_FIELDS = 6 };
 
 /* One split of graphs mode: its graphs, their epoch order, the batch
  * boundaries and the staging tensors (device) holding the whole split. */
@@ -47,7 +53,8 @@ typedef struct gsplit {
     int64_t *ids;           /* graph ids in file order */
     int64_t *order;         /* graph ids in the current epoch order */
     int64_t *bnode, *bedge; /* [nb_all + 1] staging row offsets of each batch */
-    pl_tensor *x, *src, *dst, *batch, *y;
+    pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
+    pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
     int64_t arranged_epoch; /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
@@ -55,6 +62,8 @@ typedef struct graph {
     pl_run_context *ctx;
     char path[1024];
     bool graphs_mode;
+    int predict; /* `pipeline predict`: the one split served (meta predict_split); -1 training */
+    bool has_y;  /* labels (node) / targets (graphs) in the file: always when training */
     /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
     int64_t N, F, E, C, count[PL_SPLIT_COUNT];
@@ -113,6 +122,17 @@ static const pl_option_spec opts[] = {
     {"standardize_targets", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "mode = graphs: serve (y - mean) / std, mean and unbiased std of the train graphs"},
     PL_OPTIONS_END};
+
+/* True when `key` was given a value other than its schema default. A run's
+ * resolved config.ini (what `pipeline predict` loads) lists every default
+ * as a set key, so "set" alone cannot tell a user's choice from it. */
+static bool cfg_changed(const pl_config_section *cfg, const char *key) {
+    if (!pl_cfg_is_set(cfg, key)) return false;
+    const char *v = pl_cfg_get(cfg, key);
+    for (const pl_option_spec *o = opts; o->name; o++)
+        if (!strcmp(o->name, key)) return !o->default_value || !v || strcmp(v, o->default_value);
+    return true;
+}
 
 /* ---- tensors ------------------------------------------------------------ */
 
@@ -219,6 +239,107 @@ static int64_t copy_edges(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, 
 
 static const char *split_mask_key[PL_SPLIT_COUNT] = {"train_mask", "val_mask", "test_mask"};
 
+/* ---- `pipeline predict` (plugin.h ABI 2.4) -------------------------------
+ * Meta "predict_split" names the one split to serve. The new file needs no
+ * other split and may lack labels / targets; what the model's shape and the
+ * target scale come from is read from the files the run wrote into its
+ * directory (never from the new file): node mode graph_meta.json
+ * (num_features, num_classes), graphs mode standardization.json (the train
+ * graphs' target mean and std). */
+
+static int predict_split_of(const pl_run_context *ctx) {
+    const char *s = ctx && ctx->meta ? pl_meta_get_str(ctx->meta, "predict_split") : NULL;
+    for (int i = 0; s && i < PL_SPLIT_COUNT; i++)
+        if (!strcmp(s, pl_split_name((pl_data_split)i))) return i;
+    return -1;
+}
+
+/* Predict: the mask of split G->predict ([n] u8) into *out, or every entry
+ * selected when the file has none of the three masks (new data without a
+ * split). A file with some masks but not this split's is refused, naming the
+ * dataset. Called under the HDF5 lock. */
+static pl_status read_predict_mask(graph *G, hid_t f, const pl_config_section *cfg, int64_t n,
+                                   const char *unit, uint8_t **out) {
+    const char *key = split_mask_key[G->predict];
+    const char *mk = pl_cfg_str(cfg, key, key);
+    if (!pl_h5_exists(f, mk)) {
+        for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+            const char *o = pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]);
+            if (pl_h5_exists(f, o))
+                return pl_error_set(PL_ERR_IO,
+                                    "%s: no mask dataset '%s' for split '%s' (the file "
+                                    "has '%s'; a file without any mask predicts every %s)",
+                                    G->path, mk, pl_split_name((pl_data_split)G->predict), o, unit);
+        }
+        *out = malloc((size_t)(n > 0 ? n : 1));
+        if (!*out) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+        memset(*out, 1, (size_t)n);
+        return PL_OK;
+    }
+    int64_t dm[1];
+    pl_status st =
+        read_ds(G, f, mk, H5T_NATIVE_UINT8, 1, 1, (int64_t[]){n}, (void **)out, dm, NULL);
+    if (st) return pl_error_prefix(st, "split mask: one entry per %s (%lld)", unit, (long long)n);
+    return PL_OK;
+}
+
+/* Write `root` (consumed) as ctx->run_dir/NAME; a no-op without a run dir. */
+static pl_status run_json_write(const graph *G, const char *name, cJSON *root) {
+    if (!G->ctx || !G->ctx->run_dir || !root) {
+        cJSON_Delete(root);
+        return PL_OK;
+    }
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", G->ctx->run_dir, name);
+    FILE *f = txt ? fopen(p, "w") : NULL;
+    pl_status st = PL_OK;
+    if (!f || fputs(txt, f) < 0) st = pl_error_set(PL_ERR_IO, "%s: cannot write", p);
+    if (f && fclose(f) && !st) st = pl_error_set(PL_ERR_IO, "%s: cannot write", p);
+    free(txt);
+    return st;
+}
+
+/* Parse ctx->run_dir/NAME into *out (the caller checks every member: the
+ * file is untrusted). *out = NULL and PL_OK when the file does not exist. */
+static pl_status run_json_read(const graph *G, const char *name, char *path, size_t np,
+                               cJSON **out) {
+    *out = NULL;
+    snprintf(path, np, "%s/%s", G->ctx && G->ctx->run_dir ? G->ctx->run_dir : ".", name);
+    FILE *f = fopen(path, "rb");
+    if (!f) return PL_OK;
+    char *txt = NULL;
+    long n = -1;
+    if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n < (1L << 24) && !fseek(f, 0, SEEK_SET)) {
+        txt = malloc((size_t)n + 1);
+        if (txt && fread(txt, 1, (size_t)n, f) == (size_t)n) {
+            txt[n] = 0;
+        } else {
+            free(txt);
+            txt = NULL;
+        }
+    }
+    fclose(f);
+    if (!txt) return pl_error_set(PL_ERR_IO, "%s: cannot read (or larger than 16 MiB)", path);
+    *out = cJSON_Parse(txt);
+    free(txt);
+    if (!*out) return pl_error_set(PL_ERR_IO, "%s: not valid JSON", path);
+    return PL_OK;
+}
+
+/* A member of `root` that must be an integer in [lo, hi]. */
+static pl_status json_int(const cJSON *root, const char *path, const char *key, int64_t lo,
+                          int64_t hi, int64_t *v) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+        it->valuedouble < (double)lo || it->valuedouble > (double)hi)
+        return pl_error_set(PL_ERR_IO, "%s: '%s' must be an integer in %lld..%lld", path, key,
+                            (long long)lo, (long long)hi);
+    *v = (int64_t)it->valuedouble;
+    return PL_OK;
+}
+
 /* ---- destroy ------------------------------------------------------------ */
 
 static void release_views(graph *G) {
@@ -243,6 +364,7 @@ static void g_destroy(void *self) {
         pl_tensor_release(S->dst);
         pl_tensor_release(S->batch);
         pl_tensor_release(S->y);
+        pl_tensor_release(S->gid);
         free(S->ids);
         free(S->order);
         free(S->bnode);
@@ -285,21 +407,70 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
                                  G->N, 2, dx, NULL, NULL, 0)))
         goto out;
     int64_t wn[1] = {G->N}, we[2] = {2, -1};
-    if ((st = read_ds(G, f, pl_cfg_str(cfg, "labels", "labels"), H5T_NATIVE_INT64, 1, 1, wn,
-                      (void **)&y, dy, NULL)) ||
-        (st = read_ds(G, f, pl_cfg_str(cfg, "edge_index", "edge_index"), H5T_NATIVE_INT64, 2, 2, we,
+    const int ps = G->predict;
+    const char *lname = pl_cfg_str(cfg, "labels", "labels");
+    G->has_y = ps < 0 || pl_h5_exists(f, lname); /* predict: new nodes may have no labels */
+    if (G->has_y) {
+        if ((st = read_ds(G, f, lname, H5T_NATIVE_INT64, 1, 1, wn, (void **)&y, dy, NULL)))
+            goto out;
+    } else if (!(y = malloc(sizeof *y * (size_t)(G->N ? G->N : 1)))) {
+        st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+        goto out;
+    } else {
+        for (int64_t i = 0; i < G->N; i++)
+            y[i] = -1;
+    }
+    if ((st = read_ds(G, f, pl_cfg_str(cfg, "edge_index", "edge_index"), H5T_NATIVE_INT64, 2, 2, we,
                       (void **)&ei, de, NULL)))
         goto out;
-    for (int s = 0; s < 3; s++)
+    for (int s = 0; s < 3; s++) {
+        if (ps >= 0) { /* predict: that split's mask alone (or every node) */
+            if (s == ps && (st = read_predict_mask(G, f, cfg, G->N, "node", &m[s]))) goto out;
+            continue;
+        }
         if ((st = read_ds(G, f, pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]),
-                          H5T_NATIVE_UINT8, 1, 1, wn,
-                          (void **)&m[s], dm, NULL)))
+                          H5T_NATIVE_UINT8, 1, 1, wn, (void **)&m[s], dm, NULL)))
             goto out;
-    /* attribute num_classes if present, else max label + 1 */
-    int64_t C = -1;
+    }
+    /* attribute num_classes if present, else max label + 1; predict: the run's */
+    int64_t C = -1, run_c = -1;
     bool has_c;
     if ((st = pl_h5_attr_read_int(G->path, f, "num_classes", &C, &has_c))) goto out;
     if (!has_c) C = -1;
+    if (ps >= 0) {
+        char jp[2048];
+        cJSON *j = NULL;
+        int64_t run_f = -1;
+        st = run_json_read(G, "graph_meta.json", jp, sizeof jp, &j);
+        if (!st && j) st = json_int(j, jp, "num_classes", 1, INT32_MAX, &run_c);
+        if (!st && j) st = json_int(j, jp, "num_features", 0, INT64_MAX / 2, &run_f);
+        cJSON_Delete(j);
+        if (st) goto out;
+        if (run_f >= 0 && run_f != G->F) {
+            st = pl_error_set(PL_ERR_SHAPE,
+                              "%s: dataset '%s' has %lld features per node; the run "
+                              "was trained on %lld (%s)",
+                              G->path, pl_cfg_str(cfg, "features", "features"), (long long)G->F,
+                              (long long)run_f, jp);
+            goto out;
+        }
+        if (run_c > 0 && has_c && C != run_c) {
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: attribute num_classes = %lld; the run was "
+                              "trained with %lld classes (%s)",
+                              G->path, (long long)C, (long long)run_c, jp);
+            goto out;
+        }
+        if (run_c > 0)
+            C = run_c;
+        else if (C < 0 && !G->has_y) {
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: neither the run (%s) nor the file (attribute "
+                              "num_classes, labels '%s') gives the number of classes",
+                              G->path, jp, lname);
+            goto out;
+        }
+    }
     int64_t ymax = -1;
     for (int64_t i = 0; i < G->N; i++) {
         if (y[i] < -1) {
@@ -349,13 +520,18 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     G->y = to_device(G, PL_I64, 1, (int64_t[]){G->N}, y);
     G->src = to_device(G, PL_I64, 1, (int64_t[]){G->E}, src);
     G->dst = to_device(G, PL_I64, 1, (int64_t[]){G->E}, dst);
+    bool masks_ok = true;
     for (int s = 0; s < 3 && G->x; s++) {
+        if (!m[s]) continue; /* predict: another split's */
         G->mask[s] = to_device(G, PL_U8, 1, (int64_t[]){G->N}, m[s]);
-        if (!G->mask[s]) break;
+        if (!G->mask[s]) {
+            masks_ok = false;
+            break;
+        }
         for (int64_t i = 0; i < G->N; i++)
             G->count[s] += m[s][i] != 0;
     }
-    if (!G->x || !G->y || !G->src || !G->dst || !G->mask[0] || !G->mask[1] || !G->mask[2]) {
+    if (!G->x || !G->y || !G->src || !G->dst || !masks_ok) {
         st = pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
         goto out;
     }
@@ -394,6 +570,16 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
                  (long long)G->F, (long long)G->C, (long long)isolated, (long long)unlabeled,
                  (long long)G->count[0], (long long)G->count[1], (long long)G->count[2]);
         pl_meta_set_str(ctx->meta, "data_summary", line);
+    }
+    if (ps < 0) { /* what `pipeline predict` needs of this run (README "Predict") */
+        cJSON *j = cJSON_CreateObject();
+        if (j) {
+            cJSON_AddStringToObject(j, "mode", "node");
+            cJSON_AddNumberToObject(j, "num_features", (double)G->F);
+            cJSON_AddNumberToObject(j, "num_classes", (double)G->C);
+            cJSON_AddStringToObject(j, "source", G->path);
+        }
+        if ((st = run_json_write(G, "graph_meta.json", j))) goto out;
     }
     G->st.chunks_loaded = 1;
 out:
@@ -439,7 +625,8 @@ static pl_status check_ptr(const graph *G, const char *name, const int64_t *ptr,
 static pl_status arrange(graph *G, gsplit *S) {
     const int64_t F = G->F, K = G->K, B = G->B;
     bool cpu = pl_device_eq(dev_of(G), PL_CPU);
-    float *px = cpu ? pl_tensor_data(S->x) : G->sx, *py = cpu ? pl_tensor_data(S->y) : G->sy;
+    float *px = cpu ? pl_tensor_data(S->x) : G->sx;
+    float *py = !S->y ? NULL : cpu ? pl_tensor_data(S->y) : G->sy; /* NULL: no targets */
     int64_t *psrc = cpu ? pl_tensor_data(S->src) : G->ssrc,
             *pdst = cpu ? pl_tensor_data(S->dst) : G->sdst;
     int64_t *pbatch = cpu ? pl_tensor_data(S->batch) : G->sbatch;
@@ -466,7 +653,7 @@ static pl_status arrange(graph *G, gsplit *S) {
         for (int64_t i = b * B; i < i1; i++) {
             int64_t g = S->order[i], gn = G->nptr[g + 1] - G->nptr[g];
             memcpy(px + nn * F, G->hx + G->nptr[g] * F, sizeof *px * (size_t)(gn * F));
-            memcpy(py + i * K, G->hy + g * K, sizeof *py * (size_t)K);
+            if (py) memcpy(py + i * K, G->hy + g * K, sizeof *py * (size_t)K);
             int64_t off = nn - n0; /* node offset of graph g within its batch */
             for (int64_t e = G->eptr[g]; e < G->eptr[g + 1]; e++, ee++) {
                 psrc[ee] = G->hsrc[e] + off;
@@ -484,13 +671,13 @@ static pl_status arrange(graph *G, gsplit *S) {
         pl_tensor *t;
         const void *h;
         size_t bytes;
-    } cp[NB_FIELDS] = {{S->x, px, sizeof(float) * (size_t)(S->nodes * F)},
-                       {S->y, py, sizeof(float) * (size_t)(S->ng * K)},
-                       {S->src, psrc, sizeof(int64_t) * (size_t)S->edges},
-                       {S->dst, pdst, sizeof(int64_t) * (size_t)S->edges},
-                       {S->batch, pbatch, sizeof(int64_t) * (size_t)S->nodes}};
-    for (int i = 0; i < NB_FIELDS; i++) {
-        if (!cp[i].bytes) continue;
+    } cp[5] = {{S->x, px, sizeof(float) * (size_t)(S->nodes * F)},
+               {S->y, py, sizeof(float) * (size_t)(S->ng * K)},
+               {S->src, psrc, sizeof(int64_t) * (size_t)S->edges},
+               {S->dst, pdst, sizeof(int64_t) * (size_t)S->edges},
+               {S->batch, pbatch, sizeof(int64_t) * (size_t)S->nodes}};
+    for (int i = 0; i < 5; i++) {
+        if (!cp[i].bytes || !cp[i].t) continue;
         pl_status st =
             be->memcpy(pl_tensor_data(cp[i].t), cp[i].t->device, cp[i].h, PL_CPU, cp[i].bytes);
         if (st)
@@ -523,21 +710,125 @@ static void train_order(graph *G, int64_t epoch) {
     }
 }
 
+/* Target k's name in standardization.json: "y[k]" (the dataset and column). */
+static void target_column(char *b, size_t n, const char *yname, int64_t k) {
+    snprintf(b, n, "%s[%lld]", yname, (long long)k);
+}
+
+/* Training: run_dir/standardization.json with the train graphs' target mean
+ * and std (mean 0, std 1 with standardize_targets = false), the layout of
+ * hdf5_chunk's series mode plus num_features, so `pipeline predict` serves
+ * new graphs in the units the model was trained in. */
+static pl_status write_run_standardization(const graph *G, const char *yname, const double *mean,
+                                           const double *sd, bool standardized) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *c = cJSON_AddArrayToObject(root, "columns");
+    cJSON *m = cJSON_AddArrayToObject(root, "mean");
+    cJSON *s = cJSON_AddArrayToObject(root, "std");
+    if (!root || !c || !m || !s) {
+        cJSON_Delete(root);
+        return pl_error_set(PL_ERR_NOMEM, "hdf5_graph: out of memory");
+    }
+    for (int64_t k = 0; k < G->K; k++) {
+        char nb[128];
+        target_column(nb, sizeof nb, yname, k);
+        cJSON_AddItemToArray(c, cJSON_CreateString(nb));
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(mean[k]));
+        cJSON_AddItemToArray(s, cJSON_CreateNumber(sd[k]));
+    }
+    cJSON_AddBoolToObject(root, "standardized", standardized);
+    cJSON_AddNumberToObject(root, "train_graphs", (double)G->sp[PL_SPLIT_TRAIN].ng);
+    cJSON_AddNumberToObject(root, "num_features", (double)G->F);
+    cJSON_AddStringToObject(root, "source", G->path);
+    cJSON_AddStringToObject(root, "formula",
+                            "y_std = (y - mean) / std, unbiased std of the train graphs' targets");
+    return run_json_write(G, "standardization.json", root);
+}
+
+/* Predict: the run's standardization.json into new *mean / *sd and G->K (the
+ * file's targets, when present, must have as many columns). The file is
+ * untrusted: arrays of equal length 1..64 (the gat limit is checked by the
+ * model), finite means, finite std > 0, columns named as this config's. */
+static pl_status read_run_standardization(graph *G, const char *yname, double **mean, double **sd) {
+    char p[2048];
+    cJSON *root = NULL;
+    pl_status st = run_json_read(G, "standardization.json", p, sizeof p, &root);
+    if (st) return st;
+    if (!root) {
+        pl_hint_set("a run trained before hdf5_graph saved its target statistics cannot predict "
+                    "in original units; retrain it");
+        return pl_error_set(PL_ERR_IO,
+                            "%s: cannot open (the run's target standardization: "
+                            "predict needs it to read new graphs)",
+                            p);
+    }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "columns");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(root, "mean");
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "std");
+    int K = cJSON_IsArray(c) ? cJSON_GetArraySize(c) : -1;
+    int64_t nf = -1;
+    if (K < 1 || K > 1024 || !cJSON_IsArray(m) || !cJSON_IsArray(d) || cJSON_GetArraySize(m) != K ||
+        cJSON_GetArraySize(d) != K)
+        st = pl_error_set(PL_ERR_IO,
+                          "%s: expected arrays columns, mean and std of equal length "
+                          "1..1024",
+                          p);
+    if (!st) st = json_int(root, p, "num_features", 0, INT64_MAX / 2, &nf);
+    if (!st && nf != G->F)
+        st = pl_error_set(PL_ERR_SHAPE,
+                          "%s: node features have %lld columns; the run was trained "
+                          "on %lld (%s)",
+                          G->path, (long long)G->F, (long long)nf, p);
+    if (!st && G->has_y && G->K != K)
+        st = pl_error_set(PL_ERR_SHAPE,
+                          "%s: dataset '%s' has %lld targets per graph; the run was "
+                          "trained on %d (%s)",
+                          G->path, yname, (long long)G->K, K, p);
+    if (!st) {
+        *mean = calloc((size_t)K, sizeof **mean);
+        *sd = calloc((size_t)K, sizeof **sd);
+        if (!*mean || !*sd) st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+    }
+    for (int k = 0; !st && k < K; k++) {
+        const cJSON *ck = cJSON_GetArrayItem(c, k), *mk = cJSON_GetArrayItem(m, k),
+                    *dk = cJSON_GetArrayItem(d, k);
+        char nb[128];
+        target_column(nb, sizeof nb, yname, k);
+        if (!cJSON_IsString(ck) || strcmp(ck->valuestring, nb))
+            st = pl_error_set(PL_ERR_IO, "%s: column %d is '%s'; this config's targets are '%s'", p,
+                              k, cJSON_IsString(ck) ? ck->valuestring : "?", nb);
+        else if (!cJSON_IsNumber(mk) || !cJSON_IsNumber(dk) || !isfinite(mk->valuedouble) ||
+                 !isfinite(dk->valuedouble) || !(dk->valuedouble > 0))
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: mean/std of column '%s' must be finite numbers, "
+                              "std > 0",
+                              p, nb);
+        else {
+            (*mean)[k] = mk->valuedouble;
+            (*sd)[k] = dk->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    if (!st) G->K = K;
+    return st;
+}
+
 static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx) {
     static const char *only_node[] = {"labels"};
     for (size_t i = 0; i < sizeof only_node / sizeof *only_node; i++)
-        if (pl_cfg_is_set(cfg, only_node[i]))
+        if (cfg_changed(cfg, only_node[i]))
             return pl_error_set(
                 PL_ERR_CONFIG,
                 "hdf5_graph: option '%s' applies to mode = node only (graphs: targets)",
                 only_node[i]);
-    const char *xname = pl_cfg_is_set(cfg, "features") ? pl_cfg_str(cfg, "features", "x") : "x";
+    const char *xname = cfg_changed(cfg, "features") ? pl_cfg_str(cfg, "features", "x") : "x";
     const char *einame = pl_cfg_str(cfg, "edge_index", "edge_index");
     const char *npname = pl_cfg_str(cfg, "node_ptr", "node_ptr");
     const char *epname = pl_cfg_str(cfg, "edge_ptr", "edge_ptr");
     const char *yname = pl_cfg_str(cfg, "targets", "y");
+    const int ps = G->predict;
     G->B = pl_cfg_int(cfg, "batch_size", 32);
-    G->shuffle = pl_cfg_bool(cfg, "shuffle", true);
+    G->shuffle = ps < 0 && pl_cfg_bool(cfg, "shuffle", true); /* predict: file order */
     G->drop_last = pl_cfg_bool(cfg, "drop_last", false);
     bool loops = pl_cfg_bool(cfg, "add_self_loops", false),
          norm = pl_cfg_bool(cfg, "row_normalize", false);
@@ -573,14 +864,19 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
         pl_error_prefix(st, "'%s' and '%s' must both have G+1 entries", npname, epname);
         goto out;
     }
-    if ((st = read_ds(G, f, yname, H5T_NATIVE_FLOAT, 1, 2, (int64_t[]){G->NG, -1}, (void **)&G->hy,
-                      dy, &yrank))) {
+    G->has_y = ps < 0 || pl_h5_exists(f, yname); /* predict: new graphs may have no targets */
+    if (G->has_y && (st = read_ds(G, f, yname, H5T_NATIVE_FLOAT, 1, 2, (int64_t[]){G->NG, -1},
+                                  (void **)&G->hy, dy, &yrank))) {
         pl_error_prefix(st, "targets: one row per graph (G = %lld from '%s')", (long long)G->NG,
                         npname);
         goto out;
     }
-    G->K = yrank == 2 ? dy[1] : 1;
+    G->K = !G->has_y ? 0 : yrank == 2 ? dy[1] : 1;
     for (int s = 0; s < 3; s++) {
+        if (ps >= 0) { /* predict: that split's mask alone (or every graph) */
+            if (s == ps && (st = read_predict_mask(G, f, cfg, G->NG, "graph", &m[s]))) goto out;
+            continue;
+        }
         const char *mk = pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]);
         if ((st = read_ds(G, f, mk, H5T_NATIVE_UINT8, 1, 1, (int64_t[]){G->NG}, (void **)&m[s], dm,
                           NULL))) {
@@ -598,14 +894,16 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     if ((st = check_ptr(G, npname, np, G->NG + 1, G->N, xname, "rows")) ||
         (st = check_ptr(G, epname, ep, G->NG + 1, E, einame, "columns")))
         goto out_unlocked;
-    if (G->K < 1) {
+    if (G->has_y && G->K < 1) {
         st = pl_error_set(PL_ERR_SHAPE, "%s: dataset '%s' has 0 targets per graph", G->path, yname);
         goto out_unlocked;
     }
+    /* predict: the number of targets and their scale are the run's */
+    if (ps >= 0 && (st = read_run_standardization(G, yname, &mean, &sd))) goto out_unlocked;
     /* NaN / Inf in node features or targets is refused (README "Missing values") */
     if ((st = pl_h5_check_finite(G->path, xname, PL_F32, G->hx, 0, G->N, 2, dx, NULL, NULL, 0)) ||
-        (st = pl_h5_check_finite(G->path, yname, PL_F32, G->hy, 0, G->NG, yrank, dy, NULL, NULL,
-                                 0)))
+        (G->has_y && (st = pl_h5_check_finite(G->path, yname, PL_F32, G->hy, 0, G->NG, yrank, dy,
+                                              NULL, NULL, 0))))
         goto out_unlocked;
     for (int64_t g = 0; g < G->NG; g++) {
         int64_t n = np[g + 1] - np[g];
@@ -647,6 +945,7 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
         S->arranged_epoch = -1;
+        if (!m[s]) continue; /* predict: another split's */
         for (int64_t g = 0; g < G->NG; g++)
             S->ng += m[s][g] != 0;
         if (S->ng == 0) {
@@ -655,7 +954,7 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
                               pl_cfg_str(cfg, split_mask_key[s], split_mask_key[s]));
             goto out_unlocked;
         }
-        bool drop = s == PL_SPLIT_TRAIN && G->drop_last;
+        bool drop = s == PL_SPLIT_TRAIN && G->drop_last && ps < 0;
         if (drop && S->ng < G->B) {
             st = pl_error_set(
                 PL_ERR_CONFIG,
@@ -684,14 +983,17 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
         memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
     }
 
-    /* target standardization: mean and unbiased (n - 1) std over the train graphs */
-    mean = calloc((size_t)G->K, sizeof *mean);
-    sd = calloc((size_t)G->K, sizeof *sd);
+    /* target standardization: mean and unbiased (n - 1) std over the train graphs
+     * (predict: the run's, read above) */
+    if (ps < 0) {
+        mean = calloc((size_t)G->K, sizeof *mean);
+        sd = calloc((size_t)G->K, sizeof *sd);
+    }
     if (!mean || !sd) {
         st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
         goto out_unlocked;
     }
-    for (int64_t kk = 0; kk < G->K; kk++) {
+    for (int64_t kk = 0; kk < G->K && ps < 0; kk++) {
         const gsplit *T = &G->sp[PL_SPLIT_TRAIN];
         if (!standardize) {
             sd[kk] = 1.0;
@@ -708,7 +1010,7 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
         sd[kk] = T->ng > 1 ? sqrt(ss / (double)(T->ng - 1)) : 0.0;
         if (!(sd[kk] > 0)) sd[kk] = 1.0; /* constant target or one train graph: center only */
     }
-    if (standardize)
+    if ((standardize || ps >= 0) && G->has_y)
         for (int64_t g = 0; g < G->NG; g++)
             for (int64_t kk = 0; kk < G->K; kk++)
                 G->hy[g * G->K + kk] = (float)((G->hy[g * G->K + kk] - mean[kk]) / sd[kk]);
@@ -716,23 +1018,27 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     /* staging tensors (device) + host scratch for a non-CPU device */
     pl_device dev = dev_of(G);
     int64_t max_nodes = 0, max_edges = 0, max_ng = 0;
-    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y"};
+    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y", "graph"};
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
+        if (ps >= 0 && s != ps) continue; /* predict: one split */
         S->x = own_empty(PL_F32, 2, (int64_t[]){S->nodes, G->F}, dev);
         S->src = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
         S->dst = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
         S->batch = own_empty(PL_I64, 1, (int64_t[]){S->nodes}, dev);
-        S->y = own_empty(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
-        if (!S->x || !S->src || !S->dst || !S->batch || !S->y) {
+        if (G->has_y) S->y = own_empty(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
+        /* predict: each graph's index in the file, in serving (file) order */
+        if (ps >= 0) S->gid = to_device(G, PL_I64, 1, (int64_t[]){S->ng}, S->ids);
+        if (!S->x || !S->src || !S->dst || !S->batch || (G->has_y && !S->y) ||
+            (ps >= 0 && !S->gid)) {
             st = pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
                                  "%s: staging tensors of split '%s'", G->path,
                                  pl_split_name((pl_data_split)s));
             goto out_unlocked;
         }
-        pl_tensor *t[NB_FIELDS] = {S->x, S->src, S->dst, S->batch, S->y};
+        pl_tensor *t[NB_FIELDS] = {S->x, S->src, S->dst, S->batch, S->y, S->gid};
         for (int i = 0; i < NB_FIELDS; i++)
-            pl_tensor_set_name(t[i], "%s", fname[i]);
+            if (t[i]) pl_tensor_set_name(t[i], "%s", fname[i]);
         max_nodes = S->nodes > max_nodes ? S->nodes : max_nodes;
         max_edges = S->edges > max_edges ? S->edges : max_edges;
         max_ng = S->ng > max_ng ? S->ng : max_ng;
@@ -750,7 +1056,7 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     }
     /* val/test (and an unshuffled train) never change order: lay out once */
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
-        if (s == PL_SPLIT_TRAIN && G->shuffle) continue;
+        if ((s == PL_SPLIT_TRAIN && G->shuffle) || G->sp[s].ng == 0) continue;
         if ((st = arrange(G, &G->sp[s]))) goto out_unlocked;
         G->sp[s].arranged_epoch = 0;
     }
@@ -777,6 +1083,8 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
                  (long long)G->sp[0].ng, (long long)G->sp[1].ng, (long long)G->sp[2].ng);
         pl_meta_set_str(ctx->meta, "data_summary", line);
     }
+    if (ps < 0 && (st = write_run_standardization(G, yname, mean, sd, standardize)))
+        goto out_unlocked;
     G->st.chunks_loaded = 1;
     goto out_unlocked;
 out:
@@ -804,13 +1112,15 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     G->cur = -1;
     snprintf(G->path, sizeof G->path, "%s", pl_cfg_str(cfg, "path", ""));
     G->graphs_mode = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
+    G->predict = predict_split_of(ctx);
+    G->has_y = true;
     pl_status st = PL_OK;
     if (!G->graphs_mode) {
         static const char *only_graphs[] = {"node_ptr",           "edge_ptr", "targets",
                                             "batch_size",         "shuffle",  "drop_last",
                                             "standardize_targets"};
         for (size_t i = 0; i < sizeof only_graphs / sizeof *only_graphs && !st; i++)
-            if (pl_cfg_is_set(cfg, only_graphs[i]))
+            if (cfg_changed(cfg, only_graphs[i]))
                 st = pl_error_set(PL_ERR_CONFIG,
                                   "hdf5_graph: option '%s' applies to mode = graphs only",
                                   only_graphs[i]);
@@ -880,7 +1190,8 @@ static int next_graphs(graph *G, pl_batch *out) {
         emit(G, out, "edge_src", own_rows(S->src, e0, ne)) ||
         emit(G, out, "edge_dst", own_rows(S->dst, e0, ne)) ||
         emit(G, out, "batch", own_rows(S->batch, n0, nn)) ||
-        emit(G, out, "y", own_rows(S->y, g0, ng))) {
+        (S->y && emit(G, out, "y", own_rows(S->y, g0, ng))) ||
+        (S->gid && emit(G, out, "graph", own_rows(S->gid, g0, ng)))) {
         release_views(G);
         memset(out, 0, sizeof *out);
         return -1;
@@ -908,11 +1219,12 @@ static int g_next(void *self, pl_batch *out) {
         G->cur_batch = 1;
         const char *names[5] = {"x", "edge_src", "edge_dst", "y", "mask"};
         pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, G->mask[G->cur]};
+        out->n = 0;
         for (int i = 0; i < 5; i++) {
-            out->names[i] = names[i];
-            out->fields[i] = f[i]; /* borrowed: the cached tensors themselves */
+            if (i == 3 && !G->has_y) continue; /* predict: a file without labels */
+            out->names[out->n] = names[i];
+            out->fields[out->n++] = f[i]; /* borrowed: the cached tensors themselves */
         }
-        out->n = 5;
         out->size = G->N;
         out->index = 0;
         r = 1;
@@ -923,7 +1235,10 @@ static int g_next(void *self, pl_batch *out) {
 /* Node mode: x f32 [N, F], edge_src / edge_dst i64 [E], y i64 [N], mask u8 [N];
  * graphs mode: x f32 [n, F], edge_src / edge_dst i64 [e], batch i64 [n],
  * y f32 [B, K] (targets [G] are served as [B, 1]). Both are fixed by the
- * mode, whatever the file's types (the loader converts), so nothing is read. */
+ * mode, whatever the file's types (the loader converts), so nothing is read.
+ * Training batches only: `pipeline predict` batches leave y out when the file
+ * has no labels / targets, and in graphs mode add graph i64 [B] (each graph's
+ * index in the file), which predict_needs of a model may ask for as optional. */
 static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     memset(out, 0, sizeof *out);
     bool graphs = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");

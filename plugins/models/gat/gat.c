@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "gat.h"
+#include "pl_h5.h"
 
 #define IGNORE_INDEX (-100)
 
@@ -130,6 +131,8 @@ void gat_model_free(gat_model *m) {
     pl_tensor_release(m->graph.src);
     pl_tensor_release(m->graph.dst);
     for (int s = 0; s < PL_SPLIT_COUNT; s++) pl_tensor_release(m->target[s].target);
+    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes the file */
+    free(m->pred);
     free(m);
 }
 
@@ -554,11 +557,201 @@ static pl_status gat_batch_needs(const pl_config_section *cfg, pl_field_list *ou
     return st;
 }
 
+/* ---- pipeline predict ----------------------------------------------------------------
+ * OUT.h5 (docs/run-files.md), rows in the split's order:
+ *   node classification (one graph; the rows are the nodes of the split's
+ *   mask, every node when the batch has no mask):
+ *     node  i64 [N]     the node's row in the input's features
+ *     probs f32 [N, C]  softmax of the logits
+ *     pred  i64 [N]     argmax of the logits (first maximum, as the accuracy metric)
+ *     label i64 [N]     the file's label (-1: unlabeled), when the input has labels
+ *   graph regression (batches of graphs):
+ *     graph      i64 [G]     the graph's index in the input file (the loader's
+ *                            `graph` field; else its position in the split)
+ *     prediction f32 [G, K]  in the targets' original units (v * std + mean,
+ *                            the statistics the loader published: for predict
+ *                            the run's standardization.json)
+ *     target     f32 [G, K]  the same units, when the input has targets */
+
+static pl_status gat_predict_needs(const pl_config_section *cfg, pl_field_list *out) {
+    bool graphs = !strcmp(pl_cfg_str(cfg, "task", "node_classification"), "graph_regression");
+    pl_status st = pl_fields_add(out, "x", PL_DTYPE_FLOAT, 2, false);
+    if (!st) st = pl_fields_add(out, "edge_src", PL_DTYPE_INDEX, 1, false);
+    if (!st) st = pl_fields_add(out, "edge_dst", PL_DTYPE_INDEX, 1, false);
+    if (!st && graphs) st = pl_fields_add(out, "batch", PL_DTYPE_INDEX, 1, false);
+    if (!st && graphs) st = pl_fields_add(out, "y", PL_DTYPE_FLOAT, 2, true);
+    if (!st && graphs) st = pl_fields_add(out, "graph", PL_DTYPE_INDEX, 1, true);
+    if (!st && !graphs) st = pl_fields_add(out, "y", PL_DTYPE_INDEX, 1, true);
+    if (!st && !graphs) st = pl_fields_add(out, "mask", PL_U8, 1, true);
+    return st;
+}
+
+static pl_status gat_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+    gat_model *m = self;
+    m->pred = calloc(1, sizeof *m->pred);
+    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "gat: out of memory");
+    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
+    if (st) {
+        free(m->pred);
+        m->pred = NULL;
+    }
+    return st;
+}
+
+/* A batch field, or NULL without an error when the batch lacks it. */
+static pl_tensor *field_or_null(const pl_batch *b, const char *name) {
+    for (int i = 0; i < b->n; i++)
+        if (!strcmp(b->names[i], name)) return b->fields[i];
+    return NULL;
+}
+
+static pl_status predict_nodes(gat_model *m, const pl_batch *b) {
+    char d1[256];
+    pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
+              *ed = pl_batch_get(b, "edge_dst");
+    if (!x || !es || !ed) return pl_error_prefix(pl_error_status(), "gat predict");
+    pl_tensor *y = field_or_null(b, "y"), *mask = field_or_null(b, "mask");
+    if (x->ndim != 2 || x->shape[1] != m->o.in_features)
+        return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [N, %lld]",
+                            pl_tensor_describe(x, d1, sizeof d1), (long long)m->o.in_features);
+    int64_t N = x->shape[0], C = m->o.num_classes;
+    if (y && (y->ndim != 1 || y->shape[0] != N))
+        return pl_error_set(PL_ERR_SHAPE, "gat: labels %s, expected [%lld]",
+                            pl_tensor_describe(y, d1, sizeof d1), (long long)N);
+    if (mask && (mask->ndim != 1 || mask->shape[0] != N))
+        return pl_error_set(PL_ERR_SHAPE, "gat: mask %s, expected [%lld]",
+                            pl_tensor_describe(mask, d1, sizeof d1), (long long)N);
+    pl_tensor *src = NULL, *dst = NULL;
+    pl_status st = gat_edges(m, es, ed, N, &src, &dst);
+    if (st) return st;
+    pl_tensor *hl = pl_contiguous(pl_tensor_to(gat_logits(m, x, src, dst, false), PL_F32, PL_CPU));
+    pl_tensor *hm = mask ? pl_tensor_to(mask, PL_U8, PL_CPU) : NULL;
+    pl_tensor *hy = y ? pl_tensor_to(y, PL_I64, PL_CPU) : NULL;
+    if (!hl || (mask && !hm) || (y && !hy))
+        return pl_error_prefix(pl_error_status(), "gat predict");
+    if (hl->ndim != 2 || hl->shape[0] != N || hl->shape[1] != C)
+        return pl_error_set(PL_ERR_SHAPE, "gat: logits %s, expected [%lld, %lld]",
+                            pl_tensor_describe(hl, d1, sizeof d1), (long long)N, (long long)C);
+    const uint8_t *mv = hm ? pl_tensor_data(hm) : NULL;
+    int64_t n = 0;
+    for (int64_t i = 0; i < N; i++)
+        n += !mv || mv[i];
+    pl_tensor *node = pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU);
+    pl_tensor *probs = pl_tensor_empty(PL_F32, 2, (int64_t[]){n, C}, PL_CPU);
+    pl_tensor *pred = pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU);
+    pl_tensor *label = hy ? pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU) : NULL;
+    if (!node || !probs || !pred || (hy && !label)) return pl_error_status();
+    const float *lv = pl_tensor_f32(hl);
+    const int64_t *yv = hy ? pl_tensor_data(hy) : NULL;
+    int64_t *nv = pl_tensor_data(node), *pv = pl_tensor_data(pred),
+            *lab = label ? pl_tensor_data(label) : NULL;
+    float *qv = pl_tensor_data(probs);
+    for (int64_t i = 0, r = 0; i < N; i++) {
+        if (mv && !mv[i]) continue;
+        const float *l = lv + i * C;
+        int64_t best = 0;
+        for (int64_t j = 1; j < C; j++)
+            if (l[j] > l[best]) best = j;
+        double z = 0;
+        for (int64_t j = 0; j < C; j++)
+            z += exp((double)l[j] - l[best]);
+        for (int64_t j = 0; j < C; j++)
+            qv[r * C + j] = (float)(exp((double)l[j] - l[best]) / z);
+        nv[r] = i;
+        pv[r] = best;
+        if (lab) lab[r] = yv[i];
+        r++;
+    }
+    st = pl_h5_out_append(m->pred, "node", node);
+    if (!st) st = pl_h5_out_append(m->pred, "probs", probs);
+    if (!st) st = pl_h5_out_append(m->pred, "pred", pred);
+    if (!st && label) st = pl_h5_out_append(m->pred, "label", label);
+    return st;
+}
+
+/* [B, K] standardized values -> a new f32 CPU tensor in original units. */
+static pl_tensor *original_units(const gat_model *m, pl_tensor *v) {
+    pl_tensor *h = pl_contiguous(pl_tensor_to(v, PL_F32, PL_CPU));
+    if (!h) return NULL;
+    int64_t B = h->shape[0], K = m->o.num_targets;
+    pl_tensor *out = pl_tensor_empty(PL_F32, 2, (int64_t[]){B, K}, PL_CPU);
+    if (!out) return NULL;
+    const float *src = pl_tensor_f32(h);
+    float *dst = pl_tensor_data(out);
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t k = 0; k < K; k++)
+            dst[i * K + k] = (float)(src[i * K + k] * m->o.scale[k] + m->o.shift[k]);
+    return out;
+}
+
+static pl_status predict_graphs(gat_model *m, const pl_batch *b) {
+    char d1[256];
+    pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
+              *ed = pl_batch_get(b, "edge_dst"), *bv = pl_batch_get(b, "batch");
+    if (!x || !es || !ed || !bv) return pl_error_prefix(pl_error_status(), "gat predict");
+    pl_tensor *y = field_or_null(b, "y"), *gid = field_or_null(b, "graph");
+    int64_t B = b->size, K = m->o.num_targets;
+    if (x->ndim != 2 || x->shape[1] != m->o.in_features)
+        return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [n, %lld]",
+                            pl_tensor_describe(x, d1, sizeof d1), (long long)m->o.in_features);
+    if (bv->ndim != 1 || bv->shape[0] != x->shape[0])
+        return pl_error_set(PL_ERR_SHAPE,
+                            "gat: batch vector %s, expected [%lld] (one graph id per node)",
+                            pl_tensor_describe(bv, d1, sizeof d1), (long long)x->shape[0]);
+    if (y && (y->ndim != 2 || y->shape[0] != B || y->shape[1] != K))
+        return pl_error_set(PL_ERR_SHAPE,
+                            "gat: targets %s, expected [%lld, %lld] (batch size, num_targets)",
+                            pl_tensor_describe(y, d1, sizeof d1), (long long)B, (long long)K);
+    if (gid && (gid->ndim != 1 || gid->shape[0] != B))
+        return pl_error_set(PL_ERR_SHAPE, "gat: graph ids %s, expected [%lld]",
+                            pl_tensor_describe(gid, d1, sizeof d1), (long long)B);
+    pl_tensor *src = NULL, *dst = NULL;
+    pl_status st = edges_build(m, es, ed, x->shape[0], false, &src, &dst);
+    if (st) return st;
+    pl_tensor *pred = gat_graph_predict(m, x, src, dst, bv, B, false);
+    if (!pred) return pl_error_prefix(pl_error_status(), "gat predict");
+    pl_tensor *ids = gid ? pl_tensor_to(gid, PL_I64, PL_CPU) : NULL;
+    if (!gid) { /* no file index: the graph's position in the split */
+        int64_t n0 = pl_h5_out_rows(m->pred, "prediction");
+        ids = pl_tensor_empty(PL_I64, 1, (int64_t[]){B}, PL_CPU);
+        if (ids) {
+            int64_t *iv = pl_tensor_data(ids);
+            for (int64_t i = 0; i < B; i++)
+                iv[i] = (n0 < 0 ? 0 : n0) + i;
+        }
+    }
+    if (!ids) return pl_error_status();
+    st = pl_h5_out_append(m->pred, "graph", ids);
+    if (!st) st = pl_h5_out_append(m->pred, "prediction", original_units(m, pred));
+    if (!st && y) st = pl_h5_out_append(m->pred, "target", original_units(m, y));
+    return st;
+}
+
+static pl_status gat_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+    (void)split;
+    gat_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "gat: predict_batch before predict_begin");
+    return m->o.task == GAT_GRAPH_REGRESSION ? predict_graphs(m, b) : predict_nodes(m, b);
+}
+
+static pl_status gat_predict_end(void *self) {
+    gat_model *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "gat: predict_end before predict_begin");
+    pl_status st = pl_h5_out_close(m->pred);
+    free(m->pred);
+    m->pred = NULL;
+    return st;
+}
+
 static const pl_model_vtable gat_vtable = {
     .create = gat_create,
     .destroy = gat_destroy,
     .forward = gat_forward,
     .batch_needs = gat_batch_needs,
+    .predict_needs = gat_predict_needs,
+    .predict_begin = gat_predict_begin,
+    .predict_batch = gat_predict_batch,
+    .predict_end = gat_predict_end,
 };
 
 PL_PLUGIN_DEFINE(gat, PL_KIND_MODEL, "1.0.0",

@@ -72,6 +72,7 @@ typedef struct gat_model {
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     gat_graph_cache graph;
     gat_target_cache target[PL_SPLIT_COUNT];
+    struct pl_h5_out *pred; /* `pipeline predict`: OUT.h5 between predict_begin and _end */
 } gat_model;
 
 /* Create the parameters into ctx->params (Glorot init from ctx->seed). */

@@ -9,8 +9,10 @@
 #include <string.h>
 
 #include "pipeline/pipeline.h"
+#include "pl_h5.h"
 
 #define MLP_MAX_LAYERS 16
+#define MLP_MAX_UNSCALE 1024 /* outputs with their own target statistics (predict) */
 
 typedef enum { ACT_RELU, ACT_GELU, ACT_TANH } act_kind;
 typedef enum { LOSS_MSE, LOSS_MAE, LOSS_HUBER, LOSS_CE } loss_kind;
@@ -23,6 +25,13 @@ typedef struct mlp {
     double dropout, huber_delta;
     const char *input_field, *target_field, *mask_field;
     pl_run_context *ctx;
+    /* `pipeline predict`: OUT.h5, rows seen, and output o in original units
+     * = v * scale[o % n_scale] + shift[...] (the loader's target_mean_k /
+     * target_std_k: series standardization; identity without them) */
+    pl_h5_out *pred;
+    int64_t pred_rows, n_out;
+    int n_scale;
+    double shift[MLP_MAX_UNSCALE], scale[MLP_MAX_UNSCALE];
 } mlp;
 
 static const pl_option_spec mlp_options[] = {
@@ -50,6 +59,8 @@ static void mlp_destroy(void *self) {
         pl_tensor_release(m->w[i]);
         pl_tensor_release(m->b[i]);
     }
+    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
+    free(m->pred);
     free(m);
 }
 
@@ -85,6 +96,21 @@ static pl_status mlp_create(const pl_config_section *cfg, pl_run_context *ctx, v
         mlp_destroy(m);
         return pl_error_prefix(st, "mlp: set in_features/out_features or use a loader that "
                                "publishes them");
+    }
+    m->n_out = out;
+    if (m->loss != LOSS_CE) { /* the loader's target statistics, when it standardized them */
+        int64_t nt = 1;
+        if (pl_meta_get_int(ctx->meta, "num_targets", &nt) != PL_OK || nt < 1) nt = 1;
+        m->n_scale = nt < MLP_MAX_UNSCALE ? (int)nt : MLP_MAX_UNSCALE;
+        for (int k = 0; k < m->n_scale; k++) {
+            char key[64];
+            double v;
+            snprintf(key, sizeof key, "target_mean_%d", k);
+            m->shift[k] = pl_meta_get_float(ctx->meta, key, &v) == PL_OK ? v : 0.0;
+            snprintf(key, sizeof key, "target_std_%d", k);
+            m->scale[k] = pl_meta_get_float(ctx->meta, key, &v) == PL_OK ? v : 1.0;
+        }
+        pl_error_clear();
     }
     int64_t hidden = pl_cfg_int(cfg, "hidden", 64);
     for (int i = 0; i < m->n_layers && !st; i++) {
@@ -130,13 +156,9 @@ static pl_tensor *mask_index(const pl_batch *b, const char *field, pl_device dev
     return dev.type == PL_DEVICE_CPU ? idx : pl_tensor_to(idx, PL_I64, dev);
 }
 
-static pl_status mlp_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
-                             pl_tensor **loss_out, pl_metrics *metrics) {
-    mlp *m = self;
-    pl_tensor *h = pl_batch_get(b, m->input_field);
-    pl_tensor *y = pl_batch_get(b, m->target_field);
-    if (!h || !y) return pl_error_prefix(pl_error_status(), "mlp");
-    if (h->dtype != PL_F32) h = pl_tensor_to(h, PL_F32, h->device);
+/* The network on inputs h [B, ...] (flattened to [B, F]) -> [B, out_features]. */
+static pl_tensor *mlp_net(mlp *m, pl_tensor *h, bool training) {
+    if (h && h->dtype != PL_F32) h = pl_tensor_to(h, PL_F32, h->device);
     if (h && h->ndim > 2) h = pl_reshape(h, PL_SHAPE(h->shape[0], -1));
     for (int i = 0; i < m->n_layers; i++) {
         h = pl_linear(h, m->w[i], m->b[i]);
@@ -146,6 +168,16 @@ static pl_status mlp_forward(void *self, const pl_batch *b, pl_data_split split,
             h = pl_dropout(h, m->dropout, m->ctx->seed, 1000 + (uint64_t)m->ctx->micro_step * 64 + i,
                            training);
     }
+    return h;
+}
+
+static pl_status mlp_forward(void *self, const pl_batch *b, pl_data_split split, bool training,
+                             pl_tensor **loss_out, pl_metrics *metrics) {
+    mlp *m = self;
+    pl_tensor *h = pl_batch_get(b, m->input_field);
+    pl_tensor *y = pl_batch_get(b, m->target_field);
+    if (!h || !y) return pl_error_prefix(pl_error_status(), "mlp");
+    h = mlp_net(m, h, training);
     pl_tensor *idx = mask_index(b, m->mask_field, h ? h->device : PL_CPU);
     if (idx) {
         h = pl_index_select(h, 0, idx);
@@ -200,11 +232,145 @@ static pl_status mlp_batch_needs(const pl_config_section *cfg, pl_field_list *ou
     return st;
 }
 
+/* ---- pipeline predict ----------------------------------------------------------------
+ * OUT.h5 (docs/run-files.md), one row per input row of the split (with
+ * mask_field: per row its mask selects), in order:
+ *   output f32 [N, out_features]  the network's output; regression: in the
+ *                                 target's original units (the loader's
+ *                                 target_mean_k / target_std_k, when it
+ *                                 standardized; else as served)
+ *   probs  f32 [N, C], pred i64 [N]  loss = cross_entropy: softmax and argmax
+ *                                 of the output (first maximum, as accuracy)
+ *   target f32 [N, out_features] (regression) / i64 [N] (classes), when present
+ *   row    i64 [N]                the row's index in the split */
+
+static pl_status mlp_predict_needs(const pl_config_section *cfg, pl_field_list *out) {
+    bool ce = !strcmp(pl_cfg_str(cfg, "loss", "mse"), "cross_entropy");
+    pl_status st =
+        pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, -1, false);
+    if (!st)
+        st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"),
+                           ce ? PL_DTYPE_INDEX : PL_DTYPE_FLOAT, -1, true);
+    const char *mask = pl_cfg_str(cfg, "mask_field", "");
+    if (!st && mask[0]) st = pl_fields_add(out, mask, PL_U8, 1, true);
+    return st;
+}
+
+static pl_status mlp_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+    mlp *m = self;
+    m->pred = calloc(1, sizeof *m->pred);
+    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "mlp: out of memory");
+    m->pred_rows = 0;
+    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
+    if (st) {
+        free(m->pred);
+        m->pred = NULL;
+    }
+    return st;
+}
+
+/* A batch field, or NULL without an error when the batch lacks it. */
+static pl_tensor *field_or_null(const pl_batch *b, const char *name) {
+    for (int i = 0; name[0] && i < b->n; i++)
+        if (!strcmp(b->names[i], name)) return b->fields[i];
+    return NULL;
+}
+
+static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+    (void)split;
+    char d1[256];
+    mlp *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "mlp: predict_batch before predict_begin");
+    pl_tensor *x = pl_batch_get(b, m->input_field);
+    if (!x) return pl_error_prefix(pl_error_status(), "mlp");
+    pl_tensor *y = field_or_null(b, m->target_field), *mask = field_or_null(b, m->mask_field);
+    int64_t B = x->ndim >= 1 ? x->shape[0] : 0, O = m->n_out;
+    bool ce = m->loss == LOSS_CE;
+    if (y && (y->ndim < 1 || y->shape[0] != B ||
+              (ce ? pl_tensor_numel(y) != B : pl_tensor_numel(y) != B * O)))
+        return pl_error_set(PL_ERR_SHAPE, "mlp: target '%s' %s: expected %lld rows of %lld",
+                            m->target_field, pl_tensor_describe(y, d1, sizeof d1), (long long)B,
+                            (long long)(ce ? 1 : O));
+    if (mask && (mask->ndim != 1 || mask->shape[0] != B))
+        return pl_error_set(PL_ERR_SHAPE, "mlp: mask '%s' %s: expected [%lld]", m->mask_field,
+                            pl_tensor_describe(mask, d1, sizeof d1), (long long)B);
+    pl_tensor *h = pl_contiguous(pl_tensor_to(mlp_net(m, x, false), PL_F32, PL_CPU));
+    pl_tensor *hm = mask ? pl_tensor_to(mask, PL_U8, PL_CPU) : NULL;
+    pl_tensor *hy = !y ? NULL : pl_contiguous(pl_tensor_to(y, ce ? PL_I64 : PL_F32, PL_CPU));
+    if (!h || (mask && !hm) || (y && !hy)) return pl_error_prefix(pl_error_status(), "mlp predict");
+    if (h->ndim != 2 || h->shape[0] != B || h->shape[1] != O)
+        return pl_error_set(PL_ERR_SHAPE, "mlp: output %s, expected [%lld, %lld]",
+                            pl_tensor_describe(h, d1, sizeof d1), (long long)B, (long long)O);
+    const uint8_t *mv = hm ? pl_tensor_data(hm) : NULL;
+    int64_t n = 0;
+    for (int64_t i = 0; i < B; i++)
+        n += !mv || mv[i];
+    pl_tensor *out = pl_tensor_empty(PL_F32, 2, (int64_t[]){n, O}, PL_CPU);
+    pl_tensor *row = pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU);
+    pl_tensor *probs = ce ? pl_tensor_empty(PL_F32, 2, (int64_t[]){n, O}, PL_CPU) : NULL;
+    pl_tensor *pred = ce ? pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU) : NULL;
+    pl_tensor *tg = !hy  ? NULL
+                    : ce ? pl_tensor_empty(PL_I64, 1, (int64_t[]){n}, PL_CPU)
+                         : pl_tensor_empty(PL_F32, 2, (int64_t[]){n, O}, PL_CPU);
+    if (!out || !row || (ce && (!probs || !pred)) || (hy && !tg)) return pl_error_status();
+    const float *hv = pl_tensor_f32(h);
+    float *ov = pl_tensor_data(out);
+    int64_t *rv = pl_tensor_data(row);
+    for (int64_t i = 0, r = 0; i < B; i++) {
+        if (mv && !mv[i]) continue;
+        const float *l = hv + i * O;
+        rv[r] = m->pred_rows + i;
+        for (int64_t o = 0; o < O; o++) {
+            int k = m->n_scale > 0 ? (int)(o % m->n_scale) : 0;
+            ov[r * O + o] = ce || !m->n_scale ? l[o] : (float)(l[o] * m->scale[k] + m->shift[k]);
+            if (tg && !ce) {
+                double t = pl_tensor_f32(hy)[i * O + o];
+                ((float *)pl_tensor_data(tg))[r * O + o] =
+                    (float)(m->n_scale ? t * m->scale[k] + m->shift[k] : t);
+            }
+        }
+        if (ce) {
+            int64_t best = 0;
+            for (int64_t j = 1; j < O; j++)
+                if (l[j] > l[best]) best = j;
+            double z = 0;
+            for (int64_t j = 0; j < O; j++)
+                z += exp((double)l[j] - l[best]);
+            float *pv = (float *)pl_tensor_data(probs) + r * O;
+            for (int64_t j = 0; j < O; j++)
+                pv[j] = (float)(exp((double)l[j] - l[best]) / z);
+            ((int64_t *)pl_tensor_data(pred))[r] = best;
+            if (tg) ((int64_t *)pl_tensor_data(tg))[r] = ((const int64_t *)pl_tensor_data(hy))[i];
+        }
+        r++;
+    }
+    m->pred_rows += B;
+    pl_status st = pl_h5_out_append(m->pred, "output", out);
+    if (!st && ce) st = pl_h5_out_append(m->pred, "probs", probs);
+    if (!st && ce) st = pl_h5_out_append(m->pred, "pred", pred);
+    if (!st && tg) st = pl_h5_out_append(m->pred, "target", tg);
+    if (!st) st = pl_h5_out_append(m->pred, "row", row);
+    return st;
+}
+
+static pl_status mlp_predict_end(void *self) {
+    mlp *m = self;
+    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "mlp: predict_end before predict_begin");
+    pl_status st = pl_h5_out_close(m->pred);
+    free(m->pred);
+    m->pred = NULL;
+    return st;
+}
+
 static const pl_model_vtable mlp_vtable = {
     .create = mlp_create,
     .destroy = mlp_destroy,
     .forward = mlp_forward,
     .batch_needs = mlp_batch_needs,
+    .predict_needs = mlp_predict_needs,
+    .predict_begin = mlp_predict_begin,
+    .predict_batch = mlp_predict_batch,
+    .predict_end = mlp_predict_end,
 };
 
 PL_PLUGIN_DEFINE(mlp, PL_KIND_MODEL, "1.0.0",
