@@ -89,7 +89,7 @@ START_TEST(groups_are_built_from_globs_and_tags) {
 }
 END_TEST
 
-START_TEST(group_without_selector_or_with_bad_tag_is_refused) {
+START_TEST(group_without_selector_is_refused) {
     tk_run r;
     tk_init(&r);
     tk_add_param(&r, "w", PL_SHAPE(2), NULL, true);
@@ -99,10 +99,6 @@ START_TEST(group_without_selector_or_with_bad_tag_is_refused) {
     ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
     ck_assert_ptr_null(self);
     ck_assert_msg(strstr(pl_error_message(), "group 'head' selects nothing"), "%s",
-                  pl_error_message());
-    tk_open(&r, "optimizer", "adamw", NULL, "group.x.tags = no_decay,heads\n");
-    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
-    ck_assert_msg(strstr(pl_error_message(), "unknown parameter tag 'heads'"), "%s",
                   pl_error_message());
     tk_close(&r);
 }
@@ -114,7 +110,8 @@ START_TEST(group_matching_no_parameter_is_warned) {
     tk_run r;
     tk_init(&r);
     tk_add_param(&r, "enc.weight", PL_SHAPE(2), NULL, true);
-    tk_open(&r, "optimizer", "adamw", NULL, "group.head.match = head.*\ngroup.head.lr_scale = 2\n");
+    tk_open(&r, "optimizer", "adamw", NULL,
+            "group.head.match = head.*\ngroup.head.lr_scale = 2\ngroup.r.tags = router\n");
     const pl_optimizer_vtable *vt = r.vtable;
     void *self = NULL;
     char path[] = "/tmp/test_adamw_stderr_XXXXXX";
@@ -134,6 +131,10 @@ START_TEST(group_matching_no_parameter_is_warned) {
     ck_assert_int_eq(st, PL_OK);
     ck_assert_msg(strstr(buf, "group 'head' selects no trainable parameter (match 'head.*')") &&
                       strstr(buf, "enc.weight"),
+                  "stderr: %s", buf);
+    /* a tag no parameter has (moe_lora's router in a plain-LoRA run): warned, not refused */
+    ck_assert_msg(strstr(buf, "group.r.tags: no parameter has the tag 'router'") &&
+                      strstr(buf, "group 'r' selects no trainable parameter"),
                   "stderr: %s", buf);
     vt->destroy(self);
     tk_close(&r);
@@ -166,7 +167,7 @@ int main(void) {
     tcase_add_test(tc, groups_with_lr_scale_and_missing_grads_match_torch);
     tcase_add_test(tc, resume_from_saved_state_is_exact);
     tcase_add_test(tc, groups_are_built_from_globs_and_tags);
-    tcase_add_test(tc, group_without_selector_or_with_bad_tag_is_refused);
+    tcase_add_test(tc, group_without_selector_is_refused);
     tcase_add_test(tc, group_matching_no_parameter_is_warned);
     tcase_add_test(tc, wrong_gradient_dtype_is_an_error_naming_the_parameter);
     suite_add_tcase(s, tc);

@@ -183,10 +183,12 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
                 if (role[0] && !strstr(known, role) && strlen(known) + strlen(role) + 3 < sizeof known)
                     strcat(strcat(known, known[0] ? ", " : ""), role);
             }
+            /* a typo, or a role this model variant does not have (the router of
+             * moe_lora in a plain-LoRA ablation): say so, and train on */
             if (!seen)
-                return pl_error_set(PL_ERR_CONFIG, "%s: group.%s.tags: unknown parameter tag '%s' (tags: "
-                                    "base, no_decay, buffer; roles of this model's parameters: %s)",
-                                    who, specs[k].name, specs[k].roles[r], known[0] ? known : "none");
+                pl_message("warning: %s: group.%s.tags: no parameter has the tag '%s' (tags: base, "
+                           "no_decay, buffer; roles of this model's parameters: %s)",
+                           who, specs[k].name, specs[k].roles[r], known[0] ? known : "none");
         }
     int *owner = malloc(sizeof(int) * (size_t)(np > 0 ? np : 1));
     int count[PL_OPTIM_MAX_GROUPS + 1] = {0};
