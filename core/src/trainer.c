@@ -880,6 +880,27 @@ static pl_status default_precision(trainer *t) {
     return st ? pl_error_prefix(st, "default precision (f32, no [precision] section)") : PL_OK;
 }
 
+pl_status tr_build_model(trainer *t, double *load_start) {
+    pl_status st = pl_trainer_check_fields(t->cfg);
+    if (!st) st = stage_create(t, &t->loader, "data");
+    if (load_start) *load_start = tr_now();
+    if (!st) st = stage_create(t, &t->model, "model");
+    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
+    if (!st) st = stage_create(t, &t->prec, "precision");
+    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    if (!st && !t->prec.self) st = default_precision(t);
+    return st;
+}
+
+void tr_destroy_stages(trainer *t) {
+    stage_destroy(&t->avg);
+    for (int k = t->n_sched - 1; k >= 0; k--) stage_destroy(&t->sched[k]);
+    stage_destroy(&t->optim);
+    stage_destroy(&t->prec);
+    stage_destroy(&t->model);
+    stage_destroy(&t->loader);
+}
+
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
     t->t_start = tr_now();
@@ -955,14 +976,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
           (unsigned long long)t->ctx.seed, omp_get_max_threads());
     tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
-    pl_status st = pl_trainer_check_fields(cfg);
-    if (!st) st = stage_create(t, &t->loader, "data");
-    double load_start = tr_now();
-    if (!st) st = stage_create(t, &t->model, "model");
-    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
-    if (!st) st = stage_create(t, &t->prec, "precision");
-    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
-    if (!st && !t->prec.self) st = default_precision(t);
+    double load_start = 0;
+    pl_status st = tr_build_model(t, &load_start);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],
@@ -1064,12 +1079,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
                pl_config_path(cfg));
 
-    stage_destroy(&t->avg);
-    for (int k = t->n_sched - 1; k >= 0; k--) stage_destroy(&t->sched[k]);
-    stage_destroy(&t->optim);
-    stage_destroy(&t->prec);
-    stage_destroy(&t->model);
-    stage_destroy(&t->loader);
+    tr_destroy_stages(t);
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);
     free(t->epoch_s);

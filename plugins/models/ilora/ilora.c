@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_export.h"
 #include "hf_llama.h"
 #include "ranking.h"
 #include "teacher_export.h"
@@ -239,6 +240,8 @@ static void refresh_params(ilora_model *m) {
         if (p) *m->slot[i].dst = p->t;
     }
 }
+
+void ilora_refresh_params(ilora_model *m) { refresh_params(m); }
 
 /* The item embedding as a float tensor: itself, or (qlora4: frozen and
  * quantized to nf4) a dequantized f32 copy made once per forward, as QLoRA
@@ -1093,6 +1096,7 @@ static const pl_model_vtable ilora_vtable = {
     .export_batch = ilora_export_batch,
     .export_end = ilora_export_end,
     .on_load = NULL,
+    .export_model = ilora_export_model,
 };
 
 PL_PLUGIN_DEFINE(ilora, PL_KIND_MODEL, "0.1.0",
