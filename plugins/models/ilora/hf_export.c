@@ -483,9 +483,9 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
     if (!st && item_front) st = write_item_head(m, dir, &x);
     if (!st) st = write_readme(m, dir, &x, base_here, adapters, base_path, item_front);
     if (!st)
-        pl_message("ilora export: %s%s%s%s", base_here ? "config.json + model.safetensors" : "",
-                   adapters && !x.merge ? (router ? ", one PEFT adapter per expert + router"
-                                                  : ", PEFT adapter")
+        pl_message("ilora export: %s%s%s%s", base_here ? "config.json + model.safetensors" : "base "
+                   "not copied", adapters && !x.merge ? (router ? ", one PEFT adapter per expert "
+                                                                 "+ router" : ", PEFT adapter")
                                         : "",
                    x.merge && adapters ? " (LoRA merged)" : "",
                    item_front ? ", item_head.safetensors" : "");
