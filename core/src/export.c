@@ -43,7 +43,8 @@ static pl_status check_out_dir(const char *out) {
         return pl_error_set(PL_ERR_CONFIG, "export: OUT_DIR %s exists and is not a directory", out);
     }
     DIR *d = opendir(out);
-    if (!d) return pl_error_set(PL_ERR_IO, "export: cannot read OUT_DIR %s: %s", out, strerror(errno));
+    if (!d)
+        return pl_error_set(PL_ERR_IO, "export: cannot read OUT_DIR %s: %s", out, strerror(errno));
     struct dirent *e;
     bool empty = true;
     while (empty && (e = readdir(d)))
@@ -67,7 +68,8 @@ static pl_status resolve_checkpoint(const char *run_dir, const char *which, char
             snprintf(last, sizeof last, "%s/checkpoints/last.safetensors", run_dir);
             if (is_file(last)) {
                 printf("export: %s has no best checkpoint (no validation ran, or save_best = "
-                       "false); using the last one\n", run_dir);
+                       "false); using the last one\n",
+                       run_dir);
                 snprintf(out, n, "%s", last);
                 return PL_OK;
             }
@@ -99,7 +101,9 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 /* Remove a directory and what is in it (the temporary export on error). */
-static void remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void remove_tree(const char *dir) {
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 /* OUT_DIR/pipeline_export.json: where the weights came from. */
 static pl_status write_record(const char *dir, const pl_export_request *r, const char *ckpt,
@@ -147,7 +151,8 @@ static pl_config *load_run_config(const char *path, const char *run_dir, int n_o
     char *text = malloc(cap), line[8192];
     while (text && fgets(line, sizeof line, f)) {
         size_t l = strlen(line);
-        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
+        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r'))
+            line[--l] = 0;
         static const char mark[] = "  ; default";
         if (l >= sizeof mark - 1 && !strcmp(line + l - (sizeof mark - 1), mark) &&
             strchr(line, '=') && line[0] != ';' && line[0] != '[')
@@ -192,8 +197,8 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
     if (st) return st;
     /* the weights come from the checkpoint: no requirement runs, nothing is
      * initialized from elsewhere; an export needs no accelerator */
-    const char *over[] = {"pipeline.device=cpu", "pipeline.requires=", "trainer.init_from=",
-                          "trainer.resume="};
+    const char *over[] = {"pipeline.device=cpu",
+                          "pipeline.requires=", "trainer.init_from=", "trainer.resume="};
     pl_config *cfg = load_run_config(cfg_path, r->run_dir, 4, over, reg);
     if (!cfg) return pl_error_prefix(PL_ERR_CONFIG, "export: the run's configuration");
     const pl_plugin_desc *md = pl_config_plugin(cfg, "model");
@@ -204,9 +209,11 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
     if (!pl_model_export_of(md)) {
         pl_hint_set("a model plugin exports by implementing export_model (plugin ABI 2.4, "
                     "docs/plugin-authors.md)");
-        st = pl_error_set(PL_ERR_UNSUPPORTED, "export: model plugin '%s' (%s, ABI %u.%u) has no "
-                          "export (export_model)", md->name, pl_config_plugin_path(cfg, "model"),
-                          md->abi_major, md->abi_minor);
+        st = pl_error_set(PL_ERR_UNSUPPORTED,
+                          "export: model plugin '%s' (%s, ABI %u.%u) has no "
+                          "export (export_model)",
+                          md->name, pl_config_plugin_path(cfg, "model"), md->abi_major,
+                          md->abi_minor);
         pl_config_free(cfg);
         return st;
     }

@@ -57,23 +57,32 @@ static pl_status parse_options(const char *const *o, ex_opts *x) {
         const char *v = eq + 1;
         if (kl == 4 && !strncmp(o[i], "lora", kl)) {
             if (strcmp(v, "peft") && strcmp(v, "merge"))
-                return pl_error_set(PL_ERR_CONFIG, "ilora export: --lora '%s'; expected peft or "
-                                    "merge", v);
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "ilora export: --lora '%s'; expected peft or "
+                                    "merge",
+                                    v);
             x->merge = !strcmp(v, "merge");
         } else if (kl == 5 && !strncmp(o[i], "dtype", kl)) {
-            if (!strcmp(v, "f32")) x->dt = PL_F32, x->dtype_name = "float32";
-            else if (!strcmp(v, "bf16")) x->dt = PL_BF16, x->dtype_name = "bfloat16";
-            else if (!strcmp(v, "f16")) x->dt = PL_F16, x->dtype_name = "float16";
+            if (!strcmp(v, "f32"))
+                x->dt = PL_F32, x->dtype_name = "float32";
+            else if (!strcmp(v, "bf16"))
+                x->dt = PL_BF16, x->dtype_name = "bfloat16";
+            else if (!strcmp(v, "f16"))
+                x->dt = PL_F16, x->dtype_name = "float16";
             else
-                return pl_error_set(PL_ERR_CONFIG, "ilora export: --dtype '%s'; expected f32, "
-                                    "bf16 or f16", v);
+                return pl_error_set(PL_ERR_CONFIG,
+                                    "ilora export: --dtype '%s'; expected f32, "
+                                    "bf16 or f16",
+                                    v);
         } else if (kl == 4 && !strncmp(o[i], "dest", kl)) {
             snprintf(x->dest, sizeof x->dest, "%s", v);
         } else if (kl == 10 && !strncmp(o[i], "checkpoint", kl)) {
             snprintf(x->checkpoint, sizeof x->checkpoint, "%s", v);
         } else {
-            return pl_error_set(PL_ERR_CONFIG, "ilora export: unknown option '%.*s' (ilora knows "
-                                "lora, dtype)", (int)kl, o[i]);
+            return pl_error_set(PL_ERR_CONFIG,
+                                "ilora export: unknown option '%.*s' (ilora knows "
+                                "lora, dtype)",
+                                (int)kl, o[i]);
         }
     }
     return PL_OK;
@@ -130,18 +139,21 @@ static pl_status add_owned(pl_st_writer *w, const char *name, pl_tensor *t) {
 }
 
 /* W [out, in] += s * B [out, R] A [R, in], all host f32, sums in double. */
-static void merge_lora(float *w, const float *a, const float *b, int64_t out, int64_t in,
-                       int64_t R, double s) {
+static void merge_lora(float *w, const float *a, const float *b, int64_t out, int64_t in, int64_t R,
+                       double s) {
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < out; o++)
         for (int64_t i = 0; i < in; i++) {
             double acc = 0;
-            for (int64_t r = 0; r < R; r++) acc += (double)b[o * R + r] * a[r * in + i];
+            for (int64_t r = 0; r < R; r++)
+                acc += (double)b[o * R + r] * a[r * in + i];
             w[o * in + i] = (float)(w[o * in + i] + s * acc);
         }
 }
 
-static bool is_lora_name(const char *n) { return strstr(n, ".lora_A.") || strstr(n, ".lora_B."); }
+static bool is_lora_name(const char *n) {
+    return strstr(n, ".lora_A.") || strstr(n, ".lora_B.");
+}
 
 /* "model.layers.N.<blk>.<proj>.weight" -> its lora_A / lora_B names. */
 static void lora_names(const char *w, char *a, char *b, size_t n) {
@@ -356,18 +368,22 @@ static pl_status write_router(ilora_model *m, const char *dir, bool item_front, 
     cJSON_AddNumberToObject(j, "scaling_per_expert", m->lora_scale);
     cJSON_AddNumberToObject(j, "pad_id", (double)m->pad_id);
     cJSON_AddStringToObject(j, "embedding",
-                            item_front ? "item_embeddings.weight of item_head.safetensors"
+                            item_front  ? "item_embeddings.weight of item_head.safetensors"
                             : base_here ? "model.embed_tokens.weight of model.safetensors"
                                         : "model.embed_tokens.weight of the base model");
-    cJSON_AddStringToObject(j, "router", "router.weight [E, W], router.bias [E] of "
+    cJSON_AddStringToObject(j, "router",
+                            "router.weight [E, W], router.bias [E] of "
                             "router.safetensors");
-    cJSON_AddStringToObject(j, "gates", "g = softmax(router.weight @ u + router.bias), u = mean "
+    cJSON_AddStringToObject(j, "gates",
+                            "g = softmax(router.weight @ u + router.bias), u = mean "
                             "of embedding[ids[t]] over the positions t of the input row with "
                             "ids[t] != pad_id (the zero vector for a row of padding only); one "
                             "g per input row (user)");
-    cJSON_AddStringToObject(j, "update", "on every target projection: y = W0 x + sum_e g_e * "
+    cJSON_AddStringToObject(j, "update",
+                            "on every target projection: y = W0 x + sum_e g_e * "
                             "scaling_per_expert * B_e A_e x");
-    cJSON_AddStringToObject(j, "peft", "model.add_weighted_adapter(experts, [g_0, ..., g_{E-1}], "
+    cJSON_AddStringToObject(j, "peft",
+                            "model.add_weighted_adapter(experts, [g_0, ..., g_{E-1}], "
                             "NAME, combination_type='cat'); model.set_adapter(NAME)");
     return write_json(dir, "router.json", j);
 }
@@ -402,19 +418,24 @@ static pl_status write_readme(ilora_model *m, const char *dir, const ex_opts *x,
     fprintf(f, "# ilora model exported by `pipeline export --format hf`\n\n");
     fprintf(f, "Checkpoint: `%s`. Weights dtype: %s.%s\n\n", x->checkpoint, x->dtype_name,
             nf4 ? " The run kept its frozen weights in 4-bit NF4 (qlora4): they are written "
-                  "dequantized (code * block absmax), the values the run computed with." : "");
+                  "dequantized (code * block absmax), the values the run computed with."
+                : "");
     if (base_here)
         fprintf(f, "- `config.json`, `model.safetensors`: a `LlamaForCausalLM`%s%s.\n",
-                m->o.backbone[0] ? "" : " whose vocabulary is the item ids (0 = padding; logits "
-                                       "over items 0..num_items)",
+                m->o.backbone[0] ? ""
+                                 : " whose vocabulary is the item ids (0 = padding; logits "
+                                   "over items 0..num_items)",
                 x->merge && adapters ? ", LoRA merged into the weights" : "");
     else
         fprintf(f, "- base model: `%s` (not copied; the adapters apply to it)\n", base_path);
     if (adapters && !router)
-        fprintf(f, "- `adapter/`: a PEFT LoRA adapter (`PeftModel.from_pretrained(base, "
-                "\"%s/adapter\")`)\n", x->dest);
+        fprintf(f,
+                "- `adapter/`: a PEFT LoRA adapter (`PeftModel.from_pretrained(base, "
+                "\"%s/adapter\")`)\n",
+                x->dest);
     if (router)
-        fprintf(f, "- `expert_0/` .. `expert_%lld/`: one PEFT LoRA adapter per expert; "
+        fprintf(f,
+                "- `expert_0/` .. `expert_%lld/`: one PEFT LoRA adapter per expert; "
                 "`router.safetensors`, `router.json`: the per-user gates. For one input row u: "
                 "g = softmax(router.weight @ mean(embedding[ids != %lld]) + router.bias), then "
                 "`model.add_weighted_adapter([\"expert_0\", ...], g, \"u\", "
@@ -423,12 +444,14 @@ static pl_status write_readme(ilora_model *m, const char *dir, const ex_opts *x,
                 (long long)m->o.num_experts - 1, (long long)m->pad_id);
     if (item_front)
         fprintf(f, "- `item_head.safetensors`: item inputs and scores around the base model's "
-                "body: `inputs_embeds = item_proj(item_embeddings[ids])`, `h = "
-                "base.model(inputs_embeds=..., attention_mask=ids != 0).last_hidden_state`, "
-                "`logits = score_proj(h) @ item_embeddings.T` (every item; 0 = padding).\n");
-    fprintf(f, "\nInputs are left-padded rows (`attention_mask = ids != %lld`); positions are "
+                   "body: `inputs_embeds = item_proj(item_embeddings[ids])`, `h = "
+                   "base.model(inputs_embeds=..., attention_mask=ids != 0).last_hidden_state`, "
+                   "`logits = score_proj(h) @ item_embeddings.T` (every item; 0 = padding).\n");
+    fprintf(f,
+            "\nInputs are left-padded rows (`attention_mask = ids != %lld`); positions are "
             "0..L-1 of the padded row. Details: plugins/models/ilora/README.md, \"Export to "
-            "Hugging Face\".\n", (long long)(m->pad_id < 0 ? 0 : m->pad_id));
+            "Hugging Face\".\n",
+            (long long)(m->pad_id < 0 ? 0 : m->pad_id));
     return fclose(f) ? pl_error_set(PL_ERR_IO, "ilora export: cannot write %s", path) : PL_OK;
 }
 
@@ -437,8 +460,10 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
     ilora_model *m = self;
     ex_opts x;
     if (strcmp(format, "hf"))
-        return pl_error_set(PL_ERR_UNSUPPORTED, "ilora export: format '%s' is not written by "
-                            "ilora (it writes: hf)", format);
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "ilora export: format '%s' is not written by "
+                            "ilora (it writes: hf)",
+                            format);
     pl_status st = parse_options(options, &x);
     if (st) return st;
     ilora_refresh_params(m); /* the precision stage may have replaced tensors */
@@ -446,16 +471,20 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
     bool router = m->router_w != NULL, item_front = m->item_proj_w != NULL;
     bool base_trained = !(adapters && m->o.freeze_base);
     if (x.merge && router)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "ilora export: --lora merge of a MoE-LoRA with a "
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "ilora export: --lora merge of a MoE-LoRA with a "
                             "router (%lld experts): the mixture is gated per user (input row), so "
                             "there is no single merged weight; export with --lora peft (one PEFT "
                             "adapter per expert + router.json: add_weighted_adapter(..., "
                             "combination_type=\"cat\") with a user's gates gives that user's "
-                            "model exactly)", (long long)m->o.num_experts);
+                            "model exactly)",
+                            (long long)m->o.num_experts);
     if (item_front && (x.merge || base_trained))
-        return pl_error_set(PL_ERR_UNSUPPORTED, "ilora export: a backbone with item inputs is "
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "ilora export: a backbone with item inputs is "
                             "exported as PEFT adapters on the unchanged backbone %s; %s is not "
-                            "supported (use --lora peft with freeze_base = true)", m->o.backbone,
+                            "supported (use --lora peft with freeze_base = true)",
+                            m->o.backbone,
                             x.merge ? "--lora merge" : "a trained backbone (freeze_base = false)");
     bool base_here = !m->o.backbone[0] || base_trained || x.merge;
     char base_path[PATH_MAX];
@@ -483,9 +512,13 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
     if (!st && item_front) st = write_item_head(m, dir, &x);
     if (!st) st = write_readme(m, dir, &x, base_here, adapters, base_path, item_front);
     if (!st)
-        pl_message("ilora export: %s%s%s%s", base_here ? "config.json + model.safetensors" : "base "
-                   "not copied", adapters && !x.merge ? (router ? ", one PEFT adapter per expert "
-                                                                 "+ router" : ", PEFT adapter")
+        pl_message("ilora export: %s%s%s%s",
+                   base_here ? "config.json + model.safetensors"
+                             : "base "
+                               "not copied",
+                   adapters && !x.merge ? (router ? ", one PEFT adapter per expert "
+                                                    "+ router"
+                                                  : ", PEFT adapter")
                                         : "",
                    x.merge && adapters ? " (LoRA merged)" : "",
                    item_front ? ", item_head.safetensors" : "");
