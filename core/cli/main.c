@@ -1,5 +1,5 @@
 /* main.c - the `pipeline` command line: run, check, predict, plugins, plot,
- * help, --version.
+ * export, help, --version.
  *
  * Exit codes: 0 ok, 1 the run failed, 2 usage or configuration error.
  * Errors go to stderr as one line naming the problem and one "hint:" line. */
@@ -10,6 +10,7 @@
 
 #include "config_internal.h"
 #include "crash.h"
+#include "export.h"
 #include "registry.h"
 #include "plot.h"
 #include "png.h"
@@ -72,6 +73,9 @@ static const char *general_help =
     "  plot RUN_DIR [OUT.svg|OUT.png] | plot --compare RUN_DIR... [-o OUT.svg|OUT.png]\n"
     "                 draw the run's metrics.csv curves (train/val/test per panel, lr) to\n"
     "                 RUN_DIR/plot.svg; --compare overlays runs\n"
+    "  export RUN_DIR --format hf OUT_DIR [--checkpoint best|last|PATH] [--lora peft|merge]\n"
+    "         [--dtype f32|bf16|f16]\n"
+    "                 write a run's weights for other tools (hf: a Hugging Face directory)\n"
     "  help [COMMAND] this text, or one command's usage\n"
     "  --version      print the version\n"
     "\n"
@@ -137,6 +141,28 @@ static const char *plot_help =
     "(default: the first RUN_DIR/compare.svg). An output name ending in .png writes a PNG\n"
     "instead (the same picture rendered by librsvg at 2x).\n";
 
+static const char *export_help =
+    "usage: pipeline export RUN_DIR --format FORMAT OUT_DIR [--checkpoint best|last|PATH]\n"
+    "                       [--lora peft|merge] [--dtype f32|bf16|f16] [--plugin-path DIR]...\n"
+    "\n"
+    "Writes the weights of a finished run for other tools. The run's own model plugin\n"
+    "does the writing: the stages are rebuilt from RUN_DIR/config.ini as the run built\n"
+    "them (on the CPU), the checkpoint's weights are loaded, and the model writes\n"
+    "OUT_DIR (through OUT_DIR.tmp.<pid>, renamed at the end: nothing partial is left).\n"
+    "OUT_DIR must not exist or be empty. OUT_DIR/pipeline_export.json records the run,\n"
+    "the checkpoint and the options.\n"
+    "  --format FORMAT      hf: a Hugging Face directory (config.json, model.safetensors,\n"
+    "                       adapters as PEFT adapters); what a model writes is in its\n"
+    "                       README (plugins/models/NAME/README.md)\n"
+    "  --checkpoint WHICH   best (default; falls back to last with a note), last, or a\n"
+    "                       checkpoint file\n"
+    "  --lora peft|merge    adapters as PEFT adapters (the model's default) or merged\n"
+    "                       into the base weights, where the model can merge them\n"
+    "  --dtype f32|bf16|f16 dtype of the written weights (the model's default: f32)\n"
+    "  --plugin-path DIR    search DIR for plugins first (repeatable)\n"
+    "Exit code 0 ok, 1 the export failed, 2 usage, a run or option the model cannot\n"
+    "export.\n";
+
 static const char *version_help =
     "usage: pipeline --version\n"
     "\n"
@@ -146,8 +172,8 @@ static const char *help_help =
     "usage: pipeline help [COMMAND]\n"
     "\n"
     "Without COMMAND: every command in one line each. With COMMAND (run, check, predict,\n"
-    "plugins, plot, help, version): that command's usage. `pipeline COMMAND --help` says\n"
-    "the same for run, check, predict, plugins and plot.\n";
+    "plugins, plot, export, help, version): that command's usage. `pipeline COMMAND --help`\n"
+    "says the same for run, check, predict, plugins, plot and export.\n";
 
 static int cmd_help(int argc, char **argv) {
     const char *c = argc > 0 ? argv[0] : NULL;
@@ -157,11 +183,12 @@ static int cmd_help(int argc, char **argv) {
     else if (strcmp(c, "predict") == 0) fputs(predict_help, stdout);
     else if (strcmp(c, "plugins") == 0) fputs(plugins_help, stdout);
     else if (strcmp(c, "plot") == 0) fputs(plot_help, stdout);
+    else if (strcmp(c, "export") == 0) fputs(export_help, stdout);
     else if (strcmp(c, "help") == 0) fputs(help_help, stdout);
     else if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) fputs(version_help, stdout);
     else
         return usage_error(NULL, "unknown command '%s' (commands: run, check, predict, plugins, "
-                           "plot, help, version)", c);
+                           "plot, export, help, version)", c);
     return 0;
 }
 
@@ -518,6 +545,91 @@ static int cmd_plugins(int argc, char **argv) {
     return 0;
 }
 
+/* ---- export ------------------------------------------------------------ */
+
+/* "--name VALUE" or "--name=VALUE" at argv[*i]: the value (advancing *i), or
+ * NULL when argv[*i] is another argument. *missing: the option had no value. */
+static const char *option_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+    size_t n = strlen(name);
+    const char *s = argv[*i];
+    *missing = false;
+    if (strncmp(s, name, n) || (s[n] != '\0' && s[n] != '=')) return NULL;
+    const char *v = s[n] == '=' ? s + n + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (!v || !*v) {
+        *missing = true;
+        return NULL;
+    }
+    return v;
+}
+
+static int cmd_export(int argc, char **argv) {
+    pl_export_request r = {0};
+    pl_registry *reg = pl_registry_new();
+    const char *pos[2] = {NULL, NULL};
+    int npos = 0, rc = 0;
+    static const char *const names[] = {"--format", "--checkpoint", "--lora", "--dtype",
+                                        "--plugin-path"};
+    if (!reg) {
+        report_error("out of memory");
+        return EXIT_RUN_FAILED;
+    }
+    for (int i = 0; i < argc && !rc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(export_help, stdout);
+            pl_registry_free(reg);
+            return 0;
+        }
+        const char *v = NULL;
+        bool missing = false;
+        int k = 0;
+        for (; k < 5; k++)
+            if ((v = option_value(argc, argv, &i, names[k], &missing)) || missing) break;
+        if (missing) {
+            rc = usage_error("export", "%s needs a value", names[k]);
+        } else if (k == 0) {
+            r.format = v;
+        } else if (k == 1) {
+            r.checkpoint = v;
+        } else if (k == 2) {
+            r.lora = v;
+        } else if (k == 3) {
+            r.dtype = v;
+        } else if (k == 4) {
+            pl_registry_add_dir(reg, v);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            rc = usage_error("export", "unknown option '%s'", argv[i]);
+        } else if (npos == 2) {
+            rc = usage_error("export", "unexpected argument '%s' (pipeline export RUN_DIR --format "
+                             "FORMAT OUT_DIR)", argv[i]);
+        } else {
+            pos[npos++] = argv[i];
+        }
+    }
+    if (!rc && npos < 2)
+        rc = usage_error("export", "%s", "pipeline export needs RUN_DIR and OUT_DIR (pipeline "
+                         "export RUN_DIR --format hf OUT_DIR)");
+    if (!rc && !r.format)
+        rc = usage_error("export", "%s", "--format is required (hf: a Hugging Face directory)");
+    if (!rc && pl_registry_add_default_dirs(reg)) {
+        report_error("plugin search path");
+        rc = EXIT_USAGE;
+    }
+    if (rc) {
+        pl_registry_free(reg);
+        return rc;
+    }
+    r.run_dir = pos[0];
+    r.out_dir = pos[1];
+    pl_hint_clear();
+    pl_status st = pl_export_run(&r, reg);
+    if (st) {
+        report_error("export failed");
+        rc = st == PL_ERR_CONFIG || st == PL_ERR_UNSUPPORTED ? EXIT_USAGE : EXIT_RUN_FAILED;
+    }
+    pl_registry_free(reg);
+    return rc;
+}
+
 /* OpenMP's worker threads and OpenBLAS's own thread pool both busy-wait by
  * default; on a small machine (or one shared with other jobs) they spin
  * against each other and a training step runs several times slower (the
@@ -550,6 +662,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "check") == 0) return cmd_check(argc - 2, argv + 2);
     if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 2, argv + 2);
     if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) {
         if (argc == 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
             fputs(plot_help, stdout);

@@ -367,10 +367,10 @@ static pl_status check_finite_param(const char *path, const pl_param *p) {
     return st;
 }
 
-/* Load parameters (all must be present unless weights_only and not
- * all_params) and, for a resume, every stage's state and the loop counters. */
+/* Load parameters (all must be present unless weights_only, or when
+ * require_all) and, for a resume, every stage's state and the loop counters. */
 static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only,
-                                 bool all_params) {
+                                 bool require_all) {
     pl_st_file *f = NULL;
     pl_status st = pl_st_open(path, &f);
     if (st) return st;
@@ -416,7 +416,7 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
         loaded++;
     }
     int n_ckpt = pl_params_count(t->ctx.params) - kept; /* parameters checkpoints hold */
-    if (!st && (!weights_only || all_params) && missing)
+    if (!st && (!weights_only || require_all) && missing)
         st = pl_error_set(PL_ERR_IO, "checkpoint %s: parameter '%s' missing (%d of %d missing; "
                           "checkpoint of another model?)", path, first_missing, missing, n_ckpt);
     if (!st && loaded == 0 && n_ckpt > 0)
@@ -425,7 +425,7 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
     if (!st && kept)
         tr_log(t, "%d pretrained weights kept from their source (frozen; not in checkpoints)\n",
                kept);
-    if (!st && weights_only && all_params)
+    if (!st && weights_only && require_all)
         tr_log(t, "loaded %d parameter tensors from %s\n", loaded, path);
     else if (!st && weights_only)
         tr_log(t, "loaded %d parameter tensors from %s (%d not in the file keep their init)\n",
@@ -490,7 +490,16 @@ pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only) {
 }
 
 pl_status tr_load_weights(trainer *t, const char *path) {
-    return load_checkpoint(t, path, true, true);
+    pl_st_file *f = NULL;
+    pl_status st = pl_st_open(path, &f);
+    if (st) return st;
+    /* the model it was written by (absent in checkpoints of other tools) */
+    const char *model = pl_st_meta(f, "model");
+    if (model && strcmp(model, t->model.desc->name))
+        st = pl_error_set(PL_ERR_IO, "checkpoint %s was written by model '%s', this config's "
+                          "model is '%s'", path, model, t->model.desc->name);
+    pl_st_close(f);
+    return st ? st : load_checkpoint(t, path, true, true);
 }
 
 /* After a resume: the best checkpoint so far is the earlier run's

@@ -80,3 +80,12 @@ pl_status pl_stage_fns_of(const pl_plugin_desc *d, const char *where, pl_stage_f
     out->state = state_of(d->kind, vt);
     return PL_OK;
 }
+
+pl_model_export_fn pl_model_export_of(const pl_plugin_desc *d) {
+    /* a vtable of ABI minor < 4 is shorter than today's pl_model_vtable:
+     * reading export_model there would read past its end */
+    if (!d || d->kind != PL_KIND_MODEL || !d->vtable || d->abi_major != PL_ABI_MAJOR ||
+        d->abi_minor < 4)
+        return NULL;
+    return ((const pl_model_vtable *)d->vtable)->export_model;
+}

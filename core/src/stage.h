@@ -22,4 +22,13 @@ typedef struct pl_stage_fns {
  * PL_ERR_INVALID for a kind that is no stage (a backend). */
 pl_status pl_stage_fns_of(const pl_plugin_desc *d, const char *where, pl_stage_fns *out);
 
+/* The export_model member of model plugin `d`'s vtable (plugin.h, ABI 2.4),
+ * or NULL when the plugin has none: it was built against ABI minor < 4
+ * (its vtable ends before the member, which must then not be read at all)
+ * or left it NULL. NULL for a NULL `d`, a plugin of another kind or without
+ * a vtable. Never sets an error: the caller says what is missing. */
+typedef pl_status (*pl_model_export_fn)(void *self, const char *format, const char *dir,
+                                        const char *const *options);
+pl_model_export_fn pl_model_export_of(const pl_plugin_desc *d);
+
 #endif

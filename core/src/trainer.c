@@ -1030,6 +1030,29 @@ pl_status tr_setup_device(trainer *t) {
     return PL_OK;
 }
 
+pl_status tr_build_model(trainer *t, double *load_start) {
+    pl_status st = pl_trainer_check_fields(t->cfg);
+    if (!st) st = tr_stage_create(t, &t->loader, "data");
+    const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
+    if (!st && data_line) tr_log(t, "data: %s\n", data_line);
+    if (load_start) *load_start = tr_now();
+    if (!st) st = tr_stage_create(t, &t->model, "model");
+    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
+    if (!st) st = tr_stage_create(t, &t->prec, "precision");
+    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
+    if (!st && !t->prec.self) st = tr_default_precision(t);
+    return st;
+}
+
+void tr_destroy_stages(trainer *t) {
+    tr_stage_destroy(&t->avg);
+    for (int k = t->n_sched - 1; k >= 0; k--) tr_stage_destroy(&t->sched[k]);
+    tr_stage_destroy(&t->optim);
+    tr_stage_destroy(&t->prec);
+    tr_stage_destroy(&t->model);
+    tr_stage_destroy(&t->loader);
+}
+
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
     t->t_start = tr_now();
@@ -1076,16 +1099,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
           (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads());
     tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
-    pl_status st = pl_trainer_check_fields(cfg);
-    if (!st) st = tr_stage_create(t, &t->loader, "data");
-    const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
-    if (!st && data_line) tr_log(t, "data: %s\n", data_line);
-    double load_start = tr_now();
-    if (!st) st = tr_stage_create(t, &t->model, "model");
-    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
-    if (!st) st = tr_stage_create(t, &t->prec, "precision");
-    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
-    if (!st && !t->prec.self) st = tr_default_precision(t);
+    double load_start = 0;
+    pl_status st = tr_build_model(t, &load_start);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],
@@ -1187,12 +1202,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
                pl_config_path(cfg));
 
-    tr_stage_destroy(&t->avg);
-    for (int k = t->n_sched - 1; k >= 0; k--) tr_stage_destroy(&t->sched[k]);
-    tr_stage_destroy(&t->optim);
-    tr_stage_destroy(&t->prec);
-    tr_stage_destroy(&t->model);
-    tr_stage_destroy(&t->loader);
+    tr_destroy_stages(t);
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);
     free(t->epoch_s);

@@ -143,6 +143,17 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
 /* The learning-rate factor of the next optimizer step (t->step): every
  * scheduler's product, or the averager's override. */
 double tr_lr_factor(trainer *t);
+/* Build the stages a model needs, as a run does: check the batch-field
+ * contract, create [data] (its meta: num_items, ...), [model], [precision]
+ * and run the precision's setup (without a [precision] section: every
+ * float parameter to f32). t->cfg, t->ctx (device, seed, meta, params) must
+ * be set. *load_start (may be NULL) gets the time model create began.
+ * Errors: the first stage's, prefixed with its section and plugin. Used by
+ * pl_trainer_run and `pipeline export` (export.c). */
+pl_status tr_build_model(trainer *t, double *load_start);
+/* Destroy every created stage, in reverse order of creation (NULL-safe per
+ * stage). The params and meta stay (the caller frees them). */
+void tr_destroy_stages(trainer *t);
 
 /* Create the stage of INI section `section` (PL_OK with s->self NULL when
  * the config has no such section); errors name the section and plugin. */
@@ -163,9 +174,11 @@ pl_status tr_save_checkpoint(trainer *t, const char *path);
 /* Parameters (all must be present unless weights_only) and, for a resume,
  * every stage's state and the loop counters; errors name the file and key. */
 pl_status tr_load_checkpoint(trainer *t, const char *path, bool weights_only);
-/* Every parameter's weights from `path` (each must be in it; frozen
- * pretrained weights excepted), no stage state, no loop counters: what
- * `pipeline predict` loads. Errors name the file and parameter. */
+/* Every parameter the checkpoint holds (all must be present: PL_ERR_IO
+ * naming the first missing one; frozen pretrained weights excepted) through
+ * the precision's load_param, then the model's on_load; no stage state, no
+ * loop counters: what `pipeline predict` and `pipeline export` load. A
+ * checkpoint written by another model plugin is refused naming both. */
 pl_status tr_load_weights(trainer *t, const char *path);
 /* After a resume: adopt the earlier run's best.safetensors as this run's best
  * checkpoint when the restored best value came from it. */

@@ -131,6 +131,53 @@ START_TEST(usage_errors_exit_two_with_hint) {
 }
 END_TEST
 
+/* `pipeline export`: what it refuses before building anything, exit 2 with
+ * the two-line message (the ilora export itself: plugins/models/ilora/
+ * test_hf_export.sh) */
+START_TEST(export_refuses_with_a_message) {
+    ck_assert_int_eq(run("help export"), 0);
+    CK_HAS(out_s, "usage: pipeline export RUN_DIR --format");
+    ck_assert_int_eq(run("export"), 2);
+    ck_error_format();
+    CK_HAS(err_s, "needs RUN_DIR and OUT_DIR");
+    ck_assert_int_eq(run("export r exported"), 2);
+    CK_HAS(err_s, "--format is required");
+    ck_assert_int_eq(run("export r --format hf exported --bogus"), 2);
+    CK_HAS(err_s, "unknown option '--bogus'");
+    ck_assert_int_eq(run("export r --format"), 2);
+    CK_HAS(err_s, "--format needs a value");
+    ck_assert_int_eq(run("export missing_run --format hf exported" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "run directory missing_run does not exist");
+    /* a directory that is no run */
+    char cmd[PATH_MAX + 64];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/notarun' '%s/run/checkpoints' '%s/full'", tmpdir,
+             tmpdir, tmpdir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(run("export notarun --format hf exported" PP), 2);
+    ck_error_format();
+    CK_HAS(err_s, "not a run directory (no config.ini)");
+    /* a run without checkpoints, then one whose model plugin has no export */
+    write_ini("run/config.ini", good);
+    ck_assert_int_eq(run("export run --format hf exported" PP), 2);
+    CK_HAS(err_s, "has no best or last checkpoint");
+    ck_assert_int_eq(run("export run --format hf exported --checkpoint last" PP), 2);
+    CK_HAS(err_s, "has no last checkpoint");
+    write_ini("run/checkpoints/last.safetensors", "");
+    ck_assert_int_eq(run("export run --format hf exported" PP), 2);
+    ck_error_format();
+    CK_HAS(out_s, "using the last one");
+    CK_HAS(err_s, "model plugin 'fx_model'");
+    CK_HAS(err_s, "has no export (export_model)");
+    /* OUT_DIR must be new or empty; nothing is created on a refusal */
+    write_ini("full/x", "");
+    ck_assert_int_eq(run("export run --format hf full" PP), 2);
+    CK_HAS(err_s, "exists and is not empty");
+    snprintf(cmd, sizeof cmd, "ls -d '%s'/exported* >/dev/null 2>&1", tmpdir);
+    ck_assert_int_ne(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(check_valid_config_prints_resolved_table) {
     write_ini("good.ini", good);
     ck_assert_int_eq(run("check good.ini optimizer.weight_decay=0.2" PP), 0);
@@ -324,6 +371,7 @@ int main(void) {
     tcase_add_test(t, help_covers_every_command);
     tcase_add_test(t, requires_cycles_are_refused);
     tcase_add_test(t, usage_errors_exit_two_with_hint);
+    tcase_add_test(t, export_refuses_with_a_message);
     tcase_add_test(t, check_valid_config_prints_resolved_table);
     tcase_add_test(t, check_refuses_a_model_reading_a_field_the_loader_lacks);
     tcase_add_test(t, check_config_errors_exit_two);

@@ -35,7 +35,8 @@ extern "C" {
  * minor 2: ops clamp, adamw_step, sgd_step (pl_clamp, pl_adamw_step_,
  *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device
  * minor 3: pl_message
- * minor 4: pl_model_vtable predict_needs / predict_begin / predict_batch /
+ * minor 4: pl_model_vtable.export_model (`pipeline export`), then
+ *          predict_needs / predict_begin / predict_batch /
  *          predict_end (`pipeline predict`) */
 #define PL_ABI_MINOR 4
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
@@ -380,6 +381,42 @@ typedef struct pl_model_vtable {
     /* The batch fields forward() reads under this config (required; called
      * without create, by `pipeline check` too). */
     pl_status (*batch_needs)(const pl_config_section *cfg, pl_field_list *out);
+    /* ---- ABI 2.4: export for other tools (`pipeline export`) ----
+     * Optional. Present only in the vtables of plugins built with
+     * abi_minor >= 4: an older plugin's vtable ends before this member, so
+     * the core reads it only through a check of desc->abi_minor (core
+     * stage.h, pl_model_export_of), never directly.
+     *
+     * Write the model's current weights (those of the checkpoint the core
+     * loaded, after the precision stage's setup: nf4, bf16 or f32 as it
+     * keeps them) as a checkpoint another tool reads, into the directory
+     * `dir`. The core calls it after create + precision setup + the
+     * checkpoint load, outside any autograd frame, with grad off.
+     *   format   what to write: "hf" (a Hugging Face directory:
+     *            config.json + weights, adapters as PEFT adapters) or
+     *            another name the model documents. A format the model does
+     *            not write: PL_ERR_UNSUPPORTED naming it and those it does.
+     *   dir      an existing, empty directory (borrowed string). The core
+     *            made it under a temporary name next to the user's OUT_DIR
+     *            and renames it to OUT_DIR when this returns PL_OK; on an
+     *            error it removes it with whatever was written, so a
+     *            plugin need not clean up after itself.
+     *   options  NULL-terminated array of "key=value" strings (borrowed,
+     *            never NULL; may be empty). The core always passes
+     *            "dest=ABS_PATH" (where `dir` will be renamed to, for
+     *            files that must name their final place) and
+     *            "checkpoint=PATH" (the file the weights came from); the
+     *            user's `--lora X` and `--dtype X` arrive as "lora=X" and
+     *            "dtype=X" (only when given: defaults are the model's). A key or
+     *            value the model does not know: PL_ERR_CONFIG naming it and
+     *            what it accepts (never ignored); a combination it cannot
+     *            write (a router-gated mixture merged into one weight):
+     *            PL_ERR_UNSUPPORTED saying why and what to use instead.
+     * The parameters must be left as they were (export copies, converts
+     * and dequantizes into new tensors). Other errors: PL_ERR_IO naming the
+     * file, PL_ERR_NOMEM. */
+    pl_status (*export_model)(void *self, const char *format, const char *dir,
+                              const char *const *options);
     /* ---- ABI 2.4: prediction (`pipeline predict RUN_DIR INPUT.h5 OUT.h5`) ----
      * Optional, all four or none. The core reads these members only from a
      * plugin whose desc->abi_minor >= 4 (an older plugin's vtable ends

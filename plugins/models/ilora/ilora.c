@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf_export.h"
 #include "hf_llama.h"
 #include "ranking.h"
 #include "teacher_export.h"
@@ -243,6 +244,8 @@ static void refresh_params(ilora_model *m) {
         if (p) *m->slot[i].dst = p->t;
     }
 }
+
+void ilora_refresh_params(ilora_model *m) { refresh_params(m); }
 
 /* The item embedding as a float tensor: itself, or (qlora4: frozen and
  * quantized to nf4) a dequantized f32 copy made once per forward, as QLoRA
@@ -1251,6 +1254,7 @@ static const pl_model_vtable ilora_vtable = {
     .predict_begin = ilora_predict_begin,
     .predict_batch = ilora_predict_batch,
     .predict_end = ilora_predict_end,
+    .export_model = ilora_export_model,
 };
 
 PL_PLUGIN_DEFINE(ilora, PL_KIND_MODEL, "0.1.0",

@@ -110,6 +110,11 @@ pl_status ilora_opts_read(const pl_config_section *cfg, ilora_opts *o);
 pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out);
 void ilora_model_destroy(ilora_model *m);
 
+/* Re-read every parameter tensor from ctx->params into the model's fields
+ * (a precision stage may have replaced them: qlora4's nf4 tensors). The
+ * forward does it first; so does the HF export (hf_export.h). */
+void ilora_refresh_params(ilora_model *m);
+
 /* y = W0 x (base_linear: pl_linear, or pl_nf4_matmul for an nf4 W0). */
 pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w);
 /* Gate expansion: g [B, E] -> [B, 1, E*r_e] with slot j = g[:, j / r_e]
