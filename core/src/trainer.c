@@ -189,14 +189,15 @@ static double grad_norm_and_clip(trainer *t) {
     pl_no_grad_begin();
     pl_frame_begin();
     pl_tensor *total = NULL;
-    for (int i = 0; i < n && (i == 0 || total); i++) {
+    bool failed = false;
+    for (int i = 0; i < n && !failed; i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
-        if (!p->t->requires_grad || !p->t->grad) continue;
+        if (!p->t->requires_grad || !p->t->grad) continue; /* frozen ones too, wherever they sit */
         pl_tensor *ssq = pl_sum(pl_square(p->t->grad), PL_ALL_DIMS, false);
         total = total ? pl_add(total, ssq) : ssq;
-        if (!total) break;
+        failed = !total;
     }
-    double norm = total ? sqrt(pl_tensor_item(total)) : 0.0;
+    double norm = failed ? NAN : total ? sqrt(pl_tensor_item(total)) : 0.0;
     pl_frame_end();
     if (t->clip > 0 && (!t->clip_norm || t->clip / (norm + 1e-6) < 1.0)) {
         double coef = t->clip / (norm + 1e-6);

@@ -114,6 +114,16 @@ PY
   echo "ok: $prec (straight, resume bit-exact, init_from)"
 done
 
+# the gradient norm covers the trainable parameters wherever they sit: here the first
+# parameters (the frozen backbone) have no gradient, and a norm loop that stopped at
+# them logged 0 (and would never clip)
+python3 - "$(echo "$tmp"/runs/a_fp32/2*/metrics.csv)" <<'PY' || fail "grad_norm is not positive with a frozen backbone"
+import sys
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:]]
+g = [float(r[3]) for r in rows if r[2] == "grad_norm"]
+assert g and all(v > 0 for v in g), g
+PY
+
 # activation checkpointing: the same weights as the straight fp32 run (within fp32 rounding)
 "$bin" run "$tmp/t.ini" pipeline.name=gc model.gradient_checkpointing=true > "$tmp/gc.log" 2>&1 \
   || { cat "$tmp/gc.log"; fail "gradient_checkpointing run"; }
