@@ -9,7 +9,8 @@
  * line (as the CLI passes them). When the config loads, it is printed,
  * hashed and written back as INI; that text must load again (no overrides)
  * to the same hash, as a run's config.ini must on resume: otherwise abort(),
- * so the fuzzer records the input. */
+ * so the fuzzer records the input. `requires` and `@` references resolve
+ * against configs/ (teacher.ini requires pretrain.ini). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +51,7 @@ static int split_overrides(char *text, char **over) {
 static void check_round_trip(const pl_config *c) {
     char *ini = pl_config_to_ini(c);
     if (!ini) return; /* out of memory: reported by the call */
-    pl_config *again = pl_config_load_string(ini, "config.ini", NULL, 0, NULL, g_reg);
+    pl_config *again = pl_config_load_string(ini, "config.ini", PL_FUZZ_CONFIG_DIR, 0, NULL, g_reg);
     if (!again) {
         fprintf(stderr, "fuzz_ini: the resolved config does not load again: %s\n--- config.ini\n%s",
                 pl_error_message(), ini);
@@ -72,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *over[MAX_OVERRIDES];
     int n = split_overrides(text, over);
     for (int i = 0; i < n; i++) (void)pl_is_override(over[i]);
-    pl_config *c = pl_config_load_string(text, "fuzz.ini", NULL, n, (const char *const *)over, g_reg);
+    pl_config *c = pl_config_load_string(text, "fuzz.ini", PL_FUZZ_CONFIG_DIR, n, (const char *const *)over, g_reg);
     if (c) {
         pl_config_print(c, g_null);
         check_round_trip(c);
