@@ -48,20 +48,19 @@ static bool one_in(bytes *b, unsigned k) { return b->i < b->n && u8(b) % k == k 
 typedef enum { K_FEAT, K_INDEX, K_LABEL, K_MASK, K_PTR, K_DATE } kind;
 
 /* Values of a valid dataset of `kind` (n elements): `lim` is the range of
- * index values, the total for CSR offsets, the class count for labels. */
-static void valid_values(kind k, int64_t n, int64_t lim, int64_t rows, bytes *b, double *v) {
+ * index values, the total for CSR offsets (0 .. lim, never decreasing), the
+ * class count for labels. Masks select about a third of the entries each. */
+static void valid_values(kind k, int64_t n, int64_t lim, bytes *b, double *v) {
     for (int64_t i = 0; i < n; i++) {
         switch (k) {
         case K_FEAT: v[i] = (double)((int)u8(b) - 128) / 16.0; break;
         case K_INDEX: v[i] = lim > 0 ? (double)(u8(b) % lim) : 0; break;
         case K_LABEL: v[i] = lim > 0 ? (double)(u8(b) % lim) : -1; break;
-        case K_MASK: v[i] = (i % 3) == (int64_t)(u8(b) % 3) || i < 3 ? (double)((i % 3) == 0) : 0; break;
-        case K_PTR: v[i] = rows > 1 ? (double)(i * lim / (rows - 1)) : 0; break;
+        case K_MASK: v[i] = (i % 3) == (int64_t)(u8(b) % 3) ? 1 : 0; break;
+        case K_PTR: v[i] = n > 1 ? (double)(i * lim / (n - 1)) : 0; break;
         case K_DATE: v[i] = 10000.0 + (double)i; break;
         }
     }
-    if (k == K_MASK) /* graphs/node masks: give every split an entry */
-        for (int64_t i = 0; i < n; i++) v[i] = (double)((i % 3) == (int64_t)(u8(b) % 3) ? 1 : 0);
 }
 
 static const double k_special[] = {NAN, INFINITY, -INFINITY, -1, -2, 1e300, -1e300, 3.5e38,
@@ -121,9 +120,7 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
     if (ds >= 0 && !huge && numel > 0 && numel <= 4096) {
         double *v = malloc(numel * sizeof *v);
         if (!v) abort();
-        int64_t rows = rank ? (int64_t)dims[0] : 1;
-        valid_values(k, (int64_t)numel, lim, (int64_t)(numel / (hsize_t)(rows ? rows : 1)), b, v);
-        if (k == K_PTR) valid_values(k, (int64_t)numel, lim, (int64_t)numel, b, v);
+        valid_values(k, (int64_t)numel, lim, b, v);
         for (unsigned m = one_in(b, 3) ? 1 + u8(b) % 3 : 0; m > 0; m--)
             v[u16(b) % numel] = k_special[u8(b) % N_SPECIAL];
         H5Dwrite(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
