@@ -24,9 +24,11 @@ harnesses=("$@")
 build=${PL_FUZZ_BUILD:-build-fuzz}
 work=${PL_FUZZ_WORK:-$build/fuzz-work}
 
-# libFuzzer ships with clang's compiler-rt (Debian: libclang-rt-14-dev)
+# libFuzzer ships with clang's compiler-rt (Debian: libclang-rt-14-dev); the
+# core's OpenMP needs clang's libomp (libomp-dev)
 if ! command -v clang >/dev/null ||
-   [[ ! -f $(clang -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a ]]; then
+   [[ ! -f $(clang -print-resource-dir)/lib/linux/libclang_rt.fuzzer-x86_64.a ]] ||
+   ! echo '#include <omp.h>' | clang -fopenmp -x c -fsyntax-only - 2>/dev/null; then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-dev libomp-dev
