@@ -811,6 +811,20 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
                         sug ? "'?" : "");
 }
 
+/* Why `v` cannot be an INI value (inih trims white space at both ends and
+ * cuts a value at white space followed by ';'), or NULL when it can. */
+static const char *ini_value_problem(const char *v) {
+    size_t n = strlen(v);
+    if (n && isspace((unsigned char)v[0])) return "starts with white space";
+    if (n && isspace((unsigned char)v[n - 1])) return "ends with white space";
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == '\n' || v[i] == '\r') return "holds a line break";
+        if (i && v[i] == ';' && isspace((unsigned char)v[i - 1]))
+            return "holds white space followed by ';', which starts an INI comment";
+    }
+    return NULL;
+}
+
 /* Removals first (they act on the file, whatever their place on the command
  * line), then settings in order. */
 static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
@@ -843,6 +857,15 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
         pl_status s = pl_override_parse(over[i], sec, sizeof sec, key, sizeof key, &value);
         if (s) return s;
         if (!value) continue;
+        const char *why = ini_value_problem(value);
+        if (why) {
+            pl_hint_set("quote the whole override for the shell, without spaces around the value "
+                        "or before ';'");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "command line: override '%s.%s': the value %s; an INI file "
+                                "cannot hold it (the run's config.ini must read back)",
+                                sec, key, why);
+        }
         if (strlen(key) + 1 + strlen(value) > PL_INI_LINE_MAX) {
             pl_hint_set("shorten the value: an INI line, in a file or the run's config.ini, "
                         "holds at most %d bytes", PL_INI_LINE_MAX);
@@ -1509,12 +1532,17 @@ uint64_t pl_config_hash(const pl_config *c) {
 static void ini_entry(sbuf *b, int kw, const entry *e) {
     size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(e->origin_str);
     size_t width = kl > (size_t)kw ? kl : (size_t)kw;
+    /* inih cuts a value at ';' after white space, '=' included: ";x" is
+     * written "key =;x", as a file must hold it */
+    bool leads_comment = e->value[0] == ';' || e->value[0] == '#';
     if (width + 3 + vl + 4 + ol <= PL_INI_LINE_MAX) {
-        sb_printf(b, "%-*s = %s  ; %s\n", kw, e->key, e->value, e->origin_str);
+        sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key,
+                  e->value, e->origin_str);
         return;
     }
     sb_printf(b, "; %s\n", e->origin_str);
-    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX ? "%s = %s\n" : "%s=%s\n", e->key, e->value);
+    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX && !leads_comment ? "%s = %s\n" : "%s=%s\n",
+              e->key, e->value);
 }
 
 char *pl_config_to_ini(const pl_config *c) {
