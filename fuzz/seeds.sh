@@ -21,10 +21,45 @@ for f in "$repo"/configs/*.ini; do
 done
 printf '[data]\nplugin = hdf5_chunk\npath = x.h5\n[model]\nplugin = mlp\n%s~data\ndata.plugin=hdf5_graph\ndata.path=y.h5\n' "$sep" > "$out/ini/swap.ini"
 
-for f in "$repo"/tests/data/ilora/reference.safetensors "$repo"/tests/data/hf_llama/*/reference.safetensors; do
-  d=$(basename "$(dirname "$f")")
-  cp "$f" "$out/safetensors/$d.safetensors"
-done
+# the fixtures are larger than the fuzzer's 4 KiB inputs (a truncated file never
+# opens): each is rewritten with the tensors that fit (header and offsets
+# rebuilt), and one small file per dtype, with metadata, is added
+python3 - "$out/safetensors" "$repo"/tests/data/ilora/reference.safetensors \
+  "$repo"/tests/data/hf_llama/*/reference.safetensors <<'PY'
+import json, os, struct, sys
+out = sys.argv[1]
+
+def write(path, entries, meta=None):
+    header, blob = {}, b""
+    for name, dtype, shape, data in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    if meta:
+        header["__metadata__"] = meta
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + blob)
+
+for f in sys.argv[2:]:
+    raw = open(f, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    meta = hdr.pop("__metadata__", None)
+    entries, size = [], 0
+    for name, t in sorted(hdr.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        b, e = t["data_offsets"]
+        if size + (e - b) + len(name) + 120 > 2400:
+            continue
+        entries.append((name, t["dtype"], t["shape"], raw[8 + n + b:8 + n + e]))
+        size += (e - b) + len(name) + 120
+    write(os.path.join(out, os.path.basename(os.path.dirname(f)) + ".safetensors"), entries, meta)
+
+sizes = {"F32": 4, "F64": 8, "BF16": 2, "F16": 2, "I32": 4, "I64": 8, "U8": 1}
+entries = [("t_" + d.lower(), d, [2, 3], bytes(range(6 * k))) for d, k in sizes.items()]
+write(os.path.join(out, "every_dtype.safetensors"), entries, {"format": "pt", "step": "1"})
+write(os.path.join(out, "scalar_and_empty.safetensors"),
+      [("s", "F32", [], struct.pack("<f", 1.5)), ("e", "F32", [0, 4], b"")])
+PY
 
 for d in "$repo"/tests/data/hf_llama/*/; do
   b=$(basename "$d")
