@@ -38,10 +38,16 @@ typedef struct {
     size_t n, i;
 } bytes;
 
-static unsigned u8(bytes *b) { return b->i < b->n ? b->p[b->i++] : 0; }
-static unsigned u16(bytes *b) { return u8(b) | u8(b) << 8; }
+static unsigned u8(bytes *b) {
+    return b->i < b->n ? b->p[b->i++] : 0;
+}
+static unsigned u16(bytes *b) {
+    return u8(b) | u8(b) << 8;
+}
 /* true with probability about 1/k (never once the input is used up) */
-static bool one_in(bytes *b, unsigned k) { return b->i < b->n && u8(b) % k == k - 1; }
+static bool one_in(bytes *b, unsigned k) {
+    return b->i < b->n && u8(b) % k == k - 1;
+}
 
 /* ---- building the file ------------------------------------------------ */
 
@@ -53,18 +59,31 @@ typedef enum { K_FEAT, K_INDEX, K_LABEL, K_MASK, K_PTR, K_DATE } kind;
 static void valid_values(kind k, int64_t n, int64_t lim, bytes *b, double *v) {
     for (int64_t i = 0; i < n; i++) {
         switch (k) {
-        case K_FEAT: v[i] = (double)((int)u8(b) - 128) / 16.0; break;
-        case K_INDEX: v[i] = lim > 0 ? (double)(u8(b) % lim) : 0; break;
-        case K_LABEL: v[i] = lim > 0 ? (double)(u8(b) % lim) : -1; break;
-        case K_MASK: v[i] = (i % 3) == (int64_t)(u8(b) % 3) ? 1 : 0; break;
-        case K_PTR: v[i] = n > 1 ? (double)(i * lim / (n - 1)) : 0; break;
-        case K_DATE: v[i] = 10000.0 + (double)i; break;
+        case K_FEAT:
+            v[i] = (double)((int)u8(b) - 128) / 16.0;
+            break;
+        case K_INDEX:
+            v[i] = lim > 0 ? (double)(u8(b) % lim) : 0;
+            break;
+        case K_LABEL:
+            v[i] = lim > 0 ? (double)(u8(b) % lim) : -1;
+            break;
+        case K_MASK:
+            v[i] = (i % 3) == (int64_t)(u8(b) % 3) ? 1 : 0;
+            break;
+        case K_PTR:
+            v[i] = n > 1 ? (double)(i * lim / (n - 1)) : 0;
+            break;
+        case K_DATE:
+            v[i] = 10000.0 + (double)i;
+            break;
         }
     }
 }
 
-static const double k_special[] = {NAN, INFINITY, -INFINITY, -1, -2, 1e300, -1e300, 3.5e38,
-                                   4294967296.0, 2147483648.0, 9.3e18, 0, 1, 65535, 1e-320};
+static const double k_special[] = {NAN,    INFINITY, -INFINITY, -1,           -2,
+                                   1e300,  -1e300,   3.5e38,    4294967296.0, 2147483648.0,
+                                   9.3e18, 0,        1,         65535,        1e-320};
 #define N_SPECIAL (sizeof k_special / sizeof k_special[0])
 
 /* Dims beyond what fits in memory (no data is written: chunked, all fill). */
@@ -73,9 +92,10 @@ static const hsize_t k_huge[] = {(hsize_t)1 << 40, (hsize_t)1 << 50, (hsize_t)1 
 
 static hid_t file_type(bytes *b, hid_t dflt) {
     if (!one_in(b, 6)) return dflt;
-    static const hid_t *const types[] = {&H5T_NATIVE_FLOAT_g, &H5T_NATIVE_DOUBLE_g, &H5T_NATIVE_INT_g,
-                                         &H5T_NATIVE_LLONG_g, &H5T_NATIVE_UCHAR_g, &H5T_NATIVE_SCHAR_g,
-                                         &H5T_NATIVE_USHORT_g, &H5T_NATIVE_UINT_g, &H5T_NATIVE_ULLONG_g};
+    static const hid_t *const types[] = {
+        &H5T_NATIVE_FLOAT_g,  &H5T_NATIVE_DOUBLE_g, &H5T_NATIVE_INT_g,
+        &H5T_NATIVE_LLONG_g,  &H5T_NATIVE_UCHAR_g,  &H5T_NATIVE_SCHAR_g,
+        &H5T_NATIVE_USHORT_g, &H5T_NATIVE_UINT_g,   &H5T_NATIVE_ULLONG_g};
     H5open();
     return *types[u8(b) % (sizeof types / sizeof types[0])];
 }
@@ -86,7 +106,8 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
                 int64_t lim, bytes *b) {
     if (one_in(b, 24)) return; /* absent */
     hsize_t dims[4];
-    for (int d = 0; d < rank; d++) dims[d] = (hsize_t)dims0[d];
+    for (int d = 0; d < rank; d++)
+        dims[d] = (hsize_t)dims0[d];
     if (one_in(b, 16)) rank = (int)(u8(b) % 4); /* rank 0..3 */
     for (int d = 0; d < rank; d++)
         if (d >= 4 || one_in(b, 16)) dims[d] = u8(b) % 9;
@@ -97,7 +118,8 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
     }
     type = file_type(b, type);
     hsize_t numel = 1;
-    for (int d = 0; d < rank; d++) numel *= dims[d];
+    for (int d = 0; d < rank; d++)
+        numel *= dims[d];
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     hid_t sp;
@@ -156,10 +178,13 @@ static void ini_add(setup *s, const char *fmt, ...) {
     va_start(ap, fmt);
     int w = vsnprintf(s->ini + s->len, sizeof s->ini - s->len, fmt, ap);
     va_end(ap);
-    if (w > 0) s->len += (size_t)w < sizeof s->ini - s->len ? (size_t)w : sizeof s->ini - s->len - 1;
+    if (w > 0)
+        s->len += (size_t)w < sizeof s->ini - s->len ? (size_t)w : sizeof s->ini - s->len - 1;
 }
 
-static const char *flag(bytes *b) { return u8(b) & 1 ? "true" : "false"; }
+static const char *flag(bytes *b) {
+    return u8(b) & 1 ? "true" : "false";
+}
 
 /* hdf5_chunk rows mode: /train, /val, /test groups with x [N, F] and y [N]. */
 static void layout_rows(hid_t f, bytes *b, setup *s) {
@@ -261,7 +286,8 @@ static void check_batch(const pl_batch *bt, const char *ini) {
             double v = t->dtype == PL_F32 ? ((const float *)pl_tensor_data(h))[j]
                                           : ((const double *)pl_tensor_data(h))[j];
             if (!isfinite(v)) {
-                fprintf(stderr, "fuzz_hdf5: batch %lld field '%s' element %lld is %g\n--- [data]\n%s",
+                fprintf(stderr,
+                        "fuzz_hdf5: batch %lld field '%s' element %lld is %g\n--- [data]\n%s",
                         (long long)bt->index, bt->names[i], (long long)j, v, ini);
                 abort();
             }
@@ -283,7 +309,8 @@ static void run_loader(const setup *s, bytes *b) {
             int64_t start = one_in(b, 8) ? (int64_t)(u8(b) % 6) - 1 : 0;
             if (vt->epoch_begin(self, (pl_data_split)sp, u8(b) % 2, start) != PL_OK) continue;
             pl_batch bt;
-            for (int k = 0; k <= nb + 1 && vt->next(self, &bt) == 1; k++) check_batch(&bt, s->ini);
+            for (int k = 0; k <= nb + 1 && vt->next(self, &bt) == 1; k++)
+                check_batch(&bt, s->ini);
         }
         if (vt->stats) (void)vt->stats(self);
     }
@@ -319,10 +346,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setup s = {0};
     ini_add(&s, "path = %s\n", file_path);
     switch (mode) {
-    case 0: layout_rows(f, &b, &s); break;
-    case 1: layout_series(f, &b, &s); break;
-    case 2: layout_node(f, &b, &s); break;
-    default: layout_graphs(f, &b, &s); break;
+    case 0:
+        layout_rows(f, &b, &s);
+        break;
+    case 1:
+        layout_series(f, &b, &s);
+        break;
+    case 2:
+        layout_node(f, &b, &s);
+        break;
+    default:
+        layout_graphs(f, &b, &s);
+        break;
     }
     if (H5Fclose(f) < 0) abort();
     run_loader(&s, &b);

@@ -25,7 +25,8 @@ static void touch_tensor(hf_llama *h, const char *name, int64_t rows, int64_t co
     if (!t) return;
     const uint8_t *p = pl_tensor_data(t);
     unsigned s = 0;
-    for (size_t i = 0; i < pl_tensor_nbytes(t); i++) s += p[i];
+    for (size_t i = 0; i < pl_tensor_nbytes(t); i++)
+        s += p[i];
     volatile unsigned sink = s; /* every byte read: ASan checks the view's extent */
     (void)sink;
     pl_tensor_release(t);
@@ -37,15 +38,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t lens[N_FILES];
     int n = fz_split(data, size, "\n%%\n", N_FILES, parts, lens);
     for (int i = 0; i < N_FILES; i++) {
-        if (i < n && lens[i] > 0) fz_write(g_files[i], parts[i], lens[i]);
-        else fz_remove(g_files[i]);
+        if (i < n && lens[i] > 0)
+            fz_write(g_files[i], parts[i], lens[i]);
+        else
+            fz_remove(g_files[i]);
     }
     hf_llama *h = NULL;
     if (hf_llama_open(dir, 64, &h) != PL_OK) return 0;
     const hf_llama_config *c = hf_llama_cfg(h);
     touch_tensor(h, "model.embed_tokens.weight", c->vocab_size, c->hidden_size);
-    touch_tensor(h, "model.layers.0.self_attn.q_proj.weight",
-                 c->num_attention_heads * c->head_dim, c->hidden_size);
+    touch_tensor(h, "model.layers.0.self_attn.q_proj.weight", c->num_attention_heads * c->head_dim,
+                 c->hidden_size);
     touch_tensor(h, "lm_head.weight", c->vocab_size, c->hidden_size);
     hf_llama_close(h);
     return 0;

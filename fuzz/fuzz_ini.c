@@ -72,8 +72,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *text = fz_strndup(data, size);
     char *over[MAX_OVERRIDES];
     int n = split_overrides(text, over);
-    for (int i = 0; i < n; i++) (void)pl_is_override(over[i]);
-    pl_config *c = pl_config_load_string(text, "fuzz.ini", PL_FUZZ_CONFIG_DIR, n, (const char *const *)over, g_reg);
+    for (int i = 0; i < n; i++)
+        (void)pl_is_override(over[i]);
+    pl_config *c = pl_config_load_string(text, "fuzz.ini", PL_FUZZ_CONFIG_DIR, n,
+                                         (const char *const *)over, g_reg);
     if (c) {
         pl_config_print(c, g_null);
         check_round_trip(c);

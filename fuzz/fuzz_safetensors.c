@@ -17,7 +17,8 @@ static unsigned touch(const pl_tensor *t) {
     const uint8_t *p = pl_tensor_data(t);
     size_t n = pl_tensor_nbytes(t);
     unsigned s = 0;
-    for (size_t i = 0; i < n; i++) s += p[i];
+    for (size_t i = 0; i < n; i++)
+        s += p[i];
     return s;
 }
 
@@ -32,7 +33,8 @@ static void read_tensor(pl_st_file *f, const char *name) {
     pl_tensor_release(v);
     pl_tensor_release(pl_st_load(f, name));
     int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) numel *= shape[d] > 0 ? shape[d] : 1;
+    for (int d = 0; d < ndim; d++)
+        numel *= shape[d] > 0 ? shape[d] : 1;
     if (numel <= (1 << 16)) {
         pl_tensor *dst = pl_tensor_zeros_owned(PL_F32, ndim, shape, PL_CPU);
         if (dst) (void)pl_st_load_into(f, name, dst);
@@ -45,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fz_write("in.safetensors", data, size);
     pl_st_file *f = NULL;
     if (pl_st_open(path, &f) != PL_OK) return 0;
-    for (int i = 0; i < pl_st_count(f); i++) read_tensor(f, pl_st_name_at(f, i));
+    for (int i = 0; i < pl_st_count(f); i++)
+        read_tensor(f, pl_st_name_at(f, i));
     (void)pl_st_meta(f, "format");
     (void)pl_st_view(f, "no such tensor"); /* NULL: absent */
     pl_st_close(f);

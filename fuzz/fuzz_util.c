@@ -29,7 +29,8 @@ const char *fz_dir(const char *harness) {
     if (g_dir[0]) return g_dir;
     const char *base = getenv("PL_FUZZ_TMP");
     struct stat st;
-    if (!base || !*base) base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+    if (!base || !*base)
+        base = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
     snprintf(g_dir, sizeof g_dir, "%s/plfuzz-%s-%ld", base, harness, (long)getpid());
     if (mkdir(g_dir, 0700) != 0 && !(stat(g_dir, &st) == 0 && S_ISDIR(st.st_mode))) {
         fprintf(stderr, "fuzz: cannot create the scratch directory %s\n", g_dir);

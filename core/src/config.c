@@ -868,11 +868,13 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
         }
         if (strlen(key) + 1 + strlen(value) > PL_INI_LINE_MAX) {
             pl_hint_set("shorten the value: an INI line, in a file or the run's config.ini, "
-                        "holds at most %d bytes", PL_INI_LINE_MAX);
-            return pl_error_set(PL_ERR_CONFIG,
-                                "command line: override '%s.%s' is %zu bytes long as `%s=VALUE`; "
-                                "an INI line holds at most %d (the run's config.ini must read back)",
-                                sec, key, strlen(key) + 1 + strlen(value), key, PL_INI_LINE_MAX);
+                        "holds at most %d bytes",
+                        PL_INI_LINE_MAX);
+            return pl_error_set(
+                PL_ERR_CONFIG,
+                "command line: override '%s.%s' is %zu bytes long as `%s=VALUE`; "
+                "an INI line holds at most %d (the run's config.ini must read back)",
+                sec, key, strlen(key) + 1 + strlen(value), key, PL_INI_LINE_MAX);
         }
         pl_config_section *S = find_section(c, sec);
         if (!S && !(S = add_section(c, sec, 0))) return pl_error_status();
@@ -1536,13 +1538,13 @@ static void ini_entry(sbuf *b, int kw, const entry *e) {
      * written "key =;x", as a file must hold it */
     bool leads_comment = e->value[0] == ';' || e->value[0] == '#';
     if (width + 3 + vl + 4 + ol <= PL_INI_LINE_MAX) {
-        sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key,
-                  e->value, e->origin_str);
+        sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key, e->value,
+                  e->origin_str);
         return;
     }
     sb_printf(b, "; %s\n", e->origin_str);
-    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX && !leads_comment ? "%s = %s\n" : "%s=%s\n",
-              e->key, e->value);
+    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX && !leads_comment ? "%s = %s\n" : "%s=%s\n", e->key,
+              e->value);
 }
 
 char *pl_config_to_ini(const pl_config *c) {
@@ -1559,7 +1561,8 @@ char *pl_config_to_ini(const pl_config *c) {
     for (int i = 0; i < c->n; i++) {
         const pl_config_section *s = c->s[i];
         sb_printf(&b, "\n[%s]\n", s->name);
-        for (int j = 0; j < s->n; j++) ini_entry(&b, kw, &s->e[j]);
+        for (int j = 0; j < s->n; j++)
+            ini_entry(&b, kw, &s->e[j]);
     }
     if (b.oom || !b.s) {
         free(b.s);

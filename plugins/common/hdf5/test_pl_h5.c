@@ -172,7 +172,8 @@ START_TEST(huge_shape_is_refused) {
     /* an empty axis 0 bounds nothing: [0, 2^61, 2^44] has no element but a
      * row of 2^105 (found by fuzz_hdf5: hdf5_chunk's row size overflowed) */
     hsize_t dims3[3] = {0, (hsize_t)1 << 61, (hsize_t)1 << 44}, max3[3], chunk3[3] = {1, 1, 1};
-    for (int i = 0; i < 3; i++) max3[i] = H5S_UNLIMITED;
+    for (int i = 0; i < 3; i++)
+        max3[i] = H5S_UNLIMITED;
     sp = H5Screate_simple(3, dims3, max3);
     pl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(pl, 3, chunk3);
