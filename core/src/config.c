@@ -33,6 +33,11 @@
  * `~` on the command line) and rebuilt at the next lookup. Open addressing,
  * load factor <= 1/2; slot = position + 1, 0 empty. */
 #define INDEX_MIN 32
+/* The longest line, newline excluded, that inih reads whole: its buffer is
+ * INI_MAX_LINE (200 in Debian's libinih) with the newline and the NUL; the
+ * line reader refuses a longer one ("line too long"). Whatever the config
+ * writes (config.ini of a run) stays within it. */
+#define PL_INI_LINE_MAX 198
 typedef struct name_index {
     int *slot;
     size_t cap; /* power of two, 0: no index */
@@ -806,6 +811,20 @@ static pl_status apply_removal(pl_config *c, const char *arg, const char *sec, c
                         sug ? "'?" : "");
 }
 
+/* Why `v` cannot be an INI value (inih trims white space at both ends and
+ * cuts a value at white space followed by ';'), or NULL when it can. */
+static const char *ini_value_problem(const char *v) {
+    size_t n = strlen(v);
+    if (n && isspace((unsigned char)v[0])) return "starts with white space";
+    if (n && isspace((unsigned char)v[n - 1])) return "ends with white space";
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] == '\n' || v[i] == '\r') return "holds a line break";
+        if (i && v[i] == ';' && isspace((unsigned char)v[i - 1]))
+            return "holds white space followed by ';', which starts an INI comment";
+    }
+    return NULL;
+}
+
 /* Removals first (they act on the file, whatever their place on the command
  * line), then settings in order. */
 static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
@@ -838,6 +857,25 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
         pl_status s = pl_override_parse(over[i], sec, sizeof sec, key, sizeof key, &value);
         if (s) return s;
         if (!value) continue;
+        const char *why = ini_value_problem(value);
+        if (why) {
+            pl_hint_set("quote the whole override for the shell, without spaces around the value "
+                        "or before ';'");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "command line: override '%s.%s': the value %s; an INI file "
+                                "cannot hold it (the run's config.ini must read back)",
+                                sec, key, why);
+        }
+        if (strlen(key) + 1 + strlen(value) > PL_INI_LINE_MAX) {
+            pl_hint_set("shorten the value: an INI line, in a file or the run's config.ini, "
+                        "holds at most %d bytes",
+                        PL_INI_LINE_MAX);
+            return pl_error_set(
+                PL_ERR_CONFIG,
+                "command line: override '%s.%s' is %zu bytes long as `%s=VALUE`; "
+                "an INI line holds at most %d (the run's config.ini must read back)",
+                sec, key, strlen(key) + 1 + strlen(value), key, PL_INI_LINE_MAX);
+        }
         pl_config_section *S = find_section(c, sec);
         if (!S && !(S = add_section(c, sec, 0))) return pl_error_status();
         entry *e = find_entry(S, key);
@@ -1487,6 +1525,28 @@ uint64_t pl_config_hash(const pl_config *c) {
     return h;
 }
 
+/* One `key = value  ; origin` line, aligned to `kw`, read back by inih: when
+ * the padding and the origin would make it longer than an INI line holds,
+ * the origin goes on a comment line of its own and the padding (or even the
+ * spaces around '=') goes, since a line the parser cuts short would make
+ * the run's config.ini unreadable on resume. A value too long even as
+ * `key=value` cannot come from a file, and overrides are refused at load. */
+static void ini_entry(sbuf *b, int kw, const entry *e) {
+    size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(e->origin_str);
+    size_t width = kl > (size_t)kw ? kl : (size_t)kw;
+    /* inih cuts a value at ';' after white space, '=' included: ";x" is
+     * written "key =;x", as a file must hold it */
+    bool leads_comment = e->value[0] == ';' || e->value[0] == '#';
+    if (width + 3 + vl + 4 + ol <= PL_INI_LINE_MAX) {
+        sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key, e->value,
+                  e->origin_str);
+        return;
+    }
+    sb_printf(b, "; %s\n", e->origin_str);
+    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX && !leads_comment ? "%s = %s\n" : "%s=%s\n", e->key,
+              e->value);
+}
+
 char *pl_config_to_ini(const pl_config *c) {
     if (!c) return NULL;
     sbuf b = {0};
@@ -1502,8 +1562,7 @@ char *pl_config_to_ini(const pl_config *c) {
         const pl_config_section *s = c->s[i];
         sb_printf(&b, "\n[%s]\n", s->name);
         for (int j = 0; j < s->n; j++)
-            sb_printf(&b, "%-*s = %s  ; %s\n", kw, s->e[j].key, s->e[j].value,
-                      s->e[j].origin_str);
+            ini_entry(&b, kw, &s->e[j]);
     }
     if (b.oom || !b.s) {
         free(b.s);

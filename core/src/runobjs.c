@@ -458,12 +458,18 @@ pl_status pl_meta_set_int(pl_meta *m, const char *key, int64_t v) {
     return PL_OK;
 }
 
+/* Whether a double converts to int64_t (C leaves NaN, Inf and values out of
+ * range undefined: a loader publishes whatever numbers its file holds). */
+static bool f64_is_i64(double f) {
+    return f >= -9223372036854775808.0 && f < 9223372036854775808.0 && f == (double)(int64_t)f;
+}
+
 pl_status pl_meta_set_float(pl_meta *m, const char *key, double v) {
     meta_entry *e = meta_slot(m, key);
     if (!e) return pl_error_status();
     e->type = META_FLOAT;
     e->f = v;
-    e->i = (int64_t)v;
+    e->i = v >= -9223372036854775808.0 && v < 9223372036854775808.0 ? (int64_t)v : 0;
     return PL_OK;
 }
 
@@ -482,9 +488,9 @@ pl_status pl_meta_get_int(const pl_meta *m, const char *key, int64_t *v) {
     if (e->type == META_STR)
         return pl_error_set(PL_ERR_CONFIG, "meta '%s': expected an integer, found string '%s'", key,
                             e->s);
-    if (e->type == META_FLOAT && e->f != (double)(int64_t)e->f)
+    if (e->type == META_FLOAT && !f64_is_i64(e->f))
         return pl_error_set(PL_ERR_CONFIG, "meta '%s': expected an integer, found %g", key, e->f);
-    if (v) *v = e->type == META_INT ? e->i : (int64_t)e->f;
+    if (v) *v = e->i;
     return PL_OK;
 }
 

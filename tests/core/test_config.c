@@ -741,6 +741,75 @@ START_TEST(written_ini_reloads_to_same_values_and_hash) {
 }
 END_TEST
 
+/* Found by fuzz/fuzz_ini.c: a long key widened the alignment of every line
+ * of config.ini and a long value left no room for the origin comment, so a
+ * run's config.ini held lines longer than the INI parser reads (198 bytes)
+ * and could not be loaded again on resume. */
+START_TEST(written_ini_with_long_keys_and_values_reloads) {
+    char key[128], mid[81], tight[187], text[1024];
+    memset(mid, 'v', sizeof mid - 1);
+    mid[sizeof mid - 1] = '\0';
+    memset(tight, 't', sizeof tight - 1);
+    tight[sizeof tight - 1] = '\0';
+    char name[101];
+    memset(name, 'k', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    snprintf(key, sizeof key, "layer.%s.width", name);
+    /* input_field=<186 bytes> is a 198-byte line: the longest the parser reads */
+    snprintf(text, sizeof text, BASE "%s = 32\ninput_field=%s\n[optimizer]\nplugin = fx_optim\n",
+             key, tight);
+    pl_config *c = PL_CK_NOTNULL(load(text, NULL, NULL));
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resolved.ini", tmpdir);
+    PL_CK_OK(pl_config_write_ini(c, out));
+    pl_config *r = pl_config_load(out, 0, NULL, reg);
+    ck_assert_msg(r != NULL, "config.ini does not load: %s", pl_error_message());
+    ck_assert_uint_eq(pl_config_hash(r), pl_config_hash(c));
+    pl_config_free(r);
+    pl_config_free(c);
+    /* a middle-sized value set on the command line: its line gets no padding room */
+    char over[128];
+    snprintf(over, sizeof over, "data.path=%s", mid);
+    snprintf(text, sizeof text, BASE "%s = 32\n", key);
+    c = PL_CK_NOTNULL(load(text, over, NULL));
+    PL_CK_OK(pl_config_write_ini(c, out));
+    r = pl_config_load(out, 0, NULL, reg);
+    ck_assert_msg(r != NULL, "config.ini does not load: %s", pl_error_message());
+    ck_assert_uint_eq(pl_config_hash(r), pl_config_hash(c));
+    pl_config_free(r);
+    pl_config_free(c);
+    /* an override no INI line can hold is refused, naming the key and the limit */
+    char longer[260];
+    snprintf(longer, sizeof longer, "model.input_field=%s%s", tight, "0123456789");
+    const char *m = load_fails(BASE, longer, PL_ERR_CONFIG);
+    CK_HAS(m, "model.input_field");
+    CK_HAS(m, "198");
+}
+END_TEST
+
+/* Found by fuzz/fuzz_ini.c: a value starting with ';' ("key =;x" in the
+ * file) was written "key = ;x" to config.ini, which inih reads as an empty
+ * value and a comment: the run's config.ini loaded to another config. */
+START_TEST(written_ini_keeps_values_that_look_like_comments) {
+    pl_config *c = PL_CK_NOTNULL(load(BASE "input_field =;x, y\n", NULL, NULL));
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "model"), "input_field", ""), ";x, y");
+    char out[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resolved.ini", tmpdir);
+    PL_CK_OK(pl_config_write_ini(c, out));
+    pl_config *r = PL_CK_NOTNULL(pl_config_load(out, 0, NULL, reg));
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(r, "model"), "input_field", ""), ";x, y");
+    ck_assert_uint_eq(pl_config_hash(r), pl_config_hash(c));
+    pl_config_free(r);
+    pl_config_free(c);
+    /* overrides no INI line can hold are refused, naming the key */
+    const char *m = load_fails(BASE, "model.input_field=a ;b", PL_ERR_CONFIG);
+    CK_HAS(m, "model.input_field");
+    CK_HAS(m, "';'");
+    m = load_fails(BASE, "model.input_field= a", PL_ERR_CONFIG);
+    CK_HAS(m, "starts with white space");
+}
+END_TEST
+
 START_TEST(printed_table_shows_every_key_with_origin) {
     pl_config *c = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
     char *buf = NULL;
@@ -816,6 +885,8 @@ int main(void) {
     tcase_add_test(t, pattern_options_match_one_segment);
     tcase_add_test(t, requires_resolve_relative_to_the_ini);
     tcase_add_test(t, written_ini_reloads_to_same_values_and_hash);
+    tcase_add_test(t, written_ini_with_long_keys_and_values_reloads);
+    tcase_add_test(t, written_ini_keeps_values_that_look_like_comments);
     tcase_add_test(t, printed_table_shows_every_key_with_origin);
     tcase_add_test(t, edit_distance_reference_values);
     suite_add_tcase(s, t);

@@ -95,12 +95,19 @@ PL_HD static inline float pl_bf16_widen(uint16_t h) {
  * stays NaN), and f16 bits -> f32 (exact): the hardware conversions, GCC's
  * _Float16 on the host (F16C's VCVTPS2PH with -march=native), cuda_fp16's
  * __float2half_rn / __half2float under nvcc (host and device). pl_f32_to_f16
- * / pl_f16_to_f32 (tensor.h) are these functions. */
+ * / pl_f16_to_f32 (tensor.h) are these functions. clang before 15 has no
+ * _Float16 on x86 but the same IEEE conversions through its storage type
+ * __fp16 (the fuzz build, fuzz/, uses Debian's clang 14). */
+#if defined(__clang__) && !defined(__CUDACC__) && __clang_major__ < 15
+#define PL_HOST_F16 __fp16
+#else
+#define PL_HOST_F16 _Float16
+#endif
 PL_HD static inline uint16_t pl_f16_round(float f) {
 #ifdef __CUDACC__
     return __half_as_ushort(__float2half_rn(f));
 #else
-    __extension__ _Float16 h = (_Float16)f; /* __extension__: no -pedantic warning */
+    __extension__ PL_HOST_F16 h = (PL_HOST_F16)f; /* __extension__: no -pedantic warning */
     uint16_t u;
     memcpy(&u, &h, 2);
     return u;
@@ -110,7 +117,7 @@ PL_HD static inline float pl_f16_widen(uint16_t h) {
 #ifdef __CUDACC__
     return __half2float(__ushort_as_half(h));
 #else
-    __extension__ _Float16 v;
+    __extension__ PL_HOST_F16 v;
     memcpy(&v, &h, 2);
     return (float)v;
 #endif

@@ -191,16 +191,25 @@ pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_
     out->rank = nd;
     size_t esz = elem_size > out->size ? elem_size : out->size;
     if (!esz) esz = 1;
+    /* sizes from the file are untrusted: keep numel * esz (and int64 sums) in
+     * range, and every product of dims too (a row's elements, dims[1..]): an
+     * empty axis makes numel 0 but bounds no other axis, so the product of
+     * the non-zero dims is what is bounded */
     uint64_t n = 1;
+    bool empty = false;
     for (int i = 0; i < nd; i++) {
-        /* sizes from the file are untrusted: keep numel * esz (and int64 sums) in range */
-        if (d[i] && n > ((uint64_t)1 << 62) / esz / d[i])
+        if (!d[i]) {
+            empty = true;
+        } else if (n > ((uint64_t)1 << 62) / esz / d[i]) {
             return pl_error_set(PL_ERR_SHAPE,
                                 "%s: dataset '%s' is too large (axis %d: %llu entries)", path, name,
                                 i, (unsigned long long)d[i]);
-        n *= d[i];
+        } else {
+            n *= d[i];
+        }
         out->dims[i] = (int64_t)d[i];
     }
+    if (empty) n = 0;
     out->numel = (int64_t)n;
     /* a declared shape with no data behind it (never written, or chunks
      * missing) reads as fill values: refuse it rather than train on them or

@@ -169,6 +169,22 @@ START_TEST(huge_shape_is_refused) {
     ck_assert_int_eq(pl_h5_dataset_info(p, "big", d, 4, &in), PL_ERR_SHAPE);
     ck_assert_msg(strstr(pl_error_message(), "'big' is too large"), "%s", pl_error_message());
     H5Dclose(d);
+    /* an empty axis 0 bounds nothing: [0, 2^61, 2^44] has no element but a
+     * row of 2^105 (found by fuzz_hdf5: hdf5_chunk's row size overflowed) */
+    hsize_t dims3[3] = {0, (hsize_t)1 << 61, (hsize_t)1 << 44}, max3[3], chunk3[3] = {1, 1, 1};
+    for (int i = 0; i < 3; i++)
+        max3[i] = H5S_UNLIMITED;
+    sp = H5Screate_simple(3, dims3, max3);
+    pl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(pl, 3, chunk3);
+    d = H5Dcreate2(f, "hollow_rows", H5T_IEEE_F32LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+    ck_assert_int_ge(d, 0);
+    H5Pclose(pl);
+    H5Sclose(sp);
+    ck_assert_int_eq(pl_h5_dataset_info(p, "hollow_rows", d, 4, &in), PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "'hollow_rows' is too large (axis 1"), "%s",
+                  pl_error_message());
+    H5Dclose(d);
     pl_h5_unlock();
     PL_CK_OK(pl_h5_close(p, f));
 }

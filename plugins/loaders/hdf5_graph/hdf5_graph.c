@@ -473,10 +473,11 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     }
     int64_t ymax = -1;
     for (int64_t i = 0; i < G->N; i++) {
-        if (y[i] < -1) {
-            st =
-                pl_error_set(PL_ERR_INVALID, "%s: labels[%lld] = %lld; expected a class >= 0 or -1",
-                             G->path, (long long)i, (long long)y[i]);
+        /* classes are < 2^31 so that max label + 1 (the class count) cannot overflow */
+        if (y[i] < -1 || y[i] > INT32_MAX - 1) {
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: labels[%lld] = %lld; expected a class in 0..%d or -1", G->path,
+                              (long long)i, (long long)y[i], INT32_MAX - 1);
             goto out;
         }
         if (y[i] > ymax) ymax = y[i];

@@ -100,6 +100,14 @@ START_TEST(test_errors) {
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "num_classes = 0") && strstr(pl_error_message(), p),
                   "%s", pl_error_message());
+    /* a label of 2^63 - 1 (found by fuzz_hdf5: max label + 1 overflowed) */
+    const long long huge[4] = {0, 1, 9223372036854775807LL, 1};
+    ck_assert_int_eq(lt_write(p, "huge_label", H5T_NATIVE_LLONG, 1, (long long[]){4}, huge), 0);
+    snprintf(body, sizeof body, "path = %s\nlabels = huge_label\n", p);
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "labels[2] = 9223372036854775807") &&
+                      strstr(pl_error_message(), p),
+                  "%s", pl_error_message());
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", "path = /no/such.h5\n", NULL), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "/no/such.h5"), "%s", pl_error_message());
 }
