@@ -904,6 +904,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     }
     int code = tr_run_requirements(t);
     if (code) return code;
+    if (tr_resolve_output_refs(t)) return fail(t, 2);
     int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
     if (threads > 0) omp_set_num_threads((int)threads);
 
