@@ -43,6 +43,7 @@ typedef struct ilora_opts {
     char history_path[1024];
     int64_t export_top_k;
     double export_temperature;
+    double kd_weight, kd_temperature; /* distillation (distill.h); 0: off / the teacher's T */
 } ilora_opts;
 
 /* Shape options that a backbone's config.json decides (ilora_opts.set_in_config). */
