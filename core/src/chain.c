@@ -155,6 +155,42 @@ int tr_run_requirements(trainer *t) {
     return 0;
 }
 
+/* Every `@INI:outputs/FILE` value of the config becomes the path of FILE in
+ * that config's latest run (RUN_DIR/NAME/latest/outputs/FILE), which must
+ * exist: called once the required runs have run, so config.ini of this run
+ * records the file actually read. */
+pl_status tr_resolve_output_refs(trainer *t) {
+    for (int i = 0; i < pl_config_section_count(t->cfg); i++) {
+        const pl_config_section *s = pl_config_section_at(t->cfg, i);
+        for (int k = 0; k < pl_cfg_count(s); k++) {
+            const char *v = pl_cfg_value_at(s, k);
+            char ini[PATH_MAX], rel[PATH_MAX], out[2 * PATH_MAX + 8], latest[PATH_MAX];
+            int r = pl_config_parse_output_ref(t->cfg, v, ini, sizeof ini, rel, sizeof rel);
+            if (r < 0) return pl_error_status();
+            if (r == 0) continue;
+            pl_config *rc = pl_config_load(ini, 0, NULL, t->reg);
+            if (!rc)
+                return pl_error_prefix(pl_error_status(), "[%s] %s = %s", pl_cfg_section_name(s),
+                                       pl_cfg_key_at(s, k), v);
+            pl_trainer_latest_dir(rc, latest, sizeof latest);
+            pl_config_free(rc);
+            snprintf(out, sizeof out, "%s/%s", latest, rel);
+            if (access(out, R_OK) != 0) {
+                pl_hint_set("run %s (with what writes %s) first, or list it in [pipeline] "
+                            "requires", ini, rel);
+                return pl_error_set(PL_ERR_IO, "[%s] %s = %s: %s does not exist",
+                                    pl_cfg_section_name(s), pl_cfg_key_at(s, k), v, out);
+            }
+            char real[PATH_MAX];
+            const char *use = realpath(out, real) ? real : out;
+            pl_status st = pl_config_set_resolved(t->cfg, pl_cfg_section_name(s),
+                                                  pl_cfg_key_at(s, k), use);
+            if (st) return st;
+        }
+    }
+    return PL_OK;
+}
+
 /* init_from: a path or @INI:best|last */
 pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n) {
     char ini[PATH_MAX], which[32];

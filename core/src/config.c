@@ -1150,6 +1150,43 @@ int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, s
     return 1;
 }
 
+int pl_config_parse_output_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
+                               char *rel, size_t rn) {
+    if (!value || value[0] != '@') return 0;
+    const char *mark = strstr(value, ":outputs/");
+    if (!mark) return 0;
+    const char *file = mark + strlen(":outputs/");
+    if (mark == value + 1 || !*file || strstr(file, "..")) {
+        pl_hint_set("write a run's output as @PATH.ini:outputs/FILE");
+        pl_error_set(PL_ERR_CONFIG, "reference '%s': expected @PATH.ini:outputs/FILE (FILE "
+                     "inside the run's outputs/, no '..')", value);
+        return -1;
+    }
+    char cfg[PATH_MAX];
+    size_t n = (size_t)(mark - value - 1);
+    if (n >= sizeof cfg) n = sizeof cfg - 1;
+    memcpy(cfg, value + 1, n);
+    cfg[n] = '\0';
+    char *p = resolve_path(c, cfg);
+    if (!p) return -1;
+    snprintf(ini_path, pn, "%s", p);
+    snprintf(rel, rn, "outputs/%s", file);
+    free(p);
+    return 1;
+}
+
+pl_status pl_config_set_resolved(pl_config *c, const char *section, const char *key,
+                                 const char *value) {
+    entry *e = find_entry(find_section(c, section), key);
+    if (!e)
+        return pl_error_set(PL_ERR_INVALID, "config: no key %s.%s to resolve", section, key);
+    char *v = xstrdup(value);
+    if (!v) return pl_error_status();
+    free(e->value);
+    e->value = v;
+    return PL_OK;
+}
+
 static bool same_file(const char *a, const char *b) {
     char ra[PATH_MAX], rb[PATH_MAX];
     if (realpath(a, ra) && realpath(b, rb)) return strcmp(ra, rb) == 0;
@@ -1159,7 +1196,31 @@ static bool same_file(const char *a, const char *b) {
 /* Every string key of the config may be a @reference; check the ones the
  * core documents (trainer.init_from) and any value starting with '@' in
  * [trainer]. */
+static pl_status check_output_refs(pl_config *c) {
+    for (int i = 0; i < c->n; i++) {
+        const pl_config_section *s = c->s[i];
+        for (int k = 0; k < s->n; k++) {
+            const entry *e = &s->e[k];
+            char path[PATH_MAX], rel[PATH_MAX];
+            int r = pl_config_parse_output_ref(c, e->value, path, sizeof path, rel, sizeof rel);
+            if (r < 0) return pl_error_prefix(PL_ERR_CONFIG, "%s: [%s] %s", e->origin_str, s->name,
+                                              e->key);
+            if (r == 0) continue;
+            bool listed = false;
+            for (int q = 0; q < c->n_req && !listed; q++)
+                listed = same_file(c->req[q], path);
+            if (listed) continue;
+            pl_hint_set("add it to [pipeline] requires so the run it depends on is known");
+            return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: %s is not listed in [pipeline] "
+                                "requires", e->origin_str, s->name, e->key, e->value, path);
+        }
+    }
+    return PL_OK;
+}
+
 static pl_status check_refs(pl_config *c) {
+    pl_status ost = check_output_refs(c);
+    if (ost) return ost;
     const pl_config_section *s = find_section(c, "trainer");
     const entry *e = s ? find_entry(s, "init_from") : NULL;
     if (!e || e->value[0] != '@') return PL_OK;

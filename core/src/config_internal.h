@@ -94,6 +94,20 @@ const char *pl_config_requires_at(const pl_config *c, int i);
 int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
                         char *which, size_t wn);
 
+/* A run's output file `@PATH:outputs/FILE` (e.g. teacher_outputs =
+ * @teacher.ini:outputs/teacher_outputs.h5), in any key of any section.
+ * Returns 1 and fills the resolved INI path and "outputs/FILE", 0 if `value`
+ * is not such a reference, -1 (PL_ERR_CONFIG set) if malformed (empty FILE,
+ * or '..' in it). PATH resolves like `requires`, and must be listed there.
+ * The trainer replaces the value by RUN_DIR/NAME/latest/outputs/FILE of that
+ * config after the required runs ran (tr_resolve_output_refs). */
+int pl_config_parse_output_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
+                               char *rel, size_t rn);
+/* Replace the value of an existing key (a resolved reference); the origin
+ * stays. PL_ERR_INVALID if the key is absent. */
+pl_status pl_config_set_resolved(pl_config *c, const char *section, const char *key,
+                                 const char *value);
+
 /* ---- output ---------------------------------------------------------- */
 
 /* Aligned table of every key with its value and origin (`pipeline check`). */

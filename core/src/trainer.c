@@ -1079,6 +1079,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     }
     int code = tr_run_requirements(t);
     if (code) return code;
+    if (tr_resolve_output_refs(t)) return fail(t, 2);
     if (tr_setup_device(t)) return fail(t, 2);
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
     t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);

@@ -193,6 +193,8 @@ void tr_write_summary(trainer *t, int status);
 int tr_run_requirements(trainer *t);
 /* init_from value (a path or @INI:best|last) to a checkpoint path. */
 pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n);
+/* Replace every @INI:outputs/FILE value by the file in that config's latest run. */
+pl_status tr_resolve_output_refs(trainer *t);
 /* Newest run directory under `base` other than `self` with a last checkpoint. */
 int tr_newest_last_checkpoint(const char *base, const char *self, char *out, size_t n);
 /* A new timestamped run directory; runs/<name>/last_attempt points at it. */

@@ -699,6 +699,34 @@ START_TEST(requires_resolve_relative_to_the_ini) {
                         "@configs/pre.ini\n",
                    NULL, PL_ERR_CONFIG);
     CK_HAS(m, "init_from");
+    /* a run's output file: @INI:outputs/FILE in any key, listed in requires */
+    c = PL_CK_NOTNULL(load("[data]\nplugin = fx_loader\npath = @configs/pre.ini:outputs/t.h5\n"
+                           "[model]\nplugin = fx_model\n[pipeline]\nrequires = configs/pre.ini\n",
+                           NULL, NULL));
+    char rel[PATH_MAX];
+    ck_assert_int_eq(pl_config_parse_output_ref(c, "@configs/pre.ini:outputs/t.h5", path,
+                                                sizeof path, rel, sizeof rel),
+                     1);
+    ck_assert_str_eq(path, pre);
+    ck_assert_str_eq(rel, "outputs/t.h5");
+    ck_assert_int_eq(pl_config_parse_output_ref(c, "@configs/pre.ini:best", path, sizeof path,
+                                                rel, sizeof rel),
+                     0);
+    ck_assert_int_eq(pl_config_parse_output_ref(c, "@configs/pre.ini:outputs/../x", path,
+                                                sizeof path, rel, sizeof rel),
+                     -1);
+    PL_CK_OK(pl_config_set_resolved(c, "data", "path", "/runs/pre/x/outputs/t.h5"));
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "data"), "path", ""),
+                     "/runs/pre/x/outputs/t.h5");
+    pl_config_free(c);
+    m = load_fails("[data]\nplugin = fx_loader\npath = @configs/pre.ini:outputs/t.h5\n"
+                   "[model]\nplugin = fx_model\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "[data] path = @configs/pre.ini:outputs/t.h5");
+    CK_HAS(m, "not listed in [pipeline] requires");
+    m = load_fails("[data]\nplugin = fx_loader\npath = @configs/pre.ini:outputs/\n"
+                   "[model]\nplugin = fx_model\n[pipeline]\nrequires = configs/pre.ini\n",
+                   NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "@PATH.ini:outputs/FILE");
 }
 END_TEST
 

@@ -42,13 +42,15 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 # ---- the configs and their short-run overrides ----------------------------------------------------
 short="trainer.max_epochs=1 trainer.early_stopping=false"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
-                    [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5)
+                    [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
+                    [student]=movielens.h5)
 declare -A extra=(
     [gat_cora]=""
     [gat_molecules]="trainer.limit_train_batches=0.1 trainer.limit_val_batches=0.2 trainer.limit_test_batches=0.2"
     [lstm_chicago]="trainer.limit_train_batches=0.3"
     [pretrain]="trainer.limit_train_batches=0.05"
     [teacher]="trainer.limit_train_batches=0.05"
+    [student]="trainer.limit_train_batches=0.05"
     [teacher_llm]="data.path=data/ml_tiny.h5 data.history= data.batch_size=4 data.eval_batch_size=8
                    model.backbone=$src/tests/data/hf_llama/gqa_tied model.item_dim=8 model.max_len=8
                    model.export_top_k=5 pipeline.requires= trainer.init_from= trainer.limit_train_batches=1.0
@@ -84,7 +86,8 @@ PY
 
 cd "$tmp"
 ran=0
-for ini in "$src"/configs/*.ini; do
+# student.ini distills the teacher's export: it runs after teacher.ini
+for ini in $(ls "$src"/configs/*.ini | grep -v '/student.ini$') "$src/configs/student.ini"; do
     name=$(basename "$ini" .ini)
     if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " =~ " $name " ]]; then continue; fi
     [ -n "${data_of[$name]+x}" ] || fail "$name: a shipped config this test does not know; add its data and short-run overrides here"
@@ -103,6 +106,12 @@ for ini in "$src"/configs/*.ini; do
                 $short ${extra[pretrain]} >"$tmp/pretrain_for_${name}_$dev.log" 2>&1 ||
                 { tail -20 "$tmp/pretrain_for_${name}_$dev.log"; fail "$name: pretrain on $dev"; }
             chain="pipeline.requires= trainer.init_from=$tmp/runs_$dev/pretrain/latest/checkpoints/best.safetensors"
+        fi
+        # a config that requires teacher (student): the outputs of the short teacher run above
+        if grep -q '^requires *= *teacher.ini' "$ini"; then
+            [ -e "$tmp/runs_$dev/teacher/latest/outputs/teacher_outputs.h5" ] ||
+                fail "$name: no teacher outputs on $dev (teacher.ini did not run here)"
+            chain="pipeline.requires= data.teacher_outputs=$tmp/runs_$dev/teacher/latest/outputs/teacher_outputs.h5"
         fi
         # shellcheck disable=SC2086
         if ! "$bin" run "$tmp/$name.ini" pipeline.device=$dev pipeline.run_dir="$tmp/runs_$dev" $short \

@@ -137,6 +137,14 @@ static const pl_option_spec opts[] = {
     {"history", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "CSR group (offsets/items) under val/test groups exposed as a padded i32 [B, Hmax] field of "
      "that name"},
+    {"row_field", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "rows mode: also emit this i64 [B] field, each sample's row in its split's datasets "
+     "(ilora's teacher export records it as source_row); empty: none"},
+    {"teacher_outputs", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "rows mode: teacher outputs file (models/ilora export) joined to the train rows as fields "
+     "kd_ids, kd_logits, kd_lognorm (@CONFIG.ini:outputs/teacher_outputs.h5 names a run's)"},
+    {"teacher_top_k", PL_OPT_INT, "0", 0, 1e6, NULL,
+     "items per position kept from the teacher outputs (the best ones); 0: all in the file"},
     {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL, "samples per batch"},
     {"eval_batch_size", PL_OPT_INT, "0", 0, 1e9, NULL, "val/test batch size (0: batch_size)"},
     {"chunk_samples", PL_OPT_INT, "0", 0, 1e12, NULL, "rows per chunk (0: from chunk_size_gb)"},
@@ -183,11 +191,16 @@ static void h5c_destroy(void *self) {
         split_data *s = &L->sp[si];
         for (int i = 0; i < s->nf; i++)
             if (s->ds[i] > 0) H5Dclose(s->ds[i]);
-        for (int i = 0; i < s->nx; i++)
+        for (int i = 0; i < s->nx; i++) {
             pl_tensor_release(s->xt[i]);
+            pl_tensor_release(s->xg[i]);
+        }
     }
     if (L->file > 0) H5Fclose(L->file);
     pl_h5_unlock();
+    pl_tensor_release(L->rows_t);
+    pl_tensor_release(L->rows_host);
+    free(L->xidx);
     pl_tensor_release(L->feat);
     pl_tensor_release(L->targ);
     pl_tensor_release(L->wx_g);

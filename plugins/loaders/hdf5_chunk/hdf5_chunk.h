@@ -25,7 +25,7 @@
 
 #define MAXF PL_BATCH_MAX_FIELDS
 #define NAME_LEN 256
-#define MAX_EXTRA 4 /* resident extra fields per split (history) */
+#define MAX_EXTRA 4 /* resident extra fields per split (history; train: teacher targets) */
 
 typedef struct field {
     char name[64];       /* batch field name */
@@ -47,10 +47,13 @@ typedef struct split_data {
     int64_t row0, nrows; /* rows of the datasets used by this split */
     int64_t batch;       /* batch size of the split */
     bool shuffle, drop_last;
-    /* resident extra fields (padded CSR histories): full [nrows, H] tensors */
+    /* resident extra fields (val/test: padded CSR histories, full [nrows, H]
+     * tensors; train: teacher targets, teacher_join.c), gathered per batch
+     * into xg when the split is shuffled */
     int nx;
     char xname[MAX_EXTRA][64];
     pl_tensor *xt[MAX_EXTRA];
+    pl_tensor *xg[MAX_EXTRA];
     /* series mode: windows [w0, w1) */
     int64_t w0, w1;
     char span[48]; /* split by date: "2001-01-22..2013-12-31", its windows' last targets; else "" */
@@ -84,7 +87,11 @@ typedef struct loader {
     int64_t epoch, nchunks, chunk_pos, row_pos, batch_index;
     int cur_buf;
     bool exhausted; /* started at the end of the epoch: next() returns 0 */
-    pl_tensor *out_views[MAXF + MAX_EXTRA];
+    pl_tensor *out_views[MAXF + MAX_EXTRA + 1];
+    /* row_field: the batch's rows in the data file (i64 [batch]), one buffer */
+    char row_field[64];
+    pl_tensor *rows_t, *rows_host;
+    int64_t *xidx; /* global rows of a shuffled batch (batch entries) */
     int n_out;
     /* prefetch thread */
     bool prefetch;
@@ -134,6 +141,12 @@ pl_status rows_create(loader *L, const pl_config_section *cfg);
 pl_status rows_epoch_begin(loader *L, int si, int64_t start);
 int rows_next(loader *L, pl_batch *out);
 pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out);
+
+/* ---- teacher_join.c ---- */
+/* Join the teacher outputs file `teacher_path` (ilora export layout) to the
+ * train split: resident extra fields kd_ids, kd_logits (first top_k items;
+ * 0: all) and kd_lognorm; meta teacher_temperature, teacher_top_k. */
+pl_status h5c_teacher_join(loader *L, const char *teacher_path, int64_t top_k);
 
 /* ---- series.c ---- */
 pl_status series_create(loader *L, const pl_config_section *cfg);

@@ -284,8 +284,46 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
     return PL_OK;
 }
 
+/* The optional fields beside the datasets: row_field (every split) and the
+ * teacher targets joined to the train rows (teacher_join.c), with the
+ * buffers a batch of them needs, allocated once. */
+static pl_status extras_create(loader *L, const pl_config_section *cfg) {
+    const char *tp = pl_cfg_str(cfg, "teacher_outputs", "");
+    split_data *tr = &L->sp[PL_SPLIT_TRAIN];
+    pl_status st;
+    if (tp[0]) {
+        if (pl_cfg_str(cfg, "split_fractions", "")[0])
+            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: teacher_outputs needs train/val/test "
+                                "groups, not split_fractions");
+        if ((st = h5c_teacher_join(L, tp, pl_cfg_int(cfg, "teacher_top_k", 0)))) return st;
+    }
+    int64_t maxb = 1;
+    for (int si = 0; si < PL_SPLIT_COUNT; si++)
+        if (L->sp[si].batch > maxb) maxb = L->sp[si].batch;
+    L->xidx = malloc(sizeof *L->xidx * (size_t)maxb);
+    if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    snprintf(L->row_field, sizeof L->row_field, "%s", pl_cfg_str(cfg, "row_field", ""));
+    if (L->row_field[0]) {
+        L->rows_t = h5c_new_tensor(PL_I64, 1, (int64_t[]){maxb}, L->dev);
+        if (!L->rows_t) return pl_error_status();
+        if (!pl_device_eq(L->dev, PL_CPU)) {
+            L->rows_host = h5c_new_tensor(PL_I64, 1, (int64_t[]){maxb}, PL_CPU);
+            if (!L->rows_host) return pl_error_status();
+        }
+    }
+    for (int i = 0; tr->shuffle && i < tr->nx; i++) {
+        int64_t shape[PL_MAX_DIMS];
+        memcpy(shape, tr->xt[i]->shape, sizeof shape);
+        shape[0] = tr->batch;
+        tr->xg[i] = h5c_new_tensor(tr->xt[i]->dtype, tr->xt[i]->ndim, shape, L->dev);
+        if (!tr->xg[i]) return pl_error_status();
+    }
+    return PL_OK;
+}
+
 pl_status rows_create(loader *L, const pl_config_section *cfg) {
     pl_status st = open_splits(L, cfg);
+    if (!st) st = extras_create(L, cfg);
     if (st) return st;
 
     /* per-sample bytes and the chunk budget */
@@ -544,9 +582,29 @@ int rows_next(loader *L, pl_batch *out) {
         }
         if (h5c_emit(L, out, s->f[i].name, v)) return -1;
     }
+    /* rows of the batch within the split (gathered extra fields, row_field) */
+    int64_t base = L->order[L->chunk_pos] * L->cap;
+    for (int64_t i = 0; i < n; i++)
+        L->xidx[i] = s->shuffle ? base + L->perm[L->row_pos + i] : g0 + i;
     for (int i = 0; i < s->nx; i++) {
-        /* extra fields exist for val/test only, which are never shuffled */
-        if (h5c_emit(L, out, s->xname[i], h5c_view_rows(s->xt[i], g0, n))) return -1;
+        pl_tensor *v;
+        if (s->shuffle) {
+            size_t rb = (size_t)(pl_tensor_numel(s->xt[i]) / s->xt[i]->shape[0]) *
+                        pl_dtype_size(s->xt[i]->dtype);
+            if (gather_rows(L, s->xg[i], s->xt[i], L->xidx, n, rb)) return -1;
+            v = h5c_view_rows(s->xg[i], 0, n);
+        } else {
+            v = h5c_view_rows(s->xt[i], g0, n);
+        }
+        if (h5c_emit(L, out, s->xname[i], v)) return -1;
+    }
+    if (L->row_field[0]) {
+        pl_tensor *h = L->rows_host ? L->rows_host : L->rows_t;
+        int64_t *r = pl_tensor_data(h);
+        for (int64_t i = 0; i < n; i++)
+            r[i] = s->row0 + L->xidx[i];
+        if (L->rows_host && pl_tensor_copy_(L->rows_t, L->rows_host)) return -1;
+        if (h5c_emit(L, out, L->row_field, h5c_view_rows(L->rows_t, 0, n))) return -1;
     }
     out->size = n;
     out->index = L->batch_index++;
@@ -614,6 +672,15 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
             h5c_join_path(g, sizeof g, group, hist);
             if (pl_h5_exists(file, g)) st = add_field(out, seen, si, hist, PL_I32, 2, path);
         }
+    }
+    const char *rf = pl_cfg_str(cfg, "row_field", "");
+    for (int si = 0; si < PL_SPLIT_COUNT && !st && rf[0]; si++)
+        if (present & (1 << si)) st = add_field(out, seen, si, rf, PL_I64, 1, path);
+    if (!st && pl_cfg_str(cfg, "teacher_outputs", "")[0]) {
+        /* the teacher file may not exist yet (its run comes first): ranks are fixed */
+        st = add_field(out, seen, PL_SPLIT_TRAIN, "kd_ids", PL_I32, 3, path);
+        if (!st) st = add_field(out, seen, PL_SPLIT_TRAIN, "kd_logits", PL_F32, 3, path);
+        if (!st) st = add_field(out, seen, PL_SPLIT_TRAIN, "kd_lognorm", PL_F32, 2, path);
     }
     for (int i = 0; i < out->n && !st; i++)
         out->f[i].splits = seen[i] == present ? 0u : (unsigned)seen[i];

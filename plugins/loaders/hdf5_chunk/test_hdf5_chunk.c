@@ -641,6 +641,201 @@ START_TEST(batch_fields_series_mode) {
 }
 END_TEST
 
+/* ---- teacher outputs joined to the train rows (teacher_join.c) ---------- */
+
+#define JN 20 /* train rows */
+#define JL 4  /* positions */
+#define JK 3  /* teacher items per position in the file */
+
+static int32_t j_input(int r, int p) { return p == 0 && r % 2 == 0 ? 0 : (r * 4 + p) % 9 + 1; }
+static int32_t j_label(int r, int p) { return p == 0 && r % 2 == 0 ? 0 : (r + p) % 9 + 1; }
+static int32_t j_item(int src, int p, int k) { return 1 + (src * 7 + p * 3 + k) % 9; }
+static float j_logit(int p, int k) { return -(float)k - 0.1f * (float)p; }
+static float j_lognorm(int src, int p) { return (float)src + 0.01f * (float)p; }
+
+static void write_attr_double(const char *path, const char *name, double v) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+}
+
+/* data: /train/input_ids, /train/labels i32 [JN, JL] (+ val/test copies);
+ * teacher (ilora export layout): the rows in reverse order (source_row
+ * JN-1-t), one entry per labelled position. `bad_row` >= 0: that teacher
+ * row's input_ids copy differs at position 2; `no_lognorm`: no
+ * /train/lognorm. */
+static void make_join_files(const char *dp, const char *tp, int bad_row, bool no_lognorm) {
+    unlink(dp);
+    unlink(tp);
+    int32_t in[JN * JL], lab[JN * JL], tin[JN * JL], tlab[JN * JL], src[JN];
+    int32_t row[JN * JL], pos[JN * JL], lbl[JN * JL], ids[JN * JL * JK];
+    float lg[JN * JL * JK], ln[JN * JL];
+    long long n = 0;
+    for (int r = 0; r < JN; r++)
+        for (int p = 0; p < JL; p++) {
+            in[r * JL + p] = j_input(r, p);
+            lab[r * JL + p] = j_label(r, p);
+        }
+    for (int t = 0; t < JN; t++) {
+        int s = JN - 1 - t;
+        src[t] = s;
+        for (int p = 0; p < JL; p++) {
+            tin[t * JL + p] = j_input(s, p) + (t == bad_row && p == 2 ? 1 : 0);
+            tlab[t * JL + p] = j_label(s, p);
+            if (!j_label(s, p)) continue;
+            row[n] = t;
+            pos[n] = p;
+            lbl[n] = j_label(s, p);
+            for (int k = 0; k < JK; k++) {
+                ids[n * JK + k] = j_item(s, p, k);
+                lg[n * JK + k] = j_logit(p, k);
+            }
+            ln[n++] = j_lognorm(s, p);
+        }
+    }
+    long long d2[2] = {JN, JL}, d1[1] = {JN};
+    ck_assert_int_eq(lt_write(dp, "/train/input_ids", H5T_NATIVE_INT, 2, d2, in), 0);
+    ck_assert_int_eq(lt_write(dp, "/train/labels", H5T_NATIVE_INT, 2, d2, lab), 0);
+    ck_assert_int_eq(lt_write(dp, "/val/input_ids", H5T_NATIVE_INT, 2, d2, in), 0);
+    ck_assert_int_eq(lt_write(dp, "/val/labels", H5T_NATIVE_INT, 2, d2, lab), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/input_ids", H5T_NATIVE_INT, 2, d2, tin), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/labels", H5T_NATIVE_INT, 2, d2, tlab), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/source_row", H5T_NATIVE_INT, 1, d1, src), 0);
+    long long pk[2] = {n, JK}, p1[1] = {n};
+    ck_assert_int_eq(lt_write(tp, "/train/row", H5T_NATIVE_INT, 1, p1, row), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/pos", H5T_NATIVE_INT, 1, p1, pos), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/label", H5T_NATIVE_INT, 1, p1, lbl), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/topk_ids", H5T_NATIVE_INT, 2, pk, ids), 0);
+    ck_assert_int_eq(lt_write(tp, "/train/topk_logits", H5T_NATIVE_FLOAT, 2, pk, lg), 0);
+    if (!no_lognorm)
+        ck_assert_int_eq(lt_write(tp, "/train/lognorm", H5T_NATIVE_FLOAT, 1, p1, ln), 0);
+    write_attr_double(tp, "temperature", 2.0);
+}
+
+static pl_status open_join(lt_loader *L, const char *dp, const char *tp, const char *extra) {
+    char body[2048];
+    snprintf(body, sizeof body,
+             "path = %s\ndatasets = input_ids,labels\nrow_field = row\nteacher_outputs = %s\n%s",
+             dp, tp, extra);
+    return lt_open(L, "hdf5_chunk", body, NULL);
+}
+
+/* Every train row of a shuffled epoch carries the teacher's targets of ITS
+ * row (found through source_row, whatever the teacher file's row order),
+ * the first teacher_top_k items of each labelled position, 0 elsewhere. */
+START_TEST(teacher_outputs_join_follows_the_shuffled_rows) {
+    char dp[512], tp[512];
+    tmp_path("join_data.h5", dp, sizeof dp);
+    tmp_path("join_teacher.h5", tp, sizeof tp);
+    make_join_files(dp, tp, -1, false);
+    for (int streaming = 0; streaming < 2; streaming++) {
+        lt_loader L;
+        PL_CK_OK(open_join(&L, dp, tp, streaming ? "batch_size = 3\nteacher_top_k = 2\n"
+                                                   "chunk_samples = 6\n"
+                                                 : "batch_size = 3\nteacher_top_k = 2\n"));
+        double T;
+        PL_CK_OK(pl_meta_get_float(L.ctx->meta, "teacher_temperature", &T));
+        ck_assert_double_eq(T, 2.0);
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 1, 0));
+        pl_batch b;
+        int seen[JN] = {0}, n = 0, inorder = 0;
+        while (L.vt->next(L.self, &b) == 1) {
+            pl_tensor *rw = pl_batch_get(&b, "row"), *in = pl_batch_get(&b, "input_ids");
+            pl_tensor *ki = pl_batch_get(&b, "kd_ids"), *kl = pl_batch_get(&b, "kd_logits");
+            pl_tensor *kn = pl_batch_get(&b, "kd_lognorm");
+            ck_assert_ptr_nonnull(rw);
+            ck_assert_ptr_nonnull(ki);
+            ck_assert_int_eq(ki->ndim, 3);
+            ck_assert_int_eq(ki->shape[2], 2);
+            ck_assert_int_eq(kn->ndim, 2);
+            for (int64_t i = 0; i < b.size; i++) {
+                int r = (int)pl_tensor_i64(rw)[i];
+                ck_assert(r >= 0 && r < JN);
+                seen[r]++;
+                inorder += r == n;
+                n++;
+                for (int p = 0; p < JL; p++) {
+                    ck_assert_int_eq(((int32_t *)pl_tensor_data(in))[i * JL + p], j_input(r, p));
+                    const int32_t *id = (int32_t *)pl_tensor_data(ki) + (i * JL + p) * 2;
+                    const float *lv = pl_tensor_f32(kl) + (i * JL + p) * 2;
+                    float nv = pl_tensor_f32(kn)[i * JL + p];
+                    for (int k = 0; k < 2; k++) {
+                        ck_assert_int_eq(id[k], j_label(r, p) ? j_item(r, p, k) : 0);
+                        ck_assert_float_eq(lv[k], j_label(r, p) ? j_logit(p, k) : 0.0f);
+                    }
+                    ck_assert_float_eq(nv, j_label(r, p) ? j_lognorm(r, p) : 0.0f);
+                }
+            }
+        }
+        ck_assert_int_eq(n, JN);
+        ck_assert_int_lt(inorder, JN / 2);
+        for (int r = 0; r < JN; r++) ck_assert_int_eq(seen[r], 1);
+        /* val batches: the row field, no teacher fields */
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0));
+        ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+        ck_assert_ptr_nonnull(pl_batch_get(&b, "row"));
+        ck_assert_ptr_null(pl_batch_get(&b, "kd_ids"));
+        lt_close(&L);
+    }
+    /* declared: row everywhere, the teacher fields for train only */
+    char body[2048];
+    snprintf(body, sizeof body, "path = %s\ndatasets = input_ids,labels\nrow_field = row\n"
+             "teacher_outputs = %s\n", dp, tp);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    check_fields_against_batches(&L, "teacher join");
+    pl_field_list fl;
+    PL_CK_OK(L.vt->batch_fields(L.sec, &fl));
+    ck_assert_uint_eq(find_field(&fl, "kd_ids")->splits, PL_SPLIT_BIT(PL_SPLIT_TRAIN));
+    ck_assert_uint_eq(find_field(&fl, "row")->splits, 0u);
+    lt_close(&L);
+}
+END_TEST
+
+/* Rows that do not match are refused naming both files and the first
+ * mismatching row; so are a missing log-normalizer and a K too large. */
+START_TEST(teacher_outputs_mismatch_is_refused_naming_both_files_and_the_row) {
+    char dp[512], tp[512];
+    tmp_path("join_data_bad.h5", dp, sizeof dp);
+    tmp_path("join_teacher_bad.h5", tp, sizeof tp);
+    lt_loader L;
+    make_join_files(dp, tp, 7, false);
+    ck_assert_int_ne(open_join(&L, dp, tp, ""), PL_OK);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, dp) && strstr(m, tp), "message '%s' lacks a file name", m);
+    ck_assert_msg(strstr(m, "row 7 (source_row 12)") && strstr(m, "input_ids position 2"),
+                  "message '%s' lacks the row", m);
+    make_join_files(dp, tp, -1, true);
+    ck_assert_int_ne(open_join(&L, dp, tp, ""), PL_OK);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "/train/lognorm"));
+    make_join_files(dp, tp, -1, false);
+    ck_assert_int_ne(open_join(&L, dp, tp, "teacher_top_k = 4\n"), PL_OK);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "teacher_top_k = 4"));
+    /* a data file with another row count: the first data row without a teacher row */
+    char dp2[512];
+    tmp_path("join_data_more.h5", dp2, sizeof dp2);
+    unlink(dp2);
+    int32_t in[(JN + 1) * JL], lab[(JN + 1) * JL];
+    for (int r = 0; r <= JN; r++)
+        for (int p = 0; p < JL; p++) {
+            in[r * JL + p] = j_input(r, p);
+            lab[r * JL + p] = j_label(r, p);
+        }
+    long long d2[2] = {JN + 1, JL};
+    ck_assert_int_eq(lt_write(dp2, "/train/input_ids", H5T_NATIVE_INT, 2, d2, in), 0);
+    ck_assert_int_eq(lt_write(dp2, "/train/labels", H5T_NATIVE_INT, 2, d2, lab), 0);
+    ck_assert_int_ne(open_join(&L, dp2, tp, ""), PL_OK);
+    m = pl_error_message();
+    ck_assert_msg(strstr(m, "no row for train row 20") && strstr(m, dp2) && strstr(m, tp),
+                  "message '%s'", m);
+    pl_error_clear();
+}
+END_TEST
+
 /* ---- bad inputs ------------------------------------------------------- */
 
 static void expect_error(const char *body, const char *needle1, const char *needle2) {
@@ -923,6 +1118,8 @@ int main(void) {
     tcase_add_test(tc, batch_fields_rows_mode);
     tcase_add_test(tc, batch_fields_refuses_split_dependent_dtype);
     tcase_add_test(tc, batch_fields_series_mode);
+    tcase_add_test(tc, teacher_outputs_join_follows_the_shuffled_rows);
+    tcase_add_test(tc, teacher_outputs_mismatch_is_refused_naming_both_files_and_the_row);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, nonfinite_rows_are_refused_naming_dataset_row_and_column);
     tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);

@@ -21,6 +21,7 @@
 #include "hf_export.h"
 #include "hf_llama.h"
 #include "ranking.h"
+#include "distill.h"
 #include "teacher_export.h"
 #include "pl_h5.h"
 
@@ -93,6 +94,12 @@ static const pl_option_spec ilora_options[] = {
      "exported logits are logits / T (T stored as attribute 'temperature')"},
     {"predict_top_k", PL_OPT_INT, "10", 1, 1e6, NULL,
      "pipeline predict: best items written per input row (top_items, top_scores)"},
+    {"kd_weight", PL_OPT_FLOAT, "0", 0, 1e6, NULL,
+     "knowledge distillation: loss = CE + kd_weight * T^2 * KL(teacher || student) over the "
+     "teacher's top-K items + rest (batch fields kd_ids, kd_logits, kd_lognorm); 0: off"},
+    {"kd_temperature", PL_OPT_FLOAT, "0", 0, 1e6, NULL,
+     "distillation temperature T; 0: the teacher export's (loader meta teacher_temperature), "
+     "which any other value must equal"},
     PL_OPTIONS_END};
 
 static const char *spec_default(const char *name) {
@@ -200,6 +207,8 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     o->export_top_k = opt_int(c, "export_top_k");
     o->export_temperature = opt_float(c, "export_temperature");
     o->predict_top_k = opt_int(c, "predict_top_k");
+    o->kd_weight = opt_float(c, "kd_weight");
+    o->kd_temperature = opt_float(c, "kd_temperature");
     return parse_targets(pl_cfg_str(c, "lora_targets", spec_default("lora_targets")),
                          &o->lora_targets);
 }
@@ -895,6 +904,7 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         pl_tensor *hf = pl_reshape(h, 2, (int64_t[]){-1, m->o.dim});
         pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
         *loss = pl_cross_entropy(logits, ti, 0, 0.0);
+        if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pos, np));
     }
     if (!st && !*loss) st = pl_error_status();
     free(pos);
@@ -1214,6 +1224,10 @@ static pl_status vt_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     if (st) return st;
     ilora_model *m = NULL;
     st = ilora_model_create(&o, ctx, &m);
+    if (!st && (st = ilora_kd_temperature(m))) {
+        ilora_model_destroy(m);
+        m = NULL;
+    }
     *self = m;
     return st;
 }
@@ -1238,6 +1252,11 @@ static pl_status ilora_batch_needs(const pl_config_section *cfg, pl_field_list *
     if (!st) st = pl_fields_add_in(out, eval, pl_cfg_str(cfg, "user_field", "user_index"),
                                    PL_DTYPE_INDEX, -1, true);
     if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "row_field", "row"), PL_DTYPE_INDEX, -1, true);
+    if (!st && pl_cfg_float(cfg, "kd_weight", 0) > 0) { /* distill.h */
+        st = pl_fields_add_in(out, train, "kd_ids", PL_DTYPE_INDEX, 3, false);
+        if (!st) st = pl_fields_add_in(out, train, "kd_logits", PL_F32, 3, false);
+        if (!st) st = pl_fields_add_in(out, train, "kd_lognorm", PL_F32, 2, false);
+    }
     return st;
 }
 

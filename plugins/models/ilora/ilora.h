@@ -44,6 +44,7 @@ typedef struct ilora_opts {
     int64_t export_top_k;
     double export_temperature;
     int64_t predict_top_k; /* items per row in `pipeline predict`'s OUT.h5 */
+    double kd_weight, kd_temperature; /* distillation (distill.h); 0: off / the teacher's T */
 } ilora_opts;
 
 /* Shape options that a backbone's config.json decides (ilora_opts.set_in_config). */

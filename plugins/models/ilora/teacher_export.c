@@ -11,10 +11,15 @@
  *                                       batch has the `row_field` field, else -1
  *   /train/topk_ids    i32 [N_pos, K]   best K item ids per labelled training position
  *   /train/topk_logits f32 [N_pos, K]   their logits / T, descending
+ *   /train/lognorm     f32 [N_pos]      log-normalizer over every item 1..N of logits / T:
+ *                                       logsumexp_i (z_i / T), so the teacher's softened
+ *                                       probability of item k is exp(topk_logit - lognorm)
+ *                                       and 1 - sum_k of them is the mass beyond the top K
  *   /train/row         i32 [N_pos]      row of /train/input_ids OF THIS FILE
  *   /train/pos         i32 [N_pos]      position 0..L-1 within the row
  *   /train/label       i32 [N_pos]      the true next item at that position
  *   /val|test/topk_ids, topk_logits     [U, K] for the last position of each user row
+ *   /val|test/lognorm  f32 [U]          as /train/lognorm, for that position
  *   /val|test/user     i32 [U]          user index (batch field `user_field`, else the
  *                                       running row number)
  *   /val|test/target   i32 [U]          held-out item (0 if the batch has none)
@@ -37,7 +42,7 @@
 #include "ranking.h"
 
 /* A/B/C: row,pos,label | user,target; IN/LAB/SRC: train row copies */
-enum { DS_IDS, DS_LOGITS, DS_A, DS_B, DS_C, DS_IN, DS_LAB, DS_SRC, DS_N };
+enum { DS_IDS, DS_LOGITS, DS_LOGNORM, DS_A, DS_B, DS_C, DS_IN, DS_LAB, DS_SRC, DS_N };
 
 struct ilora_export {
     hid_t file;
@@ -97,6 +102,7 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
         hid_t *ds = e->ds[s];
         st = pl_h5_create_rows(p, g, "topk_ids", H5T_STD_I32LE, K, &ds[DS_IDS]);
         if (!st) st = pl_h5_create_rows(p, g, "topk_logits", H5T_IEEE_F32LE, K, &ds[DS_LOGITS]);
+        if (!st) st = pl_h5_create_rows(p, g, "lognorm", H5T_IEEE_F32LE, 0, &ds[DS_LOGNORM]);
         if (s == PL_SPLIT_TRAIN) {
             if (!st) st = pl_h5_create_rows(p, g, "row", H5T_STD_I32LE, 0, &ds[DS_A]);
             if (!st) st = pl_h5_create_rows(p, g, "pos", H5T_STD_I32LE, 0, &ds[DS_B]);
@@ -124,7 +130,8 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
     if (!st)
         st = pl_h5_attr_write_str(p, e->file, "logits",
                                   "topk_logits = model logits / temperature, best first; item 0 "
-                                  "(padding) never exported; history items not removed");
+                                  "(padding) never exported; history items not removed; lognorm = "
+                                  "logsumexp over items 1..num_items of logits / temperature");
     if (st) {
         pl_error_prefix(st, "ilora export");
         ilora_export_end(m);
@@ -132,9 +139,10 @@ pl_status ilora_export_begin(void *self, const char *outputs_dir) {
     return st;
 }
 
-/* Top-K of each row of logits [n, V] (host f32) with item 0 removed and / T. */
+/* Top-K of each row of logits [n, V] (host f32) with item 0 removed and / T,
+ * and the row's log-normalizer logsumexp_{i >= 1} (z_i / T) (in double). */
 static void topk_rows(const float *lg, int64_t n, int64_t V, int64_t K, double T, int32_t *ids,
-                      float *vals) {
+                      float *vals, float *lognorm) {
 #pragma omp parallel
     {
         float *row = malloc((size_t)V * sizeof *row);
@@ -146,6 +154,12 @@ static void topk_rows(const float *lg, int64_t n, int64_t V, int64_t K, double T
             ilora_topk(row, V, K, ids + i * K, vals + i * K);
             for (int64_t j = 0; j < K; j++)
                 vals[i * K + j] = (float)(vals[i * K + j] / T);
+            double mx = -INFINITY, sum = 0;
+            for (int64_t v = 1; v < V; v++)
+                if (row[v] / T > mx) mx = row[v] / T;
+            for (int64_t v = 1; v < V; v++)
+                sum += expf((float)(row[v] / T - mx));
+            lognorm[i] = (float)(mx + log(sum));
         }
         free(row);
     }
@@ -243,19 +257,22 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
         }
     }
     int32_t *tids = NULL;
-    float *tvals = NULL;
+    float *tvals = NULL, *tnorm = NULL;
     if (!st && n > 0) {
         pl_tensor *lg = pl_tensor_to(ilora_logits(m, sel), PL_F32, PL_CPU);
         tids = malloc((size_t)(n * K) * sizeof *tids);
         tvals = malloc((size_t)(n * K) * sizeof *tvals);
+        tnorm = malloc((size_t)n * sizeof *tnorm);
         if (!lg) st = pl_error_status();
-        else if (!tids || !tvals) st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
-        else topk_rows(pl_tensor_f32(lg), n, V, K, m->o.export_temperature, tids, tvals);
+        else if (!tids || !tvals || !tnorm)
+            st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
+        else topk_rows(pl_tensor_f32(lg), n, V, K, m->o.export_temperature, tids, tvals, tnorm);
     }
     int64_t r0 = e->rows[split];
     hid_t *ds = e->ds[split];
     if (!st) st = append(e, ds[DS_IDS], H5T_NATIVE_INT32, r0, n, K, tids);
     if (!st) st = append(e, ds[DS_LOGITS], H5T_NATIVE_FLOAT, r0, n, K, tvals);
+    if (!st) st = append(e, ds[DS_LOGNORM], H5T_NATIVE_FLOAT, r0, n, 0, tnorm);
     if (!st) st = append(e, ds[DS_A], H5T_NATIVE_INT32, r0, n, 0, a);
     if (!st) st = append(e, ds[DS_B], H5T_NATIVE_INT32, r0, n, 0, bb);
     if (!st && split == PL_SPLIT_TRAIN) st = append(e, ds[DS_C], H5T_NATIVE_INT32, r0, n, 0, c);
@@ -265,6 +282,7 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
     free(c);
     free(tids);
     free(tvals);
+    free(tnorm);
     return st;
 }
 
