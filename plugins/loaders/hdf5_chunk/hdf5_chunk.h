@@ -56,7 +56,7 @@ typedef struct split_data {
     pl_tensor *xg[MAX_EXTRA];
     /* series mode: windows [w0, w1) */
     int64_t w0, w1;
-    char span[48]; /* split by date: "2001-01-22..2013-12-31", its windows' last targets; else "" */
+    char span[72]; /* split by date: "2001-01-22..2013-12-31", its windows' last targets; else "" */
 } split_data;
 
 typedef struct chunk_buf {

@@ -42,9 +42,10 @@ static pl_status parse_date(const char *key, const char *s, int64_t *out) {
 
 /* Days since 1970-01-01 -> "YYYY-MM-DD" (UTC). */
 static void format_day(int64_t day, char *out, size_t n) {
-    time_t t = (time_t)(day * 86400);
+    /* the file's dates are untrusted: outside +-1e8 days (~273,000 years) no calendar */
     struct tm tm;
-    if (gmtime_r(&t, &tm))
+    time_t t = (time_t)((day > -100000000 && day < 100000000 ? day : 0) * 86400);
+    if (day > -100000000 && day < 100000000 && gmtime_r(&t, &tm))
         strftime(out, n, "%Y-%m-%d", &tm);
     else
         snprintf(out, n, "day %lld", (long long)day);
@@ -354,7 +355,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
         if (date && s->nrows > 0) {
             /* window w predicts target rows w+W .. w+W+H-1 and belongs to the split of
              * the last one: the span is that of the windows' last targets */
-            char d0[16], d1[16];
+            char d0[32], d1[32];
             format_day(date[s->w0 + W + H - 1], d0, sizeof d0);
             format_day(date[s->w1 - 1 + W + H - 1], d1, sizeof d1);
             snprintf(s->span, sizeof s->span, "%s..%s", d0, d1);

@@ -578,6 +578,30 @@ START_TEST(contradicting_split_options_are_refused) {
 }
 END_TEST
 
+/* Dates are untrusted: a day count far outside any calendar (found by fuzz_hdf5:
+ * INT64_MAX days overflowed the seconds of the data line's date) is printed as
+ * a day number. */
+START_TEST(data_line_with_dates_outside_the_calendar) {
+    char p[512], body[1024];
+    tmp_path("series_far.h5", p, sizeof p);
+    float s[30];
+    long long d[30];
+    for (int t = 0; t < 30; t++) {
+        s[t] = (float)t;
+        d[t] = t < 29 ? t : 9223372036854775807LL;
+    }
+    ck_assert_int_eq(lt_write(p, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){30, 1}, s), 0);
+    ck_assert_int_eq(lt_write(p, "/date", H5T_NATIVE_LLONG, 1, (long long[]){30}, d), 0);
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\nhorizon = 1\ntarget_columns = 0\n"
+             "train_end = 1970-01-20\nval_end = 1970-01-25\n", p);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    const char *sum = pl_meta_get_str(L.ctx->meta, "data_summary");
+    ck_assert_msg(sum && strstr(sum, "..day 9223372036854775807)"), "%s", sum ? sum : "(none)");
+    lt_close(&L);
+}
+END_TEST
+
 START_TEST(batch_fields_rows_mode) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 16\nshuffle = true\n"));
@@ -1124,6 +1148,7 @@ int main(void) {
     tcase_add_test(tc, nonfinite_rows_are_refused_naming_dataset_row_and_column);
     tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);
     tcase_add_test(tc, contradicting_split_options_are_refused);
+    tcase_add_test(tc, data_line_with_dates_outside_the_calendar);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
     suite_add_tcase(s, tc);
