@@ -70,8 +70,7 @@ static int cmp(const void *a, const void *b) {
  * position L-1 only (its keys and values for every position). */
 static pl_tensor *last_hidden(ilora_model *m, pl_tensor *ids, const int32_t *hid) {
     const ilora_opts *o = &m->o;
-    int64_t B = ids->shape[0], L = ids->shape[1], H = o->heads, KV = m->kv_heads,
-            Dh = m->head_dim;
+    int64_t B = ids->shape[0], L = ids->shape[1], H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
     float *bias = malloc(sizeof *bias * (size_t)(B * L));
     for (int64_t i = 0; i < B * L; i++)
         bias[i] = hid[i] == 0 ? -1e9f : 0.0f;
@@ -88,9 +87,10 @@ static pl_tensor *last_hidden(ilora_model *m, pl_tensor *ids, const int32_t *hid
                           m->lora_scale, 0.0, 0, 0, false)
         pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
         pl_tensor *xq = last ? pl_slice(x, 1, L - 1, L) : x;
-        pl_tensor *q = pl_rope(pl_reshape(PROJ(0, xq), 4, (int64_t[]){B, T, H, Dh}), L - T,
-                               o->rope_theta);
-        pl_tensor *k = pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
+        pl_tensor *q =
+            pl_rope(pl_reshape(PROJ(0, xq), 4, (int64_t[]){B, T, H, Dh}), L - T, o->rope_theta);
+        pl_tensor *k =
+            pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
         pl_tensor *v = pl_reshape(PROJ(2, x), 4, (int64_t[]){B, L, KV, Dh});
         if (m->kv_index) {
             k = pl_index_select(k, 2, m->kv_index);
@@ -114,7 +114,7 @@ static pl_tensor *last_hidden(ilora_model *m, pl_tensor *ids, const int32_t *hid
 int main(int argc, char **argv) {
     if (argc != 7) {
         fprintf(stderr, "usage: bench_infer MODEL_BODY.ini CHECKPOINT DATA.h5 BATCH REPS "
-                "PLUGIN_DIR\n");
+                        "PLUGIN_DIR\n");
         return 2;
     }
     FILE *bf = fopen(argv[1], "r");
@@ -194,9 +194,13 @@ int main(int argc, char **argv) {
             pl_frame_begin();
             pl_tensor *ti = pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, L}, ids + b0 * L, PL_CPU);
             pl_tensor *tt = pl_tensor_from_data(PL_I32, 1, (int64_t[]){B}, tg + b0, PL_CPU);
-            pl_tensor *th = pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, H}, hist + b0 * H, PL_CPU);
-            pl_batch bt = {.n = 3, .names = {"input_ids", "target", "history"},
-                           .fields = {ti, tt, th}, .size = B, .index = b0 / batch};
+            pl_tensor *th =
+                pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, H}, hist + b0 * H, PL_CPU);
+            pl_batch bt = {.n = 3,
+                           .names = {"input_ids", "target", "history"},
+                           .fields = {ti, tt, th},
+                           .size = B,
+                           .index = b0 / batch};
             pl_tensor *loss = NULL;
             if (ilora_forward(m, &bt, PL_SPLIT_TEST, false, &loss, &mt)) {
                 fprintf(stderr, "forward: %s\n", pl_error_message());

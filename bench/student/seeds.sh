@@ -17,8 +17,8 @@ for s in "${seeds[@]}"; do
         over=(pipeline.seed=$s pipeline.name=student_${v}_s$s)
         # alone: no teacher needed (no requires, no teacher outputs)
         [ $v = alone ] && over+=(model.kd_weight=0 pipeline.requires= data.teacher_outputs=)
-        if [ -e runs/student_${v}_s$s/latest/summary.json ] &&
-            grep -q '"status": *"ok"' runs/student_${v}_s$s/latest/summary.json; then
+        if python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["status"] != "ok")' \
+            runs/student_${v}_s$s/latest/summary.json 2>/dev/null; then
             echo "student_${v}_s$s: done already"
             continue
         fi

@@ -53,8 +53,8 @@ static pl_status read_teacher(const char *tp, hid_t f, teacher_file *t) {
     t->rows = a.dims[0];
     t->L = a.dims[1];
     int64_t rl[2] = {t->rows, t->L}, r1[1] = {t->rows};
-    if ((st = pl_h5_read_alloc(tp, f, "/train/labels", H5T_NATIVE_INT32, 2, 2, rl,
-                               (void **)&t->lab, NULL)) ||
+    if ((st = pl_h5_read_alloc(tp, f, "/train/labels", H5T_NATIVE_INT32, 2, 2, rl, (void **)&t->lab,
+                               NULL)) ||
         (st = pl_h5_read_alloc(tp, f, "/train/source_row", H5T_NATIVE_INT32, 1, 1, r1,
                                (void **)&t->src, NULL)) ||
         (st = pl_h5_read_alloc(tp, f, "/train/topk_ids", H5T_NATIVE_INT32, 2, 2, NULL,
@@ -75,8 +75,10 @@ static pl_status read_teacher(const char *tp, hid_t f, teacher_file *t) {
     if (!pl_h5_exists(f, "/train/lognorm")) {
         pl_hint_set("the file predates the log-normalizer export: run the teacher's export again "
                     "(pipeline run configs/teacher.ini with a newer build)");
-        return pl_error_set(PL_ERR_INVALID, "%s: no /train/lognorm (the teacher's log-normalizer "
-                            "over all items, needed for distillation targets)", tp);
+        return pl_error_set(PL_ERR_INVALID,
+                            "%s: no /train/lognorm (the teacher's log-normalizer "
+                            "over all items, needed for distillation targets)",
+                            tp);
     }
     return pl_h5_read_alloc(tp, f, "/train/lognorm", H5T_NATIVE_FLOAT, 1, 1, p1,
                             (void **)&t->lognorm, NULL);
@@ -88,16 +90,20 @@ static pl_status read_data_field(loader *L, const char *name, int32_t **out, int
     for (int i = 0; i < s->nf; i++) {
         if (strcmp(s->f[i].name, name)) continue;
         if (s->f[i].ndim != 2)
-            return pl_error_set(PL_ERR_SHAPE, "%s: '%s' must be [rows, L] to join teacher "
-                                "outputs", L->path, s->f[i].dset);
+            return pl_error_set(PL_ERR_SHAPE,
+                                "%s: '%s' must be [rows, L] to join teacher "
+                                "outputs",
+                                L->path, s->f[i].dset);
         *len = s->f[i].dims[1];
         *out = malloc(sizeof **out * (size_t)(s->nrows * *len) + 1);
         if (!*out) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
-        return pl_h5_read_rows(L->path, s->f[i].dset, s->ds[i], H5T_NATIVE_INT32, s->row0,
-                               s->nrows, *out);
+        return pl_h5_read_rows(L->path, s->f[i].dset, s->ds[i], H5T_NATIVE_INT32, s->row0, s->nrows,
+                               *out);
     }
-    return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: teacher_outputs needs a train field '%s' "
-                        "(datasets) to match the teacher's rows against", name);
+    return pl_error_set(PL_ERR_CONFIG,
+                        "hdf5_chunk: teacher_outputs needs a train field '%s' "
+                        "(datasets) to match the teacher's rows against",
+                        name);
 }
 
 /* A CPU tensor as a resident extra field of the train split (on the device). */
@@ -130,8 +136,10 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
     const char *dp = L->path;
     int64_t N = s->nrows;
     if (t->L != Ld)
-        return pl_error_set(PL_ERR_SHAPE, "teacher outputs %s: rows of %lld positions, %s: rows "
-                            "of %lld", tp, (long long)t->L, dp, (long long)Ld);
+        return pl_error_set(PL_ERR_SHAPE,
+                            "teacher outputs %s: rows of %lld positions, %s: rows "
+                            "of %lld",
+                            tp, (long long)t->L, dp, (long long)Ld);
     int64_t *of = malloc(sizeof *of * (size_t)N + 1); /* data row -> teacher row */
     unsigned char *got = calloc((size_t)(N * Ld) + 1, 1);
     pl_status st = PL_OK;
@@ -144,15 +152,17 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
             if (sr < 0)
                 pl_hint_set("export the teacher with the loader's row_field = row, so each "
                             "exported row records its row in the data file");
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s row %lld: source_row %lld is "
-                              "not a train row of %s (%lld rows)", tp, (long long)r,
-                              (long long)sr, dp, (long long)N);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s row %lld: source_row %lld is "
+                              "not a train row of %s (%lld rows)",
+                              tp, (long long)r, (long long)sr, dp, (long long)N);
             break;
         }
         if (of[sr] >= 0) {
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s rows %lld and %lld both claim "
-                              "train row %lld of %s", tp, (long long)of[sr], (long long)r,
-                              (long long)sr, dp);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s rows %lld and %lld both claim "
+                              "train row %lld of %s",
+                              tp, (long long)of[sr], (long long)r, (long long)sr, dp);
             break;
         }
         of[sr] = r;
@@ -169,36 +179,41 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
                 b = dlab[sr * Ld + p];
             }
             if (what) {
-                st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s row %lld (source_row %lld) "
+                st = pl_error_set(PL_ERR_INVALID,
+                                  "teacher outputs %s row %lld (source_row %lld) "
                                   "does not match %s train row %lld: %s position %lld is %lld "
-                                  "in the teacher outputs, %lld in the data", tp, (long long)r,
-                                  (long long)sr, dp, (long long)sr, what, (long long)p,
-                                  (long long)a, (long long)b);
+                                  "in the teacher outputs, %lld in the data",
+                                  tp, (long long)r, (long long)sr, dp, (long long)sr, what,
+                                  (long long)p, (long long)a, (long long)b);
                 break;
             }
         }
     }
     for (int64_t i = 0; !st && i < N; i++)
         if (of[i] < 0)
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s have no row for train row %lld "
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s have no row for train row %lld "
                               "of %s (%lld teacher rows, %lld data rows): the teacher was "
-                              "exported from other data", tp, (long long)i, dp,
-                              (long long)t->rows, (long long)N);
+                              "exported from other data",
+                              tp, (long long)i, dp, (long long)t->rows, (long long)N);
     for (int64_t q = 0; !st && q < t->P; q++) {
         int64_t r = t->row[q], p = t->pos[q];
         if (r < 0 || r >= t->rows || p < 0 || p >= Ld) {
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s position entry %lld: row %lld, "
-                              "pos %lld outside [%lld rows, %lld positions]", tp, (long long)q,
-                              (long long)r, (long long)p, (long long)t->rows, (long long)Ld);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s position entry %lld: row %lld, "
+                              "pos %lld outside [%lld rows, %lld positions]",
+                              tp, (long long)q, (long long)r, (long long)p, (long long)t->rows,
+                              (long long)Ld);
             break;
         }
         int64_t sr = t->src[r], d = sr * Ld + p;
         if (t->label[q] == 0 || t->label[q] != dlab[d]) {
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s position entry %lld (row %lld, "
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s position entry %lld (row %lld, "
                               "pos %lld) has label %lld; %s train row %lld position %lld has "
-                              "label %lld", tp, (long long)q, (long long)r, (long long)p,
-                              (long long)t->label[q], dp, (long long)sr, (long long)p,
-                              (long long)dlab[d]);
+                              "label %lld",
+                              tp, (long long)q, (long long)r, (long long)p, (long long)t->label[q],
+                              dp, (long long)sr, (long long)p, (long long)dlab[d]);
             break;
         }
         got[d] = 1;
@@ -208,9 +223,10 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
     }
     for (int64_t d = 0; !st && d < N * Ld; d++)
         if (dlab[d] != 0 && !got[d])
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s have no targets for %s train "
-                              "row %lld position %lld (label %lld)", tp, dp,
-                              (long long)(d / Ld), (long long)(d % Ld), (long long)dlab[d]);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s have no targets for %s train "
+                              "row %lld position %lld (label %lld)",
+                              tp, dp, (long long)(d / Ld), (long long)(d % Ld), (long long)dlab[d]);
     free(of);
     free(got);
     return st;
@@ -229,15 +245,16 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
     int64_t ni = 0, dni = 0;
     bool found = false;
     if (!st) st = pl_h5_attr_read_double(tp, f, "temperature", &T, &found);
-    if (!st && !found)
-        st = pl_error_set(PL_ERR_INVALID, "%s: no root attribute 'temperature'", tp);
+    if (!st && !found) st = pl_error_set(PL_ERR_INVALID, "%s: no root attribute 'temperature'", tp);
     if (!st) st = pl_h5_attr_read_int(tp, f, "num_items", &ni, &found);
     if (!st && found && L->ctx && L->ctx->meta) {
         if (pl_meta_get_int(L->ctx->meta, "num_items", &dni))
             pl_error_clear(); /* a data file without the attribute: nothing to compare */
         else if (dni != ni)
-            st = pl_error_set(PL_ERR_INVALID, "teacher outputs %s: num_items %lld, %s: num_items "
-                              "%lld", tp, (long long)ni, L->path, (long long)dni);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "teacher outputs %s: num_items %lld, %s: num_items "
+                              "%lld",
+                              tp, (long long)ni, L->path, (long long)dni);
     }
     if (f > 0) {
         pl_status cs = pl_h5_close(tp, f);
@@ -247,8 +264,10 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
     if (!st) st = read_data_field(L, "labels", &dlab, &Ll);
     int64_t K = top_k > 0 ? top_k : t.K;
     if (!st && K > t.K)
-        st = pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: teacher_top_k = %lld but %s holds %lld "
-                          "items per position", (long long)K, tp, (long long)t.K);
+        st = pl_error_set(PL_ERR_CONFIG,
+                          "hdf5_chunk: teacher_top_k = %lld but %s holds %lld "
+                          "items per position",
+                          (long long)K, tp, (long long)t.K);
     if (!st) {
         tid = h5c_new_tensor(PL_I32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
         tlg = h5c_new_tensor(PL_F32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);

@@ -36,15 +36,16 @@ pl_status ilora_kd_temperature(ilora_model *m) {
         pl_error_clear();
         if (m->o.kd_temperature > 0) return PL_OK; /* tests feed the fields by hand */
         return pl_error_set(PL_ERR_CONFIG, "ilora: kd_weight > 0 needs teacher targets: the "
-                            "loader publishes no 'teacher_temperature' (set [data] "
-                            "teacher_outputs) and kd_temperature is 0");
+                                           "loader publishes no 'teacher_temperature' (set [data] "
+                                           "teacher_outputs) and kd_temperature is 0");
     }
     if (m->o.kd_temperature > 0 && fabs(m->o.kd_temperature - T) > 1e-9 * T)
-        return pl_error_set(PL_ERR_CONFIG, "ilora: kd_temperature = %g but the teacher outputs "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "ilora: kd_temperature = %g but the teacher outputs "
                             "were exported at temperature %g (their logits and log-normalizer "
                             "are at that temperature; export again with export_temperature = %g, "
-                            "or set kd_temperature = 0)", m->o.kd_temperature, T,
-                            m->o.kd_temperature);
+                            "or set kd_temperature = 0)",
+                            m->o.kd_temperature, T, m->o.kd_temperature);
     m->o.kd_temperature = T;
     return PL_OK;
 }
@@ -67,9 +68,10 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
         for (int64_t k = 0; k < K; k++) {
             int64_t it = ids[j * K + k];
             if (it < 1 || it >= V) {
-                pl_error_set(PL_ERR_INVALID, "ilora: teacher item %lld (position %lld, rank %lld) "
-                             "is outside [1, %lld]", (long long)it, (long long)j, (long long)k,
-                             (long long)V - 1);
+                pl_error_set(PL_ERR_INVALID,
+                             "ilora: teacher item %lld (position %lld, rank %lld) "
+                             "is outside [1, %lld]",
+                             (long long)it, (long long)j, (long long)k, (long long)V - 1);
                 free(idx);
                 free(q);
                 free(qr);
@@ -97,8 +99,8 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
     if (!ti || !tq || !tr) return NULL;
     /* student: log p over items 1..N at temperature tau */
     pl_tensor *lp = pl_log_softmax(pl_slice(pl_scale(logits, 1.0 / tau), 1, 1, V));
-    pl_tensor *lpk = pl_gather(lp, 1, ti);                                   /* [np, K] */
-    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true);                            /* [np, 1] */
+    pl_tensor *lpk = pl_gather(lp, 1, ti);        /* [np, K] */
+    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true); /* [np, 1] */
     pl_tensor *lpr = pl_log(pl_clamp(pl_add_scalar(pl_scale(pk, -1.0), 1.0), 1e-12, 1.0));
     pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), PL_ALL_DIMS, false),
                               pl_sum(pl_mul(tr, lpr), PL_ALL_DIMS, false)); /* sum q log p */
@@ -111,17 +113,22 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, c
     pl_tensor *fid = field(b, "kd_ids"), *flg = field(b, "kd_logits"),
               *fln = field(b, "kd_lognorm");
     if (!fid || !flg || !fln) {
-        pl_error_set(PL_ERR_INVALID, "ilora: kd_weight > 0 but the batch lacks %s (the loader's "
+        pl_error_set(PL_ERR_INVALID,
+                     "ilora: kd_weight > 0 but the batch lacks %s (the loader's "
                      "teacher_outputs join provides kd_ids, kd_logits, kd_lognorm)",
-                     !fid ? "kd_ids" : !flg ? "kd_logits" : "kd_lognorm");
+                     !fid   ? "kd_ids"
+                     : !flg ? "kd_logits"
+                            : "kd_lognorm");
         return NULL;
     }
     if (fid->ndim != 3 || !pl_tensor_same_shape(fid, flg) || fln->ndim != 2 ||
         fln->shape[0] != fid->shape[0] || fln->shape[1] != fid->shape[1]) {
         char b1[256], b2[256], b3[256];
-        pl_error_set(PL_ERR_SHAPE, "ilora: teacher fields kd_ids %s, kd_logits %s must be "
-                     "[B, L, K] and kd_lognorm %s [B, L]", pl_tensor_describe(fid, b1, sizeof b1),
-                     pl_tensor_describe(flg, b2, sizeof b2), pl_tensor_describe(fln, b3, sizeof b3));
+        pl_error_set(PL_ERR_SHAPE,
+                     "ilora: teacher fields kd_ids %s, kd_logits %s must be "
+                     "[B, L, K] and kd_lognorm %s [B, L]",
+                     pl_tensor_describe(fid, b1, sizeof b1), pl_tensor_describe(flg, b2, sizeof b2),
+                     pl_tensor_describe(fln, b3, sizeof b3));
         return NULL;
     }
     int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1];
@@ -131,7 +138,8 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, c
     const int32_t *aid = pl_tensor_data(hid);
     const float *alg = pl_tensor_f32(hlg), *aln = pl_tensor_f32(hln);
     int32_t *ids = malloc(sizeof *ids * (size_t)(np * K) + 1);
-    float *lg = malloc(sizeof *lg * (size_t)(np * K) + 1), *ln = malloc(sizeof *ln * (size_t)np + 1);
+    float *lg = malloc(sizeof *lg * (size_t)(np * K) + 1),
+          *ln = malloc(sizeof *ln * (size_t)np + 1);
     pl_tensor *out = NULL;
     if (!ids || !lg || !ln) {
         pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
@@ -139,8 +147,10 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, c
         bool ok = true;
         for (int64_t j = 0; j < np && ok; j++) {
             if (pos[j] >= BL) {
-                pl_error_set(PL_ERR_SHAPE, "ilora: position %lld outside the teacher fields' "
-                             "%lld positions", (long long)pos[j], (long long)BL);
+                pl_error_set(PL_ERR_SHAPE,
+                             "ilora: position %lld outside the teacher fields' "
+                             "%lld positions",
+                             (long long)pos[j], (long long)BL);
                 ok = false;
                 break;
             }

@@ -120,8 +120,10 @@ START_TEST(forward_adds_the_kd_term_of_the_labelled_positions) {
     pl_tensor *ti = pl_tensor_from_data(PL_I32, 3, (int64_t[]){B, L, K}, kid, PL_CPU);
     pl_tensor *tl = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, K}, klg, PL_CPU);
     pl_tensor *tn = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, L}, kln, PL_CPU);
-    pl_batch bt = {.n = 5, .names = {"input_ids", "labels", "kd_ids", "kd_logits", "kd_lognorm"},
-                   .fields = {ids, lb, ti, tl, tn}, .size = B};
+    pl_batch bt = {.n = 5,
+                   .names = {"input_ids", "labels", "kd_ids", "kd_logits", "kd_lognorm"},
+                   .fields = {ids, lb, ti, tl, tn},
+                   .size = B};
     pl_metrics mt;
     pl_metrics_reset(&mt);
     pl_tensor *loss = NULL;
