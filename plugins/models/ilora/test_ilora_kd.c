@@ -46,6 +46,9 @@ START_TEST(kd_loss_and_gradient_match_pytorch_kl_div) {
     double d = pl_test_max_abs_diff(z->grad, wgrad);
     ck_assert_msg(d < 1e-6, "gradient differs from PyTorch's by %g", d);
     pl_frame_end();
+    pl_tensor *owned[] = {z, ids, tl, ln, want, wgrad}; /* pl_st_load: the caller's */
+    for (int i = 0; i < 6; i++)
+        pl_tensor_release(owned[i]);
     pl_st_close(f);
 }
 END_TEST
