@@ -540,13 +540,20 @@ double pl_metrics_get(const pl_metrics *m, const char *name) {
 
 /* ---- batch ----------------------------------------------------------- */
 
+pl_tensor *pl_batch_find(const pl_batch *b, const char *name) {
+    if (!b || !name) return NULL;
+    for (int i = 0; i < b->n && i < PL_BATCH_MAX_FIELDS; i++)
+        if (b->names[i] && strcmp(b->names[i], name) == 0) return b->fields[i];
+    return NULL;
+}
+
 pl_tensor *pl_batch_get(const pl_batch *b, const char *name) {
     if (!b || !name) {
         pl_error_set(PL_ERR_INVALID, "pl_batch_get: NULL %s", !b ? "batch" : "field name");
         return NULL;
     }
-    for (int i = 0; i < b->n && i < PL_BATCH_MAX_FIELDS; i++)
-        if (b->names[i] && strcmp(b->names[i], name) == 0) return b->fields[i];
+    pl_tensor *t = pl_batch_find(b, name);
+    if (t) return t;
     char have[512] = "";
     size_t off = 0;
     for (int i = 0; i < b->n && i < PL_BATCH_MAX_FIELDS && off < sizeof have; i++)

@@ -341,6 +341,13 @@ START_TEST(batch_get_names_missing_field) {
     ck_assert_ptr_null(pl_batch_get(&b, "label"));
     CK_HAS(pl_error_message(), "'label'");
     CK_HAS(pl_error_message(), "x, y");
+    /* pl_batch_find: the same lookup for an optional field, leaving the error alone */
+    pl_error_set(PL_ERR_IO, "earlier error");
+    ck_assert_ptr_eq(pl_batch_find(&b, "x"), x);
+    ck_assert_ptr_null(pl_batch_find(&b, "label"));
+    ck_assert_ptr_null(pl_batch_find(NULL, "x"));
+    CK_HAS(pl_error_message(), "earlier error");
+    pl_error_clear();
     pl_tensor_release(x);
 }
 END_TEST

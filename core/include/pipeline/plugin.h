@@ -35,7 +35,7 @@ extern "C" {
  * minor 2: ops clamp, adamw_step, sgd_step (pl_clamp, pl_adamw_step_,
  *          pl_sgd_step_, optim_math.h), kernel_math.h, the "strict" device
  * minor 3: pl_message
- * minor 4: pl_model_vtable.export_model (`pipeline export`), then
+ * minor 4: pl_batch_find; pl_model_vtable.export_model (`pipeline export`), then
  *          predict_needs / predict_begin / predict_batch /
  *          predict_end (`pipeline predict`) */
 #define PL_ABI_MINOR 4
@@ -279,6 +279,10 @@ typedef struct pl_batch {
 } pl_batch;
 /* Field by name, NULL (with PL_ERR_INVALID naming the field) if absent. */
 pl_tensor *pl_batch_get(const pl_batch *b, const char *name);
+/* Field by name, or NULL when the batch has none of that name (an optional
+ * field: targets of new rows, `mask`), leaving the error state alone. NULL b
+ * or name: NULL. The tensor is borrowed, valid as the batch. (ABI 2.4) */
+pl_tensor *pl_batch_find(const pl_batch *b, const char *name);
 
 /* ---- typed data contract ------------------------------------------------
  * A loader declares the fields its batches carry; a model declares the

@@ -598,19 +598,12 @@ static pl_status gat_predict_begin(void *self, const char *out_path, const pl_me
     return st;
 }
 
-/* A batch field, or NULL without an error when the batch lacks it. */
-static pl_tensor *field_or_null(const pl_batch *b, const char *name) {
-    for (int i = 0; i < b->n; i++)
-        if (!strcmp(b->names[i], name)) return b->fields[i];
-    return NULL;
-}
-
 static pl_status predict_nodes(gat_model *m, const pl_batch *b) {
     char d1[256];
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
               *ed = pl_batch_get(b, "edge_dst");
     if (!x || !es || !ed) return pl_error_prefix(pl_error_status(), "gat predict");
-    pl_tensor *y = field_or_null(b, "y"), *mask = field_or_null(b, "mask");
+    pl_tensor *y = pl_batch_find(b, "y"), *mask = pl_batch_find(b, "mask");
     if (x->ndim != 2 || x->shape[1] != m->o.in_features)
         return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [N, %lld]",
                             pl_tensor_describe(x, d1, sizeof d1), (long long)m->o.in_features);
@@ -689,7 +682,7 @@ static pl_status predict_graphs(gat_model *m, const pl_batch *b) {
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
               *ed = pl_batch_get(b, "edge_dst"), *bv = pl_batch_get(b, "batch");
     if (!x || !es || !ed || !bv) return pl_error_prefix(pl_error_status(), "gat predict");
-    pl_tensor *y = field_or_null(b, "y"), *gid = field_or_null(b, "graph");
+    pl_tensor *y = pl_batch_find(b, "y"), *gid = pl_batch_find(b, "graph");
     int64_t B = b->size, K = m->o.num_targets;
     if (x->ndim != 2 || x->shape[1] != m->o.in_features)
         return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [n, %lld]",

@@ -23,12 +23,6 @@
 
 #include "ilora.h"
 
-static pl_tensor *field(const pl_batch *b, const char *name) {
-    for (int i = 0; i < b->n; i++)
-        if (b->names[i] && !strcmp(b->names[i], name)) return b->fields[i];
-    return NULL;
-}
-
 pl_status ilora_kd_temperature(ilora_model *m) {
     if (m->o.kd_weight <= 0) return PL_OK;
     double T = 0;
@@ -110,8 +104,8 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
 
 pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, const int64_t *pos,
                          int64_t np) {
-    pl_tensor *fid = field(b, "kd_ids"), *flg = field(b, "kd_logits"),
-              *fln = field(b, "kd_lognorm");
+    pl_tensor *fid = pl_batch_find(b, "kd_ids"), *flg = pl_batch_find(b, "kd_logits"),
+              *fln = pl_batch_find(b, "kd_lognorm");
     if (!fid || !flg || !fln) {
         pl_error_set(PL_ERR_INVALID,
                      "ilora: kd_weight > 0 but the batch lacks %s (the loader's "

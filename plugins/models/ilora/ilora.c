@@ -843,15 +843,8 @@ pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* Batch field without touching the error state; NULL if absent. */
-static pl_tensor *field(const pl_batch *b, const char *name) {
-    for (int i = 0; i < b->n; i++)
-        if (b->names[i] && !strcmp(b->names[i], name)) return b->fields[i];
-    return NULL;
-}
-
 static pl_tensor *need_field(const pl_batch *b, const char *name, const char *option) {
-    pl_tensor *t = field(b, name);
+    pl_tensor *t = pl_batch_find(b, name);
     if (!t) {
         char have[512] = "";
         size_t n = 0;
@@ -963,7 +956,7 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
         pl_metrics_add(mt, "loss", cev * (double)B, (double)B);
     }
     /* exclusion sources: batch history field, CSR by user, or the input window */
-    pl_tensor *hf = st ? NULL : field(b, m->o.history_field);
+    pl_tensor *hf = st ? NULL : pl_batch_find(b, m->o.history_field);
     int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL;
     const ilora_hist *csr = NULL;
     if (!st && m->o.exclude_history) {
@@ -973,9 +966,9 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
             if (!hist || hf->ndim != 2 || hf->shape[0] != B)
                 st = hist ? pl_error_set(PL_ERR_SHAPE, "ilora: history field must be [B, H]")
                           : pl_error_status();
-        } else if (m->have_hist && field(b, m->o.user_field)) {
+        } else if (m->have_hist && pl_batch_find(b, m->o.user_field)) {
             csr = &m->hist[split];
-            users = host_index(field(b, m->o.user_field), m->o.user_field);
+            users = host_index(pl_batch_find(b, m->o.user_field), m->o.user_field);
             if (!users) st = pl_error_status();
         } else {
             if (!warned_history) {
@@ -1127,8 +1120,8 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     int64_t B = ids->shape[0], V = m->vocab, K = m->o.predict_top_k;
     pl_tensor *host = NULL;
     if (!last_logits(m, ids, &host)) return pl_error_status();
-    pl_tensor *hf = field(b, m->o.history_field), *uf = field(b, m->o.user_field),
-              *tf = field(b, m->o.target_field);
+    pl_tensor *hf = pl_batch_find(b, m->o.history_field), *uf = pl_batch_find(b, m->o.user_field),
+              *tf = pl_batch_find(b, m->o.target_field);
     int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL, *tg = NULL, *rows = NULL;
     const ilora_hist *csr = NULL;
     pl_status st = PL_OK;

@@ -165,12 +165,6 @@ static void topk_rows(const float *lg, int64_t n, int64_t V, int64_t K, double T
     }
 }
 
-static pl_tensor *field(const pl_batch *b, const char *name) {
-    for (int i = 0; i < b->n; i++)
-        if (b->names[i] && !strcmp(b->names[i], name)) return b->fields[i];
-    return NULL;
-}
-
 static pl_tensor *host_i64(pl_tensor *t) {
     return t ? pl_tensor_to(t, PL_I64, PL_CPU) : NULL;
 }
@@ -179,7 +173,7 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
     ilora_model *m = self;
     ilora_export *e = m->exp;
     if (!e) return pl_error_set(PL_ERR_INVALID, "ilora: export_batch before export_begin");
-    pl_tensor *ids = field(b, m->o.input_field);
+    pl_tensor *ids = pl_batch_find(b, m->o.input_field);
     if (!ids || ids->ndim != 2)
         return pl_error_set(PL_ERR_INVALID, "ilora export: batch has no [B, L] field '%s'",
                             m->o.input_field);
@@ -192,7 +186,7 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
     int32_t *a = NULL, *bb = NULL, *c = NULL;
     pl_tensor *sel = NULL;
     if (split == PL_SPLIT_TRAIN) {
-        pl_tensor *lab = host_i64(field(b, m->o.label_field));
+        pl_tensor *lab = host_i64(pl_batch_find(b, m->o.label_field));
         if (!lab || lab->ndim != 2 || lab->shape[0] != B || lab->shape[1] != L)
             return pl_error_set(PL_ERR_INVALID, "ilora export: train batch has no [B, L] field "
                                 "'%s'", m->o.label_field);
@@ -200,7 +194,7 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
             return pl_error_set(PL_ERR_SHAPE, "ilora export: train rows have %lld positions, "
                                 "max_len is %lld (the export stores [rows, max_len])",
                                 (long long)L, (long long)m->o.max_len);
-        pl_tensor *src = host_i64(field(b, m->o.row_field));
+        pl_tensor *src = host_i64(pl_batch_find(b, m->o.row_field));
         pl_tensor *idh = host_i64(ids);
         if (!idh) return pl_error_status();
         const int64_t *lv = pl_tensor_data(lab), *iv = pl_tensor_data(idh);
@@ -241,8 +235,8 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
         free(pos);
     } else {
         n = B;
-        pl_tensor *us = host_i64(field(b, m->o.user_field));
-        pl_tensor *tg = host_i64(field(b, m->o.target_field));
+        pl_tensor *us = host_i64(pl_batch_find(b, m->o.user_field));
+        pl_tensor *tg = host_i64(pl_batch_find(b, m->o.target_field));
         a = malloc((size_t)B * sizeof *a);
         bb = malloc((size_t)B * sizeof *bb);
         if (!a || !bb) st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");

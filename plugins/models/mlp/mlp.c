@@ -269,13 +269,6 @@ static pl_status mlp_predict_begin(void *self, const char *out_path, const pl_me
     return st;
 }
 
-/* A batch field, or NULL without an error when the batch lacks it. */
-static pl_tensor *field_or_null(const pl_batch *b, const char *name) {
-    for (int i = 0; name[0] && i < b->n; i++)
-        if (!strcmp(b->names[i], name)) return b->fields[i];
-    return NULL;
-}
-
 static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
     (void)split;
     char d1[256];
@@ -283,7 +276,7 @@ static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split 
     if (!m->pred) return pl_error_set(PL_ERR_INVALID, "mlp: predict_batch before predict_begin");
     pl_tensor *x = pl_batch_get(b, m->input_field);
     if (!x) return pl_error_prefix(pl_error_status(), "mlp");
-    pl_tensor *y = field_or_null(b, m->target_field), *mask = field_or_null(b, m->mask_field);
+    pl_tensor *y = pl_batch_find(b, m->target_field), *mask = pl_batch_find(b, m->mask_field);
     int64_t B = x->ndim >= 1 ? x->shape[0] : 0, O = m->n_out;
     bool ce = m->loss == LOSS_CE;
     if (y && (y->ndim < 1 || y->shape[0] != B ||
