@@ -700,6 +700,32 @@ void pl_h5_out_abort(pl_h5_out *o) {
     pl_error_clear();
 }
 
+pl_status pl_h5_out_new(const char *path, const pl_meta *attrs, pl_h5_out **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", path);
+    pl_status st = pl_h5_out_open(*out, path, attrs);
+    if (st) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+pl_status pl_h5_out_finish(pl_h5_out **o, const char *who) {
+    if (!*o) return pl_error_set(PL_ERR_INVALID, "%s: predict_end before predict_begin", who);
+    pl_status st = pl_h5_out_close(*o);
+    free(*o);
+    *o = NULL;
+    return st;
+}
+
+void pl_h5_out_free(pl_h5_out **o) {
+    if (!*o) return;
+    pl_h5_out_abort(*o);
+    free(*o);
+    *o = NULL;
+}
+
 /* ---- checking data ------------------------------------------------------ */
 
 pl_status pl_h5_check_finite(const char *path, const char *name, pl_dtype dt, const void *data,

@@ -169,6 +169,17 @@ pl_status pl_h5_out_close(pl_h5_out *o);
 /* Close without reporting (after an error, or from a model's destroy); a
  * no-op when closed. The caller removes the file. */
 void pl_h5_out_abort(pl_h5_out *o);
+/* The life of a model's predictions file (`pipeline predict`, predict_begin
+ * / predict_end / destroy), on a heap pl_h5_out the model keeps:
+ * pl_h5_out_new allocates and opens it (*out NULL on error, nothing left
+ * open: PL_ERR_NOMEM, or pl_h5_out_open's error); pl_h5_out_finish closes
+ * and frees *o and sets it NULL (PL_ERR_INVALID naming `who` when *o is NULL:
+ * predict_end without predict_begin; else pl_h5_out_close's error);
+ * pl_h5_out_free aborts and frees (NULL-safe; a model destroyed mid-predict:
+ * the core removes the file). */
+pl_status pl_h5_out_new(const char *path, const pl_meta *attrs, pl_h5_out **out);
+pl_status pl_h5_out_finish(pl_h5_out **o, const char *who);
+void pl_h5_out_free(pl_h5_out **o);
 
 #ifdef __cplusplus
 }

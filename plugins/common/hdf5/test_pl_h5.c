@@ -152,6 +152,34 @@ START_TEST(write_rows_then_read_back) {
 END_TEST
 
 /* A shape whose byte size overflows is refused before any allocation. */
+/* A predictions file's life on the heap: new opens it, finish closes and frees
+ * it (NULL after), a finish without a file names the model, free after an
+ * error is NULL-safe, and a file that cannot be created leaves nothing. */
+START_TEST(out_new_finish_free) {
+    char p[512];
+    tmp_path("pred.h5", p, sizeof p);
+    pl_h5_out *o = NULL;
+    PL_CK_OK(pl_h5_out_new(p, NULL, &o));
+    ck_assert_ptr_nonnull(o);
+    int64_t shape[1] = {3};
+    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 1, shape, PL_CPU));
+    PL_CK_OK(pl_h5_out_append(o, "y", t));
+    pl_tensor_release(t);
+    PL_CK_OK(pl_h5_out_finish(&o, "mymodel"));
+    ck_assert_ptr_null(o);
+    ck_assert_int_eq(pl_h5_out_finish(&o, "mymodel"), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "mymodel: predict_end before predict_begin"), "%s",
+                  pl_error_message());
+    pl_h5_out_free(&o); /* NULL: nothing */
+    ck_assert_int_eq(pl_h5_out_new("/nonexistent/dir/pred.h5", NULL, &o), PL_ERR_IO);
+    ck_assert_ptr_null(o);
+    PL_CK_OK(pl_h5_out_new(p, NULL, &o));
+    pl_h5_out_free(&o); /* destroyed mid-predict */
+    ck_assert_ptr_null(o);
+    pl_error_clear();
+}
+END_TEST
+
 START_TEST(huge_shape_is_refused) {
     char p[512];
     tmp_path("huge.h5", p, sizeof p);
@@ -262,6 +290,7 @@ int main(void) {
     tcase_add_test(tc, lock_is_recursive);
     tcase_add_test(tc, open_errors_name_the_file);
     tcase_add_test(tc, write_rows_then_read_back);
+    tcase_add_test(tc, out_new_finish_free);
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
     tcase_add_test(tc, check_finite_names_row_column_and_count);

@@ -131,8 +131,7 @@ void gat_model_free(gat_model *m) {
     pl_tensor_release(m->graph.src);
     pl_tensor_release(m->graph.dst);
     for (int s = 0; s < PL_SPLIT_COUNT; s++) pl_tensor_release(m->target[s].target);
-    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes the file */
-    free(m->pred);
+    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -588,14 +587,7 @@ static pl_status gat_predict_needs(const pl_config_section *cfg, pl_field_list *
 
 static pl_status gat_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
     gat_model *m = self;
-    m->pred = calloc(1, sizeof *m->pred);
-    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "gat: out of memory");
-    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
-    if (st) {
-        free(m->pred);
-        m->pred = NULL;
-    }
-    return st;
+    return pl_h5_out_new(out_path, attrs, &m->pred);
 }
 
 static pl_status predict_nodes(gat_model *m, const pl_batch *b) {
@@ -729,11 +721,7 @@ static pl_status gat_predict_batch(void *self, const pl_batch *b, pl_data_split 
 
 static pl_status gat_predict_end(void *self) {
     gat_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "gat: predict_end before predict_begin");
-    pl_status st = pl_h5_out_close(m->pred);
-    free(m->pred);
-    m->pred = NULL;
-    return st;
+    return pl_h5_out_finish(&m->pred, "gat");
 }
 
 static const pl_model_vtable gat_vtable = {

@@ -596,8 +596,7 @@ void ilora_model_destroy(ilora_model *m) {
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
     if (m->exp) ilora_export_abort(m); /* destroyed mid-export: no partial file */
-    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
-    free(m->pred);
+    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -1089,16 +1088,10 @@ static pl_status ilora_predict_begin(void *self, const char *out_path, const pl_
     if (m->o.predict_top_k > m->vocab - 1)
         return pl_error_set(PL_ERR_CONFIG, "ilora: predict_top_k %lld exceeds the %lld items",
                             (long long)m->o.predict_top_k, (long long)m->vocab - 1);
-    m->pred = calloc(1, sizeof *m->pred);
-    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
     m->pred_rows = 0;
-    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
+    pl_status st = pl_h5_out_new(out_path, attrs, &m->pred);
     if (!st) st = pl_h5_attr_write_int(out_path, m->pred->file, "top_k", m->o.predict_top_k);
-    if (st) {
-        pl_h5_out_abort(m->pred);
-        free(m->pred);
-        m->pred = NULL;
-    }
+    if (st) pl_h5_out_free(&m->pred);
     return st;
 }
 
@@ -1202,11 +1195,7 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
 
 static pl_status ilora_predict_end(void *self) {
     ilora_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "ilora: predict_end before predict_begin");
-    pl_status st = pl_h5_out_close(m->pred);
-    free(m->pred);
-    m->pred = NULL;
-    return st;
+    return pl_h5_out_finish(&m->pred, "ilora");
 }
 
 /* ---- plugin glue -------------------------------------------------------------------------- */

@@ -211,8 +211,7 @@ void lstm_model_free(lstm_model *m) {
     pl_tensor_release(m->gate_fixed);
     pl_tensor_release(m->gate_mask);
     pl_tensor_release(m->drop_ones);
-    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
-    free(m->pred);
+    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -614,14 +613,7 @@ static pl_status lstm_predict_needs(const pl_config_section *cfg, pl_field_list 
 
 static pl_status lstm_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
     lstm_model *m = self;
-    m->pred = calloc(1, sizeof *m->pred);
-    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
-    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
-    if (st) {
-        free(m->pred);
-        m->pred = NULL;
-    }
-    return st;
+    return pl_h5_out_new(out_path, attrs, &m->pred);
 }
 
 /* [B*S, O] standardized values -> a new f32 CPU tensor [B, S', O'] in
@@ -685,11 +677,7 @@ static pl_status lstm_predict_batch(void *self, const pl_batch *b, pl_data_split
 
 static pl_status lstm_predict_end(void *self) {
     lstm_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "lstm: predict_end before predict_begin");
-    pl_status st = pl_h5_out_close(m->pred);
-    free(m->pred);
-    m->pred = NULL;
-    return st;
+    return pl_h5_out_finish(&m->pred, "lstm");
 }
 
 static const pl_model_vtable lstm_vtable = {

@@ -59,8 +59,7 @@ static void mlp_destroy(void *self) {
         pl_tensor_release(m->w[i]);
         pl_tensor_release(m->b[i]);
     }
-    if (m->pred) pl_h5_out_abort(m->pred); /* destroyed mid-predict: the core removes it */
-    free(m->pred);
+    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -258,15 +257,8 @@ static pl_status mlp_predict_needs(const pl_config_section *cfg, pl_field_list *
 
 static pl_status mlp_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
     mlp *m = self;
-    m->pred = calloc(1, sizeof *m->pred);
-    if (!m->pred) return pl_error_set(PL_ERR_NOMEM, "mlp: out of memory");
     m->pred_rows = 0;
-    pl_status st = pl_h5_out_open(m->pred, out_path, attrs);
-    if (st) {
-        free(m->pred);
-        m->pred = NULL;
-    }
-    return st;
+    return pl_h5_out_new(out_path, attrs, &m->pred);
 }
 
 static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
@@ -348,11 +340,7 @@ static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split 
 
 static pl_status mlp_predict_end(void *self) {
     mlp *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "mlp: predict_end before predict_begin");
-    pl_status st = pl_h5_out_close(m->pred);
-    free(m->pred);
-    m->pred = NULL;
-    return st;
+    return pl_h5_out_finish(&m->pred, "mlp");
 }
 
 static const pl_model_vtable mlp_vtable = {
