@@ -233,6 +233,7 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
     printf("export: run %s, model %s, checkpoint %s, format %s\n", r->run_dir, md->name, ckpt,
            r->format);
     fflush(stdout);
+    if (!st) st = pl_trainer_check_fields(cfg);
     if (!st) st = tr_build_model(t, NULL);
     if (!st) st = tr_load_weights(t, ckpt);
 

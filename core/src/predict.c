@@ -141,9 +141,7 @@ static pl_status check_batch(const pl_field_list *need, const pl_batch *b, pl_da
     for (int i = 0; i < need->n; i++) {
         const pl_field_spec *f = &need->f[i];
         if (f->optional || !pl_field_in_split(f, split)) continue;
-        const pl_tensor *t = NULL;
-        for (int j = 0; j < b->n; j++)
-            if (!strcmp(b->names[j], f->name)) t = b->fields[j];
+        const pl_tensor *t = pl_batch_find(b, f->name);
         if (t && pl_field_dtype_accepts(f->dtype, t->dtype) && (f->rank < 0 || f->rank == t->ndim))
             continue;
         char have[512] = "";
@@ -170,6 +168,30 @@ static pl_status check_batch(const pl_field_list *need, const pl_batch *b, pl_da
 }
 
 /* ---- predict ----------------------------------------------------------------------------- */
+
+/* The walk over the split: the first batch is checked against predict_needs,
+ * each goes to the model's predict_batch; rows and batches are counted. */
+typedef struct predict_walk {
+    const pl_field_list *need;
+    const char *input;
+    int64_t rows, batches;
+} predict_walk;
+
+static pl_status predict_batch(trainer *t, const pl_batch *b, pl_data_split split, void *arg) {
+    predict_walk *w = arg;
+    if (w->batches == 0) {
+        pl_status cs = check_batch(w->need, b, split, w->input, t->loader.desc->name,
+                                   t->model.desc->name);
+        if (cs) return cs;
+    }
+    pl_status st = MODEL(t)->predict_batch(t->model.self, b, split);
+    if (st)
+        return pl_error_prefix(st, "predict: model '%s', %s batch %lld", t->model.desc->name,
+                               pl_split_name(split), (long long)b->index);
+    w->rows += b->size;
+    w->batches++;
+    return PL_OK;
+}
 
 static pl_status parse_split(const char *s, pl_data_split *out) {
     if (!s || !s[0]) s = "test";
@@ -271,46 +293,19 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
     pl_meta *attrs = pl_meta_new();
     if (!st && (!t->ctx.meta || !t->ctx.params || !attrs)) st = pl_error_status();
     if (!st) st = pl_meta_set_str(t->ctx.meta, "predict_split", pl_split_name(split));
-    if (!st) st = tr_stage_create(t, &t->loader, "data");
-    if (!st) st = tr_stage_create(t, &t->model, "model");
-    if (!st) st = tr_stage_create(t, &t->prec, "precision");
-    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
-    if (!st && !t->prec.self) st = tr_default_precision(t);
+    if (!st) st = tr_build_model(t, NULL);
     if (!st) st = tr_load_weights(t, ckpt);
-    if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
     if (!st) st = fill_attrs(attrs, o, ckpt, t, split);
 
     /* the model writes a temporary file; renamed when everything succeeded */
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->output, (long)getpid());
     bool begun = false;
-    int64_t rows = 0, batches = 0;
     if (!st) {
         st = M->predict_begin(t->model.self, tmp, attrs);
         begun = true;
     }
-    const pl_loader_vtable *L = LOADER(t);
-    if (!st) st = L->epoch_begin(t->loader.self, split, 0, 0);
-    pl_no_grad_begin();
-    pl_batch b;
-    int r;
-    while (!st && (r = L->next(t->loader.self, &b)) != 0) {
-        if (r < 0) {
-            st = pl_error_status();
-            break;
-        }
-        if (batches == 0)
-            st = check_batch(&need, &b, split, o->input, t->loader.desc->name,
-                             t->model.desc->name);
-        if (st) break;
-        pl_frame_begin();
-        st = M->predict_batch(t->model.self, &b, split);
-        pl_frame_end();
-        if (st) pl_error_prefix(st, "predict: model '%s', %s batch %lld", t->model.desc->name,
-                                pl_split_name(split), (long long)b.index);
-        rows += b.size;
-        batches++;
-    }
-    pl_no_grad_end();
+    predict_walk w = {&need, o->input, 0, 0};
+    if (!st) st = tr_each_batch(t, split, -1, predict_batch, &w);
     pl_tape_clear();
     if (!st && begun) st = M->predict_end(t->model.self);
     if (!st && rename(tmp, o->output))
@@ -322,7 +317,7 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
         report();
     } else {
         printf("predict: %lld rows (%lld batches) of split '%s' of %s with model '%s' (%s) -> %s "
-               "(%.1fs)\n", (long long)rows, (long long)batches, pl_split_name(split), o->input,
+               "(%.1fs)\n", (long long)w.rows, (long long)w.batches, pl_split_name(split), o->input,
                t->model.desc->name, ckpt, o->output, tr_now() - t0);
     }
     /* destroy closes a file predict_end did not; then it can be removed */

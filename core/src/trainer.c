@@ -272,24 +272,33 @@ static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 
-static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
-    pl_metrics_reset(m);
+pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr_batch_fn fn,
+                        void *arg) {
     const pl_loader_vtable *L = LOADER(t);
     pl_status st = L->epoch_begin(t->loader.self, split, 0, 0);
-    if (st) return st;
-    int64_t nb = limit_batches(lim, L->num_batches(t->loader.self, split));
     pl_no_grad_begin();
     pl_batch b;
-    for (int64_t i = 0; i < nb && !st; i++) {
+    for (int64_t i = 0; !st && (max_batches < 0 || i < max_batches); i++) {
         int r = L->next(t->loader.self, &b);
         if (r < 0) st = pl_error_status();
         if (r <= 0) break;
         pl_frame_begin();
-        pl_tensor *loss = NULL;
-        st = MODEL(t)->forward(t->model.self, &b, split, false, &loss, m);
+        st = fn(t, &b, split, arg);
         pl_frame_end();
     }
     pl_no_grad_end();
+    return st;
+}
+
+static pl_status eval_batch(trainer *t, const pl_batch *b, pl_data_split split, void *m) {
+    pl_tensor *loss = NULL;
+    return MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
+}
+
+static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
+    pl_metrics_reset(m);
+    int64_t nb = limit_batches(lim, LOADER(t)->num_batches(t->loader.self, split));
+    pl_status st = tr_each_batch(t, split, nb, eval_batch, m);
     pl_tape_clear();
     return st;
 }
@@ -796,6 +805,11 @@ static pl_status run_test(trainer *t) {
     return st;
 }
 
+static pl_status export_batch(trainer *t, const pl_batch *b, pl_data_split split, void *arg) {
+    (void)arg;
+    return MODEL(t)->export_batch(t->model.self, b, split);
+}
+
 static pl_status run_export(trainer *t) {
     const pl_model_vtable *M = MODEL(t);
     if (!M->export_begin) {
@@ -808,23 +822,8 @@ static pl_status run_export(trainer *t) {
     if (tr_mkdir_p(t->outputs_path))
         return pl_error_set(PL_ERR_IO, "cannot create %s: %s", t->outputs_path, strerror(errno));
     pl_status st = M->export_begin(t->model.self, t->outputs_path);
-    const pl_loader_vtable *L = LOADER(t);
-    pl_no_grad_begin();
-    for (int s = 0; s < PL_SPLIT_COUNT && !st; s++) {
-        st = L->epoch_begin(t->loader.self, (pl_data_split)s, 0, 0);
-        pl_batch b;
-        int r;
-        while (!st && (r = L->next(t->loader.self, &b)) != 0) {
-            if (r < 0) {
-                st = pl_error_status();
-                break;
-            }
-            pl_frame_begin();
-            st = M->export_batch(t->model.self, &b, (pl_data_split)s);
-            pl_frame_end();
-        }
-    }
-    pl_no_grad_end();
+    for (int s = 0; s < PL_SPLIT_COUNT && !st; s++)
+        st = tr_each_batch(t, (pl_data_split)s, -1, export_batch, NULL);
     if (!st) st = M->export_end(t->model.self);
     t->export_s = tr_now() - t0;
     t->ph_export.seconds = t->export_s;
@@ -1032,8 +1031,7 @@ pl_status tr_setup_device(trainer *t) {
 }
 
 pl_status tr_build_model(trainer *t, double *load_start) {
-    pl_status st = pl_trainer_check_fields(t->cfg);
-    if (!st) st = tr_stage_create(t, &t->loader, "data");
+    pl_status st = tr_stage_create(t, &t->loader, "data");
     const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
     if (!st && data_line) tr_log(t, "data: %s\n", data_line);
     if (load_start) *load_start = tr_now();
@@ -1102,7 +1100,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
     double load_start = 0;
-    pl_status st = tr_build_model(t, &load_start);
+    pl_status st = pl_trainer_check_fields(cfg);
+    if (!st) st = tr_build_model(t, &load_start);
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],

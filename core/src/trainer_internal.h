@@ -143,14 +143,24 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
 /* The learning-rate factor of the next optimizer step (t->step): every
  * scheduler's product, or the averager's override. */
 double tr_lr_factor(trainer *t);
-/* Build the stages a model needs, as a run does: check the batch-field
- * contract, create [data] (its meta: num_items, ...), [model], [precision]
- * and run the precision's setup (without a [precision] section: every
- * float parameter to f32). t->cfg, t->ctx (device, seed, meta, params) must
- * be set. *load_start (may be NULL) gets the time model create began.
- * Errors: the first stage's, prefixed with its section and plugin. Used by
- * pl_trainer_run and `pipeline export` (export.c). */
+/* Build the stages a model needs, as a run does: create [data] (its meta:
+ * num_items, ...; its data line logged), [model], [precision] and run the
+ * precision's setup (without a [precision] section: every float parameter
+ * to f32). The batch-field contract is the caller's to check first
+ * (pl_trainer_check_fields; predict checks predict_needs instead). t->cfg,
+ * t->ctx (device, seed, meta, params) must be set. *load_start (may be NULL)
+ * gets the time model create began. Errors: the first stage's, prefixed
+ * with its section and plugin. Used by pl_trainer_run, `pipeline export`
+ * (export.c) and `pipeline predict` (predict.c). */
 pl_status tr_build_model(trainer *t, double *load_start);
+/* Every batch of `split` from the loader's fixed order (epoch 0, from batch
+ * 0; at most max_batches, -1: all), grad off, each inside its own pl_frame,
+ * handed to fn with `arg`. Stops at the first error, the loader's or fn's,
+ * and returns it. The tape is the caller's to clear. Evaluation, export and
+ * predict all walk a split this way. */
+typedef pl_status (*tr_batch_fn)(trainer *t, const pl_batch *b, pl_data_split split, void *arg);
+pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr_batch_fn fn,
+                        void *arg);
 /* Destroy every created stage, in reverse order of creation (NULL-safe per
  * stage). The params and meta stay (the caller frees them). */
 void tr_destroy_stages(trainer *t);
