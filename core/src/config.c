@@ -1126,6 +1126,27 @@ static pl_status resolve_requires(pl_config *c) {
     return st;
 }
 
+/* The config path of a reference "@PATH.ini:..." (the text between '@' and
+ * `end`), resolved against the referring config's folder into ini_path. -1
+ * (PL_ERR_CONFIG naming the reference) when PATH is longer than a path. */
+static int ref_config_path(const pl_config *c, const char *value, const char *end,
+                           char *ini_path, size_t pn) {
+    char rel[PATH_MAX];
+    size_t n = (size_t)(end - value - 1);
+    if (n >= sizeof rel) {
+        pl_error_set(PL_ERR_CONFIG, "reference '%.64s...': the config path is longer than %d bytes",
+                     value, PATH_MAX - 1);
+        return -1;
+    }
+    memcpy(rel, value + 1, n);
+    rel[n] = '\0';
+    char *p = resolve_path(c, rel);
+    if (!p) return -1;
+    snprintf(ini_path, pn, "%s", p);
+    free(p);
+    return 0;
+}
+
 int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, size_t pn,
                         char *which, size_t wn) {
     if (!value || value[0] != '@') return 0;
@@ -1137,16 +1158,8 @@ int pl_config_parse_ref(const pl_config *c, const char *value, char *ini_path, s
                      value);
         return -1;
     }
-    char rel[PATH_MAX];
-    size_t n = (size_t)(colon - value - 1);
-    if (n >= sizeof rel) n = sizeof rel - 1;
-    memcpy(rel, value + 1, n);
-    rel[n] = '\0';
-    char *p = resolve_path(c, rel);
-    if (!p) return -1;
-    snprintf(ini_path, pn, "%s", p);
+    if (ref_config_path(c, value, colon, ini_path, pn)) return -1;
     snprintf(which, wn, "%s", colon + 1);
-    free(p);
     return 1;
 }
 
@@ -1162,16 +1175,8 @@ int pl_config_parse_output_ref(const pl_config *c, const char *value, char *ini_
                      "inside the run's outputs/, no '..')", value);
         return -1;
     }
-    char cfg[PATH_MAX];
-    size_t n = (size_t)(mark - value - 1);
-    if (n >= sizeof cfg) n = sizeof cfg - 1;
-    memcpy(cfg, value + 1, n);
-    cfg[n] = '\0';
-    char *p = resolve_path(c, cfg);
-    if (!p) return -1;
-    snprintf(ini_path, pn, "%s", p);
+    if (ref_config_path(c, value, mark, ini_path, pn)) return -1;
     snprintf(rel, rn, "outputs/%s", file);
-    free(p);
     return 1;
 }
 
