@@ -921,6 +921,78 @@ static pl_tensor *last_logits(ilora_model *m, pl_tensor *ids, pl_tensor **host) 
 
 static bool warned_history;
 
+/* The items ranking masks for each row (evaluation and predict alike): the
+ * batch's history field [B, H], else the history CSR by the row's user index,
+ * else the input window [B, L]. Host copies, freed by seen_free. */
+typedef struct seen_items {
+    int64_t *hist, hw;         /* history field */
+    const ilora_hist *csr;     /* CSR by user ... */
+    const int64_t *users;      /* ... with the caller's user indices */
+    int64_t *win, wl;          /* input window */
+} seen_items;
+
+static pl_status seen_open(ilora_model *m, const pl_batch *b, pl_data_split split, pl_tensor *ids,
+                           const int64_t *users, seen_items *s) {
+    memset(s, 0, sizeof *s);
+    if (!m->o.exclude_history) return PL_OK;
+    int64_t B = ids->shape[0];
+    pl_tensor *hf = pl_batch_find(b, m->o.history_field);
+    if (hf) {
+        if (hf->ndim != 2 || hf->shape[0] != B)
+            return pl_error_set(PL_ERR_SHAPE, "ilora: history field '%s' must be [B, H] with B = %lld",
+                                m->o.history_field, (long long)B);
+        s->hw = hf->shape[1];
+        return (s->hist = host_index(hf, m->o.history_field)) ? PL_OK : pl_error_status();
+    }
+    if (m->have_hist && users) {
+        s->csr = &m->hist[split];
+        s->users = users;
+        return PL_OK;
+    }
+    if (!warned_history) {
+        pl_message("ilora: warning: no history for exclusion (no batch field '%s', "
+                   "no history_path CSR + '%s' field); excluding the input window only",
+                   m->o.history_field, m->o.user_field);
+        warned_history = true;
+    }
+    s->wl = ids->shape[1];
+    return (s->win = host_index(ids, m->o.input_field)) ? PL_OK : pl_error_status();
+}
+
+/* Row i's seen items to -inf in row[0..V), except `keep` (the target being
+ * ranked in evaluation; 0 in predict). A user index outside the CSR is an
+ * error naming it and the row. */
+static pl_status seen_mask(const seen_items *s, int64_t i, int64_t keep, float *row, int64_t V,
+                           pl_data_split split) {
+    const int64_t *ex = NULL;
+    int64_t n = 0;
+    if (s->hist) {
+        ex = s->hist + i * s->hw;
+        n = s->hw;
+    } else if (s->win) {
+        ex = s->win + i * s->wl;
+        n = s->wl;
+    } else if (s->csr) {
+        int64_t u = s->users[i];
+        if (u < 0 || u >= s->csr->n_users)
+            return pl_error_set(PL_ERR_INVALID, "ilora: %s user index %lld of row %lld outside the "
+                                "history CSR's %lld users", pl_split_name(split), (long long)u,
+                                (long long)i, (long long)s->csr->n_users);
+        for (int64_t j = s->csr->offsets[u]; j < s->csr->offsets[u + 1]; j++) {
+            int64_t it = s->csr->items[j];
+            if (it > 0 && it < V && it != keep) row[it] = -INFINITY;
+        }
+    }
+    for (int64_t j = 0; j < n; j++)
+        if (ex[j] > 0 && ex[j] < V && ex[j] != keep) row[ex[j]] = -INFINITY;
+    return PL_OK;
+}
+
+static void seen_free(seen_items *s) {
+    free(s->hist);
+    free(s->win);
+}
+
 static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split split,
                               pl_tensor **loss, pl_metrics *mt) {
     pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
@@ -954,32 +1026,15 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
         if (loss) *loss = ce;
         pl_metrics_add(mt, "loss", cev * (double)B, (double)B);
     }
-    /* exclusion sources: batch history field, CSR by user, or the input window */
-    pl_tensor *hf = st ? NULL : pl_batch_find(b, m->o.history_field);
-    int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL;
-    const ilora_hist *csr = NULL;
-    if (!st && m->o.exclude_history) {
-        if (hf) {
-            hist = host_index(hf, m->o.history_field);
-            hw = hf->ndim == 2 ? hf->shape[1] : 0;
-            if (!hist || hf->ndim != 2 || hf->shape[0] != B)
-                st = hist ? pl_error_set(PL_ERR_SHAPE, "ilora: history field must be [B, H]")
-                          : pl_error_status();
-        } else if (m->have_hist && pl_batch_find(b, m->o.user_field)) {
-            csr = &m->hist[split];
-            users = host_index(pl_batch_find(b, m->o.user_field), m->o.user_field);
-            if (!users) st = pl_error_status();
-        } else {
-            if (!warned_history) {
-                pl_message("ilora: warning: no history for exclusion (no batch field '%s', "
-                           "no history_path CSR + '%s' field); excluding the input window only",
-                           m->o.history_field, m->o.user_field);
-                warned_history = true;
-            }
-            win = host_index(ids, m->o.input_field);
-            if (!win) st = pl_error_status();
-        }
-    }
+    /* the seen items ranking leaves out (the target stays in) */
+    pl_tensor *uf = st ? NULL : pl_batch_find(b, m->o.user_field);
+    int64_t *users = NULL;
+    seen_items seen = {0};
+    if (!st && uf && m->have_hist && !(users = host_index(uf, m->o.user_field))) st = pl_error_status();
+    if (!st && users && pl_tensor_numel(uf) != B)
+        st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one user per row (%lld)",
+                          m->o.user_field, (long long)B);
+    if (!st) st = seen_open(m, b, split, ids, users, &seen);
     int64_t V = m->vocab, K = m->o.metric_k;
     double hit = 0, ndcg = 0;
     const float *lh = st ? NULL : pl_tensor_f32(host);
@@ -988,32 +1043,7 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
     for (int64_t i = 0; !st && i < B; i++) {
         memcpy(row, lh + i * V, (size_t)V * sizeof *row);
         row[0] = -INFINITY;
-        if (m->o.exclude_history) {
-            if (hist) {
-                for (int64_t j = 0; j < hw; j++) {
-                    int64_t it = hist[i * hw + j];
-                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
-                }
-            } else if (csr) {
-                int64_t u = users[i];
-                if (u < 0 || u >= csr->n_users) {
-                    st = pl_error_set(PL_ERR_INVALID, "ilora: %s user index %lld outside the "
-                                      "history CSR's %lld users", pl_split_name(split),
-                                      (long long)u, (long long)csr->n_users);
-                    break;
-                }
-                for (int64_t j = csr->offsets[u]; j < csr->offsets[u + 1]; j++) {
-                    int64_t it = csr->items[j];
-                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
-                }
-            } else if (win) {
-                int64_t L = ids->shape[1];
-                for (int64_t j = 0; j < L; j++) {
-                    int64_t it = win[i * L + j];
-                    if (it > 0 && it < V && it != t[i]) row[it] = -INFINITY;
-                }
-            }
-        }
+        if ((st = seen_mask(&seen, i, t[i], row, V, split))) break;
         int64_t r = ilora_rank_of(row, V, t[i]);
         hit += ilora_hit_at(r, K);
         ndcg += ilora_ndcg_at(r, K);
@@ -1028,9 +1058,8 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
         pl_metrics_add(mt, name, hit, (double)B);
     }
     free(row);
-    free(hist);
+    seen_free(&seen);
     free(users);
-    free(win);
     free(t);
     return st;
 }
@@ -1113,10 +1142,9 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     int64_t B = ids->shape[0], V = m->vocab, K = m->o.predict_top_k;
     pl_tensor *host = NULL;
     if (!last_logits(m, ids, &host)) return pl_error_status();
-    pl_tensor *hf = pl_batch_find(b, m->o.history_field), *uf = pl_batch_find(b, m->o.user_field),
-              *tf = pl_batch_find(b, m->o.target_field);
-    int64_t *hist = NULL, hw = 0, *users = NULL, *win = NULL, *tg = NULL, *rows = NULL;
-    const ilora_hist *csr = NULL;
+    pl_tensor *uf = pl_batch_find(b, m->o.user_field), *tf = pl_batch_find(b, m->o.target_field);
+    int64_t *users = NULL, *tg = NULL, *rows = NULL;
+    seen_items seen = {0};
     pl_status st = PL_OK;
     if (uf && !(users = host_index(uf, m->o.user_field))) st = pl_error_status();
     if (!st && uf && pl_tensor_numel(uf) != B)
@@ -1126,19 +1154,8 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     if (!st && tf && pl_tensor_numel(tf) != B)
         st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one target per row (%lld)",
                           m->o.target_field, (long long)B);
-    if (!st && m->o.exclude_history) {
-        if (hf) {
-            hist = host_index(hf, m->o.history_field);
-            hw = hf->ndim == 2 ? hf->shape[1] : 0;
-            if (!hist || hf->ndim != 2 || hf->shape[0] != B)
-                st = hist ? pl_error_set(PL_ERR_SHAPE, "ilora: history field must be [B, H]")
-                          : pl_error_status();
-        } else if (m->have_hist && users) {
-            csr = &m->hist[split];
-        } else if (!(win = host_index(ids, m->o.input_field))) {
-            st = pl_error_status();
-        }
-    }
+    /* a target is never read for the prediction: nothing is kept in the ranking */
+    if (!st) st = seen_open(m, b, split, ids, users, &seen);
     const float *lh = st ? NULL : pl_tensor_f32(host);
     float *row = st ? NULL : malloc((size_t)V * sizeof *row);
     int32_t *top = st ? NULL : malloc((size_t)(B * K) * sizeof *top);
@@ -1149,27 +1166,7 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     for (int64_t i = 0; !st && i < B; i++) {
         memcpy(row, lh + i * V, (size_t)V * sizeof *row);
         row[0] = -INFINITY;
-        const int64_t *ex = NULL;
-        int64_t ne = 0;
-        if (hist) {
-            ex = hist + i * hw;
-            ne = hw;
-        } else if (csr) {
-            int64_t u = users[i];
-            if (u < 0 || u >= csr->n_users) {
-                st = pl_error_set(PL_ERR_INVALID, "ilora: user index %lld of row %lld outside "
-                                  "the history CSR's %lld users", (long long)u,
-                                  (long long)(m->pred_rows + i), (long long)csr->n_users);
-                break;
-            }
-            for (int64_t j = csr->offsets[u]; j < csr->offsets[u + 1]; j++)
-                if (csr->items[j] > 0 && csr->items[j] < V) row[csr->items[j]] = -INFINITY;
-        } else if (win) {
-            ex = win + i * ids->shape[1];
-            ne = ids->shape[1];
-        }
-        for (int64_t j = 0; j < ne; j++)
-            if (ex[j] > 0 && ex[j] < V) row[ex[j]] = -INFINITY;
+        if ((st = seen_mask(&seen, i, 0, row, V, split))) break;
         ilora_topk(row, V, K, top + i * K, val + i * K);
         rows[i] = m->pred_rows + i;
     }
@@ -1186,9 +1183,8 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     free(top);
     free(val);
     free(rows);
-    free(hist);
+    seen_free(&seen);
     free(users);
-    free(win);
     free(tg);
     return st;
 }
