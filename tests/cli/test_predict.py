@@ -17,27 +17,18 @@ the run's own test evaluation computed, recomputed from OUT.h5 alone:
 gat and mlp: tests/cli/test_predict_gat_mlp.py (also a model without predict).
 usage: test_predict.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+from cli_util import fail, run, summary, write_ini
 
 
-def run(argv, expect=0):
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=240)
-    if p.returncode != expect:
-        fail("%s exited %d (expected %d)\nstdout:\n%s\nstderr:\n%s" %
-             (" ".join(argv), p.returncode, expect, p.stdout[-3000:], p.stderr[-3000:]))
-    return p
+
+
 
 
 def make_movielens(path, with_target=True):
@@ -86,14 +77,8 @@ def make_series(path, T=200):
         f["columns"] = np.array(["ridership", "temp"], dtype=h5py.string_dtype())
 
 
-def write_ini(path, text):
-    with open(path, "w") as f:
-        f.write(text)
 
 
-def summary(run_dir):
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)
 
 
 def check_attrs(out, run_dir, model):

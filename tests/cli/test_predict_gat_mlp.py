@@ -22,35 +22,23 @@ usage: test_predict_gat_mlp.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
-
-def fail(msg):
-    print("FAIL: " + msg, file=sys.stderr)
-    sys.exit(1)
+from cli_util import fail, run, summary, write_ini
 
 
-def run(argv, expect=0, env=None):
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
-    if p.returncode != expect:
-        fail("%s exited %d (expected %d)\nstdout:\n%s\nstderr:\n%s" %
-             (" ".join(argv), p.returncode, expect, p.stdout[-3000:], p.stderr[-3000:]))
-    return p
 
 
-def write_ini(path, text):
-    with open(path, "w") as f:
-        f.write(text)
+
+
 
 
 def test_metrics(run_dir):
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        return json.load(f)["test_metrics"]
+    return summary(run_dir)["test_metrics"]
 
 
 def read(path, *names):
