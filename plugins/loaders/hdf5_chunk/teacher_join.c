@@ -260,6 +260,15 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
         pl_status cs = pl_h5_close(tp, f);
         if (!st) st = cs;
     }
+    /* the file is untrusted: every teacher item must be an item (1..num_items), checked
+     * once here so that the model's distillation term reads them on the device as they are */
+    int64_t max_item = found ? ni : INT32_MAX;
+    for (int64_t i = 0; !st && i < t.P * t.K; i++)
+        if (t.ids[i] < 1 || t.ids[i] > max_item)
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: /train/topk_ids[%lld][%lld] = %d is not an item (expected 1..%lld)",
+                              tp, (long long)(i / t.K), (long long)(i % t.K), t.ids[i],
+                              (long long)max_item);
     if (!st) st = read_data_field(L, "input_ids", &din, &Ld);
     if (!st) st = read_data_field(L, "labels", &dlab, &Ll);
     int64_t K = top_k > 0 ? top_k : t.K;

@@ -839,6 +839,25 @@ START_TEST(teacher_outputs_mismatch_is_refused_naming_both_files_and_the_row) {
     make_join_files(dp, tp, -1, false);
     ck_assert_int_ne(open_join(&L, dp, tp, "teacher_top_k = 4\n"), PL_OK);
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "teacher_top_k = 4"));
+    /* a teacher "item" that is no item (0, the padding id) is refused at the join, naming
+     * the file, the dataset and its place: the model reads them on the device unchecked */
+    {
+        hid_t f = H5Fopen(tp, H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t d = H5Dopen2(f, "/train/topk_ids", H5P_DEFAULT);
+        int32_t v[4096];
+        hid_t sp = H5Dget_space(d);
+        ck_assert_int_le(H5Sget_simple_extent_npoints(sp), 4096);
+        H5Sclose(sp);
+        ck_assert_int_ge(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+        v[1 * JK + 2] = 0;
+        ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+        H5Dclose(d);
+        H5Fclose(f);
+    }
+    ck_assert_int_ne(open_join(&L, dp, tp, ""), PL_OK);
+    m = pl_error_message();
+    ck_assert_msg(strstr(m, tp) && strstr(m, "/train/topk_ids[1][2] = 0 is not an item"), "%s", m);
+    make_join_files(dp, tp, -1, false);
     /* a data file with another row count: the first data row without a teacher row */
     char dp2[512];
     tmp_path("join_data_more.h5", dp2, sizeof dp2);
