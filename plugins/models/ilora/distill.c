@@ -13,7 +13,8 @@
  *   KL(q || p) = sum_k q_k (log q_k - log p_k) + q_r (log q_r - log p_r)     (0 log 0 = 0)
  *   kd = kd_weight * tau^2 * mean over positions of KL      (Hinton et al. 2015, tau^2 keeps
  *                                                             the gradient scale of the soft term)
- * The teacher terms (q log q) are constants computed on the host in double.
+ * Everything runs as ops on the logits' device; the teacher terms (q log q)
+ * carry no gradient.
  */
 #include "distill.h"
 
@@ -44,68 +45,56 @@ pl_status ilora_kd_temperature(ilora_model *m) {
     return PL_OK;
 }
 
-pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlogits,
-                         const float *lognorm, int64_t np, int64_t K, double tau, double weight) {
-    int64_t V = logits->shape[1];
-    int64_t *idx = malloc(sizeof *idx * (size_t)(np * K) + 1);
-    float *q = malloc(sizeof *q * (size_t)(np * K) + 1), *qr = malloc(sizeof *qr * (size_t)np + 1);
-    if (!idx || !q || !qr) {
-        free(idx);
-        free(q);
-        free(qr);
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        return NULL;
-    }
-    double neg_entropy = 0; /* sum over positions of sum q log q (rest included) */
-    for (int64_t j = 0; j < np; j++) {
-        double s = 0;
-        for (int64_t k = 0; k < K; k++) {
-            int64_t it = ids[j * K + k];
-            if (it < 1 || it >= V) {
-                pl_error_set(PL_ERR_INVALID,
-                             "ilora: teacher item %lld (position %lld, rank %lld) "
-                             "is outside [1, %lld]",
-                             (long long)it, (long long)j, (long long)k, (long long)V - 1);
-                free(idx);
-                free(q);
-                free(qr);
-                return NULL;
-            }
-            idx[j * K + k] = it - 1; /* column of the logits without the padding item */
-            double lq = (double)tlogits[j * K + k] - (double)lognorm[j];
-            double qk = exp(lq);
-            q[j * K + k] = (float)qk;
-            s += qk;
-            neg_entropy += qk * lq;
-        }
-        double rest = 1.0 - s;
-        if (rest < 0) rest = 0;
-        qr[j] = (float)rest;
-        if (rest > 0) neg_entropy += rest * log(rest);
-    }
-    pl_device dev = logits->device;
-    pl_tensor *ti = pl_tensor_from_data(PL_I64, 2, (int64_t[]){np, K}, idx, dev);
-    pl_tensor *tq = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, K}, q, dev);
-    pl_tensor *tr = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, 1}, qr, dev);
-    free(idx);
-    free(q);
-    free(qr);
-    if (!ti || !tq || !tr) return NULL;
-    /* student: log p over items 1..N at temperature tau */
-    pl_tensor *lp = pl_log_softmax(pl_slice(pl_scale(logits, 1.0 / tau), 1, 1, V));
-    pl_tensor *lpk = pl_gather(lp, 1, ti);        /* [np, K] */
-    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true); /* [np, 1] */
+/* The term from tensors on the logits' device: ids [np, K] (i32 or i64, items
+ * 1..V-1, checked by the caller), tl [np, K] teacher logits / tau, ln [np, 1]
+ * its log-normalizer. The student's log p over items 1..V-1 at one position
+ * is z/tau - lse with lse the logsumexp over those columns, taken from one
+ * log_softmax column: lse = z_1/tau - log_softmax(z[1:]/tau)_0; gathering
+ * z/tau by the item ids themselves needs no shifted index. */
+static pl_tensor *kd_loss_t(pl_tensor *logits, pl_tensor *ids, pl_tensor *tl, pl_tensor *ln,
+                            double tau, double weight) {
+    int64_t np = logits->shape[0], V = logits->shape[1];
+    /* teacher: q_k = exp(tl_k - ln), rest q_r = 1 - sum q (constants, no gradient) */
+    pl_tensor *lq = pl_sub(tl, ln);
+    pl_tensor *tq = pl_exp(lq);
+    pl_tensor *tr = pl_clamp(pl_add_scalar(pl_scale(pl_sum(tq, 1, true), -1.0), 1.0), 0.0, 1.0);
+    pl_tensor *neg_entropy = pl_add(pl_sum(pl_mul(tq, lq), PL_ALL_DIMS, false),
+                                    pl_sum(pl_mul(tr, pl_log(pl_clamp(tr, 1e-30, 1.0))),
+                                           PL_ALL_DIMS, false)); /* sum q log q, 0 log 0 = 0 */
+    /* student: log p_k over items 1..V-1 at temperature tau */
+    pl_tensor *zs = pl_scale(logits, 1.0 / tau);
+    pl_tensor *lp1 = pl_log_softmax(pl_slice(zs, 1, 1, V));
+    pl_tensor *lse = pl_sub(pl_slice(zs, 1, 1, 2), pl_slice(lp1, 1, 0, 1)); /* [np, 1] */
+    pl_tensor *lpk = pl_sub(pl_gather(zs, 1, ids), lse);                      /* [np, K] */
+    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true);                             /* [np, 1] */
     pl_tensor *lpr = pl_log(pl_clamp(pl_add_scalar(pl_scale(pk, -1.0), 1.0), 1e-12, 1.0));
     pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), PL_ALL_DIMS, false),
                               pl_sum(pl_mul(tr, lpr), PL_ALL_DIMS, false)); /* sum q log p */
     double c = weight * tau * tau / (double)np;
-    return pl_add_scalar(pl_scale(cross, -c), c * neg_entropy);
+    return pl_scale(pl_sub(neg_entropy, cross), c);
 }
 
-pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, const int64_t *pos,
-                         int64_t np) {
+pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlogits,
+                         const float *lognorm, int64_t np, int64_t K, double tau, double weight) {
+    int64_t V = logits->shape[1];
+    for (int64_t i = 0; i < np * K; i++)
+        if (ids[i] < 1 || ids[i] >= V) {
+            pl_error_set(PL_ERR_INVALID,
+                         "ilora: teacher item %lld (position %lld, rank %lld) is outside [1, %lld]",
+                         (long long)ids[i], (long long)(i / K), (long long)(i % K),
+                         (long long)V - 1);
+            return NULL;
+        }
+    pl_device dev = logits->device;
+    pl_tensor *ti = pl_tensor_from_data(PL_I32, 2, (int64_t[]){np, K}, ids, dev);
+    pl_tensor *tl = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, K}, tlogits, dev);
+    pl_tensor *ln = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, 1}, lognorm, dev);
+    return ti && tl && ln ? kd_loss_t(logits, ti, tl, ln, tau, weight) : NULL;
+}
+
+pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, pl_tensor *pos) {
     pl_tensor *fid = pl_batch_find(b, "kd_ids"), *flg = pl_batch_find(b, "kd_logits"),
-              *fln = pl_batch_find(b, "kd_lognorm");
+              *fln = pl_batch_find(b, "kd_lognorm"), *ids = pl_batch_find(b, m->o.input_field);
     if (!fid || !flg || !fln) {
         pl_error_set(PL_ERR_INVALID,
                      "ilora: kd_weight > 0 but the batch lacks %s (the loader's "
@@ -115,48 +104,23 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, c
                             : "kd_lognorm");
         return NULL;
     }
+    /* [B, L] as the input ids: the labelled positions `pos` index both */
     if (fid->ndim != 3 || !pl_tensor_same_shape(fid, flg) || fln->ndim != 2 ||
-        fln->shape[0] != fid->shape[0] || fln->shape[1] != fid->shape[1]) {
+        fln->shape[0] != fid->shape[0] || fln->shape[1] != fid->shape[1] || !ids ||
+        ids->ndim != 2 || ids->shape[0] != fid->shape[0] || ids->shape[1] != fid->shape[1]) {
         char b1[256], b2[256], b3[256];
         pl_error_set(PL_ERR_SHAPE,
                      "ilora: teacher fields kd_ids %s, kd_logits %s must be "
-                     "[B, L, K] and kd_lognorm %s [B, L]",
+                     "[B, L, K] and kd_lognorm %s [B, L], with B, L those of the input ids",
                      pl_tensor_describe(fid, b1, sizeof b1), pl_tensor_describe(flg, b2, sizeof b2),
                      pl_tensor_describe(fln, b3, sizeof b3));
         return NULL;
     }
     int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1];
-    pl_tensor *hid = pl_tensor_to(fid, PL_I32, PL_CPU), *hlg = pl_tensor_to(flg, PL_F32, PL_CPU),
-              *hln = pl_tensor_to(fln, PL_F32, PL_CPU);
-    if (!hid || !hlg || !hln) return NULL;
-    const int32_t *aid = pl_tensor_data(hid);
-    const float *alg = pl_tensor_f32(hlg), *aln = pl_tensor_f32(hln);
-    int32_t *ids = malloc(sizeof *ids * (size_t)(np * K) + 1);
-    float *lg = malloc(sizeof *lg * (size_t)(np * K) + 1),
-          *ln = malloc(sizeof *ln * (size_t)np + 1);
-    pl_tensor *out = NULL;
-    if (!ids || !lg || !ln) {
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    } else {
-        bool ok = true;
-        for (int64_t j = 0; j < np && ok; j++) {
-            if (pos[j] >= BL) {
-                pl_error_set(PL_ERR_SHAPE,
-                             "ilora: position %lld outside the teacher fields' "
-                             "%lld positions",
-                             (long long)pos[j], (long long)BL);
-                ok = false;
-                break;
-            }
-            memcpy(ids + j * K, aid + pos[j] * K, sizeof *ids * (size_t)K);
-            memcpy(lg + j * K, alg + pos[j] * K, sizeof *lg * (size_t)K);
-            ln[j] = aln[pos[j]];
-        }
-        if (ok)
-            out = ilora_kd_loss(logits, ids, lg, ln, np, K, m->o.kd_temperature, m->o.kd_weight);
-    }
-    free(ids);
-    free(lg);
-    free(ln);
-    return out;
+    /* the labelled positions' rows, on the device where the loader staged them */
+    pl_tensor *sid = pl_index_select(pl_reshape(fid, 2, (int64_t[]){BL, K}), 0, pos);
+    pl_tensor *slg = pl_index_select(pl_reshape(flg, 2, (int64_t[]){BL, K}), 0, pos);
+    pl_tensor *sln = pl_index_select(pl_reshape(fln, 2, (int64_t[]){BL, 1}), 0, pos);
+    if (!sid || !slg || !sln) return NULL;
+    return kd_loss_t(logits, sid, slg, sln, m->o.kd_temperature, m->o.kd_weight);
 }

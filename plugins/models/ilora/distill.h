@@ -20,10 +20,12 @@ pl_status ilora_kd_temperature(ilora_model *m);
 pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlogits,
                          const float *lognorm, int64_t np, int64_t K, double tau, double weight);
 
-/* The term for the np positions pos[] (flat indices into [B, L]) of a train
- * batch, from its fields kd_ids [B, L, K], kd_logits [B, L, K], kd_lognorm
- * [B, L]; logits [np, V] are those positions' student logits. */
-pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, const int64_t *pos,
-                         int64_t np);
+/* The term for the labelled positions `pos` (i64 [np] on the device: flat
+ * indices into [B, L]) of a train batch, from its fields kd_ids [B, L, K]
+ * (items checked by the loader's join), kd_logits [B, L, K] and kd_lognorm
+ * [B, L] (B, L those of the input ids), computed on the device without a
+ * copy through the host; logits [np, V] are those positions' student
+ * logits. NULL with the error set (a missing field or shape named). */
+pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, pl_tensor *pos);
 
 #endif

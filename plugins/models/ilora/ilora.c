@@ -896,7 +896,7 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         pl_tensor *hf = pl_reshape(h, 2, (int64_t[]){-1, m->o.dim});
         pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
         *loss = pl_cross_entropy(logits, ti, 0, 0.0);
-        if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pos, np));
+        if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pi));
     }
     if (!st && !*loss) st = pl_error_status();
     free(pos);
