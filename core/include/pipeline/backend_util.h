@@ -122,11 +122,13 @@ typedef struct pl_norm_bwd_io {
     float *gx, *gw, *gb;
 } pl_norm_bwd_io;
 
+/* t's f32 data, or NULL for an absent (NULL) tensor. */
 static inline float *pl_norm_data_(const pl_tensor *t) {
     return t ? (float *)pl_tensor_data(t) : NULL;
 }
 
-/* rms: PL_OP_RMS_NORM's layout (no bias, no mean). */
+/* io from a forward kernel's args of layer_norm (rms false) or rms_norm (rms
+ * true: PL_OP_RMS_NORM's layout, no bias, no mean); R, D from x's last dim. */
 static inline void pl_norm_fwd_io_init(pl_norm_fwd_io *io, const pl_kernel_args *a, bool rms) {
     bool hw = a->p.flags & 1, hb = !rms && (a->p.flags & 2);
     int k = 1;
@@ -139,6 +141,8 @@ static inline void pl_norm_fwd_io_init(pl_norm_fwd_io *io, const pl_kernel_args 
     io->rstd = pl_norm_data_(a->out[rms ? 1 : 2]);
 }
 
+/* io from a backward kernel's args (the layout above); gradients not wanted
+ * are NULL. */
 static inline void pl_norm_bwd_io_init(pl_norm_bwd_io *io, const pl_kernel_args *a, bool rms) {
     bool hw = a->p.flags & 1, hb = !rms && (a->p.flags & 2);
     int k = 2, o = 1;
