@@ -67,9 +67,12 @@ run() { # NAME OVERRIDES...: a run; prints its run directory
 export_hf() { # RUN_DIR OUT_DIR [ARGS...]
   local r=$1 o=$2
   shift 2
-  # Under ASan, LeakSanitizer's own tracer crashes (signal 11 in StopTheWorld) at the exit of
-  # an export of the HF-backbone run since the student merge; not yet understood, so leak
-  # detection is off for this one command (ASan and UBSan stay on). To investigate.
+  # Under ASan, LeakSanitizer's own tracer (StopTheWorld) crashes with signal 11 at the exit
+  # of the HF-backbone run's export, and only for some output paths: reproduced every time
+  # with OUT_DIR /tmp/<37 characters>_llm or inside this test's temporary directory, never
+  # with /tmp/zz/llm, nor with LSAN_OPTIONS=verbosity=1; no ASan or UBSan report comes
+  # before it. Not understood yet, so leak detection is off for this one command (ASan and
+  # UBSan stay on). To investigate.
   ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
     "$bin" export "$r" --format hf "$o" "$@" > "$o.log" 2>&1 || { cat "$o.log" >&2; fail "export $o"; }
 }
