@@ -283,6 +283,7 @@ static pl_status compare_config(trainer *t, pl_st_file *f, const char *path, key
 }
 
 pl_status tr_save_checkpoint(trainer *t, const char *path) {
+    if (t->rank > 0) return PL_OK; /* data parallel: rank 0 writes, the ranks agree */
     pl_st_writer *w = pl_st_writer_new(path);
     if (!w) return pl_error_status();
     pl_status st = PL_OK;
@@ -304,6 +305,10 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     META("step", "%lld", (long long)t->step);
     META("micro_step", "%lld", (long long)t->micro);
     META("batch_in_epoch", "%lld", (long long)t->batch);
+    /* data parallel: the position in the loader's single-process batch order, and
+     * the world it was trained in, so another rank count resumes at the same data */
+    META("loader_batch_in_epoch", "%lld", (long long)(t->batch * t->stride));
+    META("world_size", "%d", t->world);
     META("accumulation_pending", "%lld", (long long)t->accum_pending);
     META("epoch_train_loss_sum", "%.17g", t->ep_loss_sum);
     META("epoch_train_loss_count", "%lld", (long long)t->ep_loss_n);
@@ -459,6 +464,19 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             t->step = meta_i64(&mr, "step", 0);
             t->micro = meta_i64(&mr, "micro_step", 0);
             t->batch = batch;
+            int64_t lb = meta_i64(&mr, "loader_batch_in_epoch", batch);
+            int64_t ws = meta_i64(&mr, "world_size", 1);
+            if (lb > 0 && (t->stride > 1 || ws > 1)) {
+                /* this run takes `stride` loader batches per step: continue at the first
+                 * whole group at or after the saved position */
+                t->batch = (lb + t->stride - 1) / t->stride;
+                if (lb % t->stride)
+                    tr_log(t, "warning: %s was saved at loader batch %lld of epoch %lld by %lld "
+                           "process(es); with %d the epoch continues at batch %lld (%lld batches "
+                           "skipped)\n", path, (long long)lb, (long long)epoch, (long long)ws,
+                           t->stride, (long long)(t->batch * t->stride),
+                           (long long)(t->batch * t->stride - lb));
+            }
             t->accum_pending = 0;
             t->ep_loss_sum = batch > 0 ? meta_f64(&mr, "epoch_train_loss_sum", 0) : 0;
             t->ep_loss_n = batch > 0 ? meta_i64(&mr, "epoch_train_loss_count", 0) : 0;

@@ -89,6 +89,7 @@ static const struct {
     {"data", PL_KIND_LOADER},         {"model", PL_KIND_MODEL},
     {"optimizer", PL_KIND_OPTIMIZER}, {"averager", PL_KIND_AVERAGER},
     {"scheduler", PL_KIND_SCHEDULER}, {"precision", PL_KIND_PRECISION},
+    {"strategy", PL_KIND_STRATEGY},
 };
 
 int pl_stage_section_kind(const char *section) {
@@ -106,7 +107,7 @@ int pl_stage_section_kind(const char *section) {
 
 const char *const *pl_config_known_sections(void) {
     static const char *const names[] = {"pipeline", "data",      "model",     "optimizer", "averager",
-                                        "scheduler", "precision", "trainer", NULL};
+                                        "scheduler", "precision", "strategy", "trainer", NULL};
     return names;
 }
 

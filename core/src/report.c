@@ -17,7 +17,7 @@
 static cJSON *metrics_json(const pl_metrics *m) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; i < m->n; i++)
-        cJSON_AddNumberToObject(o, m->name[i], m->count[i] ? m->sum[i] / m->count[i] : NAN);
+        cJSON_AddNumberToObject(o, m->name[i], pl_metrics_value_at(m, i));
     return o;
 }
 

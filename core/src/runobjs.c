@@ -16,7 +16,7 @@
 
 const char *pl_plugin_kind_name(pl_plugin_kind k) {
     static const char *names[PL_KIND_COUNT] = {"loader",    "model",     "optimizer", "averager",
-                                               "scheduler", "precision", "backend"};
+                                               "scheduler", "precision", "backend",   "strategy"};
     if ((int)k < 0 || k >= PL_KIND_COUNT) return "unknown";
     return names[k];
 }
@@ -531,11 +531,24 @@ void pl_metrics_add(pl_metrics *m, const char *name, double sum, double count) {
     m->n++;
 }
 
+double pl_metrics_value_at(const pl_metrics *m, int i) {
+    if (!m || i < 0 || i >= m->n || m->count[i] == 0) return NAN;
+    double v = m->sum[i] / m->count[i];
+    return m->kind[i] == PL_METRIC_RMS ? sqrt(v) : v;
+}
+
 double pl_metrics_get(const pl_metrics *m, const char *name) {
     if (!m || !name) return NAN;
     for (int i = 0; i < m->n; i++)
-        if (strcmp(m->name[i], name) == 0) return m->count[i] != 0 ? m->sum[i] / m->count[i] : NAN;
+        if (strcmp(m->name[i], name) == 0) return pl_metrics_value_at(m, i);
     return NAN;
+}
+
+void pl_metrics_add_rms(pl_metrics *m, const char *name, double sum_sq, double count) {
+    if (!m || !name) return;
+    int had = m->n;
+    pl_metrics_add(m, name, sum_sq, count);
+    if (m->n > had) m->kind[m->n - 1] = PL_METRIC_RMS;
 }
 
 /* ---- batch ----------------------------------------------------------- */

@@ -31,6 +31,15 @@ static const char *missing_member(pl_plugin_kind kind, const void *vt) {
         REQ(pl_averager_vtable, swap);
         REQ(pl_averager_vtable, has_average);
         break;
+    case PL_KIND_STRATEGY:
+        REQ(pl_strategy_vtable, rank);
+        REQ(pl_strategy_vtable, world_size);
+        REQ(pl_strategy_vtable, all_reduce_sum);
+        REQ(pl_strategy_vtable, all_reduce_f64);
+        REQ(pl_strategy_vtable, broadcast_bytes);
+        REQ(pl_strategy_vtable, barrier);
+        REQ(pl_strategy_vtable, abort);
+        break;
     case PL_KIND_PRECISION:
         REQ(pl_precision_vtable, setup);
         REQ(pl_precision_vtable, loss_scale);

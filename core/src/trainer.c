@@ -79,6 +79,7 @@ void tr_progress_clear(trainer *t) {
 }
 
 static void tr_vlog(trainer *t, const char *fmt, va_list ap) {
+    if (t->rank > 0) return; /* rank 0 speaks for a data-parallel run */
     va_list aq;
     va_copy(aq, ap);
     tr_progress_clear(t);
@@ -254,6 +255,9 @@ static double apply_lr(trainer *t) {
 
 static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
     bool do_step = true;
+    /* DDP: the ranks' gradients averaged before the unscale, inf check and clip */
+    pl_status dst = tr_dist_average_grads(t);
+    if (dst) return dst;
     if (t->prec.self && PREC(t)->before_step)
         do_step = PREC(t)->before_step(t->prec.self, t->ctx.params);
     *gnorm = grad_norm_and_clip(t);
@@ -276,10 +280,11 @@ pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr
                         void *arg) {
     const pl_loader_vtable *L = LOADER(t);
     pl_status st = L->epoch_begin(t->loader.self, split, 0, 0);
+    t->pass_start = true;
     pl_no_grad_begin();
     pl_batch b;
     for (int64_t i = 0; !st && (max_batches < 0 || i < max_batches); i++) {
-        int r = L->next(t->loader.self, &b);
+        int r = tr_next_batch(t, &b);
         if (r < 0) st = pl_error_status();
         if (r <= 0) break;
         pl_frame_begin();
@@ -297,9 +302,21 @@ static pl_status eval_batch(trainer *t, const pl_batch *b, pl_data_split split, 
 
 static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
     pl_metrics_reset(m);
-    int64_t nb = limit_batches(lim, LOADER(t)->num_batches(t->loader.self, split));
+    /* DDP striding: this rank's batches r, r + N, ... (the limit counts them) */
+    int64_t nl = LOADER(t)->num_batches(t->loader.self, split);
+    int64_t nb = limit_batches(lim, t->stride > 1 ? (nl - t->rank + t->stride - 1) / t->stride : nl);
     pl_status st = tr_each_batch(t, split, nb, eval_batch, m);
     pl_tape_clear();
+    /* every rank reaches the reduction, a failed one with its error to tell */
+    double failed = st ? 1 : 0;
+    if (t->world > 1) {
+        pl_status rs = STRAT(t)->all_reduce_f64(t->strat.self, &failed, 1);
+        if (!st && rs) st = rs;
+        if (!st && failed > 0)
+            st = pl_error_set(PL_ERR_IO, "ddp: another rank failed evaluating %s (see its message)",
+                              pl_split_name(split));
+    }
+    if (!st) st = tr_dist_reduce_metrics(t, m);
     return st;
 }
 
@@ -310,7 +327,7 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
     for (int i = 0; i < m->n; i++) {
         char key[96];
         snprintf(key, sizeof key, "%s_%s", prefix, m->name[i]);
-        double v = m->count[i] ? m->sum[i] / m->count[i] : NAN;
+        double v = pl_metrics_value_at(m, i);
         if (n < sizeof line) n += (size_t)snprintf(line + n, sizeof line - n, "  %s %.5f", key, v);
         tr_metric_row(t, key, v);
     }
@@ -337,7 +354,7 @@ static pl_status parse_monitors(const pl_config_section *tr, char names[][64], b
 static pl_status check_finite(const char *split, const pl_metrics *m) {
     for (int i = 0; i < m->n; i++) {
         if (m->count[i] <= 0) continue;
-        double v = m->sum[i] / m->count[i];
+        double v = pl_metrics_value_at(m, i);
         if (isfinite(v)) continue;
         pl_hint_set("non-finite values in the %s data, or weights that diverged: check the data "
                     "(NaN/Inf rows) and the last finite training loss in log.txt", split);
@@ -515,7 +532,8 @@ static void progress(trainer *t, int64_t b0, int64_t b, int64_t nb, double t_epo
  * train epoch again at batch t->batch (the order is a function of
  * (seed, epoch), so this continues where training was). */
 static pl_status continue_train_epoch(trainer *t) {
-    return LOADER(t)->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, t->batch);
+    t->pass_start = true;
+    return LOADER(t)->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, t->batch * t->stride);
 }
 
 /* checkpoint_every_n_train_steps: last (when save_last) and step-NNNNNN. */
@@ -573,7 +591,9 @@ static void signals_restore(void) {
 
 static pl_status fit(trainer *t) {
     const pl_loader_vtable *L = LOADER(t);
-    int64_t nb_full = L->num_batches(t->loader.self, PL_SPLIT_TRAIN);
+    /* DDP striding: each rank takes every stride-th batch; a remainder that not every
+     * rank can have is dropped (all ranks must take the same number of steps) */
+    int64_t nb_full = L->num_batches(t->loader.self, PL_SPLIT_TRAIN) / t->stride;
     int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN], nb_full);
     if (nb <= 0)
         return pl_error_set(PL_ERR_CONFIG, "no training batches (split has %lld, "
@@ -605,7 +625,8 @@ static pl_status fit(trainer *t) {
             t->ep_loss_sum = 0;
             t->ep_loss_n = 0;
         }
-        st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, b0);
+        st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, b0 * t->stride);
+        t->pass_start = true;
         if (!st && b0 > 0)
             tr_log(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
                   (long long)b0, (long long)nb);
@@ -615,7 +636,7 @@ static pl_status fit(trainer *t) {
         int64_t samples = 0;
         for (int64_t b = b0; b < nb && !st && !stop; b++) {
             pl_batch batch;
-            int r = L->next(t->loader.self, &batch);
+            int r = tr_next_batch(t, &batch);
             if (r < 0) {
                 st = pl_error_status();
                 break;
@@ -631,6 +652,7 @@ static pl_status fit(trainer *t) {
             pl_metrics_reset(&m);
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
             double lv = st ? NAN : pl_tensor_item(loss);
+            if (!st) st = tr_dist_mean(t, &lv); /* DDP: every rank decides on the same loss */
             if (!st && !isfinite(lv)) {
                 t->nan_skips++;
                 if (!t->on_nan_skip) {
@@ -726,6 +748,7 @@ static pl_status fit(trainer *t) {
         pl_loader_stats ls1 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
         double wait = ls1.wait_seconds - ls0.wait_seconds;
         t->data_wait += wait;
+        samples *= t->world; /* every rank's (equal) share: the run's samples */
         t->train_samples += (double)samples;
         t->train_seconds += te;
         double ep_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN;
@@ -771,7 +794,8 @@ static pl_status run_test(trainer *t) {
     if (t->best_path[0] && access(t->best_path, R_OK) == 0) {
         tr_log(t, "test: using the best checkpoint %s (%s = %.5f)\n", t->best_path, t->monitor,
               t->best);
-        st = tr_load_checkpoint(t, t->best_path, true);
+        st = tr_dist_barrier(t); /* DDP: rank 0 has finished writing it */
+        if (!st) st = tr_load_checkpoint(t, t->best_path, true);
     } else {
         tr_log(t, "test: using the last weights\n");
     }
@@ -816,6 +840,13 @@ static pl_status run_export(trainer *t) {
         tr_log(t, "export: model '%s' has no export; skipped\n", t->model.desc->name);
         return PL_OK;
     }
+    if (t->rank > 0) return PL_OK; /* data parallel: rank 0 exports every split whole */
+    if (t->world > 1 && t->stride == 1) {
+        /* a loader that shards itself serves rank 0's part: undo it for the export */
+        pl_status us = LOADER(t)->shard(t->loader.self, 0, 1);
+        if (us) return pl_error_prefix(us, "export: unsharding the loader");
+    }
+    t->stride = 1;
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
     snprintf(t->outputs_path, sizeof t->outputs_path, "%s/outputs", t->run_dir);
@@ -926,7 +957,10 @@ pl_status pl_trainer_check_options(const pl_config *cfg) {
 static int fail(trainer *t, int code) {
     tr_progress_clear(t);
     const char *msg = pl_error_message();
-    fprintf(stderr, "error: %s\n", msg[0] ? msg : "run failed");
+    if (t->world > 1)
+        fprintf(stderr, "error: rank %d of %d: %s\n", t->rank, t->world, msg[0] ? msg : "run failed");
+    else
+        fprintf(stderr, "error: %s\n", msg[0] ? msg : "run failed");
     if (t->log) fprintf(t->log, "error: %s\n", msg);
     const char *hint = pl_hint_get();
     if (!(hint && hint[0]))
@@ -1044,6 +1078,7 @@ pl_status tr_build_model(trainer *t, double *load_start) {
 }
 
 void tr_destroy_stages(trainer *t) {
+    tr_stage_destroy(&t->strat);
     tr_stage_destroy(&t->avg);
     for (int k = t->n_sched - 1; k >= 0; k--) tr_stage_destroy(&t->sched[k]);
     tr_stage_destroy(&t->optim);
@@ -1083,29 +1118,65 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);
     t->ctx.meta = pl_meta_new();
     t->ctx.params = pl_params_new();
-    if (tr_make_run_dir(t)) return fail(t, 1);
+    /* data parallel: the strategy first, so that only rank 0 makes the run directory */
+    if (tr_dist_create(t)) {
+        fail(t, 2);
+        tr_destroy_stages(t);
+        return 2;
+    }
+    if (t->rank > 0) t->tty = false;
+    if (t->rank == 0 && tr_make_run_dir(t)) {
+        fail(t, 1);
+        tr_dist_abort(t, 1);
+        return 1;
+    }
+    if (tr_dist_share_run_dir(t)) {
+        fail(t, 1);
+        tr_dist_abort(t, 1);
+        return 1;
+    }
     t->ctx.run_dir = t->run_dir;
     char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/log.txt", t->run_dir);
-    t->log = fopen(path, "w");
-    snprintf(path, sizeof path, "%s/metrics.csv", t->run_dir);
-    t->metrics = fopen(path, "w");
-    if (t->metrics) fprintf(t->metrics, "step,epoch,key,value\n");
+    if (t->rank == 0) {
+        snprintf(path, sizeof path, "%s/log.txt", t->run_dir);
+        t->log = fopen(path, "w");
+        snprintf(path, sizeof path, "%s/metrics.csv", t->run_dir);
+        t->metrics = fopen(path, "w");
+        if (t->metrics) fprintf(t->metrics, "step,epoch,key,value\n");
+    }
     g_log_run = t; /* pl_message from plugins: the terminal and log.txt */
-    snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
-    pl_config_write_ini(cfg, path);
+    if (t->rank == 0) {
+        snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
+        pl_config_write_ini(cfg, path);
+    }
     tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d)\n", t->run_dir,
           pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
           (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads());
-    tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
+    if (t->world > 1)
+        tr_log(t, "strategy %s: %d processes (data parallel)\n", t->strat.desc->name, t->world);
+    if (t->rank == 0) tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
 
     double load_start = 0;
     pl_status st = pl_trainer_check_fields(cfg);
     if (!st) st = tr_build_model(t, &load_start);
+    if (!st) st = tr_dist_shard(t);
+    if (!st && t->stride > 1) {
+        int64_t nl = LOADER(t)->num_batches(t->loader.self, PL_SPLIT_TRAIN);
+        if (nl < t->stride)
+            st = pl_error_set(PL_ERR_CONFIG, "data parallel over %d processes: the training split "
+                              "has %lld batch(es) per epoch, fewer than one per process, and "
+                              "loader '%s' cannot split a batch (no shard function)", t->world,
+                              (long long)nl, t->loader.desc->name);
+        else
+            tr_log(t, "ddp: each of %d processes takes %lld of the %lld training batches per "
+                   "epoch (batches r, r+%d, ...)%s\n", t->world, (long long)(nl / t->stride),
+                   (long long)nl, t->stride, nl % t->stride ? "; the remainder is dropped" : "");
+    }
     /* steps for schedulers */
     if (!st) {
         int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN],
-                                   LOADER(t)->num_batches(t->loader.self, PL_SPLIT_TRAIN));
+                                   LOADER(t)->num_batches(t->loader.self, PL_SPLIT_TRAIN) /
+                                       t->stride);
         t->ctx.steps_per_epoch = (nb + t->accum - 1) / t->accum;
         t->ctx.max_epochs = t->max_epochs;
         t->ctx.total_steps = t->ctx.steps_per_epoch * t->max_epochs;
@@ -1115,6 +1186,21 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st) st = tr_stage_create(t, &t->optim, "optimizer");
     if (!st && !t->optim.self)
         st = pl_error_set(PL_ERR_CONFIG, "no [optimizer] section (training needs one)");
+    /* a strategy's learning-rate scaling rule (ddp lr_scaling = linear: x world size,
+     * Goyal et al. 2017; sqrt; off by default), applied to every group's lr */
+    double lr_mult = 1;
+    if (!st && t->world > 1 && pl_meta_get_float(t->ctx.meta, "strategy.lr_scale", &lr_mult) == PL_OK &&
+        lr_mult != 1) {
+        for (int g = 0; g < OPTIM(t)->num_groups(t->optim.self); g++) {
+            pl_param_group *pg = OPTIM(t)->group(t->optim.self, g);
+            pg->initial_lr *= lr_mult;
+            pg->lr *= lr_mult;
+        }
+        tr_log(t, "ddp: learning rates scaled by %g (lr_scaling, %d processes)\n", lr_mult,
+               t->world);
+    } else if (!st) {
+        pl_error_clear(); /* no rule published: no scaling */
+    }
     /* schedulers and averagers scale the optimizer's base lr: group 0's
      * configured lr (initial_lr without its lr_scale) */
     if (!st && OPTIM(t)->num_groups(t->optim.self) > 0) {
@@ -1185,6 +1271,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
             if (!st) warn_schedule_change(t);
         }
     }
+    if (!st) st = tr_dist_check_params(t);
     if (!st) count_parameter_bytes(t);
     signals_install();
     if (!st) st = fit(t);
@@ -1195,10 +1282,15 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st && t->do_export && !t->interrupted) st = run_export(t);
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
-    tr_write_summary(t, code);
-    if (!code) tr_mark_latest(t);
+    if (t->rank == 0) tr_write_summary(t, code);
+    if (!code && t->rank == 0) tr_mark_latest(t);
+    /* the next run of a chain (or the caller) sees this one's files on every rank */
+    if (!code && tr_dist_barrier(t)) code = 1;
     signals_restore();
-    if (st) fail(t, code);
+    if (st || code == 1) {
+        fail(t, code);
+        tr_dist_abort(t, code); /* a failing rank stops the others (no return when N > 1) */
+    }
     if (!st && t->interrupted)
         tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
                pl_config_path(cfg));

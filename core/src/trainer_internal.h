@@ -57,6 +57,13 @@ typedef struct trainer {
     stage loader, model, optim, avg, prec;
     stage sched[PL_MAX_SCHEDULERS]; /* every [scheduler*] section, file order */
     int n_sched;
+    /* data parallel (dist.c): the [strategy] stage, or the auto-selected one
+     * under mpirun; rank 0 of world 1 without one. stride > 1: the trainer
+     * shards the loader's batches (rank r takes r, r + stride, ...); 1: one
+     * process, or a loader that shards itself (pl_loader_vtable.shard). */
+    stage strat;
+    int rank, world, stride;
+    bool pass_start; /* the next tr_next_batch is the first since epoch_begin */
     FILE *log, *metrics;
     bool tty;
     bool progress_shown; /* tty: the progress line is on screen (no newline after it) */
@@ -124,6 +131,39 @@ typedef struct trainer {
 #define SCHED(s) ((const pl_scheduler_vtable *)(s)->vt)
 #define AVG(t) ((const pl_averager_vtable *)(t)->avg.vt)
 #define PREC(t) ((const pl_precision_vtable *)(t)->prec.vt)
+#define STRAT(t) ((const pl_strategy_vtable *)(t)->strat.vt)
+
+/* ---- dist.c: data-parallel training through a strategy stage ---- */
+/* Create the strategy: the [strategy] section's plugin, or under a launcher
+ * that started several processes (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE)
+ * with no such section, the `ddp` plugin with its defaults (Lightning's
+ * strategy="auto"). Sets t->rank and t->world (0 and 1 without one). */
+pl_status tr_dist_create(trainer *t);
+/* After the loader exists: shard it (its shard function), or let the trainer
+ * stride over its batches (t->stride = world). */
+pl_status tr_dist_shard(trainer *t);
+/* Rank 0's run directory on every rank (t->run_dir, ctx.run_dir). */
+pl_status tr_dist_share_run_dir(trainer *t);
+/* Every rank's trainable parameters equal rank 0's (a hash compared), so the
+ * ranks start from the same weights; PL_ERR_CONFIG naming the first that
+ * differs. */
+pl_status tr_dist_check_params(trainer *t);
+/* Average the gradients over ranks (a trainable parameter without a gradient
+ * on this rank contributes zeros). No-op in one process. */
+pl_status tr_dist_average_grads(trainer *t);
+/* The mean over ranks of a training loss value. */
+pl_status tr_dist_mean(trainer *t, double *v);
+/* Sum every metric's sum and count over ranks (names as rank 0 has them; a
+ * name only another rank has is an error). */
+pl_status tr_dist_reduce_metrics(trainer *t, pl_metrics *m);
+pl_status tr_dist_barrier(trainer *t);
+/* A failed rank stops the others (the strategy's abort). Returns only in one
+ * process. */
+void tr_dist_abort(trainer *t, int code);
+/* The next batch of this rank: with stride > 1, skips the other ranks'
+ * batches (t->pass_start: the first call since epoch_begin, which starts at
+ * a multiple of stride). 1 / 0 / -1 as the loader's next(). */
+int tr_next_batch(trainer *t, pl_batch *b);
 
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */

@@ -37,8 +37,10 @@ extern "C" {
  * minor 3: pl_message
  * minor 4: pl_batch_find; pl_model_vtable.export_model (`pipeline export`), then
  *          predict_needs / predict_begin / predict_batch /
- *          predict_end (`pipeline predict`) */
-#define PL_ABI_MINOR 4
+ *          predict_end (`pipeline predict`)
+ * minor 5: PL_KIND_STRATEGY and pl_strategy_vtable (data-parallel training,
+ *          `[strategy] plugin = ddp`); pl_loader_vtable.shard */
+#define PL_ABI_MINOR 5
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -49,6 +51,7 @@ typedef enum pl_plugin_kind {
     PL_KIND_SCHEDULER,
     PL_KIND_PRECISION,
     PL_KIND_BACKEND,
+    PL_KIND_STRATEGY, /* ABI 2.5: how processes train together (data parallel) */
     PL_KIND_COUNT
 } pl_plugin_kind;
 
@@ -205,18 +208,31 @@ pl_status pl_meta_get_int(const pl_meta *m, const char *key, int64_t *v);
 pl_status pl_meta_get_float(const pl_meta *m, const char *key, double *v);
 const char *pl_meta_get_str(const pl_meta *m, const char *key); /* NULL if missing */
 
-/* Metric accumulator: named (sum, count) pairs; value = sum / count. */
+/* Metric accumulator: named (sum, count) pairs; value = sum / count, or
+ * sqrt(sum / count) for a root-mean-square metric (pl_metrics_add_rms). The
+ * pairs add over batches and over the ranks of a data-parallel run, so a
+ * metric must be expressible as one (RMSE: squared errors and their count,
+ * never a running square root). */
 #define PL_METRICS_MAX 32
+enum { PL_METRIC_MEAN = 0, PL_METRIC_RMS = 1 };
 typedef struct pl_metrics {
     int n;
     char name[PL_METRICS_MAX][48];
     double sum[PL_METRICS_MAX];
     double count[PL_METRICS_MAX];
+    unsigned char kind[PL_METRICS_MAX]; /* PL_METRIC_MEAN / PL_METRIC_RMS (ABI 2.5) */
 } pl_metrics;
 void pl_metrics_reset(pl_metrics *m);
 void pl_metrics_add(pl_metrics *m, const char *name, double sum, double count);
+/* A root-mean-square metric (RMSE): `sum_sq` a sum of squares over `count`
+ * values; reported as sqrt(total sum_sq / total count). (ABI 2.5) */
+void pl_metrics_add_rms(pl_metrics *m, const char *name, double sum_sq, double count);
 /* NaN if absent. */
 double pl_metrics_get(const pl_metrics *m, const char *name);
+/* Value of the i-th metric (0 <= i < m->n, insertion order): sum / count or,
+ * for an RMS metric, its square root; NaN for count 0 or i out of range.
+ * (ABI 2.5) */
+double pl_metrics_value_at(const pl_metrics *m, int i);
 
 /* Checkpoint state visitor: a stateful plugin lists its state once; the same
  * function serves saving (the visitor reads) and loading (the visitor writes
@@ -361,6 +377,22 @@ typedef struct pl_loader_vtable {
     /* The fields every batch carries under this config (required; called
      * without create, by `pipeline check` too). */
     pl_status (*batch_fields)(const pl_config_section *cfg, pl_field_list *out);
+    /* Optional (ABI 2.5; read only from plugins of abi_minor >= 5): shard
+     * the data over `world_size` processes of a data-parallel run, this one
+     * being `rank` (0 <= rank < world_size), before any epoch_begin. After
+     * it, every split's batch k is this rank's part of the batch k a single
+     * process would serve (same seed, same order), num_batches is unchanged
+     * and equal on every rank, and the ranks' parts of a batch together are
+     * that batch: each sample in exactly one part. The training loss of a
+     * part is its mean, so the ranks' averaged gradient is the single
+     * process's when the parts have equal sizes (PyTorch DDP's semantics;
+     * hdf5_graph's node mode splits the labelled nodes this way). Called at
+     * most once; PL_ERR_CONFIG when a batch cannot be split `world_size`
+     * ways (naming the split and the count). A loader without it is sharded
+     * by the trainer: rank r takes batches r, r + world_size, ... of the
+     * single-process order (DistributedSampler's interleaving, by batch),
+     * reading and skipping the others. */
+    pl_status (*shard)(void *self, int rank, int world_size);
 } pl_loader_vtable;
 
 typedef struct pl_model_vtable {
@@ -558,6 +590,41 @@ typedef struct pl_precision_vtable {
      * NF4, or NF4 with its quantization state). NULL: pl_st_load_into. */
     pl_status (*load_param)(void *self, const pl_st_file *f, const char *path, pl_param *p);
 } pl_precision_vtable;
+
+/* Strategy contract (ABI 2.5): how the processes of one run train together.
+ * A data-parallel strategy (`[strategy] plugin = ddp`, PyTorch DDP / Horovod
+ * semantics) is created once per run before the run directory; every
+ * process runs the same config with the same seed, reads its shard of the
+ * data, and the trainer calls the collectives below at the same points in
+ * the same order on every rank: after backward (gradients, averaged), after
+ * each training forward (the loss, so every rank takes the same non-finite
+ * decision), after validation and test (the metrics' sums and counts).
+ * Only rank 0 writes the run directory. Collectives are blocking for the
+ * caller; a strategy bounds the wait (its own timeout) and, when a peer has
+ * died or the wait ran out, returns PL_ERR_IO naming the collective, the
+ * peer if known, and the time waited. */
+typedef struct pl_strategy_vtable {
+    pl_status (*create)(const pl_config_section *cfg, pl_run_context *ctx, void **self);
+    void (*destroy)(void *self);
+    int (*rank)(void *self);       /* 0 .. world_size-1 */
+    int (*world_size)(void *self); /* >= 1 */
+    /* In-place sum over ranks of `n` tensors, the same list (names, shapes,
+     * dtypes, order) on every rank; f32 (host or device memory, the run's
+     * device). The trainer divides by world_size itself. PL_ERR_INVALID on
+     * another dtype, PL_ERR_IO on a failed or timed-out exchange. */
+    pl_status (*all_reduce_sum)(void *self, pl_tensor *const *ts, int n);
+    /* In-place sum over ranks of n host doubles (losses, metric sums and
+     * counts); exact order-independent results are not promised. */
+    pl_status (*all_reduce_f64)(void *self, double *v, int64_t n);
+    /* Copy `n` bytes of rank `root`'s buffer into every rank's (run
+     * directory name, parameters' bytes at the start). */
+    pl_status (*broadcast_bytes)(void *self, void *buf, size_t n, int root);
+    /* Every rank reaches this point before any leaves it. */
+    pl_status (*barrier)(void *self);
+    /* This rank failed with exit `code` and a message already printed:
+     * make every rank stop now (MPI_Abort). Does not return. */
+    void (*abort)(void *self, int code);
+} pl_strategy_vtable;
 
 /* Autocast: the dtype matmul-like ops compute in (PL_F32 default). Set by
  * precision plugins; read by pl_matmul / pl_linear. */

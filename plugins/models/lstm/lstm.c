@@ -380,13 +380,9 @@ static pl_status add_metrics(lstm_model *m, pl_tensor *pred, pl_tensor *target, 
     double n = (double)(R * O);
     pl_metrics_add(mt, "mae", ae, n);
     pl_metrics_add(mt, "mape", 100.0 * ape, n_ape);
-    /* rmse = sqrt(total sse / total n): keep the running sums and add the
-     * difference so that the accumulator's sum / count is the running RMSE */
-    if (first) m->sse = m->n_err = 0;
-    double old = m->n_err > 0 ? sqrt(m->sse / m->n_err) * m->n_err : 0;
-    m->sse += se;
-    m->n_err += n;
-    pl_metrics_add(mt, "rmse", sqrt(m->sse / m->n_err) * m->n_err - old, n);
+    (void)first;
+    /* rmse = sqrt(total sse / total n), over batches and data-parallel ranks */
+    pl_metrics_add_rms(mt, "rmse", se, n);
 
     if (m->o.seasonal_period > 0 && m->o.head == LSTM_HEAD_LAST) {
         int64_t T = x->shape[1], Ho = m->o.horizon, Kt = O / Ho, B = x->shape[0];

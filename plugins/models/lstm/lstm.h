@@ -80,7 +80,6 @@ typedef struct lstm_model {
     bool carry_training;
     int64_t carry_batch;
     /* running sums of the evaluation in progress (RMSE needs the total) */
-    double sse, n_err;
     struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
 } lstm_model;
 
