@@ -199,12 +199,18 @@ pl_status tr_dist_average_grads(trainer *t) {
     return PL_OK;
 }
 
-pl_status tr_dist_mean(trainer *t, double *v) {
+pl_status tr_dist_loss(trainer *t, double *lv, const pl_metrics *m, int64_t size, double *share) {
+    *share = 1.0;
     if (t->world <= 1) return PL_OK;
-    pl_status st = STRAT(t)->all_reduce_f64(t->strat.self, v, 1);
-    if (st) return pl_error_prefix(st, "ddp: averaging the training loss at step %lld",
-                                   (long long)t->step);
-    *v /= t->world;
+    double w = (double)size;
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->name[i], "loss") && m->count[i] > 0) w = m->count[i];
+    double v[2] = {*lv * w, w};
+    pl_status st = STRAT(t)->all_reduce_f64(t->strat.self, v, 2);
+    if (st) return pl_error_prefix(st, "ddp: the training loss at step %lld", (long long)t->step);
+    if (!(v[1] > 0)) return PL_OK; /* nothing to weight by: plain average */
+    *lv = v[0] / v[1];
+    *share = w * t->world / v[1];
     return PL_OK;
 }
 

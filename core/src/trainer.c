@@ -652,7 +652,10 @@ static pl_status fit(trainer *t) {
             pl_metrics_reset(&m);
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
             double lv = st ? NAN : pl_tensor_item(loss);
-            if (!st) st = tr_dist_mean(t, &lv); /* DDP: every rank decides on the same loss */
+            /* DDP: the loss of the global batch (every rank decides on the same value) and
+             * this rank's share of it, which weights its gradient */
+            double share = 1.0;
+            if (!st) st = tr_dist_loss(t, &lv, &m, batch.size, &share);
             if (!st && !isfinite(lv)) {
                 t->nan_skips++;
                 if (!t->on_nan_skip) {
@@ -691,7 +694,7 @@ static pl_status fit(trainer *t) {
                 t->last_finite_loss = lv;
                 t->nan_skips = 0;
                 double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
-                st = pl_backward(loss, scale / (double)t->accum);
+                st = pl_backward(loss, scale * share / (double)t->accum);
             }
             pl_frame_end();
             if (st) break;
@@ -791,11 +794,12 @@ static pl_status run_test(trainer *t) {
     pl_status st = PL_OK;
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
+    st = tr_dist_barrier(t); /* DDP: rank 0 has finished writing the checkpoints */
+    if (st) return st;
     if (t->best_path[0] && access(t->best_path, R_OK) == 0) {
         tr_log(t, "test: using the best checkpoint %s (%s = %.5f)\n", t->best_path, t->monitor,
               t->best);
-        st = tr_dist_barrier(t); /* DDP: rank 0 has finished writing it */
-        if (!st) st = tr_load_checkpoint(t, t->best_path, true);
+        st = tr_load_checkpoint(t, t->best_path, true);
     } else {
         tr_log(t, "test: using the last weights\n");
     }

@@ -855,7 +855,9 @@ static pl_tensor *need_field(const pl_batch *b, const char *name, const char *op
     return t;
 }
 
-static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **loss) {
+/* *n_terms: the labelled positions the loss averages over */
+static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **loss,
+                               int64_t *n_terms) {
     pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
     pl_tensor *lab = need_field(b, m->o.label_field, "label_field");
     if (!ids || !lab) return pl_error_status();
@@ -901,6 +903,7 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
     if (!st && !*loss) st = pl_error_status();
     free(pos);
     free(tgt);
+    if (n_terms) *n_terms = np;
     return st;
 }
 
@@ -1069,14 +1072,19 @@ pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool
     ilora_model *m = self;
     if (loss) *loss = NULL;
     if (training) {
-        pl_status st = train_forward(m, b, loss);
+        int64_t np = 0;
+        pl_status st = train_forward(m, b, loss, &np);
+        /* the loss is a mean over the batch's labelled positions: its count tells a
+         * data-parallel trainer how to weight this batch against the other ranks' */
+        if (!st && loss && *loss && np > 0)
+            pl_metrics_add(mt, "loss", pl_tensor_item(*loss) * (double)np, (double)np);
         return st ? pl_error_prefix(st, "ilora forward (train batch %lld)", (long long)b->index)
                   : PL_OK;
     }
     /* evaluation of the train split (rare): the training loss without dropout */
     if (split == PL_SPLIT_TRAIN) {
         pl_tensor *l = NULL;
-        pl_status st = train_forward(m, b, &l);
+        pl_status st = train_forward(m, b, &l, NULL);
         if (!st) {
             if (loss) *loss = l;
             pl_metrics_add(mt, "loss", pl_tensor_item(l) * (double)b->size, (double)b->size);
