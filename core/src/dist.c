@@ -81,9 +81,15 @@ pl_status tr_dist_shard(trainer *t) {
     const pl_plugin_desc *ld = t->loader.desc;
     if (ld->abi_minor >= 5 && LOADER(t)->shard) {
         pl_status st = LOADER(t)->shard(t->loader.self, t->rank, t->world);
-        if (st) return pl_error_prefix(st, "[data] plugin '%s': sharding over %d ranks", ld->name,
-                                       t->world);
-        return PL_OK;
+        if (!st) {
+            tr_log(t, "ddp: loader %s serves each of %d processes its part of every batch\n",
+                   ld->name, t->world);
+            return PL_OK;
+        }
+        if (st != PL_ERR_UNSUPPORTED)
+            return pl_error_prefix(st, "[data] plugin '%s': sharding over %d ranks", ld->name,
+                                   t->world);
+        pl_error_clear(); /* this configuration of the loader declines: stride */
     }
     t->stride = t->world;
     return PL_OK;

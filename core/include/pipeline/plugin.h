@@ -386,9 +386,12 @@ typedef struct pl_loader_vtable {
      * that batch: each sample in exactly one part. The training loss of a
      * part is its mean, so the ranks' averaged gradient is the single
      * process's when the parts have equal sizes (PyTorch DDP's semantics;
-     * hdf5_graph's node mode splits the labelled nodes this way). Called at
-     * most once; PL_ERR_CONFIG when a batch cannot be split `world_size`
-     * ways (naming the split and the count). A loader without it is sharded
+     * hdf5_graph's node mode splits the labelled nodes this way). shard(self,
+     * 0, 1) restores the unsharded batches (the export runs on rank 0 over
+     * whole splits). PL_ERR_CONFIG when a batch cannot be split `world_size`
+     * ways (naming the split and the count); PL_ERR_UNSUPPORTED when this
+     * configuration does not shard itself (the trainer then strides, below,
+     * as for a loader without it). A loader without it is sharded
      * by the trainer: rank r takes batches r, r + world_size, ... of the
      * single-process order (DistributedSampler's interleaving, by batch),
      * reading and skipping the others. */

@@ -66,6 +66,8 @@ typedef struct graph {
     bool has_y;  /* labels (node) / targets (graphs) in the file: always when training */
     /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
+    /* data parallel (g_shard): this rank's part of each split's mask, NULL unsharded */
+    pl_tensor *rank_mask[PL_SPLIT_COUNT];
     int64_t N, F, E, C, count[PL_SPLIT_COUNT];
     /* graphs mode: host copies (after self loops, normalization, standardization) */
     int64_t NG, K, B;
@@ -358,6 +360,7 @@ static void g_destroy(void *self) {
     pl_tensor_release(G->y);
     for (int i = 0; i < PL_SPLIT_COUNT; i++) {
         pl_tensor_release(G->mask[i]);
+        pl_tensor_release(G->rank_mask[i]);
         gsplit *S = &G->sp[i];
         pl_tensor_release(S->x);
         pl_tensor_release(S->src);
@@ -1219,7 +1222,8 @@ static int g_next(void *self, pl_batch *out) {
     } else {
         G->cur_batch = 1;
         const char *names[5] = {"x", "edge_src", "edge_dst", "y", "mask"};
-        pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, G->mask[G->cur]};
+        pl_tensor *mk = G->rank_mask[G->cur] ? G->rank_mask[G->cur] : G->mask[G->cur];
+        pl_tensor *f[5] = {G->x, G->src, G->dst, G->y, mk};
         out->n = 0;
         for (int i = 0; i < 5; i++) {
             if (i == 3 && !G->has_y) continue; /* predict: a file without labels */
@@ -1256,6 +1260,51 @@ static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out
     return st;
 }
 
+/* Data parallel, node mode: every rank serves the whole graph (message passing needs
+ * every node's neighbours) with its share of each split's labelled nodes: the j-th
+ * node of a mask (in node order) goes to rank j mod world_size. The ranks' masks
+ * partition the split's, so summed metrics are the split's, and the trainer weights
+ * each rank's mean loss by its node count. Graphs mode declines (PL_ERR_UNSUPPORTED):
+ * the trainer then gives the ranks whole batches in turn. */
+static pl_status g_shard(void *self, int rank, int world_size) {
+    graph *G = self;
+    if (G->graphs_mode)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "hdf5_graph: graphs mode is sharded by batch");
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+        return pl_error_set(PL_ERR_INVALID, "hdf5_graph: shard(rank %d, world %d)", rank, world_size);
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        pl_tensor_release(G->rank_mask[s]);
+        G->rank_mask[s] = NULL;
+    }
+    if (world_size == 1) return PL_OK;
+    pl_status st = PL_OK;
+    uint8_t *h = malloc((size_t)(G->N ? G->N : 1));
+    if (!h) return pl_error_set(PL_ERR_NOMEM, "%s: shard mask", G->path);
+    for (int s = 0; s < PL_SPLIT_COUNT && !st; s++) {
+        if (!G->mask[s]) continue;
+        if (G->count[s] < world_size) {
+            st = pl_error_set(PL_ERR_CONFIG, "%s: split '%s' has %lld labelled node(s), fewer "
+                              "than the %d ranks of the data-parallel run", G->path,
+                              pl_split_name((pl_data_split)s), (long long)G->count[s], world_size);
+            break;
+        }
+        const pl_backend *be = pl_backend_get(G->mask[s]->device.type);
+        if (!be || be->memcpy(h, PL_CPU, pl_tensor_data(G->mask[s]), G->mask[s]->device,
+                              (size_t)G->N)) {
+            st = pl_error_set(PL_ERR_DEVICE, "%s: reading the %s mask", G->path,
+                              pl_split_name((pl_data_split)s));
+            break;
+        }
+        int64_t j = 0;
+        for (int64_t i = 0; i < G->N; i++)
+            if (h[i]) h[i] = (uint8_t)(j++ % world_size == rank);
+        G->rank_mask[s] = to_device(G, PL_U8, 1, (int64_t[]){G->N}, h);
+        if (!G->rank_mask[s]) st = pl_error_status();
+    }
+    free(h);
+    return st;
+}
+
 static pl_loader_stats g_stats(void *self) {
     return ((graph *)self)->st;
 }
@@ -1268,6 +1317,7 @@ static const pl_loader_vtable vt = {
     .num_batches = g_num_batches,
     .stats = g_stats,
     .batch_fields = g_batch_fields,
+    .shard = g_shard,
 };
 
 PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.3.0",

@@ -523,8 +523,11 @@ static pl_status gat_forward(void *self, const pl_batch *b, pl_data_split split,
     pl_tensor *loss = pl_cross_entropy(logits, target, IGNORE_INDEX, 0.0);
     if (!loss) return pl_error_prefix(pl_error_status(), "gat forward");
     *loss_out = loss;
-    if (training || !metrics) return PL_OK;
+    if (!metrics) return PL_OK;
+    /* the loss is a mean over the masked nodes: in training their count weights this
+     * rank's part of the graph in a data-parallel run (the loader shards the mask) */
     pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * (double)count, (double)count);
+    if (training) return PL_OK;
     pl_tensor *hl = pl_tensor_to(logits, PL_F32, PL_CPU), *ht = pl_tensor_to(target, PL_I64, PL_CPU);
     if (!hl || !ht) return pl_error_status();
     const float *lv = pl_tensor_data(hl);
