@@ -67,6 +67,28 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
+    /* data parallel: who trained, and the global batch (Lightning: batch_size is per
+     * process; the global batch is batch_size x world_size x accumulate_grad_batches) */
+    cJSON *dist = cJSON_AddObjectToObject(o, "distributed");
+    cJSON_AddStringToObject(dist, "strategy", t->strat.desc ? t->strat.desc->name : "single");
+    cJSON_AddNumberToObject(dist, "world_size", t->world);
+    cJSON_AddStringToObject(dist, "sharding", t->world <= 1 ? "none"
+                                              : t->stride > 1 ? "batches r, r+N, ... per rank"
+                                                              : "the loader's (each batch split)");
+    const pl_config_section *data = pl_config_section_get(t->cfg, "data");
+    int64_t bs = pl_cfg_int(data, "batch_size", -1);
+    if (bs > 0) {
+        cJSON_AddNumberToObject(dist, "per_rank_batch_size", (double)bs);
+        cJSON_AddNumberToObject(dist, "global_batch_size",
+                                (double)bs * t->world * (double)t->accum);
+    }
+    cJSON_AddNumberToObject(dist, "accumulate_grad_batches", (double)t->accum);
+    double lrs = 1; /* looked up without pl_meta_get_float, whose miss would replace the
+                     * error of a failed run that fail() prints after this summary */
+    for (int i = 0; t->world > 1 && i < pl_meta_count(t->ctx.meta); i++)
+        if (!strcmp(pl_meta_key_at(t->ctx.meta, i), "strategy.lr_scale"))
+            pl_meta_get_float(t->ctx.meta, "strategy.lr_scale", &lrs);
+    cJSON_AddNumberToObject(dist, "lr_scale", lrs);
     /* the run's meta table: what the loader found in the data (split sizes,
      * num_items, num_nodes, data_summary, ...) and values stages shared */
     cJSON *meta = cJSON_AddObjectToObject(o, "data");
