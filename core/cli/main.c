@@ -347,7 +347,10 @@ static int cmd_run(int argc, char **argv) {
         free_args(&a);
         return EXIT_USAGE;
     }
-    pl_config_print(cfg, stdout);
+    /* under mpirun every rank resolves the same config: rank 0 prints it */
+    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!mpi_rank) mpi_rank = getenv("PMI_RANK");
+    if (!mpi_rank || atoi(mpi_rank) == 0) pl_config_print(cfg, stdout);
     fflush(stdout);
     pl_run_options opts = {.resume = a.resume,
                            .config_path = a.file,

@@ -305,10 +305,12 @@ pl_status tr_save_checkpoint(trainer *t, const char *path) {
     META("step", "%lld", (long long)t->step);
     META("micro_step", "%lld", (long long)t->micro);
     META("batch_in_epoch", "%lld", (long long)t->batch);
-    /* data parallel: the position in the loader's single-process batch order, and
-     * the world it was trained in, so another rank count resumes at the same data */
-    META("loader_batch_in_epoch", "%lld", (long long)(t->batch * t->stride));
+    /* data parallel: the world it was trained in, and the position in the epoch in
+     * samples (batch_size x world size per step), so a run with another rank count
+     * (and per-rank batch) resumes at the same data */
     META("world_size", "%d", t->world);
+    int64_t bs = pl_cfg_int(pl_config_section_get(t->cfg, "data"), "batch_size", 0);
+    if (bs > 0) META("samples_in_epoch", "%lld", (long long)(t->batch * bs * t->world));
     META("accumulation_pending", "%lld", (long long)t->accum_pending);
     META("epoch_train_loss_sum", "%.17g", t->ep_loss_sum);
     META("epoch_train_loss_count", "%lld", (long long)t->ep_loss_n);
@@ -464,18 +466,19 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             t->step = meta_i64(&mr, "step", 0);
             t->micro = meta_i64(&mr, "micro_step", 0);
             t->batch = batch;
-            int64_t lb = meta_i64(&mr, "loader_batch_in_epoch", batch);
+            int64_t pos = meta_i64(&mr, "samples_in_epoch", -1);
             int64_t ws = meta_i64(&mr, "world_size", 1);
-            if (lb > 0 && (t->stride > 1 || ws > 1)) {
-                /* this run takes `stride` loader batches per step: continue at the first
-                 * whole group at or after the saved position */
-                t->batch = (lb + t->stride - 1) / t->stride;
-                if (lb % t->stride)
-                    tr_log(t, "warning: %s was saved at loader batch %lld of epoch %lld by %lld "
-                           "process(es); with %d the epoch continues at batch %lld (%lld batches "
-                           "skipped)\n", path, (long long)lb, (long long)epoch, (long long)ws,
-                           t->stride, (long long)(t->batch * t->stride),
-                           (long long)(t->batch * t->stride - lb));
+            int64_t bs_now = pl_cfg_int(pl_config_section_get(t->cfg, "data"), "batch_size", 0);
+            if (batch > 0 && pos > 0 && bs_now > 0) {
+                /* continue at the first whole step of this run at or after that sample */
+                int64_t per_step = bs_now * t->world;
+                t->batch = (pos + per_step - 1) / per_step;
+                if (t->batch != batch || ws != t->world)
+                    tr_log(t, "resume: %s was saved %lld samples into epoch %lld by %lld "
+                           "process(es); this run (%d x batch_size %lld) continues at its step "
+                           "%lld of the epoch%s\n", path, (long long)pos, (long long)epoch,
+                           (long long)ws, t->world, (long long)bs_now, (long long)t->batch,
+                           pos % per_step ? " (the rest of a global batch is skipped)" : "");
             }
             t->accum_pending = 0;
             t->ep_loss_sum = batch > 0 ? meta_f64(&mr, "epoch_train_loss_sum", 0) : 0;

@@ -77,7 +77,8 @@ void tr_write_summary(trainer *t, int status) {
                                                               : "the loader's (each batch split)");
     const pl_config_section *data = pl_config_section_get(t->cfg, "data");
     int64_t bs = pl_cfg_int(data, "batch_size", -1);
-    if (bs > 0) {
+    if (bs > 0 && !(t->world > 1 && t->stride == 1)) { /* a self-sharding loader's batch is
+                                                          * split, not multiplied */
         cJSON_AddNumberToObject(dist, "per_rank_batch_size", (double)bs);
         cJSON_AddNumberToObject(dist, "global_batch_size",
                                 (double)bs * t->world * (double)t->accum);

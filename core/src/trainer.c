@@ -838,6 +838,8 @@ static pl_status export_batch(trainer *t, const pl_batch *b, pl_data_split split
     return MODEL(t)->export_batch(t->model.self, b, split);
 }
 
+static pl_status run_export_all(trainer *t);
+
 static pl_status run_export(trainer *t) {
     const pl_model_vtable *M = MODEL(t);
     if (!M->export_begin) {
@@ -850,7 +852,15 @@ static pl_status run_export(trainer *t) {
         pl_status us = LOADER(t)->shard(t->loader.self, 0, 1);
         if (us) return pl_error_prefix(us, "export: unsharding the loader");
     }
+    int stride = t->stride;
     t->stride = 1;
+    pl_status st = run_export_all(t);
+    t->stride = stride; /* the run's sharding, as summary.json reports it */
+    return st;
+}
+
+static pl_status run_export_all(trainer *t) {
+    const pl_model_vtable *M = MODEL(t);
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
     snprintf(t->outputs_path, sizeof t->outputs_path, "%s/outputs", t->run_dir);
