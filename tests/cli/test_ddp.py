@@ -227,26 +227,30 @@ def main():
                     fail("teacher export: top-k logits differ by %g" % d)
         print("teacher: exports agree (rank 0 exported every split whole)")
 
-        # a rank that dies: the other must not hang; mpirun ends the job with an error
-        # that names the dead rank, well within the collectives' timeout
-        t0 = time.time()
-        p = subprocess.run([mpirun, "-np", "2", exe, "run", "configs/lstm_chicago.ini",
-                            "pipeline.threads=1"] + lstm +
-                           ["data.batch_size=16", "trainer.max_epochs=3",
-                            "pipeline.run_dir=" + os.path.join(tmp, "fault"),
-                            "strategy.timeout=60", "strategy.plugin=ddp"],
-                           capture_output=True, text=True, timeout=300,
-                           env=dict(mpi_env(), PL_DDP_FAULT_INJECT="1:20"))
-        took = time.time() - t0
-        out = p.stdout + p.stderr
-        if p.returncode == 0:
-            fail("a killed rank: mpirun exited 0\n" + out[-2000:])
-        if "rank 1" not in out or "collective 20" not in out:
-            fail("a killed rank: the output does not say which rank died:\n" + out[-3000:])
-        if took > 120:
-            fail("a killed rank: the job took %.0f s to end (bound 120 s)" % took)
-        print("fault: rank 1 killed at its 20th collective; mpirun exited %d after %.1f s" %
-              (p.returncode, took))
+        # a rank that dies: the other must not hang; mpirun ends the job and says which
+        # rank died. A rank that hangs: the others give up after [strategy] timeout,
+        # saying what they waited for, and stop the job.
+        for mode, fault, bound in (("killed", "1:20", 120), ("hung", "1:20:hang", 120)):
+            t0 = time.time()
+            p = subprocess.run([mpirun, "-np", "2", exe, "run", "configs/lstm_chicago.ini",
+                                "pipeline.threads=1"] + lstm +
+                               ["data.batch_size=16", "trainer.max_epochs=3",
+                                "pipeline.run_dir=" + os.path.join(tmp, "fault_" + mode),
+                                "strategy.plugin=ddp", "strategy.timeout=5"],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(mpi_env(), PL_DDP_FAULT_INJECT=fault))
+            took = time.time() - t0
+            out = p.stdout + p.stderr
+            if p.returncode == 0:
+                fail("a %s rank: mpirun exited 0\n%s" % (mode, out[-2000:]))
+            if mode == "killed" and not ("rank 1" in out and "signal 9" in out):
+                fail("a killed rank: mpirun does not say rank 1 died of signal 9:\n" + out[-3000:])
+            if mode == "hung" and "rank 0 of 2 waited" not in out:
+                fail("a hung rank: rank 0 does not say what it waited for:\n" + out[-3000:])
+            if took > bound:
+                fail("a %s rank: the job took %.0f s to end (bound %d s)" % (mode, took, bound))
+            print("fault: rank 1 %s at its 20th collective; mpirun exited %d after %.1f s" %
+                  (mode, p.returncode, took))
         print("ddp: OK")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,8 +20,8 @@
  *    (x sqrt(world size), Krizhevsky 2014 / Hoffer et al. 2017).
  *
  * Test hook: PL_DDP_FAULT_INJECT="RANK:N" makes rank RANK kill itself
- * (SIGKILL) at its N-th collective, so tests can prove that the others do not
- * hang.
+ * (SIGKILL) at its N-th collective, "RANK:N:hang" makes it stop answering
+ * (sleep forever), so tests can prove that the others do not hang.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -50,6 +50,7 @@ typedef struct ddp {
     long calls;          /* collectives so far (fault injection) */
     int fault_rank;
     long fault_call;
+    bool fault_hang;
 #ifdef PL_DDP_NCCL
     ncclComm_t nccl;
     bool have_nccl;
@@ -87,10 +88,11 @@ static pl_status mpi_error(int rc, const char *what) {
 static void maybe_fault(ddp *d) {
     d->calls++;
     if (d->fault_rank == d->rank && d->calls == d->fault_call) {
-        fprintf(stderr, "ddp: rank %d: PL_DDP_FAULT_INJECT: killing this process at collective "
-                "%ld\n", d->rank, d->calls);
+        fprintf(stderr, "ddp: rank %d: PL_DDP_FAULT_INJECT: %s at collective %ld\n", d->rank,
+                d->fault_hang ? "hanging" : "killing this process", d->calls);
         fflush(stderr);
-        raise(SIGKILL);
+        if (!d->fault_hang) raise(SIGKILL);
+        for (;;) sleep(1000);
     }
 }
 
@@ -160,6 +162,7 @@ static pl_status ddp_create(const pl_config_section *cfg, pl_run_context *ctx, v
     d->fault_rank = -1;
     const char *fi = getenv("PL_DDP_FAULT_INJECT");
     if (fi && sscanf(fi, "%d:%ld", &d->fault_rank, &d->fault_call) != 2) d->fault_rank = -1;
+    d->fault_hang = fi && strstr(fi, ":hang");
 
     const char *rule = pl_cfg_str(cfg, "lr_scaling", "none");
     double f = !strcmp(rule, "linear") ? d->world : !strcmp(rule, "sqrt") ? sqrt(d->world) : 1.0;
