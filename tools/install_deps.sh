@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libinih-dev check libsubunit-dev libopenblas-dev libhdf5-dev libcjson-dev hdf5-tools
       python3 python3-numpy python3-h5py
-      librsvg2-dev fonts-dejavu-core)
+      librsvg2-dev fonts-dejavu-core
+      libopenmpi-dev openmpi-bin)  # data-parallel training: the ddp plugin and mpirun
 if [[ "${1:-}" == "--data" ]]; then
   pkgs+=(r-base-core)
 fi
