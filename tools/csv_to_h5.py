@@ -51,7 +51,8 @@ irregular ticks -> regular bars. Bars are aligned to multiples of LEN since
   open, high, low, close   first / max / min / last price of the bar's ticks
                            (file order within one timestamp)
   ticks                    number of ticks in the bar
-  log_return               --log-return: ln(close_t / close_{t-1}); the first
+  log_return               --log-return: ln(close_t / close_{t-1}) of the
+                           closes as stored (f32: equal closes give 0); the first
                            bar has no previous close and is dropped (said on
                            stderr and in the attribute first_bar_dropped)
 Bars from the first tick's bar to the last tick's bar, none skipped. An empty
@@ -282,7 +283,10 @@ def resample(args, secs, lines, body, header):
                  f"{ohlc[k, 3]}; log returns need prices > 0")
         if nb < 2:
             fail(f"{args.csv}: --log-return needs at least two bars, the ticks make {nb}")
-        r = np.log(ohlc[1:, 3] / ohlc[:-1, 3])
+        # from the closes as stored (f32), so that log_return = ln(close_t / close_t-1) of
+        # the file exactly and equal closes give 0 (not the f64 mid's rounding, ~1e-16)
+        c32 = ohlc[:, 3].astype(np.float32).astype(np.float64)
+        r = np.log(c32[1:] / c32[:-1])
         ohlc = np.concatenate([ohlc[1:], r[:, None]], axis=1)
         start = start[1:]
         names.append("log_return")

@@ -231,6 +231,16 @@ def real_usdthb_ticks():
             assert f["series"][:, 4].sum() == 2984  # every quote in one bar
             # first bar: quotes at 19:28 (24.8/25) and 19:31 (24.82/25.02)
             np.testing.assert_allclose(f["series"][0], [24.9, 24.92, 24.9, 24.92, 2], rtol=1e-6)
+        r = convert("--utc", "--resample", "1h", "--mid", "bid,ask", "--log-return", USDTHB, out)
+        assert r.returncode == 0, r.stderr
+        with h5py.File(out) as f:
+            s = f["series"][:]
+            # every return is that of the stored closes; equal closes (mids such as
+            # (24.83 + 25.03) / 2 and (24.85 + 25.01) / 2) give exactly 0, not 2e-16
+            np.testing.assert_allclose(s[1:, 5], np.log(s[1:, 3].astype(np.float64) / s[:-1, 3]),
+                                       rtol=1e-6, atol=0)
+            r5 = s[:, 5][s[:, 5] != 0]
+            assert np.min(np.abs(r5)) > 1e-6, np.min(np.abs(r5))
 
 
 def main():
