@@ -1,5 +1,6 @@
 /* multiframe.c - the lstm model's multi-timeframe path and return metrics
- * (kept apart from lstm.c: lstm.c calls in at four marked places).
+ * (kept apart from lstm.c, which calls in where it validates, builds the
+ * head, creates, forwards, predicts and declares its fields).
  *
  * Multi-timeframe (timeframe_fields = x_tf4,x_tf24; hdf5_chunk's
  * `timeframes`): the input field x and every listed field [B, T_j, F] are
