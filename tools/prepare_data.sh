@@ -5,6 +5,9 @@
 # (git-ignored):
 #   data/movielens.h5   tools/movielens_to_h5.py  (iLoRA / recommender)
 #   data/chicago.h5     tools/csv_to_h5.py        (LSTM forecasting)
+#   data/usdthb_1h.h5   tools/csv_to_h5.py --utc --resample 1h --mid bid,ask
+#                       --log-return: USD/THB quotes as hourly bars (LSTM
+#                       multi-timeframe, configs/lstm_usdthb.ini)
 #   data/cora.h5        only with --cora PATH: PATH is either a ready cora.h5
 #                       (symlinked) or a folder of raw ind.cora.* files
 #                       (converted with tools/planetoid_to_h5.py)
@@ -13,10 +16,11 @@
 #                       python3-rdkit, installed when run as root)
 #
 # Sources: by default the CSVs are fetched from Debian packages
-# (fetch_movielens.sh, fetch_chicago.sh; needs apt-get + Rscript). With
-# --use-shared, ../shared/data/{movielens/ratings.csv,
-# timeseries/chicago_ridership.csv, planetoid/cora.h5} next to the repo are
-# used instead when present (Cora is then linked even without --cora).
+# (fetch_movielens.sh, fetch_chicago.sh, fetch_usdthb.sh; needs apt-get +
+# Rscript). With --use-shared, ../shared/data/{movielens/ratings.csv,
+# timeseries/chicago_ridership.csv, timeseries/usdthb_ticks.csv,
+# planetoid/cora.h5} next to the repo are used instead when present (Cora is
+# then linked even without --cora).
 #
 # Idempotent: an output that already exists is skipped (use --force to
 # rebuild). Outputs are written to a temporary name (OUT.tmp.<pid>) and
@@ -44,7 +48,7 @@ while [ $# -gt 0 ]; do
         --molecules) molecules=1 ;;
         --data-dir) shift; data=${1:?--data-dir needs a path} ;;
         --max-len) shift; max_len=${1:?--max-len needs a number} ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "prepare_data: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -97,6 +101,14 @@ out="$data/chicago.h5"
 if need "$out"; then
     csv=$(source_csv timeseries/chicago_ridership.csv fetch_chicago.sh chicago_ridership.csv)
     "$py" "$here/csv_to_h5.py" --date-col date "$csv" "$out.tmp.$$"
+    mv "$out.tmp.$$" "$out"
+fi
+
+# USD/THB quotes (GMT) -> hourly bars of the mid-quote
+out="$data/usdthb_1h.h5"
+if need "$out"; then
+    csv=$(source_csv timeseries/usdthb_ticks.csv fetch_usdthb.sh usdthb_ticks.csv)
+    "$py" "$here/csv_to_h5.py" --utc --resample 1h --mid bid,ask --log-return "$csv" "$out.tmp.$$"
     mv "$out.tmp.$$" "$out"
 fi
 

@@ -167,8 +167,21 @@ static const pl_option_spec opts[] = {
     {"standardize", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "series: (x - mean) / std per column, stats from the training range only"},
     {"date_dataset", PL_OPT_STRING, "date", PL_NO_BOUNDS, NULL, "series: days since 1970 per row"},
+    {"time_dataset", PL_OPT_STRING, "time", PL_NO_BOUNDS, NULL,
+     "series: seconds since 1970-01-01T00:00Z per row, used instead of date_dataset when the "
+     "file has it (tools/csv_to_h5.py with times of day); empty: dates only"},
+    {"timeframes", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "series: multi-timeframe windows, bars per step of each timeframe ('1,4,24'); field x is "
+     "the first, x_tf<k> the others; empty: one timeframe (window)"},
+    {"windows", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "series with timeframes: window length of each timeframe ('24,12,5')"},
+    {"timeframe_agg", PL_OPT_STRING, "open=first,high=max,low=min,ticks=sum,log_return=sum",
+     PL_NO_BOUNDS, NULL,
+     "series with timeframes: how k bars of a column make one (first|last|max|min|sum|mean); "
+     "columns not listed: last"},
     {"train_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "series: last date (YYYY-MM-DD) of train targets"},
+     "series: last date (YYYY-MM-DD) of train targets, or time YYYY-MM-DDThh:mm[:ss]Z (files "
+     "with a time dataset)"},
     {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "series: last date of val targets (test after)"},
     PL_OPTIONS_END};
@@ -205,6 +218,10 @@ static void h5c_destroy(void *self) {
     pl_tensor_release(L->targ);
     pl_tensor_release(L->wx_g);
     pl_tensor_release(L->wy_g);
+    for (int i = 0; i < H5C_MAX_TF; i++) {
+        pl_tensor_release(L->tfm[i]);
+        pl_tensor_release(L->tfg[i]);
+    }
     free(L->perm);
     free(L->order);
     free(L);
@@ -265,7 +282,7 @@ static void publish_summary(loader *L) {
  * `pipeline check` through batch_fields, and by create): one way to split a
  * series, and the date keys only where there are dates (series mode). */
 static pl_status h5c_check_options(const pl_config_section *cfg) {
-    bool series = pl_cfg_int(cfg, "window", 0) > 0;
+    bool series = h5c_series_mode(cfg);
     const char *fr = pl_cfg_str(cfg, "split_fractions", ""), *te = pl_cfg_str(cfg, "train_end", ""),
                *ve = pl_cfg_str(cfg, "val_end", "");
     if (fr[0] && (te[0] || ve[0])) {
@@ -280,6 +297,9 @@ static pl_status h5c_check_options(const pl_config_section *cfg) {
     if (ve[0] && !te[0])
         return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: val_end = %s without train_end: val_end "
                             "ends the validation period that starts at train_end", ve);
+    h5c_timeframes tf;
+    pl_status st = series ? h5c_parse_timeframes(cfg, &tf) : PL_OK;
+    if (st) return st;
     if (!series && (te[0] || ve[0]))
         return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s = %s applies to series mode (window > 0) "
                             "only; rows mode splits by group (train_group, ...) or split_fractions",
@@ -317,7 +337,7 @@ static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, v
         L->sp[si].shuffle = si == PL_SPLIT_TRAIN && shuffle;
         L->sp[si].drop_last = si == PL_SPLIT_TRAIN && drop_last;
     }
-    L->series_mode = pl_cfg_int(cfg, "window", 0) > 0;
+    L->series_mode = h5c_series_mode(cfg);
     st = L->series_mode ? series_create(L, cfg) : rows_create(L, cfg);
     if (st) goto fail;
     publish_summary(L);
@@ -386,7 +406,7 @@ static pl_status h5c_batch_fields(const pl_config_section *cfg, pl_field_list *o
     memset(out, 0, sizeof *out);
     pl_status st = h5c_check_options(cfg);
     if (st) return st;
-    st = pl_cfg_int(cfg, "window", 0) > 0 ? series_batch_fields(cfg, out) : rows_batch_fields(cfg, out);
+    st = h5c_series_mode(cfg) ? series_batch_fields(cfg, out) : rows_batch_fields(cfg, out);
     if (st) memset(out, 0, sizeof *out);
     return st;
 }

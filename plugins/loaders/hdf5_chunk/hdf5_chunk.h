@@ -27,6 +27,16 @@
 #define NAME_LEN 256
 #define MAX_EXTRA 4 /* resident extra fields per split (history; train: teacher targets) */
 
+#define H5C_MAX_TF 8 /* timeframes of a multi-timeframe series */
+
+/* Series mode's timeframes (options timeframes / windows): timeframe i has
+ * windows of w[i] rows of trailing k[i]-bar aggregates; n = 1, k = {1},
+ * w = {window} for a plain series. */
+typedef struct h5c_timeframes {
+    int n;
+    int64_t k[H5C_MAX_TF], w[H5C_MAX_TF];
+} h5c_timeframes;
+
 typedef struct field {
     char name[64];       /* batch field name */
     char dset[NAME_LEN]; /* dataset path (relative to the split's group, then absolute) */
@@ -109,6 +119,13 @@ typedef struct loader {
     /* series mode */
     pl_tensor *feat, *targ, *wx_g, *wy_g; /* [T,Ff], [T,Ft], gather buffers */
     int64_t T, Ff, Ft, window, horizon;
+    /* multi-timeframe: tf.k/w, per timeframe its [T, Ff] matrix (tfm[i] is
+     * feat, retained, when k = 1) and gather buffer [batch, w, Ff] (tfg[0]
+     * is wx_g's role for i = 0); a window's last input row is w + lookback - 1 */
+    h5c_timeframes tf;
+    int64_t lookback;
+    pl_tensor *tfm[H5C_MAX_TF], *tfg[H5C_MAX_TF];
+    char tfname[H5C_MAX_TF][24]; /* batch field names: "x", "x_tf<k>" */
 } loader;
 
 /* ---- hdf5_chunk.c: helpers for both modes ---- */
@@ -149,6 +166,15 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out);
 pl_status h5c_teacher_join(loader *L, const char *teacher_path, int64_t top_k);
 
 /* ---- series.c ---- */
+/* Whether cfg selects series mode: window > 0 or timeframes given. */
+bool h5c_series_mode(const pl_config_section *cfg);
+/* The timeframes of cfg (options timeframes, windows; window): refused with
+ * PL_ERR_CONFIG when the lists differ in length, hold a value < 1, more than
+ * H5C_MAX_TF entries, bar counts not strictly increasing, or window is set
+ * and differs from the first of windows. No timeframes: n = 1, {1}, {window}. */
+pl_status h5c_parse_timeframes(const pl_config_section *cfg, h5c_timeframes *tf);
+/* Batch field of timeframe i: "x" for i = 0, else "x_tf<k>" (n >= 24 bytes). */
+void h5c_timeframe_field(const h5c_timeframes *tf, int i, char *out, size_t n);
 pl_status series_create(loader *L, const pl_config_section *cfg);
 pl_status series_epoch_begin(loader *L, int si, int64_t start);
 int series_next(loader *L, pl_batch *out);

@@ -602,6 +602,245 @@ START_TEST(data_line_with_dates_outside_the_calendar) {
 }
 END_TEST
 
+/* ---- times of day and multi-timeframe windows ----------------------------- */
+
+/* 1997-06-20T00:00:00Z: day 10032 (1997-06-01 is day 10013: 27 years with 7
+ * leap days = 9862, plus January .. May = 151) */
+#define T0_1997_06_20 (10032LL * 86400)
+
+/* String dataset `name` (variable-length) or, with attr, string attribute
+ * `attr` of dataset `name`. */
+static void write_strings(const char *p, const char *name, const char *attr, const char **v, int n) {
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    hid_t sp = attr ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, (hsize_t[]){(hsize_t)n}, NULL);
+    if (attr) {
+        hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+        hid_t a = H5Acreate2(ds, attr, st, sp, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, st, v);
+        H5Aclose(a);
+        H5Dclose(ds);
+    } else {
+        hid_t ds = H5Dcreate2(f, name, st, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(ds);
+    }
+    H5Sclose(sp);
+    H5Tclose(st);
+    H5Fclose(f);
+}
+
+/* Hourly bars as tools/csv_to_h5.py --resample 1h writes them: /time =
+ * 1997-06-20T00:00Z + t hours (unit attribute `unit`, NULL: none; row
+ * `gap_row` > 0 one hour late), /series columns level = t, open = t,
+ * high = t, ticks = 1. */
+static const char *make_hourly_file(const char *name, int T, const char *unit, int gap_row,
+                                    char *buf, size_t n) {
+    const char *p = tmp_path(name, buf, n);
+    unlink(p);
+    float *s = malloc(sizeof(float) * 4 * (size_t)T);
+    long long *tm = malloc(sizeof(long long) * (size_t)T);
+    for (int t = 0; t < T; t++) {
+        s[t * 4] = s[t * 4 + 1] = s[t * 4 + 2] = (float)t;
+        s[t * 4 + 3] = 1;
+        tm[t] = T0_1997_06_20 + 3600LL * t + (gap_row > 0 && t >= gap_row ? 3600 : 0);
+    }
+    ck_assert_int_eq(lt_write(p, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){T, 4}, s), 0);
+    ck_assert_int_eq(lt_write(p, "/time", H5T_NATIVE_LLONG, 1, (long long[]){T}, tm), 0);
+    free(s);
+    free(tm);
+    write_strings(p, "/columns", NULL, (const char *[]){"level", "open", "high", "ticks"}, 4);
+    if (unit) write_strings(p, "/time", "unit", &unit, 1);
+    return p;
+}
+
+static void expect_open_error(const char *body, const char *want) {
+    lt_loader L;
+    pl_status st = lt_open(&L, "hdf5_chunk", body, NULL);
+    ck_assert_msg(st != PL_OK, "accepted: %s", body);
+    ck_assert_msg(strstr(pl_error_message(), want), "want '%s', got: %s", want, pl_error_message());
+}
+
+/* train_end / val_end with a time of day split a file whose rows have times
+ * (/time, seconds) at that instant (any zone); a date alone takes the whole
+ * day; the data line prints the times. */
+START_TEST(split_by_time_of_day_on_a_seconds_file) {
+    char p[512], body[1024];
+    const char *f = make_hourly_file("hourly.h5", 30, "seconds since 1970-01-01T00:00:00Z", 0, p,
+                                     sizeof p);
+    const char *ends[] = {"train_end = 1997-06-20T09:00Z\nval_end = 1997-06-20T14:30:00Z\n",
+                          "train_end = 1997-06-20T16:00+07:00\nval_end = 1997-06-20T13:30-0100\n"};
+    for (int c = 0; c < 2; c++) {
+        /* train rows: time <= 09:00 -> rows 0..9 (a = 10); val: <= 14:30 -> b = 15.
+         * window 4 + horizon 1: window w's last target is row w + 4 -> train w 0..5,
+         * val w 6..10, test w 11..25 */
+        snprintf(body, sizeof body, "path = %s\nwindow = 4\nhorizon = 1\ntarget_columns = level\n%s"
+                 "batch_size = 4\nshuffle = false\n", f, ends[c]);
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+        const char *sum = pl_meta_get_str(L.ctx->meta, "data_summary");
+        ck_assert_msg(sum && strstr(sum, "train 6 windows (windows 0..6 of /series, last targets "
+                                         "1997-06-20T04:00Z..1997-06-20T09:00Z), val 5 windows "
+                                         "(windows 6..11 of /series, last targets "
+                                         "1997-06-20T10:00Z..1997-06-20T14:00Z), test 15 windows "
+                                         "(windows 11..26 of /series, last targets "
+                                         "1997-06-20T15:00Z..1997-06-21T05:00Z)"),
+                      "case %d: %s", c, sum ? sum : "(none)");
+        lt_close(&L);
+    }
+    /* a date alone: the whole day 1997-06-20 (rows 0..23) */
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\nhorizon = 1\ntarget_columns = level\n"
+             "train_end = 1997-06-20\nbatch_size = 4\n", f);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    int64_t ntr;
+    PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_train", &ntr));
+    ck_assert_int_eq(ntr, 20); /* last targets rows 4..23 */
+    lt_close(&L);
+    /* a time of day without its zone, and a time on a file of calendar days */
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\ntarget_columns = level\n"
+             "train_end = 1997-06-20T09:00\n", f);
+    expect_open_error(body, "needs its zone");
+    char q[512];
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\ntarget_columns = level\n"
+             "train_end = 1970-01-20T09:00Z\n", make_series_file(q, sizeof q));
+    expect_open_error(body, "holds calendar days");
+    /* the file's time unit is checked (untrusted) */
+    f = make_hourly_file("hourly_ms.h5", 30, "milliseconds since 1970-01-01T00:00:00Z", 0, p, sizeof p);
+    snprintf(body, sizeof body, "path = %s\nwindow = 4\ntarget_columns = level\n"
+             "train_end = 1997-06-20T09:00Z\n", f);
+    expect_open_error(body, "has unit 'milliseconds since 1970-01-01T00:00:00Z'");
+}
+END_TEST
+
+/* Multi-timeframe windows: timeframes 1, 4, 12 bars with windows 3, 4, 2
+ * (lookback max(3, 16, 24) = 24 rows). Window w's last input row is
+ * e = w + 23 in every timeframe; its targets are rows e+1, e+2. Timeframe k
+ * reads rows e - (W-1)k, ..., e of trailing k-bar aggregates: level (last)
+ * = the row, open (first) = row - k + 1, high (max) = the row, ticks (sum) = k.
+ * Every value is checked by hand, and none is later than e (no window sees a
+ * target bar), shuffled or not. */
+static void check_timeframe_batch(const pl_batch *b, int64_t *seen, int nwin) {
+    pl_tensor *x = pl_batch_get(b, "x"), *y = pl_batch_get(b, "y"),
+              *x4 = pl_batch_get(b, "x_tf4"), *x12 = pl_batch_get(b, "x_tf12");
+    ck_assert(x && y && x4 && x12);
+    ck_assert_int_eq(x->shape[1], 3);
+    ck_assert_int_eq(x4->shape[1], 4);
+    ck_assert_int_eq(x12->shape[1], 2);
+    ck_assert_int_eq(x4->shape[2], 4);
+    const struct {
+        pl_tensor *t;
+        int k, W;
+    } tfs[3] = {{x, 1, 3}, {x4, 4, 4}, {x12, 12, 2}};
+    for (int64_t i = 0; i < b->size; i++) {
+        int64_t e = (int64_t)pl_tensor_get(y, i * 2) - 1; /* first target = level of row e + 1 */
+        ck_assert_double_eq(pl_tensor_get(y, i * 2 + 1), (double)(e + 2));
+        int64_t w = e - 23;
+        ck_assert_msg(w >= 0 && w < nwin, "window %lld", (long long)w);
+        seen[w]++;
+        for (int f = 0; f < 3; f++) {
+            int k = tfs[f].k, W = tfs[f].W;
+            for (int j = 0; j < W; j++) {
+                int64_t r = e - (int64_t)(W - 1 - j) * k;
+                double lv = pl_tensor_get(tfs[f].t, (i * W + j) * 4 + 0),
+                       op = pl_tensor_get(tfs[f].t, (i * W + j) * 4 + 1),
+                       hi = pl_tensor_get(tfs[f].t, (i * W + j) * 4 + 2),
+                       tk = pl_tensor_get(tfs[f].t, (i * W + j) * 4 + 3);
+                ck_assert_msg(lv == (double)r && hi == (double)r && op == (double)(r - k + 1) &&
+                                  tk == (double)k,
+                              "timeframe %d, window %lld, step %d: level %g open %g high %g ticks "
+                              "%g; want %lld %lld %lld %d", k, (long long)w, j, lv, op, hi, tk,
+                              (long long)r, (long long)(r - k + 1), (long long)r, k);
+                ck_assert_msg(lv <= (double)e && hi <= (double)e && op >= 0,
+                              "timeframe %d sees row %g past the input time (row %lld)", k, hi,
+                              (long long)e);
+            }
+        }
+    }
+}
+
+START_TEST(timeframe_windows_end_at_the_input_time_and_never_see_the_future) {
+    char p[512], body[1024];
+    const char *f = make_hourly_file("hourly_tf.h5", 60, "seconds since 1970-01-01T00:00:00Z", 0, p,
+                                     sizeof p);
+    for (int shuffle = 0; shuffle < 2; shuffle++) {
+        snprintf(body, sizeof body, "path = %s\ntimeframes = 1,4,12\nwindows = 3,4,2\nhorizon = 2\n"
+                 "target_columns = level\nsplit_fractions = 0.5,0.25,0.25\nbatch_size = 8\n"
+                 "shuffle = %s\n", f, shuffle ? "true" : "false");
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+        /* 60 - 24 - 2 + 1 = 35 windows; train rows [0, 30): last target w + 25 < 30 -> w 0..4 */
+        int64_t seen[35] = {0}, total = 0;
+        for (int sp = 0; sp < 3; sp++) {
+            if (L.vt->num_batches(L.self, (pl_data_split)sp) == 0) continue;
+            PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)sp, 3, 0));
+            pl_batch b;
+            while (L.vt->next(L.self, &b) == 1) {
+                if (!shuffle) { /* views of the timeframe matrices: rows k apart */
+                    ck_assert_int_eq(pl_batch_get(&b, "x_tf4")->stride[1], 16);
+                    ck_assert_int_eq(pl_batch_get(&b, "x_tf12")->stride[1], 48);
+                }
+                check_timeframe_batch(&b, seen, 35);
+                total += b.size;
+            }
+        }
+        ck_assert_int_eq(total, 35);
+        for (int w = 0; w < 35; w++)
+            ck_assert_int_eq(seen[w], 1);
+        int64_t ntr, lb;
+        PL_CK_OK(pl_meta_get_int(L.ctx->meta, "num_train", &ntr));
+        PL_CK_OK(pl_meta_get_int(L.ctx->meta, "lookback", &lb));
+        ck_assert_int_eq(ntr, 5);
+        ck_assert_int_eq(lb, 24);
+        check_fields_against_batches(&L, "timeframes");
+        lt_close(&L);
+    }
+    /* standardized: each timeframe with its own training-row statistics; for
+     * k = 4 the aggregates of rows 3 .. 29 (levels 3..29: mean 16, population
+     * variance (27^2 - 1) / 12) */
+    snprintf(body, sizeof body, "path = %s\ntimeframes = 1,4,12\nwindows = 3,4,2\nhorizon = 2\n"
+             "target_columns = level\nsplit_fractions = 0.5,0.25,0.25\nbatch_size = 8\n"
+             "shuffle = false\nstandardize = true\n", f);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    pl_tensor *x4 = pl_batch_get(&b, "x_tf4");
+    /* first test window: last target w + 25 >= 45 -> w = 20, e = 43 */
+    ck_assert_double_eq_tol(pl_tensor_get(x4, 3 * 4), (43 - 16) / sqrt(728.0 / 12), 1e-5);
+    ck_assert_double_eq_tol(pl_tensor_get(x4, 3 * 4 + 3), 0, 1e-12); /* ticks: constant 4 */
+    lt_close(&L);
+}
+END_TEST
+
+START_TEST(timeframes_need_regular_bars_and_consistent_options) {
+    char p[512], body[1024];
+    const char *f = make_hourly_file("hourly_gap.h5", 60, NULL, 37, p, sizeof p);
+    snprintf(body, sizeof body, "path = %s\ntimeframes = 1,4\nwindows = 3,4\ntarget_columns = level\n"
+             "split_fractions = 0.5,0.25,0.25\n", f);
+    expect_open_error(body, "from row 36 (1997-06-21T12:00Z) to 37 (1997-06-21T14:00Z) by 7200");
+    f = make_hourly_file("hourly_ok.h5", 60, NULL, 0, p, sizeof p);
+    const struct {
+        const char *extra, *want;
+    } cases[] = {
+        {"timeframes = 1,4\nwindows = 3\n", "one window length per timeframe"},
+        {"timeframes = 4,1\nwindows = 3,3\n", "bar counts must increase"},
+        {"timeframes = 1,4\nwindows = 3,0\n", "expected integers >= 1"},
+        {"window = 5\ntimeframes = 1,4\nwindows = 3,3\n", "leave window out"},
+        {"window = 5\nwindows = 3,3\n", "windows = 3,3 without timeframes"},
+        {"timeframes = 1,4\nwindows = 3,3\ntimeframe_agg = open=median\n", "is not COLUMN="},
+        {"timeframes = 1,40\nwindows = 3,3\n", "reach back 120 rows"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, "path = %s\ntarget_columns = level\nsplit_fractions = "
+                 "0.5,0.25,0.25\n%s", f, cases[i].extra);
+        expect_open_error(body, cases[i].want);
+    }
+}
+END_TEST
+
 START_TEST(batch_fields_rows_mode) {
     lt_loader L;
     PL_CK_OK(open_rows(&L, "batch_size = 8\nchunk_samples = 16\nshuffle = true\n"));
@@ -1168,6 +1407,9 @@ int main(void) {
     tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);
     tcase_add_test(tc, contradicting_split_options_are_refused);
     tcase_add_test(tc, data_line_with_dates_outside_the_calendar);
+    tcase_add_test(tc, split_by_time_of_day_on_a_seconds_file);
+    tcase_add_test(tc, timeframe_windows_end_at_the_input_time_and_never_see_the_future);
+    tcase_add_test(tc, timeframes_need_regular_bars_and_consistent_options);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
     suite_add_tcase(s, tc);

@@ -47,6 +47,11 @@ static pl_status add_param(lstm_model *m, const char *name, int ndim, const int6
     return PL_OK;
 }
 
+pl_status lstm_add_param(lstm_model *m, const char *name, int ndim, const int64_t *shape,
+                         double bound, uint64_t stream, unsigned tags, const char *role, int *idx) {
+    return add_param(m, name, ndim, shape, bound, stream, tags, role, idx);
+}
+
 static pl_tensor *P(const lstm_model *m, int idx) {
     return idx < 0 ? NULL : pl_params_at(m->ctx->params, idx)->t;
 }
@@ -90,7 +95,7 @@ static pl_status validate_opts(const lstm_opts *o) {
     if (o->exogenous_gate && o->input_size < 2)
         return pl_error_set(PL_ERR_CONFIG, "lstm: exogenous_gate gates the columns other than "
                             "naive_column, but input_size = %lld leaves none", (long long)o->input_size);
-    return PL_OK;
+    return lstm_mf_validate(o); /* multi-timeframe (multiframe.c) */
 }
 
 /* The constant [F] tensors of the exogenous gate: onehot(naive_column) and its complement. */
@@ -129,7 +134,8 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
     m->ctx = ctx;
     m->carry_split = -1;
     int64_t Hd = o->hidden_size, D = o->bidirectional ? 2 : 1;
-    double k = 1.0 / sqrt((double)Hd), kh = 1.0 / sqrt((double)(D * Hd));
+    /* the head reads D * Hd features, (1 + n_tf) * Hd with timeframe fields */
+    double k = 1.0 / sqrt((double)Hd), kh = 1.0 / sqrt((double)(D * Hd * (1 + o->n_tf)));
     pl_status st = PL_OK;
     /* one member: torch's names (lstm.*, head.*, revin.*); an ensemble:
      * members.<k>.lstm.* etc. Member k draws its init from streams offset by
@@ -164,7 +170,8 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         char name[PL_NAME_MAX];
         snprintf(name, sizeof name, "%shead.weight", pre);
         if (!st)
-            st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd}, kh, s0 + 1000, 0, "head", &m->head_w[e]);
+            st = add_param(m, name, 2, (int64_t[]){o->output_size, D * Hd * (1 + o->n_tf)}, kh,
+                           s0 + 1000, 0, "head", &m->head_w[e]);
         snprintf(name, sizeof name, "%shead.bias", pre);
         if (!st)
             st = add_param(m, name, 1, (int64_t[]){o->output_size}, kh, s0 + 1001,
@@ -189,6 +196,7 @@ pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **o
         }
     }
     if (!st && o->exogenous_gate) st = make_gate_constants(m);
+    if (!st && o->n_tf) st = lstm_mf_add_params(m); /* multi-timeframe encoders */
     if (st) {
         lstm_model_free(m);
         return st;
@@ -454,6 +462,12 @@ static const pl_option_spec lstm_options[] = {
      "independent networks (own init, dropout masks and loss) whose forecasts are averaged"},
     {"input_field", PL_OPT_STRING, "x", PL_NO_BOUNDS, NULL, "batch field with inputs [B, T, F]"},
     {"target_field", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL, "batch field with targets"},
+    {"timeframe_fields", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "further input fields [B, T_j, F] (hdf5_chunk timeframes: 'x_tf4,x_tf24'), each encoded by "
+     "its own LSTM stack; the head reads the joined last states (multiframe.c)"},
+    {"return_metrics", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
+     "the target is a return: also report persistence_mae (no change), dir_acc, last_return_mae "
+     "and last_return_dir_acc (last input value of naive_column)"},
     PL_OPTIONS_END};
 
 static pl_status meta_int_or(const pl_meta *mt, const char *k, int64_t fallback, int64_t *v) {
@@ -493,7 +507,10 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         .ensemble = (int)pl_cfg_int(cfg, "ensemble", 1),
         .input_field = pl_cfg_str(cfg, "input_field", "x"),
         .target_field = pl_cfg_str(cfg, "target_field", "y"),
+        .return_metrics = pl_cfg_bool(cfg, "return_metrics", false),
     };
+    pl_status fst = lstm_mf_parse_fields(pl_cfg_str(cfg, "timeframe_fields", ""), &o);
+    if (fst) return fst;
     const char *loss = pl_cfg_str(cfg, "loss", "mse");
     o.loss = !strcmp(loss, "mae") ? LSTM_LOSS_MAE : !strcmp(loss, "huber") ? LSTM_LOSS_HUBER : LSTM_LOSS_MSE;
     const char *revin = pl_cfg_str(cfg, "revin", "off");
@@ -566,8 +583,9 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
      * member's gradient comes from its own forecast only); evaluation: the
      * loss of the averaged forecast */
     bool per_member = training && m->o.ensemble > 1;
-    pl_tensor *pred =
-        per_member ? lstm_predict_member(m, 0, x, true) : lstm_predict(m, x, training);
+    pl_tensor *pred = m->o.n_tf   ? lstm_mf_predict(m, b, training) /* multiframe.c */
+                      : per_member ? lstm_predict_member(m, 0, x, true)
+                                   : lstm_predict(m, x, training);
     if (!pred) return pl_error_prefix(pl_error_status(), "lstm forward");
     pl_tensor *target = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
     target = pl_reshape(pl_contiguous(target), pred->ndim, pred->shape);
@@ -582,14 +600,15 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
     if (training || !metrics) return PL_OK;
     double n = (double)(rows * O);
     pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * n, n);
-    return add_metrics(m, pred, target, x, b->index == 0, metrics);
+    pl_status mst = add_metrics(m, pred, target, x, b->index == 0, metrics);
+    return mst ? mst : lstm_return_metrics(m, pred, target, x, metrics); /* multiframe.c */
 }
 
 /* Windows [B, T, F] of a series and their targets (any float shape). */
 static pl_status lstm_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
     pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 3, false);
     if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"), PL_DTYPE_FLOAT, -1, false);
-    return st;
+    return st ? st : lstm_mf_needs(cfg, out);
 }
 
 /* ---- pipeline predict ------------------------------------------------------------------
@@ -604,7 +623,7 @@ static pl_status lstm_batch_needs(const pl_config_section *cfg, pl_field_list *o
 static pl_status lstm_predict_needs(const pl_config_section *cfg, pl_field_list *out) {
     pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 3, false);
     if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"), PL_DTYPE_FLOAT, -1, true);
-    return st;
+    return st ? st : lstm_mf_needs(cfg, out);
 }
 
 static pl_status lstm_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
@@ -656,7 +675,7 @@ static pl_status lstm_predict_batch(void *self, const pl_batch *b, pl_data_split
     m->carry_split = (int)split;
     m->carry_training = false;
     m->carry_batch = B;
-    pl_tensor *pred = lstm_predict(m, x, false);
+    pl_tensor *pred = m->o.n_tf ? lstm_mf_predict(m, b, false) : lstm_predict(m, x, false);
     if (!pred) return pl_error_prefix(pl_error_status(), "lstm predict");
     int64_t n0 = pl_h5_out_rows(m->pred, "forecast");
     int64_t *ri = malloc((size_t)(B ? B : 1) * sizeof *ri);

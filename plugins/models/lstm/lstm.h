@@ -15,6 +15,7 @@
 #define LSTM_MAX_LAYERS 16
 #define LSTM_MAX_OUT 256
 #define LSTM_MAX_MEMBERS 16
+#define LSTM_MAX_TF 7 /* further timeframe fields (multiframe.c) */
 
 typedef enum { LSTM_HEAD_LAST, LSTM_HEAD_ALL } lstm_head;
 typedef enum { LSTM_LOSS_MSE, LSTM_LOSS_MAE, LSTM_LOSS_HUBER } lstm_loss;
@@ -61,6 +62,12 @@ typedef struct lstm_opts {
      * masks, own training loss), the forecast is their mean */
     int ensemble;
     const char *input_field, *target_field;
+    /* multi-timeframe (multiframe.c): further input fields, each encoded by
+     * its own LSTM stack; the head reads the joined last states */
+    int n_tf;
+    char tf_field[LSTM_MAX_TF][48];
+    /* report persistence_mae, dir_acc, last_return_* (the target is a return) */
+    bool return_metrics;
 } lstm_opts;
 
 typedef struct lstm_model {
@@ -81,6 +88,9 @@ typedef struct lstm_model {
     int64_t carry_batch;
     /* running sums of the evaluation in progress (RMSE needs the total) */
     struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
+    /* parameter indices of the timeframe encoders [field][layer] (multiframe.c) */
+    int tf_w_ih[LSTM_MAX_TF][LSTM_MAX_LAYERS], tf_w_hh[LSTM_MAX_TF][LSTM_MAX_LAYERS],
+        tf_b_ih[LSTM_MAX_TF][LSTM_MAX_LAYERS], tf_b_hh[LSTM_MAX_TF][LSTM_MAX_LAYERS];
 } lstm_model;
 
 pl_status lstm_model_new(const lstm_opts *o, pl_run_context *ctx, lstm_model **out);
@@ -95,5 +105,31 @@ void lstm_reset_state(lstm_model *m);
 pl_tensor *lstm_predict(lstm_model *m, pl_tensor *x, bool training);
 /* The forecast of ensemble member k alone (0 <= k < ensemble). */
 pl_tensor *lstm_predict_member(lstm_model *m, int k, pl_tensor *x, bool training);
+
+/* A new f32 parameter of `shape` on the run's device, U(-bound, bound) from
+ * (seed, stream), registered in ctx->params under `name` with `tags`/`role`
+ * (the params own it); its index in *idx. Errors name the parameter. */
+pl_status lstm_add_param(lstm_model *m, const char *name, int ndim, const int64_t *shape,
+                         double bound, uint64_t stream, unsigned tags, const char *role, int *idx);
+
+/* ---- multiframe.c: multi-timeframe windows and return metrics ----
+ * "x_tf4,x_tf24" -> o->tf_field / n_tf; PL_ERR_CONFIG past LSTM_MAX_TF
+ * fields or 47 characters a name. */
+pl_status lstm_mf_parse_fields(const char *spec, lstm_opts *o);
+/* PL_ERR_CONFIG naming the options the multi-timeframe path cannot honour. */
+pl_status lstm_mf_validate(const lstm_opts *o);
+/* The timeframe encoders' parameters `<field>.lstm.{weight,bias}_{ih,hh}_l<l>`. */
+pl_status lstm_mf_add_params(lstm_model *m);
+/* Forecast [B, O] (standardized) from batch fields input_field [B, T, F] and
+ * every tf_field [B, T_j, F] (borrowed; the frame owns the result); NULL
+ * with the error set on a missing field or a shape mismatch. */
+pl_tensor *lstm_mf_predict(lstm_model *m, const pl_batch *b, bool training);
+/* The tf_fields of cfg's timeframe_fields, appended to out (f32/bf16/f16, rank 3). */
+pl_status lstm_mf_needs(const pl_config_section *cfg, pl_field_list *out);
+/* return_metrics: persistence_mae, dir_acc, last_return_mae,
+ * last_return_dir_acc of pred / target [B, 1] (standardized, any device)
+ * and input x [B, T, F] (last step, naive_column), in original units. */
+pl_status lstm_return_metrics(const lstm_model *m, pl_tensor *pred, pl_tensor *target,
+                              pl_tensor *x, pl_metrics *mt);
 
 #endif

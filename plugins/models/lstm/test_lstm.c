@@ -766,6 +766,133 @@ START_TEST(revin_and_input_diff_misuse_is_refused) {
 }
 END_TEST
 
+/* ---- multi-timeframe (multiframe.c) ------------------------------------------------ */
+
+static void copy_param(fixture *dst, const char *dname, fixture *src, const char *sname) {
+    pl_param *d = pl_params_find(dst->ctx.params, dname), *s = pl_params_find(src->ctx.params, sname);
+    ck_assert_msg(d && s, "%s / %s missing", dname, sname);
+    ck_assert_int_eq(pl_tensor_numel(d->t), pl_tensor_numel(s->t));
+    memcpy(pl_tensor_f32(d->t), pl_tensor_f32(s->t), sizeof(float) * (size_t)pl_tensor_numel(s->t));
+}
+
+/* The head reads [h_x, h_tf4]: with the x_tf4 half of the head zero the
+ * forecast is the plain model's (checked against torch above) with the same
+ * weights, whatever x_tf4 holds; with the x half zero and x_tf4's encoder a
+ * copy of x's, feeding x as x_tf4 gives the plain model's forecast with the
+ * second half as its head. */
+START_TEST(multi_timeframe_head_joins_the_encoders_last_states) {
+    lstm_opts o = base_opts(), om = base_opts();
+    ck_assert_int_eq(lstm_mf_parse_fields("x_tf4", &om), PL_OK);
+    ck_assert_int_eq(om.n_tf, 1);
+    fixture plain, mf;
+    fx_init(&plain, &o);
+    fx_init(&mf, &om);
+    int64_t B = 3, T = 6, Hd = LSTM_REF_MH, F = LSTM_REF_MF;
+    pl_param *hw = pl_params_find(mf.ctx.params, "head.weight");
+    ck_assert_int_eq(hw->t->shape[1], 2 * Hd);
+    const char *names[] = {"weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0",
+                           "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1"};
+    char a[96], b[96];
+    for (int i = 0; i < 8; i++) {
+        snprintf(a, sizeof a, "lstm.%s", names[i]);
+        copy_param(&mf, a, &plain, a);
+        snprintf(b, sizeof b, "x_tf4.lstm.%s", names[i]);
+        copy_param(&mf, b, &plain, a);
+    }
+    copy_param(&mf, "head.bias", &plain, "head.bias");
+    const float *pw = pl_tensor_f32(pl_params_find(plain.ctx.params, "head.weight")->t);
+    float *mw = pl_tensor_f32(hw->t);
+    series_batch s;
+    batch_init(&s, B, T, F, 1, 77);
+    pl_tensor *x4 = pl_test_randn(PL_SHAPE(B, 4, F), 78);
+    s.b.names[2] = "x_tf4";
+    s.b.fields[2] = x4;
+    s.b.n = 3;
+    pl_no_grad_begin();
+    for (int half = 0; half < 2; half++) {
+        for (int64_t j = 0; j < 2 * Hd; j++)
+            mw[j] = (j >= Hd) == half ? pw[j % Hd] : 0.0f;
+        if (half) s.b.fields[2] = s.x; /* x as the second timeframe */
+        pl_frame_begin();
+        pl_tensor *ref = lstm_predict(plain.m, s.x, false);
+        pl_tensor *got = lstm_mf_predict(mf.m, &s.b, false);
+        ck_assert_msg(got != NULL, "%s", pl_error_message());
+        ck_assert_int_eq(pl_tensor_numel(got), B);
+        for (int64_t i = 0; i < B; i++)
+            ck_assert_double_eq_tol(pl_tensor_get(got, i), pl_tensor_get(ref, i), 1e-6);
+        pl_frame_end();
+    }
+    /* both halves on: x_tf4 matters */
+    for (int64_t j = 0; j < 2 * Hd; j++)
+        mw[j] = pw[j % Hd];
+    pl_frame_begin();
+    s.b.fields[2] = x4;
+    double p1 = pl_tensor_get(lstm_mf_predict(mf.m, &s.b, false), 0);
+    s.b.fields[2] = s.x;
+    pl_tensor *xx = pl_slice(s.x, 1, 0, 4);
+    s.b.fields[2] = xx;
+    double p2 = pl_tensor_get(lstm_mf_predict(mf.m, &s.b, false), 0);
+    ck_assert_msg(fabs(p1 - p2) > 1e-6, "x_tf4 ignored (%g, %g)", p1, p2);
+    /* a missing timeframe field is named */
+    s.b.n = 2;
+    ck_assert_ptr_null(lstm_mf_predict(mf.m, &s.b, false));
+    ck_assert_msg(strstr(pl_error_message(), "x_tf4"), "%s", pl_error_message());
+    pl_frame_end();
+    pl_no_grad_end();
+    pl_tensor_release(x4);
+    batch_free(&s);
+    fx_free(&plain);
+    fx_free(&mf);
+    /* what the path cannot honour is refused */
+    om.bidirectional = true;
+    lstm_model *m = NULL;
+    pl_run_context ctx = {.device = PL_CPU, .params = pl_params_new()};
+    ck_assert_int_eq(lstm_model_new(&om, &ctx, &m), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "timeframe_fields"), "%s", pl_error_message());
+    pl_params_free(ctx.params);
+}
+END_TEST
+
+/* return_metrics by hand: a zero head forecasts 0.5 (scale 1, shift 0);
+ * targets 1, -2, 0, 3; last input value of naive_column 2, 1, -1, 0.
+ * persistence_mae = (1 + 2 + 0 + 3) / 4 = 1.5; last_return_mae = (1 + 3 + 1 +
+ * 3) / 4 = 2; dir_acc over the 3 non-zero targets: + on 1 and 3 = 2/3;
+ * last return: 2 vs 1 right, 1 vs -2 wrong, 0 vs 3 (no direction) wrong = 1/3. */
+START_TEST(return_metrics_by_hand) {
+    lstm_opts o = base_opts();
+    o.num_layers = 1;
+    o.naive_column = 1;
+    o.return_metrics = true;
+    fixture f;
+    fx_init(&f, &o);
+    set_constant_head(&f, 0.5);
+    int64_t B = 4, T = 3, F = LSTM_REF_MF;
+    series_batch s;
+    batch_init(&s, B, T, F, 1, 5);
+    float *y = pl_tensor_f32(s.y), *x = pl_tensor_f32(s.x);
+    const float yv[4] = {1, -2, 0, 3}, lv[4] = {2, 1, -1, 0};
+    for (int64_t b = 0; b < B; b++) {
+        y[b] = yv[b];
+        x[(b * T + T - 1) * F + 1] = lv[b];
+    }
+    pl_metrics m;
+    pl_metrics_reset(&m);
+    pl_no_grad_begin();
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    PL_CK_OK(vt->forward(f.m, &s.b, PL_SPLIT_TEST, false, &loss, &m));
+    pl_frame_end();
+    pl_no_grad_end();
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "persistence_mae"), 1.5, 1e-6);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "last_return_mae"), 2.0, 1e-6);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "dir_acc"), 2.0 / 3, 1e-6);
+    ck_assert_double_eq_tol(pl_metrics_get(&m, "last_return_dir_acc"), 1.0 / 3, 1e-6);
+    batch_free(&s);
+    fx_free(&f);
+}
+END_TEST
+
 START_TEST(schema_and_descriptor) {
     const pl_plugin_desc *d = pl_plugin_entry();
     ck_assert_str_eq(d->name, "lstm");
@@ -803,6 +930,8 @@ int main(void) {
     tcase_add_test(tc, ensemble_forecast_is_the_members_mean);
     tcase_add_test(tc, ensemble_training_forward_gradients_match_finite_differences);
     tcase_add_test(tc, revin_and_input_diff_misuse_is_refused);
+    tcase_add_test(tc, multi_timeframe_head_joins_the_encoders_last_states);
+    tcase_add_test(tc, return_metrics_by_hand);
     tcase_add_test(tc, schema_and_descriptor);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
