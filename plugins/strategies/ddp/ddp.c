@@ -189,10 +189,10 @@ static pl_status ddp_create(const pl_config_section *cfg, pl_run_context *ctx, v
         }
         if (cudaSetDevice(ctx->device.index) != cudaSuccess ||
             ncclCommInitRank(&d->nccl, d->world, id, d->rank) != ncclSuccess) {
+            int r = d->rank, w = d->world;
             ddp_destroy(d);
             return pl_error_set(PL_ERR_DEVICE, "ddp: NCCL communicator for rank %d of %d on "
-                                "cuda:%d could not be created", d->rank, d->world,
-                                ctx->device.index);
+                                "cuda:%d could not be created", r, w, ctx->device.index);
         }
         d->have_nccl = true;
     }
