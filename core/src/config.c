@@ -119,6 +119,7 @@ struct pl_config_section {
     char *file_plugin;       /* the file's `plugin` when the command line replaced it */
     int file_plugin_line;
     name_index ix;           /* keys -> positions in e (config.c's name_index) */
+    const pl_config *owner;  /* the config holding this section (pl_cfg_sibling) */
 };
 
 struct pl_config {
@@ -207,6 +208,7 @@ static pl_config_section *add_section(pl_config *c, const char *name, int line) 
         return NULL;
     }
     s->line = line;
+    s->owner = c;
     c->s[c->n++] = s;
     index_added(&c->ix, c->n, section_name_at, c->s);
     return s;
@@ -1492,6 +1494,9 @@ int pl_cfg_section_line(const pl_config_section *s) { return s ? s->line : 0; }
 
 const pl_config_section *pl_config_section_get(const pl_config *c, const char *name) {
     return (c && name) ? find_section(c, name) : NULL;
+}
+const pl_config_section *pl_cfg_sibling(const pl_config_section *s, const char *name) {
+    return s ? pl_config_section_get(s->owner, name) : NULL;
 }
 const char *pl_config_path(const pl_config *c) { return c ? c->path : NULL; }
 int pl_config_section_count(const pl_config *c) { return c ? c->n : 0; }

@@ -121,6 +121,11 @@ START_TEST(resolves_values_defaults_and_provenance) {
     ck_assert(pl_cfg_is_set(o, "weight_decay"));
     ck_assert(pl_cfg_bool(o, "amsgrad", true) == false);
     ck_assert_str_eq(pl_cfg_origin(o, "amsgrad"), "default");
+    /* a plugin sees its own section; pl_cfg_sibling reaches the others of the same config */
+    ck_assert_ptr_eq(pl_cfg_sibling(o, "pipeline"), p);
+    ck_assert_int_eq(pl_cfg_int(pl_cfg_sibling(o, "trainer"), "max_epochs", 0), 3);
+    ck_assert_ptr_null(pl_cfg_sibling(o, "averager"));
+    ck_assert_ptr_null(pl_cfg_sibling(NULL, "pipeline"));
     ck_assert(pl_cfg_float(o, "group.decay.lr_scale", 0) == 2.0);
     ck_assert_ptr_null(pl_cfg_get(o, "nope"));
     ck_assert_int_eq(pl_cfg_int(o, "nope", -5), -5);

@@ -45,6 +45,13 @@ int pl_cfg_count(const pl_config_section *s);
 const char *pl_cfg_key_at(const pl_config_section *s, int i);
 const char *pl_cfg_value_at(const pl_config_section *s, int i);
 
+/* Another section of the config that holds `s` (a model's batch_needs
+ * reading [data] window), or NULL when that config has no such section or
+ * `s` did not come from a loaded config. For checks across stages at
+ * `pipeline check` time, when a plugin sees only its own section. Borrowed:
+ * lives as long as the config. */
+const pl_config_section *pl_cfg_sibling(const pl_config_section *s, const char *name);
+
 /* Whole config access (core and tests). */
 const pl_config_section *pl_config_section_get(const pl_config *c, const char *name);
 

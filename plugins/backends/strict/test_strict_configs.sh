@@ -43,11 +43,12 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 short="trainer.max_epochs=1 trainer.early_stopping=false"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
                     [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
-                    [student]=movielens.h5)
+                    [student]=movielens.h5 [lstm_usdthb]=usdthb_1h.h5)
 declare -A extra=(
     [gat_cora]=""
     [gat_molecules]="trainer.limit_train_batches=0.1 trainer.limit_val_batches=0.2 trainer.limit_test_batches=0.2"
     [lstm_chicago]="trainer.limit_train_batches=0.3"
+    [lstm_usdthb]="trainer.max_epochs=1"
     [pretrain]="trainer.limit_train_batches=0.05"
     [teacher]="trainer.limit_train_batches=0.05"
     [student]="trainer.limit_train_batches=0.05"

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "lstm.h"
+#include "lstm_check.h"
 #include "pl_h5.h"
 
 /* ---- parameters ------------------------------------------------------------ */
@@ -80,6 +81,8 @@ static pl_status validate_opts(const lstm_opts *o) {
                             "last, one target (output_size %lld = horizon %lld) and horizon <= "
                             "seasonal_period", (long long)o->seasonal_period,
                             (long long)o->output_size, (long long)o->horizon);
+    if (o->skip_corrected && !o->naive_skip)
+        return pl_error_set(PL_ERR_CONFIG, "lstm: skip_corrected is a form of naive_skip, which is off");
     if (o->revin != LSTM_REVIN_OFF &&
         (o->head != LSTM_HEAD_LAST || o->output_size != o->horizon || !(o->revin_eps > 0)))
         return pl_error_set(PL_ERR_CONFIG, "lstm: revin needs head = last, one target (output_size "
@@ -269,12 +272,13 @@ pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training
     /* dropout counters: member e in the bits above 48 (member 0: as a single model) */
     uint64_t mem = (uint64_t)e << 48, base = (uint64_t)m->ctx->micro_step * LSTM_MAX_LAYERS + mem;
     pl_tensor *xf = x->dtype == PL_F32 ? x : pl_tensor_to(x, PL_F32, x->device);
-    if (m->o.input_diff >= T || (m->o.naive_skip && m->o.seasonal_period > T)) {
+    int64_t skip_rows = !m->o.naive_skip ? 0 : m->o.seasonal_period + (m->o.skip_corrected ? 1 : 0);
+    if (m->o.input_diff >= T || skip_rows > T) {
         pl_error_set(PL_ERR_CONFIG,
                      "lstm: input window of %lld steps, needs more than input_diff %lld and at "
-                     "least seasonal_period %lld (naive_skip)",
-                     (long long)T, (long long)m->o.input_diff,
-                     (long long)(m->o.naive_skip ? m->o.seasonal_period : 0));
+                     "least %lld steps for naive_skip%s (seasonal_period %lld)",
+                     (long long)T, (long long)m->o.input_diff, (long long)skip_rows,
+                     m->o.skip_corrected ? " = corrected" : "", (long long)m->o.seasonal_period);
         return NULL;
     }
     /* RevIN normalization (Kim et al. 2022, ts-kim/RevIN RevIN.forward(x, 'norm')):
@@ -337,8 +341,13 @@ pl_tensor *lstm_predict_member(lstm_model *m, int e, pl_tensor *x, bool training
         /* + x[:, T-1+h-period, naive_column] for horizon steps h = 1..Ho */
         /* t0 >= 0: the window length was checked above */
         int64_t Ho = m->o.horizon, t0 = T - m->o.seasonal_period, c = m->o.naive_column;
-        pl_tensor *base = pl_slice(pl_slice(xn, 1, t0, t0 + Ho), 2, c, c + 1);
-        pred = pl_add(pred, pl_reshape(base, 2, (int64_t[]){B, Ho}));
+        pl_tensor *xc = pl_slice(xn, 2, c, c + 1); /* [B, T, 1] */
+        pl_tensor *base = pl_reshape(pl_slice(xc, 1, t0, t0 + Ho), 2, (int64_t[]){B, Ho});
+        if (m->o.skip_corrected) /* + x[:, T-1, c] - x[:, T-1-period, c] for every step */
+            base = pl_add(base, pl_reshape(pl_sub(pl_slice(xc, 1, T - 1, T),
+                                                  pl_slice(xc, 1, t0 - 1, t0)),
+                                           2, (int64_t[]){B, 1}));
+        pred = pl_add(pred, base);
     }
     if (m->o.revin != LSTM_REVIN_OFF) {
         /* RevIN de-normalization with the target column's statistics
@@ -398,15 +407,24 @@ static pl_status add_metrics(lstm_model *m, pl_tensor *pred, pl_tensor *target, 
         if (!hx) return pl_error_status();
         const float *xv = pl_tensor_data(hx);
         int64_t F = x->shape[2];
-        double nae = 0;
+        /* seasonal naive y[t - s] and, when the window holds y[T-1-s], the same
+         * corrected by the last step's seasonal difference y[T-1] - y[T-1-s] */
+        int64_t s = m->o.seasonal_period, c = m->o.naive_column;
+        bool corrected = s < T;
+        double nae = 0, cae = 0;
         for (int64_t b = 0; b < B; b++)
             for (int64_t hs = 1; hs <= Ho; hs++) {
-                int64_t t = T - 1 + hs - m->o.seasonal_period;
-                double fc = xv[(b * T + t) * F + m->o.naive_column] * m->o.scale[0] + m->o.shift[0];
+                const float *xb = xv + b * T * F;
+                double fc = xb[(T - 1 + hs - s) * F + c] * m->o.scale[0] + m->o.shift[0];
                 double yv = y[b * O + (hs - 1) * Kt] * m->o.scale[0] + m->o.shift[0];
                 nae += fabs(fc - yv);
+                if (corrected) {
+                    double d = (xb[(T - 1) * F + c] - xb[(T - 1 - s) * F + c]) * m->o.scale[0];
+                    cae += fabs(fc + d - yv);
+                }
             }
         pl_metrics_add(mt, "seasonal_naive_mae", nae, (double)(B * Ho));
+        if (corrected) pl_metrics_add(mt, "seasonal_naive_corrected_mae", cae, (double)(B * Ho));
     }
     return PL_OK;
 }
@@ -432,12 +450,14 @@ static const pl_option_spec lstm_options[] = {
      "outputs per prediction (0: num_targets x horizon for head = last, num_targets for all)"},
     {"seasonal_period", PL_OPT_INT, "0", 0, 1e6, NULL,
      "report seasonal_naive_mae with this period in steps (7: same weekday last week); 0: off"},
-    {"naive_column", PL_OPT_INT, "0", 0, 1e6, NULL,
+    {"naive_column", PL_OPT_INT, "-1", -1, 1e6, NULL,
      "input feature column that holds the target (standardized like the target), for the naive "
-     "forecast"},
-    {"naive_skip", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "add the seasonal-naive forecast to the output: the network predicts the correction "
-     "(head = last, one target, horizon <= seasonal_period)"},
+     "forecast; -1: derived from [data] target_columns among feature_columns (0 if the loader "
+     "does not say)"},
+    {"naive_skip", PL_OPT_CHOICE, "false", PL_NO_BOUNDS, "false|true|corrected",
+     "add a naive forecast to the output, the network predicts the correction: true the seasonal "
+     "naive y[t-s], corrected y[t-s] + (y[T-1] - y[T-1-s]) (head = last, one target, horizon <= "
+     "seasonal_period)"},
     {"revin", PL_OPT_CHOICE, "off", PL_NO_BOUNDS, "off|mean|std",
      "reversible instance normalization of every input window and feature (Kim et al. 2022): "
      "subtract the "
@@ -496,8 +516,9 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
         .stateful = pl_cfg_bool(cfg, "stateful", false),
         .huber_delta = pl_cfg_float(cfg, "huber_delta", 1.0),
         .seasonal_period = pl_cfg_int(cfg, "seasonal_period", 0),
-        .naive_column = pl_cfg_int(cfg, "naive_column", 0),
-        .naive_skip = pl_cfg_bool(cfg, "naive_skip", false),
+        .naive_column = pl_cfg_int(cfg, "naive_column", -1),
+        .naive_skip = strcmp(pl_cfg_str(cfg, "naive_skip", "false"), "false") != 0,
+        .skip_corrected = !strcmp(pl_cfg_str(cfg, "naive_skip", "false"), "corrected"),
         .revin_affine = pl_cfg_bool(cfg, "revin_affine", false),
         .revin_eps = pl_cfg_float(cfg, "revin_eps", 1e-5),
         .input_diff = pl_cfg_int(cfg, "input_diff", 0),
@@ -520,6 +541,17 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
     pl_status st = PL_OK;
     if (!o.input_size) st = pl_meta_get_int(ctx->meta, "num_features", &o.input_size);
     if (st) return pl_error_prefix(st, "lstm: set input_size or use a loader that publishes num_features");
+    /* the target's input column from [data] (checked against an explicit
+     * naive_column by batch_needs before the run) */
+    lstm_data_facts facts;
+    lstm_data_facts_read(cfg, &facts);
+    if (o.naive_column < 0) o.naive_column = facts.target_input >= 0 ? facts.target_input : 0;
+    if (o.exogenous_gate && o.input_size < 2) {
+        /* warned by batch_needs; the gated model of one column is the plain one */
+        pl_message("lstm: exogenous_gate: one input column, nothing to gate; the model runs "
+                   "without the gate");
+        o.exogenous_gate = false;
+    }
     int64_t nt, horizon;
     meta_int_or(ctx->meta, "num_targets", 1, &nt);
     meta_int_or(ctx->meta, "horizon", 1, &horizon);
@@ -608,6 +640,12 @@ static pl_status lstm_forward(void *self, const pl_batch *b, pl_data_split split
 static pl_status lstm_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
     pl_status st = pl_fields_add(out, pl_cfg_str(cfg, "input_field", "x"), PL_DTYPE_FLOAT, 3, false);
     if (!st) st = pl_fields_add(out, pl_cfg_str(cfg, "target_field", "y"), PL_DTYPE_FLOAT, -1, false);
+    if (st) return st;
+    /* `pipeline check` time (and the trainer's, before it builds anything):
+     * the options that must agree with [data] */
+    lstm_data_facts facts;
+    lstm_data_facts_read(cfg, &facts);
+    st = lstm_check_against_data(cfg, &facts);
     return st ? st : lstm_mf_needs(cfg, out);
 }
 

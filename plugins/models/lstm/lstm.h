@@ -39,6 +39,10 @@ typedef struct lstm_opts {
     /* add the seasonal-naive forecast to the head's output (the network
      * learns the correction; needs output_size == horizon <= period) */
     bool naive_skip;
+    /* naive_skip = corrected: the base is the seasonal naive forecast plus the
+     * last step's seasonal difference, x[T-1+h-period] + (x[T-1] - x[T-1-period])
+     * (needs period < T) */
+    bool skip_corrected;
     /* RevIN: per window and feature, x -> (x - mean_T) [/ sqrt(var_T + eps)]
      * [* w + b], statistics detached; the prediction is de-normalized with the
      * statistics (and affine) of input column naive_column (the target).

@@ -324,6 +324,54 @@ START_TEST(naive_skip_adds_the_seasonal_naive_forecast) {
 }
 END_TEST
 
+/* The corrected seasonal naive forecast y[t-s] + (y[t-1] - y[t-1-s]) on one
+ * window written by hand: period 2, target in input column 1 holding
+ * 1, 4, 2, 7, 3 (standardized; original = 10 v + 100) and the next value 8.5.
+ * Seasonal naive: y[t-2] = 7 -> 170 vs 185: |15|. Corrected: 7 + (3 - 2) = 8
+ * -> 180: |5|. naive_skip = corrected with a zero head forecasts 180 (mae 5),
+ * naive_skip = true forecasts 170 (mae 15). */
+START_TEST(corrected_seasonal_naive_matches_a_hand_computed_window) {
+    const float col[5] = {1, 4, 2, 7, 3};
+    for (int mode = 0; mode < 3; mode++) { /* naive_skip false, true, corrected */
+        lstm_opts o = base_opts();
+        o.num_layers = 1;
+        o.shift[0] = 100;
+        o.scale[0] = 10;
+        o.seasonal_period = 2;
+        o.naive_column = 1;
+        o.naive_skip = mode > 0;
+        o.skip_corrected = mode == 2;
+        fixture f;
+        fx_init(&f, &o);
+        set_constant_head(&f, 0.0);
+        series_batch s;
+        batch_init(&s, 1, 5, LSTM_REF_MF, 1, 5);
+        float *x = pl_tensor_f32(s.x);
+        for (int t = 0; t < 5; t++)
+            x[t * LSTM_REF_MF + 1] = col[t];
+        pl_tensor_f32(s.y)[0] = 8.5f;
+        const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+        pl_metrics m;
+        pl_metrics_reset(&m);
+        pl_no_grad_begin();
+        pl_frame_begin();
+        pl_tensor *loss = NULL;
+        PL_CK_OK(vt->forward(f.m, &s.b, PL_SPLIT_TEST, false, &loss, &m));
+        if (mode > 0)
+            ck_assert_double_eq_tol(pl_tensor_get(lstm_predict(f.m, s.x, false), 0),
+                                    mode == 2 ? 8.0 : 7.0, 1e-6);
+        pl_frame_end();
+        pl_no_grad_end();
+        ck_assert_double_eq_tol(pl_metrics_get(&m, "seasonal_naive_mae"), 15.0, 1e-4);
+        ck_assert_double_eq_tol(pl_metrics_get(&m, "seasonal_naive_corrected_mae"), 5.0, 1e-4);
+        if (mode > 0)
+            ck_assert_double_eq_tol(pl_metrics_get(&m, "mae"), mode == 2 ? 5.0 : 15.0, 1e-4);
+        batch_free(&s);
+        fx_free(&f);
+    }
+}
+END_TEST
+
 START_TEST(target_shape_mismatch_is_refused) {
     lstm_opts o = base_opts();
     o.output_size = 2;
@@ -919,6 +967,7 @@ int main(void) {
     tcase_add_test(tc, stateful_carry_continues_the_sequence);
     tcase_add_test(tc, eval_metrics_in_original_units);
     tcase_add_test(tc, naive_skip_adds_the_seasonal_naive_forecast);
+    tcase_add_test(tc, corrected_seasonal_naive_matches_a_hand_computed_window);
     tcase_add_test(tc, target_shape_mismatch_is_refused);
     tcase_add_test(tc, revin_std_affine_naive_skip_matches_torch);
     tcase_add_test(tc, revin_mean_input_diff_bidirectional_matches_torch);
