@@ -49,7 +49,7 @@ const char *pl_cfg_value_at(const pl_config_section *s, int i);
  * reading [data] window), or NULL when that config has no such section or
  * `s` did not come from a loaded config. For checks across stages at
  * `pipeline check` time, when a plugin sees only its own section. Borrowed:
- * lives as long as the config. */
+ * lives as long as the config. (ABI 2.5) */
 const pl_config_section *pl_cfg_sibling(const pl_config_section *s, const char *name);
 
 /* Whole config access (core and tests). */

@@ -39,7 +39,9 @@ extern "C" {
  *          predict_needs / predict_begin / predict_batch /
  *          predict_end (`pipeline predict`)
  * minor 5: PL_KIND_STRATEGY and pl_strategy_vtable (data-parallel training,
- *          `[strategy] plugin = ddp`); pl_loader_vtable.shard */
+ *          `[strategy] plugin = ddp`); pl_loader_vtable.shard; RMS metrics
+ *          (pl_metrics_add_rms, pl_metrics_value_at); pl_cfg_sibling (config.h:
+ *          checks across stages at `pipeline check` time) */
 #define PL_ABI_MINOR 5
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
