@@ -51,7 +51,7 @@ static bool one_in(bytes *b, unsigned k) {
 
 /* ---- building the file ------------------------------------------------ */
 
-typedef enum { K_FEAT, K_INDEX, K_LABEL, K_MASK, K_PTR, K_DATE } kind;
+typedef enum { K_FEAT, K_INDEX, K_LABEL, K_MASK, K_PTR, K_DATE, K_TIME } kind;
 
 /* Values of a valid dataset of `kind` (n elements): `lim` is the range of
  * index values, the total for CSR offsets (0 .. lim, never decreasing), the
@@ -76,6 +76,9 @@ static void valid_values(kind k, int64_t n, int64_t lim, bytes *b, double *v) {
             break;
         case K_DATE:
             v[i] = 10000.0 + (double)i;
+            break;
+        case K_TIME: /* hourly seconds from 1997-05-19T00:00Z (time of day: /time) */
+            v[i] = 864000000.0 + 3600.0 * (double)i;
             break;
         }
     }
@@ -218,15 +221,27 @@ static void layout_rows(hid_t f, bytes *b, setup *s) {
     if (one_in(b, 4)) ini_add(s, "convert = f32\n");
 }
 
-/* hdf5_chunk series mode: /series [T, F], /date [T]. */
+/* hdf5_chunk series mode: /series [T, F], /date [T] (days) or /time [T] (seconds:
+ * splits at a time of day, multi-timeframe windows). */
 static void layout_series(hid_t f, bytes *b, setup *s) {
     int64_t T = 4 + u8(b) % 24, F = 1 + u8(b) % 3;
+    bool secs = one_in(b, 3);
     put(f, "/series", H5T_NATIVE_FLOAT, 2, (int64_t[]){T, F}, K_FEAT, 0, b);
-    put(f, "/date", H5T_NATIVE_LLONG, 1, (int64_t[]){T}, K_DATE, 0, b);
+    if (secs)
+        put(f, "/time", H5T_NATIVE_LLONG, 1, (int64_t[]){T}, K_TIME, 0, b);
+    else
+        put(f, "/date", H5T_NATIVE_LLONG, 1, (int64_t[]){T}, K_DATE, 0, b);
     s->plugin = "hdf5_chunk";
     ini_add(s, "window = %u\nhorizon = %u\n", 1 + u8(b) % 4, 1 + u8(b) % 3);
+    if (one_in(b, 3)) /* multi-timeframe: bars of 1 and k rows, a window of each */
+        ini_add(s, "timeframes = 1,%u\nwindows = %u,%u\n", 1 + u8(b) % 4, 1 + u8(b) % 4,
+                1 + u8(b) % 3);
     if (u8(b) & 1)
         ini_add(s, "split_fractions = 0.%u,0.2,0.2\n", 3 + u8(b) % 6);
+    else if (secs)
+        ini_add(s, "train_end = 1997-05-19T%02u:%02u%s\nval_end = 1997-05-%02uT12:00Z\n",
+                u8(b) % 25, u8(b) % 61, one_in(b, 4) ? "" : one_in(b, 2) ? "Z" : "+07:00",
+                19 + u8(b) % 3);
     else
         ini_add(s, "train_end = 1997-%02u-%02u\nval_end = 1997-%02u-10\n", 1 + u8(b) % 12,
                 1 + u8(b) % 28, 1 + u8(b) % 12);
