@@ -669,21 +669,34 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
                           (long long)W);
         goto out;
     }
-    /* multi-timeframe rows must be regular bars: k rows = k bars of one length */
-    if (date && (tf.n > 1 || tf.k[0] > 1))
-        for (int64_t i = 2; i < T; i++)
-            if (date[i] - date[i - 1] != date[1] - date[0] || date[1] <= date[0]) {
-                char t0[40], t1[40];
-                (secs ? format_time : format_day)(date[i - 1], t0, sizeof t0);
-                (secs ? format_time : format_day)(date[i], t1, sizeof t1);
-                st = pl_error_set(PL_ERR_INVALID,
-                                  "%s: timeframes need regular bars, but '%s' steps by %lld "
-                                  "from row 0 to 1 and from row %lld (%s) to %lld (%s) by %lld "
-                                  "(resample with tools/csv_to_h5.py --resample)",
-                                  L->path, dname, (long long)(date[1] - date[0]), (long long)i - 1,
-                                  t0, (long long)i, t1, (long long)(date[i] - date[i - 1]));
-                goto out;
-            }
+    /* multi-timeframe rows must be regular bars: k rows = k bars of one length. The
+     * times are untrusted: a step that overflows int64 is irregular, not undefined */
+    if (date && (tf.n > 1 || tf.k[0] > 1) && T >= 2) {
+        int64_t d0 = 0, di = 0;
+        bool ok0 = !__builtin_sub_overflow(date[1], date[0], &d0) && d0 > 0;
+        for (int64_t i = ok0 ? 2 : 1; i < T; i++) {
+            bool oki = ok0 && !__builtin_sub_overflow(date[i], date[i - 1], &di) && di == d0;
+            if (oki) continue;
+            if (!ok0) di = d0;
+            char t0[40], t1[40], s0[32], s1[32];
+            (secs ? format_time : format_day)(date[i - 1], t0, sizeof t0);
+            (secs ? format_time : format_day)(date[i], t1, sizeof t1);
+            if (__builtin_sub_overflow(date[1], date[0], &d0))
+                snprintf(s0, sizeof s0, "more than 2^63");
+            else
+                snprintf(s0, sizeof s0, "%lld", (long long)d0);
+            if (__builtin_sub_overflow(date[i], date[i - 1], &di))
+                snprintf(s1, sizeof s1, "more than 2^63");
+            else
+                snprintf(s1, sizeof s1, "%lld", (long long)di);
+            st = pl_error_set(PL_ERR_INVALID,
+                              "%s: timeframes need regular, increasing bars, but '%s' steps by "
+                              "%s from row 0 to 1 and from row %lld (%s) to %lld (%s) by %s "
+                              "(resample with tools/csv_to_h5.py --resample)",
+                              L->path, dname, s0, (long long)i - 1, t0, (long long)i, t1, s1);
+            goto out;
+        }
+    }
     /* a window w belongs to the split of its last target row w + Lb + H - 1 */
     int64_t cut[4] = {0, a - Lb - H + 1, b - Lb - H + 1, nwin};
     for (int k = 1; k < 3; k++) {

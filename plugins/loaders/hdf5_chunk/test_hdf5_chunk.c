@@ -838,6 +838,21 @@ START_TEST(timeframes_need_regular_bars_and_consistent_options) {
                  "0.5,0.25,0.25\n%s", f, cases[i].extra);
         expect_open_error(body, cases[i].want);
     }
+    /* untrusted times whose steps overflow int64 (found by fuzz_hdf5: UBSan, signed
+     * overflow in the step) are irregular bars, named, not undefined behaviour */
+    const char *q = tmp_path("hourly_overflow.h5", p, sizeof p);
+    unlink(q);
+    float sv[4 * 8] = {0};
+    long long tv[8];
+    for (int t = 0; t < 8; t++)
+        tv[t] = T0_1997_06_20 + 3600LL * t;
+    tv[0] = INT64_MIN;
+    ck_assert_int_eq(lt_write(q, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){8, 4}, sv), 0);
+    ck_assert_int_eq(lt_write(q, "/time", H5T_NATIVE_LLONG, 1, (long long[]){8}, tv), 0);
+    write_strings(q, "/columns", NULL, (const char *[]){"level", "open", "high", "ticks"}, 4);
+    snprintf(body, sizeof body, "path = %s\ntimeframes = 1,2\nwindows = 2,2\ntarget_columns = "
+             "level\nsplit_fractions = 0.5,0.25,0.25\n", q);
+    expect_open_error(body, "steps by more than 2^63 from row 0 to 1");
 }
 END_TEST
 
