@@ -732,12 +732,20 @@ static pl_status fit(trainer *t) {
                 t->step % t->ckpt_every_steps == 0)
                 st = save_step_checkpoint(t);
             if (t->max_steps >= 0 && t->step >= t->max_steps) break;
-            if (g_signal && pending == 0 && !st) {
+            int sig = g_signal;
+            if (t->world > 1 && pending == 0 && !st) {
+                /* DDP: mpirun delivers a signal to every rank, but each sees it at its own
+                 * step; all stop at the first step boundary where one has it */
+                double v = sig;
+                st = STRAT(t)->all_reduce_f64(t->strat.self, &v, 1);
+                if (!st && v > 0 && !sig) sig = SIGTERM;
+            }
+            if (sig && pending == 0 && !st) {
                 /* at an optimizer-step boundary: last records the next batch */
-                t->interrupted = g_signal;
+                t->interrupted = sig;
                 if (t->tty) printf("\n");
                 tr_log(t, "interrupted (signal %d) at epoch %lld batch %lld, step %lld: saving "
-                       "%s\n", (int)g_signal, (long long)t->epoch, (long long)t->batch,
+                       "%s\n", sig, (long long)t->epoch, (long long)t->batch,
                        (long long)t->step, t->last_path);
                 st = tr_save_checkpoint(t, t->last_path);
                 break;
