@@ -420,14 +420,17 @@ static pl_status naive_baselines(loader *L, const pl_config_section *cfg, const 
     int64_t s = pl_cfg_int(cfg, "naive_period", 0), W = tf->w[0];
     if (s <= 0) return PL_OK;
     if (tf->k[0] != 1)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: naive_period = %lld needs the first "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: naive_period = %lld needs the first "
                             "timeframe to be single bars (timeframes starts with %lld)",
                             (long long)s, (long long)tf->k[0]);
     if (s < H || s >= W)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: naive_period = %lld must be >= horizon "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: naive_period = %lld must be >= horizon "
                             "(%lld: the forecast of step h reads row t + h - s, which must be an "
                             "input) and < window (%lld: the corrected one reads y[e - s] from "
-                            "the window)", (long long)s, (long long)H, (long long)W);
+                            "the window)",
+                            (long long)s, (long long)H, (long long)W);
     char p[2048];
     snprintf(p, sizeof p, "%s/" NAIVE_FILE, L->ctx && L->ctx->run_dir ? L->ctx->run_dir : ".");
     double nae = 0, cae = 0;
@@ -451,10 +454,13 @@ static pl_status naive_baselines(loader *L, const pl_config_section *cfg, const 
         }
         cJSON_Delete(root);
         if (!f)
-            return pl_error_set(PL_ERR_IO, "%s: cannot open (the run had naive_period = %lld; "
-                                "predict needs its training-window figures)", p, (long long)s);
+            return pl_error_set(PL_ERR_IO,
+                                "%s: cannot open (the run had naive_period = %lld; "
+                                "predict needs its training-window figures)",
+                                p, (long long)s);
         if (!ok)
-            return pl_error_set(PL_ERR_IO, "%s: expected numbers naive_period, "
+            return pl_error_set(PL_ERR_IO,
+                                "%s: expected numbers naive_period, "
                                 "train_seasonal_naive_mae and train_seasonal_naive_corrected_mae",
                                 p);
         if (fs != s)
@@ -958,10 +964,12 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     if (stdz && !predict) st = write_standardization(L, names, nnames, allc, nall, mean, sd, a);
     if (!st) {
         char tn[64];
-        if (tcols[0] < nnames) snprintf(tn, sizeof tn, "%s", names[tcols[0]]);
-        else snprintf(tn, sizeof tn, "%d", tcols[0]);
-        st = naive_baselines(L, cfg, raw, F, tcols[0], tn, &tf, Lb, H,
-                             L->sp[PL_SPLIT_TRAIN].nrows, predict);
+        if (tcols[0] < nnames)
+            snprintf(tn, sizeof tn, "%s", names[tcols[0]]);
+        else
+            snprintf(tn, sizeof tn, "%d", tcols[0]);
+        st = naive_baselines(L, cfg, raw, F, tcols[0], tn, &tf, Lb, H, L->sp[PL_SPLIT_TRAIN].nrows,
+                             predict);
     }
 out:
     pl_tensor_release(rawt);

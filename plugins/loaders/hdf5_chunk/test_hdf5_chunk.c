@@ -1300,7 +1300,8 @@ START_TEST(naive_period_publishes_both_baselines_training_mae) {
     remove(p);
     float s[8 * 2];
     long long d[8];
-    const float trend[8] = {0, 1, 2, 3, 4, 5, 1000, -1000}, season[8] = {0, 10, 1, 10, 0, 10, 1000, -1000};
+    const float trend[8] = {0, 1, 2, 3, 4, 5, 1000, -1000},
+                season[8] = {0, 10, 1, 10, 0, 10, 1000, -1000};
     for (int t = 0; t < 8; t++) {
         s[t * 2] = trend[t];
         s[t * 2 + 1] = season[t];

@@ -509,7 +509,8 @@ static double meta_float_or(const pl_meta *mt, const char *k, double fallback) {
  * windows, as the loader measured them (hdf5_chunk naive_period), decided
  * before training; ties keep the plain seasonal naive. The choice is logged
  * and recorded in the run's meta (summary.json "data"). */
-static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context *ctx, lstm_opts *o) {
+static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context *ctx,
+                                   lstm_opts *o) {
     int64_t np = 0;
     double nae = 0, cae = 0;
     bool have = pl_meta_get_int(ctx->meta, "naive_period", &np) == PL_OK &&
@@ -519,14 +520,16 @@ static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context 
         pl_error_clear();
         pl_hint_set("set [data] naive_period = %lld (hdf5_chunk series mode)",
                     (long long)o->seasonal_period);
-        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip = auto (%s) compares the two baselines' "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "lstm: naive_skip = auto (%s) compares the two baselines' "
                             "MAE on the training windows, which the loader publishes as meta "
                             "naive_period, train_seasonal_naive_mae and "
                             "train_seasonal_naive_corrected_mae; the run's meta has none",
                             pl_cfg_origin(cfg, "naive_skip"));
     }
     if (np != o->seasonal_period)
-        return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip = auto with seasonal_period = %lld (%s): "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "lstm: naive_skip = auto with seasonal_period = %lld (%s): "
                             "the loader measured the baselines with naive_period = %lld",
                             (long long)o->seasonal_period, pl_cfg_origin(cfg, "seasonal_period"),
                             (long long)np);
@@ -534,7 +537,8 @@ static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context 
     o->skip_corrected = cae < nae;
     pl_message("lstm: naive_skip = auto: training-window MAE seasonal naive %.6g, corrected %.6g "
                "(period %lld): starting from the %s",
-               nae, cae, (long long)np, o->skip_corrected ? "corrected one (corrected)" : "seasonal naive (true)");
+               nae, cae, (long long)np,
+               o->skip_corrected ? "corrected one (corrected)" : "seasonal naive (true)");
     return pl_meta_set_str(ctx->meta, "naive_skip_auto", o->skip_corrected ? "corrected" : "true");
 }
 

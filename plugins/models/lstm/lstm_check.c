@@ -174,9 +174,11 @@ pl_status lstm_check_against_data(const pl_config_section *model, const lstm_dat
         /* the loader computes both baselines' training MAE for this period */
         int64_t np = data && pl_cfg_get(data, "window") ? pl_cfg_int(data, "naive_period", 0) : -1;
         if (np >= 0 && np != period) {
-            pl_hint_set("set [data] naive_period = seasonal_period: hdf5_chunk then publishes both "
-                        "baselines' MAE over the training windows, which naive_skip = auto compares");
-            return pl_error_set(PL_ERR_CONFIG, "lstm: naive_skip = auto (%s) with seasonal_period = "
+            pl_hint_set(
+                "set [data] naive_period = seasonal_period: hdf5_chunk then publishes both "
+                "baselines' MAE over the training windows, which naive_skip = auto compares");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "lstm: naive_skip = auto (%s) with seasonal_period = "
                                 "%lld (%s) needs [data] naive_period = %lld; found %lld (%s)",
                                 pl_cfg_origin(model, "naive_skip"), (long long)period,
                                 pl_cfg_origin(model, "seasonal_period"), (long long)period,

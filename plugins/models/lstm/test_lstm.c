@@ -384,9 +384,10 @@ START_TEST(naive_skip_auto_takes_the_baseline_with_the_lower_training_mae) {
     } cases[] = {{2.0, 0.0, true}, {1.0 / 3.0, 1.0, false}, {0.5, 0.5, false}};
     const pl_model_vtable *vt = pl_plugin_entry()->vtable;
     for (int i = 0; i < 3; i++) {
-        pl_harness *h = PL_CK_NOTNULL(
-            pl_harness_new("model", "lstm", "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
-                                            "naive_skip = auto\n"));
+        pl_harness *h =
+            PL_CK_NOTNULL(pl_harness_new("model", "lstm",
+                                         "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
+                                         "naive_skip = auto\n"));
         pl_run_context *ctx = pl_harness_ctx(h);
         PL_CK_OK(pl_meta_set_int(ctx->meta, "naive_period", 2));
         PL_CK_OK(pl_meta_set_float(ctx->meta, "train_seasonal_naive_mae", cases[i].nae));
@@ -402,9 +403,10 @@ START_TEST(naive_skip_auto_takes_the_baseline_with_the_lower_training_mae) {
         pl_harness_free(h);
     }
     for (int i = 0; i < 2; i++) { /* no figures; figures for period 3 */
-        pl_harness *h = PL_CK_NOTNULL(
-            pl_harness_new("model", "lstm", "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
-                                            "naive_skip = auto\n"));
+        pl_harness *h =
+            PL_CK_NOTNULL(pl_harness_new("model", "lstm",
+                                         "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
+                                         "naive_skip = auto\n"));
         pl_run_context *ctx = pl_harness_ctx(h);
         if (i == 1) {
             PL_CK_OK(pl_meta_set_int(ctx->meta, "naive_period", 3));
