@@ -184,6 +184,11 @@ static const pl_option_spec opts[] = {
      "with a time dataset)"},
     {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "series: last date of val targets (test after)"},
+    {"naive_period", PL_OPT_INT, "0", 0, 1e9, NULL,
+     "series: > 0: publish the training windows' MAE of the first target column's seasonal "
+     "naive forecast y[t-s] and of the corrected y[t-s] + y[e] - y[e-s] (s = naive_period, e = "
+     "the window's last input row) as meta train_seasonal_naive_mae / "
+     "train_seasonal_naive_corrected_mae (lstm naive_skip = auto); horizon <= s < window"},
     PL_OPTIONS_END};
 
 /* ---- destroy / create ------------------------------------------------------ */

@@ -383,6 +383,115 @@ static pl_status read_standardization(loader *L, char names[][64], int nnames, c
     return st;
 }
 
+/* ---- naive baselines on the training windows (naive_period) ------------- */
+
+#define NAIVE_FILE "naive_baselines.json"
+
+/* The training windows' MAE, in the target's original units, of the seasonal
+ * naive forecast of target row r = e + h (h = 1..horizon, e = the window's
+ * last input row), y[r - s], and of the same corrected by the last step's
+ * seasonal difference, y[r - s] + y[e] - y[e - s]. Every row read is a
+ * training row (a training window's last target is one), so the figures are
+ * a function of the training data alone. A model that picks its baseline by
+ * them (lstm naive_skip = auto) decides before it sees a batch. */
+static void naive_mae(const float *raw, int64_t F, int tc, int64_t s, int64_t Lb, int64_t H,
+                      int64_t nw, double *nae, double *cae) {
+    double n = 0, c = 0;
+    for (int64_t w = 0; w < nw; w++) {
+        int64_t e = w + Lb - 1;
+        double d = (double)raw[e * F + tc] - raw[(e - s) * F + tc];
+        for (int64_t h = 1; h <= H; h++) {
+            double y = raw[(e + h) * F + tc], f = raw[(e + h - s) * F + tc];
+            n += fabs(f - y);
+            c += fabs(f + d - y);
+        }
+    }
+    *nae = n / (double)(nw * H);
+    *cae = c / (double)(nw * H);
+}
+
+/* naive_period = s: checks it against the window, computes the two MAEs over
+ * the training windows (or, under `pipeline predict`, reads the run's
+ * run_dir/naive_baselines.json: the decision must be the training run's),
+ * publishes them as meta and writes the file. */
+static pl_status naive_baselines(loader *L, const pl_config_section *cfg, const float *raw,
+                                 int64_t F, int tc, const char *tname, const h5c_timeframes *tf,
+                                 int64_t Lb, int64_t H, int64_t nw, bool predict) {
+    int64_t s = pl_cfg_int(cfg, "naive_period", 0), W = tf->w[0];
+    if (s <= 0) return PL_OK;
+    if (tf->k[0] != 1)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: naive_period = %lld needs the first "
+                            "timeframe to be single bars (timeframes starts with %lld)",
+                            (long long)s, (long long)tf->k[0]);
+    if (s < H || s >= W)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: naive_period = %lld must be >= horizon "
+                            "(%lld: the forecast of step h reads row t + h - s, which must be an "
+                            "input) and < window (%lld: the corrected one reads y[e - s] from "
+                            "the window)",
+                            (long long)s, (long long)H, (long long)W);
+    char p[2048];
+    snprintf(p, sizeof p, "%s/" NAIVE_FILE, L->ctx && L->ctx->run_dir ? L->ctx->run_dir : ".");
+    double nae = 0, cae = 0;
+    if (predict) {
+        FILE *f = fopen(p, "rb");
+        char txt[4096];
+        size_t n = f ? fread(txt, 1, sizeof txt - 1, f) : 0;
+        if (f) fclose(f);
+        txt[n] = 0;
+        cJSON *root = f ? cJSON_Parse(txt) : NULL;
+        const cJSON *jp = cJSON_GetObjectItemCaseSensitive(root, "naive_period");
+        const cJSON *jn = cJSON_GetObjectItemCaseSensitive(root, "train_seasonal_naive_mae");
+        const cJSON *jc =
+            cJSON_GetObjectItemCaseSensitive(root, "train_seasonal_naive_corrected_mae");
+        bool ok = cJSON_IsNumber(jp) && cJSON_IsNumber(jn) && cJSON_IsNumber(jc) &&
+                  isfinite(jn->valuedouble) && isfinite(jc->valuedouble);
+        int64_t fs = ok ? (int64_t)jp->valuedouble : -1;
+        if (ok) {
+            nae = jn->valuedouble;
+            cae = jc->valuedouble;
+        }
+        cJSON_Delete(root);
+        if (!f)
+            return pl_error_set(PL_ERR_IO,
+                                "%s: cannot open (the run had naive_period = %lld; "
+                                "predict needs its training-window figures)",
+                                p, (long long)s);
+        if (!ok)
+            return pl_error_set(PL_ERR_IO,
+                                "%s: expected numbers naive_period, "
+                                "train_seasonal_naive_mae and train_seasonal_naive_corrected_mae",
+                                p);
+        if (fs != s)
+            return pl_error_set(PL_ERR_IO, "%s: naive_period %lld, the config has %lld", p,
+                                (long long)fs, (long long)s);
+    } else {
+        naive_mae(raw, F, tc, s, Lb, H, nw, &nae, &cae);
+        pl_message("hdf5_chunk: training windows (%lld) of '%s', naive_period %lld: seasonal "
+                   "naive MAE %.6g, corrected %.6g",
+                   (long long)nw, tname, (long long)s, nae, cae);
+    }
+    h5c_meta_int(L, "naive_period", s);
+    h5c_meta_float(L, "train_seasonal_naive_mae", nae);
+    h5c_meta_float(L, "train_seasonal_naive_corrected_mae", cae);
+    if (predict || !L->ctx || !L->ctx->run_dir) return PL_OK;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "naive_period", (double)s);
+    cJSON_AddStringToObject(root, "target", tname);
+    cJSON_AddNumberToObject(root, "train_windows", (double)nw);
+    cJSON_AddNumberToObject(root, "train_seasonal_naive_mae", nae);
+    cJSON_AddNumberToObject(root, "train_seasonal_naive_corrected_mae", cae);
+    char *txt = cJSON_Print(root);
+    cJSON_Delete(root);
+    FILE *f = txt ? fopen(p, "w") : NULL;
+    pl_status st = PL_OK;
+    if (!f || fputs(txt, f) < 0) st = pl_error_set(PL_ERR_IO, "%s: cannot write", p);
+    if (f) fclose(f);
+    free(txt);
+    return st;
+}
+
 /* ---- timeframes --------------------------------------------------------- */
 
 bool h5c_series_mode(const pl_config_section *cfg) {
@@ -866,6 +975,15 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     h5c_meta_float(L, "target_std", sd[nfc]);
     h5c_meta_int(L, "standardized", stdz ? 1 : 0);
     if (stdz && !predict) st = write_standardization(L, names, nnames, allc, nall, mean, sd, a);
+    if (!st) {
+        char tn[64];
+        if (tcols[0] < nnames)
+            snprintf(tn, sizeof tn, "%s", names[tcols[0]]);
+        else
+            snprintf(tn, sizeof tn, "%d", tcols[0]);
+        st = naive_baselines(L, cfg, raw, F, tcols[0], tn, &tf, Lb, H, L->sp[PL_SPLIT_TRAIN].nrows,
+                             predict);
+    }
 out:
     pl_tensor_release(rawt);
     free(date);

@@ -1300,6 +1300,79 @@ START_TEST(nonfinite_series_is_refused_naming_row_and_column) {
 }
 END_TEST
 
+/* naive_period: the training windows' MAE of the seasonal naive forecast
+ * y[r-s] and the corrected y[r-s] + y[e] - y[e-s], by hand. 8 daily rows,
+ * train_end = day 5 (rows 0..5), window 3, horizon 1, s = 2: training
+ * windows w = 0, 1, 2 (last input e = w+2, target r = w+3).
+ *   trend  = 0 1 2 3 4 5 | 1000 -1000: naive y[w+1] misses by 2 each (MAE 2),
+ *            corrected (w+1) + (w+2) - w = w+3 is exact (MAE 0): corrected wins;
+ *   season = 0 10 1 10 0 10 | 1000 -1000: naive errors 0, 1, 0 (MAE 1/3),
+ *            corrected 11, 1, 9 vs 10, 0, 10: errors 1, 1, 1 (MAE 1): naive wins.
+ * The val/test rows (1000, -1000) would change both if they were read. */
+START_TEST(naive_period_publishes_both_baselines_training_mae) {
+    char p[512], body[1024], rd[512];
+    tmp_path("naive.h5", p, sizeof p);
+    remove(p);
+    float s[8 * 2];
+    long long d[8];
+    const float trend[8] = {0, 1, 2, 3, 4, 5, 1000, -1000},
+                season[8] = {0, 10, 1, 10, 0, 10, 1000, -1000};
+    for (int t = 0; t < 8; t++) {
+        s[t * 2] = trend[t];
+        s[t * 2 + 1] = season[t];
+        d[t] = t;
+    }
+    ck_assert_int_eq(lt_write(p, "/series", H5T_NATIVE_FLOAT, 2, (long long[]){8, 2}, s), 0);
+    ck_assert_int_eq(lt_write(p, "/date", H5T_NATIVE_LLONG, 1, (long long[]){8}, d), 0);
+    tmp_path("naive_run", rd, sizeof rd);
+    mkdir(rd, 0755);
+    const double want[2][2] = {{2.0, 0.0}, {1.0 / 3.0, 1.0}}; /* [column][naive, corrected] */
+    for (int c = 0; c < 2; c++) {
+        snprintf(body, sizeof body,
+                 "path = %s\nwindow = 3\nhorizon = 1\ntarget_columns = %d\nstandardize = true\n"
+                 "train_end = 1970-01-06\nval_end = 1970-01-07\nbatch_size = 2\nnaive_period = 2\n",
+                 p, c);
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, "hdf5_chunk", body, rd));
+        double nae = -1, cae = -1;
+        int64_t np = 0;
+        PL_CK_OK(pl_meta_get_int(L.ctx->meta, "naive_period", &np));
+        PL_CK_OK(pl_meta_get_float(L.ctx->meta, "train_seasonal_naive_mae", &nae));
+        PL_CK_OK(pl_meta_get_float(L.ctx->meta, "train_seasonal_naive_corrected_mae", &cae));
+        ck_assert_int_eq(np, 2);
+        ck_assert_double_eq_tol(nae, want[c][0], 1e-9);
+        ck_assert_double_eq_tol(cae, want[c][1], 1e-9);
+        lt_close(&L);
+        /* the figures the run keeps for `pipeline predict` */
+        char jp[600], txt[1024] = {0};
+        snprintf(jp, sizeof jp, "%s/naive_baselines.json", rd);
+        FILE *f = fopen(jp, "rb");
+        ck_assert_msg(f != NULL, "%s not written", jp);
+        ck_assert_int_gt(fread(txt, 1, sizeof txt - 1, f), 0);
+        fclose(f);
+        ck_assert_msg(strstr(txt, "\"train_windows\":\t3"), "%s", txt);
+    }
+    /* without naive_period nothing is published */
+    snprintf(body, sizeof body,
+             "path = %s\nwindow = 3\nhorizon = 1\ntrain_end = 1970-01-06\nbatch_size = 2\n", p);
+    lt_loader L;
+    PL_CK_OK(lt_open(&L, "hdf5_chunk", body, NULL));
+    double v;
+    ck_assert_int_ne(pl_meta_get_float(L.ctx->meta, "train_seasonal_naive_mae", &v), PL_OK);
+    pl_error_clear();
+    lt_close(&L);
+    /* a period the window cannot hold, or shorter than the horizon, is refused naming both */
+    snprintf(body, sizeof body,
+             "path = %s\nwindow = 3\nhorizon = 1\ntrain_end = 1970-01-06\nnaive_period = 3\n", p);
+    ck_assert_int_ne(lt_open(&L, "hdf5_chunk", body, NULL), PL_OK);
+    expect_in_message(pl_error_message(), "naive_period = 3", "< window (3", NULL);
+    snprintf(body, sizeof body,
+             "path = %s\nwindow = 3\nhorizon = 2\ntrain_end = 1970-01-06\nnaive_period = 1\n", p);
+    ck_assert_int_ne(lt_open(&L, "hdf5_chunk", body, NULL), PL_OK);
+    expect_in_message(pl_error_message(), "naive_period = 1", ">= horizon (2", NULL);
+}
+END_TEST
+
 /* ---- real data (converted by tools/ when python3 + h5py are here) ----- */
 
 static bool convert(const char *tool, const char *args, const char *out) {
@@ -1425,6 +1498,7 @@ int main(void) {
     tcase_add_test(tc, split_by_time_of_day_on_a_seconds_file);
     tcase_add_test(tc, timeframe_windows_end_at_the_input_time_and_never_see_the_future);
     tcase_add_test(tc, timeframes_need_regular_bars_and_consistent_options);
+    tcase_add_test(tc, naive_period_publishes_both_baselines_training_mae);
     tcase_add_test(tc, test_movielens_real);
     tcase_add_test(tc, test_chicago_real);
     suite_add_tcase(s, tc);

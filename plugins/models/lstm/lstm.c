@@ -454,10 +454,11 @@ static const pl_option_spec lstm_options[] = {
      "input feature column that holds the target (standardized like the target), for the naive "
      "forecast; -1: derived from [data] target_columns among feature_columns (0 if the loader "
      "does not say)"},
-    {"naive_skip", PL_OPT_CHOICE, "false", PL_NO_BOUNDS, "false|true|corrected",
+    {"naive_skip", PL_OPT_CHOICE, "false", PL_NO_BOUNDS, "false|true|corrected|auto",
      "add a naive forecast to the output, the network predicts the correction: true the seasonal "
-     "naive y[t-s], corrected y[t-s] + (y[T-1] - y[T-1-s]) (head = last, one target, horizon <= "
-     "seasonal_period)"},
+     "naive y[t-s], corrected y[t-s] + (y[T-1] - y[T-1-s]), auto the one of the two with the "
+     "lower MAE on the training windows (the loader's meta, [data] naive_period = "
+     "seasonal_period) (head = last, one target, horizon <= seasonal_period)"},
     {"revin", PL_OPT_CHOICE, "off", PL_NO_BOUNDS, "off|mean|std",
      "reversible instance normalization of every input window and feature (Kim et al. 2022): "
      "subtract the "
@@ -504,6 +505,43 @@ static double meta_float_or(const pl_meta *mt, const char *k, double fallback) {
     return fallback;
 }
 
+/* naive_skip = auto: the baseline with the lower MAE over the training
+ * windows, as the loader measured them (hdf5_chunk naive_period), decided
+ * before training; ties keep the plain seasonal naive. The choice is logged
+ * and recorded in the run's meta (summary.json "data"). */
+static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context *ctx,
+                                   lstm_opts *o) {
+    int64_t np = 0;
+    double nae = 0, cae = 0;
+    bool have = pl_meta_get_int(ctx->meta, "naive_period", &np) == PL_OK &&
+                pl_meta_get_float(ctx->meta, "train_seasonal_naive_mae", &nae) == PL_OK &&
+                pl_meta_get_float(ctx->meta, "train_seasonal_naive_corrected_mae", &cae) == PL_OK;
+    if (!have) {
+        pl_error_clear();
+        pl_hint_set("set [data] naive_period = %lld (hdf5_chunk series mode)",
+                    (long long)o->seasonal_period);
+        return pl_error_set(PL_ERR_CONFIG,
+                            "lstm: naive_skip = auto (%s) compares the two baselines' "
+                            "MAE on the training windows, which the loader publishes as meta "
+                            "naive_period, train_seasonal_naive_mae and "
+                            "train_seasonal_naive_corrected_mae; the run's meta has none",
+                            pl_cfg_origin(cfg, "naive_skip"));
+    }
+    if (np != o->seasonal_period)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "lstm: naive_skip = auto with seasonal_period = %lld (%s): "
+                            "the loader measured the baselines with naive_period = %lld",
+                            (long long)o->seasonal_period, pl_cfg_origin(cfg, "seasonal_period"),
+                            (long long)np);
+    o->naive_skip = true;
+    o->skip_corrected = cae < nae;
+    pl_message("lstm: naive_skip = auto: training-window MAE seasonal naive %.6g, corrected %.6g "
+               "(period %lld): starting from the %s",
+               nae, cae, (long long)np,
+               o->skip_corrected ? "corrected one (corrected)" : "seasonal naive (true)");
+    return pl_meta_set_str(ctx->meta, "naive_skip_auto", o->skip_corrected ? "corrected" : "true");
+}
+
 static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
     lstm_opts o = {
         .input_size = pl_cfg_int(cfg, "input_size", 0),
@@ -539,6 +577,9 @@ static pl_status lstm_create(const pl_config_section *cfg, pl_run_context *ctx, 
               : !strcmp(revin, "std") ? LSTM_REVIN_STD
                                       : LSTM_REVIN_OFF;
     pl_status st = PL_OK;
+    if (!strcmp(pl_cfg_str(cfg, "naive_skip", "false"), "auto") &&
+        (st = choose_naive_skip(cfg, ctx, &o)))
+        return st;
     if (!o.input_size) st = pl_meta_get_int(ctx->meta, "num_features", &o.input_size);
     if (st) return pl_error_prefix(st, "lstm: set input_size or use a loader that publishes num_features");
     /* the target's input column from [data] (checked against an explicit

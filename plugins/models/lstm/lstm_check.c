@@ -149,7 +149,7 @@ pl_status lstm_check_against_data(const pl_config_section *model, const lstm_dat
     int64_t period = pl_cfg_int(model, "seasonal_period", 0);
     int64_t col = pl_cfg_int(model, "naive_column", -1);
     const char *skip = pl_cfg_str(model, "naive_skip", "false");
-    bool corrected = !strcmp(skip, "corrected");
+    bool corrected = !strcmp(skip, "corrected") || !strcmp(skip, "auto");
     bool gate = pl_cfg_bool(model, "exogenous_gate", false);
     bool uses_column = period > 0 || gate || strcmp(pl_cfg_str(model, "revin", "off"), "off");
     if (f->window > 0 && period > f->window) {
@@ -169,6 +169,21 @@ pl_status lstm_check_against_data(const pl_config_section *model, const lstm_dat
                             "(%s) needs a window longer than the period; [data] window = %lld (%s)",
                             (long long)period, pl_cfg_origin(model, "seasonal_period"),
                             (long long)f->window, pl_cfg_origin(data, "window"));
+    }
+    if (!strcmp(skip, "auto")) {
+        /* the loader computes both baselines' training MAE for this period */
+        int64_t np = data && pl_cfg_get(data, "window") ? pl_cfg_int(data, "naive_period", 0) : -1;
+        if (np >= 0 && np != period) {
+            pl_hint_set(
+                "set [data] naive_period = seasonal_period: hdf5_chunk then publishes both "
+                "baselines' MAE over the training windows, which naive_skip = auto compares");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "lstm: naive_skip = auto (%s) with seasonal_period = "
+                                "%lld (%s) needs [data] naive_period = %lld; found %lld (%s)",
+                                pl_cfg_origin(model, "naive_skip"), (long long)period,
+                                pl_cfg_origin(model, "seasonal_period"), (long long)period,
+                                (long long)np, pl_cfg_origin(data, "naive_period"));
+        }
     }
     if (uses_column && f->target_input == -1) {
         pl_hint_set("add the target to [data] feature_columns (or leave feature_columns empty)");

@@ -372,6 +372,58 @@ START_TEST(corrected_seasonal_naive_matches_a_hand_computed_window) {
 }
 END_TEST
 
+/* naive_skip = auto starts from the baseline with the lower training-window
+ * MAE the loader published (hdf5_chunk naive_period; its test computes the
+ * two figures by hand): corrected when it is lower, the seasonal naive when
+ * it is lower or tied; the choice lands in the run's meta. Without the
+ * figures, or measured with another period, the model is refused. */
+START_TEST(naive_skip_auto_takes_the_baseline_with_the_lower_training_mae) {
+    const struct {
+        double nae, cae;
+        bool corrected;
+    } cases[] = {{2.0, 0.0, true}, {1.0 / 3.0, 1.0, false}, {0.5, 0.5, false}};
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    for (int i = 0; i < 3; i++) {
+        pl_harness *h =
+            PL_CK_NOTNULL(pl_harness_new("model", "lstm",
+                                         "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
+                                         "naive_skip = auto\n"));
+        pl_run_context *ctx = pl_harness_ctx(h);
+        PL_CK_OK(pl_meta_set_int(ctx->meta, "naive_period", 2));
+        PL_CK_OK(pl_meta_set_float(ctx->meta, "train_seasonal_naive_mae", cases[i].nae));
+        PL_CK_OK(pl_meta_set_float(ctx->meta, "train_seasonal_naive_corrected_mae", cases[i].cae));
+        void *self = NULL;
+        PL_CK_OK(vt->create(pl_harness_section(h), ctx, &self));
+        const lstm_model *m = self;
+        ck_assert(m->o.naive_skip);
+        ck_assert_int_eq(m->o.skip_corrected, cases[i].corrected);
+        const char *chosen = pl_meta_get_str(ctx->meta, "naive_skip_auto");
+        ck_assert_str_eq(chosen ? chosen : "(none)", cases[i].corrected ? "corrected" : "true");
+        vt->destroy(self);
+        pl_harness_free(h);
+    }
+    for (int i = 0; i < 2; i++) { /* no figures; figures for period 3 */
+        pl_harness *h =
+            PL_CK_NOTNULL(pl_harness_new("model", "lstm",
+                                         "input_size = 3\nhidden_size = 4\nseasonal_period = 2\n"
+                                         "naive_skip = auto\n"));
+        pl_run_context *ctx = pl_harness_ctx(h);
+        if (i == 1) {
+            PL_CK_OK(pl_meta_set_int(ctx->meta, "naive_period", 3));
+            PL_CK_OK(pl_meta_set_float(ctx->meta, "train_seasonal_naive_mae", 1));
+            PL_CK_OK(pl_meta_set_float(ctx->meta, "train_seasonal_naive_corrected_mae", 2));
+        }
+        void *self = NULL;
+        ck_assert_int_ne(vt->create(pl_harness_section(h), ctx, &self), PL_OK);
+        const char *msg = pl_error_message();
+        ck_assert_msg(strstr(msg, "naive_skip = auto") &&
+                          strstr(msg, i == 0 ? "train_seasonal_naive_mae" : "naive_period = 3"),
+                      "%s", msg);
+        pl_harness_free(h);
+    }
+}
+END_TEST
+
 START_TEST(target_shape_mismatch_is_refused) {
     lstm_opts o = base_opts();
     o.output_size = 2;
@@ -968,6 +1020,7 @@ int main(void) {
     tcase_add_test(tc, eval_metrics_in_original_units);
     tcase_add_test(tc, naive_skip_adds_the_seasonal_naive_forecast);
     tcase_add_test(tc, corrected_seasonal_naive_matches_a_hand_computed_window);
+    tcase_add_test(tc, naive_skip_auto_takes_the_baseline_with_the_lower_training_mae);
     tcase_add_test(tc, target_shape_mismatch_is_refused);
     tcase_add_test(tc, revin_std_affine_naive_skip_matches_torch);
     tcase_add_test(tc, revin_mean_input_diff_bidirectional_matches_torch);
