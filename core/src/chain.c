@@ -139,14 +139,18 @@ int tr_run_requirements(trainer *t) {
         pl_trainer_latest_dir(rc, latest, sizeof latest);
         snprintf(ck, sizeof ck, "%s/checkpoints/last.safetensors", latest);
         if (access(ck, R_OK) == 0 && run_finished_ok(latest)) {
-            printf("%s: requirement %s satisfied by %s\n", pl_config_path(t->cfg), req, latest);
+            if (tr_launcher_rank() == 0)
+                printf("%s: requirement %s satisfied by %s\n", pl_config_path(t->cfg), req,
+                       latest);
             pl_config_free(rc);
             continue;
         }
-        printf("%s needs %s, which has no finished run (no %s from a run that ended ok): "
-               "running it first\n",
-               pl_config_path(t->cfg), req, ck);
-        pl_config_print(rc, stdout);
+        if (tr_launcher_rank() == 0) {
+            printf("%s needs %s, which has no finished run (no %s from a run that ended ok): "
+                   "running it first\n",
+                   pl_config_path(t->cfg), req, ck);
+            pl_config_print(rc, stdout);
+        }
         pl_run_options o = {.config_path = req};
         int rc_code = pl_trainer_run(rc, t->reg, &o);
         pl_config_free(rc);

@@ -41,6 +41,15 @@ static int launcher_world_size(void) {
     return 1;
 }
 
+int tr_launcher_rank(void) {
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
 pl_status tr_dist_create(trainer *t) {
     t->rank = 0;
     t->world = 1;
