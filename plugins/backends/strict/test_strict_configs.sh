@@ -28,7 +28,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # ---- data ----------------------------------------------------------------------------------------
 mkdir -p "$tmp/data"
-for f in movielens.h5 chicago.h5 cora.h5 nci_tpsa.h5; do
+for f in movielens.h5 chicago.h5 cora.h5 nci_tpsa.h5 usdthb_1h.h5; do
     [ -e "$src/data/$f" ] && ln -s "$src/data/$f" "$tmp/data/$f"
 done
 if [ ! -e "$tmp/data/movielens.h5" ] || [ ! -e "$tmp/data/chicago.h5" ] || [ ! -e "$tmp/data/cora.h5" ]; then
@@ -48,7 +48,7 @@ declare -A extra=(
     [gat_cora]=""
     [gat_molecules]="trainer.limit_train_batches=0.1 trainer.limit_val_batches=0.2 trainer.limit_test_batches=0.2"
     [lstm_chicago]="trainer.limit_train_batches=0.3"
-    [lstm_usdthb]="trainer.max_epochs=1"
+    [lstm_usdthb]=""
     [pretrain]="trainer.limit_train_batches=0.05"
     [teacher]="trainer.limit_train_batches=0.05"
     [student]="trainer.limit_train_batches=0.05"
