@@ -318,6 +318,16 @@ static int cmd_check(int argc, char **argv) {
     } else {
         printf("batch fields OK: [data] yields what [model] reads\n");
     }
+    /* the optimizer's named parameter groups against the model's parameters */
+    bool groups_checked = false;
+    fflush(stdout);
+    if (pl_trainer_check_param_groups(cfg, a.reg, &groups_checked)) {
+        printf("warning: optimizer groups not checked (the model could not be built here): %s\n",
+               pl_error_message());
+        pl_error_clear();
+    } else if (groups_checked) {
+        printf("optimizer groups checked against the model's parameters\n");
+    }
     printf("config OK\n");
     pl_config_free(cfg);
     free_args(&a);

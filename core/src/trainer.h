@@ -40,6 +40,13 @@ pl_status pl_trainer_check_options(const pl_config *cfg);
  * a.ini) or a chain deeper than 32, or the first required config that does
  * not load. Used by `pipeline check` and before a run runs its requirements. */
 pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg);
+/* `pipeline check`: when [optimizer] names parameter groups, build the loader,
+ * the model and the precision stage on the CPU (no weights loaded) and create
+ * the optimizer, whose group selection warns (pl_message, stderr) about a group
+ * that selects no trainable parameter; then destroy them. *checked: whether the
+ * build got that far. An error (data not there yet, a teacher's outputs not
+ * exported yet) leaves *checked false with the error set. (core/src/check_groups.c) */
+pl_status pl_trainer_check_param_groups(const pl_config *cfg, pl_registry *reg, bool *checked);
 
 /* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
  * printed to stderr with a hint line. */

@@ -120,6 +120,21 @@ def main():
         if "warning: exogenous_gate = true" not in p.stdout + p.stderr:
             fail("check %s: no warning about the gate:\n%s%s" % (one, p.stdout[-1500:], p.stderr))
         run([exe, "run", ini] + one)
+
+        # an optimizer group whose pattern or tags select no parameter (a typo): check
+        # builds the model and warns naming the group; a group that selects warns not
+        p = run([exe, "check", ini, "optimizer.group.heda.match=heda.*",
+                 "optimizer.group.heda.lr_scale=0.5"])
+        out = p.stdout + p.stderr
+        if "group 'heda' selects no trainable parameter" not in out or \
+                "optimizer groups checked" not in out:
+            fail("check with a group matching nothing: no warning naming it:\n" + out[-2000:])
+        p = run([exe, "check", ini, "optimizer.group.head.match=head.*",
+                 "optimizer.group.head.lr_scale=0.5"])
+        out = p.stdout + p.stderr
+        if "selects no trainable parameter" in out or "optimizer groups checked" not in out:
+            fail("check with a group matching the head: a warning, or no check:\n" + out[-2000:])
+        print("optimizer groups: a group matching nothing is warned about at check time")
     print("OK")
 
 
