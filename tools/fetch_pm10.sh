@@ -9,7 +9,7 @@
 #   python3 tools/csv_to_h5.py data/pm10_deth026.csv data/pm10_deth026.h5
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-exec sh "$here/fetch_r_series.sh" r-cran-spacetime spacetime '
+exec sh "$here/fetch_r_dataset.sh" r-cran-spacetime spacetime '
 i <- which(dates >= as.Date("2006-06-17") & dates <= as.Date("2009-08-12"))
 stopifnot(length(i) == 1153)
 data.frame(date = format(dates[i]), pm10 = as.numeric(air["DETH026", i]))

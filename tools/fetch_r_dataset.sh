@@ -1,24 +1,28 @@
 #!/bin/sh
-# fetch_r_dataset.sh DEB_PACKAGE R_PACKAGE OBJECT OUT.csv
+# fetch_r_dataset.sh DEB_PACKAGE R_PACKAGE OBJECT|R_EXPRESSION OUT.csv
 #
-# Write the data object OBJECT of the R package R_PACKAGE, shipped by the
-# Debian package DEB_PACKAGE, to OUT.csv (write.csv, row.names = FALSE,
-# factor columns written as their labels). Used by fetch_movielens.sh and
-# fetch_chicago.sh.
+# Write a data set of the R package R_PACKAGE, shipped by the Debian package
+# DEB_PACKAGE, to OUT.csv (write.csv, row.names = FALSE, factor columns
+# written as their labels). The third argument is either the name of one of
+# the package's data objects (fetch_movielens.sh, fetch_chicago.sh,
+# fetch_usdthb.sh), or an R expression evaluated where every data object is
+# loaded, for objects that are not a data frame with a date column (a ts
+# vector, a station x day matrix: fetch_taylor.sh, fetch_pm10.sh); an
+# expression must give a data frame without missing values.
 #
 # Steps: `apt-get download DEB_PACKAGE` (no root needed), `dpkg -x` into a
-# temporary folder, then Rscript: lazyLoad(<root>/usr/lib/R/site-library/
-# R_PACKAGE/data/Rdata) and write.csv. Needs Rscript from r-base-core: if it
+# temporary folder, then Rscript: the package's data (data/Rdata lazy-load
+# database, or data/*.rda) loaded into one environment, and write.csv. Needs Rscript from r-base-core: if it
 # is missing and we are root it is installed with --no-install-recommends,
 # otherwise we stop with the command to run.
 set -eu
 
 if [ $# -ne 4 ]; then
-    echo "usage: fetch_r_dataset.sh DEB_PACKAGE R_PACKAGE OBJECT OUT.csv" >&2
+    echo "usage: fetch_r_dataset.sh DEB_PACKAGE R_PACKAGE OBJECT|R_EXPRESSION OUT.csv" >&2
     exit 2
 fi
 deb_pkg=$1 r_pkg=$2 object=$3 out=$4
-me="fetch_r_dataset($object)"
+me="fetch_r_dataset($r_pkg)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fetch_r_dataset.XXXXXX")
 chmod 755 "$work"  # lets apt's _apt user write the download
@@ -46,21 +50,32 @@ if [ -z "$deb" ]; then
 fi
 dpkg -x "$deb" "$work/root"
 
-rdata="$work/root/usr/lib/R/site-library/$r_pkg/data/Rdata"
-if [ ! -f "$rdata.rdb" ]; then
-    echo "$me: $rdata.rdb not found in $deb" >&2
+datadir="$work/root/usr/lib/R/site-library/$r_pkg/data"
+if [ ! -d "$datadir" ]; then
+    echo "$me: $datadir not found in $deb" >&2
     exit 1
 fi
 
 mkdir -p "$(dirname "$out")"
 tmp_out="$work/out.csv"
-RDATA="$rdata" OBJ="$object" OUT="$tmp_out" Rscript --vanilla -e '
+DATADIR="$datadir" OBJ="$object" OUT="$tmp_out" Rscript --vanilla -e '
 e <- new.env()
-invisible(lazyLoad(Sys.getenv("RDATA"), envir = e))
+dd <- Sys.getenv("DATADIR")
+if (file.exists(file.path(dd, "Rdata.rdb"))) {
+    invisible(lazyLoad(file.path(dd, "Rdata"), envir = e))
+} else {
+    for (f in list.files(dd, pattern = "[.](rda|RData)$", full.names = TRUE)) load(f, envir = e)
+}
 obj <- Sys.getenv("OBJ")
-if (!exists(obj, envir = e, inherits = FALSE))
-    stop(paste0("object ", obj, " not found in ", Sys.getenv("RDATA")))
-d <- as.data.frame(get(obj, envir = e))
+if (make.names(obj) == obj) {
+    if (!exists(obj, envir = e, inherits = FALSE))
+        stop(paste0("object ", obj, " not found in ", dd))
+    d <- as.data.frame(get(obj, envir = e))
+} else {
+    d <- eval(parse(text = obj), envir = e)
+    if (!is.data.frame(d)) stop("the expression did not give a data frame")
+    if (anyNA(d)) stop("the data frame has missing values (the loaders do not impute)")
+}
 for (n in names(d)) if (is.factor(d[[n]])) d[[n]] <- as.character(d[[n]])
 write.csv(d, Sys.getenv("OUT"), row.names = FALSE)
 ' >&2

@@ -10,7 +10,7 @@
 #   python3 tools/csv_to_h5.py data/taylor_hourly.csv data/taylor_hourly.h5
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-exec sh "$here/fetch_r_series.sh" r-cran-forecast forecast '
+exec sh "$here/fetch_r_dataset.sh" r-cran-forecast forecast '
 x <- as.numeric(taylor)
 stopifnot(length(x) == 4032)
 h <- (x[c(TRUE, FALSE)] + x[c(FALSE, TRUE)]) / 2
