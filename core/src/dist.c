@@ -14,12 +14,16 @@
  *    is the same thing for a loader whose order is a permutation of samples
  *    cut into batches). `batch_size` is per rank, as in Lightning: the global
  *    batch is batch_size x world_size x accumulate_grad_batches;
- *  - after backward, at each optimizer step, the gradients are summed over
- *    ranks and divided by N (DDP's average), before clipping, the precision
+ *  - each training loss is averaged over ranks, weighted by the terms each
+ *    rank's loss averages, before the non-finite check, so every rank takes
+ *    the same decision (stop, or skip the step); the same all-reduce gives
+ *    each rank its share of the global batch, which scales its backward, and
+ *    tells every rank whether one has seen a signal;
+ *  - at each optimizer step the (share-scaled) gradients are summed over
+ *    ranks: the global batch's gradient (DDP averages the ranks' means, the
+ *    same thing when the shares are equal), before clipping, the precision
  *    stage's unscale and inf check, and the step, so every rank steps its
  *    optimizer identically;
- *  - each training loss is averaged over ranks before the non-finite check,
- *    so every rank takes the same decision (stop, or skip the step);
  *  - validation and test metrics are (sum, count) pairs summed over ranks,
  *    so they are the metrics of the whole split, and every rank takes the
  *    same early-stopping and checkpoint decisions;
@@ -27,6 +31,7 @@
  */
 #include "trainer_internal.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,7 +176,7 @@ pl_status tr_dist_check_params(trainer *t) {
     return PL_OK;
 }
 
-pl_status tr_dist_average_grads(trainer *t) {
+pl_status tr_dist_reduce_grads(trainer *t) {
     if (t->world <= 1) return PL_OK;
     int n = pl_params_count(t->ctx.params);
     pl_tensor **gs = malloc(((size_t)n + 1) * sizeof *gs);
@@ -198,34 +203,32 @@ pl_status tr_dist_average_grads(trainer *t) {
         gs[k++] = p->t->grad;
     }
     if (!st && k) st = STRAT(t)->all_reduce_sum(t->strat.self, gs, k);
-    if (!st) {
-        double inv = 1.0 / t->world;
-        pl_no_grad_begin();
-        for (int i = 0; i < k && !st; i++) {
-            pl_frame_begin();
-            pl_tensor *s = pl_scale(gs[i], inv);
-            st = s ? pl_tensor_copy_(gs[i], s) : pl_error_status();
-            pl_frame_end();
-        }
-        pl_no_grad_end();
-    }
     free(gs);
-    if (st) return pl_error_prefix(st, "ddp: averaging gradients at step %lld", (long long)t->step);
+    if (st) return pl_error_prefix(st, "ddp: summing gradients at step %lld", (long long)t->step);
     return PL_OK;
 }
 
-pl_status tr_dist_loss(trainer *t, double *lv, const pl_metrics *m, int64_t size, double *share) {
+pl_status tr_dist_loss(trainer *t, double *lv, const pl_metrics *m, int64_t size, double *share,
+                       int signal, int *any_signal) {
     *share = 1.0;
+    *any_signal = signal;
     if (t->world <= 1) return PL_OK;
     double w = (double)size;
     for (int i = 0; i < m->n; i++)
         if (!strcmp(m->name[i], "loss") && m->count[i] > 0) w = m->count[i];
-    double v[2] = {*lv * w, w};
-    pl_status st = STRAT(t)->all_reduce_f64(t->strat.self, v, 2);
+    /* sum of weighted losses, total weight, and the signals (max via the sum's sign:
+     * every signal number is positive, so any rank's makes it non-zero) */
+    double v[3] = {*lv * w, w, (double)signal};
+    pl_status st = STRAT(t)->all_reduce_f64(t->strat.self, v, 3);
     if (st) return pl_error_prefix(st, "ddp: the training loss at step %lld", (long long)t->step);
-    if (!(v[1] > 0)) return PL_OK; /* nothing to weight by: plain average */
+    *any_signal = v[2] > 0 ? (signal ? signal : SIGTERM) : 0;
+    if (!(v[1] > 0)) { /* nothing to weight by: the plain mean */
+        *lv = v[0];
+        *share = 1.0 / t->world;
+        return PL_OK;
+    }
     *lv = v[0] / v[1];
-    *share = w * t->world / v[1];
+    *share = w / v[1];
     return PL_OK;
 }
 

@@ -255,8 +255,8 @@ static double apply_lr(trainer *t) {
 
 static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
     bool do_step = true;
-    /* DDP: the ranks' gradients averaged before the unscale, inf check and clip */
-    pl_status dst = tr_dist_average_grads(t);
+    /* DDP: the global batch's gradient, before the unscale, inf check and clip */
+    pl_status dst = tr_dist_reduce_grads(t);
     if (dst) return dst;
     if (t->prec.self && PREC(t)->before_step)
         do_step = PREC(t)->before_step(t->prec.self, t->ctx.params);
@@ -631,6 +631,7 @@ static pl_status fit(trainer *t) {
             tr_log(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
                   (long long)b0, (long long)nb);
         int64_t pending = 0;
+        int peer_signal = 0; /* DDP: a signal any rank had at the last loss all-reduce */
         double lr = NAN, gnorm = NAN;
         pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
         int64_t samples = 0;
@@ -652,10 +653,11 @@ static pl_status fit(trainer *t) {
             pl_metrics_reset(&m);
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
             double lv = st ? NAN : pl_tensor_item(loss);
-            /* DDP: the loss of the global batch (every rank decides on the same value) and
-             * this rank's share of it, which weights its gradient */
+            /* DDP: the loss of the global batch (every rank decides on the same value),
+             * this rank's share of it, which scales its backward, and whether any rank
+             * has seen a signal (all stop at the same step boundary) */
             double share = 1.0;
-            if (!st) st = tr_dist_loss(t, &lv, &m, batch.size, &share);
+            if (!st) st = tr_dist_loss(t, &lv, &m, batch.size, &share, (int)g_signal, &peer_signal);
             if (!st && !isfinite(lv)) {
                 t->nan_skips++;
                 if (!t->on_nan_skip) {
@@ -732,14 +734,9 @@ static pl_status fit(trainer *t) {
                 t->step % t->ckpt_every_steps == 0)
                 st = save_step_checkpoint(t);
             if (t->max_steps >= 0 && t->step >= t->max_steps) break;
-            int sig = g_signal;
-            if (t->world > 1 && pending == 0 && !st) {
-                /* DDP: mpirun delivers a signal to every rank, but each sees it at its own
-                 * step; all stop at the first step boundary where one has it */
-                double v = sig;
-                st = STRAT(t)->all_reduce_f64(t->strat.self, &v, 1);
-                if (!st && v > 0 && !sig) sig = SIGTERM;
-            }
+            /* DDP: mpirun delivers a signal to every rank, but each sees it at its own
+             * moment: act on the value the ranks agreed on with this step's loss */
+            int sig = t->world > 1 ? peer_signal : (int)g_signal;
             if (sig && pending == 0 && !st) {
                 /* at an optimizer-step boundary: last records the next batch */
                 t->interrupted = sig;

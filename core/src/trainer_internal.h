@@ -151,18 +151,23 @@ pl_status tr_dist_share_run_dir(trainer *t);
  * ranks start from the same weights; PL_ERR_CONFIG naming the first that
  * differs. */
 pl_status tr_dist_check_params(trainer *t);
-/* Average the gradients over ranks (a trainable parameter without a gradient
- * on this rank contributes zeros). No-op in one process. */
-pl_status tr_dist_average_grads(trainer *t);
+/* Sum the gradients over ranks: each rank's backward was scaled by its share
+ * of the global batch (tr_dist_loss), so the sum is the global batch's
+ * gradient (a trainable parameter without a gradient on this rank contributes
+ * zeros). No-op in one process. */
+pl_status tr_dist_reduce_grads(trainer *t);
 /* The training loss of the global batch, *lv in and out: each rank's loss
  * weighted by the terms it averages (the count of the `loss` metric the model
- * reported in `m`, else the batch's samples `size`), and *share, the factor
- * this rank's backward is scaled by (weight x world / total weight), so that
- * the averaged gradient is the gradient of the global batch's mean loss, as
- * one process would compute it, even when the ranks' batches average over
- * different numbers of terms (tokens with labels, a short last batch). 1 and
- * *lv unchanged in one process. */
-pl_status tr_dist_loss(trainer *t, double *lv, const pl_metrics *m, int64_t size, double *share);
+ * reported in `m`, else the batch's samples `size`); *share, the factor this
+ * rank's backward is scaled by (its weight / the total weight), so that the
+ * summed gradient is the gradient of the global batch's mean loss, as one
+ * process would compute it, even when the ranks' batches average over
+ * different numbers of terms (tokens with labels, a short last batch); and
+ * *any_signal, a signal number when any rank passed a non-zero `signal` (0:
+ * none). One all-reduce of 3 doubles. In one process: *share 1, *lv
+ * unchanged, *any_signal = signal. */
+pl_status tr_dist_loss(trainer *t, double *lv, const pl_metrics *m, int64_t size, double *share,
+                       int signal, int *any_signal);
 /* Sum every metric's sum and count over ranks (names as rank 0 has them; a
  * name only another rank has is an error). */
 pl_status tr_dist_reduce_metrics(trainer *t, pl_metrics *m);

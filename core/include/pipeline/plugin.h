@@ -615,8 +615,9 @@ typedef struct pl_strategy_vtable {
     int (*world_size)(void *self); /* >= 1 */
     /* In-place sum over ranks of `n` tensors, the same list (names, shapes,
      * dtypes, order) on every rank; f32 (host or device memory, the run's
-     * device). The trainer divides by world_size itself. PL_ERR_INVALID on
-     * another dtype, PL_ERR_IO on a failed or timed-out exchange. */
+     * device). The trainer scaled each rank's gradients by its share of the
+     * global batch, so the sum is the global batch's gradient. PL_ERR_INVALID
+     * on another dtype, PL_ERR_IO on a failed or timed-out exchange. */
     pl_status (*all_reduce_sum)(void *self, pl_tensor *const *ts, int n);
     /* In-place sum over ranks of n host doubles (losses, metric sums and
      * counts); exact order-independent results are not promised. */
