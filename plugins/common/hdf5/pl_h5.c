@@ -774,3 +774,52 @@ pl_status pl_h5_check_finite(const char *path, const char *name, pl_dtype dt, co
                         count == 1 ? "" : "s", (long long)first_row,
                         (long long)(first_row + rows - 1));
 }
+
+/* ---- column names of a series ------------------------------------------ */
+
+int pl_h5_column_names(hid_t file, const char *series, char (*names)[64], int maxn) {
+    int n = 0;
+    hid_t obj = -1;
+    bool is_attr = false;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        if (H5Lexists(file, "/columns", H5P_DEFAULT) > 0) obj = H5Dopen2(file, "/columns", H5P_DEFAULT);
+        if (obj < 0) {
+            hid_t ds = H5Dopen2(file, series, H5P_DEFAULT);
+            if (ds >= 0) {
+                if (H5Aexists(ds, "columns") > 0) {
+                    obj = H5Aopen(ds, "columns", H5P_DEFAULT);
+                    is_attr = obj >= 0;
+                }
+                H5Dclose(ds);
+            }
+        }
+        hid_t sp = obj < 0 ? -1 : is_attr ? H5Aget_space(obj) : H5Dget_space(obj);
+        hid_t t = obj < 0 ? -1 : is_attr ? H5Aget_type(obj) : H5Dget_type(obj);
+        hssize_t cnt = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : 0;
+        if (t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0 && cnt > 0 &&
+            cnt <= maxn) {
+            char **s = calloc((size_t)cnt, sizeof *s);
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            H5Tset_cset(mt, H5Tget_cset(t)); /* csv_to_h5 writes UTF-8 */
+            herr_t e = !s        ? -1
+                       : is_attr ? H5Aread(obj, mt, s)
+                                 : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
+            if (e >= 0) {
+                for (hssize_t i = 0; i < cnt; i++)
+                    snprintf(names[i], 64, "%s", s[i] ? s[i] : "");
+                n = (int)cnt;
+                H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, s);
+            }
+            H5Tclose(mt);
+            free(s);
+        }
+        if (t >= 0) H5Tclose(t);
+        if (sp >= 0) H5Sclose(sp);
+        if (obj >= 0) is_attr ? H5Aclose(obj) : H5Dclose(obj);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    return n;
+}

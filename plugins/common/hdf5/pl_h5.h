@@ -135,6 +135,16 @@ pl_status pl_h5_create_rows(const char *path, hid_t loc, const char *name, hid_t
 pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t start, int64_t n,
                             int64_t width, const void *data);
 
+/* ---- column names of a series ------------------------------------------ */
+/* The column names of the 2-D series dataset `series` (an absolute path in
+ * `file`), as tools/csv_to_h5.py writes them: the dataset "/columns" or, when
+ * the file has none, the series dataset's attribute "columns"; either a 1-D
+ * array of variable-length strings. Fills names[0..n-1] (each cut to 63
+ * bytes) and returns n; 0 when neither exists, either is not such an array,
+ * or it holds more than `maxn` entries (a file's names are untrusted: the
+ * caller then goes by column index). Takes the lock itself. */
+int pl_h5_column_names(hid_t file, const char *series, char (*names)[64], int maxn);
+
 /* ---- prediction files (`pipeline predict`, plugin.h ABI 2.4) ----------- */
 /* A file of named datasets that grow by rows, one call per batch: what a
  * model's predict_begin / predict_batch / predict_end write. Each dataset

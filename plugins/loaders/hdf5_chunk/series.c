@@ -206,61 +206,6 @@ static void format_day(int64_t day, char *out, size_t n) {
         snprintf(out, n, "day %lld", (long long)day);
 }
 
-/* Column names of the series: dataset "/columns" or attribute "columns". */
-static int read_column_names(loader *L, const char *series, char names[][64], int maxn) {
-    int n = 0;
-    hid_t obj = -1, sp = -1, t = -1;
-    bool is_attr = false;
-    bool has_ds = pl_h5_exists(L->file, "/columns");
-    pl_h5_lock();
-    H5E_BEGIN_TRY {
-        if (has_ds) obj = H5Dopen2(L->file, "/columns", H5P_DEFAULT);
-        if (obj < 0) {
-            hid_t ds = H5Dopen2(L->file, series, H5P_DEFAULT);
-            if (ds >= 0) {
-                if (H5Aexists(ds, "columns") > 0) {
-                    obj = H5Aopen(ds, "columns", H5P_DEFAULT);
-                    is_attr = true;
-                }
-                H5Dclose(ds);
-            }
-        }
-    }
-    H5E_END_TRY;
-    if (obj < 0) {
-        pl_h5_unlock();
-        return 0;
-    }
-    sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj);
-    t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj);
-    hssize_t cnt = H5Sget_simple_extent_npoints(sp);
-    if (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0 && cnt > 0 && cnt <= maxn) {
-        char **s = calloc((size_t)cnt, sizeof *s);
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, H5T_VARIABLE);
-        H5Tset_cset(mt, H5Tget_cset(t));
-        herr_t e = !s        ? -1
-                   : is_attr ? H5Aread(obj, mt, s)
-                             : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
-        if (e >= 0) {
-            for (hssize_t i = 0; i < cnt; i++)
-                snprintf(names[i], 64, "%s", s[i] ? s[i] : "");
-            n = (int)cnt;
-            H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, s);
-        }
-        H5Tclose(mt);
-        free(s);
-    }
-    H5Tclose(t);
-    H5Sclose(sp);
-    if (is_attr)
-        H5Aclose(obj);
-    else
-        H5Dclose(obj);
-    pl_h5_unlock();
-    return n;
-}
-
 /* "ridership,3" -> column indices. */
 static pl_status parse_columns(loader *L, const char *key, const char *spec, char names[][64],
                                int nnames, int64_t F, int *idx, int *n) {
@@ -672,7 +617,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
         goto out;
     }
     L->st.bytes_read += (uint64_t)(T * F) * 4;
-    int nnames = read_column_names(L, sname, names, (int)F);
+    int nnames = pl_h5_column_names(L->file, sname, names, (int)F);
     int nfc = 0, ntc = 0;
     const char *fspec = pl_cfg_str(cfg, "feature_columns", "");
     if (!fspec[0]) {

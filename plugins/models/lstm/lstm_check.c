@@ -22,9 +22,10 @@ static bool next_token(const char **s, char *tok, size_t n) {
     return true;
 }
 
-/* The file's column count and names (the `/columns` dataset or the series
- * dataset's `columns` attribute, as hdf5_chunk reads them). *ncols 0 when
- * the file or the series cannot be read; *nnames 0 without names. */
+/* The file's column count and names (pl_h5_column_names: the `/columns`
+ * dataset or the series dataset's `columns` attribute, as hdf5_chunk reads
+ * them). *ncols 0 when the file or the series cannot be read; *nnames 0
+ * without names. */
 static void read_columns(const char *path, const char *series, int64_t *ncols, char (*names)[64],
                          int *nnames) {
     *ncols = 0;
@@ -33,8 +34,7 @@ static void read_columns(const char *path, const char *series, int64_t *ncols, c
     char sname[256];
     snprintf(sname, sizeof sname, "%s%s", series[0] == '/' ? "" : "/", series);
     pl_h5_lock();
-    hid_t file = -1, ds = -1, obj = -1, sp = -1, t = -1;
-    bool is_attr = false;
+    hid_t file = -1, ds = -1;
     H5E_BEGIN_TRY {
         file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         if (file >= 0) ds = H5Dopen2(file, sname, H5P_DEFAULT);
@@ -45,40 +45,9 @@ static void read_columns(const char *path, const char *series, int64_t *ncols, c
                 H5Sget_simple_extent_dims(dsp, dims, NULL) == 2)
                 *ncols = (int64_t)dims[1];
             if (dsp >= 0) H5Sclose(dsp);
-            if (H5Lexists(file, "/columns", H5P_DEFAULT) > 0)
-                obj = H5Dopen2(file, "/columns", H5P_DEFAULT);
-            if (obj < 0 && H5Aexists(ds, "columns") > 0) {
-                obj = H5Aopen(ds, "columns", H5P_DEFAULT);
-                is_attr = obj >= 0;
-            }
+            H5Dclose(ds);
+            *nnames = pl_h5_column_names(file, sname, names, MAX_COLS);
         }
-        if (obj >= 0) {
-            sp = is_attr ? H5Aget_space(obj) : H5Dget_space(obj);
-            t = is_attr ? H5Aget_type(obj) : H5Dget_type(obj);
-        }
-        hssize_t cnt = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : 0;
-        if (t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0 && cnt > 0 &&
-            cnt <= MAX_COLS) {
-            char **s = calloc((size_t)cnt, sizeof *s);
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            H5Tset_cset(mt, H5Tget_cset(t)); /* csv_to_h5 writes UTF-8 */
-            herr_t e = !s        ? -1
-                       : is_attr ? H5Aread(obj, mt, s)
-                                 : H5Dread(obj, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s);
-            if (e >= 0) {
-                for (hssize_t i = 0; i < cnt; i++)
-                    snprintf(names[i], 64, "%s", s[i] ? s[i] : "");
-                *nnames = (int)cnt;
-                H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, s);
-            }
-            H5Tclose(mt);
-            free(s);
-        }
-        if (t >= 0) H5Tclose(t);
-        if (sp >= 0) H5Sclose(sp);
-        if (obj >= 0) is_attr ? H5Aclose(obj) : H5Dclose(obj);
-        if (ds >= 0) H5Dclose(ds);
         if (file >= 0) H5Fclose(file);
     }
     H5E_END_TRY;
