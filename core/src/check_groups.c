@@ -22,28 +22,17 @@ static bool has_named_groups(const pl_config *cfg) {
 pl_status pl_trainer_check_param_groups(const pl_config *cfg, pl_registry *reg, bool *checked) {
     *checked = false;
     if (!has_named_groups(cfg)) return PL_OK;
-    trainer T = {0}, *t = &T;
-    t->cfg = (pl_config *)cfg; /* read only: the stages read their sections */
-    t->reg = reg;
-    t->pipe = pl_config_section_get(cfg, "pipeline");
-    t->tr = pl_config_section_get(cfg, "trainer");
-    t->world = 1;
-    t->stride = 1;
+    trainer T, *t = &T;
+    /* read only: the stages read their sections */
+    pl_status st = tr_offline_init(t, (pl_config *)cfg, reg, NULL);
     t->ctx.device = PL_CPU;
-    t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
-    t->ctx.meta = pl_meta_new();
-    t->ctx.params = pl_params_new();
     t->ctx.max_epochs = 1;
     t->ctx.steps_per_epoch = 1;
     t->ctx.total_steps = 1;
-    pl_status st = t->ctx.meta && t->ctx.params ? PL_OK
-                                                : pl_error_set(PL_ERR_NOMEM, "check: out of memory");
     if (!st) st = tr_build_model(t, NULL);
     if (!st) st = tr_stage_create(t, &t->optim, "optimizer");
     if (!st) *checked = true;
     tr_destroy_stages(t);
-    pl_params_free(t->ctx.params);
-    pl_meta_free(t->ctx.meta);
-    pl_autocast_set(PL_F32);
+    tr_offline_free(t);
     return st;
 }

@@ -218,18 +218,9 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
         return st;
     }
 
-    trainer T = {0}, *t = &T;
-    t->cfg = cfg;
-    t->reg = reg;
-    t->pipe = pl_config_section_get(cfg, "pipeline");
-    t->tr = pl_config_section_get(cfg, "trainer");
+    trainer T, *t = &T;
+    st = tr_offline_init(t, cfg, reg, r->run_dir);
     t->ctx.device = PL_CPU;
-    t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
-    t->ctx.meta = pl_meta_new();
-    t->ctx.params = pl_params_new();
-    snprintf(t->run_dir, sizeof t->run_dir, "%s", r->run_dir);
-    t->ctx.run_dir = t->run_dir;
-    if (!t->ctx.meta || !t->ctx.params) st = pl_error_set(PL_ERR_NOMEM, "export: out of memory");
     printf("export: run %s, model %s, checkpoint %s, format %s\n", r->run_dir, md->name, ckpt,
            r->format);
     fflush(stdout);
@@ -279,9 +270,7 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
     if (!st) printf("export: wrote %s\n", dest);
 
     tr_destroy_stages(t);
-    pl_params_free(t->ctx.params);
-    pl_meta_free(t->ctx.meta);
+    tr_offline_free(t);
     pl_config_free(cfg);
-    pl_autocast_set(PL_F32);
     return st;
 }

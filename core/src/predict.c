@@ -278,20 +278,12 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
         return report(), exit_code(st);
     }
 
-    trainer T = {0}, *t = &T;
-    t->cfg = cfg;
-    t->reg = reg;
-    t->pipe = pl_config_section_get(cfg, "pipeline");
-    t->tr = pl_config_section_get(cfg, "trainer");
-    snprintf(t->run_dir, sizeof t->run_dir, "%s", o->run_dir);
-    st = tr_setup_device(t);
-    t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
-    t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);
-    t->ctx.run_dir = t->run_dir; /* loaders read what the run saved there (never write) */
-    t->ctx.meta = pl_meta_new();
-    t->ctx.params = pl_params_new();
+    trainer T, *t = &T;
+    /* loaders read what the run saved in its directory (never write) */
+    st = tr_offline_init(t, cfg, reg, o->run_dir);
+    if (!st) st = tr_setup_device(t);
     pl_meta *attrs = pl_meta_new();
-    if (!st && (!t->ctx.meta || !t->ctx.params || !attrs)) st = pl_error_status();
+    if (!st && !attrs) st = pl_error_set(PL_ERR_NOMEM, "predict: out of memory");
     if (!st) st = pl_meta_set_str(t->ctx.meta, "predict_split", pl_split_name(split));
     if (!st) st = tr_build_model(t, NULL);
     if (!st) st = tr_load_weights(t, ckpt);
@@ -325,10 +317,8 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
     tr_stage_destroy(&t->model);
     tr_stage_destroy(&t->loader);
     if (st && begun) unlink(tmp);
-    pl_params_free(t->ctx.params);
-    pl_meta_free(t->ctx.meta);
+    tr_offline_free(t);
     pl_meta_free(attrs);
     pl_config_free(cfg);
-    pl_autocast_set(PL_F32);
     return code;
 }

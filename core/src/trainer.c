@@ -1096,6 +1096,34 @@ pl_status tr_build_model(trainer *t, double *load_start) {
     return st;
 }
 
+pl_status tr_offline_init(trainer *t, pl_config *cfg, pl_registry *reg, const char *run_dir) {
+    memset(t, 0, sizeof *t);
+    t->cfg = cfg;
+    t->reg = reg;
+    t->pipe = pl_config_section_get(cfg, "pipeline");
+    t->tr = pl_config_section_get(cfg, "trainer");
+    t->world = 1;
+    t->stride = 1;
+    t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
+    t->ctx.verbose = pl_cfg_bool(t->pipe, "verbose", false);
+    if (run_dir && run_dir[0]) {
+        snprintf(t->run_dir, sizeof t->run_dir, "%s", run_dir);
+        t->ctx.run_dir = t->run_dir;
+    }
+    t->ctx.meta = pl_meta_new();
+    t->ctx.params = pl_params_new();
+    if (!t->ctx.meta || !t->ctx.params) return pl_error_set(PL_ERR_NOMEM, "out of memory");
+    return PL_OK;
+}
+
+void tr_offline_free(trainer *t) {
+    pl_params_free(t->ctx.params);
+    pl_meta_free(t->ctx.meta);
+    t->ctx.params = NULL;
+    t->ctx.meta = NULL;
+    pl_autocast_set(PL_F32);
+}
+
 void tr_destroy_stages(trainer *t) {
     tr_stage_destroy(&t->strat);
     tr_stage_destroy(&t->avg);

@@ -219,6 +219,17 @@ pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr
 /* Destroy every created stage, in reverse order of creation (NULL-safe per
  * stage). The params and meta stay (the caller frees them). */
 void tr_destroy_stages(trainer *t);
+/* A trainer that builds stages outside a run (`pipeline export`, `predict`,
+ * the optimizer-group check of `pipeline check`): zeroes *t and sets the
+ * config, registry, its [pipeline] / [trainer] sections, seed, verbose, one
+ * process (world 1), run_dir (NULL or "": none; the stages read what a run
+ * saved there, never write) and a new meta table and parameter list. The
+ * device (ctx.device) is the caller's to set. PL_ERR_NOMEM; free with
+ * tr_offline_free either way. */
+pl_status tr_offline_init(trainer *t, pl_config *cfg, pl_registry *reg, const char *run_dir);
+/* Free what tr_offline_init made (the stages must have been destroyed) and
+ * put autocast back to f32. */
+void tr_offline_free(trainer *t);
 
 /* Create the stage of INI section `section` (PL_OK with s->self NULL when
  * the config has no such section); errors name the section and plugin. */
