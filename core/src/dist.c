@@ -179,8 +179,13 @@ pl_status tr_dist_check_params(trainer *t) {
 pl_status tr_dist_reduce_grads(trainer *t) {
     if (t->world <= 1) return PL_OK;
     int n = pl_params_count(t->ctx.params);
-    pl_tensor **gs = malloc(((size_t)n + 1) * sizeof *gs);
-    if (!gs) return pl_error_set(PL_ERR_NOMEM, "ddp: gradient list");
+    if (t->dist_grads_cap < n + 1) { /* once: the parameter list does not change in a fit */
+        pl_tensor **g = realloc(t->dist_grads, ((size_t)n + 1) * sizeof *g);
+        if (!g) return pl_error_set(PL_ERR_NOMEM, "ddp: gradient list");
+        t->dist_grads = g;
+        t->dist_grads_cap = n + 1;
+    }
+    pl_tensor **gs = t->dist_grads;
     int k = 0;
     pl_status st = PL_OK;
     for (int i = 0; i < n && !st; i++) {
@@ -203,7 +208,6 @@ pl_status tr_dist_reduce_grads(trainer *t) {
         gs[k++] = p->t->grad;
     }
     if (!st && k) st = STRAT(t)->all_reduce_sum(t->strat.self, gs, k);
-    free(gs);
     if (st) return pl_error_prefix(st, "ddp: summing gradients at step %lld", (long long)t->step);
     return PL_OK;
 }

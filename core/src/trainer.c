@@ -1346,6 +1346,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);
     free(t->epoch_s);
+    free(t->dist_grads);
     g_log_run = NULL;
     if (t->log) fclose(t->log);
     if (t->metrics) fclose(t->metrics);

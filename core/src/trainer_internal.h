@@ -64,6 +64,8 @@ typedef struct trainer {
     stage strat;
     int rank, world, stride;
     bool pass_start; /* the next tr_next_batch is the first since epoch_begin */
+    pl_tensor **dist_grads; /* tr_dist_reduce_grads' list, kept between steps */
+    int dist_grads_cap;
     FILE *log, *metrics;
     bool tty;
     bool progress_shown; /* tty: the progress line is on screen (no newline after it) */
