@@ -358,9 +358,7 @@ static int cmd_run(int argc, char **argv) {
         return EXIT_USAGE;
     }
     /* under mpirun every rank resolves the same config: rank 0 prints it */
-    const char *mpi_rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (!mpi_rank) mpi_rank = getenv("PMI_RANK");
-    if (!mpi_rank || atoi(mpi_rank) == 0) pl_config_print(cfg, stdout);
+    if (pl_launcher_rank() == 0) pl_config_print(cfg, stdout);
     fflush(stdout);
     pl_run_options opts = {.resume = a.resume,
                            .config_path = a.file,

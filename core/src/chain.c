@@ -139,13 +139,13 @@ int tr_run_requirements(trainer *t) {
         pl_trainer_latest_dir(rc, latest, sizeof latest);
         snprintf(ck, sizeof ck, "%s/checkpoints/last.safetensors", latest);
         if (access(ck, R_OK) == 0 && run_finished_ok(latest)) {
-            if (tr_launcher_rank() == 0)
+            if (pl_launcher_rank() == 0)
                 printf("%s: requirement %s satisfied by %s\n", pl_config_path(t->cfg), req,
                        latest);
             pl_config_free(rc);
             continue;
         }
-        if (tr_launcher_rank() == 0) {
+        if (pl_launcher_rank() == 0) {
             printf("%s needs %s, which has no finished run (no %s from a run that ended ok): "
                    "running it first\n",
                    pl_config_path(t->cfg), req, ck);

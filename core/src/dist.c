@@ -46,7 +46,7 @@ static int launcher_world_size(void) {
     return 1;
 }
 
-int tr_launcher_rank(void) {
+int pl_launcher_rank(void) {
     static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);

@@ -51,6 +51,11 @@ pl_status pl_trainer_check_param_groups(const pl_config *cfg, pl_registry *reg, 
 /* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
  * printed to stderr with a hint line. */
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
+/* This process's rank as its launcher set it in the environment
+ * (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK), 0 without one: who prints what
+ * every rank would print alike before a strategy exists (the resolved config,
+ * the requirements). (core/src/dist.c) */
+int pl_launcher_rank(void);
 
 /* `pipeline predict RUN_DIR INPUT.h5 OUT.h5` (predict.c). Strings borrowed. */
 typedef struct pl_predict_options {

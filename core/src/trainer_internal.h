@@ -136,9 +136,7 @@ typedef struct trainer {
 #define STRAT(t) ((const pl_strategy_vtable *)(t)->strat.vt)
 
 /* ---- dist.c: data-parallel training through a strategy stage ---- */
-/* This process's rank as its launcher (mpirun) set it in the environment, 0
- * without one: who prints before a strategy exists (requirements, the config). */
-int tr_launcher_rank(void);
+
 /* Create the strategy: the [strategy] section's plugin, or under a launcher
  * that started several processes (mpirun: OMPI_COMM_WORLD_SIZE, PMI_SIZE)
  * with no such section, the `ddp` plugin with its defaults (Lightning's
