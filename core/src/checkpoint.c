@@ -472,7 +472,7 @@ static pl_status load_checkpoint(trainer *t, const char *path, bool weights_only
             if (batch > 0 && pos > 0 && bs_now > 0) {
                 /* continue at the first whole step of this run at or after that sample */
                 int64_t per_step = bs_now * t->world;
-                t->batch = (pos + per_step - 1) / per_step;
+                t->batch = pos / per_step + (pos % per_step != 0); /* pos is untrusted: no overflow */
                 if (t->batch != batch || ws != t->world)
                     tr_log(t, "resume: %s was saved %lld samples into epoch %lld by %lld "
                            "process(es); this run (%d x batch_size %lld) continues at its step "
