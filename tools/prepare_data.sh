@@ -8,6 +8,8 @@
 #   data/usdthb_1h.h5   tools/csv_to_h5.py --utc --resample 1h --mid bid,ask
 #                       --log-return: USD/THB quotes as hourly bars (LSTM
 #                       multi-timeframe, configs/lstm_usdthb.ini)
+#   data/dowjones30.h5  tools/stocks_to_h5.py: daily closes of the 30 Dow
+#                       Jones stocks as a stock panel (configs/gat_stocks.ini)
 #   data/cora.h5        only with --cora PATH: PATH is either a ready cora.h5
 #                       (symlinked) or a folder of raw ind.cora.* files
 #                       (converted with tools/planetoid_to_h5.py)
@@ -16,10 +18,10 @@
 #                       python3-rdkit, installed when run as root)
 #
 # Sources: by default the CSVs are fetched from Debian packages
-# (fetch_movielens.sh, fetch_chicago.sh, fetch_usdthb.sh; needs apt-get +
-# Rscript). With --use-shared, ../shared/data/{movielens/ratings.csv,
+# (fetch_movielens.sh, fetch_chicago.sh, fetch_usdthb.sh, fetch_dowjones.sh;
+# needs apt-get + Rscript). With --use-shared, ../shared/data/{movielens/ratings.csv,
 # timeseries/chicago_ridership.csv, timeseries/usdthb_ticks.csv,
-# planetoid/cora.h5} next to the repo are used instead when present (Cora is
+# timeseries/dowjones30.csv, planetoid/cora.h5} next to the repo are used instead when present (Cora is
 # then linked even without --cora).
 #
 # Idempotent: an output that already exists is skipped (use --force to
@@ -48,7 +50,7 @@ while [ $# -gt 0 ]; do
         --molecules) molecules=1 ;;
         --data-dir) shift; data=${1:?--data-dir needs a path} ;;
         --max-len) shift; max_len=${1:?--max-len needs a number} ;;
-        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "prepare_data: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -109,6 +111,14 @@ out="$data/usdthb_1h.h5"
 if need "$out"; then
     csv=$(source_csv timeseries/usdthb_ticks.csv fetch_usdthb.sh usdthb_ticks.csv)
     "$py" "$here/csv_to_h5.py" --utc --resample 1h --mid bid,ask --log-return "$csv" "$out.tmp.$$"
+    mv "$out.tmp.$$" "$out"
+fi
+
+# Dow Jones 30 daily closes -> stock panel (features, factors, next-day target)
+out="$data/dowjones30.h5"
+if need "$out"; then
+    csv=$(source_csv timeseries/dowjones30.csv fetch_dowjones.sh dowjones30.csv)
+    "$py" "$here/stocks_to_h5.py" "$csv" "$out.tmp.$$"
     mv "$out.tmp.$$" "$out"
 fi
 
