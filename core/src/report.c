@@ -121,6 +121,8 @@ void tr_write_summary(trainer *t, int status) {
     if (t->have_test) cJSON_AddItemToObject(o, "test_metrics", metrics_json(&t->test_metrics));
     if (t->have_avg_test) {
         char key[96];
+        snprintf(key, sizeof key, "%s_val_metrics", t->avg.desc->name);
+        cJSON_AddItemToObject(o, key, metrics_json(&t->avg_val_metrics));
         snprintf(key, sizeof key, "%s_test_metrics", t->avg.desc->name);
         cJSON_AddItemToObject(o, key, metrics_json(&t->avg_test_metrics));
     }

@@ -818,11 +818,18 @@ static pl_status run_test(trainer *t) {
         /* averaged weights are reported under the averager's own name */
         const char *who = t->avg.desc->name;
         st = AVG(t)->swap(t->avg.self);
+        /* validation of the averaged weights too: whether averaging pays is
+         * then decided on validation, like every other choice */
+        if (!st) st = evaluate(t, PL_SPLIT_VAL, &t->avg_val_metrics, t->limit[PL_SPLIT_VAL]);
+        if (!st) st = check_finite("val (averaged weights)", &t->avg_val_metrics);
         if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->avg_test_metrics, t->limit[PL_SPLIT_TEST]);
         if (!st) st = check_finite("test (averaged weights)", &t->avg_test_metrics);
         if (!st) {
             t->have_avg_test = true;
             char prefix[96], heading[128];
+            snprintf(prefix, sizeof prefix, "%s_val", who);
+            snprintf(heading, sizeof heading, "val (%s averaged weights):", who);
+            tr_print_metrics(t, heading, prefix, &t->avg_val_metrics);
             snprintf(prefix, sizeof prefix, "%s_test", who);
             snprintf(heading, sizeof heading, "test (%s averaged weights):", who);
             tr_print_metrics(t, heading, prefix, &t->avg_test_metrics);

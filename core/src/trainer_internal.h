@@ -110,7 +110,7 @@ typedef struct trainer {
     double *epoch_s;
     int64_t n_epoch_s;
     phase_time ph_fit, ph_test, ph_export;
-    pl_metrics last_val, test_metrics, avg_test_metrics;
+    pl_metrics last_val, test_metrics, avg_val_metrics, avg_test_metrics;
     bool have_test, have_avg_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
