@@ -16,16 +16,16 @@ enum { NB_FIELDS = 8 }; /* batch fields of the widest mode (panel: 7) */
 /* One split of graphs mode: its graphs, their epoch order, the batch
  * boundaries and the staging tensors (device) holding the whole split. */
 typedef struct gsplit {
-    int64_t ng;             /* graphs in the split */
-    int64_t nodes, edges;   /* totals over the split (edges after self loops) */
-    int64_t nb;             /* batches served per epoch (after drop_last) */
-    int64_t nb_all;         /* ceil(ng / B): batches laid out in staging */
-    int64_t *ids;           /* graph ids in file order */
-    int64_t *order;         /* graph ids in the current epoch order */
-    int64_t *bnode, *bedge; /* [nb_all + 1] staging row offsets of each batch */
+    int64_t ng;                           /* graphs in the split */
+    int64_t nodes, edges;                 /* totals over the split (edges after self loops) */
+    int64_t nb;                           /* batches served per epoch (after drop_last) */
+    int64_t nb_all;                       /* ceil(ng / B): batches laid out in staging */
+    int64_t *ids;                         /* graph ids in file order */
+    int64_t *order;                       /* graph ids in the current epoch order */
+    int64_t *bnode, *bedge;               /* [nb_all + 1] staging row offsets of each batch */
     pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
     pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
-    int64_t arranged_epoch; /* train: epoch whose order is staged; -1 none */
+    int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
 typedef struct panel panel; /* mode = panel (panel.c) */

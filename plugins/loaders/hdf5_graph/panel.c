@@ -35,11 +35,11 @@
 
 /* One split: its days, their epoch order, and its staging tensors. */
 typedef struct psplit {
-    int64_t nd;      /* days (usable rows) in the split */
-    int64_t B;       /* days per batch */
-    int64_t nb;      /* batches served per epoch (after drop_last) */
-    int64_t *rows;   /* the days' rows t, file order */
-    int64_t *order;  /* the days' rows t, epoch order */
+    int64_t nd;                               /* days (usable rows) in the split */
+    int64_t B;                                /* days per batch */
+    int64_t nb;                               /* batches served per epoch (after drop_last) */
+    int64_t *rows;                            /* the days' rows t, file order */
+    int64_t *order;                           /* the days' rows t, epoch order */
     pl_tensor *x, *src, *dst, *y, *ret, *fac; /* fac: NULL without factors */
     int64_t arranged_epoch;                   /* train: epoch whose order is staged; -1 none */
 } psplit;
@@ -56,13 +56,13 @@ struct panel {
     int64_t t0;         /* first usable row: max(W, L) - 1 */
     int64_t E_day;      /* edges per day: S * k (+ S self loops) */
     bool loops, per_batch, shuffle;
-    float *hx;             /* [T, S, F] features (standardized) */
-    float *g;              /* [T, S] graph_feature, as in the file */
-    float *hy, *hret;      /* [T, S] normalized target, target as in the file */
-    float *hfac;           /* [T, S, K] factors as in the file */
-    int64_t *esrc, *edst;  /* once: [(T - t0) * E_day] each usable day's edges, stock ids */
+    float *hx;            /* [T, S, F] features (standardized) */
+    float *g;             /* [T, S] graph_feature, as in the file */
+    float *hy, *hret;     /* [T, S] normalized target, target as in the file */
+    float *hfac;          /* [T, S, K] factors as in the file */
+    int64_t *esrc, *edst; /* once: [(T - t0) * E_day] each usable day's edges, stock ids */
     psplit sp[PL_SPLIT_COUNT];
-    pl_tensor *batch;      /* i64 [B_max * S]: node d*S + s -> d */
+    pl_tensor *batch; /* i64 [B_max * S]: node d*S + s -> d */
     /* host scratch for a non-CPU device, sized for the largest split */
     float *sx, *sy, *sret, *sfac;
     int64_t *ssrc, *sdst; /* also per_batch's edges of one batch on such a device */
@@ -120,8 +120,8 @@ static pl_status parse_day(const char *key, const char *s, int64_t *day) {
     }
     bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     if (!shape || m < 1 || m > 12 || d < 1 || d > mdays[m - 1] + (m == 2 && leap))
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_graph: %s = '%s': expected a date YYYY-MM-DD",
-                            key, s);
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_graph: %s = '%s': expected a date YYYY-MM-DD", key,
+                            s);
     *day = days_from_civil(y, m, d);
     return PL_OK;
 }
@@ -133,8 +133,10 @@ static pl_status dscratch_init(dscratch *d, int64_t S, int64_t L) {
     d->ss = malloc(sizeof *d->ss * (size_t)S);
     d->a = malloc(sizeof *d->a * (size_t)(S * S));
     if (!d->c || !d->ss || !d->a)
-        return pl_error_set(PL_ERR_NOMEM, "hdf5_graph: out of memory for a day's graph (%lld "
-                            "stocks)", (long long)S);
+        return pl_error_set(PL_ERR_NOMEM,
+                            "hdf5_graph: out of memory for a day's graph (%lld "
+                            "stocks)",
+                            (long long)S);
     return PL_OK;
 }
 
@@ -229,8 +231,10 @@ static pl_status build_all(panel *P) {
         dscratch_free(&d);
     }
     if (fail)
-        return pl_error_set(PL_ERR_NOMEM, "hdf5_graph: out of memory for a day's graph (%lld "
-                            "stocks)", (long long)P->S);
+        return pl_error_set(PL_ERR_NOMEM,
+                            "hdf5_graph: out of memory for a day's graph (%lld "
+                            "stocks)",
+                            (long long)P->S);
     P->build_ms = now_ms() - t0;
     P->graphs_built = nu;
     return PL_OK;
@@ -334,8 +338,8 @@ static bool size3(int64_t a, int64_t b, int64_t c, int64_t *out) {
 
 /* Names of a dataset's string attribute must be usable as metric / column
  * names: letters, digits, '_', '.', '-'. */
-static pl_status check_names(const graph *G, const char *ds, const char *attr,
-                             char (*names)[64], int n) {
+static pl_status check_names(const graph *G, const char *ds, const char *attr, char (*names)[64],
+                             int n) {
     for (int i = 0; i < n; i++)
         for (const char *c = names[i]; *c; c++)
             if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
@@ -496,9 +500,9 @@ static pl_status publish_meta(graph *G, panel *P, pl_run_context *ctx, char (*fn
     snprintf(line, sizeof line,
              "%s: %lld stocks, %lld features, %lld days (%lld before the first full window%s); "
              "train %lld, val %lld, test %lld days; %s (top-%lld |corr| over %lld days%s)",
-             G->path, (long long)P->S, (long long)P->F, (long long)P->T, (long long)P->t0,
-             dropped, (long long)P->sp[0].nd, (long long)P->sp[1].nd, (long long)P->sp[2].nd,
-             built, (long long)P->k, (long long)P->L, P->loops ? ", self loops" : "");
+             G->path, (long long)P->S, (long long)P->F, (long long)P->T, (long long)P->t0, dropped,
+             (long long)P->sp[0].nd, (long long)P->sp[1].nd, (long long)P->sp[2].nd, built,
+             (long long)P->k, (long long)P->L, P->loops ? ", self loops" : "");
     SET(pl_meta_set_str(m, "data_summary", line));
 #undef SET
     return st;
@@ -585,8 +589,7 @@ pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *c
     P->shuffle = pl_cfg_bool(cfg, "shuffle", true);
     const bool drop_last = pl_cfg_bool(cfg, "drop_last", false);
     const bool standardize = pl_cfg_bool(cfg, "standardize_features", true);
-    const int64_t B = pl_cfg_int(cfg, "batch_size", 32),
-                  Be = pl_cfg_int(cfg, "eval_batch_size", 0);
+    const int64_t B = pl_cfg_int(cfg, "batch_size", 32), Be = pl_cfg_int(cfg, "eval_batch_size", 0);
 
     if (!strcmp(kname, "\"\""))
         return pl_error_set(PL_ERR_CONFIG,
@@ -635,8 +638,8 @@ pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *c
     }
     if ((st = read_ds(G, f, yname, H5T_NATIVE_FLOAT, 2, 2, (int64_t[]){P->T, P->S},
                       (void **)&P->hret, dy, NULL))) {
-        pl_error_prefix(st, "panel target: [T, S] = [%lld, %lld] as features '%s'",
-                        (long long)P->T, (long long)P->S, xname);
+        pl_error_prefix(st, "panel target: [T, S] = [%lld, %lld] as features '%s'", (long long)P->T,
+                        (long long)P->S, xname);
         goto out;
     }
     if ((st = read_ds(G, f, tname, H5T_NATIVE_INT64, 1, 1, (int64_t[]){P->T}, (void **)&tm, dt,
@@ -649,7 +652,8 @@ pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *c
     if (kname[0]) {
         if ((st = read_ds(G, f, kname, H5T_NATIVE_FLOAT, 3, 3, (int64_t[]){P->T, P->S, -1},
                           (void **)&P->hfac, dk, NULL))) {
-            pl_error_prefix(st, "panel factors: [T, S, K] with [T, S] = [%lld, %lld] as features "
+            pl_error_prefix(st,
+                            "panel factors: [T, S, K] with [T, S] = [%lld, %lld] as features "
                             "'%s' (`factors =` serves none)",
                             (long long)P->T, (long long)P->S, xname);
             goto out;
@@ -737,8 +741,8 @@ out:
     /* NaN / Inf refused (README "Missing values"); times */
     if ((st = pl_h5_check_finite(G->path, xname, PL_F32, P->hx, 0, P->T, 3, dx, NULL, NULL, 0)) ||
         (st = pl_h5_check_finite(G->path, yname, PL_F32, P->hret, 0, P->T, 2, dy, NULL, NULL, 0)) ||
-        (P->K &&
-         (st = pl_h5_check_finite(G->path, kname, PL_F32, P->hfac, 0, P->T, 3, dk, NULL, NULL, 0))) ||
+        (P->K && (st = pl_h5_check_finite(G->path, kname, PL_F32, P->hfac, 0, P->T, 3, dk, NULL,
+                                          NULL, 0))) ||
         (st = check_times(G, tname, ttname, tm, tt, P->T)))
         goto done;
     int64_t ek, ss;

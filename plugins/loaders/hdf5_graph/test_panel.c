@@ -76,11 +76,11 @@ static int write_names(const char *p, const char *ds, const char *attr, const ch
 static const char *pfile_write(const pfile *f, const char *name, char *buf, size_t n) {
     const char *p = pl_test_tmp_path("hdf5_graph", name, buf, n);
     remove(p);
-    ck_assert_int_eq(
-        lt_write(p, "features", H5T_NATIVE_FLOAT, 3, (long long[]){PT, PS, PF}, f->x), 0);
+    ck_assert_int_eq(lt_write(p, "features", H5T_NATIVE_FLOAT, 3, (long long[]){PT, PS, PF}, f->x),
+                     0);
     ck_assert_int_eq(lt_write(p, "target", H5T_NATIVE_FLOAT, 2, (long long[]){PT, PS}, f->y), 0);
-    ck_assert_int_eq(
-        lt_write(p, "factors", H5T_NATIVE_FLOAT, 3, (long long[]){PT, PS, PK}, f->fac), 0);
+    ck_assert_int_eq(lt_write(p, "factors", H5T_NATIVE_FLOAT, 3, (long long[]){PT, PS, PK}, f->fac),
+                     0);
     ck_assert_int_eq(lt_write(p, "time", H5T_NATIVE_LLONG, 1, (long long[]){PT}, f->time), 0);
     ck_assert_int_eq(lt_write(p, "target_time", H5T_NATIVE_LLONG, 1, (long long[]){PT}, f->ttime),
                      0);
@@ -181,7 +181,8 @@ static void check_day(const pfile *f, const pl_batch *b, int d, int t, bool std,
     const int64_t *src = pl_tensor_i64(pl_batch_get(b, "edge_src")),
                   *dst = pl_tensor_i64(pl_batch_get(b, "edge_dst")),
                   *bv = pl_tensor_i64(pl_batch_get(b, "batch"));
-    const float *y = pl_tensor_f32(pl_batch_get(b, "y")), *ret = pl_tensor_f32(pl_batch_get(b, "ret")),
+    const float *y = pl_tensor_f32(pl_batch_get(b, "y")),
+                *ret = pl_tensor_f32(pl_batch_get(b, "ret")),
                 *fac = pl_tensor_f32(pl_batch_get(b, "factors"));
     double mean[PF], sd[PF];
     for (int c = 0; c < PF; c++) {
@@ -249,9 +250,10 @@ START_TEST(panel_batches_match_an_independent_computation) {
     ck_assert(meta_f(&L, "graph_build_ms") >= 0);
     ck_assert_str_eq(pl_meta_get_str(L.ctx->meta, "task"), "stock_ranking");
     const char *sum = pl_meta_get_str(L.ctx->meta, "data_summary");
-    ck_assert_msg(sum && strstr(sum, ": 6 stocks, 3 features, 40 days (9 before the first full "
-                                     "window); train 15, val 8, test 8 days; 31 day-graphs built "
-                                     "once in ") &&
+    ck_assert_msg(sum &&
+                      strstr(sum, ": 6 stocks, 3 features, 40 days (9 before the first full "
+                                  "window); train 15, val 8, test 8 days; 31 day-graphs built "
+                                  "once in ") &&
                       strstr(sum, "(top-3 |corr| over 10 days)"),
                   "%s", sum ? sum : "(none)");
     /* standardization statistics: train rows, all stocks, unbiased std */
@@ -500,7 +502,8 @@ START_TEST(unstandardized_features_are_the_files) {
     pfile f;
     pfile_init(&f);
     lt_loader L;
-    PL_CK_OK(open_panel(&L, &f, "raw.h5", DATES GEOM "shuffle = false\nstandardize_features = false\n"));
+    PL_CK_OK(
+        open_panel(&L, &f, "raw.h5", DATES GEOM "shuffle = false\nstandardize_features = false\n"));
     ck_assert_double_eq(meta_f(&L, "feature_mean_1"), 0.0);
     ck_assert_double_eq(meta_f(&L, "feature_std_1"), 1.0);
     PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TEST, 0, 0));
@@ -647,7 +650,8 @@ START_TEST(batch_fields_match_every_batch) {
             PL_CK_OK(L.vt->epoch_begin(L.self, (pl_data_split)s, 0, 0));
             pl_batch b;
             while (L.vt->next(L.self, &b) == 1) {
-                const char *d = lt_fields_diff(&L, &fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
+                const char *d =
+                    lt_fields_diff(&L, &fl, (pl_data_split)s, &b, &used, msg, sizeof msg);
                 ck_assert_msg(d == NULL, "%s", d);
             }
         }
@@ -703,8 +707,7 @@ static void panel_error(const pfile *f, const char *extra, int nd, const long lo
     const char *m = pl_error_message();
     ck_assert_msg(strstr(m, want1) && (!want2 || strstr(m, want2)), "expected '%s' / '%s' in: %s",
                   want1, want2 ? want2 : "", m);
-    if (!strstr(want1, "hdf5_graph:"))
-        ck_assert_msg(strstr(m, p), "file name missing in: %s", m);
+    if (!strstr(want1, "hdf5_graph:")) ck_assert_msg(strstr(m, p), "file name missing in: %s", m);
 }
 
 START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
@@ -729,8 +732,7 @@ START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
     /* times */
     pfile g = f;
     g.time[12] = g.time[11];
-    panel_error(&g, NULL, 0, NULL, NULL, false, ok,
-                "dataset 'time' must strictly increase",
+    panel_error(&g, NULL, 0, NULL, NULL, false, ok, "dataset 'time' must strictly increase",
                 "time[12] = 1578787200 (2020-01-12) <= time[11] = 1578787200 (2020-01-12)");
     g = f;
     g.ttime[20] = g.time[20];
