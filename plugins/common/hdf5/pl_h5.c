@@ -456,6 +456,89 @@ pl_status pl_h5_attr_read_double(const char *path, hid_t obj, const char *name, 
     return attr_read(path, obj, name, H5T_NATIVE_DOUBLE, v, found);
 }
 
+/* Append the names of `s[0..len)` to names[*n..]: the whole text (split =
+ * false) or each comma-separated part, spaces around it dropped. */
+static pl_status add_names(const char *path, const char *obj, const char *attr, const char *s,
+                           size_t len, bool split, char (*names)[64], int maxn, int *n) {
+    size_t i = 0;
+    do {
+        size_t j = i;
+        while (j < len && s[j] && !(split && s[j] == ','))
+            j++;
+        size_t a = i, b = j;
+        while (a < b && s[a] == ' ')
+            a++;
+        while (b > a && s[b - 1] == ' ')
+            b--;
+        if (*n >= maxn)
+            return pl_error_set(PL_ERR_IO, "%s: attribute '%s' of '%s' holds more than %d names",
+                                path, attr, obj, maxn);
+        if (b == a || b - a > 63)
+            return pl_error_set(PL_ERR_IO,
+                                "%s: attribute '%s' of '%s': name %d is %s; expected 1..63 bytes",
+                                path, attr, obj, *n, b == a ? "empty" : "longer than 63 bytes");
+        memcpy(names[*n], s + a, b - a);
+        names[(*n)++][b - a] = 0;
+        i = j + 1;
+    } while (split && i <= len && s[i - 1] == ',');
+    return PL_OK;
+}
+
+pl_status pl_h5_attr_read_names(const char *path, hid_t loc, const char *obj, const char *attr,
+                                char (*names)[64], int maxn, int *n) {
+    *n = 0;
+    pl_status st = PL_OK;
+    pl_h5_lock();
+    H5E_BEGIN_TRY {
+        hid_t a = H5I_INVALID_HID;
+        if (H5Aexists_by_name(loc, obj, attr, H5P_DEFAULT) > 0)
+            a = H5Aopen_by_name(loc, obj, attr, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t t = a < 0 ? -1 : H5Aget_type(a), sp = a < 0 ? -1 : H5Aget_space(a);
+        int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
+        hssize_t cnt = sp < 0 ? -1 : H5Sget_simple_extent_npoints(sp);
+        bool vlen = t >= 0 && H5Tis_variable_str(t) > 0;
+        size_t sz = t >= 0 ? H5Tget_size(t) : 0;
+        if (a < 0) {
+            /* absent: *n = 0 */
+        } else if (t < 0 || H5Tget_class(t) != H5T_STRING || nd < 0 || nd > 1 || cnt < 1 ||
+                   cnt > (hssize_t)maxn || (!vlen && (sz < 1 || sz > 65536))) {
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: attribute '%s' of '%s' is not a string or a 1-D array of at "
+                              "most %d strings",
+                              path, attr, obj, maxn);
+        } else {
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_cset(mt, H5Tget_cset(t));
+            H5Tset_size(mt, vlen ? H5T_VARIABLE : sz + 1);
+            char **v = vlen ? calloc((size_t)cnt, sizeof *v) : NULL;
+            char *f = vlen ? NULL : calloc((size_t)cnt, sz + 1);
+            if ((vlen && !v) || (!vlen && !f))
+                st = pl_error_set(PL_ERR_NOMEM, "%s: attribute '%s' of '%s'", path, attr, obj);
+            else if (H5Aread(a, mt, vlen ? (void *)v : (void *)f) < 0)
+                st = pl_error_set(PL_ERR_IO, "%s: cannot read attribute '%s' of '%s'", path, attr,
+                                  obj);
+            else {
+                /* a scalar is one comma-separated list; an array one name per entry */
+                for (hssize_t i = 0; i < cnt && !st; i++) {
+                    const char *e = vlen ? (v[i] ? v[i] : "") : f + (size_t)i * (sz + 1);
+                    st = add_names(path, obj, attr, e, strlen(e), nd == 0, names, maxn, n);
+                }
+                if (vlen) H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, v);
+            }
+            free(v);
+            free(f);
+            H5Tclose(mt);
+        }
+        if (sp >= 0) H5Sclose(sp);
+        if (t >= 0) H5Tclose(t);
+        if (a >= 0) H5Aclose(a);
+    }
+    H5E_END_TRY;
+    pl_h5_unlock();
+    if (st) *n = 0;
+    return st;
+}
+
 static pl_status attr_write(const char *path, hid_t obj, const char *name, hid_t type,
                             const void *v) {
     herr_t r = -1;

@@ -121,6 +121,16 @@ pl_status pl_h5_attr_read_int(const char *path, hid_t obj, const char *name, int
                               bool *found);
 pl_status pl_h5_attr_read_double(const char *path, hid_t obj, const char *name, double *v,
                                  bool *found);
+/* The names in string attribute `attr` of object `obj` (a path under `loc`,
+ * "/" for the file): a scalar string holding a comma-separated list
+ * ("ret_1d,ret_5d"; spaces around names dropped) or a 1-D array of strings
+ * (one name each), variable or fixed length. Fills names[0..*n-1]; *n = 0
+ * and PL_OK when the attribute is absent. A file's names are untrusted:
+ * PL_ERR_IO naming the file, object and attribute when it is not strings,
+ * holds more than `maxn` names, or a name is empty or longer than 63 bytes.
+ * Takes the lock itself. */
+pl_status pl_h5_attr_read_names(const char *path, hid_t loc, const char *obj, const char *attr,
+                                char (*names)[64], int maxn, int *n);
 pl_status pl_h5_attr_write_int(const char *path, hid_t obj, const char *name, int64_t v);
 pl_status pl_h5_attr_write_double(const char *path, hid_t obj, const char *name, double v);
 pl_status pl_h5_attr_write_str(const char *path, hid_t obj, const char *name, const char *v);

@@ -283,6 +283,82 @@ START_TEST(check_finite_names_row_column_and_count) {
 }
 END_TEST
 
+/* String-list attributes as h5py writes them: a scalar "a,b" (variable or
+ * fixed length) or a 1-D array of strings; absent -> 0 names; anything else,
+ * too many names or an empty one -> an error naming file, object, attribute. */
+static void write_str_attr(hid_t obj, const char *name, bool vlen, int n, const char **v) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    size_t len = 1;
+    for (int i = 0; i < (n ? n : 1); i++)
+        len = strlen(v[i]) + 1 > len ? strlen(v[i]) + 1 : len;
+    H5Tset_size(t, vlen ? H5T_VARIABLE : len);
+    hsize_t d = (hsize_t)n;
+    hid_t sp = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &d, NULL);
+    hid_t a = H5Acreate2(obj, name, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(a >= 0);
+    if (vlen) {
+        ck_assert(H5Awrite(a, t, n == 0 ? (const void *)&v[0] : (const void *)v) >= 0);
+    } else {
+        char *buf = calloc((size_t)(n ? n : 1), len);
+        for (int i = 0; i < (n ? n : 1); i++)
+            memcpy(buf + (size_t)i * len, v[i], strlen(v[i]));
+        ck_assert(H5Awrite(a, t, buf) >= 0);
+        free(buf);
+    }
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Tclose(t);
+}
+
+START_TEST(attr_names_scalar_list_or_array) {
+    char p[512];
+    tmp_path("names.h5", p, sizeof p);
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    hsize_t one = 1;
+    hid_t sp = H5Screate_simple(1, &one, NULL);
+    hid_t ds = H5Dcreate2(f, "x", H5T_NATIVE_FLOAT, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    write_str_attr(ds, "vscalar", true, 0, (const char *[]){"ret_1d, ret_5d,vol_20d"});
+    write_str_attr(ds, "fscalar", false, 0, (const char *[]){"a,b"});
+    write_str_attr(ds, "varray", true, 2, (const char *[]){"u", "v,w"});
+    write_str_attr(ds, "farray", false, 3, (const char *[]){"p", "qq", "r"});
+    write_str_attr(ds, "empty", true, 0, (const char *[]){"a,,b"});
+    PL_CK_OK(pl_h5_attr_write_int(p, ds, "num", 3));
+    H5Dclose(ds);
+    H5Sclose(sp);
+    char names[4][64];
+    int n = -1;
+    PL_CK_OK(pl_h5_attr_read_names(p, f, "x", "vscalar", names, 4, &n));
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(names[0], "ret_1d");
+    ck_assert_str_eq(names[1], "ret_5d");
+    ck_assert_str_eq(names[2], "vol_20d");
+    PL_CK_OK(pl_h5_attr_read_names(p, f, "x", "fscalar", names, 4, &n));
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(names[1], "b");
+    PL_CK_OK(pl_h5_attr_read_names(p, f, "x", "varray", names, 4, &n));
+    ck_assert_int_eq(n, 2);
+    ck_assert_str_eq(names[1], "v,w"); /* an array entry is one name */
+    PL_CK_OK(pl_h5_attr_read_names(p, f, "x", "farray", names, 4, &n));
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(names[1], "qq");
+    PL_CK_OK(pl_h5_attr_read_names(p, f, "x", "absent", names, 4, &n));
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(pl_h5_attr_read_names(p, f, "x", "vscalar", names, 2, &n), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), p) &&
+                      strstr(pl_error_message(), "attribute 'vscalar' of 'x' holds more than 2"),
+                  "%s", pl_error_message());
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(pl_h5_attr_read_names(p, f, "x", "empty", names, 4, &n), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "attribute 'empty' of 'x': name 1 is empty"), "%s",
+                  pl_error_message());
+    ck_assert_int_eq(pl_h5_attr_read_names(p, f, "x", "num", names, 4, &n), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "attribute 'num' of 'x' is not a string"), "%s",
+                  pl_error_message());
+    PL_CK_OK(pl_h5_close(p, f));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pl_h5");
     TCase *tc = tcase_create("core");
@@ -294,6 +370,7 @@ int main(void) {
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
     tcase_add_test(tc, check_finite_names_row_column_and_count);
+    tcase_add_test(tc, attr_names_scalar_list_or_array);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -1,4 +1,4 @@
-/* hdf5_graph.c - graph loader, two modes (README.md: options, layouts, batches).
+/* hdf5_graph.c - graph loader, three modes (README.md: options, layouts, batches).
  *
  * mode = node (default): one graph, transductive node classification. Reads
  * features [N, F], edge_index [2, E], labels [N] and the three split masks
@@ -19,6 +19,11 @@
  * returns views (pl_tensor_view_rows) of the staging tensors: no copy and no
  * allocation per batch.
  *
+ * mode = panel (panel.c): a stock panel, one graph per day (stocks = nodes,
+ * edges from the top-k absolute return correlations over a lookback), days
+ * batched like graphs mode's graphs. This file only parses its options and
+ * dispatches to it.
+ *
  * `pipeline predict` (meta predict_split): one split only (every node / graph
  * when the file has no masks), labels / targets optional, and the run's
  * graph_meta.json (node) / standardization.json (graphs) instead of
@@ -38,62 +43,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/pipeline.h"
-#include "pl_h5.h"
-
-enum { NB_FIELDS = 6 };
-
-/* One split of graphs mode: its graphs, their epoch order, the batch
- * boundaries and the staging tensors (device) holding the whole split. */
-typedef struct gsplit {
-    int64_t ng;             /* graphs in the split */
-    int64_t nodes, edges;   /* totals over the split (edges after self loops) */
-    int64_t nb;             /* batches served per epoch (after drop_last) */
-    int64_t nb_all;         /* ceil(ng / B): batches laid out in staging */
-    int64_t *ids;           /* graph ids in file order */
-    int64_t *order;         /* graph ids in the current epoch order */
-    int64_t *bnode, *bedge; /* [nb_all + 1] staging row offsets of each batch */
-    pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
-    pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
-    int64_t arranged_epoch; /* train: epoch whose order is staged; -1 none */
-} gsplit;
-
-typedef struct graph {
-    pl_run_context *ctx;
-    char path[1024];
-    bool graphs_mode;
-    int predict; /* `pipeline predict`: the one split served (meta predict_split); -1 training */
-    bool has_y;  /* labels (node) / targets (graphs) in the file: always when training */
-    /* node mode */
-    pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
-    /* data parallel (g_shard): this rank's part of each split's mask, NULL unsharded */
-    pl_tensor *rank_mask[PL_SPLIT_COUNT];
-    int64_t N, F, E, C, count[PL_SPLIT_COUNT];
-    /* graphs mode: host copies (after self loops, normalization, standardization) */
-    int64_t NG, K, B;
-    bool shuffle, drop_last;
-    int64_t *nptr, *eptr; /* [NG + 1] */
-    float *hx, *hy;       /* [N, F], [NG, K] */
-    int64_t *hsrc, *hdst; /* [E] graph-local ids */
-    gsplit sp[PL_SPLIT_COUNT];
-    /* host scratch for a non-CPU device (sized for the largest split) */
-    float *sx, *sy;
-    int64_t *ssrc, *sdst, *sbatch;
-    pl_tensor *views[NB_FIELDS];
-    int nviews;
-    /* both modes: the epoch cursor */
-    int cur;
-    int64_t cur_batch; /* next batch of split `cur` */
-    pl_loader_stats st;
-} graph;
+#include "hdf5_graph.h"
 
 static const pl_option_spec opts[] = {
     {"path", PL_OPT_STRING, NULL, PL_NO_BOUNDS, NULL,
      "HDF5 file (node: tools/planetoid_to_h5.py layout; graphs: tools/molecules_to_h5.py layout)"},
-    {"mode", PL_OPT_CHOICE, "node", PL_NO_BOUNDS, "node|graphs",
-     "node: one graph, node classification; graphs: many small graphs batched, graph regression"},
+    {"mode", PL_OPT_CHOICE, "node", PL_NO_BOUNDS, "node|graphs|panel",
+     "node: one graph, node classification; graphs: many small graphs batched, graph "
+     "regression; panel: a stock panel, one correlation graph per day, days batched"},
     {"features", PL_OPT_STRING, "features", PL_NO_BOUNDS, NULL,
-     "node features [N, F] (any float/int type, read as f32); mode = graphs: default 'x'"},
+     "node features [N, F] (any float/int type, read as f32); mode = graphs: default 'x'; "
+     "panel: [T, S, F] with attribute feature_names"},
     {"edge_index", PL_OPT_STRING, "edge_index", PL_NO_BOUNDS, NULL,
      "edges [2, E] (source row 0, target row 1); graphs: node ids local to each graph"},
     {"labels", PL_OPT_STRING, "labels", PL_NO_BOUNDS, NULL,
@@ -116,14 +76,71 @@ static const pl_option_spec opts[] = {
      "mode = graphs: i64 [G+1] CSR offsets of each graph's edge_index columns"},
     {"targets", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL,
      "mode = graphs: graph targets [G] or [G, K] (read as f32)"},
-    {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL, "mode = graphs: graphs per batch"},
+    {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL,
+     "mode = graphs: graphs per batch; panel: days per train batch"},
     {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
-     "mode = graphs: shuffle the train graphs each epoch (seed + epoch)"},
+     "mode = graphs / panel: shuffle the train graphs / days each epoch (seed + epoch)"},
     {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "mode = graphs: drop the last partial train batch"},
+     "mode = graphs / panel: drop the last partial train batch"},
     {"standardize_targets", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "mode = graphs: serve (y - mean) / std, mean and unbiased std of the train graphs"},
+    {"target", PL_OPT_STRING, "target", PL_NO_BOUNDS, NULL,
+     "mode = panel: f32 [T, S], row t: stock s's return over the day after row t"},
+    {"time", PL_OPT_STRING, "time", PL_NO_BOUNDS, NULL,
+     "mode = panel: i64 [T] seconds since 1970-01-01 UTC of each row, strictly increasing"},
+    {"target_time", PL_OPT_STRING, "target_time", PL_NO_BOUNDS, NULL,
+     "mode = panel: i64 [T] seconds since 1970 of the day each row's target is (after time)"},
+    {"factors", PL_OPT_STRING, "factors", PL_NO_BOUNDS, NULL,
+     "mode = panel: f32 [T, S, K] baseline factors served raw (attribute factor_names); "
+     "empty: none"},
+    {"train_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "mode = panel (required): last day YYYY-MM-DD of train target_time (inclusive)"},
+    {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "mode = panel (required): last day YYYY-MM-DD of val target_time (inclusive)"},
+    {"test_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "mode = panel: last day YYYY-MM-DD of test target_time (inclusive); empty: to the end"},
+    {"window", PL_OPT_INT, "20", 1, 1e6, NULL,
+     "mode = panel: W days of features per sample (rows t-W+1..t)"},
+    {"graph_lookback", PL_OPT_INT, "60", 2, 1e6, NULL,
+     "mode = panel: L days of graph_feature per correlation (rows t-L+1..t)"},
+    {"graph_top_k", PL_OPT_INT, "5", 1, 1e6, NULL,
+     "mode = panel: edges j -> i from the k stocks j != i of largest |corr(i, j)| (k <= S-1)"},
+    {"graph_feature", PL_OPT_STRING, "ret_1d", PL_NO_BOUNDS, NULL,
+     "mode = panel: the feature (a name of feature_names) the correlations are taken over"},
+    {"graphs", PL_OPT_CHOICE, "once", PL_NO_BOUNDS, "once|per_batch",
+     "mode = panel: once: every day's graph built at create; per_batch: rebuilt in every "
+     "next() (slow; for benchmarks)"},
+    {"standardize_features", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "mode = panel: per feature (x - mean) / std, mean and unbiased std over the train days' "
+     "rows"},
+    {"target_norm", PL_OPT_CHOICE, "cross_section", PL_NO_BOUNDS, "cross_section|global|none",
+     "mode = panel: y per day (r - mean) / std over stocks; global: train mean / std; none: raw"},
+    {"eval_batch_size", PL_OPT_INT, "0", 0, 1e9, NULL,
+     "mode = panel: days per val / test batch; 0: the whole split in one batch"},
     PL_OPTIONS_END};
+
+/* The modes each option applies to (a bit per mode); one set in another
+ * mode is an error, so a config cannot silently mean something else. */
+enum { M_NODE = 1, M_GRAPHS = 2, M_PANEL = 4 };
+static const struct {
+    const char *key;
+    unsigned modes;
+} opt_modes[] = {
+    {"edge_index", M_NODE | M_GRAPHS},    {"labels", M_NODE},
+    {"train_mask", M_NODE | M_GRAPHS},    {"val_mask", M_NODE | M_GRAPHS},
+    {"test_mask", M_NODE | M_GRAPHS},     {"row_normalize", M_NODE | M_GRAPHS},
+    {"node_ptr", M_GRAPHS},               {"edge_ptr", M_GRAPHS},
+    {"targets", M_GRAPHS},                {"standardize_targets", M_GRAPHS},
+    {"batch_size", M_GRAPHS | M_PANEL},   {"shuffle", M_GRAPHS | M_PANEL},
+    {"drop_last", M_GRAPHS | M_PANEL},    {"target", M_PANEL},
+    {"time", M_PANEL},                    {"target_time", M_PANEL},
+    {"factors", M_PANEL},                 {"train_end", M_PANEL},
+    {"val_end", M_PANEL},                 {"test_end", M_PANEL},
+    {"window", M_PANEL},                  {"graph_lookback", M_PANEL},
+    {"graph_top_k", M_PANEL},             {"graph_feature", M_PANEL},
+    {"graphs", M_PANEL},                  {"standardize_features", M_PANEL},
+    {"target_norm", M_PANEL},             {"eval_batch_size", M_PANEL},
+};
 
 /* True when `key` was given a value other than its schema default. A run's
  * resolved config.ini (what `pipeline predict` loads) lists every default
@@ -139,7 +156,7 @@ static bool cfg_changed(const pl_config_section *cfg, const char *key) {
 /* ---- tensors ------------------------------------------------------------ */
 
 /* Own a tensor even inside a caller's pl_frame. */
-static pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev) {
+pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev) {
     pl_frame_begin();
     pl_tensor *t = pl_tensor_empty(dt, nd, shape, dev);
     if (t) pl_frame_keep(t);
@@ -147,7 +164,7 @@ static pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device
     return t;
 }
 
-static pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len) {
+pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len) {
     pl_frame_begin();
     pl_tensor *v = pl_tensor_view_rows(t, start, len);
     if (v) pl_frame_keep(v);
@@ -155,11 +172,11 @@ static pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len) {
     return v;
 }
 
-static pl_device dev_of(const graph *G) {
+pl_device dev_of(const graph *G) {
     return G->ctx ? G->ctx->device : PL_CPU;
 }
 
-static pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host) {
+pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host) {
     pl_tensor *t = own_empty(dt, nd, shape, dev_of(G));
     if (!t) return NULL;
     int64_t n = 1;
@@ -180,8 +197,8 @@ static pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape,
 /* Read dataset `name` as `memtype` (pl_h5_read_alloc: rank in [min_rank,
  * max_rank], axis i == want[i] where want[i] >= 0) and count its bytes. dims
  * receives the shape, *rank (may be NULL) the rank. */
-static pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank,
-                         int max_rank, const int64_t *want, void **out, int64_t *dims, int *rank) {
+pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
+                  const int64_t *want, void **out, int64_t *dims, int *rank) {
     pl_h5_info in;
     pl_status st = pl_h5_read_alloc(G->path, f, name, memtype, min_rank, max_rank, want, out, &in);
     if (st) return st;
@@ -344,7 +361,7 @@ static pl_status json_int(const cJSON *root, const char *path, const char *key, 
 
 /* ---- destroy ------------------------------------------------------------ */
 
-static void release_views(graph *G) {
+void release_views(graph *G) {
     for (int i = 0; i < G->nviews; i++)
         pl_tensor_release(G->views[i]);
     G->nviews = 0;
@@ -384,6 +401,7 @@ static void g_destroy(void *self) {
     free(G->ssrc);
     free(G->sdst);
     free(G->sbatch);
+    panel_free(G->panel);
     free(G);
 }
 
@@ -699,19 +717,25 @@ static uint64_t rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+void shuffle_order(int64_t *order, const int64_t *ids, int64_t n, uint64_t seed) {
+    memcpy(order, ids, sizeof *order * (size_t)n);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next(&seed) % (uint64_t)(i + 1));
+        int64_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
 /* The train order of `epoch`: the split's graphs (file order) shuffled with
  * seed = ctx->seed + epoch. Depends on nothing else (resume relies on it). */
 static void train_order(graph *G, int64_t epoch) {
     gsplit *S = &G->sp[PL_SPLIT_TRAIN];
-    memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
-    if (!G->shuffle) return;
-    uint64_t s = (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch;
-    for (int64_t i = S->ng - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng_next(&s) % (uint64_t)(i + 1));
-        int64_t t = S->order[i];
-        S->order[i] = S->order[j];
-        S->order[j] = t;
+    if (!G->shuffle) {
+        memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
+        return;
     }
+    shuffle_order(S->order, S->ids, S->ng, (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch);
 }
 
 /* Target k's name in standardization.json: "y[k]" (the dataset and column). */
@@ -818,13 +842,6 @@ static pl_status read_run_standardization(graph *G, const char *yname, double **
 }
 
 static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx) {
-    static const char *only_node[] = {"labels"};
-    for (size_t i = 0; i < sizeof only_node / sizeof *only_node; i++)
-        if (cfg_changed(cfg, only_node[i]))
-            return pl_error_set(
-                PL_ERR_CONFIG,
-                "hdf5_graph: option '%s' applies to mode = node only (graphs: targets)",
-                only_node[i]);
     const char *xname = cfg_changed(cfg, "features") ? pl_cfg_str(cfg, "features", "x") : "x";
     const char *einame = pl_cfg_str(cfg, "edge_index", "edge_index");
     const char *npname = pl_cfg_str(cfg, "node_ptr", "node_ptr");
@@ -1115,21 +1132,25 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     G->ctx = ctx;
     G->cur = -1;
     snprintf(G->path, sizeof G->path, "%s", pl_cfg_str(cfg, "path", ""));
-    G->graphs_mode = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
+    const char *mode = pl_cfg_str(cfg, "mode", "node");
+    G->graphs_mode = !strcmp(mode, "graphs");
+    bool panel_mode = !strcmp(mode, "panel");
     G->predict = predict_split_of(ctx);
     G->has_y = true;
     pl_status st = PL_OK;
-    if (!G->graphs_mode) {
-        static const char *only_graphs[] = {"node_ptr",           "edge_ptr", "targets",
-                                            "batch_size",         "shuffle",  "drop_last",
-                                            "standardize_targets"};
-        for (size_t i = 0; i < sizeof only_graphs / sizeof *only_graphs && !st; i++)
-            if (cfg_changed(cfg, only_graphs[i]))
-                st = pl_error_set(PL_ERR_CONFIG,
-                                  "hdf5_graph: option '%s' applies to mode = graphs only",
-                                  only_graphs[i]);
-    }
-    if (!st) st = G->graphs_mode ? create_graphs(G, cfg, ctx) : create_node(G, cfg, ctx);
+    unsigned m = panel_mode ? M_PANEL : G->graphs_mode ? M_GRAPHS : M_NODE;
+    static const char *mode_names[8] = {"",      "node",         "graphs",         "node or graphs",
+                                        "panel", "node or panel", "graphs or panel", ""};
+    for (size_t i = 0; i < sizeof opt_modes / sizeof *opt_modes && !st; i++)
+        if (!(opt_modes[i].modes & m) && cfg_changed(cfg, opt_modes[i].key))
+            st = pl_error_set(PL_ERR_CONFIG,
+                              "hdf5_graph: option '%s' applies to mode = %s only (this section "
+                              "has mode = %s)",
+                              opt_modes[i].key, mode_names[opt_modes[i].modes], mode);
+    if (!st)
+        st = panel_mode       ? panel_create(G, cfg, ctx)
+             : G->graphs_mode ? create_graphs(G, cfg, ctx)
+                              : create_node(G, cfg, ctx);
     if (st) {
         g_destroy(G);
         return st;
@@ -1141,6 +1162,7 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
 static int64_t g_num_batches(void *self, pl_data_split split) {
     graph *G = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT) return 0;
+    if (G->panel) return panel_num_batches(G->panel, split);
     if (G->graphs_mode) return G->sp[split].nb;
     return G->count[split] > 0 ? 1 : 0;
 }
@@ -1149,7 +1171,7 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
     graph *G = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_graph: bad split %d", (int)split);
-    if (!G->graphs_mode && G->count[split] == 0)
+    if (!G->graphs_mode && !G->panel && G->count[split] == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)",
                             G->path, pl_split_name(split));
     int64_t nb = g_num_batches(G, split);
@@ -1160,6 +1182,10 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
                             pl_split_name(split), (long long)epoch, (long long)start_batch,
                             (long long)nb, pl_split_name(split), (long long)nb, G->path);
     release_views(G);
+    if (G->panel) {
+        pl_status st = panel_epoch_begin(G, split, epoch);
+        if (st) return st;
+    }
     /* graphs mode: lay the train graphs out in this epoch's order (the whole split:
      * batch boundaries depend on every graph before them; nothing is read) */
     if (split == PL_SPLIT_TRAIN && G->graphs_mode && G->shuffle &&
@@ -1175,7 +1201,7 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
     return PL_OK;
 }
 
-static int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v) {
+int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v) {
     if (!v) return -1;
     G->views[G->nviews++] = v;
     out->names[out->n] = name;
@@ -1215,7 +1241,9 @@ static int g_next(void *self, pl_batch *out) {
         return -1;
     }
     int r;
-    if (G->graphs_mode) {
+    if (G->panel) {
+        r = panel_next(G, out);
+    } else if (G->graphs_mode) {
         r = next_graphs(G, out);
     } else if (G->cur_batch >= 1) {
         r = 0; /* node mode: one batch per split */
@@ -1243,9 +1271,11 @@ static int g_next(void *self, pl_batch *out) {
  * mode, whatever the file's types (the loader converts), so nothing is read.
  * Training batches only: `pipeline predict` batches leave y out when the file
  * has no labels / targets, and in graphs mode add graph i64 [B] (each graph's
- * index in the file), which predict_needs of a model may ask for as optional. */
+ * index in the file), which predict_needs of a model may ask for as optional.
+ * Panel mode: panel_batch_fields (panel.c). */
 static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     memset(out, 0, sizeof *out);
+    if (!strcmp(pl_cfg_str(cfg, "mode", "node"), "panel")) return panel_batch_fields(cfg, out);
     bool graphs = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
     pl_status st = pl_fields_add(out, "x", PL_F32, 2, false);
     if (!st) st = pl_fields_add(out, "edge_src", PL_I64, 1, false);
@@ -1268,8 +1298,9 @@ static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out
  * the trainer then gives the ranks whole batches in turn. */
 static pl_status g_shard(void *self, int rank, int world_size) {
     graph *G = self;
-    if (G->graphs_mode)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "hdf5_graph: graphs mode is sharded by batch");
+    if (G->graphs_mode || G->panel)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "hdf5_graph: %s mode is sharded by batch",
+                            G->panel ? "panel" : "graphs");
     if (world_size < 1 || rank < 0 || rank >= world_size)
         return pl_error_set(PL_ERR_INVALID, "hdf5_graph: shard(rank %d, world %d)", rank, world_size);
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
@@ -1320,7 +1351,7 @@ static const pl_loader_vtable vt = {
     .shard = g_shard,
 };
 
-PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.3.0",
-                 "graph HDF5 loader: one graph (node mode) or many small graphs batched on the "
-                 "device (graphs mode)",
+PL_PLUGIN_DEFINE(hdf5_graph, PL_KIND_LOADER, "0.4.0",
+                 "graph HDF5 loader: one graph (node mode), many small graphs batched on the "
+                 "device (graphs mode), or a stock panel's daily correlation graphs (panel mode)",
                  opts, &vt)

@@ -4,7 +4,8 @@
  * mode = graphs: six hand-made graphs written here (exact batch contents,
  * standardization against hand-computed statistics, shuffle, drop_last,
  * views / no allocation, every load-time error, start_batch, batch fields) and, when
- * tools/fetch_molecules.sh has made it, data/nci_tpsa.h5 (real molecules). */
+ * tools/fetch_molecules.sh has made it, data/nci_tpsa.h5 (real molecules).
+ * mode = panel: test_panel.c (its cases run in this executable). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -626,7 +627,7 @@ START_TEST(test_graphs_errors) {
     snprintf(body, sizeof body, "path = %s\nbatch_size = 4\n",
              make_graph("node_opts.h5", 0, p, sizeof p));
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
-    ck_assert_msg(strstr(pl_error_message(), "option 'batch_size' applies to mode = graphs only"),
+    ck_assert_msg(strstr(pl_error_message(), "option 'batch_size' applies to mode = graphs or panel only"),
                   "%s", pl_error_message());
 }
 END_TEST
@@ -907,6 +908,8 @@ START_TEST(test_nci_molecules) {
 }
 END_TEST
 
+TCase *panel_tests(void);
+
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     Suite *s = suite_create("hdf5_graph");
@@ -928,5 +931,6 @@ int main(void) {
     tcase_add_test(tc, test_batch_fields_graphs_mode);
     tcase_add_test(tc, test_nci_molecules);
     suite_add_tcase(s, tc);
+    suite_add_tcase(s, panel_tests()); /* mode = panel: test_panel.c */
     return pl_test_run(s);
 }

@@ -1,0 +1,100 @@
+/* hdf5_graph.h - internal to the hdf5_graph plugin: the loader's state and
+ * the helpers hdf5_graph.c (modes node and graphs, the vtable) shares with
+ * panel.c (mode = panel). Nothing here is exported from the .so (the plugin
+ * is built with hidden visibility). */
+#ifndef HDF5_GRAPH_H
+#define HDF5_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pipeline/pipeline.h"
+#include "pl_h5.h"
+
+enum { NB_FIELDS = 8 }; /* batch fields of the widest mode (panel: 7) */
+
+/* One split of graphs mode: its graphs, their epoch order, the batch
+ * boundaries and the staging tensors (device) holding the whole split. */
+typedef struct gsplit {
+    int64_t ng;                           /* graphs in the split */
+    int64_t nodes, edges;                 /* totals over the split (edges after self loops) */
+    int64_t nb;                           /* batches served per epoch (after drop_last) */
+    int64_t nb_all;                       /* ceil(ng / B): batches laid out in staging */
+    int64_t *ids;                         /* graph ids in file order */
+    int64_t *order;                       /* graph ids in the current epoch order */
+    int64_t *bnode, *bedge;               /* [nb_all + 1] staging row offsets of each batch */
+    pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
+    pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
+    int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
+} gsplit;
+
+typedef struct panel panel; /* mode = panel (panel.c) */
+
+typedef struct graph {
+    pl_run_context *ctx;
+    char path[1024];
+    bool graphs_mode;
+    panel *panel; /* mode = panel: everything of that mode; NULL otherwise */
+    int predict;  /* `pipeline predict`: the one split served (meta predict_split); -1 training */
+    bool has_y;   /* labels (node) / targets (graphs) in the file: always when training */
+    /* node mode */
+    pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
+    /* data parallel (g_shard): this rank's part of each split's mask, NULL unsharded */
+    pl_tensor *rank_mask[PL_SPLIT_COUNT];
+    int64_t N, F, E, C, count[PL_SPLIT_COUNT];
+    /* graphs mode: host copies (after self loops, normalization, standardization) */
+    int64_t NG, K, B;
+    bool shuffle, drop_last;
+    int64_t *nptr, *eptr; /* [NG + 1] */
+    float *hx, *hy;       /* [N, F], [NG, K] */
+    int64_t *hsrc, *hdst; /* [E] graph-local ids */
+    gsplit sp[PL_SPLIT_COUNT];
+    /* host scratch for a non-CPU device (sized for the largest split) */
+    float *sx, *sy;
+    int64_t *ssrc, *sdst, *sbatch;
+    pl_tensor *views[NB_FIELDS];
+    int nviews;
+    /* every mode: the epoch cursor */
+    int cur;
+    int64_t cur_batch; /* next batch of split `cur` */
+    pl_loader_stats st;
+} graph;
+
+/* ---- helpers of hdf5_graph.c ------------------------------------------- */
+
+/* A new tensor owned by the caller even inside a caller's pl_frame. */
+pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev);
+/* Rows [start, start + len) of t as a view owned by the caller. */
+pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len);
+/* ctx->device (the CPU without a context). */
+pl_device dev_of(const graph *G);
+/* A new tensor on dev_of(G) holding a copy of the host array `host`. */
+pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host);
+/* Dataset `name` of open file f read whole as `memtype` into a new malloc'd
+ * *out (pl_h5_read_alloc: rank in [min_rank, max_rank], axis i == want[i]
+ * where want[i] >= 0; errors name G->path and the dataset); dims receives
+ * the shape, *rank (may be NULL) the rank; the bytes count in G->st. */
+pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
+                  const int64_t *want, void **out, int64_t *dims, int *rank);
+/* order = ids[0..n) shuffled by Fisher-Yates with a splitmix64 stream seeded
+ * `seed` (the generator of hdf5_chunk); the train order of an epoch. */
+void shuffle_order(int64_t *order, const int64_t *ids, int64_t n, uint64_t seed);
+/* Add view `v` (owned by G until release_views) to batch `out` as `name`;
+ * -1 when v is NULL. */
+int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v);
+void release_views(graph *G);
+
+/* ---- mode = panel (panel.c) --------------------------------------------- */
+
+/* Read, check and stage the panel file (README "mode = panel"); fills
+ * G->panel. On error G->panel may be partly built: g_destroy frees it. */
+pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *ctx);
+void panel_free(panel *P);
+int64_t panel_num_batches(const panel *P, pl_data_split split);
+/* Lay out `split` for `epoch` (train: the epoch's shuffled order). */
+pl_status panel_epoch_begin(graph *G, pl_data_split split, int64_t epoch);
+/* Batch G->cur_batch of split G->cur: 1 served, 0 end of epoch, -1 error. */
+int panel_next(graph *G, pl_batch *out);
+pl_status panel_batch_fields(const pl_config_section *cfg, pl_field_list *out);
+
+#endif
