@@ -166,32 +166,29 @@ pl_tensor *sg_predict(sg_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
  * ranks of y per day are constants (a day with constant y contributes 1,
  * without gradient). Pearson = sum(pc * rn) / sqrt(sum pc^2 + SG_RANK_EPS)
  * with pc = pred - the day's mean. */
-static pl_tensor *rank_loss(sg_model *m, pl_tensor *pred, const float *yh, const int64_t *dayh,
-                            pl_tensor *day, int64_t n, int64_t D) {
-    float *rn = malloc(sizeof *rn * (size_t)(n ? n : 1));
+static pl_tensor *rank_loss(pl_tensor *pred, const float *yh, const int64_t *dayh, pl_tensor *day,
+                            int64_t n, int64_t D) {
+    size_t nn = (size_t)(n ? n : 1);
+    float *rn = malloc(sizeof *rn * nn), *vals = malloc(sizeof *vals * nn);
     float *inv = malloc(sizeof *inv * (size_t)(D ? D : 1));
-    int64_t *cnt = calloc((size_t)(D ? D : 1), sizeof *cnt), *idx = malloc(sizeof *idx * (size_t)(n ? n : 1));
-    float *vals = malloc(sizeof *vals * (size_t)(n ? n : 1));
-    double *r = malloc(sizeof *r * (size_t)(n ? n : 1));
+    int64_t *start = malloc(sizeof *start * (size_t)(D + 1)), *order = malloc(sizeof *order * nn);
+    double *r = malloc(sizeof *r * nn);
     pl_tensor *out = NULL;
-    if (!rn || !inv || !cnt || !idx || !vals || !r) {
+    if (!rn || !vals || !inv || !start || !order || !r) {
         pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory for the rank loss of %lld nodes",
                      (long long)n);
         goto done;
     }
-    for (int64_t i = 0; i < n; i++) cnt[dayh[i]]++;
+    if (sg_group_days(dayh, n, D, start, order)) goto done;
     int64_t days = 0;
     for (int64_t d = 0; d < D; d++) {
-        inv[d] = cnt[d] ? 1.0f / (float)cnt[d] : 0.0f;
-        days += cnt[d] > 0;
-        /* this day's nodes, their y ranks, centered and scaled to unit norm */
-        int64_t k = 0;
-        for (int64_t i = 0; i < n; i++)
-            if (dayh[i] == d) {
-                idx[k] = i;
-                vals[k++] = yh[i];
-            }
+        int64_t k = start[d + 1] - start[d];
+        const int64_t *idx = order + start[d];
+        inv[d] = k ? 1.0f / (float)k : 0.0f;
         if (k == 0) continue;
+        days++;
+        /* the day's y ranks, centered and scaled to unit norm */
+        for (int64_t j = 0; j < k; j++) vals[j] = yh[idx[j]];
         if (sg_rank_average(vals, k, r)) goto done;
         double mean = 0.5 * (double)(k + 1), ss = 0; /* average ranks always sum to k(k+1)/2 */
         for (int64_t j = 0; j < k; j++) ss += (r[j] - mean) * (r[j] - mean);
@@ -208,10 +205,10 @@ static pl_tensor *rank_loss(sg_model *m, pl_tensor *pred, const float *yh, const
     out = pl_add_scalar(pl_scale(corr, -1.0 / (double)(days ? days : 1)), 1.0);
 done:
     free(rn);
-    free(inv);
-    free(cnt);
-    free(idx);
     free(vals);
+    free(inv);
+    free(start);
+    free(order);
     free(r);
     return out;
 }
@@ -329,7 +326,7 @@ static pl_status sg_forward(void *self, const pl_batch *b, pl_data_split split, 
     if (mse && m->o.rank_loss_weight > 0) {
         const float *yh = host_f32(y);
         if (!yh) return pl_error_prefix(pl_error_status(), "stock_gat");
-        pl_tensor *rl = rank_loss(m, pred, yh, dayh, day, n, D);
+        pl_tensor *rl = rank_loss(pred, yh, dayh, day, n, D);
         loss = pl_add(mse, pl_scale(rl, m->o.rank_loss_weight));
     }
     if (!loss) return pl_error_prefix(pl_error_status(), "stock_gat forward");

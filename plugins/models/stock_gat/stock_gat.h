@@ -76,6 +76,12 @@ double sg_spearman(const float *a, const float *b, int64_t n);
  * the lower index on the short side. 0 for a constant score or L = 0. */
 double sg_long_short(const float *score, const float *ret, int64_t n, int64_t long_short);
 
+/* Group nodes by day: order[start[d] .. start[d+1]) are day d's nodes in
+ * ascending node order (start has num_days + 1 entries, order n).
+ * PL_ERR_INVALID naming the node for a day id outside [0, num_days). */
+pl_status sg_group_days(const int64_t *day, int64_t n, int64_t num_days, int64_t *start,
+                        int64_t *order);
+
 typedef struct sg_stats {
     int64_t days;   /* days with at least one node */
     double ic;      /* mean daily Spearman IC */
@@ -85,8 +91,7 @@ typedef struct sg_stats {
 } sg_stats;
 
 /* The statistics of score[i * stride] against ret[i] for nodes i < n of
- * days day[i]. PL_ERR_INVALID naming the node for a day id outside
- * [0, num_days); PL_ERR_NOMEM. */
+ * days day[i]. Errors as sg_group_days; PL_ERR_NOMEM. */
 pl_status sg_daily_stats(const float *score, int64_t stride, const float *ret, const int64_t *day,
                          int64_t n, int64_t num_days, int64_t long_short, sg_stats *out);
 

@@ -109,38 +109,37 @@ static void mean_std(const double *v, int64_t n, double *mean, double *sd) {
     *sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0.0;
 }
 
-pl_status sg_daily_stats(const float *score, int64_t stride, const float *ret, const int64_t *day,
-                         int64_t n, int64_t num_days, int64_t long_short, sg_stats *out) {
-    memset(out, 0, sizeof *out);
+pl_status sg_group_days(const int64_t *day, int64_t n, int64_t num_days, int64_t *start,
+                        int64_t *order) {
     for (int64_t i = 0; i < n; i++)
         if (day[i] < 0 || day[i] >= num_days)
             return pl_error_set(PL_ERR_INVALID, "stock_gat: node %lld has day id %lld outside the "
                                 "batch's %lld days (field 'batch')", (long long)i, (long long)day[i],
                                 (long long)num_days);
-    /* nodes grouped by day (counting sort, stable) */
-    int64_t *start = calloc((size_t)num_days + 1, sizeof *start);
+    memset(start, 0, sizeof *start * (size_t)(num_days + 1));
+    for (int64_t i = 0; i < n; i++) start[day[i] + 1]++;
+    for (int64_t d = 0; d < num_days; d++) start[d + 1] += start[d];
+    /* stable counting sort: fill positions from the front of each day */
+    for (int64_t i = 0; i < n; i++) order[start[day[i]]++] = i;
+    for (int64_t d = num_days; d > 0; d--) start[d] = start[d - 1];
+    start[0] = 0;
+    return PL_OK;
+}
+
+pl_status sg_daily_stats(const float *score, int64_t stride, const float *ret, const int64_t *day,
+                         int64_t n, int64_t num_days, int64_t long_short, sg_stats *out) {
+    memset(out, 0, sizeof *out);
+    int64_t *start = malloc(sizeof *start * (size_t)(num_days + 1));
     int64_t *order = malloc(sizeof *order * (size_t)(n ? n : 1));
     float *s = malloc(sizeof *s * 2 * (size_t)(n ? n : 1)), *r = s ? s + (n ? n : 1) : NULL;
     double *ic = malloc(sizeof *ic * 2 * (size_t)(num_days ? num_days : 1));
     double *ls = ic ? ic + (num_days ? num_days : 1) : NULL;
     pl_status st = PL_OK;
-    if (!start || !order || !s || !ic) {
+    if (!start || !order || !s || !ic)
         st = pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory for the metrics of %lld nodes",
                           (long long)n);
-        goto done;
-    }
-    for (int64_t i = 0; i < n; i++) start[day[i] + 1]++;
-    for (int64_t d = 0; d < num_days; d++) start[d + 1] += start[d];
-    {
-        int64_t *fill = malloc(sizeof *fill * (size_t)(num_days ? num_days : 1));
-        if (!fill) {
-            st = pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory for the metrics");
-            goto done;
-        }
-        memcpy(fill, start, sizeof *fill * (size_t)num_days);
-        for (int64_t i = 0; i < n; i++) order[fill[day[i]]++] = i;
-        free(fill);
-    }
+    if (!st) st = sg_group_days(day, n, num_days, start, order);
+    if (st) goto done;
     int64_t days = 0;
     for (int64_t d = 0; d < num_days; d++) {
         int64_t m = start[d + 1] - start[d];
