@@ -8,8 +8,8 @@
  *                                    (heads x gat_hidden, concat) -> ELU),
  *                                    the gat plugin's layer (gat_layers.c)
  *   else:   z = h
- *   pred = head(dropout(z)) [n]      Linear(H, 1) | Linear(H, hh) -> ELU -> dropout -> Linear(hh, 1)
- *   revin:  pred = (pred - b_c) / (w_c + eps^2) * sd_c + mu_c   (c = revin_channel)
+ *   pred = head(dropout(z)) [n]      Linear(H, 1) | Linear(H, hh) -> ELU -> dropout -> Linear(hh,
+ * 1) revin:  pred = (pred - b_c) / (w_c + eps^2) * sd_c + mu_c   (c = revin_channel)
  *
  * Loss: mse(pred, y) + rank_loss_weight * mean over days (1 - Pearson(pred_d,
  * rank(y_d))), the ranks constant (average ranks, centered and scaled to unit
@@ -72,23 +72,38 @@ static pl_status create_params(sg_model *m) {
         snprintf(name, sizeof name, "encoder.weight_hh_l%d", l);
         if (!st) st = add(m, name, 2, (int64_t[]){4 * H, H}, k, &stream, 0, NULL, &m->w_hh[l]);
         snprintf(name, sizeof name, "encoder.bias_ih_l%d", l);
-        if (!st) st = add(m, name, 1, (int64_t[]){4 * H}, k, &stream, PL_TAG_NO_DECAY, NULL, &m->b_ih[l]);
+        if (!st)
+            st =
+                add(m, name, 1, (int64_t[]){4 * H}, k, &stream, PL_TAG_NO_DECAY, NULL, &m->b_ih[l]);
         snprintf(name, sizeof name, "encoder.bias_hh_l%d", l);
-        if (!st) st = add(m, name, 1, (int64_t[]){4 * H}, k, &stream, PL_TAG_NO_DECAY, NULL, &m->b_hh[l]);
+        if (!st)
+            st =
+                add(m, name, 1, (int64_t[]){4 * H}, k, &stream, PL_TAG_NO_DECAY, NULL, &m->b_hh[l]);
     }
     if (!st && o->graph) {
         /* the GAT part: hidden layers only (GAT_ENCODER), the loader's graph as given */
-        gat_opts g = {.layers = o->gat_layers, .hidden = o->gat_hidden, .heads = o->heads,
-                      .output_heads = o->heads, .dropout = o->dropout,
-                      .attn_dropout = o->attn_dropout, .negative_slope = 0.2, .concat = true,
-                      .residual = false, .add_self_loops = false, .bias = true, .in_features = H,
-                      .num_classes = 1, .task = GAT_ENCODER};
+        gat_opts g = {.layers = o->gat_layers,
+                      .hidden = o->gat_hidden,
+                      .heads = o->heads,
+                      .output_heads = o->heads,
+                      .dropout = o->dropout,
+                      .attn_dropout = o->attn_dropout,
+                      .negative_slope = 0.2,
+                      .concat = true,
+                      .residual = false,
+                      .add_self_loops = false,
+                      .bias = true,
+                      .in_features = H,
+                      .num_classes = 1,
+                      .task = GAT_ENCODER};
         st = gat_model_new(&g, m->ctx, &m->gat);
         /* torch.nn.Linear init: U(-1/sqrt(in), 1/sqrt(in)) */
         int64_t D = (int64_t)o->heads * o->gat_hidden;
         double kp = 1.0 / sqrt((double)D);
-        if (!st) st = add(m, "gat_proj.weight", 2, (int64_t[]){H, D}, kp, &stream, 0, NULL, &m->proj_w);
-        if (!st) st = add(m, "gat_proj.bias", 1, &H, kp, &stream, PL_TAG_NO_DECAY, NULL, &m->proj_b);
+        if (!st)
+            st = add(m, "gat_proj.weight", 2, (int64_t[]){H, D}, kp, &stream, 0, NULL, &m->proj_w);
+        if (!st)
+            st = add(m, "gat_proj.bias", 1, &H, kp, &stream, PL_TAG_NO_DECAY, NULL, &m->proj_b);
     }
     int n_lin = o->head_hidden > 0 ? 2 : 1;
     int64_t in = H;
@@ -152,9 +167,9 @@ pl_tensor *sg_predict(sg_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst,
     if (o->revin) {
         /* RevIN._denormalize on channel c: (y - b_c) / (w_c + eps^2) * stdev_c + mean_c */
         int64_t c = o->revin_channel;
-        pred = pl_div(pl_sub(pred, pl_slice(P(m, m->revin_b), 0, c, c + 1)),
-                      pl_add_scalar(pl_slice(P(m, m->revin_w), 0, c, c + 1),
-                                    o->revin_eps * o->revin_eps));
+        pred = pl_div(
+            pl_sub(pred, pl_slice(P(m, m->revin_b), 0, c, c + 1)),
+            pl_add_scalar(pl_slice(P(m, m->revin_w), 0, c, c + 1), o->revin_eps * o->revin_eps));
         pred = pl_mul(pred, pl_reshape(pl_slice(sd, 2, c, c + 1), 1, &n));
         pred = pl_add(pred, pl_reshape(pl_slice(mu, 2, c, c + 1), 1, &n));
     }
@@ -188,18 +203,21 @@ static pl_tensor *rank_loss(pl_tensor *pred, const float *yh, const int64_t *day
         if (k == 0) continue;
         days++;
         /* the day's y ranks, centered and scaled to unit norm */
-        for (int64_t j = 0; j < k; j++) vals[j] = yh[idx[j]];
+        for (int64_t j = 0; j < k; j++)
+            vals[j] = yh[idx[j]];
         if (sg_rank_average(vals, k, r)) goto done;
         double mean = 0.5 * (double)(k + 1), ss = 0; /* average ranks always sum to k(k+1)/2 */
-        for (int64_t j = 0; j < k; j++) ss += (r[j] - mean) * (r[j] - mean);
-        for (int64_t j = 0; j < k; j++) rn[idx[j]] = ss > 0 ? (float)((r[j] - mean) / sqrt(ss)) : 0.0f;
+        for (int64_t j = 0; j < k; j++)
+            ss += (r[j] - mean) * (r[j] - mean);
+        for (int64_t j = 0; j < k; j++)
+            rn[idx[j]] = ss > 0 ? (float)((r[j] - mean) / sqrt(ss)) : 0.0f;
     }
     pl_device dev = pred->device;
     pl_tensor *rnt = pl_tensor_from_data(PL_F32, 1, &n, rn, dev);
     pl_tensor *invt = pl_tensor_from_data(PL_F32, 1, &D, inv, dev);
-    pl_tensor *mean = pl_mul(pl_scatter_add(pred, 0, day, D), invt);   /* [D] */
-    pl_tensor *pc = pl_sub(pred, pl_index_select(mean, 0, day));        /* [n] */
-    pl_tensor *num = pl_scatter_add(pl_mul(pc, rnt), 0, day, D);        /* [D] */
+    pl_tensor *mean = pl_mul(pl_scatter_add(pred, 0, day, D), invt); /* [D] */
+    pl_tensor *pc = pl_sub(pred, pl_index_select(mean, 0, day));     /* [n] */
+    pl_tensor *num = pl_scatter_add(pl_mul(pc, rnt), 0, day, D);     /* [D] */
     pl_tensor *den = pl_sqrt(pl_add_scalar(pl_scatter_add(pl_square(pc), 0, day, D), SG_RANK_EPS));
     pl_tensor *corr = pl_sum(pl_div(num, den), PL_ALL_DIMS, false);
     out = pl_add_scalar(pl_scale(corr, -1.0 / (double)(days ? days : 1)), 1.0);
@@ -228,12 +246,13 @@ static pl_status read_fields(const sg_model *m, const pl_batch *b, sg_fields *f)
     f->ret = pl_batch_get(b, "ret");
     if (!f->x || !f->day || !f->y || !f->ret)
         return pl_error_prefix(pl_error_status(), "stock_gat: batch needs x, batch, y, ret "
-                               "(hdf5_graph mode = panel)");
+                                                  "(hdf5_graph mode = panel)");
     if (m->o.graph) {
         f->es = pl_batch_get(b, "edge_src");
         f->ed = pl_batch_get(b, "edge_dst");
         if (!f->es || !f->ed)
-            return pl_error_prefix(pl_error_status(), "stock_gat: graph = true needs edge_src, edge_dst");
+            return pl_error_prefix(pl_error_status(),
+                                   "stock_gat: graph = true needs edge_src, edge_dst");
     }
     f->factors = pl_batch_find(b, "factors");
     pl_error_clear();
@@ -244,8 +263,11 @@ static pl_status read_fields(const sg_model *m, const pl_batch *b, sg_fields *f)
     pl_tensor *one[3] = {f->day, f->y, f->ret};
     for (int i = 0; i < 3; i++)
         if (pl_tensor_numel(one[i]) != f->n)
-            return pl_error_set(PL_ERR_SHAPE, "stock_gat: field %s %s, expected [%lld] (one per node of x %s)",
-                                i == 0 ? "batch" : i == 1 ? "y" : "ret",
+            return pl_error_set(PL_ERR_SHAPE,
+                                "stock_gat: field %s %s, expected [%lld] (one per node of x %s)",
+                                i == 0   ? "batch"
+                                : i == 1 ? "y"
+                                         : "ret",
                                 pl_tensor_describe(one[i], d1, sizeof d1), (long long)f->n,
                                 pl_tensor_describe(f->x, d2, sizeof d2));
     if (f->factors) {
@@ -254,8 +276,10 @@ static pl_status read_fields(const sg_model *m, const pl_batch *b, sg_fields *f)
                                 pl_tensor_describe(f->factors, d1, sizeof d1), (long long)f->n);
         f->K = f->factors->shape[1];
         if (f->K > SG_MAX_FACTORS)
-            return pl_error_set(PL_ERR_SHAPE, "stock_gat: %lld factors, at most %d (the metrics table "
-                                "holds %d metrics)", (long long)f->K, SG_MAX_FACTORS, PL_METRICS_MAX);
+            return pl_error_set(PL_ERR_SHAPE,
+                                "stock_gat: %lld factors, at most %d (the metrics table "
+                                "holds %d metrics)",
+                                (long long)f->K, SG_MAX_FACTORS, PL_METRICS_MAX);
     }
     if (b->size < 1)
         return pl_error_set(PL_ERR_SHAPE, "stock_gat: a batch of %lld days", (long long)b->size);
@@ -274,14 +298,17 @@ static pl_status check_whole_split(const sg_model *m, const pl_batch *b, pl_data
     const char *sn = pl_split_name(split);
     int64_t want = m->split_days[split];
     if (want < 0)
-        return pl_error_set(PL_ERR_CONFIG, "stock_gat: the loader publishes no meta num_%s (the %s "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "stock_gat: the loader publishes no meta num_%s (the %s "
                             "split's days): evaluation needs every day of a split in one batch; "
-                            "use hdf5_graph with mode = panel", sn, sn);
+                            "use hdf5_graph with mode = panel",
+                            sn, sn);
     if (b->size != want || b->index != 0)
-        return pl_error_set(PL_ERR_CONFIG, "stock_gat: %s batch %lld holds %lld days but the %s split "
+        return pl_error_set(PL_ERR_CONFIG,
+                            "stock_gat: %s batch %lld holds %lld days but the %s split "
                             "has %lld (meta num_%s): the IC and Sharpe statistics need the whole "
-                            "split in one batch; set data.eval_batch_size = 0", sn,
-                            (long long)b->index, (long long)b->size, sn, (long long)want, sn);
+                            "split in one batch; set data.eval_batch_size = 0",
+                            sn, (long long)b->index, (long long)b->size, sn, (long long)want, sn);
     return PL_OK;
 }
 
@@ -316,12 +343,13 @@ static pl_status sg_forward(void *self, const pl_batch *b, pl_data_split split, 
     const int64_t *dayh = pl_tensor_i64(dayc);
     for (int64_t i = 0; i < n; i++)
         if (dayh[i] < 0 || dayh[i] >= D)
-            return pl_error_set(PL_ERR_INVALID, "stock_gat: node %lld has day %lld outside the batch's "
-                                "%lld days (field 'batch')", (long long)i, (long long)dayh[i],
-                                (long long)D);
+            return pl_error_set(PL_ERR_INVALID,
+                                "stock_gat: node %lld has day %lld outside the batch's "
+                                "%lld days (field 'batch')",
+                                (long long)i, (long long)dayh[i], (long long)D);
     pl_tensor *pred = sg_predict(m, f.x, src, dst, training);
-    pl_tensor *y = pl_reshape(pl_contiguous(f.y->dtype == PL_F32 ? f.y : pl_tensor_to(f.y, PL_F32, f.y->device)),
-                              1, &n);
+    pl_tensor *y = pl_reshape(
+        pl_contiguous(f.y->dtype == PL_F32 ? f.y : pl_tensor_to(f.y, PL_F32, f.y->device)), 1, &n);
     pl_tensor *mse = pl_mse_loss(pred, y), *loss = mse;
     if (mse && m->o.rank_loss_weight > 0) {
         const float *yh = host_f32(y);
@@ -341,15 +369,18 @@ static pl_status sg_forward(void *self, const pl_batch *b, pl_data_split split, 
     }
     const float *ph = host_f32(pred), *rh = host_f32(f.ret);
     const float *fh = f.factors ? host_f32(pl_contiguous(f.factors)) : NULL;
-    if (!ph || !rh || (f.factors && !fh)) return pl_error_prefix(pl_error_status(), "stock_gat metrics");
+    if (!ph || !rh || (f.factors && !fh))
+        return pl_error_prefix(pl_error_status(), "stock_gat metrics");
     sg_stats s;
     if ((st = sg_daily_stats(ph, 1, rh, dayh, n, D, m->o.long_short, &s))) return st;
     add_stats(metrics, "", &s, true);
     pl_metrics_add(metrics, "mse", pl_tensor_item(mse) * (double)n, (double)n);
     for (int64_t k = 0; k < f.K; k++) {
         char sfx[SG_FACTOR_NAME + 8];
-        if (k < m->num_factor_names) snprintf(sfx, sizeof sfx, "_%s", m->factor_name[k]);
-        else snprintf(sfx, sizeof sfx, "_factor_%lld", (long long)k);
+        if (k < m->num_factor_names)
+            snprintf(sfx, sizeof sfx, "_%s", m->factor_name[k]);
+        else
+            snprintf(sfx, sizeof sfx, "_factor_%lld", (long long)k);
         if ((st = sg_daily_stats(fh + k, f.K, rh, dayh, n, D, m->o.long_short, &s))) return st;
         add_stats(metrics, sfx, &s, false);
     }
@@ -404,21 +435,27 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     };
     pl_status st = pl_meta_get_int(ctx->meta, "num_features", &o.features);
     if (st)
-        return pl_error_prefix(st, "stock_gat: the loader publishes no num_features (use hdf5_graph "
+        return pl_error_prefix(st,
+                               "stock_gat: the loader publishes no num_features (use hdf5_graph "
                                "with mode = panel)");
     if (o.revin && o.revin_channel >= o.features)
-        return pl_error_set(PL_ERR_CONFIG, "stock_gat: revin_channel = %lld (%s) outside the %lld input "
-                            "features", (long long)o.revin_channel, pl_cfg_origin(cfg, "revin_channel"),
+        return pl_error_set(PL_ERR_CONFIG,
+                            "stock_gat: revin_channel = %lld (%s) outside the %lld input "
+                            "features",
+                            (long long)o.revin_channel, pl_cfg_origin(cfg, "revin_channel"),
                             (long long)o.features);
     const char *task = pl_meta_get_str(ctx->meta, "task");
     if (task && strcmp(task, "stock_ranking"))
-        return pl_error_set(PL_ERR_CONFIG, "stock_gat: the loader serves task '%s', this model "
-                            "ranks stocks (hdf5_graph mode = panel serves 'stock_ranking')", task);
+        return pl_error_set(PL_ERR_CONFIG,
+                            "stock_gat: the loader serves task '%s', this model "
+                            "ranks stocks (hdf5_graph mode = panel serves 'stock_ranking')",
+                            task);
     sg_model *m = calloc(1, sizeof *m);
     if (!m) return pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory");
     m->o = o;
     m->ctx = ctx;
-    for (int i = 0; i < SG_MAX_LAYERS; i++) m->w_ih[i] = m->w_hh[i] = m->b_ih[i] = m->b_hh[i] = -1;
+    for (int i = 0; i < SG_MAX_LAYERS; i++)
+        m->w_ih[i] = m->w_hh[i] = m->b_ih[i] = m->b_hh[i] = -1;
     m->revin_w = m->revin_b = m->proj_w = m->proj_b = -1;
     m->head_w[0] = m->head_w[1] = m->head_b[0] = m->head_b[1] = -1;
     /* what the loader says about the splits and factors (absent: -1 / none) */
@@ -430,9 +467,10 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     pl_error_clear();
     if (K > SG_MAX_FACTORS) {
         sg_model_free(m);
-        return pl_error_set(PL_ERR_CONFIG, "stock_gat: the loader serves %lld factors, at most %d "
-                            "(3 metrics each in a table of %d)", (long long)K, SG_MAX_FACTORS,
-                            PL_METRICS_MAX);
+        return pl_error_set(PL_ERR_CONFIG,
+                            "stock_gat: the loader serves %lld factors, at most %d "
+                            "(3 metrics each in a table of %d)",
+                            (long long)K, SG_MAX_FACTORS, PL_METRICS_MAX);
     }
     for (int64_t k = 0; k < K; k++) {
         char key[64];
@@ -440,9 +478,11 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
         const char *nm = pl_meta_get_str(ctx->meta, key);
         if (!nm || !*nm || strlen(nm) > SG_FACTOR_NAME) {
             sg_model_free(m);
-            return pl_error_set(PL_ERR_CONFIG, "stock_gat: meta %s %s%s%s: expected a name of 1 to %d "
-                                "characters (metrics ic_<name>, ...)", key, nm ? "'" : "",
-                                nm ? nm : "missing", nm ? "'" : "", SG_FACTOR_NAME);
+            return pl_error_set(PL_ERR_CONFIG,
+                                "stock_gat: meta %s %s%s%s: expected a name of 1 to %d "
+                                "characters (metrics ic_<name>, ...)",
+                                key, nm ? "'" : "", nm ? nm : "missing", nm ? "'" : "",
+                                SG_FACTOR_NAME);
         }
         snprintf(m->factor_name[k], sizeof m->factor_name[k], "%s", nm);
     }
@@ -456,7 +496,9 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     return PL_OK;
 }
 
-static void sg_destroy(void *self) { sg_model_free(self); }
+static void sg_destroy(void *self) {
+    sg_model_free(self);
+}
 
 /* The panel batch of hdf5_graph (mode = panel); edges only with graph. */
 static pl_status sg_batch_needs(const pl_config_section *cfg, pl_field_list *out) {

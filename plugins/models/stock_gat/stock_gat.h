@@ -19,21 +19,21 @@
 #define SG_RANK_EPS 1e-8  /* per-day Pearson of the rank loss: sum(pc rn) / sqrt(sum pc^2 + eps) */
 
 typedef struct sg_opts {
-    int64_t features;       /* F (meta num_features) */
-    int64_t hidden;         /* LSTM hidden size H */
-    int encoder_layers;     /* stacked LSTM layers */
-    bool graph;             /* GAT over the day's graph */
-    int gat_layers;         /* GATConv layers */
-    int heads;              /* heads per GATConv (concatenated) */
-    int64_t gat_hidden;     /* channels per head */
-    double dropout;         /* between LSTM layers, GAT inputs, head input */
-    double attn_dropout;    /* on the attention coefficients */
-    int64_t head_hidden;    /* 0: Linear(H, 1); else Linear(H, hh) -> ELU -> Linear(hh, 1) */
-    bool revin;             /* reversible instance normalization of every window */
-    int64_t revin_channel;  /* input feature whose statistics de-normalize the prediction */
+    int64_t features;      /* F (meta num_features) */
+    int64_t hidden;        /* LSTM hidden size H */
+    int encoder_layers;    /* stacked LSTM layers */
+    bool graph;            /* GAT over the day's graph */
+    int gat_layers;        /* GATConv layers */
+    int heads;             /* heads per GATConv (concatenated) */
+    int64_t gat_hidden;    /* channels per head */
+    double dropout;        /* between LSTM layers, GAT inputs, head input */
+    double attn_dropout;   /* on the attention coefficients */
+    int64_t head_hidden;   /* 0: Linear(H, 1); else Linear(H, hh) -> ELU -> Linear(hh, 1) */
+    bool revin;            /* reversible instance normalization of every window */
+    int64_t revin_channel; /* input feature whose statistics de-normalize the prediction */
     double revin_eps;
     double rank_loss_weight;
-    int64_t long_short;     /* stocks per leg of the Sharpe portfolio */
+    int64_t long_short; /* stocks per leg of the Sharpe portfolio */
 } sg_opts;
 
 typedef struct sg_model {
@@ -83,11 +83,12 @@ pl_status sg_group_days(const int64_t *day, int64_t n, int64_t num_days, int64_t
                         int64_t *order);
 
 typedef struct sg_stats {
-    int64_t days;   /* days with at least one node */
-    double ic;      /* mean daily Spearman IC */
-    double ic_std;  /* its sample std (ddof 1; 0 with < 2 days) */
-    double ic_t;    /* ic / ic_std * sqrt(days) (0 when ic_std is 0) */
-    double sharpe;  /* mean / std (ddof 1) of the daily long/short return * sqrt(252) (0 when std is 0) */
+    int64_t days;  /* days with at least one node */
+    double ic;     /* mean daily Spearman IC */
+    double ic_std; /* its sample std (ddof 1; 0 with < 2 days) */
+    double ic_t;   /* ic / ic_std * sqrt(days) (0 when ic_std is 0) */
+    double sharpe; /* mean / std (ddof 1) of the daily long/short return * sqrt(252) (0 when std is
+                      0) */
 } sg_stats;
 
 /* The statistics of score[i * stride] against ret[i] for nodes i < n of

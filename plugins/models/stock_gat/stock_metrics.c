@@ -33,19 +33,24 @@ static bool all_finite(const float *v, int64_t n) {
 static keyed *sorted_keys(const float *v, int64_t n) {
     keyed *k = malloc(sizeof *k * (size_t)(n ? n : 1));
     if (!k) return NULL;
-    for (int64_t i = 0; i < n; i++) k[i] = (keyed){v[i], i};
+    for (int64_t i = 0; i < n; i++)
+        k[i] = (keyed){v[i], i};
     qsort(k, (size_t)n, sizeof *k, keyed_cmp);
     return k;
 }
 
 pl_status sg_rank_average(const float *v, int64_t n, double *r) {
     keyed *k = sorted_keys(v, n);
-    if (!k) return pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory ranking %lld values", (long long)n);
+    if (!k)
+        return pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory ranking %lld values",
+                            (long long)n);
     for (int64_t a = 0; a < n;) {
         int64_t b = a;
-        while (b + 1 < n && k[b + 1].v == k[a].v) b++;
+        while (b + 1 < n && k[b + 1].v == k[a].v)
+            b++;
         double rank = 0.5 * (double)(a + b) + 1.0; /* mean of the 1-based positions a+1 .. b+1 */
-        for (int64_t j = a; j <= b; j++) r[k[j].i] = rank;
+        for (int64_t j = a; j <= b; j++)
+            r[k[j].i] = rank;
         a = b + 1;
     }
     free(k);
@@ -103,9 +108,11 @@ double sg_long_short(const float *score, const float *ret, int64_t n, int64_t lo
 /* mean and sample std (ddof 1; 0 for fewer than 2 values) */
 static void mean_std(const double *v, int64_t n, double *mean, double *sd) {
     double s = 0, ss = 0;
-    for (int64_t i = 0; i < n; i++) s += v[i];
+    for (int64_t i = 0; i < n; i++)
+        s += v[i];
     *mean = n > 0 ? s / (double)n : 0.0;
-    for (int64_t i = 0; i < n; i++) ss += (v[i] - *mean) * (v[i] - *mean);
+    for (int64_t i = 0; i < n; i++)
+        ss += (v[i] - *mean) * (v[i] - *mean);
     *sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0.0;
 }
 
@@ -113,15 +120,20 @@ pl_status sg_group_days(const int64_t *day, int64_t n, int64_t num_days, int64_t
                         int64_t *order) {
     for (int64_t i = 0; i < n; i++)
         if (day[i] < 0 || day[i] >= num_days)
-            return pl_error_set(PL_ERR_INVALID, "stock_gat: node %lld has day id %lld outside the "
-                                "batch's %lld days (field 'batch')", (long long)i, (long long)day[i],
-                                (long long)num_days);
+            return pl_error_set(PL_ERR_INVALID,
+                                "stock_gat: node %lld has day id %lld outside the "
+                                "batch's %lld days (field 'batch')",
+                                (long long)i, (long long)day[i], (long long)num_days);
     memset(start, 0, sizeof *start * (size_t)(num_days + 1));
-    for (int64_t i = 0; i < n; i++) start[day[i] + 1]++;
-    for (int64_t d = 0; d < num_days; d++) start[d + 1] += start[d];
+    for (int64_t i = 0; i < n; i++)
+        start[day[i] + 1]++;
+    for (int64_t d = 0; d < num_days; d++)
+        start[d + 1] += start[d];
     /* stable counting sort: fill positions from the front of each day */
-    for (int64_t i = 0; i < n; i++) order[start[day[i]]++] = i;
-    for (int64_t d = num_days; d > 0; d--) start[d] = start[d - 1];
+    for (int64_t i = 0; i < n; i++)
+        order[start[day[i]]++] = i;
+    for (int64_t d = num_days; d > 0; d--)
+        start[d] = start[d - 1];
     start[0] = 0;
     return PL_OK;
 }
