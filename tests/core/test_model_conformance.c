@@ -1,5 +1,5 @@
 /* test_model_conformance.c - what every model plugin must do, run over every
- * in-tree model (gat, ilora, lstm, mlp) through the public harness
+ * in-tree model (gat, ilora, lstm, mlp, stock_gat) through the public harness
  * (pipeline/testing.h) only, each with a small INI section, the meta a
  * loader would publish and a synthetic batch:
  *   - the synthetic batch satisfies the model's batch_needs;
@@ -89,6 +89,32 @@ static void ilora_batch(synth *s) {
     s->b.size = 2;
 }
 
+/* stock_gat: 2 days x 4 stocks, windows of 5 steps, 3 features, 1 factor;
+ * per day each stock receives 2 edges and a self loop (hdf5_graph panel) */
+static void stock_gat_meta(pl_meta *m) {
+    PL_CK_OK(pl_meta_set_int(m, "num_stocks", 4));
+    PL_CK_OK(pl_meta_set_int(m, "num_features", 3));
+    PL_CK_OK(pl_meta_set_int(m, "window", 5));
+    PL_CK_OK(pl_meta_set_int(m, "num_factors", 1));
+    PL_CK_OK(pl_meta_set_str(m, "factor_name_0", "reversal_1d"));
+    PL_CK_OK(pl_meta_set_int(m, "num_train", 2)); /* evaluation needs the whole split in a batch */
+}
+static void stock_gat_batch(synth *s) {
+    static const int64_t src[24] = {1, 2, 2, 3, 3, 0, 0, 1, 0, 1, 2, 3,
+                                    5, 6, 6, 7, 7, 4, 4, 5, 4, 5, 6, 7};
+    static const int64_t dst[24] = {0, 0, 1, 1, 2, 2, 3, 3, 0, 1, 2, 3,
+                                    4, 4, 5, 5, 6, 6, 7, 7, 4, 5, 6, 7};
+    static const int64_t day[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    put(s, "x", pl_test_randn(PL_SHAPE(8, 5, 3), 41));
+    put(s, "edge_src", i64(PL_SHAPE(24), src));
+    put(s, "edge_dst", i64(PL_SHAPE(24), dst));
+    put(s, "batch", i64(PL_SHAPE(8), day));
+    put(s, "y", pl_test_randn(PL_SHAPE(8), 42));
+    put(s, "ret", pl_test_rand(PL_SHAPE(8), -0.02, 0.02, 43));
+    put(s, "factors", pl_test_randn(PL_SHAPE(8, 1), 44));
+    s->b.size = 2;
+}
+
 typedef struct model_case {
     const char *plugin;
     const char *ini;        /* dropout on */
@@ -114,6 +140,11 @@ static const model_case cases[] = {
      "adapters = lora\nlora_rank = 2\nlora_dropout = 0\nfreeze_base = false\n"
      "exclude_history = false\n",
      ilora_meta, ilora_batch},
+    {"stock_gat", "hidden = 4\nencoder_layers = 2\nheads = 2\ngat_hidden = 3\nhead_hidden = 3\n"
+                  "revin = true\nrank_loss_weight = 0.5\ndropout = 0.3\nattn_dropout = 0.2\n",
+     "hidden = 4\nencoder_layers = 2\nheads = 2\ngat_hidden = 3\nhead_hidden = 3\n"
+     "revin = true\nrank_loss_weight = 0.5\ndropout = 0\nattn_dropout = 0\n",
+     stock_gat_meta, stock_gat_batch},
 };
 #define N_CASES ((int)(sizeof cases / sizeof *cases))
 

@@ -1,5 +1,6 @@
-/* gat.h - graph attention network internals shared by the plugin and its
- * test (not part of the SDK; the plugin exports only pl_plugin_entry).
+/* gat.h - graph attention network internals shared by the plugin, its test
+ * and the plugins that compile the layer source gat_layers.c in (stock_gat)
+ * (not part of the SDK; each plugin exports only pl_plugin_entry).
  *
  * Shapes: N nodes, E edges (j -> i stored as src[e] = j, dst[e] = i),
  * F_in input features, H heads, C channels per head.
@@ -15,7 +16,10 @@
 #define GAT_MAX_LAYERS 16
 #define GAT_MAX_TARGETS 64
 
-typedef enum gat_task { GAT_NODE_CLASSIFICATION = 0, GAT_GRAPH_REGRESSION } gat_task;
+/* GAT_ENCODER: every layer a hidden one (heads concatenated or averaged,
+ * ELU after each via gat_stack(..., true)), no output layer and no head: the
+ * GAT part of another model (stock_gat), which owns the loss. */
+typedef enum gat_task { GAT_NODE_CLASSIFICATION = 0, GAT_GRAPH_REGRESSION, GAT_ENCODER } gat_task;
 typedef enum gat_readout { GAT_READOUT_MEAN = 0, GAT_READOUT_SUM } gat_readout;
 typedef enum gat_loss { GAT_LOSS_MSE = 0, GAT_LOSS_MAE, GAT_LOSS_HUBER } gat_loss;
 
@@ -75,9 +79,24 @@ typedef struct gat_model {
     struct pl_h5_out *pred; /* `pipeline predict`: OUT.h5 between predict_begin and _end */
 } gat_model;
 
-/* Create the parameters into ctx->params (Glorot init from ctx->seed). */
+/* ---- gat_layers.c: the layers, shared with stock_gat ---- */
+
+/* Create the parameters into ctx->params (Glorot init from ctx->seed):
+ * gat.layers.<l>.{lin.weight, att_src, att_dst, res.weight, bias}, and
+ * gat.head.* for graph regression. */
 pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out);
+/* Frees the caches; `pred` (the plugin's predict file) is the plugin's to close. */
 void gat_model_free(gat_model *m);
+
+/* A new f32 parameter of `shape` on ctx's device, U(-bound, bound) from
+ * (ctx->seed, stream) (bound 0: zeros), requires_grad, registered in
+ * ctx->params under `name` with `tags` / `role`; its index in *idx. Errors
+ * are prefixed "<who>: parameter <name>". */
+pl_status gat_add_param(pl_run_context *ctx, const char *who, const char *name, int ndim,
+                        const int64_t *shape, double bound, uint64_t stream, unsigned tags,
+                        const char *role, int *idx);
+/* Parameter `idx` of ctx->params (borrowed); NULL for -1 (absent). */
+pl_tensor *gat_param(const gat_model *m, int idx);
 
 /* One GATConv (PyG semantics, edges already self-looped as wanted):
  * x [N, F_in] -> [N, H*C] (concat) or [N, C] (mean over heads). */
@@ -95,6 +114,15 @@ pl_status gat_edges(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int6
  * belong to the caller's frame. */
 pl_status gat_edges_batch(gat_model *m, pl_tensor *edge_src, pl_tensor *edge_dst, int64_t n_nodes,
                           pl_tensor **src, pl_tensor **dst);
+
+/* The layer stack on x [N, F_in]: per layer dropout(o.dropout) -> GATConv
+ * -> ELU, the ELU after the last layer only when `elu_last`. Dropout
+ * counters: 2 per layer from ctx->micro_step * 2 * GAT_MAX_LAYERS (training
+ * only; another user of ctx->seed must draw its counters elsewhere). */
+pl_tensor *gat_stack(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tensor *dst, bool training,
+                     bool elu_last);
+
+/* ---- gat.c: the gat plugin's networks ---- */
 
 /* Whole network: logits [N, num_classes]. Dropout counters come from
  * ctx->micro_step (training only). */
