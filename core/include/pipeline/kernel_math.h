@@ -245,7 +245,7 @@ PL_HD static inline void pl_rope_rotate(float x1, float x2, float c, float s, fl
  * double expm1: see test_ops_dense elu_matches_double_expm1. */
 PL_HD static inline void pl_exp_parts(float x, float *two_k, float *p) {
     const float ln2_hi = 0.693145752f, ln2_lo = 1.42860677e-6f, inv_ln2 = 1.44269504f;
-    float k = roundf(x * inv_ln2);
+    float k = rintf(x * inv_ln2); /* nearest, ties to even: one instruction (roundf is a call) */
     float r = (x - k * ln2_hi) - k * ln2_lo;
     float q = 1.0f / 40320;
     q = q * r + 1.0f / 5040;
@@ -274,18 +274,28 @@ PL_HD static inline float pl_exp_neg(float x) {
     return t + t * p;
 }
 
-/* tanh through expf (the LSTM's cell): glibc's tanhf goes through expm1f,
+/* tanh through exp (the LSTM's cell): glibc's tanhf goes through expm1f,
  * which took a third of an LSTM step. Odd Taylor series below 0.1 (error
  * term 62x^9/2835 < 3e-11 relative), (1 - e)/(1 + e) with e = exp(-2|x|)
- * above (< 4e-7 relative). */
+ * above (< 4e-7 relative). Both branches are plain arithmetic (pl_exp_neg,
+ * not libm's expf), so a loop over it vectorizes: the branch becomes a
+ * select. */
 PL_HD static inline float pl_tanh_fast(float x) {
-    float ax = fabsf(x);
-    if (ax < 0.1f) {
-        float x2 = x * x;
-        return x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
-    }
-    float e = expf(-2.0f * ax);
-    return copysignf((1.0f - e) / (1.0f + e), x);
+    float ax = fabsf(x), x2 = x * x;
+    float small = x * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
+    float e = pl_exp_neg(-2.0f * ax);
+    float big = copysignf((1.0f - e) / (1.0f + e), x);
+    return ax < 0.1f ? small : big;
+}
+
+/* sigmoid through exp(-|x|) <= 1 (no overflow on either side):
+ * 1 / (1 + e) for x >= 0, e / (1 + e) below; pl_exp_neg is plain arithmetic,
+ * so a loop over it vectorizes (the LSTM's gates; expf was a sixth of its
+ * step). Within a few float ulps of 1 / (1 + expf(-x)). */
+PL_HD static inline float pl_sigmoid_fast(float x) {
+    float e = pl_exp_neg(-fabsf(x));
+    float r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
 }
 
 /* ==== activations ==================================================================
@@ -666,8 +676,8 @@ PL_HD static inline float pl_nf4_dq_absmax(float map_value, float scale, float m
  * tanh is pl_tanh_fast on every backend. */
 PL_HD static inline void pl_lstm_cell(float ai, float af, float ag, float ao, float c_prev,
                                       float *i, float *f, float *g, float *o, float *c, float *h) {
-    float ig = pl_math_sigmoid(ai), fg = pl_math_sigmoid(af);
-    float gg = pl_tanh_fast(ag), og = pl_math_sigmoid(ao);
+    float ig = pl_sigmoid_fast(ai), fg = pl_sigmoid_fast(af);
+    float gg = pl_tanh_fast(ag), og = pl_sigmoid_fast(ao);
     float cc = fg * c_prev + ig * gg;
     *i = ig;
     *f = fg;

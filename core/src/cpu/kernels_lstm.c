@@ -31,6 +31,34 @@
 
 void pl_cpu_register_lstm(pl_kernel_table *b);
 
+/* One row of a step: the gate pre-activations gi, gf, gg, go (H each) become
+ * the gates in place, then c_t and h_t (also copied to y). The slices do not
+ * overlap (restrict: a row is [i | f | g | o | c | h] of H each), so the loop
+ * vectorizes; the cell's math is plain arithmetic (pl_sigmoid_fast,
+ * pl_tanh_fast). Not inlined: GCC drops restrict when it inlines. */
+__attribute__((noinline)) static void cell_row(float *restrict gi, float *restrict gf, float *restrict gg,
+                     float *restrict go, float *restrict c, float *restrict h,
+                     const float *restrict cprev, float *restrict y, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        pl_lstm_cell(gi[j], gf[j], gg[j], go[j], cprev[j], &gi[j], &gf[j], &gg[j], &go[j], &c[j],
+                     &h[j]);
+        y[j] = h[j];
+    }
+}
+
+/* One row of a step backward from a forward row [i | f | g | o | c | h]:
+ * dh = dy + dh_next; da = [da_i | da_f | da_g | da_o]; dc_next becomes
+ * dc_prev in place. */
+__attribute__((noinline)) static void cell_grad_row(const float *restrict row, const float *restrict cprev,
+                          const float *restrict dy, const float *restrict dh_next,
+                          float *restrict dc_next, float *restrict dai, float *restrict daf,
+                          float *restrict dag, float *restrict dao, int64_t H) {
+    const float *ri = row, *rf = row + H, *rg = row + 2 * H, *ro = row + 3 * H, *rc = row + 4 * H;
+    for (int64_t j = 0; j < H; j++)
+        pl_lstm_cell_grad(ri[j], rf[j], rg[j], ro[j], rc[j], cprev[j], dy[j] + dh_next[j],
+                          dc_next[j], &dai[j], &daf[j], &dag[j], &dao[j], &dc_next[j]);
+}
+
 static pl_status lstm_fwd(const pl_kernel_args *a) {
     const pl_tensor *xt = a->in[0], *wih = a->in[1], *whh = a->in[2];
     int64_t B = xt->shape[0], T = xt->shape[1], In = xt->shape[2], H = whh->shape[1];
@@ -68,14 +96,8 @@ static pl_status lstm_fwd(const pl_kernel_args *a) {
 #pragma omp parallel for if (B * H > 16384) schedule(static)
         for (int64_t b = 0; b < B; b++) {
             float *row = ws + (b * T + t) * W;
-            const float *cprev = s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H;
-            for (int64_t j = 0; j < H; j++) {
-                float h;
-                pl_lstm_cell(row[j], row[H + j], row[2 * H + j], row[3 * H + j], cprev[j], &row[j],
-                             &row[H + j], &row[2 * H + j], &row[3 * H + j], &row[4 * H + j], &h);
-                row[5 * H + j] = h;
-                y[(b * T + t) * H + j] = h;
-            }
+            cell_row(row, row + H, row + 2 * H, row + 3 * H, row + 4 * H, row + 5 * H,
+                     s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H, y + (b * T + t) * H, H);
         }
     }
     int64_t tl = rev ? 0 : T - 1;
@@ -121,15 +143,11 @@ static pl_status lstm_bwd(const pl_kernel_args *a) {
         int64_t t = rev ? T - 1 - s : s, tp = rev ? t + 1 : t - 1;
 #pragma omp parallel for if (B * H > 16384) schedule(static)
         for (int64_t b = 0; b < B; b++) {
-            const float *row = ws + (b * T + t) * W;
-            const float *cprev = s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H;
             float *da = dA + (b * T + t) * G;
-            for (int64_t j = 0; j < H; j++) {
-                float dh = dy[(b * T + t) * H + j] + dh_next[b * H + j];
-                pl_lstm_cell_grad(row[j], row[H + j], row[2 * H + j], row[3 * H + j],
-                                  row[4 * H + j], cprev[j], dh, dc_next[b * H + j], &da[j],
-                                  &da[H + j], &da[2 * H + j], &da[3 * H + j], &dc_next[b * H + j]);
-            }
+            cell_grad_row(ws + (b * T + t) * W,
+                          s == 0 ? c0 + b * H : ws + (b * T + tp) * W + 4 * H,
+                          dy + (b * T + t) * H, dh_next + b * H, dc_next + b * H, da, da + H,
+                          da + 2 * H, da + 3 * H, H);
         }
         if (s > 0 || dh0)
             pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)B, (int)H, (int)G, 1.0f,
