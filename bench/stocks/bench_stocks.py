@@ -1,0 +1,201 @@
+"""Stock-graph workload (configs/gat_stocks.ini, issue 20): training days/s of
+`pipeline run` beside the same network in PyTorch, and the cost of building
+the day-graphs once against rebuilding them for every batch (the reports'
+bug), on the same machine in the same run.
+
+PyTorch side, as users write it: the panel read with h5py, features
+standardized with the training days' statistics, the target z-scored per day,
+every day's graph built once with NumPy (top-k |corr| of the last
+`graph_lookback` daily returns, self loops), batches of `batch_size` days
+(node = day * S + stock); torch.nn.LSTM -> GATConv (PyG's formulas written
+with index_add_, since torch_geometric is not installed here) -> ELU ->
+Linear back to H + residual -> Linear head; AdamW, OneCycleLR per optimizer
+step, `accumulate_grad_batches`. Same shapes, batch, optimizer and epochs as
+the INI. Both report the training days/s of the epochs after the first (the
+first pays one-time costs), and the validation IC of the last epoch as a
+sanity check that both learned.
+
+Graphs: `data.graphs=once` against `data.graphs=per_batch`, pipeline both
+times: seconds per epoch, data-wait fraction (from summary.json) and the
+graph-building time the loader reports.
+
+usage: python3 bench/stocks/bench_stocks.py [--epochs 4] [--threads 1]
+"""
+import argparse
+import datetime as dt
+import os
+import resource
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import common  # noqa: E402
+
+CONFIG = "configs/gat_stocks.ini"
+
+
+def day_seconds(s):
+    return (dt.date.fromisoformat(s) - dt.date(1970, 1, 1)).days * 86400
+
+
+def spearman(a, b):
+    def rank(v):
+        order = np.argsort(v, kind="stable")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v))
+        u, inv = np.unique(v, return_inverse=True)
+        s, c = np.zeros(len(u)), np.zeros(len(u))
+        np.add.at(s, inv, r)
+        np.add.at(c, inv, 1)
+        return (s / c)[inv]
+    ra, rb = rank(a), rank(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return 0.0
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def torch_run(cfg, epochs, threads):
+    import h5py
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    np.random.seed(0)
+    d, m, o = cfg["data"], cfg["model"], cfg["optimizer"]
+    W, L, K = int(d["window"]), int(d["graph_lookback"]), int(d["graph_top_k"])
+    B = int(d["batch_size"])
+    H, heads, C = int(m["hidden"]), int(m["heads"]), int(m["gat_hidden"])
+    p_drop = float(m["dropout"])
+    accum = int(cfg["trainer"].get("accumulate_grad_batches", "1"))
+    with h5py.File(os.path.join(common.ROOT, d["path"])) as f:
+        X = f["features"][:].astype(np.float64)
+        tgt = f["target"][:].astype(np.float64)
+        tt = f["target_time"][:]
+    T, S, Fn = X.shape
+    usable = np.arange(T) >= max(W, L) - 1
+    tr = usable & (tt <= day_seconds(d["train_end"]))
+    va = usable & (tt > day_seconds(d["train_end"])) & (tt <= day_seconds(d["val_end"]))
+    flat = X[tr].reshape(-1, Fn)
+    Xs = ((X - flat.mean(0)) / flat.std(0, ddof=1)).astype(np.float32)
+    y = ((tgt - tgt.mean(1, keepdims=True)) / tgt.std(1, ddof=1, keepdims=True)).astype(np.float32)
+    t0 = time.time()
+    edges = {}
+    for t in np.where(usable)[0]:
+        c = np.nan_to_num(np.corrcoef(X[t - L + 1:t + 1, :, 0].T))
+        a = np.abs(c)
+        np.fill_diagonal(a, -1.0)
+        src, dst = [], []
+        for i in range(S):
+            nb = np.argsort(-a[i], kind="stable")[:K]
+            src += list(nb)
+            dst += [i] * K
+        src += list(range(S))
+        dst += list(range(S))
+        edges[t] = (np.array(src), np.array(dst))
+    graph_s = time.time() - t0
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(Fn, H, batch_first=True)
+            self.lin = torch.nn.Linear(H, heads * C, bias=False)
+            self.att_src = torch.nn.Parameter(torch.empty(heads, C))
+            self.att_dst = torch.nn.Parameter(torch.empty(heads, C))
+            torch.nn.init.xavier_uniform_(self.att_src)
+            torch.nn.init.xavier_uniform_(self.att_dst)
+            self.bias = torch.nn.Parameter(torch.zeros(heads * C))
+            self.proj = torch.nn.Linear(heads * C, H)
+            self.head = torch.nn.Linear(H, 1)
+
+        def forward(self, x, src, dst):
+            n = x.shape[0]
+            _, (h, _) = self.lstm(x)
+            h = h[-1]
+            z = self.lin(F.dropout(h, p_drop, self.training)).view(n, heads, C)
+            e = F.leaky_relu((z * self.att_src).sum(-1)[src] + (z * self.att_dst).sum(-1)[dst], 0.2)
+            e = torch.exp(e - e.max())
+            den = torch.zeros(n, heads).index_add_(0, dst, e)
+            alpha = e / den[dst]
+            g = torch.zeros(n, heads, C).index_add_(0, dst, alpha.unsqueeze(-1) * z[src])
+            g = F.elu(g.reshape(n, -1) + self.bias)
+            zz = h + self.proj(g)
+            return self.head(F.dropout(zz, p_drop, self.training)).squeeze(-1)
+
+    def batch(days):
+        xs, ss, ds = [], [], []
+        for k, t in enumerate(days):
+            xs.append(Xs[t - W + 1:t + 1].transpose(1, 0, 2))
+            s_, d_ = edges[t]
+            ss.append(s_ + k * S)
+            ds.append(d_ + k * S)
+        return (torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))),
+                torch.from_numpy(np.concatenate(ss)), torch.from_numpy(np.concatenate(ds)))
+
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
+    days_tr = np.where(tr)[0]
+    steps = epochs * ((len(days_tr) + B - 1) // B + accum - 1) // accum
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=float(o["lr"]), total_steps=steps + 1,
+                                                pct_start=float(cfg["scheduler"].get("pct_start", "0.3")))
+    epoch_s = []
+    for ep in range(epochs):
+        net.train()
+        perm = np.random.permutation(days_tr)
+        t0 = time.time()
+        for b, i in enumerate(range(0, len(perm), B)):
+            days = perm[i:i + B]
+            x, s_, d_ = batch(days)
+            loss = F.mse_loss(net(x, s_, d_), torch.from_numpy(y[days].reshape(-1))) / accum
+            loss.backward()
+            if (b + 1) % accum == 0 or i + B >= len(perm):
+                opt.step()
+                opt.zero_grad()
+                sched.step()
+        epoch_s.append(time.time() - t0)
+    net.eval()
+    days_va = np.where(va)[0]
+    with torch.no_grad():
+        x, s_, d_ = batch(days_va)
+        pred = net(x, s_, d_).numpy().reshape(len(days_va), S)
+    ic = float(np.mean([spearman(pred[k], tgt[t]) for k, t in enumerate(days_va)]))
+    steady = epoch_s[1:] or epoch_s
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return len(days_tr) / float(np.median(steady)), ic, graph_s, rss
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    cfg = common.read_ini(CONFIG)
+    import torch
+    torch.set_num_threads(args.threads)
+    print(common.environment())
+    base = [f"trainer.max_epochs={args.epochs}", f"pipeline.threads={args.threads}", "~averager"]
+    s = common.run_pipeline(CONFIG, base, "pipeline", test=False)
+    ep = s["epoch_seconds"][1:] or s["epoch_seconds"]
+    days = s["data"]["num_train"] / float(np.median(ep))
+    theirs, ic_t, graph_s, rss_t = torch_run(cfg, args.epochs, args.threads)
+    common.report("gat_stocks (train days/s)", "days/s", days, theirs,
+                  f"| val IC after {args.epochs} epochs: pipeline {s['val_metrics']['ic']:.4f}, "
+                  f"pytorch {ic_t:.4f} | peak RSS MiB: pipeline {s['peak_rss_bytes'] / 2**20:.0f}, "
+                  f"pytorch {rss_t:.0f}")
+    print(f"day-graphs built once: pipeline {s['data']['graphs_built']} in "
+          f"{s['data']['graph_build_ms']:.0f} ms (C, at load); PyTorch side {graph_s * 1e3:.0f} ms (NumPy)")
+    per = common.run_pipeline(CONFIG, base + ["data.graphs=per_batch"], "per_batch", test=False)
+    for name, r in (("graphs = once", s), ("graphs = per_batch", per)):
+        e = r["epoch_seconds"][1:] or r["epoch_seconds"]
+        print(f"{name:<20} {np.median(e):6.2f} s/epoch (median of {len(e)})  "
+              f"data-wait {100 * r['data_wait_fraction']:5.1f} %  val IC {r['val_metrics']['ic']:.4f}  "
+              f"graphs built {r['data']['graphs_built']} in {r['data']['graph_build_ms']:.0f} ms")
+    e1 = np.median(per["epoch_seconds"][1:] or per["epoch_seconds"])
+    e0 = np.median(ep)
+    print(f"rebuilding every batch's graphs costs {e1 / e0:.2f}x the epoch time of building them once")
+
+
+if __name__ == "__main__":
+    main()
