@@ -632,7 +632,13 @@ static pl_status fit(trainer *t) {
                   (long long)b0, (long long)nb);
         int64_t pending = 0;
         int peer_signal = 0; /* DDP: a signal any rank had at the last loss all-reduce */
-        double lr = NAN, gnorm = NAN;
+        double gnorm = NAN;
+        /* shown until this epoch's first optimizer step (accumulation): the
+         * lr that step will use, not NaN (the factors are functions of the
+         * step; SWA's f0 is taken at this same step either way) */
+        double lr = OPTIM(t)->num_groups(t->optim.self) > 0
+                        ? OPTIM(t)->group(t->optim.self, 0)->initial_lr * current_factor(t)
+                        : NAN;
         pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
         int64_t samples = 0;
         for (int64_t b = b0; b < nb && !st && !stop; b++) {
