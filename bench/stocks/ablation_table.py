@@ -6,9 +6,9 @@ usage: ablation_table.py RUNS_DIR VARIANT...
 
 For each variant, over its seeds (runs RUNS_DIR/<variant>_s<seed>/latest):
 validation IC and test IC / IC t-statistic / Sharpe, mean +- sd (ddof 1) over
-seeds. Which weights a run reports is fixed in advance, never chosen on test:
-a variant with SWA reports the averaged weights (swa_val_*, swa_test_*), the
-others the best checkpoint by val_ic. The factors (no parameters, the same on
+seeds, of the best checkpoint by val_ic (its val IC is the best epoch's, a
+maximum over epochs) and, for a variant with SWA, also of the averaged
+weights (one validation after fit: swa_val_*, swa_test_*). The factors (no parameters, the same on
 every run) follow; the best factor and the best variant are the ones with the
 highest validation IC, marked with *.
 """
@@ -31,29 +31,33 @@ def main():
     runs, variants = sys.argv[1], sys.argv[2:]
     rows, factors, nseeds = [], None, {}
     for v in variants:
-        val, ic, t, sh = [], [], [], []
+        # (label, val, ic, t, sharpe) per reported weights; SWA variants also
+        # show their best checkpoint, so what averaging buys is visible
+        acc = {}
         for path in sorted(glob.glob(os.path.join(runs, f"{v}_s*", "latest", "summary.json"))):
             with open(path) as f:
                 s = json.load(f)
             if s.get("status") != "ok":
                 continue
+            kinds = [(v + " (best checkpoint)" if "swa_test_metrics" in s else v,
+                      s["best_monitor"], s["test_metrics"])]
             if "swa_test_metrics" in s:
-                vm, tm = s["swa_val_metrics"], s["swa_test_metrics"]
-                vic = vm["ic"]
-            else:
-                tm, vic = s["test_metrics"], s["best_monitor"]
-            val.append(vic)
-            ic.append(tm["ic"])
-            t.append(tm["ic_t"])
-            sh.append(tm["sharpe"])
+                kinds.insert(0, (v + " (SWA weights)", s["swa_val_metrics"]["ic"], s["swa_test_metrics"]))
+            for label, vic, tm in kinds:
+                a = acc.setdefault(label, ([], [], [], []))
+                a[0].append(vic)
+                a[1].append(tm["ic"])
+                a[2].append(tm["ic_t"])
+                a[3].append(tm["sharpe"])
             if factors is None:
                 vmet = s["val_metrics"]
                 factors = [(k[3:], vmet[k], s["test_metrics"][k], s["test_metrics"]["ic_t_" + k[3:]],
                             s["test_metrics"]["sharpe_" + k[3:]])
                            for k in s["test_metrics"] if k.startswith("ic_") and not k.startswith("ic_t")
                            and k != "ic_std"]
-        nseeds[v] = len(val)
-        rows.append((v, val, ic, t, sh))
+        for label, (val, ic, t, sh) in acc.items():
+            nseeds[label] = len(val)
+            rows.append((label, val, ic, t, sh))
     best_v = max((r for r in rows if r[1]), key=lambda r: statistics.mean(r[1]), default=None)
     print("| variant | seeds | val IC | test IC | test IC t-stat | test Sharpe |")
     print("|---|---|---|---|---|---|")

@@ -9,9 +9,11 @@ whose next-day return reverses the last one (a planted signal), then
     of the top / bottom stocks by the factor, sqrt(252) annualization) over
     the test days by target date: the loader's split, join and the model's
     metrics together against an independent computation;
-  - `data.graphs=per_batch` (graphs rebuilt in every batch) gives the same
-    test metrics bit for bit, and says so in its summary;
-  - the SWA averaged weights are validated and tested (swa_val_*, swa_test_*);
+  - configs/gat_stocks_recipe.ini (OneCycle x plateau, SWA, accumulation)
+    runs too, and with `data.graphs=per_batch` (graphs rebuilt in every
+    batch) gives the same test metrics bit for bit, and says so in its
+    summary; its SWA averaged weights are validated and tested (swa_val_*,
+    swa_test_*);
   - the model learns the planted reversal (test IC > 0.3).
 usage: test_stocks.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
@@ -83,12 +85,13 @@ def main():
                   "data.batch_size=8", f"model.long_short={LS}", "model.hidden=8", "model.heads=2",
                   "model.gat_hidden=4", "trainer.max_epochs=6", "optimizer.lr=1e-2"]
         runs = {}
-        for mode in ("once", "per_batch"):
-            rd = os.path.join(tmp, mode)
-            run([exe, "run", os.path.join(ROOT, "configs", "gat_stocks.ini"), f"pipeline.run_dir={rd}",
+        for key, ini, mode in (("once", "gat_stocks", "once"), ("recipe", "gat_stocks_recipe", "once"),
+                               ("recipe_per_batch", "gat_stocks_recipe", "per_batch")):
+            rd = os.path.join(tmp, key)
+            run([exe, "run", os.path.join(ROOT, "configs", ini + ".ini"), f"pipeline.run_dir={rd}",
                  f"data.graphs={mode}"] + common, timeout=300)
-            latest = os.path.join(rd, "gat_stocks", "latest")
-            runs[mode] = (summary(latest), open(os.path.join(latest, "log.txt")).read())
+            latest = os.path.join(rd, ini, "latest")
+            runs[key] = (summary(latest), open(os.path.join(latest, "log.txt")).read())
         s, log = runs["once"]
         if s["status"] != "ok":
             fail(f"status {s['status']}")
@@ -110,15 +113,19 @@ def main():
             if not np.allclose(got, (ic, t, sh), rtol=1e-4, atol=1e-5):
                 fail(f"factor {name}: pipeline (ic, ic_t, sharpe) = {got}, NumPy {(ic, t, sh)}")
 
-        sp, _ = runs["per_batch"]
-        if sp["test_metrics"] != tm:
-            fail(f"graphs = per_batch changed the test metrics:\n{sp['test_metrics']}\nvs\n{tm}")
-        if sp["data"]["graphs_built"] <= s["data"]["graphs_built"]:
-            fail(f"per_batch built {sp['data']['graphs_built']} graphs, once {s['data']['graphs_built']}: "
+        sr, _ = runs["recipe"]
+        sp, _ = runs["recipe_per_batch"]
+        if sp["test_metrics"] != sr["test_metrics"] or sp["swa_test_metrics"] != sr["swa_test_metrics"]:
+            fail(f"graphs = per_batch changed the test metrics:\n{sp['test_metrics']}\nvs\n{sr['test_metrics']}")
+        if sp["data"]["graphs_built"] <= sr["data"]["graphs_built"]:
+            fail(f"per_batch built {sp['data']['graphs_built']} graphs, once {sr['data']['graphs_built']}: "
                  "rebuilding every batch should build more")
         for key in ("swa_val_metrics", "swa_test_metrics"):
-            if key not in s or not np.isfinite(s[key]["ic"]):
-                fail(f"summary.json lacks a finite {key}.ic")
+            if key not in sr or not np.isfinite(sr[key]["ic"]):
+                fail(f"the recipe's summary.json lacks a finite {key}.ic")
+        for k, name in enumerate(names):
+            if sr["test_metrics"][f"ic_{name}"] != tm[f"ic_{name}"]:
+                fail(f"factor {name}: the two configs disagree on the same test days")
         if not tm["ic"] > 0.3:
             fail(f"test IC {tm['ic']:.3f}: the planted reversal (IC of reversal_1d "
                  f"{tm['ic_reversal_1d']:.3f}) was not learned")
