@@ -28,7 +28,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # ---- data ----------------------------------------------------------------------------------------
 mkdir -p "$tmp/data"
-for f in movielens.h5 chicago.h5 cora.h5 nci_tpsa.h5 usdthb_1h.h5; do
+for f in movielens.h5 chicago.h5 cora.h5 nci_tpsa.h5 usdthb_1h.h5 dowjones30.h5; do
     [ -e "$src/data/$f" ] && ln -s "$src/data/$f" "$tmp/data/$f"
 done
 if [ ! -e "$tmp/data/movielens.h5" ] || [ ! -e "$tmp/data/chicago.h5" ] || [ ! -e "$tmp/data/cora.h5" ]; then
@@ -43,12 +43,15 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 short="trainer.max_epochs=1 trainer.early_stopping=false"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
                     [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
-                    [student]=movielens.h5 [lstm_usdthb]=usdthb_1h.h5)
+                    [student]=movielens.h5 [lstm_usdthb]=usdthb_1h.h5
+                    [gat_stocks]=dowjones30.h5 [gat_stocks_recipe]=dowjones30.h5)
 declare -A extra=(
     [gat_cora]=""
     [gat_molecules]="trainer.limit_train_batches=0.1 trainer.limit_val_batches=0.2 trainer.limit_test_batches=0.2"
     [lstm_chicago]="trainer.limit_train_batches=0.3"
     [lstm_usdthb]=""
+    [gat_stocks]="trainer.limit_train_batches=0.2"
+    [gat_stocks_recipe]="trainer.limit_train_batches=0.2"
     [pretrain]="trainer.limit_train_batches=0.05"
     [teacher]="trainer.limit_train_batches=0.05"
     [student]="trainer.limit_train_batches=0.05"
@@ -146,5 +149,7 @@ variant teacher_qlora4 teacher $teacher_short precision.plugin=qlora4
 variant lstm_sgd_swa lstm_chicago optimizer.plugin=sgd optimizer.momentum=0.9 optimizer.nesterov=true \
     averager.plugin=swa averager.swa_start_epoch=0 trainer.gradient_clip_algorithm=value \
     trainer.gradient_clip_val=0.5
+# the stock panel's graphs rebuilt in every batch: the loader's per-batch path to the device
+variant gat_stocks_per_batch gat_stocks data.graphs=per_batch
 [ $ran -gt 0 ] || fail "no config ran"
 echo "PASS: $ran configs on the strict device"
