@@ -38,6 +38,8 @@ def run_pipeline(config, overrides, label, test=False):
     cmd = [pipeline_bin(), "run", config, f"pipeline.run_dir={run_dir}", f"trainer.test={str(test).lower()}",
            "trainer.export=false", "trainer.save_best=false", "trainer.save_last=false",
            "trainer.early_stopping=false"] + overrides
+    if not any(o.startswith("trainer.log_every_n_steps=") for o in overrides):
+        cmd.append("trainer.log_every_n_steps=1")  # every step's wall seconds in metrics.csv
     t0 = time.time()
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if p.returncode != 0:
@@ -52,7 +54,39 @@ def run_pipeline(config, overrides, label, test=False):
     with open(summaries[-1]) as f:
         s = json.load(f)
     s["_wall"] = wall
+    s["_step_seconds"] = []
+    metrics = os.path.join(os.path.dirname(summaries[-1]), "metrics.csv")
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            for line in f:
+                parts = line.rstrip("\n").split(",")
+                if len(parts) == 4 and parts[2] == "step_seconds":
+                    s["_step_seconds"].append(float(parts[3]))
     return s
+
+
+class StepTimer:
+    """Wall seconds of each step of the PyTorch side: `with timer: step()`.
+    Synchronizes the device around the step on cuda."""
+
+    def __init__(self, device="cpu"):
+        self.device, self.seconds = device, []
+
+    def __enter__(self):
+        sync(self.device)
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        sync(self.device)
+        self.seconds.append(time.perf_counter() - self._t0)
+        return False
+
+
+def peak_rss_bytes():
+    """Peak resident memory of this (PyTorch) process, bytes."""
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def add_device_arg(ap):
@@ -86,9 +120,34 @@ def environment(device="cpu"):
     return env
 
 
-def report(workload, unit, ours, theirs, extra=""):
-    """Print one comparison line: throughput (higher is better) and the ratio."""
+def _stats(xs):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    n = len(xs)
+    med = xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+    return {"median": med, "min": xs[0], "max": xs[-1], "n": n}
+
+
+def report(workload, unit, ours, theirs, extra="", ours_steps=None, theirs_steps=None,
+           ours_rss=None, theirs_rss=None):
+    """Print one comparison line: throughput (higher is better) and the ratio.
+    With per-step seconds (pipeline: run_pipeline's s["_step_seconds"];
+    PyTorch: StepTimer.seconds) and peak resident bytes, also their median /
+    min / max. With BENCH_RESULTS set (bench/run), the line is appended there
+    as JSON for the summary table."""
     ratio = ours / theirs if theirs else float("nan")
     print(f"{workload:<28} pipeline {ours:10.2f} {unit}   pytorch {theirs:10.2f} {unit}   "
           f"ratio (pipeline/pytorch) {ratio:5.2f}x {extra}")
+    so, st = _stats(ours_steps or []), _stats(theirs_steps or [])
+    for side, x in (("pipeline", so), ("pytorch", st)):
+        if x:
+            print(f"    {side} step: median {x['median'] * 1e3:.2f} ms (min {x['min'] * 1e3:.2f}, "
+                  f"max {x['max'] * 1e3:.2f}, {x['n']} steps)")
+    out = os.environ.get("BENCH_RESULTS")
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps({"workload": workload, "unit": unit, "pipeline": ours, "pytorch": theirs,
+                                "ratio": ratio, "pipeline_step": so, "pytorch_step": st,
+                                "pipeline_rss": ours_rss, "pytorch_rss": theirs_rss}) + "\n")
     return ratio

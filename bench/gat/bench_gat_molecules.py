@@ -80,9 +80,11 @@ def torch_run(path, epochs, cfg, threads):
     if cfg.has_section("scheduler") and cfg["scheduler"].get("plugin") == "cosine":
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(train))
     n_graphs = 0
+    steps = []  # wall seconds of each step, collation included (as pipeline's step_seconds)
     t0 = time.time()
     for _ in range(epochs):
         net.train()
+        t_prev = time.perf_counter()
         for b in train:
             opt.zero_grad()
             loss_fn(net(b), b.y).backward()
@@ -90,6 +92,9 @@ def torch_run(path, epochs, cfg, threads):
             if sched:
                 sched.step()
             n_graphs += b.num_graphs
+            now = time.perf_counter()
+            steps.append(now - t_prev)
+            t_prev = now
     train_s = time.time() - t0
     net.eval()
     err = base = n = 0.0
@@ -100,7 +105,7 @@ def torch_run(path, epochs, cfg, threads):
             err += (pred - t).abs().sum().item()
             base += (mean - t).abs().sum().item()
             n += t.numel()
-    return n_graphs / train_s, err / n, base / n
+    return n_graphs / train_s, err / n, base / n, steps
 
 
 def main():
@@ -116,9 +121,10 @@ def main():
     ours = common.run_pipeline(a.config, [f"data.path={a.data}", f"trainer.max_epochs={a.epochs}",
                                           "pipeline.threads=2"], "pipeline", test=True)
     ours_tp = ours["train_samples_per_second"]  # samples = graphs (pl_batch.size)
-    theirs_tp, theirs_mae, base = torch_run(path, a.epochs, cfg, 2)
+    theirs_tp, theirs_mae, base, steps = torch_run(path, a.epochs, cfg, 2)
     print(common.environment())
-    common.report("gat molecules (train)", "graphs/s", ours_tp, theirs_tp)
+    common.report("gat molecules (train)", "graphs/s", ours_tp, theirs_tp, ours_steps=ours["_step_seconds"],
+                  theirs_steps=steps, ours_rss=ours["peak_rss_bytes"], theirs_rss=common.peak_rss_bytes())
     tm = ours.get("test_metrics", {})
     print(f"test MAE after {a.epochs} epochs: pipeline {tm.get('mae', float('nan')):.3f}   "
           f"pyg {theirs_mae:.3f}   train-mean baseline {base:.3f}")

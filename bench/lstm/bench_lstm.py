@@ -50,19 +50,21 @@ def torch_samples_per_s(h5, cfg, epochs, device="cpu"):
     n = 0
     common.sync(device)
     t0 = time.perf_counter()
+    timer = common.StepTimer(device)
     for ep in range(epochs):
         perm = idx[torch.randperm(len(idx), device=device)]
         for b in range(0, len(perm), bs):
-            ib = perm[b:b + bs]
-            xb, yb = windows[ib], x[ib + W, :1]
-            loss = F.huber_loss(net(xb), yb)
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-            opt.step()
+            with timer:
+                ib = perm[b:b + bs]
+                xb, yb = windows[ib], x[ib + W, :1]
+                loss = F.huber_loss(net(xb), yb)
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+                opt.step()
             n += len(ib)
     common.sync(device)
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), timer.seconds
 
 
 def main():
@@ -77,9 +79,11 @@ def main():
                             [f"trainer.max_epochs={a.epochs}", "trainer.limit_val_batches=1",
                              f"data.path={a.data}"] + common.device_overrides(a.device), "lstm")
     ours = s["train_samples_per_second"]
-    theirs = torch_samples_per_s(a.data, cfg, a.epochs, a.device)
+    theirs, steps = torch_samples_per_s(a.data, cfg, a.epochs, a.device)
     common.report(f"LSTM Chicago (train, {a.device})", "samples/s", ours, theirs,
-                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
+                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB",
+                  ours_steps=s["_step_seconds"], theirs_steps=steps, ours_rss=s["peak_rss_bytes"],
+                  theirs_rss=common.peak_rss_bytes())
 
 
 if __name__ == "__main__":

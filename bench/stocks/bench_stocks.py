@@ -153,11 +153,12 @@ def torch_run(cfg, epochs, threads, rebuild=False):
         sched = torch.optim.lr_scheduler.OneCycleLR(
             opt, max_lr=float(o["lr"]), total_steps=steps + 1,
             pct_start=float(cfg["scheduler"].get("pct_start", "0.3")))
-    epoch_s = []
+    epoch_s, steps = [], []
     for ep in range(epochs):
         net.train()
         perm = np.random.permutation(days_tr)
         t0 = time.time()
+        t_prev = time.perf_counter()
         for b, i in enumerate(range(0, len(perm), B)):
             days = perm[i:i + B]
             x, s_, d_ = batch(days)
@@ -168,6 +169,10 @@ def torch_run(cfg, epochs, threads, rebuild=False):
                 opt.zero_grad()
                 if sched:
                     sched.step()
+                if ep > 0:  # per optimizer step, batching included, as pipeline's step_seconds
+                    now = time.perf_counter()
+                    steps.append(now - t_prev)
+                    t_prev = now
         epoch_s.append(time.time() - t0)
     net.eval()
     days_va = np.where(va)[0]
@@ -177,7 +182,8 @@ def torch_run(cfg, epochs, threads, rebuild=False):
     ic = float(np.mean([spearman(pred[k], tgt[t]) for k, t in enumerate(days_va)]))
     steady = epoch_s[1:] or epoch_s
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return len(days_tr) / float(np.median(steady)), ic, graph_s, rss, build_s[0] / max(sum(epoch_s), 1e-9)
+    return (len(days_tr) / float(np.median(steady)), ic, graph_s, rss,
+            build_s[0] / max(sum(epoch_s), 1e-9), steps)
 
 
 def main():
@@ -194,11 +200,12 @@ def main():
     s = common.run_pipeline(args.config, base, "pipeline", test=False)
     ep = s["epoch_seconds"][1:] or s["epoch_seconds"]
     days = s["data"]["num_train"] / float(np.median(ep))
-    theirs, ic_t, graph_s, rss_t, _ = torch_run(cfg, args.epochs, args.threads)
+    theirs, ic_t, graph_s, rss_t, _, steps = torch_run(cfg, args.epochs, args.threads)
     common.report("gat_stocks (train days/s)", "days/s", days, theirs,
                   f"| val IC after {args.epochs} epochs: pipeline {s['val_metrics']['ic']:.4f}, "
                   f"pytorch {ic_t:.4f} | peak RSS MiB: pipeline {s['peak_rss_bytes'] / 2**20:.0f}, "
-                  f"pytorch {rss_t:.0f}")
+                  f"pytorch {rss_t:.0f}", ours_steps=s["_step_seconds"], theirs_steps=steps,
+                  ours_rss=s["peak_rss_bytes"], theirs_rss=rss_t * 2**20)
     print(f"day-graphs built once: pipeline {s['data']['graphs_built']} in "
           f"{s['data']['graph_build_ms']:.0f} ms (C, at load); PyTorch side {graph_s * 1e3:.0f} ms (NumPy)")
     per = common.run_pipeline(args.config, base + ["data.graphs=per_batch"], "per_batch", test=False)
@@ -213,7 +220,7 @@ def main():
     print(f"pipeline: with graphs = per_batch, building graphs (in C) takes {100 * fb:.2f} % of the "
           f"fit time ({per['data']['graphs_built']} graphs, {per['data']['graph_build_ms']:.0f} ms); "
           f"with graphs = once, 0 % (built before fit)")
-    reb, _, _, _, frac = torch_run(cfg, args.epochs, args.threads, rebuild=True)
+    reb, _, _, _, frac, _ = torch_run(cfg, args.epochs, args.threads, rebuild=True)
     print(f"pytorch:  rebuilding every batch's graphs (NumPy) {reb:.1f} days/s against {theirs:.1f} "
           f"built once ({theirs / reb:.2f}x the epoch time); graph building is "
           f"{100 * frac:.1f} % of the training time")

@@ -124,11 +124,13 @@ def torch_samples_per_s(h5, cfg, batches, device="cpu"):
     for i in range(5):
         step(i)
     common.sync(device)
+    timer = common.StepTimer(device)
     t0 = time.perf_counter()
     for i in range(batches):
-        step(i)
+        with timer:
+            step(i)
     common.sync(device)
-    return batches * bs / (time.perf_counter() - t0)
+    return batches * bs / (time.perf_counter() - t0), timer.seconds
 
 
 def main():
@@ -146,9 +148,11 @@ def main():
                                        "trainer.limit_val_batches=1", f"data.path={a.data}"]
                             + common.device_overrides(a.device), "teacher")
     ours = s["train_samples_per_second"]
-    theirs = torch_samples_per_s(a.data, cfg, a.batches, a.device)
+    theirs, steps = torch_samples_per_s(a.data, cfg, a.batches, a.device)
     common.report(f"iLoRA teacher train ({a.config}, {a.device})", "samples/s", ours, theirs,
-                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB")
+                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB",
+                  ours_steps=s["_step_seconds"], theirs_steps=steps, ours_rss=s["peak_rss_bytes"],
+                  theirs_rss=common.peak_rss_bytes())
 
 
 if __name__ == "__main__":
