@@ -66,7 +66,22 @@ double tr_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Peak resident memory of this process image: /proc/self/status VmHWM, the
+ * high-water mark of the current address space. getrusage's ru_maxrss is not
+ * it: Linux keeps ru_maxrss across execve, so a pipeline started from a
+ * Python process that holds 500 MB reported the launcher's 500 MB. Falls
+ * back to ru_maxrss where /proc is missing. */
 size_t tr_peak_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib = 0;
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f))
+            found = sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+        fclose(f);
+        if (found) return (size_t)kib * 1024;
+    }
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */

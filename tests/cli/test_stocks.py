@@ -14,7 +14,9 @@ whose next-day return reverses the last one (a planted signal), then
     batch) gives the same test metrics bit for bit, and says so in its
     summary; its SWA averaged weights are validated and tested (swa_val_*,
     swa_test_*);
-  - the model learns the planted reversal (test IC > 0.3).
+  - the model learns the planted reversal (test IC > 0.3);
+  - summary.json's peak_rss_bytes is the run's own, not that of the process
+    that launched it (this script holds 1 GiB meanwhile).
 usage: test_stocks.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
 import datetime as dt
@@ -84,6 +86,11 @@ def main():
                   "data.test_end=", "data.window=10", "data.graph_lookback=20", "data.graph_top_k=2",
                   "data.batch_size=8", f"model.long_short={LS}", "model.hidden=8", "model.heads=2",
                   "model.gat_hidden=4", "trainer.max_epochs=6", "optimizer.lr=1e-2"]
+        # the launcher holds 1 GiB while pipeline runs: the run's peak_rss_bytes
+        # must be its own (Linux keeps getrusage's ru_maxrss across execve)
+        ballast = bytearray(1 << 30)
+        for i in range(0, len(ballast), 4096):
+            ballast[i] = 1
         runs = {}
         for key, ini, mode in (("once", "gat_stocks", "once"), ("recipe", "gat_stocks_recipe", "once"),
                                ("recipe_per_batch", "gat_stocks_recipe", "per_batch")):
@@ -92,7 +99,10 @@ def main():
                  f"data.graphs={mode}"] + common, timeout=300)
             latest = os.path.join(rd, ini, "latest")
             runs[key] = (summary(latest), open(os.path.join(latest, "log.txt")).read())
+        del ballast
         s, log = runs["once"]
+        if not 0 < s["peak_rss_bytes"] < 768 << 20:
+            fail(f"peak_rss_bytes {s['peak_rss_bytes']} of a tiny run: the launcher's memory, not the run's")
         if s["status"] != "ok":
             fail(f"status {s['status']}")
         if "day-graphs built once" not in log:
