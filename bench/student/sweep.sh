@@ -6,6 +6,13 @@
 # runs/kd_sweep_TAG; skipped when that run ended ok. Prints the validation
 # metrics of the checkpoint the run tests (val_at_best.py), never test ones.
 #   bash bench/student/sweep.sh runs/kd_teacher_s1/latest 1 d16_kd1 model.dim=16
+# Another distillation temperature needs the teacher's outputs exported at it
+# (kd_temperature must equal the export's); the same teacher, re-exported
+# without training:
+#   pipeline run configs/teacher.ini pipeline.name=kd_teacher_s1_T2 pipeline.seed=1 \
+#     trainer.init_from=runs/kd_teacher_s1/latest/checkpoints/best.safetensors \
+#     trainer.max_epochs=0 scheduler.plugin=constant model.export_temperature=2
+# The settings tried and their results: sweep_result.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${PIPELINE:-build/core/pipeline}
