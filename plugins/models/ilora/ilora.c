@@ -826,8 +826,14 @@ static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, 
         /* the context outlives this call: a checkpointed layer reads it
          * again during backward */
         ilora_layer_ctx *c = &m->layer_ctx[l];
-        *c = (ilora_layer_ctx){m, l, s.B, s.L, s.pad_bias, micro, training,
-                               last_only && l == o->layers - 1};
+        *c = (ilora_layer_ctx){.m = m,
+                               .l = l,
+                               .B = s.B,
+                               .L = s.L,
+                               .pad_bias = s.pad_bias,
+                               .micro = micro,
+                               .training = training,
+                               .last_only = last_only && l == o->layers - 1};
         pl_tensor *in[2] = {h, gexp};
         h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
                                         : layer_forward(c, in, gexp ? 2 : 1));

@@ -734,13 +734,15 @@ START_TEST(last_position_forward_equals_the_full_forward) {
         PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
         for (int i = 0; i < pl_params_count(e.ctx.params); i++) { /* adapters that do something */
             pl_param *p = pl_params_at(e.ctx.params, i);
-            if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_normal_(p->t, 0, 0.2, 3, (uint64_t)i));
+            if (strstr(p->name, "lora_B"))
+                PL_CK_OK(pl_tensor_normal_(p->t, 0, 0.2, 3, (uint64_t)i));
         }
         pl_frame_begin();
         pl_no_grad_begin();
         pl_tensor *ids = ids_tensor(idv, 3, 6);
-        pl_tensor *full = PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ids, false))); /* [3, 6, V] */
-        pl_tensor *last = PL_CK_NOTNULL(ilora_logits(m, ilora_last_hidden(m, ids)));   /* [3, V] */
+        pl_tensor *full =
+            PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ids, false)));             /* [3, 6, V] */
+        pl_tensor *last = PL_CK_NOTNULL(ilora_logits(m, ilora_last_hidden(m, ids))); /* [3, V] */
         int64_t V = m->vocab;
         ck_assert_int_eq(last->ndim, 2);
         ck_assert_int_eq(last->shape[0], 3);
