@@ -6,15 +6,17 @@
  * after one warm-up, in eval batches, two ways:
  *
  *   eval     the model's forward on test batches (what `pipeline run` tests:
- *            every position's hidden states, last-position logits, the
- *            cross-entropy reported as val/test loss, seen items excluded,
- *            rank of the target);
- *   serving  what a recommender serves: keys and values of every position,
- *            but the last layer's query, attention output and MLP for the
- *            last position only (a causal model's other positions cannot
- *            change it), logits over all items, seen items excluded, top 10.
- *            Its logits are checked against the eval path's (max |diff|) and
- *            its HR@10 / NDCG@10 (target in the top 10) against the eval's.
+ *            the last position's hidden state (ilora_last_hidden: keys and
+ *            values of every position, the last layer's queries, attention
+ *            output and MLP for the last position only), logits over all
+ *            items, the cross-entropy reported as val/test loss, seen items
+ *            excluded, rank of the target);
+ *   serving  what a recommender serves: the same hidden state and logits,
+ *            seen items excluded, top 10 (no loss, no target). Its logits
+ *            are checked against the full forward's last position
+ *            (ilora_hidden, every position through every layer: max |diff|)
+ *            and its HR@10 / NDCG@10 (target in the top 10) against the
+ *            eval's.
  *
  * Prints one JSON line: parameters, seconds per 1,000 users of each path
  * (median, min, max over the passes), the metrics and the logits check.
@@ -63,52 +65,6 @@ static void *read_all(hid_t f, const char *name, hid_t type, size_t esz, hsize_t
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-/* Final hidden state of the last position [B, D] (f32 fp32 weights, no
- * item projection): the layers of ilora.c's layer_forward, the last one for
- * position L-1 only (its keys and values for every position). */
-static pl_tensor *last_hidden(ilora_model *m, pl_tensor *ids, const int32_t *hid) {
-    const ilora_opts *o = &m->o;
-    int64_t B = ids->shape[0], L = ids->shape[1], H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
-    float *bias = malloc(sizeof *bias * (size_t)(B * L));
-    for (int64_t i = 0; i < B * L; i++)
-        bias[i] = hid[i] == 0 ? -1e9f : 0.0f;
-    pl_tensor *pad = pl_tensor_from_data(PL_F32, 4, (int64_t[]){B, 1, 1, L}, bias, PL_CPU);
-    free(bias);
-    pl_tensor *gexp = m->router_w ? ilora_gate_expand(ilora_gates(m, ids), m->gate_index) : NULL;
-    pl_tensor *h = pl_embedding(m->embed, ids);
-    for (int64_t l = 0; l < o->layers; l++) {
-        ilora_layer *ly = &m->layer[l];
-        bool last = l == o->layers - 1;
-        int64_t T = last ? 1 : L; /* query positions */
-#define PROJ(i, x)                                                                                 \
-    ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
-                          m->lora_scale, 0.0, 0, 0, false)
-        pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
-        pl_tensor *xq = last ? pl_slice(x, 1, L - 1, L) : x;
-        pl_tensor *q =
-            pl_rope(pl_reshape(PROJ(0, xq), 4, (int64_t[]){B, T, H, Dh}), L - T, o->rope_theta);
-        pl_tensor *k =
-            pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
-        pl_tensor *v = pl_reshape(PROJ(2, x), 4, (int64_t[]){B, L, KV, Dh});
-        if (m->kv_index) {
-            k = pl_index_select(k, 2, m->kv_index);
-            v = pl_index_select(v, 2, m->kv_index);
-        }
-        q = pl_transpose(q, 1, 2);
-        k = pl_transpose(k, 1, 2);
-        v = pl_transpose(v, 1, 2);
-        pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), pad); /* [B, H, T, L] */
-        pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
-        att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, T, m->q_dim});
-        if (last) h = pl_slice(h, 1, L - 1, L);
-        h = pl_add(h, PROJ(3, att));
-        x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
-        h = pl_add(h, PROJ(6, pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x))));
-#undef PROJ
-    }
-    return pl_reshape(pl_rms_norm(h, m->norm, o->norm_eps), 2, (int64_t[]){B, o->dim});
 }
 
 int main(int argc, char **argv) {
@@ -222,7 +178,7 @@ int main(int argc, char **argv) {
             int64_t B = U - b0 < batch ? U - b0 : batch;
             pl_frame_begin();
             pl_tensor *ti = pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, L}, ids + b0 * L, PL_CPU);
-            pl_tensor *lg = ilora_logits(m, last_hidden(m, ti, ids + b0 * L)); /* [B, V] */
+            pl_tensor *lg = ilora_logits(m, ilora_last_hidden(m, ti)); /* [B, V] */
             if (!lg) {
                 fprintf(stderr, "serving: %s\n", pl_error_message());
                 return 1;
@@ -241,7 +197,7 @@ int main(int argc, char **argv) {
                         gains += 1.0 / log2(k + 2.0);
                     }
             }
-            if (r == 0) { /* the serving logits are the eval path's */
+            if (r == 0) { /* the serving logits are the full forward's */
                 pl_tensor *full = ilora_logits(m, ilora_hidden(m, ti, false)); /* [B, L, V] */
                 const float *zf = pl_tensor_f32(full);
                 for (int64_t i = 0; i < B; i++)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """bench/student/table.py SEED... - the README's student table from the runs
-of seeds.sh (runs/student_{alone,kd}_sSEED/latest), the teacher's latest run
-(runs/teacher/latest) and bench/student/infer_result.json. Mean +- sample
-standard deviation (ddof 1) over seeds, and each seed's value."""
+of seeds.sh (runs/student_{alone,kd}_sSEED/latest, runs/kd_teacher_sSEED/latest)
+and bench/student/infer_result.json. Mean +- sample standard deviation
+(ddof 1) over seeds, and each seed's value."""
 import json
 import os
 import statistics
@@ -38,16 +38,18 @@ for label, v in (("student alone (kd_weight 0)", "alone"), ("distilled student",
     p = (ss[0]["frozen_parameter_bytes"] + ss[0]["trainable_parameter_bytes"]) // 4
     rows.append((label, ", ".join(seeds), stat(hr), stat(nd), " ".join(f"{x:.4f}" for x in hr), p,
                  t("student", "serving"), t("student", "eval")))
-ts = summary("teacher")
-p = (ts["frozen_parameter_bytes"] + ts["trainable_parameter_bytes"]) // 4
-hr, nd = ts["test_metrics"]["hit_ratio@10"], ts["test_metrics"]["ndcg@10"]
-rows.append(("teacher (iLoRA on the pretrained backbone)", "42", f"{hr:.4f}", f"{nd:.4f}",
-             f"{hr:.4f}", p, t("teacher", "serving"), t("teacher", "eval")))
+ts = [summary(f"kd_teacher_s{s}") for s in seeds]
+hr = [s["test_metrics"]["hit_ratio@10"] for s in ts]
+nd = [s["test_metrics"]["ndcg@10"] for s in ts]
+p = (ts[0]["frozen_parameter_bytes"] + ts[0]["trainable_parameter_bytes"]) // 4
+rows.append(("teacher (iLoRA on the pretrained backbone)", ", ".join(seeds), stat(hr), stat(nd),
+             " ".join(f"{x:.4f}" for x in hr), p, t("teacher", "serving"), t("teacher", "eval")))
 print("| model | seeds | test HR@10 (mean +- std) | test NDCG@10 | HR@10 per seed | parameters | "
       "s / 1,000 users, full ranking, serving | same, eval forward |")
 print("|---|---|---|---|---|---|---|---|")
 for r in rows:
     print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:,} | {r[6]:.4f} | {r[7]:.4f} |")
+print(f"\nstudents distil from {inf['teacher']['run']}; timings {inf.get('threads', 2)} thread(s)")
 for path in ("serving", "eval"):
     print(f"\n{path}: teacher / student time {inf['speedup_' + path]:.1f}x (median of "
           f"{inf['teacher']['passes']} passes each; min-max teacher "

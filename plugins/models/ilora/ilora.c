@@ -745,6 +745,7 @@ typedef struct ilora_layer_ctx {
     pl_tensor *pad_bias; /* borrowed: the model keeps it until the next forward */
     uint64_t micro;      /* the micro-step of the forward (dropout counters) */
     bool training;
+    bool last_only; /* queries, residual and MLP of position L-1 only (evaluation) */
 } ilora_layer_ctx;
 
 static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
@@ -755,26 +756,32 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     int64_t B = c->B, L = c->L, H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
     uint64_t seed = m->ctx->seed, site = 1 + (uint64_t)c->l * 16;
     bool training = c->training;
+    /* last_only: keys and values of every position, the rest for position
+     * L-1 alone (nothing later in a causal model reads the others) */
+    int64_t T = c->last_only ? 1 : L;
     ilora_layer *ly = &m->layer[c->l];
 #define PROJ(i, x)                                                                                 \
     ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
                           m->lora_scale, o->lora_dropout, seed, drop_counter(c->micro, site + 2 + (i)),   \
                           training)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
-    pl_tensor *q = pl_rope(pl_reshape(PROJ(0, x), 4, (int64_t[]){B, L, H, Dh}), 0, o->rope_theta);
+    pl_tensor *xq = T < L ? pl_slice(x, 1, L - T, L) : x;
+    pl_tensor *q =
+        pl_rope(pl_reshape(PROJ(0, xq), 4, (int64_t[]){B, T, H, Dh}), L - T, o->rope_theta);
     pl_tensor *k = pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
     pl_tensor *v = pl_reshape(PROJ(2, x), 4, (int64_t[]){B, L, KV, Dh});
     if (m->kv_index) { /* grouped-query attention: HF repeat_kv, query head h reads kv head h/rep */
         k = pl_index_select(k, 2, m->kv_index);
         v = pl_index_select(v, 2, m->kv_index);
     }
-    q = pl_transpose(q, 1, 2); /* [B, H, L, Dh] */
+    q = pl_transpose(q, 1, 2); /* [B, H, T, Dh] */
     k = pl_transpose(k, 1, 2);
     v = pl_transpose(v, 1, 2);
-    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->pad_bias); /* [B, H, L, L] */
+    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->pad_bias); /* [B, H, T, L] */
     pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
-    att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, L, m->q_dim});
+    att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, T, m->q_dim});
     pl_tensor *ao = PROJ(3, att);
+    if (T < L) h = pl_slice(h, 1, L - T, L);
     h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(c->micro, site), training));
     x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
     pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
@@ -783,7 +790,7 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(c->micro, site + 1), training));
 }
 
-pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
+static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, bool last_only) {
     if (!ids) return NULL;
     refresh_params(m);
     pl_tensor_release(m->embed_deq); /* weights may have changed since the last forward */
@@ -819,7 +826,14 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
         /* the context outlives this call: a checkpointed layer reads it
          * again during backward */
         ilora_layer_ctx *c = &m->layer_ctx[l];
-        *c = (ilora_layer_ctx){m, l, s.B, s.L, s.pad_bias, micro, training};
+        *c = (ilora_layer_ctx){.m = m,
+                               .l = l,
+                               .B = s.B,
+                               .L = s.L,
+                               .pad_bias = s.pad_bias,
+                               .micro = micro,
+                               .training = training,
+                               .last_only = last_only && l == o->layers - 1};
         pl_tensor *in[2] = {h, gexp};
         h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
                                         : layer_forward(c, in, gexp ? 2 : 1));
@@ -828,6 +842,21 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
 done:
     free(s.ids);
     return h;
+}
+
+pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
+    return hidden_forward(m, ids, training, false);
+}
+
+pl_tensor *ilora_last_hidden(ilora_model *m, pl_tensor *ids) {
+    if (m->o.layers < 1) { /* no layer to cut: the last position of the full forward */
+        pl_tensor *h = ilora_hidden(m, ids, false);
+        if (!h) return NULL;
+        int64_t L = h->shape[1];
+        return pl_reshape(pl_slice(h, 1, L - 1, L), 2, (int64_t[]){h->shape[0], m->o.dim});
+    }
+    pl_tensor *h = hidden_forward(m, ids, false, true); /* [B, 1, D] */
+    return h ? pl_reshape(h, 2, (int64_t[]){h->shape[0], m->o.dim}) : NULL;
 }
 
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
@@ -909,10 +938,8 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
 
 /* Logits of the last position [B, V] (f32, host copy in *host). */
 static pl_tensor *last_logits(ilora_model *m, pl_tensor *ids, pl_tensor **host) {
-    pl_tensor *h = ilora_hidden(m, ids, false);
-    if (!h) return NULL;
-    int64_t B = h->shape[0], L = h->shape[1];
-    pl_tensor *hl = pl_reshape(pl_slice(h, 1, L - 1, L), 2, (int64_t[]){B, m->o.dim});
+    pl_tensor *hl = ilora_last_hidden(m, ids);
+    if (!hl) return NULL;
     pl_tensor *lg = ilora_logits(m, hl);
     if (lg && host) {
         *host = (lg->device.type == PL_DEVICE_CPU && lg->dtype == PL_F32) ? lg

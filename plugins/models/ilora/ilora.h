@@ -134,6 +134,11 @@ pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids);
 /* Final hidden states [B, L, D] (after model.norm). Re-reads the parameter
  * tensors from ctx->params first. */
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training);
+/* Final hidden state of the last position [B, D], no dropout: ilora_hidden's
+ * [:, L-1] with the last layer computed for that position only (its keys and
+ * values for every position), which is all ranking reads (evaluation,
+ * predict). */
+pl_tensor *ilora_last_hidden(ilora_model *m, pl_tensor *ids);
 /* logits = h @ E^T (tied) or h @ lm_head^T; h [..., D] -> [..., V]. */
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h);
 

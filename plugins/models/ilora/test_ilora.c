@@ -715,6 +715,55 @@ START_TEST(tiny_fit_on_synthetic_sequences_lowers_the_loss) {
 }
 END_TEST
 
+START_TEST(last_position_forward_equals_the_full_forward) {
+    /* evaluation and predict rank from ilora_last_hidden, which computes the
+     * last layer for position L-1 only: the same logits as the full forward's
+     * last position, with adapters and router, grouped-query attention, one
+     * layer, and a row with left padding */
+    const int32_t idv[18] = {0, 0, 4, 9, 2, 11, 3, 3, 8, 1, 12, 5, 0, 0, 0, 0, 0, 7};
+    for (int mode = 0; mode < 3; mode++) {
+        env e;
+        env_init(&e, 5, 0);
+        ilora_opts o = small_opts(mode == 1 ? ILORA_MOE_LORA : ILORA_NONE);
+        o.init_std = 0.5; /* visible logits */
+        if (mode == 2) {
+            o.layers = 1;
+            o.kv_heads = 1;
+        }
+        ilora_model *m = NULL;
+        PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+        for (int i = 0; i < pl_params_count(e.ctx.params); i++) { /* adapters that do something */
+            pl_param *p = pl_params_at(e.ctx.params, i);
+            if (strstr(p->name, "lora_B"))
+                PL_CK_OK(pl_tensor_normal_(p->t, 0, 0.2, 3, (uint64_t)i));
+        }
+        pl_frame_begin();
+        pl_no_grad_begin();
+        pl_tensor *ids = ids_tensor(idv, 3, 6);
+        pl_tensor *full =
+            PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ids, false)));             /* [3, 6, V] */
+        pl_tensor *last = PL_CK_NOTNULL(ilora_logits(m, ilora_last_hidden(m, ids))); /* [3, V] */
+        int64_t V = m->vocab;
+        ck_assert_int_eq(last->ndim, 2);
+        ck_assert_int_eq(last->shape[0], 3);
+        ck_assert_int_eq(last->shape[1], V);
+        double worst = 0, big = 0;
+        for (int64_t b = 0; b < 3; b++)
+            for (int64_t v = 0; v < V; v++) {
+                double f = pl_tensor_get(full, (b * 6 + 5) * V + v);
+                worst = fmax(worst, fabs(f - pl_tensor_get(last, b * V + v)));
+                big = fmax(big, fabs(f));
+            }
+        ck_assert_double_le(worst, 1e-5);
+        ck_assert_double_gt(big, 1e-2);
+        pl_no_grad_end();
+        pl_frame_end();
+        ilora_model_destroy(m);
+        env_free(&e);
+    }
+}
+END_TEST
+
 START_TEST(nf4_base_weights_give_the_dequantized_model) {
     /* qlora4 replaces frozen base projections by nf4 tensors; base_linear must
      * then compute x @ dequant(W)^T, and the adapters still get gradients */
@@ -797,6 +846,7 @@ int main(void) {
     tcase_add_test(t, single_expert_equals_plain_lora_by_hand);
     tcase_add_test(t, model_matches_pytorch_reference);
     tcase_add_test(t, zero_lora_b_gives_the_backbone_outputs);
+    tcase_add_test(t, last_position_forward_equals_the_full_forward);
     tcase_add_test(t, llama_named_safetensors_loads_through_the_vtable);
     tcase_add_test(t, eval_metrics_exclude_history_and_padding);
     tcase_add_test(t, export_writes_sorted_topk_per_position_and_user);
