@@ -341,7 +341,10 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
                      label_smoothing);
         return NULL;
     }
-    if (logits->dtype != PL_F32) {
+    /* the CPU kernel reads bf16 logits in place (bit-identical to the cast,
+     * without an f32 copy of the [N, C] logits and of their gradient) */
+    if (logits->dtype != PL_F32 &&
+        !(logits->dtype == PL_BF16 && logits->device.type == PL_DEVICE_CPU)) {
         pl_frame_begin();
         return frame_result(
             pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index, label_smoothing));

@@ -835,6 +835,45 @@ START_TEST(cross_entropy_hand_values) {
 }
 END_TEST
 
+/* bf16 logits (autocast's logits GEMM) are read in place on the CPU: loss
+ * and gradient bit-identical to casting them to f32 first; sizes on both
+ * sides of the parallel threshold, an ignored row, smoothing */
+START_TEST(cross_entropy_reads_bf16_logits_as_if_cast) {
+    static const int64_t shapes[][2] = {{7, 5}, {64, 1031}};
+    for (int sh = 0; sh < 2; sh++) {
+        int64_t n = shapes[sh][0], c = shapes[sh][1];
+        pl_tensor *x = randn_g(PL_SHAPE(n, c), 120 + sh);
+        int64_t tg[64];
+        for (int64_t i = 0; i < n; i++)
+            tg[i] = i == 3 ? -1 : (i * 7919) % c;
+        pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(n), tg, PL_CPU);
+        double eps = sh ? 0.1 : 0.0;
+        float loss[2];
+        pl_tensor *grad[2];
+        for (int via_cast = 0; via_cast < 2; via_cast++) {
+            pl_frame_begin();
+            pl_tensor *xb = pl_cast(x, PL_BF16);
+            pl_tensor *l = pl_cross_entropy(via_cast ? pl_cast(xb, PL_F32) : xb, t, -1, eps);
+            PL_CK_NOTNULL(l);
+            loss[via_cast] = (float)pl_tensor_item(l);
+            PL_CK_OK(pl_backward(l, 1.0));
+            pl_frame_end();
+            grad[via_cast] = x->grad;
+            x->grad = NULL;
+        }
+        ck_assert_msg(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "loss %.9g vs cast %.9g",
+                      (double)loss[0], (double)loss[1]);
+        ck_assert_int_eq(grad[0]->dtype, PL_F32);
+        ck_assert(memcmp(pl_tensor_data(grad[0]), pl_tensor_data(grad[1]),
+                         (size_t)(n * c) * sizeof(float)) == 0);
+        pl_tensor_release(grad[0]);
+        pl_tensor_release(grad[1]);
+        pl_tensor_release(t);
+        pl_tensor_release(x);
+    }
+}
+END_TEST
+
 START_TEST(cross_entropy_ignore_index_and_smoothing) {
     int64_t tg[7] = {0, 4, -1, 2, 2, -1, 1};
     pl_tensor *x = randn_g(PL_SHAPE(7, 5), 110);
@@ -1069,6 +1108,7 @@ int main(void) {
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);
     tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
+    tcase_add_test(tc, cross_entropy_reads_bf16_logits_as_if_cast);
     tcase_add_test(tc, regression_losses);
     tcase_add_test(tc, layer_norm_and_rms_norm_forward);
     tcase_add_test(tc, layer_norm_and_rms_norm_gradients);
