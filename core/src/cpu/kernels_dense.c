@@ -683,9 +683,10 @@ static inline int64_t target_at(const pl_tensor *t, int64_t i) {
  * PyTorch: loss = (1-eps) * sum_valid(-logp[t]) / n_valid
  *               + eps/C * sum_valid(sum_c -logp[c]) / n_valid (kernel_math.h). */
 /* Cross-entropy reads bf16 logits (autocast's logits GEMM output) in place:
- * each row is widened (exactly) into a per-thread f32 row and the f32 code
- * runs on it, so the result is bit-identical to cast-to-f32 then f32 CE
- * without the [N, C] f32 copy forward and its gradient copy backward. */
+ * each row is widened (exactly) into a per-thread f32 row, so there is no
+ * [N, C] f32 copy forward and no gradient copy backward; the exponentials
+ * of bf16 rows use pl_exp_neg (pl_softmax_exp_bf16: within a few f32 ulps
+ * of expf, vectorized), everything else is the f32 code. */
 typedef struct ce_rows {
     const float *x32;     /* f32 logits, or NULL */
     const uint16_t *x16;  /* bf16 logits, or NULL */
@@ -738,12 +739,20 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
         float m = -INFINITY;
         for (int64_t c = 0; c < C; c++)
             m = pl_max_step(m, x[c]);
-        /* expf in f32 (vectorized through libmvec), sums in f64 */
+        /* exp in f32, sums in f64; bf16 logits take the vectorized exp */
         double s = 0, sx = 0;
+        if (X.x16) {
 #pragma omp simd reduction(+ : s, sx)
-        for (int64_t c = 0; c < C; c++) {
-            s += pl_softmax_exp(x[c], m);
-            sx += x[c];
+            for (int64_t c = 0; c < C; c++) {
+                s += pl_softmax_exp_bf16(x[c], m);
+                sx += x[c];
+            }
+        } else {
+#pragma omp simd reduction(+ : s, sx)
+            for (int64_t c = 0; c < C; c++) {
+                s += pl_softmax_exp(x[c], m);
+                sx += x[c];
+            }
         }
         double l = pl_ce_lse(m, s);
         lse[i] = (float)l;
@@ -798,9 +807,15 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
         }
         const float *x = ce_row(&X, i);
         const float l = lse[i];
+        if (X.x16) {
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            d[c] = pl_ce_grad(x[c], l, scale, off);
+            for (int64_t c = 0; c < C; c++)
+                d[c] = pl_ce_grad_bf16(x[c], l, scale, off);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                d[c] = pl_ce_grad(x[c], l, scale, off);
+        }
         if (t >= 0 && t < C) d[t] -= pl_ce_target_grad(scale, eps);
     }
     scratch_free(&X.buf);
