@@ -176,6 +176,22 @@ typedef struct cdesc {
     int64_t ld;
 } cdesc;
 
+#if HAVE_AVX2
+/* 8 floats -> 8 bf16, round to nearest even, NaN quiet (pl_bf16_round) */
+static inline void store_bf16x8(uint16_t *d, __m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i rn =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+    __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    rn = _mm256_blendv_epi8(rn, qn, nan);
+    __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(rn, rn), 0x08);
+    _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(pk));
+}
+#endif
+
 /* Store tile t[MR][NR] into C rows i.., columns j.. (rows x cols valid).
  * add: C += t (f32 C only). */
 static void store_tile(const float *t, const cdesc *c, int64_t i, int64_t j, int rows, int cols,
@@ -193,19 +209,8 @@ static void store_tile(const float *t, const cdesc *c, int64_t i, int64_t j, int
             uint16_t *d = (uint16_t *)c->data + (i + r) * c->ld + j;
 #if HAVE_AVX2
             if (cols == NR) {
-                for (int h = 0; h < 2; h++) {
-                    __m256i u = _mm256_castps_si256(_mm256_loadu_ps(s + 8 * h));
-                    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-                    __m256i rn = _mm256_srli_epi32(
-                        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-                    __m256i nan = _mm256_cmpgt_epi32(
-                        _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                        _mm256_set1_epi32(0x7f800000));
-                    __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-                    rn = _mm256_blendv_epi8(rn, qn, nan);
-                    __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(rn, rn), 0x08);
-                    _mm_storeu_si128((__m128i *)(d + 8 * h), _mm256_castsi256_si128(pk));
-                }
+                store_bf16x8(d, _mm256_loadu_ps(s));
+                store_bf16x8(d + 8, _mm256_loadu_ps(s + 8));
                 continue;
             }
 #endif
@@ -227,38 +232,50 @@ static void ukr_generic(int64_t kc, const float *ap, const float *bp, float *t) 
 }
 
 #if HAVE_AVX2
-/* 12 accumulators, 2 B loads and 6 broadcasts per k; writes the tile straight
- * into an f32 C when it is whole (ct != NULL), else into t */
-static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *t, float *ct, int64_t ldc,
-                     bool add) {
+/* 12 accumulators, 2 B loads and 6 broadcasts per k; A element (r, k) at
+ * ap[r * rs + k * ks]: a packed micro-panel (rs 1, ks MR) or six rows of an
+ * f32 A read in place (rs lda, ks 1). Writes the tile straight into an f32
+ * C when it is whole (ct != NULL), else into t. */
+static inline __attribute__((always_inline)) void
+ukr_avx2_body(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp, float *t,
+              float *ct, uint16_t *cb, int64_t ldc, bool add) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
     __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    const float *a0 = ap, *a1 = ap + rs, *a2 = ap + 2 * rs, *a3 = ap + 3 * rs, *a4 = ap + 4 * rs,
+                *a5 = ap + 5 * rs;
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
         _mm_prefetch((const char *)(bp + 8 * NR), _MM_HINT_T0);
         __m256 a;
-        a = _mm256_broadcast_ss(ap + 0);
+        a = _mm256_broadcast_ss(a0);
         c00 = _mm256_fmadd_ps(a, b0, c00);
         c01 = _mm256_fmadd_ps(a, b1, c01);
-        a = _mm256_broadcast_ss(ap + 1);
+        a = _mm256_broadcast_ss(a1);
         c10 = _mm256_fmadd_ps(a, b0, c10);
         c11 = _mm256_fmadd_ps(a, b1, c11);
-        a = _mm256_broadcast_ss(ap + 2);
+        a = _mm256_broadcast_ss(a2);
         c20 = _mm256_fmadd_ps(a, b0, c20);
         c21 = _mm256_fmadd_ps(a, b1, c21);
-        a = _mm256_broadcast_ss(ap + 3);
+        a = _mm256_broadcast_ss(a3);
         c30 = _mm256_fmadd_ps(a, b0, c30);
         c31 = _mm256_fmadd_ps(a, b1, c31);
-        a = _mm256_broadcast_ss(ap + 4);
+        a = _mm256_broadcast_ss(a4);
         c40 = _mm256_fmadd_ps(a, b0, c40);
         c41 = _mm256_fmadd_ps(a, b1, c41);
-        a = _mm256_broadcast_ss(ap + 5);
+        a = _mm256_broadcast_ss(a5);
         c50 = _mm256_fmadd_ps(a, b0, c50);
         c51 = _mm256_fmadd_ps(a, b1, c51);
-        ap += MR;
+        a0 += ks, a1 += ks, a2 += ks, a3 += ks, a4 += ks, a5 += ks;
         bp += NR;
     }
     __m256 acc[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+    if (cb) { /* whole tile of a bf16 C: rounded from the registers */
+        for (int r = 0; r < MR; r++) {
+            store_bf16x8(cb + r * ldc, acc[r][0]);
+            store_bf16x8(cb + r * ldc + 8, acc[r][1]);
+        }
+        return;
+    }
     if (ct) {
         for (int r = 0; r < MR; r++) {
             float *d = ct + r * ldc;
@@ -276,16 +293,31 @@ static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *t, flo
         _mm256_storeu_ps(t + r * NR + 8, acc[r][1]);
     }
 }
+
+static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *t, float *ct,
+                     uint16_t *cb, int64_t ldc, bool add) {
+    ukr_avx2_body(kc, ap, 1, MR, bp, t, ct, cb, ldc, add);
+}
+
+static void ukr_avx2_rows(int64_t kc, const float *a, int64_t lda, const float *bp, float *t,
+                          float *ct, uint16_t *cb, int64_t ldc, bool add) {
+    ukr_avx2_body(kc, a, lda, 1, bp, t, ct, cb, ldc, add);
+}
 #endif
 
 /* One micro-tile: C[i.., j..] (+)= Ap @ Bp over kc. */
-static void micro_tile(int64_t kc, const float *ap, const float *bp, const cdesc *c, int64_t i,
-                       int64_t j, int rows, int cols, bool add) {
+static void micro_tile(int64_t kc, const float *ap, int64_t lda, const float *bp, const cdesc *c,
+                       int64_t i, int64_t j, int rows, int cols, bool add) {
     float t[MR * NR] __attribute__((aligned(32)));
 #if HAVE_AVX2
     if (!pl_gemm_mixed_generic) {
-        bool whole = rows == MR && cols == NR && c->dtype == PL_F32;
-        ukr_avx2(kc, ap, bp, t, whole ? (float *)c->data + i * c->ld + j : NULL, c->ld, add);
+        bool whole = rows == MR && cols == NR && (c->dtype == PL_F32 || !add);
+        float *ct = whole && c->dtype == PL_F32 ? (float *)c->data + i * c->ld + j : NULL;
+        uint16_t *cb = whole && c->dtype == PL_BF16 ? (uint16_t *)c->data + i * c->ld + j : NULL;
+        if (lda)
+            ukr_avx2_rows(kc, ap, lda, bp, t, ct, cb, c->ld, add);
+        else
+            ukr_avx2(kc, ap, bp, t, ct, cb, c->ld, add);
         if (!whole) store_tile(t, c, i, j, rows, cols, add);
         return;
     }
@@ -312,11 +344,21 @@ static void gemm_serial(int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K,
             pack_b_panel(B, k0, kc, j, N, bp + ((j - j0) / NR) * NR * kc);
         for (int64_t ib = i0; ib < M; ib += MC) {
             int64_t mrows = min64(MC, M - ib);
-            pack_a_block(A, ib, (mrows + MR - 1) / MR * MR, M, k0, kc, ap);
+            /* an untransposed f32 A is read in place by whole micro-tiles
+             * (the MC x KC block stays in L2 across the column panels): the
+             * backward dX = dY @ W reads the big f32 gradient only once */
+            bool direct = HAVE_AVX2 && !pl_gemm_mixed_generic && !A->trans && A->dtype == PL_F32;
+            int64_t whole = direct ? mrows / MR * MR : 0;
+            if (whole < mrows)
+                pack_a_block(A, ib + whole, (mrows - whole + MR - 1) / MR * MR, M, k0, kc, ap);
+            const float *a32 = (const float *)A->data;
             for (int64_t j = j0; j < N; j += NR)
-                for (int64_t i = ib; i < ib + mrows; i += MR)
-                    micro_tile(kc, ap + (i - ib) * kc, bp + ((j - j0) / NR) * NR * kc, c, i, j,
+                for (int64_t i = ib; i < ib + mrows; i += MR) {
+                    bool in_place = i - ib < whole;
+                    micro_tile(kc, in_place ? a32 + i * A->ld + k0 : ap + (i - ib - whole) * kc,
+                               in_place ? A->ld : 0, bp + ((j - j0) / NR) * NR * kc, c, i, j,
                                (int)min64(MR, M - i), (int)min64(NR, N - j), add);
+                }
         }
     }
 }
