@@ -903,6 +903,47 @@ START_TEST(cross_entropy_reads_bf16_logits_as_if_cast) {
 }
 END_TEST
 
+/* add / sub of same-shape f32 / bf16 operands and scale / add_scalar of bf16
+ * run without casts on the CPU: values bit-identical to cast, f32 op, cast;
+ * output dtype as torch promotes; gradients reach the f32 leaves */
+START_TEST(bf16_add_sub_scale_match_the_cast_round_trip) {
+    int64_t n = 40000; /* past the parallel threshold */
+    pl_tensor *x = randn_g(PL_SHAPE(n), 130), *y = randn_g(PL_SHAPE(n), 131);
+    for (int c = 0; c < 6; c++) {
+        pl_frame_begin();
+        pl_tensor *xb = pl_cast(x, PL_BF16), *yb = pl_cast(y, PL_BF16);
+        pl_tensor *a = c == 4 ? xb : (c & 1 ? xb : x), *b = c == 4 ? yb : (c & 1 ? y : yb);
+        pl_tensor *got, *want;
+        if (c < 5) {
+            pl_tensor *(*f)(pl_tensor *, pl_tensor *) = c & 2 ? pl_sub : pl_add;
+            got = f(a, b);
+            pl_tensor *w = f(pl_cast(a, PL_F32), pl_cast(b, PL_F32));
+            want = a->dtype == b->dtype ? pl_cast(w, a->dtype) : w;
+        } else {
+            got = pl_add_scalar(pl_scale(xb, 0.3), -1.7);
+            want = pl_cast(pl_add_scalar(pl_cast(pl_cast(pl_scale(pl_cast(xb, PL_F32), 0.3),
+                                                                 PL_BF16), PL_F32), -1.7), PL_BF16);
+        }
+        PL_CK_NOTNULL(got);
+        ck_assert_int_eq(got->dtype, want->dtype);
+        ck_assert_int_eq(got->dtype, c >= 4 ? PL_BF16 : (a->dtype == b->dtype ? a->dtype : PL_F32));
+        ck_assert(memcmp(pl_tensor_data(got), pl_tensor_data(want),
+                         (size_t)n * pl_dtype_size(got->dtype)) == 0);
+        PL_CK_OK(pl_backward(pl_sum(pl_cast(got, PL_F32), PL_ALL_DIMS, false), 1.0));
+        pl_frame_end();
+        double gx = c == 5 ? 0.3 : 1.0, gy = c & 2 ? -1.0 : 1.0;
+        ck_assert_double_eq_tol(pl_tensor_get(x->grad, 7), gx, 1e-7);
+        if (c < 5) ck_assert_double_eq_tol(pl_tensor_get(y->grad, 7), gy, 1e-7);
+        pl_tensor_release(x->grad);
+        x->grad = NULL;
+        if (y->grad) pl_tensor_release(y->grad);
+        y->grad = NULL;
+    }
+    pl_tensor_release(x);
+    pl_tensor_release(y);
+}
+END_TEST
+
 START_TEST(cross_entropy_ignore_index_and_smoothing) {
     int64_t tg[7] = {0, 4, -1, 2, 2, -1, 1};
     pl_tensor *x = randn_g(PL_SHAPE(7, 5), 110);
@@ -1137,6 +1178,7 @@ int main(void) {
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);
     tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
+    tcase_add_test(tc, bf16_add_sub_scale_match_the_cast_round_trip);
     tcase_add_test(tc, cross_entropy_reads_bf16_logits_as_if_cast);
     tcase_add_test(tc, regression_losses);
     tcase_add_test(tc, layer_norm_and_rms_norm_forward);

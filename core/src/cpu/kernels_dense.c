@@ -211,6 +211,35 @@ static void reduce_to(const float *src, const bspace *b, const int64_t *st, floa
 }
 
 /* out = x (op) y, broadcasting. */
+/* x +/- y of the same shape with f32 / bf16 operands: each widened (exact),
+ * the f32 result rounded when the output is bf16 (both operands bf16) --
+ * what cast, f32 op, cast computes, without the casts' copies. */
+static inline float ld_f32_or_bf16(const void *p, pl_dtype dt, int64_t i) {
+    return dt == PL_BF16 ? pl_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static pl_status binary_half(const pl_kernel_args *a, int64_t n) {
+    const void *X = pl_tensor_data(a->in[0]), *Y = pl_tensor_data(a->in[1]);
+    pl_dtype dx = a->in[0]->dtype, dy = a->in[1]->dtype;
+    float sign = a->op == PL_OP_SUB ? -1.0f : 1.0f;
+    if (a->out[0]->dtype == PL_BF16) {
+        uint16_t *o = pl_tensor_data(a->out[0]);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float xv = ld_f32_or_bf16(X, dx, i), yv = ld_f32_or_bf16(Y, dy, i);
+            o[i] = pl_bf16_round(sign > 0 ? xv + yv : xv - yv);
+        }
+    } else {
+        float *o = f32p(a->out[0]);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float xv = ld_f32_or_bf16(X, dx, i), yv = ld_f32_or_bf16(Y, dy, i);
+            o[i] = sign > 0 ? xv + yv : xv - yv;
+        }
+    }
+    return PL_OK;
+}
+
 static pl_status k_binary_fwd(const pl_kernel_args *a) {
     bspace b;
     bspace_init(&b, a->out[0]);
@@ -218,11 +247,13 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     bstrides(a->in[0], &b, sx);
     bstrides(a->in[1], &b, sy);
     bspace_coalesce(&b, sx, sy);
+    pl_op op = a->op;
+    int64_t total = b.rows * b.inner;
+    if (a->in[0]->dtype != PL_F32 || a->in[1]->dtype != PL_F32)
+        return binary_half(a, total); /* same-shape add / sub with bf16 (ops_dense.c) */
     const float *X = cf32(a->in[0]), *Y = cf32(a->in[1]);
     float *O = f32p(a->out[0]);
     int64_t ix = sx[b.nd - 1], iy = sy[b.nd - 1], inner = b.inner;
-    pl_op op = a->op;
-    int64_t total = b.rows * b.inner;
     if (pl_tensor_numel(a->in[0]) == total && pl_tensor_numel(a->in[1]) == total) {
         /* same shapes: one flat loop (parallel even for a single long row) */
         switch (op) {
@@ -360,9 +391,20 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
 
 static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
+    float s = (float)a->p.alpha;
+    if (a->in[0]->dtype == PL_BF16) { /* bf16 -> bf16, f32 arithmetic (ops_dense.c) */
+        const uint16_t *x = pl_tensor_data(a->in[0]);
+        uint16_t *o = pl_tensor_data(a->out[0]);
+        bool mul = a->op == PL_OP_SCALE;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float v = pl_bf16_widen(x[i]);
+            o[i] = pl_bf16_round(mul ? v * s : v + s);
+        }
+        return PL_OK;
+    }
     const float *x = cf32(a->in[0]);
     float *o = f32p(a->out[0]);
-    float s = (float)a->p.alpha;
     if (a->op == PL_OP_SCALE) {
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
