@@ -99,13 +99,16 @@ static void check_one(int64_t M, int64_t N, int64_t K, pl_dtype da, pl_dtype db,
 }
 
 static const int64_t shapes[][3] = {
-    {1, 1, 1},   {1, 17, 1},   {5, 1, 3},    {6, 16, 8},   {7, 17, 9},    {3, 5, 2},
+    {1, 1, 1},    {1, 17, 1},   {5, 1, 3},    {6, 16, 8},   {7, 17, 9},     {3, 5, 2},
     {13, 33, 64}, {97, 40, 31}, {50, 50, 32}, {12, 515, 7}, {100, 20, 257}, {31, 9, 600},
 };
 
 START_TEST(matches_f64_reference_for_every_dtype_mix_and_transpose) {
-    static const pl_dtype dts[][2] = {{PL_BF16, PL_BF16}, {PL_F32, PL_BF16}, {PL_BF16, PL_F32},
-                                      {PL_F16, PL_F16},   {PL_F32, PL_F16}};
+    static const pl_dtype dts[][2] = {{PL_BF16, PL_BF16},
+                                      {PL_F32, PL_BF16},
+                                      {PL_BF16, PL_F32},
+                                      {PL_F16, PL_F16},
+                                      {PL_F32, PL_F16}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
             for (int t = 0; t < 4; t++)

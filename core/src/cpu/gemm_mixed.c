@@ -127,9 +127,10 @@ static bool pack_a_micro_fast(const pl_gemm_operand *a, int64_t r0, int64_t c0, 
     for (; k + 4 <= kc; k += 4) {
         __m128 x[MR];
         for (int r = 0; r < MR; r++)
-            x[r] = h ? _mm_castsi128_ps(_mm_unpacklo_epi16(
-                           _mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)(b + r * a->ld + k))))
-                     : _mm_loadu_ps(f + r * a->ld + k);
+            x[r] =
+                h ? _mm_castsi128_ps(_mm_unpacklo_epi16(
+                        _mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)(b + r * a->ld + k))))
+                  : _mm_loadu_ps(f + r * a->ld + k);
         _MM_TRANSPOSE4_PS(x[0], x[1], x[2], x[3]);
         __m128 lo = _mm_unpacklo_ps(x[4], x[5]), hi = _mm_unpackhi_ps(x[4], x[5]);
         float *o = d + k * MR;
@@ -181,8 +182,8 @@ typedef struct cdesc {
 static inline void store_bf16x8(uint16_t *d, __m256 v) {
     __m256i u = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i rn =
-        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i rn = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                      _mm256_set1_epi32(0x7f800000));
     __m256i qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
