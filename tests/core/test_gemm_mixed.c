@@ -2,9 +2,9 @@
  * operands (autocast's matmuls, forward and backward), against an f64 GEMM
  * of the same (already rounded) inputs: every dtype mix, both transposes,
  * edge shapes (M, N, K of 1, odd, smaller than the 6 x 16 tile, past the
- * 256-deep K block and the 96-row / 512-column tiles), f32 and bf16 C,
+ * 256-deep K block and the 96-row A block), f32 and bf16 C,
  * accumulation, leading dimensions wider than the matrix, the AVX2 and the
- * portable micro-kernel, serial and threaded. */
+ * portable micro-kernel, serial and threaded (row and column chunks). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -99,8 +99,21 @@ static void check_one(int64_t M, int64_t N, int64_t K, pl_dtype da, pl_dtype db,
 }
 
 static const int64_t shapes[][3] = {
-    {1, 1, 1},    {1, 17, 1},   {5, 1, 3},    {6, 16, 8},   {7, 17, 9},     {3, 5, 2},
-    {13, 33, 64}, {97, 40, 31}, {50, 50, 32}, {12, 515, 7}, {100, 20, 257}, {31, 9, 600},
+    {1, 1, 1},
+    {1, 17, 1},
+    {5, 1, 3},
+    {6, 16, 8},
+    {7, 17, 9},
+    {3, 5, 2},
+    {13, 33, 64},
+    {97, 40, 31},
+    {50, 50, 32},
+    {12, 515, 7},
+    {100, 20, 257},
+    {31, 9, 600},
+    /* past the 4 MFLOP threading threshold: chunks of rows, then of columns */
+    {151, 70, 300},
+    {40, 701, 161},
 };
 
 START_TEST(matches_f64_reference_for_every_dtype_mix_and_transpose) {

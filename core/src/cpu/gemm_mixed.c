@@ -10,15 +10,19 @@
  * Widening bf16 / f16 is exact, so C is the f32-accumulated product of the
  * operands as given; only the summation order differs from sgemm's.
  *
- * Structure (Goto / BLIS): K in blocks of KC; per block op(B) is packed into
- * panels of NR = 16 columns (Bp[panel][k][16]) by all threads, then the
- * (MC-row block x NCH-column chunk) tiles are shared out; a tile packs its A
- * block into MR = 6-row micro-panels (Ap[k][6]) and runs the 6 x 16
- * micro-kernel (12 accumulators of 8 floats, FMA) over it. A B panel
- * (KC x 16 floats = 16 KiB) stays in L1 while the A block (MC x KC floats,
- * 96 KiB) streams from L2. Edges are zero padded in the packs and masked in
- * the store; a bf16 C is rounded (round to nearest even, NaN stays NaN) when
- * the last K block is stored, earlier blocks go through an f32 buffer. */
+ * Structure (Goto / BLIS): threads take chunks of C's rows (or, when N > M,
+ * of its columns), a few per thread, dynamically; each chunk is a serial
+ * GEMM with its own packs, so threads meet only at the end. In a chunk, K
+ * runs in blocks of KC; per block op(B) is packed into panels of NR = 16
+ * columns (Bp[panel][k][16]); A is taken in MC-row blocks, packed into
+ * MR = 6-row micro-panels (Ap[k][6]) or, when it is an untransposed f32
+ * matrix, read in place six rows at a time; the 6 x 16 micro-kernel (12
+ * accumulators of 8 floats, FMA) runs over every (micro-panel, B panel).
+ * A B panel (KC x 16 floats = 16 KiB) stays in L1 while the A block (MC x KC
+ * floats, 96 KiB) stays in L2. Edges are zero padded in the packs and masked
+ * in the store; a bf16 C is rounded (round to nearest even, NaN stays NaN)
+ * from the registers when K fits one block, else the f32 sums of all blocks
+ * go through an f32 buffer and are rounded once at the end. */
 #include <stdint.h>
 #include <string.h>
 
@@ -37,8 +41,7 @@
 #define MR 6
 #define NR 16
 #define KC 256
-#define MC 96   /* multiple of MR */
-#define NCH 512 /* columns per tile: multiple of NR */
+#define MC 96 /* multiple of MR */
 
 bool pl_gemm_mixed_generic; /* tests: force the portable micro-kernel */
 
