@@ -118,6 +118,26 @@ void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, floa
 bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
                      int64_t K);
 
+/* One operand of pl_gemm_mixed: op(X) is X ([rows, cols] row-major with
+ * leading dimension ld) or, with trans, X^T of the stored [cols, rows]. */
+typedef struct pl_gemm_operand {
+    const void *data; /* borrowed */
+    pl_dtype dtype;   /* PL_F32, PL_BF16 or PL_F16 */
+    int64_t ld;
+    bool trans;
+} pl_gemm_operand;
+
+/* C[M, N] (+)= op(A)[M, K] @ op(B)[K, N] with f32 accumulation; A and B
+ * each f32 / bf16 / f16 (widened exactly while packing), C f32 or bf16
+ * (rounded to nearest even once), leading dimension ldc. accumulate (f32 C
+ * only) adds to C instead of overwriting it; parallel lets it use the OpenMP
+ * threads (false inside a caller's parallel loop). cpu/gemm_mixed.c. */
+pl_status pl_gemm_mixed(int64_t M, int64_t N, int64_t K, const pl_gemm_operand *A,
+                        const pl_gemm_operand *B, void *C, pl_dtype c_dtype, int64_t ldc,
+                        bool accumulate, bool parallel);
+/* Tests: run pl_gemm_mixed on its portable micro-kernel instead of AVX2. */
+extern bool pl_gemm_mixed_generic;
+
 /* Per-thread frame stack (autograd.c). */
 void pl_frame_adopt(pl_tensor *t);
 

@@ -90,7 +90,12 @@ static pl_tensor *binary(const char *name, pl_op op, pl_tensor *a, pl_tensor *b)
     int nd;
     int64_t shape[PL_MAX_DIMS];
     if (pl_broadcast_shapes(name, a, b, &nd, shape)) return NULL;
-    if (a->dtype != PL_F32 || b->dtype != PL_F32) {
+    /* same-shape add / sub with bf16 operands on the CPU: the kernel widens
+     * and rounds per element (bit-identical to the casts, none recorded) */
+    bool native = a->device.type == PL_DEVICE_CPU && (op == PL_OP_ADD || op == PL_OP_SUB) &&
+                  (a->dtype == PL_F32 || a->dtype == PL_BF16) &&
+                  (b->dtype == PL_F32 || b->dtype == PL_BF16) && pl_tensor_same_shape(a, b);
+    if ((a->dtype != PL_F32 || b->dtype != PL_F32) && !native) {
         pl_dtype rd = a->dtype == b->dtype ? a->dtype : PL_F32;
         pl_frame_begin();
         pl_tensor *r = binary(name, op, pl_cast(a, PL_F32), pl_cast(b, PL_F32));
@@ -98,7 +103,7 @@ static pl_tensor *binary(const char *name, pl_op op, pl_tensor *a, pl_tensor *b)
     }
     pl_kernel_args k = {.op = op, .n_out = 1};
     if (!take_inputs(&k, ts, 2)) return NULL;
-    k.out[0] = pl_tensor_new_owned(PL_F32, nd, shape, a->device);
+    k.out[0] = pl_tensor_new_owned(a->dtype == b->dtype ? a->dtype : PL_F32, nd, shape, a->device);
     return launch(&k);
 }
 
@@ -121,7 +126,11 @@ static pl_tensor *unary_ab(const char *name, pl_op op, pl_tensor *a, double alph
                            int flags) {
     if (!a) return NULL;
     if (pl_check_float(name, a, true)) return NULL;
-    if (a->dtype != PL_F32) {
+    /* scale / add_scalar of a bf16 tensor on the CPU: bf16 in, bf16 out,
+     * f32 arithmetic in the kernel (bit-identical to the casts) */
+    bool native = a->dtype == PL_BF16 && a->device.type == PL_DEVICE_CPU &&
+                  (op == PL_OP_SCALE || op == PL_OP_ADD_SCALAR);
+    if (a->dtype != PL_F32 && !native) {
         pl_frame_begin();
         pl_tensor *r = unary_ab(name, op, pl_cast(a, PL_F32), alpha, beta, flags);
         return frame_result(pl_cast(r, a->dtype));
@@ -131,7 +140,7 @@ static pl_tensor *unary_ab(const char *name, pl_op op, pl_tensor *a, double alph
     k.p.beta = beta;
     k.p.flags = flags;
     if (!take_inputs(&k, &a, 1)) return NULL;
-    k.out[0] = pl_tensor_new_owned(PL_F32, a->ndim, shape0(a), a->device);
+    k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape0(a), a->device);
     return launch(&k);
 }
 
@@ -341,7 +350,10 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
                      label_smoothing);
         return NULL;
     }
-    if (logits->dtype != PL_F32) {
+    /* the CPU kernel reads bf16 logits in place (bit-identical to the cast,
+     * without an f32 copy of the [N, C] logits and of their gradient) */
+    if (logits->dtype != PL_F32 &&
+        !(logits->dtype == PL_BF16 && logits->device.type == PL_DEVICE_CPU)) {
         pl_frame_begin();
         return frame_result(
             pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index, label_smoothing));

@@ -835,6 +835,115 @@ START_TEST(cross_entropy_hand_values) {
 }
 END_TEST
 
+/* bf16 logits (autocast's logits GEMM) are read in place on the CPU, with
+ * the vectorized exp (pl_softmax_exp_bf16): loss and gradient within 1e-6
+ * relative of casting them to f32 first (libm expf), and the loss within
+ * that of an f64 cross-entropy of the same bf16 values; sizes on both sides
+ * of the parallel threshold, an ignored row, smoothing, a logit of -1e30 */
+START_TEST(cross_entropy_reads_bf16_logits_as_if_cast) {
+    static const int64_t shapes[][2] = {{7, 5}, {64, 1031}};
+    for (int sh = 0; sh < 2; sh++) {
+        int64_t n = shapes[sh][0], c = shapes[sh][1];
+        pl_tensor *x = randn_g(PL_SHAPE(n, c), 120 + sh);
+        ((float *)pl_tensor_data(x))[2 * c + 1] = -1e30f; /* exp underflows */
+        int64_t tg[64];
+        for (int64_t i = 0; i < n; i++)
+            tg[i] = i == 3 ? -1 : (i * 7919 + 2) % c;
+        pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(n), tg, PL_CPU);
+        double eps = sh ? 0.1 : 0.0;
+        double loss[2];
+        pl_tensor *grad[2];
+        for (int via_cast = 0; via_cast < 2; via_cast++) {
+            pl_frame_begin();
+            pl_tensor *xb = pl_cast(x, PL_BF16);
+            pl_tensor *l = pl_cross_entropy(via_cast ? pl_cast(xb, PL_F32) : xb, t, -1, eps);
+            PL_CK_NOTNULL(l);
+            loss[via_cast] = pl_tensor_item(l);
+            PL_CK_OK(pl_backward(l, 1.0));
+            pl_frame_end();
+            grad[via_cast] = x->grad;
+            x->grad = NULL;
+        }
+        /* f64 reference on the bf16 values */
+        double nll = 0, smooth = 0;
+        int valid = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (tg[i] == -1) continue;
+            double m = -INFINITY, se = 0, sx = 0, v;
+            for (int64_t j = 0; j < c; j++)
+                m = fmax(m, pl_bf16_to_f32(pl_f32_to_bf16((float)pl_tensor_get(x, i * c + j))));
+            for (int64_t j = 0; j < c; j++) {
+                v = pl_bf16_to_f32(pl_f32_to_bf16((float)pl_tensor_get(x, i * c + j)));
+                se += exp(v - m);
+                sx += v;
+            }
+            double lse = m + log(se);
+            nll += lse - pl_bf16_to_f32(pl_f32_to_bf16((float)pl_tensor_get(x, i * c + tg[i])));
+            smooth += c * lse - sx;
+            valid++;
+        }
+        double ref = ((1 - eps) * nll + eps / c * smooth) / valid;
+        ck_assert_msg(fabs(loss[0] - loss[1]) <= 1e-6 * fabs(loss[1]) || loss[0] == loss[1],
+                      "loss %.9g vs cast %.9g", loss[0], loss[1]);
+        ck_assert_msg(fabs(loss[0] - ref) <= 1e-6 * fabs(ref) || loss[0] == ref,
+                      "loss %.9g vs f64 %.9g", loss[0], ref);
+        ck_assert_int_eq(grad[0]->dtype, PL_F32);
+        for (int64_t i = 0; i < n * c; i++) {
+            double g0 = pl_tensor_get(grad[0], i), g1 = pl_tensor_get(grad[1], i);
+            /* g = (p - eps/C) / valid: p's relative error, not g's, is what is bounded */
+            double tol = 1e-6 * (fabs(g1) + eps / (double)c / valid) + 1e-30;
+            ck_assert_msg(fabs(g0 - g1) <= tol, "grad[%lld] %.9g vs cast %.9g",
+                          (long long)i, g0, g1);
+        }
+        pl_tensor_release(grad[0]);
+        pl_tensor_release(grad[1]);
+        pl_tensor_release(t);
+        pl_tensor_release(x);
+    }
+}
+END_TEST
+
+/* add / sub of same-shape f32 / bf16 operands and scale / add_scalar of bf16
+ * run without casts on the CPU: values bit-identical to cast, f32 op, cast;
+ * output dtype as torch promotes; gradients reach the f32 leaves */
+START_TEST(bf16_add_sub_scale_match_the_cast_round_trip) {
+    int64_t n = 40000; /* past the parallel threshold */
+    pl_tensor *x = randn_g(PL_SHAPE(n), 130), *y = randn_g(PL_SHAPE(n), 131);
+    for (int c = 0; c < 6; c++) {
+        pl_frame_begin();
+        pl_tensor *xb = pl_cast(x, PL_BF16), *yb = pl_cast(y, PL_BF16);
+        pl_tensor *a = c == 4 ? xb : (c & 1 ? xb : x), *b = c == 4 ? yb : (c & 1 ? y : yb);
+        pl_tensor *got, *want;
+        if (c < 5) {
+            pl_tensor *(*f)(pl_tensor *, pl_tensor *) = c & 2 ? pl_sub : pl_add;
+            got = f(a, b);
+            pl_tensor *w = f(pl_cast(a, PL_F32), pl_cast(b, PL_F32));
+            want = a->dtype == b->dtype ? pl_cast(w, a->dtype) : w;
+        } else {
+            got = pl_add_scalar(pl_scale(xb, 0.3), -1.7);
+            want = pl_cast(pl_add_scalar(pl_cast(pl_cast(pl_scale(pl_cast(xb, PL_F32), 0.3),
+                                                                 PL_BF16), PL_F32), -1.7), PL_BF16);
+        }
+        PL_CK_NOTNULL(got);
+        ck_assert_int_eq(got->dtype, want->dtype);
+        ck_assert_int_eq(got->dtype, c >= 4 ? PL_BF16 : (a->dtype == b->dtype ? a->dtype : PL_F32));
+        ck_assert(memcmp(pl_tensor_data(got), pl_tensor_data(want),
+                         (size_t)n * pl_dtype_size(got->dtype)) == 0);
+        PL_CK_OK(pl_backward(pl_sum(pl_cast(got, PL_F32), PL_ALL_DIMS, false), 1.0));
+        pl_frame_end();
+        double gx = c == 5 ? 0.3 : 1.0, gy = c & 2 ? -1.0 : 1.0;
+        ck_assert_double_eq_tol(pl_tensor_get(x->grad, 7), gx, 1e-7);
+        if (c < 5) ck_assert_double_eq_tol(pl_tensor_get(y->grad, 7), gy, 1e-7);
+        pl_tensor_release(x->grad);
+        x->grad = NULL;
+        if (y->grad) pl_tensor_release(y->grad);
+        y->grad = NULL;
+    }
+    pl_tensor_release(x);
+    pl_tensor_release(y);
+}
+END_TEST
+
 START_TEST(cross_entropy_ignore_index_and_smoothing) {
     int64_t tg[7] = {0, 4, -1, 2, 2, -1, 1};
     pl_tensor *x = randn_g(PL_SHAPE(7, 5), 110);
@@ -1069,6 +1178,8 @@ int main(void) {
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);
     tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
+    tcase_add_test(tc, bf16_add_sub_scale_match_the_cast_round_trip);
+    tcase_add_test(tc, cross_entropy_reads_bf16_logits_as_if_cast);
     tcase_add_test(tc, regression_losses);
     tcase_add_test(tc, layer_norm_and_rms_norm_forward);
     tcase_add_test(tc, layer_norm_and_rms_norm_gradients);

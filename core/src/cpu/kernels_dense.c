@@ -13,6 +13,9 @@
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry,
                         * pipeline/kernel_math.h: the per-element math */
@@ -208,6 +211,35 @@ static void reduce_to(const float *src, const bspace *b, const int64_t *st, floa
 }
 
 /* out = x (op) y, broadcasting. */
+/* x +/- y of the same shape with f32 / bf16 operands: each widened (exact),
+ * the f32 result rounded when the output is bf16 (both operands bf16) --
+ * what cast, f32 op, cast computes, without the casts' copies. */
+static inline float ld_f32_or_bf16(const void *p, pl_dtype dt, int64_t i) {
+    return dt == PL_BF16 ? pl_bf16_widen(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static pl_status binary_half(const pl_kernel_args *a, int64_t n) {
+    const void *X = pl_tensor_data(a->in[0]), *Y = pl_tensor_data(a->in[1]);
+    pl_dtype dx = a->in[0]->dtype, dy = a->in[1]->dtype;
+    float sign = a->op == PL_OP_SUB ? -1.0f : 1.0f;
+    if (a->out[0]->dtype == PL_BF16) {
+        uint16_t *o = pl_tensor_data(a->out[0]);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float xv = ld_f32_or_bf16(X, dx, i), yv = ld_f32_or_bf16(Y, dy, i);
+            o[i] = pl_bf16_round(sign > 0 ? xv + yv : xv - yv);
+        }
+    } else {
+        float *o = f32p(a->out[0]);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float xv = ld_f32_or_bf16(X, dx, i), yv = ld_f32_or_bf16(Y, dy, i);
+            o[i] = sign > 0 ? xv + yv : xv - yv;
+        }
+    }
+    return PL_OK;
+}
+
 static pl_status k_binary_fwd(const pl_kernel_args *a) {
     bspace b;
     bspace_init(&b, a->out[0]);
@@ -215,11 +247,13 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     bstrides(a->in[0], &b, sx);
     bstrides(a->in[1], &b, sy);
     bspace_coalesce(&b, sx, sy);
+    pl_op op = a->op;
+    int64_t total = b.rows * b.inner;
+    if (a->in[0]->dtype != PL_F32 || a->in[1]->dtype != PL_F32)
+        return binary_half(a, total); /* same-shape add / sub with bf16 (ops_dense.c) */
     const float *X = cf32(a->in[0]), *Y = cf32(a->in[1]);
     float *O = f32p(a->out[0]);
     int64_t ix = sx[b.nd - 1], iy = sy[b.nd - 1], inner = b.inner;
-    pl_op op = a->op;
-    int64_t total = b.rows * b.inner;
     if (pl_tensor_numel(a->in[0]) == total && pl_tensor_numel(a->in[1]) == total) {
         /* same shapes: one flat loop (parallel even for a single long row) */
         switch (op) {
@@ -357,9 +391,20 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
 
 static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
+    float s = (float)a->p.alpha;
+    if (a->in[0]->dtype == PL_BF16) { /* bf16 -> bf16, f32 arithmetic (ops_dense.c) */
+        const uint16_t *x = pl_tensor_data(a->in[0]);
+        uint16_t *o = pl_tensor_data(a->out[0]);
+        bool mul = a->op == PL_OP_SCALE;
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            float v = pl_bf16_widen(x[i]);
+            o[i] = pl_bf16_round(mul ? v * s : v + s);
+        }
+        return PL_OK;
+    }
     const float *x = cf32(a->in[0]);
     float *o = f32p(a->out[0]);
-    float s = (float)a->p.alpha;
     if (a->op == PL_OP_SCALE) {
 #pragma omp parallel for if (n > PAR_MIN)
         for (int64_t i = 0; i < n; i++)
@@ -679,11 +724,52 @@ static inline int64_t target_at(const pl_tensor *t, int64_t i) {
 /* logits [N, C] f32, target [N] i64/i32 -> loss (0-dim), saved lse [N].
  * PyTorch: loss = (1-eps) * sum_valid(-logp[t]) / n_valid
  *               + eps/C * sum_valid(sum_c -logp[c]) / n_valid (kernel_math.h). */
+/* Cross-entropy reads bf16 logits (autocast's logits GEMM output) in place:
+ * each row is widened (exactly) into a per-thread f32 row, so there is no
+ * [N, C] f32 copy forward and no gradient copy backward; the exponentials
+ * of bf16 rows use pl_exp_neg (pl_softmax_exp_bf16: within a few f32 ulps
+ * of expf, vectorized), everything else is the f32 code. */
+typedef struct ce_rows {
+    const float *x32;     /* f32 logits, or NULL */
+    const uint16_t *x16;  /* bf16 logits, or NULL */
+    int64_t C;
+    scratch buf;          /* one row per thread */
+} ce_rows;
+
+static pl_status ce_rows_open(ce_rows *r, const pl_tensor *lg, int64_t C) {
+    memset(r, 0, sizeof *r);
+    r->C = C;
+    if (lg->dtype == PL_F32) {
+        r->x32 = cf32(lg);
+        return PL_OK;
+    }
+    r->x16 = pl_tensor_data(lg);
+    int nt = 1;
+#if defined(_OPENMP)
+    nt = omp_get_max_threads();
+#endif
+    return scratch_f32(&r->buf, (int64_t)nt * C) ? PL_OK : PL_ERR_NOMEM;
+}
+
+static inline const float *ce_row(const ce_rows *r, int64_t i) {
+    if (r->x32) return r->x32 + i * r->C;
+    int t = 0;
+#if defined(_OPENMP)
+    t = omp_get_thread_num();
+#endif
+    float *w = (float *)r->buf.p + (int64_t)t * r->C;
+    const uint16_t *s = r->x16 + i * r->C;
+    for (int64_t c = 0; c < r->C; c++)
+        w[c] = pl_bf16_widen(s[c]);
+    return w;
+}
+
 static pl_status k_ce_fwd(const pl_kernel_args *a) {
     const pl_tensor *lg = a->in[0], *tg = a->in[1];
     int64_t N, C;
     last_dim_geom(lg, &N, &C);
-    const float *X = cf32(lg);
+    ce_rows X;
+    if (ce_rows_open(&X, lg, C)) return PL_ERR_NOMEM;
     float *lse = f32p(a->out[1]);
     int64_t ign = a->p.ignore_index;
     double eps = a->p.alpha;
@@ -691,16 +777,24 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
     int64_t valid = 0, bad = -1;
 #pragma omp parallel for reduction(+ : nll, smooth, valid) if (N * C > PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
-        const float *x = X + i * C;
+        const float *x = ce_row(&X, i);
         float m = -INFINITY;
         for (int64_t c = 0; c < C; c++)
             m = pl_max_step(m, x[c]);
-        /* expf in f32 (vectorized through libmvec), sums in f64 */
+        /* exp in f32, sums in f64; bf16 logits take the vectorized exp */
         double s = 0, sx = 0;
+        if (X.x16) {
 #pragma omp simd reduction(+ : s, sx)
-        for (int64_t c = 0; c < C; c++) {
-            s += pl_softmax_exp(x[c], m);
-            sx += x[c];
+            for (int64_t c = 0; c < C; c++) {
+                s += pl_softmax_exp_bf16(x[c], m);
+                sx += x[c];
+            }
+        } else {
+#pragma omp simd reduction(+ : s, sx)
+            for (int64_t c = 0; c < C; c++) {
+                s += pl_softmax_exp(x[c], m);
+                sx += x[c];
+            }
         }
         double l = pl_ce_lse(m, s);
         lse[i] = (float)l;
@@ -715,6 +809,7 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
         nll += pl_ce_row_nll(l, x[t]);
         smooth += pl_ce_row_smooth(l, C, sx);
     }
+    scratch_free(&X.buf);
     if (bad >= 0)
         return pl_error_set(PL_ERR_INVALID,
                             "cross_entropy: target[%lld] = %lld outside [0, %lld) and != "
@@ -733,7 +828,8 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
     const float *lse = cf32(a->in[3]);
     int64_t N, C;
     last_dim_geom(lg, &N, &C);
-    const float *X = cf32(lg);
+    ce_rows X;
+    if (ce_rows_open(&X, lg, C)) return PL_ERR_NOMEM;
     float *D = f32p(gx);
     int64_t ign = a->p.ignore_index;
     float eps = (float)a->p.alpha;
@@ -751,13 +847,20 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
                 d[c] = 0;
             continue;
         }
-        const float *x = X + i * C;
+        const float *x = ce_row(&X, i);
         const float l = lse[i];
+        if (X.x16) {
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            d[c] = pl_ce_grad(x[c], l, scale, off);
+            for (int64_t c = 0; c < C; c++)
+                d[c] = pl_ce_grad_bf16(x[c], l, scale, off);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++)
+                d[c] = pl_ce_grad(x[c], l, scale, off);
+        }
         if (t >= 0 && t < C) d[t] -= pl_ce_target_grad(scale, eps);
     }
+    scratch_free(&X.buf);
     return PL_OK;
 }
 
@@ -1025,6 +1128,123 @@ static void mm_bwd_f32(const pl_mm_geo *g, const float *G, const float *A, const
     }
 }
 
+/* ---- matmul with a half-precision operand (autocast): cpu/gemm_mixed.c widens
+ * bf16 / f16 while packing and rounds a bf16 C in its store, so neither an
+ * f32 copy of an operand nor an f32 C is made. Gradients are f32. */
+
+static bool mm_mixed_dtype(pl_dtype d) {
+    return d == PL_F32 || d == PL_BF16 || d == PL_F16;
+}
+
+/* A half operand and nothing else: f32 x f32 keeps sgemm (bit-identical fp32). */
+static bool mm_use_mixed(const pl_tensor *x, const pl_tensor *y) {
+    return mm_mixed_dtype(x->dtype) && mm_mixed_dtype(y->dtype) &&
+           (x->dtype != PL_F32 || y->dtype != PL_F32);
+}
+
+static pl_gemm_operand mm_opnd(const pl_tensor *t, int64_t matrix, int64_t elems, int64_t ld,
+                               bool trans) {
+    const char *p = pl_tensor_data(t);
+    return (pl_gemm_operand){p + (size_t)(matrix * elems) * pl_dtype_size(t->dtype), t->dtype, ld,
+                             trans};
+}
+
+/* Below this many flops a matrix of a batched product runs on one thread,
+ * the batch spread over the threads instead. */
+#define MM_MIXED_SERIAL_FLOPS 4e6
+
+static pl_status mm_fwd_mixed(const pl_mm_geo *g, const pl_tensor *A, const pl_tensor *B, void *C,
+                              pl_dtype cdt) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    if (g->collapse) {
+        pl_gemm_operand oa = mm_opnd(A, 0, 0, lda, false), ob = mm_opnd(B, 0, 0, ldb, g->tb);
+        return pl_gemm_mixed(g->nbatch * M, N, K, &oa, &ob, C, cdt, N, false, true);
+    }
+    bool serial = 2.0 * M * N * K < MM_MIXED_SERIAL_FLOPS;
+    pl_status st = PL_OK;
+    size_t cs = pl_dtype_size(cdt);
+#pragma omp parallel for schedule(dynamic, 1) if (serial && g->nbatch > 1)
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, g->ta), ob = mm_opnd(B, ib, K * N, ldb, g->tb);
+        pl_status s = pl_gemm_mixed(M, N, K, &oa, &ob, (char *)C + (size_t)(bi * M * N) * cs, cdt, N,
+                                    false, !serial);
+        if (s) {
+#pragma omp atomic write
+            st = s;
+        }
+    }
+    return st;
+}
+
+/* dA / dB (either may be NULL) of the f32 gradient G, as mm_bwd_f32 with
+ * the half operands read in place. */
+static pl_status mm_bwd_mixed(const pl_mm_geo *g, const float *G, const pl_tensor *A,
+                              const pl_tensor *B, float *dA, float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    bool ta = g->ta, tb = g->tb;
+    if (dA && (g->na != g->nbatch || N == 0))
+        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
+    if (dB && (g->nb != g->nbatch || M == 0))
+        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
+    if (M == 0 || N == 0 || K == 0) return PL_OK;
+    pl_status st = PL_OK;
+    if (g->collapse) {
+        int64_t Mt = g->nbatch * M;
+        pl_gemm_operand og = {G, PL_F32, N, false};
+        if (dA) { /* [Mt, K] = G [Mt, N] @ op(B)^T */
+            pl_gemm_operand ob = mm_opnd(B, 0, 0, ldb, !tb);
+            st = pl_gemm_mixed(Mt, K, N, &og, &ob, dA, PL_F32, K, false, true);
+        }
+        if (dB && !st) {
+            pl_gemm_operand oa = mm_opnd(A, 0, 0, K, !tb);
+            pl_gemm_operand ogt = {G, PL_F32, N, true};
+            st = tb ? pl_gemm_mixed(N, K, Mt, &ogt, &oa, dB, PL_F32, K, false, true) /* G^T A */
+                    : pl_gemm_mixed(K, N, Mt, &oa, &og, dB, PL_F32, N, false, true); /* A^T G */
+        }
+        return st;
+    }
+    bool acc_a = g->na != g->nbatch, acc_b = g->nb != g->nbatch;
+    bool serial = 2.0 * M * N * K < MM_MIXED_SERIAL_FLOPS;
+    /* matrices accumulated over the batch are written by one thread at a time */
+    bool spread = serial && !acc_a && !acc_b && g->nbatch > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (spread)
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        pl_gemm_operand og = {G + bi * M * N, PL_F32, N, false}, ogt = {G + bi * M * N, PL_F32, N, true};
+        pl_status s = PL_OK;
+        if (dA) {
+            float *d = dA + ia * M * K;
+            if (!ta) { /* [M, K] = G @ op(B)^T */
+                pl_gemm_operand ob = mm_opnd(B, ib, K * N, ldb, !tb);
+                s = pl_gemm_mixed(M, K, N, &og, &ob, d, PL_F32, K, acc_a, !spread);
+            } else { /* A^T's gradient [K, M] = op(B) @ G^T */
+                pl_gemm_operand ob = mm_opnd(B, ib, K * N, ldb, tb);
+                s = pl_gemm_mixed(K, M, N, &ob, &ogt, d, PL_F32, M, acc_a, !spread);
+            }
+        }
+        if (dB && !s) {
+            float *d = dB + ib * K * N;
+            if (!tb) { /* [K, N] = op(A)^T @ G */
+                pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, !ta);
+                s = pl_gemm_mixed(K, N, M, &oa, &og, d, PL_F32, N, acc_b, !spread);
+            } else { /* B^T's gradient [N, K] = G^T @ op(A) */
+                pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, ta);
+                s = pl_gemm_mixed(N, K, M, &ogt, &oa, d, PL_F32, K, acc_b, !spread);
+            }
+        }
+        if (s) {
+#pragma omp atomic write
+            st = s;
+        }
+    }
+    return st;
+}
+
 /* f32 x f32 -> f32 directly; bf16 / f16 inputs are widened to f32 panels
  * (exact), multiplied with f32 accumulation and rounded once to the
  * output dtype. */
@@ -1049,6 +1269,16 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
         scratch_free(&sc);
         sc = (scratch){0};
     }
+    if (mm_use_mixed(a->in[0], a->in[1])) {
+        pl_tensor *o = a->out[0];
+        bool direct = o->dtype == PL_F32 || o->dtype == PL_BF16;
+        void *C = direct ? pl_tensor_data(o) : scratch_f32(&sc, pl_tensor_numel(o));
+        if (!C) return PL_ERR_NOMEM;
+        st = mm_fwd_mixed(&g, a->in[0], a->in[1], C, direct ? o->dtype : PL_F32);
+        if (!st && !direct) st = from_f32(C, o, pl_tensor_numel(o));
+        scratch_free(&sc);
+        return st;
+    }
     const float *A = as_f32(a->in[0], &sa, &st);
     const float *B = st ? NULL : as_f32(a->in[1], &sb, &st);
     float *C = NULL;
@@ -1072,6 +1302,9 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     pl_mm_geo g;
     pl_mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
     pl_status st = PL_OK;
+    if (mm_use_mixed(a->in[1], a->in[2]))
+        return mm_bwd_mixed(&g, cf32(G), a->in[1], a->in[2], a->out[0] ? f32p(a->out[0]) : NULL,
+                            a->out[1] ? f32p(a->out[1]) : NULL);
     scratch sa = {0}, sb = {0};
     /* dA needs B, dB needs A */
     const float *A = a->out[1] ? as_f32(a->in[1], &sa, &st) : NULL;
