@@ -337,16 +337,17 @@ static pl_status sg_forward(void *self, const pl_batch *b, pl_data_split split, 
     pl_tensor *src = NULL, *dst = NULL;
     if (m->o.graph && (st = gat_edges_batch(m->gat, f.es, f.ed, n, &src, &dst)))
         return pl_error_prefix(st, "stock_gat");
-    pl_tensor *day = f.day->dtype == PL_I64 ? f.day : pl_tensor_to(f.day, PL_I64, f.day->device);
-    pl_tensor *dayc = pl_tensor_to(day, PL_I64, PL_CPU);
-    if (!dayc) return pl_error_prefix(pl_error_status(), "stock_gat");
-    const int64_t *dayh = pl_tensor_i64(dayc);
-    for (int64_t i = 0; i < n; i++)
-        if (dayh[i] < 0 || dayh[i] >= D)
-            return pl_error_set(PL_ERR_INVALID,
-                                "stock_gat: node %lld has day %lld outside the batch's "
-                                "%lld days (field 'batch')",
-                                (long long)i, (long long)dayh[i], (long long)D);
+    /* the day of every node is read on the host only where it is used (the
+     * rank loss, the evaluation metrics): a plain training step copies
+     * nothing back. sg_group_days checks every id before any use. */
+    pl_tensor *day = NULL;
+    const int64_t *dayh = NULL;
+    if (!training || m->o.rank_loss_weight > 0) {
+        day = f.day->dtype == PL_I64 ? f.day : pl_tensor_to(f.day, PL_I64, f.day->device);
+        pl_tensor *dayc = day ? pl_tensor_to(day, PL_I64, PL_CPU) : NULL;
+        if (!dayc) return pl_error_prefix(pl_error_status(), "stock_gat");
+        dayh = pl_tensor_i64(dayc);
+    }
     pl_tensor *pred = sg_predict(m, f.x, src, dst, training);
     pl_tensor *y = pl_reshape(
         pl_contiguous(f.y->dtype == PL_F32 ? f.y : pl_tensor_to(f.y, PL_F32, f.y->device)), 1, &n);
