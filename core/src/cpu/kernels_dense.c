@@ -1076,17 +1076,25 @@ static void mm_fwd_f32(const pl_mm_geo *g, const float *A, const float *B, float
     }
 }
 
+/* The zeroing both matmul backwards share: a broadcast operand's gradient
+ * accumulates over batches, and an empty product leaves a zero gradient.
+ * Returns true when there is nothing more to compute (M, N or K is 0). */
+static bool mm_bwd_zero(const pl_mm_geo *g, float *dA, float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    if (dA && (g->na != g->nbatch || N == 0))
+        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
+    if (dB && (g->nb != g->nbatch || M == 0))
+        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
+    return M == 0 || N == 0 || K == 0;
+}
+
 /* dA / dB (either may be NULL); broadcast matrices accumulate over batches. */
 static void mm_bwd_f32(const pl_mm_geo *g, const float *G, const float *A, const float *B, float *dA,
                        float *dB) {
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
     bool ta = g->ta, tb = g->tb;
-    if (dA && (g->na != g->nbatch || N == 0))
-        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
-    if (dB && (g->nb != g->nbatch || M == 0))
-        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
-    if (M == 0 || N == 0 || K == 0) return;
+    if (mm_bwd_zero(g, dA, dB)) return;
     if (g->collapse) {
         int Mt = (int)(g->nbatch * M);
         if (dA)
@@ -1186,11 +1194,7 @@ static pl_status mm_bwd_mixed(const pl_mm_geo *g, const float *G, const pl_tenso
     int64_t M = g->M, N = g->N, K = g->K;
     int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
     bool ta = g->ta, tb = g->tb;
-    if (dA && (g->na != g->nbatch || N == 0))
-        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
-    if (dB && (g->nb != g->nbatch || M == 0))
-        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
-    if (M == 0 || N == 0 || K == 0) return PL_OK;
+    if (mm_bwd_zero(g, dA, dB)) return PL_OK;
     pl_status st = PL_OK;
     if (g->collapse) {
         int64_t Mt = g->nbatch * M;
