@@ -571,10 +571,16 @@ static pl_status save_step_checkpoint(trainer *t) {
  * and the process exits 128 + the signal (130, 143). A second signal aborts
  * at once (the default action). */
 static volatile sig_atomic_t g_signal;
+/* set once an interrupted run has written its summary: there is nothing left
+ * to abort, so a later signal is ignored while the process exits 128 + sig
+ * (a second signal that landed after the save used to kill it, reporting an
+ * abort of a run that had saved everything) */
+static volatile sig_atomic_t g_saved;
 static struct sigaction g_prev_int, g_prev_term;
 
 static void on_signal(int sig) {
     if (g_signal) {
+        if (g_saved) return;
         /* second signal: give up at once */
         sigaction(SIGINT, &g_prev_int, NULL);
         sigaction(SIGTERM, &g_prev_term, NULL);
@@ -595,11 +601,16 @@ static void signals_install(void) {
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     g_signal = 0;
+    g_saved = 0;
     sigaction(SIGINT, &sa, &g_prev_int);
     sigaction(SIGTERM, &sa, &g_prev_term);
 }
 
+/* An interrupted run that saved keeps the handler (which now ignores
+ * signals) until the process exits; any other run restores the previous
+ * handlers. */
 static void signals_restore(void) {
+    if (g_saved) return;
     sigaction(SIGINT, &g_prev_int, NULL);
     sigaction(SIGTERM, &g_prev_term, NULL);
 }
@@ -1358,6 +1369,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
     if (t->rank == 0) tr_write_summary(t, code);
+    if (t->interrupted && !st) g_saved = 1;
     if (!code && t->rank == 0) tr_mark_latest(t);
     /* the next run of a chain (or the caller) sees this one's files on every rank */
     if (!code && tr_dist_barrier(t)) code = 1;
