@@ -3,6 +3,10 @@
 
 usage: python3 tools/gen_ilora_reference.py [out.safetensors]
        (default tests/data/ilora/reference.safetensors)
+       python3 tools/gen_ilora_reference.py --router [out.safetensors]
+       (default tests/data/ilora/reference_router.safetensors: the per-position
+       router over the backbone's hidden states, temperature and auxiliary
+       losses; see router_reference)
 
 An independent PyTorch implementation of the ilora model (Hugging Face
 LlamaForCausalLM formulas: LlamaRMSNorm, rotate_half RoPE, causal attention,
@@ -90,15 +94,28 @@ def rope(x):  # x [B, H, L, Dh], positions 0..L-1 (HF LlamaRotaryEmbedding)
     return x * cos + rotate_half(x) * sin
 
 
-def forward(w, ids, adapters):
+def forward(w, ids, adapters, router="mean_embedding", temperature=1.0, want_hidden=False):
+    """logits (and gates; with want_hidden the final hidden states instead).
+    router = mean_embedding: g [B, E] = softmax((W_r mean(E[ids != 0]) + b_r) / T)
+    router = last_hidden:    g [B, L, E] = softmax((W_r h_t + b_r) / T), h_t the final
+                             hidden state of the same weights without adapters (detached)"""
     V, D = NUM_ITEMS + 1, DIM
     Dh = D // HEADS
     r_e = RANK // E
     scale = ALPHA / r_e
     emb = w["model.embed_tokens.weight"]
-    mask = (ids != 0).float()
-    rep = (emb[ids].detach() * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
-    gates = torch.softmax(rep @ w["router.weight"].T + w["router.bias"], dim=-1)
+    if not adapters:
+        gates = None
+    elif router == "mean_embedding":
+        mask = (ids != 0).float()
+        rep = (emb[ids].detach() * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)
+        z = (rep @ w["router.weight"].T + w["router.bias"]) / temperature
+        gates = torch.softmax(z, dim=-1)
+    else:
+        with torch.no_grad():
+            hb = forward(w, ids, False, want_hidden=True)
+        z = (hb @ w["router.weight"].T + w["router.bias"]) / temperature
+        gates = torch.softmax(z, dim=-1)
 
     def lin(x, l, p):
         y = x @ w[pname(l, p) + ".weight"].T
@@ -108,7 +125,8 @@ def forward(w, ids, adapters):
             for k in range(E):
                 Ak = A[k * r_e:(k + 1) * r_e]
                 Bk = Bm[:, k * r_e:(k + 1) * r_e]
-                y = y + scale * gates[:, k, None, None] * ((x @ Ak.T) @ Bk.T)
+                gk = gates[:, k, None, None] if gates.dim() == 2 else gates[:, :, k, None]
+                y = y + scale * gk * ((x @ Ak.T) @ Bk.T)
         return y
 
     pad_bias = (ids == 0).float()[:, None, None, :] * -1e9
@@ -129,6 +147,10 @@ def forward(w, ids, adapters):
         h = h + lin(torch.nn.functional.silu(lin(x, l, "gate_proj")) * lin(x, l, "up_proj"), l,
                     "down_proj")
     h = rms_norm(h, w["model.norm.weight"])
+    if want_hidden:
+        return h
+    if router == "last_hidden" and gates is not None:
+        return h @ emb.T, gates, z
     return h @ emb.T, gates
 
 
@@ -137,7 +159,59 @@ def ce(logits, labels):
                                              labels.reshape(-1).long(), ignore_index=0)
 
 
+# the per-position router's reference (reference_router.safetensors)
+ROUTER_T, AUX_COEF, ENT_COEF = 0.7, 0.3, 0.2
+
+
+def router_reference(out):
+    """Router over the backbone's hidden states per position, temperature, and
+    the auxiliary losses over the labelled positions n (N of them):
+      loss = CE + AUX_COEF * E * sum_k P_k^2 + ENT_COEF * mean_n H(g_n) / ln E,
+      P_k = mean_n g_nk,  H(g) = -sum_k g_k log_softmax(z)_k."""
+    g = torch.Generator().manual_seed(20261124)
+    w = make_weights(g)
+    w["router.weight"] = torch.randn(E, DIM, generator=g) * 0.8
+    ids = torch.tensor([[0, 0, 3, 7, 1, 12],
+                        [5, 2, 9, 9, 11, 4],
+                        [0, 0, 0, 0, 6, 8]], dtype=torch.int64)
+    labels = torch.tensor([[0, 0, 7, 1, 12, 2],
+                           [2, 9, 9, 11, 4, 10],
+                           [0, 0, 0, 0, 8, 3]], dtype=torch.int64)
+    names = [n for n in w if "lora_" in n or n.startswith("router.")]
+    wa = {n: t.clone().requires_grad_(n in names) for n, t in w.items()}
+    logits, gates, z = forward(wa, ids, True, "last_hidden", ROUTER_T)
+    ce_loss = ce(logits, labels)
+    keep = labels.reshape(-1) != 0
+    gn, zn = gates.reshape(-1, E)[keep], z.reshape(-1, E)[keep]
+    P = gn.mean(0)
+    bal = E * (P * P).sum()
+    ent = -(gn * torch.log_softmax(zn, -1)).sum(-1).mean() / math.log(E)
+    loss = ce_loss + AUX_COEF * bal + ENT_COEF * ent
+    loss.backward()
+    t = {n: v.contiguous() for n, v in w.items()}
+    t["input_ids"] = ids.to(torch.int32)
+    t["labels"] = labels.to(torch.int32)
+    t["expected.logits"] = logits.detach()
+    t["expected.gates"] = gates.detach()
+    t["expected.loss"] = loss.detach().reshape(1)
+    t["expected.ce"] = ce_loss.detach().reshape(1)
+    for n in names:
+        t["expected.grad." + n] = wa[n].grad.contiguous()
+    meta = {"num_items": str(NUM_ITEMS), "dim": str(DIM), "layers": str(LAYERS),
+            "heads": str(HEADS), "ffn_dim": str(FFN), "num_experts": str(E),
+            "lora_rank": str(RANK), "lora_alpha": str(ALPHA), "router_input": "last_hidden",
+            "router_temperature": str(ROUTER_T), "router_aux_loss_coef": str(AUX_COEF),
+            "router_entropy_coef": str(ENT_COEF), "generator": "tools/gen_ilora_reference.py",
+            "torch": torch.__version__}
+    save_file(t, out, metadata=meta)
+    print(f"{out}: {len(t)} tensors, loss {loss.item():.6f} (CE {ce_loss.item():.6f}, "
+          f"balance {bal.item():.6f}, entropy {ent.item():.6f})")
+
+
 def main():
+    if sys.argv[1:2] == ["--router"]:
+        return router_reference(sys.argv[2] if len(sys.argv) > 2
+                                else "tests/data/ilora/reference_router.safetensors")
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/ilora/reference.safetensors"
     g = torch.Generator().manual_seed(20240817)
     w = make_weights(g)

@@ -102,12 +102,13 @@ def verify(name, d, teacher_outputs, data_path, tol):
             rj = json.load(f)
         assert rj["experts"] == experts, (rj["experts"], experts)
         pad_id = rj["pad_id"]
+        temperature = rj.get("temperature", 1.0)
 
     def gates(ids):
-        """softmax(router.weight @ mean(embedding[ids != pad]) + router.bias), one row"""
+        """softmax((router.weight @ mean(embedding[ids != pad]) + router.bias) / T), one row"""
         keep = ids != pad_id
         u = embedding[ids[keep]].mean(0) if keep.any() else torch.zeros(embedding.shape[1])
-        return torch.softmax(router["router.weight"] @ u + router["router.bias"], -1)
+        return torch.softmax((router["router.weight"] @ u + router["router.bias"]) / temperature, -1)
 
     def logits_of(rows):
         """logits [N, L, V] of the left-padded id rows [N, L] (int64)"""

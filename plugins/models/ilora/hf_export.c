@@ -374,8 +374,9 @@ static pl_status write_router(ilora_model *m, const char *dir, bool item_front, 
     cJSON_AddStringToObject(j, "router",
                             "router.weight [E, W], router.bias [E] of "
                             "router.safetensors");
+    cJSON_AddNumberToObject(j, "temperature", m->o.router_temperature);
     cJSON_AddStringToObject(j, "gates",
-                            "g = softmax(router.weight @ u + router.bias), u = mean "
+                            "g = softmax((router.weight @ u + router.bias) / temperature), u = mean "
                             "of embedding[ids[t]] over the positions t of the input row with "
                             "ids[t] != pad_id (the zero vector for a row of padding only); one "
                             "g per input row (user)");
@@ -437,11 +438,11 @@ static pl_status write_readme(ilora_model *m, const char *dir, const ex_opts *x,
         fprintf(f,
                 "- `expert_0/` .. `expert_%lld/`: one PEFT LoRA adapter per expert; "
                 "`router.safetensors`, `router.json`: the per-user gates. For one input row u: "
-                "g = softmax(router.weight @ mean(embedding[ids != %lld]) + router.bias), then "
+                "g = softmax((router.weight @ mean(embedding[ids != %lld]) + router.bias) / %.9g), then "
                 "`model.add_weighted_adapter([\"expert_0\", ...], g, \"u\", "
                 "combination_type=\"cat\")` and `model.set_adapter(\"u\")` give exactly this "
                 "model's outputs for that row.\n",
-                (long long)m->o.num_experts - 1, (long long)m->pad_id);
+                (long long)m->o.num_experts - 1, (long long)m->pad_id, m->o.router_temperature);
     if (item_front)
         fprintf(f, "- `item_head.safetensors`: item inputs and scores around the base model's "
                    "body: `inputs_embeds = item_proj(item_embeddings[ids])`, `h = "
@@ -478,6 +479,14 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
                             "adapter per expert + router.json: add_weighted_adapter(..., "
                             "combination_type=\"cat\") with a user's gates gives that user's "
                             "model exactly)",
+                            (long long)m->o.num_experts);
+    if (router && m->o.router_input == ILORA_ROUTER_LAST_HIDDEN)
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "ilora export: the router reads the backbone's hidden state at each "
+                            "position (model.router_input = last_hidden), so every token has its "
+                            "own mixture of the %lld experts; PEFT's add_weighted_adapter takes "
+                            "one weight per adapter for a whole input. Only a row-gated router "
+                            "(model.router_input = mean_embedding) exports to PEFT",
                             (long long)m->o.num_experts);
     if (item_front && (x.merge || base_trained))
         return pl_error_set(PL_ERR_UNSUPPORTED,

@@ -73,6 +73,21 @@ static const pl_option_spec ilora_options[] = {
      "projections with adapters: comma list of q,k,v,o,gate,up,down (or all)"},
     {"freeze_base", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "with adapters: backbone weights (embeddings, norms, projections, head) get no gradient"},
+    {"router_input", PL_OPT_CHOICE, "last_hidden", PL_NO_BOUNDS, "last_hidden|mean_embedding",
+     "moe_lora: what the router reads. last_hidden: the backbone's final hidden state (no "
+     "adapters, no dropout, no gradient) at each position, so position t's gate sees items <= t "
+     "and the last position's is the user's sequence representation; mean_embedding: the mean "
+     "item embedding of the whole row (one gate per row; in training it sees the row's later "
+     "items)"},
+    {"router_temperature", PL_OPT_FLOAT, "1", 1e-3, 1e3, NULL,
+     "moe_lora: gates = softmax(router logits / router_temperature)"},
+    {"router_aux_loss_coef", PL_OPT_FLOAT, "0", 0, 1e6, NULL,
+     "moe_lora: load balancing, loss += coef * E * sum_k P_k^2 with P_k the mean gate of expert k "
+     "over the batch's labelled positions (Switch / HF Mixtral load-balancing loss with dense "
+     "gates; 1 at uniform usage); 0: off"},
+    {"router_entropy_coef", PL_OPT_FLOAT, "0", 0, 1e6, NULL,
+     "moe_lora: loss += coef * mean over labelled positions of the gates' entropy / ln E "
+     "(pushes each position's mixture away from uniform); 0: off"},
     {"metric_k", PL_OPT_INT, "10", 1, 1e6, NULL, "K of hit_ratio@K, ndcg@K, recall@K"},
     {"exclude_history", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "rank without the items the user has already seen (and never the padding id 0)"},
@@ -195,6 +210,13 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     o->lora_alpha = opt_float(c, "lora_alpha");
     o->lora_dropout = opt_float(c, "lora_dropout");
     o->freeze_base = opt_bool(c, "freeze_base");
+    o->router_input = !strcmp(pl_cfg_str(c, "router_input", spec_default("router_input")),
+                              "mean_embedding")
+                          ? ILORA_ROUTER_MEAN_EMBEDDING
+                          : ILORA_ROUTER_LAST_HIDDEN;
+    o->router_temperature = opt_float(c, "router_temperature");
+    o->router_aux_loss_coef = opt_float(c, "router_aux_loss_coef");
+    o->router_entropy_coef = opt_float(c, "router_entropy_coef");
     o->metric_k = opt_int(c, "metric_k");
     o->exclude_history = opt_bool(c, "exclude_history");
     opt_str(c, "input_field", o->input_field, sizeof o->input_field);
@@ -548,9 +570,11 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         free(ki);
     }
     if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
-        /* nn.Linear(W, E) default init: U(-1/sqrt(W), 1/sqrt(W)) for weight and bias */
-        double bound = 1.0 / sqrt((double)W);
-        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, W), 0, "router", true);
+        /* the router reads the hidden state (width D) or the mean embedding
+         * (width W); nn.Linear(RW, E) default init: U(-1/sqrt(RW), 1/sqrt(RW)) */
+        int64_t RW = o->router_input == ILORA_ROUTER_LAST_HIDDEN ? D : W;
+        double bound = 1.0 / sqrt((double)RW);
+        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, RW), 0, "router", true);
         m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_NO_DECAY, "router",
                                 true);
         if (!m->router_w || !m->router_b) st = pl_error_status();
@@ -589,6 +613,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 
 void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
+    free(m->gs_rows);
     pl_tensor_release(m->gate_index);
     pl_tensor_release(m->kv_index);
     pl_tensor_release(m->pad_bias);
@@ -692,45 +717,6 @@ static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, int64_t pad_id, pl
     return s->pad_bias ? PL_OK : pl_error_status();
 }
 
-/* The gates from ids [B, L] and their host copy `h` (the forward's, so the
- * ids cross to the host once per forward). */
-static pl_tensor *gates_of(ilora_model *m, pl_tensor *ids, const int64_t *h) {
-    int64_t B = ids->shape[0], L = ids->shape[1];
-    float *mask = malloc((size_t)(B * L) * sizeof *mask);
-    float *inv = malloc((size_t)B * sizeof *inv);
-    pl_tensor *g = NULL;
-    if (mask && inv) {
-        for (int64_t b = 0; b < B; b++) {
-            int64_t c = 0;
-            for (int64_t t = 0; t < L; t++)
-                c += (mask[b * L + t] = h[b * L + t] != m->pad_id);
-            inv[b] = c ? 1.0f / (float)c : 0.0f;
-        }
-        /* the router input is a fixed (frozen, detached) representation */
-        pl_no_grad_begin();
-        pl_tensor *mk = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, 1}, mask, m->ctx->device);
-        pl_tensor *iv = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, 1}, inv, m->ctx->device);
-        pl_tensor *e = pl_embedding(embed_weight(m), ids);
-        if (e && e->dtype != PL_F32) e = pl_cast(e, PL_F32);
-        pl_tensor *rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, D] */
-        pl_no_grad_end();
-        if (rep) g = pl_softmax(pl_linear(rep, m->router_w, m->router_b));
-    } else {
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    }
-    free(mask);
-    free(inv);
-    return g;
-}
-
-pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
-    if (!m->router_w || !ids) return NULL;
-    int64_t *h = host_index(ids, "input ids");
-    pl_tensor *g = h ? gates_of(m, ids, h) : NULL;
-    free(h);
-    return g;
-}
-
 /* Philox counter of dropout site `site` in micro-step `micro` (a resumed or
  * recomputed forward draws the same masks). */
 static uint64_t drop_counter(uint64_t micro, uint64_t site) { return (micro << 16) | site; }
@@ -746,6 +732,7 @@ typedef struct ilora_layer_ctx {
     uint64_t micro;      /* the micro-step of the forward (dropout counters) */
     bool training;
     bool last_only; /* queries, residual and MLP of position L-1 only (evaluation) */
+    bool base_only; /* the backbone alone: no adapters (the router's input pass) */
 } ilora_layer_ctx;
 
 static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
@@ -759,17 +746,21 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     /* last_only: keys and values of every position, the rest for position
      * L-1 alone (nothing later in a causal model reads the others) */
     int64_t T = c->last_only ? 1 : L;
+    /* gates per position [B, L, E*r_e] follow the positions they gate; per
+     * row [B, 1, E*r_e] broadcast */
+    pl_tensor *gq = gexp && T < L && gexp->shape[1] == L ? pl_slice(gexp, 1, L - T, L) : gexp;
     ilora_layer *ly = &m->layer[c->l];
-#define PROJ(i, x)                                                                                 \
-    ilora_moe_lora_linear((x), ly->proj[i].w, ly->proj[i].lora_a, ly->proj[i].lora_b, gexp,        \
-                          m->lora_scale, o->lora_dropout, seed, drop_counter(c->micro, site + 2 + (i)),   \
-                          training)
+#define PROJ(i, x, g)                                                                              \
+    ilora_moe_lora_linear((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,            \
+                          ly->proj[i].lora_b, (g), m->lora_scale, o->lora_dropout, seed,           \
+                          drop_counter(c->micro, site + 2 + (i)), training)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *xq = T < L ? pl_slice(x, 1, L - T, L) : x;
     pl_tensor *q =
-        pl_rope(pl_reshape(PROJ(0, xq), 4, (int64_t[]){B, T, H, Dh}), L - T, o->rope_theta);
-    pl_tensor *k = pl_rope(pl_reshape(PROJ(1, x), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
-    pl_tensor *v = pl_reshape(PROJ(2, x), 4, (int64_t[]){B, L, KV, Dh});
+        pl_rope(pl_reshape(PROJ(0, xq, gq), 4, (int64_t[]){B, T, H, Dh}), L - T, o->rope_theta);
+    pl_tensor *k =
+        pl_rope(pl_reshape(PROJ(1, x, gexp), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
+    pl_tensor *v = pl_reshape(PROJ(2, x, gexp), 4, (int64_t[]){B, L, KV, Dh});
     if (m->kv_index) { /* grouped-query attention: HF repeat_kv, query head h reads kv head h/rep */
         k = pl_index_select(k, 2, m->kv_index);
         v = pl_index_select(v, 2, m->kv_index);
@@ -780,23 +771,107 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->pad_bias); /* [B, H, T, L] */
     pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
     att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, T, m->q_dim});
-    pl_tensor *ao = PROJ(3, att);
+    pl_tensor *ao = PROJ(3, att, gq);
     if (T < L) h = pl_slice(h, 1, L - T, L);
     h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(c->micro, site), training));
     x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
-    pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x)), PROJ(5, x));
-    pl_tensor *mo = PROJ(6, mid);
+    pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x, gq)), PROJ(5, x, gq));
+    pl_tensor *mo = PROJ(6, mid, gq);
 #undef PROJ
     return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(c->micro, site + 1), training));
 }
 
-static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, bool last_only) {
+/* Embeddings, decoder layers and final norm over ids [B, L] (fwd_state s),
+ * with expanded gates gexp (or NULL) -> [B, L, D], or [B, 1, D] when
+ * last_only. base_only runs the backbone without its adapters. */
+static pl_tensor *run_layers(ilora_model *m, pl_tensor *ids, const fwd_state *s, pl_tensor *gexp,
+                             bool training, bool last_only, bool base_only) {
+    const ilora_opts *o = &m->o;
+    uint64_t seed = m->ctx->seed, micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
+    pl_tensor *h = pl_embedding(embed_weight(m), ids);
+    if (m->item_proj_w) h = pl_linear(h, m->item_proj_w, m->item_proj_b); /* item -> hidden */
+    if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
+    h = pl_dropout(h, o->dropout, seed, drop_counter(micro, 0), training);
+    bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
+    pl_tensor_release(m->pad_bias); /* the previous forward's, kept for its backward */
+    m->pad_bias = pl_tensor_retain(s->pad_bias);
+    for (int64_t l = 0; l < o->layers && h; l++) {
+        /* one frame per layer: its temporaries go as soon as the layer is done
+         * (evaluation peak = one layer; backward keeps what it needs) */
+        pl_frame_begin();
+        /* the context outlives this call: a checkpointed layer reads it
+         * again during backward */
+        ilora_layer_ctx *c = &m->layer_ctx[l];
+        *c = (ilora_layer_ctx){.m = m,
+                               .l = l,
+                               .B = s->B,
+                               .L = s->L,
+                               .pad_bias = s->pad_bias,
+                               .micro = micro,
+                               .training = training,
+                               .last_only = last_only && l == o->layers - 1,
+                               .base_only = base_only};
+        pl_tensor *in[2] = {h, gexp};
+        h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
+                                        : layer_forward(c, in, gexp ? 2 : 1));
+    }
+    return h ? pl_rms_norm(h, m->norm, o->norm_eps) : NULL;
+}
+
+/* The router's logits z / router_temperature (f32): per position [B, L, E]
+ * from the backbone's own final hidden states (last_hidden; a forward pass
+ * without adapters, dropout or gradient), or per row [B, E] from the mean
+ * item embedding of the row's non-pad ids (mean_embedding). The router's
+ * input is a fixed, detached representation: gradients reach the router's
+ * weight and bias only. */
+static pl_tensor *router_logits(ilora_model *m, pl_tensor *ids, const fwd_state *s) {
+    int64_t B = s->B, L = s->L;
+    pl_tensor *rep = NULL;
+    pl_no_grad_begin();
+    if (m->o.router_input == ILORA_ROUTER_LAST_HIDDEN) {
+        rep = run_layers(m, ids, s, NULL, false, false, true); /* [B, L, D] */
+    } else {
+        float *mask = malloc((size_t)(B * L) * sizeof *mask);
+        float *inv = malloc((size_t)B * sizeof *inv);
+        if (mask && inv) {
+            for (int64_t b = 0; b < B; b++) {
+                int64_t c = 0;
+                for (int64_t t = 0; t < L; t++)
+                    c += (mask[b * L + t] = s->ids[b * L + t] != m->pad_id);
+                inv[b] = c ? 1.0f / (float)c : 0.0f;
+            }
+            pl_tensor *mk = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, 1}, mask, m->ctx->device);
+            pl_tensor *iv = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, 1}, inv, m->ctx->device);
+            pl_tensor *e = pl_embedding(embed_weight(m), ids);
+            rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, W] */
+        } else {
+            pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        }
+        free(mask);
+        free(inv);
+    }
+    if (rep && rep->dtype != PL_F32) rep = pl_cast(rep, PL_F32);
+    pl_no_grad_end();
+    pl_tensor *z = rep ? pl_linear(rep, m->router_w, m->router_b) : NULL;
+    if (z && z->dtype != PL_F32) z = pl_cast(z, PL_F32);
+    if (z && m->o.router_temperature != 1.0) z = pl_scale(z, 1.0 / m->o.router_temperature);
+    return z;
+}
+
+/* The forward's router output: gates g = softmax(z) and logits z, [B, L, E]
+ * (per position) or [B, E] (per row); NULL without a router. */
+typedef struct route {
+    pl_tensor *g, *z;
+} route;
+
+static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, bool last_only,
+                                 route *rt) {
+    if (rt) *rt = (route){0};
     if (!ids) return NULL;
     refresh_params(m);
     pl_tensor_release(m->embed_deq); /* weights may have changed since the last forward */
     m->embed_deq = NULL;
     const ilora_opts *o = &m->o;
-    uint64_t seed = m->ctx->seed, micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
     pl_tensor *h = NULL, *gexp = NULL;
     fwd_state s;
     if (fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) goto done;
@@ -810,54 +885,56 @@ static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, 
         pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
         goto done;
     }
-    if (m->router_w && !(gexp = ilora_gate_expand(gates_of(m, ids, s.ids), m->gate_index)))
-        goto done;
-    h = pl_embedding(embed_weight(m), ids);
-    if (m->item_proj_w) h = pl_linear(h, m->item_proj_w, m->item_proj_b); /* item -> hidden */
-    if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
-    h = pl_dropout(h, o->dropout, seed, drop_counter(micro, 0), training);
-    bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
-    pl_tensor_release(m->pad_bias); /* the previous forward's, kept for its backward */
-    m->pad_bias = pl_tensor_retain(s.pad_bias);
-    for (int64_t l = 0; l < o->layers && h; l++) {
-        /* one frame per layer: its temporaries go as soon as the layer is done
-         * (evaluation peak = one layer; backward keeps what it needs) */
-        pl_frame_begin();
-        /* the context outlives this call: a checkpointed layer reads it
-         * again during backward */
-        ilora_layer_ctx *c = &m->layer_ctx[l];
-        *c = (ilora_layer_ctx){.m = m,
-                               .l = l,
-                               .B = s.B,
-                               .L = s.L,
-                               .pad_bias = s.pad_bias,
-                               .micro = micro,
-                               .training = training,
-                               .last_only = last_only && l == o->layers - 1};
-        pl_tensor *in[2] = {h, gexp};
-        h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
-                                        : layer_forward(c, in, gexp ? 2 : 1));
+    if (m->router_w) {
+        pl_tensor *z = router_logits(m, ids, &s);
+        pl_tensor *g = z ? pl_softmax(z) : NULL;
+        if (!g) goto done;
+        /* slot j of the stacked experts carries gate j / r_e */
+        gexp = pl_index_select(g, g->ndim - 1, m->gate_index);
+        if (gexp && g->ndim == 2)
+            gexp = pl_reshape(gexp, 3, (int64_t[]){gexp->shape[0], 1, gexp->shape[1]});
+        if (!gexp) goto done;
+        if (rt) *rt = (route){g, z};
     }
-    if (h) h = pl_rms_norm(h, m->norm, o->norm_eps);
+    h = run_layers(m, ids, &s, gexp, training, last_only, false);
 done:
     free(s.ids);
     return h;
 }
 
-pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
-    return hidden_forward(m, ids, training, false);
+pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
+    if (!m->router_w || !ids) return NULL;
+    refresh_params(m);
+    fwd_state s;
+    pl_tensor *g = NULL;
+    if (!fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) {
+        if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)m->o.layers, sizeof *m->layer_ctx)))
+            pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        else
+            g = pl_softmax(router_logits(m, ids, &s));
+    }
+    free(s.ids);
+    return g;
 }
 
-pl_tensor *ilora_last_hidden(ilora_model *m, pl_tensor *ids) {
+pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
+    return hidden_forward(m, ids, training, false, NULL);
+}
+
+/* The last position's final hidden state [B, D] without dropout, and the
+ * forward's router output (rt may be NULL). */
+static pl_tensor *last_hidden(ilora_model *m, pl_tensor *ids, route *rt) {
     if (m->o.layers < 1) { /* no layer to cut: the last position of the full forward */
-        pl_tensor *h = ilora_hidden(m, ids, false);
+        pl_tensor *h = hidden_forward(m, ids, false, false, rt);
         if (!h) return NULL;
         int64_t L = h->shape[1];
         return pl_reshape(pl_slice(h, 1, L - 1, L), 2, (int64_t[]){h->shape[0], m->o.dim});
     }
-    pl_tensor *h = hidden_forward(m, ids, false, true); /* [B, 1, D] */
+    pl_tensor *h = hidden_forward(m, ids, false, true, rt); /* [B, 1, D] */
     return h ? pl_reshape(h, 2, (int64_t[]){h->shape[0], m->o.dim}) : NULL;
 }
+
+pl_tensor *ilora_last_hidden(ilora_model *m, pl_tensor *ids) { return last_hidden(m, ids, NULL); }
 
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
     /* items in front of a pretrained body: score every item by its table row
@@ -882,6 +959,37 @@ static pl_tensor *need_field(const pl_batch *b, const char *name, const char *op
                      name, option, have[0] ? have : "(none)");
     }
     return t;
+}
+
+/* The router's auxiliary losses added to `loss`, over the gates of the
+ * labelled positions pi (per-position gates) or of the rows (per-row gates),
+ * N of them:
+ *   load balancing  coef_a * E * sum_k P_k^2,  P_k = (1/N) sum_n g_nk
+ *     (Switch Transformer / HF Mixtral load_balancing_loss_func, whose
+ *     E * sum_k f_k P_k becomes E * sum_k P_k^2 when every expert is used
+ *     with its gate: 1 at uniform usage, E when all use one expert);
+ *   entropy         coef_h * (1/N) sum_n H(g_n) / ln E,  H(g) = -sum_k g_k log g_k
+ *     with log g = log_softmax(z) (finite where g underflows). */
+static pl_tensor *router_terms(ilora_model *m, pl_tensor *loss, const route *rt, pl_tensor *pi) {
+    double ca = m->o.router_aux_loss_coef, ch = m->o.router_entropy_coef;
+    if (ca <= 0 && ch <= 0) return loss;
+    int64_t E = m->o.num_experts;
+    pl_tensor *g = rt->g, *z = rt->z;
+    if (g->ndim == 3) {
+        g = pl_index_select(pl_reshape(g, 2, (int64_t[]){-1, E}), 0, pi);
+        z = pl_index_select(pl_reshape(z, 2, (int64_t[]){-1, E}), 0, pi);
+    }
+    if (!g || !z) return NULL;
+    double N = (double)g->shape[0];
+    if (ca > 0) {
+        pl_tensor *p = pl_scale(pl_sum(g, 0, false), 1.0 / N); /* [E] */
+        loss = pl_add(loss, pl_scale(pl_sum(pl_mul(p, p), PL_ALL_DIMS, false), ca * (double)E));
+    }
+    if (ch > 0) {
+        pl_tensor *plogp = pl_sum(pl_mul(g, pl_log_softmax(z)), PL_ALL_DIMS, false);
+        loss = pl_add(loss, pl_scale(plogp, -ch / (N * log((double)E))));
+    }
+    return loss;
 }
 
 /* *n_terms: the labelled positions the loss averages over */
@@ -916,7 +1024,8 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         tgt[np++] = hl[i];
     }
     free(hl);
-    pl_tensor *h = st ? NULL : ilora_hidden(m, ids, true);
+    route rt;
+    pl_tensor *h = st ? NULL : hidden_forward(m, ids, true, false, &rt);
     if (!st && !h) st = pl_error_status();
     if (!st && np == 0) {
         *loss = pl_scale(pl_sum(h, PL_ALL_DIMS, false), 0.0); /* nothing to predict */
@@ -928,6 +1037,7 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
         *loss = pl_cross_entropy(logits, ti, 0, 0.0);
         if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pi));
+        if (*loss && rt.g) *loss = router_terms(m, *loss, &rt, pi);
     }
     if (!st && !*loss) st = pl_error_status();
     free(pos);
@@ -936,9 +1046,10 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
     return st;
 }
 
-/* Logits of the last position [B, V] (f32, host copy in *host). */
-static pl_tensor *last_logits(ilora_model *m, pl_tensor *ids, pl_tensor **host) {
-    pl_tensor *hl = ilora_last_hidden(m, ids);
+/* Logits of the last position [B, V] (f32, host copy in *host), and the
+ * forward's router output in *rt (may be NULL). */
+static pl_tensor *last_logits(ilora_model *m, pl_tensor *ids, pl_tensor **host, route *rt) {
+    pl_tensor *hl = last_hidden(m, ids, rt);
     if (!hl) return NULL;
     pl_tensor *lg = ilora_logits(m, hl);
     if (lg && host) {
@@ -1023,6 +1134,61 @@ static void seen_free(seen_items *s) {
     free(s->win);
 }
 
+/* Gate statistics of the evaluated users (the gates of each row's last
+ * position: the user's whole sequence), as (sum, count) metrics:
+ *   gate_entropy   mean of H(g) / ln E (1: uniform, 0: one expert);
+ *   gate_usage_k   mean gate of expert k (k < 16);
+ *   gate_user_tv   mean over users of the total-variation distance
+ *                  0.5 * sum_k |g_k - mean g_k| between the user's gates and
+ *                  the split's mean gate (0: every user gets the same mixture).
+ * gate_user_tv needs the mean over the whole split: the model keeps the rows
+ * of the pass in progress (a pass starts at batch index 0) and each batch
+ * reports the change of the total, so the sums add up to the exact value
+ * over the rows this process evaluated. */
+static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split split, pl_tensor *g,
+                            pl_metrics *mt) {
+    int64_t E = m->o.num_experts, B = g->shape[0];
+    if (g->ndim == 3) g = pl_slice(g, 1, g->shape[1] - 1, g->shape[1]);
+    pl_tensor *hg = g ? pl_tensor_to(g, PL_F32, PL_CPU) : NULL;
+    if (!hg) return pl_error_status();
+    if (b->index == 0 || m->gs_split != (int)split) {
+        m->gs_n = 0;
+        m->gs_tv = 0;
+        m->gs_split = (int)split;
+    }
+    if (m->gs_n + B > m->gs_cap) {
+        int64_t cap = (m->gs_n + B) * 2;
+        float *r = realloc(m->gs_rows, (size_t)(cap * E) * sizeof *r);
+        if (!r) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        m->gs_rows = r;
+        m->gs_cap = cap;
+    }
+    const float *gv = pl_tensor_f32(hg);
+    memcpy(m->gs_rows + m->gs_n * E, gv, (size_t)(B * E) * sizeof *gv);
+    m->gs_n += B;
+    double ent = 0, use[64] = {0}, mean[64] = {0}, tv = 0;
+    for (int64_t i = 0; i < B; i++)
+        for (int64_t k = 0; k < E; k++) {
+            double p = gv[i * E + k];
+            if (p > 0) ent -= p * log(p);
+            use[k] += p;
+        }
+    for (int64_t i = 0; i < m->gs_n; i++)
+        for (int64_t k = 0; k < E; k++) mean[k] += m->gs_rows[i * E + k];
+    for (int64_t k = 0; k < E; k++) mean[k] /= (double)m->gs_n;
+    for (int64_t i = 0; i < m->gs_n; i++)
+        for (int64_t k = 0; k < E; k++) tv += 0.5 * fabs(m->gs_rows[i * E + k] - mean[k]);
+    pl_metrics_add(mt, "gate_entropy", ent / log((double)E), (double)B);
+    pl_metrics_add(mt, "gate_user_tv", tv - m->gs_tv, (double)B);
+    m->gs_tv = tv;
+    for (int64_t k = 0; k < E && k < 16; k++) {
+        char name[48];
+        snprintf(name, sizeof name, "gate_usage_%lld", (long long)k);
+        pl_metrics_add(mt, name, use[k], (double)B);
+    }
+    return PL_OK;
+}
+
 static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split split,
                               pl_tensor **loss, pl_metrics *mt) {
     pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
@@ -1036,7 +1202,8 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
                             pl_tensor_describe(ids, b2, sizeof b2));
     }
     pl_tensor *host = NULL;
-    pl_tensor *lg = last_logits(m, ids, &host);
+    route rt;
+    pl_tensor *lg = last_logits(m, ids, &host, &rt);
     if (!lg) return pl_error_status();
     int64_t *t = host_index(tg, m->o.target_field);
     if (!t) return pl_error_status();
@@ -1087,6 +1254,7 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
         snprintf(name, sizeof name, "recall@%lld", (long long)K);
         pl_metrics_add(mt, name, hit, (double)B);
     }
+    if (!st && rt.g) st = gate_stats(m, b, split, rt.g, mt);
     free(row);
     seen_free(&seen);
     free(users);
@@ -1176,7 +1344,7 @@ static pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_spli
     }
     int64_t B = ids->shape[0], V = m->vocab, K = m->o.predict_top_k;
     pl_tensor *host = NULL;
-    if (!last_logits(m, ids, &host)) return pl_error_status();
+    if (!last_logits(m, ids, &host, NULL)) return pl_error_status();
     pl_tensor *uf = pl_batch_find(b, m->o.user_field), *tf = pl_batch_find(b, m->o.target_field);
     int64_t *users = NULL, *tg = NULL, *rows = NULL;
     seen_items seen = {0};

@@ -20,6 +20,12 @@
 
 typedef enum ilora_adapters { ILORA_NONE = 0, ILORA_LORA, ILORA_MOE_LORA } ilora_adapters;
 
+/* What the MoE-LoRA router reads (option router_input). */
+typedef enum ilora_router_input {
+    ILORA_ROUTER_LAST_HIDDEN = 0, /* the backbone's final hidden state at each position */
+    ILORA_ROUTER_MEAN_EMBEDDING   /* the mean item embedding of the whole row */
+} ilora_router_input;
+
 typedef struct ilora_opts {
     int64_t num_items; /* 0: from ctx->meta "num_items"; vocabulary = num_items + 1 */
     int64_t dim, layers, heads, max_len, ffn_dim;
@@ -36,6 +42,10 @@ typedef struct ilora_opts {
     double lora_alpha, lora_dropout;
     unsigned lora_targets; /* bit i = projection i (q k v o gate up down) */
     bool freeze_base;
+    ilora_router_input router_input;
+    double router_temperature;   /* gates = softmax(router logits / T) */
+    double router_aux_loss_coef; /* load balancing: coef * E * sum_k P_k^2 */
+    double router_entropy_coef;  /* coef * mean normalized gate entropy */
     int64_t metric_k;
     bool exclude_history;
     char input_field[64], label_field[64], target_field[64], history_field[64], user_field[64],
@@ -90,6 +100,12 @@ typedef struct ilora_model {
     ilora_layer_ctx *layer_ctx; /* [layers]: contexts of the last forward's layers (owned) */
     pl_tensor *pad_bias;  /* the last forward's padding bias, for a recomputing backward */
     pl_tensor *gate_index;          /* i64 [E*r_e]: slot -> expert (device) */
+    /* gate statistics of the evaluation pass in progress (gate_user_tv needs
+     * the split's mean gate: the rows seen so far, host f32 [n, E]) */
+    float *gs_rows;
+    int64_t gs_n, gs_cap;
+    int gs_split;
+    double gs_tv; /* gate_user_tv's sum reported so far in this pass */
     /* where each parameter lives: the fields above point at ctx->params'
      * tensors and are re-read before every forward (precision may replace them) */
     int n_slots;
@@ -128,8 +144,11 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training);
 
-/* Router gates softmax(router(mean of embed rows of non-zero ids)) [B, E];
- * ids i32 [B, L]. NULL model router: returns NULL without error. */
+/* Router gates for ids i32 [B, L], no dropout: router_input = last_hidden:
+ * softmax((router(h_t)) / T) per position [B, L, E], h_t the final hidden
+ * state of the backbone without adapters; mean_embedding: softmax(router(mean
+ * of the embed rows of non-pad ids) / T) per row [B, E]. A model without a
+ * router returns NULL without error. */
 pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids);
 /* Final hidden states [B, L, D] (after model.norm). Re-reads the parameter
  * tensors from ctx->params first. */

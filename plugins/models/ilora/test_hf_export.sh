@@ -78,11 +78,15 @@ export_hf() { # RUN_DIR OUT_DIR [ARGS...]
 }
 
 lora=$(run lora model.tie_embeddings=false)
-moe=$(run moe model.adapters=moe_lora model.num_experts=2)
-q4=$(run q4 model.adapters=moe_lora model.num_experts=2 precision.plugin=qlora4 \
+# PEFT takes one weight per adapter for a whole input: row-gated routers
+# (mean_embedding) export; a per-position router (last_hidden) is refused below
+row=model.router_input=mean_embedding
+moe=$(run moe model.adapters=moe_lora model.num_experts=2 $row model.router_temperature=0.5)
+q4=$(run q4 model.adapters=moe_lora model.num_experts=2 $row precision.plugin=qlora4 \
   precision.compute_dtype=f32 precision.block_size=16)
 llm=$(run llm model.backbone="$src/tests/data/hf_llama/gqa_tied" model.item_dim=8 \
-  model.adapters=moe_lora model.num_experts=2 '~model.dim' '~model.layers' '~model.heads')
+  model.adapters=moe_lora model.num_experts=2 $row '~model.dim' '~model.layers' '~model.heads')
+per_pos=$(run per_pos model.adapters=moe_lora model.num_experts=2)
 export_hf "$lora" "$tmp/lora"
 export_hf "$lora" "$tmp/merge" --lora merge
 export_hf "$moe" "$tmp/moe"
@@ -111,6 +115,7 @@ refuse() { # WHAT-THE-MESSAGE-SAYS RUN_DIR ARGS...
   return 0
 }
 refuse "gated per user" "$moe" --format hf --lora merge
+refuse "own mixture of the 2 experts" "$per_pos" --format hf
 refuse "format 'onnx' is not written by ilora" "$moe" --format onnx
 refuse "expected f32, bf16 or f16" "$moe" --format hf --dtype f64
 refuse "expected peft or merge" "$lora" --format hf --lora fold

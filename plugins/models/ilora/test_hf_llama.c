@@ -290,7 +290,7 @@ START_TEST(item_inputs_train_projections_and_adapters_only) {
     ck_assert_ptr_nonnull(pl_params_find(e.ctx.params, "score_proj.weight"));
     ck_assert_ptr_null(pl_params_find(e.ctx.params, "lm_head.weight"));
     pl_param *rw = PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.weight"));
-    ck_assert_int_eq(rw->t->shape[1], 6); /* gated by the item-sequence representation */
+    ck_assert_int_eq(rw->t->shape[1], 16); /* gated by the backbone's hidden state (hidden_size) */
     const int32_t idv[8] = {0, 3, 21, 7, 2, 29, 4, 5}, lab[8] = {0, 21, 7, 2, 29, 4, 5, 30};
     pl_tensor *ids = pl_tensor_from_data(PL_I32, 2, (int64_t[]){2, 4}, idv, PL_CPU);
     pl_tensor *labels = pl_tensor_from_data(PL_I32, 2, (int64_t[]){2, 4}, lab, PL_CPU);

@@ -233,6 +233,7 @@ START_TEST(model_matches_pytorch_reference) {
         env e;
         env_init(&e, 7, 0);
         ilora_opts o = small_opts(adapt ? ILORA_MOE_LORA : ILORA_NONE);
+        o.router_input = ILORA_ROUTER_MEAN_EMBEDDING; /* the reference's per-row router */
         ilora_model *m = NULL;
         PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
         load_params(f, e.ctx.params);
@@ -268,6 +269,251 @@ START_TEST(model_matches_pytorch_reference) {
     pl_tensor_release(ids);
     pl_tensor_release(labels);
     pl_st_close(f);
+}
+END_TEST
+
+/* ---- the router ---------------------------------------------------------------------------- */
+
+static const char *router_ref_path(void) {
+    static char p[1024];
+    snprintf(p, sizeof p, "%s/tests/data/ilora/reference_router.safetensors", PL_TEST_SOURCE_DIR);
+    return p;
+}
+
+static ilora_opts router_opts(void) {
+    ilora_opts o = small_opts(ILORA_MOE_LORA); /* router_input = last_hidden: the default */
+    ck_assert_int_eq(o.router_input, ILORA_ROUTER_LAST_HIDDEN);
+    o.router_temperature = 0.7;
+    o.router_aux_loss_coef = 0.3;
+    o.router_entropy_coef = 0.2;
+    return o;
+}
+
+/* tools/gen_ilora_reference.py --router: gates per position from the
+ * backbone's hidden states, temperature, load-balancing and entropy terms. */
+START_TEST(router_over_hidden_states_matches_pytorch_reference) {
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(router_ref_path(), &f));
+    pl_tensor *ids = PL_CK_NOTNULL(pl_st_load(f, "input_ids"));
+    pl_tensor *labels = PL_CK_NOTNULL(pl_st_load(f, "labels"));
+    const int64_t B = ids->shape[0], L = ids->shape[1];
+    env e;
+    env_init(&e, 7, 0);
+    ilora_opts o = router_opts();
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    load_params(f, e.ctx.params);
+    pl_frame_begin();
+    pl_no_grad_begin();
+    pl_tensor *lg = PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ids, false)));
+    check_logits(lg, f, "expected.logits", pl_tensor_i32(ids), B, L, 2e-5);
+    pl_tensor *g = PL_CK_NOTNULL(ilora_gates(m, ids));
+    ck_assert_int_eq(g->ndim, 3);
+    pl_tensor *want = pl_st_load(f, "expected.gates");
+    ck_assert_double_le(pl_test_max_abs_diff(g, want), 1e-6);
+    pl_tensor_release(want);
+    pl_no_grad_end();
+    pl_frame_end();
+    pl_batch bt = {.n = 2, .names = {"input_ids", "labels"}, .fields = {ids, labels}, .size = B};
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    pl_metrics mt;
+    pl_metrics_reset(&mt);
+    PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &loss, &mt));
+    pl_tensor *wl = pl_st_load(f, "expected.loss");
+    ck_assert_double_eq_tol(pl_tensor_item(loss), pl_tensor_item(wl), 1e-5);
+    pl_tensor_release(wl);
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_frame_end();
+    check_grads(e.ctx.params, f, "expected.grad.", true);
+    ilora_model_destroy(m);
+    env_free(&e);
+    pl_tensor_release(ids);
+    pl_tensor_release(labels);
+    pl_st_close(f);
+}
+END_TEST
+
+/* Position t's gates and logits depend on items <= t only (no look-ahead in
+ * training), and the gates do not depend on the adapters. */
+START_TEST(router_over_hidden_states_is_causal) {
+    env e;
+    env_init(&e, 31, 0);
+    ilora_opts o = small_opts(ILORA_MOE_LORA);
+    o.num_experts = 2;
+    o.init_std = 0.5;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) { /* non-zero B: adapters matter */
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.5, 0.5, 3, (uint64_t)i));
+    }
+    const int32_t a[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
+    int32_t b[12];
+    memcpy(b, a, sizeof b);
+    const int64_t t = 2; /* change every item after position t */
+    for (int r = 0; r < 2; r++)
+        for (int64_t j = t + 1; j < 6; j++) b[r * 6 + j] = 1 + (a[r * 6 + j] + 4) % 12;
+    pl_frame_begin();
+    pl_no_grad_begin();
+    pl_tensor *ia = ids_tensor(a, 2, 6), *ib = ids_tensor(b, 2, 6);
+    pl_tensor *ga = PL_CK_NOTNULL(ilora_gates(m, ia)), *gb = PL_CK_NOTNULL(ilora_gates(m, ib));
+    pl_tensor *la = PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ia, false)));
+    pl_tensor *lb = PL_CK_NOTNULL(ilora_logits(m, ilora_hidden(m, ib, false)));
+    double dg = 0, dl = 0, later = 0;
+    for (int r = 0; r < 2; r++)
+        for (int64_t j = 0; j < 6; j++) {
+            for (int k = 0; k < 2; k++) {
+                double d = fabs(pl_tensor_get(ga, (r * 6 + j) * 2 + k) -
+                                pl_tensor_get(gb, (r * 6 + j) * 2 + k));
+                if (j <= t) dg = fmax(dg, d);
+                else later = fmax(later, d);
+            }
+            for (int v = 0; j <= t && v < 13; v++)
+                dl = fmax(dl, fabs(pl_tensor_get(la, (r * 6 + j) * 13 + v) -
+                                   pl_tensor_get(lb, (r * 6 + j) * 13 + v)));
+        }
+    ck_assert_msg(dg < 1e-6 && dl < 1e-5, "positions <= t changed: gates %g logits %g", dg, dl);
+    ck_assert_msg(later > 1e-3, "the later positions' gates did not change (%g)", later);
+    /* the router reads the backbone alone: zero B changes the logits, not the gates */
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_fill_(p->t, 0.0));
+    }
+    pl_tensor *g0 = PL_CK_NOTNULL(ilora_gates(m, ia));
+    ck_assert_double_le(pl_test_max_abs_diff(g0, ga), 1e-7);
+    /* and equal softmax(router(h)) of the backbone's own hidden states, by hand */
+    pl_tensor *h = PL_CK_NOTNULL(ilora_hidden(m, ia, false)); /* B = 0: the backbone */
+    pl_param *rw = PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.weight"));
+    pl_param *rb = PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.bias"));
+    double md = 0;
+    for (int64_t n = 0; n < 12; n++) {
+        double z[2], mx = -INFINITY, s = 0;
+        for (int k = 0; k < 2; k++) {
+            z[k] = pl_tensor_get(rb->t, k);
+            for (int d = 0; d < 8; d++) z[k] += pl_tensor_get(rw->t, k * 8 + d) * pl_tensor_get(h, n * 8 + d);
+            mx = fmax(mx, z[k]);
+        }
+        for (int k = 0; k < 2; k++) s += exp(z[k] - mx);
+        for (int k = 0; k < 2; k++) md = fmax(md, fabs(exp(z[k] - mx) / s - pl_tensor_get(g0, n * 2 + k)));
+    }
+    ck_assert_double_le(md, 1e-6);
+    pl_no_grad_end();
+    pl_frame_end();
+    ilora_model_destroy(m);
+    env_free(&e);
+}
+END_TEST
+
+/* Central differences of the training loss (CE + load balancing + entropy)
+ * in the router's weight and bias against the backward pass. */
+START_TEST(router_loss_gradients_match_central_differences) {
+    env e;
+    env_init(&e, 17, 0);
+    ilora_opts o = router_opts();
+    o.num_experts = 2;
+    o.router_aux_loss_coef = 1.0;
+    o.router_entropy_coef = 1.0;
+    o.init_std = 0.5;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.5, 0.5, 5, (uint64_t)i));
+    }
+    const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
+    const int32_t lab[12] = {0, 7, 1, 12, 2, 0, 2, 9, 9, 11, 4, 10};
+    pl_tensor *ids = ids_tensor(idv, 2, 6), *labels = ids_tensor(lab, 2, 6);
+    pl_batch bt = {.n = 2, .names = {"input_ids", "labels"}, .fields = {ids, labels}, .size = 2};
+    pl_param *ps[2] = {PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.weight")),
+                       PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.bias"))};
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &loss, NULL));
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_frame_end();
+    int checked = 0;
+    for (int q = 0; q < 2; q++) {
+        pl_tensor *w = ps[q]->t;
+        float *wv = pl_tensor_f32(w);
+        for (int64_t i = 0; i < pl_tensor_numel(w); i += (q ? 1 : 3)) {
+            const double eps = 1e-2;
+            double fx[2];
+            float keep = wv[i];
+            for (int s = 0; s < 2; s++) {
+                wv[i] = keep + (float)(s ? -eps : eps);
+                pl_frame_begin();
+                pl_no_grad_begin();
+                pl_tensor *l = NULL;
+                PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &l, NULL));
+                fx[s] = pl_tensor_item(l);
+                pl_no_grad_end();
+                pl_frame_end();
+            }
+            wv[i] = keep;
+            double num = (fx[0] - fx[1]) / (2 * eps), an = pl_tensor_get(w->grad, i);
+            ck_assert_msg(fabs(num - an) <= 2e-3 + 0.02 * fabs(num), "%s[%lld]: numerical %g, "
+                          "backward %g", ps[q]->name, (long long)i, num, an);
+            checked++;
+        }
+    }
+    ck_assert_int_ge(checked, 8);
+    pl_tensor_release(ids);
+    pl_tensor_release(labels);
+    ilora_model_destroy(m);
+    env_free(&e);
+}
+END_TEST
+
+/* gate_entropy, gate_usage_k and gate_user_tv over an evaluation pass of two
+ * batches equal the same statistics of the users' last-position gates
+ * computed at once; a new pass (batch index 0) starts over. */
+START_TEST(gate_statistics_cover_the_whole_split) {
+    env e;
+    env_init(&e, 23, 0);
+    ilora_opts o = small_opts(ILORA_MOE_LORA);
+    o.num_experts = 2;
+    o.init_std = 0.5;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    PL_CK_OK(pl_tensor_uniform_(PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.weight"))->t,
+                                -2, 2, 9, 1));
+    const int32_t idv[24] = {0, 0, 4, 9, 2, 11, 3, 3, 8, 1, 12, 5,
+                             0, 0, 0, 0, 0, 7, 6, 2, 10, 4, 4, 1};
+    const int32_t tgt[4] = {6, 10, 2, 3};
+    pl_frame_begin();
+    pl_no_grad_begin();
+    pl_tensor *all = ids_tensor(idv, 4, 6);
+    pl_tensor *g = PL_CK_NOTNULL(ilora_gates(m, all)); /* [4, 6, 2] */
+    double ent = 0, use[2] = {0}, tv = 0;
+    for (int b = 0; b < 4; b++)
+        for (int k = 0; k < 2; k++) {
+            double p = pl_tensor_get(g, (b * 6 + 5) * 2 + k);
+            ent -= p * log(p) / log(2.0) / 4;
+            use[k] += p / 4;
+        }
+    for (int b = 0; b < 4; b++)
+        for (int k = 0; k < 2; k++) tv += 0.5 * fabs(pl_tensor_get(g, (b * 6 + 5) * 2 + k) - use[k]) / 4;
+    ck_assert_double_gt(tv, 1e-3); /* the users differ */
+    for (int pass = 0; pass < 2; pass++) {
+        pl_metrics mt;
+        pl_metrics_reset(&mt);
+        for (int half = 0; half < 2; half++) {
+            pl_tensor *ids = ids_tensor(idv + half * 12, 2, 6);
+            pl_tensor *tg = pl_tensor_from_data(PL_I32, 1, (int64_t[]){2}, tgt + half * 2, PL_CPU);
+            pl_batch bt = {.n = 2, .names = {"input_ids", "target"}, .fields = {ids, tg},
+                           .size = 2, .index = half};
+            PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_VAL, false, NULL, &mt));
+        }
+        ck_assert_double_eq_tol(pl_metrics_get(&mt, "gate_entropy"), ent, 1e-6);
+        ck_assert_double_eq_tol(pl_metrics_get(&mt, "gate_usage_0"), use[0], 1e-6);
+        ck_assert_double_eq_tol(pl_metrics_get(&mt, "gate_usage_1"), use[1], 1e-6);
+        ck_assert_double_eq_tol(pl_metrics_get(&mt, "gate_user_tv"), tv, 1e-6);
+    }
+    pl_no_grad_end();
+    pl_frame_end();
+    ilora_model_destroy(m);
+    env_free(&e);
 }
 END_TEST
 
@@ -845,6 +1091,10 @@ int main(void) {
     tcase_add_test(t, moe_lora_layer_gradients_match_central_differences);
     tcase_add_test(t, single_expert_equals_plain_lora_by_hand);
     tcase_add_test(t, model_matches_pytorch_reference);
+    tcase_add_test(t, router_over_hidden_states_matches_pytorch_reference);
+    tcase_add_test(t, router_over_hidden_states_is_causal);
+    tcase_add_test(t, router_loss_gradients_match_central_differences);
+    tcase_add_test(t, gate_statistics_cover_the_whole_split);
     tcase_add_test(t, zero_lora_b_gives_the_backbone_outputs);
     tcase_add_test(t, last_position_forward_equals_the_full_forward);
     tcase_add_test(t, llama_named_safetensors_loads_through_the_vtable);
