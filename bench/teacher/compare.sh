@@ -26,6 +26,10 @@
 #   EXPERTS="2 4 8"        iLoRA expert counts
 #   RD=runs/compare        run directory (git-ignored); OUT=bench/teacher/compare_result.md
 #   PIPELINE_BIN=build/core/pipeline, PYTHON=python3, FORCE=1 reruns finished runs
+# Cost (2 shared cores, 2026-11-24, load average 6-10): pretrain 30 epochs 6.3 min
+# (3-4 min idle), an adapter run 10 epochs ~3 min, full fine-tune ~4.5 min: the
+# default (3 seeds, 5 teacher variants) ~1.2-1.5 h; --sweep adds 3 runs per variant.
+# Smoke test in ~30 s: EPOCHS=1 LIMIT=5 EXPERTS="2 4" RD=runs/compare_smoke OUT=/tmp/t.md
 # A run whose summary.json exists and whose command line is the same as last
 # time ($RD/<name>.args) is reused, so an interrupted comparison resumes.
 set -euo pipefail
@@ -56,7 +60,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --sweep) sweep=1 ;;
     --shared-backbone) shared=1 ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) seeds+=("$1") ;;
   esac
