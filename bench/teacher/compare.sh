@@ -60,7 +60,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --sweep) sweep=1 ;;
     --shared-backbone) shared=1 ;;
-    -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) seeds+=("$1") ;;
   esac
