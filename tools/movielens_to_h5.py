@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """MovieLens ratings CSV -> HDF5 for sequential recommendation.
 
-usage: movielens_to_h5.py [--max-len 50] ratings.csv out.h5
+usage: movielens_to_h5.py [--max-len 50] [--early-quantile 0.7] ratings.csv out.h5
 
 Input: a CSV with a header holding at least userId, movieId, timestamp
 (title, year, genres, rating are kept when present). Both the dslabs export
@@ -22,10 +22,22 @@ Rules (see tools/README.md for the full layout):
     training pair is a label exactly once and nothing is dropped. Each window
     is left-padded with 0 (input and label). Rows are ordered by user, then
     chronologically. A user with m < 2 has no training row.
+  * /early (the drift setting of issue 15: a backbone pretrained on an
+    earlier period, adapted on the whole training split): cutoff = the
+    --early-quantile quantile of the timestamps of every training-split
+    interaction (numpy method "lower": an observed timestamp). A user's
+    early sequence e = its training-split interactions with timestamp <
+    cutoff (a prefix of its training sequence). A user with len(e) >= 3 gets
+    an early validation row: target e[-1], input e[:-1] (left-padded like
+    /val), history = distinct items of e[:-1]; its early training sequence
+    is e[:-1] (the target is held out, as /train holds out the val target).
+    Any other user trains on all of e. Early training rows are windowed as
+    /train. Nothing at or after the cutoff enters /early.
 """
 import argparse
 import csv
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -119,6 +131,39 @@ def write_csr(g, name, seqs):
     return offsets, items
 
 
+def early_split(seq_items, seq_stamps, offsets, L, q):
+    """The /early group's contents (see the module docstring).
+
+    seq_items / seq_stamps: every rating per user in time order (CSR by
+    offsets). Returns a dict of arrays plus the cutoff timestamp."""
+    U = len(offsets) - 1
+    train_ts = np.concatenate([seq_stamps[offsets[u]:offsets[u + 1] - 2] for u in range(U)])
+    cutoff = int(np.quantile(train_ts, q, method="lower"))
+    tr_in, tr_lab, tr_user = [], [], []
+    v_in, v_t, v_user, v_hist = [], [], [], []
+    for u in range(U):
+        s = seq_items[offsets[u]:offsets[u + 1] - 2]        # training sequence
+        ts = seq_stamps[offsets[u]:offsets[u + 1] - 2]
+        e = s[ts < cutoff]                                  # a prefix: ts is sorted
+        if len(e) >= 3:
+            v_in.append(left_pad(e[:-1], L))
+            v_t.append(e[-1])
+            v_user.append(u)
+            v_hist.append(unique_keep_first(e[:-1]))
+            e = e[:-1]
+        for inp, lab in train_windows(e, L):
+            tr_in.append(inp)
+            tr_lab.append(lab)
+            tr_user.append(u)
+    stack = lambda rows: np.stack(rows) if rows else np.zeros((0, L), np.int32)
+    return {"cutoff": cutoff, "num_train_interactions": len(train_ts),
+            "num_before_cutoff": int((train_ts < cutoff).sum()),
+            "train_input_ids": stack(tr_in), "train_labels": stack(tr_lab),
+            "train_user_index": np.array(tr_user, np.int32),
+            "val_input_ids": stack(v_in), "val_target": np.array(v_t, np.int32),
+            "val_user_index": np.array(v_user, np.int32), "val_history": v_hist}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,10 +171,15 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--max-len", type=int, default=50,
                     help="L, the fixed sequence length of the precomputed rows (default 50)")
+    ap.add_argument("--early-quantile", type=float, default=0.7,
+                    help="q: /early holds the training-split interactions before the q quantile "
+                         "of their timestamps (default 0.7)")
     args = ap.parse_args()
     L = args.max_len
     if L < 1:
         sys.exit("movielens_to_h5: --max-len must be >= 1")
+    if not 0 < args.early_quantile <= 1:
+        sys.exit(f"movielens_to_h5: --early-quantile must be in (0, 1], got {args.early_quantile}")
 
     users, movies, stamps, ratings, titles, years, genres = read_ratings(args.csv)
     n = len(users)
@@ -172,6 +222,8 @@ def main():
         test_t[u] = s[-1]
         val_hist.append(unique_keep_first(s[:-2]))
         test_hist.append(unique_keep_first(s[:-1]))
+
+    early = early_split(seq_items, stamps[order], offsets, L, args.early_quantile)
 
     str_t = h5py.string_dtype("utf-8")
     with h5py.File(args.out, "w") as f:
@@ -224,8 +276,30 @@ def main():
             g.create_dataset("user_index", data=np.arange(U, dtype=np.int32))
             write_csr(g, "history", hist)
 
+        eg = f.create_group("early")
+        eg.attrs["cutoff_timestamp"] = np.int64(early["cutoff"])
+        eg.attrs["cutoff_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(early["cutoff"]))
+        eg.attrs["quantile"] = np.float64(args.early_quantile)
+        eg.attrs["split_rule"] = (
+            "cutoff = quantile (numpy method lower) of the training-split timestamps; per user "
+            "e = training-split interactions with timestamp < cutoff; len(e) >= 3: val target "
+            "e[-1], val input / history e[:-1], train on e[:-1]; else train on e")
+        eg.attrs["num_train_interactions"] = np.int64(early["num_train_interactions"])
+        eg.attrs["num_before_cutoff"] = np.int64(early["num_before_cutoff"])
+        et = eg.create_group("train")
+        et.create_dataset("input_ids", data=early["train_input_ids"])
+        et.create_dataset("labels", data=early["train_labels"])
+        et.create_dataset("user_index", data=early["train_user_index"])
+        ev = eg.create_group("val")
+        ev.create_dataset("input_ids", data=early["val_input_ids"])
+        ev.create_dataset("target", data=early["val_target"])
+        ev.create_dataset("user_index", data=early["val_user_index"])
+        write_csr(ev, "history", early["val_history"])
+
     print(f"movielens_to_h5: {args.out}: {U} users, {num_items} items, {n} ratings, "
-          f"{len(tr_in)} train rows (L={L})", file=sys.stderr)
+          f"{len(tr_in)} train rows (L={L}); /early: cutoff {early['cutoff']} "
+          f"(q={args.early_quantile}), {len(early['train_input_ids'])} train rows, "
+          f"{len(early['val_target'])} val users", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""The table of bench/teacher/compare.sh from its manifest.
+
+usage: compare_table.py MANIFEST.tsv OUT.md [--describe TEXT]
+
+MANIFEST: one line per (variant, seed): variant, seed, run directory,
+per-user npz (bench/teacher/per_user.py). Prints and writes OUT.md:
+  * per variant, mean +- std over seeds of test HR@10 / NDCG@10 (the best
+    validation checkpoint's test) and of the validation metrics of that
+    checkpoint (the frozen backbone's validation is /early/val, 478 users and
+    other targets: not comparable with the teachers' /val);
+  * paired bootstrap 95 % intervals (bench/teacher/paired_bootstrap.py,
+    10,000 resamples of the 671 test users, each user's metric averaged over
+    the seeds first) of iLoRA(4) minus every other variant, and of the iLoRA
+    with the best validation NDCG@10 (mean over seeds) minus plain LoRA;
+  * every `gate_*` statistic in the runs' test / validation metrics, if any;
+  * seconds per run.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from paired_bootstrap import paired_bootstrap  # noqa: E402
+from per_user import best_val_metrics  # noqa: E402
+
+LABEL = {"frozen": "frozen early backbone", "full": "full fine-tune", "lora": "plain LoRA"}
+
+
+def label(v):
+    return LABEL.get(v, f"iLoRA ({v[5:]} experts)" if v.startswith("ilora") else v)
+
+
+def ms(xs, fmt="{:.4f}"):
+    if not xs:
+        return ""
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return f"{fmt.format(statistics.mean(xs))} ± {fmt.format(sd)}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("manifest")
+    ap.add_argument("out")
+    ap.add_argument("--describe", default="")
+    args = ap.parse_args()
+
+    runs = {}  # variant -> list of (seed, run_dir, npz)
+    order = []
+    with open(args.manifest) as f:
+        for line in f:
+            v, s, rd, npz = line.rstrip("\n").split("\t")
+            if v not in runs:
+                runs[v] = []
+                order.append(v)
+            runs[v].append((s, rd, npz))
+
+    rows, gates, per_user, secs = {}, {}, {}, {}
+    users = None
+    for v in order:
+        test, val, g, sec = {"hr": [], "nd": []}, {"hr": [], "nd": []}, {}, []
+        hits, ndcgs = [], []
+        for s, rd, npz in runs[v]:
+            with open(os.path.join(rd, "summary.json")) as f:
+                sm = json.load(f)
+            bv = best_val_metrics(rd)
+            test["hr"].append(sm["test_metrics"]["hit_ratio@10"])
+            test["nd"].append(sm["test_metrics"]["ndcg@10"])
+            val["hr"].append(bv["hit_ratio@10"])
+            val["nd"].append(bv["ndcg@10"])
+            sec.append(sm["total_wall_seconds"])
+            for split, m in (("test", sm["test_metrics"]), ("val", bv)):
+                for k, x in m.items():
+                    if k.startswith("gate_"):
+                        g.setdefault(f"{split} {k}", []).append(float(x))
+            d = np.load(npz)
+            if users is None:
+                users = d["user_index"]
+            elif not np.array_equal(users, d["user_index"]):
+                sys.exit(f"compare_table: {npz}: other test users than the first run's")
+            hits.append(d["hit10"])
+            ndcgs.append(d["ndcg10"])
+        rows[v], gates[v], secs[v] = (test, val), g, sec
+        per_user[v] = (np.stack(hits), np.stack(ndcgs))
+
+    nseeds = max(len(r) for r in runs.values())
+    out = ["# Issue 15: the teacher under drift (bench/teacher/compare.sh)", ""]
+    if args.describe:
+        out += [args.describe, ""]
+    out += [f"Backbone pretrained on /early (training-split interactions before the 0.7 quantile "
+            f"of their timestamps, 2009-04-14), each teacher adapts it on the whole /train; test = "
+            f"leave-one-out /test, {len(users)} users, best validation checkpoint "
+            f"(val_ndcg@10). Mean ± std over {nseeds} seed(s).", "",
+            "| variant | test HR@10 | test NDCG@10 | val HR@10 | val NDCG@10 | s per run |",
+            "|---|---|---|---|---|---|"]
+    for v in order:
+        (t, va), sec = rows[v], secs[v]
+        vl = " (/early/val)" if v == "frozen" else ""
+        out.append(f"| {label(v)} | {ms(t['hr'])} | {ms(t['nd'])} | {ms(va['hr'])}{vl} | "
+                   f"{ms(va['nd'])}{vl} | {statistics.mean(sec):.0f} |")
+
+    ilv = [v for v in order if v.startswith("ilora")]
+    pairs = []
+    if "ilora4" in per_user:
+        pairs += [("ilora4", v) for v in order if v != "ilora4"]
+    if ilv and "lora" in per_user:
+        best = max(ilv, key=lambda v: statistics.mean(rows[v][1]["nd"]))
+        pairs.append((best, "lora", f"best E by val NDCG@10 = {best[5:]}"))
+    if pairs:
+        out += ["", "Paired bootstrap over test users (10,000 resamples, seed 0; each user's hit@10 "
+                "and NDCG@10 averaged over the seeds first): mean difference [95 % interval].", "",
+                "| A minus B | Δ test HR@10 | Δ test NDCG@10 |", "|---|---|---|"]
+        for p in pairs:
+            a, b = p[0], p[1]
+            note = f" ({p[2]})" if len(p) > 2 else ""
+            cells = []
+            for k in (0, 1):
+                m, lo, hi, _ = paired_bootstrap(per_user[a][k], per_user[b][k])
+                cells.append(f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+            out.append(f"| {label(a)}{note} − {label(b)} | {cells[0]} | {cells[1]} |")
+    if any(gates.values()):
+        out += ["", "Gate statistics (`gate_*` in the runs' metrics; val = best checkpoint):", "",
+                "| variant | statistic | mean ± std |", "|---|---|---|"]
+        for v in order:
+            for k in sorted(gates[v]):
+                out.append(f"| {label(v)} | {k} | {ms(gates[v][k])} |")
+    text = "\n".join(out) + "\n"
+    print(text, end="")
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, args.out)
+    print(f"compare_table: wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
