@@ -48,6 +48,9 @@ def main():
     ap.add_argument("manifest")
     ap.add_argument("out")
     ap.add_argument("--describe", default="")
+    ap.add_argument("--setting", choices=("drift", "standard"), default="drift",
+                    help="drift: compare.sh's early backbone; standard: seeds.sh's, pretrained "
+                    "on the whole training split (pretrain.ini)")
     args = ap.parse_args()
 
     runs = {}  # variant -> list of (seed, run_dir, npz)
@@ -89,18 +92,24 @@ def main():
         per_user[v] = (np.stack(hits), np.stack(ndcgs))
 
     nseeds = max(len(r) for r in runs.values())
-    out = ["# Issue 15: the teacher under drift (bench/teacher/compare.sh)", ""]
+    drift = args.setting == "drift"
+    if not drift:
+        LABEL["frozen"] = "frozen backbone"
+    out = ["# Issue 15: the teacher under drift (bench/teacher/compare.sh)" if drift else
+           "# Issue 15: the teacher on the whole-period backbone (bench/teacher/seeds.sh)", ""]
     if args.describe:
         out += [args.describe, ""]
-    out += [f"Backbone pretrained on /early (training-split interactions before the 0.7 quantile "
-            f"of their timestamps, 2009-04-14), each teacher adapts it on the whole /train; test = "
+    where = ("Backbone pretrained on /early (training-split interactions before the 0.7 quantile "
+             "of their timestamps, 2009-04-14)" if drift else
+             "Backbone pretrained on the whole /train (configs/pretrain.ini)")
+    out += [f"{where}, each teacher adapts it on the whole /train; test = "
             f"leave-one-out /test, {len(users)} users, best validation checkpoint "
             f"(val_ndcg@10). Mean ± std over {nseeds} seed(s).", "",
             "| variant | test HR@10 | test NDCG@10 | val HR@10 | val NDCG@10 | s per run |",
             "|---|---|---|---|---|---|"]
     for v in order:
         (t, va), sec = rows[v], secs[v]
-        vl = " (/early/val)" if v == "frozen" else ""
+        vl = " (/early/val)" if v == "frozen" and drift else ""
         out.append(f"| {label(v)} | {ms(t['hr'])} | {ms(t['nd'])} | {ms(va['hr'])}{vl} | "
                    f"{ms(va['nd'])}{vl} | {statistics.mean(sec):.0f} |")
 
