@@ -282,7 +282,8 @@ PL_HD static inline float pl_exp_neg(float x) {
  * it equals expf on 99.5 % of inputs and differs by one ulp elsewhere
  * (test_kernel_math checks the bound and the edges). -inf gives 0, NaN
  * NaN, x above 88.72 inf, results below 2^-126 are subnormal (0 below
- * 2^-150), as expf.
+ * 2^-150), as expf; with flush-to-zero / denormals-are-zero set in MXCSR
+ * both give 0 there and 1 for a subnormal x (checked).
  *
  * Why it is this accurate where pl_exp_neg is not (a few ulps): the rounding
  * of 1 + expm1(r) is what limits a float exp, so that sum is taken in two
