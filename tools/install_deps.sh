@@ -4,6 +4,9 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
       libinih-dev check libsubunit-dev libopenblas-dev libhdf5-dev libcjson-dev hdf5-tools
+      # OpenBLAS's OpenMP build beside Debian's default (pthreads; priority 100 > 95, so the
+      # system's libopenblas.so.0 is unchanged): CMake links it, GEMMs share OpenMP's pool
+      libopenblas-openmp-dev
       python3 python3-numpy python3-h5py
       librsvg2-dev fonts-dejavu-core
       libopenmpi-dev openmpi-bin)  # data-parallel training: the ddp plugin and mpirun

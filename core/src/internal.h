@@ -104,6 +104,10 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
  * (for summary.json). cpu/blas.c. */
 void pl_blas_set_threads(int n);
 int pl_blas_threads(void);
+/* How the loaded OpenBLAS runs its threads: "openmp" (its OpenMP build: the
+ * pool of the core's loops, what CMake links when installed), "pthreads" (a
+ * pool of its own), "serial" (cpu/blas.c). */
+const char *pl_blas_parallel(void);
 /* cblas_sgemm, run on one OpenBLAS thread when the product is small: below
  * ~16 MFLOP the hand-off to OpenBLAS's thread pool costs more than it saves
  * (measured: the LSTM's per-step [64 x 64] x [64 x 256] recurrence ran 3x

@@ -67,6 +67,7 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
+    cJSON_AddStringToObject(o, "openblas_parallel", pl_blas_parallel());
     /* data parallel: who trained, and the global batch (Lightning: batch_size is per
      * process; the global batch is batch_size x world_size x accumulate_grad_batches) */
     cJSON *dist = cJSON_AddObjectToObject(o, "distributed");

@@ -973,6 +973,60 @@ START_TEST(cross_entropy_ignore_index_and_smoothing) {
 }
 END_TEST
 
+/* Rows as long as a vocabulary (the vectorized row max, 32 floats a step,
+ * and its scalar tail; the vectorized exp, pl_ce_exp) against the double
+ * reference: the max in the tail, logits far enough below it that e^x
+ * underflows to 0, label smoothing on and off. The gradient against double
+ * softmax, element by element: the f32 exp is within 1 ulp and lse is
+ * rounded to f32 once, so a few parts in 10^6 of each probability, plus the
+ * f32 rounding of the stored gradient. */
+START_TEST(cross_entropy_long_rows_match_double_reference) {
+    static const int64_t Cs[] = {1000, 45, 31};
+    for (int k = 0; k < 3; k++) {
+        int64_t N = 4, C = Cs[k];
+        pl_tensor *x = randn_g(PL_SHAPE(N, C), 300 + (uint64_t)k);
+        float *xd = pl_tensor_data(x);
+        for (int64_t c = 0; c < N * C; c++)
+            xd[c] *= 8.0f;
+        xd[0 * C + C - 1] = 60.0f; /* row 0: the max in the last column */
+        xd[1 * C + 3] = -150.0f;   /* row 1: e^(x - m) underflows to 0 */
+        xd[1 * C + C / 2] = -1e4f;
+        xd[2 * C + 7] = 90.0f; /* row 2: one logit dominates */
+        int64_t tg[4] = {C - 1, 3, 7, C / 3};
+        pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(4), tg, PL_CPU);
+        for (int e = 0; e < 2; e++) {
+            double eps = e ? 0.1 : 0.0;
+            pl_frame_begin();
+            pl_tensor_zero_grad(x);
+            pl_tensor *l = PL_CK_NOTNULL(pl_cross_entropy(x, t, -100, eps));
+            double ref = ref_ce(x, tg, N, C, -100, eps);
+            ck_assert_msg(fabs(pl_tensor_item(l) - ref) <= 1e-6 * fabs(ref) + 1e-6,
+                          "C %lld eps %g: loss %.9g, double %.9g", (long long)C, eps,
+                          pl_tensor_item(l), ref);
+            PL_CK_OK(pl_backward(l, 1.0));
+            pl_frame_end();
+            for (int64_t i = 0; i < N; i++) {
+                double m = -INFINITY, s = 0;
+                for (int64_t c = 0; c < C; c++)
+                    m = fmax(m, xd[i * C + c]);
+                for (int64_t c = 0; c < C; c++)
+                    s += exp(xd[i * C + c] - m);
+                for (int64_t c = 0; c < C; c++) {
+                    double p = exp(xd[i * C + c] - m) / s;
+                    double want = (p - (c == tg[i]) * (1 - eps) - eps / C) / N;
+                    double got = pl_tensor_get(x->grad, i * C + c);
+                    ck_assert_msg(fabs(got - want) <= 4e-6 * p / N + 2.4e-7 * fabs(want) + 1e-12,
+                                  "C %lld eps %g: grad[%lld, %lld] %.9g, double %.9g", (long long)C,
+                                  eps, (long long)i, (long long)c, got, want);
+                }
+            }
+        }
+        pl_tensor_release(x);
+        pl_tensor_release(t);
+    }
+}
+END_TEST
+
 enum { L_MSE, L_MAE, L_HUBER };
 
 static pl_tensor *f_loss(pl_tensor **in, int n, void *ctx) {
@@ -1178,6 +1232,7 @@ int main(void) {
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);
     tcase_add_test(tc, cross_entropy_ignore_index_and_smoothing);
+    tcase_add_test(tc, cross_entropy_long_rows_match_double_reference);
     tcase_add_test(tc, bf16_add_sub_scale_match_the_cast_round_trip);
     tcase_add_test(tc, cross_entropy_reads_bf16_logits_as_if_cast);
     tcase_add_test(tc, regression_losses);

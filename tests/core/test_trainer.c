@@ -565,6 +565,11 @@ START_TEST(threads_govern_openblas_too) {
         ck_assert_msg(strtol(v + strlen(keys[i]), NULL, 10) == 1, "summary.json: %s %s",
                       keys[i], v + strlen(keys[i]));
     }
+    /* and which OpenBLAS build runs the GEMMs (CMake links the OpenMP one when installed) */
+    const char *par = strstr(js, "\"openblas_parallel\":");
+    ck_assert_msg(par && (strstr(par, "\"openmp\"") || strstr(par, "\"pthreads\"") ||
+                          strstr(par, "\"serial\"")),
+                  "summary.json: no openblas_parallel of openmp / pthreads / serial");
     free(js);
 }
 END_TEST

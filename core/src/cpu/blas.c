@@ -21,3 +21,16 @@ void pl_blas_set_threads(int n) {
 int pl_blas_threads(void) {
     return openblas_get_num_threads();
 }
+
+const char *pl_blas_parallel(void) {
+    switch (openblas_get_parallel()) {
+    case 0:
+        return "serial";
+    case 1:
+        return "pthreads";
+    case 2:
+        return "openmp";
+    default:
+        return "unknown";
+    }
+}

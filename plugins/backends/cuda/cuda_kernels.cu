@@ -512,7 +512,7 @@ __global__ void k_ce_rows(const float *X, const void *tg, int tdt, float *lse, c
         /* as the CPU: e^(x - m) in f32, summed in double */
         double s2 = 0, sx = 0;
         for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-            s2 += pl_softmax_exp(x[c], m);
+            s2 += pl_ce_exp(x[c], m);
             sx += x[c];
         }
         s2 = pl_d_block_sum(s2, shd);
