@@ -826,6 +826,17 @@ START_TEST(cross_entropy_hand_values) {
     /* every target ignored -> NaN, as in PyTorch */
     pl_tensor *ti = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){-100}, PL_CPU);
     ck_assert(isnan(pl_tensor_item(pl_cross_entropy(x, ti, -100, 0.0))));
+    /* a masked class (-inf logit) without smoothing: finite, as in PyTorch
+     * (log(e + e^3) - 3 = 0.12692801); its gradient is 0, the others finite */
+    pl_tensor *xm = pl_tensor_from_data(PL_F32, PL_SHAPE(1, 3), (float[]){1, -INFINITY, 3}, PL_CPU);
+    pl_tensor_set_requires_grad(xm, true);
+    pl_tensor *lm = pl_cross_entropy(xm, t, -100, 0.0);
+    ck_assert_double_eq_tol(pl_tensor_item(lm), 0.12692801, 1e-6);
+    ck_assert_int_eq(pl_backward(lm, 1.0), PL_OK);
+    ck_assert(pl_tensor_get(xm->grad, 1) == 0.0);
+    ck_assert(isfinite(pl_tensor_get(xm->grad, 0)) && isfinite(pl_tensor_get(xm->grad, 2)));
+    /* with smoothing the -inf class is in the loss: +inf, as in PyTorch */
+    ck_assert(isinf(pl_tensor_item(pl_cross_entropy(xm, t, -100, 0.1))));
     /* out-of-range target -> error naming the op */
     pl_tensor *tb = pl_tensor_from_data(PL_I64, PL_SHAPE(1), (int64_t[]){3}, PL_CPU);
     ck_assert_ptr_null(pl_cross_entropy(x, tb, -100, 0.0));

@@ -582,7 +582,10 @@ PL_HD static inline double pl_ce_row_smooth(double lse, int64_t C, double sum_x)
 /* The mean loss from the sums over valid rows. */
 PL_HD static inline double pl_ce_loss(double nll, double smooth, double eps, int64_t C,
                                       double n_valid) {
-    return ((1.0 - eps) * nll + eps / (double)C * smooth) / n_valid;
+    /* without smoothing the term is absent, not 0 * smooth: a -inf logit
+     * (a masked class) makes smooth infinite, and 0 * inf would be NaN */
+    double sm = eps > 0 ? eps / (double)C * smooth : 0.0;
+    return ((1.0 - eps) * nll + sm) / n_valid;
 }
 /* The smoothing share eps / C subtracted from every class. */
 PL_HD static inline float pl_ce_smooth_off(float eps, int64_t C) {
