@@ -119,7 +119,8 @@ def main():
         pairs += [("ilora4", v) for v in order if v != "ilora4"]
     if ilv and "lora" in per_user:
         best = max(ilv, key=lambda v: statistics.mean(rows[v][1]["nd"]))
-        pairs.append((best, "lora", f"best E by val NDCG@10 = {best[5:]}"))
+        if (best, "lora") not in pairs:  # else the row is already there
+            pairs.append((best, "lora", f"best E by val NDCG@10 = {best[5:]}"))
     if pairs:
         out += ["", "Paired bootstrap over test users (10,000 resamples, seed 0; each user's hit@10 "
                 "and NDCG@10 averaged over the seeds first): mean difference [95 % interval].", "",
