@@ -73,6 +73,10 @@ static const pl_option_spec ilora_options[] = {
      "projections with adapters: comma list of q,k,v,o,gate,up,down (or all)"},
     {"freeze_base", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "with adapters: backbone weights (embeddings, norms, projections, head) get no gradient"},
+    {"modules_to_save", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
+     "with adapters and freeze_base: backbone modules trained in full beside the adapters "
+     "(PEFT's modules_to_save); embed_tokens = the item (token) table, which the tied head "
+     "shares, so items the backbone never saw can be learned; empty: none"},
     {"router_input", PL_OPT_CHOICE, "last_hidden", PL_NO_BOUNDS, "last_hidden|mean_embedding",
      "moe_lora: what the router reads. last_hidden: the backbone's final hidden state (no "
      "adapters, no dropout, no gradient) at each position, so position t's gate sees items <= t "
@@ -210,6 +214,12 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     o->lora_alpha = opt_float(c, "lora_alpha");
     o->lora_dropout = opt_float(c, "lora_dropout");
     o->freeze_base = opt_bool(c, "freeze_base");
+    const char *ms = pl_cfg_str(c, "modules_to_save", spec_default("modules_to_save"));
+    if (ms[0] && strcmp(ms, "embed_tokens"))
+        return pl_error_set(PL_ERR_CONFIG, "[model] modules_to_save: '%s' is not a module this "
+                            "model can train beside its adapters (expected embed_tokens, or "
+                            "empty)", ms);
+    o->save_embed = ms[0] != 0;
     o->router_input = !strcmp(pl_cfg_str(c, "router_input", spec_default("router_input")),
                               "mean_embedding")
                           ? ILORA_ROUTER_MEAN_EMBEDDING
@@ -483,11 +493,13 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     int64_t W = item_front ? o->item_dim : D;
     if (tokens) {
         m->embed = base_param(m, hf, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
-                              PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train, 0, 0);
+                              PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train || o->save_embed,
+                              0, 0);
         if (!m->embed) st = pl_error_status();
     } else {
         m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, W),
-                             PL_TAG_NO_DECAY | (item_front ? 0 : PL_TAG_BASE), NULL, base_train);
+                             PL_TAG_NO_DECAY | (item_front ? 0 : PL_TAG_BASE), NULL,
+                             base_train || o->save_embed);
         if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
         else st = pl_error_status();
         /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */

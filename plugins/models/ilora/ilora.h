@@ -42,6 +42,7 @@ typedef struct ilora_opts {
     double lora_alpha, lora_dropout;
     unsigned lora_targets; /* bit i = projection i (q k v o gate up down) */
     bool freeze_base;
+    bool save_embed; /* modules_to_save = embed_tokens: the item/token table trains */
     ilora_router_input router_input;
     double router_temperature;   /* gates = softmax(router logits / T) */
     double router_aux_loss_coef; /* load balancing: coef * E * sum_k P_k^2 */

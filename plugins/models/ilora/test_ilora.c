@@ -1082,6 +1082,48 @@ START_TEST(bad_options_are_refused_with_the_key) {
 }
 END_TEST
 
+/* modules_to_save = embed_tokens (PEFT's modules_to_save): with frozen
+ * base weights the item table trains beside the adapters and nothing else
+ * of the backbone does. */
+START_TEST(modules_to_save_trains_the_item_table_only) {
+    env e;
+    env_init(&e, 3, 0);
+    ilora_opts o = small_opts(ILORA_LORA);
+    o.save_embed = true;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
+    const int32_t lab[12] = {0, 7, 1, 12, 2, 6, 2, 9, 9, 11, 4, 10};
+    pl_tensor *ids = ids_tensor(idv, 2, 6), *labels = ids_tensor(lab, 2, 6);
+    pl_batch bt = {.n = 2, .names = {"input_ids", "labels"}, .fields = {ids, labels}, .size = 2};
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &loss, NULL));
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_frame_end();
+    int trained = 0;
+    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
+        pl_param *p = pl_params_at(e.ctx.params, i);
+        bool want = strstr(p->name, "lora_") || !strcmp(p->name, "model.embed_tokens.weight");
+        ck_assert_msg(p->t->requires_grad == want, "%s: requires_grad %d", p->name,
+                      p->t->requires_grad);
+        if (!strcmp(p->name, "model.embed_tokens.weight")) {
+            ck_assert_ptr_nonnull(p->t->grad);
+            /* item 8 is only a label: the tied head gives it a gradient */
+            double g8 = 0;
+            for (int d = 0; d < 8; d++) g8 += fabs(pl_tensor_get(p->t->grad, 8 * 8 + d));
+            ck_assert_double_gt(g8, 0);
+            trained++;
+        }
+    }
+    ck_assert_int_eq(trained, 1);
+    pl_tensor_release(ids);
+    pl_tensor_release(labels);
+    ilora_model_destroy(m);
+    env_free(&e);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ilora");
     TCase *t = tcase_create("ilora");
@@ -1105,6 +1147,7 @@ int main(void) {
     tcase_add_test(t, tiny_fit_on_synthetic_sequences_lowers_the_loss);
     tcase_add_test(t, nf4_base_weights_give_the_dequantized_model);
     tcase_add_test(t, bad_options_are_refused_with_the_key);
+    tcase_add_test(t, modules_to_save_trains_the_item_table_only);
     suite_add_tcase(s, t);
     return pl_test_run(s);
 }

@@ -61,4 +61,10 @@ if "$bin" run configs/student.ini pipeline.name=student3 > student3.log 2>&1; th
 fi
 grep -q "does not match $tmp/ml_tiny.h5 train row 3" student3.log || { cat student3.log; fail "mismatch message"; }
 grep -q "teacher outputs $t/outputs/teacher_outputs.h5" student3.log || { cat student3.log; fail "mismatch names the teacher file"; }
+# a module modules_to_save cannot train: refused naming the key (exit 2)
+rc=0
+"$bin" run configs/teacher.ini pipeline.name=bad_mts pipeline.requires= '~trainer.init_from' \
+    model.modules_to_save=lm_head > bad_mts.log 2>&1 || rc=$?
+[[ $rc == 2 ]] && grep -q "modules_to_save: 'lm_head' is not a module" bad_mts.log ||
+    { cat bad_mts.log; fail "modules_to_save = lm_head: exit $rc"; }
 echo "ok: student end to end"
