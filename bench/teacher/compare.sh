@@ -8,6 +8,9 @@
 #   full     full fine-tune: model.adapters=none, every weight trains
 #   lora     plain LoRA (model.adapters=lora, backbone frozen)
 #   ilora<E> iLoRA, MoE-LoRA with E experts gated per user (E in $EXPERTS)
+#   lora_embed, ilora<E>_embed (E in $EMBED_EXPERTS)  the same adapters with the
+#            item table trained too (model.modules_to_save=embed_tokens), so
+#            items the early backbone never saw can be learned
 # Every selection (best checkpoint, --sweep's lr, iLoRA's best E) is made on
 # validation; test is only read for the table.
 #
@@ -24,6 +27,8 @@
 #                          TEACHER_EPOCHS set them separately)
 #   LIMIT=N                trainer.limit_train_batches=N for both stages (smoke tests)
 #   EXPERTS="2 4 8"        iLoRA expert counts
+#   EMBED_EXPERTS="4"      iLoRA expert counts of the _embed variants (empty: no
+#                          _embed variants, plain LoRA's included)
 #   RD=runs/compare        run directory (git-ignored); OUT=bench/teacher/compare_result.md
 #   PIPELINE_BIN=build/core/pipeline, PYTHON=python3, FORCE=1 reruns finished runs
 # Cost (2 shared cores, 2026-11-24, load average 6-10): pretrain 30 epochs 6.3 min
@@ -44,6 +49,8 @@ OVR_lora="model.adapters=lora"
 OVR_ilora="model.adapters=moe_lora"   # + model.num_experts=E
 SWEEP_LRS=${SWEEP_LRS:-"3e-4 1e-3 3e-3"}
 EXPERTS=${EXPERTS:-"2 4 8"}
+EMBED_EXPERTS=${EMBED_EXPERTS-4}
+OVR_embed="model.modules_to_save=embed_tokens"
 
 PL=${PIPELINE_BIN:-build/core/pipeline}
 PY=${PYTHON:-python3}
@@ -60,7 +67,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --sweep) sweep=1 ;;
     --shared-backbone) shared=1 ;;
-    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) seeds+=("$1") ;;
   esac
@@ -135,15 +142,21 @@ teacher() {
 
 variants=(full lora)
 for e in $EXPERTS; do variants+=("ilora$e"); done
+if [[ -n $EMBED_EXPERTS ]]; then
+  variants+=(lora_embed)
+  for e in $EMBED_EXPERTS; do variants+=("ilora${e}_embed"); done
+fi
 overrides_of() { # overrides_of VARIANT -> the variant's own overrides, one per line
   case "$1" in
     full) echo "$OVR_full" ;;
     lora) echo "$OVR_lora" ;;
+    lora_embed) echo "$OVR_lora"; echo "$OVR_embed" ;;
+    ilora*_embed) local e=${1#ilora}; echo "$OVR_ilora"; echo "model.num_experts=${e%_embed}"; echo "$OVR_embed" ;;
     ilora*) echo "$OVR_ilora"; echo "model.num_experts=${1#ilora}" ;;
   esac
 }
 lr_of() {
-  case "$1" in full) echo "$LR_full" ;; lora) echo "$LR_lora" ;; ilora*) echo "$LR_ilora" ;; esac
+  case "$1" in full) echo "$LR_full" ;; lora*) echo "$LR_lora" ;; ilora*) echo "$LR_ilora" ;; esac
 }
 declare -A chosen_lr
 for v in "${variants[@]}"; do chosen_lr[$v]=$(lr_of "$v"); done

@@ -33,6 +33,8 @@ LABEL = {"frozen": "frozen early backbone", "full": "full fine-tune", "lora": "p
 
 
 def label(v):
+    if v.endswith("_embed"):  # modules_to_save = embed_tokens
+        return label(v[:-6]) + " + item table"
     return LABEL.get(v, f"iLoRA ({v[5:]} experts)" if v.startswith("ilora") else v)
 
 
@@ -116,7 +118,7 @@ def main():
         out.append(f"| {label(v)} | {ms(t['hr'])} | {ms(t['nd'])} | {ms(va['hr'])}{vl} | "
                    f"{ms(va['nd'])}{vl} | {statistics.mean(sec):.0f} |")
 
-    ilv = [v for v in order if v.startswith("ilora")]
+    ilv = [v for v in order if v.startswith("ilora") and not v.endswith("_embed")]
     pairs = []
     if "ilora4" in per_user:
         pairs += [("ilora4", v) for v in order if v != "ilora4"]
@@ -124,6 +126,11 @@ def main():
         best = max(ilv, key=lambda v: statistics.mean(rows[v][1]["nd"]))
         if (best, "lora") not in pairs:  # else the row is already there
             pairs.append((best, "lora", f"best E by val NDCG@10 = {best[5:]}"))
+    # with the item table trained too: iLoRA against the same LoRA, and
+    # against its own frozen-table run
+    for v in order:
+        if v.startswith("ilora") and v.endswith("_embed"):
+            pairs += [(v, b) for b in ("lora_embed", "full", v[:-6]) if b in per_user]
     if pairs:
         out += ["", "Paired bootstrap over test users (10,000 resamples, seed 0; each user's hit@10 "
                 "and NDCG@10 averaged over the seeds first): mean difference [95 % interval].", "",
