@@ -42,7 +42,8 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 # ---- the configs and their short-run overrides ----------------------------------------------------
 short="trainer.max_epochs=1 trainer.early_stopping=false"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
-                    [pretrain]=movielens.h5 [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
+                    [pretrain]=movielens.h5 [pretrain_early]=movielens.h5
+                    [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
                     [student]=movielens.h5 [lstm_usdthb]=usdthb_1h.h5
                     [gat_stocks]=dowjones30.h5 [gat_stocks_recipe]=dowjones30.h5)
 declare -A extra=(
@@ -53,6 +54,7 @@ declare -A extra=(
     [gat_stocks]="trainer.limit_train_batches=0.2"
     [gat_stocks_recipe]="trainer.limit_train_batches=0.2"
     [pretrain]="trainer.limit_train_batches=0.05"
+    [pretrain_early]="trainer.limit_train_batches=0.05"
     [teacher]="trainer.limit_train_batches=0.05"
     [student]="trainer.limit_train_batches=0.05"
     [teacher_llm]="data.path=data/ml_tiny.h5 data.history= data.batch_size=4 data.eval_batch_size=8
