@@ -159,6 +159,17 @@ def ce(logits, labels):
                                              labels.reshape(-1).long(), ignore_index=0)
 
 
+def batch():
+    """input ids [B, L] (0 = padding) and next-item labels (0 = none)"""
+    ids = torch.tensor([[0, 0, 3, 7, 1, 12],
+                        [5, 2, 9, 9, 11, 4],
+                        [0, 0, 0, 0, 6, 8]], dtype=torch.int64)
+    labels = torch.tensor([[0, 0, 7, 1, 12, 2],
+                           [2, 9, 9, 11, 4, 10],
+                           [0, 0, 0, 0, 8, 3]], dtype=torch.int64)
+    return ids, labels
+
+
 # the per-position router's reference (reference_router.safetensors)
 ROUTER_T, AUX_COEF, ENT_COEF = 0.7, 0.3, 0.2
 
@@ -171,12 +182,7 @@ def router_reference(out):
     g = torch.Generator().manual_seed(20261124)
     w = make_weights(g)
     w["router.weight"] = torch.randn(E, DIM, generator=g) * 0.8
-    ids = torch.tensor([[0, 0, 3, 7, 1, 12],
-                        [5, 2, 9, 9, 11, 4],
-                        [0, 0, 0, 0, 6, 8]], dtype=torch.int64)
-    labels = torch.tensor([[0, 0, 7, 1, 12, 2],
-                           [2, 9, 9, 11, 4, 10],
-                           [0, 0, 0, 0, 8, 3]], dtype=torch.int64)
+    ids, labels = batch()
     names = [n for n in w if "lora_" in n or n.startswith("router.")]
     wa = {n: t.clone().requires_grad_(n in names) for n, t in w.items()}
     logits, gates, z = forward(wa, ids, True, "last_hidden", ROUTER_T)
@@ -215,12 +221,7 @@ def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data/ilora/reference.safetensors"
     g = torch.Generator().manual_seed(20240817)
     w = make_weights(g)
-    ids = torch.tensor([[0, 0, 3, 7, 1, 12],
-                        [5, 2, 9, 9, 11, 4],
-                        [0, 0, 0, 0, 6, 8]], dtype=torch.int64)
-    labels = torch.tensor([[0, 0, 7, 1, 12, 2],
-                           [2, 9, 9, 11, 4, 10],
-                           [0, 0, 0, 0, 8, 3]], dtype=torch.int64)
+    ids, labels = batch()
     adapter_names = [n for n in w if "lora_" in n or n.startswith("router.")]
     base_names = [n for n in w if n not in adapter_names]
 

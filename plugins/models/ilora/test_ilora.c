@@ -280,6 +280,14 @@ static const char *router_ref_path(void) {
     return p;
 }
 
+/* Every lora_B of `ps` to U(-0.5, 0.5) (they start at zero). */
+static void random_lora_b(pl_params *ps, uint64_t seed) {
+    for (int i = 0; i < pl_params_count(ps); i++) {
+        pl_param *p = pl_params_at(ps, i);
+        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.5, 0.5, seed, (uint64_t)i));
+    }
+}
+
 static ilora_opts router_opts(void) {
     ilora_opts o = small_opts(ILORA_MOE_LORA); /* router_input = last_hidden: the default */
     ck_assert_int_eq(o.router_input, ILORA_ROUTER_LAST_HIDDEN);
@@ -344,10 +352,7 @@ START_TEST(router_over_hidden_states_is_causal) {
     o.init_std = 0.5;
     ilora_model *m = NULL;
     PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
-    for (int i = 0; i < pl_params_count(e.ctx.params); i++) { /* non-zero B: adapters matter */
-        pl_param *p = pl_params_at(e.ctx.params, i);
-        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.5, 0.5, 3, (uint64_t)i));
-    }
+    random_lora_b(e.ctx.params, 3); /* non-zero B: the adapters matter */
     const int32_t a[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
     int32_t b[12];
     memcpy(b, a, sizeof b);
@@ -417,10 +422,7 @@ START_TEST(router_loss_gradients_match_central_differences) {
     o.init_std = 0.5;
     ilora_model *m = NULL;
     PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
-    for (int i = 0; i < pl_params_count(e.ctx.params); i++) {
-        pl_param *p = pl_params_at(e.ctx.params, i);
-        if (strstr(p->name, "lora_B")) PL_CK_OK(pl_tensor_uniform_(p->t, -0.5, 0.5, 5, (uint64_t)i));
-    }
+    random_lora_b(e.ctx.params, 5);
     const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
     const int32_t lab[12] = {0, 7, 1, 12, 2, 0, 2, 9, 9, 11, 4, 10};
     pl_tensor *ids = ids_tensor(idv, 2, 6), *labels = ids_tensor(lab, 2, 6);
