@@ -648,8 +648,8 @@ pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w) {
 
 pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index) {
     if (!g || !gate_index) return NULL;
-    pl_tensor *ge = pl_index_select(g, 1, gate_index); /* [B, E*r_e] */
-    if (!ge) return NULL;
+    pl_tensor *ge = pl_index_select(g, g->ndim - 1, gate_index); /* [B, (L,) E*r_e] */
+    if (!ge || g->ndim == 3) return ge;
     return pl_reshape(ge, 3, (int64_t[]){ge->shape[0], 1, ge->shape[1]});
 }
 
@@ -901,11 +901,7 @@ static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, 
         pl_tensor *z = router_logits(m, ids, &s);
         pl_tensor *g = z ? pl_softmax(z) : NULL;
         if (!g) goto done;
-        /* slot j of the stacked experts carries gate j / r_e */
-        gexp = pl_index_select(g, g->ndim - 1, m->gate_index);
-        if (gexp && g->ndim == 2)
-            gexp = pl_reshape(gexp, 3, (int64_t[]){gexp->shape[0], 1, gexp->shape[1]});
-        if (!gexp) goto done;
+        if (!(gexp = ilora_gate_expand(g, m->gate_index))) goto done;
         if (rt) *rt = (route){g, z};
     }
     h = run_layers(m, ids, &s, gexp, training, last_only, false);

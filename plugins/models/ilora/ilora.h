@@ -135,8 +135,9 @@ void ilora_refresh_params(ilora_model *m);
 
 /* y = W0 x (base_linear: pl_linear, or pl_nf4_matmul for an nf4 W0). */
 pl_tensor *ilora_base_linear(pl_tensor *x, pl_tensor *w);
-/* Gate expansion: g [B, E] -> [B, 1, E*r_e] with slot j = g[:, j / r_e]
- * (gate_index i64 [E*r_e] holds j / r_e). */
+/* Gate expansion: per row g [B, E] -> [B, 1, E*r_e], per position
+ * g [B, L, E] -> [B, L, E*r_e], slot j = g[..., j / r_e] (gate_index i64
+ * [E*r_e] holds j / r_e). */
 pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index);
 /* MoE-LoRA linear: W0 x + scale * ((drop(x) A^T) * gexp) B^T.
  * x [B, T, in]; A [E*r_e, in]; B [out, E*r_e]; gexp [B, 1, E*r_e] or NULL
