@@ -470,8 +470,10 @@ pl_status ilora_export_model(void *self, const char *format, const char *dir,
     ilora_refresh_params(m); /* the precision stage may have replaced tensors */
     bool adapters = m->o.adapters != ILORA_NONE;
     bool router = m->router_w != NULL, item_front = m->item_proj_w != NULL;
-    /* modules_to_save = embed_tokens trains the table: the base is written */
-    bool base_trained = !(adapters && m->o.freeze_base) || m->o.save_embed;
+    /* modules_to_save = embed_tokens trains the backbone's token table (the
+     * base is written); in front of a backbone with item inputs it trains
+     * the item table, which item_head.safetensors holds either way */
+    bool base_trained = !(adapters && m->o.freeze_base) || (m->o.save_embed && !item_front);
     if (x.merge && router)
         return pl_error_set(PL_ERR_UNSUPPORTED,
                             "ilora export: --lora merge of a MoE-LoRA with a "

@@ -87,11 +87,16 @@ q4=$(run q4 model.adapters=moe_lora model.num_experts=2 $row precision.plugin=ql
 llm=$(run llm model.backbone="$src/tests/data/hf_llama/gqa_tied" model.item_dim=8 \
   model.adapters=moe_lora model.num_experts=2 $row '~model.dim' '~model.layers' '~model.heads')
 per_pos=$(run per_pos model.adapters=moe_lora model.num_experts=2)
+# modules_to_save = embed_tokens in front of a backbone trains the item table,
+# which item_head.safetensors holds: the backbone stays unchanged, still exported
+llm_mts=$(run llm_mts model.backbone="$src/tests/data/hf_llama/gqa_tied" model.item_dim=8 \
+  model.adapters=lora model.modules_to_save=embed_tokens '~model.dim' '~model.layers' '~model.heads')
 export_hf "$lora" "$tmp/lora"
 export_hf "$lora" "$tmp/merge" --lora merge
 export_hf "$moe" "$tmp/moe"
 export_hf "$q4" "$tmp/q4"
 export_hf "$llm" "$tmp/llm"
+export_hf "$llm_mts" "$tmp/llm_mts"
 for f in config.json model.safetensors adapter/adapter_config.json adapter/adapter_model.safetensors \
   README.md pipeline_export.json; do
   [[ -f $tmp/lora/$f ]] || fail "lora export lacks $f"
@@ -100,8 +105,10 @@ done
 for f in expert_0/adapter_model.safetensors expert_1/adapter_config.json router.safetensors router.json; do
   [[ -f $tmp/moe/$f ]] || fail "moe export lacks $f"
 done
-[[ -f $tmp/llm/item_head.safetensors && ! -e $tmp/llm/config.json ]] \
-  || fail "a backbone export with item inputs: item_head.safetensors, no copy of the backbone"
+for d in llm llm_mts; do
+  [[ -f $tmp/$d/item_head.safetensors && ! -e $tmp/$d/config.json ]] \
+    || fail "a backbone export with item inputs ($d): item_head.safetensors, no copy of the backbone"
+done
 echo "ok: exports written"
 
 # refusals: exit 2, a message naming the problem, nothing left under OUT_DIR or OUT_DIR.tmp.*
