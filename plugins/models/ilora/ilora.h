@@ -16,6 +16,7 @@
 
 #define ILORA_MAX_LAYERS 128
 #define ILORA_NPROJ 7 /* q k v o gate up down */
+#define ILORA_MAX_EXPERTS 64 /* MoE-LoRA experts (num_experts) */
 #define ILORA_MAX_PARAMS (8 + ILORA_MAX_LAYERS * (2 + 3 * ILORA_NPROJ))
 
 typedef enum ilora_adapters { ILORA_NONE = 0, ILORA_LORA, ILORA_MOE_LORA } ilora_adapters;

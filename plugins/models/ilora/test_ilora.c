@@ -1080,6 +1080,18 @@ START_TEST(bad_options_are_refused_with_the_key) {
     o.num_items = 0; /* and no meta */
     ck_assert_int_eq(ilora_model_create(&o, &e.ctx, &m), PL_ERR_CONFIG);
     ck_assert_ptr_nonnull(strstr(pl_error_message(), "num_items"));
+    /* bounds an INI gets from the option table, refused for C callers too */
+    o = small_opts(ILORA_MOE_LORA);
+    o.num_experts = ILORA_MAX_EXPERTS + 1;
+    ck_assert_int_eq(ilora_model_create(&o, &e.ctx, &m), PL_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "num_experts"));
+    o = small_opts(ILORA_MOE_LORA);
+    o.num_experts = 0;
+    ck_assert_int_eq(ilora_model_create(&o, &e.ctx, &m), PL_ERR_CONFIG);
+    o = small_opts(ILORA_MOE_LORA);
+    o.router_temperature = 0;
+    ck_assert_int_eq(ilora_model_create(&o, &e.ctx, &m), PL_ERR_CONFIG);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "router_temperature"));
     env_free(&e);
 }
 END_TEST
