@@ -885,27 +885,32 @@ typedef struct route {
     pl_tensor *g, *z;
 } route;
 
+/* What every forward does first: re-read the parameters (a precision stage
+ * may have replaced them; the dequantized table of the last forward is
+ * stale), the per-forward constants of ids [B, L] (s; the caller frees
+ * s->ids whatever this returns), the max_len check, the layer contexts. */
+static pl_status fwd_begin(ilora_model *m, pl_tensor *ids, fwd_state *s) {
+    refresh_params(m);
+    pl_tensor_release(m->embed_deq);
+    m->embed_deq = NULL;
+    if (fwd_state_init(s, ids, m->pad_id, m->ctx->device)) return pl_error_status();
+    if (s->L > m->o.max_len) {
+        char b[256];
+        return pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s are longer than max_len %lld",
+                            pl_tensor_describe(ids, b, sizeof b), (long long)m->o.max_len);
+    }
+    if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)m->o.layers, sizeof *m->layer_ctx)))
+        return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    return PL_OK;
+}
+
 static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, bool last_only,
                                  route *rt) {
     if (rt) *rt = (route){0};
     if (!ids) return NULL;
-    refresh_params(m);
-    pl_tensor_release(m->embed_deq); /* weights may have changed since the last forward */
-    m->embed_deq = NULL;
-    const ilora_opts *o = &m->o;
     pl_tensor *h = NULL, *gexp = NULL;
     fwd_state s;
-    if (fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) goto done;
-    if (s.L > o->max_len) {
-        char b[256];
-        pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s are longer than max_len %lld",
-                     pl_tensor_describe(ids, b, sizeof b), (long long)o->max_len);
-        goto done;
-    }
-    if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)o->layers, sizeof *m->layer_ctx))) {
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        goto done;
-    }
+    if (fwd_begin(m, ids, &s)) goto done;
     if (m->router_w) {
         pl_tensor *z = router_logits(m, ids, &s);
         pl_tensor *g = z ? pl_softmax(z) : NULL;
@@ -921,15 +926,8 @@ done:
 
 pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
     if (!m->router_w || !ids) return NULL;
-    refresh_params(m);
     fwd_state s;
-    pl_tensor *g = NULL;
-    if (!fwd_state_init(&s, ids, m->pad_id, m->ctx->device)) {
-        if (!m->layer_ctx && !(m->layer_ctx = calloc((size_t)m->o.layers, sizeof *m->layer_ctx)))
-            pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        else
-            g = pl_softmax(router_logits(m, ids, &s));
-    }
+    pl_tensor *g = fwd_begin(m, ids, &s) ? NULL : pl_softmax(router_logits(m, ids, &s));
     free(s.ids);
     return g;
 }
