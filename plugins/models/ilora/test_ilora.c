@@ -403,6 +403,12 @@ START_TEST(router_over_hidden_states_is_causal) {
         for (int k = 0; k < 2; k++) md = fmax(md, fabs(exp(z[k] - mx) / s - pl_tensor_get(g0, n * 2 + k)));
     }
     ck_assert_double_le(md, 1e-6);
+    /* the gates' forward checks the length as the model's does */
+    const int32_t long_row[7] = {1, 2, 3, 4, 5, 6, 7};
+    ck_assert_ptr_null(ilora_gates(m, ids_tensor(long_row, 1, 7)));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "max_len"));
+    pl_error_clear();
     pl_no_grad_end();
     pl_frame_end();
     ilora_model_destroy(m);
