@@ -159,6 +159,16 @@ def ce(logits, labels):
                                              labels.reshape(-1).long(), ignore_index=0)
 
 
+def model_meta(**extra):
+    """the fixture's metadata: the model options, the generator, torch's version"""
+    meta = {"num_items": NUM_ITEMS, "dim": DIM, "layers": LAYERS, "heads": HEADS, "ffn_dim": FFN,
+            "num_experts": E, "lora_rank": RANK, "lora_alpha": ALPHA, "norm_eps": EPS,
+            "rope_theta": THETA, **extra}
+    meta = {k: str(v) for k, v in meta.items()}
+    meta.update(generator="tools/gen_ilora_reference.py", torch=torch.__version__)
+    return meta
+
+
 def batch():
     """input ids [B, L] (0 = padding) and next-item labels (0 = none)"""
     ids = torch.tensor([[0, 0, 3, 7, 1, 12],
@@ -203,13 +213,9 @@ def router_reference(out):
     t["expected.ce"] = ce_loss.detach().reshape(1)
     for n in names:
         t["expected.grad." + n] = wa[n].grad.contiguous()
-    meta = {"num_items": str(NUM_ITEMS), "dim": str(DIM), "layers": str(LAYERS),
-            "heads": str(HEADS), "ffn_dim": str(FFN), "num_experts": str(E),
-            "lora_rank": str(RANK), "lora_alpha": str(ALPHA), "router_input": "last_hidden",
-            "router_temperature": str(ROUTER_T), "router_aux_loss_coef": str(AUX_COEF),
-            "router_entropy_coef": str(ENT_COEF), "generator": "tools/gen_ilora_reference.py",
-            "torch": torch.__version__}
-    save_file(t, out, metadata=meta)
+    save_file(t, out, metadata=model_meta(router_input="last_hidden", router_temperature=ROUTER_T,
+                                          router_aux_loss_coef=AUX_COEF,
+                                          router_entropy_coef=ENT_COEF))
     print(f"{out}: {len(t)} tensors, loss {loss.item():.6f} (CE {ce_loss.item():.6f}, "
           f"balance {bal.item():.6f}, entropy {ent.item():.6f})")
 
@@ -247,13 +253,8 @@ def main():
         t["expected.grad." + n] = wa[n].grad.contiguous()
     for n in base_names:
         t["expected.base_grad." + n] = wb[n].grad.contiguous()
-    meta = {"num_items": str(NUM_ITEMS), "dim": str(DIM), "layers": str(LAYERS),
-            "heads": str(HEADS), "ffn_dim": str(FFN), "num_experts": str(E),
-            "lora_rank": str(RANK), "lora_alpha": str(ALPHA), "norm_eps": str(EPS),
-            "rope_theta": str(THETA), "generator": "tools/gen_ilora_reference.py",
-            "torch": torch.__version__}
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    save_file(t, out, metadata=meta)
+    save_file(t, out, metadata=model_meta())
     print(f"{out}: {len(t)} tensors, loss {loss.item():.6f}, base loss {loss_b.item():.6f}")
 
 
