@@ -109,6 +109,8 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
         pthread_mutex_lock(&c->mu);
         c->st.system_allocs++;
         c->st.bytes_reserved += size;
+        if (c->st.bytes_reserved > c->st.peak_reserved_bytes)
+            c->st.peak_reserved_bytes = c->st.bytes_reserved;
         pthread_mutex_unlock(&c->mu);
     }
     pthread_mutex_lock(&c->mu);
@@ -162,6 +164,7 @@ void pl_alloc_reset_peak(pl_device dev) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
     c->st.peak_bytes = c->st.bytes_in_use;
+    c->st.peak_reserved_bytes = c->st.bytes_reserved;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -21,11 +21,45 @@ static cJSON *metrics_json(const pl_metrics *m) {
     return o;
 }
 
-static void add_phase(cJSON *o, const char *name, const phase_time *p) {
-    cJSON *ph = cJSON_AddObjectToObject(o, name);
-    cJSON_AddNumberToObject(ph, "seconds", p->seconds);
-    cJSON_AddNumberToObject(ph, "peak_memory_bytes", (double)p->peak_bytes);
+/* ---- device memory peaks (issue 31, item 4) ------------------------------------------------
+ * The device allocator's counters (pipeline/alloc.h) with PyTorch's meaning:
+ * peak_memory_allocated_bytes = torch.cuda.max_memory_allocated,
+ * peak_memory_reserved_bytes = torch.cuda.max_memory_reserved, per phase
+ * (load, fit, test, export; the allocator's peaks restart at each phase's
+ * start), per epoch in metrics.csv, and over the run in summary.json. */
+
+void tr_peak_fold(trainer *t, phase_time *p, bool reset) {
+    pl_alloc_stats s = pl_alloc_get_stats(t->ctx.device);
+    if (s.peak_bytes > p->peak_bytes) p->peak_bytes = s.peak_bytes;
+    if (s.peak_reserved_bytes > p->peak_reserved_bytes)
+        p->peak_reserved_bytes = s.peak_reserved_bytes;
+    if (reset) pl_alloc_reset_peak(t->ctx.device);
 }
+
+void tr_peak_metric_rows(trainer *t) {
+    pl_alloc_stats s = pl_alloc_get_stats(t->ctx.device);
+    tr_metric_row(t, "peak_memory_allocated_bytes", (double)s.peak_bytes);
+    tr_metric_row(t, "peak_memory_reserved_bytes", (double)s.peak_reserved_bytes);
+}
+
+static size_t run_peak(const trainer *t, bool reserved) {
+    const phase_time *ph[] = {&t->ph_load, &t->ph_fit, &t->ph_test, &t->ph_export};
+    size_t m = 0;
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++) {
+        size_t v = reserved ? ph[i]->peak_reserved_bytes : ph[i]->peak_bytes;
+        if (v > m) m = v;
+    }
+    return m;
+}
+
+static void add_phase(cJSON *o, const char *name, const phase_time *p, bool timed) {
+    cJSON *ph = cJSON_AddObjectToObject(o, name);
+    if (timed) cJSON_AddNumberToObject(ph, "seconds", p->seconds);
+    cJSON_AddNumberToObject(ph, "peak_memory_bytes", (double)p->peak_bytes);
+    cJSON_AddNumberToObject(ph, "peak_memory_allocated_bytes", (double)p->peak_bytes);
+    cJSON_AddNumberToObject(ph, "peak_memory_reserved_bytes", (double)p->peak_reserved_bytes);
+}
+/* ---- end of device memory peaks ---- */
 
 void tr_write_summary(trainer *t, int status) {
     cJSON *o = cJSON_CreateObject();
@@ -61,9 +95,10 @@ void tr_write_summary(trainer *t, int status) {
                             t->train_seconds > 0 ? t->data_wait / t->train_seconds : 0);
     char dev[32];
     cJSON *mem = cJSON_AddObjectToObject(o, "phases");
-    add_phase(mem, "fit", &t->ph_fit);
-    add_phase(mem, "test", &t->ph_test);
-    add_phase(mem, "export", &t->ph_export);
+    add_phase(mem, "load", &t->ph_load, false);
+    add_phase(mem, "fit", &t->ph_fit, true);
+    add_phase(mem, "test", &t->ph_test, true);
+    add_phase(mem, "export", &t->ph_export, true);
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
@@ -107,6 +142,10 @@ void tr_write_summary(trainer *t, int status) {
                             (double)fmax(fmax((double)t->ph_fit.peak_bytes,
                                               (double)t->ph_test.peak_bytes),
                                          (double)t->ph_export.peak_bytes));
+    /* the run's device peaks, load included (torch.cuda.max_memory_allocated /
+     * max_memory_reserved over the whole run) */
+    cJSON_AddNumberToObject(o, "peak_memory_allocated_bytes", (double)run_peak(t, false));
+    cJSON_AddNumberToObject(o, "peak_memory_reserved_bytes", (double)run_peak(t, true));
     cJSON_AddNumberToObject(o, "allocator_system_allocs", (double)as.system_allocs);
     cJSON_AddNumberToObject(o, "allocator_cache_hits", (double)as.cache_hits);
     cJSON_AddItemToObject(o, "val_metrics", metrics_json(&t->last_val));
@@ -161,6 +200,9 @@ void tr_write_summary(trainer *t, int status) {
     tr_log(t, "  peak memory (%s)  fit %.1f MiB  test %.1f MiB  export %.1f MiB\n", dev,
           t->ph_fit.peak_bytes / 1048576.0, t->ph_test.peak_bytes / 1048576.0,
           t->ph_export.peak_bytes / 1048576.0);
+    tr_log(t, "  device peak        allocated %.1f MiB  reserved %.1f MiB  (load %.1f / %.1f)\n",
+          run_peak(t, false) / 1048576.0, run_peak(t, true) / 1048576.0,
+          t->ph_load.peak_bytes / 1048576.0, t->ph_load.peak_reserved_bytes / 1048576.0);
     if (t->have_test)
         for (int i = 0; i < t->test_metrics.n; i++)
             tr_log(t, "  test_%-18s %10.5f\n", t->test_metrics.name[i],

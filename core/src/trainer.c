@@ -637,6 +637,7 @@ static pl_status fit(trainer *t) {
     pl_alloc_reset_peak(t->ctx.device);
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
+        tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
         double te0 = tr_now();
         double t_prev = te0; /* end of the previous optimizer step (step_seconds) */
         int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
@@ -801,6 +802,7 @@ static pl_status fit(trainer *t) {
         t->epoch_done = true;
         if (!st && (t->epoch + 1) % t->val_every_epochs == 0) st = validate(t, &stop);
         t->epoch_done = false;
+        tr_peak_metric_rows(t);
         double *ne = realloc(t->epoch_s, (size_t)(t->n_epoch_s + 1) * sizeof(double));
         if (ne) {
             t->epoch_s = ne;
@@ -821,7 +823,7 @@ static pl_status fit(trainer *t) {
     }
     t->fit_s = tr_now() - t_fit0;
     t->ph_fit.seconds = t->fit_s;
-    t->ph_fit.peak_bytes = pl_alloc_get_stats(t->ctx.device).peak_bytes;
+    tr_peak_fold(t, &t->ph_fit, false);
     return st;
 }
 
@@ -873,7 +875,7 @@ static pl_status run_test(trainer *t) {
     }
     t->test_s = tr_now() - t0;
     t->ph_test.seconds = t->test_s;
-    t->ph_test.peak_bytes = pl_alloc_get_stats(t->ctx.device).peak_bytes;
+    tr_peak_fold(t, &t->ph_test, false);
     return st;
 }
 
@@ -916,7 +918,7 @@ static pl_status run_export_all(trainer *t) {
     if (!st) st = M->export_end(t->model.self);
     t->export_s = tr_now() - t0;
     t->ph_export.seconds = t->export_s;
-    t->ph_export.peak_bytes = pl_alloc_get_stats(t->ctx.device).peak_bytes;
+    tr_peak_fold(t, &t->ph_export, false);
     if (!st) tr_log(t, "export: outputs in %s (%.1fs)\n", t->outputs_path, t->export_s);
     return st;
 }
@@ -1245,6 +1247,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
 
     double load_start = 0;
     pl_status st = pl_trainer_check_fields(cfg);
+    pl_alloc_reset_peak(t->ctx.device); /* ph_load: model build, weights, precision */
     if (!st) st = tr_build_model(t, &load_start);
     if (!st) st = tr_dist_shard(t);
     if (!st && t->stride > 1) {
@@ -1330,6 +1333,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st) {
         t->load_s = tr_now() - load_start;
         t->load_peak_rss = tr_peak_rss_bytes();
+        tr_peak_fold(t, &t->ph_load, false);
         tr_log(t, "loaded model in %.2f s, peak resident %.1f MiB\n", t->load_s,
                t->load_peak_rss / 1048576.0);
     }

@@ -43,7 +43,8 @@ typedef struct pl_limit {
 
 typedef struct phase_time {
     double seconds;
-    size_t peak_bytes;
+    size_t peak_bytes;          /* device allocator: max allocated (max_memory_allocated) */
+    size_t peak_reserved_bytes; /* device allocator: max reserved (max_memory_reserved) */
 } phase_time;
 
 typedef struct trainer {
@@ -109,7 +110,7 @@ typedef struct trainer {
     double t_start, fit_s, test_s, export_s;
     double *epoch_s;
     int64_t n_epoch_s;
-    phase_time ph_fit, ph_test, ph_export;
+    phase_time ph_load, ph_fit, ph_test, ph_export; /* ph_load: peaks only */
     pl_metrics last_val, test_metrics, avg_val_metrics, avg_test_metrics;
     bool have_test, have_avg_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
@@ -263,6 +264,13 @@ void tr_adopt_earlier_best(trainer *t, const char *resumed);
 /* ---- report.c ---- */
 /* summary.json (status "ok" or "failed") and, for a successful run, the report. */
 void tr_write_summary(trainer *t, int status);
+/* ---- device memory peaks (report.c) ----
+ * Fold the device allocator's peaks since its last reset into *p (max), then,
+ * if `reset`, restart the allocator's peaks at the current values. */
+void tr_peak_fold(trainer *t, phase_time *p, bool reset);
+/* metrics.csv rows peak_memory_allocated_bytes / peak_memory_reserved_bytes:
+ * the allocator's peaks since the last reset (the epoch's, at an epoch's end). */
+void tr_peak_metric_rows(trainer *t);
 
 /* ---- chain.c ---- */
 /* Run every `requires` config without a finished run; CLI exit code. */

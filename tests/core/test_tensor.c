@@ -83,6 +83,47 @@ START_TEST(allocator_reaches_steady_state) {
 }
 END_TEST
 
+/* Reserved bytes (allocated + cached) and their peak, with torch.cuda's meaning:
+ * a freed block stays reserved; reset_peak restarts both peaks at the current
+ * values; empty_cache gives cached blocks back (reserved drops, allocated not). */
+START_TEST(allocator_reports_allocated_and_reserved_peaks) {
+    pl_alloc_empty_cache(PL_CPU);
+    pl_alloc_reset_peak(PL_CPU);
+    pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s0.peak_reserved_bytes, s0.bytes_reserved);
+    ck_assert_uint_eq(s0.bytes_cached, 0);
+    size_t cap_a = 0, cap_b = 0;
+    void *a = pl_alloc(PL_CPU, 3 << 20, &cap_a); /* a class of its own, not cached */
+    void *b = pl_alloc(PL_CPU, 5 << 20, &cap_b);
+    ck_assert(a && b);
+    pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s1.bytes_in_use - s0.bytes_in_use, cap_a + cap_b);
+    ck_assert_uint_eq(s1.peak_bytes, s1.bytes_in_use);
+    ck_assert_uint_eq(s1.bytes_reserved - s0.bytes_reserved, cap_a + cap_b);
+    ck_assert_uint_eq(s1.peak_reserved_bytes, s1.bytes_reserved);
+    pl_free(PL_CPU, b, cap_b);
+    pl_alloc_stats s2 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s2.bytes_in_use, s1.bytes_in_use - cap_b);
+    ck_assert_uint_eq(s2.peak_bytes, s1.peak_bytes);       /* a peak stays */
+    ck_assert_uint_eq(s2.bytes_reserved, s1.bytes_reserved); /* cached, still reserved */
+    pl_alloc_reset_peak(PL_CPU);
+    pl_alloc_stats s3 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s3.peak_bytes, s2.bytes_in_use);
+    ck_assert_uint_eq(s3.peak_reserved_bytes, s2.bytes_reserved);
+    /* reuse from the cache: allocated rises again, reserved does not */
+    void *b2 = pl_alloc(PL_CPU, 5 << 20, NULL);
+    pl_alloc_stats s4 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s4.bytes_reserved, s3.bytes_reserved);
+    ck_assert_uint_eq(s4.peak_bytes, s1.bytes_in_use);
+    pl_free(PL_CPU, b2, cap_b);
+    pl_free(PL_CPU, a, cap_a);
+    pl_alloc_empty_cache(PL_CPU);
+    pl_alloc_stats s5 = pl_alloc_get_stats(PL_CPU);
+    ck_assert_uint_eq(s5.bytes_reserved, s0.bytes_reserved);
+    ck_assert_uint_eq(s5.peak_reserved_bytes, s3.peak_reserved_bytes); /* peak kept */
+}
+END_TEST
+
 START_TEST(random_fill_is_thread_count_independent) {
     pl_tensor *a = pl_tensor_empty(PL_F32, PL_SHAPE(300001), PL_CPU);
     pl_tensor *b = pl_tensor_empty(PL_F32, PL_SHAPE(300001), PL_CPU);
@@ -211,6 +252,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, f16_conversion_matches_ieee);
     tcase_add_test(tc, views_share_storage_and_check_bounds);
     tcase_add_test(tc, allocator_reaches_steady_state);
+    tcase_add_test(tc, allocator_reports_allocated_and_reserved_peaks);
     tcase_add_test(tc, random_fill_is_thread_count_independent);
     tcase_add_test(tc, backward_accumulates_through_custom_op);
     tcase_add_test(tc, frames_release_what_they_own);

@@ -230,6 +230,24 @@ static void expect_load_keys(const char *name) {
         ck_assert_msg(v > 0, "%s: %s = %g, expected > 0", name, keys[i], v);
     }
     ck_assert_ptr_nonnull(strstr(run_file(name, "log.txt"), "loaded model in "));
+    /* device peaks with torch.cuda's meaning: allocated <= reserved, both > 0
+     * (the parameters alone are on the device), per epoch in metrics.csv too */
+    double v[2];
+    js = run_file(name, "summary.json"); /* one static buffer: log.txt replaced it */
+    const char *pk[] = {"\"peak_memory_allocated_bytes\"", "\"peak_memory_reserved_bytes\""};
+    for (int i = 0; i < 2; i++) {
+        const char *k = strstr(js, pk[i]);
+        ck_assert_msg(k != NULL, "%s: summary.json lacks %s:\n%s", name, pk[i], js);
+        v[i] = strtod(strchr(k, ':') + 1, NULL);
+        ck_assert_msg(v[i] > 0, "%s: %s = %g, expected > 0", name, pk[i], v[i]);
+    }
+    ck_assert_msg(v[0] <= v[1], "%s: peak allocated %g > peak reserved %g", name, v[0], v[1]);
+    const char *csv = run_file(name, "metrics.csv");
+    ck_assert_msg(strstr(csv, ",peak_memory_allocated_bytes,") &&
+                      strstr(csv, ",peak_memory_reserved_bytes,"),
+                  "%s: metrics.csv has no per-epoch peak_memory_*_bytes rows", name);
+    ck_assert_msg(strstr(run_file(name, "log.txt"), "device peak ") != NULL,
+                  "%s: the run report has no 'device peak' line", name);
 }
 
 START_TEST(frozen_pretrained_weight_stays_out_of_checkpoints_and_resume_is_bit_identical) {

@@ -4,7 +4,20 @@
  * multiples of 1/8 of the enclosing power of two) and freed blocks are kept
  * on per-class free lists, so a loop over varying batch shapes reaches a
  * steady state in which no system allocation (malloc / cudaMalloc) happens.
- * Counters mirror torch.cuda.memory_allocated / max_memory_allocated.
+ *
+ * Counters mirror PyTorch's caching allocator (torch.cuda.memory_stats):
+ *   bytes_in_use        = torch.cuda.memory_allocated()     (blocks handed out)
+ *   peak_bytes          = torch.cuda.max_memory_allocated()
+ *   bytes_reserved      = torch.cuda.memory_reserved()      (handed out + cached)
+ *   peak_reserved_bytes = torch.cuda.max_memory_reserved()
+ * Sizes are the size-class rounded block sizes (PyTorch counts its 512-byte
+ * rounded sizes the same way). pl_alloc_reset_peak is
+ * torch.cuda.reset_peak_memory_stats: both peaks restart at the current
+ * values. On the CUDA backend every kernel runs on one (the legacy default)
+ * stream, so a block freed by the host and handed out again is only touched
+ * by kernels issued after the ones that used it: stream-ordered reuse without
+ * events. The strict device (plugins/backends/strict) sits under the same
+ * allocator, so it reports the same pair without a GPU.
  * Thread-safe (one mutex per device).
  */
 #ifndef PIPELINE_ALLOC_H
@@ -24,6 +37,7 @@ typedef struct pl_alloc_stats {
     size_t peak_bytes;      /* max of bytes_in_use since start / last reset */
     size_t bytes_cached;    /* bytes held in free lists */
     size_t bytes_reserved;  /* bytes obtained from the system and not returned */
+    size_t peak_reserved_bytes; /* max of bytes_reserved since start / last reset */
     uint64_t allocations;   /* pl_alloc calls */
     uint64_t cache_hits;    /* pl_alloc calls served from a free list */
     uint64_t system_allocs; /* calls to the device's raw allocator */
@@ -37,7 +51,8 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity);
 void pl_free(pl_device dev, void *ptr, size_t capacity);
 /* Counters of one device. */
 pl_alloc_stats pl_alloc_get_stats(pl_device dev);
-/* Set peak_bytes = bytes_in_use (start of a new phase). */
+/* Set peak_bytes = bytes_in_use and peak_reserved_bytes = bytes_reserved
+ * (start of a new phase; torch.cuda.reset_peak_memory_stats). */
 void pl_alloc_reset_peak(pl_device dev);
 /* Give cached blocks back to the system. */
 void pl_alloc_empty_cache(pl_device dev);
