@@ -117,6 +117,55 @@ pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg) {
     return st;
 }
 
+/* ---- run-wide overrides down the chain ---------------------------------------------------------- */
+
+/* The command-line overrides of this run that the runs it requires inherit:
+ * settings of the run-wide [pipeline] keys (pl_pipeline_key_is_runwide),
+ * borrowed from t->opts, and the origin their values carry there. */
+#define RW_MAX 16
+typedef struct runwide {
+    int n;
+    char *v[RW_MAX];
+    char origin[PATH_MAX + 32];
+    char kept[1024]; /* this run's own overrides that stay with it ("" when none) */
+} runwide;
+
+static void runwide_of(const trainer *t, runwide *rw) {
+    memset(rw, 0, sizeof *rw);
+    const pl_run_options *o = t->opts;
+    if (!o) return;
+    if (o->inherited_from)
+        snprintf(rw->origin, sizeof rw->origin, "%s", o->inherited_from);
+    else
+        snprintf(rw->origin, sizeof rw->origin, "command line of %s",
+                 o->config_path ? o->config_path : pl_config_path(t->cfg));
+    size_t k = 0;
+    for (int i = 0; i < o->argc; i++) {
+        char sec[128], key[256];
+        const char *value;
+        if (pl_override_parse(o->argv[i], sec, sizeof sec, key, sizeof key, &value)) {
+            pl_error_clear(); /* the config loaded with it: cannot happen */
+            continue;
+        }
+        if (value && !strcmp(sec, "pipeline") && pl_pipeline_key_is_runwide(key) &&
+            rw->n < RW_MAX) {
+            rw->v[rw->n++] = o->argv[i];
+        } else if (!o->inherited_from && k < sizeof rw->kept) {
+            k += (size_t)snprintf(rw->kept + k, sizeof rw->kept - k, "%s%s", k ? " " : "",
+                                  o->argv[i]);
+        }
+    }
+}
+
+/* A config of this run's chain (a requirement, an @INI reference) as the
+ * runs of the chain see it: with the run-wide overrides, so that
+ * `pipeline.run_dir=X` finds and makes the required runs under X. */
+static pl_config *load_in_chain(const trainer *t, const char *ini) {
+    runwide rw;
+    runwide_of(t, &rw);
+    return pl_config_load_as(ini, rw.n, (const char *const *)rw.v, rw.origin, t->reg);
+}
+
 int tr_run_requirements(trainer *t) {
     /* a cycle would recurse until the stack overflows: refuse it first (the
      * requirements' own runs check again, which is cheap) */
@@ -127,9 +176,24 @@ int tr_run_requirements(trainer *t) {
         return 2;
     }
     int n = pl_config_requires_count(t->cfg);
+    runwide rw;
+    runwide_of(t, &rw);
+    if (n > 0 && pl_launcher_rank() == 0 && (rw.n || rw.kept[0])) {
+        char list[256];
+        size_t k = 0;
+        for (const char *const *key = pl_pipeline_runwide_keys(); *key && k < sizeof list; key++)
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? ", " : "", *key);
+        for (int i = 0; i < rw.n; i++)
+            printf("%s: the runs it requires inherit %s (%s)\n", pl_config_path(t->cfg), rw.v[i],
+                   rw.origin);
+        if (rw.kept[0])
+            printf("%s: these overrides apply to it alone, not to the runs it requires (only "
+                   "[pipeline] %s are handed on): %s\n",
+                   pl_config_path(t->cfg), list, rw.kept);
+    }
     for (int i = 0; i < n; i++) {
         const char *req = pl_config_requires_at(t->cfg, i);
-        pl_config *rc = pl_config_load(req, 0, NULL, t->reg);
+        pl_config *rc = load_in_chain(t, req);
         if (!rc) {
             fprintf(stderr, "error: %s (required by %s): %s\n", req, pl_config_path(t->cfg),
                     pl_error_message());
@@ -151,7 +215,10 @@ int tr_run_requirements(trainer *t) {
                    pl_config_path(t->cfg), req, ck);
             pl_config_print(rc, stdout);
         }
-        pl_run_options o = {.config_path = req};
+        pl_run_options o = {.config_path = req,
+                            .argc = rw.n,
+                            .argv = rw.v,
+                            .inherited_from = rw.n ? rw.origin : NULL};
         int rc_code = pl_trainer_run(rc, t->reg, &o);
         pl_config_free(rc);
         if (rc_code) return rc_code;
@@ -172,7 +239,7 @@ pl_status tr_resolve_output_refs(trainer *t) {
             int r = pl_config_parse_output_ref(t->cfg, v, ini, sizeof ini, rel, sizeof rel);
             if (r < 0) return pl_error_status();
             if (r == 0) continue;
-            pl_config *rc = pl_config_load(ini, 0, NULL, t->reg);
+            pl_config *rc = load_in_chain(t, ini);
             if (!rc)
                 return pl_error_prefix(pl_error_status(), "[%s] %s = %s", pl_cfg_section_name(s),
                                        pl_cfg_key_at(s, k), v);
@@ -204,7 +271,7 @@ pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n) {
         snprintf(out, n, "%s", v);
         return PL_OK;
     }
-    pl_config *rc = pl_config_load(ini, 0, NULL, t->reg);
+    pl_config *rc = load_in_chain(t, ini);
     if (!rc) return pl_error_prefix(pl_error_status(), "init_from %s", v);
     char latest[PATH_MAX];
     pl_trainer_latest_dir(rc, latest, sizeof latest);

@@ -829,7 +829,8 @@ static const char *ini_value_problem(const char *v) {
 
 /* Removals first (they act on the file, whatever their place on the command
  * line), then settings in order. */
-static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
+static pl_status apply_overrides(pl_config *c, int n, const char *const *over,
+                                 const char *origin) {
     for (int i = 0; i < n; i++) {
         char sec[128], key[256];
         const char *value;
@@ -887,7 +888,7 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
                                 key);
         }
         if (e) {
-            char *v = xstrdup(value), *o = xstrdup("command line");
+            char *v = xstrdup(value), *o = xstrdup(origin);
             if (!v || !o) {
                 free(v);
                 free(o);
@@ -905,7 +906,7 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
             e->origin_str = o;
             e->origin = PL_FROM_CLI;
             e->line = 0;
-        } else if (!add_entry(S, key, value, PL_FROM_CLI, "command line", 0)) {
+        } else if (!add_entry(S, key, value, PL_FROM_CLI, origin, 0)) {
             return pl_error_status();
         }
     }
@@ -1331,7 +1332,8 @@ static pl_status resolve(pl_config *c, pl_registry *reg) {
  * ==================================================================== */
 
 static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
-                              const char *const *overrides, pl_registry *reg, bool partial) {
+                              const char *const *overrides, const char *origin, pl_registry *reg,
+                              bool partial) {
     pl_config *c = calloc(1, sizeof *c);
     if (!c) {
         pl_error_set(PL_ERR_NOMEM, "config: out of memory");
@@ -1342,7 +1344,7 @@ static pl_config *load_common(const char *text, const char *name, const char *ba
     c->dir = xstrdup(base_dir ? base_dir : ".");
     if (!c->path || !c->dir) goto fail;
     if (parse_text(c, text)) goto fail;
-    if (apply_overrides(c, n_over, overrides)) goto fail;
+    if (apply_overrides(c, n_over, overrides, origin ? origin : "command line")) goto fail;
     if (resolve(c, reg)) goto fail;
     return c;
 fail:
@@ -1358,7 +1360,8 @@ pl_config *pl_config_load_string(const char *text, const char *name, const char 
         pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, reg, false);
+    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, NULL, reg,
+                       false);
 }
 
 pl_config *pl_config_load_partial(const char *text, const char *name, pl_registry *reg) {
@@ -1368,11 +1371,16 @@ pl_config *pl_config_load_partial(const char *text, const char *name, pl_registr
         pl_error_set(PL_ERR_INVALID, "pl_config_load_partial: NULL %s", !text ? "text" : "registry");
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", NULL, 0, NULL, reg, true);
+    return load_common(text, name ? name : "<string>", NULL, 0, NULL, NULL, reg, true);
 }
 
 pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
                           pl_registry *reg) {
+    return pl_config_load_as(path, n_over, overrides, NULL, reg);
+}
+
+pl_config *pl_config_load_as(const char *path, int n_over, const char *const *overrides,
+                             const char *origin, pl_registry *reg) {
     pl_hint_clear();
     pl_error_clear();
     if (!path || !reg) {
@@ -1431,7 +1439,7 @@ pl_config *pl_config_load(const char *path, int n_over, const char *const *overr
         *slash = '\0';
     else
         snprintf(dir, sizeof dir, ".");
-    pl_config *c = load_common(text, path, dir, n_over, overrides, reg, false);
+    pl_config *c = load_common(text, path, dir, n_over, overrides, origin, reg, false);
     free(text);
     return c;
 }

@@ -36,6 +36,13 @@ const pl_option_spec *pl_core_schema(const char *section);
 /* Kind of plugin a stage section names ("data" -> PL_KIND_LOADER, ...), or
  * -1 for a non-stage section. */
 int pl_stage_section_kind(const char *section);
+/* True for the [pipeline] keys about where and how a run runs rather than
+ * what it trains (device, threads, run_dir, allow_tf32, verbose): a
+ * command-line override of one applies to every run of a `requires` chain
+ * (core/src/chain.c; docs/ini-reference.md lists them). */
+bool pl_pipeline_key_is_runwide(const char *key);
+/* The same list, NULL-terminated, in the order the docs give it. */
+const char *const *pl_pipeline_runwide_keys(void);
 /* Every section name the config accepts, in print order; NULL-terminated. */
 const char *const *pl_config_known_sections(void);
 /* Stage sections that must be present ("data", "model"); NULL-terminated. */
@@ -47,6 +54,11 @@ const char *const *pl_config_required_sections(void);
  * plugins through `reg` and validate. NULL on error (see above). */
 pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
                           pl_registry *reg);
+/* Same, with `origin` (NULL: "command line") as the origin the overrides'
+ * values carry in pl_cfg_origin, the printed table and the run's config.ini:
+ * a required run's inherited overrides read "command line of configs/teacher.ini". */
+pl_config *pl_config_load_as(const char *path, int n_over, const char *const *overrides,
+                             const char *origin, pl_registry *reg);
 /* Same from an in-memory INI text; `name` stands for the file in origins
  * and messages, and relative `requires` paths resolve against `base_dir`
  * (NULL: current directory). */

@@ -2,6 +2,7 @@
  * and [trainer], and the map from stage sections to plugin kinds. Names and
  * defaults follow PyTorch Lightning's Trainer where one exists. Documented in
  * docs/ini-reference.md (keep both in sync). */
+#include <stdbool.h>
 #include <stddef.h>
 #include <ctype.h>
 #include <string.h>
@@ -74,6 +75,20 @@ static const pl_option_spec trainer_schema[] = {
     {"init_from", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "safetensors file (or @OTHER.ini:best|last) to load weights from before training"},
     PL_OPTIONS_END};
+
+/* Where and how to run, not what to train: overrides of these reach the runs
+ * `requires` starts. Not `name` (each run keeps its own), `seed` (part of
+ * what a run trains: a required run keeps its file's seed) or `requires`. */
+static const char *const runwide_keys[] = {"device", "threads", "run_dir", "allow_tf32", "verbose",
+                                           NULL};
+
+const char *const *pl_pipeline_runwide_keys(void) { return runwide_keys; }
+
+bool pl_pipeline_key_is_runwide(const char *key) {
+    for (int i = 0; key && runwide_keys[i]; i++)
+        if (!strcmp(key, runwide_keys[i])) return true;
+    return false;
+}
 
 const pl_option_spec *pl_core_schema(const char *section) {
     if (!section) return NULL;

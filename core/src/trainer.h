@@ -6,7 +6,10 @@
  * summary.json, checkpoints/, outputs/) and prints the run report.
  * Stage chaining: every INI in `[pipeline] requires` whose run has no
  * checkpoint yet is run first (recursively), and `@INI:best|last` references
- * in `[trainer] init_from` resolve to that run's checkpoint.
+ * in `[trainer] init_from` resolve to that run's checkpoint. Command-line
+ * overrides of the run-wide [pipeline] keys (device, threads, run_dir,
+ * allow_tf32, verbose) apply to every config of the chain: to the runs it
+ * starts and to where it looks for their finished runs.
  */
 #ifndef PL_TRAINER_H
 #define PL_TRAINER_H
@@ -19,6 +22,11 @@ typedef struct pl_run_options {
     const char *config_path; /* the INI file */
     int argc;                /* overrides as given on the command line */
     char **argv;
+    /* NULL: argv is this run's own command line. A run that `requires`
+     * started: argv holds the run-wide [pipeline] overrides it inherited
+     * (pl_pipeline_key_is_runwide) and this names where they came from
+     * ("command line of configs/teacher.ini"), handed on down the chain. */
+    const char *inherited_from;
 } pl_run_options;
 
 /* Most [scheduler*] sections one config may hold. */
