@@ -641,7 +641,7 @@ finish_mainjob() {
     fi
     local bad
     bad=$(check_chain "$main_cfg" "$main_root" "$dev_kind" "$rows")
-    if [ "$main_rc" = 124 ]; then
+    if [ "$main_rc" = 124 ] || [ "$main_rc" = 137 ]; then
         status=fail why="timed out after ${GPU_CHECK_MAIN_TIMEOUT:-300} s (logs/mainjob-$dev_kind.log); "
     elif [ "$main_rc" != 0 ]; then
         status=fail why="exit $main_rc: $(grep -m1 '^error' "$out/logs/mainjob-$dev_kind.log" | cut -c1-200); "
@@ -660,9 +660,19 @@ finish_mainjob() {
                 why="${why}test HR@10 $hr_dev on $dev_kind vs $hr_cpu on cpu (${cmp% *}, tolerance ${GPU_CHECK_HR_TOL:-0.02}); "
                 [ "${cmp#* }" = bad ] && status=fail
             fi
-        elif [ "$cpu_rc" = 124 ]; then
-            cpu_note="the CPU run did not finish within ${GPU_CHECK_MAIN_CPU_TIMEOUT:-240} s: no comparison"
-            why="${why}test HR@10 $hr_dev on $dev_kind (CPU run timed out); "
+        elif [ "$cpu_rc" = 124 ] || [ "$cpu_rc" = 137 ]; then
+            cpu_note="the CPU run did not finish within ${GPU_CHECK_MAIN_CPU_TIMEOUT:-240} s"
+            why="${why}test HR@10 $hr_dev on $dev_kind (CPU run timed out"
+            # the shipped teacher's documented CPU result instead (iLoRA, seeds 1-3:
+            # bench/teacher/seeds_result.md, 0.1202 +- 0.0031)
+            if [ "$main_cfg" = configs/teacher.ini ] && [ "$hr_dev" != - ]; then
+                local cmp
+                cmp=$("$py" -c "import sys; d, c, t = map(float, sys.argv[1:]); print('%+.4f %s' % (d - c, 'ok' if abs(d - c) <= t else 'bad'))" \
+                    "$hr_dev" 0.1202 "${GPU_CHECK_HR_TOL:-0.02}")
+                why="$why; vs the documented CPU 0.1202 +- 0.0031 of bench/teacher/seeds_result.md: ${cmp% *}"
+                [ "${cmp#* }" = bad ] && status=fail
+            fi
+            why="$why); "
         else
             status=fail
             cpu_note="the CPU run failed (exit $cpu_rc, logs/mainjob-cpu.log)"
@@ -709,7 +719,7 @@ if want chains; then
         if [ "$rc" != 0 ]; then
             status=fail
             why="exit $rc: $(grep -m1 '^error' "$log" | cut -c1-200); "
-            [ "$rc" = 124 ] && why="timed out after ${GPU_CHECK_CHAIN_TIMEOUT:-240} s; "
+            [ "$rc" = 124 ] || [ "$rc" = 137 ] && why="timed out after ${GPU_CHECK_CHAIN_TIMEOUT:-240} s; "
         fi
         [ -n "$bad" ] && status=fail why="$why$bad; "
         if [ "$(ini_value "$chain_cfg" pipeline requires)" != "" ] &&
@@ -784,7 +794,7 @@ if want scale; then
                 if [ "$rc" != 0 ]; then
                     n_bad=$((n_bad + 1))
                     msg=$(grep -m1 '^error' "$log" | cut -c1-200)
-                    [ "$rc" = 124 ] && msg="timed out"
+                    [ "$rc" = 124 ] || [ "$rc" = 137 ] && msg="timed out"
                     notes="$notes$prec: exit $rc ($msg, logs/scale-$name.log); "
                     echo "| $prec | FAIL | | | | |" >>"$rows"
                     continue
