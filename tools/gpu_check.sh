@@ -11,9 +11,21 @@
 #                and on cpu, loss curves compared by tools/compare_curves.py
 #   memcheck     compute-sanitizer --tool memcheck on the conformance binary and
 #                on 5 training steps of gat_cora on the GPU
-#   racecheck    compute-sanitizer --tool racecheck on the conformance binary
+#   racecheck    compute-sanitizer --tool racecheck on the conformance binary (passes on
+#                racecheck's `RACECHECK SUMMARY: N hazards displayed (0 errors, W warnings)`)
 #   bench        bench/{gat,teacher,lstm} with --device cuda: pipeline beside PyTorch
 #   ctest        the whole test suite of the GPU build
+#   mainjob      the main job as documented, `pipeline run configs/teacher.ini
+#                pipeline.device=cuda`: pretraining, teacher, test, export; every run of
+#                the chain must say it ran on the device (summary.json); wall time; then the
+#                same chain on the CPU in the background, whose test HR@10 the device's is
+#                compared with (GPU_CHECK_HR_TOL, default 0.02) when it finishes
+#   chains       a `requires` chain from its end: `pipeline run configs/student.ini
+#                pipeline.device=cuda` under the main job's run_dir (its finished runs are
+#                reused); every run on the device, the inherited-override line printed
+#   scale        the teacher on a 1.1 B Llama (bench/teacher/scale.ini, tools/make_hf_llama.py
+#                1b) in fp32, bf16-true and qlora4: s/step, peak device memory (summary.json
+#                and nvidia-smi), frozen bytes
 # and writes OUTDIR/gpu_report.md (date, nvidia-smi, nvcc, git rev, one line per
 # step: pass / fail / skip and why, then each step's tables). Logs: OUTDIR/logs/.
 #
@@ -32,6 +44,20 @@
 #   GPU_CHECK_DEVICE=cuda          the device compared with the CPU in `curves`
 #                                  (cpu: a dry run of the step on a machine without GPU)
 #   PL_CONFORMANCE_BACKEND=NAME    check backend plugin NAME instead of "cuda"
+#   GPU_CHECK_DEVICE also names the device of mainjob / chains / scale (strict: a dry
+#                  run of their logic on the CPU-side strict device, without a GPU)
+#   GPU_CHECK_MAIN_CONFIG, GPU_CHECK_CHAIN_CONFIG   the configs of mainjob / chains
+#                  (default configs/teacher.ini, configs/student.ini)
+#   GPU_CHECK_MAIN_CPU=0           no CPU run of the main job (no HR@10 comparison);
+#                  GPU_CHECK_MAIN_CPU_TIMEOUT (default 240 s), GPU_CHECK_MAIN_TIMEOUT (300),
+#                  GPU_CHECK_CHAIN_TIMEOUT (240), GPU_CHECK_RACECHECK_TIMEOUT (180)
+#   GPU_CHECK_SCALE_SIZE=1b, GPU_CHECK_SCALE_STEPS=6, GPU_CHECK_SCALE_PRECISIONS="fp32
+#                  bf16-true qlora4", GPU_CHECK_SCALE_RUN_TIMEOUT (180 s per run)
+#
+# One call of under 8 minutes on an H100 with ../shared/gpu/pack.sh's build (issue 32):
+#   GPU_CHECK_ONLY="racecheck mainjob chains scale" bash .device/run.sh
+# (racecheck <= 180 s, the main job's GPU chain ~1-2 min, the student ~20 s, the 1.1 B
+# table ~2-3 min with the CPU chain beside it, cut at 240 s; each part has its timeout).
 #
 # Budget: about 25 minutes on one H100 with 16 cores (build ~3, curves ~6,
 # sanitizers ~5, bench ~3, ctest ~5). Data: the configs read data/*.h5 (run
@@ -315,6 +341,25 @@ fi
 
 # ---- compute-sanitizer -----------------------------------------------------------
 
+# sanitizer_verdict TOOL LOG: "ok SUMMARY", "bad SUMMARY" or "none WHAT" from the
+# summary line compute-sanitizer printed: memcheck (and initcheck, synccheck) end with
+# `ERROR SUMMARY: N errors`, racecheck with `RACECHECK SUMMARY: N hazards displayed
+# (E errors, W warnings)`; racecheck passes with 0 errors (warnings, hazards such as
+# benign same-value writes, are listed in the summary but do not fail it).
+sanitizer_verdict() {
+    local tool=$1 log=$2 line n
+    if [ "$tool" = racecheck ]; then
+        line=$(grep -m1 'RACECHECK SUMMARY' "$log" | sed 's/^=* *//')
+        [ -z "$line" ] && { echo "none RACECHECK SUMMARY"; return; }
+        n=$(sed -n 's/.*(\([0-9][0-9]*\) error.*/\1/p' <<<"$line")
+        if [ "$n" = 0 ]; then echo "ok $line"; else echo "bad $line"; fi
+    else
+        line=$(grep -m1 'ERROR SUMMARY' "$log" | sed 's/^=* *//')
+        [ -z "$line" ] && { echo "none ERROR SUMMARY"; return; }
+        if grep -q 'ERROR SUMMARY: 0 errors' <<<"$line"; then echo "ok $line"; else echo "bad $line"; fi
+    fi
+}
+
 # sanitize ID NAME TOOL TIMEOUT: the conformance binary (and, for memcheck,
 # 5 training steps of gat_cora) under compute-sanitizer --tool TOOL
 sanitize() {
@@ -343,17 +388,22 @@ sanitize() {
         fi
         CK_FORK=no CK_DEFAULT_TIMEOUT=$limit logged "$limit" "$log" "$sanitizer" --tool "$tool" "${cmd[@]}"
         local rc=$?
-        summary=$(grep -m1 'ERROR SUMMARY' "$log")
+        local verdict
+        verdict=$(sanitizer_verdict "$tool" "$log")
+        summary=${verdict#* }
         if [ "$rc" = 124 ]; then
             [ "$tool" = racecheck ] && [ "$status" = pass ] && status=skip
             [ "$tool" = memcheck ] && status=fail
             why="$why$t: timed out after $limit s; "
-        elif [ -z "$summary" ]; then
+        elif [ "${verdict%% *}" = none ]; then
             status=fail
-            why="$why$t: no ERROR SUMMARY (exit $rc, logs/$name-$t.log); "
-        elif ! grep -q 'ERROR SUMMARY: 0 errors' <<<"$summary"; then
+            why="$why$t: no $summary line (exit $rc, logs/$name-$t.log); "
+        elif [ "${verdict%% *}" = bad ]; then
             status=fail
             why="$why$t: $summary (logs/$name-$t.log); "
+        elif [ "$rc" != 0 ]; then
+            # the sanitizer found nothing; the program's own failure is its step's to report
+            why="$why$t: $summary (the program itself exited $rc, logs/$name-$t.log); "
         else
             why="$why$t: $summary; "
         fi
@@ -362,7 +412,7 @@ sanitize() {
 }
 
 want memcheck && sanitize 40 memcheck memcheck 300
-want racecheck && sanitize 45 racecheck racecheck 300
+want racecheck && sanitize 45 racecheck racecheck "${GPU_CHECK_RACECHECK_TIMEOUT:-180}"
 
 # ---- bench -----------------------------------------------------------------------
 
@@ -443,6 +493,357 @@ if want ctest; then
         result 60 ctest fail "$(grep -m1 'tests passed\|tests failed' "$log"): $(grep -A30 'The following tests FAILED' "$log" | grep -o '[a-z_0-9]* (Failed\|[a-z_0-9]* (Timeout' | tr '\n' ' ')" "$(elapsed)"
     fi
 fi
+
+# ---- the main job, a requires chain and the 1.1 B teacher, on the device ------------------------
+
+# Why the device steps below cannot run here ("" when they can): on cuda only with a
+# GPU; GPU_CHECK_DEVICE=strict runs them on the CPU-side strict device (a dry run).
+dev_reason() {
+    case "$device" in
+    cuda* | auto) [ "$have_gpu" = 0 ] && echo "$gpu_reason" ;;
+    esac
+    true
+}
+dev_kind=${device%%:*}
+
+# chain_of CFG: the configs of CFG's `requires` chain, required ones first, CFG last
+chain_of() {
+    local cfg=$1 r
+    for r in $(ini_value "$cfg" pipeline requires | tr ',' ' '); do
+        case "$r" in /*) ;; *) r=$(dirname "$cfg")/$r ;; esac
+        chain_of "$r"
+    done
+    echo "$cfg"
+}
+chain_list() { chain_of "$1" | awk '!seen[$0]++'; }
+# run_name CFG: its runs' directory name under run_dir ([pipeline] name, else the file stem)
+run_name() {
+    local n
+    n=$(ini_value "$1" pipeline name)
+    if [ -n "$n" ]; then echo "$n"; else basename "$1" .ini; fi
+}
+
+# run_info ROOT NAME: "DEVICE STATUS FIT_S HR@10 NDCG@10 OUTPUTS" of ROOT/NAME/latest
+# (summary.json; "-" for what is missing; OUTPUTS: files under outputs/)
+run_info() {
+    "$py" - "$1" "$2" <<'PY'
+import json, os, sys
+root, name = sys.argv[1:3]
+d = os.path.join(root, name, "latest")
+try:
+    with open(os.path.join(d, "summary.json")) as f:
+        s = json.load(f)
+except (OSError, ValueError):
+    print("- missing - - - 0")
+    sys.exit(0)
+tm = s.get("test_metrics") or {}
+hr = next((v for k, v in tm.items() if k.endswith(("hr@10", "hit_ratio@10"))), None)
+nd = next((v for k, v in tm.items() if k.endswith("ndcg@10")), None)
+fit = ((s.get("phases") or {}).get("fit") or {}).get("seconds")
+fmt = lambda v, f: "-" if v is None else f % v
+outs = os.path.join(d, "outputs")
+n_out = len(os.listdir(outs)) if os.path.isdir(outs) else 0
+print(s.get("device", "-"), s.get("status", "-"), fmt(fit, "%.1f"), fmt(hr, "%.4f"),
+      fmt(nd, "%.4f"), n_out)
+PY
+}
+
+# check_chain CFG ROOT LABEL ROWS: every run of CFG's chain under ROOT ran on $device and
+# ended ok; its rows appended to ROWS; prints the problems ("" when none)
+check_chain() {
+    local cfg=$1 root=$2 label=$3 rows=$4 c name dev st fit hr nd nout bad=""
+    for c in $(chain_list "$cfg"); do
+        name=$(run_name "$c")
+        read -r dev st fit hr nd nout < <(run_info "$root" "$name")
+        echo "| $label | $name | $dev | $st | $fit | $hr | $nd | $nout |" >>"$rows"
+        if [ "$st" = missing ]; then
+            bad="$bad$name: no finished run under $root; "
+        elif [ "${dev%%:*}" != "$label" ]; then
+            bad="$bad$name ran on $dev, not $label; "
+        elif [ "$st" != ok ]; then
+            bad="$bad$name: status $st; "
+        fi
+        if [ "$(ini_value "$c" trainer export)" = true ] && [ "$nout" = 0 ] && [ "$st" != missing ]; then
+            bad="$bad$name: nothing exported under outputs/; "
+        fi
+    done
+    echo "${bad%; }"
+}
+
+chain_header() {
+    echo "| run on | config | device (summary.json) | status | fit s | test HR@10 | test NDCG@10 | outputs |"
+    echo "|---|---|---|---|---|---|---|---|"
+}
+
+# data_missing CFG: the first data file of CFG's chain that is not there ("" when none)
+data_missing() {
+    local c d
+    for c in $(chain_list "$1"); do
+        d=$(ini_value "$c" data path)
+        if [ -n "$d" ] && [ ! -e "$d" ]; then
+            echo "$d"
+            return
+        fi
+    done
+}
+
+main_cfg=${GPU_CHECK_MAIN_CONFIG:-configs/teacher.ini}
+main_root=$out/runs/main-$dev_kind
+cpu_root=$out/runs/main-cpu
+mkdir -p "$out/work"
+main_pending=0 cpu_pid=""
+# the CPU run of the main job runs in the background: it ends with this script
+trap 'if [ -n "$cpu_pid" ]; then pkill -TERM -P "$cpu_pid" 2>/dev/null; kill "$cpu_pid" 2>/dev/null; fi' EXIT
+cpu_threads=$((ncpu > 6 ? ncpu - 4 : 2))
+
+# The main job as documented, `pipeline run configs/teacher.ini pipeline.device=cuda`:
+# pretraining, teacher, test, export, every run on the device; then the same chain on
+# the CPU in the background (while the steps after this one use the GPU), whose test
+# HR@10 the device run's is compared with when it has finished (finish_mainjob).
+if want mainjob; then
+    begin 70 mainjob
+    why=$(dev_reason)
+    miss=$(data_missing "$main_cfg")
+    if ! build_ok; then
+        result 70 mainjob skip "no pipeline binary (build step failed or not run)" "$(elapsed)"
+    elif [ -n "$why" ]; then
+        result 70 mainjob skip "$why" "$(elapsed)"
+    elif [ -n "$miss" ]; then
+        result 70 mainjob skip "$miss missing (tools/prepare_data.sh makes it)" "$(elapsed)"
+    else
+        rm -rf "$main_root" "$cpu_root" "$out/work/mainjob-cpu.rc"
+        say "mainjob: pipeline run $main_cfg pipeline.device=$device (the whole chain)"
+        logged "${GPU_CHECK_MAIN_TIMEOUT:-300}" "$out/logs/mainjob-$dev_kind.log" "$build/core/pipeline" \
+            run "$main_cfg" "pipeline.device=$device" "pipeline.run_dir=$main_root"
+        main_rc=$?
+        main_wall=$(elapsed)
+        main_pending=1
+        if [ "${GPU_CHECK_MAIN_CPU:-1}" = 1 ]; then
+            say "mainjob: the same chain on the CPU in the background ($cpu_threads threads, at most ${GPU_CHECK_MAIN_CPU_TIMEOUT:-240} s)"
+            cpu_t0=$SECONDS
+            (
+                logged "${GPU_CHECK_MAIN_CPU_TIMEOUT:-240}" "$out/logs/mainjob-cpu.log" "$build/core/pipeline" \
+                    run "$main_cfg" pipeline.device=cpu "pipeline.run_dir=$cpu_root" "pipeline.threads=$cpu_threads"
+                echo "$? $((SECONDS - cpu_t0))" >"$out/work/mainjob-cpu.rc"
+            ) &
+            cpu_pid=$!
+        fi
+    fi
+fi
+
+finish_mainjob() {
+    [ "$main_pending" = 1 ] || return 0
+    local rows=$out/steps/70-mainjob.rows status=pass why="" cpu_note="" hr_dev hr_cpu cpu_rc cpu_secs
+    : >"$rows"
+    if [ -n "$cpu_pid" ]; then
+        wait "$cpu_pid"
+        read -r cpu_rc cpu_secs <"$out/work/mainjob-cpu.rc" 2>/dev/null || cpu_rc="?"
+    fi
+    local bad
+    bad=$(check_chain "$main_cfg" "$main_root" "$dev_kind" "$rows")
+    if [ "$main_rc" = 124 ] || [ "$main_rc" = 137 ]; then
+        status=fail why="timed out after ${GPU_CHECK_MAIN_TIMEOUT:-300} s (logs/mainjob-$dev_kind.log); "
+    elif [ "$main_rc" != 0 ]; then
+        status=fail why="exit $main_rc: $(grep -m1 '^error' "$out/logs/mainjob-$dev_kind.log" | cut -c1-200); "
+    fi
+    [ -n "$bad" ] && status=fail why="$why$bad; "
+    read -r _ _ _ hr_dev _ _ < <(run_info "$main_root" "$(run_name "$main_cfg")")
+    if [ -n "$cpu_pid" ]; then
+        if [ "$cpu_rc" = 0 ]; then
+            check_chain "$main_cfg" "$cpu_root" cpu "$rows" >/dev/null
+            read -r _ _ _ hr_cpu _ _ < <(run_info "$cpu_root" "$(run_name "$main_cfg")")
+            cpu_note="the CPU run of the chain took ${cpu_secs:-?} s ($cpu_threads threads, beside the GPU steps after this one)"
+            if [ "$hr_dev" != - ] && [ "$hr_cpu" != - ]; then
+                local cmp
+                cmp=$("$py" -c "import sys; d, c, t = map(float, sys.argv[1:]); print('%+.4f %s' % (d - c, 'ok' if abs(d - c) <= t else 'bad'))" \
+                    "$hr_dev" "$hr_cpu" "${GPU_CHECK_HR_TOL:-0.02}")
+                why="${why}test HR@10 $hr_dev on $dev_kind vs $hr_cpu on cpu (${cmp% *}, tolerance ${GPU_CHECK_HR_TOL:-0.02}); "
+                [ "${cmp#* }" = bad ] && status=fail
+            fi
+        elif [ "$cpu_rc" = 124 ] || [ "$cpu_rc" = 137 ]; then
+            cpu_note="the CPU run did not finish within ${GPU_CHECK_MAIN_CPU_TIMEOUT:-240} s"
+            why="${why}test HR@10 $hr_dev on $dev_kind (CPU run timed out"
+            # the shipped teacher's documented CPU result instead (iLoRA, seeds 1-3:
+            # bench/teacher/seeds_result.md, 0.1202 +- 0.0031)
+            if [ "$main_cfg" = configs/teacher.ini ] && [ "$hr_dev" != - ]; then
+                local cmp
+                cmp=$("$py" -c "import sys; d, c, t = map(float, sys.argv[1:]); print('%+.4f %s' % (d - c, 'ok' if abs(d - c) <= t else 'bad'))" \
+                    "$hr_dev" 0.1202 "${GPU_CHECK_HR_TOL:-0.02}")
+                why="$why; vs the documented CPU 0.1202 +- 0.0031 of bench/teacher/seeds_result.md: ${cmp% *}"
+                [ "${cmp#* }" = bad ] && status=fail
+            fi
+            why="$why); "
+        else
+            status=fail
+            cpu_note="the CPU run failed (exit $cpu_rc, logs/mainjob-cpu.log)"
+            why="${why}CPU run exit $cpu_rc; "
+        fi
+    else
+        why="${why}test HR@10 $hr_dev on $dev_kind (no CPU run: GPU_CHECK_MAIN_CPU=0); "
+    fi
+    {
+        echo "\`pipeline run $main_cfg pipeline.device=$device\`: wall time $main_wall s for the whole"
+        echo "chain (every required run first, then test and export), exit $main_rc."
+        [ -n "$cpu_note" ] && echo "Beside it $cpu_note."
+        echo
+        chain_header
+        cat "$rows"
+    } | section 70 mainjob
+    result 70 mainjob "$status" "${why%; }" "$main_wall"
+}
+
+# A `requires` chain started from its last config: the student (student.ini needs
+# teacher.ini needs pretrain.ini), under the main job's run_dir, so what the main job
+# finished is reused and the rest runs; every run of it on the device.
+if want chains; then
+    begin 75 chains
+    chain_cfg=${GPU_CHECK_CHAIN_CONFIG:-configs/student.ini}
+    why=$(dev_reason)
+    miss=$(data_missing "$chain_cfg")
+    if ! build_ok; then
+        result 75 chains skip "no pipeline binary (build step failed or not run)" "$(elapsed)"
+    elif [ -n "$why" ]; then
+        result 75 chains skip "$why" "$(elapsed)"
+    elif [ -n "$miss" ]; then
+        result 75 chains skip "$miss missing (tools/prepare_data.sh makes it)" "$(elapsed)"
+    else
+        log=$out/logs/chains-$(basename "$chain_cfg" .ini).log
+        say "chains: pipeline run $chain_cfg pipeline.device=$device"
+        logged "${GPU_CHECK_CHAIN_TIMEOUT:-240}" "$log" "$build/core/pipeline" \
+            run "$chain_cfg" "pipeline.device=$device" "pipeline.run_dir=$main_root"
+        rc=$?
+        rows=$out/steps/75-chains.rows
+        : >"$rows"
+        bad=$(check_chain "$chain_cfg" "$main_root" "$dev_kind" "$rows")
+        status=pass why=""
+        if [ "$rc" != 0 ]; then
+            status=fail
+            why="exit $rc: $(grep -m1 '^error' "$log" | cut -c1-200); "
+            [ "$rc" = 124 ] || [ "$rc" = 137 ] && why="timed out after ${GPU_CHECK_CHAIN_TIMEOUT:-240} s; "
+        fi
+        [ -n "$bad" ] && status=fail why="$why$bad; "
+        if [ "$(ini_value "$chain_cfg" pipeline requires)" != "" ] &&
+            ! grep -q "the runs it requires inherit pipeline.device=$device" "$log"; then
+            status=fail why="${why}no line saying the required runs inherit pipeline.device=$device; "
+        fi
+        reused=$(grep -o 'requirement [^ ]* satisfied' "$log" | awk '{print $2}' | tr '\n' ' ')
+        ran=$(grep -o 'needs [^ ]*, which has no finished run' "$log" | awk '{sub(",", "", $2); print $2}' | tr '\n' ' ')
+        read -r _ _ _ hr _ _ < <(run_info "$main_root" "$(run_name "$chain_cfg")")
+        why="${why}test HR@10 $hr; reused: ${reused:-none}; ran first: ${ran:-none}; "
+        {
+            echo "\`pipeline run $chain_cfg pipeline.device=$device\` under the main job's run_dir (exit $rc):"
+            echo
+            chain_header
+            cat "$rows"
+        } | section 75 chains
+        result 75 chains "$status" "${why%; }" "$(elapsed)"
+    fi
+fi
+
+# The teacher on a 1.1 B Llama (bench/teacher/scale.ini, batch 16 x 50, iLoRA 4 experts
+# rank 8 on every projection, no activation checkpointing), per precision: seconds per
+# step, peak device memory (summary.json and nvidia-smi's), frozen bytes; the table of
+# report-2026-11-26.md. Runs bench/teacher/scale.ini itself (bench/teacher/scale.sh runs
+# the CPU table: both checkpointing settings and PyTorch).
+if want scale; then
+    begin 80 scale
+    size=${GPU_CHECK_SCALE_SIZE:-1b}
+    steps=${GPU_CHECK_SCALE_STEPS:-6}
+    why=$(dev_reason)
+    if ! build_ok; then
+        result 80 scale skip "no pipeline binary (build step failed or not run)" "$(elapsed)"
+    elif [ -n "$why" ]; then
+        result 80 scale skip "$why" "$(elapsed)"
+    elif [ ! -e "$(ini_value bench/teacher/scale.ini data path)" ]; then
+        result 80 scale skip "$(ini_value bench/teacher/scale.ini data path) missing (tools/prepare_data.sh makes it)" "$(elapsed)"
+    else
+        bb=$repo/models/llama-$size
+        if [ ! -f "$bb/config.json" ]; then
+            bb=$out/work/llama-$size
+            [ -f "$bb/config.json" ] ||
+                logged "${GPU_CHECK_SCALE_MAKE_TIMEOUT:-240}" "$out/logs/make_hf_llama-$size.log" \
+                    "$py" tools/make_hf_llama.py "$size" "$bb"
+        fi
+        if [ ! -f "$bb/config.json" ]; then
+            result 80 scale fail "no $size backbone: tools/make_hf_llama.py $size failed ($(tail -1 "$out/logs/make_hf_llama-$size.log" 2>/dev/null))" "$(elapsed)"
+        else
+            rows=$out/steps/80-scale.rows
+            : >"$rows"
+            n_ok=0 n_bad=0 notes=""
+            for prec in ${GPU_CHECK_SCALE_PRECISIONS:-fp32 bf16-true qlora4}; do
+                case $prec in
+                fp32) pargs=(precision.plugin=fp32) ;;
+                bf16-true) pargs=(precision.plugin=bf16 precision.mode=bf16-true) ;;
+                qlora4) pargs=(precision.plugin=qlora4 precision.compute_dtype=bf16) ;;
+                *) notes="$notes$prec: unknown precision; "; n_bad=$((n_bad + 1)); continue ;;
+                esac
+                name=scale_${size}_$prec
+                log=$out/logs/scale-$name.log
+                smi_pid=""
+                if [ "$have_gpu" = 1 ]; then
+                    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+                        >"$out/logs/scale-$name.smi" 2>/dev/null &
+                    smi_pid=$!
+                fi
+                say "scale: $name, $steps steps on $device"
+                logged "${GPU_CHECK_SCALE_RUN_TIMEOUT:-180}" "$log" "$build/core/pipeline" run bench/teacher/scale.ini \
+                    "pipeline.name=$name" "pipeline.run_dir=$out/runs/scale" "pipeline.device=$device" \
+                    "model.backbone=$bb" model.gradient_checkpointing=false "trainer.max_steps=$steps" "${pargs[@]}"
+                rc=$?
+                [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null && wait "$smi_pid" 2>/dev/null
+                if [ "$rc" != 0 ]; then
+                    n_bad=$((n_bad + 1))
+                    msg=$(grep -m1 '^error' "$log" | cut -c1-200)
+                    [ "$rc" = 124 ] || [ "$rc" = 137 ] && msg="timed out"
+                    notes="$notes$prec: exit $rc ($msg, logs/scale-$name.log); "
+                    echo "| $prec | FAIL | | | | |" >>"$rows"
+                    continue
+                fi
+                n_ok=$((n_ok + 1))
+                "$py" - "$out/runs/scale/$name/latest" "$prec" "$out/logs/scale-$name.smi" >>"$rows" <<'PY'
+import csv, json, os, statistics, sys
+d, prec, smi = sys.argv[1:4]
+GiB = 1024 ** 3
+with open(os.path.join(d, "summary.json")) as f:
+    s = json.load(f)
+steps = []
+with open(os.path.join(d, "metrics.csv")) as f:
+    for r in csv.DictReader(f):
+        if r["key"] == "step_seconds":
+            steps.append(float(r["value"]))
+steps = steps[1:] if len(steps) > 1 else steps  # the first step warms up
+med = "%.3f (%.3f-%.3f)" % (statistics.median(steps), min(steps), max(steps)) if steps else "-"
+try:
+    used = [float(x) for x in open(smi).read().split() if x.replace(".", "").isdigit()]
+    smi_peak = "%.1f" % (max(used) / 1024) if used else "-"
+except OSError:
+    smi_peak = "-"
+print("| %s | %s | %.1f | %s | %.2f | %.1f |" % (
+    prec, med, s.get("peak_memory_bytes", 0) / GiB, smi_peak,
+    s.get("frozen_parameter_bytes", 0) / 1e9, s.get("load_seconds", float("nan"))))
+PY
+            done
+            {
+                echo "The teacher on the $size Llama (\`bench/teacher/scale.ini\`, $steps steps, no activation"
+                echo "checkpointing, \`pipeline.device=$device\`); step time: median (min-max) after the first step."
+                echo "Earlier: ../shared/gpu/report-2026-11-26.md (H200: fp32 0.221 s, 13.3 GiB)."
+                echo
+                echo "| precision | s/step | peak device memory GiB (summary.json) | nvidia-smi peak GiB | frozen GB | load s |"
+                echo "|---|---|---|---|---|---|"
+                cat "$rows"
+                [ -n "$notes" ] && echo && echo "${notes%; }"
+            } | section 80 scale
+            summary="$n_ok ran, $n_bad failed ($size backbone, $steps steps)${notes:+: ${notes%; }}"
+            if [ "$n_bad" -gt 0 ]; then
+                result 80 scale fail "$summary" "$(elapsed)"
+            else
+                result 80 scale pass "$summary" "$(elapsed)"
+            fi
+        fi
+    fi
+fi
+
+finish_mainjob
 
 # ---- the report ------------------------------------------------------------------------
 

@@ -65,6 +65,9 @@ static pl_status cu_memcpy(void *dst, pl_device dd, const void *src, pl_device s
         return PL_OK;
     }
     CUDA_TRY(cudaMemcpy(dst, src, n, kind));
+    /* a copy to the host waits for the kernels before it: report what they
+     * recorded (a bad index, a bad target; pl_cu_fault_check) */
+    if (kind == cudaMemcpyDeviceToHost) return pl_cu_fault_check();
     return PL_OK;
 }
 
@@ -108,7 +111,7 @@ static pl_status cu_memset(void *dst, pl_device dev, int v, size_t n) {
 static pl_status cu_sync(int device) {
     CUDA_TRY(cudaSetDevice(device));
     CUDA_TRY(cudaDeviceSynchronize());
-    return PL_OK;
+    return pl_cu_fault_check();
 }
 
 static pl_status cu_mem_info(int device, size_t *free_b, size_t *total_b) {

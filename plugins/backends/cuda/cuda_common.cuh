@@ -166,8 +166,61 @@ pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const
 /* f32 copy of a float tensor (its own data when already f32). */
 const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
 
-/* First out-of-range index of idx (values must lie in [0, n)) -> PL_ERR_INVALID
- * naming the op, the index and its position. Synchronizes (one small D2H copy). */
+/* ---- deferred error checks (index ranges, cross-entropy targets) ----------- */
+
+/* What a kernel found wrong in its inputs, in mapped pinned host memory that
+ * every device writes to directly (no copy, no synchronization): the first
+ * fault since the last check claims it (atomicCAS on `set`) and writes the
+ * rest; later ones are dropped until the host clears it. The host reads it
+ * only at a point where it waits for the device anyway (pl_cu_fault_check,
+ * called by the backend's device-to-host memcpy and synchronize), so the
+ * checks put no host sync inside a training step. Kernels that use an index
+ * also skip (or write 0 for) an index out of range, so a bad index never
+ * reads or writes out of bounds while its report is pending. */
+enum { PL_CU_FAULT_INDEX = 1, PL_CU_FAULT_TARGET = 2 };
+typedef struct pl_cu_fault {
+    unsigned int set; /* 0: none; 1: claimed */
+    int op;           /* pl_op of the kernel that found it */
+    int kind;         /* PL_CU_FAULT_INDEX / PL_CU_FAULT_TARGET */
+    int pad;
+    long long pos, value, bound, ignore; /* position, bad value, [0, bound), ignore_index */
+} pl_cu_fault;
+
+/* Record a fault (device side). */
+__device__ __forceinline__ void pl_d_fault(pl_cu_fault *f, int op, int kind, int64_t pos,
+                                           int64_t value, int64_t bound, int64_t ignore) {
+    if (atomicCAS(&f->set, 0u, 1u) == 0u) {
+        f->op = op;
+        f->kind = kind;
+        f->pos = pos;
+        f->value = value;
+        f->bound = bound;
+        f->ignore = ignore;
+    }
+}
+
+/* idx[i] when it lies in [0, n), else -1: the kernels that address memory
+ * with an index skip the element (the bad index was recorded by
+ * pl_cu_check_indices and is reported at the next read). */
+__device__ __forceinline__ int64_t pl_d_idx_in(const void *p, int dt, int64_t i, int64_t n) {
+    int64_t v = pl_d_idx(p, dt, i);
+    return v >= 0 && v < n ? v : -1;
+}
+
+/* The process's fault record as kernels address it (created on first use,
+ * cudaHostAlloc mapped + portable), or NULL with PL_ERR_DEVICE set. */
+pl_cu_fault *pl_cu_fault_record(void);
+/* The recorded fault, if any, as PL_ERR_INVALID naming the op and the bad
+ * index (or target) and its position, then cleared; PL_OK when there is none.
+ * Call only after the device work that may have recorded it has completed
+ * (after a synchronous copy to the host or a device synchronize). */
+pl_status pl_cu_fault_check(void);
+
+/* Launch the range check of idx (values must lie in [0, n)) for op: an index
+ * outside it is recorded (pl_d_fault) and reported by the next
+ * pl_cu_fault_check as "OP: index V at position P is out of range [0, n)".
+ * Asynchronous: no copy, no allocation. Errors: PL_ERR_DEVICE when the
+ * record cannot be created or the launch fails. */
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
 
 /* The cuBLAS handle of device `dev` (created on first use; legacy default

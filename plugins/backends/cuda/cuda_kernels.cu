@@ -19,61 +19,76 @@
 
 #define T_ROW 256 /* threads per block of the row kernels */
 
-/* ---- index checking ------------------------------------------------------------------ */
+/* ---- index checking (deferred: see pl_cu_fault in cuda_common.cuh) ---------------------------- */
 
-__global__ void k_check_idx(const void *idx, int dt, int64_t m, int64_t n,
-                            unsigned long long *bad) {
-    GRID_LOOP(i, m) {
-        int64_t v = pl_d_idx(idx, dt, i);
-        if (v < 0 || v >= n) atomicMin(bad, (unsigned long long)i);
+static pl_cu_fault *g_fault_host, *g_fault_dev;
+static pthread_mutex_t g_fault_mu = PTHREAD_MUTEX_INITIALIZER;
+
+pl_cu_fault *pl_cu_fault_record(void) {
+    pthread_mutex_lock(&g_fault_mu);
+    if (!g_fault_dev) {
+        void *h = NULL, *d = NULL;
+        cudaError_t e = cudaHostAlloc(&h, sizeof(pl_cu_fault),
+                                      cudaHostAllocMapped | cudaHostAllocPortable);
+        if (e == cudaSuccess) {
+            memset(h, 0, sizeof(pl_cu_fault));
+            e = cudaHostGetDevicePointer(&d, h, 0);
+            if (e != cudaSuccess) cudaFreeHost(h);
+        }
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            pthread_mutex_unlock(&g_fault_mu);
+            pl_error_set(PL_ERR_DEVICE, "cuda backend: mapped pinned memory for the kernels' "
+                         "error record: %s", cudaGetErrorString(e));
+            return NULL;
+        }
+        g_fault_host = (pl_cu_fault *)h;
+        g_fault_dev = (pl_cu_fault *)d;
     }
+    pl_cu_fault *d = g_fault_dev;
+    pthread_mutex_unlock(&g_fault_mu);
+    return d;
 }
 
-/* Value at position pos of a device index tensor (i32 / i64), read back for
- * an error message. */
-static int64_t index_at(const pl_tensor *idx, int64_t pos) {
-    size_t es = pl_dtype_size(idx->dtype);
-    char tmp[8] = {0};
-    int64_t v = 0;
-    int32_t v32;
-    cudaMemcpy(tmp, (const char *)pl_tensor_data(idx) + pos * (int64_t)es, es,
-               cudaMemcpyDeviceToHost);
-    if (idx->dtype == PL_I64)
-        memcpy(&v, tmp, 8);
-    else {
-        memcpy(&v32, tmp, 4);
-        v = v32;
+pl_status pl_cu_fault_check(void) {
+    volatile pl_cu_fault *f = g_fault_host;
+    if (!f || !f->set) return PL_OK;
+    pthread_mutex_lock(&g_fault_mu);
+    pl_cu_fault r;
+    memcpy(&r, (const void *)g_fault_host, sizeof r);
+    memset((void *)g_fault_host, 0, sizeof r);
+    pthread_mutex_unlock(&g_fault_mu);
+    if (!r.set) return PL_OK; /* another thread reported it */
+    if (r.kind == PL_CU_FAULT_TARGET)
+        return pl_error_set(PL_ERR_INVALID,
+                            "%s: target[%lld] = %lld outside [0, %lld) and != ignore_index %lld "
+                            "(found by the kernel on the GPU, reported at the next read of "
+                            "device memory: values computed since then are not valid)",
+                            pl_op_name((pl_op)r.op), r.pos, r.value, r.bound, r.ignore);
+    return pl_error_set(PL_ERR_INVALID,
+                        "%s: index %lld at position %lld is out of range [0, %lld) (found by the "
+                        "kernel on the GPU, reported at the next read of device memory: values "
+                        "computed since then are not valid)",
+                        pl_op_name((pl_op)r.op), r.value, r.pos, r.bound);
+}
+
+__global__ void k_check_idx(const void *idx, int dt, int64_t m, int64_t n, pl_cu_fault *f,
+                            int op) {
+    GRID_LOOP(i, m) {
+        int64_t v = pl_d_idx(idx, dt, i);
+        if (v < 0 || v >= n) pl_d_fault(f, op, PL_CU_FAULT_INDEX, i, v, n, 0);
     }
-    return v;
 }
 
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n) {
     int64_t m = pl_tensor_numel(idx);
     if (m == 0) return PL_OK;
-    pl_cu_scratch s = {0};
-    unsigned long long *bad =
-        (unsigned long long *)pl_cu_scratch_get(&s, idx->device, sizeof(unsigned long long));
-    if (!bad) return PL_ERR_NOMEM;
-    unsigned long long hb = ~0ull;
-    pl_status st = PL_OK;
-    if (cudaMemcpy(bad, &hb, sizeof hb, cudaMemcpyHostToDevice) != cudaSuccess) {
-        st = pl_error_set(PL_ERR_DEVICE, "%s: cudaMemcpy failed", pl_op_name(op));
-        goto out;
-    }
-    k_check_idx<<<pl_cu_blocks(m), PL_CUDA_THREADS>>>(pl_tensor_data(idx), idx->dtype, m, n, bad);
-    if (cudaMemcpy(&hb, bad, sizeof hb, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        st = pl_error_set(PL_ERR_DEVICE, "%s: index check failed: %s", pl_op_name(op),
-                          cudaGetErrorString(cudaGetLastError()));
-        goto out;
-    }
-    if (hb != ~0ull) {
-        int64_t pos = (int64_t)hb, v = index_at(idx, pos);
-        st = pl_error_set(PL_ERR_INVALID, "%s: index %lld at position %lld is out of range [0, %lld)",
-                          pl_op_name(op), (long long)v, (long long)pos, (long long)n);
-    }
-out:
-    pl_cu_scratch_free(&s);
-    return st;
+    pl_cu_fault *f = pl_cu_fault_record();
+    if (!f) return pl_error_status();
+    k_check_idx<<<pl_cu_blocks(m), PL_CUDA_THREADS>>>(pl_tensor_data(idx), idx->dtype, m, n, f,
+                                                      (int)op);
+    CUDA_LAUNCHED(pl_op_name(op));
+    return PL_OK;
 }
 
 /* ---- broadcasting binary ops -------------------------------------------------------------- */
@@ -500,7 +515,7 @@ typedef struct ce_row {
 } ce_row;
 
 __global__ void k_ce_rows(const float *X, const void *tg, int tdt, float *lse, ce_row *rows_out,
-                          int64_t N, int64_t C, int64_t ign, unsigned long long *bad) {
+                          int64_t N, int64_t C, int64_t ign, pl_cu_fault *bad) {
     __shared__ float shf[32];
     __shared__ double shd[32];
     for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
@@ -524,7 +539,7 @@ __global__ void k_ce_rows(const float *X, const void *tg, int tdt, float *lse, c
             ce_row rr = {0.0, 0.0, 0};
             if (t != ign) {
                 if (t < 0 || t >= C)
-                    atomicMin(bad, (unsigned long long)i);
+                    pl_d_fault(bad, PL_OP_CROSS_ENTROPY, PL_CU_FAULT_TARGET, i, t, C, ign);
                 else {
                     rr.nll = pl_ce_row_nll(l, x[t]);
                     rr.smooth = pl_ce_row_smooth(l, C, sx);
@@ -555,38 +570,20 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(lg)) return pl_error_status();
     int64_t N, C;
     last_dim_geom(lg, &N, &C);
+    /* a target outside [0, C) is recorded and reported at the next read
+     * (pl_cu_fault_check): no copy back here */
+    pl_cu_fault *bad = pl_cu_fault_record();
+    if (!bad) return pl_error_status();
     pl_cu_scratch s = {0};
-    /* [bad index (8 bytes) | pad | per-row partial sums] */
-    char *buf = (char *)pl_cu_scratch_get(&s, lg->device, 16 + (size_t)(N ? N : 1) * sizeof(ce_row));
-    if (!buf) return PL_ERR_NOMEM;
-    unsigned long long *bad = (unsigned long long *)buf;
-    ce_row *rows = (ce_row *)(buf + 16);
-    pl_status st = PL_OK;
-    unsigned long long hb = ~0ull;
-    if (cudaMemset(bad, 0xff, sizeof *bad) != cudaSuccess) {
-        st = pl_error_set(PL_ERR_DEVICE, "cross_entropy: cudaMemset failed");
-        goto out;
-    }
+    ce_row *rows = (ce_row *)pl_cu_scratch_get(&s, lg->device, (size_t)(N ? N : 1) * sizeof(ce_row));
+    if (!rows) return PL_ERR_NOMEM;
     if (N > 0)
         k_ce_rows<<<row_grid(N), T_ROW>>>(cf(lg), pl_tensor_data(tg), tg->dtype, fp(a->out[1]),
                                           rows, N, C, a->p.ignore_index, bad);
     k_ce_final<<<1, 1024>>>(rows, N, C, a->p.alpha, fp(a->out[0]));
-    if (cudaMemcpy(&hb, bad, sizeof hb, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        st = pl_error_set(PL_ERR_DEVICE, "cross_entropy: kernel failed: %s",
-                          cudaGetErrorString(cudaGetLastError()));
-        goto out;
-    }
-    if (hb != ~0ull) {
-        int64_t t = index_at(tg, (int64_t)hb);
-        st = pl_error_set(PL_ERR_INVALID,
-                          "cross_entropy: target[%lld] = %lld outside [0, %lld) and != "
-                          "ignore_index %lld",
-                          (long long)hb, (long long)t, (long long)C,
-                          (long long)a->p.ignore_index);
-    }
-out:
     pl_cu_scratch_free(&s);
-    return st;
+    CUDA_LAUNCHED("cross_entropy");
+    return PL_OK;
 }
 
 __global__ void k_count_valid(const void *tg, int tdt, int64_t N, int64_t ign, float *out) {
@@ -812,8 +809,8 @@ template <typename T>
 __global__ void k_select_rows(T *dst, const T *src, int64_t O, int64_t Nsrc, int64_t K, int64_t I,
                               const void *idx, int idt) {
     GRID_LOOP(e, O * K * I) {
-        int64_t j = e % I, k = (e / I) % K, o = e / (I * K);
-        dst[e] = src[(o * Nsrc + pl_d_idx(idx, idt, k)) * I + j];
+        int64_t j = e % I, k = (e / I) % K, o = e / (I * K), r = pl_d_idx_in(idx, idt, k, Nsrc);
+        dst[e] = r < 0 ? (T)0 : src[(o * Nsrc + r) * I + j];
     }
 }
 
@@ -837,8 +834,8 @@ static pl_status select_rows(void *dst, const void *src, int64_t O, int64_t Nsrc
 __global__ void k_index_add(float *dst, const float *src, int64_t O, int64_t Ndst, int64_t K,
                             int64_t I, const void *idx, int idt) {
     GRID_LOOP(e, O * K * I) {
-        int64_t j = e % I, k = (e / I) % K, o = e / (I * K);
-        atomicAdd(&dst[(o * Ndst + pl_d_idx(idx, idt, k)) * I + j], src[e]);
+        int64_t j = e % I, k = (e / I) % K, o = e / (I * K), r = pl_d_idx_in(idx, idt, k, Ndst);
+        if (r >= 0) atomicAdd(&dst[(o * Ndst + r) * I + j], src[e]);
     }
 }
 
@@ -912,11 +909,13 @@ static pl_status k_scatter_add_bwd(const pl_kernel_args *a) {
 typedef struct ggeom {
     int nd, d;
     int64_t ishape[PL_MAX_DIMS], xs[PL_MAX_DIMS];
+    int64_t n_d; /* x.shape[d]: the indices' range */
 } ggeom;
 
 static void ggeom_init(ggeom *g, const pl_tensor *x, const pl_tensor *ix, int d) {
     g->nd = ix->ndim;
     g->d = d;
+    g->n_d = x->shape[d];
     int64_t s = 1;
     for (int i = x->ndim - 1; i >= 0; i--) {
         g->xs[i] = s;
@@ -938,12 +937,18 @@ __device__ __forceinline__ int64_t gather_off(const ggeom &g, int64_t e, int64_t
 
 template <typename T>
 __global__ void k_gather_f(T *dst, const T *src, const void *idx, int idt, ggeom g, int64_t n) {
-    GRID_LOOP(e, n) dst[e] = src[gather_off(g, e, pl_d_idx(idx, idt, e))];
+    GRID_LOOP(e, n) {
+        int64_t v = pl_d_idx_in(idx, idt, e, g.n_d);
+        dst[e] = v < 0 ? (T)0 : src[gather_off(g, e, v)];
+    }
 }
 
 __global__ void k_gather_b(float *dx, const float *gp, const void *idx, int idt, ggeom g,
                            int64_t n) {
-    GRID_LOOP(e, n) atomicAdd(&dx[gather_off(g, e, pl_d_idx(idx, idt, e))], gp[e]);
+    GRID_LOOP(e, n) {
+        int64_t v = pl_d_idx_in(idx, idt, e, g.n_d);
+        if (v >= 0) atomicAdd(&dx[gather_off(g, e, v)], gp[e]);
+    }
 }
 
 static pl_status k_gather_fwd(const pl_kernel_args *a) {
@@ -1000,14 +1005,23 @@ __global__ void k_fill(float *p, float v, int64_t n) {
     GRID_LOOP(i, n) p[i] = v;
 }
 
-__global__ void k_seg_max(const float *x, const void *seg, int sdt, float *mx, int64_t E, int64_t H) {
-    GRID_LOOP(e, E * H) atomic_max_f(&mx[pl_d_idx(seg, sdt, e / H) * H + e % H], x[e]);
+__global__ void k_seg_max(const float *x, const void *seg, int sdt, float *mx, int64_t E, int64_t H,
+                          int64_t N) {
+    GRID_LOOP(e, E * H) {
+        int64_t q = pl_d_idx_in(seg, sdt, e / H, N);
+        if (q >= 0) atomic_max_f(&mx[q * H + e % H], x[e]);
+    }
 }
 
 __global__ void k_seg_exp(const float *x, const void *seg, int sdt, const float *mx, float *y,
-                          float *sum, int64_t E, int64_t H) {
+                          float *sum, int64_t E, int64_t H, int64_t N) {
     GRID_LOOP(e, E * H) {
-        int64_t q = pl_d_idx(seg, sdt, e / H) * H + e % H;
+        int64_t q = pl_d_idx_in(seg, sdt, e / H, N);
+        if (q < 0) {
+            y[e] = 0.0f;
+            continue;
+        }
+        q = q * H + e % H;
         float v = pl_softmax_exp(x[e], mx[q]);
         y[e] = v;
         atomicAdd(&sum[q], v);
@@ -1015,19 +1029,30 @@ __global__ void k_seg_exp(const float *x, const void *seg, int sdt, const float 
 }
 
 __global__ void k_seg_norm(const void *seg, int sdt, const float *sum, float *y, int64_t E,
-                           int64_t H) {
-    GRID_LOOP(e, E * H) y[e] *= 1.0f / sum[pl_d_idx(seg, sdt, e / H) * H + e % H];
+                           int64_t H, int64_t N) {
+    GRID_LOOP(e, E * H) {
+        int64_t q = pl_d_idx_in(seg, sdt, e / H, N);
+        if (q >= 0) y[e] *= 1.0f / sum[q * H + e % H];
+    }
 }
 
 __global__ void k_seg_dot(const float *g, const float *y, const void *seg, int sdt, float *dot,
-                          int64_t E, int64_t H) {
-    GRID_LOOP(e, E * H) atomicAdd(&dot[pl_d_idx(seg, sdt, e / H) * H + e % H], g[e] * y[e]);
+                          int64_t E, int64_t H, int64_t N) {
+    GRID_LOOP(e, E * H) {
+        int64_t q = pl_d_idx_in(seg, sdt, e / H, N);
+        if (q >= 0) atomicAdd(&dot[q * H + e % H], g[e] * y[e]);
+    }
 }
 
 __global__ void k_seg_grad(const float *g, const float *y, const void *seg, int sdt,
-                           const float *dot, float *ds, int64_t E, int64_t H) {
+                           const float *dot, float *ds, int64_t E, int64_t H, int64_t N) {
     GRID_LOOP(e, E * H) {
-        float d = dot[pl_d_idx(seg, sdt, e / H) * H + e % H];
+        int64_t q = pl_d_idx_in(seg, sdt, e / H, N);
+        if (q < 0) {
+            ds[e] = 0.0f;
+            continue;
+        }
+        float d = dot[q * H + e % H];
         ds[e] = pl_softmax_grad(y[e], g[e], d);
     }
 }
@@ -1045,10 +1070,11 @@ static pl_status k_segment_softmax_fwd(const pl_kernel_args *a) {
     unsigned nb = pl_cu_blocks(E * H);
     k_fill<<<pl_cu_blocks(N * H), PL_CUDA_THREADS>>>(mx, -INFINITY, N * H);
     k_fill<<<pl_cu_blocks(N * H), PL_CUDA_THREADS>>>(sum, 0.0f, N * H);
-    k_seg_max<<<nb, PL_CUDA_THREADS>>>(cf(s), pl_tensor_data(seg), seg->dtype, mx, E, H);
+    k_seg_max<<<nb, PL_CUDA_THREADS>>>(cf(s), pl_tensor_data(seg), seg->dtype, mx, E, H, N);
     k_seg_exp<<<nb, PL_CUDA_THREADS>>>(cf(s), pl_tensor_data(seg), seg->dtype, mx, fp(a->out[0]),
-                                       sum, E, H);
-    k_seg_norm<<<nb, PL_CUDA_THREADS>>>(pl_tensor_data(seg), seg->dtype, sum, fp(a->out[0]), E, H);
+                                       sum, E, H, N);
+    k_seg_norm<<<nb, PL_CUDA_THREADS>>>(pl_tensor_data(seg), seg->dtype, sum, fp(a->out[0]), E, H,
+                                        N);
     pl_cu_scratch_free(&sc);
     CUDA_LAUNCHED("segment_softmax");
     return PL_OK;
@@ -1066,9 +1092,9 @@ static pl_status k_segment_softmax_bwd(const pl_kernel_args *a) {
     if (!dot) return PL_ERR_NOMEM;
     unsigned nb = pl_cu_blocks(E * H);
     k_fill<<<pl_cu_blocks(N * H), PL_CUDA_THREADS>>>(dot, 0.0f, N * H);
-    k_seg_dot<<<nb, PL_CUDA_THREADS>>>(cf(g), cf(y), pl_tensor_data(seg), seg->dtype, dot, E, H);
+    k_seg_dot<<<nb, PL_CUDA_THREADS>>>(cf(g), cf(y), pl_tensor_data(seg), seg->dtype, dot, E, H, N);
     k_seg_grad<<<nb, PL_CUDA_THREADS>>>(cf(g), cf(y), pl_tensor_data(seg), seg->dtype, dot,
-                                        fp(a->out[0]), E, H);
+                                        fp(a->out[0]), E, H, N);
     pl_cu_scratch_free(&sc);
     CUDA_LAUNCHED("segment_softmax backward");
     return PL_OK;

@@ -130,6 +130,57 @@ START_TEST(small_graph_matches_cpu) {
 }
 END_TEST
 
+/* A bad index or cross-entropy target does not make the op wait for the
+ * device: the kernel records it and the next read of device memory (a copy
+ * to the host, a synchronize) reports it, naming the op, the value and its
+ * position, once; the kernels never read out of bounds meanwhile. */
+START_TEST(bad_index_is_reported_at_the_next_read) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    pl_frame_begin();
+    pl_tensor *xc = pl_test_randn(PL_SHAPE(5, 3), 1);
+    pl_tensor *x = pl_tensor_to(xc, PL_F32, gd);
+    int64_t iv[4] = {0, 4, 7, 2};
+    pl_tensor *ix = pl_tensor_from_data(PL_I64, PL_SHAPE(4), iv, gd);
+    pl_tensor *y = pl_index_select(x, 0, ix);
+    ck_assert_msg(y != NULL, "index_select waited for the device: %s", pl_error_message());
+    ck_assert_ptr_null(pl_tensor_to(y, PL_F32, PL_CPU));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(),
+                         "index_select: index 7 at position 2 is out of range [0, 5)") != NULL,
+                  "%s", pl_error_message());
+    /* reported once; the rows of good indices are right, the bad one is 0 */
+    pl_tensor *h = pl_tensor_to(y, PL_F32, PL_CPU);
+    ck_assert_msg(h != NULL, "%s", pl_error_message());
+    for (int j = 0; j < 3; j++) {
+        ck_assert_float_eq(pl_tensor_f32(h)[0 * 3 + j], pl_tensor_f32(xc)[0 * 3 + j]);
+        ck_assert_float_eq(pl_tensor_f32(h)[1 * 3 + j], pl_tensor_f32(xc)[4 * 3 + j]);
+        ck_assert_float_eq(pl_tensor_f32(h)[2 * 3 + j], 0.0f);
+    }
+    /* a synchronize reports it too (gather, int32 indices) */
+    int32_t gv[2] = {1, -1};
+    pl_tensor *gi = pl_tensor_from_data(PL_I32, PL_SHAPE(2), gv, gd);
+    ck_assert_ptr_nonnull(pl_index_select(x, 0, gi));
+    ck_assert_int_eq(b->synchronize(0), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "index -1 at position 1") != NULL, "%s",
+                  pl_error_message());
+    PL_CK_OK(b->synchronize(0));
+    /* a cross-entropy target outside [0, C) that is not ignore_index */
+    pl_tensor *lg = pl_tensor_to(pl_test_randn(PL_SHAPE(3, 4), 2), PL_F32, gd);
+    int64_t tv[3] = {1, 9, -100};
+    pl_tensor *tg = pl_tensor_from_data(PL_I64, PL_SHAPE(3), tv, gd);
+    pl_tensor *loss = pl_cross_entropy(lg, tg, -100, 0.0);
+    ck_assert_msg(loss != NULL, "cross_entropy waited for the device: %s", pl_error_message());
+    ck_assert(isnan(pl_tensor_item(loss)));
+    ck_assert_msg(strstr(pl_error_message(), "cross_entropy: target[1] = 9 outside [0, 4) and "
+                                             "!= ignore_index -100") != NULL,
+                  "%s", pl_error_message());
+    pl_tensor_release(h);
+    pl_frame_end();
+}
+END_TEST
+
 /* Largest |v| of a CPU float tensor (the scale for relative tolerances). */
 static double max_abs(const pl_tensor *t) {
     double m = 0;
@@ -324,6 +375,7 @@ int main(void) {
     tcase_add_test(tc, load_reports_reason);
     tcase_add_test(tc, memory_roundtrip);
     tcase_add_test(tc, small_graph_matches_cpu);
+    tcase_add_test(tc, bad_index_is_reported_at_the_next_read);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
     tcase_add_test(tc, lstm_matches_cpu);
     tcase_add_test(tc, clamp_matches_cpu);

@@ -228,6 +228,9 @@ static void h5c_destroy(void *self) {
         pl_tensor_release(L->tfg[i]);
     }
     free(L->perm);
+    pl_tensor_release(L->perm_dev);
+    pl_tensor_release(L->xperm_dev);
+    free(L->xperm);
     free(L->order);
     free(L);
 }

@@ -90,6 +90,12 @@ typedef struct loader {
     /* shuffle gather buffers ([batch, ...] per field, allocated once) */
     pl_tensor *gather[MAXF];
     int64_t *perm;  /* within-chunk row order (series: window order), cap entries */
+    /* rows mode on a device: the current chunk's perm, and its rows within the
+     * split (base + perm, for the resident extra fields), as i64 device
+     * vectors, copied once per chunk; a shuffled batch is gathered from them
+     * by one index_select per field (no per-row copies, no host wait) */
+    pl_tensor *perm_dev, *xperm_dev;
+    int64_t *xperm; /* host side of xperm_dev */
     int64_t *order; /* chunk order of the epoch */
     int64_t order_cap;
     /* epoch cursor */

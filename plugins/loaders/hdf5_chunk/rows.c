@@ -394,8 +394,20 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
             L->gather[i] = h5c_new_tensor(tr->f[i].dt, tr->f[i].ndim, shape, L->dev);
             if (!L->gather[i]) return pl_error_status();
         }
-        L->perm = malloc(sizeof *L->perm * (size_t)(L->resident ? tr->nrows : L->cap));
+        int64_t np = L->resident ? tr->nrows : L->cap;
+        L->perm = malloc(sizeof *L->perm * (size_t)np);
         if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+        if (!pl_device_eq(L->dev, PL_CPU)) {
+            L->perm_dev = h5c_new_tensor(PL_I64, 1, &np, L->dev);
+            if (!L->perm_dev) return pl_error_status();
+            if (tr->nx > 0) {
+                L->xperm = malloc(sizeof *L->xperm * (size_t)np);
+                L->xperm_dev = h5c_new_tensor(PL_I64, 1, &np, L->dev);
+                if (!L->xperm || !L->xperm_dev)
+                    return L->xperm ? pl_error_status()
+                                    : pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+            }
+        }
     }
     L->order_cap = 1;
     for (int si = 0; si < 3; si++) {
@@ -447,6 +459,21 @@ static pl_status ensure_layout(loader *L, int si) {
     return PL_OK;
 }
 
+/* The chunk's row order to the device (once per chunk, not per batch): perm,
+ * and for the resident extra fields the rows within the split. */
+static pl_status upload_perm(loader *L, const split_data *s, int64_t rows) {
+    const pl_backend *be = pl_backend_get(L->dev.type);
+    if (!be) return pl_error_status();
+    pl_status st = be->memcpy(pl_tensor_data(L->perm_dev), L->dev, L->perm, PL_CPU,
+                              (size_t)rows * sizeof *L->perm);
+    if (st || !L->xperm_dev || s->nx == 0) return st;
+    int64_t base = L->order[L->chunk_pos] * L->cap;
+    for (int64_t i = 0; i < rows; i++)
+        L->xperm[i] = base + L->perm[i];
+    return be->memcpy(pl_tensor_data(L->xperm_dev), L->dev, L->xperm, PL_CPU,
+                      (size_t)rows * sizeof *L->xperm);
+}
+
 /* Make chunk order[pos] current (waiting on the prefetch if needed), then prefetch the next. */
 static pl_status activate_chunk(loader *L, int64_t pos) {
     int si = L->cur_split;
@@ -489,6 +516,7 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
         uint64_t seed = (L->ctx ? L->ctx->seed : 0) + (uint64_t)L->epoch;
         uint64_t rs = seed * 0x100000001B3ull ^ (uint64_t)(pos + 1) * 0x9E3779B97F4A7C15ull;
         h5c_shuffle(L->perm, rows, &rs);
+        if (L->perm_dev && (st = upload_perm(L, s, rows))) return st;
     }
     return PL_OK;
 }
@@ -534,12 +562,15 @@ pl_status rows_epoch_begin(loader *L, int si, int64_t start) {
     return PL_OK;
 }
 
-/* Copy rows idx[0..n) of `src` ([rows, ...]) into `dst` ([>=n, ...]). */
-static pl_status gather_rows(loader *L, pl_tensor *dst, const pl_tensor *src, const int64_t *idx,
-                             int64_t n, size_t row_bytes) {
-    char *d = pl_tensor_data(dst);
-    const char *s = pl_tensor_data(src);
+/* Copy rows idx[0..n) of `src` ([rows, ...]) into `dst` ([>=n, ...]): on the
+ * CPU by memcpy; on a device by the backend's index_select kernel, with
+ * `idx_dev` (the same indices, on the device, from position `off`), one
+ * launch per field and no host wait (the rows' order is the host's). */
+static pl_status gather_rows(loader *L, pl_tensor *dst, pl_tensor *src, const int64_t *idx,
+                             pl_tensor *idx_dev, int64_t off, int64_t n, size_t row_bytes) {
     if (pl_device_eq(L->dev, PL_CPU)) {
+        char *d = pl_tensor_data(dst);
+        const char *s = pl_tensor_data(src);
 #pragma omp parallel for if (n * (int64_t)row_bytes > (1 << 20)) schedule(static)
         for (int64_t i = 0; i < n; i++)
             memcpy(d + (size_t)i * row_bytes, s + (size_t)idx[i] * row_bytes, row_bytes);
@@ -547,12 +578,23 @@ static pl_status gather_rows(loader *L, pl_tensor *dst, const pl_tensor *src, co
     }
     const pl_backend *be = pl_backend_get(L->dev.type);
     if (!be) return pl_error_status();
-    for (int64_t i = 0; i < n; i++) {
-        pl_status st = be->memcpy(d + (size_t)i * row_bytes, L->dev, s + (size_t)idx[i] * row_bytes,
-                                  L->dev, row_bytes);
-        if (st) return st;
+    pl_kernel_fn k = pl_backend_kernel(be, PL_OP_INDEX_SELECT, false);
+    if (!k)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "hdf5_chunk: backend %s has no index_select "
+                            "kernel to gather a shuffled batch", be->name);
+    pl_tensor *iv = h5c_view_rows(idx_dev, off, n), *ov = h5c_view_rows(dst, 0, n);
+    pl_status st = !iv || !ov ? pl_error_status() : PL_OK;
+    if (!st) {
+        pl_kernel_args a = {.op = PL_OP_INDEX_SELECT, .n_in = 2, .n_out = 1};
+        a.in[0] = src;
+        a.in[1] = iv;
+        a.out[0] = ov;
+        a.p.dim = 0;
+        st = k(&a);
     }
-    return PL_OK;
+    pl_tensor_release(iv);
+    pl_tensor_release(ov);
+    return st;
 }
 
 int rows_next(loader *L, pl_batch *out) {
@@ -574,7 +616,8 @@ int rows_next(loader *L, pl_batch *out) {
     for (int i = 0; i < s->nf; i++) {
         pl_tensor *v;
         if (s->shuffle) {
-            if (gather_rows(L, L->gather[i], b->t[i], L->perm + L->row_pos, n, s->f[i].row_bytes))
+            if (gather_rows(L, L->gather[i], b->t[i], L->perm + L->row_pos, L->perm_dev,
+                            L->row_pos, n, s->f[i].row_bytes))
                 return -1;
             v = h5c_view_rows(L->gather[i], 0, n);
         } else {
@@ -591,7 +634,8 @@ int rows_next(loader *L, pl_batch *out) {
         if (s->shuffle) {
             size_t rb = (size_t)(pl_tensor_numel(s->xt[i]) / s->xt[i]->shape[0]) *
                         pl_dtype_size(s->xt[i]->dtype);
-            if (gather_rows(L, s->xg[i], s->xt[i], L->xidx, n, rb)) return -1;
+            if (gather_rows(L, s->xg[i], s->xt[i], L->xidx, L->xperm_dev, L->row_pos, n, rb))
+                return -1;
             v = h5c_view_rows(s->xg[i], 0, n);
         } else {
             v = h5c_view_rows(s->xt[i], g0, n);

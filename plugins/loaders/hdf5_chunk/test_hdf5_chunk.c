@@ -1074,6 +1074,58 @@ START_TEST(teacher_outputs_join_follows_the_shuffled_rows) {
 }
 END_TEST
 
+/* On a device (the strict one: GPU-like memory the host cannot touch) a
+ * shuffled batch is gathered by one index_select per field from the chunk's
+ * row order, copied to the device once per chunk: every batch of an epoch
+ * equals the CPU loader's, byte for byte, resident and streaming, with the
+ * teacher join's extra fields and row_field. */
+START_TEST(shuffled_batches_on_a_device_equal_the_cpu_ones) {
+    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, "strict"));
+    pl_device dev = {PL_DEVICE_CUDA, 0};
+    char p[512], dp[512], tp[512], body[2048];
+    make_rows_file(p, sizeof p);
+    tmp_path("join_data.h5", dp, sizeof dp);
+    tmp_path("join_teacher.h5", tp, sizeof tp);
+    make_join_files(dp, tp, -1, false);
+    const char *cases[] = {
+        "batch_size = 8\nshuffle = true\n",                           /* resident */
+        "batch_size = 8\nchunk_samples = 32\nshuffle = true\n",      /* streaming, prefetch */
+        "batch_size = 7\nchunk_samples = 21\nshuffle = true\nprefetch = false\n",
+        "JOIN batch_size = 3\nteacher_top_k = 2\n",                   /* extra fields, resident */
+        "JOIN batch_size = 3\nteacher_top_k = 2\nchunk_samples = 6\n", /* streaming */
+    };
+    for (int c = 0; c < 5; c++) {
+        bool join = !strncmp(cases[c], "JOIN ", 5);
+        if (join)
+            snprintf(body, sizeof body, "path = %s\ndatasets = input_ids,labels\nrow_field = row\n"
+                     "teacher_outputs = %s\n%s", dp, tp, cases[c] + 5);
+        else
+            snprintf(body, sizeof body, "path = %s\ndatasets = x,label=y\nrow_field = row\n%s", p,
+                     cases[c]);
+        lt_loader Lc, Ld;
+        PL_CK_OK(lt_open(&Lc, "hdf5_chunk", body, NULL));
+        PL_CK_OK(lt_open_on(&Ld, "hdf5_chunk", body, NULL, dev));
+        for (int e = 0; e < 2; e++) {
+            lt_epoch ec, ed;
+            PL_CK_OK(Lc.vt->epoch_begin(Lc.self, PL_SPLIT_TRAIN, e, 0));
+            PL_CK_OK(Ld.vt->epoch_begin(Ld.self, PL_SPLIT_TRAIN, e, 0));
+            ck_assert_int_eq(lt_read_epoch(&Lc, &ec), 0);
+            ck_assert_msg(lt_read_epoch(&Ld, &ed) == 0, "case %d: %s", c, pl_error_message());
+            ck_assert_int_gt(ed.nb, 1);
+            ck_assert_int_eq(ed.b[0].n, ec.b[0].n);
+            ck_assert_int_ge(ed.b[0].n, join ? 6 : 3);
+            char why[512];
+            const char *d = lt_epoch_tail_diff(&ec, 0, &ed, why, sizeof why);
+            ck_assert_msg(d == NULL, "case %d epoch %d: %s", c, e, d);
+            lt_epoch_free(&ec);
+            lt_epoch_free(&ed);
+        }
+        lt_close(&Lc);
+        lt_close(&Ld);
+    }
+}
+END_TEST
+
 /* Rows that do not match are refused naming both files and the first
  * mismatching row; so are a missing log-normalizer and a K too large. */
 START_TEST(teacher_outputs_mismatch_is_refused_naming_both_files_and_the_row) {
@@ -1490,6 +1542,7 @@ int main(void) {
     tcase_add_test(tc, batch_fields_series_mode);
     tcase_add_test(tc, teacher_outputs_join_follows_the_shuffled_rows);
     tcase_add_test(tc, teacher_outputs_mismatch_is_refused_naming_both_files_and_the_row);
+    tcase_add_test(tc, shuffled_batches_on_a_device_equal_the_cpu_ones);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, nonfinite_rows_are_refused_naming_dataset_row_and_column);
     tcase_add_test(tc, nonfinite_series_is_refused_naming_row_and_column);

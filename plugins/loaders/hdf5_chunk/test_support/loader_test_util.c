@@ -6,6 +6,11 @@
 #include <string.h>
 
 pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char *run_dir) {
+    return lt_open_on(L, plugin, body, run_dir, PL_CPU);
+}
+
+pl_status lt_open_on(lt_loader *L, const char *plugin, const char *body, const char *run_dir,
+                     pl_device dev) {
     memset(L, 0, sizeof *L);
     L->h = pl_harness_new("data", plugin, body);
     if (!L->h) return pl_error_status();
@@ -14,6 +19,7 @@ pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char
     L->ctx = pl_harness_ctx(L->h);
     L->ctx->seed = 42;
     L->ctx->run_dir = run_dir;
+    L->ctx->device = dev;
     pl_status st = pl_harness_create(L->h, &L->self);
     if (st) {
         char msg[1024];

@@ -18,6 +18,9 @@ typedef struct lt_loader {
  * would, create the loader (seed 42, CPU, run_dir may be NULL). On failure
  * returns the status with the error message set; L is cleaned. */
 pl_status lt_open(lt_loader *L, const char *plugin, const char *body, const char *run_dir);
+/* The same on device `dev` (ctx->device; its backend must be loaded). */
+pl_status lt_open_on(lt_loader *L, const char *plugin, const char *body, const char *run_dir,
+                     pl_device dev);
 void lt_close(lt_loader *L);
 /* A batch copied to host memory (every field contiguous), to compare epochs
  * bit for bit after the loader moved on. */
