@@ -1379,10 +1379,13 @@ pl_config *pl_config_load(const char *path, int n_over, const char *const *overr
         pl_error_set(PL_ERR_INVALID, "pl_config_load: NULL %s", !path ? "path" : "registry");
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
+    /* a FIFO or a device named as the config is refused, never waited on */
+    FILE *f = pl_file_fopen_read(path, "config file");
     if (!f) {
-        pl_hint_set("check the path; it is relative to the current directory");
-        pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+        if (errno) { /* else: not a regular file, the message says which type */
+            pl_hint_set("check the path; it is relative to the current directory");
+            pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+        }
         return NULL;
     }
     char *text = NULL;
