@@ -27,6 +27,8 @@ static const char *nz(const char *what) { return what ? what : ""; }
 static pl_status refuse_type(const char *path, const char *what, unsigned mode) {
     pl_status s = pl_error_set(PL_ERR_IO, "%s%s%s: is %s, expected a regular file", nz(what),
                                sep(what), path, pl_file_type_name(mode));
+    pl_hint_set("name a regular file: FIFOs, devices, sockets and directories are never read "
+                "(they could block or never end)");
     errno = 0;
     return s;
 }
