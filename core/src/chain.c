@@ -58,8 +58,11 @@ void tr_mark_latest(trainer *t) { point_link(t, "latest"); }
 static bool run_finished_ok(const char *dir) {
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/summary.json", dir);
-    FILE *f = fopen(p, "r");
-    if (!f) return true;
+    FILE *f = pl_file_fopen_read(p, NULL); /* a FIFO there must not block */
+    if (!f) {
+        pl_error_clear();
+        return true;
+    }
     char buf[65536];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);

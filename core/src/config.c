@@ -312,14 +312,36 @@ static bool parse_int(const char *s, int64_t *out) {
     return true;
 }
 
-static bool parse_float(const char *s, double *out) {
+/* A finite double. strtod's ERANGE is refused both ways: an overflow
+ * (1e400 -> HUGE_VAL) and an underflow (1e-400 -> 0, 1e-310 -> a denormal),
+ * so that "lr = 1e-400" is not silently read as 0. *range (when given) says
+ * that the failure was one of those. */
+static bool parse_float_r(const char *s, double *out, bool *range) {
+    if (range) *range = false;
     if (!s || !*s) return false;
     errno = 0;
     char *end;
     double v = strtod(s, &end);
-    if (*end || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0)) return false;
+    if (*end) return false;
+    if (errno == ERANGE) {
+        if (range) *range = true;
+        return false;
+    }
+    if (!isfinite(v)) return false;
     *out = v;
     return true;
+}
+static bool parse_float(const char *s, double *out) { return parse_float_r(s, out, NULL); }
+
+/* The message for a number strtod cannot hold. */
+static pl_status range_error(const char *where, const char *sec, const char *key,
+                             const char *value) {
+    pl_hint_set("a number must lie within the range of a double, about 2.2e-308 to 1.8e308 in "
+                "magnitude (or be 0)");
+    bool under = fabs(strtod(value, NULL)) < 1.0;
+    return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: the number %s the range of a double "
+                        "(it would be read as %s)", where, sec, key, value,
+                        under ? "underflows" : "overflows", under ? "0 or a denormal" : "infinity");
 }
 
 static bool parse_bool(const char *s, bool *out) {
@@ -422,7 +444,9 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
     }
     case PL_OPT_FLOAT: {
         double v;
-        if (!parse_float(value, &v)) {
+        bool range;
+        if (!parse_float_r(value, &v, &range)) {
+            if (range) return range_error(where, sec, key, value);
             pl_hint_set("%s takes a finite number such as 0.5 or 1e-3: %s", key,
                         o->doc ? o->doc : "");
             return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: expected a number, found '%s'",
@@ -471,7 +495,9 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
             }
             return PL_OK;
         }
-        if (!parse_float(value, &fv)) {
+        bool range;
+        if (!parse_float_r(value, &fv, &range)) {
+            if (range) return range_error(where, sec, key, value);
             pl_hint_set("an integer is a count (e.g. 100); a float in (0, 1] is a fraction (0.25)");
             return pl_error_set(PL_ERR_CONFIG,
                                 "%s: [%s] %s = %s: expected a count (integer) or a fraction "
@@ -1387,10 +1413,13 @@ pl_config *pl_config_load_as(const char *path, int n_over, const char *const *ov
         pl_error_set(PL_ERR_INVALID, "pl_config_load: NULL %s", !path ? "path" : "registry");
         return NULL;
     }
-    FILE *f = fopen(path, "rb");
+    /* a FIFO or a device named as the config is refused, never waited on */
+    FILE *f = pl_file_fopen_read(path, "config file");
     if (!f) {
-        pl_hint_set("check the path; it is relative to the current directory");
-        pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+        if (errno) { /* else: not a regular file, the message says which type */
+            pl_hint_set("check the path; it is relative to the current directory");
+            pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
+        }
         return NULL;
     }
     char *text = NULL;

@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,6 +29,60 @@ void pl_crash_context_push(const char *fmt, ...) {
 
 void pl_crash_context_pop(void) {
     if (tl_depth > 0) tl_depth--;
+}
+
+/* ---- mapped files ---------------------------------------------------------
+ * Writers take g_map_lock; the handler reads without it. A slot is claimed
+ * by setting `base` last (release) and freed by clearing it first, so a
+ * reader that sees a base sees its size and path (a slot reused while the
+ * handler runs could name the wrong file: a crash message, never a
+ * crash). */
+#define MAP_SLOTS 256
+static struct map_slot {
+    uintptr_t base; /* 0: free */
+    size_t size;
+    char path[512];
+} g_maps[MAP_SLOTS];
+static pthread_mutex_t g_map_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void pl_crash_map_register(const void *base, size_t size, const char *path) {
+    if (!base || !size) return;
+    pthread_mutex_lock(&g_map_lock);
+    for (int i = 0; i < MAP_SLOTS; i++)
+        if (!__atomic_load_n(&g_maps[i].base, __ATOMIC_RELAXED)) {
+            g_maps[i].size = size;
+            snprintf(g_maps[i].path, sizeof g_maps[i].path, "%s", path ? path : "?");
+            __atomic_store_n(&g_maps[i].base, (uintptr_t)base, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&g_map_lock);
+}
+
+void pl_crash_map_unregister(const void *base) {
+    if (!base) return;
+    pthread_mutex_lock(&g_map_lock);
+    for (int i = 0; i < MAP_SLOTS; i++)
+        if (__atomic_load_n(&g_maps[i].base, __ATOMIC_RELAXED) == (uintptr_t)base) {
+            __atomic_store_n(&g_maps[i].base, 0, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&g_map_lock);
+}
+
+_Bool pl_crash_map_lookup(const void *addr, char *buf, size_t n, size_t *offset) {
+    uintptr_t a = (uintptr_t)addr;
+    for (int i = 0; i < MAP_SLOTS; i++) {
+        uintptr_t b = __atomic_load_n(&g_maps[i].base, __ATOMIC_ACQUIRE);
+        if (!b || a < b || a - b >= g_maps[i].size) continue;
+        if (buf && n) { /* strncpy-like, async-signal-safe */
+            size_t k = 0;
+            for (; k + 1 < n && g_maps[i].path[k]; k++) buf[k] = g_maps[i].path[k];
+            buf[k] = 0;
+        }
+        if (offset) *offset = (size_t)(a - b);
+        return 1;
+    }
+    return 0;
 }
 
 static const int k_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
@@ -74,6 +130,18 @@ static void on_fatal(int sig, siginfo_t *si, void *uctx) {
         if ((sig == SIGSEGV || sig == SIGBUS) && si) {
             snprintf(line, sizeof line, "  at address %p\n", si->si_addr);
             put(line);
+            char mpath[512];
+            size_t moff = 0;
+            if (pl_crash_map_lookup(si->si_addr, mpath, sizeof mpath, &moff)) {
+                put("  the address is inside the memory-mapped file ");
+                put(mpath);
+                snprintf(line, sizeof line, " (offset %zu)%s\n", moff,
+                         sig == SIGBUS ? ": the file was truncated or rewritten while this "
+                                         "process had it mapped; files a run reads (a backbone, "
+                                         "a checkpoint) must not change until it ends"
+                                       : "");
+                put(line);
+            }
         }
         put("  call stack:\n");
         void *frames[48];

@@ -142,9 +142,9 @@ static pl_status write_record(const char *dir, const pl_export_request *r, const
  * ending in "  ; default" are dropped before loading. */
 static pl_config *load_run_config(const char *path, const char *run_dir, int n_over,
                                   const char *const *over, pl_registry *reg) {
-    FILE *f = fopen(path, "r");
+    FILE *f = pl_file_fopen_read(path, "export: run config");
     if (!f) {
-        pl_error_set(PL_ERR_IO, "export: cannot read %s: %s", path, strerror(errno));
+        if (errno) pl_error_set(PL_ERR_IO, "export: cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;

@@ -193,9 +193,20 @@ static float double_quantize(const float *absmax, int64_t nb, uint8_t *q8, float
     return mean;
 }
 
-/* Fill q (nf4, CPU or not) from host f32 values; q->quant.* already sized. */
-static pl_status fill_from_host(pl_tensor *q, const float *x) {
+/* Fill q (nf4, CPU or not) from host f32 values; q->quant.* already sized.
+ * Non-finite values are refused (PL_ERR_NUMERIC naming `name`): the block
+ * absmax (fabsf(x) > m) skips a NaN, so the NaN would become an ordinary
+ * code of its block and vanish; an Inf would make its whole block NaN. */
+static pl_status fill_from_host(pl_tensor *q, const float *x, const char *name) {
     int64_t n = pl_tensor_numel(q), nb = pl_nf4_num_blocks(q);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i]) && bad++ == 0) first = i;
+    if (bad)
+        return pl_error_set(PL_ERR_NUMERIC, "nf4 quantization of '%s': %lld non-finite values of "
+                            "%lld (first at flat index %lld: %g); NF4 codes hold finite weights "
+                            "only", name && *name ? name : "(unnamed tensor)", (long long)bad,
+                            (long long)n, (long long)first, (double)x[first]);
     bool dq = q->quant.absmax_scale != NULL;
     int64_t ng = (nb + PL_NF4_DQ_BLOCK - 1) / PL_NF4_DQ_BLOCK;
     pl_tensor *hc = pl_tensor_new_owned(PL_NF4, q->ndim, q->shape, PL_CPU);
@@ -248,7 +259,7 @@ pl_tensor *pl_nf4_quantize(const pl_tensor *w, int64_t block, bool double_quant)
     if (double_quant) q->quant.absmax_scale = pl_tensor_new_owned(PL_F32, 1, &ng, w->device);
     pl_tensor *h = host_f32(w);
     if (!q->quant.absmax || (double_quant && !q->quant.absmax_scale) || !h ||
-        fill_from_host(q, pl_tensor_data(h))) {
+        fill_from_host(q, pl_tensor_data(h), w->name)) {
         pl_tensor_release(h);
         pl_tensor_release(q);
         return NULL;
@@ -271,7 +282,7 @@ pl_status pl_nf4_quantize_into(pl_tensor *q, const pl_tensor *w) {
                             (long long)pl_tensor_numel(q), pl_tensor_describe(q, b2, sizeof b2));
     pl_tensor *h = host_f32(w);
     if (!h) return pl_error_status();
-    st = fill_from_host(q, pl_tensor_data(h));
+    st = fill_from_host(q, pl_tensor_data(h), w->name[0] ? w->name : q->name);
     pl_tensor_release(h);
     return st;
 }

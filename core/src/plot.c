@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "plot.h"
+#include "pipeline/file.h"
 
 #define MAX_SERIES 256
 #define MAX_PANELS 48
@@ -95,7 +96,8 @@ static int push(series *s, double x, double y) {
 static pl_status read_run(plot *p, const char *run_dir, int run) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
-    FILE *f = fopen(path, "r");
+    FILE *f = pl_file_fopen_read(path, NULL);
+    if (!f && !errno) return pl_error_status(); /* not a regular file: said which type */
     if (!f)
         return pl_error_set(PL_ERR_IO, "%s: %s (is %s a run directory?)", path, strerror(errno),
                             run_dir);

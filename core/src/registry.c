@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config_internal.h"
@@ -39,6 +40,7 @@ typedef struct loaded {
     const pl_plugin_desc *desc;
     pl_status status;
     char *error;     /* load error, owned */
+    char *dup_error; /* pl_registry_list: another file has the same name (owned) */
 } loaded;
 
 struct pl_registry {
@@ -67,6 +69,7 @@ void pl_registry_free(pl_registry *r) {
         free(r->loaded[i].real);
         free(r->loaded[i].stem);
         free(r->loaded[i].error);
+        free(r->loaded[i].dup_error);
         /* handles stay open: vtables and option tables must outlive us */
     }
     free(r->loaded);
@@ -187,8 +190,11 @@ static void dirs_string(const pl_registry *r, char *buf, size_t n) {
     if (r->n_dirs == 0) snprintf(buf, n, "(none)");
 }
 
-/* Load (once) the .so at `path`; returns the entry (desc NULL on failure). */
-static loaded *load_path(pl_registry *r, const char *path, const char *real) {
+/* Load (once) the .so at `path`; returns the entry (desc NULL on failure).
+ * `crashed` non-NULL: record the entry as failed with that message, without
+ * loading it (a probe process crashed loading it). */
+static loaded *load_path_ex(pl_registry *r, const char *path, const char *real,
+                            const char *crashed) {
     for (int i = 0; i < r->n_loaded; i++)
         if (strcmp(r->loaded[i].real, real) == 0) return &r->loaded[i];
     if (r->n_loaded == r->cap_loaded) {
@@ -219,6 +225,13 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
     r->n_loaded++;
 
     char msg[1024];
+    bool in_entry = false; /* the entry's crash context is pushed */
+    if (crashed) {
+        snprintf(msg, sizeof msg, "%s", crashed);
+        L->status = PL_ERR_ABI;
+        pl_hint_set("remove %s from the plugin path, or rebuild it", path);
+        goto fail;
+    }
     dlerror();
     pl_crash_context_push("loading plugin %s (dlopen: its constructors)", path);
     L->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -259,9 +272,12 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
     }
     pl_plugin_entry_fn entry;
     *(void **)&entry = sym;
-    pl_crash_context_push("calling %s() of plugin %s", PL_PLUGIN_ENTRY_SYMBOL, path);
+    /* the context stays until the descriptor has been read and checked: an
+     * entry returning a bad pointer crashes in the reads below, not in it */
+    pl_crash_context_push("calling %s() of plugin %s and reading its descriptor",
+                          PL_PLUGIN_ENTRY_SYMBOL, path);
+    in_entry = true;
     const pl_plugin_desc *d = entry();
-    pl_crash_context_pop();
     if (!d) {
         snprintf(msg, sizeof msg, "plugin %s: %s() returned NULL instead of a descriptor", path,
                  PL_PLUGIN_ENTRY_SYMBOL);
@@ -297,14 +313,64 @@ static loaded *load_path(pl_registry *r, const char *path, const char *real) {
         pl_hint_set("define the plugin with PL_PLUGIN_DEFINE(...) from <pipeline/plugin.h>");
         goto fail;
     }
+    {
+        /* read the strings `pipeline plugins` prints, while the context names the plugin */
+        volatile size_t touch = strlen(d->name) + (d->version ? strlen(d->version) : 0) +
+                                (d->summary ? strlen(d->summary) : 0);
+        (void)touch;
+    }
+    pl_crash_context_pop();
     L->desc = d;
     L->status = PL_OK;
     return L;
 
 fail:
+    if (in_entry) pl_crash_context_pop();
     L->error = xstrdup(msg);
     pl_error_set(L->status, "%s", msg);
     return L;
+}
+
+static loaded *load_path(pl_registry *r, const char *path, const char *real) {
+    return load_path_ex(r, path, real, NULL);
+}
+
+static loaded *find_loaded(pl_registry *r, const char *real) {
+    for (int i = 0; i < r->n_loaded; i++)
+        if (strcmp(r->loaded[i].real, real) == 0) return &r->loaded[i];
+    return NULL;
+}
+
+/* Load the plugin at `path` in a forked child first (pl_registry_list): a
+ * .so that crashes in its constructor, its entry point or while its
+ * descriptor is read kills only the child (whose crash handler, inherited,
+ * reports where on stderr). True with `why` set when the child did not
+ * finish cleanly; false when it did, or when no child could be made (the
+ * plugin is then loaded in-process as before). */
+static bool probe_crashes(pl_registry *r, const char *path, const char *real, char *why,
+                          size_t n) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) {
+        (void)load_path(r, path, real); /* the child's copy of the registry */
+        _exit(0);                       /* no atexit handlers, no stdio flush */
+    }
+    int st = 0;
+    pid_t w;
+    do w = waitpid(pid, &st, 0);
+    while (w < 0 && errno == EINTR);
+    if (w != pid || (WIFEXITED(st) && WEXITSTATUS(st) == 0)) return false;
+    if (WIFSIGNALED(st))
+        snprintf(why, n, "plugin %s crashed while being loaded in a probe process (signal %d, %s; "
+                 "the report above names the call); it was not loaded",
+                 path, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else
+        snprintf(why, n, "plugin %s ended a probe process that loaded it with exit status %d "
+                 "(a crash under a sanitizer, or exit() in its constructor; see above); it was "
+                 "not loaded", path, WEXITSTATUS(st));
+    return true;
 }
 
 /* Reproduce the error of a failed entry as the thread's error. */
@@ -469,7 +535,14 @@ int pl_registry_list(pl_registry *r, const pl_plugin_info **out) {
             snprintf(p, sizeof p, "%s/%s", r->dirs[i], names[k]);
             free(names[k]);
             if (!regular_file(p) || !realpath(p, real)) continue;
-            loaded *L = load_path(r, p, real);
+            /* every plugin is loaded here, wanted or not: probe each new one
+             * in a child so that one crashing .so cannot take the listing down */
+            loaded *L = find_loaded(r, real);
+            if (!L) {
+                char why[1024];
+                L = load_path_ex(r, p, real,
+                                 probe_crashes(r, p, real, why, sizeof why) ? why : NULL);
+            }
             if (!L) continue;
             int idx = (int)(L - r->loaded);
             bool seen = false;
@@ -517,6 +590,32 @@ int pl_registry_list(pl_registry *r, const pl_plugin_info **out) {
             j--;
         }
         r->info[j + 1] = x;
+    }
+    /* one name from two different files: pl_registry_find_for refuses that
+     * name, so neither is listed as usable */
+    for (int i = 0; i < r->n_info;) {
+        int j = i + 1;
+        while (j < r->n_info && !strcmp(r->info[j].name, r->info[i].name)) j++;
+        if (j - i > 1)
+            for (int k = i; k < j; k++) {
+                loaded *L = NULL;
+                for (int m = 0; m < r->n_loaded && !L; m++)
+                    if (r->loaded[m].path == r->info[k].path) L = &r->loaded[m];
+                if (!L) continue;
+                if (!L->dup_error) {
+                    char msg[2 * PATH_MAX + 256];
+                    snprintf(msg, sizeof msg,
+                             "plugin name '%s' is provided by two files: %s and %s; a config "
+                             "naming '%s' is refused (remove one file or one directory from "
+                             "the plugin path)",
+                             r->info[i].name, r->info[i].path, r->info[i + 1].path,
+                             r->info[i].name);
+                    L->dup_error = xstrdup(msg);
+                }
+                if (!r->info[k].error) r->info[k].error = L->dup_error;
+                r->info[k].desc = NULL;
+            }
+        i = j;
     }
     pl_error_clear();
     if (out) *out = r->info;

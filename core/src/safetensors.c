@@ -46,6 +46,8 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pipeline/file.h"
+#include "crash.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* refuse headers above 100 MB */
 #define ST_MAX_INT 9007199254740992.0               /* 2^53: exact in a JSON double */
@@ -393,7 +395,10 @@ static st_map *st_map_retain(st_map *m) {
 
 static void st_map_release(st_map *m) {
     if (!m || __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) > 0) return;
-    if (m->base && m->size) munmap(m->base, m->size);
+    if (m->base && m->size) {
+        pl_crash_map_unregister(m->base);
+        munmap(m->base, m->size);
+    }
     free(m);
 }
 
@@ -599,17 +604,15 @@ done:
 pl_status pl_st_open(const char *path, pl_st_file **out) {
     if (out) *out = NULL;
     if (!path || !out) return pl_error_set(PL_ERR_INVALID, "safetensors open: NULL argument");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return pl_error_set(PL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* checked on the opened descriptor, opened without blocking: a FIFO
+     * named as a checkpoint or shard is refused instead of waiting forever */
+    int fd = pl_file_open_read(path, NULL);
+    if (fd < 0) return pl_error_status();
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
         return pl_error_set(PL_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return pl_error_set(PL_ERR_IO, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {
@@ -635,6 +638,8 @@ pl_status pl_st_open(const char *path, pl_st_file **out) {
     }
     m->base = map;
     m->size = (size_t)size;
+    /* a SIGBUS in here (the file truncated under us) names the file */
+    pl_crash_map_register(map, (size_t)size, path);
     m->refcount = 1;
     f->mapping = m;
     f->map = map;
@@ -821,4 +826,45 @@ const char *pl_st_meta(const pl_st_file *f, const char *key) {
     for (int i = 0; i < f->n_meta; i++)
         if (!strcmp(f->meta_k[i], key)) return f->meta_v[i];
     return NULL;
+}
+
+/* Flat index and kind of the first non-finite element, and their count;
+ * exponent bits all ones is NaN or +-Inf in every IEEE layout (and bf16). */
+#define ST_SCAN(T, EXP, MANT)                                                                   \
+    do {                                                                                        \
+        const T *v = (const T *)(const void *)p;                                                \
+        for (uint64_t i = 0; i < n; i++) {                                                      \
+            T u;                                                                                \
+            memcpy(&u, v + i, sizeof u); /* the stored bytes may be unaligned */               \
+            if ((u & (EXP)) == (EXP)) {                                                         \
+                if (!bad++) {                                                                   \
+                    first = i;                                                                  \
+                    first_nan = (u & (MANT)) != 0;                                              \
+                    first_neg = (u & ~((T)-1 >> 1)) != 0;                                       \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+    } while (0)
+
+pl_status pl_st_check_finite(const pl_st_file *f, const char *name) {
+    const st_rentry *e = find(f, name);
+    if (!e) return pl_error_status();
+    const uint8_t *p = f->data + e->begin;
+    uint64_t n = (e->end - e->begin) / (e->end > e->begin ? pl_dtype_size(e->dtype) : 1);
+    uint64_t bad = 0, first = 0;
+    bool first_nan = false, first_neg = false;
+    switch (e->dtype) {
+    case PL_F32: ST_SCAN(uint32_t, 0x7f800000u, 0x007fffffu); break;
+    case PL_F64: ST_SCAN(uint64_t, 0x7ff0000000000000ull, 0x000fffffffffffffull); break;
+    case PL_BF16: ST_SCAN(uint16_t, (uint16_t)0x7f80u, (uint16_t)0x007fu); break;
+    case PL_F16: ST_SCAN(uint16_t, (uint16_t)0x7c00u, (uint16_t)0x03ffu); break;
+    default: return PL_OK;
+    }
+    if (!bad) return PL_OK;
+    char sb[256];
+    shape_str(e->ndim, e->shape, sb, sizeof sb);
+    return pl_error_set(PL_ERR_NUMERIC, "%s: tensor '%s' (%s %s) holds %" PRIu64 " non-finite "
+                        "values of %" PRIu64 " (first at flat index %" PRIu64 ": %s)", f->path,
+                        name, st_dtype_name(e->dtype), sb, bad, n, first,
+                        first_nan ? "nan" : first_neg ? "-inf" : "inf");
 }

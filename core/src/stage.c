@@ -87,6 +87,9 @@ pl_status pl_stage_fns_of(const pl_plugin_desc *d, const char *where, pl_stage_f
     out->create = c;
     out->destroy = x;
     out->state = state_of(d->kind, vt);
+    /* create() is called next: a stale message must not pass for its error
+     * when it fails without setting one (pl_error_prefix then says so) */
+    pl_error_clear();
     return PL_OK;
 }
 

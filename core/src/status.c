@@ -24,7 +24,11 @@ pl_status pl_error_prefix(pl_status status, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, tl_msg, sizeof old);
-    snprintf(tl_msg, sizeof tl_msg, "%s: %s", prefix, old);
+    if (!old[0]) /* the callee failed without a word: say so, not "prefix: " */
+        snprintf(tl_msg, sizeof tl_msg, "%s: failed without setting an error message (status %s)",
+                 prefix, pl_status_name(status));
+    else
+        snprintf(tl_msg, sizeof tl_msg, "%s: %s", prefix, old);
     tl_status = status;
     return status;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# test_crash.sh - a plugin that crashes in its constructor, its entry point or its
-# create: the process still dies of the signal (no false success), but first says
-# which plugin and which call, and where the faulting code is (issue 16).
+# test_crash.sh - a plugin that crashes in its constructor, its entry point, while
+# its descriptor is read, or in its create: the process still dies of the signal
+# (no false success), but first says which plugin and which call, and where the
+# faulting code is (issues 16, 34). `pipeline plugins` probes each plugin in a
+# child process, so a crashing one is reported and the others still listed.
 # usage: test_crash.sh SOURCE_DIR BUILD_DIR   (the three builds of
-# tests/support/crash_plugin.c are in BUILD_DIR/crash_plugins/{ctor,entry,create})
+# tests/support/crash_plugin.c are in BUILD_DIR/crash_plugins/{ctor,entry,create,baddesc,silent})
 set -uo pipefail
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
@@ -29,12 +31,6 @@ expect_crash() { # WHAT DIR WANT... : run `pipeline ARGS` with DIR on the plugin
     done
 }
 
-cmd=(plugins)
-expect_crash "constructor" ctor "pipeline: fatal signal 11" "while loading plugin" \
-    "crash_plugins/ctor/crashy.so" "faulting code in $build/crash_plugins/ctor/crashy.so"
-expect_crash "entry point" entry "while calling pl_plugin_entry() of plugin" \
-    "crash_plugins/entry/crashy.so" "faulting code in $build/crash_plugins/entry/crashy.so"
-
 cat >"$tmp/c.ini" <<INI
 [data]
 plugin = crashy
@@ -46,6 +42,39 @@ plugin = sgd
 max_epochs = 1
 INI
 cmd=(run "$tmp/c.ini" pipeline.run_dir="$tmp/runs")
+expect_crash "constructor" ctor "pipeline: fatal signal 11" "while loading plugin" \
+    "crash_plugins/ctor/crashy.so" "faulting code in $build/crash_plugins/ctor/crashy.so"
+expect_crash "entry point" entry "while calling pl_plugin_entry() of plugin" \
+    "crash_plugins/entry/crashy.so" "faulting code in $build/crash_plugins/entry/crashy.so"
 expect_crash "create" create "while [data] plugin 'crashy'" ": create" \
     "faulting code in $build/crash_plugins/create/crashy.so"
-echo "PASS: crashes in a plugin's constructor, entry point and create name the plugin and the call"
+# an entry returning a bad pointer: the crash is in the core reading the descriptor, and
+# the plugin is named all the same (the context used to be popped before that read)
+expect_crash "bad descriptor pointer" baddesc "pipeline: fatal signal 11" \
+    "while calling pl_plugin_entry() of plugin $build/crash_plugins/baddesc/crashy.so" \
+    "and reading its descriptor"
+
+# `pipeline plugins` probes each .so in a child process: a crashing one is reported
+# (its crash report, then REFUSED) and every other plugin is still listed, exit 0
+for dir in ctor entry baddesc; do
+    PIPELINE_PLUGIN_PATH="$build/crash_plugins/$dir" timeout 120 "$bin" plugins >"$tmp/out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || { cat "$tmp/out"; fail "plugins with $dir/crashy.so: exit status $rc, expected 0"; }
+    for want in "crashed while being loaded in a probe process" "$build/crash_plugins/$dir/crashy.so" \
+        "pipeline: fatal signal 11"; do
+        grep -qF -- "$want" "$tmp/out" || { cat "$tmp/out"; fail "plugins with $dir: no '$want'"; }
+    done
+    grep -qE '^crashy +- .*REFUSED' "$tmp/out" || { cat "$tmp/out"; fail "plugins with $dir: crashy not REFUSED"; }
+    for p in mlp sgd adamw; do
+        grep -qE "^$p +(model|optimizer) " "$tmp/out" || { cat "$tmp/out"; fail "plugins with $dir: $p not listed"; }
+    done
+done
+
+# a create() that fails without setting a message names the plugin and says so
+PIPELINE_PLUGIN_PATH="$build/crash_plugins/silent" "$bin" "${cmd[@]}" >"$tmp/out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat "$tmp/out"; fail "silent create: exit status $rc"; }
+grep -qF "[data] plugin 'crashy'" "$tmp/out" && grep -qF "failed without setting an error message" "$tmp/out" \
+    || { cat "$tmp/out"; fail "silent create: the failure is not named"; }
+echo "PASS: crashes in a plugin's constructor, entry point, descriptor and create name the plugin and the call; \
+\`pipeline plugins\` survives a crashing plugin; a silent create() failure is named"

@@ -187,6 +187,16 @@ START_TEST(bad_types_are_refused) {
     CK_HAS(m, "expected a number, found 'fast'");
     m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = nan\n", NULL, PL_ERR_CONFIG);
     CK_HAS(m, "expected a number");
+    /* numbers strtod cannot hold: 1e-400 used to be accepted as lr = 0 */
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = 1e-400\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(7));
+    CK_HAS(m, "lr = 1e-400: the number underflows the range of a double");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = 1e-310\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "lr = 1e-310: the number underflows"); /* a denormal */
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\nlr = 1e999\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, "lr = 1e999: the number overflows");
+    m = load_fails(BASE "[optimizer]\nplugin = fx_optim\n", "optimizer.lr=-1e-400", PL_ERR_CONFIG);
+    CK_HAS(m, "lr = -1e-400: the number underflows");
     m = load_fails(BASE "[optimizer]\nplugin = fx_optim\namsgrad = maybe\n", NULL, PL_ERR_CONFIG);
     CK_HAS(m, "expected true or false, found 'maybe'");
     /* bool spellings accepted */
@@ -420,6 +430,18 @@ START_TEST(syntax_errors_have_line_numbers) {
     ck_assert_ptr_null(pl_config_load(PL_TEST_BINARY_DIR "/no/such.ini", 0, NULL, reg));
     ck_assert_int_eq(pl_error_status(), PL_ERR_IO);
     CK_HAS(pl_error_message(), "no/such.ini");
+    /* a FIFO named as the config is refused by type, never opened for a read
+     * that would wait for a writer (issue 34); alarm: a regression fails */
+    char fifo[600];
+    snprintf(fifo, sizeof fifo, "%s.fifo", ini_path);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    alarm(20);
+    ck_assert_ptr_null(pl_config_load(fifo, 0, NULL, reg));
+    alarm(0);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_IO);
+    CK_HAS(pl_error_message(), fifo);
+    CK_HAS(pl_error_message(), "is a FIFO, expected a regular file");
+    unlink(fifo);
 }
 END_TEST
 

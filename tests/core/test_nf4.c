@@ -360,6 +360,42 @@ START_TEST(checkpoint_interop_quantize_and_dequantize_on_load) {
 }
 END_TEST
 
+/* A NaN used to vanish: the block absmax skips it (fabsf(NaN) > m is false)
+ * and it became an ordinary code. NaN and Inf are refused, naming the
+ * tensor, the count and the first index, in quantize and quantize_into,
+ * from f32, bf16 and f16 sources (issue 34). */
+START_TEST(quantize_refuses_non_finite_weights) {
+    const pl_dtype dts[] = {PL_F32, PL_BF16, PL_F16};
+    for (int k = 0; k < 3; k++)
+        for (int inf = 0; inf < 2; inf++) {
+            int64_t shape[2] = {4, 32};
+            pl_tensor *w32 = PL_CK_NOTNULL(pl_test_randn(2, shape, 11));
+            ((float *)pl_tensor_data(w32))[70] = inf ? -INFINITY : NAN;
+            pl_tensor *w = PL_CK_NOTNULL(pl_tensor_to(w32, dts[k], PL_CPU));
+            pl_tensor_set_name(w, "layer.q_proj.weight");
+            ck_assert_ptr_null(pl_nf4_quantize(w, 64, k == 1));
+            const char *m = pl_error_message();
+            ck_assert_int_eq(pl_error_status(), PL_ERR_NUMERIC);
+            ck_assert_msg(strstr(m, "'layer.q_proj.weight'") && strstr(m, "1 non-finite values of 128") &&
+                              strstr(m, "first at flat index 70"),
+                          "%s: %s", pl_dtype_name(dts[k]), m);
+            /* quantize_into an existing nf4 tensor: refused, q keeps its values */
+            pl_tensor *ok = PL_CK_NOTNULL(pl_test_randn(2, shape, 12));
+            pl_tensor *q = PL_CK_NOTNULL(pl_nf4_quantize(ok, 64, false));
+            pl_tensor *before = PL_CK_NOTNULL(pl_nf4_dequantize(q, PL_F32));
+            ck_assert_int_eq(pl_nf4_quantize_into(q, w), PL_ERR_NUMERIC);
+            pl_tensor *after = PL_CK_NOTNULL(pl_nf4_dequantize(q, PL_F32));
+            ck_assert(pl_test_max_abs_diff(before, after) == 0.0);
+            pl_tensor_release(before);
+            pl_tensor_release(after);
+            pl_tensor_release(q);
+            pl_tensor_release(ok);
+            pl_tensor_release(w);
+            pl_tensor_release(w32);
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("nf4");
     TCase *tc = tcase_create("nf4");
@@ -374,6 +410,7 @@ int main(void) {
     tcase_add_test(tc, nf4_matmul_gradient_flows_to_x_only);
     tcase_add_test(tc, other_ops_refuse_nf4_with_op_and_tensor_names);
     tcase_add_test(tc, checkpoint_interop_quantize_and_dequantize_on_load);
+    tcase_add_test(tc, quantize_refuses_non_finite_weights);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -121,6 +121,20 @@ START_TEST(refuses_same_name_from_two_files) {
     ck_assert_int_eq(pl_registry_find(r, "fx_dup", PL_KIND_OPTIMIZER, NULL, &err), PL_ERR_CONFIG);
     CK_HAS(err, DUP1 "/fx_dup.so");
     CK_HAS(err, DUP2 "/fx_dup.so");
+    /* the listing agrees with the loader: neither file is listed as usable
+     * (both used to be listed as valid plugins) */
+    const pl_plugin_info *info = NULL;
+    int n = pl_registry_list(r, &info), seen = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(info[i].name, "fx_dup")) continue;
+        seen++;
+        ck_assert_msg(!info[i].desc, "%s listed as usable", info[i].path);
+        ck_assert_ptr_nonnull(info[i].error);
+        CK_HAS(info[i].error, "is provided by two files");
+        CK_HAS(info[i].error, DUP1 "/fx_dup.so");
+        CK_HAS(info[i].error, DUP2 "/fx_dup.so");
+    }
+    ck_assert_int_eq(seen, 2);
     pl_registry_free(r);
     /* one dir given twice (or via a trailing slash) is searched once: no error */
     r = reg_with(DUP1, DUP1 "/");

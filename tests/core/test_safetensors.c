@@ -17,6 +17,7 @@
 
 #include "pl_test.h"
 #include "pipeline/safetensors.h"
+#include "crash.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -708,6 +709,149 @@ START_TEST(interop_with_python_safetensors) {
 }
 END_TEST
 
+/* ---- hostile files (issue 34) ------------------------------------------------- */
+
+/* A FIFO, a directory and a character device are refused at once, by type
+ * (a FIFO used to block pl_st_open forever: it opened before it checked). */
+START_TEST(non_regular_files_refused_without_blocking) {
+    char p[512];
+    tpath("fifo.safetensors", p);
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    alarm(20); /* a regression blocks: fail by SIGALRM instead of hanging */
+    REFUSED(p, "is a FIFO, expected a regular file");
+    ck_assert_int_eq(pl_file_check_regular(p, "shard"), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "shard ") && strstr(pl_error_message(), p) &&
+                      strstr(pl_error_message(), "is a FIFO"),
+                  "%s", pl_error_message());
+    ck_assert_ptr_null(pl_file_fopen_read(p, "config file"));
+    ck_assert_int_eq(errno, 0);
+    ck_assert_msg(strstr(pl_error_message(), "config file ") &&
+                      strstr(pl_error_message(), "is a FIFO, expected a regular file"),
+                  "%s", pl_error_message());
+    ck_assert_int_lt(pl_file_open_read(p, NULL), 0);
+    alarm(0);
+    REFUSED(g_dir, "is a directory, expected a regular file");
+    REFUSED("/dev/zero", "is a character device, expected a regular file");
+    /* a missing file: errno stays ENOENT (callers tell "absent" from "refused") */
+    tpath("absent.safetensors", p);
+    ck_assert_int_eq(pl_file_check_regular(p, NULL), PL_ERR_IO);
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_ptr_null(pl_file_fopen_read(p, NULL));
+    ck_assert_int_eq(errno, ENOENT);
+    /* a regular file passes, and reads block as usual */
+    write_ref_file(tpath("ok.safetensors", p), 0);
+    PL_CK_OK(pl_file_check_regular(p, NULL));
+    FILE *f = PL_CK_NOTNULL(pl_file_fopen_read(p, NULL));
+    uint8_t b[8];
+    ck_assert_int_eq(fread(b, 1, 8, f), 8);
+    fclose(f);
+}
+END_TEST
+
+/* pl_st_check_finite: NaN, +Inf and -Inf found in F32, F64, BF16 and F16
+ * entries by their bits, named with the file, the tensor, the count and the
+ * first index; finite (and integer) tensors pass. */
+START_TEST(check_finite_every_float_dtype) {
+    static const struct {
+        pl_dtype dt;
+        uint64_t bits; /* the poisoned element's bit pattern */
+        const char *kind;
+    } cases[] = {{PL_F32, 0x7fc00000u, "nan"},          {PL_F32, 0xff800000u, "-inf"},
+                 {PL_F64, 0x7ff0000000000000ull, "inf"}, {PL_BF16, 0x7fc1u, "nan"},
+                 {PL_BF16, 0x7f80u, "inf"},             {PL_F16, 0x7c00u, "inf"},
+                 {PL_F16, 0xfe00u, "nan"}};
+    char p[512];
+    tpath("nonfinite.safetensors", p);
+    int64_t shape[2] = {3, 5};
+    pl_st_writer *w = PL_CK_NOTNULL(pl_st_writer_new(p));
+    char names[8][32];
+    int nc = (int)(sizeof cases / sizeof cases[0]);
+    for (int k = 0; k < nc; k++) {
+        pl_tensor *t = PL_CK_NOTNULL(pl_tensor_zeros_owned(cases[k].dt, 2, shape, PL_CPU));
+        memset(pl_tensor_data(t), 0, pl_tensor_nbytes(t)); /* +0.0: finite */
+        size_t es = pl_dtype_size(cases[k].dt);
+        uint8_t *d = pl_tensor_data(t);
+        memcpy(d + 7 * es, &cases[k].bits, es); /* little-endian low bytes */
+        memcpy(d + 11 * es, &cases[k].bits, es);
+        snprintf(names[k], sizeof names[k], "bad%d", k);
+        PL_CK_OK(pl_st_writer_add(w, names[k], t));
+        pl_tensor_release(t);
+    }
+    pl_tensor *ok = PL_CK_NOTNULL(pl_test_randn(2, shape, 5));
+    PL_CK_OK(pl_st_writer_add(w, "ok", ok));
+    pl_tensor_release(ok);
+    pl_tensor *ints = PL_CK_NOTNULL(pl_tensor_zeros_owned(PL_I32, 2, shape, PL_CPU));
+    memset(pl_tensor_data(ints), 0xff, pl_tensor_nbytes(ints)); /* -1: exponent-like bits */
+    PL_CK_OK(pl_st_writer_add(w, "ints", ints));
+    pl_tensor_release(ints);
+    PL_CK_OK(pl_st_writer_commit(w));
+    pl_st_writer_free(w);
+
+    pl_st_file *f = NULL;
+    PL_CK_OK(pl_st_open(p, &f));
+    PL_CK_OK(pl_st_check_finite(f, "ok"));
+    PL_CK_OK(pl_st_check_finite(f, "ints"));
+    for (int k = 0; k < nc; k++) {
+        ck_assert_int_eq(pl_st_check_finite(f, names[k]), PL_ERR_NUMERIC);
+        const char *m = pl_error_message();
+        char want[64];
+        snprintf(want, sizeof want, "first at flat index 7: %s)", cases[k].kind);
+        ck_assert_msg(strstr(m, p) && strstr(m, names[k]) && strstr(m, "2 non-finite values of 15") &&
+                          strstr(m, want),
+                      "case %d: %s", k, m);
+    }
+    ck_assert_int_eq(pl_st_check_finite(f, "absent"), PL_ERR_INVALID);
+    pl_st_close(f);
+}
+END_TEST
+
+/* A mapped file truncated under the process: touching a page past the new
+ * end is a SIGBUS, and the crash report names the mapped file (it used to
+ * name only libpipeline_core). In a child process, stderr to a file. */
+START_TEST(sigbus_in_a_truncated_mapping_names_the_file) {
+    char p[512], log[512];
+    tpath("mapped.safetensors", p);
+    tpath("crash.log", log);
+    long pg = sysconf(_SC_PAGESIZE);
+    int64_t n = 4 * pg; /* f32: 16 pages of data */
+    pl_st_writer *w = PL_CK_NOTNULL(pl_st_writer_new(p));
+    pl_tensor *t = PL_CK_NOTNULL(pl_test_randn(1, &n, 3));
+    PL_CK_OK(pl_st_writer_add(w, "big", t));
+    pl_tensor_release(t);
+    PL_CK_OK(pl_st_writer_commit(w));
+    pl_st_writer_free(w);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *e = freopen(log, "w", stderr);
+        if (!e) _exit(90);
+        pl_crash_handler_install();
+        pl_st_file *f = NULL;
+        if (pl_st_open(p, &f)) _exit(91);
+        if (truncate(p, pg) != 0) _exit(92); /* another process rewrote the shard */
+        pl_tensor *v = pl_st_view(f, "big");
+        if (!v) _exit(93);
+        volatile float s = 0;
+        const float *x = pl_tensor_data(v);
+        for (int64_t i = 0; i < n; i += pg / 4) s += x[i]; /* SIGBUS past the first page */
+        _exit(94);                                        /* not reached */
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    char *out = pl_test_read_file(log);
+    /* killed by SIGBUS; under a sanitizer its handler (ours hands over) exits non-zero */
+    ck_assert_msg((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) ||
+                      (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) < 90),
+                  "child status %d, output:\n%s", status, out);
+    ck_assert_msg(strstr(out, "fatal signal 7") || strstr(out, "fatal signal 10"), "%s", out);
+    ck_assert_msg(strstr(out, "inside the memory-mapped file") && strstr(out, p) &&
+                      strstr(out, "truncated or rewritten while this process had it mapped"),
+                  "the crash report does not name the mapped file:\n%s", out);
+    free(out);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("safetensors");
     TCase *tc = tcase_create("core");
@@ -731,6 +875,9 @@ static Suite *suite(void) {
     tcase_add_test(tc, missing_file_and_commit_error_name_the_path);
     tcase_add_test(tc, kill_during_commit_keeps_previous_file);
     tcase_add_test(tc, interop_with_python_safetensors);
+    tcase_add_test(tc, non_regular_files_refused_without_blocking);
+    tcase_add_test(tc, check_finite_every_float_dtype);
+    tcase_add_test(tc, sigbus_in_a_truncated_mapping_names_the_file);
     suite_add_tcase(s, tc);
     return s;
 }

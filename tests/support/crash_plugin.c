@@ -1,14 +1,18 @@
 /* crash_plugin.c - a loader plugin that crashes on purpose, for
- * tests/cli/test_crash.sh: built three times with CRASH_IN = 1 (a shared-object
- * constructor), 2 (the entry point) or 3 (the stage's create), each into its
- * own folder, so the crash is where a broken third-party plugin would have it. */
+ * tests/cli/test_crash.sh: built with CRASH_IN = 1 (a shared-object
+ * constructor), 2 (the entry point), 3 (the stage's create), 4 (the entry
+ * returns the bad pointer (void *)16: the core crashes reading the
+ * descriptor) or 5 (create fails without setting an error message), each
+ * into its own folder, so the fault is where a broken third-party plugin
+ * would have it. */
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "pipeline/plugin.h"
 
 #ifndef CRASH_IN
-#error "define CRASH_IN (1 constructor, 2 entry point, 3 create)"
+#error "define CRASH_IN (1 constructor, 2 entry point, 3 create, 4 bad descriptor, 5 silent create)"
 #endif
 
 static volatile int *volatile g_null;
@@ -53,5 +57,6 @@ static const pl_plugin_desc g_desc = {PL_ABI_MAJOR, PL_ABI_MINOR, "crashy", PL_K
 
 __attribute__((visibility("default"))) const pl_plugin_desc *pl_plugin_entry(void) {
     if (CRASH_IN == 2) crash();
+    if (CRASH_IN == 4) return (const pl_plugin_desc *)(uintptr_t)16;
     return &g_desc;
 }

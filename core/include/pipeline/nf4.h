@@ -71,13 +71,18 @@ uint8_t pl_nf4_quantize_value(float x);
  * device with t->quant filled. `block` > 0 (64 for QLoRA); `double_quant`
  * quantizes the absmax constants as above. The result does not require
  * grad. Returns a new reference owned by the caller (never adopted by a
- * frame), NULL with the error set (PL_ERR_DTYPE for a non-float source). */
+ * frame), NULL with the error set (PL_ERR_DTYPE for a non-float source,
+ * PL_ERR_NUMERIC naming w's name, the count and the first index when w holds
+ * NaN or +-Inf: bitsandbytes' absmax skips a NaN, which then becomes an
+ * ordinary code and vanishes, and an Inf turns its block into NaN; neither
+ * is represented, so both are refused). */
 pl_tensor *pl_nf4_quantize(const pl_tensor *w, int64_t block, bool double_quant);
 
 /* Re-quantize `w` into an existing nf4 tensor `q` of the same numel, keeping
  * q's block size and double-quantization choice (its state tensors are
  * overwritten in place, shapes unchanged). Used when float weights are
- * loaded onto an already quantized parameter. */
+ * loaded onto an already quantized parameter. Non-finite values in w are
+ * refused as by pl_nf4_quantize (q is left unchanged). */
 pl_status pl_nf4_quantize_into(pl_tensor *q, const pl_tensor *w);
 
 /* Dequantize an nf4 tensor to a new contiguous tensor of dtype `dt`

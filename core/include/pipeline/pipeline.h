@@ -13,6 +13,7 @@
 #include "pipeline/plugin.h"
 #include "pipeline/safetensors.h"
 #include "pipeline/nf4.h"
+#include "pipeline/file.h"
 
 #define PL_VERSION_STRING "0.1.0"
 

@@ -87,6 +87,19 @@ pl_status pl_st_load_into(const pl_st_file *f, const char *name, pl_tensor *dst)
 /* Metadata value or NULL. */
 const char *pl_st_meta(const pl_st_file *f, const char *key);
 
+/* Check that every stored element of tensor `name` is a finite number: for
+ * F32, F64, BF16 and F16 entries each element's exponent bits are tested
+ * (all ones: NaN or +-Inf, IEEE 754 binary32/64/16 and bfloat16, the top
+ * half of binary32), reading the stored bytes in place (no conversion, no
+ * copy; the pages are read from the file once). Integer and U8 entries
+ * always pass. Used on pretrained weights (a Hugging Face backbone) at
+ * load, where a NaN would otherwise be dropped silently (NF4
+ * quantization) or surface much later as a non-finite loss.
+ * Errors: PL_ERR_NUMERIC "<file>: tensor '<name>' (<dtype> <shape>) holds
+ * <k> non-finite values of <n> (first at flat index <i>: nan)"; PL_ERR_INVALID
+ * when the tensor is absent. */
+pl_status pl_st_check_finite(const pl_st_file *f, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

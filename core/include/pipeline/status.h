@@ -39,7 +39,10 @@ pl_status pl_error_set(pl_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Like pl_error_set but prepends "context: " to the current message; used to
- * add the file / section / tensor name while an error propagates up. */
+ * add the file / section / tensor name while an error propagates up. When
+ * there is no current message (a callee, e.g. a plugin's create(), failed
+ * without setting one) the result is "context: failed without setting an
+ * error message (status PL_ERR_...)". */
 pl_status pl_error_prefix(pl_status status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

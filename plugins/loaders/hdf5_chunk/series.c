@@ -25,6 +25,7 @@
  * epoch starts at position k * batch_size of that permutation.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,7 +281,8 @@ static pl_status read_standardization(loader *L, char names[][64], int nnames, c
     char p[2048];
     snprintf(p, sizeof p, "%s/standardization.json", L->ctx && L->ctx->run_dir ? L->ctx->run_dir
                                                                               : ".");
-    FILE *f = fopen(p, "rb");
+    FILE *f = pl_file_fopen_read(p, NULL);
+    if (!f && !errno) return pl_error_status(); /* not a regular file */
     if (!f) return pl_error_set(PL_ERR_IO, "%s: cannot open (the run standardized its series; "
                                 "predict needs its statistics)", p);
     char *txt = NULL;
@@ -380,7 +382,8 @@ static pl_status naive_baselines(loader *L, const pl_config_section *cfg, const 
     snprintf(p, sizeof p, "%s/" NAIVE_FILE, L->ctx && L->ctx->run_dir ? L->ctx->run_dir : ".");
     double nae = 0, cae = 0;
     if (predict) {
-        FILE *f = fopen(p, "rb");
+        FILE *f = pl_file_fopen_read(p, NULL);
+        if (!f && !errno) return pl_error_status(); /* not a regular file */
         char txt[4096];
         size_t n = f ? fread(txt, 1, sizeof txt - 1, f) : 0;
         if (f) fclose(f);

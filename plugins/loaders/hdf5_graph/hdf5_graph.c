@@ -38,6 +38,7 @@
  * through the shared helpers and under the process-wide lock of pl_h5.h.
  */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,8 +327,12 @@ static pl_status run_json_read(const graph *G, const char *name, char *path, siz
                                cJSON **out) {
     *out = NULL;
     snprintf(path, np, "%s/%s", G->ctx && G->ctx->run_dir ? G->ctx->run_dir : ".", name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return PL_OK;
+    FILE *f = pl_file_fopen_read(path, NULL);
+    if (!f && !errno) return pl_error_status(); /* not a regular file */
+    if (!f) {
+        pl_error_clear();
+        return PL_OK;
+    }
     char *txt = NULL;
     long n = -1;
     if (!fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && n < (1L << 24) && !fseek(f, 0, SEEK_SET)) {

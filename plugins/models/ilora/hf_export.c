@@ -231,7 +231,7 @@ static cJSON *builtin_config(const ilora_model *m, const ex_opts *x) {
 static cJSON *backbone_config(const ilora_model *m, const ex_opts *x) {
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/config.json", m->o.backbone);
-    FILE *f = fopen(path, "rb");
+    FILE *f = pl_file_fopen_read(path, "backbone file");
     char *text = NULL;
     long n = -1;
     if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&

@@ -34,10 +34,11 @@ struct hf_llama {
 
 static char *read_text(const char *path, bool *absent) {
     *absent = false;
-    FILE *fp = fopen(path, "rb");
+    /* checked before reading: a FIFO named config.json or as the index
+     * would block forever */
+    FILE *fp = pl_file_fopen_read(path, "backbone file");
     if (!fp) {
         *absent = errno == ENOENT;
-        pl_error_set(PL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = NULL;
@@ -407,6 +408,13 @@ pl_tensor *hf_llama_tensor(hf_llama *h, const char *name, int ndim, const int64_
     if (dt != PL_F32 && dt != PL_BF16 && dt != PL_F16) {
         pl_error_set(PL_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected F32, BF16 or F16",
                      fname, name, pl_dtype_name(dt));
+        return NULL;
+    }
+    /* before any conversion: a NaN would vanish in NF4 quantization (qlora4)
+     * or surface steps later as a non-finite loss (fp32, bf16) */
+    if (pl_st_check_finite(h->files[fi], name)) {
+        pl_hint_set("the backbone's weights must be finite numbers: the checkpoint is corrupt or "
+                    "was saved from a model that diverged");
         return NULL;
     }
     pl_tensor *t = pl_st_view(h->files[fi], name);

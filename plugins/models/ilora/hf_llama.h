@@ -42,7 +42,9 @@ const char *hf_llama_dir(const hf_llama *h);
 /* Whether the checkpoint holds tensor `name`. */
 bool hf_llama_has(const hf_llama *h, const char *name);
 /* A CPU view of tensor `name` (caller owns the reference), checked to have
- * exactly `shape` and a float dtype. Errors name the file and the tensor. */
+ * exactly `shape`, a float dtype and only finite values (PL_ERR_NUMERIC
+ * otherwise: NaN or Inf in a backbone weight, pl_st_check_finite). Errors
+ * name the file and the tensor. */
 pl_tensor *hf_llama_tensor(hf_llama *h, const char *name, int ndim, const int64_t *shape);
 
 #endif

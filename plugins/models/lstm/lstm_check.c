@@ -33,6 +33,10 @@ static void read_columns(const char *path, const char *series, int64_t *ncols, c
     if (!path || !path[0]) return;
     char sname[256];
     snprintf(sname, sizeof sname, "%s%s", series[0] == '/' ? "" : "/", series);
+    if (pl_file_check_regular(path, NULL)) { /* a FIFO would block; the loader says why */
+        pl_error_clear();
+        return;
+    }
     pl_h5_lock();
     hid_t file = -1, ds = -1;
     H5E_BEGIN_TRY {
