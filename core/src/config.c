@@ -1246,7 +1246,20 @@ static pl_status check_refs(pl_config *c) {
  * by finding its plugin and checking keys against the plugin's options. */
 static pl_status resolve_one(pl_config *c, pl_registry *reg, pl_config_section *s) {
     const pl_option_spec *core = pl_core_schema(s->name);
-    if (core) return resolve_section(c, s, core, "core section");
+    if (core) {
+        pl_status st = resolve_section(c, s, core, "core section");
+        const entry *rd = st || strcmp(s->name, "pipeline") ? NULL : find_entry(s, "run_dir");
+        if (rd && !*rd->value) {
+            /* RUN_DIR/NAME/... with an empty RUN_DIR is /NAME/... at the root */
+            pl_hint_set("give a directory (the default is runs, relative to the working "
+                        "directory), or drop the key: ~pipeline.run_dir");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "%s: [pipeline] run_dir is empty: runs would be written to "
+                                "/NAME/... at the filesystem root",
+                                rd->origin_str);
+        }
+        return st;
+    }
     int kind = pl_stage_section_kind(s->name);
     entry *pe = find_entry(s, "plugin");
     if (!pe) {

@@ -646,6 +646,23 @@ START_TEST(empty_value_is_the_empty_string) {
 }
 END_TEST
 
+/* Issue 34: `pipeline.run_dir=` wrote the run to /NAME/TIMESTAMP at the
+ * filesystem root (RUN_DIR/NAME with RUN_DIR empty); refused, in the file
+ * and on the command line, naming where it was set. */
+START_TEST(empty_run_dir_is_refused) {
+    const char *m = load_fails(good_ini, "pipeline.run_dir=", PL_ERR_CONFIG);
+    CK_HAS(m, "command line: [pipeline] run_dir is empty");
+    CK_HAS(m, "filesystem root");
+    m = load_fails(BASE "[pipeline]\nrun_dir =\n", NULL, PL_ERR_CONFIG);
+    CK_HAS(m, at(6));
+    CK_HAS(m, "run_dir is empty");
+    /* a directory, or "/" itself when asked for, stays accepted */
+    pl_config *c = PL_CK_NOTNULL(load(good_ini, "pipeline.run_dir=/", NULL));
+    ck_assert_str_eq(pl_cfg_str(pl_config_section_get(c, "pipeline"), "run_dir", ""), "/");
+    pl_config_free(c);
+}
+END_TEST
+
 START_TEST(pattern_options_match_one_segment) {
     pl_config *c = PL_CK_NOTNULL(load(BASE "[optimizer]\nplugin = fx_optim\ngroup.a.lr_scale = "
                                            "0.5\ngroup.b.lr_scale = 3\n",
@@ -915,6 +932,7 @@ int main(void) {
     tcase_add_test(t, tilde_section_drops_or_restarts_a_section);
     tcase_add_test(t, tilde_refuses_what_the_file_does_not_set);
     tcase_add_test(t, empty_value_is_the_empty_string);
+    tcase_add_test(t, empty_run_dir_is_refused);
     tcase_add_test(t, pattern_options_match_one_segment);
     tcase_add_test(t, requires_resolve_relative_to_the_ini);
     tcase_add_test(t, written_ini_reloads_to_same_values_and_hash);
