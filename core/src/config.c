@@ -33,6 +33,9 @@
  * origin`) while the line stays within this width, on a comment line of its
  * own above it otherwise. Only layout: the parser reads lines of any length. */
 #define PL_INI_ALIGN_MAX 198
+/* The comment that marks a key as a default the run took (its own line above
+ * the key, or after the value): read back as a default (entry.file_default). */
+#define PL_INI_DEFAULT_MARK "; default"
 typedef struct name_index {
     int *slot;
     size_t cap; /* power of two, 0: no index */
@@ -102,6 +105,10 @@ typedef struct entry {
     pl_value_origin origin;
     char *origin_str; /* "file.ini:12", "command line", "default" */
     int line;         /* 0 unless from the file */
+    /* From the file, marked `; default` (a run's config.ini, written by
+     * pl_config_write_ini, records the defaults it took that way): the value
+     * is used, but pl_cfg_is_set says the user did not set it. */
+    bool file_default;
 } entry;
 
 struct pl_config_section {
@@ -500,6 +507,12 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
  * `name : value` sets a key, the value cut at ';' after white space (an
  * inline comment) and trimmed; anything else is a syntax error. Parsing goes
  * on after an error and the first error line is reported.
+ *
+ * One addition: a key whose comment is exactly `; default` (after the
+ * value, or alone on the line above it) is a default the run took, as a
+ * run's config.ini records it: its value is used but pl_cfg_is_set is false,
+ * so `pipeline run RUN/config.ini`, predict and export treat it as the run
+ * did (a backbone's config.json supplies the shape the run took from it).
  * ==================================================================== */
 
 typedef struct parse_ctx {
@@ -572,7 +585,7 @@ static void on_section(parse_ctx *p, const char *name) {
     }
 }
 
-static void on_key(parse_ctx *p, const char *name, const char *value) {
+static void on_key(parse_ctx *p, const char *name, const char *value, bool is_default) {
     int line = p->lineno;
     char *copy = xstrdup(name);
     if (!copy) {
@@ -602,9 +615,12 @@ static void on_key(parse_ctx *p, const char *name, const char *value) {
         pl_hint_set("keep one of %s and %s:%d", old->origin_str, p->c->path, line);
         return;
     }
-    char *origin = xprintf("%s:%d", p->c->path, line);
-    if (!origin || !add_entry(sec, name, value, PL_FROM_FILE, origin, line))
+    char *origin = xprintf("%s:%d%s", p->c->path, line, is_default ? " (default)" : "");
+    entry *e = origin ? add_entry(sec, name, value, PL_FROM_FILE, origin, line) : NULL;
+    if (!e)
         fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
+    else
+        e->file_default = is_default;
     free(origin);
 }
 
@@ -631,7 +647,8 @@ static pl_status parse_text(pl_config *c, const char *text) {
     parse_ctx p = {.c = c, .text = text, .len = strlen(text)};
     char *line = NULL;
     size_t cap = 0;
-    int syntax = 0; /* first line inih would call an error */
+    int syntax = 0;            /* first line inih would call an error */
+    bool default_next = false; /* the line before was the comment `; default` */
     while (p.pos < p.len) {
         const char *start = text + p.pos;
         const char *nl = memchr(start, '\n', p.len - p.pos);
@@ -658,6 +675,8 @@ static pl_status parse_text(pl_config *c, const char *text) {
             (unsigned char)s[2] == 0xBF)
             s += 3;
         s = ini_lskip(ini_rstrip(s));
+        bool marked = default_next;
+        default_next = !strcmp(s, PL_INI_DEFAULT_MARK);
         if (!*s || *s == ';' || *s == '#') continue;
         if (p.prev_name && s > line) {
             /* an indented line after a key: inih's multi-line value */
@@ -689,9 +708,10 @@ static pl_status parse_text(pl_config *c, const char *text) {
         *end = '\0';
         char *value = end + 1;
         char *cut = ini_find(value, NULL);
+        marked |= !strcmp(cut, PL_INI_DEFAULT_MARK);
         *cut = '\0';
         value = ini_rstrip(ini_lskip(value));
-        on_key(&p, ini_rstrip(s), value);
+        on_key(&p, ini_rstrip(s), value, marked);
     }
     free(line);
     free(p.section);
@@ -942,6 +962,7 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over) {
             e->origin_str = o;
             e->origin = PL_FROM_CLI;
             e->line = 0;
+            e->file_default = false;
         } else if (!add_entry(S, key, value, PL_FROM_CLI, "command line", 0)) {
             return pl_error_status();
         }
@@ -1079,14 +1100,17 @@ static pl_status resolve_section(pl_config *c, pl_config_section *s, const pl_op
             for (int i = 0; i < s->n; i++) {
                 entry *e = &s->e[i];
                 if (find_entry(&tmp, e->key) || find_spec(schema, e->key) != o) continue;
-                if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line))
-                    goto nomem;
+                entry *ne = add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line);
+                if (!ne) goto nomem;
+                ne->file_default = e->file_default;
             }
             continue;
         }
         entry *e = find_entry(s, o->name);
         if (e) {
-            if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line)) goto nomem;
+            entry *ne = add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line);
+            if (!ne) goto nomem;
+            ne->file_default = e->file_default;
         } else if (!o->default_value) {
             char w[512];
             pl_hint_set("add `%s = ...` to [%s] (%s) or pass %s.%s=VALUE", o->name, s->name,
@@ -1525,7 +1549,7 @@ const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *
 
 bool pl_cfg_is_set(const pl_config_section *s, const char *key) {
     const entry *e = find_entry(s, key);
-    return e && e->origin != PL_FROM_DEFAULT;
+    return e && e->origin != PL_FROM_DEFAULT && !e->file_default;
 }
 
 const char *pl_cfg_origin(const pl_config_section *s, const char *key) {
@@ -1650,17 +1674,19 @@ uint64_t pl_config_hash(const pl_config *c) {
  * the origin would make it wider than PL_INI_ALIGN_MAX, the origin goes on a
  * comment line of its own above it (any length reads back). */
 static void ini_entry(sbuf *b, int kw, const entry *e) {
-    size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(e->origin_str);
+    /* a default read back from a config.ini stays marked as one */
+    const char *origin = e->file_default ? "default" : e->origin_str;
+    size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(origin);
     size_t width = kl > (size_t)kw ? kl : (size_t)kw;
     /* inih cuts a value at ';' after white space, '=' included: ";x" is
      * written "key =;x", as a file must hold it */
     bool leads_comment = e->value[0] == ';' || e->value[0] == '#';
     if (width + 3 + vl + 4 + ol <= PL_INI_ALIGN_MAX) {
         sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key, e->value,
-                  e->origin_str);
+                  origin);
         return;
     }
-    sb_printf(b, "; %s\n", e->origin_str);
+    sb_printf(b, "; %s\n", origin);
     sb_printf(b, leads_comment ? "%s =%s\n" : "%s = %s\n", e->key, e->value);
 }
 

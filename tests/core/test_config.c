@@ -795,6 +795,71 @@ START_TEST(written_ini_reloads_to_same_values_and_hash) {
 }
 END_TEST
 
+/* Issue 34: `pipeline predict RUN` and `pipeline run RUN/config.ini` refused
+ * every run trained on a Hugging Face backbone: config.ini records every key,
+ * the defaults too, and read back they counted as set by the user
+ * (pl_cfg_is_set), so ilora compared the default dim = 64 with config.json's
+ * hidden_size. A key marked `; default` (after the value, or alone on the
+ * line above) loads with its value but as not set; the mark survives another
+ * write, and an override makes the key set. */
+START_TEST(written_defaults_read_back_as_defaults) {
+    pl_config *c = PL_CK_NOTNULL(load(good_ini, "optimizer.weight_decay=0.2", NULL));
+    char out[PATH_MAX + 32], out2[PATH_MAX + 32];
+    snprintf(out, sizeof out, "%s/resolved.ini", tmpdir);
+    snprintf(out2, sizeof out2, "%s/resolved2.ini", tmpdir);
+    PL_CK_OK(pl_config_write_ini(c, out));
+    pl_config *r = PL_CK_NOTNULL(pl_config_load(out, 0, NULL, reg));
+    PL_CK_OK(pl_config_write_ini(r, out2));
+    pl_config *r2 = PL_CK_NOTNULL(pl_config_load(out2, 0, NULL, reg));
+    int n_default = 0, n_set = 0;
+    for (int i = 0; i < pl_config_section_count(c); i++) {
+        const pl_config_section *s = pl_config_section_at(c, i);
+        const pl_config_section *rs = pl_config_section_get(r, pl_cfg_section_name(s));
+        const pl_config_section *rs2 = pl_config_section_get(r2, pl_cfg_section_name(s));
+        for (int j = 0; j < pl_cfg_count(s); j++) {
+            const char *k = pl_cfg_key_at(s, j);
+            bool set = pl_cfg_is_set(s, k);
+            ck_assert_msg(pl_cfg_is_set(rs, k) == set && pl_cfg_is_set(rs2, k) == set,
+                          "[%s] %s: set %d in the config, %d read back, %d read back twice",
+                          pl_cfg_section_name(s), k, set, pl_cfg_is_set(rs, k),
+                          pl_cfg_is_set(rs2, k));
+            ck_assert_str_eq(pl_cfg_get(rs2, k), pl_cfg_get(s, k));
+            n_default += !set;
+            n_set += set;
+        }
+    }
+    ck_assert_int_gt(n_default, 10);
+    ck_assert_int_gt(n_set, 3);
+    ck_assert_uint_eq(pl_config_hash(r2), pl_config_hash(c));
+    const pl_config_section *t = pl_config_section_get(r, "trainer");
+    ck_assert(!pl_cfg_is_set(t, "max_steps"));
+    CK_HAS(pl_cfg_origin(t, "max_steps"), "resolved.ini:");
+    CK_HAS(pl_cfg_origin(t, "max_steps"), "(default)");
+    ck_assert(pl_cfg_is_set(t, "max_epochs"));
+    ck_assert(pl_cfg_is_set(pl_config_section_get(r, "optimizer"), "weight_decay"));
+    pl_config_free(r2);
+    pl_config_free(r);
+    pl_config_free(c);
+    /* an override of a recorded default sets it */
+    const char *ov[] = {"trainer.max_steps=3", NULL};
+    r = PL_CK_NOTNULL(pl_config_load(out, 1, ov, reg));
+    ck_assert(pl_cfg_is_set(pl_config_section_get(r, "trainer"), "max_steps"));
+    pl_config_free(r);
+    /* the mark on the line above; only right above, and only exactly */
+    c = PL_CK_NOTNULL(load(BASE "[pipeline]\n; default\nseed = 5\nname = n  ; default\n; default\n\n"
+                                "threads = 2\nverbose = true ; defaults\n",
+                           NULL, NULL));
+    const pl_config_section *p = pl_config_section_get(c, "pipeline");
+    ck_assert(!pl_cfg_is_set(p, "seed"));
+    ck_assert_int_eq(pl_cfg_int(p, "seed", 0), 5);
+    ck_assert(!pl_cfg_is_set(p, "name"));
+    ck_assert_str_eq(pl_cfg_str(p, "name", ""), "n");
+    ck_assert(pl_cfg_is_set(p, "threads"));
+    ck_assert(pl_cfg_is_set(p, "verbose"));
+    pl_config_free(c);
+}
+END_TEST
+
 /* Found by fuzz/fuzz_ini.c: a long key widened the alignment of every line
  * of config.ini and a long value left no room for the origin comment, so a
  * run's config.ini held lines longer than the INI parser then read (198
@@ -988,6 +1053,7 @@ int main(void) {
     tcase_add_test(t, pattern_options_match_one_segment);
     tcase_add_test(t, requires_resolve_relative_to_the_ini);
     tcase_add_test(t, written_ini_reloads_to_same_values_and_hash);
+    tcase_add_test(t, written_defaults_read_back_as_defaults);
     tcase_add_test(t, written_ini_with_long_keys_and_values_reloads);
     tcase_add_test(t, long_paths_in_file_and_on_command_line);
     tcase_add_test(t, written_ini_keeps_values_that_look_like_comments);
