@@ -1,5 +1,5 @@
 /* fuzz_ini.c - the INI configuration path of `pipeline run`/`check`: the
- * inih parse with the core's line reader, duplicate checks, command-line
+ * INI parse (the core's own reader of inih's dialect), duplicate checks, command-line
  * overrides (`section.key=value`, `~section.key`, `~section`), plugin
  * resolution through the registry (the real plugin .so files of this build
  * tree) and validation of every key against the core schema and each

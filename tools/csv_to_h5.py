@@ -78,6 +78,8 @@ import sys
 import h5py
 import numpy as np
 
+from convert_out import atomic_output, check_names, refuse_input_as_output
+
 EPOCH = dt.date(1970, 1, 1)
 TIME_NAMES = ("date", "time", "datetime", "timestamp")
 SECONDS_UNIT = "seconds since 1970-01-01T00:00:00Z"
@@ -337,6 +339,7 @@ def main():
         fail("--resample needs times of day (ISO 8601 with hh:mm), not --no-time or --time-numeric")
     if args.resample and args.no_sort:
         fail("--resample sorts the ticks by time; --no-sort does not apply")
+    refuse_input_as_output("csv_to_h5", args.out, [args.csv])
 
     try:
         with open(args.csv, newline="", encoding="utf-8") as f:
@@ -346,6 +349,7 @@ def main():
     if not rows:
         fail(f"{args.csv}: empty file")
     header, body = rows[0], [r for r in rows[1:] if r]
+    check_names("csv_to_h5", f"{args.csv}:1", header)
     args.header = header
     tci = None if args.no_time else find_time_col(args, header)
     if not body:
@@ -400,6 +404,8 @@ def main():
     else:
         wanted = args.columns.split(",") if args.columns else [h for i, h in enumerate(header)
                                                                if i != tci]
+        if args.columns:
+            check_names("csv_to_h5", f"--columns {args.columns}", wanted)
         names, cols = [], []
         for name in wanted:
             if name not in header:
@@ -424,7 +430,18 @@ def main():
         series = np.stack(cols, axis=1).astype(np.float32)[order]
 
     str_t = h5py.string_dtype("utf-8")
-    with h5py.File(args.out, "w") as f:
+    try:
+        with atomic_output(args.out) as tmp:
+            span = write(args, tmp, kind, ts, tname, attrs, series, names, str_t)
+    except OSError as e:
+        fail(f"{args.out}: cannot write: {e} (nothing written under that name)")
+    print(f"csv_to_h5: {args.out}: {series.shape[0]} rows x {series.shape[1]} columns "
+          f"({kind}{span})", file=sys.stderr)
+
+
+def write(args, path, kind, ts, tname, attrs, series, names, str_t):
+    """The HDF5 layout of the module docstring, into `path` (a temporary name)."""
+    with h5py.File(path, "w") as f:
         span = ""
         if kind == "date":
             iso = [(EPOCH + dt.timedelta(days=int(d))).isoformat() for d in ts]
@@ -458,8 +475,7 @@ def main():
         for k, v in attrs.items():
             f.attrs[k] = v
         f.attrs["source"] = f"csv_to_h5.py from {args.csv}"
-    print(f"csv_to_h5: {args.out}: {series.shape[0]} rows x {series.shape[1]} columns "
-          f"({kind}{span})", file=sys.stderr)
+    return span
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 # Usage: sudo tools/install_deps.sh [--data]   (--data adds R for the MovieLens fetch)
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config git
-      libinih-dev check libsubunit-dev libopenblas-dev libhdf5-dev libcjson-dev hdf5-tools
+      check libsubunit-dev libopenblas-dev libhdf5-dev libcjson-dev hdf5-tools
       # OpenBLAS's OpenMP build beside Debian's default (pthreads; priority 100 > 95, so the
       # system's libopenblas.so.0 is unchanged): CMake links it, GEMMs share OpenMP's pool
       libopenblas-openmp-dev

@@ -43,6 +43,8 @@ import csv
 import math
 import sys
 
+from convert_out import atomic_output, check_names, refuse_input_as_output
+
 ELEMENTS = ["C", "N", "O", "S", "F", "Cl", "Br", "I", "P"]
 DEGREES = [0, 1, 2, 3, 4, 5]  # last bucket = 5 or more
 NUM_HS = [0, 1, 2, 3, 4]  # last bucket = 4 or more
@@ -141,6 +143,7 @@ def main(argv=None):
     ap.add_argument("--check-tpsa", action="store_true",
                     help="also compute RDKit's TPSA and report how well it agrees with the CSV's first target")
     a = ap.parse_args(argv)
+    refuse_input_as_output("molecules_to_h5", a.out, [a.csv])
     import_deps()
     import h5py
     import numpy as np
@@ -163,6 +166,8 @@ def main(argv=None):
         names = [f"y{k}" for k in range(K)]
     if len(names) != K:
         sys.exit(f"molecules_to_h5: --target-names has {len(names)} names; the CSV has {K} targets")
+    check_names("molecules_to_h5", f"--target-names {a.target_names}" if a.target_names
+                else f"{a.csv}:1", names, "target")
 
     xs, eis, nptr, eptr, ys, smiles, lines = [], [], [0], [0], [], [], []
     skip_parse = skip_target = skip_empty = 0
@@ -212,7 +217,7 @@ def main(argv=None):
             kw = dict(compression="gzip", compression_opts=6, chunks=chunks)
         return f.create_dataset(name, data=data, **kw)
 
-    with h5py.File(a.out, "w") as f:
+    with atomic_output(a.out) as tmp, h5py.File(tmp, "w") as f:
         dset(f, "x", x, 4096)
         dset(f, "edge_index", ei, 65536)
         dset(f, "node_ptr", np.asarray(nptr, dtype=np.int64), 65536)

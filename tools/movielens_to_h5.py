@@ -42,6 +42,8 @@ import time
 import h5py
 import numpy as np
 
+from convert_out import atomic_output, check_names, refuse_input_as_output
+
 
 def read_ratings(path):
     with open(path, newline="", encoding="utf-8") as f:
@@ -50,6 +52,7 @@ def read_ratings(path):
             header = next(reader)
         except StopIteration:
             sys.exit(f"movielens_to_h5: {path}: empty file")
+        check_names("movielens_to_h5", f"{path}:1", header)
         col = {name: i for i, name in enumerate(header)}
         for need in ("userId", "movieId", "timestamp"):
             if need not in col:
@@ -175,6 +178,7 @@ def main():
                     help="q: /early holds the training-split interactions before the q quantile "
                          "of their timestamps (default 0.7)")
     args = ap.parse_args()
+    refuse_input_as_output("movielens_to_h5", args.out, [args.csv])
     L = args.max_len
     if L < 1:
         sys.exit("movielens_to_h5: --max-len must be >= 1")
@@ -226,7 +230,7 @@ def main():
     early = early_split(seq_items, stamps[order], offsets, L, args.early_quantile)
 
     str_t = h5py.string_dtype("utf-8")
-    with h5py.File(args.out, "w") as f:
+    with atomic_output(args.out) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["num_items"] = np.int64(num_items)
         f.attrs["num_users"] = np.int64(U)
         f.attrs["num_ratings"] = np.int64(n)

@@ -40,6 +40,8 @@ import sys
 import h5py
 import numpy as np
 
+from convert_out import atomic_output, refuse_input_as_output
+
 
 class _SparseStandIn:
     """Receives the pickled state of a scipy.sparse matrix."""
@@ -124,6 +126,9 @@ def main():
     for part in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"):
         if not os.path.isfile(p(part)):
             sys.exit(f"planetoid_to_h5: {p(part)}: file not found")
+    refuse_input_as_output("planetoid_to_h5", args.out,
+                           [args.raw_dir] + [p(part) for part in ("x", "tx", "allx", "y", "ty",
+                                                                  "ally", "graph", "test.index")])
 
     mats = {}
     for part in ("x", "tx", "allx", "y", "ty", "ally"):
@@ -200,7 +205,7 @@ def main():
     val_mask[ntrain:min(N, ntrain + args.num_val)] = 1
     test_mask[test_index] = 1
 
-    with h5py.File(args.out, "w") as f:
+    with atomic_output(args.out) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("features", data=feats, compression="gzip", compression_opts=6,
                          chunks=(min(256, max(1, N)), F) if N and F else None)
         f.create_dataset("labels", data=labels)

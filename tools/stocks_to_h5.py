@@ -42,6 +42,8 @@ import sys
 import h5py
 import numpy as np
 
+from convert_out import atomic_output, check_names, refuse_input_as_output
+
 FEATURES = ["ret_1d", "ret_5d", "ret_20d", "vol_20d", "ma_gap_20d"]
 FACTORS = ["reversal_1d", "reversal_5d", "momentum_20d"]
 WARMUP = 20
@@ -58,6 +60,7 @@ def read_prices(path, date_col):
         rows = list(csv.reader(fh))
     if not rows:
         fail(f"{path}: empty file")
+    check_names("stocks_to_h5", f"{path}:1", rows[0])
     header = [h.strip() for h in rows[0]]
     if date_col not in header:
         fail(f"{path}:1: no column '{date_col}' (found {', '.join(header[:5])}...)")
@@ -128,6 +131,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--date-col", default="date", help="name of the date column (default: date)")
     args = ap.parse_args()
+    refuse_input_as_output("stocks_to_h5", args.out, [args.csv])
 
     days, tickers, p = read_prices(args.csv, args.date_col)
     feats, factors, target = compute(p)
@@ -139,7 +143,7 @@ def main():
     target_time = secs[WARMUP + 1:WARMUP + 1 + T]
     str_t = h5py.string_dtype("utf-8")
     unit = "seconds since 1970-01-01T00:00:00Z (the day's midnight UTC)"
-    with h5py.File(args.out, "w") as f:
+    with atomic_output(args.out) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("time", data=time)
         f["time"].attrs["unit"] = unit
         f.create_dataset("target_time", data=target_time)

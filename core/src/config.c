@@ -1,10 +1,9 @@
 #define _GNU_SOURCE /* vasprintf */
-/* config.c - INI loading (inih), command-line overrides, validation against
+/* config.c - INI loading (inih's dialect), command-line overrides, validation against
  * option schemas, the resolved config (values + origins), its printing,
  * INI writing and hash. See config_internal.h for the contract. */
 #include <ctype.h>
 #include <errno.h>
-#include <ini.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -18,9 +17,6 @@
 
 #include "config_internal.h"
 
-#if INI_HANDLER_LINENO
-#error "config.c expects inih built without INI_HANDLER_LINENO (line numbers come from its reader)"
-#endif
 
 /* ====================================================================
  * Data structures
@@ -33,11 +29,13 @@
  * `~` on the command line) and rebuilt at the next lookup. Open addressing,
  * load factor <= 1/2; slot = position + 1, 0 empty. */
 #define INDEX_MIN 32
-/* The longest line, newline excluded, that inih reads whole: its buffer is
- * INI_MAX_LINE (200 in Debian's libinih) with the newline and the NUL; the
- * line reader refuses a longer one ("line too long"). Whatever the config
- * writes (config.ini of a run) stays within it. */
-#define PL_INI_LINE_MAX 198
+/* config.ini of a run puts the origin of a value after it (`key = value  ;
+ * origin`) while the line stays within this width, on a comment line of its
+ * own above it otherwise. Only layout: the parser reads lines of any length. */
+#define PL_INI_ALIGN_MAX 198
+/* The comment that marks a key as a default the run took (its own line above
+ * the key, or after the value): read back as a default (entry.file_default). */
+#define PL_INI_DEFAULT_MARK "; default"
 typedef struct name_index {
     int *slot;
     size_t cap; /* power of two, 0: no index */
@@ -107,6 +105,10 @@ typedef struct entry {
     pl_value_origin origin;
     char *origin_str; /* "file.ini:12", "command line", "default" */
     int line;         /* 0 unless from the file */
+    /* From the file, marked `; default` (a run's config.ini, written by
+     * pl_config_write_ini, records the defaults it took that way): the value
+     * is used, but pl_cfg_is_set says the user did not set it. */
+    bool file_default;
 } entry;
 
 struct pl_config_section {
@@ -518,7 +520,25 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
 }
 
 /* ====================================================================
- * Parsing (inih with a line-counting reader)
+ * Parsing
+ *
+ * The INI dialect of inih (r55, Debian's libinih with its defaults), read
+ * line by line here so that a line has no length limit: inih reads into a
+ * fixed buffer (INI_MAX_LINE, 200 bytes in Debian's build, a compile-time
+ * constant of the shared library), which refused any path longer than ~190
+ * bytes. Same rules as inih: a UTF-8 BOM is skipped on line 1; lines are
+ * trimmed (isspace); a line starting with ';' or '#' is a comment; an
+ * indented line after a key continues its value (refused here); `[name]`
+ * opens a section (text after ']' ignored); `name = value` or
+ * `name : value` sets a key, the value cut at ';' after white space (an
+ * inline comment) and trimmed; anything else is a syntax error. Parsing goes
+ * on after an error and the first error line is reported.
+ *
+ * One addition: a key whose comment is exactly `; default` (after the
+ * value, or alone on the line above it) is a default the run took, as a
+ * run's config.ini records it: its value is used but pl_cfg_is_set is false,
+ * so `pipeline run RUN/config.ini`, predict and export treat it as the run
+ * did (a backbone's config.json supplies the shape the run took from it).
  * ==================================================================== */
 
 typedef struct parse_ctx {
@@ -526,13 +546,11 @@ typedef struct parse_ctx {
     const char *text;
     size_t pos, len;
     int lineno;
-    bool prev_name;    /* mirrors inih: a key was seen since the last header */
-    bool continuation; /* current line is indented after a key */
-    char last_key[256];
-    int last_key_line;
+    char *section;     /* current section name ("" before the first header) */
+    char *prev_name;   /* key of the last `name = value`, NULL after a header */
+    int prev_line;
     bool failed;
     int err_line;
-    int long_line;     /* first line longer than inih's buffer */
 } parse_ctx;
 
 static void fail_at(parse_ctx *p, int line, pl_status st, const char *fmt, ...)
@@ -549,106 +567,91 @@ static void fail_at(parse_ctx *p, int line, pl_status st, const char *fmt, ...) 
     pl_error_set(st, "%s", msg);
 }
 
-static char *line_reader(char *str, int num, void *stream) {
-    parse_ctx *p = stream;
-    if (p->pos >= p->len || num < 4) return NULL;
-    const char *start = p->text + p->pos;
-    const char *nl = memchr(start, '\n', p->len - p->pos);
-    size_t linelen = nl ? (size_t)(nl - start + 1) : p->len - p->pos;
-    p->pos += linelen;
-    p->lineno++;
-    size_t copy = linelen;
-    if (copy > (size_t)num - 1) {
-        if (!p->long_line) p->long_line = p->lineno;
-        copy = (size_t)num - 2;
-        memcpy(str, start, copy);
-        str[copy] = '\n';
-        str[copy + 1] = '\0';
-    } else {
-        memcpy(str, start, copy);
-        str[copy] = '\0';
-    }
-    /* classify the raw line like inih does */
-    const char *s = str;
-    if (p->lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
-        (unsigned char)s[2] == 0xBF)
-        s += 3;
-    const char *t = s;
-    while (*t == ' ' || *t == '\t' || *t == '\r') t++;
-    bool indented = t > s;
-    p->continuation = false;
-    if (*t == '\0' || *t == '\n' || *t == ';' || *t == '#') return str;
-    if (indented && p->prev_name) {
-        p->continuation = true;
-        return str;
-    }
-    if (*t == '[') {
-        const char *close = strchr(t + 1, ']');
-        if (close) {
-            char name[128];
-            size_t n = (size_t)(close - (t + 1));
-            if (n >= sizeof name) n = sizeof name - 1;
-            memcpy(name, t + 1, n);
-            name[n] = '\0';
-            p->prev_name = false;
-            pl_config_section *sec = find_section(p->c, name);
-            if (sec && sec->line) {
-                fail_at(p, p->lineno, PL_ERR_CONFIG,
-                        "%s:%d: section [%s] appears twice (first at %s:%d)", p->c->path, p->lineno,
-                        name, p->c->path, sec->line);
-                pl_hint_set("merge the two [%s] sections into one", name);
-            } else if (sec) {
-                sec->line = p->lineno;
-            } else if (!add_section(p->c, name, p->lineno)) {
-                fail_at(p, p->lineno, PL_ERR_NOMEM, "config: out of memory");
-            }
-        }
-    }
-    return str;
+static char *ini_rstrip(char *s) {
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
 }
 
-static int ini_handler_fn(void *user, const char *section, const char *name, const char *value) {
-    parse_ctx *p = user;
-    int line = p->lineno;
-    if (p->failed) return 1;
-    if (p->continuation && strcmp(name, p->last_key) == 0) {
-        fail_at(p, line, PL_ERR_CONFIG,
-                "%s:%d: indented line continues the value of '%s' (line %d); multi-line values "
-                "are not supported",
-                p->c->path, line, name, p->last_key_line);
-        pl_hint_set("remove the indentation at %s:%d, or put the whole value on line %d",
-                    p->c->path, line, p->last_key_line);
-        return 1;
+static char *ini_lskip(char *s) {
+    while (*s && isspace((unsigned char)*s)) s++;
+    return s;
+}
+
+/* First of `chars` (NULL: none) or of an inline comment (';' after white
+ * space) in s, or its terminating NUL (inih's find_chars_or_comment). */
+static char *ini_find(char *s, const char *chars) {
+    bool was_space = false;
+    while (*s && !(chars && strchr(chars, *s)) && !(was_space && *s == ';')) {
+        was_space = isspace((unsigned char)*s);
+        s++;
     }
-    p->prev_name = true;
-    snprintf(p->last_key, sizeof p->last_key, "%s", name);
-    p->last_key_line = line;
-    if (!section || !*section) {
+    return s;
+}
+
+static void on_section(parse_ctx *p, const char *name) {
+    char *copy = xstrdup(name);
+    if (!copy) {
+        fail_at(p, p->lineno, PL_ERR_NOMEM, "config: out of memory");
+        return;
+    }
+    free(p->section);
+    p->section = copy;
+    free(p->prev_name);
+    p->prev_name = NULL;
+    pl_config_section *sec = find_section(p->c, name);
+    if (sec && sec->line) {
+        fail_at(p, p->lineno, PL_ERR_CONFIG, "%s:%d: section [%s] appears twice (first at %s:%d)",
+                p->c->path, p->lineno, name, p->c->path, sec->line);
+        pl_hint_set("merge the two [%s] sections into one", name);
+    } else if (sec) {
+        sec->line = p->lineno;
+    } else if (!add_section(p->c, name, p->lineno)) {
+        fail_at(p, p->lineno, PL_ERR_NOMEM, "config: out of memory");
+    }
+}
+
+static void on_key(parse_ctx *p, const char *name, const char *value, bool is_default) {
+    int line = p->lineno;
+    char *copy = xstrdup(name);
+    if (!copy) {
+        fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
+        return;
+    }
+    free(p->prev_name);
+    p->prev_name = copy;
+    p->prev_line = line;
+    if (p->failed) return;
+    const char *section = p->section ? p->section : "";
+    if (!*section) {
         fail_at(p, line, PL_ERR_CONFIG, "%s:%d: key '%s' is outside any section", p->c->path, line,
                 name);
         pl_hint_set("put it under a section header such as [pipeline] or [trainer]");
-        return 1;
+        return;
     }
     pl_config_section *sec = find_section(p->c, section);
     if (!sec && !(sec = add_section(p->c, section, 0))) {
         fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
-        return 1;
+        return;
     }
     entry *old = find_entry(sec, name);
     if (old) {
         fail_at(p, line, PL_ERR_CONFIG, "%s:%d: duplicate key '%s' in [%s] (first set at %s)",
                 p->c->path, line, name, section, old->origin_str);
         pl_hint_set("keep one of %s and %s:%d", old->origin_str, p->c->path, line);
-        return 1;
+        return;
     }
-    char *origin = xprintf("%s:%d", p->c->path, line);
-    if (!origin || !add_entry(sec, name, value, PL_FROM_FILE, origin, line))
+    char *origin = xprintf("%s:%d%s", p->c->path, line, is_default ? " (default)" : "");
+    entry *e = origin ? add_entry(sec, name, value, PL_FROM_FILE, origin, line) : NULL;
+    if (!e)
         fail_at(p, line, PL_ERR_NOMEM, "config: out of memory");
+    else
+        e->file_default = is_default;
     free(origin);
-    return 1;
 }
 
-/* Text of line `n` (1-based) of p->text, trimmed, into buf. */
+/* Text of line `n` (1-based) of p->text, trimmed, into buf (cut at bn - 1
+ * bytes with "..." when longer). */
 static void line_text(const parse_ctx *p, int n, char *buf, size_t bn) {
     const char *s = p->text, *end = p->text + p->len;
     for (int i = 1; i < n && s < end; i++) {
@@ -658,29 +661,93 @@ static void line_text(const parse_ctx *p, int n, char *buf, size_t bn) {
     const char *nl = memchr(s, '\n', (size_t)(end - s));
     size_t len = nl ? (size_t)(nl - s) : (size_t)(end - s);
     while (len && (s[len - 1] == '\r' || s[len - 1] == ' ')) len--;
-    if (len >= bn) len = bn - 1;
+    if (len >= bn) {
+        snprintf(buf, bn, "%.*s...", (int)(bn - 4), s);
+        return;
+    }
     memcpy(buf, s, len);
     buf[len] = '\0';
 }
 
 static pl_status parse_text(pl_config *c, const char *text) {
     parse_ctx p = {.c = c, .text = text, .len = strlen(text)};
-    int rc = ini_parse_stream(line_reader, &p, ini_handler_fn, &p);
-    if (rc == -2) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory while parsing", c->path);
-    if (rc < 0) return pl_error_set(PL_ERR_IO, "%s: could not be read", c->path);
-    int bad = rc > 0 ? rc : 0;
-    if (p.long_line && (!bad || p.long_line < bad)) bad = p.long_line;
-    if (bad && (!p.failed || bad < p.err_line)) {
-        char txt[256];
-        line_text(&p, bad, txt, sizeof txt);
-        if (bad == p.long_line) {
-            pl_hint_set("shorten the line (e.g. move long lists to several keys)");
-            return pl_error_set(PL_ERR_CONFIG, "%s:%d: line too long for the INI parser (%zu bytes)",
-                                c->path, bad, strlen(txt));
+    char *line = NULL;
+    size_t cap = 0;
+    int syntax = 0;            /* first line inih would call an error */
+    bool default_next = false; /* the line before was the comment `; default` */
+    while (p.pos < p.len) {
+        const char *start = text + p.pos;
+        const char *nl = memchr(start, '\n', p.len - p.pos);
+        size_t linelen = nl ? (size_t)(nl - start) : p.len - p.pos;
+        p.pos += linelen + (nl != NULL);
+        p.lineno++;
+        if (linelen + 1 > cap) {
+            size_t ncap = linelen + 1 > 2 * cap ? linelen + 1 : 2 * cap;
+            char *nb = realloc(line, ncap);
+            if (!nb) {
+                free(line);
+                free(p.section);
+                free(p.prev_name);
+                return pl_error_set(PL_ERR_NOMEM, "%s: out of memory while parsing line %d",
+                                    c->path, p.lineno);
+            }
+            line = nb;
+            cap = ncap;
         }
+        memcpy(line, start, linelen);
+        line[linelen] = '\0';
+        char *s = line;
+        if (p.lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB &&
+            (unsigned char)s[2] == 0xBF)
+            s += 3;
+        s = ini_lskip(ini_rstrip(s));
+        bool marked = default_next;
+        default_next = !strcmp(s, PL_INI_DEFAULT_MARK);
+        if (!*s || *s == ';' || *s == '#') continue;
+        if (p.prev_name && s > line) {
+            /* an indented line after a key: inih's multi-line value */
+            if (!p.failed) {
+                fail_at(&p, p.lineno, PL_ERR_CONFIG,
+                        "%s:%d: indented line continues the value of '%s' (line %d); "
+                        "multi-line values are not supported",
+                        c->path, p.lineno, p.prev_name, p.prev_line);
+                pl_hint_set("remove the indentation at %s:%d, or put the whole value on line %d",
+                            c->path, p.lineno, p.prev_line);
+            }
+            continue;
+        }
+        if (*s == '[') {
+            char *end = ini_find(s + 1, "]");
+            if (*end == ']') {
+                *end = '\0';
+                on_section(&p, s + 1);
+            } else if (!syntax) {
+                syntax = p.lineno;
+            }
+            continue;
+        }
+        char *end = ini_find(s, "=:");
+        if (*end != '=' && *end != ':') {
+            if (!syntax) syntax = p.lineno;
+            continue;
+        }
+        *end = '\0';
+        char *value = end + 1;
+        char *cut = ini_find(value, NULL);
+        marked |= !strcmp(cut, PL_INI_DEFAULT_MARK);
+        *cut = '\0';
+        value = ini_rstrip(ini_lskip(value));
+        on_key(&p, ini_rstrip(s), value, marked);
+    }
+    free(line);
+    free(p.section);
+    free(p.prev_name);
+    if (syntax && (!p.failed || syntax < p.err_line)) {
+        char txt[256];
+        line_text(&p, syntax, txt, sizeof txt);
         pl_hint_set("lines must be `key = value`, `[section]`, blank, or a comment starting "
                     "with ';' or '#'");
-        return pl_error_set(PL_ERR_CONFIG, "%s:%d: cannot parse '%s'", c->path, bad, txt);
+        return pl_error_set(PL_ERR_CONFIG, "%s:%d: cannot parse '%s'", c->path, syntax, txt);
     }
     if (p.failed) return pl_error_status();
     return PL_OK;
@@ -895,16 +962,6 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over,
                                 "cannot hold it (the run's config.ini must read back)",
                                 sec, key, why);
         }
-        if (strlen(key) + 1 + strlen(value) > PL_INI_LINE_MAX) {
-            pl_hint_set("shorten the value: an INI line, in a file or the run's config.ini, "
-                        "holds at most %d bytes",
-                        PL_INI_LINE_MAX);
-            return pl_error_set(
-                PL_ERR_CONFIG,
-                "command line: override '%s.%s' is %zu bytes long as `%s=VALUE`; "
-                "an INI line holds at most %d (the run's config.ini must read back)",
-                sec, key, strlen(key) + 1 + strlen(value), key, PL_INI_LINE_MAX);
-        }
         pl_config_section *S = find_section(c, sec);
         if (!S && !(S = add_section(c, sec, 0))) return pl_error_status();
         entry *e = find_entry(S, key);
@@ -932,6 +989,7 @@ static pl_status apply_overrides(pl_config *c, int n, const char *const *over,
             e->origin_str = o;
             e->origin = PL_FROM_CLI;
             e->line = 0;
+            e->file_default = false;
         } else if (!add_entry(S, key, value, PL_FROM_CLI, origin, 0)) {
             return pl_error_status();
         }
@@ -1069,14 +1127,17 @@ static pl_status resolve_section(pl_config *c, pl_config_section *s, const pl_op
             for (int i = 0; i < s->n; i++) {
                 entry *e = &s->e[i];
                 if (find_entry(&tmp, e->key) || find_spec(schema, e->key) != o) continue;
-                if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line))
-                    goto nomem;
+                entry *ne = add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line);
+                if (!ne) goto nomem;
+                ne->file_default = e->file_default;
             }
             continue;
         }
         entry *e = find_entry(s, o->name);
         if (e) {
-            if (!add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line)) goto nomem;
+            entry *ne = add_entry(&tmp, e->key, e->value, e->origin, e->origin_str, e->line);
+            if (!ne) goto nomem;
+            ne->file_default = e->file_default;
         } else if (!o->default_value) {
             char w[512];
             pl_hint_set("add `%s = ...` to [%s] (%s) or pass %s.%s=VALUE", o->name, s->name,
@@ -1273,7 +1334,20 @@ static pl_status check_refs(pl_config *c) {
  * by finding its plugin and checking keys against the plugin's options. */
 static pl_status resolve_one(pl_config *c, pl_registry *reg, pl_config_section *s) {
     const pl_option_spec *core = pl_core_schema(s->name);
-    if (core) return resolve_section(c, s, core, "core section");
+    if (core) {
+        pl_status st = resolve_section(c, s, core, "core section");
+        const entry *rd = st || strcmp(s->name, "pipeline") ? NULL : find_entry(s, "run_dir");
+        if (rd && !*rd->value) {
+            /* RUN_DIR/NAME/... with an empty RUN_DIR is /NAME/... at the root */
+            pl_hint_set("give a directory (the default is runs, relative to the working "
+                        "directory), or drop the key: ~pipeline.run_dir");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "%s: [pipeline] run_dir is empty: runs would be written to "
+                                "/NAME/... at the filesystem root",
+                                rd->origin_str);
+        }
+        return st;
+    }
     int kind = pl_stage_section_kind(s->name);
     entry *pe = find_entry(s, "plugin");
     if (!pe) {
@@ -1512,7 +1586,7 @@ const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *
 
 bool pl_cfg_is_set(const pl_config_section *s, const char *key) {
     const entry *e = find_entry(s, key);
-    return e && e->origin != PL_FROM_DEFAULT;
+    return e && e->origin != PL_FROM_DEFAULT && !e->file_default;
 }
 
 const char *pl_cfg_origin(const pl_config_section *s, const char *key) {
@@ -1633,26 +1707,24 @@ uint64_t pl_config_hash(const pl_config *c) {
     return h;
 }
 
-/* One `key = value  ; origin` line, aligned to `kw`, read back by inih: when
- * the padding and the origin would make it longer than an INI line holds,
- * the origin goes on a comment line of its own and the padding (or even the
- * spaces around '=') goes, since a line the parser cuts short would make
- * the run's config.ini unreadable on resume. A value too long even as
- * `key=value` cannot come from a file, and overrides are refused at load. */
+/* One `key = value  ; origin` line, aligned to `kw`: when the padding and
+ * the origin would make it wider than PL_INI_ALIGN_MAX, the origin goes on a
+ * comment line of its own above it (any length reads back). */
 static void ini_entry(sbuf *b, int kw, const entry *e) {
-    size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(e->origin_str);
+    /* a default read back from a config.ini stays marked as one */
+    const char *origin = e->file_default ? "default" : e->origin_str;
+    size_t kl = strlen(e->key), vl = strlen(e->value), ol = strlen(origin);
     size_t width = kl > (size_t)kw ? kl : (size_t)kw;
     /* inih cuts a value at ';' after white space, '=' included: ";x" is
      * written "key =;x", as a file must hold it */
     bool leads_comment = e->value[0] == ';' || e->value[0] == '#';
-    if (width + 3 + vl + 4 + ol <= PL_INI_LINE_MAX) {
+    if (width + 3 + vl + 4 + ol <= PL_INI_ALIGN_MAX) {
         sb_printf(b, leads_comment ? "%-*s =%s  ; %s\n" : "%-*s = %s  ; %s\n", kw, e->key, e->value,
-                  e->origin_str);
+                  origin);
         return;
     }
-    sb_printf(b, "; %s\n", e->origin_str);
-    sb_printf(b, kl + 3 + vl <= PL_INI_LINE_MAX && !leads_comment ? "%s = %s\n" : "%s=%s\n", e->key,
-              e->value);
+    sb_printf(b, "; %s\n", origin);
+    sb_printf(b, leads_comment ? "%s =%s\n" : "%s = %s\n", e->key, e->value);
 }
 
 char *pl_config_to_ini(const pl_config *c) {

@@ -1,9 +1,9 @@
 /* config_internal.h - loading, validating and printing the resolved INI
  * configuration (core only; plugins see pipeline/config.h).
  *
- * Loading: the INI file is parsed by inih; every handler call is tagged with
- * its line number (the core's own line reader feeds inih), duplicate keys and
- * sections are refused with both lines, then command-line overrides are
+ * Loading: the INI file is parsed in inih's dialect by the core's own line
+ * reader (lines of any length; config.c says the rules), every key tagged
+ * with its line number; duplicate keys and sections are refused with both lines, then command-line overrides are
  * applied: first the removals (`~section.key`, `~section`: drop what the file
  * sets; dropping what it does not set is an error), then the settings
  * (`section.key=value`, in order). Each stage section's `plugin` is loaded

@@ -133,50 +133,15 @@ static pl_status write_record(const char *dir, const pl_export_request *r, const
     return ok ? PL_OK : pl_error_set(PL_ERR_IO, "export: cannot write %s", path);
 }
 
-/* RUN_DIR/config.ini as the run resolved it, loaded so that a key the run
- * took from its default is a default again: pl_config_write_ini writes
- * every key, each followed by its origin ("  ; default", "  ; FILE:LINE",
- * "  ; command line"), and a plugin may tell a key the user set from its
- * default (pl_cfg_is_set: ilora refuses a shape option that disagrees with a
- * backbone's config.json, and dim = 64 is written as a default). Lines
- * ending in "  ; default" are dropped before loading. */
-static pl_config *load_run_config(const char *path, const char *run_dir, int n_over,
-                                  const char *const *over, pl_registry *reg) {
-    FILE *f = pl_file_fopen_read(path, "export: run config");
-    if (!f) {
-        if (errno) pl_error_set(PL_ERR_IO, "export: cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *text = malloc(cap), line[8192];
-    while (text && fgets(line, sizeof line, f)) {
-        size_t l = strlen(line);
-        while (l && (line[l - 1] == '\n' || line[l - 1] == '\r'))
-            line[--l] = 0;
-        static const char mark[] = "  ; default";
-        if (l >= sizeof mark - 1 && !strcmp(line + l - (sizeof mark - 1), mark) &&
-            strchr(line, '=') && line[0] != ';' && line[0] != '[')
-            continue;
-        if (n + l + 2 > cap) {
-            char *t2 = realloc(text, cap = 2 * (n + l + 2));
-            if (!t2) free(text);
-            text = t2;
-            if (!text) break;
-        }
-        memcpy(text + n, line, l);
-        n += l;
-        text[n++] = '\n';
-        text[n] = 0;
-    }
-    fclose(f);
-    if (!text) {
-        pl_error_set(PL_ERR_NOMEM, "export: out of memory reading %s", path);
-        return NULL;
-    }
-    text[n] = 0;
-    pl_config *cfg = pl_config_load_string(text, path, run_dir, n_over, over, reg);
-    free(text);
-    return cfg;
+/* RUN_DIR/config.ini as the run resolved it: a key the run took from its
+ * default is written `key = value  ; default` and loads as a default again
+ * (config.c: pl_cfg_is_set is false for it), so a plugin that tells a key the
+ * user set from its default (ilora refuses a shape option that disagrees with
+ * a backbone's config.json, and dim = 64 is written as a default) sees what
+ * the run saw. */
+static pl_config *load_run_config(const char *path, int n_over, const char *const *over,
+                                  pl_registry *reg) {
+    return pl_config_load(path, n_over, over, reg);
 }
 
 pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
@@ -199,7 +164,7 @@ pl_status pl_export_run(const pl_export_request *r, pl_registry *reg) {
      * initialized from elsewhere; an export needs no accelerator */
     const char *over[] = {"pipeline.device=cpu",
                           "pipeline.requires=", "trainer.init_from=", "trainer.resume="};
-    pl_config *cfg = load_run_config(cfg_path, r->run_dir, 4, over, reg);
+    pl_config *cfg = load_run_config(cfg_path, 4, over, reg);
     if (!cfg) return pl_error_prefix(PL_ERR_CONFIG, "export: the run's configuration");
     const pl_plugin_desc *md = pl_config_plugin(cfg, "model");
     if (!md) {

@@ -4,6 +4,7 @@
  * the edges where expf's behaviour is defined (0, -inf, NaN, overflow,
  * subnormal results). */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -120,12 +121,56 @@ START_TEST(exp_f32_edges_behave_as_expf) {
 }
 END_TEST
 
+/* A NaN loss reaches the LSTM's cell (pl_tanh_fast, pl_sigmoid_fast) and the
+ * bf16 cross-entropy (pl_exp_neg of x - lse); infinities reach them when a
+ * logit overflows. pl_exp_parts cast NaN to int and shifted the negative int
+ * x86 gives for it (undefined: the sanitizer build aborted here); now every
+ * function of the family is defined on NaN, +-inf and huge inputs, and NaN
+ * stays NaN. */
+START_TEST(exp_neg_family_defined_on_nan_and_infinities) {
+    ck_assert(isnan(pl_exp_neg(NAN)));
+    ck_assert(isnan(pl_exp_neg(-NAN)));
+    ck_assert(isnan(pl_expm1_neg(NAN)));
+    ck_assert(isnan(pl_tanh_fast(NAN)));
+    ck_assert(isnan(pl_sigmoid_fast(NAN)));
+    ck_assert(isnan(pl_math_elu(NAN, 1.0f)));
+    ck_assert(isnan(pl_math_elu_grad(1.0f, NAN, 1.0f)));
+    ck_assert(isnan(pl_softmax_exp_bf16(NAN, 0.0f)));
+    ck_assert(isnan(pl_softmax_exp_bf16(1.0f, NAN)));
+    ck_assert(isnan(pl_softmax_exp_bf16(INFINITY, INFINITY))); /* inf - inf */
+    ck_assert(isnan(pl_ce_grad_bf16(NAN, 0.0f, 1.0f, 0.0f)));
+    /* the ends of the domain: e^-inf, e^-huge as e^-87; above 0 (+inf, a
+     * max that is not the max) is taken as e^0 */
+    ck_assert(pl_exp_neg(-INFINITY) == pl_exp_neg(-87.0f));
+    ck_assert(pl_exp_neg(-1e30f) == pl_exp_neg(-87.0f));
+    ck_assert(pl_exp_neg(-FLT_MAX) > 0.0f && pl_exp_neg(-FLT_MAX) < 1e-37f);
+    ck_assert(pl_exp_neg(INFINITY) == 1.0f);
+    ck_assert(pl_exp_neg(1e30f) == 1.0f);
+    ck_assert(pl_exp_neg(FLT_MAX) == 1.0f);
+    ck_assert(pl_exp_neg(0.0f) == 1.0f);
+    ck_assert(pl_expm1_neg(-INFINITY) == -1.0f);
+    ck_assert(pl_expm1_neg(INFINITY) == 0.0f);
+    ck_assert(pl_expm1_neg(FLT_MAX) == 0.0f);
+    ck_assert(pl_tanh_fast(INFINITY) == 1.0f && pl_tanh_fast(-INFINITY) == -1.0f);
+    ck_assert(pl_tanh_fast(FLT_MAX) == 1.0f && pl_tanh_fast(-FLT_MAX) == -1.0f);
+    ck_assert(pl_sigmoid_fast(INFINITY) == 1.0f);
+    ck_assert(pl_sigmoid_fast(-INFINITY) < 1e-37f && pl_sigmoid_fast(-INFINITY) >= 0.0f);
+    ck_assert(pl_sigmoid_fast(FLT_MAX) == 1.0f);
+    ck_assert(pl_math_elu(-INFINITY, 1.0f) == -1.0f);
+    ck_assert(pl_math_elu(INFINITY, 1.0f) == INFINITY);
+    ck_assert(pl_softmax_exp_bf16(-INFINITY, 0.0f) == pl_exp_neg(-87.0f));
+    ck_assert(pl_softmax_exp_bf16(1.0f, -INFINITY) == 1.0f); /* x above m */
+    ck_assert(pl_ce_grad_bf16(0.0f, -INFINITY, 2.0f, 0.5f) == 1.0f);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("kernel_math");
     TCase *tc = tcase_create("exp");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, exp_f32_within_one_ulp_of_double_exp);
     tcase_add_test(tc, exp_f32_edges_behave_as_expf);
+    tcase_add_test(tc, exp_neg_family_defined_on_nan_and_infinities);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -4,8 +4,9 @@ dates (unsorted, TRUE/FALSE, a text column skipped), ISO 8601 times of day
 with zones (converted to UTC), naive times (refused without --utc),
 duplicate timestamps (refused or kept on request), numeric time indices,
 no time column, and ticks resampled to OHLC bars of the mid-quote (empty bars
-forward-filled); then, when present, the real Chicago (5,698 days) and
-USD/THB tick (2,984 quotes) files.
+forward-filled), the output discipline (an output that is an input, repeated
+or empty column names, a write failing half-way: issue 34); then, when
+present, the real Chicago (5,698 days) and USD/THB tick (2,984 quotes) files.
 
 Day 10013 is 1997-06-01: 27 years from 1970 with 7 leap days (1972 .. 1996)
 = 9862 days, plus January .. May 1997 (151 days)."""
@@ -243,13 +244,87 @@ def real_usdthb_ticks():
             assert np.min(np.abs(r5)) > 1e-6, np.min(np.abs(r5))
 
 
+def output_that_is_an_input_is_refused(d):
+    # issue 34: `csv_to_h5.py a.csv a.csv` replaced the CSV with HDF5
+    text = "date,v\n2001-01-01,1\n2001-01-02,2\n"
+    p = write(d, "in.csv", text)
+    os.symlink(p, os.path.join(d, "link.h5"))
+    os.link(p, os.path.join(d, "hard.h5"))
+    for out in (p, os.path.join(d, ".", "in.csv"), os.path.join(d, "link.h5"),
+                os.path.join(d, "hard.h5")):
+        r = convert(p, out)
+        assert r.returncode != 0 and "is the input" in r.stderr, (out, r.stderr)
+        with open(p) as f:
+            assert f.read() == text, out
+    r = convert(p, d)
+    assert r.returncode != 0 and "is a directory" in r.stderr, r.stderr
+    os.unlink(os.path.join(d, "link.h5"))
+    os.unlink(os.path.join(d, "hard.h5"))
+
+
+def duplicate_or_empty_column_names_are_refused(d):
+    # issue 34: a repeated name stored the first column's values twice
+    out = os.path.join(d, "dup.h5")
+    p = write(d, "dup.csv", "date,v,w,v\n2001-01-01,1,2,3\n")
+    r = convert(p, out)
+    assert r.returncode != 0 and "columns 2 and 4 are both named 'v'" in r.stderr, r.stderr
+    assert "dup.csv:1" in r.stderr and not os.path.exists(out), r.stderr
+    p = write(d, "empty.csv", "date,v,,w\n2001-01-01,1,2,3\n")
+    r = convert(p, out)
+    assert r.returncode != 0 and "column 3 has an empty name" in r.stderr, r.stderr
+    p = write(d, "ok.csv", "date,v,w\n2001-01-01,1,2\n")
+    r = convert("--columns", "w,v,w", p, out)
+    assert r.returncode != 0 and "columns 1 and 3 are both named 'w'" in r.stderr, r.stderr
+    r = convert("--columns", "w,v", p, out)
+    assert r.returncode == 0, r.stderr
+    with h5py.File(out) as f:
+        np.testing.assert_array_equal(f["series"][:], [[2, 1]])
+
+
+FAIL_WRITE = """
+import h5py, runpy, sys
+orig = h5py.Group.create_dataset
+def full_disk(self, name, *a, **k):
+    if name == "series":
+        raise OSError(28, "No space left on device")
+    return orig(self, name, *a, **k)
+h5py.Group.create_dataset = full_disk
+sys.argv = sys.argv[1:]
+sys.path.insert(0, __import__("os").path.dirname(sys.argv[0]))
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def failed_write_keeps_the_previous_output(d):
+    # issue 34: the output was written in place, so a full disk left a partial
+    # file under the final name and destroyed the previous good output
+    sub = os.path.join(d, "atomic")
+    os.mkdir(sub)
+    out = os.path.join(sub, "o.h5")
+    p = write(d, "a1.csv", "date,v\n2001-01-01,7\n")
+    assert convert(p, out).returncode == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(out).st_mode & 0o777 == 0o666 & ~mask, oct(os.stat(out).st_mode)
+    p = write(d, "a2.csv", "date,v\n2001-01-01,8\n2001-01-02,9\n")
+    r = subprocess.run([sys.executable, "-c", FAIL_WRITE, TOOL, p, out], capture_output=True,
+                       text=True)
+    assert r.returncode != 0 and "No space left on device" in r.stderr, r.stderr
+    assert "nothing written under that name" in r.stderr, r.stderr
+    with h5py.File(out) as f:
+        np.testing.assert_array_equal(f["series"][:], [[7]])
+    assert os.listdir(sub) == ["o.h5"], os.listdir(sub)  # no temporary left behind
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         for t in (times_of_day_with_zones_are_converted_to_utc, naive_times_need_utc,
                   midnight_dates_stay_calendar_days, bad_times_name_the_line,
                   duplicate_timestamps_are_refused_or_kept_on_request, numeric_time_index,
                   no_time_keeps_row_order, ticks_resample_to_ohlc_bars_of_the_mid_quote,
-                  log_return_drops_the_first_bar, resample_refusals):
+                  log_return_drops_the_first_bar, resample_refusals,
+                  output_that_is_an_input_is_refused, duplicate_or_empty_column_names_are_refused,
+                  failed_write_keeps_the_previous_output):
             t(d)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "s.csv")

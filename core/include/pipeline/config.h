@@ -1,6 +1,6 @@
 /* config.h - resolved INI configuration as seen by plugins and the core.
  *
- * The core parses the INI file (inih), applies command-line overrides
+ * The core parses the INI file (inih's dialect, lines of any length), applies command-line overrides
  * (`section.key=value`, Hydra style), validates every key against the owning
  * plugin's option schema (plugin.h) and fills in defaults. A plugin receives
  * its own section, already validated: getters for declared options cannot

@@ -255,20 +255,30 @@ PL_HD static inline void pl_exp_parts(float x, float *two_k, float *p) {
     q = q * r + 1.0f / 6;
     q = q * r + 0.5f;
     *p = r + r * r * q;
-    *two_k = pl_f32_from_bits((uint32_t)(((int32_t)k + 127) << 23));
+    /* NaN (a NaN loss reaching the LSTM or the cross-entropy): k is NaN, and
+     * neither its cast to int nor a shift of the negative int that x86 gives
+     * for it is defined; 2^0 instead, p is NaN already. The shift is on
+     * unsigned (k + 127 >= 1 for the clamped domain). */
+    int32_t ki = k == k ? (int32_t)k : 0;
+    *two_k = pl_f32_from_bits((uint32_t)(ki + 127) << 23);
 }
 
-/* expm1(x) for x <= 0 (ELU's negative side); x below -87 gives -1. */
+/* expm1(x) for x <= 0 (ELU's negative side); x below -87 gives -1, x above
+ * 0 (outside the domain: +inf, or a caller's NaN-polluted max) is taken as 0,
+ * NaN gives NaN. */
 PL_HD static inline float pl_expm1_neg(float x) {
     x = x < -87.0f ? -87.0f : x;
+    x = x > 0.0f ? 0.0f : x; /* NaN passes both */
     float t, p;
     pl_exp_parts(x, &t, &p);
     return t * p + (t - 1.0f);
 }
 
-/* exp(x) for x <= 0 (ELU's derivative); x below -87 gives e^-87. */
+/* exp(x) for x <= 0 (ELU's derivative); x below -87 gives e^-87, x above 0
+ * is taken as 0 (gives 1), NaN gives NaN. */
 PL_HD static inline float pl_exp_neg(float x) {
     x = x < -87.0f ? -87.0f : x;
+    x = x > 0.0f ? 0.0f : x; /* NaN passes both */
     float t, p;
     pl_exp_parts(x, &t, &p);
     return t + t * p;

@@ -141,3 +141,18 @@ for k in a:
         assert d <= 1e-4 * (1 + np.abs(x).max()), (k, d)
 PY
 echo "ok: gradient_checkpointing"
+
+# Issue 34: the run's config.ini records the shape options it took from their
+# defaults (dim = 64  ; default); read back, they counted as set and disagreed
+# with config.json (hidden_size = 32), so `pipeline predict RUN` and
+# `pipeline run RUN/config.ini` refused every run on a Hugging Face backbone.
+a=$(echo "$tmp"/runs/a_fp32/2*)
+grep -q "^dim .*= 64  ; default$" "$a/config.ini" || fail "config.ini does not record dim as a default"
+"$bin" predict "$a" "$tmp/ml.h5" "$tmp/pred.h5" > "$tmp/pred.log" 2>&1 \
+  || { cat "$tmp/pred.log"; fail "predict on a Hugging Face backbone run"; }
+[[ -s $tmp/pred.h5 ]] || fail "predict wrote no file"
+"$bin" run "$a/config.ini" pipeline.name=rerun > "$tmp/rerun.log" 2>&1 \
+  || { cat "$tmp/rerun.log"; fail "pipeline run RUN/config.ini on a Hugging Face backbone run"; }
+compare "$a/checkpoints/last.safetensors" "$(echo "$tmp"/runs/rerun/2*/checkpoints/last.safetensors)" \
+  "the run of RUN/config.ini does not repeat the run"
+echo "ok: predict and RUN/config.ini on a Hugging Face backbone run"
