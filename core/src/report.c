@@ -148,6 +148,7 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddNumberToObject(o, "peak_memory_reserved_bytes", (double)run_peak(t, true));
     cJSON_AddNumberToObject(o, "allocator_system_allocs", (double)as.system_allocs);
     cJSON_AddNumberToObject(o, "allocator_cache_hits", (double)as.cache_hits);
+    tr_devstats_json(t, o); /* "device_stats": host reads, allocations, kernel calls per step */
     cJSON_AddItemToObject(o, "val_metrics", metrics_json(&t->last_val));
     if (t->have_best) {
         cJSON_AddStringToObject(o, "monitor", t->monitor);

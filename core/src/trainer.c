@@ -635,6 +635,7 @@ static pl_status fit(trainer *t) {
     t->fit_t0 = t_fit0;
     t->fit_batch0 = t->epoch * nb + t->batch;
     pl_alloc_reset_peak(t->ctx.device);
+    tr_devstats_begin(t);
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
@@ -669,6 +670,7 @@ static pl_status fit(trainer *t) {
         pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
         int64_t samples = 0;
         for (int64_t b = b0; b < nb && !st && !stop; b++) {
+            if (pending == 0) tr_devstats_step_begin(t); /* a step's first micro-batch */
             pl_batch batch;
             int r = tr_next_batch(t, &batch);
             if (r < 0) {
@@ -718,6 +720,7 @@ static pl_status fit(trainer *t) {
                           (long long)t->step, (long long)b);
                     pl_tape_clear();
                     zero_grads(t);
+                    tr_devstats_step_abort(t);
                     pending = 0;
                     t->batch = b + 1;
                     t->accum_pending = 0;
@@ -755,6 +758,7 @@ static pl_status fit(trainer *t) {
             t->batch = b + 1;
             t->accum_pending = pending;
             progress(t, b0, b, nb, te0, t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN, lr);
+            if (stepped) tr_devstats_step_end(t, t->step % t->log_every == 0);
             if (!st && (b + 1) % val_every == 0 && b + 1 < nb &&
                 ((t->epoch + 1) % t->val_every_epochs == 0)) {
                 st = validate(t, &stop);
@@ -822,6 +826,7 @@ static pl_status fit(trainer *t) {
         if (stop) t->stopped_early = true;
     }
     t->fit_s = tr_now() - t_fit0;
+    tr_devstats_log(t);
     t->ph_fit.seconds = t->fit_s;
     tr_peak_fold(t, &t->ph_fit, false);
     return st;

@@ -47,6 +47,30 @@ typedef struct phase_time {
     size_t peak_reserved_bytes; /* device allocator: max reserved (max_memory_reserved) */
 } phase_time;
 
+/* What would stall a GPU, per optimizer step (device_stats.c; issue 32):
+ * the device backend's counters (pl_backend.counters, the strict device's)
+ * read at the start and end of each step's window, which spans fetching the
+ * step's batches, forward, backward, the optimizer step and the progress
+ * line, and excludes validation, checkpoints and the epoch's end. Summed
+ * over the steps after this process's first epoch, separately for steps that
+ * log (step % log_every_n_steps == 0: they read values back by design) and
+ * those that do not; the max per step too (the CI bar: 0 host reads and 0
+ * allocations in a step that does not log). */
+typedef struct tr_devstats_sum {
+    int64_t steps;
+    uint64_t reads, allocs, kernels;          /* sums */
+    uint64_t max_reads, max_allocs, max_kernels; /* the most in one step */
+} tr_devstats_sum;
+
+typedef struct tr_devstats {
+    const pl_backend *be; /* the device's backend when it counts, else NULL */
+    bool open;            /* a step's window is open (c0 holds its start) */
+    pl_backend_counters c0;
+    int64_t first_epoch;  /* the epoch this process's fit began with */
+    tr_devstats_sum quiet, logged; /* steps after the first epoch */
+    tr_devstats_sum first;         /* the first epoch's steps (warm-up) */
+} tr_devstats;
+
 typedef struct trainer {
     pl_config *cfg;
     pl_registry *reg;
@@ -126,6 +150,7 @@ typedef struct trainer {
     bool stopped_early;
     int interrupted; /* SIGINT / SIGTERM received and honoured: the signal number */
     bool epoch_done; /* validating at the end of an epoch: checkpoints record the next one */
+    tr_devstats devstats; /* device_stats in summary.json (device_stats.c) */
 } trainer;
 
 #define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)
@@ -180,6 +205,22 @@ void tr_dist_abort(trainer *t, int code);
  * batches (t->pass_start: the first call since epoch_begin, which starts at
  * a multiple of stride). 1 / 0 / -1 as the loader's next(). */
 int tr_next_batch(trainer *t, pl_batch *b);
+
+/* ---- device_stats.c: host reads, allocations, kernel calls per step ---- */
+/* At fit's start: find the device backend's counters (none on the CPU, or
+ * on a backend without pl_backend.counters: the calls below do nothing). */
+void tr_devstats_begin(trainer *t);
+/* Open a step's window (before fetching its first micro-batch). */
+void tr_devstats_step_begin(trainer *t);
+/* Close it after the step (logged: this step logs values). */
+void tr_devstats_step_end(trainer *t, bool logged);
+/* Drop an open window (a skipped step: no optimizer step follows). */
+void tr_devstats_step_abort(trainer *t);
+/* The fit's closing log line. */
+void tr_devstats_log(trainer *t);
+/* summary.json's "device_stats" object (null when the device counts nothing);
+ * `o` is a cJSON object (void * keeps cJSON out of this header). */
+void tr_devstats_json(const trainer *t, void *o);
 
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */

@@ -142,6 +142,8 @@ typedef pl_status (*pl_kernel_fn)(const pl_kernel_args *a);
  * call from any thread: a pure, lock-free function of (op, backward). */
 typedef pl_kernel_fn (*pl_kernel_lookup_fn)(pl_op op, bool backward);
 
+struct pl_backend_counters;
+
 typedef struct pl_backend {
     /* sizeof(pl_backend) as compiled by the backend: PL_BACKEND_STRUCT_SIZE.
      * First field, so it can be read whatever the rest of the layout. */
@@ -182,8 +184,36 @@ typedef struct pl_backend {
      * does not know (the trainer ignores that for keys that are no-ops on
      * such a device). NULL: no settings. */
     pl_status (*set_option)(const char *key, const char *value);
+    /* ---- appended in ABI 2.5 (read only when struct_size covers it; may be NULL) ----
+     * What would stall a GPU, counted since the backend was loaded (the
+     * trainer's device_stats in summary.json, per optimizer step): fills *out
+     * with monotonic counters. The caller sets out->struct_size to
+     * sizeof(pl_backend_counters) as it was compiled; the backend fills the
+     * fields that size covers and leaves the rest alone. Any thread; the
+     * values of one call are each exact, not a snapshot taken together.
+     * NULL: the backend counts nothing (the CUDA backend today). */
+    pl_status (*counters)(struct pl_backend_counters *out);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
+
+/* Counters of a backend (pl_backend.counters), all monotonic from the
+ * backend's load. Append-only, like pl_backend; struct_size first.
+ *   host_reads     device-to-host copies (memcpy with a device source and a
+ *                  host destination): on a GPU each waits for the stream, so
+ *                  the host stops issuing work (pl_tensor_item is one).
+ *   host_writes    host-to-device copies (memcpy and memcpy_h2d_background).
+ *   allocations    raw device allocations (raw_alloc calls: cudaMalloc on a
+ *                  GPU, a device-wide sync); the caching allocator's cache
+ *                  hits do not reach the backend and are not counted.
+ *   kernel_calls   op kernels run (forward and backward), memsets and
+ *                  device-to-device copies: each one launch on a GPU. */
+typedef struct pl_backend_counters {
+    uint32_t struct_size; /* set by the caller: sizeof(pl_backend_counters) */
+    uint64_t host_reads, host_read_bytes;
+    uint64_t host_writes, host_write_bytes;
+    uint64_t allocations, allocation_bytes;
+    uint64_t kernel_calls;
+} pl_backend_counters;
 
 #define PL_BACKEND_STRUCT_SIZE ((uint32_t)sizeof(pl_backend))
 /* Size of the ABI 2.0 layout (up to and including `kernel`): the smallest

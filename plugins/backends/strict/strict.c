@@ -34,6 +34,7 @@
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,41 @@
 #include "pipeline/plugin.h"
 #include "pipeline/status.h"
 #include "pipeline/tensor.h"
+
+/* ---- counters: what would stall a GPU (pl_backend.counters) -----------------
+ * Kept in their own section: relaxed atomics, bumped by the transfer, alloc
+ * and kernel entry points below (a loader's prefetch thread copies too). */
+
+static _Atomic uint64_t c_host_reads, c_host_read_bytes, c_host_writes, c_host_write_bytes;
+static _Atomic uint64_t c_allocs, c_alloc_bytes, c_kernels;
+
+static void count(_Atomic uint64_t *n, _Atomic uint64_t *bytes, size_t nb) {
+    atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+    if (bytes) atomic_fetch_add_explicit(bytes, nb, memory_order_relaxed);
+}
+
+#define CNT_GET(x) atomic_load_explicit(&(x), memory_order_relaxed)
+
+/* Fill the fields out->struct_size covers (a caller built against an older,
+ * shorter pl_backend_counters gets only those). */
+static pl_status st_counters(pl_backend_counters *out) {
+    if (!out || out->struct_size < offsetof(pl_backend_counters, host_reads) + sizeof(uint64_t))
+        return pl_error_set(PL_ERR_INVALID, "strict device: counters: struct_size %u too small",
+                            out ? out->struct_size : 0);
+    pl_backend_counters c = {
+        .struct_size = out->struct_size,
+        .host_reads = CNT_GET(c_host_reads),
+        .host_read_bytes = CNT_GET(c_host_read_bytes),
+        .host_writes = CNT_GET(c_host_writes),
+        .host_write_bytes = CNT_GET(c_host_write_bytes),
+        .allocations = CNT_GET(c_allocs),
+        .allocation_bytes = CNT_GET(c_alloc_bytes),
+        .kernel_calls = CNT_GET(c_kernels),
+    };
+    size_t n = out->struct_size < sizeof c ? out->struct_size : sizeof c;
+    memcpy(out, &c, n);
+    return PL_OK;
+}
 
 /* ---- the block table -----------------------------------------------------
  * Live mappings sorted by base address: the block containing any address
@@ -112,6 +148,7 @@ static void *st_raw_alloc(int device, size_t n) {
         munmap(p, len);
         return NULL;
     }
+    count(&c_allocs, &c_alloc_bytes, n);
     return p;
 }
 
@@ -165,6 +202,13 @@ static pl_status open_side(const void *p, pl_device d, bool open, const char *wh
 
 static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
     if (!n) return PL_OK;
+    bool dd_host = dd.type == PL_DEVICE_CPU, sd_host = sd.type == PL_DEVICE_CPU;
+    if (dd_host && !sd_host)
+        count(&c_host_reads, &c_host_read_bytes, n);
+    else if (!dd_host && sd_host)
+        count(&c_host_writes, &c_host_write_bytes, n);
+    else if (!dd_host && !sd_host)
+        count(&c_kernels, NULL, 0);
     pl_status s = open_side(dst, dd, true, "copy destination");
     if (s) return s;
     s = open_side(src, sd, true, "copy source");
@@ -196,6 +240,7 @@ static pl_status st_memcpy_h2d_background(void *dst, pl_device dd, const void *s
 
 static pl_status st_memset(void *dst, pl_device dev, int v, size_t n) {
     if (!n) return PL_OK;
+    if (dev.type != PL_DEVICE_CPU) count(&c_kernels, NULL, 0);
     pl_status s = open_side(dst, dev, true, "memset destination");
     if (s) return s;
     memset(dst, v, n);
@@ -307,6 +352,7 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     if (!f)
         return pl_error_set(PL_ERR_UNSUPPORTED, "strict device: no CPU kernel for %s %s",
                             pl_op_name(a->op), backward ? "backward" : "forward");
+    count(&c_kernels, NULL, 0);
     opened o = {.n = 0};
     pl_status s = PL_OK;
     for (int i = 0; i < a->n_in && !s; i++)
@@ -342,6 +388,7 @@ static const pl_backend g_strict = {
     .kernel = st_kernel,
     .memcpy_h2d_background = st_memcpy_h2d_background,
     .set_option = st_set_option,
+    .counters = st_counters,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

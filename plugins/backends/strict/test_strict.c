@@ -5,6 +5,7 @@
  * print with its name. Every shipped config on it: test_strict_configs.sh;
  * every op: test_backend_conformance under PL_CONFORMANCE_BACKEND=strict. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -118,12 +119,71 @@ START_TEST(host_access_crashes_with_a_message) {
 }
 END_TEST
 
+static pl_backend_counters counters(void) {
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert(PL_BACKEND_HAS(b, counters) && b->counters);
+    pl_backend_counters c = {.struct_size = sizeof c};
+    PL_CK_OK(b->counters(&c));
+    return c;
+}
+
+/* The counters (pl_backend.counters, ABI 2.5): a device-to-host read (pl_tensor_item) is one host
+ * read of its bytes, an upload one host write, a kernel one kernel call, and a
+ * raw allocation one allocation; a cache hit of the caching allocator is none.
+ * A caller with a shorter (older) struct gets only the fields it covers. */
+START_TEST(counts_reads_writes_allocations_and_kernels) {
+    load();
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(64, 64), 5);
+    pl_backend_counters c0 = counters();
+    pl_tensor *xd = PL_CK_NOTNULL(pl_tensor_to(x, PL_F32, g_dev));
+    pl_backend_counters c1 = counters();
+    ck_assert_uint_eq(c1.host_writes - c0.host_writes, 1);
+    ck_assert_uint_eq(c1.host_write_bytes - c0.host_write_bytes, 64 * 64 * 4);
+    ck_assert_uint_eq(c1.host_reads, c0.host_reads);
+    pl_tensor *s = PL_CK_NOTNULL(pl_sum(xd, PL_ALL_DIMS, false));
+    pl_backend_counters c2 = counters();
+    ck_assert_uint_eq(c2.kernel_calls - c1.kernel_calls, 1);
+    ck_assert_uint_eq(c2.host_reads, c1.host_reads);
+    double v = pl_tensor_item(s);
+    ck_assert(v == v);
+    pl_backend_counters c3 = counters();
+    ck_assert_uint_eq(c3.host_reads - c2.host_reads, 1);
+    pl_frame_end();
+    /* the same shapes again: the caching allocator reuses the freed blocks */
+    pl_frame_begin();
+    pl_backend_counters c4 = counters();
+    PL_CK_NOTNULL(pl_sum(PL_CK_NOTNULL(pl_tensor_to(x, PL_F32, g_dev)), PL_ALL_DIMS, false));
+    pl_backend_counters c5 = counters();
+    ck_assert_uint_eq(c5.allocations - c4.allocations, 0);
+    ck_assert_uint_eq(c5.host_reads - c4.host_reads, 0);
+    /* a block no cached one fits: a raw allocation */
+    PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 1, (int64_t[]){3 << 20}, g_dev));
+    pl_backend_counters c6 = counters();
+    ck_assert_uint_ge(c6.allocations - c5.allocations, 1);
+    ck_assert_uint_ge(c6.allocation_bytes - c5.allocation_bytes, (uint64_t)(3 << 20) * 4);
+    pl_frame_end();
+    /* an older caller's struct: the fields it has, nothing past them */
+    struct {
+        pl_backend_counters c;
+        uint64_t guard;
+    } old;
+    memset(&old, 0xAB, sizeof old);
+    old.c.struct_size = (uint32_t)offsetof(pl_backend_counters, host_writes);
+    PL_CK_OK(pl_backend_get(PL_DEVICE_CUDA)->counters(&old.c));
+    ck_assert_uint_eq(old.c.host_reads, counters().host_reads);
+    ck_assert_uint_eq(old.c.kernel_calls, 0xABABABABABABABABull);
+    ck_assert_uint_eq(old.guard, 0xABABABABABABABABull);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
     tcase_add_test(tc, loads_and_names_devices);
     tcase_add_test(tc, copies_and_kernels);
     tcase_add_test(tc, host_access_crashes_with_a_message);
+    tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

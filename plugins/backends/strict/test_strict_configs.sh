@@ -83,6 +83,20 @@ for part in ("val_metrics", "test_metrics"):
             bad.append(f"{part}.{k}: cpu {x!r} strict {y!r}")
 if n == 0:
     bad.append("no metrics to compare")
+# device_stats: the strict backend counts per optimizer step; the cpu counts nothing
+ds = b.get("device_stats")
+if not isinstance(ds, dict) or ds.get("backend") != "strict":
+    bad.append(f"strict summary.json: device_stats {ds!r}, expected the strict backend's counts")
+else:
+    fe = ds.get("first_epoch") or {}
+    if not fe.get("steps", 0) > 0 or not fe.get("kernel_calls_per_step", 0) > 0:
+        bad.append(f"strict device_stats.first_epoch counted no steps or no kernels: {fe!r}")
+    for k in ("host_reads_per_step", "allocations_per_step", "kernel_calls_per_step",
+              "host_reads_max", "allocations_max", "steps", "logged_steps"):
+        if k not in ds:
+            bad.append(f"strict device_stats lacks {k}")
+if a.get("device_stats", "absent") is not None:
+    bad.append(f"cpu summary.json: device_stats {a.get('device_stats', 'absent')!r}, expected null")
 if bad:
     print(f"FAIL: {name}: strict device vs cpu:\n  " + "\n  ".join(bad))
     sys.exit(1)

@@ -1,0 +1,119 @@
+/* device_stats.c - what would stall a GPU, counted per optimizer step.
+ *
+ * On a GPU a training step runs at the device's pace only when the host
+ * never waits for it: a device-to-host read (pl_tensor_item of a loss) waits
+ * for every kernel queued before it, and a raw device allocation (cudaMalloc)
+ * synchronizes the device. A backend that counts them (pl_backend.counters,
+ * ABI 2.5: the strict device) is read at the start and the end of each
+ * optimizer step's window; summary.json reports the means and maxima per
+ * step as "device_stats" (see trainer_internal.h for the window and which
+ * steps count), and CI holds every shipped config on the strict device to 0
+ * host reads and 0 allocations in a step that does not log. Lightning's
+ * DeviceStatsMonitor reports the device's own counters; these are the
+ * host-side causes of an idle device, which only the host can count.
+ */
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "trainer_internal.h"
+
+static bool read_counters(const pl_backend *be, pl_backend_counters *c) {
+    memset(c, 0, sizeof *c);
+    c->struct_size = (uint32_t)sizeof *c;
+    if (be->counters(c)) {
+        pl_error_clear(); /* a counter that fails is no reason to fail a run */
+        return false;
+    }
+    return true;
+}
+
+void tr_devstats_begin(trainer *t) {
+    tr_devstats *d = &t->devstats;
+    memset(d, 0, sizeof *d);
+    d->first_epoch = t->epoch;
+    if (t->ctx.device.type == PL_DEVICE_CPU) return;
+    const pl_backend *be = pl_backend_get(t->ctx.device.type);
+    if (be && PL_BACKEND_HAS(be, counters) && be->counters) d->be = be;
+    pl_error_clear(); /* pl_backend_get's miss */
+}
+
+void tr_devstats_step_begin(trainer *t) {
+    tr_devstats *d = &t->devstats;
+    if (d->be) d->open = read_counters(d->be, &d->c0);
+}
+
+void tr_devstats_step_abort(trainer *t) { t->devstats.open = false; }
+
+static void add(tr_devstats_sum *s, uint64_t r, uint64_t a, uint64_t k) {
+    s->steps++;
+    s->reads += r;
+    s->allocs += a;
+    s->kernels += k;
+    if (r > s->max_reads) s->max_reads = r;
+    if (a > s->max_allocs) s->max_allocs = a;
+    if (k > s->max_kernels) s->max_kernels = k;
+}
+
+void tr_devstats_step_end(trainer *t, bool logged) {
+    tr_devstats *d = &t->devstats;
+    if (!d->be || !d->open) return;
+    d->open = false;
+    pl_backend_counters c1;
+    if (!read_counters(d->be, &c1)) return;
+    uint64_t r = c1.host_reads - d->c0.host_reads, a = c1.allocations - d->c0.allocations,
+             k = c1.kernel_calls - d->c0.kernel_calls;
+    add(t->epoch == d->first_epoch ? &d->first : logged ? &d->logged : &d->quiet, r, a, k);
+}
+
+static double per(uint64_t x, int64_t n) { return n > 0 ? (double)x / (double)n : 0; }
+
+void tr_devstats_log(trainer *t) {
+    const tr_devstats *d = &t->devstats;
+    if (!d->be) return;
+    const tr_devstats_sum *q = &d->quiet, *f = &d->first;
+    tr_log(t, "device stats (%s), per optimizer step: first epoch %.1f host reads, %.1f "
+           "allocations, %.1f kernel calls (%lld steps); later steps that do not log %.1f host "
+           "reads (max %llu), %.1f allocations (max %llu), %.1f kernel calls (%lld steps)\n",
+           d->be->name, per(f->reads, f->steps), per(f->allocs, f->steps),
+           per(f->kernels, f->steps), (long long)f->steps, per(q->reads, q->steps),
+           (unsigned long long)q->max_reads, per(q->allocs, q->steps),
+           (unsigned long long)q->max_allocs, per(q->kernels, q->steps), (long long)q->steps);
+}
+
+static void sum_json(cJSON *o, const char *name, const tr_devstats_sum *s) {
+    cJSON *j = cJSON_AddObjectToObject(o, name);
+    cJSON_AddNumberToObject(j, "steps", (double)s->steps);
+    cJSON_AddNumberToObject(j, "host_reads_per_step", per(s->reads, s->steps));
+    cJSON_AddNumberToObject(j, "allocations_per_step", per(s->allocs, s->steps));
+    cJSON_AddNumberToObject(j, "kernel_calls_per_step", per(s->kernels, s->steps));
+    cJSON_AddNumberToObject(j, "host_reads_max", (double)s->max_reads);
+    cJSON_AddNumberToObject(j, "allocations_max", (double)s->max_allocs);
+    cJSON_AddNumberToObject(j, "kernel_calls_max", (double)s->max_kernels);
+}
+
+void tr_devstats_json(const trainer *t, void *obj) {
+    cJSON *o = obj;
+    const tr_devstats *d = &t->devstats;
+    if (!d->be) {
+        cJSON_AddNullToObject(o, "device_stats");
+        return;
+    }
+    cJSON *j = cJSON_AddObjectToObject(o, "device_stats");
+    cJSON_AddStringToObject(j, "backend", d->be->name);
+    cJSON_AddStringToObject(j, "measured_over",
+                            "optimizer steps after this process's first epoch that do not log "
+                            "(step % log_every_n_steps != 0); a step spans fetching its batches, "
+                            "forward, backward, the optimizer step and the progress line, not "
+                            "validation, checkpoints or the epoch's end");
+    /* the headline: the steps that must not stall a GPU */
+    const tr_devstats_sum *q = &d->quiet;
+    cJSON_AddNumberToObject(j, "steps", (double)q->steps);
+    cJSON_AddNumberToObject(j, "host_reads_per_step", per(q->reads, q->steps));
+    cJSON_AddNumberToObject(j, "allocations_per_step", per(q->allocs, q->steps));
+    cJSON_AddNumberToObject(j, "kernel_calls_per_step", per(q->kernels, q->steps));
+    cJSON_AddNumberToObject(j, "host_reads_max", (double)q->max_reads);
+    cJSON_AddNumberToObject(j, "allocations_max", (double)q->max_allocs);
+    cJSON_AddNumberToObject(j, "kernel_calls_max", (double)q->max_kernels);
+    sum_json(j, "logged_steps", &d->logged);
+    sum_json(j, "first_epoch", &d->first);
+}
