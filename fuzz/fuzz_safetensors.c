@@ -2,8 +2,10 @@
  * arbitrary bytes: the input is the whole file. Open it; when it opens,
  * every tensor's info, a zero-copy view whose every byte is read, a copy
  * (pl_st_load) and a conversion into an f32 tensor of its shape
- * (pl_st_load_into), and a metadata lookup. Any outcome but a clean
- * pl_status is a finding (ASan/UBSan report, crash, leak). */
+ * (pl_st_load_into), the non-finite scan of its stored bytes
+ * (pl_st_check_finite, as on a backbone), and a metadata lookup. Any
+ * outcome but a clean pl_status is a finding (ASan/UBSan report, crash,
+ * leak). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@ static void read_tensor(pl_st_file *f, const char *name) {
     volatile unsigned sink = v ? touch(v) : 0;
     (void)sink;
     pl_tensor_release(v);
+    (void)pl_st_check_finite(f, name);
     pl_tensor_release(pl_st_load(f, name));
     int64_t numel = 1;
     for (int d = 0; d < ndim; d++)

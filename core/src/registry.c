@@ -367,9 +367,9 @@ static bool probe_crashes(pl_registry *r, const char *path, const char *real, ch
                  "the report above names the call); it was not loaded",
                  path, WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
-        snprintf(why, n, "plugin %s ended a probe process that loaded it with exit status %d "
-                 "(a crash under a sanitizer, or exit() in its constructor; see above); it was "
-                 "not loaded", path, WEXITSTATUS(st));
+        snprintf(why, n, "plugin %s crashed while being loaded in a probe process (it ended "
+                 "with exit status %d: a crash under a sanitizer, or exit() in its code; see "
+                 "above); it was not loaded", path, WEXITSTATUS(st));
     return true;
 }
 
