@@ -27,13 +27,25 @@
  *  - validation and test metrics are (sum, count) pairs summed over ranks,
  *    so they are the metrics of the whole split, and every rank takes the
  *    same early-stopping and checkpoint decisions;
- *  - only rank 0 writes the run directory.
+ *  - only rank 0 writes the run directory;
+ *  - every rank must run the same resolved configuration on the same data:
+ *    checked at start (tr_dist_check_config), since a rank with another `lr`
+ *    or another data file of the same shape trains on, silently diverging.
  */
 #include "trainer_internal.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+
+static pl_status tr_dist_check_config(trainer *t);
 
 /* processes a launcher started, from its environment (Open MPI, MPICH /
  * Intel MPI / Slurm's PMI); 1 when none says more */
@@ -86,7 +98,9 @@ pl_status tr_dist_create(trainer *t) {
     if (t->world < 1 || t->rank < 0 || t->rank >= t->world)
         return pl_error_set(PL_ERR_INVALID, "strategy '%s': rank %d of world size %d",
                             t->strat.desc->name, t->rank, t->world);
-    return PL_OK;
+    /* before anything is made or read: every rank fails here together (no
+     * run directory, no hang), naming the first key that differs */
+    return tr_dist_check_config(t);
 }
 
 pl_status tr_dist_shard(trainer *t) {
@@ -124,6 +138,351 @@ static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
     return h;
+}
+
+#define FNV_BASIS 1469598103934665603ull
+
+/* ---- the ranks' configurations ------------------------------------------------------------
+ * Each rank describes its resolved configuration as lines
+ *   section US key US canonical US value US origin RS
+ * (US = 0x1f, RS = 0x1e: INI values hold neither), hashes the first three
+ * fields of every line, and the ranks compare hashes with rank 0's. On a
+ * mismatch, the lowest differing rank and rank 0 broadcast their lines and
+ * every rank names the first line that differs, so all of them fail at once
+ * with the same message (tr_dist_create's caller then ends each process:
+ * no run directory is made, no rank waits for another).
+ *
+ * canonical is the value, except where the value names, from the working
+ * directory (as the loaders open it), an existing regular file: then the
+ * file's identity "file SIZE FINGERPRINT", so the same data under another
+ * path (another mount on another node) agrees and another file under the
+ * same path does not. The fingerprint is FNV-1a over the size and 16 blocks
+ * of 64 KiB (the first, the last, 14 evenly spaced; the whole file up to
+ * 1 MiB): content, not the modification time, which a copy to another node
+ * changes. A change confined to bytes outside those blocks of a file larger
+ * than 1 MiB is not seen. A value naming a folder (a Hugging Face backbone)
+ * takes the identities of its .safetensors, .json and .h5 files, by name.
+ * Only regular files are opened (stat first, then O_NONBLOCK).
+ *
+ * Keys that may differ between ranks (not compared): [pipeline] run_dir and
+ * name (rank 0 makes the run directory and shares it), threads and verbose
+ * (how a process runs, not what it computes), and the index of [pipeline]
+ * device (cuda:N per rank; the device type is compared). */
+#define FP_BLOCK 65536
+#define FP_BLOCKS 16
+#define US "\x1f"
+#define RS '\x1e'
+
+typedef struct sbuf_t {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} sbuf_t;
+
+static void sb_add(sbuf_t *b, const char *text, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4096;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->s = ns;
+        b->cap = cap;
+    }
+    /* the separators cannot come from a value: a raw 0x1e / 0x1f byte in an
+     * INI value becomes '?' here (both ranks alike) */
+    for (size_t i = 0; i < n; i++) {
+        char c = text[i];
+        b->s[b->n + i] = c == US[0] || c == RS ? '?' : c;
+    }
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void sb_sep(sbuf_t *b, char c) {
+    sb_add(b, "", 0); /* capacity for one more byte: sb_add keeps one spare */
+    if (b->oom) return;
+    if (b->n + 2 > b->cap) {
+        char *ns = realloc(b->s, b->cap * 2);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->s = ns;
+        b->cap *= 2;
+    }
+    b->s[b->n++] = c;
+    b->s[b->n] = 0;
+}
+
+static void sb_str(sbuf_t *b, const char *text) { sb_add(b, text, strlen(text)); }
+
+/* Size and fingerprint of regular file `path`; false when it is not one or
+ * cannot be read (the value is then compared as text). */
+static bool file_identity(const char *path, uint64_t *size, uint64_t *fp) {
+    struct stat st;
+    if (stat(path, &st) || !S_ISREG(st.st_mode)) return false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st2;
+    if (fstat(fd, &st2) || !S_ISREG(st2.st_mode)) {
+        close(fd);
+        return false;
+    }
+    uint64_t n = (uint64_t)st2.st_size, h = fnv1a(&n, sizeof n, FNV_BASIS);
+    unsigned char *buf = malloc(FP_BLOCK);
+    bool ok = buf != NULL;
+    uint64_t blocks = (n + FP_BLOCK - 1) / FP_BLOCK;
+    for (uint64_t k = 0; ok && k < blocks && k < FP_BLOCKS; k++) {
+        /* block index: all of them for a small file, else spread from first to last */
+        uint64_t b = blocks <= FP_BLOCKS ? k : k * (blocks - 1) / (FP_BLOCKS - 1);
+        off_t off = (off_t)(b * FP_BLOCK);
+        size_t want = (size_t)(n - (uint64_t)off < FP_BLOCK ? n - (uint64_t)off : FP_BLOCK);
+        size_t got = 0;
+        while (got < want) {
+            ssize_t r = pread(fd, buf + got, want - got, off + (off_t)got);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        ok = got == want;
+        h = fnv1a(buf, got, h);
+    }
+    free(buf);
+    close(fd);
+    *size = n;
+    *fp = h;
+    return ok;
+}
+
+static bool identity_file_name(const char *n) {
+    static const char *ext[] = {".safetensors", ".json", ".h5", ".hdf5"};
+    size_t l = strlen(n);
+    for (size_t i = 0; i < sizeof ext / sizeof ext[0]; i++) {
+        size_t e = strlen(ext[i]);
+        if (l > e && !strcmp(n + l - e, ext[i])) return true;
+    }
+    return false;
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The canonical form of `value` into b: a file's or a folder's identity, or
+ * the value itself. */
+static void canonical_value(sbuf_t *b, const char *value) {
+    char line[128];
+    uint64_t size, fp;
+    struct stat st;
+    if (!*value || stat(value, &st)) {
+        sb_str(b, value);
+        return;
+    }
+    if (S_ISREG(st.st_mode) && file_identity(value, &size, &fp)) {
+        snprintf(line, sizeof line, "file %llu bytes %016llx", (unsigned long long)size,
+                 (unsigned long long)fp);
+        sb_str(b, line);
+        return;
+    }
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(value) : NULL;
+    if (!d) {
+        sb_str(b, value);
+        return;
+    }
+    char **names = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256) {
+        if (!identity_file_name(e->d_name)) continue;
+        if (n == cap) {
+            char **nn = realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *nn);
+            if (!nn) break;
+            names = nn;
+        }
+        if (!(names[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_names);
+    sb_str(b, "folder");
+    for (int i = 0; i < n; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", value, names[i]);
+        if (file_identity(path, &size, &fp)) {
+            snprintf(line, sizeof line, " %llu bytes %016llx", (unsigned long long)size,
+                     (unsigned long long)fp);
+            sb_str(b, " ");
+            sb_str(b, names[i]);
+            sb_str(b, line);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* May differ between ranks (see above); *device_type: compare only up to ':' */
+static bool per_rank_key(const char *sec, const char *key, bool *device_type) {
+    *device_type = false;
+    if (strcmp(sec, "pipeline")) return false;
+    if (!strcmp(key, "device")) {
+        *device_type = true;
+        return false;
+    }
+    return !strcmp(key, "run_dir") || !strcmp(key, "name") || !strcmp(key, "threads") ||
+           !strcmp(key, "verbose");
+}
+
+static char *config_lines(const pl_config *cfg) {
+    sbuf_t b = {0};
+    for (int i = 0; i < pl_config_section_count(cfg); i++) {
+        const pl_config_section *s = pl_config_section_at(cfg, i);
+        const char *sec = pl_cfg_section_name(s);
+        for (int j = 0; j < pl_cfg_count(s); j++) {
+            const char *key = pl_cfg_key_at(s, j), *value = pl_cfg_value_at(s, j);
+            bool dev;
+            if (per_rank_key(sec, key, &dev)) continue;
+            const char *origin = pl_cfg_origin(s, key);
+            sb_str(&b, sec);
+            sb_sep(&b, US[0]);
+            sb_str(&b, key);
+            sb_sep(&b, US[0]);
+            if (dev)
+                sb_add(&b, value, strcspn(value, ":"));
+            else
+                canonical_value(&b, value);
+            sb_sep(&b, US[0]);
+            sb_str(&b, value);
+            sb_sep(&b, US[0]);
+            sb_str(&b, origin ? origin : "");
+            sb_sep(&b, RS);
+        }
+    }
+    if (b.oom || !b.s) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}
+
+/* Field k (0..4) of the line at l: pointer and length (the line's end when
+ * it has fewer fields). */
+static const char *field(const char *l, int k, int *len) {
+    for (int i = 0; i < k; i++) {
+        size_t n = strcspn(l, US "\x1e");
+        if (l[n] != US[0]) {
+            l += n;
+            break;
+        }
+        l += n + 1;
+    }
+    *len = (int)strcspn(l, US "\x1e");
+    return l;
+}
+
+/* Hash of the compared part (section, key, canonical) of every line. */
+static uint64_t config_lines_hash(const char *text) {
+    uint64_t h = FNV_BASIS;
+    for (const char *l = text; *l;) {
+        int len;
+        const char *f = field(l, 3, &len), *end = strchr(l, RS);
+        h = fnv1a(l, (size_t)(f - l), h);
+        if (!end) break;
+        l = end + 1;
+    }
+    return h;
+}
+
+
+/* One side of a difference: "[sec] key = value (origin)" or a file's. */
+static void describe(char *buf, size_t n, const char *l) {
+    int sl, kl, cl, vl, ol;
+    const char *sec = field(l, 0, &sl), *key = field(l, 1, &kl), *can = field(l, 2, &cl),
+               *val = field(l, 3, &vl), *org = field(l, 4, &ol);
+    bool file = (cl > 5 && !strncmp(can, "file ", 5)) || (cl >= 6 && !strncmp(can, "folder", 6));
+    snprintf(buf, n, "[%.*s] %.*s = %.*s (%.*s%s%.*s)", sl, sec, kl, key, vl, val, ol, org,
+             file ? "; " : "", file ? cl : 0, can);
+}
+
+/* The first line where text a (rank 0's) and text b (rank r's) differ. */
+static pl_status config_difference(const char *a, const char *b, int r, int n_diff) {
+    const char *la = a, *lb = b;
+    while (*la && *lb) {
+        int fa, fb;
+        const char *ea = field(la, 3, &fa), *eb = field(lb, 3, &fb);
+        if (ea - la != eb - lb || memcmp(la, lb, (size_t)(ea - la))) break;
+        const char *na = strchr(la, RS), *nb = strchr(lb, RS);
+        la = na ? na + 1 : la + strlen(la);
+        lb = nb ? nb + 1 : lb + strlen(lb);
+    }
+    char da[2048] = "no further key", db[2048] = "no further key";
+    if (*la) describe(da, sizeof da, la);
+    if (*lb) describe(db, sizeof db, lb);
+    char others[64] = "";
+    if (n_diff > 1) snprintf(others, sizeof others, " (and %d other rank(s))", n_diff - 1);
+    pl_hint_set("run every rank with the same INI and overrides, on the same data (a copy of a "
+                "file agrees wherever it lies); only [pipeline] run_dir, name, threads, verbose "
+                "and the device index may differ");
+    return pl_error_set(PL_ERR_CONFIG,
+                        "ddp: rank %d%s runs another configuration than rank 0: the first "
+                        "difference is %s on rank %d, %s on rank 0",
+                        r, others, db, r, da);
+}
+
+/* Rank `root`'s text to every rank (its length first); *out owned by the caller. */
+static pl_status share_text(trainer *t, const char *mine, int root, char **out) {
+    uint64_t len = t->rank == root ? strlen(mine) : 0;
+    pl_status st = STRAT(t)->broadcast_bytes(t->strat.self, &len, sizeof len, root);
+    if (st) return st;
+    char *buf = malloc(len + 1);
+    if (!buf) return pl_error_set(PL_ERR_NOMEM, "ddp: %llu bytes of configuration",
+                                  (unsigned long long)len);
+    if (t->rank == root) memcpy(buf, mine, len);
+    st = STRAT(t)->broadcast_bytes(t->strat.self, buf, len, root);
+    buf[len] = 0;
+    if (st) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    return PL_OK;
+}
+
+static pl_status tr_dist_check_config(trainer *t) {
+    if (t->world <= 1) return PL_OK;
+    char *mine = config_lines(t->cfg);
+    /* out of memory on one rank: it still takes part (with hash 0), so none waits */
+    uint64_t h = mine ? config_lines_hash(mine) : 0, h0 = h;
+    pl_status st = STRAT(t)->broadcast_bytes(t->strat.self, &h0, sizeof h0, 0);
+    double *v = st ? NULL : calloc((size_t)t->world, sizeof *v);
+    if (!st && !v) st = pl_error_set(PL_ERR_NOMEM, "ddp: configuration check");
+    if (!st) {
+        v[t->rank] = h != h0 || !mine;
+        st = STRAT(t)->all_reduce_f64(t->strat.self, v, t->world);
+    }
+    int r = -1, n_diff = 0;
+    for (int i = 0; !st && i < t->world; i++)
+        if (v[i] > 0) {
+            if (r < 0) r = i;
+            n_diff++;
+        }
+    free(v);
+    if (st || r < 0) {
+        free(mine);
+        return st ? pl_error_prefix(st, "ddp: comparing the ranks' configurations") : PL_OK;
+    }
+    char *a = NULL, *b = NULL;
+    st = share_text(t, mine ? mine : "", 0, &a);
+    if (!st) st = share_text(t, mine ? mine : "", r, &b);
+    free(mine);
+    if (!st) st = config_difference(a, b, r, n_diff);
+    else st = pl_error_prefix(st, "ddp: comparing the ranks' configurations");
+    free(a);
+    free(b);
+    return st;
 }
 
 pl_status tr_dist_check_params(trainer *t) {
