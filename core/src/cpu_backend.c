@@ -2,6 +2,7 @@
  * dispatch (pl_backend_kernel). Kernels live in cpu/kernels_*.c, each file
  * registering its own ops into the CPU's kernel table, which the CPU
  * backend's lookup answers from. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,21 @@ const pl_backend *pl_backend_get(pl_device_type type) {
 const pl_backend *pl_backend_peek(pl_device_type type) {
     pthread_once(&g_once, init_cpu);
     return (unsigned)type > PL_DEVICE_CUDA ? NULL : g_backends[type];
+}
+
+pl_status pl_backend_device_stats(pl_device d, uint64_t *cursor, pl_device_stats *out) {
+    if (!out) return pl_error_set(PL_ERR_INVALID, "pl_backend_device_stats: NULL out");
+    *out = (pl_device_stats){NAN, 0, NAN, NAN};
+    const pl_backend *b = d.type == PL_DEVICE_CPU ? NULL : pl_backend_peek(d.type);
+    if (!b || !PL_BACKEND_HAS(b, device_stats) || !b->device_stats)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "device stats: %s has none",
+                            d.type == PL_DEVICE_CPU ? "the CPU"
+                            : b                     ? b->name
+                                                    : "no backend loaded for the device");
+    uint64_t latest = 0;
+    pl_status st = b->device_stats(d.index, cursor ? cursor : &latest, out);
+    if (st) *out = (pl_device_stats){NAN, 0, NAN, NAN};
+    return st;
 }
 
 pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward) {

@@ -10,6 +10,8 @@
  * behaves like a backend plugin built before PL_OP_CAST, PL_OP_NF4_MATMUL
  * and PL_OP_LSTM were appended. It also declines relu's backward. */
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +196,47 @@ START_TEST(missing_backward_is_refused_when_recorded) {
 }
 END_TEST
 
+static int g_stats_calls;
+static pl_status fake_stats(int dev, uint64_t *cursor, pl_device_stats *out) {
+    g_stats_calls++;
+    out->utilization = 0.25 + dev;
+    out->n_samples = (int)*cursor;
+    out->memory_used_bytes = 1e9;
+    out->memory_total_bytes = 8e9;
+    *cursor += 10;
+    return PL_OK;
+}
+
+/* pl_backend_device_stats: the CPU and a backend without the field say
+ * PL_ERR_UNSUPPORTED with every value NAN; a backend's device_stats is
+ * called with the cursor, and only when its struct_size covers the field. */
+START_TEST(device_stats_only_from_backends_that_have_them) {
+    pl_device_stats ds;
+    uint64_t cur = 3;
+    ck_assert_int_eq(pl_backend_device_stats(PL_CPU, &cur, &ds), PL_ERR_UNSUPPORTED);
+    ck_assert(isnan(ds.utilization) && isnan(ds.memory_used_bytes) && ds.n_samples == 0);
+    register_old(); /* device_stats NULL */
+    ck_assert_int_eq(pl_backend_device_stats(DEV, &cur, &ds), PL_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(pl_error_message(), "oldgpu has none"), "%s", pl_error_message());
+    static pl_backend b;
+    b = g_old;
+    b.device_stats = fake_stats;
+    b.struct_size = (uint32_t)offsetof(pl_backend, device_stats); /* built before the field */
+    PL_CK_OK(pl_backend_register(&b));
+    ck_assert_int_eq(pl_backend_device_stats(DEV, &cur, &ds), PL_ERR_UNSUPPORTED);
+    ck_assert_int_eq(g_stats_calls, 0);
+    b.struct_size = PL_BACKEND_STRUCT_SIZE;
+    PL_CK_OK(pl_backend_device_stats(DEV, &cur, &ds));
+    ck_assert_int_eq(g_stats_calls, 1);
+    ck_assert_double_eq(ds.utilization, 0.25);
+    ck_assert_int_eq(ds.n_samples, 3);
+    ck_assert_double_eq(ds.memory_total_bytes, 8e9);
+    ck_assert_uint_eq(cur, 13);
+    PL_CK_OK(pl_backend_device_stats(DEV, NULL, &ds)); /* no cursor: a private one from 0 */
+    ck_assert_int_eq(ds.n_samples, 0);
+}
+END_TEST
+
 /* A table of another layout (struct_size too small) or without a lookup is
  * refused with PL_ERR_ABI naming the backend, before any other field is used. */
 START_TEST(register_refuses_other_layouts) {
@@ -224,6 +267,7 @@ int main(void) {
     tcase_add_test(tc, op_unknown_to_backend_is_unsupported);
     tcase_add_test(tc, missing_backward_is_refused_when_recorded);
     tcase_add_test(tc, register_refuses_other_layouts);
+    tcase_add_test(tc, device_stats_only_from_backends_that_have_them);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

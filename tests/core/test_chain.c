@@ -188,6 +188,9 @@ START_TEST(runwide_overrides_reach_every_run_of_the_chain) {
     run_file("runs", "base", "config.ini", ini, sizeof ini);
     CK_HAS(ini_line(ini, "device", line, sizeof line), "= cpu");
     CK_HAS(line, "; base.ini:");
+    /* `pipeline help run` says which overrides reach the required runs */
+    ck_assert_int_eq(run("help run"), 0);
+    CK_HAS(out_s, "overrides\nof pipeline.device, threads, run_dir, allow_tf32 and verbose apply to them");
 }
 END_TEST
 

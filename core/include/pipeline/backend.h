@@ -143,6 +143,20 @@ typedef pl_status (*pl_kernel_fn)(const pl_kernel_args *a);
 typedef pl_kernel_fn (*pl_kernel_lookup_fn)(pl_op op, bool backward);
 
 struct pl_backend_counters;
+/* What a device says about its own load over an interval (pl_backend's
+ * device_stats; what Lightning's DeviceStatsMonitor shows): the driver's view,
+ * not the caching allocator's. A field the device cannot tell is NAN. */
+typedef struct pl_device_stats {
+    /* fraction (0..1) of the interval in which a kernel ran on the device:
+     * the mean of the driver's utilization samples taken after the cursor
+     * (n_samples of them), or its latest reading when there are none
+     * (n_samples 0) */
+    double utilization;
+    int n_samples;
+    /* device memory in use by every process, and the device's total, in bytes */
+    double memory_used_bytes;
+    double memory_total_bytes;
+} pl_device_stats;
 
 typedef struct pl_backend {
     /* sizeof(pl_backend) as compiled by the backend: PL_BACKEND_STRUCT_SIZE.
@@ -184,7 +198,7 @@ typedef struct pl_backend {
      * does not know (the trainer ignores that for keys that are no-ops on
      * such a device). NULL: no settings. */
     pl_status (*set_option)(const char *key, const char *value);
-    /* ---- appended in ABI 2.5 (read only when struct_size covers it; may be NULL) ----
+    /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
      * What would stall a GPU, counted since the backend was loaded (the
      * trainer's device_stats in summary.json, per optimizer step): fills *out
      * with monotonic counters. The caller sets out->struct_size to
@@ -193,6 +207,18 @@ typedef struct pl_backend {
      * values of one call are each exact, not a snapshot taken together.
      * NULL: the backend counts nothing (the CUDA backend today). */
     pl_status (*counters)(struct pl_backend_counters *out);
+    /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
+     * Utilization and memory of `device` as its driver reports them (the cuda
+     * backend: NVML, libnvidia-ml.so.1 opened at run time, no link-time
+     * dependency). *cursor is the driver's timestamp of the last utilization
+     * sample read: the call averages the samples after it and moves it, so one
+     * call per epoch with one cursor gives the epoch's mean; with *cursor 0 (a
+     * first call) it gives the latest reading and sets the cursor.
+     * Host-side only: it neither waits for nor touches the device's queue.
+     * PL_ERR_UNSUPPORTED (message saying why) when the driver library is
+     * absent or refuses; callers then report nothing and go on. NULL: the
+     * backend has no such numbers (CPU, strict). Use pl_backend_device_stats. */
+    pl_status (*device_stats)(int device, uint64_t *cursor, pl_device_stats *out);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 
@@ -242,6 +268,12 @@ const pl_backend *pl_backend_cpu(void);
 pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward);
 /* pl_backend_kernel(b, op, backward) != NULL. */
 bool pl_backend_supports(const pl_backend *b, pl_op op, bool backward);
+/* The device_stats of d's backend (pl_backend.device_stats): *out filled (NAN
+ * where unknown) and PL_OK, or PL_ERR_UNSUPPORTED with *out all NAN when the
+ * device is the CPU, its backend is not loaded, predates the field or has
+ * none, or the driver cannot tell. `cursor` as in device_stats (NULL: the
+ * latest reading only). */
+pl_status pl_backend_device_stats(pl_device d, uint64_t *cursor, pl_device_stats *out);
 /* "matmul", "softmax", ... Static string; "custom" for ids from
  * PL_OP_CUSTOM_BASE, "unknown" for other ids this core does not know. */
 const char *pl_op_name(pl_op op);

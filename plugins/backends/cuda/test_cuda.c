@@ -181,6 +181,41 @@ START_TEST(bad_index_is_reported_at_the_next_read) {
 }
 END_TEST
 
+/* NVML through the backend: utilization in [0, 1] and the device's memory,
+ * or PL_ERR_UNSUPPORTED saying why (no libnvidia-ml.so.1); a second call
+ * with the cursor averages the samples taken in between. */
+START_TEST(device_stats_through_nvml) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    pl_device_stats ds;
+    uint64_t cur = 0;
+    pl_status st = pl_backend_device_stats(gd, &cur, &ds);
+    if (st == PL_ERR_UNSUPPORTED) {
+        printf("SKIP %s: %s\n", __func__, pl_error_message());
+        return;
+    }
+    PL_CK_OK(st);
+    ck_assert(ds.memory_total_bytes > 0 && ds.memory_used_bytes > 0);
+    ck_assert(ds.memory_used_bytes <= ds.memory_total_bytes);
+    ck_assert(ds.utilization >= 0 && ds.utilization <= 1);
+    /* about a second of work, then the samples of that second */
+    pl_frame_begin();
+    pl_tensor *a = pl_tensor_to(pl_test_randn(PL_SHAPE(2048, 2048), 1), PL_F32, gd);
+    for (int i = 0; i < 200; i++) {
+        pl_frame_begin(); /* nested: each product is released at once */
+        ck_assert_ptr_nonnull(pl_matmul(a, a, false, false));
+        pl_frame_end();
+    }
+    pl_frame_end();
+    PL_CK_OK(pl_backend_get(PL_DEVICE_CUDA)->synchronize(0));
+    PL_CK_OK(pl_backend_device_stats(gd, &cur, &ds));
+    printf("device stats: utilization %.2f over %d samples, %.0f of %.0f MiB in use\n",
+           ds.utilization, ds.n_samples, ds.memory_used_bytes / 1048576.0,
+           ds.memory_total_bytes / 1048576.0);
+    ck_assert(ds.utilization >= 0 && ds.utilization <= 1);
+}
+END_TEST
+
 /* Largest |v| of a CPU float tensor (the scale for relative tolerances). */
 static double max_abs(const pl_tensor *t) {
     double m = 0;
@@ -376,6 +411,7 @@ int main(void) {
     tcase_add_test(tc, memory_roundtrip);
     tcase_add_test(tc, small_graph_matches_cpu);
     tcase_add_test(tc, bad_index_is_reported_at_the_next_read);
+    tcase_add_test(tc, device_stats_through_nvml);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
     tcase_add_test(tc, lstm_matches_cpu);
     tcase_add_test(tc, clamp_matches_cpu);
