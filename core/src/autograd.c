@@ -16,7 +16,9 @@ typedef struct pl_node {
     int n_in, n_saved;
     pl_tensor *in[PL_MAX_OP_INPUTS];
     pl_tensor *saved[MAX_SAVED];
-    pl_tensor *out;
+    pl_tensor *out;      /* weak (cleared when out's header dies) unless out_strong */
+    bool out_strong;     /* checkpoint nodes hold their output (recompute check) */
+    pl_device dev;       /* out's device: the backend whose backward runs */
     pl_tensor *grad_out; /* accumulated d(loss)/d(out), f32 */
     const pl_custom_op *custom;
     pl_checkpoint_fn ckpt_fn; /* checkpoint node: backward recomputes fn(ckpt_ctx, in) */
@@ -217,7 +219,8 @@ static void node_free(pl_node *n) {
     for (int i = 0; i < n->n_in; i++) pl_tensor_release(n->in[i]);
     for (int i = 0; i < n->n_saved; i++) pl_tensor_release(n->saved[i]);
     if (n->out && n->out->grad_fn == n) n->out->grad_fn = NULL;
-    pl_tensor_release(n->out);
+    if (n->out_strong) pl_tensor_release(n->out);
+    n->out = NULL;
     pl_tensor_release(n->grad_out);
     if (tl_node_pool_n < 1024)
         tl_node_pool[tl_node_pool_n++] = n;
@@ -235,7 +238,61 @@ static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_ty
     return pl_backend_kernel(pl_backend_get(dev), (pl_op)op, true);
 }
 
-/* Append a node out = op(inputs) to the tape; retains inputs, saved and out. */
+/* ---- what the tape keeps (issue 31; docs/autograd-memory.md) ---------------------------
+ * A node keeps an input's data only when its op's backward reads it for an
+ * input that requires a gradient (PyTorch's derivatives.yaml, per op below);
+ * every other input is kept as a stub (pl_tensor_stub_owned: shape, dtype,
+ * grad_fn, no data), so an activation whose only reader needs nothing of it
+ * is freed as soon as the forward lets go of it. A leaf that requires grad
+ * (a parameter) is always kept whole: its .grad accumulates on that header.
+ * Extra outputs an op saves (softmax statistics, a dropout mask, the causal
+ * softmax's probabilities) are kept whole, and a node does not hold its own
+ * output (a weak pointer; a later op that needs it keeps it).
+ *
+ * pl_autograd_needed_inputs: bit j set = backward reads input j's data, for
+ * `grad_mask` (bit j = input j requires grad). The table the docs state and
+ * test_autograd_saved checks, op by op, on the CPU and the strict device. */
+unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask) {
+    unsigned all = n_in >= 32 ? ~0u : (1u << n_in) - 1u;
+    bool g0 = grad_mask & 1u, g1 = grad_mask & 2u;
+    switch (op) {
+    /* gradients that are functions of the output gradient and shapes only */
+    case PL_OP_COPY: case PL_OP_ADD: case PL_OP_SUB: case PL_OP_SCALE: case PL_OP_ADD_SCALAR:
+    case PL_OP_SUM: case PL_OP_MEAN: case PL_OP_CONCAT: case PL_OP_SLICE: case PL_OP_PERMUTE:
+    case PL_OP_RESHAPE: case PL_OP_ROPE: case PL_OP_CAST:
+    /* ... and of an extra output the op saves (mask; probabilities) */
+    case PL_OP_DROPOUT: case PL_OP_CAUSAL_SOFTMAX:
+        return 0;
+    /* a * b: da = g b, db = g a; a / b: da = g / b, db = -g a / b^2 */
+    case PL_OP_MUL:
+        return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
+    case PL_OP_DIV:
+        return (g0 ? 2u : 0u) | (g1 ? 3u : 0u);
+    /* matmul(a, b): da = g b^T reads b, db = a^T g reads a (a frozen weight
+     * b: nothing of the activation a is kept) */
+    case PL_OP_MATMUL:
+        return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
+    /* x @ dequant(W)^T, W frozen: dx reads W (a parameter), never x */
+    case PL_OP_NF4_MATMUL:
+        return g0 ? 2u : 0u;
+    /* index ops: the gradient scatters / gathers g by the index (input 1);
+     * the values' data is not read, only their shape */
+    case PL_OP_EMBEDDING: case PL_OP_INDEX_SELECT: case PL_OP_GATHER: case PL_OP_SCATTER_ADD:
+    case PL_OP_SEGMENT_SOFTMAX: /* + its saved output */
+        return grad_mask ? 2u : 0u;
+    /* elementwise functions of x (the kernels evaluate f'(x)) */
+    case PL_OP_RELU: case PL_OP_LEAKY_RELU: case PL_OP_ELU: case PL_OP_GELU: case PL_OP_SILU:
+    case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_LOG: case PL_OP_SQUARE:
+    case PL_OP_SQRT: case PL_OP_CLAMP: case PL_OP_SOFTMAX: case PL_OP_LOG_SOFTMAX:
+        return g0 ? 1u : 0u;
+    /* losses, norms (x and the weight; + saved statistics), the fused LSTM */
+    default:
+        return grad_mask ? all : 0u;
+    }
+}
+
+/* Append a node out = op(inputs) to the tape; retains what backward reads of
+ * the inputs (the rest as stubs) and saved; out only for a checkpoint node. */
 static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
                           pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
                           pl_tensor *out) {
@@ -258,10 +315,29 @@ static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params
     n->custom = custom;
     if (p) n->p = *p;
     n->n_in = n_in;
-    for (int i = 0; i < n_in; i++) n->in[i] = pl_tensor_retain(inputs[i]);
+    /* a built-in op: only what its backward reads (custom ops and checkpoint
+     * nodes, whose backward may read anything, keep every input) */
+    unsigned grad_mask = 0;
+    for (int i = 0; i < n_in; i++)
+        if (inputs[i] && inputs[i]->requires_grad) grad_mask |= 1u << i;
+    bool builtin = !custom && op > PL_OP_NONE && op < PL_OP_COUNT;
+    unsigned need = builtin ? pl_autograd_needed_inputs(op, n_in, grad_mask) : ~0u;
+    for (int i = 0; i < n_in; i++) {
+        pl_tensor *x = inputs[i];
+        bool keep = !x || (need >> i & 1u) || (x->requires_grad && !x->grad_fn) ||
+                    pl_tensor_is_stub(x);
+        n->in[i] = keep ? pl_tensor_retain(x) : pl_tensor_stub_owned(x);
+        if (!n->in[i]) {
+            n->n_in = i;
+            node_free(n);
+            return NULL;
+        }
+    }
     n->n_saved = n_saved;
     for (int i = 0; i < n_saved; i++) n->saved[i] = pl_tensor_retain(saved[i]);
-    n->out = pl_tensor_retain(out);
+    n->out_strong = op == PL_OP_NONE && !custom; /* a checkpoint node */
+    n->out = n->out_strong ? pl_tensor_retain(out) : out;
+    n->dev = out->device;
     out->grad_fn = n;
     out->requires_grad = true;
     tl_tape[tl_tape_n++] = n;
@@ -291,6 +367,12 @@ static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *
 pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *inputs, int n_in,
                              pl_tensor *const *saved, int n_saved, pl_tensor *out) {
     return record(op, NULL, p, inputs, n_in, saved, n_saved, out);
+}
+
+void pl_autograd_forget_out(pl_tensor *t) {
+    pl_node *n = t->grad_fn;
+    if (n && n->out == t) n->out = NULL;
+    t->grad_fn = NULL;
 }
 
 /* Free the nodes tape[mark..] (newest first) and what they hold. */
@@ -370,10 +452,10 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
             if (!g[j]) return pl_error_status();
         }
     }
-    pl_kernel_fn fn = backward_fn(n->op, n->custom, n->out->device.type);
+    pl_kernel_fn fn = backward_fn(n->op, n->custom, n->dev.type);
     if (!fn)
         return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
-                            name, backend_name(n->out->device.type));
+                            name, backend_name(n->dev.type));
     pl_status st = fn(&k);
     if (st) pl_error_prefix(st, "backward of '%s'", name);
     return st;
@@ -404,7 +486,62 @@ static pl_status backward_from(int64_t lo) {
     return st;
 }
 
+/* ---- what the tape holds, by op (PL_TAPE_REPORT=1: printed at each backward) ----
+ * Bytes of the distinct storages the tape keeps (inputs kept whole, saved
+ * tensors, a checkpoint node's output), each counted once, under the op of
+ * the oldest node keeping it. Leaves that require grad or have a name
+ * (parameters, frozen weights: alive without the tape) are left out. */
+pl_status pl_tape_held_bytes(size_t *per_op, int n_ops, size_t *total) {
+    int64_t cap = 64;
+    while (cap < 4 * (tl_tape_n * (PL_MAX_OP_INPUTS + MAX_SAVED + 1) + 1)) cap *= 2;
+    const pl_storage **seen = calloc((size_t)cap, sizeof *seen);
+    if (!seen) return pl_error_set(PL_ERR_NOMEM, "pl_tape_held_bytes: out of memory");
+    if (per_op)
+        for (int i = 0; i < n_ops; i++) per_op[i] = 0;
+    size_t sum = 0;
+    for (int64_t i = 0; i < tl_tape_n; i++) {
+        pl_node *n = tl_tape[i];
+        pl_tensor *held[PL_MAX_OP_INPUTS + MAX_SAVED + 1];
+        int nh = 0;
+        for (int j = 0; j < n->n_in; j++) held[nh++] = n->in[j];
+        for (int j = 0; j < n->n_saved; j++) held[nh++] = n->saved[j];
+        if (n->out_strong) held[nh++] = n->out;
+        for (int j = 0; j < nh; j++) {
+            pl_tensor *t = held[j];
+            if (!t || pl_tensor_is_stub(t) || (!t->grad_fn && (t->requires_grad || t->name[0])))
+                continue;
+            const pl_storage *st = t->storage;
+            uint64_t h = ((uintptr_t)st >> 4) * 0x9E3779B97F4A7C15ull;
+            int64_t k = (int64_t)(h & (uint64_t)(cap - 1));
+            while (seen[k] && seen[k] != st) k = (k + 1) & (cap - 1);
+            if (seen[k]) continue;
+            seen[k] = st;
+            sum += st->capacity;
+            int op = n->ckpt_fn ? PL_OP_NONE : n->op;
+            if (per_op && op >= 0 && op < n_ops) per_op[op] += st->capacity;
+        }
+    }
+    free(seen);
+    if (total) *total = sum;
+    return PL_OK;
+}
+
+static void tape_report(void) {
+    static int on = -1;
+    if (on < 0) on = getenv("PL_TAPE_REPORT") && atoi(getenv("PL_TAPE_REPORT")) > 0;
+    if (!on) return;
+    size_t per[PL_OP_COUNT], total;
+    if (pl_tape_held_bytes(per, PL_OP_COUNT, &total)) return;
+    fprintf(stderr, "tape: %lld nodes hold %.1f MiB:", (long long)tl_tape_n, total / 1048576.0);
+    for (int i = 0; i < PL_OP_COUNT; i++)
+        if (per[i] >= 1024 * 1024)
+            fprintf(stderr, " %s %.1f", i == PL_OP_NONE ? "checkpoint" : pl_op_name((pl_op)i),
+                    per[i] / 1048576.0);
+    fprintf(stderr, "\n");
+}
+
 pl_status pl_backward(pl_tensor *loss, double grad_scale) {
+    tape_report();
     char buf[256];
     if (!loss) return pl_error_status() ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "backward: NULL loss");
     if (!loss->grad_fn) {

@@ -34,6 +34,13 @@ pl_tensor *pl_tensor_new_owned_zeros(pl_dtype dt, int ndim, const int64_t *shape
 pl_tensor *pl_op_result(pl_tensor *t);
 /* New tensor header sharing t's storage (view); owned by caller. */
 pl_tensor *pl_tensor_view_owned(pl_tensor *t);
+/* A tape stub of t (pl_tensor_is_stub): t's shape, strides, dtype, device,
+ * name, requires_grad and grad_fn, no data, no quantization state. Owned by
+ * the caller; NULL with PL_ERR_NOMEM set. */
+pl_tensor *pl_tensor_stub_owned(const pl_tensor *t);
+/* Called by pl_tensor_release for a dying header that has a grad_fn: the
+ * node that produced it forgets it (autograd.c). */
+void pl_autograd_forget_out(pl_tensor *t);
 
 /* The backend registered for `type`, or NULL; unlike pl_backend_get it leaves
  * the error state alone (for callers that only ask). */

@@ -26,7 +26,28 @@ static pl_status check_state(const char *op, const char *pname, const char *what
     return PL_OK;
 }
 
+/* pl_optim_set_found_inf: the flag every optimizer kernel gets as in[1] */
+static pl_tensor *g_found_inf;
+
+void pl_optim_set_found_inf(pl_tensor *flag) { g_found_inf = flag; }
+pl_tensor *pl_optim_found_inf(void) { return g_found_inf; }
+
 static pl_status run_step(pl_kernel_args *k) {
+    if (g_found_inf) {
+        pl_tensor *f = g_found_inf;
+        const char *nm = k->out[0]->name;
+        if (f->dtype != PL_F32 || pl_tensor_numel(f) != 1 || !pl_tensor_is_contiguous(f))
+            return pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': the found_inf flag is not a "
+                                "1-element contiguous f32 tensor", pl_op_name(k->op), nm);
+        if (!pl_device_eq(f->device, k->out[0]->device)) {
+            char d1[32], d2[32];
+            return pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': the found_inf flag is on %s, "
+                                "the parameter on %s", pl_op_name(k->op), nm,
+                                pl_device_str(f->device, d1, sizeof d1),
+                                pl_device_str(k->out[0]->device, d2, sizeof d2));
+        }
+        k->in[k->n_in++] = f;
+    }
     pl_status s = pl_kernel_forward(k);
     return s ? pl_error_prefix(s, "%s of parameter '%s'", pl_op_name(k->op), k->out[0]->name) : s;
 }

@@ -1,5 +1,8 @@
 /* tensor.c - tensor headers, storage, views, copies, conversions, init. */
 #include <errno.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +241,48 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t) {
     return v;
 }
 
+/* ---- tape stubs (autograd.c: what the tape keeps) ---- */
+
+static void *g_stub_page; /* one PROT_NONE page: every stub's data */
+static pl_storage g_stub_storage = {.external = true, .refcount = 1 << 30};
+static pthread_once_t g_stub_once = PTHREAD_ONCE_INIT;
+
+static void stub_init(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    void *p = mmap(NULL, (size_t)(pg > 0 ? pg : 4096), PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    g_stub_page = p == MAP_FAILED ? NULL : p;
+    g_stub_storage.data = g_stub_page;
+}
+
+bool pl_tensor_is_stub(const pl_tensor *t) { return t && t->storage == &g_stub_storage; }
+
+pl_tensor *pl_tensor_stub_owned(const pl_tensor *t) {
+    pthread_once(&g_stub_once, stub_init);
+    if (!g_stub_page) {
+        pl_error_set(PL_ERR_NOMEM, "tape stub: mmap of a guard page failed");
+        return NULL;
+    }
+    pl_tensor *v = header_new();
+    if (!v) return NULL;
+    v->dtype = t->dtype;
+    v->ndim = t->ndim;
+    memcpy(v->shape, t->shape, sizeof v->shape);
+    memcpy(v->stride, t->stride, sizeof v->stride);
+    v->offset = 0;
+    v->device = t->device;
+    /* shared by every stub; never freed (its refcount cannot reach 0: the
+     * count is only ever a few million references at most) */
+    v->storage = &g_stub_storage;
+    __atomic_add_fetch(&g_stub_storage.refcount, 1, __ATOMIC_RELAXED);
+    v->requires_grad = t->requires_grad;
+    v->grad_fn = t->grad_fn;
+    v->quant.block = t->quant.block;
+    v->quant.orig_dtype = t->quant.orig_dtype;
+    memcpy(v->name, t->name, sizeof v->name);
+    return v;
+}
+
 pl_tensor *pl_tensor_empty_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev) {
     return pl_tensor_new_owned(dt, ndim, shape, dev);
 }
@@ -323,6 +368,12 @@ pl_tensor *pl_tensor_retain(pl_tensor *t) {
 
 void pl_tensor_release(pl_tensor *t) {
     if (!t || --t->refcount > 0) return;
+    if (t->storage == &g_stub_storage) { /* a stub: its node outlives it, nothing to forget */
+        __atomic_sub_fetch(&g_stub_storage.refcount, 1, __ATOMIC_RELAXED);
+        header_free(t);
+        return;
+    }
+    if (t->grad_fn) pl_autograd_forget_out(t);
     storage_release(t->storage);
     pl_tensor_release(t->grad);
     pl_tensor_release(t->quant.absmax);

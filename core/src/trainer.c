@@ -275,11 +275,18 @@ static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
     if (dst) return dst;
     if (t->prec.self && PREC(t)->before_step)
         do_step = PREC(t)->before_step(t->prec.self, t->ctx.params);
-    *gnorm = grad_norm_and_clip(t);
-    *lr = apply_lr(t);
     pl_status st = PL_OK;
-    if (do_step) {
+    if (t->dev_loop) /* the norm stays on the device (step_values.c) */
+        st = tr_sv_grad_norm_and_clip(t);
+    else
+        *gnorm = grad_norm_and_clip(t);
+    *lr = apply_lr(t);
+    if (do_step && !st) {
+        /* one process: the kernels skip the update when the step's loss was not
+         * finite (found_inf), decided on the device */
+        if (t->dev_loop) pl_optim_set_found_inf(t->sv.found);
         st = OPTIM(t)->step(t->optim.self);
+        pl_optim_set_found_inf(NULL);
         if (!st && t->prec.self && PREC(t)->after_step)
             st = PREC(t)->after_step(t->prec.self, t->ctx.params);
     }
@@ -615,6 +622,48 @@ static void signals_restore(void) {
     sigaction(SIGTERM, &g_prev_term, NULL);
 }
 
+/* A micro-batch's loss decided on the host, as data parallel needs it (the
+ * ranks agree on the global batch's loss before backward; one process keeps
+ * it on the device instead, step_values.c): read back, the on_nan policy,
+ * backward scaled by this rank's share. Ends the batch's frame. Returns 1 to
+ * go on to the step, 0 when on_nan = skip dropped the step's micro-batches,
+ * -1 on an error (*st). */
+static int host_micro_batch(trainer *t, pl_tensor *loss, pl_status *st, double *lv,
+                            pl_metrics *m, int64_t size, int64_t b, int64_t *pending,
+                            int *peer_signal) {
+    *lv = *st ? NAN : pl_tensor_item(loss);
+    /* DDP: the loss of the global batch (every rank decides on the same value),
+     * this rank's share of it, which scales its backward, and whether any rank
+     * has seen a signal (all stop at the same step boundary) */
+    double share = 1.0;
+    if (!*st) *st = tr_dist_loss(t, lv, m, size, &share, (int)g_signal, peer_signal);
+    if (!*st && !isfinite(*lv)) {
+        *st = tr_nan_policy(t, *lv, t->epoch, t->step, b);
+        if (!*st) { /* skipped: the step's micro-batches so far go too */
+            pl_tape_clear();
+            zero_grads(t);
+            tr_devstats_step_abort(t);
+            *pending = 0;
+            t->batch = b + 1;
+            t->accum_pending = 0;
+        }
+        pl_frame_end();
+        return *st ? -1 : 0;
+    }
+    if (!*st) {
+        t->last_finite_loss = *lv;
+        t->nan_skips = 0;
+        double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
+        *st = pl_backward(loss, scale * share / (double)t->accum);
+    }
+    pl_frame_end();
+    if (*st) return -1;
+    t->ep_loss_sum += *lv;
+    t->ep_loss_n++;
+    t->micro++;
+    return 1;
+}
+
 static pl_status fit(trainer *t) {
     const pl_loader_vtable *L = LOADER(t);
     /* DDP striding: each rank takes every stride-th batch; a remainder that not every
@@ -636,6 +685,8 @@ static pl_status fit(trainer *t) {
     t->fit_batch0 = t->epoch * nb + t->batch;
     pl_alloc_reset_peak(t->ctx.device);
     tr_devstats_begin(t);
+    st = tr_sv_begin(t);
+    if (st) return st;
     for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
         tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
@@ -684,68 +735,46 @@ static pl_status fit(trainer *t) {
             t->ctx.micro_step = t->micro;
             pl_frame_begin();
             pl_tensor *loss = NULL;
+            double lv = NAN;
             pl_metrics m;
             pl_metrics_reset(&m);
-            st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss, &m);
-            double lv = st ? NAN : pl_tensor_item(loss);
-            /* DDP: the loss of the global batch (every rank decides on the same value),
-             * this rank's share of it, which scales its backward, and whether any rank
-             * has seen a signal (all stop at the same step boundary) */
-            double share = 1.0;
-            if (!st) st = tr_dist_loss(t, &lv, &m, batch.size, &share, (int)g_signal, &peer_signal);
-            if (!st && !isfinite(lv)) {
-                t->nan_skips++;
-                if (!t->on_nan_skip) {
-                    st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
-                                      "step %lld batch %lld (last finite loss %.6g); "
-                                      "set [trainer] on_nan = skip to skip such steps",
-                                      lv, (long long)t->epoch, (long long)t->step, (long long)b,
-                                      t->last_finite_loss);
-                } else if (t->max_nan_skips > 0 && t->nan_skips > t->max_nan_skips) {
-                    /* the weights (or the data from here on) have gone bad: skipping
-                     * would only run out the fit on untouched or diverged weights */
-                    pl_hint_set("look for NaN/Inf rows in the training data and at the last "
-                                "finite training loss in log.txt (a diverging run: lower lr, "
-                                "gradient_clip_val); [trainer] max_consecutive_nan_skips = 0 "
-                                "skips without limit");
-                    st = pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld "
-                                      "step %lld batch %lld, %lld in a row: on_nan = skip allows "
-                                      "at most %lld consecutive skipped steps "
-                                      "(max_consecutive_nan_skips; last finite loss %.6g)",
-                                      lv, (long long)t->epoch, (long long)t->step, (long long)b,
-                                      (long long)t->nan_skips, (long long)t->max_nan_skips,
-                                      t->last_finite_loss);
-                } else {
-                    tr_log(t, "warning: non-finite loss at step %lld batch %lld: step skipped\n",
-                          (long long)t->step, (long long)b);
-                    pl_tape_clear();
-                    zero_grads(t);
-                    tr_devstats_step_abort(t);
-                    pending = 0;
-                    t->batch = b + 1;
-                    t->accum_pending = 0;
+            /* one process asks for no training metrics (NULL): a model then reads
+             * nothing back; data parallel needs the loss's count to weight the ranks */
+            st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss,
+                                   t->dev_loop ? NULL : &m);
+            if (t->dev_loop) {
+                /* one process: nothing is read back here (step_values.c); the loss,
+                 * its finiteness and the on_nan policy are decided at the next read */
+                if (!st) st = tr_sv_loss(t, loss, pending == 0, b);
+                if (!st) {
+                    double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
+                    st = pl_backward(loss, scale / (double)t->accum);
                 }
                 pl_frame_end();
-                continue;
+                if (st) break;
+                t->micro++;
+            } else {
+                int r2 = host_micro_batch(t, loss, &st, &lv, &m, batch.size, b, &pending,
+                                          &peer_signal);
+                if (r2 < 0) break;
+                if (r2 == 0) continue; /* skipped (on_nan = skip) */
             }
-            if (!st) {
-                t->last_finite_loss = lv;
-                t->nan_skips = 0;
-                double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
-                st = pl_backward(loss, scale * share / (double)t->accum);
-            }
-            pl_frame_end();
-            if (st) break;
-            t->ep_loss_sum += lv;
-            t->ep_loss_n++;
-            t->micro++;
-            bool stepped = false;
+            bool stepped = false, logged = false;
             if (++pending == t->accum || b + 1 == nb) {
                 st = optimizer_step(t, &gnorm, &lr);
                 pending = 0;
                 stepped = true;
+                logged = t->step % t->log_every == 0;
                 double now = tr_now();
-                if (t->step % t->log_every == 0) {
+                bool log_row = !st && logged;
+                if (log_row && t->dev_loop) {
+                    /* a logged step: the read (and the on_nan decisions) happen here */
+                    st = tr_sv_flush(t);
+                    lv = t->sv.last_loss;
+                    gnorm = t->sv.last_gnorm;
+                    log_row = !st && !t->sv.last_step_skipped; /* as if never stepped */
+                }
+                if (log_row) {
                     /* wall seconds of this optimizer step: its micro-batches'
                      * loading, forward, backward and the update */
                     tr_metric_row(t, "step_seconds", now - t_prev);
@@ -758,24 +787,31 @@ static pl_status fit(trainer *t) {
             t->batch = b + 1;
             t->accum_pending = pending;
             progress(t, b0, b, nb, te0, t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN, lr);
-            if (stepped) tr_devstats_step_end(t, t->step % t->log_every == 0);
+            if (stepped) tr_devstats_step_end(t, logged);
             if (!st && (b + 1) % val_every == 0 && b + 1 < nb &&
                 ((t->epoch + 1) % t->val_every_epochs == 0)) {
-                st = validate(t, &stop);
+                st = tr_sv_flush(t); /* a best checkpoint records the running loss */
+                if (!st) st = validate(t, &stop);
                 if (!st && !stop) st = continue_train_epoch(t);
                 t_prev = tr_now(); /* validation is not a step's time */
             }
             /* after the validation of this batch, so the checkpoint holds its outcome; a
              * validation that stops the run leaves the epoch-end checkpoint only */
             if (!st && stepped && !stop && t->ckpt_every_steps > 0 &&
-                t->step % t->ckpt_every_steps == 0)
-                st = save_step_checkpoint(t);
+                t->step % t->ckpt_every_steps == 0) {
+                st = tr_sv_flush(t);
+                /* a skipped step found by the read is no step to checkpoint at */
+                if (!st && t->step % t->ckpt_every_steps == 0) st = save_step_checkpoint(t);
+            }
+            if (!st && t->max_steps >= 0 && t->step >= t->max_steps) st = tr_sv_flush(t);
             if (t->max_steps >= 0 && t->step >= t->max_steps) break;
             /* DDP: mpirun delivers a signal to every rank, but each sees it at its own
              * moment: act on the value the ranks agreed on with this step's loss */
             int sig = t->world > 1 ? peer_signal : (int)g_signal;
             if (sig && pending == 0 && !st) {
                 /* at an optimizer-step boundary: last records the next batch */
+                st = tr_sv_flush(t);
+                if (st) break;
                 t->interrupted = sig;
                 if (t->tty) printf("\n");
                 tr_log(t, "interrupted (signal %d) at epoch %lld batch %lld, step %lld: saving "
@@ -785,6 +821,7 @@ static pl_status fit(trainer *t) {
                 break;
             }
         }
+        if (!st) st = tr_sv_flush(t); /* the epoch's end reads its values */
         if (t->interrupted) break;
         t->batch = 0;
         t->accum_pending = 0;
@@ -826,6 +863,7 @@ static pl_status fit(trainer *t) {
         if (stop) t->stopped_early = true;
     }
     t->fit_s = tr_now() - t_fit0;
+    tr_sv_end(t);
     tr_devstats_log(t);
     t->ph_fit.seconds = t->fit_s;
     tr_peak_fold(t, &t->ph_fit, false);

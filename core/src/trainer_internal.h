@@ -71,6 +71,26 @@ typedef struct tr_devstats {
     tr_devstats_sum first;         /* the first epoch's steps (warm-up) */
 } tr_devstats;
 
+/* A training step's values kept on the device until the next read
+ * (step_values.c; issue 32): what the host knows of each buffered loss. */
+typedef struct tr_sv_record {
+    int64_t epoch, step, batch; /* when the loss was computed */
+    bool step_end;              /* the last micro-batch of an optimizer step: its slot also
+                                 * holds the step's gradient norm */
+} tr_sv_record;
+
+typedef struct tr_step_values {
+    pl_tensor *buf;   /* f32 [2 * cap] on the device: slot i = (loss, grad norm) */
+    pl_tensor *found; /* f32 [1]: the current step's found_inf (0, or NaN) */
+    pl_tensor *clip;  /* f32 [1]: gradient_clip_val, for norm clipping (else NULL) */
+    tr_sv_record *rec; /* [cap] */
+    float *host;       /* [2 * cap]: the last read */
+    int64_t cap, n;    /* slots, slots filled since the last read */
+    bool step_bad;     /* replay: the step being replayed had a non-finite loss */
+    bool last_step_skipped; /* the last step the last read completed was skipped */
+    double last_loss, last_gnorm; /* the last values read (logged, progress) */
+} tr_step_values;
+
 typedef struct trainer {
     pl_config *cfg;
     pl_registry *reg;
@@ -151,6 +171,10 @@ typedef struct trainer {
     int interrupted; /* SIGINT / SIGTERM received and honoured: the signal number */
     bool epoch_done; /* validating at the end of an epoch: checkpoints record the next one */
     tr_devstats devstats; /* device_stats in summary.json (device_stats.c) */
+    /* step_values.c: one process keeps the loss, grad norm and found_inf on the
+     * device (dev_loop); data parallel reads them each step (dist.c's reductions) */
+    bool dev_loop;
+    tr_step_values sv;
 } trainer;
 
 #define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)
@@ -221,6 +245,28 @@ void tr_devstats_log(trainer *t);
 /* summary.json's "device_stats" object (null when the device counts nothing);
  * `o` is a cJSON object (void * keeps cJSON out of this header). */
 void tr_devstats_json(const trainer *t, void *o);
+
+/* ---- step_values.c: the step's values on the device until the next read ---- */
+/* At fit's start: dev_loop (world 1) and the device buffers; PL_ERR_NOMEM. */
+pl_status tr_sv_begin(trainer *t);
+void tr_sv_end(trainer *t); /* release them (NULL-safe, idempotent) */
+/* A micro-batch's loss (one element, on the device) into the next slot and
+ * the step's found_inf flag (first_micro: the step's first micro-batch);
+ * reads back first when the buffer is full. Not on the tape. */
+pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b);
+/* The gradient norm into the last slot and clipping (norm: by the device-side
+ * coefficient; value: clamp), before the optimizer step. */
+pl_status tr_sv_grad_norm_and_clip(trainer *t);
+/* Read every buffered value back (one copy) and replay the on_nan policy over
+ * them in order: ep_loss_sum/n, last_finite_loss, nan_skips, the warnings and
+ * errors; takes skipped steps back from t->step and t->micro. No-op when
+ * nothing is buffered or dev_loop is off. */
+pl_status tr_sv_flush(trainer *t);
+/* on_nan for one non-finite training loss lv (at epoch / step / batch):
+ * counts it in t->nan_skips; PL_ERR_NUMERIC naming them and the last finite
+ * loss under on_nan = stop or past max_consecutive_nan_skips, else logs the
+ * skipped step's warning and returns PL_OK. Both paths' one decision. */
+pl_status tr_nan_policy(trainer *t, double lv, int64_t epoch, int64_t step, int64_t batch);
 
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */

@@ -184,11 +184,25 @@ static pl_tensor *c_clamp(pl_tensor **in, const ocase *c) { return pl_clamp(in[0
 /* In-place updates: on copies of the inputs (the CPU's inputs are copied to
  * the device afterwards), returning the updated state as one [3 * n] tensor. */
 static pl_tensor *fresh(pl_tensor *t) { return pl_tensor_to(t, PL_F32, t->device); }
+/* flag bit 2 (4): the step runs with a found_inf flag (pl_optim_set_found_inf)
+ * on the tensors' device, NaN (skip: every tensor stays as it was) or, with
+ * bit 3 (8), 0 (update as without one): a kernel that ignores in[1] fails. */
+static pl_tensor *found_inf_on(const pl_tensor *like, int flag) {
+    pl_tensor *h = pl_tensor_zeros(PL_F32, 1, (int64_t[]){1}, PL_CPU);
+    if (!h) return NULL;
+    ((float *)pl_tensor_data(h))[0] = flag & 8 ? 0.0f : NAN;
+    return pl_tensor_to(h, PL_F32, like->device);
+}
 static pl_tensor *c_adamw(pl_tensor **in, const ocase *c) {
     pl_tensor *p = fresh(in[0]), *m = fresh(in[2]), *v = fresh(in[3]), *vm = fresh(in[4]);
     pl_adamw_hyper h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                         .weight_decay = 0.1, .l2 = c->flag & 1, .amsgrad = c->flag & 2, .step = 3};
-    if (!p || !m || !v || !vm || pl_adamw_step_(p, in[1], m, v, vm, &h)) return NULL;
+    pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
+    if ((c->flag & 4) && !fi) return NULL;
+    pl_optim_set_found_inf(fi);
+    pl_status st = !p || !m || !v || !vm ? PL_ERR_NOMEM : pl_adamw_step_(p, in[1], m, v, vm, &h);
+    pl_optim_set_found_inf(NULL);
+    if (st) return NULL;
     pl_tensor *parts[4] = {p, m, v, vm};
     return pl_concat(parts, 4, 0);
 }
@@ -196,7 +210,12 @@ static pl_tensor *c_sgd(pl_tensor **in, const ocase *c) {
     pl_tensor *p = fresh(in[0]), *b = fresh(in[2]);
     pl_sgd_hyper h = {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01,
                       .nesterov = c->flag & 1, .first = c->flag & 2};
-    if (!p || !b || pl_sgd_step_(p, in[1], b, &h)) return NULL;
+    pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
+    if ((c->flag & 4) && !fi) return NULL;
+    pl_optim_set_found_inf(fi);
+    pl_status st = !p || !b ? PL_ERR_NOMEM : pl_sgd_step_(p, in[1], b, &h);
+    pl_optim_set_found_inf(NULL);
+    if (st) return NULL;
     pl_tensor *parts[2] = {p, b};
     return pl_concat(parts, 2, 0);
 }
@@ -279,6 +298,10 @@ static const ocase g_cases[] = {
     {PL_OP_ADAMW_STEP, "Adam l2 amsgrad [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 3},
     {PL_OP_SGD_STEP, "momentum [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false},
     {PL_OP_SGD_STEP, "nesterov first [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 3},
+    {PL_OP_ADAMW_STEP, "AdamW found_inf NaN: skipped [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 4},
+    {PL_OP_ADAMW_STEP, "AdamW found_inf 0: updates [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 12},
+    {PL_OP_SGD_STEP, "momentum found_inf NaN: skipped [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 4},
+    {PL_OP_SGD_STEP, "momentum found_inf 0: updates [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 8 | 4},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 
@@ -514,6 +537,29 @@ START_TEST(cpu_reference_sane) {
 }
 END_TEST
 
+/* The found_inf cases on the CPU reference itself: NaN leaves parameter and
+ * state exactly as they were, 0 updates them (so the device rows, which are
+ * compared to these, test that a backend's kernel reads the flag). */
+START_TEST(found_inf_skips_the_optimizer_update) {
+    pl_frame_begin();
+    pl_tensor *in[5];
+    for (int i = 0; i < 5; i++) /* v and max v (3, 4) positive */
+        in[i] = i >= 3 ? pl_test_rand(PL_SHAPE(40), 0.5, 2, 100 + i) : pl_test_randn(PL_SHAPE(40), 100 + i);
+    for (int which = 0; which < 2; which++) {
+        ocase skip = {.flag = 4}, upd = {.flag = 12};
+        pl_tensor *a = which ? c_sgd(in, &skip) : c_adamw(in, &skip);
+        pl_tensor *b = which ? c_sgd(in, &upd) : c_adamw(in, &upd);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        pl_tensor *parts[4] = {in[0], in[2], in[3], in[4]};
+        pl_tensor *before = pl_concat(parts, which ? 2 : 4, 0);
+        ck_assert_double_eq(pl_test_max_abs_diff(a, before), 0.0);
+        ck_assert_double_gt(pl_test_max_abs_diff(b, before), 0.0);
+    }
+    pl_frame_end();
+}
+END_TEST
+
 /* ---- the device table ------------------------------------------------------------- */
 
 /* The dtype of a case's float inputs (the first one decides; cases do not
@@ -702,6 +748,7 @@ int main(void) {
     TCase *tc = tcase_create("ops");
     tcase_add_test(tc, cpu_kernels_complete);
     tcase_add_test(tc, cpu_reference_sane);
+    tcase_add_test(tc, found_inf_skips_the_optimizer_update);
     tcase_add_test(tc, device_conformance);
     suite_add_tcase(s, tc);
     return pl_test_run(s);

@@ -1202,6 +1202,48 @@ START_TEST(nan_skips_in_a_row_are_limited) {
 }
 END_TEST
 
+/* One process keeps the loss on the device between reads (step_values.c):
+ * with log_every_n_steps = 4 a non-finite loss is decided at the next read
+ * (the step ran with found_inf set, a no-op, and is taken back), and the run
+ * equals the one that reads every step (sgd without momentum, constant lr,
+ * no dropout: nothing depends on when the skip was noticed); on_nan = stop
+ * names the bad loss's own epoch, step and batch, not the read's. */
+START_TEST(nan_decided_at_the_next_read_as_at_once) {
+    setup();
+    poison_rows("/train/y", 5, 6);
+    const char *o1[] = {"trainer.on_nan=skip", "optimizer.plugin=sgd", "scheduler.plugin=constant",
+                        "model.dropout=0"};
+    const char *o4[] = {"trainer.on_nan=skip", "optimizer.plugin=sgd", "scheduler.plugin=constant",
+                        "model.dropout=0", "trainer.log_every_n_steps=4"};
+    ck_assert_msg(run("read1", 4, o1, NULL) == 0, "%s", pl_error_message());
+    ck_assert_msg(run("read4", 5, o4, NULL) == 0, "%s", pl_error_message());
+    const char *log = run_file("read4", "log.txt");
+    int skipped = 0;
+    for (const char *p = log; (p = strstr(p, "step skipped")); p++) skipped++;
+    ck_assert_msg(skipped == 2, "%d skipped steps (one per epoch expected):\n%s", skipped, log);
+    char a[1024], b[1024];
+    ckpt_path(a, sizeof a, "read1", "last");
+    ckpt_path(b, sizeof b, "read4", "last");
+    int n;
+    double d = file_diff(a, b, &n);
+    ck_assert_int_ge(n, 4);
+    ck_assert_msg(d == 0.0, "reading every 4 steps differs from every step by %g", d);
+    pl_st_file *f = open_ckpt("read4", "last");
+    expect_meta(f, "step", "14"); /* 2 epochs x 8 batches, 2 steps skipped */
+    pl_st_close(f);
+
+    const char *s1[] = {"optimizer.plugin=sgd", "scheduler.plugin=constant", "model.dropout=0"};
+    const char *s4[] = {"optimizer.plugin=sgd", "scheduler.plugin=constant", "model.dropout=0",
+                        "trainer.log_every_n_steps=4"};
+    ck_assert_int_eq(run("stop1", 3, s1, NULL), 1);
+    char m1[2048];
+    snprintf(m1, sizeof m1, "%s", pl_error_message());
+    ck_assert_int_eq(run("stop4", 4, s4, NULL), 1);
+    ck_assert_msg(strstr(m1, "non-finite training loss") && !strcmp(m1, pl_error_message()),
+                  "every step: %s\nevery 4 steps: %s", m1, pl_error_message());
+}
+END_TEST
+
 START_TEST(swapping_plugins_on_the_command_line_changes_the_run) {
     setup();
     const char *a[] = {"scheduler.plugin=constant", "model.dropout=0"};
@@ -1341,6 +1383,7 @@ int main(void) {
     tcase_add_test(tc, clip_by_norm_bounds_the_update_like_clip_grad_norm);
     tcase_add_test(tc, nan_loss_stops_with_step_and_last_finite_loss);
     tcase_add_test(tc, nan_skips_in_a_row_are_limited);
+    tcase_add_test(tc, nan_decided_at_the_next_read_as_at_once);
     tcase_add_test(tc, swapping_plugins_on_the_command_line_changes_the_run);
     tcase_add_test(tc, corrupt_or_mismatched_checkpoint_is_refused);
     tcase_add_test(tc, corrupt_checkpoint_metadata_is_refused);

@@ -53,6 +53,30 @@ void pl_tape_clear(void);
 /* Number of nodes on the tape (tests). */
 int64_t pl_tape_size(void);
 
+/* ---- what the tape keeps --------------------------------------------- */
+
+/* Which inputs' DATA the backward of built-in op `op` (a pl_op) reads, as a
+ * bit mask (bit j = input j), given which of its `n_in` inputs require a
+ * gradient (`grad_mask`, bit j = input j). The tape keeps those inputs; the
+ * others become stubs (pl_tensor_is_stub: shape and autograd links, no
+ * data), so the activation is freed once the forward lets go of it. A
+ * parameter (a leaf requiring grad) is always kept, as is every input of a
+ * custom op and of a checkpoint node, and every extra output an op saves
+ * (statistics, masks). A node does not hold its own output.
+ * Examples: matmul(x, W) with W frozen and x requiring grad -> 0b10 (W, for
+ * dx; nothing of x); with W trainable -> 0b11; add -> 0; silu -> 0b1.
+ * The table per op and the bytes it implies: docs/autograd-memory.md (after
+ * PyTorch's tools/autograd/derivatives.yaml). Unknown ops: every input. */
+unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask);
+/* Bytes the tape holds now: the distinct storages its nodes keep (inputs
+ * kept whole, saved tensors, checkpoint outputs), each once, attributed to
+ * the op (pl_op; PL_OP_NONE = checkpoint nodes) of the oldest node keeping it
+ * in per_op[0..n_ops) (may be NULL); leaves that require grad or have a
+ * name (parameters, frozen weights, alive without the tape) are not counted. Block sizes as the
+ * allocator hands them out. With PL_TAPE_REPORT=1 in the environment,
+ * pl_backward prints this per op to stderr before each backward. */
+pl_status pl_tape_held_bytes(size_t *per_op, int n_ops, size_t *total);
+
 /* ---- activation (gradient) checkpointing ------------------------------ */
 
 /* fn computes outputs from inputs (borrowed); returns one new tensor (owned by

@@ -179,6 +179,18 @@ pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp
  * f32 or NULL (no momentum), as for pl_adamw_step_. */
 pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
                        const struct pl_sgd_hyper *h);
+/* A step skipped on the device (GradScaler's found_inf, as torch's fused
+ * Adam / SGD take it): while `flag` is set, every pl_adamw_step_ and
+ * pl_sgd_step_ hands it to its kernel as in[1], and the kernel leaves the
+ * parameter and its state untouched when flag[0] != 0 (NaN included), so the
+ * host decides nothing and reads nothing. `flag`: a 1-element f32 tensor on
+ * the parameters' device (PL_ERR_DEVICE / PL_ERR_SHAPE from the step naming
+ * the parameter otherwise), borrowed until cleared. NULL (the default):
+ * every step updates. Process-wide, like autocast: the trainer sets it
+ * around its optimizer step and clears it after. A backend's adamw_step /
+ * sgd_step kernel must read in[1] when n_in > 1 (cpu and strict do). */
+void pl_optim_set_found_inf(pl_tensor *flag);
+pl_tensor *pl_optim_found_inf(void);
 
 /* ---- fused recurrent --------------------------------------------------------- */
 

@@ -407,7 +407,11 @@ typedef struct pl_model_vtable {
     void (*destroy)(void *self);
     /* Forward one batch. training: dropout on, *loss = scalar recorded on the
      * tape. Evaluation (training false, grad off): *loss may be set and
-     * metrics are added to `m` (e.g. "loss", "accuracy", "hit_ratio@10"). */
+     * metrics are added to `m` (e.g. "loss", "accuracy", "hit_ratio@10").
+     * `m` may be NULL: no metric is wanted, and a model then reads nothing
+     * back from the device for one (the trainer's training forward in one
+     * process, which keeps the loss on the device until it logs; in data
+     * parallel it passes `m` for the loss's count, which weights the ranks). */
     pl_status (*forward)(void *self, const pl_batch *b, pl_data_split split, bool training,
                          pl_tensor **loss, pl_metrics *m);
     /* Optional: exported outputs (teacher outputs). `outputs_dir` is the run's

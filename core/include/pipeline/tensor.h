@@ -187,6 +187,14 @@ int64_t pl_tensor_numel(const pl_tensor *t);
 size_t pl_tensor_nbytes(const pl_tensor *t);  /* numel bytes of the view */
 bool pl_tensor_is_contiguous(const pl_tensor *t);
 bool pl_tensor_same_shape(const pl_tensor *a, const pl_tensor *b);
+/* True for a tape stub (autograd.h, "What the tape keeps"): a header the
+ * autograd tape keeps in place of an op input whose data the op's backward
+ * does not read. Shape, strides, dtype, device, name, requires_grad and
+ * grad_fn are the input's; it holds no data: its data pointer is a host page
+ * that no one may read or write (PROT_NONE; a read is a SIGSEGV on the CPU,
+ * an illegal address on a GPU). A backend that validates or maps the
+ * tensors handed to a kernel skips stubs. */
+bool pl_tensor_is_stub(const pl_tensor *t);
 /* Pointer to the first element of the view (device memory for CUDA). */
 void *pl_tensor_data(const pl_tensor *t);
 /* Typed host pointer; NULL (with error) if not CPU or dtype differs. */

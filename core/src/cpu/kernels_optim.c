@@ -28,7 +28,14 @@ static pl_status k_clamp_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* in[1], when present: the step's found_inf flag (pl_optim_set_found_inf):
+ * non-zero (or NaN) skips the update, leaving every tensor as it was. */
+static bool skipped(const pl_kernel_args *a) {
+    return a->n_in > 1 && a->in[1] && *(const float *)pl_tensor_data(a->in[1]) != 0.0f;
+}
+
 static pl_status k_adamw_step(const pl_kernel_args *a) {
+    if (skipped(a)) return PL_OK;
     const pl_adamw_coef c = *(const pl_adamw_coef *)a->p.extra;
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);
@@ -41,6 +48,7 @@ static pl_status k_adamw_step(const pl_kernel_args *a) {
 }
 
 static pl_status k_sgd_step(const pl_kernel_args *a) {
+    if (skipped(a)) return PL_OK;
     const pl_sgd_coef c = *(const pl_sgd_coef *)a->p.extra;
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);

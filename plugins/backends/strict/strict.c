@@ -321,6 +321,10 @@ typedef struct opened {
 
 static pl_status open_tensor(opened *o, const pl_tensor *t, const char *what) {
     if (!t) return PL_OK;
+    /* issue 31: a tape stub (an input whose data backward does not read) has
+     * no device memory; its data is a PROT_NONE host page, so a kernel that
+     * reads it anyway still dies here, as it would on a GPU */
+    if (pl_tensor_is_stub(t)) return PL_OK;
     if (t->device.type == PL_DEVICE_CPU) {
         /* on a GPU a kernel cannot read host memory: the op front end (or the
          * stage that built the tensor) should have moved it */

@@ -1288,7 +1288,7 @@ pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool
         pl_status st = train_forward(m, b, loss, &np);
         /* the loss is a mean over the batch's labelled positions: its count tells a
          * data-parallel trainer how to weight this batch against the other ranks' */
-        if (!st && loss && *loss && np > 0)
+        if (!st && mt && loss && *loss && np > 0) /* NULL mt: no metric, no read back */
             pl_metrics_add(mt, "loss", pl_tensor_item(*loss) * (double)np, (double)np);
         return st ? pl_error_prefix(st, "ilora forward (train batch %lld)", (long long)b->index)
                   : PL_OK;
