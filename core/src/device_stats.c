@@ -4,7 +4,7 @@
  * never waits for it: a device-to-host read (pl_tensor_item of a loss) waits
  * for every kernel queued before it, and a raw device allocation (cudaMalloc)
  * synchronizes the device. A backend that counts them (pl_backend.counters,
- * ABI 2.5: the strict device) is read at the start and the end of each
+ * ABI 2.6: the strict device) is read at the start and the end of each
  * optimizer step's window; summary.json reports the means and maxima per
  * step as "device_stats" (see trainer_internal.h for the window and which
  * steps count), and CI holds every shipped config on the strict device to 0

@@ -41,8 +41,12 @@ extern "C" {
  * minor 5: PL_KIND_STRATEGY and pl_strategy_vtable (data-parallel training,
  *          `[strategy] plugin = ddp`); pl_loader_vtable.shard; RMS metrics
  *          (pl_metrics_add_rms, pl_metrics_value_at); pl_cfg_sibling (config.h:
- *          checks across stages at `pipeline check` time) */
-#define PL_ABI_MINOR 5
+ *          checks across stages at `pipeline check` time)
+ * minor 6: pipeline/file.h (pl_file_check_regular, pl_file_open_read,
+ *          pl_file_fopen_read), pl_st_check_finite; pl_backend.counters and
+ *          pl_backend.device_stats (pl_backend_device_stats); the optimizer
+ *          kernels' found_inf flag (pl_optim_set_found_inf) */
+#define PL_ABI_MINOR 6
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {

@@ -838,6 +838,7 @@ static const pl_backend g_cuda = {
     cu_kernel,
     cu_memcpy_h2d_background,
     cu_set_option,
+    NULL, /* counters: the cuda backend counts nothing yet */
     cu_device_stats,
 };
 
