@@ -2,11 +2,14 @@
 #include "pl_h5.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- the lock ----------------------------------------------------------- */
 
@@ -32,6 +35,86 @@ void pl_h5_unlock(void) {
 
 /* ---- files -------------------------------------------------------------- */
 
+/* little-endian unsigned of n (1..8) bytes */
+static uint64_t le_read(const unsigned char *b, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | b[i];
+    return v;
+}
+
+/* Why a file HDF5 refuses cannot be opened, from its superblock (HDF5 File
+ * Format Specification, "Superblock", versions 0-3): no signature at 0, 512,
+ * 1024, ... (not HDF5), or fewer bytes than the base address plus the
+ * end-of-file address it declares (truncated). Writes "" when neither. All
+ * offsets bounded by the bytes read. */
+static void diagnose(const char *path, char *why, size_t n) {
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    why[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    struct stat stt;
+    uint64_t size = fstat(fileno(f), &stt) == 0 ? (uint64_t)stt.st_size : 0;
+    unsigned char b[96];
+    uint64_t at = 0;
+    bool found = false;
+    for (at = 0; at + sizeof sig <= size && at <= ((uint64_t)1 << 40); at = at ? at * 2 : 512) {
+        if (fseeko(f, (off_t)at, SEEK_SET) != 0 || fread(b, 1, sizeof sig, f) != sizeof sig) break;
+        if (!memcmp(b, sig, sizeof sig)) {
+            found = true;
+            break;
+        }
+    }
+    size_t got = found && fseeko(f, (off_t)at, SEEK_SET) == 0 ? fread(b, 1, sizeof b, f) : 0;
+    fclose(f);
+    if (!found) {
+        snprintf(why, n, "not an HDF5 file (no HDF5 signature in its %llu bytes)",
+                 (unsigned long long)size);
+        return;
+    }
+    int ver = got > 8 ? b[8] : -1, so = 0;
+    size_t base_off = 0, eof_off = 0;
+    if (ver < 0 || (ver <= 3 && got < (ver <= 1 ? 24u : 12u))) {
+        snprintf(why, n, "truncated (%llu bytes end inside the superblock)",
+                 (unsigned long long)size);
+        return;
+    }
+    if (ver == 0 || ver == 1) {
+        so = b[13];
+        base_off = 24 + (ver == 1 ? 4 : 0); /* v1 adds the indexed-storage K and 2 reserved */
+        eof_off = base_off + 2 * (size_t)so;
+    } else if (ver == 2 || ver == 3) {
+        so = b[9];
+        base_off = 12;
+        eof_off = base_off + 2 * (size_t)so;
+    } else {
+        snprintf(why, n, "corrupt (superblock version %d at byte %llu is not one HDF5 writes)", ver,
+                 (unsigned long long)at);
+        return;
+    }
+    if (so != 2 && so != 4 && so != 8) {
+        snprintf(why, n, "corrupt (superblock says offsets are %d bytes)", so);
+        return;
+    }
+    if (eof_off + (size_t)so > got) {
+        snprintf(why, n, "truncated (%llu bytes end inside the superblock)",
+                 (unsigned long long)size);
+        return;
+    }
+    uint64_t base = le_read(b + base_off, so), eof = le_read(b + eof_off, so);
+    uint64_t need = (base > UINT64_MAX - eof) ? UINT64_MAX : base + eof;
+    if (size < need)
+        snprintf(why, n, "truncated (%llu bytes; its superblock says the file ends at byte %llu)",
+                 (unsigned long long)size, (unsigned long long)need);
+}
+
+/* the innermost message of HDF5's error stack (H5Ewalk2 callback) */
+static herr_t first_error(unsigned n, const H5E_error2_t *e, void *data) {
+    char *buf = data;
+    if (n == 0 && e->desc) snprintf(buf, 160, "%s", e->desc);
+    return 0;
+}
+
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     *out = H5I_INVALID_HID;
     if (pl_file_check_regular(path, NULL) && !errno) return pl_error_status(); /* a FIFO: never open */
@@ -43,39 +126,117 @@ pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     pl_h5_lock();
     htri_t is5;
     hid_t f = H5I_INVALID_HID;
+    char h5msg[160] = "";
     H5E_BEGIN_TRY {
         is5 = H5Fis_hdf5(path);
         if (is5 > 0) f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (is5 > 0 && f < 0) H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, h5msg);
     }
     H5E_END_TRY;
     pl_h5_unlock();
-    if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", path);
-    if (f < 0) return pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", path);
+    if (is5 <= 0 || f < 0) {
+        char why[200];
+        diagnose(path, why, sizeof why);
+        if (why[0]) return pl_error_set(PL_ERR_IO, "%s: %s", path, why);
+        if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", path);
+        return pl_error_set(PL_ERR_IO, "%s: corrupt HDF5 file (HDF5 cannot open it%s%s)", path,
+                            h5msg[0] ? ": " : "", h5msg);
+    }
     *out = f;
     return PL_OK;
 }
 
+/* Files written by the product are built in memory (HDF5's core driver, no
+ * backing store) and written out by pl_h5_close with plain write(2): a full
+ * disk or a file size limit then fails in our code, naming the file, instead
+ * of inside HDF5's close, where 1.10's H5F__dest frees the file but leaves its
+ * id registered, so the atexit close crashed (issue 34, class 1). The name is
+ * created (truncated) here, so an unwritable path fails at once. */
 pl_status pl_h5_create(const char *path, hid_t *out) {
+    *out = H5I_INVALID_HID;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file (%s)", path,
+                            strerror(errno));
+    close(fd);
     pl_h5_lock();
     H5E_BEGIN_TRY {
-        *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+        if (fapl >= 0 && H5Pset_fapl_core(fapl, (size_t)1 << 20, 0) >= 0)
+            *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        if (fapl >= 0) H5Pclose(fapl);
     }
     H5E_END_TRY;
     pl_h5_unlock();
-    if (*out < 0) return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file", path);
+    if (*out < 0) {
+        unlink(path);
+        return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file", path);
+    }
+    return PL_OK;
+}
+
+/* write the whole image to path (truncating); errno's text on failure */
+static pl_status write_image(const char *path, const unsigned char *buf, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return pl_error_set(PL_ERR_IO, "%s: cannot write the HDF5 file (%s)", path,
+                            strerror(errno));
+    size_t done = 0;
+    int err = 0;
+    while (done < n) {
+        ssize_t w = write(fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            err = w < 0 ? errno : ENOSPC;
+            break;
+        }
+        done += (size_t)w;
+    }
+    if (!err && fsync(fd) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+    if (close(fd) != 0 && !err) err = errno;
+    if (err) {
+        /* leave no partial file: the callers write under a temporary name */
+        (void)!truncate(path, 0); /* best effort; the error below names the file */
+        return pl_error_set(PL_ERR_IO,
+                            "%s: writing the HDF5 file failed after %zu of %zu bytes (%s)", path,
+                            done, n, strerror(err));
+    }
     return PL_OK;
 }
 
 pl_status pl_h5_close(const char *path, hid_t file) {
     if (file < 0) return PL_OK;
-    herr_t r;
+    herr_t r = 0;
+    unsigned char *img = NULL;
+    ssize_t n = 0;
+    bool in_memory = false, nomem = false;
     pl_h5_lock();
     H5E_BEGIN_TRY {
-        r = H5Fclose(file);
+        hid_t fapl = H5Fget_access_plist(file);
+        in_memory = fapl >= 0 && H5Pget_driver(fapl) == H5FD_CORE;
+        if (fapl >= 0) H5Pclose(fapl);
+        if (in_memory) {
+            r = H5Fflush(file, H5F_SCOPE_GLOBAL);
+            n = r < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
+            if (n > 0 && !(img = malloc((size_t)n))) nomem = true;
+            if (img && H5Fget_file_image(file, img, (size_t)n) != n) r = -1;
+            if (n <= 0) r = -1;
+        }
+        /* in memory, the close itself cannot fail for want of disk */
+        if (H5Fclose(file) < 0) r = -1;
     }
     H5E_END_TRY;
     pl_h5_unlock();
-    return r < 0 ? pl_error_set(PL_ERR_IO, "%s: closing the HDF5 file failed", path) : PL_OK;
+    pl_status st = PL_OK;
+    if (nomem)
+        st = pl_error_set(PL_ERR_NOMEM, "%s: out of memory for the file's image (%zd bytes)", path,
+                          n);
+    else if (r < 0)
+        st = pl_error_set(PL_ERR_IO, "%s: closing the HDF5 file failed", path);
+    else if (in_memory)
+        st = write_image(path, img, (size_t)n);
+    free(img);
+    return st;
 }
 
 bool pl_h5_exists(hid_t loc, const char *name) {
@@ -130,6 +291,36 @@ static const char *filter_name(H5Z_filter_t id) {
     }
 }
 
+/* A dataset's data must live in the file itself (lock held). A virtual
+ * dataset maps other files (or datasets) in, an external one keeps its raw
+ * bytes in other files: a missing or short source reads as fill values with
+ * no error from HDF5, and the declared-shape check cannot see it (the space
+ * status says ALLOCATED). Both are refused outright (issue 34, class 2;
+ * docs/security.md); `h5repack -l CONTI` writes a self-contained copy. */
+static pl_status check_layout(const char *path, const char *name, hid_t ds) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read the layout of '%s'", path, name);
+    H5D_layout_t lay = H5Pget_layout(dcpl);
+    int ext = H5Pget_external_count(dcpl);
+    H5Pclose(dcpl);
+    if (lay == H5D_VIRTUAL)
+        return pl_error_set(PL_ERR_IO,
+                            "%s: dataset '%s' is a virtual dataset (its data lives in other "
+                            "files, read as fill values when they are missing or short); only "
+                            "data stored in the file itself is read: write a self-contained copy "
+                            "(h5repack -l CONTI)",
+                            path, name);
+    if (lay < 0 || ext < 0)
+        return pl_error_set(PL_ERR_IO, "%s: cannot read the layout of '%s'", path, name);
+    if (ext > 0)
+        return pl_error_set(PL_ERR_IO,
+                            "%s: dataset '%s' keeps its data in %d external file%s (read as fill "
+                            "values when they are missing or short); only data stored in the "
+                            "file itself is read: write a self-contained copy (h5repack -l CONTI)",
+                            path, name, ext, ext == 1 ? "" : "s");
+    return PL_OK;
+}
+
 /* Every filter of a dataset must be available to this HDF5 library (lock held). */
 static pl_status check_filters(const char *path, const char *name, hid_t ds) {
     hid_t dcpl = H5Dget_create_plist(ds);
@@ -166,7 +357,7 @@ pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_
     pl_status st = PL_OK;
     if (ds < 0) {
         st = pl_error_set(PL_ERR_IO, "%s: '%s' is not a dataset", path, name);
-    } else if ((st = check_filters(path, name, ds))) {
+    } else if ((st = check_layout(path, name, ds)) || (st = check_filters(path, name, ds))) {
         H5Dclose(ds);
     } else {
         *out = ds;

@@ -43,9 +43,15 @@ void pl_h5_unlock(void);
  * unreadable ("PATH: cannot open (REASON)", plus "; HINT" when hint is not
  * NULL), not HDF5 ("PATH: not an HDF5 file"), or rejected by the library. */
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
-/* Create (truncate) `path` for writing. */
+/* Create (truncate) `path` for writing. The file is built in memory (HDF5's
+ * core driver) and written to `path` by pl_h5_close, so it costs its size in
+ * host memory until then; write to a temporary name and rename (every caller
+ * does). PL_ERR_IO naming `path` when it cannot be created. */
 pl_status pl_h5_create(const char *path, hid_t *out);
-/* Close a file opened above; an error names `path` (buffered writes lost). */
+/* Close a file opened above; an error names `path`. A file from pl_h5_create is
+ * written out here: a full disk (ENOSPC) or a file size limit (EFBIG) gives
+ * PL_ERR_IO with the bytes written and the system's reason, leaves `path`
+ * empty and HDF5 with nothing open, so the process exits cleanly. */
 pl_status pl_h5_close(const char *path, hid_t file);
 
 /* true when link `name` exists under `loc` (every intermediate group is

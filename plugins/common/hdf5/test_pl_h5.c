@@ -2,6 +2,9 @@
  * process, and the shared helpers (errors naming the file, overflow-checked
  * sizes, row-extendible writes read back). */
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +362,172 @@ START_TEST(attr_names_scalar_list_or_array) {
 }
 END_TEST
 
+/* Data that does not live in the file (issue 34, class 2): an external raw
+ * file shorter than declared, /dev/zero as one, and a virtual dataset whose
+ * source file is missing all read as fill values with no HDF5 error (the
+ * space status says ALLOCATED), so the loaders trained on zeros. Opening such
+ * a dataset is refused naming the file, the dataset and the layout. */
+static void make_foreign(const char *p, const char *raw, const char *src) {
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    hsize_t d[2] = {100, 4};
+    hid_t sp = H5Screate_simple(2, d, NULL);
+    hid_t ext = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert_int_ge(H5Pset_external(ext, raw, 0, 100 * 4 * 4), 0);
+    hid_t ds = H5Dcreate2(f, "ext", H5T_IEEE_F32LE, sp, H5P_DEFAULT, ext, H5P_DEFAULT);
+    ck_assert_int_ge(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(ext);
+    hid_t zero = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert_int_ge(H5Pset_external(zero, "/dev/zero", 0, 100 * 4 * 4), 0);
+    ds = H5Dcreate2(f, "zero", H5T_IEEE_F32LE, sp, H5P_DEFAULT, zero, H5P_DEFAULT);
+    ck_assert_int_ge(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(zero);
+    hid_t vds = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert_int_ge(H5Pset_virtual(vds, sp, src, "/x", sp), 0);
+    ds = H5Dcreate2(f, "virt", H5T_IEEE_F32LE, sp, H5P_DEFAULT, vds, H5P_DEFAULT);
+    ck_assert_int_ge(ds, 0);
+    H5Dclose(ds);
+    H5Pclose(vds);
+    H5Sclose(sp);
+    PL_CK_OK(pl_h5_close(p, f));
+}
+
+START_TEST(data_outside_the_file_is_refused) {
+    char p[512], raw[512], src[512];
+    tmp_path("foreign.h5", p, sizeof p);
+    tmp_path("foreign.raw", raw, sizeof raw);
+    tmp_path("missing_source.h5", src, sizeof src);
+    FILE *r = fopen(raw, "wb");
+    ck_assert_ptr_nonnull(r);
+    fputs("short", r); /* 5 of the 1600 bytes declared */
+    fclose(r);
+    unlink(src);
+    make_foreign(p, raw, src);
+    hid_t f, ds;
+    PL_CK_OK(pl_h5_open_read(p, NULL, &f));
+    const char *names[] = {"ext", "zero", "virt"};
+    const char *what[] = {"external file", "external file", "virtual dataset"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(pl_h5_dataset_open(p, f, names[i], &ds), PL_ERR_IO);
+        const char *m = pl_error_message();
+        char want[64];
+        snprintf(want, sizeof want, "dataset '%s'", names[i]);
+        ck_assert_msg(strstr(m, p) && strstr(m, want) && strstr(m, what[i]), "%s", m);
+        ck_assert_int_eq(ds, H5I_INVALID_HID);
+    }
+    PL_CK_OK(pl_h5_close(p, f));
+    pl_error_clear();
+}
+END_TEST
+
+/* Truncated or corrupt files say so (issue 34): every such file used to get
+ * "HDF5 cannot open the file". A file cut short names its size and the end
+ * its superblock declares; one without a signature says "not an HDF5 file";
+ * one whose superblock is garbage says "corrupt". */
+START_TEST(truncated_and_corrupt_files_say_which) {
+    char p[512], q[512];
+    tmp_path("whole.h5", p, sizeof p);
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    int64_t shape[2] = {256, 16};
+    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 2, shape, PL_CPU));
+    hsize_t d[2] = {256, 16};
+    hid_t sp = H5Screate_simple(2, d, NULL);
+    hid_t ds = H5Dcreate2(f, "x", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert_int_ge(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                              pl_tensor_data(t)), 0);
+    H5Dclose(ds);
+    H5Sclose(sp);
+    pl_tensor_release(t);
+    PL_CK_OK(pl_h5_close(p, f));
+    FILE *in = fopen(p, "rb");
+    ck_assert_ptr_nonnull(in);
+    static unsigned char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf, in);
+    fclose(in);
+    ck_assert_uint_gt(n, 4096);
+
+    /* cut at half: truncated, with both sizes named */
+    tmp_path("half.h5", q, sizeof q);
+    FILE *o = fopen(q, "wb");
+    fwrite(buf, 1, n / 2, o);
+    fclose(o);
+    ck_assert_int_eq(pl_h5_open_read(q, NULL, &f), PL_ERR_IO);
+    char want[64];
+    snprintf(want, sizeof want, "truncated (%zu bytes", n / 2);
+    ck_assert_msg(strstr(pl_error_message(), q) && strstr(pl_error_message(), want), "%s",
+                  pl_error_message());
+    /* cut inside the superblock */
+    o = fopen(q, "wb");
+    fwrite(buf, 1, 20, o);
+    fclose(o);
+    ck_assert_int_eq(pl_h5_open_read(q, NULL, &f), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "truncated"), "%s", pl_error_message());
+    /* the signature gone: not HDF5 */
+    buf[1] = 'X';
+    o = fopen(q, "wb");
+    fwrite(buf, 1, n, o);
+    fclose(o);
+    ck_assert_int_eq(pl_h5_open_read(q, NULL, &f), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "not an HDF5 file"), "%s", pl_error_message());
+    /* a superblock version no HDF5 writes */
+    buf[1] = 'H';
+    buf[8] = 9;
+    o = fopen(q, "wb");
+    fwrite(buf, 1, n, o);
+    fclose(o);
+    ck_assert_int_eq(pl_h5_open_read(q, NULL, &f), PL_ERR_IO);
+    ck_assert_msg(strstr(pl_error_message(), "corrupt"), "%s", pl_error_message());
+    /* the whole file still opens */
+    PL_CK_OK(pl_h5_open_read(p, NULL, &f));
+    PL_CK_OK(pl_h5_close(p, f));
+    pl_error_clear();
+}
+END_TEST
+
+/* A full disk during a write (issue 34, class 1): the file size limit makes
+ * every write past 64 KiB fail as ENOSPC would. The append reports the
+ * failure naming the file, the abort closes what HDF5 still holds, and the
+ * process then exits cleanly: HDF5's atexit close used to find the failed file
+ * still open and crash in H5F__close_cb (SIGSEGV after the error was printed,
+ * so no summary.json). Run in a child, whose exit is the assertion. */
+static int write_until_full(const char *p) {
+    struct rlimit rl = {64 << 10, 64 << 10};
+    signal(SIGXFSZ, SIG_IGN);
+    if (setrlimit(RLIMIT_FSIZE, &rl)) return 10;
+    pl_h5_out *o = NULL;
+    if (pl_h5_out_new(p, NULL, &o)) return 11;
+    int64_t shape[2] = {1024, 64};
+    pl_tensor *t = pl_tensor_zeros(PL_F32, 2, shape, PL_CPU);
+    if (!t) return 12;
+    pl_status st = PL_OK;
+    for (int i = 0; i < 64 && !st; i++)
+        st = pl_h5_out_append(o, "logits", t);
+    pl_tensor_release(t);
+    if (!st) st = pl_h5_out_finish(&o, "test");
+    if (!st) return 13; /* 16 MiB fit under a 64 KiB limit? */
+    if (!strstr(pl_error_message(), p)) return 14;
+    pl_h5_out_free(&o);
+    return 0;
+}
+
+START_TEST(full_disk_during_write_fails_cleanly) {
+    char p[512];
+    tmp_path("full.h5", p, sizeof p);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) exit(write_until_full(p)); /* exit(): HDF5's atexit handlers run */
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status), "the writer died of signal %d",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    ck_assert_msg(WEXITSTATUS(status) == 0, "the writer exited %d", WEXITSTATUS(status));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pl_h5");
     TCase *tc = tcase_create("core");
@@ -371,6 +540,9 @@ int main(void) {
     tcase_add_test(tc, declared_shape_without_data_is_refused);
     tcase_add_test(tc, check_finite_names_row_column_and_count);
     tcase_add_test(tc, attr_names_scalar_list_or_array);
+    tcase_add_test(tc, full_disk_during_write_fails_cleanly);
+    tcase_add_test(tc, data_outside_the_file_is_refused);
+    tcase_add_test(tc, truncated_and_corrupt_files_say_which);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
