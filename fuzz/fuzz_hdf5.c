@@ -6,7 +6,7 @@
  * the CONSTRUCTION of a valid HDF5 file (on tmpfs) from a layout the loader
  * expects, then perturb it: datasets left out, other dtypes and ranks,
  * wrong or huge extents (chunked datasets of up to 2^63 rows that hold no
- * data), NaN / Inf / out-of-range values, decreasing CSR offsets, index
+ * data), virtual or external layouts whose sources are missing or short, NaN / Inf / out-of-range values, decreasing CSR offsets, index
  * values outside their range; and the loader's [data] options. The loader
  * then runs through its plugin vtable (the real .so, found by the registry
  * as `pipeline run` finds it): create, batch_fields, and for every split
@@ -141,8 +141,19 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
     } else {
         sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
     }
+    /* data that does not live in the file (issue 34 class 2): raw bytes in
+     * an external file that is missing, short or /dev/zero, or a virtual
+     * dataset whose source file is missing; read as fill values by HDF5, so
+     * pl_h5_dataset_open must refuse them. Nothing is written to them. */
+    bool foreign = false;
+    if (!huge && rank > 0 && numel > 0 && one_in(b, 20)) {
+        static const char *const ext[] = {"/dev/zero", "missing.raw", "/proc/self/cmdline"};
+        size_t esz = H5Tget_size(type);
+        foreign = u8(b) & 1 ? H5Pset_external(dcpl, ext[u8(b) % 3], 0, (hsize_t)(numel * esz)) >= 0
+                            : H5Pset_virtual(dcpl, sp, "missing_source.h5", "/x", sp) >= 0;
+    }
     hid_t ds = H5Dcreate2(file, name, type, sp, lcpl, dcpl, H5P_DEFAULT);
-    if (ds >= 0 && !huge && numel > 0 && numel <= 4096) {
+    if (ds >= 0 && !huge && !foreign && numel > 0 && numel <= 4096) {
         double *v = malloc(numel * sizeof *v);
         if (!v) abort();
         valid_values(k, (int64_t)numel, lim, b, v);
