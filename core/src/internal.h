@@ -157,6 +157,9 @@ void pl_frame_adopt(pl_tensor *t);
 void pl_cpu_register_dense(pl_kernel_table *b); /* kernels_dense.c */
 void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c */
 void pl_cpu_register_copy(pl_kernel_table *b);  /* tensor.c: PL_OP_COPY */
+/* pl_nf4_block_absmax for a kernel: the quantization state read straight
+ * from memory the kernel may address (ops_nf4.c). */
+pl_status pl_nf4_block_absmax_direct(const pl_tensor *q, float *out);
 void pl_cpu_register_nf4(pl_kernel_table *b);   /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
 void pl_cpu_register_optim(pl_kernel_table *b); /* cpu/kernels_optim.c: clamp, optimizer steps */
 

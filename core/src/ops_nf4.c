@@ -287,6 +287,28 @@ pl_status pl_nf4_quantize_into(pl_tensor *q, const pl_tensor *w) {
     return st;
 }
 
+/* Inside a kernel every tensor it was handed is addressable (the CPU's, or a
+ * device backend running the CPU's kernels on memory it opened for the call,
+ * as the strict device does): the absmax straight from memory, no copy (a
+ * copy there would be a device-to-host read per matmul on such a device). */
+pl_status pl_nf4_block_absmax_direct(const pl_tensor *q, float *out) {
+    pl_status st = check_nf4("nf4_block_absmax", q);
+    if (st) return st;
+    int64_t nb = pl_nf4_num_blocks(q);
+    const pl_tensor *a = q->quant.absmax;
+    if (a->dtype == PL_F32) {
+        memcpy(out, pl_tensor_data(a), (size_t)nb * sizeof(float));
+        return PL_OK;
+    }
+    const float *map = pl_nf4_dynamic_map();
+    const uint8_t *c = pl_tensor_data(a);
+    const float *sc = pl_tensor_data(q->quant.absmax_scale);
+    float mean = q->quant.absmax_mean;
+    for (int64_t b = 0; b < nb; b++)
+        out[b] = pl_nf4_dq_absmax(map[c[b]], sc[b / PL_NF4_DQ_BLOCK], mean);
+    return PL_OK;
+}
+
 pl_status pl_nf4_block_absmax(const pl_tensor *q, float *out) {
     pl_status st = check_nf4("nf4_block_absmax", q);
     if (st) return st;

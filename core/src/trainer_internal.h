@@ -52,7 +52,8 @@ typedef struct phase_time {
  * read at the start and end of each step's window, which spans fetching the
  * step's batches, forward, backward, the optimizer step and the progress
  * line, and excludes validation, checkpoints and the epoch's end. Summed
- * over the steps after this process's first epoch, separately for steps that
+ * over the steps after this process's first epoch and its first 2 steps (the
+ * warm-up, counted apart as "first_epoch"), separately for steps that
  * log (step % log_every_n_steps == 0: they read values back by design) and
  * those that do not; the max per step too (the CI bar: 0 host reads and 0
  * allocations in a step that does not log). */
@@ -67,6 +68,7 @@ typedef struct tr_devstats {
     bool open;            /* a step's window is open (c0 holds its start) */
     pl_backend_counters c0;
     int64_t first_epoch;  /* the epoch this process's fit began with */
+    int64_t steps_seen;   /* steps this process has measured (warm-up: the first 2) */
     tr_devstats_sum quiet, logged; /* steps after the first epoch */
     tr_devstats_sum first;         /* the first epoch's steps (warm-up) */
 } tr_devstats;

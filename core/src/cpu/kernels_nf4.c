@@ -100,7 +100,7 @@ static pl_status nf4_matmul_fwd(const pl_kernel_args *a) {
         st = pl_error_status();
         goto done;
     }
-    if ((st = pl_nf4_block_absmax(w, am))) goto done;
+    if ((st = pl_nf4_block_absmax_direct(w, am))) goto done;
     if (xd != PL_F32) widen(pl_tensor_data(x), xd, (float *)X, M * K);
     if (M == 0 || N == 0) goto out;
     if (K == 0) {
@@ -143,7 +143,7 @@ static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
     scratch s_am = {0}, s_p = {0};
     float *am = scratch_get(&s_am, (size_t)nb * sizeof(float));
     float *panel = scratch_get(&s_p, (size_t)(pr * K) * sizeof(float));
-    pl_status st = !am || !panel ? pl_error_status() : pl_nf4_block_absmax(w, am);
+    pl_status st = !am || !panel ? pl_error_status() : pl_nf4_block_absmax_direct(w, am);
     for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
         int64_t r1 = r0 + pr < N ? r0 + pr : N;
         dequant_rows(w, am, r0, r1, panel, x->dtype);

@@ -60,6 +60,18 @@ static void count(_Atomic uint64_t *n, _Atomic uint64_t *bytes, size_t nb) {
     if (bytes) atomic_fetch_add_explicit(bytes, nb, memory_order_relaxed);
 }
 
+/* PL_STRICT_TRACE=reads (allocs, or reads,allocs): the call stack of every
+ * device-to-host read (raw allocation) on stderr, to find what makes a step
+ * wait for the device (summary.json device_stats). */
+static void trace(const char *what, size_t n) {
+    const char *e = getenv("PL_STRICT_TRACE");
+    if (!e || !strstr(e, what)) return;
+    fprintf(stderr, "strict device: %s of %zu bytes from:\n", what, n);
+    void *frames[32];
+    int k = backtrace(frames, 32);
+    backtrace_symbols_fd(frames, k, 2);
+}
+
 #define CNT_GET(x) atomic_load_explicit(&(x), memory_order_relaxed)
 
 /* Fill the fields out->struct_size covers (a caller built against an older,
@@ -149,6 +161,7 @@ static void *st_raw_alloc(int device, size_t n) {
         return NULL;
     }
     count(&c_allocs, &c_alloc_bytes, n);
+    trace("allocs", n);
     return p;
 }
 
@@ -203,9 +216,11 @@ static pl_status open_side(const void *p, pl_device d, bool open, const char *wh
 static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
     if (!n) return PL_OK;
     bool dd_host = dd.type == PL_DEVICE_CPU, sd_host = sd.type == PL_DEVICE_CPU;
-    if (dd_host && !sd_host)
+    if (dd_host && !sd_host) {
         count(&c_host_reads, &c_host_read_bytes, n);
-    else if (!dd_host && sd_host)
+        trace("reads", n);
+    }
+    if (!dd_host && sd_host)
         count(&c_host_writes, &c_host_write_bytes, n);
     else if (!dd_host && !sd_host)
         count(&c_kernels, NULL, 0);

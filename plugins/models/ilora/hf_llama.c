@@ -28,6 +28,7 @@ struct hf_llama {
     char **file_names; /* paths, for messages */
     int n_entries;     /* weight_map entries (0: one file holds everything) */
     hf_entry *entries;
+    bool random;       /* config.json only: weights built by the caller */
 };
 
 /* ---- small JSON helpers -------------------------------------------------------------------- */
@@ -205,6 +206,7 @@ static pl_status parse_config(const cJSON *j, const char *path, int64_t max_laye
     if (!st) st = get_int(j, path, "max_position_embeddings", 2048, 1, 1 << 24,
                           &c->max_position_embeddings);
     if (!st) st = get_num(j, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps);
+    if (!st) st = get_num(j, path, "initializer_range", 0.02, 0, 10, &c->initializer_range);
     if (!st) st = get_num(j, path, "rope_theta", 10000, 0, 1e12, &c->rope_theta);
     if (!st && cJSON_IsObject(rp) && cJSON_GetObjectItemCaseSensitive(rp, "rope_theta"))
         st = get_num(rp, path, "rope_theta", 10000, 0, 1e12, &c->rope_theta);
@@ -288,7 +290,35 @@ static pl_status read_index(hf_llama *h, const cJSON *j, const char *path) {
     return PL_OK;
 }
 
+static pl_status open_dir(const char *dir, int64_t max_layers, bool config_only,
+                          hf_llama **out);
+
 pl_status hf_llama_open(const char *dir, int64_t max_layers, hf_llama **out) {
+    return open_dir(dir, max_layers, false, out);
+}
+
+pl_status hf_llama_open_config(const char *dir, int64_t max_layers, hf_llama **out) {
+    return open_dir(dir, max_layers, true, out);
+}
+
+bool hf_llama_is_random(const hf_llama *h) { return h && h->random; }
+
+pl_dtype hf_llama_dtype(const hf_llama *h) {
+    return !strcmp(h->cfg.torch_dtype, "bfloat16") ? PL_BF16
+           : !strcmp(h->cfg.torch_dtype, "float16") ? PL_F16
+                                                    : PL_F32;
+}
+
+pl_status hf_llama_random_init(const hf_llama *h, pl_tensor *t, const char *name, uint64_t seed) {
+    size_t n = strlen(name);
+    if (n >= 11 && !strcmp(name + n - 11, "norm.weight")) return pl_tensor_fill_(t, 1.0);
+    uint64_t hs = 1469598103934665603ull; /* FNV-1a */
+    for (const char *c = name; *c; c++) hs = (hs ^ (uint8_t)*c) * 1099511628211ull;
+    return pl_tensor_normal_(t, 0.0, h->cfg.initializer_range, seed, hs);
+}
+
+static pl_status open_dir(const char *dir, int64_t max_layers, bool config_only,
+                          hf_llama **out) {
     *out = NULL;
     hf_llama *h = calloc(1, sizeof *h);
     if (!h) return pl_error_set(PL_ERR_NOMEM, "hf_llama: out of memory");
@@ -309,7 +339,8 @@ pl_status hf_llama_open(const char *dir, int64_t max_layers, hf_llama **out) {
         else st = parse_config(j, path, max_layers, &h->cfg);
         cJSON_Delete(j);
     }
-    if (!st) {
+    h->random = config_only;
+    if (!st && !config_only) {
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", h->dir);
         cJSON *j = read_json(path, &absent);
         if (j) {

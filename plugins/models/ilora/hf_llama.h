@@ -25,6 +25,7 @@ typedef struct hf_llama_config {
     bool tie_word_embeddings;
     int64_t pad_token_id; /* -1: none (null or absent) */
     char torch_dtype[16]; /* "float32", "bfloat16", "float16" or "" */
+    double initializer_range; /* std of the normal init (0.02 when absent) */
 } hf_llama_config;
 
 typedef struct hf_llama hf_llama;
@@ -36,6 +37,21 @@ typedef struct hf_llama hf_llama;
  * kind we do not implement: architectures other than LlamaForCausalLM,
  * rope_scaling, hidden_act other than silu, attention_bias / mlp_bias). */
 pl_status hf_llama_open(const char *dir, int64_t max_layers, hf_llama **out);
+/* Open DIR's config.json only (model.backbone_weights = random): no weights
+ * file is read or needed; hf_llama_is_random is true and hf_llama_tensor
+ * must not be called (the caller builds the weights, hf_llama_random_init).
+ * Errors as hf_llama_open's for config.json. */
+pl_status hf_llama_open_config(const char *dir, int64_t max_layers, hf_llama **out);
+bool hf_llama_is_random(const hf_llama *h);
+/* transformers' LlamaPreTrainedModel._init_weights for `name` in `t` (any
+ * float dtype, any device): RMSNorm weights ("...norm.weight") = 1, every
+ * other weight ~ N(0, initializer_range), from the Philox stream (seed,
+ * FNV-1a hash of name), so a tensor's values depend on the seed and its name
+ * only (not on the order of creation). Filled on the host one tensor at a
+ * time and copied (pl_tensor_normal_). */
+pl_status hf_llama_random_init(const hf_llama *h, pl_tensor *t, const char *name, uint64_t seed);
+/* The dtype of the checkpoint (config.json torch_dtype / dtype; f32 when absent). */
+pl_dtype hf_llama_dtype(const hf_llama *h);
 void hf_llama_close(hf_llama *h); /* NULL-safe; views handed out stay valid */
 const hf_llama_config *hf_llama_cfg(const hf_llama *h);
 const char *hf_llama_dir(const hf_llama *h);

@@ -38,6 +38,10 @@ static const pl_option_spec ilora_options[] = {
     {"backbone", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "Hugging Face Llama checkpoint directory (config.json + model.safetensors or shards); "
      "empty: a backbone of the shape options below, randomly initialized"},
+    {"backbone_weights", PL_OPT_CHOICE, "file", PL_NO_BOUNDS, "file|random",
+     "with a backbone: file = its safetensors weights; random = a seeded random Llama of "
+     "its config.json alone (transformers' from_config init: N(0, initializer_range), norms 1), "
+     "built tensor by tensor on the device in config.json's dtype: no weights file needed"},
     {"inputs", PL_OPT_CHOICE, "items", PL_NO_BOUNDS, "items|tokens",
      "with a backbone: items = an item table projected to hidden_size (iLoRA/LLaRA); tokens = "
      "the backbone's own token vocabulary and LM head (HF LlamaForCausalLM)"},
@@ -190,6 +194,7 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     for (unsigned i = 0; i < N_SHAPE_OPTS; i++)
         if (c && pl_cfg_is_set(c, shape_opts[i].key)) o->set_in_config |= shape_opts[i].bit;
     opt_str(c, "backbone", o->backbone, sizeof o->backbone);
+    o->backbone_random = !strcmp(pl_cfg_str(c, "backbone_weights", "file"), "random");
     o->token_inputs = !strcmp(pl_cfg_str(c, "inputs", spec_default("inputs")), "tokens");
     o->item_dim = opt_int(c, "item_dim");
     o->gradient_checkpointing = opt_bool(c, "gradient_checkpointing");
@@ -401,6 +406,14 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
                                  : pl_tensor_normal_(t, 0, m->o.init_std, m->ctx->seed, stream);
         return st ? NULL : t;
     }
+    if (hf_llama_is_random(hf)) { /* backbone_weights = random: on the device, no file */
+        pl_tensor *t = pl_tensor_empty_owned(hf_llama_dtype(hf), ndim, shape, m->ctx->device);
+        pl_status st = !t ? pl_error_status() : hf_llama_random_init(hf, t, name, m->ctx->seed);
+        if (!st) pl_tensor_set_name(t, "%s", name);
+        if (!st) st = pl_params_add(m->params, name, t, tags | PL_TAG_PRETRAINED, role);
+        pl_tensor_release(t); /* the params list holds it */
+        return st ? NULL : track(m, dst, t, trainable);
+    }
     pl_tensor *v = hf_llama_tensor(hf, name, ndim, shape);
     if (!v) return NULL;
     pl_tensor *t = v;
@@ -447,7 +460,8 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     m->params = ctx->params;
     hf_llama *hf = NULL;
     if (o->backbone[0]) {
-        st = hf_llama_open(o->backbone, ILORA_MAX_LAYERS, &hf);
+        st = o->backbone_random ? hf_llama_open_config(o->backbone, ILORA_MAX_LAYERS, &hf)
+                                : hf_llama_open(o->backbone, ILORA_MAX_LAYERS, &hf);
         if (!st) st = apply_backbone_config(&m->o, hf_llama_cfg(hf), hf_llama_dir(hf));
         if (!st) st = check_opts(&m->o);
         if (st) {

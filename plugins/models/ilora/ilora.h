@@ -35,6 +35,7 @@ typedef struct ilora_opts {
     bool tie_embeddings;
     unsigned set_in_config; /* ILORA_SET_*: shape options written in the INI */
     char backbone[1024];    /* Hugging Face Llama checkpoint directory, or "" */
+    bool backbone_random;   /* backbone_weights = random: config.json only (issue 31) */
     bool token_inputs;      /* inputs = tokens: the backbone's own vocabulary */
     int64_t item_dim;       /* item table width in front of a backbone */
     bool gradient_checkpointing;

@@ -183,6 +183,52 @@ static pl_tensor *tiny_ids(void) {
     return pl_tensor_from_data(PL_I32, 2, (int64_t[]){2, 5}, v, PL_CPU);
 }
 
+/* backbone_weights = random (issue 31): config.json alone; transformers'
+ * init (norms 1, other weights N(0, initializer_range)), a function of the
+ * seed and the tensor's name only. */
+START_TEST(random_backbone_from_config_json_alone) {
+    char tmp[] = "/tmp/pl_hf_random_XXXXXX", path[1100];
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    write_text(path, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+                     "\"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                     "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+                     "\"vocab_size\": 96, \"initializer_range\": 0.05, "
+                     "\"torch_dtype\": \"bfloat16\"}");
+    hf_llama *h = NULL;
+    ck_assert_int_ne(hf_llama_open(tmp, 64, &h), PL_OK); /* no weights file */
+    pl_error_clear();
+    PL_CK_OK(hf_llama_open_config(tmp, 64, &h));
+    ck_assert(hf_llama_is_random(h));
+    ck_assert_int_eq(hf_llama_dtype(h), PL_BF16);
+    ck_assert(fabs(hf_llama_cfg(h)->initializer_range - 0.05) < 1e-12);
+    pl_tensor *n = pl_tensor_empty_owned(PL_F32, PL_SHAPE(64), PL_CPU);
+    PL_CK_OK(hf_llama_random_init(h, n, "model.layers.0.input_layernorm.weight", 7));
+    for (int i = 0; i < 64; i++) ck_assert_float_eq(pl_tensor_get(n, i), 1.0f);
+    pl_tensor *a = pl_tensor_empty_owned(PL_F32, PL_SHAPE(128, 64), PL_CPU);
+    pl_tensor *b = pl_tensor_empty_owned(PL_F32, PL_SHAPE(128, 64), PL_CPU);
+    pl_tensor *c = pl_tensor_empty_owned(PL_F32, PL_SHAPE(128, 64), PL_CPU);
+    PL_CK_OK(hf_llama_random_init(h, a, "model.layers.0.mlp.up_proj.weight", 7));
+    PL_CK_OK(hf_llama_random_init(h, b, "model.layers.0.mlp.up_proj.weight", 7));
+    PL_CK_OK(hf_llama_random_init(h, c, "model.layers.0.mlp.gate_proj.weight", 7));
+    ck_assert(memcmp(pl_tensor_data(a), pl_tensor_data(b), 128 * 64 * 4) == 0);
+    ck_assert(memcmp(pl_tensor_data(a), pl_tensor_data(c), 128 * 64 * 4) != 0);
+    double m = 0, v = 0;
+    for (int i = 0; i < 128 * 64; i++) m += pl_tensor_get(a, i);
+    m /= 128 * 64;
+    for (int i = 0; i < 128 * 64; i++) v += pow(pl_tensor_get(a, i) - m, 2);
+    double sd = sqrt(v / (128 * 64));
+    ck_assert_msg(fabs(m) < 0.003 && fabs(sd - 0.05) < 0.003, "mean %g std %g", m, sd);
+    pl_tensor_release(n);
+    pl_tensor_release(a);
+    pl_tensor_release(b);
+    pl_tensor_release(c);
+    hf_llama_close(h);
+    unlink(path);
+    rmdir(tmp);
+}
+END_TEST
+
 START_TEST(checkpoint_of_the_builtin_backbone_gives_its_logits) {
     for (int tie = 0; tie < 2; tie++) {
         char dir[512];
@@ -586,6 +632,7 @@ int main(void) {
     tcase_add_test(t, logits_match_transformers_gqa_tied);
     tcase_add_test(t, logits_match_transformers_untied_sharded_head_dim);
     tcase_add_test(t, logits_match_transformers_bf16_file);
+    tcase_add_test(t, random_backbone_from_config_json_alone);
     tcase_add_test(t, checkpoint_of_the_builtin_backbone_gives_its_logits);
     tcase_add_test(t, gqa_gradients_match_central_differences);
     tcase_add_test(t, item_inputs_train_projections_and_adapters_only);
