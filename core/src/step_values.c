@@ -45,10 +45,28 @@
 
 #define SV_MAX_SLOTS 4096
 
+/* Whether the device's optimizer kernels obey the found_inf flag (in[1]):
+ * the CPU's do; a device backend says so by accepting the setting
+ * "optimizer_found_inf" (backend.h, set_option). One that does not would
+ * update the weights of a step whose loss is not finite, so the loss is then
+ * read back every step, as before. */
+static bool takes_found_inf(trainer *t) {
+    if (t->ctx.device.type == PL_DEVICE_CPU) return true;
+    const pl_backend *be = pl_backend_get(t->ctx.device.type);
+    bool ok = be && PL_BACKEND_HAS(be, set_option) && be->set_option &&
+              be->set_option("optimizer_found_inf", "true") == PL_OK;
+    pl_error_clear();
+    if (!ok)
+        tr_log(t, "backend '%s': its optimizer kernels take no found_inf flag (setting "
+               "optimizer_found_inf); the training loss is read back every step\n",
+               be ? be->name : "?");
+    return ok;
+}
+
 pl_status tr_sv_begin(trainer *t) {
     tr_step_values *v = &t->sv;
     memset(v, 0, sizeof *v);
-    t->dev_loop = t->world == 1;
+    t->dev_loop = t->world == 1 && takes_found_inf(t);
     if (!t->dev_loop) return PL_OK;
     int64_t cap = t->log_every * t->accum;
     if (cap < 1 || cap > SV_MAX_SLOTS) cap = SV_MAX_SLOTS;

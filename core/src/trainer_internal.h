@@ -1,12 +1,16 @@
 /* trainer_internal.h - what the trainer's files share (core only).
  *
- * The trainer is five files with one job each:
+ * The trainer is seven files with one job each:
  *   trainer.c     the loop: stages, fit (train + validation), test, export
  *   checkpoint.c  checkpoints: save, load, resume, the best of an earlier run
  *   report.c      the run report: summary.json and the closing report
  *   chain.c       stage chaining and run directories: requires, init_from,
  *                 runs/<name>/latest, --resume last
  *   predict.c     `pipeline predict`: a finished run's model on new rows
+ *   step_values.c a step's loss, gradient norm and found_inf kept on the
+ *                 device until the next read (one process)
+ *   device_stats.c host reads, allocations, kernel calls per step
+ *                 (summary.json device_stats, from the backend's counters)
  * log.txt and metrics.csv rows are written by tr_log / tr_metric_row.
  */
 #ifndef PL_TRAINER_INTERNAL_H

@@ -196,7 +196,12 @@ typedef struct pl_backend {
      * PyTorch's torch.backends.cuda.matmul.allow_tf32, off by default. Called
      * by the trainer before any op; PL_ERR_UNSUPPORTED for a key the backend
      * does not know (the trainer ignores that for keys that are no-ops on
-     * such a device). NULL: no settings. */
+     * such a device). NULL: no settings.
+     * ("optimizer_found_inf", "true"): asked by the trainer before a fit;
+     * PL_OK promises that this backend's adamw_step / sgd_step kernels obey
+     * the found_inf flag in[1] (pl_optim_set_found_inf, ops.h: no update when
+     * it is non-zero or NaN). Without that answer the trainer reads the loss
+     * back every step instead of keeping it on the device. */
     pl_status (*set_option)(const char *key, const char *value);
     /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
      * What would stall a GPU, counted since the backend was loaded (the

@@ -187,8 +187,9 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
  * the parameters' device (PL_ERR_DEVICE / PL_ERR_SHAPE from the step naming
  * the parameter otherwise), borrowed until cleared. NULL (the default):
  * every step updates. Process-wide, like autocast: the trainer sets it
- * around its optimizer step and clears it after. A backend's adamw_step /
- * sgd_step kernel must read in[1] when n_in > 1 (cpu and strict do). */
+ * around its optimizer step and clears it after, on a device whose backend
+ * accepts the setting "optimizer_found_inf" (backend.h): its adamw_step /
+ * sgd_step kernels read in[1] when n_in > 1 (cpu and strict do). */
 void pl_optim_set_found_inf(pl_tensor *flag);
 pl_tensor *pl_optim_found_inf(void);
 

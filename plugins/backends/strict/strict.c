@@ -241,10 +241,13 @@ static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device s
 static void *st_host_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
 static void st_host_free(void *p) { free(p); }
 
-/* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32). */
+/* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32);
+ * optimizer_found_inf: the CPU's optimizer kernels, which this backend runs,
+ * obey the flag. */
 static pl_status st_set_option(const char *key, const char *value) {
     (void)value;
     if (!strcmp(key, "allow_tf32")) return PL_OK;
+    if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     return pl_error_set(PL_ERR_UNSUPPORTED, "strict backend: no setting '%s'", key);
 }
 

@@ -28,6 +28,9 @@ START_TEST(loads_and_names_devices) {
     /* the ABI 2.2 fields: background copies and run-wide settings */
     ck_assert(PL_BACKEND_HAS(b, set_option) && b->set_option && b->memcpy_h2d_background);
     PL_CK_OK(b->set_option("allow_tf32", "true"));
+    /* its (the CPU's) optimizer kernels obey the found_inf flag: the trainer keeps
+     * the loss on the device (step_values.c) */
+    PL_CK_OK(b->set_option("optimizer_found_inf", "true"));
     ck_assert_int_eq(b->set_option("no_such_setting", "1"), PL_ERR_UNSUPPORTED);
     pl_error_clear();
     pl_device d;

@@ -726,10 +726,11 @@ static int64_t *host_index(pl_tensor *t, const char *what) {
     return out;
 }
 
-/* Per-forward constants computed from the ids on the host. */
+/* Per-forward constants computed from the ids on their device (nothing is
+ * read back: on a GPU that would make every forward wait for the device). */
 typedef struct fwd_state {
     int64_t B, L;
-    int64_t *ids;        /* host [B*L] */
+    pl_tensor *is_pad;   /* f32 [B, L]: 1 at padding ids, 0 at items */
     pl_tensor *pad_bias; /* f32 [B, 1, 1, L]: 0 for items, -1e9 for padding keys */
 } fwd_state;
 
@@ -739,17 +740,21 @@ static pl_status fwd_state_init(fwd_state *s, pl_tensor *ids, int64_t pad_id, pl
     if (ids->ndim != 2)
         return pl_error_set(PL_ERR_SHAPE, "ilora: input ids %s must be [B, L]",
                             pl_tensor_describe(ids, b, sizeof b));
+    if (ids->dtype != PL_I32 && ids->dtype != PL_I64)
+        return pl_error_set(PL_ERR_DTYPE, "ilora: input ids %s must be i32 or i64",
+                            pl_tensor_describe(ids, b, sizeof b));
     s->B = ids->shape[0];
     s->L = ids->shape[1];
-    s->ids = host_index(ids, "input ids");
-    if (!s->ids) return pl_error_status();
-    float *bias = malloc((size_t)(s->B * s->L) * sizeof *bias);
-    if (!bias) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    for (int64_t i = 0; i < s->B * s->L; i++)
-        bias[i] = s->ids[i] == pad_id ? -1e9f : 0.0f;
-    s->pad_bias = pl_tensor_from_data(PL_F32, 4, (int64_t[]){s->B, 1, 1, s->L}, bias, dev);
-    free(bias);
-    return s->pad_bias ? PL_OK : pl_error_status();
+    /* for integer ids, d = id - pad_id: relu(1 - d*d) is 1 at padding and 0
+     * at every other id (|d| >= 1), exactly in f32 for ids below 2^24 */
+    pl_no_grad_begin();
+    pl_tensor *d = pl_add_scalar(pl_tensor_to(ids, PL_F32, dev), -(double)pad_id);
+    s->is_pad = pl_relu(pl_add_scalar(pl_scale(pl_square(d), -1.0), 1.0));
+    s->pad_bias = s->is_pad ? pl_scale(pl_reshape(s->is_pad, 4, (int64_t[]){s->B, 1, 1, s->L}),
+                                       -1e9)
+                            : NULL;
+    pl_no_grad_end();
+    return s->pad_bias ? PL_OK : pl_error_prefix(pl_error_status(), "ilora: padding mask");
 }
 
 /* Philox counter of dropout site `site` in micro-step `micro` (a resumed or
@@ -866,24 +871,14 @@ static pl_tensor *router_logits(ilora_model *m, pl_tensor *ids, const fwd_state 
     if (m->o.router_input == ILORA_ROUTER_LAST_HIDDEN) {
         rep = run_layers(m, ids, s, NULL, false, false, true); /* [B, L, D] */
     } else {
-        float *mask = malloc((size_t)(B * L) * sizeof *mask);
-        float *inv = malloc((size_t)B * sizeof *inv);
-        if (mask && inv) {
-            for (int64_t b = 0; b < B; b++) {
-                int64_t c = 0;
-                for (int64_t t = 0; t < L; t++)
-                    c += (mask[b * L + t] = s->ids[b * L + t] != m->pad_id);
-                inv[b] = c ? 1.0f / (float)c : 0.0f;
-            }
-            pl_tensor *mk = pl_tensor_from_data(PL_F32, 3, (int64_t[]){B, L, 1}, mask, m->ctx->device);
-            pl_tensor *iv = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, 1}, inv, m->ctx->device);
-            pl_tensor *e = pl_embedding(embed_weight(m), ids);
-            rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, W] */
-        } else {
-            pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        }
-        free(mask);
-        free(inv);
+        /* item mask 1 - is_pad and 1 / count per row on the device: c / (c*c)
+         * rounds as 1 / c does for a count c >= 1, and is 0 for c = 0 */
+        pl_tensor *mk = pl_reshape(pl_add_scalar(pl_scale(s->is_pad, -1.0), 1.0), 3,
+                                   (int64_t[]){B, L, 1});
+        pl_tensor *c = pl_sum(pl_reshape(mk, 2, (int64_t[]){B, L}), 1, true); /* [B, 1] */
+        pl_tensor *iv = pl_div(c, pl_add_scalar(pl_square(c), 1e-30));
+        pl_tensor *e = pl_embedding(embed_weight(m), ids);
+        rep = pl_mul(pl_sum(pl_mul(e, mk), 1, false), iv); /* [B, W] */
     }
     if (rep && rep->dtype != PL_F32) rep = pl_cast(rep, PL_F32);
     pl_no_grad_end();
@@ -901,8 +896,8 @@ typedef struct route {
 
 /* What every forward does first: re-read the parameters (a precision stage
  * may have replaced them; the dequantized table of the last forward is
- * stale), the per-forward constants of ids [B, L] (s; the caller frees
- * s->ids whatever this returns), the max_len check, the layer contexts. */
+ * stale), the per-forward constants of ids [B, L] (s: frame-owned tensors),
+ * the max_len check, the layer contexts. */
 static pl_status fwd_begin(ilora_model *m, pl_tensor *ids, fwd_state *s) {
     refresh_params(m);
     pl_tensor_release(m->embed_deq);
@@ -934,16 +929,13 @@ static pl_tensor *hidden_forward(ilora_model *m, pl_tensor *ids, bool training, 
     }
     h = run_layers(m, ids, &s, gexp, training, last_only, false);
 done:
-    free(s.ids);
     return h;
 }
 
 pl_tensor *ilora_gates(ilora_model *m, pl_tensor *ids) {
     if (!m->router_w || !ids) return NULL;
     fwd_state s;
-    pl_tensor *g = fwd_begin(m, ids, &s) ? NULL : pl_softmax(router_logits(m, ids, &s));
-    free(s.ids);
-    return g;
+    return fwd_begin(m, ids, &s) ? NULL : pl_softmax(router_logits(m, ids, &s));
 }
 
 pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training) {
