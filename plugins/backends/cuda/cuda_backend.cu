@@ -644,6 +644,9 @@ static pl_status cu_set_option(const char *key, const char *value) {
         g_allow_tf32 = !strcmp(value, "true") || !strcmp(value, "1");
         return PL_OK;
     }
+    /* the adamw / sgd kernels read the step's found_inf flag on the device
+     * (cuda_optim.cu), so the trainer may keep the loss there */
+    if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);
 }
 

@@ -31,14 +31,19 @@ __global__ void k_clamp_grad(const float *G, const float *X, float *D, float lo,
     GRID_LOOP(i, n) D[i] = pl_clamp_grad_elem(X[i], lo, hi, G[i]);
 }
 
-/* One AdamW / Adam update in place; p, m, v, g (and vmax when c.ams) [n] f32. */
+/* One AdamW / Adam update in place; p, m, v, g (and vmax when c.ams) [n] f32.
+ * skip: the step's found_inf flag [1] (NULL: none); non-zero or NaN leaves
+ * every tensor as it was (GradScaler's found_inf; the CPU kernel's rule). */
 __global__ void k_adamw_step(pl_adamw_coef c, float *p, const float *g, float *m, float *v,
-                             float *vmax, int64_t n) {
+                             float *vmax, const float *skip, int64_t n) {
+    if (skip && *skip != 0.0f) return;
     GRID_LOOP(i, n) pl_adamw_elem(&c, p + i, g[i], m + i, v + i, vmax ? vmax + i : NULL);
 }
 
-/* One SGD update in place; p, g (and buf when c.mom) [n] f32. */
-__global__ void k_sgd_step(pl_sgd_coef c, float *p, const float *g, float *buf, int64_t n) {
+/* One SGD update in place; p, g (and buf when c.mom) [n] f32; skip as above. */
+__global__ void k_sgd_step(pl_sgd_coef c, float *p, const float *g, float *buf, const float *skip,
+                           int64_t n) {
+    if (skip && *skip != 0.0f) return;
     GRID_LOOP(i, n) pl_sgd_elem(&c, p + i, g[i], buf ? buf + i : NULL);
 }
 
@@ -68,7 +73,13 @@ static pl_status k_clamp_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-/* in = {grad}; out = {param, exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)};
+/* in[1], when present: the step's found_inf flag on the device (a scalar f32,
+ * pl_optim_set_found_inf), read by the kernel itself: no host read. */
+static const float *found_inf(const pl_kernel_args *a) {
+    return a->n_in > 1 && a->in[1] ? cf(a->in[1]) : NULL;
+}
+
+/* in = {grad, found_inf (optional)}; out = {param, exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)};
  * p.extra = const pl_adamw_coef * (host). */
 static pl_status k_adamw_step_fwd(const pl_kernel_args *a) {
     if (!a->p.extra)
@@ -81,12 +92,13 @@ static pl_status k_adamw_step_fwd(const pl_kernel_args *a) {
     if (c.ams && !vmax)
         return pl_error_set(PL_ERR_INTERNAL, "cuda adamw_step: amsgrad without max_exp_avg_sq");
     k_adamw_step<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(c, fp(a->out[0]), cf(a->in[0]),
-                                                       fp(a->out[1]), fp(a->out[2]), vmax, n);
+                                                       fp(a->out[1]), fp(a->out[2]), vmax,
+                                                       found_inf(a), n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
 
-/* in = {grad}; out = {param, momentum buffer (momentum only)};
+/* in = {grad, found_inf (optional)}; out = {param, momentum buffer (momentum only)};
  * p.extra = const pl_sgd_coef * (host). */
 static pl_status k_sgd_step_fwd(const pl_kernel_args *a) {
     if (!a->p.extra)
@@ -98,7 +110,8 @@ static pl_status k_sgd_step_fwd(const pl_kernel_args *a) {
     float *buf = a->n_out > 1 && a->out[1] ? fp(a->out[1]) : NULL;
     if (c.mom && !buf)
         return pl_error_set(PL_ERR_INTERNAL, "cuda sgd_step: momentum without a buffer");
-    k_sgd_step<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(c, fp(a->out[0]), cf(a->in[0]), buf, n);
+    k_sgd_step<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(c, fp(a->out[0]), cf(a->in[0]), buf,
+                                                     found_inf(a), n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
