@@ -1,5 +1,6 @@
 /* pl_h5.c - the process-wide HDF5 lock and the HDF5 helpers of pl_h5.h. */
 #include "pl_h5.h"
+#include "pl_h5_fd.h"
 
 #include <errno.h>
 #include <math.h>
@@ -56,25 +57,51 @@ pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
 
 pl_status pl_h5_create(const char *path, hid_t *out) {
     pl_h5_lock();
+    int err = 0;
     H5E_BEGIN_TRY {
-        *out = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        /* through pl_h5_fd: a write that fails (disk full) is recorded and
+         * reported at close, never left to crash HDF5's close (pl_h5_fd.h) */
+        hid_t fapl = pl_h5_fd_fapl();
+        errno = 0;
+        *out = fapl < 0 ? H5I_INVALID_HID : H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        err = errno;
+        if (fapl >= 0) H5Pclose(fapl);
     }
     H5E_END_TRY;
     pl_h5_unlock();
-    if (*out < 0) return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file", path);
+    if (*out < 0)
+        return pl_error_set(PL_ERR_IO, "%s: cannot create the HDF5 file%s%s%s", path,
+                            err ? " (" : "", err ? strerror(err) : "", err ? ")" : "");
     return PL_OK;
 }
 
 pl_status pl_h5_close(const char *path, hid_t file) {
     if (file < 0) return PL_OK;
     herr_t r;
+    pl_h5_fd_report rep = {0};
     pl_h5_lock();
+    void *w = pl_h5_fd_watch(file, &rep);
     H5E_BEGIN_TRY {
         r = H5Fclose(file);
     }
     H5E_END_TRY;
+    pl_h5_fd_unwatch(w, &rep);
     pl_h5_unlock();
+    if (rep.err)
+        return pl_error_set(PL_ERR_IO, "%s: writing the HDF5 file failed: %s%s", path,
+                            strerror(rep.err),
+                            rep.err == ENOSPC || rep.err == EFBIG || rep.err == EDQUOT
+                                ? " (the file is incomplete and must not be used)"
+                                : "");
     return r < 0 ? pl_error_set(PL_ERR_IO, "%s: closing the HDF5 file failed", path) : PL_OK;
+}
+
+/* the first failed write to the file of `obj` as ": REASON", or "" */
+static const char *write_reason(hid_t obj, char *buf, size_t n) {
+    int e = pl_h5_fd_error(obj);
+    if (!e) return "";
+    snprintf(buf, n, ": %s", strerror(e));
+    return buf;
 }
 
 bool pl_h5_exists(hid_t loc, const char *name) {
@@ -617,8 +644,11 @@ pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t s
         }
     }
     H5E_END_TRY;
+    char why[160];
+    /* a write the file driver recorded as failed (disk full) stops here */
+    const char *reason = write_reason(ds, why, sizeof why);
     pl_h5_unlock();
-    if (r < 0) {
+    if (r < 0 || reason[0]) {
         char nm[256] = "?";
         pl_h5_lock();
         H5E_BEGIN_TRY {
@@ -626,8 +656,8 @@ pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t s
         }
         H5E_END_TRY;
         pl_h5_unlock();
-        return pl_error_set(PL_ERR_IO, "%s: writing rows %lld..%lld of '%s' failed", path,
-                            (long long)start, (long long)(start + n), nm);
+        return pl_error_set(PL_ERR_IO, "%s: writing rows %lld..%lld of '%s' failed%s", path,
+                            (long long)start, (long long)(start + n), nm, reason);
     }
     return PL_OK;
 }
@@ -751,10 +781,12 @@ pl_status pl_h5_out_append(pl_h5_out *o, const char *name, const pl_tensor *t) {
             }
         }
         H5E_END_TRY;
+        char why[160];
+        const char *reason = write_reason(d->ds, why, sizeof why); /* disk full */
         pl_h5_unlock();
-        if (r < 0)
-            st = pl_error_set(PL_ERR_IO, "%s: writing rows %lld..%lld of '%s' failed", o->path,
-                              (long long)d->dims[0], (long long)(d->dims[0] + n), name);
+        if (r < 0 || reason[0])
+            st = pl_error_set(PL_ERR_IO, "%s: writing rows %lld..%lld of '%s' failed%s", o->path,
+                              (long long)d->dims[0], (long long)(d->dims[0] + n), name, reason);
     }
     pl_frame_end();
     if (!st) d->dims[0] += n;

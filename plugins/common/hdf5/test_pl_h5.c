@@ -3,9 +3,12 @@
  * sizes, row-extendible writes read back). */
 #include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pl_h5.h"
@@ -177,6 +180,64 @@ START_TEST(out_new_finish_free) {
     pl_h5_out_free(&o); /* destroyed mid-predict */
     ck_assert_ptr_null(o);
     pl_error_clear();
+}
+END_TEST
+
+/* A full disk while writing (issue 34: the teacher export and `pipeline
+ * predict` printed the error, then HDF5's atexit handler crashed in
+ * H5F__close_cb on the file id the failed H5Fclose left behind). Simulated
+ * with RLIMIT_FSIZE (writes past the limit fail with EFBIG, SIGXFSZ
+ * ignored) in a child process, which must then report the failure naming
+ * the file and the reason, and exit normally through HDF5's atexit. */
+static int full_disk_child(void) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r = {16 * 1024, RLIM_INFINITY};
+    if (setrlimit(RLIMIT_FSIZE, &r)) return 10;
+    char p[600];
+    /* failing at close: a few rows, all still in HDF5's caches until then */
+    tmp_path("full_close.h5", p, sizeof p);
+    hid_t f, d;
+    if (pl_h5_create(p, &f) || pl_h5_create_rows(p, f, "v", H5T_IEEE_F32LE, 1024, &d)) return 11;
+    static float rows[64 * 1024];
+    if (pl_h5_append_rows(p, d, H5T_NATIVE_FLOAT, 0, 16, 1024, rows)) return 12;
+    pl_h5_lock();
+    H5Dclose(d);
+    pl_h5_unlock();
+    if (pl_h5_close(p, f) != PL_ERR_IO) return 13;
+    const char *m = pl_error_message();
+    if (!strstr(m, p) || !strstr(m, "writing the HDF5 file failed: File too large")) {
+        fprintf(stderr, "full_close: %s\n", m);
+        return 14;
+    }
+    /* failing while appending: reported there, naming the rows and the reason */
+    tmp_path("full_append.h5", p, sizeof p);
+    pl_h5_out *o = NULL;
+    if (pl_h5_out_new(p, NULL, &o)) return 15;
+    pl_tensor *t = pl_tensor_zeros(PL_F32, 2, (int64_t[]){4096, 64}, PL_CPU);
+    pl_status st = PL_OK;
+    for (int i = 0; i < 4 && !st; i++)
+        st = pl_h5_out_append(o, "y", t);
+    pl_tensor_release(t);
+    m = pl_error_message();
+    if (st != PL_ERR_IO || !strstr(m, p) || !strstr(m, "of 'y' failed: File too large")) {
+        fprintf(stderr, "full_append: %d %s\n", st, m);
+        return 16;
+    }
+    pl_h5_out_free(&o);
+    return 0;
+}
+
+START_TEST(full_disk_is_reported_and_exit_is_clean) {
+    char p[512];
+    tmp_path("x", p, sizeof p); /* the directory, made before the limit */
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) exit(full_disk_child()); /* exit(): HDF5's atexit runs */
+    int ws = 0;
+    ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+    ck_assert_msg(WIFEXITED(ws), "the child died of signal %d", WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    ck_assert_msg(WEXITSTATUS(ws) == 0, "the child failed at step %d", WEXITSTATUS(ws));
 }
 END_TEST
 
@@ -367,6 +428,7 @@ int main(void) {
     tcase_add_test(tc, open_errors_name_the_file);
     tcase_add_test(tc, write_rows_then_read_back);
     tcase_add_test(tc, out_new_finish_free);
+    tcase_add_test(tc, full_disk_is_reported_and_exit_is_clean);
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
     tcase_add_test(tc, check_finite_names_row_column_and_count);
