@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 /* ---- the lock ----------------------------------------------------------- */
 
@@ -179,6 +180,50 @@ static pl_status check_filters(const char *path, const char *name, hid_t ds) {
     return st;
 }
 
+/* The dataset's data must be in the file itself (lock held): a virtual
+ * dataset (its data in other files, by name) or external raw storage
+ * (H5Pset_external: other files, by name) is refused outright. A missing or
+ * short source reads as fill values without an error (issue 34: a VDS whose
+ * source is gone, or external storage shorter than declared or pointing at
+ * /dev/zero, trained on zeros), and the names resolve against the working
+ * directory or HDF5_VDS_PREFIX / HDF5_EXTFILE_PREFIX, so a data file could
+ * pull any file of the machine into training (docs/security.md). */
+static pl_status check_storage(const char *path, const char *name, hid_t ds) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read how '%s' is stored", path, name);
+    pl_status st = PL_OK;
+    static const char *const fix = "copy the data into the file first, e.g. h5repack -l CONTI "
+                                   "FILE NEW_FILE";
+    char src[256] = "";
+    H5E_BEGIN_TRY {
+        int next = H5Pget_external_count(dcpl);
+        if (H5Pget_layout(dcpl) == H5D_VIRTUAL) {
+            size_t nv = 0;
+            if (H5Pget_virtual_count(dcpl, &nv) < 0) nv = 0;
+            if (nv > 0 && H5Pget_virtual_filename(dcpl, 0, src, sizeof src) < 0) src[0] = 0;
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: dataset '%s' is a virtual dataset (its data is mapped from %zu "
+                              "source%s%s%s%s); refused: a missing or short "
+                              "source would read as fill values. Make it self-contained: %s",
+                              path, name, nv, nv == 1 ? "" : "s", src[0] ? ", first in '" : "", src,
+                              src[0] ? "'" : "", fix);
+        } else if (next != 0) {
+            off_t off = 0;
+            hsize_t sz = 0;
+            if (next < 0 || H5Pget_external(dcpl, 0, sizeof src, src, &off, &sz) < 0) src[0] = 0;
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: dataset '%s' keeps its data in %d external file%s%s%s%s; "
+                              "refused: a missing or short external file would read as fill "
+                              "values. Make it self-contained: %s",
+                              path, name, next, next == 1 ? "" : "s", src[0] ? ", first '" : "",
+                              src, src[0] ? "'" : "", fix);
+        }
+    }
+    H5E_END_TRY;
+    H5Pclose(dcpl);
+    return st;
+}
+
 pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out) {
     *out = H5I_INVALID_HID;
     if (!pl_h5_exists(loc, name))
@@ -192,7 +237,7 @@ pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_
     pl_status st = PL_OK;
     if (ds < 0) {
         st = pl_error_set(PL_ERR_IO, "%s: '%s' is not a dataset", path, name);
-    } else if ((st = check_filters(path, name, ds))) {
+    } else if ((st = check_storage(path, name, ds)) || (st = check_filters(path, name, ds))) {
         H5Dclose(ds);
     } else {
         *out = ds;
@@ -215,6 +260,11 @@ pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_
     if (sp >= 0) H5Sclose(sp);
     pl_h5_unlock();
     if (nd < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read the shape of '%s'", path, name);
+    /* again here: callers that opened the dataset with H5Dopen2 */
+    pl_h5_lock();
+    pl_status sst = check_storage(path, name, ds);
+    pl_h5_unlock();
+    if (sst) return sst;
     out->rank = nd;
     size_t esz = elem_size > out->size ? elem_size : out->size;
     if (!esz) esz = 1;

@@ -43,9 +43,16 @@ void pl_h5_unlock(void);
  * unreadable ("PATH: cannot open (REASON)", plus "; HINT" when hint is not
  * NULL), not HDF5 ("PATH: not an HDF5 file"), or rejected by the library. */
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
-/* Create (truncate) `path` for writing. */
+/* Create (truncate) `path` for writing, through pl_h5_fd (pl_h5_fd.c): a write
+ * that fails (disk full, EFBIG) is recorded and the rest of the file's writes
+ * discarded, so HDF5's close always completes (HDF5 1.10 crashed at exit
+ * after a close that failed). The failure is reported by pl_h5_append_rows /
+ * pl_h5_out_append when it happens there, else by pl_h5_close; the caller
+ * removes the file (it wrote it under a temporary name). */
 pl_status pl_h5_create(const char *path, hid_t *out);
-/* Close a file opened above; an error names `path` (buffered writes lost). */
+/* Close a file opened above; an error names `path`: "PATH: writing the HDF5
+ * file failed: REASON" (strerror of the first failed write), or the close
+ * itself failed. The file id is released either way. */
 pl_status pl_h5_close(const char *path, hid_t file);
 
 /* true when link `name` exists under `loc` (every intermediate group is
@@ -63,12 +70,16 @@ typedef struct pl_h5_info {
 } pl_h5_info;
 
 /* Open dataset `name` under `loc`. PL_ERR_IO naming `path` and `name` when it
- * is missing, not a dataset, or uses a filter this HDF5 cannot decode (the
- * filter is named: h5py's lzf, blosc, ...). */
+ * is missing, not a dataset, keeps its data outside the file (a virtual
+ * dataset or external raw storage: refused, naming the first other file; see
+ * docs/security.md), or uses a filter this HDF5 cannot decode (the filter is
+ * named: h5py's lzf, blosc, ...). */
 pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out);
 /* Shape and file type of an open dataset. numel * max(elem_size, size) must
  * stay below 2^62 (sizes from a file are untrusted): else PL_ERR_SHAPE naming
- * the dataset. elem_size: the bytes per element the caller will read it as
+ * the dataset. PL_ERR_IO when its data is not in the file: a virtual or
+ * external layout (as pl_h5_dataset_open), or a declared shape whose data
+ * (chunks) was never written. elem_size: the bytes per element the caller will read it as
  * (0: the file's). */
 pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_t elem_size,
                              pl_h5_info *out);

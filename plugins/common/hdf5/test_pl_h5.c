@@ -316,6 +316,71 @@ START_TEST(declared_shape_without_data_is_refused) {
 }
 END_TEST
 
+/* Storage the declared-shape check cannot see (issue 34): a virtual dataset
+ * whose source file is missing, external raw storage shorter than declared
+ * or on /dev/zero read as fill values. Refused at open (and by
+ * pl_h5_dataset_info for a dataset opened directly), naming file, dataset
+ * and the other file. */
+START_TEST(virtual_and_external_storage_is_refused) {
+    char p[512], bin[512];
+    tmp_path("layouts.h5", p, sizeof p);
+    tmp_path("short.bin", bin, sizeof bin);
+    FILE *b = fopen(bin, "wb");
+    ck_assert_ptr_nonnull(b);
+    fwrite((float[5]){1, 2, 3, 4, 5}, 4, 5, b); /* 20 of the 80 bytes declared */
+    fclose(b);
+    hid_t f;
+    PL_CK_OK(pl_h5_create(p, &f));
+    pl_h5_lock();
+    hsize_t dims[2] = {10, 2};
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    hid_t pv = H5Pcreate(H5P_DATASET_CREATE), pe = H5Pcreate(H5P_DATASET_CREATE),
+          pz = H5Pcreate(H5P_DATASET_CREATE);
+    ck_assert_int_ge(H5Pset_virtual(pv, sp, "missing_source.h5", "/x", sp), 0);
+    ck_assert_int_ge(H5Pset_external(pe, bin, 0, 80), 0);
+    ck_assert_int_ge(H5Pset_external(pz, "/dev/zero", 0, 80), 0);
+    const char *names[3] = {"vds", "ext", "zero"};
+    hid_t pls[3] = {pv, pe, pz};
+    for (int i = 0; i < 3; i++) {
+        hid_t d = H5Dcreate2(f, names[i], H5T_IEEE_F32LE, sp, H5P_DEFAULT, pls[i], H5P_DEFAULT);
+        ck_assert_int_ge(d, 0);
+        H5Dclose(d);
+        H5Pclose(pls[i]);
+    }
+    H5Sclose(sp);
+    pl_h5_unlock();
+    PL_CK_OK(pl_h5_close(p, f));
+
+    PL_CK_OK(pl_h5_open_read(p, NULL, &f));
+    const char *want[3] = {"is a virtual dataset", "keeps its data in 1 external file",
+                           "keeps its data in 1 external file"};
+    const char *other[3] = {"missing_source.h5", bin, "/dev/zero"};
+    for (int i = 0; i < 3; i++) {
+        hid_t d = 0;
+        ck_assert_int_eq(pl_h5_dataset_open(p, f, names[i], &d), PL_ERR_IO);
+        ck_assert_int_lt(d, 0);
+        const char *m = pl_error_message();
+        ck_assert_msg(strstr(m, p) && strstr(m, names[i]) && strstr(m, want[i]) &&
+                          strstr(m, other[i]) && strstr(m, "h5repack -l CONTI"),
+                      "%s", m);
+        void *buf = NULL;
+        ck_assert_int_eq(pl_h5_read_alloc(p, f, names[i], H5T_NATIVE_FLOAT, 2, 2, NULL, &buf, NULL),
+                         PL_ERR_IO);
+        ck_assert_ptr_null(buf);
+        /* opened by hand: the shape check refuses it too */
+        pl_h5_lock();
+        d = H5Dopen2(f, names[i], H5P_DEFAULT);
+        ck_assert_int_ge(d, 0);
+        pl_h5_info in;
+        ck_assert_int_eq(pl_h5_dataset_info(p, names[i], d, 4, &in), PL_ERR_IO);
+        ck_assert_msg(strstr(pl_error_message(), want[i]), "%s", pl_error_message());
+        H5Dclose(d);
+        pl_h5_unlock();
+    }
+    PL_CK_OK(pl_h5_close(p, f));
+}
+END_TEST
+
 /* NaN / Inf: first one by row and column (the index beyond rank 2), the
  * count, used columns only; integer dtypes are not checked */
 START_TEST(check_finite_names_row_column_and_count) {
@@ -431,6 +496,7 @@ int main(void) {
     tcase_add_test(tc, full_disk_is_reported_and_exit_is_clean);
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
+    tcase_add_test(tc, virtual_and_external_storage_is_refused);
     tcase_add_test(tc, check_finite_names_row_column_and_count);
     tcase_add_test(tc, attr_names_scalar_list_or_array);
     suite_add_tcase(s, tc);
