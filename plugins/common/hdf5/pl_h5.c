@@ -34,6 +34,100 @@ void pl_h5_unlock(void) {
 
 /* ---- files -------------------------------------------------------------- */
 
+/* Little-endian unsigned of `n` bytes (n <= 8). */
+static uint64_t le(const unsigned char *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Why HDF5 refused `path`, from its own bytes (the library only says it
+ * cannot open it): empty, no superblock signature, shorter than the end of
+ * file address its superblock records (a truncated copy), or a superblock
+ * this library does not know. The format: HDF5 File Format Specification
+ * 3.0, section II.A (superblock versions 0 and 1: the end of file address
+ * is the third address after the fixed fields; versions 2 and 3: the third
+ * address after base, extension). Every read is bounds-checked. */
+static void diagnose(const char *path, char *why, size_t n) {
+    static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    FILE *fp = fopen(path, "rb");
+    off_t end = fp && fseeko(fp, 0, SEEK_END) == 0 ? ftello(fp) : -1;
+    if (end < 0) {
+        snprintf(why, n, "HDF5 cannot open the file");
+        if (fp) fclose(fp);
+        return;
+    }
+    uint64_t size = (uint64_t)end;
+    unsigned char sb[128];
+    uint64_t at = 0;
+    bool found = false;
+    /* the superblock is at byte 0, 512, 1024, 2048, ... (after a user block) */
+    for (uint64_t a = 0; a + 8 <= size && a <= UINT64_MAX / 4; a = a ? a * 2 : 512) {
+        if (fseeko(fp, (off_t)a, SEEK_SET) == 0 && fread(sb, 1, 8, fp) == 8 &&
+            !memcmp(sb, sig, 8)) {
+            at = a;
+            found = true;
+            break;
+        }
+    }
+    size_t got = 0; /* superblock bytes present (all of sb unless the file ends) */
+    if (found && fseeko(fp, (off_t)at, SEEK_SET) == 0) got = fread(sb, 1, sizeof sb, fp);
+    fclose(fp);
+    if (size == 0) {
+        snprintf(why, n, "not an HDF5 file: it is empty (0 bytes)");
+        return;
+    }
+    if (!found) {
+        snprintf(why, n, "not an HDF5 file: no HDF5 superblock signature at byte 0, 512, 1024, "
+                 "... (%llu bytes)", (unsigned long long)size);
+        return;
+    }
+    char inside[160];
+    snprintf(inside, sizeof inside, "truncated: %llu bytes, ending inside the superblock at "
+             "byte %llu", (unsigned long long)size, (unsigned long long)at);
+    if (got < 9) {
+        snprintf(why, n, "%s", inside);
+        return;
+    }
+    unsigned ver = sb[8];
+    if (ver > 3) {
+        snprintf(why, n, "HDF5 cannot open the file: its superblock (byte %llu) has version %u, "
+                 "which this HDF5 library does not read (written by a newer HDF5?)",
+                 (unsigned long long)at, ver);
+        return;
+    }
+    /* versions 0 / 1: the size of addresses at byte 13, addresses from 24 / 28;
+     * versions 2 / 3: the size at byte 9, addresses from 12 */
+    size_t osz_at = ver <= 1 ? 13 : 9, fixed = ver == 0 ? 24 : ver == 1 ? 28 : 12;
+    if (got <= osz_at) {
+        snprintf(why, n, "%s", inside);
+        return;
+    }
+    size_t o = sb[osz_at];
+    if (o != 2 && o != 4 && o != 8) {
+        snprintf(why, n, "HDF5 cannot open the file: its superblock (byte %llu) is corrupt "
+                 "(addresses of %zu bytes; 2, 4 or 8 expected)", (unsigned long long)at, o);
+        return;
+    }
+    if (got < fixed + 3 * o) { /* sb holds 128 > 28 + 24 bytes: the file ended */
+        snprintf(why, n, "%s", inside);
+        return;
+    }
+    uint64_t base = le(sb + fixed, (int)o), eof = le(sb + fixed + 2 * o, (int)o);
+    uint64_t undef = o == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * o)) - 1;
+    if (base == undef) base = 0;
+    if (eof != undef && eof <= UINT64_MAX - base && size < base + eof) {
+        snprintf(why, n, "truncated: %llu bytes, its superblock says %llu (an incomplete copy "
+                 "or an interrupted write)", (unsigned long long)size,
+                 (unsigned long long)(base + eof));
+        return;
+    }
+    snprintf(why, n, "HDF5 cannot open the file: its metadata is damaged (superblock version %u "
+             "at byte %llu, %llu bytes as recorded)", ver, (unsigned long long)at,
+             (unsigned long long)size);
+}
+
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     *out = H5I_INVALID_HID;
     FILE *probe = fopen(path, "rb");
@@ -50,8 +144,11 @@ pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     }
     H5E_END_TRY;
     pl_h5_unlock();
-    if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", path);
-    if (f < 0) return pl_error_set(PL_ERR_IO, "%s: HDF5 cannot open the file", path);
+    if (is5 <= 0 || f < 0) {
+        char why[320];
+        diagnose(path, why, sizeof why);
+        return pl_error_set(PL_ERR_IO, "%s: %s", path, why);
+    }
     *out = f;
     return PL_OK;
 }

@@ -41,7 +41,12 @@ void pl_h5_unlock(void);
 /* ---- files -------------------------------------------------------------- */
 /* Open an existing file read-only. Errors (PL_ERR_IO) name `path`: missing or
  * unreadable ("PATH: cannot open (REASON)", plus "; HINT" when hint is not
- * NULL), not HDF5 ("PATH: not an HDF5 file"), or rejected by the library. */
+ * NULL), or refused by HDF5, then told apart from the file's bytes: "PATH: not
+ * an HDF5 file: it is empty" / ": no HDF5 superblock signature at byte 0,
+ * 512, ..."; "PATH: truncated: N bytes, its superblock says M" (shorter than
+ * the end of file address recorded) / "ending inside the superblock"; a
+ * superblock version this library does not read or with a corrupt address
+ * size; else "its metadata is damaged". */
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
 /* Create (truncate) `path` for writing, through pl_h5_fd (pl_h5_fd.c): a write
  * that fails (disk full, EFBIG) is recorded and the rest of the file's writes

@@ -69,6 +69,78 @@ START_TEST(open_errors_name_the_file) {
 }
 END_TEST
 
+/* A file HDF5 refuses is told apart from its bytes (issue 34: six damaged
+ * files all got "HDF5 cannot open the file"): empty, no signature, ending
+ * inside the superblock, shorter than the end of file address the
+ * superblock records (versions 0 and 3), a superblock version unknown. */
+static size_t slurp(const char *p, unsigned char **out) {
+    FILE *f = fopen(p, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    *out = malloc((size_t)n);
+    ck_assert_int_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    return (size_t)n;
+}
+
+static void expect_open_error(const char *p, const unsigned char *b, size_t n, const char *want) {
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+    hid_t h = 0;
+    ck_assert_int_eq(pl_h5_open_read(p, NULL, &h), PL_ERR_IO);
+    ck_assert_int_lt(h, 0);
+    ck_assert_msg(strstr(pl_error_message(), p) && strstr(pl_error_message(), want),
+                  "%zu bytes: expected '%s' in: %s", n, want, pl_error_message());
+}
+
+START_TEST(damaged_files_say_truncated_or_not_hdf5) {
+    for (int latest = 0; latest < 2; latest++) {
+        char good[512], bad[512];
+        tmp_path(latest ? "sb3.h5" : "sb0.h5", good, sizeof good);
+        tmp_path("damaged.h5", bad, sizeof bad);
+        pl_h5_lock();
+        hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+        if (latest) H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+        hid_t f = H5Fcreate(good, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+        ck_assert_int_ge(f, 0);
+        hsize_t n = 2000;
+        hid_t sp = H5Screate_simple(1, &n, NULL);
+        hid_t d = H5Dcreate2(f, "x", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        static float v[2000];
+        ck_assert_int_ge(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+        H5Dclose(d);
+        H5Sclose(sp);
+        H5Pclose(fapl);
+        ck_assert_int_ge(H5Fclose(f), 0);
+        pl_h5_unlock();
+        unsigned char *b;
+        size_t size = slurp(good, &b);
+        ck_assert_uint_gt(size, 8000);
+        ck_assert_uint_eq(b[8], latest ? 3 : 0); /* the superblock version exercised */
+        char want[160];
+        snprintf(want, sizeof want, ": truncated: %zu bytes, its superblock says %zu", size / 2,
+                 size);
+        expect_open_error(bad, b, size / 2, want);
+        snprintf(want, sizeof want, ": truncated: %zu bytes, its superblock says %zu", size - 1,
+                 size);
+        expect_open_error(bad, b, size - 1, want);
+        expect_open_error(bad, b, 30, ": truncated: 30 bytes, ending inside the superblock");
+        expect_open_error(bad, b, 0, ": not an HDF5 file: it is empty (0 bytes)");
+        expect_open_error(bad, b, 5, ": not an HDF5 file: no HDF5 superblock signature");
+        b[8] = 9;
+        expect_open_error(bad, b, size, "superblock (byte 0) has version 9");
+        b[8] = latest ? 3 : 0;
+        b[latest ? 9 : 13] = 3;
+        expect_open_error(bad, b, size, "is corrupt (addresses of 3 bytes");
+        free(b);
+    }
+}
+END_TEST
+
 /* Write [0, 3] rows twice, attributes of each kind; read them back whole, by
  * rows, as a tensor; shape and rank checks name the dataset. */
 START_TEST(write_rows_then_read_back) {
@@ -491,6 +563,7 @@ int main(void) {
     tcase_add_test(tc, lock_is_one_instance_across_plugins);
     tcase_add_test(tc, lock_is_recursive);
     tcase_add_test(tc, open_errors_name_the_file);
+    tcase_add_test(tc, damaged_files_say_truncated_or_not_hdf5);
     tcase_add_test(tc, write_rows_then_read_back);
     tcase_add_test(tc, out_new_finish_free);
     tcase_add_test(tc, full_disk_is_reported_and_exit_is_clean);
