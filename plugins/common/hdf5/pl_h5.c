@@ -186,11 +186,8 @@ pl_status pl_h5_close(const char *path, hid_t file) {
     pl_h5_fd_unwatch(w, &rep);
     pl_h5_unlock();
     if (rep.err)
-        return pl_error_set(PL_ERR_IO, "%s: writing the HDF5 file failed: %s%s", path,
-                            strerror(rep.err),
-                            rep.err == ENOSPC || rep.err == EFBIG || rep.err == EDQUOT
-                                ? " (the file is incomplete and must not be used)"
-                                : "");
+        return pl_error_set(PL_ERR_IO, "%s: writing the HDF5 file failed: %s", path,
+                            strerror(rep.err));
     return r < 0 ? pl_error_set(PL_ERR_IO, "%s: closing the HDF5 file failed", path) : PL_OK;
 }
 
