@@ -123,9 +123,10 @@ static void diagnose(const char *path, char *why, size_t n) {
                  (unsigned long long)(base + eof));
         return;
     }
-    snprintf(why, n, "HDF5 cannot open the file: its metadata is damaged (superblock version %u "
-             "at byte %llu, %llu bytes as recorded)", ver, (unsigned long long)at,
-             (unsigned long long)size);
+    snprintf(why, n, "HDF5 cannot open the file, though its superblock (version %u at byte "
+             "%llu) and its size (%llu bytes) look whole: its metadata is damaged, or another "
+             "process holds it open for writing (HDF5 file locking)", ver,
+             (unsigned long long)at, (unsigned long long)size);
 }
 
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {

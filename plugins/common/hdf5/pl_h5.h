@@ -46,7 +46,8 @@ void pl_h5_unlock(void);
  * 512, ..."; "PATH: truncated: N bytes, its superblock says M" (shorter than
  * the end of file address recorded) / "ending inside the superblock"; a
  * superblock version this library does not read or with a corrupt address
- * size; else "its metadata is damaged". */
+ * size; else "its metadata is damaged, or another process holds it open for
+ * writing". */
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
 /* Create (truncate) `path` for writing, through pl_h5_fd (pl_h5_fd.c): a write
  * that fails (disk full, EFBIG) is recorded and the rest of the file's writes
