@@ -117,16 +117,16 @@ typedef enum {
 } storage;
 
 static storage g_storage;
-static bool g_hostile;     /* the first dataset got a virtual / external layout */
-static int g_puts;         /* datasets put so far in this input */
+static bool g_hostile; /* the first dataset got a virtual / external layout */
+static int g_puts;     /* datasets put so far in this input */
 static char g_dir_path[512];
 
 /* Give the dataset about to be created (dcpl, space sp, n elements of type)
  * the storage of g_storage when it is the layout's first one. Returns true
  * when the data must not be written through the dataset (virtual: written
  * to the source instead; external on /dev/zero). */
-static bool hostile_layout(bool first, hid_t dcpl, hid_t sp, int rank, hid_t type,
-                           hsize_t numel, const char *name, bytes *b, char *ext, size_t ext_n) {
+static bool hostile_layout(bool first, hid_t dcpl, hid_t sp, int rank, hid_t type, hsize_t numel,
+                           const char *name, bytes *b, char *ext, size_t ext_n) {
     if (!first || rank == 0 || numel == 0 || numel > 4096) return false;
     size_t bytes_n = (size_t)numel * H5Tget_size(type);
     char src[600];
@@ -494,8 +494,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     bool created = run_loader(&s, &b);
     if (created && g_hostile) {
-        fprintf(stderr, "fuzz_hdf5: a file whose first dataset has %s storage was accepted\n"
-                "--- [data]\n%s", g_storage <= ST_VIRTUAL_MISSING ? "virtual" : "external", s.ini);
+        fprintf(stderr,
+                "fuzz_hdf5: a file whose first dataset has %s storage was accepted\n"
+                "--- [data]\n%s",
+                g_storage <= ST_VIRTUAL_MISSING ? "virtual" : "external", s.ini);
         abort();
     }
     return 0;

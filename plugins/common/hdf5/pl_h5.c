@@ -79,20 +79,25 @@ static void diagnose(const char *path, char *why, size_t n) {
         return;
     }
     if (!found) {
-        snprintf(why, n, "not an HDF5 file: no HDF5 superblock signature at byte 0, 512, 1024, "
-                 "... (%llu bytes)", (unsigned long long)size);
+        snprintf(why, n,
+                 "not an HDF5 file: no HDF5 superblock signature at byte 0, 512, 1024, "
+                 "... (%llu bytes)",
+                 (unsigned long long)size);
         return;
     }
     char inside[160];
-    snprintf(inside, sizeof inside, "truncated: %llu bytes, ending inside the superblock at "
-             "byte %llu", (unsigned long long)size, (unsigned long long)at);
+    snprintf(inside, sizeof inside,
+             "truncated: %llu bytes, ending inside the superblock at "
+             "byte %llu",
+             (unsigned long long)size, (unsigned long long)at);
     if (got < 9) {
         snprintf(why, n, "%s", inside);
         return;
     }
     unsigned ver = sb[8];
     if (ver > 3) {
-        snprintf(why, n, "HDF5 cannot open the file: its superblock (byte %llu) has version %u, "
+        snprintf(why, n,
+                 "HDF5 cannot open the file: its superblock (byte %llu) has version %u, "
                  "which this HDF5 library does not read (written by a newer HDF5?)",
                  (unsigned long long)at, ver);
         return;
@@ -106,8 +111,10 @@ static void diagnose(const char *path, char *why, size_t n) {
     }
     size_t o = sb[osz_at];
     if (o != 2 && o != 4 && o != 8) {
-        snprintf(why, n, "HDF5 cannot open the file: its superblock (byte %llu) is corrupt "
-                 "(addresses of %zu bytes; 2, 4 or 8 expected)", (unsigned long long)at, o);
+        snprintf(why, n,
+                 "HDF5 cannot open the file: its superblock (byte %llu) is corrupt "
+                 "(addresses of %zu bytes; 2, 4 or 8 expected)",
+                 (unsigned long long)at, o);
         return;
     }
     if (got < fixed + 3 * o) { /* sb holds 128 > 28 + 24 bytes: the file ended */
@@ -118,15 +125,17 @@ static void diagnose(const char *path, char *why, size_t n) {
     uint64_t undef = o == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * o)) - 1;
     if (base == undef) base = 0;
     if (eof != undef && eof <= UINT64_MAX - base && size < base + eof) {
-        snprintf(why, n, "truncated: %llu bytes, its superblock says %llu (an incomplete copy "
-                 "or an interrupted write)", (unsigned long long)size,
-                 (unsigned long long)(base + eof));
+        snprintf(why, n,
+                 "truncated: %llu bytes, its superblock says %llu (an incomplete copy "
+                 "or an interrupted write)",
+                 (unsigned long long)size, (unsigned long long)(base + eof));
         return;
     }
-    snprintf(why, n, "HDF5 cannot open the file, though its superblock (version %u at byte "
+    snprintf(why, n,
+             "HDF5 cannot open the file, though its superblock (version %u at byte "
              "%llu) and its size (%llu bytes) look whole: its metadata is damaged, or another "
-             "process holds it open for writing (HDF5 file locking)", ver,
-             (unsigned long long)at, (unsigned long long)size);
+             "process holds it open for writing (HDF5 file locking)",
+             ver, (unsigned long long)at, (unsigned long long)size);
 }
 
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
