@@ -6,7 +6,7 @@
  * the CONSTRUCTION of a valid HDF5 file (on tmpfs) from a layout the loader
  * expects, then perturb it: datasets left out, other dtypes and ranks,
  * wrong or huge extents (chunked datasets of up to 2^63 rows that hold no
- * data), virtual or external layouts whose sources are missing or short, NaN / Inf / out-of-range values, decreasing CSR offsets, index
+ * data), NaN / Inf / out-of-range values, decreasing CSR offsets, index
  * values outside their range; and the loader's [data] options. The loader
  * then runs through its plugin vtable (the real .so, found by the registry
  * as `pipeline run` finds it): create, batch_fields, and for every split
@@ -16,8 +16,17 @@
  * besides sanitizer reports, a batch carrying a non-finite float value is
  * a finding (the loaders refuse NaN / Inf at load): abort().
  *
- * Input layout: byte 0 picks the loader mode, the rest is consumed as
- * needed (zeros once exhausted), so short inputs give the valid layout. */
+ * Storage the loaders must refuse (issue 34), picked by byte 0's bits 2..4
+ * for the first dataset of the layout (the one every mode reads): a virtual
+ * dataset whose source file is complete or missing, external raw storage
+ * complete, cut short or on /dev/zero. A loader that accepts such a file is
+ * a finding (abort()). Or the finished file is damaged: truncated to a
+ * fuzzer-chosen length, or a byte of its superblock overwritten (the
+ * "truncated" / "not an HDF5 file" diagnosis of pl_h5_open_read).
+ *
+ * Input layout: byte 0 picks the loader mode (bits 0..1) and the storage
+ * (bits 2..4: 0 plain), the rest is consumed as needed (zeros once
+ * exhausted), so short inputs give the valid layout. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdarg.h>
@@ -26,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fuzz_util.h"
 #include "pipeline/pipeline.h"
@@ -93,6 +103,76 @@ static const double k_special[] = {NAN,    INFINITY, -INFINITY, -1,           -2
 static const hsize_t k_huge[] = {(hsize_t)1 << 40, (hsize_t)1 << 50, (hsize_t)1 << 61,
                                  (hsize_t)1 << 62, ((hsize_t)1 << 63) + 5};
 
+/* ---- storage the loaders must refuse ------------------------------------ */
+
+typedef enum {
+    ST_PLAIN,
+    ST_VIRTUAL,         /* a virtual dataset over a complete source in another file */
+    ST_VIRTUAL_MISSING, /* ... whose source file does not exist */
+    ST_EXTERNAL,        /* external raw storage holding all the data */
+    ST_EXTERNAL_SHORT,  /* ... cut to a fuzzer-chosen length */
+    ST_EXTERNAL_ZERO,   /* ... on /dev/zero */
+    ST_TRUNCATE,        /* the finished file truncated */
+    ST_SUPERBLOCK,      /* a byte of the finished file's signature / version overwritten */
+} storage;
+
+static storage g_storage;
+static bool g_hostile; /* the first dataset got a virtual / external layout */
+static int g_puts;     /* datasets put so far in this input */
+static char g_dir_path[512];
+
+/* Give the dataset about to be created (dcpl, space sp, n elements of type)
+ * the storage of g_storage when it is the layout's first one. Returns true
+ * when the data must not be written through the dataset (virtual: written
+ * to the source instead; external on /dev/zero). */
+static bool hostile_layout(bool first, hid_t dcpl, hid_t sp, int rank, hid_t type, hsize_t numel,
+                           const char *name, bytes *b, char *ext, size_t ext_n) {
+    if (!first || rank == 0 || numel == 0 || numel > 4096) return false;
+    size_t bytes_n = (size_t)numel * H5Tget_size(type);
+    char src[600];
+    switch (g_storage) {
+    case ST_VIRTUAL:
+    case ST_VIRTUAL_MISSING:
+        snprintf(src, sizeof src, "%s/%s", g_dir_path,
+                 g_storage == ST_VIRTUAL ? "src.h5" : "no_such_source.h5");
+        if (H5Pset_virtual(dcpl, sp, src, name, sp) < 0) return false;
+        g_hostile = true;
+        if (g_storage == ST_VIRTUAL_MISSING) return true;
+        { /* the source: the same dataset, contiguous, in src.h5 */
+            hid_t sf = H5Fcreate(src, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+            hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+            H5Pset_create_intermediate_group(lcpl, 1);
+            hid_t sd = sf < 0 ? -1 : H5Dcreate2(sf, name, type, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+            if (sd >= 0) {
+                double *v = calloc(numel, sizeof *v);
+                if (!v) abort();
+                valid_values(K_FEAT, (int64_t)numel, 0, b, v);
+                H5Dwrite(sd, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+                free(v);
+                H5Dclose(sd);
+            }
+            H5Pclose(lcpl);
+            if (sf >= 0) H5Fclose(sf);
+        }
+        return true;
+    case ST_EXTERNAL:
+    case ST_EXTERNAL_SHORT:
+        snprintf(ext, ext_n, "%s/ext.bin", g_dir_path);
+        if (!fz_write("ext.bin", "", 0) || H5Pset_external(dcpl, ext, 0, (hsize_t)bytes_n) < 0) {
+            ext[0] = 0;
+            return false;
+        }
+        g_hostile = true;
+        return false; /* written through the dataset into ext.bin */
+    case ST_EXTERNAL_ZERO:
+        if (H5Pset_external(dcpl, "/dev/zero", 0, (hsize_t)bytes_n) < 0) return false;
+        g_hostile = true;
+        return true;
+    default:
+        return false;
+    }
+}
+
 static hid_t file_type(bytes *b, hid_t dflt) {
     if (!one_in(b, 6)) return dflt;
     static const hid_t *const types[] = {
@@ -107,6 +187,7 @@ static hid_t file_type(bytes *b, hid_t dflt) {
  * input: maybe absent, another type, rank or extent, special values. */
 static void put(hid_t file, const char *name, hid_t type, int rank, const int64_t *dims0, kind k,
                 int64_t lim, bytes *b) {
+    bool first = g_puts++ == 0; /* the layout's first dataset: the one every mode reads */
     if (one_in(b, 24)) return; /* absent */
     hsize_t dims[4];
     for (int d = 0; d < rank; d++)
@@ -141,19 +222,11 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
     } else {
         sp = rank ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
     }
-    /* data that does not live in the file (issue 34 class 2): raw bytes in
-     * an external file that is missing, short or /dev/zero, or a virtual
-     * dataset whose source file is missing; read as fill values by HDF5, so
-     * pl_h5_dataset_open must refuse them. Nothing is written to them. */
-    bool foreign = false;
-    if (!huge && rank > 0 && numel > 0 && one_in(b, 20)) {
-        static const char *const ext[] = {"/dev/zero", "missing.raw", "/proc/self/cmdline"};
-        size_t esz = H5Tget_size(type);
-        foreign = u8(b) & 1 ? H5Pset_external(dcpl, ext[u8(b) % 3], 0, (hsize_t)(numel * esz)) >= 0
-                            : H5Pset_virtual(dcpl, sp, "missing_source.h5", "/x", sp) >= 0;
-    }
+    char ext[600] = "";
+    bool no_write =
+        !huge && hostile_layout(first, dcpl, sp, rank, type, numel, name, b, ext, sizeof ext);
     hid_t ds = H5Dcreate2(file, name, type, sp, lcpl, dcpl, H5P_DEFAULT);
-    if (ds >= 0 && !huge && !foreign && numel > 0 && numel <= 4096) {
+    if (ds >= 0 && !huge && !no_write && numel > 0 && numel <= 4096) {
         double *v = malloc(numel * sizeof *v);
         if (!v) abort();
         valid_values(k, (int64_t)numel, lim, b, v);
@@ -163,6 +236,10 @@ static void put(hid_t file, const char *name, hid_t type, int rank, const int64_
         free(v);
     }
     if (ds >= 0) H5Dclose(ds);
+    if (ext[0] && g_storage == ST_EXTERNAL_SHORT) { /* cut the external file short */
+        size_t have = (size_t)numel * H5Tget_size(type);
+        if (truncate(ext, (off_t)(u16(b) % have)) != 0) abort();
+    }
     H5Sclose(sp);
     H5Pclose(dcpl);
     H5Pclose(lcpl);
@@ -322,14 +399,17 @@ static void check_batch(const pl_batch *bt, const char *ini) {
     }
 }
 
-static void run_loader(const setup *s, bytes *b) {
+/* Runs the loader; true when its create() accepted the file. */
+static bool run_loader(const setup *s, bytes *b) {
+    bool created = false;
     pl_harness *h = pl_harness_new_in(PL_FUZZ_PLUGIN_DIR, "data", s->plugin, s->ini);
-    if (!h) return;
+    if (!h) return false;
     const pl_loader_vtable *vt = pl_harness_vtable(h);
     pl_field_list fields = {0};
     (void)vt->batch_fields(pl_harness_section(h), &fields);
     void *self = NULL;
     if (pl_harness_create(h, &self) == PL_OK) {
+        created = true;
         for (int sp = 0; sp < PL_SPLIT_COUNT; sp++) {
             int64_t nb = vt->num_batches(self, (pl_data_split)sp);
             int64_t start = one_in(b, 8) ? (int64_t)(u8(b) % 6) - 1 : 0;
@@ -342,6 +422,7 @@ static void run_loader(const setup *s, bytes *b) {
     }
     pl_harness_destroy(h, self);
     pl_harness_free(h);
+    return created;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -360,8 +441,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 4096) return 0;
     fz_dir("hdf5");
     bytes b = {data, size, 0};
-    unsigned mode = u8(&b) % 4;
+    unsigned b0 = u8(&b), mode = b0 % 4;
+    g_storage = (storage)((b0 >> 2) % 8);
+    g_hostile = false;
+    g_puts = 0;
+    fz_remove("src.h5");
+    fz_remove("ext.bin");
     const char *path = fz_write("in.h5", "", 0);
+    snprintf(g_dir_path, sizeof g_dir_path, "%s", path);
+    char *slash = strrchr(g_dir_path, '/');
+    if (slash) *slash = 0;
     char file_path[1024];
     snprintf(file_path, sizeof file_path, "%s", path);
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
@@ -386,6 +475,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     }
     if (H5Fclose(f) < 0) abort();
-    run_loader(&s, &b);
+    if (g_storage == ST_TRUNCATE || g_storage == ST_SUPERBLOCK) {
+        FILE *fp = fopen(file_path, "r+b");
+        if (!fp || fseek(fp, 0, SEEK_END) != 0) abort();
+        long size = ftell(fp);
+        if (size <= 0) abort();
+        if (g_storage == ST_TRUNCATE) {
+            fclose(fp);
+            if (truncate(file_path, (off_t)((u16(&b) << 8 | u8(&b)) % size)) != 0) abort();
+        } else {
+            /* the signature or the version byte: libhdf5 1.10 itself leaks
+             * when later superblock fields are bad (not this harness's target) */
+            long at = (long)(u8(&b) % 9);
+            unsigned char v = (unsigned char)u8(&b);
+            if (at < size && (fseek(fp, at, SEEK_SET) != 0 || fwrite(&v, 1, 1, fp) != 1)) abort();
+            fclose(fp);
+        }
+    }
+    bool created = run_loader(&s, &b);
+    if (created && g_hostile) {
+        fprintf(stderr,
+                "fuzz_hdf5: a file whose first dataset has %s storage was accepted\n"
+                "--- [data]\n%s",
+                g_storage <= ST_VIRTUAL_MISSING ? "virtual" : "external", s.ini);
+        abort();
+    }
     return 0;
 }

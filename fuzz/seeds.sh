@@ -5,7 +5,8 @@
 #   safetensors  the small safetensors fixtures of tests/data
 #   hf_config    the config.json (and index) of every tests/data/hf_llama
 #                checkpoint, and a tiny complete checkpoint
-#   hdf5         one input per loader mode (the valid layout) and a few
+#   hdf5         one input per loader mode (the valid layout), per mode and
+#                hostile storage or damage (byte 0 bits 2..4), and a few
 #                byte patterns
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -91,6 +92,12 @@ open(sys.argv[1], "wb").write(json.dumps(cfg).encode() + sep + sep + st)
 PY
 
 for m in 0 1 2 3; do
+  # byte 0 bits 2..4: storage the loaders must refuse (virtual, external) or a
+  # damaged file (truncated, superblock byte overwritten); fuzz_hdf5.c
+  for st in 1 2 3 4 5 6 7; do
+    printf "\\x$(printf %x $((m | st << 2)))" > "$out/hdf5/mode$m-storage$st"
+    { printf "\\x$(printf %x $((m | st << 2)))"; head -c 64 /dev/zero | tr '\0' '\125'; } > "$out/hdf5/mode$m-storage$st-r"
+  done
   printf "\\x$m" > "$out/hdf5/mode$m"
   { printf "\\x$m"; head -c 96 /dev/zero | tr '\0' '\125'; } > "$out/hdf5/mode$m-55"
   { printf "\\x$m"; head -c 96 /dev/zero | tr '\0' '\377'; } > "$out/hdf5/mode$m-ff"

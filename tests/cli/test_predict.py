@@ -171,30 +171,6 @@ mode = max
         fail("a failed predict left OUT.h5")
     print("ilora: errors name the missing run dir, the input file and field")
 
-    # a full disk while OUT.h5 is written (issue 34 class 1): a file size limit
-    # fails the write as ENOSPC would. The error names the file and the reason,
-    # nothing is left under either name, and the process exits 1 instead of
-    # crashing in HDF5's atexit close (SIGSEGV after the error was printed)
-    import resource
-    import signal
-    import subprocess
-
-    def limit():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
-
-    full = os.path.join(tmp, "full.h5")
-    p = subprocess.run([exe, "predict", rd, h5, full], capture_output=True, text=True,
-                       timeout=240, preexec_fn=limit)
-    if p.returncode != 1:
-        fail("predict onto a full disk exited %d (expected 1)\nstderr:\n%s"
-             % (p.returncode, p.stderr[-3000:]))
-    if "full.h5" not in p.stderr or "File too large" not in p.stderr:
-        fail("predict onto a full disk: message names neither file nor reason:\n" + p.stderr)
-    left = [f for f in os.listdir(tmp) if f.startswith("full.h5")]
-    if left:
-        fail("predict onto a full disk left %s" % left)
-    print("ilora: a full disk fails predict with exit 1, naming the file; nothing left")
 
 
 def test_lstm(exe, tmp):

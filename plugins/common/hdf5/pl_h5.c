@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* ---- the lock ----------------------------------------------------------- */
@@ -35,89 +35,112 @@ void pl_h5_unlock(void) {
 
 /* ---- files -------------------------------------------------------------- */
 
-/* little-endian unsigned of n (1..8) bytes */
-static uint64_t le_read(const unsigned char *b, int n) {
+/* Little-endian unsigned of `n` bytes (n <= 8). */
+static uint64_t le(const unsigned char *p, int n) {
     uint64_t v = 0;
     for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | b[i];
+        v = v << 8 | p[i];
     return v;
 }
 
-/* Why a file HDF5 refuses cannot be opened, from its superblock (HDF5 File
- * Format Specification, "Superblock", versions 0-3): no signature at 0, 512,
- * 1024, ... (not HDF5), or fewer bytes than the base address plus the
- * end-of-file address it declares (truncated). Writes "" when neither. All
- * offsets bounded by the bytes read. */
+/* Why HDF5 refused `path`, from its own bytes (the library only says it
+ * cannot open it): empty, no superblock signature, shorter than the end of
+ * file address its superblock records (a truncated copy), or a superblock
+ * this library does not know. The format: HDF5 File Format Specification
+ * 3.0, section II.A (superblock versions 0 and 1: the end of file address
+ * is the third address after the fixed fields; versions 2 and 3: the third
+ * address after base, extension). Every read is bounds-checked. */
 static void diagnose(const char *path, char *why, size_t n) {
     static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-    why[0] = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    struct stat stt;
-    uint64_t size = fstat(fileno(f), &stt) == 0 ? (uint64_t)stt.st_size : 0;
-    unsigned char b[96];
+    FILE *fp = fopen(path, "rb");
+    off_t end = fp && fseeko(fp, 0, SEEK_END) == 0 ? ftello(fp) : -1;
+    if (end < 0) {
+        snprintf(why, n, "HDF5 cannot open the file");
+        if (fp) fclose(fp);
+        return;
+    }
+    uint64_t size = (uint64_t)end;
+    unsigned char sb[128];
     uint64_t at = 0;
     bool found = false;
-    for (at = 0; at + sizeof sig <= size && at <= ((uint64_t)1 << 40); at = at ? at * 2 : 512) {
-        if (fseeko(f, (off_t)at, SEEK_SET) != 0 || fread(b, 1, sizeof sig, f) != sizeof sig) break;
-        if (!memcmp(b, sig, sizeof sig)) {
+    /* the superblock is at byte 0, 512, 1024, 2048, ... (after a user block) */
+    for (uint64_t a = 0; a + 8 <= size && a <= UINT64_MAX / 4; a = a ? a * 2 : 512) {
+        if (fseeko(fp, (off_t)a, SEEK_SET) == 0 && fread(sb, 1, 8, fp) == 8 &&
+            !memcmp(sb, sig, 8)) {
+            at = a;
             found = true;
             break;
         }
     }
-    size_t got = found && fseeko(f, (off_t)at, SEEK_SET) == 0 ? fread(b, 1, sizeof b, f) : 0;
-    fclose(f);
+    size_t got = 0; /* superblock bytes present (all of sb unless the file ends) */
+    if (found && fseeko(fp, (off_t)at, SEEK_SET) == 0) got = fread(sb, 1, sizeof sb, fp);
+    fclose(fp);
+    if (size == 0) {
+        snprintf(why, n, "not an HDF5 file: it is empty (0 bytes)");
+        return;
+    }
     if (!found) {
-        snprintf(why, n, "not an HDF5 file (no HDF5 signature in its %llu bytes)",
+        snprintf(why, n,
+                 "not an HDF5 file: no HDF5 superblock signature at byte 0, 512, 1024, "
+                 "... (%llu bytes)",
                  (unsigned long long)size);
         return;
     }
-    int ver = got > 8 ? b[8] : -1, so = 0;
-    size_t base_off = 0, eof_off = 0;
-    if (ver < 0 || (ver <= 3 && got < (ver <= 1 ? 24u : 12u))) {
-        snprintf(why, n, "truncated (%llu bytes end inside the superblock)",
-                 (unsigned long long)size);
+    char inside[160];
+    snprintf(inside, sizeof inside,
+             "truncated: %llu bytes, ending inside the superblock at "
+             "byte %llu",
+             (unsigned long long)size, (unsigned long long)at);
+    if (got < 9) {
+        snprintf(why, n, "%s", inside);
         return;
     }
-    if (ver == 0 || ver == 1) {
-        so = b[13];
-        base_off = 24 + (ver == 1 ? 4 : 0); /* v1 adds the indexed-storage K and 2 reserved */
-        eof_off = base_off + 2 * (size_t)so;
-    } else if (ver == 2 || ver == 3) {
-        so = b[9];
-        base_off = 12;
-        eof_off = base_off + 2 * (size_t)so;
-    } else {
-        snprintf(why, n, "corrupt (superblock version %d at byte %llu is not one HDF5 writes)", ver,
-                 (unsigned long long)at);
+    unsigned ver = sb[8];
+    if (ver > 3) {
+        snprintf(why, n,
+                 "HDF5 cannot open the file: its superblock (byte %llu) has version %u, "
+                 "which this HDF5 library does not read (written by a newer HDF5?)",
+                 (unsigned long long)at, ver);
         return;
     }
-    if (so != 2 && so != 4 && so != 8) {
-        snprintf(why, n, "corrupt (superblock says offsets are %d bytes)", so);
+    /* versions 0 / 1: the size of addresses at byte 13, addresses from 24 / 28;
+     * versions 2 / 3: the size at byte 9, addresses from 12 */
+    size_t osz_at = ver <= 1 ? 13 : 9, fixed = ver == 0 ? 24 : ver == 1 ? 28 : 12;
+    if (got <= osz_at) {
+        snprintf(why, n, "%s", inside);
         return;
     }
-    if (eof_off + (size_t)so > got) {
-        snprintf(why, n, "truncated (%llu bytes end inside the superblock)",
-                 (unsigned long long)size);
+    size_t o = sb[osz_at];
+    if (o != 2 && o != 4 && o != 8) {
+        snprintf(why, n,
+                 "HDF5 cannot open the file: its superblock (byte %llu) is corrupt "
+                 "(addresses of %zu bytes; 2, 4 or 8 expected)",
+                 (unsigned long long)at, o);
         return;
     }
-    uint64_t base = le_read(b + base_off, so), eof = le_read(b + eof_off, so);
-    uint64_t need = (base > UINT64_MAX - eof) ? UINT64_MAX : base + eof;
-    if (size < need)
-        snprintf(why, n, "truncated (%llu bytes; its superblock says the file ends at byte %llu)",
-                 (unsigned long long)size, (unsigned long long)need);
-}
-
-/* the innermost message of HDF5's error stack (H5Ewalk2 callback) */
-static herr_t first_error(unsigned n, const H5E_error2_t *e, void *data) {
-    char *buf = data;
-    if (n == 0 && e->desc) snprintf(buf, 160, "%s", e->desc);
-    return 0;
+    if (got < fixed + 3 * o) { /* sb holds 128 > 28 + 24 bytes: the file ended */
+        snprintf(why, n, "%s", inside);
+        return;
+    }
+    uint64_t base = le(sb + fixed, (int)o), eof = le(sb + fixed + 2 * o, (int)o);
+    uint64_t undef = o == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * o)) - 1;
+    if (base == undef) base = 0;
+    if (eof != undef && eof <= UINT64_MAX - base && size < base + eof) {
+        snprintf(why, n,
+                 "truncated: %llu bytes, its superblock says %llu (an incomplete copy "
+                 "or an interrupted write)",
+                 (unsigned long long)size, (unsigned long long)(base + eof));
+        return;
+    }
+    snprintf(why, n,
+             "HDF5 cannot open the file, though its superblock (version %u at byte "
+             "%llu) and its size (%llu bytes) look whole: its metadata is damaged, or another "
+             "process holds it open for writing (HDF5 file locking)",
+             ver, (unsigned long long)at, (unsigned long long)size);
 }
 
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     *out = H5I_INVALID_HID;
-    if (pl_file_check_regular(path, NULL) && !errno) return pl_error_status(); /* a FIFO: never open */
     FILE *probe = fopen(path, "rb");
     if (!probe)
         return pl_error_set(PL_ERR_IO, "%s: cannot open (%s)%s%s", path, strerror(errno),
@@ -126,21 +149,16 @@ pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     pl_h5_lock();
     htri_t is5;
     hid_t f = H5I_INVALID_HID;
-    char h5msg[160] = "";
     H5E_BEGIN_TRY {
         is5 = H5Fis_hdf5(path);
         if (is5 > 0) f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        if (is5 > 0 && f < 0) H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_error, h5msg);
     }
     H5E_END_TRY;
     pl_h5_unlock();
     if (is5 <= 0 || f < 0) {
-        char why[200];
+        char why[320];
         diagnose(path, why, sizeof why);
-        if (why[0]) return pl_error_set(PL_ERR_IO, "%s: %s", path, why);
-        if (is5 <= 0) return pl_error_set(PL_ERR_IO, "%s: not an HDF5 file", path);
-        return pl_error_set(PL_ERR_IO, "%s: corrupt HDF5 file (HDF5 cannot open it%s%s)", path,
-                            h5msg[0] ? ": " : "", h5msg);
+        return pl_error_set(PL_ERR_IO, "%s: %s", path, why);
     }
     *out = f;
     return PL_OK;
@@ -291,36 +309,6 @@ static const char *filter_name(H5Z_filter_t id) {
     }
 }
 
-/* A dataset's data must live in the file itself (lock held). A virtual
- * dataset maps other files (or datasets) in, an external one keeps its raw
- * bytes in other files: a missing or short source reads as fill values with
- * no error from HDF5, and the declared-shape check cannot see it (the space
- * status says ALLOCATED). Both are refused outright (issue 34, class 2;
- * docs/security.md); `h5repack -l CONTI` writes a self-contained copy. */
-static pl_status check_layout(const char *path, const char *name, hid_t ds) {
-    hid_t dcpl = H5Dget_create_plist(ds);
-    if (dcpl < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read the layout of '%s'", path, name);
-    H5D_layout_t lay = H5Pget_layout(dcpl);
-    int ext = H5Pget_external_count(dcpl);
-    H5Pclose(dcpl);
-    if (lay == H5D_VIRTUAL)
-        return pl_error_set(PL_ERR_IO,
-                            "%s: dataset '%s' is a virtual dataset (its data lives in other "
-                            "files, read as fill values when they are missing or short); only "
-                            "data stored in the file itself is read: write a self-contained copy "
-                            "(h5repack -l CONTI)",
-                            path, name);
-    if (lay < 0 || ext < 0)
-        return pl_error_set(PL_ERR_IO, "%s: cannot read the layout of '%s'", path, name);
-    if (ext > 0)
-        return pl_error_set(PL_ERR_IO,
-                            "%s: dataset '%s' keeps its data in %d external file%s (read as fill "
-                            "values when they are missing or short); only data stored in the "
-                            "file itself is read: write a self-contained copy (h5repack -l CONTI)",
-                            path, name, ext, ext == 1 ? "" : "s");
-    return PL_OK;
-}
-
 /* Every filter of a dataset must be available to this HDF5 library (lock held). */
 static pl_status check_filters(const char *path, const char *name, hid_t ds) {
     hid_t dcpl = H5Dget_create_plist(ds);
@@ -344,6 +332,50 @@ static pl_status check_filters(const char *path, const char *name, hid_t ds) {
     return st;
 }
 
+/* The dataset's data must be in the file itself (lock held): a virtual
+ * dataset (its data in other files, by name) or external raw storage
+ * (H5Pset_external: other files, by name) is refused outright. A missing or
+ * short source reads as fill values without an error (issue 34: a VDS whose
+ * source is gone, or external storage shorter than declared or pointing at
+ * /dev/zero, trained on zeros), and the names resolve against the working
+ * directory or HDF5_VDS_PREFIX / HDF5_EXTFILE_PREFIX, so a data file could
+ * pull any file of the machine into training (docs/security.md). */
+static pl_status check_storage(const char *path, const char *name, hid_t ds) {
+    hid_t dcpl = H5Dget_create_plist(ds);
+    if (dcpl < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read how '%s' is stored", path, name);
+    pl_status st = PL_OK;
+    static const char *const fix = "copy the data into the file first, e.g. h5repack -l CONTI "
+                                   "FILE NEW_FILE";
+    char src[256] = "";
+    H5E_BEGIN_TRY {
+        int next = H5Pget_external_count(dcpl);
+        if (H5Pget_layout(dcpl) == H5D_VIRTUAL) {
+            size_t nv = 0;
+            if (H5Pget_virtual_count(dcpl, &nv) < 0) nv = 0;
+            if (nv > 0 && H5Pget_virtual_filename(dcpl, 0, src, sizeof src) < 0) src[0] = 0;
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: dataset '%s' is a virtual dataset (its data is mapped from %zu "
+                              "source%s%s%s%s); refused: a missing or short "
+                              "source would read as fill values. Make it self-contained: %s",
+                              path, name, nv, nv == 1 ? "" : "s", src[0] ? ", first in '" : "", src,
+                              src[0] ? "'" : "", fix);
+        } else if (next != 0) {
+            off_t off = 0;
+            hsize_t sz = 0;
+            if (next < 0 || H5Pget_external(dcpl, 0, sizeof src, src, &off, &sz) < 0) src[0] = 0;
+            st = pl_error_set(PL_ERR_IO,
+                              "%s: dataset '%s' keeps its data in %d external file%s%s%s%s; "
+                              "refused: a missing or short external file would read as fill "
+                              "values. Make it self-contained: %s",
+                              path, name, next, next == 1 ? "" : "s", src[0] ? ", first '" : "",
+                              src, src[0] ? "'" : "", fix);
+        }
+    }
+    H5E_END_TRY;
+    H5Pclose(dcpl);
+    return st;
+}
+
 pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out) {
     *out = H5I_INVALID_HID;
     if (!pl_h5_exists(loc, name))
@@ -357,7 +389,7 @@ pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_
     pl_status st = PL_OK;
     if (ds < 0) {
         st = pl_error_set(PL_ERR_IO, "%s: '%s' is not a dataset", path, name);
-    } else if ((st = check_layout(path, name, ds)) || (st = check_filters(path, name, ds))) {
+    } else if ((st = check_storage(path, name, ds)) || (st = check_filters(path, name, ds))) {
         H5Dclose(ds);
     } else {
         *out = ds;
@@ -380,6 +412,11 @@ pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_
     if (sp >= 0) H5Sclose(sp);
     pl_h5_unlock();
     if (nd < 0) return pl_error_set(PL_ERR_IO, "%s: cannot read the shape of '%s'", path, name);
+    /* again here: callers that opened the dataset with H5Dopen2 */
+    pl_h5_lock();
+    pl_status sst = check_storage(path, name, ds);
+    pl_h5_unlock();
+    if (sst) return sst;
     out->rank = nd;
     size_t esz = elem_size > out->size ? elem_size : out->size;
     if (!esz) esz = 1;

@@ -41,17 +41,27 @@ void pl_h5_unlock(void);
 /* ---- files -------------------------------------------------------------- */
 /* Open an existing file read-only. Errors (PL_ERR_IO) name `path`: missing or
  * unreadable ("PATH: cannot open (REASON)", plus "; HINT" when hint is not
- * NULL), not HDF5 ("PATH: not an HDF5 file"), or rejected by the library. */
+ * NULL), or refused by HDF5, then told apart from the file's bytes: "PATH: not
+ * an HDF5 file: it is empty" / ": no HDF5 superblock signature at byte 0,
+ * 512, ..."; "PATH: truncated: N bytes, its superblock says M" (shorter than
+ * the end of file address recorded) / "ending inside the superblock"; a
+ * superblock version this library does not read or with a corrupt address
+ * size; else "its metadata is damaged, or another process holds it open for
+ * writing". */
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out);
 /* Create (truncate) `path` for writing. The file is built in memory (HDF5's
- * core driver) and written to `path` by pl_h5_close, so it costs its size in
- * host memory until then; write to a temporary name and rename (every caller
- * does). PL_ERR_IO naming `path` when it cannot be created. */
+ * core driver, no backing store) and written to `path` by pl_h5_close, so it
+ * costs its size in host memory until then, and a full disk fails in that
+ * write, never inside HDF5 (1.10's close, when its own flush failed, left a
+ * freed file registered and crashed at exit). Write to a temporary name and
+ * rename (every caller does). PL_ERR_IO naming `path` when it cannot be
+ * created. */
 pl_status pl_h5_create(const char *path, hid_t *out);
-/* Close a file opened above; an error names `path`. A file from pl_h5_create is
- * written out here: a full disk (ENOSPC) or a file size limit (EFBIG) gives
- * PL_ERR_IO with the bytes written and the system's reason, leaves `path`
- * empty and HDF5 with nothing open, so the process exits cleanly. */
+/* Close a file opened above; an error names `path`. A file from pl_h5_create
+ * is written out here (write(2), fsync): a full disk (ENOSPC) or a file size
+ * limit (EFBIG) gives PL_ERR_IO "PATH: writing the HDF5 file failed after N
+ * of M bytes (REASON)" and leaves `path` empty. The file id is released
+ * either way, so the process exits cleanly. */
 pl_status pl_h5_close(const char *path, hid_t file);
 
 /* true when link `name` exists under `loc` (every intermediate group is
@@ -69,12 +79,16 @@ typedef struct pl_h5_info {
 } pl_h5_info;
 
 /* Open dataset `name` under `loc`. PL_ERR_IO naming `path` and `name` when it
- * is missing, not a dataset, or uses a filter this HDF5 cannot decode (the
- * filter is named: h5py's lzf, blosc, ...). */
+ * is missing, not a dataset, keeps its data outside the file (a virtual
+ * dataset or external raw storage: refused, naming the first other file; see
+ * docs/security.md), or uses a filter this HDF5 cannot decode (the filter is
+ * named: h5py's lzf, blosc, ...). */
 pl_status pl_h5_dataset_open(const char *path, hid_t loc, const char *name, hid_t *out);
 /* Shape and file type of an open dataset. numel * max(elem_size, size) must
  * stay below 2^62 (sizes from a file are untrusted): else PL_ERR_SHAPE naming
- * the dataset. elem_size: the bytes per element the caller will read it as
+ * the dataset. PL_ERR_IO when its data is not in the file: a virtual or
+ * external layout (as pl_h5_dataset_open), or a declared shape whose data
+ * (chunks) was never written. elem_size: the bytes per element the caller will read it as
  * (0: the file's). */
 pl_status pl_h5_dataset_info(const char *path, const char *name, hid_t ds, size_t elem_size,
                              pl_h5_info *out);

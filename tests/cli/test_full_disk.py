@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""test_full_disk.py - HDF5 writes onto a full disk (issue 34, class 1).
+
+The teacher export of `pipeline run` and `pipeline predict` printed the
+error, then crashed (SIGSEGV in HDF5's H5F__close_cb at exit: the failed
+H5Fclose left a freed file id) and the run wrote no summary.json. A full
+disk is simulated with RLIMIT_FSIZE (every file the process writes stops at
+a limit; SIGXFSZ ignored, so the write fails with EFBIG): 200 KB for the
+run, whose checkpoints (22 KB) fit but not its export (2 MB); 8 KB for
+predict, which writes only its output (about 100 KB). Checked: exit status
+1 (not a signal), the message names the temporary file and the reason, the
+run's summary.json says "failed", and neither the final file nor the
+temporary one is left.
+usage: test_full_disk.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
+"""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+from cli_util import fail, run, write_ini
+
+
+def make_movielens(path, U=400, N=40, L=8):
+    """U users' rows of L items out of N (the layout of tools/movielens_to_h5.py)."""
+    rng = np.random.default_rng(0)
+    seqs = [rng.permutation(np.arange(1, N + 1))[:rng.integers(6, 12)] for _ in range(U)]
+
+    def rows(s):
+        s = s[-(L + 1):]
+        x, y = np.zeros(L, np.int32), np.zeros(L, np.int32)
+        x[L - len(s) + 1:] = s[:-1]
+        y[L - len(s) + 1:] = s[1:]
+        return x, y
+
+    with h5py.File(path, "w") as f:
+        f.attrs["num_items"] = np.int64(N)
+        tr = [rows(s[:-2]) for s in seqs]
+        g = f.create_group("train")
+        g["input_ids"] = np.stack([a for a, _ in tr])
+        g["labels"] = np.stack([b for _, b in tr])
+        for name, cut in (("val", 1), ("test", 0)):
+            g = f.create_group(name)
+            x = np.zeros((U, L), np.int32)
+            for i, s in enumerate(seqs):
+                c = s[:len(s) - cut - 1][-L:]
+                x[i, L - len(c):] = c
+            g["input_ids"] = x
+            g["target"] = np.array([s[len(s) - cut - 1] for s in seqs], np.int32)
+            g["user_index"] = np.arange(U, dtype=np.int32)
+
+
+def full_disk(limit):
+    def set_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # inherited: writes fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+    return set_limit
+
+
+def run_full(argv, limit):
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=240,
+                       preexec_fn=full_disk(limit))
+    if p.returncode != 1:
+        fail("%s on a full disk exited %d (expected 1; negative: killed by a signal)\n"
+             "stderr:\n%s" % (" ".join(argv), p.returncode, p.stderr[-3000:]))
+    return p
+
+
+def why(p):
+    return next(l for l in p.stderr.splitlines() if "File too large" in l)
+
+
+def main():
+    exe = os.path.join(sys.argv[1], "core", "pipeline")
+    with tempfile.TemporaryDirectory(prefix="pl_full_disk_") as tmp:
+        h5 = os.path.join(tmp, "ml.h5")
+        make_movielens(h5)
+        ini = os.path.join(tmp, "il.ini")
+        write_ini(ini, f"""[pipeline]
+name = il
+run_dir = {tmp}/runs
+seed = 1
+[data]
+plugin = hdf5_chunk
+path = {h5}
+datasets = input_ids,labels
+val_datasets = input_ids,target,user_index
+test_datasets = input_ids,target,user_index
+batch_size = 64
+eval_batch_size = 100
+[model]
+plugin = ilora
+dim = 8
+layers = 1
+heads = 2
+max_len = 8
+export_top_k = 39
+[optimizer]
+plugin = adamw
+lr = 1e-2
+[trainer]
+max_epochs = 1
+monitor = val_ndcg@10
+mode = max
+export = true
+""")
+        # the teacher export onto a full disk
+        p = run_full([exe, "run", ini, "pipeline.name=full"], 200 * 1024)
+        if "teacher_outputs.h5.tmp." not in p.stderr or "File too large" not in p.stderr:
+            fail("export on a full disk: the message names neither the file nor the reason:\n"
+                 + p.stderr)
+        runs = os.path.join(tmp, "runs", "full")
+        dirs = [d for d in os.listdir(runs) if d not in ("latest", "last_attempt")]
+        if len(dirs) != 1:
+            fail("export on a full disk: run directories %s" % dirs)
+        rd = os.path.join(runs, dirs[0])
+        try:
+            with open(os.path.join(rd, "summary.json")) as f:
+                status = json.load(f)["status"]
+        except (OSError, ValueError, KeyError) as e:
+            fail("export on a full disk: no readable summary.json in %s (%s)" % (rd, e))
+        if status != "failed":
+            fail("export on a full disk: summary.json status %r" % status)
+        left = os.listdir(os.path.join(rd, "outputs"))
+        if left:
+            fail("export on a full disk left %s" % left)
+        print("export on a full disk: exit 1, summary.json failed, nothing left: " + why(p))
+
+        # predict onto a full disk (from a run trained with room to spare)
+        run([exe, "run", ini, "trainer.export=false"])
+        out = os.path.join(tmp, "pred.h5")
+        p = run_full([exe, "predict", os.path.join(tmp, "runs", "il", "latest"), h5, out,
+                      "model.predict_top_k=30"], 8 * 1024)
+        if out + ".tmp." not in p.stderr or "File too large" not in p.stderr:
+            fail("predict on a full disk: the message names neither the file nor the reason:\n"
+                 + p.stderr)
+        left = [n for n in os.listdir(tmp) if n.startswith("pred.h5")]
+        if left:
+            fail("predict on a full disk left %s" % left)
+        print("predict on a full disk: exit 1, nothing left: " + why(p))
+
+
+if __name__ == "__main__":
+    main()
