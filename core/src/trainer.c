@@ -177,12 +177,13 @@ pl_status tr_stage_create(trainer *t, stage *s, const char *section) {
     s->vt = s->desc->vtable;
     const char *path = pl_config_plugin_path(t->cfg, section);
     pl_status st = pl_stage_fns_of(s->desc, path, &s->fns);
-    if (!st) {
-        pl_crash_context_push("[%s] plugin '%s' (%s): create", section, s->desc->name, path);
-        st = s->fns.create(s->cfg, &t->ctx, &s->self);
-        pl_crash_context_pop();
-    }
     if (st) return pl_error_prefix(st, "[%s] plugin '%s' (%s)", section, s->desc->name, path);
+    pl_crash_context_push("[%s] plugin '%s' (%s): create", section, s->desc->name, path);
+    st = s->fns.create(s->cfg, &t->ctx, &s->self);
+    pl_crash_context_pop();
+    /* "create()" named: a plugin that fails without a message is then told apart */
+    if (st) return pl_error_prefix(st, "[%s] plugin '%s' (%s): create()", section, s->desc->name,
+                                   path);
     return PL_OK;
 }
 

@@ -74,7 +74,7 @@ done
 PIPELINE_PLUGIN_PATH="$build/crash_plugins/silent" "$bin" "${cmd[@]}" >"$tmp/out" 2>&1
 rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 128 ] || { cat "$tmp/out"; fail "silent create: exit status $rc"; }
-grep -qF "[data] plugin 'crashy'" "$tmp/out" && grep -qF "failed without setting an error message" "$tmp/out" \
+grep -qF "[data] plugin 'crashy'" "$tmp/out" && grep -qF "create(): failed without setting an error message" "$tmp/out" \
     || { cat "$tmp/out"; fail "silent create: the failure is not named"; }
 echo "PASS: crashes in a plugin's constructor, entry point, descriptor and create name the plugin and the call; \
 \`pipeline plugins\` survives a crashing plugin; a silent create() failure is named"

@@ -141,6 +141,7 @@ static void diagnose(const char *path, char *why, size_t n) {
 
 pl_status pl_h5_open_read(const char *path, const char *hint, hid_t *out) {
     *out = H5I_INVALID_HID;
+    if (pl_file_check_regular(path, NULL) && !errno) return pl_error_status(); /* a FIFO: never open */
     FILE *probe = fopen(path, "rb");
     if (!probe)
         return pl_error_set(PL_ERR_IO, "%s: cannot open (%s)%s%s", path, strerror(errno),
