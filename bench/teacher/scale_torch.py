@@ -138,6 +138,7 @@ def main(argv=None):
         with torch.device(dev):
             body = LlamaModel(cfg)                     # transformers' random init (from_config)
         torch.set_default_dtype(torch.float32)
+        body.to(kw["dtype"])
     else:
         if a.device == "cuda" and a.precision != "qlora4":
             kw["device_map"] = {"": 0}
