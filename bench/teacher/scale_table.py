@@ -1,95 +1,106 @@
 #!/usr/bin/env python3
 """Print the teacher-at-scale table from the runs bench/teacher/scale.sh made.
 
-usage: python3 bench/teacher/scale_table.py RUN_DIR SIZE...
+usage: python3 bench/teacher/scale_table.py RUN_DIR "BATCHES" SIZE...
 
-pipeline runs: RUN_DIR/c_<size>_<precision>_gc<bool>/latest/{summary.json,
-metrics.csv}; the step time is the median (min, max) of the per-step
-`step_seconds` rows of metrics.csv after the first step (warm-up: first
-touch of activations and packed weights). PyTorch runs:
-RUN_DIR/t_<size>_<precision>_gc<bool>.json from scale_torch.py.
+pipeline runs: RUN_DIR/c_<size>_b<batch>_<precision>_gc<bool>/latest/
+{summary.json, metrics.csv}: device peak allocated / reserved (summary.json
+peak_memory_allocated_bytes / peak_memory_reserved_bytes: the meaning of
+torch.cuda.max_memory_allocated / max_memory_reserved), the ratio of the
+allocated peak to fp32's without checkpointing at the same batch, frozen
+bytes, and the step time: the median (min-max) of metrics.csv's
+step_seconds after the first step (none on the strict device: one step,
+memory only). PyTorch runs: RUN_DIR/t_<size>_b<batch>_<precision>_gc<bool>.json
+from scale_torch.py (on cuda its peak allocated / reserved; on the CPU its
+peak RSS, in the allocated column, marked "rss").
 """
 import csv
 import json
+import math
 import os
 import statistics
 import sys
 
 MiB = 1024 * 1024
+PRECS = ("fp32", "bf16-mixed", "bf16-true", "qlora4")
+TPRECS = ("fp32", "bf16", "bf16-true", "qlora4")
 
 
-def pipeline_row(rd, size, prec, gc):
-    d = os.path.join(rd, f"c_{size}_{prec}_gc{gc}", "latest")
+def pipeline_row(rd, size, bs, prec, gc):
+    d = os.path.join(rd, f"c_{size}_b{bs}_{prec}_gc{gc}", "latest")
     try:
         with open(os.path.join(d, "summary.json")) as f:
             s = json.load(f)
     except (OSError, ValueError):
         return None
+    if s.get("status") != "ok":
+        return None
     steps = []
-    with open(os.path.join(d, "metrics.csv")) as f:
-        for r in csv.DictReader(f):
-            if r["key"] == "step_seconds":
-                steps.append(float(r["value"]))
-    steps = steps[1:] if len(steps) > 1 else steps
+    try:
+        with open(os.path.join(d, "metrics.csv")) as f:
+            for r in csv.DictReader(f):
+                if r["key"] == "step_seconds":
+                    steps.append(float(r["value"]))
+    except OSError:
+        pass
+    steps = steps[1:] if len(steps) > 1 else []
+    fit = s.get("phases", {}).get("fit", {})
     return {
-        "peak": s.get("peak_rss_bytes", 0) / MiB,
+        "alloc": fit.get("peak_memory_allocated_bytes", math.nan) / MiB,
+        "reserved": fit.get("peak_memory_reserved_bytes", math.nan) / MiB,
         "frozen": s.get("frozen_parameter_bytes", 0) / MiB,
-        "trainable": s.get("trainable_parameter_bytes", 0) / 4,
-        "step": statistics.median(steps) if steps else float("nan"),
-        "min": min(steps) if steps else float("nan"),
-        "max": max(steps) if steps else float("nan"),
-        "load": s.get("load_seconds", float("nan")),
-        "load_peak": s.get("load_peak_rss_bytes", 0) / MiB,
+        "step": statistics.median(steps) if steps else math.nan,
+        "min": min(steps) if steps else math.nan,
+        "max": max(steps) if steps else math.nan,
+        "device": s.get("device", ""),
     }
 
 
-def torch_row(rd, size, prec, gc):
+def torch_row(rd, size, bs, prec, gc):
     try:
-        with open(os.path.join(rd, f"t_{size}_{prec}_gc{gc}.json")) as f:
+        with open(os.path.join(rd, f"t_{size}_b{bs}_{prec}_gc{gc}.json")) as f:
             j = json.load(f)
     except (OSError, ValueError):
         return None
+    cuda = "peak_memory_allocated_bytes" in j
     return {
-        "peak": j.get("peak_rss_bytes", 0) / MiB,
+        "alloc": (j["peak_memory_allocated_bytes"] if cuda else j.get("peak_rss_bytes", 0)) / MiB,
+        "reserved": j.get("peak_memory_reserved_bytes", math.nan) / MiB,
         "frozen": j.get("frozen_bytes", 0) / MiB,
-        "trainable": j.get("trainable_params", 0),
-        "step": j.get("step_s_median", float("nan")),
-        "min": j.get("step_s_min", float("nan")),
-        "max": j.get("step_s_max", float("nan")),
-        "load": j.get("load_s", float("nan")),
-        "load_peak": float("nan"),
+        "step": j.get("step_s_median", math.nan),
+        "min": j.get("step_s_min", math.nan),
+        "max": j.get("step_s_max", math.nan),
+        "device": j.get("gpu", "cpu") + ("" if cuda else " (rss)"),
     }
 
 
-def fmt(r):
+def fmt(r, base):
     if r is None:
-        return "| (failed or not run) | | | | | |"
-    return (f"| {r['peak']:.0f} | {r['frozen']:.0f} | {r['trainable'] / 1e6:.2f} M | "
-            f"{r['step']:.2f} ({r['min']:.2f}-{r['max']:.2f}) | {r['load']:.1f} | "
-            f"{r['load_peak']:.0f} |")
+        return "| (failed or not run) | | | | |"
+    ratio = f"{r['alloc'] / base:.2f}x" if base and not math.isnan(r["alloc"]) else ""
+    step = "" if math.isnan(r["step"]) else f"{r['step']:.3f} ({r['min']:.3f}-{r['max']:.3f})"
+    return (f"| {r['alloc']:.0f} | {r['reserved']:.0f} | {ratio} | {r['frozen']:.0f} | {step} |")
 
 
 def main():
-    rd, sizes = sys.argv[1], sys.argv[2:]
-    print(f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
-          f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}\n")
-    print("| size | run | precision | activation ckpt | peak RSS MiB | frozen MiB | trainable | "
-          "s/step median (min-max) | load s | load peak MiB |")
+    rd, batches, sizes = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}\n")
+    print("| size | batch | run | precision | activation ckpt | peak allocated MiB | "
+          "peak reserved MiB | allocated / fp32 (no ckpt) | frozen MiB | s/step median (min-max) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for size in sizes:
-        fp32_peak = {}
-        for prec in ("fp32", "bf16-true", "qlora4"):
-            for gc in ("false", "true"):
-                r = pipeline_row(rd, size, prec, gc)
-                if r and prec == "fp32":
-                    fp32_peak[gc] = r["peak"]
-                ratio = ""
-                if r and gc in fp32_peak and prec != "fp32":
-                    ratio = f" ({r['peak'] / fp32_peak[gc]:.2f}x fp32)"
-                print(f"| {size} | pipeline | {prec}{ratio} | {gc} " + fmt(r))
-        for prec in ("fp32", "bf16", "qlora4"):
-            for gc in ("false", "true"):
-                print(f"| {size} | PyTorch+PEFT | {prec} | {gc} " + fmt(torch_row(rd, size, prec, gc)))
+        for bs in batches:
+            f = pipeline_row(rd, size, bs, "fp32", "false")
+            base = f["alloc"] if f else None
+            for prec in PRECS:
+                for gc in ("false", "true"):
+                    r = pipeline_row(rd, size, bs, prec, gc)
+                    print(f"| {size} | {bs}x50 | pipeline | {prec} | {gc} " + fmt(r, base))
+            for prec in TPRECS:
+                for gc in ("false", "true"):
+                    r = torch_row(rd, size, bs, prec, gc)
+                    if r is not None:
+                        print(f"| {size} | {bs}x50 | PyTorch+PEFT | {prec} | {gc} " + fmt(r, base))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,16 @@ teacher's "item mode" step on a Hugging Face Llama backbone.
 usage: python3 bench/teacher/scale_torch.py --backbone DIR
            [--precision fp32|bf16|bf16-true|qlora4] [--gradient-checkpointing]
            [--steps 5] [--batch 16] [--seq 50] [--num-items 3706] [--item-dim 64]
-           [--threads N] [--seed 0]
+           [--threads N] [--seed 0] [--device cpu|cuda]
+
+--device cuda: the model, batch and step on the GPU; the JSON then also has
+peak_memory_allocated_bytes / peak_memory_reserved_bytes
+(torch.cuda.max_memory_allocated / max_memory_reserved over the run, reset
+after loading) beside the step times; qlora4 there also runs PEFT's
+prepare_model_for_kbit_training (which turns on gradient checkpointing, as the
+reports' QLoRA runs had it). A DIR with config.json only (bench/teacher/scale.sh
+writes such directories for 135m / 1b / 7b) is built with from_config
+(random init) in fp32 / bf16 / bf16-true; qlora4 needs a weights file.
 
 DIR is a checkpoint directory (config.json + safetensors) such as
 tools/make_hf_llama.py writes (random weights; a real pretrained one loads the
@@ -91,6 +100,7 @@ def main(argv=None):
     ap.add_argument("--item-dim", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = ap.parse_args(argv)
 
     import torch
@@ -116,7 +126,26 @@ def main(argv=None):
         from transformers import BitsAndBytesConfig
         kw["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
-    body = LlamaModel.from_pretrained(a.backbone, **kw)   # checkpoint's lm_head is not loaded
+    dev = torch.device(a.device)
+    if os.path.exists(os.path.join(a.backbone, "config.json")) and not any(
+            f.endswith(".safetensors") for f in os.listdir(a.backbone)):
+        if a.precision == "qlora4":
+            print("--precision qlora4 needs a weights file (config.json only here)", file=sys.stderr)
+            return 2
+        from transformers import LlamaConfig
+        cfg = LlamaConfig.from_pretrained(a.backbone)
+        torch.set_default_dtype(kw["dtype"])
+        with torch.device(dev):
+            body = LlamaModel(cfg)                     # transformers' random init (from_config)
+        torch.set_default_dtype(torch.float32)
+        body.to(kw["dtype"])
+    else:
+        if a.device == "cuda" and a.precision != "qlora4":
+            kw["device_map"] = {"": 0}
+        body = LlamaModel.from_pretrained(a.backbone, **kw)   # checkpoint's lm_head is not loaded
+        if a.device == "cuda" and a.precision == "qlora4":
+            from peft import prepare_model_for_kbit_training
+            body = prepare_model_for_kbit_training(body)
     body.config.use_cache = False
     # inputs_embeds replace the token embedding: drop it (counted in the load's peak RSS only)
     tok_emb_bytes = sum(p.numel() * p.element_size() for p in body.embed_tokens.parameters())
@@ -136,9 +165,10 @@ def main(argv=None):
     body_dtype = next(p.dtype for n, p in body.named_parameters() if "lora_" not in n)
 
     V, Dm = a.num_items + 1, a.item_dim
-    item_table = nn.Parameter(torch.randn(V, Dm) * 0.1, requires_grad=False)
-    proj_in = nn.Linear(Dm, hidden, bias=True)
-    proj_out = nn.Linear(hidden, Dm, bias=False)
+    item_table = nn.Parameter((torch.randn(V, Dm) * 0.1).to(dev), requires_grad=False)
+    proj_in = nn.Linear(Dm, hidden, bias=True).to(dev)
+    proj_out = nn.Linear(hidden, Dm, bias=False).to(dev)
+    body.to(dev) if a.precision != "qlora4" else None
     body.train()
     trainable = [p for p in body.parameters() if p.requires_grad]
     trainable += list(proj_in.parameters()) + list(proj_out.parameters())
@@ -151,10 +181,14 @@ def main(argv=None):
     ids = torch.randint(1, a.num_items + 1, (a.batch, a.seq), generator=g)
     labels = torch.randint(1, a.num_items + 1, (a.batch, a.seq), generator=g)
     mask = torch.ones(a.batch, a.seq, dtype=torch.long)
+    ids, labels, mask = ids.to(dev), labels.to(dev), mask.to(dev)
+    if a.device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             x = proj_in(item_table[ids])
             h = body(inputs_embeds=x.to(body_dtype) if a.precision == "bf16-true" else x,
                      attention_mask=mask).last_hidden_state
@@ -169,6 +203,8 @@ def main(argv=None):
     for _ in range(a.steps):
         t = time.perf_counter()
         losses.append(step())
+        if a.device == "cuda":
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     res = {
@@ -186,7 +222,12 @@ def main(argv=None):
         "peft": peft.__version__, "threads": torch.get_num_threads(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", ""),
         "adapters": "PEFT LoRA r=8 alpha=32 dropout=0.1 (no mixture-of-LoRA-experts in PEFT)",
+        "device": a.device,
     }
+    if a.device == "cuda":
+        res["peak_memory_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        res["peak_memory_reserved_bytes"] = torch.cuda.max_memory_reserved()
+        res["gpu"] = torch.cuda.get_device_name(0)
     print(json.dumps(res))
     print(f"{os.path.basename(os.path.normpath(a.backbone))} {a.precision}"
           f"{' +ckpt' if a.gradient_checkpointing else ''}: step median {res['step_s_median']:.3f} s "

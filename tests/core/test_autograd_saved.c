@@ -140,8 +140,7 @@ static pl_tensor *make_input(const in_spec *s, pl_device dev, int seed) {
         h = pl_tensor_empty_owned(PL_F32, s->ndim, s->shape, PL_CPU);
         pl_tensor_uniform_(h, 0.5, 1.5, 11, (uint64_t)seed); /* > 0: log, sqrt, div */
     }
-    pl_tensor *d = pl_tensor_to(h, s->dt == PL_NF4 ? PL_F32 : s->dt, dev);
-    pl_tensor_retain(d);
+    pl_tensor *d = pl_tensor_to(h, s->dt == PL_NF4 ? PL_F32 : s->dt, dev); /* no frame: ours */
     pl_tensor_release(h);
     if (s->kind == K_PARAM_NF4) {
         pl_tensor *q = pl_nf4_quantize(d, 64, true);
