@@ -21,39 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-import h5py
-import numpy as np
-
-from cli_util import fail, run, write_ini
-
-
-def make_movielens(path, U=400, N=40, L=8):
-    """U users' rows of L items out of N (the layout of tools/movielens_to_h5.py)."""
-    rng = np.random.default_rng(0)
-    seqs = [rng.permutation(np.arange(1, N + 1))[:rng.integers(6, 12)] for _ in range(U)]
-
-    def rows(s):
-        s = s[-(L + 1):]
-        x, y = np.zeros(L, np.int32), np.zeros(L, np.int32)
-        x[L - len(s) + 1:] = s[:-1]
-        y[L - len(s) + 1:] = s[1:]
-        return x, y
-
-    with h5py.File(path, "w") as f:
-        f.attrs["num_items"] = np.int64(N)
-        tr = [rows(s[:-2]) for s in seqs]
-        g = f.create_group("train")
-        g["input_ids"] = np.stack([a for a, _ in tr])
-        g["labels"] = np.stack([b for _, b in tr])
-        for name, cut in (("val", 1), ("test", 0)):
-            g = f.create_group(name)
-            x = np.zeros((U, L), np.int32)
-            for i, s in enumerate(seqs):
-                c = s[:len(s) - cut - 1][-L:]
-                x[i, L - len(c):] = c
-            g["input_ids"] = x
-            g["target"] = np.array([s[len(s) - cut - 1] for s in seqs], np.int32)
-            g["user_index"] = np.arange(U, dtype=np.int32)
+from cli_util import fail, make_movielens, run, write_ini
 
 
 def full_disk(limit):
@@ -80,7 +48,7 @@ def main():
     exe = os.path.join(sys.argv[1], "core", "pipeline")
     with tempfile.TemporaryDirectory(prefix="pl_full_disk_") as tmp:
         h5 = os.path.join(tmp, "ml.h5")
-        make_movielens(h5)
+        make_movielens(h5, U=400)
         ini = os.path.join(tmp, "il.ini")
         write_ini(ini, f"""[pipeline]
 name = il

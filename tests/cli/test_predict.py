@@ -24,45 +24,11 @@ import tempfile
 import h5py
 import numpy as np
 
-from cli_util import fail, run, summary, write_ini
+from cli_util import fail, make_movielens, run, summary, write_ini
 
 
 
 
-
-
-def make_movielens(path, with_target=True):
-    """40 items, 48 users, rows of 8: the layout of tools/movielens_to_h5.py.
-    A user never sees an item twice, so excluding the input window never
-    excludes the target (evaluation keeps the target; predict never looks)."""
-    rng = np.random.default_rng(0)
-    N, U, L = 40, 48, 8
-    seqs = [rng.permutation(np.arange(1, N + 1))[:rng.integers(6, 12)] for _ in range(U)]
-
-    def rows(s):
-        s = s[-(L + 1):]
-        x = np.zeros(L, np.int32)
-        y = np.zeros(L, np.int32)
-        x[L - len(s) + 1:] = s[:-1]
-        y[L - len(s) + 1:] = s[1:]
-        return x, y
-
-    with h5py.File(path, "w") as f:
-        f.attrs["num_items"] = np.int64(N)
-        tr = [rows(s[:-2]) for s in seqs]
-        g = f.create_group("train")
-        g["input_ids"] = np.stack([a for a, _ in tr])
-        g["labels"] = np.stack([b for _, b in tr])
-        for name, cut in (("val", 1), ("test", 0)):
-            g = f.create_group(name)
-            x = np.zeros((U, L), np.int32)
-            for i, s in enumerate(seqs):
-                c = s[:len(s) - cut - 1][-L:]
-                x[i, L - len(c):] = c
-            g["input_ids"] = x
-            if with_target or name != "test":
-                g["target"] = np.array([s[len(s) - cut - 1] for s in seqs], np.int32)
-            g["user_index"] = np.arange(U, dtype=np.int32)
 
 
 def make_series(path, T=200):
