@@ -43,7 +43,10 @@ const char *pl_file_type_name(unsigned mode);
  * "" leaves it out. Messages:
  *   "<what> <path>: cannot stat: <strerror>"        (missing, no permission)
  *   "<what> <path>: is a FIFO, expected a regular file"
- * Returns PL_OK or PL_ERR_IO with the error set. */
+ * Returns PL_OK or PL_ERR_IO with the error set. On PL_ERR_IO errno tells the
+ * two apart: stat's errno when the path could not be examined, 0 when it is
+ * something other than a regular file (a caller with its own "cannot open"
+ * message refuses only the latter: `if (pl_file_check_regular(p, w) && !errno)`). */
 pl_status pl_file_check_regular(const char *path, const char *what);
 
 /* Open `path` read-only (O_CLOEXEC) after checking, on the opened
