@@ -189,8 +189,11 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
  * every step updates. Process-wide, like autocast: the trainer sets it
  * around its optimizer step and clears it after, on a device whose backend
  * accepts the setting "optimizer_found_inf" (backend.h): its adamw_step /
- * sgd_step kernels read in[1] when n_in > 1 (cpu and strict do). */
+ * sgd_step kernels read in[1] when n_in > 1 (cpu, strict and cuda do). */
 void pl_optim_set_found_inf(pl_tensor *flag);
+/* The flag set by pl_optim_set_found_inf (borrowed), or NULL when none is set:
+ * for an optimizer plugin that launches its own update kernels and must obey
+ * the same skip. */
 pl_tensor *pl_optim_found_inf(void);
 
 /* ---- fused recurrent --------------------------------------------------------- */
