@@ -13,7 +13,7 @@
 #                on 5 training steps of gat_cora on the GPU
 #   racecheck    compute-sanitizer --tool racecheck on the conformance binary (passes on
 #                racecheck's `RACECHECK SUMMARY: N hazards displayed (0 errors, W warnings)`)
-#   bench        bench/{gat,teacher,lstm} with --device cuda: pipeline beside PyTorch
+#   bench        bench/{gat,teacher (teacher.ini and pretrain.ini),lstm} with --device cuda: pipeline beside PyTorch
 #   ctest        the whole test suite of the GPU build
 #   mainjob      the main job as documented, `pipeline run configs/teacher.ini
 #                pipeline.device=cuda`: pretraining, teacher, test, export; every run of
@@ -430,11 +430,13 @@ if want bench; then
     else
         n_ok=0 n_bad=0 n_no=0 notes=""
         : >"$out/steps/50-bench.lines"
-        for b in gat teacher lstm; do
+        for b in gat teacher pretrain lstm; do
             case $b in
             gat) script=bench/gat/bench_gat.py data=data/cora.h5 mods="h5py torch_geometric"
                 args=(--data "$repo/data/cora.h5") ;;
             teacher) script=bench/teacher/bench_teacher.py data=data/movielens.h5 mods="h5py" args=() ;;
+            pretrain) script=bench/teacher/bench_teacher.py data=data/movielens.h5 mods="h5py"
+                args=(--config configs/pretrain.ini) ;;
             lstm) script=bench/lstm/bench_lstm.py data=data/chicago.h5 mods="h5py numpy" args=() ;;
             esac
             missing=""
