@@ -35,11 +35,6 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 
 # KNOWN[name]="reads allocations: why" - the most a quiet step does today
 declare -A KNOWN=(
-    [pretrain]="1 2: ilora copies each batch's labels back to the host (its labelled positions and the label range check); allocations: variable-length batches can reach new allocator size classes after the first epoch"
-    [pretrain_early]="1 2: as pretrain"
-    [teacher]="1 2: as pretrain"
-    [student]="1 2: as pretrain"
-    [teacher_llm]="1 2: as pretrain"
     [gat_molecules]="0 8: batches of graphs differ in node and edge counts, so a later batch can need tensors of a size class the cache has not held yet (dynamic shapes: issue 35 lets such configs run eager)"
 )
 short="pipeline.device=strict trainer.early_stopping=false trainer.test=false trainer.export=false

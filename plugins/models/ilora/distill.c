@@ -92,7 +92,10 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
     return ti && tl && ln ? kd_loss_t(logits, ti, tl, ln, tau, weight) : NULL;
 }
 
-pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, pl_tensor *pos) {
+/* The teacher fields of batch b, checked against the input ids: kd_ids,
+ * kd_logits [B, L, K], kd_lognorm [B, L]; PL_OK, or the error status. */
+static pl_status kd_fields(ilora_model *m, const pl_batch *b, pl_tensor **id, pl_tensor **lg,
+                           pl_tensor **ln) {
     pl_tensor *fid = pl_batch_find(b, "kd_ids"), *flg = pl_batch_find(b, "kd_logits"),
               *fln = pl_batch_find(b, "kd_lognorm"), *ids = pl_batch_find(b, m->o.input_field);
     if (!fid || !flg || !fln) {
@@ -102,7 +105,7 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, p
                      !fid   ? "kd_ids"
                      : !flg ? "kd_logits"
                             : "kd_lognorm");
-        return NULL;
+        return pl_error_status();
     }
     /* [B, L] as the input ids: the labelled positions `pos` index both */
     if (fid->ndim != 3 || !pl_tensor_same_shape(fid, flg) || fln->ndim != 2 ||
@@ -114,8 +117,15 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, p
                      "[B, L, K] and kd_lognorm %s [B, L], with B, L those of the input ids",
                      pl_tensor_describe(fid, b1, sizeof b1), pl_tensor_describe(flg, b2, sizeof b2),
                      pl_tensor_describe(fln, b3, sizeof b3));
-        return NULL;
+        return pl_error_status();
     }
+    *id = fid, *lg = flg, *ln = fln;
+    return PL_OK;
+}
+
+pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, pl_tensor *pos) {
+    pl_tensor *fid, *flg, *fln;
+    if (kd_fields(m, b, &fid, &flg, &fln)) return NULL;
     int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1];
     /* the labelled positions' rows, on the device where the loader staged them */
     pl_tensor *sid = pl_index_select(pl_reshape(fid, 2, (int64_t[]){BL, K}), 0, pos);
@@ -123,4 +133,34 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, p
     pl_tensor *sln = pl_index_select(pl_reshape(fln, 2, (int64_t[]){BL, 1}), 0, pos);
     if (!sid || !slg || !sln) return NULL;
     return kd_loss_t(logits, sid, slg, sln, m->o.kd_temperature, m->o.kd_weight);
+}
+
+/* kd_loss_t over every position, weighted: the same sums over the rows with
+ * mask 1, divided by count (a device scalar >= 1) instead of np. Rows with
+ * mask 0 (kd_ids 0, logits and log-normalizer 0: finite terms) add nothing. */
+pl_tensor *ilora_kd_term_masked(ilora_model *m, const pl_batch *b, pl_tensor *logits,
+                                pl_tensor *mask, pl_tensor *count) {
+    pl_tensor *fid, *flg, *fln;
+    if (kd_fields(m, b, &fid, &flg, &fln)) return NULL;
+    int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1], V = logits->shape[1];
+    double tau = m->o.kd_temperature;
+    pl_tensor *ids = pl_reshape(fid, 2, (int64_t[]){BL, K});
+    pl_tensor *tl = pl_reshape(flg, 2, (int64_t[]){BL, K});
+    pl_tensor *ln = pl_reshape(fln, 2, (int64_t[]){BL, 1});
+    if (!ids || !tl || !ln) return NULL;
+    pl_tensor *lq = pl_sub(tl, ln);
+    pl_tensor *tq = pl_exp(lq);
+    pl_tensor *tr = pl_clamp(pl_add_scalar(pl_scale(pl_sum(tq, 1, true), -1.0), 1.0), 0.0, 1.0);
+    pl_tensor *negent = pl_add(pl_sum(pl_mul(tq, lq), 1, true),
+                               pl_mul(tr, pl_log(pl_clamp(tr, 1e-30, 1.0)))); /* [BL, 1] */
+    pl_tensor *zs = pl_scale(logits, 1.0 / tau);
+    pl_tensor *lp1 = pl_log_softmax(pl_slice(zs, 1, 1, V));
+    pl_tensor *lse = pl_sub(pl_slice(zs, 1, 1, 2), pl_slice(lp1, 1, 0, 1));
+    pl_tensor *lpk = pl_sub(pl_gather(zs, 1, ids), lse);
+    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true);
+    pl_tensor *lpr = pl_log(pl_clamp(pl_add_scalar(pl_scale(pk, -1.0), 1.0), 1e-12, 1.0));
+    pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), 1, true), pl_mul(tr, lpr)); /* [BL, 1] */
+    pl_tensor *rows = pl_mul(pl_sub(negent, cross), mask);
+    return pl_scale(pl_div(pl_sum(rows, PL_ALL_DIMS, false), count),
+                    m->o.kd_weight * tau * tau);
 }

@@ -27,5 +27,10 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
  * copy through the host; logits [np, V] are those positions' student
  * logits. NULL with the error set (a missing field or shape named). */
 pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, pl_tensor *pos);
+/* The same term over every position of the batch, each weighted by mask
+ * [B*L, 1] (1 labelled, 0 not), divided by count (device scalar, the
+ * labelled positions, >= 1): no host read (the trainer's device path). */
+pl_tensor *ilora_kd_term_masked(ilora_model *m, const pl_batch *b, pl_tensor *logits,
+                                pl_tensor *mask, pl_tensor *count);
 
 #endif

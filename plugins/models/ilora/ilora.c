@@ -458,6 +458,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     m->o = *o;
     m->ctx = ctx;
     m->params = ctx->params;
+    m->device_loss = ctx->device.type != PL_DEVICE_CPU;
     hf_llama *hf = NULL;
     if (o->backbone[0]) {
         st = o->backbone_random ? hf_llama_open_config(o->backbone, ILORA_MAX_LAYERS, &hf)
@@ -1013,7 +1014,63 @@ static pl_tensor *router_terms(ilora_model *m, pl_tensor *loss, const route *rt,
     return loss;
 }
 
-/* *n_terms: the labelled positions the loss averages over */
+/* The router's auxiliary losses over every position of [B, L, E] gates,
+ * weighted by mask [B*L, 1] (1 at a labelled position, 0 elsewhere) with
+ * count = sum(mask) >= 1 a device scalar: router_terms's sums over the
+ * labelled positions, without selecting them on the host. */
+static pl_tensor *router_terms_masked(ilora_model *m, pl_tensor *loss, const route *rt,
+                                      pl_tensor *mask, pl_tensor *count) {
+    double ca = m->o.router_aux_loss_coef, ch = m->o.router_entropy_coef;
+    if (ca <= 0 && ch <= 0) return loss;
+    int64_t E = m->o.num_experts;
+    pl_tensor *g = pl_reshape(rt->g, 2, (int64_t[]){-1, E}), *z = pl_reshape(rt->z, 2, (int64_t[]){-1, E});
+    if (!g || !z) return NULL;
+    if (ca > 0) {
+        pl_tensor *p = pl_div(pl_sum(pl_mul(g, mask), 0, false), count); /* [E] */
+        loss = pl_add(loss, pl_scale(pl_sum(pl_mul(p, p), PL_ALL_DIMS, false), ca * (double)E));
+    }
+    if (ch > 0) {
+        pl_tensor *rows = pl_sum(pl_mul(g, pl_log_softmax(z)), 1, true); /* [BL, 1] */
+        pl_tensor *plogp = pl_div(pl_sum(pl_mul(rows, mask), PL_ALL_DIMS, false), count);
+        loss = pl_add(loss, pl_scale(plogp, -ch / log((double)E)));
+    }
+    return loss;
+}
+
+/* The training loss on a device other than the CPU, without reading the
+ * labels back: the head scores every position, the cross-entropy ignores
+ * label 0 (its mean is over the labelled positions, as train_forward's
+ * selection), the router and distillation terms weight each position by
+ * mask = min(label, 1). The same value as the CPU path up to summation
+ * order; a batch without a labelled position has a NaN loss here
+ * (PyTorch's cross-entropy over nothing) where the CPU path returns 0.
+ * *count: the labelled positions, a device scalar (read only to log). */
+static pl_status train_forward_device(ilora_model *m, const pl_batch *b, pl_tensor *ids,
+                                      pl_tensor *lab, pl_tensor **loss, pl_tensor **count) {
+    route rt;
+    pl_tensor *h = hidden_forward(m, ids, true, false, &rt);
+    if (!h) return pl_error_status();
+    int64_t BL = pl_tensor_numel(lab);
+    pl_tensor *tg = pl_reshape(lab, 1, (int64_t[]){BL});
+    pl_tensor *logits = ilora_logits(m, pl_reshape(h, 2, (int64_t[]){-1, m->o.dim})); /* [BL, V] */
+    *loss = logits && tg ? pl_cross_entropy(logits, tg, 0, 0.0) : NULL;
+    pl_tensor *mask = NULL;
+    if (*loss && (m->o.kd_weight > 0 || (rt.g && rt.g->ndim == 3) || count)) {
+        pl_tensor *mf = pl_tensor_to(tg, PL_F32, m->ctx->device);
+        mask = mf ? pl_reshape(pl_clamp(mf, 0.0, 1.0), 2, (int64_t[]){BL, 1}) : NULL;
+        pl_tensor *n = mask ? pl_sum(mask, PL_ALL_DIMS, false) : NULL;
+        if (count) *count = n;
+        n = n ? pl_clamp(n, 1.0, INFINITY) : NULL; /* terms of an empty batch stay finite */
+        if (!n) *loss = NULL;
+        if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term_masked(m, b, logits, mask, n));
+        if (*loss && rt.g && rt.g->ndim == 3) *loss = router_terms_masked(m, *loss, &rt, mask, n);
+    }
+    if (*loss && rt.g && rt.g->ndim == 2) *loss = router_terms(m, *loss, &rt, NULL);
+    return *loss ? PL_OK : pl_error_status();
+}
+
+/* *n_terms: the labelled positions the loss averages over (on a device: a
+ * read of the count, only when n_terms is asked for) */
 static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **loss,
                                int64_t *n_terms) {
     pl_tensor *ids = need_field(b, m->o.input_field, "input_field");
@@ -1024,6 +1081,16 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         return pl_error_set(PL_ERR_SHAPE, "ilora: labels %s and input ids %s differ in shape",
                             pl_tensor_describe(lab, b1, sizeof b1),
                             pl_tensor_describe(ids, b2, sizeof b2));
+    }
+    if (m->device_loss) {
+        pl_tensor *count = NULL;
+        pl_status st = train_forward_device(m, b, ids, lab, loss, n_terms ? &count : NULL);
+        if (!st && n_terms) {
+            double c = pl_tensor_item(count);
+            if (isnan(c)) return pl_error_status();
+            *n_terms = (int64_t)c;
+        }
+        return st;
     }
     int64_t n = pl_tensor_numel(lab);
     int64_t *hl = host_index(lab, m->o.label_field);
@@ -1291,7 +1358,7 @@ pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool
     if (loss) *loss = NULL;
     if (training) {
         int64_t np = 0;
-        pl_status st = train_forward(m, b, loss, &np);
+        pl_status st = train_forward(m, b, loss, mt ? &np : NULL);
         /* the loss is a mean over the batch's labelled positions: its count tells a
          * data-parallel trainer how to weight this batch against the other ranks' */
         if (!st && mt && loss && *loss && np > 0) /* NULL mt: no metric, no read back */

@@ -86,6 +86,8 @@ typedef struct ilora_model {
     ilora_opts o;
     pl_run_context *ctx; /* borrowed: counters for dropout */
     pl_params *params;   /* borrowed: ctx->params */
+    bool device_loss;    /* training loss without host reads (masked, every position):
+                          * set when the run's device is not the CPU; tests set it */
     int64_t vocab, head_dim, ffn;
     int64_t pad_id;                  /* input id masked as padding (0: items), -1: none */
     int64_t kv_heads, q_dim, kv_dim; /* GQA: kv heads; heads*head_dim; kv_heads*head_dim */

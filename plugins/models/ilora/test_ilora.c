@@ -473,6 +473,77 @@ START_TEST(router_loss_gradients_match_central_differences) {
 }
 END_TEST
 
+/* On a device the training loss is built without reading the labels back
+ * (every position scored, the sums masked; ilora.c train_forward_device):
+ * the same loss, count of labelled positions and gradients as the host
+ * path's selection of the labelled positions, router terms over the
+ * per-position gates included. A batch without a label: NaN there
+ * (PyTorch's cross-entropy over nothing), 0 on the host path. */
+START_TEST(device_loss_equals_the_host_selection) {
+    env e;
+    env_init(&e, 17, 0);
+    ilora_opts o = router_opts();
+    o.num_experts = 2;
+    o.router_aux_loss_coef = 1.0;
+    o.router_entropy_coef = 1.0;
+    o.init_std = 0.5;
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    ck_assert(!m->device_loss); /* a CPU run selects on the host */
+    random_lora_b(e.ctx.params, 5);
+    const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
+    const int32_t lab[12] = {0, 7, 1, 12, 2, 0, 2, 9, 9, 11, 4, 10};
+    pl_tensor *ids = ids_tensor(idv, 2, 6), *labels = ids_tensor(lab, 2, 6);
+    pl_batch bt = {.n = 2, .names = {"input_ids", "labels"}, .fields = {ids, labels}, .size = 2};
+    pl_param *rw = PL_CK_NOTNULL(pl_params_find(e.ctx.params, "router.weight"));
+    double lv[2], cnt[2];
+    pl_tensor *g[2];
+    for (int k = 0; k < 2; k++) {
+        m->device_loss = k == 1;
+        pl_frame_begin();
+        pl_metrics mt;
+        pl_metrics_reset(&mt);
+        pl_tensor *loss = NULL;
+        PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &loss, &mt));
+        lv[k] = pl_tensor_item(loss);
+        cnt[k] = mt.count[0];
+        PL_CK_OK(pl_backward(loss, 1.0));
+        pl_frame_end();
+        g[k] = PL_CK_NOTNULL(pl_tensor_to(rw->t->grad, PL_F32, PL_CPU));
+        pl_tensor_release(rw->t->grad);
+        rw->t->grad = NULL;
+    }
+    ck_assert_double_eq(cnt[0], 10);
+    ck_assert_double_eq(cnt[1], 10);
+    ck_assert_double_eq_tol(lv[1], lv[0], 1e-6 * fabs(lv[0]));
+    ck_assert_double_le(pl_test_max_abs_diff(g[0], g[1]), 1e-6);
+    pl_tensor *z = pl_tensor_zeros_like(g[0]);
+    ck_assert_double_gt(pl_test_max_abs_diff(g[0], z), 1e-4);
+    pl_tensor_release(z);
+    pl_tensor_release(g[0]);
+    pl_tensor_release(g[1]);
+    /* no labelled position */
+    const int32_t none[12] = {0};
+    pl_tensor *nl = ids_tensor(none, 2, 6);
+    bt.fields[1] = nl;
+    for (int k = 0; k < 2; k++) {
+        m->device_loss = k == 1;
+        pl_frame_begin();
+        pl_tensor *loss = NULL;
+        PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, true, &loss, NULL));
+        double v = pl_tensor_item(loss);
+        if (k) ck_assert(isnan(v));
+        else ck_assert_double_eq(v, 0.0);
+        pl_frame_end();
+    }
+    pl_tensor_release(nl);
+    pl_tensor_release(ids);
+    pl_tensor_release(labels);
+    ilora_model_destroy(m);
+    env_free(&e);
+}
+END_TEST
+
 /* gate_entropy, gate_usage_k and gate_user_tv over an evaluation pass of two
  * batches equal the same statistics of the users' last-position gates
  * computed at once; a new pass (batch index 0) starts over. */
@@ -1156,6 +1227,7 @@ int main(void) {
     tcase_add_test(t, router_over_hidden_states_matches_pytorch_reference);
     tcase_add_test(t, router_over_hidden_states_is_causal);
     tcase_add_test(t, router_loss_gradients_match_central_differences);
+    tcase_add_test(t, device_loss_equals_the_host_selection);
     tcase_add_test(t, gate_statistics_cover_the_whole_split);
     tcase_add_test(t, zero_lora_b_gives_the_backbone_outputs);
     tcase_add_test(t, last_position_forward_equals_the_full_forward);

@@ -152,6 +152,12 @@ START_TEST(forward_adds_the_kd_term_of_the_labelled_positions) {
     pl_tensor *kd = PL_CK_NOTNULL(ilora_kd_loss(lg, sid, slg, sln, np, K, 2.0, 0.5));
     ck_assert_double_eq_tol(with_kd, ce + pl_tensor_item(kd), 1e-5);
     ck_assert(pl_tensor_item(kd) > 0);
+    /* the device path (no host read: every position, masked) gives the same */
+    m->device_loss = true;
+    m->o.kd_weight = 0.5;
+    PL_CK_OK(ilora_forward(m, &bt, PL_SPLIT_TRAIN, false, &loss, &mt));
+    ck_assert_double_eq_tol(pl_tensor_item(loss), ce + pl_tensor_item(kd), 1e-5);
+    m->device_loss = false;
     /* without the fields the forward names what is missing */
     m->o.kd_weight = 0.5;
     bt.n = 2;
