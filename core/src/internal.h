@@ -48,6 +48,10 @@ const pl_backend *pl_backend_peek(pl_device_type type);
 /* Split a device string "NAME" or "NAME:N" (NAME: letters, digits, '_';
  * N: 0..2^31-1) into the backend name and index; "cpu" and "auto" come back
  * as themselves with index 0. PL_ERR_INVALID naming the string otherwise. */
+/* The precision plugin's convert_param behind pl_params_seal (the trainer
+ * sets it between the precision's create and setup; NULL fn: none). */
+void pl_params_set_seal(pl_params *ps, pl_status (*fn)(void *ud, pl_params *ps, int i),
+                        void *ud);
 pl_status pl_device_spec(const char *s, char *name, size_t n, int *index);
 
 /* Run the forward kernel of a->op on the backend of a->in[0]'s device (or

@@ -4,6 +4,7 @@
 
 #include "pipeline/autograd.h"
 #include "pipeline/plugin.h"
+#include "internal.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -35,7 +36,24 @@ const char *pl_split_name(pl_data_split s) {
 struct pl_params {
     int n, cap;
     pl_param *items;
+    pl_status (*seal)(void *ud, pl_params *ps, int i); /* the precision's convert_param */
+    void *seal_ud;
 };
+
+void pl_params_set_seal(pl_params *ps, pl_status (*fn)(void *ud, pl_params *ps, int i),
+                        void *ud) {
+    if (!ps) return;
+    ps->seal = fn;
+    ps->seal_ud = ud;
+}
+
+pl_status pl_params_seal(pl_params *ps, int i) {
+    pl_param *p = pl_params_at(ps, i);
+    if (!p) return pl_error_status();
+    if (!ps->seal) return PL_OK;
+    pl_status st = ps->seal(ps->seal_ud, ps, i);
+    return st ? pl_error_prefix(st, "parameter '%s'", p->name) : PL_OK;
+}
 
 pl_params *pl_params_new(void) {
     pl_params *ps = calloc(1, sizeof *ps);

@@ -27,8 +27,9 @@
  * Mid-epoch checkpoints are taken at optimizer-step boundaries, so no
  * partial gradient accumulation is pending.
  *
- * Stages are created in this order: data, model, precision (its setup()
- * converts the parameters into the form it keeps), optimizer, schedulers,
+ * Stages are created in this order: data, precision, model (a precision
+ * with convert_param converts each parameter the model seals; its setup()
+ * then converts the rest into the form it keeps), optimizer, schedulers,
  * averager; then init_from (weights only, precision setup again) and
  * resume. Without a [precision] section the parameters are kept as fp32
  * keeps them (Lightning's default precision "32-true"): a float parameter
@@ -1168,14 +1169,24 @@ pl_status tr_setup_device(trainer *t) {
     return PL_OK;
 }
 
+static pl_status prec_convert(void *ud, pl_params *ps, int i) {
+    trainer *t = ud;
+    return PREC(t)->convert_param(t->prec.self, ps, i);
+}
+
 pl_status tr_build_model(trainer *t, double *load_start) {
     pl_status st = tr_stage_create(t, &t->loader, "data");
     const char *data_line = pl_meta_get_str(t->ctx.meta, "data_summary");
     if (!st && data_line) tr_log(t, "data: %s\n", data_line);
     if (load_start) *load_start = tr_now();
-    if (!st) st = tr_stage_create(t, &t->model, "model");
-    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
+    /* the precision first, so that it converts each parameter as the model
+     * seals it (pl_params_seal: a backbone is never whole in its file dtype) */
     if (!st) st = tr_stage_create(t, &t->prec, "precision");
+    if (!st && t->prec.self && t->prec.desc->abi_minor >= 7 && PREC(t)->convert_param)
+        pl_params_set_seal(t->ctx.params, prec_convert, t);
+    if (!st) st = tr_stage_create(t, &t->model, "model");
+    pl_params_set_seal(t->ctx.params, NULL, NULL);
+    if (!st && !t->model.self) st = pl_error_set(PL_ERR_CONFIG, "no [model] section");
     if (!st && t->prec.self) st = PREC(t)->setup(t->prec.self, t->ctx.params);
     if (!st && !t->prec.self) st = tr_default_precision(t);
     return st;

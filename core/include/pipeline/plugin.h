@@ -45,8 +45,11 @@ extern "C" {
  * minor 6: pipeline/file.h (pl_file_check_regular, pl_file_open_read,
  *          pl_file_fopen_read), pl_st_check_finite; pl_backend.counters and
  *          pl_backend.device_stats (pl_backend_device_stats); the optimizer
- *          kernels' found_inf flag (pl_optim_set_found_inf) */
-#define PL_ABI_MINOR 6
+ *          kernels' found_inf flag (pl_optim_set_found_inf)
+ * minor 7: pl_params_seal and pl_precision_vtable.convert_param (a precision
+ *          converts each parameter as the model finishes it, not the whole
+ *          model at once) */
+#define PL_ABI_MINOR 7
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -145,6 +148,18 @@ pl_param *pl_params_at(pl_params *ps, int i);
 pl_param *pl_params_find(pl_params *ps, const char *name);
 /* Replace the tensor of a parameter (precision: f32 -> nf4); retains `t`. */
 pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t);
+/* Parameter i is final: its values are drawn or loaded and its
+ * requires_grad is set. A model calls this for each parameter it adds
+ * (ABI 2.7), so that the run's precision plugin can convert it at once
+ * (pl_precision_vtable.convert_param; qlora4 quantizes a frozen base weight
+ * to NF4): the backbone then never exists whole in its file dtype on the
+ * device, and the load's device peak is the converted model plus one
+ * tensor. The tensor of parameter i may be replaced (pl_params_replace):
+ * read pl_params_at(ps, i)->t again afterwards. With no such plugin (fp32,
+ * bf16, unit tests, `pipeline check`) it does nothing, and setup() converts
+ * every parameter later as before. Returns the plugin's error (prefixed
+ * with the parameter's name), PL_ERR_INVALID for i out of range. */
+pl_status pl_params_seal(pl_params *ps, int i);
 /* Convert parameter p's values to dtype `dt` (PL_F32, PL_BF16 or PL_F16) in
  * place of its storage: the tensor header p->t stays the same object (a
  * model holding the pointer sees the new dtype and values), its storage is
@@ -602,6 +617,11 @@ typedef struct pl_precision_vtable {
      * errors), converting to the form this precision keeps (qlora4: f32 ->
      * NF4, or NF4 with its quantization state). NULL: pl_st_load_into. */
     pl_status (*load_param)(void *self, const pl_st_file *f, const char *path, pl_param *p);
+    /* Optional (ABI 2.7; read only from plugins of abi_minor >= 7): convert
+     * parameter i of ps now, as the model seals it (pl_params_seal), into
+     * the form setup() would give it; setup() then finds it converted and
+     * leaves it. Called after create and before setup. */
+    pl_status (*convert_param)(void *self, pl_params *ps, int i);
 } pl_precision_vtable;
 
 /* Strategy contract (ABI 2.5): how the processes of one run train together.

@@ -270,6 +270,15 @@ static pl_tensor *track(ilora_model *m, pl_tensor **dst, pl_tensor *t, bool trai
     return t;
 }
 
+/* The last parameter added is final (values drawn or loaded, requires_grad
+ * set): seal it, so the run's precision may convert it now (qlora4: a
+ * frozen base weight to NF4 at once, never the whole backbone in bf16 on
+ * the device). Returns the parameter's tensor after that, or NULL. */
+static pl_tensor *sealed(ilora_model *m) {
+    int i = pl_params_count(m->params) - 1;
+    return pl_params_seal(m->params, i) ? NULL : pl_params_at(m->params, i)->t;
+}
+
 /* A zero f32 parameter with PL_TAG_* `tags` and `role` ("lora", "router",
  * "head" - what optimizer groups select with group.NAME.tags - or NULL). */
 static pl_tensor *new_param(ilora_model *m, pl_tensor **dst, const char *name, int ndim,
@@ -404,7 +413,7 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
         pl_status st = !t        ? pl_error_status()
                        : fill >= 0 ? pl_tensor_fill_(t, fill)
                                  : pl_tensor_normal_(t, 0, m->o.init_std, m->ctx->seed, stream);
-        return st ? NULL : t;
+        return st ? NULL : sealed(m);
     }
     if (hf_llama_is_random(hf)) { /* backbone_weights = random: on the device, no file */
         pl_tensor *t = pl_tensor_empty_owned(hf_llama_dtype(hf), ndim, shape, m->ctx->device);
@@ -412,7 +421,7 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
         if (!st) pl_tensor_set_name(t, "%s", name);
         if (!st) st = pl_params_add(m->params, name, t, tags | PL_TAG_PRETRAINED, role);
         pl_tensor_release(t); /* the params list holds it */
-        return st ? NULL : track(m, dst, t, trainable);
+        return st || !track(m, dst, t, trainable) ? NULL : sealed(m);
     }
     pl_tensor *v = hf_llama_tensor(hf, name, ndim, shape);
     if (!v) return NULL;
@@ -427,7 +436,7 @@ static pl_tensor *base_param(ilora_model *m, hf_llama *hf, pl_tensor **dst, cons
     }
     pl_status st = pl_params_add(m->params, name, t, tags | PL_TAG_PRETRAINED, role);
     pl_tensor_release(t); /* the params list holds it */
-    return st ? NULL : track(m, dst, t, trainable);
+    return st || !track(m, dst, t, trainable) ? NULL : sealed(m);
 }
 
 /* A Linear layer's weight (and bias) with nn.Linear's default init

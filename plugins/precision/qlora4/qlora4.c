@@ -102,31 +102,45 @@ static pl_status remember(qlora4 *p, const char *name) {
     return PL_OK;
 }
 
+/* Parameter i to NF4 when it is a frozen 2-D base weight the targets
+ * name (from setup, or as the model seals it: q_convert_param). */
+static pl_status quantize_at(qlora4 *p, pl_params *ps, int i) {
+    pl_param *pp = pl_params_at(ps, i);
+    if (!pp) return pl_error_status();
+    pl_tensor *t = pp->t;
+    if (t->dtype == PL_NF4) return remember(p, pp->name);
+    if (!(pp->tags & PL_TAG_BASE) || t->requires_grad || t->ndim != 2 ||
+        !(t->dtype == PL_F32 || t->dtype == PL_BF16 || t->dtype == PL_F16) ||
+        !pl_name_matches(pp->name, p->targets))
+        return PL_OK;
+    size_t before = pl_tensor_nbytes(t);
+    /* its own frame: q is ours whatever frame the caller (a model's create,
+     * sealing a parameter) has open */
+    pl_frame_begin();
+    pl_tensor *q = pl_nf4_quantize(t, p->block, p->double_quant);
+    if (q) pl_frame_keep(q);
+    pl_frame_end();
+    if (!q) return pl_error_prefix(pl_error_status(), "qlora4: quantizing '%s'", pp->name);
+    pl_status st = pl_params_replace(ps, i, q);
+    pl_tensor_release(q);
+    if (!st) st = remember(p, pp->name);
+    if (st) return st;
+    p->bytes_before += before;
+    p->bytes_after += pl_nf4_code_nbytes(q) + pl_nf4_state_nbytes(q);
+    return PL_OK;
+}
+
+static pl_status q_convert_param(void *self, pl_params *ps, int i) {
+    return quantize_at(self, ps, i);
+}
+
 static pl_status q_setup(void *self, pl_params *ps) {
     qlora4 *p = self;
     p->params = ps;
     pl_autocast_set(p->compute);
     for (int i = 0; i < pl_params_count(ps); i++) {
-        pl_param *pp = pl_params_at(ps, i);
-        pl_tensor *t = pp->t;
-        if (t->dtype == PL_NF4) {
-            pl_status st = remember(p, pp->name);
-            if (st) return st;
-            continue;
-        }
-        if (!(pp->tags & PL_TAG_BASE) || t->requires_grad || t->ndim != 2 ||
-            !(t->dtype == PL_F32 || t->dtype == PL_BF16 || t->dtype == PL_F16) ||
-            !pl_name_matches(pp->name, p->targets))
-            continue;
-        size_t before = pl_tensor_nbytes(t);
-        pl_tensor *q = pl_nf4_quantize(t, p->block, p->double_quant);
-        if (!q) return pl_error_prefix(pl_error_status(), "qlora4: quantizing '%s'", pp->name);
-        pl_status st = pl_params_replace(ps, i, q);
-        pl_tensor_release(q);
-        if (!st) st = remember(p, pp->name);
+        pl_status st = quantize_at(p, ps, i);
         if (st) return st;
-        p->bytes_before += before;
-        p->bytes_after += pl_nf4_code_nbytes(q) + pl_nf4_state_nbytes(q);
     }
     pl_status st = pl_prec_convert_params(ps, PL_F32, "qlora4", NULL);
     if (st) return st;
@@ -216,6 +230,7 @@ static const pl_precision_vtable vt = {
     .before_step = q_before_step,
     .state = q_state,
     .load_param = pl_prec_load_param,
+    .convert_param = q_convert_param,
 };
 
 PL_PLUGIN_DEFINE(qlora4, PL_KIND_PRECISION, "1.0.0",

@@ -110,6 +110,43 @@ static void save_ckpt(const char *path, tk_run *r, const pl_precision_vtable *vt
     pl_st_writer_free(c.w);
 }
 
+/* convert_param (ABI 2.7): a parameter sealed while the model is built is
+ * quantized at once, exactly as setup() would, inside whatever frame the
+ * model has open; setup() then leaves it; a trainable one is not touched. */
+START_TEST(convert_param_quantizes_a_sealed_base_weight_as_setup_would) {
+    tk_run a, b;
+    void *sa = open_q(&a, 5, ""), *sb = open_q(&b, 5, "");
+    const pl_precision_vtable *vt = a.vtable;
+    ck_assert_ptr_nonnull(vt->convert_param);
+    PL_CK_OK(vt->setup(sb, b.ctx->params)); /* the reference: all at once */
+    pl_params *ps = a.ctx->params;
+    pl_frame_begin(); /* a model's create has one open */
+    for (int i = 0; i < pl_params_count(ps); i++) PL_CK_OK(vt->convert_param(sa, ps, i));
+    pl_frame_end();
+    pl_tensor *w = pl_params_find(ps, "base.weight")->t;
+    ck_assert_int_eq(w->dtype, PL_NF4);
+    ck_assert_int_eq(pl_params_find(ps, "lora.A")->t->dtype, PL_F32);
+    pl_tensor *wr = pl_params_find(b.ctx->params, "base.weight")->t;
+    ck_assert_int_eq(memcmp(pl_tensor_data(w), pl_tensor_data(wr), pl_nf4_code_nbytes(w)), 0);
+    PL_CK_OK(vt->setup(sa, ps));
+    ck_assert_ptr_eq(pl_params_find(ps, "base.weight")->t, w); /* left as it was */
+    /* a core params list without a precision hook: sealing does nothing */
+    pl_tensor *lw = pl_params_find(ps, "lora.A")->t;
+    int li = -1;
+    for (int i = 0; i < pl_params_count(ps); i++)
+        if (pl_params_at(ps, i)->t == lw) li = i;
+    PL_CK_OK(pl_params_seal(ps, li));
+    ck_assert_ptr_eq(pl_params_at(ps, li)->t, lw);
+    ck_assert_int_eq(pl_params_seal(ps, pl_params_count(ps)), PL_ERR_INVALID);
+    pl_error_clear();
+    vt->destroy(sa);
+    vt->destroy(sb);
+    tk_close(&a);
+    tk_close(&b);
+    pl_autocast_set(PL_F32);
+}
+END_TEST
+
 START_TEST(checkpoint_round_trip_gives_identical_outputs) {
     for (int dq = 0; dq < 2; dq++) {
         char path[] = "/tmp/pl_test_qlora4_XXXXXX";
@@ -280,6 +317,7 @@ int main(void) {
     TCase *tc = tcase_create("qlora4");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, only_frozen_2d_base_weights_are_quantized);
+    tcase_add_test(tc, convert_param_quantizes_a_sealed_base_weight_as_setup_would);
     tcase_add_test(tc, checkpoint_round_trip_gives_identical_outputs);
     tcase_add_test(tc, state_of_another_base_is_refused);
     tcase_add_test(tc, qlora4_checkpoint_loads_onto_an_fp32_base);
