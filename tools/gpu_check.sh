@@ -23,9 +23,11 @@
 #   chains       a `requires` chain from its end: `pipeline run configs/student.ini
 #                pipeline.device=cuda` under the main job's run_dir (its finished runs are
 #                reused); every run on the device, the inherited-override line printed
-#   scale        the teacher on a 1.1 B Llama (bench/teacher/scale.ini, tools/make_hf_llama.py
-#                1b) in fp32, bf16-true and qlora4: s/step, peak device memory (summary.json
-#                and nvidia-smi), frozen bytes
+#   scale        the teacher on a 1.1 B Llama (bench/teacher/scale.ini, a config.json from
+#                tools/llama_config.py, model.backbone_weights = random) in fp32, bf16-true and
+#                qlora4: s/step, peak device memory (summary.json and nvidia-smi), frozen bytes
+#   profile      PL_PROFILE_OPS=1 on the teacher at 7b, bf16-true, batch 64 (2 steps): the op
+#                table (device time per op and pass), GPU_CHECK_PROFILE_SIZE / _PRECISION / _BATCH
 # and writes OUTDIR/gpu_report.md (date, nvidia-smi, nvcc, git rev, one line per
 # step: pass / fail / skip and why, then each step's tables). Logs: OUTDIR/logs/.
 #
@@ -759,15 +761,11 @@ if want scale; then
     elif [ ! -e "$(ini_value bench/teacher/scale.ini data path)" ]; then
         result 80 scale skip "$(ini_value bench/teacher/scale.ini data path) missing (tools/prepare_data.sh makes it)" "$(elapsed)"
     else
-        bb=$repo/models/llama-$size
+        # config.json alone: the backbone is drawn on the device (model.backbone_weights = random)
+        bb=$out/work/llama-$size-config
+        [ -f "$bb/config.json" ] || "$py" tools/llama_config.py "$size" "$bb" >"$out/logs/llama_config-$size.log" 2>&1
         if [ ! -f "$bb/config.json" ]; then
-            bb=$out/work/llama-$size
-            [ -f "$bb/config.json" ] ||
-                logged "${GPU_CHECK_SCALE_MAKE_TIMEOUT:-240}" "$out/logs/make_hf_llama-$size.log" \
-                    "$py" tools/make_hf_llama.py "$size" "$bb"
-        fi
-        if [ ! -f "$bb/config.json" ]; then
-            result 80 scale fail "no $size backbone: tools/make_hf_llama.py $size failed ($(tail -1 "$out/logs/make_hf_llama-$size.log" 2>/dev/null))" "$(elapsed)"
+            result 80 scale fail "no $size config.json: tools/llama_config.py $size failed ($(tail -1 "$out/logs/llama_config-$size.log" 2>/dev/null))" "$(elapsed)"
         else
             rows=$out/steps/80-scale.rows
             : >"$rows"
@@ -790,7 +788,8 @@ if want scale; then
                 say "scale: $name, $steps steps on $device"
                 logged "${GPU_CHECK_SCALE_RUN_TIMEOUT:-180}" "$log" "$build/core/pipeline" run bench/teacher/scale.ini \
                     "pipeline.name=$name" "pipeline.run_dir=$out/runs/scale" "pipeline.device=$device" \
-                    "model.backbone=$bb" model.gradient_checkpointing=false "trainer.max_steps=$steps" "${pargs[@]}"
+                    "model.backbone=$bb" model.backbone_weights=random model.gradient_checkpointing=false \
+                    "trainer.max_steps=$steps" "${pargs[@]}"
                 rc=$?
                 [ -n "$smi_pid" ] && kill "$smi_pid" 2>/dev/null && wait "$smi_pid" 2>/dev/null
                 if [ "$rc" != 0 ]; then
@@ -841,6 +840,52 @@ PY
             else
                 result 80 scale pass "$summary" "$(elapsed)"
             fi
+        fi
+    fi
+fi
+
+# ---- profile: where the device time of a step goes, op by op -----------------------------
+# PL_PROFILE_OPS=1 (core/src/op_profile.c): every kernel between two synchronizes; the
+# teacher of bench/teacher/scale.ini on a GPU_CHECK_PROFILE_SIZE Llama (default 7b, batch 64,
+# bf16-true: where the 2026-11-27 H200 step was 5x PyTorch's), 2 steps.
+if want profile; then
+    begin 85 profile
+    size=${GPU_CHECK_PROFILE_SIZE:-7b}
+    why=$(dev_reason)
+    if ! build_ok; then
+        result 85 profile skip "no pipeline binary (build step failed or not run)" "$(elapsed)"
+    elif [ -n "$why" ]; then
+        result 85 profile skip "$why" "$(elapsed)"
+    else
+        bb=$out/work/llama-$size-config
+        [ -f "$bb/config.json" ] || "$py" tools/llama_config.py "$size" "$bb" >/dev/null 2>&1
+        prec=${GPU_CHECK_PROFILE_PRECISION:-bf16-true}
+        case $prec in
+        fp32) pargs=(precision.plugin=fp32) ;;
+        bf16-mixed) pargs=(precision.plugin=bf16 precision.mode=bf16-mixed) ;;
+        qlora4) pargs=(precision.plugin=qlora4 precision.compute_dtype=bf16) ;;
+        *) pargs=(precision.plugin=bf16 precision.mode=bf16-true) ;;
+        esac
+        log=$out/logs/profile-$size-$prec.log
+        say "profile: $size $prec, batch ${GPU_CHECK_PROFILE_BATCH:-64}, 2 steps on $device with PL_PROFILE_OPS=1"
+        PL_PROFILE_OPS=1 logged "${GPU_CHECK_PROFILE_TIMEOUT:-240}" "$log" "$build/core/pipeline" run \
+            bench/teacher/scale.ini pipeline.name=profile_$size "pipeline.run_dir=$out/runs/profile" \
+            "pipeline.device=$device" "model.backbone=$bb" model.backbone_weights=random \
+            model.gradient_checkpointing=false "data.batch_size=${GPU_CHECK_PROFILE_BATCH:-64}" \
+            trainer.max_steps=2 "${pargs[@]}"
+        rc=$?
+        {
+            echo "\`PL_PROFILE_OPS=1\`: the teacher on the $size Llama, $prec, batch ${GPU_CHECK_PROFILE_BATCH:-64} x 50,"
+            echo "2 steps (load and the first step included); the 30 largest rows:"
+            echo
+            echo '```'
+            sed -n '/^op profile/,$p' "$log" | head -32
+            echo '```'
+        } | section 85 profile
+        if [ "$rc" = 0 ] && grep -q '^op profile' "$log"; then
+            result 85 profile pass "$size $prec: $(grep -m1 '^op profile' "$log" | sed 's/.*): //')" "$(elapsed)"
+        else
+            result 85 profile fail "exit $rc, no table (logs/profile-$size-$prec.log)" "$(elapsed)"
         fi
     fi
 fi

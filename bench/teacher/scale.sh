@@ -45,21 +45,7 @@ rd=runs/scale/$device
 mkdir -p "$rd" models
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 
-write_config() { # SIZE DIR: a LlamaForCausalLM config.json of that shape (bf16 file dtype)
-  python3 - "$1" "$2" <<'PY'
-import json, os, sys
-S = {"135m": (576, 30, 9, 3, 1536, 49152, True), "1b": (2048, 22, 32, 4, 5632, 32000, False),
-     "7b": (4096, 32, 32, 32, 11008, 32000, False)}
-h, l, nh, kv, i, v, tie = S[sys.argv[1]]
-os.makedirs(sys.argv[2], exist_ok=True)
-json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
-           "num_hidden_layers": l, "num_attention_heads": nh, "num_key_value_heads": kv,
-           "intermediate_size": i, "vocab_size": v, "max_position_embeddings": 2048,
-           "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
-           "tie_word_embeddings": tie, "initializer_range": 0.02, "torch_dtype": "bfloat16"},
-          open(os.path.join(sys.argv[2], "config.json"), "w"), indent=1)
-PY
-}
+write_config() { python3 tools/llama_config.py "$1" "$2"; } # SIZE DIR: config.json only
 
 for size in "${sizes[@]}"; do
   dir=models/llama-$size-config

@@ -204,7 +204,11 @@ pl_status pl_kernel_forward(pl_kernel_args *a) {
     if (!fn)
         return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no forward kernel on backend '%s'",
                             pl_op_name(a->op), b->name);
-    return fn(a);
+    if (!pl_op_profile_on()) return fn(a);
+    double t0 = pl_op_profile_begin(ref->device);
+    pl_status st = fn(a);
+    pl_op_profile_end(a->op, false, ref, ref->device, t0);
+    return st;
 }
 
 /* ---- recording --------------------------------------------------------------------- */
@@ -456,7 +460,10 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
     if (!fn)
         return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no backward kernel on backend '%s'",
                             name, backend_name(n->dev.type));
+    bool prof = pl_op_profile_on();
+    double t0 = prof ? pl_op_profile_begin(n->dev) : 0;
     pl_status st = fn(&k);
+    if (prof) pl_op_profile_end(n->custom ? PL_OP_COUNT : n->op, true, n->in[0], n->dev, t0);
     if (st) pl_error_prefix(st, "backward of '%s'", name);
     return st;
 }

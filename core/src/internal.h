@@ -24,6 +24,8 @@
 #ifndef PL_INTERNAL_H
 #define PL_INTERNAL_H
 
+#include <stdio.h>
+
 #include "pipeline/backend_util.h"
 #include "pipeline/pipeline.h"
 
@@ -48,6 +50,13 @@ const pl_backend *pl_backend_peek(pl_device_type type);
 /* Split a device string "NAME" or "NAME:N" (NAME: letters, digits, '_';
  * N: 0..2^31-1) into the backend name and index; "cpu" and "auto" come back
  * as themselves with index 0. PL_ERR_INVALID naming the string otherwise. */
+/* op_profile.c: PL_PROFILE_OPS=1 times every dispatched kernel between two
+ * synchronizes of its device and prints the table at exit (stderr). */
+bool pl_op_profile_on(void);           /* reads PL_PROFILE_OPS once */
+void pl_op_profile_enable(bool on);    /* tests: on/off, and the table emptied */
+double pl_op_profile_begin(pl_device d);
+void pl_op_profile_end(int op, bool backward, const pl_tensor *first, pl_device d, double t0);
+void pl_op_profile_report(FILE *f);    /* largest total first; nothing when empty */
 /* The precision plugin's convert_param behind pl_params_seal (the trainer
  * sets it between the precision's create and setup; NULL fn: none). */
 void pl_params_set_seal(pl_params *ps, pl_status (*fn)(void *ud, pl_params *ps, int i),
