@@ -222,7 +222,9 @@ typedef struct pl_backend {
      * Host-side only: it neither waits for nor touches the device's queue.
      * PL_ERR_UNSUPPORTED (message saying why) when the driver library is
      * absent or refuses; callers then report nothing and go on. NULL: the
-     * backend has no such numbers (CPU, strict). Use pl_backend_device_stats. */
+     * backend has no such numbers (CPU). The strict device answers with a
+     * stand-in: the share of wall time inside its (synchronous) kernels and
+     * the bytes it has mapped. Use pl_backend_device_stats. */
     pl_status (*device_stats)(int device, uint64_t *cursor, pl_device_stats *out);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;

@@ -32,6 +32,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <execinfo.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -40,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pipeline/backend.h"
@@ -54,6 +56,14 @@
 
 static _Atomic uint64_t c_host_reads, c_host_read_bytes, c_host_writes, c_host_write_bytes;
 static _Atomic uint64_t c_allocs, c_alloc_bytes, c_kernels;
+/* device_stats: nanoseconds inside kernels, and bytes mapped as device memory */
+static _Atomic uint64_t c_busy_ns, c_mapped_bytes;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void count(_Atomic uint64_t *n, _Atomic uint64_t *bytes, size_t nb) {
     atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
@@ -161,6 +171,7 @@ static void *st_raw_alloc(int device, size_t n) {
         return NULL;
     }
     count(&c_allocs, &c_alloc_bytes, n);
+    atomic_fetch_add_explicit(&c_mapped_bytes, len, memory_order_relaxed);
     trace("allocs", n);
     return p;
 }
@@ -177,7 +188,10 @@ static void st_raw_free(int device, void *p) {
         g_n--;
     }
     pthread_mutex_unlock(&g_mu);
-    if (len) munmap(p, len);
+    if (len) {
+        munmap(p, len);
+        atomic_fetch_sub_explicit(&c_mapped_bytes, len, memory_order_relaxed);
+    }
 }
 
 /* Open (or close) the block holding device pointer p; returns its base in
@@ -328,6 +342,47 @@ static pl_status st_mem_info(int device, size_t *free_b, size_t *total_b) {
     return pl_backend_cpu()->mem_info(0, free_b, total_b);
 }
 
+/* ---- device_stats: the stand-in for NVML's utilization and memory ----------
+ * "Utilization" here is the share of wall time spent inside kernels (this
+ * device's kernels are the CPU's, run synchronously): what is left is the
+ * host's own work between kernels, which a GPU would spend idle waiting for
+ * the host's next launch. Memory in use: the bytes mapped as device memory
+ * (what the caching allocator reserved); total: the host's memory. The
+ * cursor names a snapshot of (busy, wall) taken by the previous call; the
+ * value is over the time since that snapshot (n_samples 1), or since the
+ * backend was loaded for a first call (cursor 0, n_samples 0). */
+#define ST_SNAPS 1024
+static struct { uint64_t busy, wall; } g_snap[ST_SNAPS];
+static uint64_t g_nsnap, g_t_load;
+__attribute__((constructor)) static void st_loaded(void) { g_t_load = now_ns(); }
+
+static pl_status st_device_stats(int device, uint64_t *cursor, pl_device_stats *out) {
+    (void)device;
+    uint64_t wall = now_ns(), busy = atomic_load_explicit(&c_busy_ns, memory_order_relaxed);
+    pthread_mutex_lock(&g_mu);
+    uint64_t c = cursor ? *cursor : 0, b0 = 0, w0 = g_t_load;
+    bool have = c > 0 && c <= g_nsnap && g_nsnap - c < ST_SNAPS;
+    if (have) {
+        b0 = g_snap[(c - 1) % ST_SNAPS].busy;
+        w0 = g_snap[(c - 1) % ST_SNAPS].wall;
+    }
+    g_snap[g_nsnap % ST_SNAPS].busy = busy;
+    g_snap[g_nsnap % ST_SNAPS].wall = wall;
+    g_nsnap++;
+    if (cursor) *cursor = g_nsnap;
+    pthread_mutex_unlock(&g_mu);
+    double u = wall > w0 ? (double)(busy - b0) / (double)(wall - w0) : 0.0;
+    size_t fr = 0, tot = 0;
+    pl_status st = st_mem_info(0, &fr, &tot);
+    *out = (pl_device_stats){.utilization = u < 0 ? 0 : u > 1 ? 1 : u,
+                             .n_samples = have ? 1 : 0,
+                             .memory_used_bytes = (double)atomic_load_explicit(&c_mapped_bytes,
+                                                                                memory_order_relaxed),
+                             .memory_total_bytes = st ? NAN : (double)tot};
+    if (st) pl_error_clear();
+    return PL_OK;
+}
+
 /* ---- kernels: the CPU's, with their tensors opened --------------------------- */
 
 #define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3)
@@ -381,7 +436,11 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
         s = open_tensor(&o, a->in[i], "kernel input");
     for (int i = 0; i < a->n_out && !s; i++)
         s = open_tensor(&o, a->out[i], "kernel output");
-    if (!s) s = f(a);
+    if (!s) {
+        uint64_t t0 = now_ns();
+        s = f(a);
+        atomic_fetch_add_explicit(&c_busy_ns, now_ns() - t0, memory_order_relaxed);
+    }
     close_all(&o);
     return s;
 }
@@ -411,6 +470,7 @@ static const pl_backend g_strict = {
     .memcpy_h2d_background = st_memcpy_h2d_background,
     .set_option = st_set_option,
     .counters = st_counters,
+    .device_stats = st_device_stats,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

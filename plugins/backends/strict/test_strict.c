@@ -180,6 +180,33 @@ START_TEST(counts_reads_writes_allocations_and_kernels) {
 }
 END_TEST
 
+/* device_stats, the stand-in for NVML (ABI 2.6 verb): utilization is the
+ * share of wall time inside kernels since the cursor's snapshot, so a
+ * stretch of kernels reads high and a stretch of host sleep reads low;
+ * memory in use covers a live device tensor. */
+START_TEST(device_stats_measure_kernel_time_and_mapped_memory) {
+    load();
+    uint64_t cur = 0;
+    pl_device_stats ds;
+    PL_CK_OK(pl_backend_device_stats(g_dev, &cur, &ds));
+    ck_assert_int_eq(ds.n_samples, 0);
+    ck_assert(ds.utilization >= 0 && ds.utilization <= 1);
+    pl_frame_begin();
+    pl_tensor *xd = PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(256, 256), 3), PL_F32, g_dev));
+    PL_CK_OK(pl_backend_device_stats(g_dev, &cur, &ds)); /* the busy stretch starts here */
+    for (int i = 0; i < 40; i++) PL_CK_NOTNULL(pl_matmul(xd, xd, false, false));
+    PL_CK_OK(pl_backend_device_stats(g_dev, &cur, &ds));
+    ck_assert_int_eq(ds.n_samples, 1);
+    ck_assert_msg(ds.utilization > 0.5, "kernels back to back: utilization %g", ds.utilization);
+    ck_assert_double_ge(ds.memory_used_bytes, 256.0 * 256 * 4);
+    ck_assert(ds.memory_total_bytes > ds.memory_used_bytes);
+    usleep(200000); /* the host alone: a GPU would idle */
+    PL_CK_OK(pl_backend_device_stats(g_dev, &cur, &ds));
+    ck_assert_msg(ds.utilization < 0.5, "host sleeping: utilization %g", ds.utilization);
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -187,6 +214,7 @@ int main(void) {
     tcase_add_test(tc, copies_and_kernels);
     tcase_add_test(tc, host_access_crashes_with_a_message);
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
+    tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
