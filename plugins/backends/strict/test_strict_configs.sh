@@ -22,6 +22,12 @@ src=$(cd "$1" && pwd)
 bin=$(cd "$2" && pwd)/core/pipeline
 shift 2
 only=("$@")
+# PL_STRICT_SUITE_CONFIGS="a b": only these configs when none are named (CI's sanitizer
+# pass runs a subset: one config per model family; the release pass runs them all)
+if [ ${#only[@]} -eq 0 ] && [ -n "${PL_STRICT_SUITE_CONFIGS:-}" ]; then
+    read -r -a only <<<"$PL_STRICT_SUITE_CONFIGS"
+    echo "PL_STRICT_SUITE_CONFIGS: only ${only[*]}"
+fi
 tmp=$(mktemp -d /tmp/pl_test_strict_XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
