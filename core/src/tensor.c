@@ -765,19 +765,19 @@ pl_status pl_tensor_fill_(pl_tensor *t, double v) {
 
 /* ---- random init --------------------------------------------------------- */
 
-static void philox_block(uint64_t seed, uint64_t stream, uint64_t blk, uint32_t out[4]) {
-    uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)stream,
-                       (uint32_t)(stream >> 32)};
-    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
-    pl_philox4x32_10(ctr, key, out);
-}
-
 static pl_status random_fill(pl_tensor *t, int normal, double a, double b, uint64_t seed,
                              uint64_t stream) {
     if (!t) return pl_error_set(PL_ERR_INVALID, "random init: NULL tensor");
     if (!pl_dtype_is_float(t->dtype))
         return pl_error_set(PL_ERR_DTYPE, "random init of non-float tensor '%s'", t->name);
     int64_t n = pl_tensor_numel(t);
+    if (t->device.type != PL_DEVICE_CPU && pl_tensor_is_contiguous(t) &&
+        (t->dtype == PL_F32 || t->dtype == PL_BF16 || t->dtype == PL_F16)) {
+        const pl_backend *be = pl_backend_get(t->device.type);
+        if (be && PL_BACKEND_HAS(be, fill_random) && be->fill_random)
+            return n ? be->fill_random(t, normal, a, b, seed, stream) : PL_OK; /* on the device */
+        pl_error_clear(); /* pl_backend_get's miss: the host draws */
+    }
     pl_tensor *h = t;
     if (t->device.type != PL_DEVICE_CPU || t->dtype != PL_F32 || !pl_tensor_is_contiguous(t)) {
         h = pl_tensor_new_owned(PL_F32, t->ndim, t->shape, PL_CPU);
@@ -787,20 +787,8 @@ static pl_status random_fill(pl_tensor *t, int normal, double a, double b, uint6
     int64_t nblk = (n + 3) / 4;
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
-        uint32_t r[4];
-        philox_block(seed, stream, (uint64_t)blk, r);
         float v[4];
-        if (normal) {
-            /* Box-Muller on two pairs */
-            for (int k = 0; k < 4; k += 2) {
-                double u1 = ((r[k] >> 8) + 1.0) / 16777217.0, u2 = (r[k + 1] >> 8) / 16777216.0;
-                double rad = sqrt(-2.0 * log(u1));
-                v[k] = (float)(a + b * rad * cos(2 * M_PI * u2));
-                v[k + 1] = (float)(a + b * rad * sin(2 * M_PI * u2));
-            }
-        } else {
-            for (int k = 0; k < 4; k++) v[k] = (float)(a + (b - a) * pl_philox_u01(r[k]));
-        }
+        pl_init_draw((uint64_t)blk, seed, stream, normal, a, b, v); /* kernel_math.h */
         for (int k = 0; k < 4; k++)
             if (blk * 4 + k < n) d[blk * 4 + k] = v[k];
     }

@@ -226,6 +226,17 @@ typedef struct pl_backend {
      * stand-in: the share of wall time inside its (synchronous) kernels and
      * the bytes it has mapped. Use pl_backend_device_stats. */
     pl_status (*device_stats)(int device, uint64_t *cursor, pl_device_stats *out);
+    /* Optional (ABI 2.7; read when struct_size covers it): fill the
+     * contiguous f32 / bf16 / f16 tensor t, in this backend's memory, with
+     * the parameter-init values of pl_init_draw (kernel_math.h) for (seed,
+     * stream): normal != 0 draws N(a, b^2), else U[a, b); each value is
+     * rounded to f32, then to t's dtype (RNE), as pl_tensor_normal_ /
+     * pl_tensor_uniform_ do on the host. Drawing on the device, a random 7B
+     * backbone (model.backbone_weights = random) starts in seconds; without
+     * it (NULL) the core draws on the host in f32 and copies (20 s of the 7B
+     * load on an H200). PL_ERR_DEVICE on a failed launch. */
+    pl_status (*fill_random)(pl_tensor *t, int normal, double a, double b, uint64_t seed,
+                             uint64_t stream);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 

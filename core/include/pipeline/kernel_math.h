@@ -192,6 +192,33 @@ PL_HD static inline void pl_dropout_draw(uint64_t g, uint64_t seed, uint64_t cou
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     pl_philox4x32_10(ctr, key, out);
 }
+/* Parameter initialization (pl_tensor_uniform_ / pl_tensor_normal_ in
+ * tensor.c; a backend's fill_random): group g, elements 4g .. 4g+3, draws
+ * the four words philox({g lo, g hi, stream lo, stream hi}, {seed lo, seed hi})
+ * (pl_dropout_draw's scheme with the stream as counter). Uniform on [a, b):
+ * v_k = a + (b - a) u01(r_k). Normal N(a, b^2): Box-Muller on the pairs
+ * (r0, r1), (r2, r3) in double, u1 = ((r >> 8) + 1) / 16777217 (never 0),
+ * u2 = (r' >> 8) / 16777216, rad = sqrt(-2 log u1), v = a + b rad cos(2 pi u2)
+ * and a + b rad sin(2 pi u2). Each value is rounded to f32 once. A device
+ * draws the same values up to its double log / sqrt / sin / cos (CUDA's are
+ * within 2 ulp of glibc's in double, so a rare f32 value differs by 1 ulp). */
+PL_HD static inline void pl_init_draw(uint64_t g, uint64_t seed, uint64_t stream, int normal,
+                                      double a, double b, float v[4]) {
+    uint32_t r[4];
+    pl_dropout_draw(g, seed, stream, r);
+    if (normal) {
+        const double two_pi = 6.283185307179586476925286766559;
+        for (int k = 0; k < 4; k += 2) {
+            double u1 = ((r[k] >> 8) + 1.0) / 16777217.0, u2 = (r[k + 1] >> 8) / 16777216.0;
+            double rad = sqrt(-2.0 * log(u1));
+            v[k] = (float)(a + b * rad * cos(two_pi * u2));
+            v[k + 1] = (float)(a + b * rad * sin(two_pi * u2));
+        }
+    } else {
+        for (int k = 0; k < 4; k++) v[k] = (float)(a + (b - a) * pl_philox_u01(r[k]));
+    }
+}
+
 /* Whether the element drawing word r survives drop probability p. */
 PL_HD static inline bool pl_dropout_keep(uint32_t r, float p) {
     return pl_philox_u01(r) >= p;

@@ -48,7 +48,8 @@ extern "C" {
  *          kernels' found_inf flag (pl_optim_set_found_inf)
  * minor 7: pl_params_seal and pl_precision_vtable.convert_param (a precision
  *          converts each parameter as the model finishes it, not the whole
- *          model at once) */
+ *          model at once); pl_backend.fill_random (parameter init drawn on
+ *          the device, pl_init_draw in kernel_math.h) */
 #define PL_ABI_MINOR 7
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 

@@ -843,6 +843,7 @@ static const pl_backend g_cuda = {
     cu_set_option,
     NULL, /* counters: the cuda backend counts nothing yet */
     cu_device_stats,
+    pl_cu_fill_random,
 };
 
 static const pl_backend *cuda_table(void) {

@@ -223,6 +223,12 @@ pl_status pl_cu_fault_check(void);
  * record cannot be created or the launch fails. */
 pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
 
+/* pl_backend.fill_random: t (contiguous f32 / bf16 / f16 on its device)
+ * filled with pl_init_draw's values for (seed, stream), one launch, no
+ * copy. cuda_kernels.cu. */
+pl_status pl_cu_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
+                            uint64_t stream);
+
 /* The cuBLAS handle of device `dev` (created on first use; legacy default
  * stream, f32 GEMMs without TF32), or NULL with the error set. Borrowed: it
  * lives as long as the process. cuda_backend.cu. */

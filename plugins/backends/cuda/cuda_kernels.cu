@@ -1123,6 +1123,32 @@ __global__ void k_dropout_b(const float *g, const uint8_t *mask, float *dx, floa
     GRID_LOOP(i, n) dx[i] = pl_dropout_apply(g[i], mask[i], scale);
 }
 
+/* parameter init (pl_backend.fill_random): group g of 4 elements draws
+ * pl_init_draw's values (kernel_math.h, the host's formula) */
+__global__ void k_init_fill(void *yp, int dt, int64_t n, uint64_t seed, uint64_t stream,
+                            int normal, double a, double b) {
+    GRID_LOOP(g, (n + 3) / 4) {
+        float v[4];
+        pl_init_draw((uint64_t)g, seed, stream, normal, a, b, v);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = g * 4 + j;
+            if (i >= n) break;
+            pl_d_stf(yp, dt, i, v[j]);
+        }
+    }
+}
+
+pl_status pl_cu_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
+                            uint64_t stream) {
+    if (pl_cu_set_device(t)) return pl_error_status();
+    int64_t n = pl_tensor_numel(t);
+    if (!n) return PL_OK;
+    k_init_fill<<<pl_cu_blocks((n + 3) / 4), PL_CUDA_THREADS>>>(pl_tensor_data(t), t->dtype, n,
+                                                                  seed, stream, normal, a, b);
+    CUDA_LAUNCHED("fill_random");
+    return PL_OK;
+}
+
 static pl_status k_dropout_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
     if (pl_cu_set_device(x)) return pl_error_status();

@@ -180,6 +180,36 @@ START_TEST(bad_index_is_reported_at_the_next_read) {
 }
 END_TEST
 
+/* fill_random: parameter init drawn on the GPU equals the host's draw up to
+ * the device's double log / sin / cos: f32 values within 1 ulp, and such
+ * values rare (kernel_math.h pl_init_draw). */
+START_TEST(fill_random_matches_the_host_draw) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    pl_frame_begin();
+    int64_t n = 1000003;
+    pl_tensor *h = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 1, &n, PL_CPU));
+    pl_tensor *d = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 1, &n, gd));
+    for (int normal = 0; normal < 2; normal++) {
+        PL_CK_OK(normal ? pl_tensor_normal_(d, 0.0, 0.02, 42, 99) : pl_tensor_uniform_(d, -0.1, 0.1, 42, 99));
+        PL_CK_OK(normal ? pl_tensor_normal_(h, 0.0, 0.02, 42, 99) : pl_tensor_uniform_(h, -0.1, 0.1, 42, 99));
+        pl_tensor *g = PL_CK_NOTNULL(pl_tensor_to(d, PL_F32, PL_CPU));
+        const float *a = pl_tensor_f32(h), *b = pl_tensor_f32(g);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (a[i] == b[i]) continue;
+            differ++;
+            ck_assert_msg(fabsf(a[i] - b[i]) <= 1.5f * fabsf(nextafterf(a[i], INFINITY) - a[i]),
+                          "element %lld: host %a, device %a", (long long)i, a[i], b[i]);
+        }
+        ck_assert_msg(differ <= n / 10000, "%lld of %lld values differ", (long long)differ, (long long)n);
+        printf("fill_random (%s): %lld of %lld values differ from the host's by 1 ulp\n",
+               normal ? "normal" : "uniform", (long long)differ, (long long)n);
+    }
+    pl_frame_end();
+}
+END_TEST
+
 /* NVML through the backend: utilization in [0, 1] and the device's memory,
  * or PL_ERR_UNSUPPORTED saying why (no libnvidia-ml.so.1); a second call
  * with the cursor averages the samples taken in between. */
@@ -411,6 +441,7 @@ int main(void) {
     tcase_add_test(tc, small_graph_matches_cpu);
     tcase_add_test(tc, bad_index_is_reported_at_the_next_read);
     tcase_add_test(tc, device_stats_through_nvml);
+    tcase_add_test(tc, fill_random_matches_the_host_draw);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
     tcase_add_test(tc, lstm_matches_cpu);
     tcase_add_test(tc, clamp_matches_cpu);

@@ -342,6 +342,32 @@ static pl_status st_mem_info(int device, size_t *free_b, size_t *total_b) {
     return pl_backend_cpu()->mem_info(0, free_b, total_b);
 }
 
+/* fill_random: the host's draw (kernel_math.h pl_init_draw) written into the
+ * device block, rounded to the tensor's dtype as a host-to-device copy of
+ * f32 values would be: the same values as the core's host path, bit for bit. */
+static pl_status st_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
+                                uint64_t stream) {
+    void *d = pl_tensor_data(t);
+    int64_t n = pl_tensor_numel(t);
+    count(&c_kernels, NULL, 0);
+    pl_status s = open_side(d, t->device, true, "fill_random destination");
+    if (s) return s;
+    int dt = t->dtype;
+    int64_t ng = (n + 3) / 4;
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t g = 0; g < ng; g++) {
+        float v[4];
+        pl_init_draw((uint64_t)g, seed, stream, normal, a, b, v);
+        for (int k = 0; k < 4 && g * 4 + k < n; k++) {
+            int64_t i = g * 4 + k;
+            if (dt == PL_F32) ((float *)d)[i] = v[k];
+            else if (dt == PL_BF16) ((uint16_t *)d)[i] = pl_bf16_round(v[k]);
+            else ((uint16_t *)d)[i] = pl_f16_round(v[k]);
+        }
+    }
+    return open_side(d, t->device, false, "fill_random destination");
+}
+
 /* ---- device_stats: the stand-in for NVML's utilization and memory ----------
  * "Utilization" here is the share of wall time spent inside kernels (this
  * device's kernels are the CPU's, run synchronously): what is left is the
@@ -471,6 +497,7 @@ static const pl_backend g_strict = {
     .set_option = st_set_option,
     .counters = st_counters,
     .device_stats = st_device_stats,
+    .fill_random = st_fill_random,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

@@ -207,6 +207,31 @@ START_TEST(device_stats_measure_kernel_time_and_mapped_memory) {
 }
 END_TEST
 
+/* fill_random (ABI 2.7): parameter init drawn in device memory gives the
+ * host's values bit for bit (kernel_math.h pl_init_draw), in f32, bf16 and
+ * f16, normal and uniform, with a length that is not a multiple of 4. */
+START_TEST(fill_random_draws_the_hosts_values) {
+    load();
+    ck_assert(PL_BACKEND_HAS(pl_backend_get(PL_DEVICE_CUDA), fill_random));
+    pl_dtype dts[3] = {PL_F32, PL_BF16, PL_F16};
+    for (int k = 0; k < 3; k++)
+        for (int normal = 0; normal < 2; normal++) {
+            pl_frame_begin();
+            pl_tensor *h = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 2, (int64_t[]){37, 29}, PL_CPU));
+            pl_tensor *d = PL_CK_NOTNULL(pl_tensor_empty(dts[k], 2, (int64_t[]){37, 29}, g_dev));
+            pl_backend_counters c0 = counters();
+            PL_CK_OK(normal ? pl_tensor_normal_(d, 0.5, 0.02, 42, 7) : pl_tensor_uniform_(d, -0.3, 0.3, 42, 7));
+            pl_backend_counters c1 = counters();
+            ck_assert_uint_eq(c1.host_writes, c0.host_writes); /* drawn there, not copied */
+            PL_CK_OK(normal ? pl_tensor_normal_(h, 0.5, 0.02, 42, 7) : pl_tensor_uniform_(h, -0.3, 0.3, 42, 7));
+            pl_tensor *want = PL_CK_NOTNULL(pl_tensor_to(h, dts[k], PL_CPU));
+            pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(d, dts[k], PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), pl_tensor_nbytes(want)), 0);
+            pl_frame_end();
+        }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -215,6 +240,7 @@ int main(void) {
     tcase_add_test(tc, host_access_crashes_with_a_message);
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
+    tcase_add_test(tc, fill_random_draws_the_hosts_values);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
