@@ -13,6 +13,8 @@
  * host-side causes of an idle device, which only the host can count.
  */
 #include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "trainer_internal.h"
@@ -35,6 +37,39 @@ void tr_devstats_begin(trainer *t) {
     const pl_backend *be = pl_backend_get(t->ctx.device.type);
     if (be && PL_BACKEND_HAS(be, counters) && be->counters) d->be = be;
     pl_error_clear(); /* pl_backend_get's miss */
+    /* the device's own view: a first reading sets the cursor the epochs count from */
+    pl_device_stats ds;
+    pl_status st = pl_backend_device_stats(t->ctx.device, &d->health_cursor, &ds);
+    d->health = st == PL_OK;
+    if (st && st != PL_ERR_UNSUPPORTED)
+        tr_log(t, "device stats: %s\n", pl_error_message());
+    else if (st && t->ctx.verbose)
+        tr_log(t, "device stats: none (%s)\n", pl_error_message());
+    pl_error_clear();
+}
+
+void tr_devhealth_epoch(trainer *t, char *buf, size_t n) {
+    tr_devstats *d = &t->devstats;
+    if (n) buf[0] = 0;
+    if (!d->health) return;
+    pl_device_stats ds;
+    if (pl_backend_device_stats(t->ctx.device, &d->health_cursor, &ds)) {
+        pl_error_clear();
+        return;
+    }
+    if (isfinite(ds.utilization)) {
+        tr_metric_row(t, "device_utilization", ds.utilization);
+        tr_metric_row(t, "device_idle_fraction", 1.0 - ds.utilization);
+        d->util_sum += ds.utilization;
+        d->util_n++;
+    }
+    if (isfinite(ds.memory_used_bytes)) {
+        tr_metric_row(t, "device_memory_used_bytes", ds.memory_used_bytes);
+        if (ds.memory_used_bytes > d->mem_max) d->mem_max = ds.memory_used_bytes;
+    }
+    if (n && isfinite(ds.utilization))
+        snprintf(buf, n, "  device %.0f%% busy, %.1f GiB in use", 100.0 * ds.utilization,
+                 isfinite(ds.memory_used_bytes) ? ds.memory_used_bytes / 1073741824.0 : 0.0);
 }
 
 void tr_devstats_step_begin(trainer *t) {
@@ -100,6 +135,15 @@ static void sum_json(cJSON *o, const char *name, const tr_devstats_sum *s) {
 void tr_devstats_json(const trainer *t, void *obj) {
     cJSON *o = obj;
     const tr_devstats *d = &t->devstats;
+    if (d->util_n > 0) { /* the device's own view, per epoch (tr_devhealth_epoch) */
+        cJSON *h = cJSON_AddObjectToObject(o, "device_health");
+        cJSON_AddNumberToObject(h, "epochs", (double)d->util_n);
+        cJSON_AddNumberToObject(h, "utilization_mean", d->util_sum / (double)d->util_n);
+        cJSON_AddNumberToObject(h, "idle_fraction_mean", 1.0 - d->util_sum / (double)d->util_n);
+        cJSON_AddNumberToObject(h, "memory_used_bytes_max", d->mem_max);
+    } else {
+        cJSON_AddNullToObject(o, "device_health");
+    }
     if (!d->be) {
         cJSON_AddNullToObject(o, "device_stats");
         return;

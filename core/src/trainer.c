@@ -836,8 +836,10 @@ static pl_status fit(trainer *t) {
         t->train_samples += (double)samples;
         t->train_seconds += te;
         double ep_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN;
-        tr_log(t, "epoch %lld: train_loss %.5f  %.1fs  %.0f samples/s  data-wait %.1f%%\n",
-              (long long)t->epoch, ep_loss, te, samples / te, 100.0 * wait / te);
+        char health[96];
+        tr_devhealth_epoch(t, health, sizeof health); /* metrics.csv device_* rows */
+        tr_log(t, "epoch %lld: train_loss %.5f  %.1fs  %.0f samples/s  data-wait %.1f%%%s\n",
+              (long long)t->epoch, ep_loss, te, samples / te, 100.0 * wait / te, health);
         tr_metric_row(t, "epoch_train_loss", ep_loss);
         tr_metric_row(t, "samples_per_s", samples / te);
         tr_metric_row(t, "data_wait_ms", wait * 1e3);

@@ -75,6 +75,12 @@ typedef struct tr_devstats {
     int64_t steps_seen;   /* steps this process has measured (warm-up: the first 2) */
     tr_devstats_sum quiet, logged; /* steps after the first epoch */
     tr_devstats_sum first;         /* the first epoch's steps (warm-up) */
+    /* the device's own view once an epoch (pl_backend_device_stats: NVML on
+     * cuda, the strict stand-in): tr_devhealth_epoch */
+    bool health;                   /* the device answers */
+    uint64_t health_cursor;
+    double util_sum, mem_max;
+    int64_t util_n;
 } tr_devstats;
 
 /* A training step's values kept on the device until the next read
@@ -248,6 +254,14 @@ void tr_devstats_step_end(trainer *t, bool logged);
 void tr_devstats_step_abort(trainer *t);
 /* The fit's closing log line. */
 void tr_devstats_log(trainer *t);
+/* At an epoch's end (Lightning's DeviceStatsMonitor): the device's
+ * utilization over the epoch and its memory in use (pl_backend_device_stats),
+ * as metrics.csv rows device_utilization, device_idle_fraction (1 -
+ * utilization: the share of the epoch the device waited, for the host or
+ * anything else) and device_memory_used_bytes; `buf` gets the epoch line's
+ * part ("  device 83% busy, 12.3 GiB in use"), or "" when the device says
+ * nothing (the CPU; cuda without libnvidia-ml, said once at fit's start). */
+void tr_devhealth_epoch(trainer *t, char *buf, size_t n);
 /* summary.json's "device_stats" object (null when the device counts nothing);
  * `o` is a cJSON object (void * keeps cJSON out of this header). */
 void tr_devstats_json(const trainer *t, void *o);

@@ -85,9 +85,23 @@ for ini in "$src"/configs/*.ini; do
     python3 - "$tmp/runs/$name/latest/summary.json" "$name" "${KNOWN[$name]-0 0: }" <<'PY' || r=$?
 import json, sys
 path, name, known = sys.argv[1:]
-ds = json.load(open(path)).get("device_stats")
+summ = json.load(open(path))
+ds = summ.get("device_stats")
 if not isinstance(ds, dict):
     print(f"FAIL {name}: summary.json has no device_stats: {ds!r}")
+    sys.exit(2)
+# the device's own view once an epoch (DeviceStatsMonitor; the strict stand-in)
+dh = summ.get("device_health")
+if not isinstance(dh, dict) or not dh.get("epochs") or not 0 < dh["utilization_mean"] <= 1 \
+        or dh["memory_used_bytes_max"] <= 0:
+    print(f"FAIL {name}: summary.json device_health {dh!r}: expected epochs >= 1, "
+          "utilization_mean in (0, 1], memory_used_bytes_max > 0")
+    sys.exit(2)
+import csv, os
+rows = [r for r in csv.DictReader(open(os.path.join(os.path.dirname(path), "metrics.csv")))
+        if r["key"] == "device_utilization"]
+if len(rows) != dh["epochs"]:
+    print(f"FAIL {name}: {len(rows)} device_utilization rows in metrics.csv, {dh['epochs']} epochs")
     sys.exit(2)
 n, reads, allocs = ds["steps"], ds["host_reads_max"], ds["allocations_max"]
 kr, ka = (int(x) for x in known.split(":")[0].split())
