@@ -126,11 +126,12 @@ static const char *predict_help =
     "(no run directory, a model without predict support).\n";
 
 static const char *plugins_help =
-    "usage: pipeline plugins [NAME] [--plugin-path DIR]...\n"
+    "usage: pipeline plugins [NAME [--markdown]] [--plugin-path DIR]...\n"
     "\n"
     "Without NAME: a table of every plugin found (name, kind, version, summary, path);\n"
     "plugins that were refused are listed with the reason. With NAME: that plugin's\n"
-    "options (name, type, default, allowed values, description).\n";
+    "options (name, type, default, allowed values, description); --markdown prints\n"
+    "them as the table of its README (tools/plugin_options.py).\n";
 
 static const char *plot_help =
     "usage: pipeline plot RUN_DIR [OUT.svg|OUT.png]\n"
@@ -502,8 +503,61 @@ static void print_options(const pl_plugin_desc *d, const char *path) {
     if (!d->options || !d->options->name) printf("  (no options)\n");
 }
 
+/* One plugin's options as the markdown table its README carries between
+ * tools/plugin_options.py's markers (generated, so the README cannot drift
+ * from the schema the config checker enforces). */
+static void md_cell(const char *s) {
+    for (; s && *s; s++) {
+        if (*s == '|') fputs("\\|", stdout);
+        else if (*s != '\n') putchar(*s);
+        else putchar(' ');
+    }
+}
+
+static void print_options_markdown(const pl_plugin_desc *d) {
+    if (!d->options || !d->options->name) {
+        printf("(no options)\n");
+        return;
+    }
+    printf("| option | type | default | allowed | description |\n|---|---|---|---|---|\n");
+    for (const pl_option_spec *o = d->options; o && o->name; o++) {
+        printf("| `%s` | %s | ", o->name, type_name(o->type));
+        if (!o->default_value) printf("(required)");
+        else if (!*o->default_value) printf("\"\"");
+        else {
+            putchar('`');
+            md_cell(o->default_value);
+            putchar('`');
+        }
+        printf(" | ");
+        if (o->type == PL_OPT_CHOICE && o->choices) {
+            const char *c = o->choices;
+            while (*c) {
+                size_t n = strcspn(c, "|");
+                printf("`%.*s`%s", (int)n, c, c[n] ? ", " : "");
+                c += n + (c[n] ? 1 : 0);
+            }
+        } else if (o->type == PL_OPT_BOOL) {
+            printf("`true`, `false`");
+        } else if (o->type != PL_OPT_STRING && o->min <= o->max) {
+            printf("[%g, %g]", o->min, o->max);
+        }
+        printf(" | ");
+        md_cell(o->doc);
+        printf(" |\n");
+    }
+}
+
 static int cmd_plugins(int argc, char **argv) {
     cli_args a = {0};
+    bool markdown = false;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--markdown")) { /* drop it: parse_args knows no such flag */
+            markdown = true;
+            memmove(&argv[i], &argv[i + 1], (size_t)(argc - i - 1) * sizeof *argv);
+            argc--;
+            i--;
+        }
     int rc = parse_args("plugins", argc, argv, &a, false, false);
     if (!rc && a.help) fputs(plugins_help, stdout);
     if (rc || a.help) {
@@ -517,7 +571,8 @@ static int cmd_plugins(int argc, char **argv) {
             free_args(&a);
             return EXIT_USAGE;
         }
-        print_options(d, pl_registry_path_of(a.reg, d->name));
+        if (markdown) print_options_markdown(d);
+        else print_options(d, pl_registry_path_of(a.reg, d->name));
         free_args(&a);
         return 0;
     }
