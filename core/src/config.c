@@ -1584,6 +1584,33 @@ const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *
     return v ? v : fallback;
 }
 
+pl_status pl_cfg_list(const char *s, const char *what, pl_cfg_list_fn fn, void *ud, int *n) {
+    int k = 0;
+    if (n) *n = 0;
+    for (const char *p = s; p && *p;) {
+        size_t len = strcspn(p, ",");
+        const char *a = p, *e = p + len;
+        while (a < e && (*a == ' ' || *a == '\t')) a++;
+        while (e > a && (e[-1] == ' ' || e[-1] == '\t')) e--;
+        if (e > a) {
+            char item[PL_CFG_LIST_ITEM_MAX];
+            if ((size_t)(e - a) >= sizeof item)
+                return pl_error_set(PL_ERR_CONFIG, "%s: item '%.40s...' has %zu characters; at "
+                                    "most %d", what ? what : "list", a, (size_t)(e - a),
+                                    PL_CFG_LIST_ITEM_MAX - 1);
+            memcpy(item, a, (size_t)(e - a));
+            item[e - a] = 0;
+            pl_status st = fn ? fn(item, k, ud) : PL_OK;
+            if (st) return st;
+            k++;
+            if (n) *n = k;
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    return PL_OK;
+}
+
 bool pl_cfg_is_set(const pl_config_section *s, const char *key) {
     const entry *e = find_entry(s, key);
     return e && e->origin != PL_FROM_DEFAULT && !e->file_default;

@@ -1043,6 +1043,49 @@ START_TEST(edit_distance_reference_values) {
 }
 END_TEST
 
+/* pl_cfg_list: items trimmed, empty ones skipped, in order; fn's error stops
+ * the walk; an over-long item is refused naming the option, never cut. */
+typedef struct list_seen {
+    char items[8][32];
+    int n;
+} list_seen;
+
+static pl_status collect(const char *item, int index, void *ud) {
+    list_seen *s = ud;
+    ck_assert_int_eq(index, s->n);
+    if (!strcmp(item, "stop")) return pl_error_set(PL_ERR_CONFIG, "stop at %d", index);
+    snprintf(s->items[s->n++], sizeof s->items[0], "%s", item);
+    return PL_OK;
+}
+
+START_TEST(cfg_list_splits_trims_and_refuses_long_items) {
+    list_seen s = {.n = 0};
+    int n = -1;
+    PL_CK_OK(pl_cfg_list(" a, b ,,\tc d ,", "[x] k", collect, &s, &n));
+    ck_assert_int_eq(n, 3);
+    ck_assert_str_eq(s.items[0], "a");
+    ck_assert_str_eq(s.items[1], "b");
+    ck_assert_str_eq(s.items[2], "c d");
+    s.n = 0;
+    PL_CK_OK(pl_cfg_list("", "[x] k", collect, &s, &n));
+    ck_assert_int_eq(n, 0);
+    PL_CK_OK(pl_cfg_list(NULL, "[x] k", collect, &s, &n));
+    ck_assert_int_eq(n, 0);
+    s.n = 0;
+    ck_assert_int_eq(pl_cfg_list("a,stop,b", "[x] k", collect, &s, &n), PL_ERR_CONFIG);
+    ck_assert_int_eq(s.n, 1);
+    ck_assert_int_eq(n, 1);
+    char longer[PL_CFG_LIST_ITEM_MAX + 8];
+    memset(longer, 'z', sizeof longer - 1);
+    longer[sizeof longer - 1] = 0;
+    s.n = 0;
+    ck_assert_int_eq(pl_cfg_list(longer, "[data] datasets", collect, &s, NULL), PL_ERR_CONFIG);
+    ck_assert_int_eq(s.n, 0);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "[data] datasets"));
+    pl_error_clear();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("config");
     TCase *t = tcase_create("config");
@@ -1081,6 +1124,7 @@ int main(void) {
     tcase_add_test(t, written_ini_keeps_values_that_look_like_comments);
     tcase_add_test(t, printed_table_shows_every_key_with_origin);
     tcase_add_test(t, edit_distance_reference_values);
+    tcase_add_test(t, cfg_list_splits_trims_and_refuses_long_items);
     suite_add_tcase(s, t);
     return pl_test_run(s);
 }

@@ -36,6 +36,19 @@ int64_t pl_cfg_int(const pl_config_section *s, const char *key, int64_t fallback
 double pl_cfg_float(const pl_config_section *s, const char *key, double fallback);
 bool pl_cfg_bool(const pl_config_section *s, const char *key, bool fallback);
 const char *pl_cfg_str(const pl_config_section *s, const char *key, const char *fallback);
+/* The items of a comma-separated list option (ABI 2.7): `s` split at commas,
+ * each item with the spaces and tabs around it trimmed, empty items skipped
+ * ("a, b,,c " -> "a", "b", "c"). fn(item, index, ud) is called for each in
+ * order with a NUL-terminated copy (index counts the items passed, from 0);
+ * the first status other than PL_OK from fn stops the walk and is returned.
+ * An item longer than PL_CFG_LIST_ITEM_MAX - 1 bytes is PL_ERR_CONFIG naming
+ * `what` (the option, e.g. "[model] lora_targets"), the item's start and the
+ * limit: nothing is silently truncated. *n (when n is non-NULL) gets the
+ * number of items passed. NULL s: no items. The one tokenizer of the
+ * product's comma lists (datasets, lora_targets, timeframe_fields, ...). */
+#define PL_CFG_LIST_ITEM_MAX 512
+typedef pl_status (*pl_cfg_list_fn)(const char *item, int index, void *ud);
+pl_status pl_cfg_list(const char *s, const char *what, pl_cfg_list_fn fn, void *ud, int *n);
 /* True if the user set the key (file or command line), false for defaults. */
 bool pl_cfg_is_set(const pl_config_section *s, const char *key);
 /* "file.ini:12", "command line" or "default" for a key. Static or owned. */

@@ -25,37 +25,49 @@
 
 /* ---- which datasets a split reads --------------------------------------- */
 
+typedef struct field_ctx {
+    const char *key, *spec;
+    split_data *s;
+} field_ctx;
+
+static pl_status add_field_spec(const char *tok, int index, void *ud) {
+    (void)index;
+    field_ctx *c = ud;
+    split_data *s = c->s;
+    if (s->nf >= MAXF - MAX_EXTRA)
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: more than %d datasets", c->key,
+                            MAXF - MAX_EXTRA);
+    field *f = &s->f[s->nf++];
+    const char *eq = strchr(tok, '=');
+    const char *name = tok, *dset = eq ? eq + 1 : tok;
+    size_t nlen = eq ? (size_t)(eq - tok) : strlen(tok);
+    if (!eq) { /* the dataset's last path component */
+        const char *base = strrchr(tok, '/');
+        name = base ? base + 1 : tok;
+        nlen = strlen(name);
+    }
+    while (nlen && name[nlen - 1] == ' ') nlen--;
+    while (*dset == ' ') dset++;
+    if (nlen >= sizeof f->name || strlen(dset) >= sizeof f->dset)
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: field or dataset name too long in '%s' "
+                            "(at most %zu / %zu characters)", c->key, tok, sizeof f->name - 1,
+                            sizeof f->dset - 1);
+    snprintf(f->name, sizeof f->name, "%.*s", (int)nlen, name);
+    snprintf(f->dset, sizeof f->dset, "%s", dset);
+    if (!f->name[0] || !f->dset[0])
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: empty field or dataset in '%s'",
+                            c->key, c->spec);
+    return PL_OK;
+}
+
 /* Parse "a=b,c" into field names / dataset names. */
 static pl_status parse_fields(const char *key, const char *spec, split_data *s) {
-    char buf[2048];
-    snprintf(buf, sizeof buf, "%s", spec);
     s->nf = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        char *e = tok + strlen(tok);
-        while (e > tok && e[-1] == ' ')
-            *--e = 0;
-        if (!*tok) continue;
-        if (s->nf >= MAXF - MAX_EXTRA)
-            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: more than %d datasets", key,
-                                MAXF - MAX_EXTRA);
-        field *f = &s->f[s->nf++];
-        char *eq = strchr(tok, '=');
-        if (eq) {
-            *eq = 0;
-            snprintf(f->name, sizeof f->name, "%s", tok);
-            snprintf(f->dset, sizeof f->dset, "%s", eq + 1);
-        } else {
-            const char *base = strrchr(tok, '/');
-            snprintf(f->name, sizeof f->name, "%s", base ? base + 1 : tok);
-            snprintf(f->dset, sizeof f->dset, "%s", tok);
-        }
-        if (!f->name[0] || !f->dset[0])
-            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: empty field or dataset in '%s'",
-                                key, spec);
-    }
+    field_ctx c = {key, spec, s};
+    char what[128];
+    snprintf(what, sizeof what, "hdf5_chunk: %s", key);
+    pl_status st = pl_cfg_list(spec, what, add_field_spec, &c, NULL);
+    if (st) return st;
     if (s->nf == 0)
         return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s is empty; list the datasets to load",
                             key);

@@ -207,33 +207,45 @@ static void format_day(int64_t day, char *out, size_t n) {
         snprintf(out, n, "day %lld", (long long)day);
 }
 
+typedef struct column_ctx {
+    loader *L;
+    const char *key;
+    char (*names)[64];
+    int nnames;
+    int64_t F;
+    int *idx, *n;
+} column_ctx;
+
+static pl_status add_column(const char *tok, int index, void *ud) {
+    (void)index;
+    column_ctx *x = ud;
+    int c = -1;
+    for (int i = 0; i < x->nnames; i++)
+        if (!strcmp(x->names[i], tok)) c = i;
+    if (c < 0) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end == 0 && v >= 0 && v < x->F) c = (int)v;
+    }
+    if (c < 0)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "hdf5_chunk: %s: column '%s' is neither a name in %s "
+                            "nor an index 0..%lld",
+                            x->key, tok, x->L->path, (long long)x->F - 1);
+    if (*x->n >= 1024) return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: too many columns", x->key);
+    x->idx[(*x->n)++] = c;
+    return PL_OK;
+}
+
 /* "ridership,3" -> column indices. */
 static pl_status parse_columns(loader *L, const char *key, const char *spec, char names[][64],
                                int nnames, int64_t F, int *idx, int *n) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", spec);
     *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        if (!*tok) continue;
-        int c = -1;
-        for (int i = 0; i < nnames; i++)
-            if (!strcmp(names[i], tok)) c = i;
-        if (c < 0) {
-            char *end;
-            long v = strtol(tok, &end, 10);
-            if (*end == 0 && v >= 0 && v < F) c = (int)v;
-        }
-        if (c < 0)
-            return pl_error_set(PL_ERR_CONFIG,
-                                "hdf5_chunk: %s: column '%s' is neither a name in %s "
-                                "nor an index 0..%lld",
-                                key, tok, L->path, (long long)F - 1);
-        if (*n >= 1024) return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: too many columns", key);
-        idx[(*n)++] = c;
-    }
+    column_ctx x = {L, key, names, nnames, F, idx, n};
+    char what[128];
+    snprintf(what, sizeof what, "hdf5_chunk: %s", key);
+    pl_status st = pl_cfg_list(spec, what, add_column, &x, NULL);
+    if (st) return st;
     if (*n == 0) return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s is empty", key);
     return PL_OK;
 }
@@ -509,31 +521,45 @@ void h5c_timeframe_field(const h5c_timeframes *tf, int i, char *out, size_t n) {
 
 typedef enum { AGG_LAST, AGG_FIRST, AGG_MAX, AGG_MIN, AGG_SUM, AGG_MEAN } agg_rule;
 
+typedef struct agg_ctx {
+    const char *spec;
+    char (*names)[64];
+    int nnames;
+    const int *fcols;
+    int nfc;
+    agg_rule *rule;
+} agg_ctx;
+
+static pl_status add_agg(const char *tok, int index, void *ud) {
+    (void)index;
+    static const char *const rn[] = {"last", "first", "max", "min", "sum", "mean"};
+    agg_ctx *x = ud;
+    const char *eq = strchr(tok, '=');
+    int r = -1;
+    const char *rule = eq ? eq + 1 : "";
+    while (*rule == ' ') rule++;
+    for (int j = 0; eq && j < 6; j++)
+        if (!strcmp(rule, rn[j])) r = j;
+    if (!eq || r < 0)
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: timeframe_agg = '%s': '%s' is not "
+                            "COLUMN=first|last|max|min|sum|mean", x->spec, tok);
+    size_t nlen = (size_t)(eq - tok);
+    while (nlen && tok[nlen - 1] == ' ') nlen--;
+    for (int i = 0; i < x->nfc; i++)
+        if (x->fcols[i] < x->nnames && strlen(x->names[x->fcols[i]]) == nlen &&
+            !strncmp(x->names[x->fcols[i]], tok, nlen))
+            x->rule[i] = (agg_rule)r;
+    return PL_OK;
+}
+
 /* timeframe_agg "open=first,high=max" -> the rule of each feature column
  * (columns not named: last; names that are no feature column: ignored). */
 static pl_status parse_agg(const char *spec, char names[][64], int nnames, const int *fcols,
                            int nfc, agg_rule *rule) {
-    static const char *const rn[] = {"last", "first", "max", "min", "sum", "mean"};
     for (int i = 0; i < nfc; i++)
         rule[i] = AGG_LAST;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        char *eq = strchr(tok, '=');
-        int r = -1;
-        for (int j = 0; eq && j < 6; j++)
-            if (!strcmp(eq + 1, rn[j])) r = j;
-        if (!eq || r < 0)
-            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: timeframe_agg = '%s': '%s' is not "
-                                "COLUMN=first|last|max|min|sum|mean", spec, tok);
-        *eq = 0;
-        for (int i = 0; i < nfc; i++)
-            if (fcols[i] < nnames && !strcmp(names[fcols[i]], tok)) rule[i] = (agg_rule)r;
-    }
-    return PL_OK;
+    agg_ctx x = {spec, names, nnames, fcols, nfc, rule};
+    return pl_cfg_list(spec, "hdf5_chunk: timeframe_agg", add_agg, &x, NULL);
 }
 
 /* Timeframe of k bars: out[r, i] = the aggregate of raw rows r-k+1 .. r of

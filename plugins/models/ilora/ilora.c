@@ -143,25 +143,28 @@ static void opt_str(const pl_config_section *c, const char *k, char *dst, size_t
     snprintf(dst, n, "%s", pl_cfg_str(c, k, spec_default(k)));
 }
 
+static pl_status add_target(const char *tok, int index, void *ud) {
+    (void)index;
+    unsigned *m = ud;
+    if (!strcmp(tok, "all")) {
+        *m = ALL_TARGETS;
+        return PL_OK;
+    }
+    int found = -1;
+    for (int i = 0; i < ILORA_NPROJ; i++)
+        if (!strcmp(tok, proj_short[i]) || !strcmp(tok, ilora_proj_names[i])) found = i;
+    if (found < 0)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "[model] lora_targets: unknown projection '%s' (expected a comma "
+                            "list of q,k,v,o,gate,up,down or all)", tok);
+    *m |= 1u << found;
+    return PL_OK;
+}
+
 static pl_status parse_targets(const char *s, unsigned *out) {
     unsigned m = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
-        if (!strcmp(tok, "all")) {
-            m = ALL_TARGETS;
-            continue;
-        }
-        int found = -1;
-        for (int i = 0; i < ILORA_NPROJ; i++)
-            if (!strcmp(tok, proj_short[i]) || !strcmp(tok, ilora_proj_names[i])) found = i;
-        if (found < 0)
-            return pl_error_set(PL_ERR_CONFIG,
-                                "[model] lora_targets: unknown projection '%s' (expected a comma "
-                                "list of q,k,v,o,gate,up,down or all)", tok);
-        m |= 1u << found;
-    }
+    pl_status st = pl_cfg_list(s, "[model] lora_targets", add_target, &m, NULL);
+    if (st) return st;
     if (!m)
         return pl_error_set(PL_ERR_CONFIG, "[model] lora_targets '%s' names no projection", s);
     *out = m;

@@ -48,23 +48,19 @@ pl_status lstm_mf_validate(const lstm_opts *o) {
     return PL_OK;
 }
 
+static pl_status add_tf_field(const char *tok, int index, void *ud) {
+    (void)index;
+    lstm_opts *o = ud;
+    if (o->n_tf >= LSTM_MAX_TF || strlen(tok) >= sizeof o->tf_field[0])
+        return pl_error_set(PL_ERR_CONFIG, "lstm: timeframe_fields: at most %d fields of at most "
+                            "%zu characters ('%s')", LSTM_MAX_TF, sizeof o->tf_field[0] - 1, tok);
+    snprintf(o->tf_field[o->n_tf++], sizeof o->tf_field[0], "%s", tok);
+    return PL_OK;
+}
+
 pl_status lstm_mf_parse_fields(const char *spec, lstm_opts *o) {
     o->n_tf = 0;
-    char buf[LSTM_MAX_TF * 48 + 64];
-    if (strlen(spec) >= sizeof buf)
-        return pl_error_set(PL_ERR_CONFIG, "lstm: timeframe_fields = '%s': too long", spec);
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        while (*tok == ' ')
-            tok++;
-        if (!*tok) continue;
-        if (o->n_tf >= LSTM_MAX_TF || strlen(tok) >= sizeof o->tf_field[0])
-            return pl_error_set(PL_ERR_CONFIG, "lstm: timeframe_fields = '%s': at most %d fields "
-                                "of at most 47 characters", spec, LSTM_MAX_TF);
-        snprintf(o->tf_field[o->n_tf++], sizeof o->tf_field[0], "%s", tok);
-    }
-    return PL_OK;
+    return pl_cfg_list(spec, "lstm: timeframe_fields", add_tf_field, o, NULL);
 }
 
 pl_status lstm_mf_add_params(lstm_model *m) {
