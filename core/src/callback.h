@@ -6,14 +6,15 @@
  *
  *   cb_nan.c        the NaN policy (on_nan, max_consecutive_nan_skips)
  *   cb_averager.c   the [averager] stage's updates (swa): after each step, at each epoch's end
- *   cb_ema.c        an exponential moving average of the weights ([trainer] ema_decay),
- *                   validated on the averaged weights when asked (Lightning's
- *                   EMAWeightAveraging)
  *   cb_logging.c    the progress line, metrics.csv rows, the epoch and validation lines;
  *                   the only callback that reads a step's values back (at log_every_n_steps)
  *   cb_monitor.c    the monitored metrics: plateau schedulers, the best so far, early
  *                   stopping (Lightning's EarlyStopping, or the GAT rule)
  *   cb_checkpoint.c best, last, epoch-N and step-N checkpoints (Lightning's ModelCheckpoint)
+ *   cb_ema.c        an exponential moving average of the weights ([trainer] ema_decay),
+ *                   validated on the averaged weights when asked (Lightning's
+ *                   EMAWeightAveraging); after cb_checkpoint, so that a best checkpoint
+ *                   written at a validation holds the weights validated
  *   cb_signal.c     SIGINT / SIGTERM: finish the step, save last, stop
  *
  * Callbacks run in that order (tr_callbacks_create), then the extra ones of

@@ -18,12 +18,12 @@ typedef pl_status (*cb_ctor)(trainer *t, tr_callback **out);
 
 pl_status tr_callbacks_create(trainer *t) {
     /* the order is the call order (callback.h): the NaN policy decides a loss
-     * before anything logs it; the averagers update before the step is logged
-     * and swap the averaged weights back before the checkpoints are written;
-     * the monitor decides best and stop before the checkpoint callback saves */
-    static const cb_ctor builtin[] = {tr_cb_nan_create,     tr_cb_averager_create,
-                                      tr_cb_ema_create,     tr_cb_logging_create,
-                                      tr_cb_monitor_create, tr_cb_checkpoint_create,
+     * before anything logs it; the monitor decides best and stop before the
+     * checkpoint callback saves; the EMA swaps the averaged weights back after
+     * the best checkpoint was written with them */
+    static const cb_ctor builtin[] = {tr_cb_nan_create,        tr_cb_averager_create,
+                                      tr_cb_logging_create,    tr_cb_monitor_create,
+                                      tr_cb_checkpoint_create, tr_cb_ema_create,
                                       tr_cb_signal_create};
     tr_callbacks_destroy(t);
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
