@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "callback.h"
 #include "trainer_internal.h"
 
 /* ---- checkpoints --------------------------------------------------------------- */
@@ -99,6 +100,14 @@ static pl_status visit_all_state(trainer *t, ckpt_io *io) {
     for (int k = 0; k < t->n_sched && !st; k++) st = visit_stage(&t->sched[k], io);
     if (!st) st = visit_stage(&t->avg, io);
     if (!st) st = visit_stage(&t->prec, io);
+    /* callbacks with state (callback.h), under their names */
+    for (int i = 0; i < t->n_cbs && !st; i++) {
+        tr_callback *c = t->cbs[i];
+        if (!TR_CB_HAS(c, state)) continue;
+        io->prefix = c->name;
+        pl_state_visitor v = {io, ck_tensor, ck_scalar, .loading = io->f != NULL};
+        st = c->state(c->self, &v);
+    }
     return st;
 }
 

@@ -74,6 +74,13 @@ static const pl_option_spec trainer_schema[] = {
      "export model outputs to outputs/ after fitting"},
     {"init_from", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "safetensors file (or @OTHER.ini:best|last) to load weights from before training"},
+    {"ema_decay", PL_OPT_FLOAT, "0", 0, 0.999999999, NULL,
+     "exponential moving average of the trainable weights after each optimizer step: "
+     "ema = decay*ema + (1-decay)*w (0: off; Lightning's EMAWeightAveraging)"},
+    {"ema_start_step", PL_OPT_INT, "0", 0, 1e15, NULL,
+     "ema_decay: first optimizer step (0-based) folded into the average; earlier ones are not"},
+    {"ema_validate", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "ema_decay: validate (and keep as best) the averaged weights instead of the live ones"},
     PL_OPTIONS_END};
 
 /* Where and how to run, not what to train: overrides of these reach the runs

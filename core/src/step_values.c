@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "callback.h"
 #include "trainer_internal.h"
 
 #define SV_MAX_SLOTS 4096
@@ -180,27 +181,12 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     return PL_OK;
 }
 
-pl_status tr_nan_policy(trainer *t, double lv, int64_t epoch, int64_t step, int64_t batch) {
-    t->nan_skips++;
-    if (!t->on_nan_skip)
-        return pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld step %lld "
-                            "batch %lld (last finite loss %.6g); set [trainer] on_nan = skip to "
-                            "skip such steps", lv, (long long)epoch, (long long)step,
-                            (long long)batch, t->last_finite_loss);
-    if (t->max_nan_skips > 0 && t->nan_skips > t->max_nan_skips) {
-        pl_hint_set("look for NaN/Inf rows in the training data and at the last finite training "
-                    "loss in log.txt (a diverging run: lower lr, gradient_clip_val); [trainer] "
-                    "max_consecutive_nan_skips = 0 skips without limit");
-        return pl_error_set(PL_ERR_NUMERIC, "non-finite training loss %g at epoch %lld step %lld "
-                            "batch %lld, %lld in a row: on_nan = skip allows at most %lld "
-                            "consecutive skipped steps (max_consecutive_nan_skips; last finite "
-                            "loss %.6g)", lv, (long long)epoch, (long long)step, (long long)batch,
-                            (long long)t->nan_skips, (long long)t->max_nan_skips,
-                            t->last_finite_loss);
-    }
-    tr_log(t, "warning: non-finite loss at step %lld batch %lld: step skipped\n", (long long)step,
-           (long long)batch);
-    return PL_OK;
+void tr_sv_last(trainer *t, pl_tensor **loss, pl_tensor **gnorm) {
+    tr_step_values *v = &t->sv;
+    *loss = *gnorm = NULL;
+    if (!t->dev_loop || v->n == 0) return;
+    *loss = slot(t, 2 * (v->n - 1));
+    if (v->rec[v->n - 1].step_end) *gnorm = slot(t, 2 * (v->n - 1) + 1);
 }
 
 pl_status tr_sv_flush(trainer *t) {
@@ -222,13 +208,12 @@ pl_status tr_sv_flush(trainer *t) {
     for (int64_t i = 0; i < n && !st; i++) {
         const tr_sv_record *r = &v->rec[i];
         double lv = v->host[2 * i];
+        /* the NaN policy (cb_nan.c) and any other on_loss_read callback */
+        st = tr_loss_read(t, lv, r->epoch, r->step - skipped, r->batch);
         if (!isfinite(lv)) {
-            st = tr_nan_policy(t, lv, r->epoch, r->step - skipped, r->batch);
             v->step_bad = true;
             bad_micro++;
         } else {
-            t->last_finite_loss = lv;
-            t->nan_skips = 0;
             t->ep_loss_sum += lv;
             t->ep_loss_n++;
         }

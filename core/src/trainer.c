@@ -57,6 +57,7 @@
 #include "backend_loader.h"
 #include "crash.h"
 #include "pipeline/nf4.h"
+#include "callback.h"
 #include "trainer_internal.h"
 
 /* ---- small utilities ------------------------------------------------------- */
@@ -324,7 +325,7 @@ static pl_status eval_batch(trainer *t, const pl_batch *b, pl_data_split split, 
     return MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
 }
 
-static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
+pl_status tr_evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
     pl_metrics_reset(m);
     /* DDP striding: this rank's batches r, r + N, ... (the limit counts them) */
     int64_t nl = LOADER(t)->num_batches(t->loader.self, split);
@@ -358,24 +359,11 @@ void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const
     tr_log(t, "%s\n", line);
 }
 
-/* Metric k of the monitor list in the validation metrics (NaN, *found false,
- * when the model reports none of that name). */
-static double monitored(trainer *t, const pl_metrics *val, int k, bool *found) {
-    const char *mon = t->monitors[k];
-    *found = false;
-    if (strncmp(mon, "val_", 4) != 0) return NAN;
-    double v = pl_metrics_get(val, mon + 4);
-    *found = !isnan(v);
-    return v;
-}
-
-static bool at_least(bool max, double v, double ref) { return max ? v >= ref : v <= ref; }
-
 static pl_status parse_monitors(const pl_config_section *tr, char names[][64], bool *maxes, int *n);
 
 /* A run never reports non-finite metrics as a success: the first one fails
  * the run, naming the split and the metric. */
-static pl_status check_finite(const char *split, const pl_metrics *m) {
+pl_status tr_check_finite(const char *split, const pl_metrics *m) {
     for (int i = 0; i < m->n; i++) {
         if (m->count[i] <= 0) continue;
         double v = pl_metrics_value_at(m, i);
@@ -388,81 +376,14 @@ static pl_status check_finite(const char *split, const pl_metrics *m) {
     return PL_OK;
 }
 
-bool tr_monitor_step(trainer *t, const double *v) {
-    bool improved, better_best;
-    if (t->n_monitor == 1) {
-        /* Lightning: patience resets on an improvement by more than min_delta; the
-         * best checkpoint follows any strict improvement */
-        bool mx = t->mode_maxes[0];
-        better_best = !t->have_best || (mx ? v[0] > t->bests[0] : v[0] < t->bests[0]);
-        /* EarlyStopping keeps its own best, moved only by an improvement that counts */
-        improved = !t->have_best ||
-                   (mx ? v[0] > t->es_best + t->min_delta : v[0] < t->es_best - t->min_delta);
-        if (improved) t->es_best = v[0];
-    } else {
-        /* The GAT rule (Velickovic et al. 2018, reference execute_cora.py): patience
-         * resets while any monitored metric reaches its best so far (ties count, by
-         * min_delta beyond it when set); the best checkpoint is kept where all of them
-         * are at their best together; each best is tracked on its own */
-        improved = !t->have_best;
-        better_best = true;
-        for (int k = 0; k < t->n_monitor; k++) {
-            bool mx = t->mode_maxes[k];
-            double ref = !t->have_best ? v[k] : mx ? t->bests[k] + t->min_delta
-                                                    : t->bests[k] - t->min_delta;
-            improved |= at_least(mx, v[k], ref);
-            better_best &= !t->have_best || at_least(mx, v[k], t->bests[k]);
-        }
-    }
-    if (improved)
-        t->bad_vals = 0;
-    else
-        t->bad_vals++;
-    for (int k = 0; k < t->n_monitor; k++)
-        if (!t->have_best || (t->n_monitor > 1 ? at_least(t->mode_maxes[k], v[k], t->bests[k])
-                                               : better_best))
-            t->bests[k] = v[k];
-    t->best = t->bests[0];
-    t->have_best = true;
-    return better_best;
-}
-
-static pl_status validate(trainer *t, bool *stop) {
+/* A validation: evaluate (finite metrics only), then the callbacks decide
+ * (logging, monitor, best checkpoint, early stopping: t->should_stop). */
+static pl_status validate(trainer *t) {
     double t0 = tr_now();
-    pl_status st = evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
-    if (!st) st = check_finite("validation", &t->last_val);
-    if (st) return st;
-    char heading[128];
-    snprintf(heading, sizeof heading, "epoch %lld step %lld validation (%.1fs):",
-             (long long)t->epoch, (long long)t->step, tr_now() - t0);
-    tr_print_metrics(t, heading, "val", &t->last_val);
-    double v[PL_MONITOR_MAX];
-    for (int k = 0; k < t->n_monitor; k++) {
-        bool found;
-        v[k] = monitored(t, &t->last_val, k, &found);
-        if (!found) return PL_OK;
-    }
-    for (int k = 0; k < t->n_sched; k++)
-        if (SCHED(&t->sched[k])->on_validation)
-            SCHED(&t->sched[k])->on_validation(t->sched[k].self, v[0]);
-    bool better_best = tr_monitor_step(t, v);
-    if (better_best) {
-        t->have_best = true;
-        if (t->save_best) {
-            snprintf(t->best_path, sizeof t->best_path, "%s/checkpoints/best.safetensors",
-                     t->run_dir);
-            /* at an epoch end, best records the next epoch to run, as last
-             * does: a resume from it must not train the finished epoch again */
-            if (t->epoch_done) t->epoch++;
-            st = tr_save_checkpoint(t, t->best_path);
-            if (t->epoch_done) t->epoch--;
-        }
-    }
-    if (t->early_stop && t->bad_vals >= t->patience) {
-        tr_log(t, "early stopping: %s did not improve for %lld validations (best %.5f)\n",
-              t->monitor, (long long)t->bad_vals, t->best);
-        *stop = true;
-    }
+    pl_status st = TR_CB_DISPATCH(t, on_validation_start);
+    if (!st) st = tr_evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
+    if (!st) st = tr_check_finite("validation", &t->last_val);
+    if (!st) st = TR_CB_DISPATCH(t, on_validation_end, &t->last_val, tr_now() - t0);
     return st;
 }
 
@@ -489,7 +410,7 @@ static void count_parameter_bytes(trainer *t) {
  * epochs of nb batches, fewer when max_steps ends it first (an optimizer step
  * every `accum` batches and at each epoch's end); -1 when neither bounds it.
  * Early stopping may end the run sooner. */
-static int64_t planned_batches(const trainer *t, int64_t nb) {
+int64_t tr_planned_batches(const trainer *t, int64_t nb) {
     int64_t total = t->max_epochs < INT64_MAX / 4 ? t->max_epochs * nb : -1;
     if (t->max_steps >= 0) {
         int64_t spe = (nb + t->accum - 1) / t->accum;
@@ -500,58 +421,6 @@ static int64_t planned_batches(const trainer *t, int64_t nb) {
     return total;
 }
 
-/* "M:SS" or "H:MM:SS" (as tqdm), "?" when unknown */
-static const char *format_duration(char *buf, size_t n, double s) {
-    if (!(s >= 0) || s > 1e9) {
-        snprintf(buf, n, "?");
-        return buf;
-    }
-    long long x = (long long)(s + 0.5);
-    if (x >= 3600)
-        snprintf(buf, n, "%lld:%02lld:%02lld", x / 3600, x / 60 % 60, x % 60);
-    else
-        snprintf(buf, n, "%lld:%02lld", x / 60, x % 60);
-    return buf;
-}
-
-/* The progress line after batch b of nb (b0: the batch this process started
- * the epoch at, > 0 after a mid-epoch resume). Epochs are 0-based indices,
- * as everywhere (Lightning's convention): "epoch 3/9" is the fourth of ten,
- * 9 the index of the last epoch planned; "batch 5/20" counts the epoch's
- * batches done. On a terminal it is one line refreshed in place; otherwise a
- * line every log_every_n_steps optimizer steps and at the epoch's end. */
-static void progress(trainer *t, int64_t b0, int64_t b, int64_t nb, double t_epoch0, double loss,
-                     double lr) {
-    bool show = t->tty || (t->step % t->log_every) == 0 || b + 1 == nb;
-    if (!show) return;
-    double now = tr_now(), el = now - t_epoch0;
-    double ips = el > 0 ? (double)(b + 1 - b0) / el : 0;
-    double eta = ips > 0 ? (double)(nb - b - 1) / ips : -1;
-    /* whole run: batches left at this process's rate, validations included */
-    int64_t total = planned_batches(t, nb), at = t->epoch * nb + b + 1;
-    double run_el = now - t->fit_t0;
-    double run_rate = run_el > 0 ? (double)(at - t->fit_batch0) / run_el : 0;
-    double run_eta = total >= 0 && run_rate > 0 ? (double)(total > at ? total - at : 0) / run_rate
-                                                : -1;
-    char ep[48], e1[32], e2[32], line[256];
-    if (total >= 0)
-        snprintf(ep, sizeof ep, "epoch %lld/%lld", (long long)t->epoch,
-                 (long long)((total - 1) / nb));
-    else
-        snprintf(ep, sizeof ep, "epoch %lld", (long long)t->epoch);
-    snprintf(line, sizeof line, "%s  batch %lld/%lld  %.2f it/s  eta epoch %s run %s  loss %.4f  lr %.3g",
-             ep, (long long)b + 1, (long long)nb, ips, format_duration(e1, sizeof e1, eta),
-             format_duration(e2, sizeof e2, run_eta), loss, lr);
-    if (t->tty) {
-        fputs("\r\033[K", stdout);
-        fputs(line, stdout);
-        fflush(stdout);
-        t->progress_shown = true;
-    } else {
-        tr_log(t, "%s\n", line);
-    }
-}
-
 /* A mid-epoch validation served val batches through the loader: start the
  * train epoch again at batch t->batch (the order is a function of
  * (seed, epoch), so this continues where training was). */
@@ -560,101 +429,32 @@ static pl_status continue_train_epoch(trainer *t) {
     return LOADER(t)->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, t->batch * t->stride);
 }
 
-/* checkpoint_every_n_train_steps: last (when save_last) and step-NNNNNN. */
-static pl_status save_step_checkpoint(trainer *t) {
-    pl_status st = PL_OK;
-    if (t->save_last) st = tr_save_checkpoint(t, t->last_path);
-    if (!st) {
-        char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/checkpoints/step-%06lld.safetensors", t->run_dir,
-                 (long long)t->step);
-        st = tr_save_checkpoint(t, p);
-    }
-    return st;
-}
-
-/* ---- SIGINT / SIGTERM (Lightning's graceful interrupt) -------------------------------------
- * The first signal is noted; the training loop finishes the optimizer step in
- * progress, writes `last` (mid-epoch: --resume last continues at the next
- * batch) and summary.json with status "interrupted", skips test and export,
- * and the process exits 128 + the signal (130, 143). A second signal aborts
- * at once (the default action). */
-static volatile sig_atomic_t g_signal;
-/* set once an interrupted run has written its summary: there is nothing left
- * to abort, so a later signal is ignored while the process exits 128 + sig
- * (a second signal that landed after the save used to kill it, reporting an
- * abort of a run that had saved everything) */
-static volatile sig_atomic_t g_saved;
-static struct sigaction g_prev_int, g_prev_term;
-
-static void on_signal(int sig) {
-    if (g_signal) {
-        if (g_saved) return;
-        /* second signal: give up at once */
-        sigaction(SIGINT, &g_prev_int, NULL);
-        sigaction(SIGTERM, &g_prev_term, NULL);
-        signal(sig, SIG_DFL);
-        raise(sig);
-        return;
-    }
-    g_signal = sig;
-    static const char msg[] = "\ninterrupted: finishing this step, then saving the last "
-                              "checkpoint and summary (again to abort now)\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-}
-
-static void signals_install(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    g_signal = 0;
-    g_saved = 0;
-    sigaction(SIGINT, &sa, &g_prev_int);
-    sigaction(SIGTERM, &sa, &g_prev_term);
-}
-
-/* An interrupted run that saved keeps the handler (which now ignores
- * signals) until the process exits; any other run restores the previous
- * handlers. */
-static void signals_restore(void) {
-    if (g_saved) return;
-    sigaction(SIGINT, &g_prev_int, NULL);
-    sigaction(SIGTERM, &g_prev_term, NULL);
-}
-
 /* A micro-batch's loss decided on the host, as data parallel needs it (the
  * ranks agree on the global batch's loss before backward; one process keeps
- * it on the device instead, step_values.c): read back, the on_nan policy,
- * backward scaled by this rank's share. Ends the batch's frame. Returns 1 to
- * go on to the step, 0 when on_nan = skip dropped the step's micro-batches,
- * -1 on an error (*st). */
+ * it on the device instead, step_values.c): read back, the on_nan policy
+ * (on_loss_read), backward scaled by this rank's share. Ends the batch's
+ * frame. Returns 1 to go on to the step, 0 when on_nan = skip dropped the
+ * step's micro-batches, -1 on an error (*st). */
 static int host_micro_batch(trainer *t, pl_tensor *loss, pl_status *st, double *lv,
-                            pl_metrics *m, int64_t size, int64_t b, int64_t *pending,
-                            int *peer_signal) {
+                            pl_metrics *m, int64_t size, int64_t b, int64_t *pending) {
     *lv = *st ? NAN : pl_tensor_item(loss);
     /* DDP: the loss of the global batch (every rank decides on the same value),
      * this rank's share of it, which scales its backward, and whether any rank
      * has seen a signal (all stop at the same step boundary) */
     double share = 1.0;
-    if (!*st) *st = tr_dist_loss(t, lv, m, size, &share, (int)g_signal, peer_signal);
-    if (!*st && !isfinite(*lv)) {
-        *st = tr_nan_policy(t, *lv, t->epoch, t->step, b);
-        if (!*st) { /* skipped: the step's micro-batches so far go too */
-            pl_tape_clear();
-            zero_grads(t);
-            tr_devstats_step_abort(t);
-            *pending = 0;
-            t->batch = b + 1;
-            t->accum_pending = 0;
-        }
+    if (!*st) *st = tr_dist_loss(t, lv, m, size, &share, tr_signal_pending(), &t->peer_signal);
+    if (!*st) *st = tr_loss_read(t, *lv, t->epoch, t->step, b);
+    if (!*st && !isfinite(*lv)) { /* skipped: the step's micro-batches so far go too */
+        pl_tape_clear();
+        zero_grads(t);
+        tr_devstats_step_abort(t);
+        *pending = 0;
+        t->batch = b + 1;
+        t->accum_pending = 0;
         pl_frame_end();
-        return *st ? -1 : 0;
+        return 0;
     }
     if (!*st) {
-        t->last_finite_loss = *lv;
-        t->nan_skips = 0;
         double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
         *st = pl_backward(loss, scale * share / (double)t->accum);
     }
@@ -666,206 +466,184 @@ static int host_micro_batch(trainer *t, pl_tensor *loss, pl_status *st, double *
     return 1;
 }
 
-static pl_status fit(trainer *t) {
-    const pl_loader_vtable *L = LOADER(t);
-    /* DDP striding: each rank takes every stride-th batch; a remainder that not every
-     * rank can have is dropped (all ranks must take the same number of steps) */
-    int64_t nb_full = L->num_batches(t->loader.self, PL_SPLIT_TRAIN) / t->stride;
-    int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN], nb_full);
-    if (nb <= 0)
-        return pl_error_set(PL_ERR_CONFIG, "no training batches (split has %lld, "
-                            "limit_train_batches gives 0)", (long long)nb_full);
+/* One training micro-batch: forward, then the loss kept on the device (one
+ * process: nothing is read back; its finiteness and the on_nan policy are
+ * decided at the next read, step_values.c) or decided on the host (data
+ * parallel), and backward. 1 / 0 / -1 as host_micro_batch. */
+static int train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *pending,
+                             double *lv, pl_status *st) {
+    t->ctx.epoch = t->epoch;
+    t->ctx.global_step = t->step;
+    t->ctx.micro_step = t->micro;
+    pl_frame_begin();
+    pl_tensor *loss = NULL;
+    pl_metrics m;
+    pl_metrics_reset(&m);
+    /* one process asks for no training metrics (NULL): a model then reads
+     * nothing back; data parallel needs the loss's count to weight the ranks */
+    *st = MODEL(t)->forward(t->model.self, batch, PL_SPLIT_TRAIN, true, &loss,
+                            t->dev_loop ? NULL : &m);
+    if (!t->dev_loop) return host_micro_batch(t, loss, st, lv, &m, batch->size, b, pending);
+    if (!*st) *st = tr_sv_loss(t, loss, *pending == 0, b);
+    if (!*st) {
+        double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
+        *st = pl_backward(loss, scale / (double)t->accum);
+    }
+    pl_frame_end();
+    if (*st) return -1;
+    t->micro++;
+    return 1;
+}
+
+/* The training batches of one epoch, from b0 (nb per epoch; te0: when the
+ * epoch began): fetch, forward, backward, the optimizer step every
+ * accumulate_grad_batches micro-batches and at the epoch's end, the
+ * callbacks, a validation every val_check_interval batches. Adds the
+ * samples trained on to *samples. */
+static pl_status train_batches(trainer *t, int64_t nb, int64_t b0, double te0, double *samples) {
     int64_t val_every = nb;
     if (t->val_interval.is_count && t->val_interval.value >= 1)
         val_every = (int64_t)t->val_interval.value; /* every N training batches */
     else if (!t->val_interval.is_count && t->val_interval.value < 1.0)
         val_every = (int64_t)fmax(1.0, floor(t->val_interval.value * (double)nb));
+    bool val_epoch = (t->epoch + 1) % t->val_every_epochs == 0;
+    int64_t pending = 0;
+    t->peer_signal = 0;
+    double gnorm = NAN, lv = NAN, t_prev = te0; /* t_prev: end of the previous step */
+    /* shown until this epoch's first optimizer step (accumulation): the lr that
+     * step will use, not NaN (the factors are functions of the step; SWA's f0 is
+     * taken at this same step either way) */
+    double lr = OPTIM(t)->num_groups(t->optim.self) > 0
+                    ? OPTIM(t)->group(t->optim.self, 0)->initial_lr * current_factor(t)
+                    : NAN;
     pl_status st = PL_OK;
-    bool stop = false;
+    for (int64_t b = b0; b < nb && !st && !t->should_stop; b++) {
+        if (pending == 0) tr_devstats_step_begin(t); /* a step's first micro-batch */
+        pl_batch batch;
+        int r = tr_next_batch(t, &batch);
+        if (r < 0) st = pl_error_status();
+        if (r <= 0) break;
+        *samples += (double)batch.size;
+        int r2 = train_micro_batch(t, &batch, b, &pending, &lv, &st);
+        if (r2 < 0) break;
+        if (r2 == 0) continue; /* skipped (on_nan = skip, host path) */
+        tr_step_info si = {.epoch = t->epoch, .batch = b, .batch0 = b0, .batches = nb,
+                           .epoch_t0 = te0, .host_loss = lv, .host_grad_norm = NAN};
+        if (++pending == t->accum || b + 1 == nb) {
+            st = optimizer_step(t, &gnorm, &lr);
+            pending = 0;
+            si.stepped = true;
+            si.logged = t->step % t->log_every == 0;
+            si.step_seconds = tr_now() - t_prev;
+            si.host_grad_norm = gnorm;
+        }
+        si.step = t->step;
+        si.lr = lr;
+        t->batch = b + 1;
+        t->accum_pending = pending;
+        pl_frame_begin(); /* the step's values as device views, for the callbacks */
+        tr_sv_last(t, &si.loss, &si.grad_norm);
+        si.found_inf = t->dev_loop && si.stepped ? t->sv.found : NULL;
+        if (!st && si.stepped) st = TR_CB_DISPATCH(t, on_train_step_end, &si);
+        if (si.stepped) t_prev = tr_now();
+        if (!st) st = TR_CB_DISPATCH(t, on_train_batch_end, &si);
+        pl_frame_end();
+        si.loss = si.grad_norm = si.found_inf = NULL;
+        if (si.stepped) tr_devstats_step_end(t, si.logged);
+        if (!st && (b + 1) % val_every == 0 && b + 1 < nb && val_epoch) {
+            st = tr_sv_flush(t); /* a best checkpoint records the running loss */
+            if (!st) st = validate(t);
+            if (!st && !t->should_stop) st = continue_train_epoch(t);
+            t_prev = tr_now(); /* validation is not a step's time */
+        }
+        /* after the validation of this batch, so that a checkpoint holds its outcome */
+        if (!st && si.stepped) st = TR_CB_DISPATCH(t, on_step_boundary, &si);
+        if (t->interrupted) break;
+        if (t->max_steps >= 0 && t->step >= t->max_steps) {
+            if (!st) st = tr_sv_flush(t);
+            break;
+        }
+    }
+    return st;
+}
+
+/* One epoch: its training batches, the epoch's read and numbers, the
+ * callbacks' epoch end (the epoch line, averaging), its validation when due,
+ * then the checkpoints (on_epoch_end). nb: training batches per epoch. */
+static pl_status run_epoch(trainer *t, int64_t nb) {
+    const pl_loader_vtable *L = LOADER(t);
+    tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
+    double te0 = tr_now();
+    int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
+    if (b0 > nb)
+        return pl_error_set(PL_ERR_CONFIG, "the checkpoint resumed from is at batch %lld of epoch "
+                            "%lld, but this configuration has %lld training batches per epoch "
+                            "(batch_size or limit_train_batches changed?)", (long long)b0,
+                            (long long)t->epoch, (long long)nb);
+    if (b0 == 0) {
+        t->ep_loss_sum = 0;
+        t->ep_loss_n = 0;
+    }
+    pl_status st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, b0 * t->stride);
+    t->pass_start = true;
+    if (!st && b0 > 0)
+        tr_log(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
+               (long long)b0, (long long)nb);
+    if (!st) st = TR_CB_DISPATCH(t, on_epoch_start);
+    pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
+    double samples = 0;
+    if (!st) st = train_batches(t, nb, b0, te0, &samples);
+    if (!st) st = tr_sv_flush(t); /* the epoch's end reads its values */
+    if (t->interrupted) return st;
+    t->batch = 0;
+    t->accum_pending = 0;
+    if (st) return st;
+    double te = tr_now() - te0;
+    pl_loader_stats ls1 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
+    tr_epoch_info e = {.seconds = te, .samples = samples * t->world, /* every rank's share */
+                       .data_wait = ls1.wait_seconds - ls0.wait_seconds,
+                       .train_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN};
+    t->data_wait += e.data_wait;
+    t->train_samples += e.samples;
+    t->train_seconds += te;
+    st = TR_CB_DISPATCH(t, on_train_epoch_end, &e);
+    t->epoch_done = true; /* validating at the end of an epoch: checkpoints record the next one */
+    if (!st && (t->epoch + 1) % t->val_every_epochs == 0) st = validate(t);
+    t->epoch_done = false;
+    double *ne = realloc(t->epoch_s, (size_t)(t->n_epoch_s + 1) * sizeof(double));
+    if (ne) {
+        t->epoch_s = ne;
+        t->epoch_s[t->n_epoch_s++] = tr_now() - te0;
+    }
+    if (!st) st = TR_CB_DISPATCH(t, on_epoch_end);
+    if (t->should_stop) t->stopped_early = true;
+    return st;
+}
+
+/* The fit: epochs until max_epochs, max_steps, early stopping or a signal. */
+static pl_status fit(trainer *t) {
+    /* DDP striding: each rank takes every stride-th batch; a remainder that not every
+     * rank can have is dropped (all ranks must take the same number of steps) */
+    int64_t nb_full = LOADER(t)->num_batches(t->loader.self, PL_SPLIT_TRAIN) / t->stride;
+    int64_t nb = limit_batches(t->limit[PL_SPLIT_TRAIN], nb_full);
+    if (nb <= 0)
+        return pl_error_set(PL_ERR_CONFIG, "no training batches (split has %lld, "
+                            "limit_train_batches gives 0)", (long long)nb_full);
     double t_fit0 = tr_now();
     t->fit_t0 = t_fit0;
     t->fit_batch0 = t->epoch * nb + t->batch;
+    t->should_stop = false;
     pl_alloc_reset_peak(t->ctx.device);
     tr_devstats_begin(t);
-    st = tr_sv_begin(t);
+    pl_status st = tr_sv_begin(t);
     if (st) return st;
-    for (; t->epoch < t->max_epochs && !stop && !st; t->epoch++) {
+    st = TR_CB_DISPATCH(t, on_fit_start);
+    for (; !st && t->epoch < t->max_epochs && !t->should_stop; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
-        tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
-        double te0 = tr_now();
-        double t_prev = te0; /* end of the previous optimizer step (step_seconds) */
-        int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
-        if (b0 > nb) {
-            st = pl_error_set(PL_ERR_CONFIG, "the checkpoint resumed from is at batch %lld of epoch "
-                              "%lld, but this configuration has %lld training batches per epoch "
-                              "(batch_size or limit_train_batches changed?)", (long long)b0,
-                              (long long)t->epoch, (long long)nb);
-            break;
-        }
-        if (b0 == 0) {
-            t->ep_loss_sum = 0;
-            t->ep_loss_n = 0;
-        }
-        st = L->epoch_begin(t->loader.self, PL_SPLIT_TRAIN, t->epoch, b0 * t->stride);
-        t->pass_start = true;
-        if (!st && b0 > 0)
-            tr_log(t, "continuing epoch %lld at batch %lld of %lld\n", (long long)t->epoch,
-                  (long long)b0, (long long)nb);
-        int64_t pending = 0;
-        int peer_signal = 0; /* DDP: a signal any rank had at the last loss all-reduce */
-        double gnorm = NAN;
-        /* shown until this epoch's first optimizer step (accumulation): the
-         * lr that step will use, not NaN (the factors are functions of the
-         * step; SWA's f0 is taken at this same step either way) */
-        double lr = OPTIM(t)->num_groups(t->optim.self) > 0
-                        ? OPTIM(t)->group(t->optim.self, 0)->initial_lr * current_factor(t)
-                        : NAN;
-        pl_loader_stats ls0 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
-        int64_t samples = 0;
-        for (int64_t b = b0; b < nb && !st && !stop; b++) {
-            if (pending == 0) tr_devstats_step_begin(t); /* a step's first micro-batch */
-            pl_batch batch;
-            int r = tr_next_batch(t, &batch);
-            if (r < 0) {
-                st = pl_error_status();
-                break;
-            }
-            if (r == 0) break;
-            samples += batch.size;
-            t->ctx.epoch = t->epoch;
-            t->ctx.global_step = t->step;
-            t->ctx.micro_step = t->micro;
-            pl_frame_begin();
-            pl_tensor *loss = NULL;
-            double lv = NAN;
-            pl_metrics m;
-            pl_metrics_reset(&m);
-            /* one process asks for no training metrics (NULL): a model then reads
-             * nothing back; data parallel needs the loss's count to weight the ranks */
-            st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss,
-                                   t->dev_loop ? NULL : &m);
-            if (t->dev_loop) {
-                /* one process: nothing is read back here (step_values.c); the loss,
-                 * its finiteness and the on_nan policy are decided at the next read */
-                if (!st) st = tr_sv_loss(t, loss, pending == 0, b);
-                if (!st) {
-                    double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
-                    st = pl_backward(loss, scale / (double)t->accum);
-                }
-                pl_frame_end();
-                if (st) break;
-                t->micro++;
-            } else {
-                int r2 = host_micro_batch(t, loss, &st, &lv, &m, batch.size, b, &pending,
-                                          &peer_signal);
-                if (r2 < 0) break;
-                if (r2 == 0) continue; /* skipped (on_nan = skip) */
-            }
-            bool stepped = false, logged = false;
-            if (++pending == t->accum || b + 1 == nb) {
-                st = optimizer_step(t, &gnorm, &lr);
-                pending = 0;
-                stepped = true;
-                logged = t->step % t->log_every == 0;
-                double now = tr_now();
-                bool log_row = !st && logged;
-                if (log_row && t->dev_loop) {
-                    /* a logged step: the read (and the on_nan decisions) happen here */
-                    st = tr_sv_flush(t);
-                    lv = t->sv.last_loss;
-                    gnorm = t->sv.last_gnorm;
-                    log_row = !st && !t->sv.last_step_skipped; /* as if never stepped */
-                }
-                if (log_row) {
-                    /* wall seconds of this optimizer step: its micro-batches'
-                     * loading, forward, backward and the update */
-                    tr_metric_row(t, "step_seconds", now - t_prev);
-                    tr_metric_row(t, "train_loss", lv);
-                    tr_metric_row(t, "lr", lr);
-                    tr_metric_row(t, "grad_norm", gnorm);
-                }
-            }
-            if (stepped) t_prev = tr_now();
-            t->batch = b + 1;
-            t->accum_pending = pending;
-            progress(t, b0, b, nb, te0, t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN, lr);
-            if (stepped) tr_devstats_step_end(t, logged);
-            if (!st && (b + 1) % val_every == 0 && b + 1 < nb &&
-                ((t->epoch + 1) % t->val_every_epochs == 0)) {
-                st = tr_sv_flush(t); /* a best checkpoint records the running loss */
-                if (!st) st = validate(t, &stop);
-                if (!st && !stop) st = continue_train_epoch(t);
-                t_prev = tr_now(); /* validation is not a step's time */
-            }
-            /* after the validation of this batch, so the checkpoint holds its outcome; a
-             * validation that stops the run leaves the epoch-end checkpoint only */
-            if (!st && stepped && !stop && t->ckpt_every_steps > 0 &&
-                t->step % t->ckpt_every_steps == 0) {
-                st = tr_sv_flush(t);
-                /* a skipped step found by the read is no step to checkpoint at */
-                if (!st && t->step % t->ckpt_every_steps == 0) st = save_step_checkpoint(t);
-            }
-            if (!st && t->max_steps >= 0 && t->step >= t->max_steps) st = tr_sv_flush(t);
-            if (t->max_steps >= 0 && t->step >= t->max_steps) break;
-            /* DDP: mpirun delivers a signal to every rank, but each sees it at its own
-             * moment: act on the value the ranks agreed on with this step's loss */
-            int sig = t->world > 1 ? peer_signal : (int)g_signal;
-            if (sig && pending == 0 && !st) {
-                /* at an optimizer-step boundary: last records the next batch */
-                st = tr_sv_flush(t);
-                if (st) break;
-                t->interrupted = sig;
-                if (t->tty) printf("\n");
-                tr_log(t, "interrupted (signal %d) at epoch %lld batch %lld, step %lld: saving "
-                       "%s\n", sig, (long long)t->epoch, (long long)t->batch,
-                       (long long)t->step, t->last_path);
-                st = tr_save_checkpoint(t, t->last_path);
-                break;
-            }
-        }
-        if (!st) st = tr_sv_flush(t); /* the epoch's end reads its values */
-        if (t->interrupted) break;
-        t->batch = 0;
-        t->accum_pending = 0;
-        if (st) break;
-        double te = tr_now() - te0;
-        pl_loader_stats ls1 = L->stats ? L->stats(t->loader.self) : (pl_loader_stats){0};
-        double wait = ls1.wait_seconds - ls0.wait_seconds;
-        t->data_wait += wait;
-        samples *= t->world; /* every rank's (equal) share: the run's samples */
-        t->train_samples += (double)samples;
-        t->train_seconds += te;
-        double ep_loss = t->ep_loss_n ? t->ep_loss_sum / t->ep_loss_n : NAN;
-        char health[96];
-        tr_devhealth_epoch(t, health, sizeof health); /* metrics.csv device_* rows */
-        tr_log(t, "epoch %lld: train_loss %.5f  %.1fs  %.0f samples/s  data-wait %.1f%%%s\n",
-              (long long)t->epoch, ep_loss, te, samples / te, 100.0 * wait / te, health);
-        tr_metric_row(t, "epoch_train_loss", ep_loss);
-        tr_metric_row(t, "samples_per_s", samples / te);
-        tr_metric_row(t, "data_wait_ms", wait * 1e3);
-        if (t->avg.self) st = AVG(t)->update(t->avg.self, t->epoch, -1);
-        t->epoch_done = true;
-        if (!st && (t->epoch + 1) % t->val_every_epochs == 0) st = validate(t, &stop);
-        t->epoch_done = false;
-        tr_peak_metric_rows(t);
-        double *ne = realloc(t->epoch_s, (size_t)(t->n_epoch_s + 1) * sizeof(double));
-        if (ne) {
-            t->epoch_s = ne;
-            t->epoch_s[t->n_epoch_s++] = tr_now() - te0;
-        }
-        if (t->metrics) fflush(t->metrics);
-        int64_t done = t->epoch + 1;
-        t->epoch++; /* checkpoints record the next epoch to run */
-        if (!st && t->save_last) st = tr_save_checkpoint(t, t->last_path);
-        if (!st && t->ckpt_every > 0 && done % t->ckpt_every == 0) {
-            char p[PATH_MAX];
-            snprintf(p, sizeof p, "%s/checkpoints/epoch-%04lld.safetensors", t->run_dir,
-                     (long long)done);
-            st = tr_save_checkpoint(t, p);
-        }
-        t->epoch--;
-        if (stop) t->stopped_early = true;
+        st = run_epoch(t, nb);
+        if (st || t->interrupted) break;
     }
+    if (!st) st = TR_CB_DISPATCH(t, on_fit_end);
     t->fit_s = tr_now() - t_fit0;
     tr_sv_end(t);
     tr_devstats_log(t);
@@ -889,8 +667,8 @@ static pl_status run_test(trainer *t) {
     } else {
         tr_log(t, "test: using the last weights\n");
     }
-    if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->test_metrics, t->limit[PL_SPLIT_TEST]);
-    if (!st) st = check_finite("test", &t->test_metrics);
+    if (!st) st = tr_evaluate(t, PL_SPLIT_TEST, &t->test_metrics, t->limit[PL_SPLIT_TEST]);
+    if (!st) st = tr_check_finite("test", &t->test_metrics);
     if (!st) {
         t->have_test = true;
         tr_print_metrics(t, "test:", "test", &t->test_metrics);
@@ -901,10 +679,10 @@ static pl_status run_test(trainer *t) {
         st = AVG(t)->swap(t->avg.self);
         /* validation of the averaged weights too: whether averaging pays is
          * then decided on validation, like every other choice */
-        if (!st) st = evaluate(t, PL_SPLIT_VAL, &t->avg_val_metrics, t->limit[PL_SPLIT_VAL]);
-        if (!st) st = check_finite("val (averaged weights)", &t->avg_val_metrics);
-        if (!st) st = evaluate(t, PL_SPLIT_TEST, &t->avg_test_metrics, t->limit[PL_SPLIT_TEST]);
-        if (!st) st = check_finite("test (averaged weights)", &t->avg_test_metrics);
+        if (!st) st = tr_evaluate(t, PL_SPLIT_VAL, &t->avg_val_metrics, t->limit[PL_SPLIT_VAL]);
+        if (!st) st = tr_check_finite("val (averaged weights)", &t->avg_val_metrics);
+        if (!st) st = tr_evaluate(t, PL_SPLIT_TEST, &t->avg_test_metrics, t->limit[PL_SPLIT_TEST]);
+        if (!st) st = tr_check_finite("test (averaged weights)", &t->avg_test_metrics);
         if (!st) {
             t->have_avg_test = true;
             char prefix[96], heading[128];
@@ -920,6 +698,7 @@ static pl_status run_test(trainer *t) {
         }
         if (!st) st = AVG(t)->swap(t->avg.self);
     }
+    if (!st) st = TR_CB_DISPATCH(t, on_test_end);
     t->test_s = tr_now() - t0;
     t->ph_test.seconds = t->test_s;
     tr_peak_fold(t, &t->ph_test, false);
@@ -1367,6 +1146,8 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         if (t->sched[t->n_sched].self) t->n_sched++;
     }
     if (!st) st = tr_stage_create(t, &t->avg, "averager");
+    /* the callbacks (callback.h): before a resume, which restores their state */
+    if (!st) st = tr_callbacks_create(t);
     int64_t params_total = 0, params_trainable = 0; /* a 7B model overflows an int */
     for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
@@ -1421,21 +1202,21 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     }
     if (!st) st = tr_dist_check_params(t);
     if (!st) count_parameter_bytes(t);
-    signals_install();
+    tr_signals_install();
     if (!st) st = fit(t);
     /* a signal during validation, test or export: the phase ends, the next is skipped */
-    if (!st && g_signal) t->interrupted = g_signal;
+    if (!st && tr_signal_pending()) t->interrupted = tr_signal_pending();
     if (!st && t->do_test && !t->interrupted) st = run_test(t);
-    if (!st && g_signal) t->interrupted = g_signal;
+    if (!st && tr_signal_pending()) t->interrupted = tr_signal_pending();
     if (!st && t->do_export && !t->interrupted) st = run_export(t);
     code = st ? (st == PL_ERR_CONFIG ? 2 : 1) : t->interrupted ? 128 + t->interrupted : 0;
     /* the error goes last, where the user looks, not above a report of nothing */
     if (t->rank == 0) tr_write_summary(t, code);
-    if (t->interrupted && !st) g_saved = 1;
+    if (t->interrupted && !st) tr_signals_mark_saved();
     if (!code && t->rank == 0) tr_mark_latest(t);
     /* the next run of a chain (or the caller) sees this one's files on every rank */
     if (!code && tr_dist_barrier(t)) code = 1;
-    signals_restore();
+    tr_signals_restore();
     if (st || code == 1) {
         fail(t, code);
         tr_dist_abort(t, code); /* a failing rank stops the others (no return when N > 1) */
@@ -1444,6 +1225,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         tr_log(t, "run interrupted: resume with `pipeline run %s --resume last`\n",
                pl_config_path(cfg));
 
+    tr_callbacks_destroy(t);
     tr_destroy_stages(t);
     pl_params_free(t->ctx.params);
     pl_meta_free(t->ctx.meta);

@@ -1,7 +1,11 @@
 /* trainer_internal.h - what the trainer's files share (core only).
  *
- * The trainer is seven files with one job each:
- *   trainer.c     the loop: stages, fit (train + validation), test, export
+ * The trainer's files, one job each:
+ *   trainer.c     the loop: stages, fit (fetch, forward, backward, step, counters,
+ *                 validation when due), test, export
+ *   callbacks.c, cb_*.c  what else a fit does, as callbacks (callback.h):
+ *                 logging, metrics.csv, checkpoints, early stopping, the NaN
+ *                 policy, weight averaging (swa, EMA), signals
  *   checkpoint.c  checkpoints: save, load, resume, the best of an earlier run
  *   report.c      the run report: summary.json and the closing report
  *   chain.c       stage chaining and run directories: requires, init_from,
@@ -37,6 +41,9 @@ typedef struct stage {
 } stage;
 
 #define PL_MONITOR_MAX 4
+#define TR_MAX_CALLBACKS 16
+
+struct tr_callback;
 
 /* A batch limit or validation interval: a count of batches (the value was
  * written as an integer) or a fraction of the split (written as a float). */
@@ -187,6 +194,14 @@ typedef struct trainer {
      * device (dev_loop); data parallel reads them each step (dist.c's reductions) */
     bool dev_loop;
     tr_step_values sv;
+
+    /* callbacks (callback.h): the built-ins, then the extra ones, in call order */
+    struct tr_callback *cbs[TR_MAX_CALLBACKS];
+    int n_cbs, n_builtin_cbs; /* the first n_builtin_cbs are owned (destroyed with the run) */
+    /* the fit's loop state the callbacks read */
+    bool should_stop; /* a callback (early stopping) asked the fit to stop after this validation */
+    bool val_is_best; /* the last validation is the best so far (cb_monitor -> cb_checkpoint) */
+    int peer_signal;  /* DDP: a signal any rank had at the last loss all-reduce (0: none) */
 } trainer;
 
 #define LOADER(t) ((const pl_loader_vtable *)(t)->loader.vt)
@@ -282,11 +297,17 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t);
  * errors; takes skipped steps back from t->step and t->micro. No-op when
  * nothing is buffered or dev_loop is off. */
 pl_status tr_sv_flush(trainer *t);
-/* on_nan for one non-finite training loss lv (at epoch / step / batch):
- * counts it in t->nan_skips; PL_ERR_NUMERIC naming them and the last finite
- * loss under on_nan = stop or past max_consecutive_nan_skips, else logs the
- * skipped step's warning and returns PL_OK. Both paths' one decision. */
-pl_status tr_nan_policy(trainer *t, double lv, int64_t epoch, int64_t step, int64_t batch);
+/* The last buffered micro-batch's loss and, when it ended a step, gradient
+ * norm, as f32 [1] views of the device buffer (frame-owned in a frame; the
+ * caller's to release otherwise); NULL when nothing is buffered or off. */
+void tr_sv_last(trainer *t, pl_tensor **loss, pl_tensor **gnorm);
+/* One training loss lv (at epoch / step / batch) read back by the host,
+ * handed to every callback's on_loss_read (the NaN policy, cb_nan.c: a
+ * finite loss is the last finite one and resets the count; a non-finite
+ * one is counted in t->nan_skips: PL_ERR_NUMERIC naming them and the last
+ * finite loss under on_nan = stop or past max_consecutive_nan_skips, else
+ * the skipped step's warning and PL_OK). Both paths' one decision. */
+pl_status tr_loss_read(trainer *t, double lv, int64_t epoch, int64_t step, int64_t batch);
 
 /* ---- trainer.c ---- */
 double tr_now(void); /* monotonic seconds */
@@ -303,6 +324,13 @@ void tr_metric_row(trainer *t, const char *key, double v); /* one metrics.csv ro
 /* log one line "<heading>  <prefix>_<name> value ..." (every metric) and add
  * metrics.csv rows */
 void tr_print_metrics(trainer *t, const char *heading, const char *prefix, const pl_metrics *m);
+/* Evaluate `split` (at most `lim` of its batches) into *m, reduced over
+ * ranks; grad off, the tape cleared. */
+pl_status tr_evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim);
+/* PL_ERR_NUMERIC naming the split and the first non-finite metric. */
+pl_status tr_check_finite(const char *split, const pl_metrics *m);
+/* Training batches the fit plans from epoch 0 batch 0 (nb per epoch); -1: unbounded. */
+int64_t tr_planned_batches(const trainer *t, int64_t nb);
 /* The learning-rate factor of the next optimizer step (t->step): every
  * scheduler's product, or the averager's override. */
 double tr_lr_factor(trainer *t);
