@@ -74,23 +74,40 @@ pl_status tr_dist_create(trainer *t) {
     pl_status st = tr_stage_create(t, &t->strat, "strategy");
     if (st) return st;
     if (!t->strat.self && launcher_world_size() > 1) {
-        /* mpirun -np N pipeline run X.ini with no [strategy]: ddp */
+        /* mpirun -np N pipeline run X.ini with no [strategy]: the one strategy
+         * plugin found, by kind (the core knows no strategy by name) */
         const pl_plugin_desc *d = NULL;
-        st = pl_registry_find(t->reg, "ddp", PL_KIND_STRATEGY, &d, NULL);
-        if (st) {
-            pl_hint_set("build with Open MPI (libopenmpi-dev) so the ddp plugin exists, or run "
-                        "one process");
-            return pl_error_prefix(st, "started as one of %d processes (mpirun) with no "
-                                   "[strategy] section, but the ddp strategy plugin cannot be "
-                                   "loaded", launcher_world_size());
+        const pl_plugin_info *info = NULL;
+        int n = pl_registry_list(t->reg, &info), found = 0;
+        char names[256] = "";
+        for (int i = 0; i < n; i++)
+            if (info[i].desc && info[i].desc->kind == PL_KIND_STRATEGY) {
+                if (!found++) d = info[i].desc;
+                size_t l = strlen(names);
+                snprintf(names + l, sizeof names - l, "%s%s", l ? ", " : "", info[i].name);
+            }
+        pl_error_clear();
+        if (found != 1) {
+            if (!found)
+                pl_hint_set("build with Open MPI (libopenmpi-dev) so the ddp plugin exists, or "
+                            "run one process");
+            else
+                pl_hint_set("name one in [strategy] plugin = ...");
+            return pl_error_set(PL_ERR_CONFIG,
+                                "started as one of %d processes (mpirun) with no [strategy] "
+                                "section, and %s strategy plugin%s found%s%s",
+                                launcher_world_size(), found ? "more than one" : "no",
+                                found ? "s were" : " was", found ? ": " : "", names);
         }
+        st = pl_registry_find(t->reg, d->name, PL_KIND_STRATEGY, &d, NULL); /* its path */
+        if (st) return st;
         t->strat.section = "strategy";
         t->strat.desc = d;
         t->strat.vt = d->vtable;
         st = pl_stage_fns_of(d, NULL, &t->strat.fns);
         if (!st) st = t->strat.fns.create(NULL, &t->ctx, &t->strat.self);
-        if (st) return pl_error_prefix(st, "strategy 'ddp' (chosen because mpirun started %d "
-                                       "processes)", launcher_world_size());
+        if (st) return pl_error_prefix(st, "strategy '%s' (chosen because mpirun started %d "
+                                       "processes)", d->name, launcher_world_size());
     }
     if (!t->strat.self) return PL_OK;
     t->rank = STRAT(t)->rank(t->strat.self);
