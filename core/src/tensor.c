@@ -390,6 +390,11 @@ int64_t pl_tensor_numel(const pl_tensor *t) {
 }
 size_t pl_tensor_nbytes(const pl_tensor *t) { return pl_dtype_nbytes(t->dtype, pl_tensor_numel(t)); }
 
+size_t pl_tensor_storage_nbytes(const pl_tensor *t) {
+    if (!t) return 0;
+    return t->dtype == PL_NF4 ? pl_nf4_code_nbytes(t) + pl_nf4_state_nbytes(t) : pl_tensor_nbytes(t);
+}
+
 bool pl_tensor_is_contiguous(const pl_tensor *t) {
     int64_t s = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {

@@ -56,7 +56,6 @@
 
 #include "backend_loader.h"
 #include "crash.h"
-#include "pipeline/nf4.h"
 #include "callback.h"
 #include "trainer_internal.h"
 
@@ -393,8 +392,7 @@ static void count_parameter_bytes(trainer *t) {
     t->frozen_bytes = t->trainable_bytes = 0;
     for (int i = 0; i < pl_params_count(t->ctx.params); i++) {
         pl_tensor *p = pl_params_at(t->ctx.params, i)->t;
-        size_t b = pl_tensor_nbytes(p);
-        if (p->dtype == PL_NF4) b = pl_nf4_code_nbytes(p) + pl_nf4_state_nbytes(p);
+        size_t b = pl_tensor_storage_nbytes(p); /* NF4: codes + quantization state */
         if (p->requires_grad)
             t->trainable_bytes += b;
         else

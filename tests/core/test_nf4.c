@@ -47,6 +47,20 @@ static int cmpf(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* pl_tensor_storage_nbytes: an NF4 tensor costs its codes and its
+ * quantization state; any other tensor its elements. */
+START_TEST(storage_nbytes_counts_the_quantization_state) {
+    pl_tensor *w = pl_test_randn(PL_SHAPE(8, 64), 3);
+    ck_assert_uint_eq(pl_tensor_storage_nbytes(w), 8 * 64 * 4);
+    pl_tensor *q = PL_CK_NOTNULL(pl_nf4_quantize(w, 64, true));
+    ck_assert_uint_eq(pl_tensor_storage_nbytes(q), pl_nf4_code_nbytes(q) + pl_nf4_state_nbytes(q));
+    ck_assert_uint_eq(pl_nf4_code_nbytes(q), 8 * 64 / 2);
+    ck_assert_uint_gt(pl_nf4_state_nbytes(q), 0);
+    pl_tensor_release(q);
+    pl_tensor_release(w);
+}
+END_TEST
+
 START_TEST(code_table_is_the_qlora_normal_map) {
     const float offset = 0.9677083f;
     float v[16];
@@ -401,6 +415,7 @@ int main(void) {
     TCase *tc = tcase_create("nf4");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, code_table_is_the_qlora_normal_map);
+    tcase_add_test(tc, storage_nbytes_counts_the_quantization_state);
     tcase_add_test(tc, each_code_value_maps_to_itself);
     tcase_add_test(tc, shared_decode_is_the_public_table);
     tcase_add_test(tc, round_trip_of_normal_matrix_within_bitsandbytes_bound);

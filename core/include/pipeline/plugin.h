@@ -50,7 +50,7 @@ extern "C" {
  *          converts each parameter as the model finishes it, not the whole
  *          model at once); pl_backend.fill_random (parameter init drawn on
  *          the device, pl_init_draw in kernel_math.h); pl_cfg_list (config.h:
- *          the one tokenizer of comma-list options) */
+ *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes */
 #define PL_ABI_MINOR 7
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 

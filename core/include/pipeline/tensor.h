@@ -185,6 +185,12 @@ void pl_tensor_release(pl_tensor *t);      /* NULL-safe */
 
 int64_t pl_tensor_numel(const pl_tensor *t);
 size_t pl_tensor_nbytes(const pl_tensor *t);  /* numel bytes of the view */
+/* What the tensor costs in memory: pl_tensor_nbytes, plus for an NF4 tensor
+ * its quantization state (absmax, absmax_scale, the mean: nf4.h's
+ * pl_nf4_state_nbytes). The parameter storage summary.json reports
+ * (frozen / trainable bytes) is the sum of this over the parameters, so no
+ * caller special-cases a quantized dtype. (ABI 2.7) */
+size_t pl_tensor_storage_nbytes(const pl_tensor *t);
 bool pl_tensor_is_contiguous(const pl_tensor *t);
 bool pl_tensor_same_shape(const pl_tensor *a, const pl_tensor *b);
 /* True for a tape stub (autograd.h, "What the tape keeps"): a header the

@@ -126,7 +126,7 @@ static pl_status quantize_at(qlora4 *p, pl_params *ps, int i) {
     if (!st) st = remember(p, pp->name);
     if (st) return st;
     p->bytes_before += before;
-    p->bytes_after += pl_nf4_code_nbytes(q) + pl_nf4_state_nbytes(q);
+    p->bytes_after += pl_tensor_storage_nbytes(q);
     return PL_OK;
 }
 
