@@ -114,12 +114,9 @@ static pl_status quantize_at(qlora4 *p, pl_params *ps, int i) {
         !pl_name_matches(pp->name, p->targets))
         return PL_OK;
     size_t before = pl_tensor_nbytes(t);
-    /* its own frame: q is ours whatever frame the caller (a model's create,
-     * sealing a parameter) has open */
-    pl_frame_begin();
+    /* a new reference of ours, never adopted by a frame the caller (a model's
+     * create, sealing a parameter) has open (nf4.h) */
     pl_tensor *q = pl_nf4_quantize(t, p->block, p->double_quant);
-    if (q) pl_frame_keep(q);
-    pl_frame_end();
     if (!q) return pl_error_prefix(pl_error_status(), "qlora4: quantizing '%s'", pp->name);
     pl_status st = pl_params_replace(ps, i, q);
     pl_tensor_release(q);
