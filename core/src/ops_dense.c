@@ -16,15 +16,19 @@
 /* ---- plumbing ------------------------------------------------------------- */
 
 /* Run k (inputs / outputs owned references; out[1..] are saved for
- * backward), record it and hand out[0] to the frame. Releases everything
- * else. */
+ * backward, after out[0] itself for an op whose derivative reads its output:
+ * pl_autograd_saves_output), record it and hand out[0] to the frame.
+ * Releases everything else. */
 static pl_tensor *launch(pl_kernel_args *k) {
     pl_status s = PL_OK;
     for (int i = 0; i < k->n_out; i++)
         if (!k->out[i]) s = PL_ERR_NOMEM;
     if (!s) s = pl_kernel_forward(k);
-    if (!s)
-        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + 1, k->n_out - 1, k->out[0]);
+    if (!s) {
+        bool save_out = pl_autograd_saves_output(k->op);
+        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + (save_out ? 0 : 1),
+                               k->n_out - (save_out ? 0 : 1), k->out[0]);
+    }
     for (int i = 0; i < k->n_in; i++)
         pl_tensor_release(k->in[i]);
     for (int i = 1; i < k->n_out; i++)

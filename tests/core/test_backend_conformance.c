@@ -264,6 +264,11 @@ static const ocase g_cases[] = {
     {PL_OP_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_softmax, true},
     {PL_OP_SOFTMAX, "[2,300] (multi-warp rows)", 1, {F(2, 2, 300)}, c_softmax, true},
     {PL_OP_LOG_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_log_softmax, true},
+    /* backward from the saved output (in[2]; the input is a stub), also
+     * across the warps of a row and through the bf16 casts */
+    {PL_OP_LOG_SOFTMAX, "[2,300] (multi-warp rows)", 1, {F(2, 2, 300)}, c_log_softmax, true},
+    {PL_OP_SOFTMAX, "bf16 [3,7]", 1, {FD(PL_BF16, 2, 3, 7)}, c_softmax, true},
+    {PL_OP_EXP, "bf16 [4,5]", 1, {FD(PL_BF16, 2, 4, 5)}, c_exp, true},
     {PL_OP_CROSS_ENTROPY, "[5,4], one ignored, smoothing 0.1", 2, {F(2, 5, 4), I(1, SH(5), 1, 3, -100, 0, 2)}, c_ce, true, .par = 0.1},
     {PL_OP_MSE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mse, true},
     {PL_OP_MAE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mae, true},
