@@ -272,6 +272,10 @@ unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask) {
      * b: nothing of the activation a is kept) */
     case PL_OP_MATMUL:
         return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
+    /* silu(gate) * up: d gate = silu'(gate) g up reads both, d up = g silu(gate)
+     * reads gate */
+    case PL_OP_SWIGLU:
+        return (grad_mask ? 1u : 0u) | (g0 ? 2u : 0u);
     /* x @ dequant(W)^T, W frozen: dx reads W (a parameter), never x */
     case PL_OP_NF4_MATMUL:
         return g0 ? 2u : 0u;

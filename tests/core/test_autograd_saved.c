@@ -73,6 +73,7 @@ static const op_case g_cases[] = {
     {"square", PL_OP_SQUARE, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"sqrt", PL_OP_SQRT, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"clamp", PL_OP_CLAMP, 1, {F32(8, 32)}, "a<-a", 0, 0},
+    {"swiglu", PL_OP_SWIGLU, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a", 0, 0},
     {"softmax", PL_OP_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
     {"log_softmax", PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
     {"causal_softmax", PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, "", 4096, 1},
@@ -174,6 +175,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_SQUARE: return pl_square(x[0]);
     case PL_OP_SQRT: return pl_sqrt(x[0]);
     case PL_OP_CLAMP: return pl_clamp(x[0], 0.7, 1.2);
+    case PL_OP_SWIGLU: return pl_swiglu(x[0], x[1]);
     case PL_OP_SOFTMAX: return pl_softmax(x[0]);
     case PL_OP_LOG_SOFTMAX: return pl_log_softmax(x[0]);
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);

@@ -108,6 +108,8 @@ typedef enum pl_op {
                           * p.extra = const pl_adamw_coef * (optim_math.h) */
     PL_OP_SGD_STEP,      /* in place, no autograd: in[0] grad; out[0] param, out[1] momentum
                           * buffer (momentum only); p.extra = const pl_sgd_coef * */
+    PL_OP_SWIGLU,        /* silu(in[0] gate) * in[1] up, same shape, f32; backward reads
+                          * gate and up (nothing else is saved) */
     PL_OP_COUNT,
     PL_OP_CUSTOM_BASE = 1000 /* ids of ops registered by plugins */
 } pl_op;

@@ -435,6 +435,25 @@ PL_HD static inline float pl_math_silu_grad(float g, float x) {
     return g * s * (1.0f + x * (1.0f - s));
 }
 
+/* SwiGLU: silu(x) u (x the gate, u the up projection), with silu(x)
+ * rounded to dtype rt (PL_BF16 / PL_F16; PL_F32: not rounded) as the
+ * unfused mul(silu(x), u) stores it for a gate of that dtype. Values and
+ * gradients are the unfused chain's, bit for bit: d x = silu_backward(g u, x),
+ * d u = g silu(x) (rounded to rt). */
+PL_HD static inline float pl_math_swiglu_act(float x, pl_dtype rt) {
+    float s = pl_math_silu(x);
+    return rt == PL_BF16 ? pl_bf16_rne(s) : rt == PL_F16 ? pl_f16_rne(s) : s;
+}
+PL_HD static inline float pl_math_swiglu(float x, float u, pl_dtype rt) {
+    return pl_math_swiglu_act(x, rt) * u;
+}
+PL_HD static inline float pl_math_swiglu_grad_gate(float g, float x, float u) {
+    return pl_math_silu_grad(g * u, x);
+}
+PL_HD static inline float pl_math_swiglu_grad_up(float g, float x, pl_dtype rt) {
+    return g * pl_math_swiglu_act(x, rt);
+}
+
 /* tanh (tanhf); tanh_backward(g, result): g (1 - t^2), t the output. */
 PL_HD static inline float pl_math_tanh_grad(float g, float t) {
     return g * (1.0f - t * t);

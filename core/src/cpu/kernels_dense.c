@@ -647,6 +647,39 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* SwiGLU: out = silu(gate) * up (silu rounded to p.dtype when that is bf16
+ * / f16); backward from gate and up (kernel_math.h). */
+static pl_status k_swiglu_fwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->out[0]);
+    const float *X = cf32(a->in[0]), *U = cf32(a->in[1]);
+    float *O = f32p(a->out[0]);
+    pl_dtype rt = a->p.dtype;
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        O[i] = pl_math_swiglu(X[i], U[i], rt);
+    return PL_OK;
+}
+
+static pl_status k_swiglu_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0], *gu = a->out[1];
+    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    int64_t n = pl_tensor_numel(a->in[0]);
+    if (gx) {
+        const float *U = cf32(a->in[2]);
+        float *D = f32p(gx);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_swiglu_grad_gate(G[i], X[i], U[i]);
+    }
+    if (gu) {
+        float *D = f32p(gu);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_swiglu_grad_up(G[i], X[i], a->p.dtype);
+    }
+    return PL_OK;
+}
+
 /* ---- softmax family (last dim) -------------------------------------------- */
 
 /* The max of a row, NaN entries skipped (pl_max_step). One running max is a
@@ -1377,6 +1410,8 @@ void pl_cpu_register_dense(pl_kernel_table *b) {
         b->forward[un[i]] = k_unary_fwd;
         b->backward[un[i]] = k_unary_bwd;
     }
+    b->forward[PL_OP_SWIGLU] = k_swiglu_fwd;
+    b->backward[PL_OP_SWIGLU] = k_swiglu_bwd;
     b->forward[PL_OP_SOFTMAX] = b->forward[PL_OP_LOG_SOFTMAX] = k_softmax_fwd;
     b->backward[PL_OP_SOFTMAX] = b->backward[PL_OP_LOG_SOFTMAX] = k_softmax_bwd;
     b->forward[PL_OP_CROSS_ENTROPY] = k_ce_fwd;

@@ -419,6 +419,43 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- swiglu: silu(gate) * up (silu rounded to p.dtype), the CPU's k_swiglu_* -------------------- */
+
+__global__ void k_swiglu_f(const float *X, const float *U, float *O, pl_dtype rt, int64_t n) {
+    GRID_LOOP(i, n) O[i] = pl_math_swiglu(X[i], U[i], rt);
+}
+__global__ void k_swiglu_b(const float *G, const float *X, const float *U, float *DX, float *DU,
+                           pl_dtype rt, int64_t n) {
+    GRID_LOOP(i, n) {
+        if (DX) DX[i] = pl_math_swiglu_grad_gate(G[i], X[i], U[i]);
+        if (DU) DU[i] = pl_math_swiglu_grad_up(G[i], X[i], rt);
+    }
+}
+
+static pl_status k_swiglu_fwd(const pl_kernel_args *a) {
+    if (pl_cu_set_device(a->out[0])) return pl_error_status();
+    int64_t n = pl_tensor_numel(a->out[0]);
+    if (!n) return PL_OK;
+    k_swiglu_f<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]), fp(a->out[0]),
+                                                     a->p.dtype, n);
+    CUDA_LAUNCHED("swiglu");
+    return PL_OK;
+}
+
+/* in[1] gate (always read), in[2] up (a tape stub unless gate needs a gradient) */
+static pl_status k_swiglu_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0], *gu = a->out[1];
+    if (!gx && !gu) return PL_OK;
+    if (pl_cu_set_device(a->in[0])) return pl_error_status();
+    int64_t n = pl_tensor_numel(a->in[0]);
+    if (!n) return PL_OK;
+    k_swiglu_b<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]),
+                                                     gx ? cf(a->in[2]) : NULL, gx ? fp(gx) : NULL,
+                                                     gu ? fp(gu) : NULL, a->p.dtype, n);
+    CUDA_LAUNCHED("swiglu backward");
+    return PL_OK;
+}
+
 /* ---- softmax / log_softmax (last dim), one block per row ---------------------------------------- */
 
 #define last_dim_geom pl_last_dim_split /* t as [rows, last dim] (backend_util.h) */
@@ -1316,6 +1353,7 @@ void pl_cuda_register_kernels(pl_kernel_table *t) {
                                PL_OP_LOG,  PL_OP_SQUARE,     PL_OP_SQRT};
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
         pl_kernel_table_set(t, un[i], k_unary_fwd, k_unary_bwd);
+    pl_kernel_table_set(t, PL_OP_SWIGLU, k_swiglu_fwd, k_swiglu_bwd);
     pl_kernel_table_set(t, PL_OP_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
     pl_kernel_table_set(t, PL_OP_LOG_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
     pl_kernel_table_set(t, PL_OP_CROSS_ENTROPY, k_ce_fwd, k_ce_bwd);
