@@ -276,6 +276,10 @@ unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask) {
      * b: nothing of the activation a is kept) */
     case PL_OP_MATMUL:
         return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
+    /* silu(gate) * up: d gate = silu'(gate) g up reads both, d up = g silu(gate)
+     * reads gate */
+    case PL_OP_SWIGLU:
+        return (grad_mask ? 1u : 0u) | (g0 ? 2u : 0u);
     /* x @ dequant(W)^T, W frozen: dx reads W (a parameter), never x */
     case PL_OP_NF4_MATMUL:
         return g0 ? 2u : 0u;
@@ -284,14 +288,29 @@ unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask) {
     case PL_OP_EMBEDDING: case PL_OP_INDEX_SELECT: case PL_OP_GATHER: case PL_OP_SCATTER_ADD:
     case PL_OP_SEGMENT_SOFTMAX: /* + its saved output */
         return grad_mask ? 2u : 0u;
+    /* derivatives that are functions of the output, which the op saves
+     * (pl_autograd_saves_output): threshold_backward(g, result), g s (1 - s),
+     * g (1 - t^2), g y, _softmax_backward_data / _log_softmax_backward_data */
+    case PL_OP_RELU: case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_SOFTMAX:
+    case PL_OP_LOG_SOFTMAX:
+        return 0;
     /* elementwise functions of x (the kernels evaluate f'(x)) */
-    case PL_OP_RELU: case PL_OP_LEAKY_RELU: case PL_OP_ELU: case PL_OP_GELU: case PL_OP_SILU:
-    case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_LOG: case PL_OP_SQUARE:
-    case PL_OP_SQRT: case PL_OP_CLAMP: case PL_OP_SOFTMAX: case PL_OP_LOG_SOFTMAX:
+    case PL_OP_LEAKY_RELU: case PL_OP_ELU: case PL_OP_GELU: case PL_OP_SILU: case PL_OP_LOG:
+    case PL_OP_SQUARE: case PL_OP_SQRT: case PL_OP_CLAMP:
         return g0 ? 1u : 0u;
     /* losses, norms (x and the weight; + saved statistics), the fused LSTM */
     default:
         return grad_mask ? all : 0u;
+    }
+}
+
+bool pl_autograd_saves_output(int op) {
+    switch (op) {
+    case PL_OP_RELU: case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_SOFTMAX:
+    case PL_OP_LOG_SOFTMAX: case PL_OP_CAUSAL_SOFTMAX:
+        return true;
+    default:
+        return false;
     }
 }
 

@@ -176,6 +176,7 @@ const char *pl_op_name(pl_op op) {
         [PL_OP_CAUSAL_SOFTMAX] = "causal_softmax", [PL_OP_CAST] = "cast",
         [PL_OP_NF4_MATMUL] = "nf4_matmul", [PL_OP_LSTM] = "lstm",
         [PL_OP_CLAMP] = "clamp", [PL_OP_ADAMW_STEP] = "adamw_step", [PL_OP_SGD_STEP] = "sgd_step",
+        [PL_OP_SWIGLU] = "swiglu",
     };
     if ((unsigned)op < PL_OP_COUNT && names[op]) return names[op];
     return (int)op >= PL_OP_CUSTOM_BASE ? "custom" : "unknown";

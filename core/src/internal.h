@@ -2,14 +2,14 @@
  *
  * How an op is written (see ops_*.c):
  *
- *   pl_tensor *pl_relu(pl_tensor *a) {
+ *   pl_tensor *pl_silu(pl_tensor *a) {
  *       if (!a) return NULL;                                   // NULL-propagation
- *       if (pl_check_float("relu", a, true)) return NULL;      // dtype gate (refuses nf4)
+ *       if (pl_check_float("silu", a, true)) return NULL;      // dtype gate (refuses nf4)
  *       pl_tensor *x = pl_contiguous_owned(a);                 // +1 ref, copy if strided
  *       pl_tensor *out = pl_tensor_new_owned(a->dtype, x->ndim, x->shape, x->device);
- *       pl_kernel_args k = {.op = PL_OP_RELU, .n_in = 1, .in = {x}, .n_out = 1, .out = {out}};
+ *       pl_kernel_args k = {.op = PL_OP_SILU, .n_in = 1, .in = {x}, .n_out = 1, .out = {out}};
  *       if (!out || pl_kernel_forward(&k) ||
- *           pl_autograd_record(PL_OP_RELU, &k.p, k.in, 1, NULL, 0, out)) {
+ *           pl_autograd_record(PL_OP_SILU, &k.p, k.in, 1, NULL, 0, out)) {
  *           pl_tensor_release(x); pl_tensor_release(out); return NULL;
  *       }
  *       pl_tensor_release(x);
@@ -17,7 +17,8 @@
  *   }
  *
  * Backward kernels: args.in[0] = grad of output (f32, output's shape),
- * args.in[1..1+n_in) = the op's inputs, then the saved tensors;
+ * args.in[1..1+n_in) = the op's inputs, then the saved tensors (first the
+ * output itself where pl_autograd_saves_output: relu, softmax, ...);
  * args.out[i] = grad of input i (f32, input's shape, uninitialized) or NULL.
  * Gradients are always f32 whatever the dtype of the tensor.
  */

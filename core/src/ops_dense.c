@@ -16,15 +16,19 @@
 /* ---- plumbing ------------------------------------------------------------- */
 
 /* Run k (inputs / outputs owned references; out[1..] are saved for
- * backward), record it and hand out[0] to the frame. Releases everything
- * else. */
+ * backward, after out[0] itself for an op whose derivative reads its output:
+ * pl_autograd_saves_output), record it and hand out[0] to the frame.
+ * Releases everything else. */
 static pl_tensor *launch(pl_kernel_args *k) {
     pl_status s = PL_OK;
     for (int i = 0; i < k->n_out; i++)
         if (!k->out[i]) s = PL_ERR_NOMEM;
     if (!s) s = pl_kernel_forward(k);
-    if (!s)
-        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + 1, k->n_out - 1, k->out[0]);
+    if (!s) {
+        bool save_out = pl_autograd_saves_output(k->op);
+        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + (save_out ? 0 : 1),
+                               k->n_out - (save_out ? 0 : 1), k->out[0]);
+    }
     for (int i = 0; i < k->n_in; i++)
         pl_tensor_release(k->in[i]);
     for (int i = 1; i < k->n_out; i++)
@@ -195,6 +199,45 @@ pl_tensor *pl_square(pl_tensor *a) {
 pl_tensor *pl_sqrt(pl_tensor *a) {
     return unary("sqrt", PL_OP_SQRT, a, 0, 0);
 }
+pl_tensor *pl_swiglu(pl_tensor *gate, pl_tensor *up) {
+    if (!gate || !up) return NULL;
+    pl_tensor *ts[2] = {gate, up};
+    if (pl_check_float("swiglu", gate, true) || pl_check_float("swiglu", up, true) ||
+        pl_check_same_device("swiglu", ts, 2))
+        return NULL;
+    if (!pl_tensor_same_shape(gate, up)) {
+        char bg[160], bu[160];
+        pl_error_set(PL_ERR_SHAPE, "swiglu: gate %s and up %s must have the same shape",
+                     pl_tensor_describe(gate, bg, sizeof bg), pl_tensor_describe(up, bu, sizeof bu));
+        return NULL;
+    }
+    /* as pl_mul(pl_silu(gate), up) would: in f32 between recorded casts,
+     * silu(gate) rounded to gate's dtype (p.dtype), the product returned in
+     * the operands' common dtype (f32 when they differ) */
+    pl_dtype rt = gate->dtype;
+    if (gate->dtype != PL_F32 || up->dtype != PL_F32) {
+        pl_dtype rd = gate->dtype == up->dtype ? gate->dtype : PL_F32;
+        pl_frame_begin();
+        pl_tensor *g32 = pl_cast(gate, PL_F32), *u32 = pl_cast(up, PL_F32);
+        pl_tensor *r = NULL;
+        if (g32 && u32) {
+            pl_kernel_args k = {.op = PL_OP_SWIGLU, .n_out = 1};
+            k.p.dtype = rt;
+            pl_tensor *ts32[2] = {g32, u32};
+            if (take_inputs(&k, ts32, 2)) {
+                k.out[0] = pl_tensor_new_owned(PL_F32, gate->ndim, shape0(gate), gate->device);
+                r = launch(&k);
+            }
+        }
+        return frame_result(pl_cast(r, rd));
+    }
+    pl_kernel_args k = {.op = PL_OP_SWIGLU, .n_out = 1};
+    k.p.dtype = PL_F32;
+    if (!take_inputs(&k, ts, 2)) return NULL;
+    k.out[0] = pl_tensor_new_owned(PL_F32, gate->ndim, shape0(gate), gate->device);
+    return launch(&k);
+}
+
 pl_tensor *pl_softmax(pl_tensor *a) {
     return unary("softmax", PL_OP_SOFTMAX, a, 0, 0);
 }

@@ -8,7 +8,7 @@
  * docs/autograd-memory.md, written out again here as RULES: "x<-y" = the
  * gradient of input x reads input y's data (PyTorch's derivatives.yaml),
  * plus the extra outputs the op saves (EXTRA: a dropout mask, statistics,
- * the causal softmax's probabilities). Inputs that require a gradient are
+ * the output of relu, sigmoid, tanh, exp and the softmaxes). Inputs that require a gradient are
  * activations (non-leaf: a recorded scale of a leaf) so the tape alone can
  * keep them; index inputs are activations without grad; a frozen nf4 weight
  * lives outside the forward (a parameter), so keeping it costs nothing.
@@ -61,20 +61,21 @@ static const op_case g_cases[] = {
     {"add_scalar", PL_OP_ADD_SCALAR, 1, {F32(8, 32)}, "", 0, 0},
     {"sum", PL_OP_SUM, 1, {F32(8, 32)}, "", 0, 0},
     {"mean", PL_OP_MEAN, 1, {F32(8, 32)}, "", 0, 0},
-    {"relu", PL_OP_RELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
+    {"relu", PL_OP_RELU, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
     {"leaky_relu", PL_OP_LEAKY_RELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"elu", PL_OP_ELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"gelu", PL_OP_GELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"silu", PL_OP_SILU, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"sigmoid", PL_OP_SIGMOID, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"tanh", PL_OP_TANH, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"exp", PL_OP_EXP, 1, {F32(8, 32)}, "a<-a", 0, 0},
+    {"sigmoid", PL_OP_SIGMOID, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
+    {"tanh", PL_OP_TANH, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
+    {"exp", PL_OP_EXP, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
     {"log", PL_OP_LOG, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"square", PL_OP_SQUARE, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"sqrt", PL_OP_SQRT, 1, {F32(8, 32)}, "a<-a", 0, 0},
     {"clamp", PL_OP_CLAMP, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"softmax", PL_OP_SOFTMAX, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"log_softmax", PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, "a<-a", 0, 0},
+    {"swiglu", PL_OP_SWIGLU, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a", 0, 0},
+    {"softmax", PL_OP_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
+    {"log_softmax", PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
     {"causal_softmax", PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, "", 4096, 1},
     {"cross_entropy", PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, "a<-a a<-b", 32, 1},
     {"mse", PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a b<-b", 0, 0},
@@ -174,6 +175,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_SQUARE: return pl_square(x[0]);
     case PL_OP_SQRT: return pl_sqrt(x[0]);
     case PL_OP_CLAMP: return pl_clamp(x[0], 0.7, 1.2);
+    case PL_OP_SWIGLU: return pl_swiglu(x[0], x[1]);
     case PL_OP_SOFTMAX: return pl_softmax(x[0]);
     case PL_OP_LOG_SOFTMAX: return pl_log_softmax(x[0]);
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);
@@ -302,8 +304,45 @@ START_TEST(needed_inputs_examples) {
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_MATMUL, 2, 3u), 3u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_ADD, 2, 3u), 0u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_SILU, 1, 1u), 1u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_RELU, 1, 1u), 0u); /* saves y */
+    ck_assert(pl_autograd_saves_output(PL_OP_RELU) && pl_autograd_saves_output(PL_OP_SOFTMAX));
+    ck_assert(!pl_autograd_saves_output(PL_OP_SILU) && !pl_autograd_saves_output(PL_OP_ELU));
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_NF4_MATMUL, 2, 1u), 2u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LSTM, 6, 1u), 63u); /* everything */
+}
+END_TEST
+
+/* The point of saving the output: relu(x) feeding a matmul by a trainable
+ * weight (dW reads relu's output) keeps that one tensor, not x beside it
+ * (measured with the allocator, on the CPU). Backward's dx then equals the
+ * closed form d/dx sum(relu(x) @ W) = [x > 0] * rowsum(W). */
+START_TEST(output_shared_with_its_consumer) {
+    pl_tensor *leaf = make_input(&(in_spec)F32(8, 32), PL_CPU, 1);
+    pl_tensor *w = make_input(&(in_spec)F32(32, 32), PL_CPU, 2);
+    PL_CK_OK(pl_tensor_uniform_(leaf, -1.0, 1.0, 5, 0));
+    pl_tensor_set_requires_grad(leaf, true);
+    pl_tensor_set_requires_grad(w, true);
+    pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+    pl_frame_begin();
+    pl_tensor *x = pl_scale(leaf, 1.0); /* an activation */
+    pl_tensor *y = pl_matmul(pl_relu(x), w, false, false);
+    pl_tensor *l = pl_tensor_retain(pl_sum(y, PL_ALL_DIMS, false));
+    ck_assert_msg(l != NULL, "%s", pl_error_message());
+    pl_frame_end();
+    pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+    size_t held = s1.bytes_in_use - s0.bytes_in_use - l->storage->capacity;
+    ck_assert_uint_eq(held, 1024); /* relu's output, once: not x too */
+    PL_CK_OK(pl_backward(l, 1.0));
+    pl_tensor_release(l);
+    const float *X = pl_tensor_data(leaf), *G = pl_tensor_data(leaf->grad), *W = pl_tensor_data(w);
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 32; k++) {
+            float rs = 0;
+            for (int j = 0; j < 32; j++) rs += W[k * 32 + j];
+            ck_assert_float_eq_tol(G[i * 32 + k], X[i * 32 + k] > 0 ? rs : 0.0f, 1e-5f);
+        }
+    pl_tensor_release(leaf);
+    pl_tensor_release(w);
 }
 END_TEST
 
@@ -312,6 +351,7 @@ static Suite *suite(void) {
     TCase *tc = tcase_create("saved");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, needed_inputs_examples);
+    tcase_add_test(tc, output_shared_with_its_consumer);
     tcase_add_test(tc, every_op_keeps_what_the_table_says_on_cpu);
     tcase_add_test(tc, every_op_keeps_what_the_table_says_on_strict);
     suite_add_tcase(s, tc);

@@ -1,7 +1,7 @@
 /* test_backend_conformance.c - every op of pl_op on every backend (the idea
  * of ggml's test-backend-ops).
  *
- * For each op (PL_OP_COPY .. PL_OP_SGD_STEP) a few small representative cases
+ * For each op (PL_OP_COPY .. PL_OP_COUNT - 1) a few small representative cases
  * run forward (and backward through pl_backward of sum(out * R) when the op
  * is differentiable) on the CPU backend, the reference. Then, for the backend
  * registered for PL_DEVICE_CUDA (the "cuda" plugin, loaded through the
@@ -110,6 +110,7 @@ static pl_tensor *c_log(pl_tensor **in, const ocase *c) { return pl_log(in[0]); 
 static pl_tensor *c_square(pl_tensor **in, const ocase *c) { return pl_square(in[0]); }
 static pl_tensor *c_sqrt(pl_tensor **in, const ocase *c) { return pl_sqrt(in[0]); }
 static pl_tensor *c_softmax(pl_tensor **in, const ocase *c) { return pl_softmax(in[0]); }
+static pl_tensor *c_swiglu(pl_tensor **in, const ocase *c) { return pl_swiglu(in[0], in[1]); }
 static pl_tensor *c_log_softmax(pl_tensor **in, const ocase *c) { return pl_log_softmax(in[0]); }
 static pl_tensor *c_ce(pl_tensor **in, const ocase *c) {
     return pl_cross_entropy(in[0], in[1], -100, c->par);
@@ -258,12 +259,20 @@ static const ocase g_cases[] = {
     {PL_OP_TANH, "bf16 [4,5]", 1, {FD(PL_BF16, 2, 4, 5)}, c_tanh, true},
     {PL_OP_SILU, "f16 [4,5]", 1, {FD(PL_F16, 2, 4, 5)}, c_silu, true},
     {PL_OP_EXP, "[4,5]", 1, {F(2, 4, 5)}, c_exp, true},
+    {PL_OP_SWIGLU, "[3,70] gate, up", 2, {F(2, 3, 70), F(2, 3, 70)}, c_swiglu, true},
+    {PL_OP_SWIGLU, "[3,70] frozen gate (d up only)", 2, {FN(2, 3, 70), F(2, 3, 70)}, c_swiglu, true},
+    {PL_OP_SWIGLU, "bf16 [4,5] (silu rounded to bf16)", 2, {FD(PL_BF16, 2, 4, 5), FD(PL_BF16, 2, 4, 5)}, c_swiglu, true},
     {PL_OP_LOG, "[4,5] positive", 1, {FP(2, 4, 5)}, c_log, true},
     {PL_OP_SQUARE, "[4,5]", 1, {F(2, 4, 5)}, c_square, true},
     {PL_OP_SQRT, "[4,5] positive", 1, {FP(2, 4, 5)}, c_sqrt, true},
     {PL_OP_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_softmax, true},
     {PL_OP_SOFTMAX, "[2,300] (multi-warp rows)", 1, {F(2, 2, 300)}, c_softmax, true},
     {PL_OP_LOG_SOFTMAX, "[3,7]", 1, {F(2, 3, 7)}, c_log_softmax, true},
+    /* backward from the saved output (in[2]; the input is a stub), also
+     * across the warps of a row and through the bf16 casts */
+    {PL_OP_LOG_SOFTMAX, "[2,300] (multi-warp rows)", 1, {F(2, 2, 300)}, c_log_softmax, true},
+    {PL_OP_SOFTMAX, "bf16 [3,7]", 1, {FD(PL_BF16, 2, 3, 7)}, c_softmax, true},
+    {PL_OP_EXP, "bf16 [4,5]", 1, {FD(PL_BF16, 2, 4, 5)}, c_exp, true},
     {PL_OP_CROSS_ENTROPY, "[5,4], one ignored, smoothing 0.1", 2, {F(2, 5, 4), I(1, SH(5), 1, 3, -100, 0, 2)}, c_ce, true, .par = 0.1},
     {PL_OP_MSE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mse, true},
     {PL_OP_MAE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mae, true},

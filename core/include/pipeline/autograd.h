@@ -64,10 +64,18 @@ int64_t pl_tape_size(void);
  * custom op and of a checkpoint node, and every extra output an op saves
  * (statistics, masks). A node does not hold its own output.
  * Examples: matmul(x, W) with W frozen and x requiring grad -> 0b10 (W, for
- * dx; nothing of x); with W trainable -> 0b11; add -> 0; silu -> 0b1.
+ * dx; nothing of x); with W trainable -> 0b11; add -> 0; silu -> 0b1;
+ * relu -> 0 (it saves its output instead: pl_autograd_saves_output).
  * The table per op and the bytes it implies: docs/autograd-memory.md (after
  * PyTorch's tools/autograd/derivatives.yaml). Unknown ops: every input. */
 unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask);
+/* Whether built-in op `op` (a pl_op) saves its own output for backward, as
+ * derivatives.yaml's formulas in `result` do: relu, sigmoid, tanh, exp,
+ * softmax, log_softmax (and causal_softmax). Their backward kernels read the
+ * output as the first saved tensor, in[1 + n_in], and never the input, which
+ * the tape keeps as a stub: in a chain where the next op keeps the output
+ * too (relu -> matmul with a trainable weight), one tensor is kept, not two. */
+bool pl_autograd_saves_output(int op);
 /* Bytes the tape holds now: the distinct storages its nodes keep (inputs
  * kept whole, saved tensors, checkpoint outputs), each once, attributed to
  * the op (pl_op; PL_OP_NONE = checkpoint nodes) of the oldest node keeping it

@@ -32,7 +32,11 @@
  *             by its saved tensors (in that order); out[i] = grad of input i,
  *             preallocated with that input's shape, or NULL when input i needs
  *             no gradient. Backward kernels OVERWRITE out[i] (the autograd
- *             engine does the accumulation).
+ *             engine does the accumulation). An input whose data the op's
+ *             backward does not need is a tape stub (shape, no data:
+ *             pl_autograd_needed_inputs). relu, sigmoid, tanh, exp, softmax,
+ *             log_softmax and causal_softmax save their output: it is in[2],
+ *             and their input in[1] is a stub (pl_autograd_saves_output).
  * Shape / index / broadcast geometry and the RoPE table every backend needs
  * are in backend_util.h.
  */
@@ -104,6 +108,8 @@ typedef enum pl_op {
                           * p.extra = const pl_adamw_coef * (optim_math.h) */
     PL_OP_SGD_STEP,      /* in place, no autograd: in[0] grad; out[0] param, out[1] momentum
                           * buffer (momentum only); p.extra = const pl_sgd_coef * */
+    PL_OP_SWIGLU,        /* silu(in[0] gate) * in[1] up, same shape, f32; backward reads
+                          * gate and up (nothing else is saved) */
     PL_OP_COUNT,
     PL_OP_CUSTOM_BASE = 1000 /* ids of ops registered by plugins */
 } pl_op;

@@ -392,12 +392,13 @@ PL_HD static inline float pl_sigmoid_fast(float x) {
 #define PL_INV_SQRT_2PI 0.3989422804014327f   /* 1 / sqrt(2 pi) */
 #define PL_GELU_C 0.044715f                   /* the tanh approximation's cubic term */
 
-/* relu: max(x, 0) (NaN -> 0); derivative threshold_backward: g where x > 0. */
+/* relu: max(x, 0) (NaN -> 0); derivative threshold_backward(g, result, 0):
+ * g where the output y > 0 (the same elements as x > 0; NaN gives 0 both ways). */
 PL_HD static inline float pl_math_relu(float x) {
     return x > 0 ? x : 0.0f;
 }
-PL_HD static inline float pl_math_relu_grad(float g, float x) {
-    return x > 0 ? g : 0.0f;
+PL_HD static inline float pl_math_relu_grad(float g, float y) {
+    return y > 0 ? g : 0.0f;
 }
 
 /* leaky_relu(x, a) = x > 0 ? x : a x; leaky_relu_backward: g or g a. */
@@ -443,12 +444,12 @@ PL_HD static inline float pl_math_gelu_tanh_grad(float g, float x) {
     return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
 }
 
-/* sigmoid = 1 / (1 + e^-x); sigmoid_backward: g s (1 - s). */
+/* sigmoid = 1 / (1 + e^-x); sigmoid_backward(g, result): g s (1 - s), s the
+ * output. */
 PL_HD static inline float pl_math_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
-PL_HD static inline float pl_math_sigmoid_grad(float g, float x) {
-    float s = pl_math_sigmoid(x);
+PL_HD static inline float pl_math_sigmoid_grad(float g, float s) {
     return g * s * (1.0f - s);
 }
 
@@ -461,16 +462,34 @@ PL_HD static inline float pl_math_silu_grad(float g, float x) {
     return g * s * (1.0f + x * (1.0f - s));
 }
 
-/* tanh (tanhf); tanh_backward: g (1 - t^2), t recomputed from x. */
-PL_HD static inline float pl_math_tanh_grad(float g, float x) {
-    float t = tanhf(x);
+/* SwiGLU: silu(x) u (x the gate, u the up projection), with silu(x)
+ * rounded to dtype rt (PL_BF16 / PL_F16; PL_F32: not rounded) as the
+ * unfused mul(silu(x), u) stores it for a gate of that dtype. Values and
+ * gradients are the unfused chain's, bit for bit: d x = silu_backward(g u, x),
+ * d u = g silu(x) (rounded to rt). */
+PL_HD static inline float pl_math_swiglu_act(float x, pl_dtype rt) {
+    float s = pl_math_silu(x);
+    return rt == PL_BF16 ? pl_bf16_rne(s) : rt == PL_F16 ? pl_f16_rne(s) : s;
+}
+PL_HD static inline float pl_math_swiglu(float x, float u, pl_dtype rt) {
+    return pl_math_swiglu_act(x, rt) * u;
+}
+PL_HD static inline float pl_math_swiglu_grad_gate(float g, float x, float u) {
+    return pl_math_silu_grad(g * u, x);
+}
+PL_HD static inline float pl_math_swiglu_grad_up(float g, float x, pl_dtype rt) {
+    return g * pl_math_swiglu_act(x, rt);
+}
+
+/* tanh (tanhf); tanh_backward(g, result): g (1 - t^2), t the output. */
+PL_HD static inline float pl_math_tanh_grad(float g, float t) {
     return g * (1.0f - t * t);
 }
 
-/* exp, log, square, sqrt and their derivatives: g e^x, g / x, 2 g x,
- * g / (2 sqrt x). */
-PL_HD static inline float pl_math_exp_grad(float g, float x) {
-    return g * expf(x);
+/* exp, log, square, sqrt and their derivatives: g e^x (= g y, y the output:
+ * derivatives.yaml's grad * result), g / x, 2 g x, g / (2 sqrt x). */
+PL_HD static inline float pl_math_exp_grad(float g, float y) {
+    return g * y;
 }
 PL_HD static inline float pl_math_log_grad(float g, float x) {
     return g / x;
@@ -517,31 +536,41 @@ PL_HD static inline float pl_unary_forward(pl_op op, float x, float alpha, int f
         return NAN;
     }
 }
-/* g * d(op)/dx at x, as above. */
-PL_HD static inline float pl_unary_backward(pl_op op, float g, float x, float alpha, int flags) {
+/* Whether the derivative of unary op `op` is read from its output y rather
+ * than its input x (derivatives.yaml's `result`): relu, sigmoid, tanh, exp.
+ * The tape keeps y for these (the op saves its output; the input is a stub),
+ * and a backward kernel passes y as pl_unary_backward's `v`. elu is not here:
+ * elu_backward from the result (a e^x = y + a) is not bit-identical to
+ * a e^x from x. */
+PL_HD static inline bool pl_unary_grad_reads_output(pl_op op) {
+    return op == PL_OP_RELU || op == PL_OP_SIGMOID || op == PL_OP_TANH || op == PL_OP_EXP;
+}
+/* g * d(op)/dx, from v = the output y where pl_unary_grad_reads_output(op),
+ * the input x otherwise, as above. */
+PL_HD static inline float pl_unary_backward(pl_op op, float g, float v, float alpha, int flags) {
     switch (op) {
     case PL_OP_RELU:
-        return pl_math_relu_grad(g, x);
+        return pl_math_relu_grad(g, v);
     case PL_OP_LEAKY_RELU:
-        return pl_math_leaky_relu_grad(g, x, alpha);
+        return pl_math_leaky_relu_grad(g, v, alpha);
     case PL_OP_ELU:
-        return pl_math_elu_grad(g, x, alpha);
+        return pl_math_elu_grad(g, v, alpha);
     case PL_OP_GELU:
-        return (flags & 1) ? pl_math_gelu_tanh_grad(g, x) : pl_math_gelu_erf_grad(g, x);
+        return (flags & 1) ? pl_math_gelu_tanh_grad(g, v) : pl_math_gelu_erf_grad(g, v);
     case PL_OP_SILU:
-        return pl_math_silu_grad(g, x);
+        return pl_math_silu_grad(g, v);
     case PL_OP_SIGMOID:
-        return pl_math_sigmoid_grad(g, x);
+        return pl_math_sigmoid_grad(g, v);
     case PL_OP_TANH:
-        return pl_math_tanh_grad(g, x);
+        return pl_math_tanh_grad(g, v);
     case PL_OP_EXP:
-        return pl_math_exp_grad(g, x);
+        return pl_math_exp_grad(g, v);
     case PL_OP_LOG:
-        return pl_math_log_grad(g, x);
+        return pl_math_log_grad(g, v);
     case PL_OP_SQUARE:
-        return pl_math_square_grad(g, x);
+        return pl_math_square_grad(g, v);
     case PL_OP_SQRT:
-        return pl_math_sqrt_grad(g, x);
+        return pl_math_sqrt_grad(g, v);
     default:
         return NAN;
     }
@@ -584,7 +613,8 @@ PL_HD static inline float pl_softmax_inv(double s) {
 PL_HD static inline float pl_softmax_grad(float y, float g, float dot) {
     return y * (g - dot);
 }
-/* log_softmax backward at one element: g - e^logy sum_g. */
+/* log_softmax backward at one element: g - e^logy sum_g. Both read the
+ * saved output y (derivatives.yaml's `result`), never x. */
 PL_HD static inline float pl_log_softmax_grad(float g, float logy, float sum_g) {
     return g - expf(logy) * sum_g;
 }

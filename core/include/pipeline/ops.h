@@ -74,6 +74,15 @@ pl_tensor *pl_exp(pl_tensor *a);
 pl_tensor *pl_log(pl_tensor *a);
 pl_tensor *pl_square(pl_tensor *a);
 pl_tensor *pl_sqrt(pl_tensor *a);
+/* SwiGLU, the gated MLP activation of Llama (Shazeer 2020, "GLU Variants
+ * Improve Transformer"; transformers' LlamaMLP act_fn(gate_proj(x)) *
+ * up_proj(x)): silu(gate) * up, elementwise. gate and up: float tensors of
+ * one shape on one device (no broadcasting: PL_ERR_SHAPE names both);
+ * bf16 / f16 compute in f32 and return gate's dtype. One op instead of
+ * pl_mul(pl_silu(gate), up): the values and gradients are the same bits
+ * (d gate = silu'(gate) (g up), d up = g silu(gate)), and the tape keeps
+ * gate and up only, not silu(gate) too (docs/autograd-memory.md). */
+pl_tensor *pl_swiglu(pl_tensor *gate, pl_tensor *up);
 
 /* ---- softmax family (over the last dim) ------------------------------ */
 

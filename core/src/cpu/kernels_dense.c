@@ -569,12 +569,14 @@ static pl_status k_unary_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-/* gx = g * f'(x); derivatives as in PyTorch's derivatives.yaml (kernel_math.h). */
+/* gx = g * f'(x); derivatives as in PyTorch's derivatives.yaml (kernel_math.h).
+ * relu, sigmoid, tanh, exp read their saved output y = in[2] (in[1], the
+ * input, is a tape stub: pl_unary_grad_reads_output); X below is y for them. */
 static pl_status k_unary_bwd(const pl_kernel_args *a) {
     pl_tensor *gx = a->out[0];
     if (!gx) return PL_OK;
     int64_t n = pl_tensor_numel(gx);
-    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    const float *G = cf32(a->in[0]), *X = cf32(a->in[pl_unary_grad_reads_output(a->op) ? 2 : 1]);
     float *D = f32p(gx);
     float al = (float)a->p.alpha;
     switch (a->op) {
@@ -641,6 +643,39 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
         break;
     default:
         return pl_error_set(PL_ERR_INTERNAL, "k_unary_bwd: op %s", pl_op_name(a->op));
+    }
+    return PL_OK;
+}
+
+/* SwiGLU: out = silu(gate) * up (silu rounded to p.dtype when that is bf16
+ * / f16); backward from gate and up (kernel_math.h). */
+static pl_status k_swiglu_fwd(const pl_kernel_args *a) {
+    int64_t n = pl_tensor_numel(a->out[0]);
+    const float *X = cf32(a->in[0]), *U = cf32(a->in[1]);
+    float *O = f32p(a->out[0]);
+    pl_dtype rt = a->p.dtype;
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++)
+        O[i] = pl_math_swiglu(X[i], U[i], rt);
+    return PL_OK;
+}
+
+static pl_status k_swiglu_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0], *gu = a->out[1];
+    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    int64_t n = pl_tensor_numel(a->in[0]);
+    if (gx) {
+        const float *U = cf32(a->in[2]);
+        float *D = f32p(gx);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_swiglu_grad_gate(G[i], X[i], U[i]);
+    }
+    if (gu) {
+        float *D = f32p(gu);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            D[i] = pl_math_swiglu_grad_up(G[i], X[i], a->p.dtype);
     }
     return PL_OK;
 }
@@ -716,34 +751,33 @@ static pl_status k_softmax_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-/* The output is recomputed from x (cheap) instead of saved, so the tape
- * holds no reference cycle through the result.
+/* From the saved output y = in[2] (derivatives.yaml's `result`; in[1], the
+ * input, is a tape stub):
  *   softmax:     gx = y * (g - sum(g * y))
  *   log_softmax: gx = g - exp(y) * sum(g) */
 static pl_status k_softmax_bwd(const pl_kernel_args *a) {
     pl_tensor *gx = a->out[0];
     if (!gx) return PL_OK;
     int64_t rows, d;
-    last_dim_geom(a->in[1], &rows, &d);
-    const float *G = cf32(a->in[0]), *X = cf32(a->in[1]);
+    last_dim_geom(a->in[2], &rows, &d);
+    const float *G = cf32(a->in[0]), *Y = cf32(a->in[2]);
     float *D = f32p(gx);
     bool logsm = a->op == PL_OP_LOG_SOFTMAX;
 #pragma omp parallel for if (rows * d > PAR_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        const float *g = G + r * d;
+        const float *g = G + r * d, *y = Y + r * d;
         float *o = D + r * d;
-        softmax_row(X + r * d, o, d, logsm); /* o = y */
         double s = 0;
         if (logsm) {
             for (int64_t j = 0; j < d; j++)
                 s += g[j];
             for (int64_t j = 0; j < d; j++)
-                o[j] = pl_log_softmax_grad(g[j], o[j], (float)s);
+                o[j] = pl_log_softmax_grad(g[j], y[j], (float)s);
         } else {
             for (int64_t j = 0; j < d; j++)
-                s += (double)g[j] * o[j];
+                s += (double)g[j] * y[j];
             for (int64_t j = 0; j < d; j++)
-                o[j] = pl_softmax_grad(o[j], g[j], (float)s);
+                o[j] = pl_softmax_grad(y[j], g[j], (float)s);
         }
     }
     return PL_OK;
@@ -1376,6 +1410,8 @@ void pl_cpu_register_dense(pl_kernel_table *b) {
         b->forward[un[i]] = k_unary_fwd;
         b->backward[un[i]] = k_unary_bwd;
     }
+    b->forward[PL_OP_SWIGLU] = k_swiglu_fwd;
+    b->backward[PL_OP_SWIGLU] = k_swiglu_bwd;
     b->forward[PL_OP_SOFTMAX] = b->forward[PL_OP_LOG_SOFTMAX] = k_softmax_fwd;
     b->backward[PL_OP_SOFTMAX] = b->backward[PL_OP_LOG_SOFTMAX] = k_softmax_bwd;
     b->forward[PL_OP_CROSS_ENTROPY] = k_ce_fwd;

@@ -401,7 +401,9 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(gx)) return pl_error_status();
     int64_t n = pl_tensor_numel(gx);
     if (!n) return PL_OK;
-    const float *G = cf(a->in[0]), *X = cf(a->in[1]);
+    /* relu, sigmoid, tanh, exp: their saved output in[2] (in[1] is a tape
+     * stub), as the CPU's k_unary_bwd */
+    const float *G = cf(a->in[0]), *X = cf(a->in[pl_unary_grad_reads_output(a->op) ? 2 : 1]);
     float *D = fp(gx);
     float al = (float)a->p.alpha;
     int fl = a->p.flags;
@@ -414,6 +416,43 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
     default: return pl_error_set(PL_ERR_INTERNAL, "cuda unary backward: op %s", pl_op_name(a->op));
     }
     CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
+/* ---- swiglu: silu(gate) * up (silu rounded to p.dtype), the CPU's k_swiglu_* -------------------- */
+
+__global__ void k_swiglu_f(const float *X, const float *U, float *O, pl_dtype rt, int64_t n) {
+    GRID_LOOP(i, n) O[i] = pl_math_swiglu(X[i], U[i], rt);
+}
+__global__ void k_swiglu_b(const float *G, const float *X, const float *U, float *DX, float *DU,
+                           pl_dtype rt, int64_t n) {
+    GRID_LOOP(i, n) {
+        if (DX) DX[i] = pl_math_swiglu_grad_gate(G[i], X[i], U[i]);
+        if (DU) DU[i] = pl_math_swiglu_grad_up(G[i], X[i], rt);
+    }
+}
+
+static pl_status k_swiglu_fwd(const pl_kernel_args *a) {
+    if (pl_cu_set_device(a->out[0])) return pl_error_status();
+    int64_t n = pl_tensor_numel(a->out[0]);
+    if (!n) return PL_OK;
+    k_swiglu_f<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]), fp(a->out[0]),
+                                                     a->p.dtype, n);
+    CUDA_LAUNCHED("swiglu");
+    return PL_OK;
+}
+
+/* in[1] gate (always read), in[2] up (a tape stub unless gate needs a gradient) */
+static pl_status k_swiglu_bwd(const pl_kernel_args *a) {
+    pl_tensor *gx = a->out[0], *gu = a->out[1];
+    if (!gx && !gu) return PL_OK;
+    if (pl_cu_set_device(a->in[0])) return pl_error_status();
+    int64_t n = pl_tensor_numel(a->in[0]);
+    if (!n) return PL_OK;
+    k_swiglu_b<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]),
+                                                     gx ? cf(a->in[2]) : NULL, gx ? fp(gx) : NULL,
+                                                     gu ? fp(gu) : NULL, a->p.dtype, n);
+    CUDA_LAUNCHED("swiglu backward");
     return PL_OK;
 }
 
@@ -461,26 +500,20 @@ __global__ void k_softmax_f(const float *X, float *Y, int64_t rows, int64_t d, b
     }
 }
 
-/* softmax: gx = y (g - sum(g y)); log_softmax: gx = g - exp(y) sum(g); y recomputed from x */
-__global__ void k_softmax_b(const float *G, const float *X, float *D, int64_t rows, int64_t d,
+/* softmax: gx = y (g - sum(g y)); log_softmax: gx = g - exp(y) sum(g); y the saved output */
+__global__ void k_softmax_b(const float *G, const float *Y, float *D, int64_t rows, int64_t d,
                             bool logsm) {
-    __shared__ float shf[32];
     __shared__ double shd[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *x = X + r * d, *g = G + r * d;
+        const float *y = Y + r * d, *g = G + r * d;
         float *o = D + r * d;
-        float m;
-        double s;
-        row_max_sum(x, d, &m, &s, shf, shd);
-        float lse = pl_log_softmax_lse(m, s), inv = pl_softmax_inv(s);
         double acc = 0;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-            acc += logsm ? (double)g[j] : (double)g[j] * (pl_softmax_exp(x[j], m) * inv);
+            acc += logsm ? (double)g[j] : (double)g[j] * y[j];
         acc = pl_d_block_sum(acc, shd);
         float sf = (float)acc;
         for (int64_t j = threadIdx.x; j < d; j += blockDim.x)
-            o[j] = logsm ? pl_log_softmax_grad(g[j], x[j] - lse, sf)
-                         : pl_softmax_grad(pl_softmax_exp(x[j], m) * inv, g[j], sf);
+            o[j] = logsm ? pl_log_softmax_grad(g[j], y[j], sf) : pl_softmax_grad(y[j], g[j], sf);
     }
 }
 
@@ -495,13 +528,14 @@ static pl_status k_softmax_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* in[2]: the saved output (in[1], the input, is a tape stub) */
 static pl_status k_softmax_bwd(const pl_kernel_args *a) {
     if (!a->out[0]) return PL_OK;
-    if (pl_cu_set_device(a->in[1])) return pl_error_status();
+    if (pl_cu_set_device(a->in[2])) return pl_error_status();
     int64_t rows, d;
-    last_dim_geom(a->in[1], &rows, &d);
+    last_dim_geom(a->in[2], &rows, &d);
     if (!rows) return PL_OK;
-    k_softmax_b<<<row_grid(rows), T_ROW>>>(cf(a->in[0]), cf(a->in[1]), fp(a->out[0]), rows, d,
+    k_softmax_b<<<row_grid(rows), T_ROW>>>(cf(a->in[0]), cf(a->in[2]), fp(a->out[0]), rows, d,
                                            a->op == PL_OP_LOG_SOFTMAX);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
@@ -1345,6 +1379,7 @@ void pl_cuda_register_kernels(pl_kernel_table *t) {
                                PL_OP_LOG,  PL_OP_SQUARE,     PL_OP_SQRT};
     for (size_t i = 0; i < sizeof un / sizeof un[0]; i++)
         pl_kernel_table_set(t, un[i], k_unary_fwd, k_unary_bwd);
+    pl_kernel_table_set(t, PL_OP_SWIGLU, k_swiglu_fwd, k_swiglu_bwd);
     pl_kernel_table_set(t, PL_OP_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
     pl_kernel_table_set(t, PL_OP_LOG_SOFTMAX, k_softmax_fwd, k_softmax_bwd);
     pl_kernel_table_set(t, PL_OP_CROSS_ENTROPY, k_ce_fwd, k_ce_bwd);

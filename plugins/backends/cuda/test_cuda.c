@@ -61,6 +61,8 @@ START_TEST(plugin_descriptor) {
     ck_assert(pl_backend_supports(b, PL_OP_SGD_STEP, false));
     ck_assert(!pl_backend_supports(b, PL_OP_ADAMW_STEP, true)); /* in place, no autograd */
     ck_assert(!pl_backend_supports(b, PL_OP_SGD_STEP, true));
+    ck_assert(pl_backend_supports(b, PL_OP_SWIGLU, false));
+    ck_assert(pl_backend_supports(b, PL_OP_SWIGLU, true));
     /* ids it was not built with: NULL, no read past its table */
     ck_assert_ptr_null(b->kernel(PL_OP_COUNT, false));
     ck_assert_ptr_null(b->kernel((pl_op)(PL_OP_COUNT + 100), true));

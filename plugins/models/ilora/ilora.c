@@ -828,7 +828,9 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     if (T < L) h = pl_slice(h, 1, L - T, L);
     h = pl_add(h, pl_dropout(ao, o->dropout, seed, drop_counter(c->micro, site), training));
     x = pl_rms_norm(h, ly->post_norm, o->norm_eps);
-    pl_tensor *mid = pl_mul(pl_silu(PROJ(4, x, gq)), PROJ(5, x, gq));
+    /* LlamaMLP's act_fn(gate) * up as one op: the tape keeps gate and up, not
+     * silu(gate) too (same bits as pl_mul(pl_silu(gate), up)) */
+    pl_tensor *mid = pl_swiglu(PROJ(4, x, gq), PROJ(5, x, gq));
     pl_tensor *mo = PROJ(6, mid, gq);
 #undef PROJ
     return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(c->micro, site + 1), training));
