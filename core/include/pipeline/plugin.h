@@ -50,7 +50,10 @@ extern "C" {
  *          converts each parameter as the model finishes it, not the whole
  *          model at once); pl_backend.fill_random (parameter init drawn on
  *          the device, pl_init_draw in kernel_math.h); pl_cfg_list (config.h:
- *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes */
+ *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes;
+ *          pl_swiglu (PL_OP_SWIGLU); relu, sigmoid, tanh, exp, softmax and
+ *          log_softmax save their output, which their backward kernels read
+ *          as in[2] (backend.h: an out-of-tree backend must follow) */
 #define PL_ABI_MINOR 7
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
