@@ -1281,10 +1281,14 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
         pl_config_write_ini(cfg, path);
     }
-    tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s)\n",
+    /* the CPU kernel of bf16 GEMMs is chosen at run time (cpu/cpu_isa.c) */
+    char isa[128];
+    tr_log(t,
+           "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s), "
+           "CPU bf16 GEMM %s (CPU: %s)\n",
            t->run_dir, pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
            (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads(),
-           pl_blas_parallel());
+           pl_blas_parallel(), pl_cpu_gemm_bf16(), pl_cpu_features(isa, sizeof isa));
     if (t->world > 1)
         tr_log(t, "strategy %s: %d processes (data parallel)\n", t->strat.desc->name, t->world);
     if (t->rank == 0) tr_sweep_orphan_tmp(t); /* what killed runs left half-written */
