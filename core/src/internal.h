@@ -123,6 +123,24 @@ const char *pl_blas_parallel(void);
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* torch.autocast's cast cache (autocast_cache.c). Between begin and end
+ * (nestable; the trainer brackets each model forward), pl_autocast_operand
+ * casts a trainable f32 leaf parameter to dt once and hands the same tensor
+ * to every later use; an entry made with grad mode off is not reused with
+ * grad mode on (it would cut the gradient). end releases the cache's
+ * references (the tape keeps what backward reads). Outside a scope, and for
+ * any other tensor (activations, frozen weights), it is pl_cast. */
+void pl_autocast_cache_begin(void);
+void pl_autocast_cache_end(void);
+pl_tensor *pl_autocast_operand(pl_tensor *a, pl_dtype dt);
+/* This thread's counts since the last reset: operand casts asked of
+ * pl_autocast_operand (dtype changes only), casts made, cache hits. */
+typedef struct pl_autocast_cache_stats {
+    uint64_t casts_requested, casts, hits;
+} pl_autocast_cache_stats;
+pl_autocast_cache_stats pl_autocast_cache_stats_get(void);
+void pl_autocast_cache_stats_reset(void);
+
 /* The CPU kernels chosen at run time (cpu/cpu_isa.c), best first; the
  * order is a cap: a CPU with AVX-512 BF16 also runs the AVX2 code. */
 typedef enum pl_cpu_isa {

@@ -256,7 +256,9 @@ pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b) {
     pl_dtype ac = pl_autocast_get();
     if ((ac == PL_BF16 || ac == PL_F16) && (a->dtype != ac || b->dtype != ac)) {
         pl_frame_begin();
-        return frame_result(pl_matmul(pl_cast(a, ac), pl_cast(b, ac), trans_a, trans_b));
+        /* a trainable parameter is cast once per forward (autocast_cache.c) */
+        return frame_result(
+            pl_matmul(pl_autocast_operand(a, ac), pl_autocast_operand(b, ac), trans_a, trans_b));
     }
     char ba[160], bb[160];
     if (a->dtype != b->dtype || a->dtype == PL_F64) {
@@ -320,7 +322,7 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b) {
         pl_dtype ac = pl_autocast_get();
         pl_tensor *bb = b;
         /* torch.autocast runs the whole linear (bias included) in the autocast dtype */
-        if ((ac == PL_BF16 || ac == PL_F16) && b->dtype != ac) bb = pl_cast(b, ac);
+        if ((ac == PL_BF16 || ac == PL_F16) && b->dtype != ac) bb = pl_autocast_operand(b, ac);
         y = pl_add(y, bb);
     }
     if (y && x->ndim == 1) y = pl_reshape(y, PL_SHAPE(w->shape[0]));

@@ -320,7 +320,10 @@ pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr
 
 static pl_status eval_batch(trainer *t, const pl_batch *b, pl_data_split split, void *m) {
     pl_tensor *loss = NULL;
-    return MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
+    pl_autocast_cache_begin(); /* a parameter is cast once per forward (autocast_cache.c) */
+    pl_status st = MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
+    pl_autocast_cache_end();
+    return st;
 }
 
 static pl_status evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
@@ -741,8 +744,10 @@ static pl_status fit(trainer *t) {
             pl_metrics_reset(&m);
             /* one process asks for no training metrics (NULL): a model then reads
              * nothing back; data parallel needs the loss's count to weight the ranks */
+            pl_autocast_cache_begin(); /* a parameter is cast once per forward */
             st = MODEL(t)->forward(t->model.self, &batch, PL_SPLIT_TRAIN, true, &loss,
                                    t->dev_loop ? NULL : &m);
+            pl_autocast_cache_end(); /* before backward: the tape keeps what it reads */
             if (t->dev_loop) {
                 /* one process: nothing is read back here (step_values.c); the loss,
                  * its finiteness and the on_nan policy are decided at the next read */
