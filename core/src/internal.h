@@ -123,6 +123,18 @@ const char *pl_blas_parallel(void);
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* True while some pl_params list holds t (runobjs.c). */
+bool pl_tensor_is_param(const pl_tensor *t);
+/* For the node the next recorded op pushes (autograd.c): its input `dst`,
+ * slot 0 or 1, is src cast to the autocast dtype. Where src is a frozen,
+ * contiguous parameter (not requiring grad, held by a pl_params list, so
+ * nothing rewrites it during the step) and backward needs dst, the tape
+ * keeps a stub of dst and casts src again when backward runs, instead of
+ * keeping the half copy beside the f32 parameter. NULL dst clears the slot;
+ * pl_matmul's autocast path sets both slots around its inner matmul and
+ * clears them after. */
+void pl_autocast_recast_hint(int slot, const pl_tensor *dst, pl_tensor *src);
+
 /* torch.autocast's cast cache (autocast_cache.c). Between begin and end
  * (nestable; the trainer brackets each model forward), pl_autocast_operand
  * casts a trainable f32 leaf parameter to dt once and hands the same tensor

@@ -1,9 +1,11 @@
-/* test_autocast_cache.c - torch.autocast's cast cache (autocast_cache.c):
- * inside a scope, a trainable parameter used by several matmuls / linears is
- * cast to bf16 once; its gradient equals the uncached one; a cast made with
- * grad mode off is not reused with grad mode on (the gradient would be
- * lost); outside a scope, and for activations and frozen weights, every use
- * casts; the scope's end drops the cache's references. */
+/* test_autocast_cache.c - what autocast keeps and casts. The cast cache
+ * (autocast_cache.c): inside a scope, a trainable parameter used by several
+ * matmuls / linears is cast to bf16 once; its gradient equals the uncached
+ * one; a cast made with grad mode off is not reused with grad mode on (the
+ * gradient would be lost); outside a scope, and for activations and frozen
+ * weights, every use casts; the scope's end drops the cache's references.
+ * And a frozen parameter's bf16 copy is not kept on the tape: backward casts
+ * it again (autograd.c, pl_autocast_recast_hint), with the same gradients. */
 #include <math.h>
 #include <string.h>
 
@@ -126,12 +128,60 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
 }
 END_TEST
 
+/* x @ W^T under bf16 autocast with W frozen, x trainable: the tape's bytes
+ * and x's gradient, W held by a pl_params list (a parameter) or not */
+static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
+    pl_params *ps = pl_params_new();
+    pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(64, 96), 21)); /* frozen */
+    pl_tensor *x = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(3, 96), 22));
+    pl_tensor_set_requires_grad(x, true);
+    if (registered) PL_CK_OK(pl_params_add(ps, "layer.weight", w, 0, NULL));
+    ck_assert(pl_tensor_is_param(w) == registered);
+    pl_autocast_set(PL_BF16);
+    pl_frame_begin();
+    pl_tensor *y = PL_CK_NOTNULL(pl_linear(pl_mul(x, x), w, NULL)); /* x*x: not a leaf */
+    pl_tensor *loss = pl_sum(pl_cast(pl_mul(y, y), PL_F32), PL_ALL_DIMS, false);
+    size_t per[PL_OP_COUNT], total;
+    PL_CK_OK(pl_tape_held_bytes(per, PL_OP_COUNT, &total));
+    *tape_matmul = per[PL_OP_MATMUL];
+    PL_CK_OK(pl_backward(PL_CK_NOTNULL(loss), 1.0));
+    pl_frame_end();
+    pl_autocast_set(PL_F32);
+    pl_tensor *g = pl_tensor_retain(x->grad);
+    pl_params_free(ps);
+    ck_assert(!pl_tensor_is_param(w));
+    pl_tensor_release(w);
+    pl_tensor_release(x);
+    return g;
+}
+
+START_TEST(a_frozen_parameters_copy_is_cast_again_in_backward_not_kept) {
+    size_t kept_param, kept_plain;
+    pl_tensor *g_param = frozen_weight_step(true, &kept_param);
+    pl_tensor *g_plain = frozen_weight_step(false, &kept_plain);
+    /* the matmul keeps x's bf16 copy either way (3 x 96), W's (64 x 96)
+     * only when W is not a parameter */
+    size_t wbytes = 64 * 96 * sizeof(uint16_t);
+    ck_assert_msg(kept_plain >= kept_param + wbytes,
+                  "tape's matmul bytes: %zu with W a parameter, %zu without; W's copy is %zu",
+                  kept_param, kept_plain, wbytes);
+    ck_assert_msg(kept_param < wbytes, "the tape kept %zu bytes for the matmul, W's copy is %zu",
+                  kept_param, wbytes);
+    /* the same bf16 values in backward: the same gradient, bit for bit */
+    ck_assert_ptr_nonnull(g_param);
+    ck_assert_double_eq(pl_test_max_abs_diff(g_param, g_plain), 0.0);
+    pl_tensor_release(g_param);
+    pl_tensor_release(g_plain);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("autocast_cache");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, a_parameter_used_twice_is_cast_once_with_the_same_gradient);
     tcase_add_test(tc, a_cast_made_without_grad_is_not_reused_with_grad);
     tcase_add_test(tc, only_trainable_leaves_inside_a_scope_are_cached);
+    tcase_add_test(tc, a_frozen_parameters_copy_is_cast_again_in_backward_not_kept);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
