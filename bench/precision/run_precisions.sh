@@ -9,7 +9,9 @@
 # seconds to minutes; override with e.g. LIMIT_TRAIN=200 EPOCHS=2.
 # Reads each run's summary.json: seconds_per_step, phases.fit.peak_memory_bytes,
 # frozen_parameter_bytes (after the precision stage: nf4 codes + constants),
-# test_metrics.hit_ratio@10.
+# test_metrics.hit_ratio@10, cpu_gemm_bf16 (the CPU kernel the bf16 GEMMs
+# ran on, chosen at run time: avx512bf16, avx2 or scalar; PL_CPU_ISA=avx2
+# forces the fallback).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CONFIG=${1:-configs/teacher.ini}
@@ -32,7 +34,8 @@ VARIANTS=("fp32|precision.plugin=fp32"
           "fp16|precision.plugin=fp16"
           "qlora4|precision.plugin=qlora4")
 OUT=$(mktemp -d)
-printf '%-11s %12s %14s %16s %10s\n' precision "step_ms" "peak_MiB" "frozen_bytes" "test_HR@10"
+printf '%-11s %12s %14s %16s %10s %11s\n' precision "step_ms" "peak_MiB" "frozen_bytes" "test_HR@10" \
+  "bf16_gemm"
 for v in "${VARIANTS[@]}"; do
   name=${v%%|*}; ov=${v#*|}
   log="$OUT/$name.log"
@@ -49,8 +52,9 @@ import json, os, sys
 name, run_dir = sys.argv[1:3]
 s = json.load(open(os.path.join(run_dir, "summary.json")))
 hr = s.get("test_metrics", {}).get("hit_ratio@10", float("nan"))
-print("%-11s %12.2f %14.1f %16d %10.4f" % (name, s["seconds_per_step"] * 1e3,
-      s["phases"]["fit"]["peak_memory_bytes"] / 2**20, s["frozen_parameter_bytes"], hr))
+print("%-11s %12.2f %14.1f %16d %10.4f %11s" % (name, s["seconds_per_step"] * 1e3,
+      s["phases"]["fit"]["peak_memory_bytes"] / 2**20, s["frozen_parameter_bytes"], hr,
+      s.get("cpu_gemm_bf16", "?")))
 PY
 done
 echo "logs: $OUT"

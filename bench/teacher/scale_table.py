@@ -52,7 +52,9 @@ def pipeline_row(rd, size, bs, prec, gc):
         "step": statistics.median(steps) if steps else math.nan,
         "min": min(steps) if steps else math.nan,
         "max": max(steps) if steps else math.nan,
-        "device": s.get("device", ""),
+        # on the CPU, the bf16 GEMM kernel cpuid chose (summary.json's cpu_gemm_bf16)
+        "device": s.get("device", "") + (f" ({s['cpu_gemm_bf16']})" if s.get("device", "")
+                                           .startswith("cpu") and "cpu_gemm_bf16" in s else ""),
     }
 
 

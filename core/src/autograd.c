@@ -23,6 +23,9 @@ typedef struct pl_node {
     const pl_custom_op *custom;
     pl_checkpoint_fn ckpt_fn; /* checkpoint node: backward recomputes fn(ckpt_ctx, in) */
     void *ckpt_ctx;           /* borrowed */
+    /* in[j] is a stub of a frozen parameter's autocast copy: backward casts
+     * recast[j] (retained) again instead of the tape keeping that copy */
+    pl_tensor *recast[PL_MAX_OP_INPUTS];
 } pl_node;
 
 /* ---- per-thread state ------------------------------------------------------ */
@@ -221,6 +224,7 @@ static pl_node *node_new(void) {
 
 static void node_free(pl_node *n) {
     for (int i = 0; i < n->n_in; i++) pl_tensor_release(n->in[i]);
+    for (int i = 0; i < n->n_in; i++) pl_tensor_release(n->recast[i]);
     for (int i = 0; i < n->n_saved; i++) pl_tensor_release(n->saved[i]);
     if (n->out && n->out->grad_fn == n) n->out->grad_fn = NULL;
     if (n->out_strong) pl_tensor_release(n->out);
@@ -314,6 +318,41 @@ bool pl_autograd_saves_output(int op) {
     }
 }
 
+/* pl_autocast_recast_hint: while an autocast matmul records its node, its
+ * operand copies of frozen parameters (dst = cast(src)) */
+static _Thread_local struct {
+    const pl_tensor *dst;
+    pl_tensor *src;
+} tl_recast[2];
+
+void pl_autocast_recast_hint(int slot, const pl_tensor *dst, pl_tensor *src) {
+    if (slot < 0 || slot > 1) return;
+    bool ok = dst && src && dst != src && !src->requires_grad && !src->grad_fn &&
+              !dst->requires_grad && pl_tensor_is_contiguous(src) && pl_tensor_is_param(src);
+    tl_recast[slot].dst = ok ? dst : NULL;
+    tl_recast[slot].src = ok ? src : NULL;
+}
+
+static pl_tensor *recast_source(const pl_tensor *x) {
+    for (int i = 0; i < 2; i++)
+        if (tl_recast[i].dst == x && tl_recast[i].src) return tl_recast[i].src;
+    return NULL;
+}
+
+/* x's value again: src cast to x's dtype on x's device (owned) */
+static pl_tensor *recast_now(pl_tensor *src, const pl_tensor *x) {
+    pl_kernel_args k = {.op = PL_OP_CAST, .n_in = 1, .n_out = 1};
+    k.p.dtype = x->dtype;
+    k.in[0] = src;
+    k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
+    if (!k.out[0]) return NULL;
+    if (pl_kernel_forward(&k)) {
+        pl_tensor_release(k.out[0]);
+        return NULL;
+    }
+    return k.out[0];
+}
+
 /* Append a node out = op(inputs) to the tape; retains what backward reads of
  * the inputs (the rest as stubs) and saved; out only for a checkpoint node. */
 static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
@@ -349,6 +388,11 @@ static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params
         pl_tensor *x = inputs[i];
         bool keep = !x || (need >> i & 1u) || (x->requires_grad && !x->grad_fn) ||
                     pl_tensor_is_stub(x);
+        pl_tensor *src = keep && x && builtin ? recast_source(x) : NULL;
+        if (src) { /* backward casts the frozen parameter again (pl_autocast_recast_hint) */
+            n->recast[i] = pl_tensor_retain(src);
+            keep = false;
+        }
         n->in[i] = keep ? pl_tensor_retain(x) : pl_tensor_stub_owned(x);
         if (!n->in[i]) {
             n->n_in = i;
@@ -462,8 +506,20 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
     pl_kernel_args k = {.op = n->op < PL_OP_COUNT ? (pl_op)n->op : PL_OP_NONE, .p = n->p};
     k.n_in = 1 + n->n_in + n->n_saved;
     k.in[0] = n->grad_out;
-    for (int j = 0; j < n->n_in; j++)
+    pl_tensor *tmp[PL_MAX_OP_INPUTS] = {0};
+    for (int j = 0; j < n->n_in; j++) {
         k.in[1 + j] = n->in[j];
+        if (n->recast[j]) { /* a frozen parameter's half copy, cast again for this kernel */
+            tmp[j] = recast_now(n->recast[j], n->in[j]);
+            if (!tmp[j]) {
+                for (int i = 0; i < j; i++) pl_tensor_release(tmp[i]);
+                return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
+                                       "backward of '%s': casting %s again", name,
+                                       n->recast[j]->name);
+            }
+            k.in[1 + j] = tmp[j];
+        }
+    }
     for (int j = 0; j < n->n_saved; j++)
         k.in[1 + n->n_in + j] = n->saved[j];
     k.n_out = n->n_in;
@@ -483,6 +539,7 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
     double t0 = prof ? pl_op_profile_begin(n->dev) : 0;
     pl_status st = fn(&k);
     if (prof) pl_op_profile_end(n->custom ? PL_OP_COUNT : n->op, true, n->in[0], n->dev, t0);
+    for (int j = 0; j < n->n_in; j++) pl_tensor_release(tmp[j]);
     if (st) pl_error_prefix(st, "backward of '%s'", name);
     return st;
 }

@@ -137,11 +137,80 @@ const char *pl_blas_parallel(void);
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* True while some pl_params list holds t (runobjs.c). */
+bool pl_tensor_is_param(const pl_tensor *t);
+/* For the node the next recorded op pushes (autograd.c): its input `dst`,
+ * slot 0 or 1, is src cast to the autocast dtype. Where src is a frozen,
+ * contiguous parameter (not requiring grad, held by a pl_params list, so
+ * nothing rewrites it during the step) and backward needs dst, the tape
+ * keeps a stub of dst and casts src again when backward runs, instead of
+ * keeping the half copy beside the f32 parameter. NULL dst clears the slot;
+ * pl_matmul's autocast path sets both slots around its inner matmul and
+ * clears them after. */
+void pl_autocast_recast_hint(int slot, const pl_tensor *dst, pl_tensor *src);
+
+/* torch.autocast's cast cache (autocast_cache.c). Between begin and end
+ * (nestable; the trainer brackets each model forward), pl_autocast_operand
+ * casts a trainable f32 leaf parameter to dt once and hands the same tensor
+ * to every later use; an entry made with grad mode off is not reused with
+ * grad mode on (it would cut the gradient). end releases the cache's
+ * references (the tape keeps what backward reads). Outside a scope, and for
+ * any other tensor (activations, frozen weights), it is pl_cast. */
+void pl_autocast_cache_begin(void);
+void pl_autocast_cache_end(void);
+pl_tensor *pl_autocast_operand(pl_tensor *a, pl_dtype dt);
+/* This thread's counts since the last reset: operand casts asked of
+ * pl_autocast_operand (dtype changes only), casts made, cache hits. */
+typedef struct pl_autocast_cache_stats {
+    uint64_t casts_requested, casts, hits;
+} pl_autocast_cache_stats;
+pl_autocast_cache_stats pl_autocast_cache_stats_get(void);
+void pl_autocast_cache_stats_reset(void);
+
+/* The CPU kernels chosen at run time (cpu/cpu_isa.c), best first; the
+ * order is a cap: a CPU with AVX-512 BF16 also runs the AVX2 code. */
+typedef enum pl_cpu_isa {
+    PL_ISA_SCALAR = 0,     /* portable C (whatever -march the build used) */
+    PL_ISA_AVX2 = 1,       /* gemm_mixed.c's AVX2/FMA micro-kernel */
+    PL_ISA_AVX512BF16 = 2, /* bf16_gemm_avx512.c's VDPBF16PS GEMM (with AVX512F/BW/VL) */
+} pl_cpu_isa;
+/* Set by core/CMakeLists.txt when the compiler builds bf16_gemm_avx512.c */
+#ifndef PL_HAVE_AVX512BF16_KERNEL
+#define PL_HAVE_AVX512BF16_KERNEL 0
+#endif
+/* The best level this CPU, its OS (XCR0 register state, via xgetbv) and this
+ * build support, from cpuid, detected once. */
+pl_cpu_isa pl_cpu_isa_detected(void);
+/* The level the kernels use now: pl_cpu_isa_detected(), capped by
+ * pl_cpu_isa_force() or else by the environment's PL_CPU_ISA ("avx512bf16",
+ * "avx2", "scalar"; read at the first call; anything else is ignored with a
+ * warning on stderr). */
+pl_cpu_isa pl_cpu_isa_active(void);
+/* Tests: cap the level at `cap` (a pl_cpu_isa); -1 returns to PL_CPU_ISA's
+ * cap, read again at the next query. */
+void pl_cpu_isa_force(int cap);
+/* "avx512bf16", "avx2" or "scalar" (static strings) */
+const char *pl_cpu_isa_name(pl_cpu_isa isa);
+/* The kernel a bf16 x bf16 -> `x @ W^T` matmul runs on now (summary.json's
+ * "cpu_gemm_bf16", the run log): pl_cpu_isa_name(pl_cpu_isa_active()). */
+const char *pl_cpu_gemm_bf16(void);
+/* The detected features, space separated in /proc/cpuinfo's spelling
+ * ("avx2 avx512f avx512bw avx512vl avx512_bf16 amx_bf16"; "avx2" means
+ * AVX2 + FMA; "none"), written into buf (n bytes) and returned. AMX-BF16 is
+ * reported only: no kernel uses its tiles. */
+const char *pl_cpu_features(char *buf, size_t n);
+
 /* C[M, N] f32 = A[M, K] @ B[N, K]^T with bf16 A and B, on AVX-512 BF16
  * (cpu/bf16_gemm.c). Returns false (nothing written) when the build or the
- * CPU lacks AVX-512 BF16: the caller then widens to f32 and uses sgemm. */
+ * CPU lacks AVX-512 BF16, or pl_cpu_isa_active() is below it: the caller
+ * then uses pl_gemm_mixed. */
 bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
                      int64_t K);
+/* The AVX-512 BF16 kernel itself (cpu/bf16_gemm_avx512.c, compiled with
+ * -mavx512bf16 and friends): call only when pl_cpu_isa_active() allows it.
+ * M, N, K > 0. false: out of memory for the packed B. */
+bool pl_bf16_gemm_nt_avx512(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
+                            int64_t K);
 
 /* One operand of pl_gemm_mixed: op(X) is X ([rows, cols] row-major with
  * leading dimension ld) or, with trans, X^T of the stored [cols, rows]. */

@@ -299,7 +299,15 @@ pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b) {
     pl_dtype ac = pl_autocast_get();
     if ((ac == PL_BF16 || ac == PL_F16) && (a->dtype != ac || b->dtype != ac)) {
         pl_frame_begin();
-        return frame_result(pl_matmul(pl_cast(a, ac), pl_cast(b, ac), trans_a, trans_b));
+        /* a trainable parameter is cast once per forward (autocast_cache.c);
+         * a frozen one's copy is not kept for backward, but cast again there */
+        pl_tensor *ca = pl_autocast_operand(a, ac), *cb = pl_autocast_operand(b, ac);
+        pl_autocast_recast_hint(0, ca, a);
+        pl_autocast_recast_hint(1, cb, b);
+        pl_tensor *r = pl_matmul(ca, cb, trans_a, trans_b);
+        pl_autocast_recast_hint(0, NULL, NULL);
+        pl_autocast_recast_hint(1, NULL, NULL);
+        return frame_result(r);
     }
     char ba[160], bb[160];
     if (a->dtype != b->dtype || a->dtype == PL_F64) {
@@ -363,7 +371,7 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b) {
         pl_dtype ac = pl_autocast_get();
         pl_tensor *bb = b;
         /* torch.autocast runs the whole linear (bias included) in the autocast dtype */
-        if ((ac == PL_BF16 || ac == PL_F16) && b->dtype != ac) bb = pl_cast(b, ac);
+        if ((ac == PL_BF16 || ac == PL_F16) && b->dtype != ac) bb = pl_autocast_operand(b, ac);
         y = pl_add(y, bb);
     }
     if (y && x->ndim == 1) y = pl_reshape(y, PL_SHAPE(w->shape[0]));

@@ -103,6 +103,11 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
     cJSON_AddStringToObject(o, "openblas_parallel", pl_blas_parallel());
+    /* the CPU kernel bf16 x bf16 GEMMs ran on, chosen at run time by cpuid
+     * (and PL_CPU_ISA): "avx512bf16", "avx2" or "scalar"; and what the CPU has */
+    char isa[128];
+    cJSON_AddStringToObject(o, "cpu_gemm_bf16", pl_cpu_gemm_bf16());
+    cJSON_AddStringToObject(o, "cpu_features", pl_cpu_features(isa, sizeof isa));
     /* data parallel: who trained, and the global batch (Lightning: batch_size is per
      * process; the global batch is batch_size x world_size x accumulate_grad_batches) */
     cJSON *dist = cJSON_AddObjectToObject(o, "distributed");

@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <fnmatch.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +33,48 @@ const char *pl_split_name(pl_data_split s) {
 }
 
 /* ---- parameters ------------------------------------------------------ */
+
+/* Every tensor some pl_params list holds (pl_tensor_is_param), one entry
+ * per holding: the autograd re-casts a frozen parameter in backward instead
+ * of keeping its half copy (autograd.c), which is safe only for tensors
+ * nothing rewrites during a step (a loader's named batch buffers are). */
+static pthread_mutex_t g_param_mu = PTHREAD_MUTEX_INITIALIZER;
+static const pl_tensor **g_param;
+static int g_param_n, g_param_cap;
+
+static void param_reg_add(const pl_tensor *t) {
+    pthread_mutex_lock(&g_param_mu);
+    if (g_param_n == g_param_cap) {
+        int cap = g_param_cap ? 2 * g_param_cap : 256;
+        const pl_tensor **p = realloc(g_param, (size_t)cap * sizeof *p);
+        if (!p) { /* unregistered: only never re-cast */
+            pthread_mutex_unlock(&g_param_mu);
+            return;
+        }
+        g_param = p;
+        g_param_cap = cap;
+    }
+    g_param[g_param_n++] = t;
+    pthread_mutex_unlock(&g_param_mu);
+}
+
+static void param_reg_remove(const pl_tensor *t) {
+    pthread_mutex_lock(&g_param_mu);
+    for (int i = g_param_n - 1; i >= 0; i--)
+        if (g_param[i] == t) {
+            g_param[i] = g_param[--g_param_n];
+            break;
+        }
+    pthread_mutex_unlock(&g_param_mu);
+}
+
+bool pl_tensor_is_param(const pl_tensor *t) {
+    bool found = false;
+    pthread_mutex_lock(&g_param_mu);
+    for (int i = 0; i < g_param_n && !found; i++) found = g_param[i] == t;
+    pthread_mutex_unlock(&g_param_mu);
+    return found;
+}
 
 struct pl_params {
     int n, cap;
@@ -63,7 +106,10 @@ pl_params *pl_params_new(void) {
 
 void pl_params_free(pl_params *ps) {
     if (!ps) return;
-    for (int i = 0; i < ps->n; i++) pl_tensor_release(ps->items[i].t);
+    for (int i = 0; i < ps->n; i++) {
+        param_reg_remove(ps->items[i].t);
+        pl_tensor_release(ps->items[i].t);
+    }
     free(ps->items);
     free(ps);
 }
@@ -91,6 +137,7 @@ pl_status pl_params_add(pl_params *ps, const char *name, pl_tensor *t, unsigned 
     memset(p, 0, sizeof *p);
     memcpy(p->name, name, len + 1);
     p->t = pl_tensor_retain(t);
+    param_reg_add(t);
     p->tags = tags;
     if (role) snprintf(p->role, sizeof p->role, "%s", role); /* truncates to PL_ROLE_MAX - 1 */
     memcpy(t->name, name, len + 1);
@@ -145,6 +192,8 @@ pl_status pl_params_replace(pl_params *ps, int i, pl_tensor *t) {
     pl_param *p = pl_params_at(ps, i);
     if (!p) return pl_error_status();
     pl_tensor_retain(t);
+    param_reg_add(t);
+    param_reg_remove(p->t);
     pl_tensor_release(p->t);
     p->t = t;
     snprintf(t->name, sizeof t->name, "%s", p->name);

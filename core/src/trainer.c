@@ -321,7 +321,10 @@ pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr
 
 static pl_status eval_batch(trainer *t, const pl_batch *b, pl_data_split split, void *m) {
     pl_tensor *loss = NULL;
-    return MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
+    pl_autocast_cache_begin(); /* a parameter is cast once per forward (autocast_cache.c) */
+    pl_status st = MODEL(t)->forward(t->model.self, b, split, false, &loss, m);
+    pl_autocast_cache_end();
+    return st;
 }
 
 pl_status tr_evaluate(trainer *t, pl_data_split split, pl_metrics *m, pl_limit lim) {
@@ -479,8 +482,10 @@ static int train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64
     pl_metrics_reset(&m);
     /* one process asks for no training metrics (NULL): a model then reads
      * nothing back; data parallel needs the loss's count to weight the ranks */
+    pl_autocast_cache_begin(); /* a parameter is cast once per forward */
     *st = MODEL(t)->forward(t->model.self, batch, PL_SPLIT_TRAIN, true, &loss,
                             t->dev_loop ? NULL : &m);
+    pl_autocast_cache_end(); /* before backward: the tape keeps what it reads */
     if (!t->dev_loop) return host_micro_batch(t, loss, st, lv, &m, batch->size, b, pending);
     if (!*st) *st = tr_sv_loss(t, loss, *pending == 0, b);
     if (!*st) {
@@ -1071,10 +1076,14 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
         snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
         pl_config_write_ini(cfg, path);
     }
-    tr_log(t, "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s)\n",
+    /* the CPU kernel of bf16 GEMMs is chosen at run time (cpu/cpu_isa.c) */
+    char isa[128];
+    tr_log(t,
+           "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s), "
+           "CPU bf16 GEMM %s (CPU: %s)\n",
            t->run_dir, pl_config_path(cfg), pl_cfg_str(t->pipe, "device", "cpu"),
            (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads(),
-           pl_blas_parallel());
+           pl_blas_parallel(), pl_cpu_gemm_bf16(), pl_cpu_features(isa, sizeof isa));
     if (t->world > 1)
         tr_log(t, "strategy %s: %d processes (data parallel)\n", t->strat.desc->name, t->world);
     if (t->rank == 0) tr_sweep_orphan_tmp(t); /* what killed runs left half-written */

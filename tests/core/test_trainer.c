@@ -588,6 +588,11 @@ START_TEST(threads_govern_openblas_too) {
     ck_assert_msg(par && (strstr(par, "\"openmp\"") || strstr(par, "\"pthreads\"") ||
                           strstr(par, "\"serial\"")),
                   "summary.json: no openblas_parallel of openmp / pthreads / serial");
+    /* and which CPU kernel the bf16 GEMMs ran on (chosen by cpuid at run time) */
+    const char *gk = strstr(js, "\"cpu_gemm_bf16\":");
+    ck_assert_msg(gk && (strstr(gk, "\"avx512bf16\"") || strstr(gk, "\"avx2\"") ||
+                         strstr(gk, "\"scalar\"")),
+                  "summary.json: no cpu_gemm_bf16 of avx512bf16 / avx2 / scalar");
     free(js);
 }
 END_TEST

@@ -22,7 +22,12 @@
  * floats, 96 KiB) stays in L2. Edges are zero padded in the packs and masked
  * in the store; a bf16 C is rounded (round to nearest even, NaN stays NaN)
  * from the registers when K fits one block, else the f32 sums of all blocks
- * go through an f32 buffer and are rounded once at the end. */
+ * go through an f32 buffer and are rounded once at the end.
+ *
+ * The AVX2/FMA code is compiled for those instructions (target attributes)
+ * whatever -march the build uses, and runs where cpu/cpu_isa.c finds them
+ * at run time (PL_CPU_ISA=scalar, or pl_gemm_mixed_generic, forces the
+ * portable micro-kernel). */
 #include <stdint.h>
 #include <string.h>
 
@@ -31,9 +36,10 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define HAVE_AVX2 1
+#define HAVE_AVX2 1 /* compiled in; used when the CPU has it (cdesc.avx2) */
+#define AVX2_FN __attribute__((target("avx2,fma")))
 #else
 #define HAVE_AVX2 0
 #endif
@@ -118,7 +124,7 @@ static void pack_b_panel(const pl_gemm_operand *b, int64_t k0, int64_t kc, int64
 
 /* Six whole untransposed f32 / bf16 rows r0.. of op(A) over c0..c0+kc as
  * d[k][MR]: 4 columns at a time through a 4 x 4 transpose (rows 0-3) and
- * an interleave (rows 4-5). false: not this case. */
+ * an interleave (rows 4-5), SSE2 (every x86-64). false: not this case. */
 static bool pack_a_micro_fast(const pl_gemm_operand *a, int64_t r0, int64_t c0, int64_t kc,
                               float *d) {
 #if HAVE_AVX2
@@ -178,11 +184,12 @@ typedef struct cdesc {
     void *data;
     pl_dtype dtype; /* PL_F32 or PL_BF16 */
     int64_t ld;
+    bool avx2; /* run the AVX2/FMA code: compiled in, the CPU has it, nothing forbids it */
 } cdesc;
 
 #if HAVE_AVX2
 /* 8 floats -> 8 bf16, round to nearest even, NaN quiet (pl_bf16_round) */
-static inline void store_bf16x8(uint16_t *d, __m256 v) {
+AVX2_FN static inline void store_bf16x8(uint16_t *d, __m256 v) {
     __m256i u = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     __m256i rn = _mm256_srli_epi32(
@@ -193,6 +200,13 @@ static inline void store_bf16x8(uint16_t *d, __m256 v) {
     rn = _mm256_blendv_epi8(rn, qn, nan);
     __m256i pk = _mm256_permute4x64_epi64(_mm256_packus_epi32(rn, rn), 0x08);
     _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(pk));
+}
+
+/* 16 floats at s -> 16 bf16 at d (a callable boundary for store_tile, which
+ * is compiled for the baseline ISA) */
+AVX2_FN static void store_bf16x16(uint16_t *d, const float *s) {
+    store_bf16x8(d, _mm256_loadu_ps(s));
+    store_bf16x8(d + 8, _mm256_loadu_ps(s + 8));
 }
 #endif
 
@@ -212,9 +226,8 @@ static void store_tile(const float *t, const cdesc *c, int64_t i, int64_t j, int
         } else {
             uint16_t *d = (uint16_t *)c->data + (i + r) * c->ld + j;
 #if HAVE_AVX2
-            if (cols == NR) {
-                store_bf16x8(d, _mm256_loadu_ps(s));
-                store_bf16x8(d + 8, _mm256_loadu_ps(s + 8));
+            if (cols == NR && c->avx2) {
+                store_bf16x16(d, s);
                 continue;
             }
 #endif
@@ -240,7 +253,7 @@ static void ukr_generic(int64_t kc, const float *ap, const float *bp, float *t) 
  * ap[r * rs + k * ks]: a packed micro-panel (rs 1, ks MR) or six rows of an
  * f32 A read in place (rs lda, ks 1). Writes the tile straight into an f32
  * C when it is whole (ct != NULL), else into t. */
-static inline __attribute__((always_inline)) void
+AVX2_FN static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *bp, float *t,
               float *ct, uint16_t *cb, int64_t ldc, bool add) {
     __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
@@ -298,12 +311,12 @@ ukr_avx2_body(int64_t kc, const float *ap, int64_t rs, int64_t ks, const float *
     }
 }
 
-static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *t, float *ct,
+AVX2_FN static void ukr_avx2(int64_t kc, const float *ap, const float *bp, float *t, float *ct,
                      uint16_t *cb, int64_t ldc, bool add) {
     ukr_avx2_body(kc, ap, 1, MR, bp, t, ct, cb, ldc, add);
 }
 
-static void ukr_avx2_rows(int64_t kc, const float *a, int64_t lda, const float *bp, float *t,
+AVX2_FN static void ukr_avx2_rows(int64_t kc, const float *a, int64_t lda, const float *bp, float *t,
                           float *ct, uint16_t *cb, int64_t ldc, bool add) {
     ukr_avx2_body(kc, a, lda, 1, bp, t, ct, cb, ldc, add);
 }
@@ -314,7 +327,7 @@ static void micro_tile(int64_t kc, const float *ap, int64_t lda, const float *bp
                        int64_t i, int64_t j, int rows, int cols, bool add) {
     float t[MR * NR] __attribute__((aligned(32)));
 #if HAVE_AVX2
-    if (!pl_gemm_mixed_generic) {
+    if (c->avx2) {
         bool whole = rows == MR && cols == NR && (c->dtype == PL_F32 || !add);
         float *ct = whole && c->dtype == PL_F32 ? (float *)c->data + i * c->ld + j : NULL;
         uint16_t *cb = whole && c->dtype == PL_BF16 ? (uint16_t *)c->data + i * c->ld + j : NULL;
@@ -351,7 +364,7 @@ static void gemm_serial(int64_t i0, int64_t m, int64_t j0, int64_t n, int64_t K,
             /* an untransposed f32 A is read in place by whole micro-tiles
              * (the MC x KC block stays in L2 across the column panels): the
              * backward dX = dY @ W reads the big f32 gradient only once */
-            bool direct = HAVE_AVX2 && !pl_gemm_mixed_generic && !A->trans && A->dtype == PL_F32;
+            bool direct = c->avx2 && !A->trans && A->dtype == PL_F32;
             int64_t whole = direct ? mrows / MR * MR : 0;
             if (whole < mrows)
                 pack_a_block(A, ib + whole, (mrows - whole + MR - 1) / MR * MR, M, k0, kc, ap);
@@ -404,10 +417,11 @@ pl_status pl_gemm_mixed(int64_t M, int64_t N, int64_t K, const pl_gemm_operand *
     /* a bf16 C with several K blocks accumulates in f32 first */
     size_t ccap = 0, wcap = 0;
     float *cbuf = NULL;
-    cdesc cd = {C, c_dtype, ldc};
+    bool avx2 = HAVE_AVX2 && !pl_gemm_mixed_generic && pl_cpu_isa_active() >= PL_ISA_AVX2;
+    cdesc cd = {C, c_dtype, ldc, avx2};
     if (c_dtype == PL_BF16 && K > KC) {
         cbuf = pl_alloc(PL_CPU, (size_t)(M * N) * sizeof(float), &ccap);
-        cd = (cdesc){cbuf, PL_F32, N};
+        cd = (cdesc){cbuf, PL_F32, N, avx2};
     }
     float *work = pl_alloc(PL_CPU, (size_t)nth * (aper + bper) * sizeof(float), &wcap);
     if (!work || (c_dtype == PL_BF16 && K > KC && !cbuf)) {
