@@ -11,8 +11,10 @@
 #   2026-11-27: 226.7 MiB, 1.017 x; 317.9 MiB, 1.43 x, while it kept them).
 # Shape (hidden 1024, 4 layers, intermediate 3072; allocator classes hold
 # these weights without rounding waste) and batch (4 rows of 8) are chosen so
-# that activations are a real part of the step. Measured 2026-11-26: fp32
-# 222.9 MiB, bf16-true 125.9 (0.565x), qlora4 54.9 (0.246x); before the tape
+# that activations are a real part of the step. Measured 2026-11-27 (the
+# fused SwiGLU, ops keeping their outputs): fp32 220.95 MiB, bf16-true 123.96
+# (0.561x), qlora4 52.90 (0.239x), bf16-mixed 224.74 (1.017x); 2026-11-26:
+# fp32 222.9 MiB, bf16-true 125.9 (0.565x), qlora4 54.9 (0.246x); before the tape
 # kept only what backward reads (docs/autograd-memory.md) the same step gave
 # 247.1, 172.6 (0.698x: fails) and 101.6 (0.411x). At larger batches the
 # ratios rise (batch 16: 0.62x / 0.36x): the residual stream and its
