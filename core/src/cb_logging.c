@@ -46,15 +46,19 @@ static pl_status log_batch_end(void *self, trainer *t, const tr_step_info *s) {
     double run_rate = run_el > 0 ? (double)(at - t->fit_batch0) / run_el : 0;
     double run_eta = total >= 0 && run_rate > 0 ? (double)(total > at ? total - at : 0) / run_rate
                                                 : -1;
-    char ep[48], e1[32], e2[32], line[256];
+    char ep[48], e1[32], e2[32], line[256], lossbuf[32];
+    /* nothing read back yet this epoch (the device keeps it until a logged
+     * step): "-", not a "nan" that looks like a non-finite loss */
+    if (t->ep_loss_n) snprintf(lossbuf, sizeof lossbuf, "%.4f", loss);
+    else snprintf(lossbuf, sizeof lossbuf, "-");
     if (total >= 0)
         snprintf(ep, sizeof ep, "epoch %lld/%lld", (long long)t->epoch,
                  (long long)((total - 1) / nb));
     else
         snprintf(ep, sizeof ep, "epoch %lld", (long long)t->epoch);
-    snprintf(line, sizeof line, "%s  batch %lld/%lld  %.2f it/s  eta epoch %s run %s  loss %.4f  lr %.3g",
+    snprintf(line, sizeof line, "%s  batch %lld/%lld  %.2f it/s  eta epoch %s run %s  loss %s  lr %.3g",
              ep, (long long)b + 1, (long long)nb, ips, format_duration(e1, sizeof e1, eta),
-             format_duration(e2, sizeof e2, run_eta), loss, s->lr);
+             format_duration(e2, sizeof e2, run_eta), lossbuf, s->lr);
     if (t->tty) {
         fputs("\r\033[K", stdout);
         fputs(line, stdout);
