@@ -19,6 +19,7 @@
 #include "callback.h"
 #include "config_internal.h"
 #include "pl_test.h"
+#include "regression_h5.h"
 #include "registry.h"
 #include "trainer.h"
 #include "trainer_internal.h"
@@ -31,31 +32,7 @@
 static char g_dir[512], g_h5[600];
 
 static void write_group(hid_t f, const char *g, int n, uint64_t seed) {
-    hid_t grp = H5Gcreate2(f, g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    float *x = malloc(sizeof(float) * n * NF), *y = malloc(sizeof(float) * n);
-    uint32_t s = (uint32_t)seed;
-    for (int i = 0; i < n; i++) {
-        double t = 0;
-        for (int j = 0; j < NF; j++) {
-            s = s * 1664525u + 1013904223u;
-            x[i * NF + j] = (float)((s >> 8) / 16777216.0 * 2 - 1);
-            t += (j + 1) * x[i * NF + j];
-        }
-        y[i] = (float)(sin(t) + 0.5 * t);
-    }
-    hsize_t dx[2] = {(hsize_t)n, NF}, dy[2] = {(hsize_t)n, 1};
-    hid_t sx = H5Screate_simple(2, dx, NULL), sy = H5Screate_simple(2, dy, NULL);
-    hid_t ds = H5Dcreate2(grp, "x", H5T_IEEE_F32LE, sx, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x);
-    H5Dclose(ds);
-    ds = H5Dcreate2(grp, "y", H5T_IEEE_F32LE, sy, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, y);
-    H5Dclose(ds);
-    H5Sclose(sx);
-    H5Sclose(sy);
-    H5Gclose(grp);
-    free(x);
-    free(y);
+    pl_test_write_regression_group(f, g, n, NF, seed);
 }
 
 static void setup(void) {
