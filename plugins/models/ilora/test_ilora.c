@@ -416,18 +416,25 @@ START_TEST(router_over_hidden_states_is_causal) {
 }
 END_TEST
 
-/* Central differences of the training loss (CE + load balancing + entropy)
- * in the router's weight and bias against the backward pass. */
-START_TEST(router_loss_gradients_match_central_differences) {
-    env e;
-    env_init(&e, 17, 0);
+/* Two experts, both router terms on, wide init: the model the router-loss
+ * tests train (seed 17). */
+static ilora_model *router_loss_model(env *e) {
+    env_init(e, 17, 0);
     ilora_opts o = router_opts();
     o.num_experts = 2;
     o.router_aux_loss_coef = 1.0;
     o.router_entropy_coef = 1.0;
     o.init_std = 0.5;
     ilora_model *m = NULL;
-    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    PL_CK_OK(ilora_model_create(&o, &e->ctx, &m));
+    return m;
+}
+
+/* Central differences of the training loss (CE + load balancing + entropy)
+ * in the router's weight and bias against the backward pass. */
+START_TEST(router_loss_gradients_match_central_differences) {
+    env e;
+    ilora_model *m = router_loss_model(&e);
     random_lora_b(e.ctx.params, 5);
     const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
     const int32_t lab[12] = {0, 7, 1, 12, 2, 0, 2, 9, 9, 11, 4, 10};
@@ -481,14 +488,7 @@ END_TEST
  * (PyTorch's cross-entropy over nothing), 0 on the host path. */
 START_TEST(device_loss_equals_the_host_selection) {
     env e;
-    env_init(&e, 17, 0);
-    ilora_opts o = router_opts();
-    o.num_experts = 2;
-    o.router_aux_loss_coef = 1.0;
-    o.router_entropy_coef = 1.0;
-    o.init_std = 0.5;
-    ilora_model *m = NULL;
-    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    ilora_model *m = router_loss_model(&e);
     ck_assert(!m->device_loss); /* a CPU run selects on the host */
     random_lora_b(e.ctx.params, 5);
     const int32_t idv[12] = {0, 3, 7, 1, 12, 2, 5, 2, 9, 9, 11, 4};
