@@ -997,6 +997,13 @@ static pl_tensor *need_field(const pl_batch *b, const char *name, const char *op
     return t;
 }
 
+/* The mean over rows of X [N, k]: (1/N) sum_n X_n, or with mask [N, 1] and
+ * count (device scalar >= 1) sum_n mask_n X_n / count. [k]. */
+static pl_tensor *row_mean(pl_tensor *x, pl_tensor *mask, pl_tensor *count) {
+    if (!mask) return pl_scale(pl_sum(x, 0, false), 1.0 / (double)x->shape[0]);
+    return pl_div(pl_sum(pl_mul(x, mask), 0, false), count);
+}
+
 /* The router's auxiliary losses added to `loss`, over the gates of the
  * labelled positions pi (per-position gates) or of the rows (per-row gates),
  * N of them:
@@ -1005,47 +1012,34 @@ static pl_tensor *need_field(const pl_batch *b, const char *name, const char *op
  *     E * sum_k f_k P_k becomes E * sum_k P_k^2 when every expert is used
  *     with its gate: 1 at uniform usage, E when all use one expert);
  *   entropy         coef_h * (1/N) sum_n H(g_n) / ln E,  H(g) = -sum_k g_k log g_k
- *     with log g = log_softmax(z) (finite where g underflows). */
-static pl_tensor *router_terms(ilora_model *m, pl_tensor *loss, const route *rt, pl_tensor *pi) {
+ *     with log g = log_softmax(z) (finite where g underflows).
+ * On a device (mask non-NULL, pi NULL) the per-position gates are not
+ * selected: every position is weighted by mask [B*L, 1] and the sums divided
+ * by count = sum(mask) (a device scalar >= 1), the same N-mean. */
+static pl_tensor *router_terms(ilora_model *m, pl_tensor *loss, const route *rt, pl_tensor *pi,
+                               pl_tensor *mask, pl_tensor *count) {
     double ca = m->o.router_aux_loss_coef, ch = m->o.router_entropy_coef;
     if (ca <= 0 && ch <= 0) return loss;
     int64_t E = m->o.num_experts;
     pl_tensor *g = rt->g, *z = rt->z;
-    if (g->ndim == 3) {
-        g = pl_index_select(pl_reshape(g, 2, (int64_t[]){-1, E}), 0, pi);
-        z = pl_index_select(pl_reshape(z, 2, (int64_t[]){-1, E}), 0, pi);
+    if (g->ndim == 3) { /* per position: the labelled ones (pi), or all of them weighted */
+        g = pl_reshape(g, 2, (int64_t[]){-1, E});
+        z = pl_reshape(z, 2, (int64_t[]){-1, E});
+        if (!mask) {
+            g = pl_index_select(g, 0, pi);
+            z = pl_index_select(z, 0, pi);
+        }
+    } else {
+        mask = count = NULL; /* per row: every row counts */
     }
     if (!g || !z) return NULL;
-    double N = (double)g->shape[0];
     if (ca > 0) {
-        pl_tensor *p = pl_scale(pl_sum(g, 0, false), 1.0 / N); /* [E] */
+        pl_tensor *p = row_mean(g, mask, count); /* [E] */
         loss = pl_add(loss, pl_scale(pl_sum(pl_mul(p, p), PL_ALL_DIMS, false), ca * (double)E));
     }
     if (ch > 0) {
-        pl_tensor *plogp = pl_sum(pl_mul(g, pl_log_softmax(z)), PL_ALL_DIMS, false);
-        loss = pl_add(loss, pl_scale(plogp, -ch / (N * log((double)E))));
-    }
-    return loss;
-}
-
-/* The router's auxiliary losses over every position of [B, L, E] gates,
- * weighted by mask [B*L, 1] (1 at a labelled position, 0 elsewhere) with
- * count = sum(mask) >= 1 a device scalar: router_terms's sums over the
- * labelled positions, without selecting them on the host. */
-static pl_tensor *router_terms_masked(ilora_model *m, pl_tensor *loss, const route *rt,
-                                      pl_tensor *mask, pl_tensor *count) {
-    double ca = m->o.router_aux_loss_coef, ch = m->o.router_entropy_coef;
-    if (ca <= 0 && ch <= 0) return loss;
-    int64_t E = m->o.num_experts;
-    pl_tensor *g = pl_reshape(rt->g, 2, (int64_t[]){-1, E}), *z = pl_reshape(rt->z, 2, (int64_t[]){-1, E});
-    if (!g || !z) return NULL;
-    if (ca > 0) {
-        pl_tensor *p = pl_div(pl_sum(pl_mul(g, mask), 0, false), count); /* [E] */
-        loss = pl_add(loss, pl_scale(pl_sum(pl_mul(p, p), PL_ALL_DIMS, false), ca * (double)E));
-    }
-    if (ch > 0) {
-        pl_tensor *rows = pl_sum(pl_mul(g, pl_log_softmax(z)), 1, true); /* [BL, 1] */
-        pl_tensor *plogp = pl_div(pl_sum(pl_mul(rows, mask), PL_ALL_DIMS, false), count);
+        pl_tensor *rows = pl_sum(pl_mul(g, pl_log_softmax(z)), 1, true); /* [N, 1] */
+        pl_tensor *plogp = pl_sum(row_mean(rows, mask, count), PL_ALL_DIMS, false);
         loss = pl_add(loss, pl_scale(plogp, -ch / log((double)E)));
     }
     return loss;
@@ -1077,9 +1071,9 @@ static pl_status train_forward_device(ilora_model *m, const pl_batch *b, pl_tens
         n = n ? pl_clamp(n, 1.0, INFINITY) : NULL; /* terms of an empty batch stay finite */
         if (!n) *loss = NULL;
         if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term_masked(m, b, logits, mask, n));
-        if (*loss && rt.g && rt.g->ndim == 3) *loss = router_terms_masked(m, *loss, &rt, mask, n);
+        if (*loss && rt.g && rt.g->ndim == 3) *loss = router_terms(m, *loss, &rt, NULL, mask, n);
     }
-    if (*loss && rt.g && rt.g->ndim == 2) *loss = router_terms(m, *loss, &rt, NULL);
+    if (*loss && rt.g && rt.g->ndim == 2) *loss = router_terms(m, *loss, &rt, NULL, NULL, NULL);
     return *loss ? PL_OK : pl_error_status();
 }
 
@@ -1139,7 +1133,7 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
         *loss = pl_cross_entropy(logits, ti, 0, 0.0);
         if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pi));
-        if (*loss && rt.g) *loss = router_terms(m, *loss, &rt, pi);
+        if (*loss && rt.g) *loss = router_terms(m, *loss, &rt, pi, NULL, NULL);
     }
     if (!st && !*loss) st = pl_error_status();
     free(pos);
