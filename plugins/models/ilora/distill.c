@@ -50,17 +50,19 @@ pl_status ilora_kd_temperature(ilora_model *m) {
  * its log-normalizer. The student's log p over items 1..V-1 at one position
  * is z/tau - lse with lse the logsumexp over those columns, taken from one
  * log_softmax column: lse = z_1/tau - log_softmax(z[1:]/tau)_0; gathering
- * z/tau by the item ids themselves needs no shifted index. */
+ * z/tau by the item ids themselves needs no shifted index. The KL of each
+ * position is summed and divided by np; with mask [np, 1] and count (device
+ * scalar >= 1) each is weighted by mask and the sum divided by count (a
+ * device's every-position path, no host read). */
 static pl_tensor *kd_loss_t(pl_tensor *logits, pl_tensor *ids, pl_tensor *tl, pl_tensor *ln,
-                            double tau, double weight) {
+                            double tau, double weight, pl_tensor *mask, pl_tensor *count) {
     int64_t np = logits->shape[0], V = logits->shape[1];
     /* teacher: q_k = exp(tl_k - ln), rest q_r = 1 - sum q (constants, no gradient) */
     pl_tensor *lq = pl_sub(tl, ln);
     pl_tensor *tq = pl_exp(lq);
     pl_tensor *tr = pl_clamp(pl_add_scalar(pl_scale(pl_sum(tq, 1, true), -1.0), 1.0), 0.0, 1.0);
-    pl_tensor *neg_entropy = pl_add(pl_sum(pl_mul(tq, lq), PL_ALL_DIMS, false),
-                                    pl_sum(pl_mul(tr, pl_log(pl_clamp(tr, 1e-30, 1.0))),
-                                           PL_ALL_DIMS, false)); /* sum q log q, 0 log 0 = 0 */
+    pl_tensor *negent = pl_add(pl_sum(pl_mul(tq, lq), 1, true),
+                               pl_mul(tr, pl_log(pl_clamp(tr, 1e-30, 1.0)))); /* [np, 1]: sum q log q */
     /* student: log p_k over items 1..V-1 at temperature tau */
     pl_tensor *zs = pl_scale(logits, 1.0 / tau);
     pl_tensor *lp1 = pl_log_softmax(pl_slice(zs, 1, 1, V));
@@ -68,10 +70,12 @@ static pl_tensor *kd_loss_t(pl_tensor *logits, pl_tensor *ids, pl_tensor *tl, pl
     pl_tensor *lpk = pl_sub(pl_gather(zs, 1, ids), lse);                      /* [np, K] */
     pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true);                             /* [np, 1] */
     pl_tensor *lpr = pl_log(pl_clamp(pl_add_scalar(pl_scale(pk, -1.0), 1.0), 1e-12, 1.0));
-    pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), PL_ALL_DIMS, false),
-                              pl_sum(pl_mul(tr, lpr), PL_ALL_DIMS, false)); /* sum q log p */
-    double c = weight * tau * tau / (double)np;
-    return pl_scale(pl_sub(neg_entropy, cross), c);
+    pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), 1, true), pl_mul(tr, lpr)); /* sum q log p */
+    pl_tensor *rows = pl_sub(negent, cross); /* [np, 1]: KL(q || p) per position */
+    if (!mask) return pl_scale(pl_sum(rows, PL_ALL_DIMS, false), weight * tau * tau / (double)np);
+    /* on a device: every position, the unlabelled ones weighted 0 */
+    return pl_scale(pl_div(pl_sum(pl_mul(rows, mask), PL_ALL_DIMS, false), count),
+                    weight * tau * tau);
 }
 
 pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlogits,
@@ -89,7 +93,7 @@ pl_tensor *ilora_kd_loss(pl_tensor *logits, const int32_t *ids, const float *tlo
     pl_tensor *ti = pl_tensor_from_data(PL_I32, 2, (int64_t[]){np, K}, ids, dev);
     pl_tensor *tl = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, K}, tlogits, dev);
     pl_tensor *ln = pl_tensor_from_data(PL_F32, 2, (int64_t[]){np, 1}, lognorm, dev);
-    return ti && tl && ln ? kd_loss_t(logits, ti, tl, ln, tau, weight) : NULL;
+    return ti && tl && ln ? kd_loss_t(logits, ti, tl, ln, tau, weight, NULL, NULL) : NULL;
 }
 
 /* The teacher fields of batch b, checked against the input ids: kd_ids,
@@ -132,7 +136,7 @@ pl_tensor *ilora_kd_term(ilora_model *m, const pl_batch *b, pl_tensor *logits, p
     pl_tensor *slg = pl_index_select(pl_reshape(flg, 2, (int64_t[]){BL, K}), 0, pos);
     pl_tensor *sln = pl_index_select(pl_reshape(fln, 2, (int64_t[]){BL, 1}), 0, pos);
     if (!sid || !slg || !sln) return NULL;
-    return kd_loss_t(logits, sid, slg, sln, m->o.kd_temperature, m->o.kd_weight);
+    return kd_loss_t(logits, sid, slg, sln, m->o.kd_temperature, m->o.kd_weight, NULL, NULL);
 }
 
 /* kd_loss_t over every position, weighted: the same sums over the rows with
@@ -142,25 +146,10 @@ pl_tensor *ilora_kd_term_masked(ilora_model *m, const pl_batch *b, pl_tensor *lo
                                 pl_tensor *mask, pl_tensor *count) {
     pl_tensor *fid, *flg, *fln;
     if (kd_fields(m, b, &fid, &flg, &fln)) return NULL;
-    int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1], V = logits->shape[1];
-    double tau = m->o.kd_temperature;
+    int64_t K = fid->shape[2], BL = fid->shape[0] * fid->shape[1];
     pl_tensor *ids = pl_reshape(fid, 2, (int64_t[]){BL, K});
     pl_tensor *tl = pl_reshape(flg, 2, (int64_t[]){BL, K});
     pl_tensor *ln = pl_reshape(fln, 2, (int64_t[]){BL, 1});
     if (!ids || !tl || !ln) return NULL;
-    pl_tensor *lq = pl_sub(tl, ln);
-    pl_tensor *tq = pl_exp(lq);
-    pl_tensor *tr = pl_clamp(pl_add_scalar(pl_scale(pl_sum(tq, 1, true), -1.0), 1.0), 0.0, 1.0);
-    pl_tensor *negent = pl_add(pl_sum(pl_mul(tq, lq), 1, true),
-                               pl_mul(tr, pl_log(pl_clamp(tr, 1e-30, 1.0)))); /* [BL, 1] */
-    pl_tensor *zs = pl_scale(logits, 1.0 / tau);
-    pl_tensor *lp1 = pl_log_softmax(pl_slice(zs, 1, 1, V));
-    pl_tensor *lse = pl_sub(pl_slice(zs, 1, 1, 2), pl_slice(lp1, 1, 0, 1));
-    pl_tensor *lpk = pl_sub(pl_gather(zs, 1, ids), lse);
-    pl_tensor *pk = pl_sum(pl_exp(lpk), 1, true);
-    pl_tensor *lpr = pl_log(pl_clamp(pl_add_scalar(pl_scale(pk, -1.0), 1.0), 1e-12, 1.0));
-    pl_tensor *cross = pl_add(pl_sum(pl_mul(tq, lpk), 1, true), pl_mul(tr, lpr)); /* [BL, 1] */
-    pl_tensor *rows = pl_mul(pl_sub(negent, cross), mask);
-    return pl_scale(pl_div(pl_sum(rows, PL_ALL_DIMS, false), count),
-                    m->o.kd_weight * tau * tau);
+    return kd_loss_t(logits, ids, tl, ln, m->o.kd_temperature, m->o.kd_weight, mask, count);
 }
