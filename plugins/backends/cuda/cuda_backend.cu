@@ -724,8 +724,26 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+const void *pl_cu_as_dtype(const pl_tensor *G, pl_dtype dt, pl_cu_scratch *s, pl_status *st) {
+    int64_t n = pl_tensor_numel(G);
+    void *p = pl_cu_scratch_get(s, G->device, (size_t)n * pl_dtype_size(dt));
+    if (!p) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    pl_cu_geom gg;
+    geom_contig(&gg, G->ndim, G->shape);
+    *st = pl_cu_strided_copy(p, dt, pl_tensor_data(G), G->dtype, &gg, n, true);
+    return *st ? NULL : p;
+}
+
 /* in = {G [.., M, N] f32, A, B}; out = {dA (A's shape), dB (B's shape)} f32.
- * Half operands are widened to f32 first (as the CPU backend does). */
+ * Half (bf16 / f16) operands stay half: G is rounded to their dtype and the
+ * GEMMs read half and accumulate and write f32 (CUBLAS_COMPUTE_32F), as
+ * PyTorch's autograd does for a bf16 matmul, whose grad_output is bf16 (its
+ * mm backward runs in the operands' dtype). Widening the operands to f32
+ * instead ran the 7B backward on the f32 (non-tensor-core) path, 7x the
+ * forward's time (H200, 2026-11-27 profile). */
 static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     const pl_tensor *G = a->in[0];
     pl_tensor *dA = a->out[0], *dB = a->out[1];
@@ -738,12 +756,22 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     int64_t M = g.M, N = g.N, K = g.K;
     bool ta = g.ta, tb = g.tb;
     pl_status st = PL_OK;
-    pl_cu_scratch sa = {0}, sb = {0};
-    const float *A = dB ? pl_cu_as_f32(a->in[1], &sa, &st) : NULL;
-    const float *B = !st && dA ? pl_cu_as_f32(a->in[2], &sb, &st) : NULL;
-    const float *Gp = cf(G);
+    pl_cu_scratch sa = {0}, sb = {0}, sg = {0};
+    pl_dtype odt = a->in[1]->dtype;
+    bool half = (odt == PL_BF16 || odt == PL_F16) && a->in[2]->dtype == odt;
+    const cudaDataType_t f = CUDA_R_32F, it = half ? cu_type(odt) : f;
+    size_t es = half ? 2 : sizeof(float);
+    const char *A = NULL, *B = NULL, *Gp = NULL;
+    if (half) {
+        A = dB ? (const char *)pl_tensor_data(a->in[1]) : NULL;
+        B = dA ? (const char *)pl_tensor_data(a->in[2]) : NULL;
+        Gp = (const char *)pl_cu_as_dtype(G, odt, &sg, &st);
+    } else {
+        A = dB ? (const char *)pl_cu_as_f32(a->in[1], &sa, &st) : NULL;
+        B = !st && dA ? (const char *)pl_cu_as_f32(a->in[2], &sb, &st) : NULL;
+        Gp = (const char *)pl_tensor_data(G);
+    }
     float *pdA = dA ? fp(dA) : NULL, *pdB = dB ? fp(dB) : NULL;
-    const cudaDataType_t f = CUDA_R_32F;
     if (st) goto done;
     if (pdA && (g.na != g.nbatch || N == 0 || M * K == 0))
         if (cudaMemset(pdA, 0, (size_t)(g.na * M * K) * sizeof(float)) != cudaSuccess) {
@@ -759,13 +787,13 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     if (!ta && g.nb == 1 && g.na == g.nbatch) {
         /* shared B, A rows stacked: dA = G op(B)^T, dB = sum over all rows */
         int64_t Mt = g.nbatch * M;
-        if (pdA && (st = rm_gemm(h, false, !tb, Mt, K, N, Gp, f, 0, B, f, 0, 0.0f, pdA, f, 0, 1)))
+        if (pdA && (st = rm_gemm(h, false, !tb, Mt, K, N, Gp, it, 0, B, it, 0, 0.0f, pdA, f, 0, 1)))
             goto done;
         if (pdB) {
             if (!tb) /* dB [K,N] = A^T G */
-                st = rm_gemm(h, true, false, K, N, Mt, A, f, 0, Gp, f, 0, 0.0f, pdB, f, 0, 1);
+                st = rm_gemm(h, true, false, K, N, Mt, A, it, 0, Gp, it, 0, 0.0f, pdB, f, 0, 1);
             else /* dB [N,K] = G^T A */
-                st = rm_gemm(h, true, false, N, K, Mt, Gp, f, 0, A, f, 0, 0.0f, pdB, f, 0, 1);
+                st = rm_gemm(h, true, false, N, K, Mt, Gp, it, 0, A, it, 0, 0.0f, pdB, f, 0, 1);
         }
         goto done;
     }
@@ -774,18 +802,18 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     if (pdA) {
         if (g.na == g.nbatch && uniform(g.nb, g.nbatch)) {
             int64_t sB = g.nb == 1 ? 0 : K * N;
-            st = !ta ? rm_gemm(h, false, !tb, M, K, N, Gp, f, M * N, B, f, sB, 0.0f, pdA, f, M * K,
-                               g.nbatch)
-                     : rm_gemm(h, tb, true, K, M, N, B, f, sB, Gp, f, M * N, 0.0f, pdA, f, M * K,
-                               g.nbatch);
+            st = !ta ? rm_gemm(h, false, !tb, M, K, N, Gp, it, M * N, B, it, sB, 0.0f, pdA, f,
+                               M * K, g.nbatch)
+                     : rm_gemm(h, tb, true, K, M, N, B, it, sB, Gp, it, M * N, 0.0f, pdA, f,
+                               M * K, g.nbatch);
         } else { /* broadcast A: accumulate batch by batch (dA zeroed above) */
             for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
                 int64_t ia, ib;
                 pl_mm_batch_off(&g, bi, &ia, &ib);
-                const float *gb = Gp + bi * M * N, *bb = B + ib * K * N;
+                const char *gb = Gp + (size_t)(bi * M * N) * es, *bb = B + (size_t)(ib * K * N) * es;
                 float *d = pdA + ia * M * K;
-                st = !ta ? rm_gemm(h, false, !tb, M, K, N, gb, f, 0, bb, f, 0, 1.0f, d, f, 0, 1)
-                         : rm_gemm(h, tb, true, K, M, N, bb, f, 0, gb, f, 0, 1.0f, d, f, 0, 1);
+                st = !ta ? rm_gemm(h, false, !tb, M, K, N, gb, it, 0, bb, it, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, tb, true, K, M, N, bb, it, 0, gb, it, 0, 1.0f, d, f, 0, 1);
             }
         }
         if (st) goto done;
@@ -793,24 +821,25 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     if (pdB) {
         if (g.nb == g.nbatch && uniform(g.na, g.nbatch)) {
             int64_t sA = g.na == 1 ? 0 : M * K;
-            st = !tb ? rm_gemm(h, !ta, false, K, N, M, A, f, sA, Gp, f, M * N, 0.0f, pdB, f, K * N,
-                               g.nbatch)
-                     : rm_gemm(h, true, ta, N, K, M, Gp, f, M * N, A, f, sA, 0.0f, pdB, f, K * N,
-                               g.nbatch);
+            st = !tb ? rm_gemm(h, !ta, false, K, N, M, A, it, sA, Gp, it, M * N, 0.0f, pdB, f,
+                               K * N, g.nbatch)
+                     : rm_gemm(h, true, ta, N, K, M, Gp, it, M * N, A, it, sA, 0.0f, pdB, f,
+                               K * N, g.nbatch);
         } else {
             for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
                 int64_t ia, ib;
                 pl_mm_batch_off(&g, bi, &ia, &ib);
-                const float *gb = Gp + bi * M * N, *ab = A + ia * M * K;
+                const char *gb = Gp + (size_t)(bi * M * N) * es, *ab = A + (size_t)(ia * M * K) * es;
                 float *d = pdB + ib * K * N;
-                st = !tb ? rm_gemm(h, !ta, false, K, N, M, ab, f, 0, gb, f, 0, 1.0f, d, f, 0, 1)
-                         : rm_gemm(h, true, ta, N, K, M, gb, f, 0, ab, f, 0, 1.0f, d, f, 0, 1);
+                st = !tb ? rm_gemm(h, !ta, false, K, N, M, ab, it, 0, gb, it, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, true, ta, N, K, M, gb, it, 0, ab, it, 0, 1.0f, d, f, 0, 1);
             }
         }
     }
 done:
     pl_cu_scratch_free(&sa);
     pl_cu_scratch_free(&sb);
+    pl_cu_scratch_free(&sg);
     return st;
 }
 

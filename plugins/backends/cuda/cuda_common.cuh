@@ -166,6 +166,12 @@ pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const
 /* f32 copy of a float tensor (its own data when already f32). */
 const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
 
+/* A contiguous copy of t converted to dt (rounded to nearest even) in scratch
+ * s, which the caller frees; NULL with *st set on failure. The backward GEMMs
+ * of half operands round their f32 grad_output with it, to run on the tensor
+ * cores as PyTorch's bf16 / f16 autograd does. */
+const void *pl_cu_as_dtype(const pl_tensor *t, pl_dtype dt, pl_cu_scratch *s, pl_status *st);
+
 /* ---- deferred error checks (index ranges, cross-entropy targets) ----------- */
 
 /* What a kernel found wrong in its inputs, in mapped pinned host memory that

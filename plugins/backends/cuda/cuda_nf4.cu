@@ -224,7 +224,10 @@ static pl_status k_nf4_matmul_fwd(const pl_kernel_args *a) {
     return st;
 }
 
-/* in = {dy [.., N] f32, x, W}; out = {dx [.., K] f32, NULL (W is frozen)}. */
+/* in = {dy [.., N] f32, x, W}; out = {dx [.., K] f32, NULL (W is frozen)}.
+ * Under a half compute dtype (x bf16 / f16) the panel is dequantized in it and
+ * dy is rounded to it, so the GEMM runs on the tensor cores with f32
+ * accumulation and output (as bitsandbytes' / PyTorch's bf16 backward does). */
 static pl_status k_nf4_matmul_bwd(const pl_kernel_args *a) {
     const pl_tensor *dy = a->in[0], *x = a->in[1], *wt = a->in[2];
     pl_tensor *dx = a->out[0];
@@ -247,22 +250,29 @@ static pl_status k_nf4_matmul_bwd(const pl_kernel_args *a) {
     pl_cu_scratch s_p = {0};
     pl_status st = nf4_w_open(&w, wt);
     int64_t pr = nf4_panel_rows(N, K);
-    void *panel = st ? NULL : pl_cu_scratch_get(&s_p, dy->device, (size_t)(pr * K) * sizeof(float));
+    pl_dtype cd = x->dtype == PL_BF16 || x->dtype == PL_F16 ? x->dtype : PL_F32;
+    cudaDataType_t ct = cd == PL_F32 ? CUDA_R_32F : nf4_cu_type(cd);
+    size_t es = pl_dtype_size(cd);
+    pl_cu_scratch s_g = {0};
+    const char *g = (const char *)(cd == PL_F32 ? pl_tensor_data(dy) : NULL);
+    if (!st && cd != PL_F32) g = (const char *)pl_cu_as_dtype(dy, cd, &s_g, &st);
+    void *panel = st ? NULL : pl_cu_scratch_get(&s_p, dy->device, (size_t)(pr * K) * es);
     if (!st && !panel) st = pl_error_status();
     const float alpha = 1.0f, zero = 0.0f, one = 1.0f;
     for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
         int64_t r1 = r0 + pr < N ? r0 + pr : N;
-        if ((st = nf4_dequant_rows(&w, r0, r1, panel, PL_F32, x->dtype))) break;
+        if ((st = nf4_dequant_rows(&w, r0, r1, panel, cd, x->dtype))) break;
         /* column-major view: dX^T [K, M] (+)= P^T dY^T[r0:r1, :] */
         cublasStatus_t s = cublasGemmEx(
-            h, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)M, (int)(r1 - r0), &alpha, panel, CUDA_R_32F,
-            (int)K, cf(dy) + r0, CUDA_R_32F, (int)N, r0 == 0 ? &zero : &one, fp(dx), CUDA_R_32F,
+            h, CUBLAS_OP_N, CUBLAS_OP_N, (int)K, (int)M, (int)(r1 - r0), &alpha, panel, ct,
+            (int)K, g + (size_t)r0 * es, ct, (int)N, r0 == 0 ? &zero : &one, fp(dx), CUDA_R_32F,
             (int)K, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS)
             st = pl_error_set(PL_ERR_DEVICE, "cuda nf4_matmul backward: cublasGemmEx failed: %s",
                               pl_cu_blas_status(s));
     }
     pl_cu_scratch_free(&s_p);
+    pl_cu_scratch_free(&s_g);
     nf4_w_close(&w);
     return st;
 }
