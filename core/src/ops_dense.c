@@ -3,10 +3,11 @@
  * normalization and cast. Kernels live in cpu/kernels_dense.c.
  *
  * Half precision: matmul and cast take bf16 / f16 directly. Every other op
- * here computes in f32: a bf16 / f16 input is cast to f32 (recorded, so the
- * gradient flows), the f32 op runs, and the result is cast back to the
- * input dtype (binary ops of two different dtypes promote to f32, as
- * torch's type promotion does for bf16 + f32).
+ * here is recorded with its half tensors as they are and returns the input
+ * dtype (binary ops of two different dtypes promote to f32, as torch's type
+ * promotion does for bf16 + f32); the dispatch widens them around kernels
+ * that compute on f32 data (half_io.c), so the tape keeps half tensors and
+ * no recorded casts.
  */
 #include <math.h>
 #include <string.h>
@@ -94,17 +95,6 @@ static pl_tensor *binary(const char *name, pl_op op, pl_tensor *a, pl_tensor *b)
     int nd;
     int64_t shape[PL_MAX_DIMS];
     if (pl_broadcast_shapes(name, a, b, &nd, shape)) return NULL;
-    /* same-shape add / sub with bf16 operands on the CPU: the kernel widens
-     * and rounds per element (bit-identical to the casts, none recorded) */
-    bool native = a->device.type == PL_DEVICE_CPU && (op == PL_OP_ADD || op == PL_OP_SUB) &&
-                  (a->dtype == PL_F32 || a->dtype == PL_BF16) &&
-                  (b->dtype == PL_F32 || b->dtype == PL_BF16) && pl_tensor_same_shape(a, b);
-    if ((a->dtype != PL_F32 || b->dtype != PL_F32) && !native) {
-        pl_dtype rd = a->dtype == b->dtype ? a->dtype : PL_F32;
-        pl_frame_begin();
-        pl_tensor *r = binary(name, op, pl_cast(a, PL_F32), pl_cast(b, PL_F32));
-        return frame_result(pl_cast(r, rd));
-    }
     pl_kernel_args k = {.op = op, .n_out = 1};
     if (!take_inputs(&k, ts, 2)) return NULL;
     k.out[0] = pl_tensor_new_owned(a->dtype == b->dtype ? a->dtype : PL_F32, nd, shape, a->device);
@@ -130,15 +120,6 @@ static pl_tensor *unary_ab(const char *name, pl_op op, pl_tensor *a, double alph
                            int flags) {
     if (!a) return NULL;
     if (pl_check_float(name, a, true)) return NULL;
-    /* scale / add_scalar of a bf16 tensor on the CPU: bf16 in, bf16 out,
-     * f32 arithmetic in the kernel (bit-identical to the casts) */
-    bool native = a->dtype == PL_BF16 && a->device.type == PL_DEVICE_CPU &&
-                  (op == PL_OP_SCALE || op == PL_OP_ADD_SCALAR);
-    if (a->dtype != PL_F32 && !native) {
-        pl_frame_begin();
-        pl_tensor *r = unary_ab(name, op, pl_cast(a, PL_F32), alpha, beta, flags);
-        return frame_result(pl_cast(r, a->dtype));
-    }
     pl_kernel_args k = {.op = op, .n_out = 1};
     k.p.alpha = alpha;
     k.p.beta = beta;
@@ -211,30 +192,14 @@ pl_tensor *pl_swiglu(pl_tensor *gate, pl_tensor *up) {
                      pl_tensor_describe(gate, bg, sizeof bg), pl_tensor_describe(up, bu, sizeof bu));
         return NULL;
     }
-    /* as pl_mul(pl_silu(gate), up) would: in f32 between recorded casts,
-     * silu(gate) rounded to gate's dtype (p.dtype), the product returned in
-     * the operands' common dtype (f32 when they differ) */
-    pl_dtype rt = gate->dtype;
-    if (gate->dtype != PL_F32 || up->dtype != PL_F32) {
-        pl_dtype rd = gate->dtype == up->dtype ? gate->dtype : PL_F32;
-        pl_frame_begin();
-        pl_tensor *g32 = pl_cast(gate, PL_F32), *u32 = pl_cast(up, PL_F32);
-        pl_tensor *r = NULL;
-        if (g32 && u32) {
-            pl_kernel_args k = {.op = PL_OP_SWIGLU, .n_out = 1};
-            k.p.dtype = rt;
-            pl_tensor *ts32[2] = {g32, u32};
-            if (take_inputs(&k, ts32, 2)) {
-                k.out[0] = pl_tensor_new_owned(PL_F32, gate->ndim, shape0(gate), gate->device);
-                r = launch(&k);
-            }
-        }
-        return frame_result(pl_cast(r, rd));
-    }
+    /* as pl_mul(pl_silu(gate), up) would: silu(gate) rounded to gate's
+     * dtype (p.dtype), the product returned in the operands' common dtype
+     * (f32 when they differ) */
     pl_kernel_args k = {.op = PL_OP_SWIGLU, .n_out = 1};
-    k.p.dtype = PL_F32;
+    k.p.dtype = gate->dtype;
     if (!take_inputs(&k, ts, 2)) return NULL;
-    k.out[0] = pl_tensor_new_owned(PL_F32, gate->ndim, shape0(gate), gate->device);
+    k.out[0] = pl_tensor_new_owned(gate->dtype == up->dtype ? gate->dtype : PL_F32, gate->ndim,
+                                   shape0(gate), gate->device);
     return launch(&k);
 }
 
@@ -260,11 +225,6 @@ static pl_tensor *reduce(const char *name, pl_op op, pl_tensor *a, int dim, bool
             return NULL;
         }
     }
-    if (a->dtype != PL_F32) {
-        pl_frame_begin();
-        pl_tensor *r = reduce(name, op, pl_cast(a, PL_F32), dim, keepdim);
-        return frame_result(pl_cast(r, a->dtype));
-    }
     int nd = 0;
     int64_t shape[PL_MAX_DIMS];
     for (int i = 0; i < a->ndim; i++) {
@@ -276,7 +236,7 @@ static pl_tensor *reduce(const char *name, pl_op op, pl_tensor *a, int dim, bool
     k.p.dim = d;
     k.p.flags = keepdim ? 1 : 0;
     if (!take_inputs(&k, &a, 1)) return NULL;
-    k.out[0] = pl_tensor_new_owned(PL_F32, nd, shape, a->device);
+    k.out[0] = pl_tensor_new_owned(a->dtype, nd, shape, a->device);
     return launch(&k);
 }
 
@@ -401,14 +361,8 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
                      label_smoothing);
         return NULL;
     }
-    /* the CPU kernel reads bf16 logits in place (bit-identical to the cast,
-     * without an f32 copy of the [N, C] logits and of their gradient) */
-    if (logits->dtype != PL_F32 &&
-        !(logits->dtype == PL_BF16 && logits->device.type == PL_DEVICE_CPU)) {
-        pl_frame_begin();
-        return frame_result(
-            pl_cross_entropy(pl_cast(logits, PL_F32), target, ignore_index, label_smoothing));
-    }
+    /* half logits are recorded as they are: the CPU kernel reads bf16 in
+     * place, other kernels get a transient f32 copy (half_io.c) */
     pl_kernel_args k = {.op = PL_OP_CROSS_ENTROPY, .n_out = 2};
     k.p.ignore_index = ignore_index;
     k.p.alpha = label_smoothing;
@@ -429,10 +383,6 @@ static pl_tensor *loss(const char *name, pl_op op, pl_tensor *p, pl_tensor *t, d
         pl_error_set(PL_ERR_SHAPE, "%s: pred %s and target %s must have the same shape", name,
                      pl_tensor_describe(p, bp, sizeof bp), pl_tensor_describe(t, bt, sizeof bt));
         return NULL;
-    }
-    if (p->dtype != PL_F32 || t->dtype != PL_F32) {
-        pl_frame_begin();
-        return frame_result(loss(name, op, pl_cast(p, PL_F32), pl_cast(t, PL_F32), delta));
     }
     pl_kernel_args k = {.op = op, .n_out = 1};
     k.p.alpha = delta;
@@ -480,12 +430,6 @@ static bool norm_check(const char *name, pl_tensor *x, pl_tensor *w, pl_tensor *
 pl_tensor *pl_layer_norm(pl_tensor *x, pl_tensor *w, pl_tensor *b, double eps) {
     if (!x) return NULL;
     if (!norm_check("layer_norm", x, w, b)) return NULL;
-    if (x->dtype != PL_F32 || (w && w->dtype != PL_F32) || (b && b->dtype != PL_F32)) {
-        pl_frame_begin();
-        pl_tensor *r = pl_layer_norm(pl_cast(x, PL_F32), w ? pl_cast(w, PL_F32) : NULL,
-                                     b ? pl_cast(b, PL_F32) : NULL, eps);
-        return frame_result(pl_cast(r, x->dtype));
-    }
     pl_tensor *ts[3];
     int n = 0;
     ts[n++] = x;
@@ -496,7 +440,7 @@ pl_tensor *pl_layer_norm(pl_tensor *x, pl_tensor *w, pl_tensor *b, double eps) {
     k.p.flags = (w ? 1 : 0) | (b ? 2 : 0);
     if (!take_inputs(&k, ts, n)) return NULL;
     int64_t rows = x->shape[x->ndim - 1] > 0 ? pl_tensor_numel(x) / x->shape[x->ndim - 1] : 0;
-    k.out[0] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+    k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
     k.out[1] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
     k.out[2] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
     return launch(&k);
@@ -505,18 +449,13 @@ pl_tensor *pl_layer_norm(pl_tensor *x, pl_tensor *w, pl_tensor *b, double eps) {
 pl_tensor *pl_rms_norm(pl_tensor *x, pl_tensor *w, double eps) {
     if (!x) return NULL;
     if (!norm_check("rms_norm", x, w, NULL)) return NULL;
-    if (x->dtype != PL_F32 || (w && w->dtype != PL_F32)) {
-        pl_frame_begin();
-        pl_tensor *r = pl_rms_norm(pl_cast(x, PL_F32), w ? pl_cast(w, PL_F32) : NULL, eps);
-        return frame_result(pl_cast(r, x->dtype));
-    }
     pl_tensor *ts[2] = {x, w};
     pl_kernel_args k = {.op = PL_OP_RMS_NORM, .n_out = 2};
     k.p.eps = eps;
     k.p.flags = w ? 1 : 0;
     if (!take_inputs(&k, ts, w ? 2 : 1)) return NULL;
     int64_t rows = x->shape[x->ndim - 1] > 0 ? pl_tensor_numel(x) / x->shape[x->ndim - 1] : 0;
-    k.out[0] = pl_tensor_new_owned(PL_F32, x->ndim, x->shape, x->device);
+    k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
     k.out[1] = pl_tensor_new_owned(PL_F32, 1, &rows, x->device);
     return launch(&k);
 }
