@@ -692,12 +692,18 @@ pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index) {
 pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training) {
+    return ilora_moe_lora_linear_dt(x, w0, a, b, gexp, scale, p_drop, seed, counter, training,
+                                    PL_F32);
+}
+
+pl_tensor *ilora_moe_lora_linear_dt(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                                    pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
+                                    uint64_t counter, bool training, pl_dtype out) {
     pl_tensor *y = ilora_base_linear(x, w0);
-    /* under autocast the GEMM returns bf16/f16; the residual-stream math runs
-     * in f32 (as the precision plugins document), so convert once here
-     * rather than let every elementwise op round-trip through f32 and keep
-     * both copies for backward */
-    if (y && y->dtype != PL_F32) y = pl_cast(y, PL_F32);
+    /* under autocast the GEMM returns bf16/f16; the residual stream runs in
+     * `out` (f32 under fp32 / bf16-mixed / qlora4, as the precision plugins
+     * document; the backbone's bf16 under bf16-true), so convert once here */
+    if (y && y->dtype != out) y = pl_cast(y, out);
     if (!a || !y) return y;
     pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
     pl_tensor *xa = pl_linear(xd, a, NULL); /* [B, T, E*r_e] */
@@ -793,6 +799,7 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     ilora_model *m = c->m;
     const ilora_opts *o = &m->o;
     pl_tensor *h = in[0], *gexp = n_in > 1 ? in[1] : NULL;
+    const pl_dtype act = h->dtype; /* the residual stream's (stream_dtype) */
     int64_t B = c->B, L = c->L, H = o->heads, KV = m->kv_heads, Dh = m->head_dim;
     uint64_t seed = m->ctx->seed, site = 1 + (uint64_t)c->l * 16;
     bool training = c->training;
@@ -804,9 +811,9 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     pl_tensor *gq = gexp && T < L && gexp->shape[1] == L ? pl_slice(gexp, 1, L - T, L) : gexp;
     ilora_layer *ly = &m->layer[c->l];
 #define PROJ(i, x, g)                                                                              \
-    ilora_moe_lora_linear((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,            \
-                          ly->proj[i].lora_b, (g), m->lora_scale, o->lora_dropout, seed,           \
-                          drop_counter(c->micro, site + 2 + (i)), training)
+    ilora_moe_lora_linear_dt((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,         \
+                             ly->proj[i].lora_b, (g), m->lora_scale, o->lora_dropout, seed,        \
+                             drop_counter(c->micro, site + 2 + (i)), training, act)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *xq = T < L ? pl_slice(x, 1, L - T, L) : x;
     pl_tensor *q =
@@ -836,6 +843,16 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     return pl_add(h, pl_dropout(mo, o->dropout, seed, drop_counter(c->micro, site + 1), training));
 }
 
+/* The residual stream's dtype: the backbone's when its frozen weights are
+ * stored half (bf16-true: the whole model in bf16, as Lightning's
+ * "bf16-true" and a model.to(torch.bfloat16) run), else f32 (fp32,
+ * bf16-mixed and qlora4, whose elementwise math stays f32 as autocast's). */
+static pl_dtype stream_dtype(const ilora_model *m) {
+    if (m->o.layers < 1) return PL_F32;
+    pl_dtype dt = m->layer[0].proj[0].w ? m->layer[0].proj[0].w->dtype : PL_F32;
+    return dt == PL_BF16 || dt == PL_F16 ? dt : PL_F32;
+}
+
 /* Embeddings, decoder layers and final norm over ids [B, L] (fwd_state s),
  * with expanded gates gexp (or NULL) -> [B, L, D], or [B, 1, D] when
  * last_only. base_only runs the backbone without its adapters. */
@@ -845,11 +862,19 @@ static pl_tensor *run_layers(ilora_model *m, pl_tensor *ids, const fwd_state *s,
     uint64_t seed = m->ctx->seed, micro = m->ctx ? (uint64_t)m->ctx->micro_step : 0;
     pl_tensor *h = pl_embedding(embed_weight(m), ids);
     if (m->item_proj_w) h = pl_linear(h, m->item_proj_w, m->item_proj_b); /* item -> hidden */
-    if (h && h->dtype != PL_F32) h = pl_cast(h, PL_F32); /* the residual stream is f32 */
+    pl_dtype act = stream_dtype(m);
+    if (h && h->dtype != act) h = pl_cast(h, act);
     h = pl_dropout(h, o->dropout, seed, drop_counter(micro, 0), training);
     bool recompute = o->gradient_checkpointing && training && pl_grad_enabled();
     pl_tensor_release(m->pad_bias); /* the previous forward's, kept for its backward */
-    m->pad_bias = pl_tensor_retain(s->pad_bias);
+    m->pad_bias = NULL;
+    if (s->pad_bias && s->pad_bias->dtype != act) { /* HF: the mask in the model's dtype */
+        pl_no_grad_begin();
+        m->pad_bias = pl_frame_keep(pl_cast(s->pad_bias, act));
+        pl_no_grad_end();
+    } else {
+        m->pad_bias = pl_tensor_retain(s->pad_bias);
+    }
     for (int64_t l = 0; l < o->layers && h; l++) {
         /* one frame per layer: its temporaries go as soon as the layer is done
          * (evaluation peak = one layer; backward keeps what it needs) */
@@ -861,7 +886,7 @@ static pl_tensor *run_layers(ilora_model *m, pl_tensor *ids, const fwd_state *s,
                                .l = l,
                                .B = s->B,
                                .L = s->L,
-                               .pad_bias = s->pad_bias,
+                               .pad_bias = m->pad_bias,
                                .micro = micro,
                                .training = training,
                                .last_only = last_only && l == o->layers - 1,

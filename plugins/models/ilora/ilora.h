@@ -149,6 +149,11 @@ pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index);
 pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training);
+/* The same, its result in dtype `out` (the residual stream's: f32, or the
+ * backbone's half dtype under bf16-true); ilora_moe_lora_linear is out = f32. */
+pl_tensor *ilora_moe_lora_linear_dt(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                                    pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
+                                    uint64_t counter, bool training, pl_dtype out);
 
 /* Router gates for ids i32 [B, L], no dropout: router_input = last_hidden:
  * softmax((router(h_t)) / T) per position [B, L, E], h_t the final hidden
