@@ -207,7 +207,7 @@ pl_status pl_kernel_forward(pl_kernel_args *a) {
     if (!fn)
         return pl_error_set(PL_ERR_UNSUPPORTED, "op '%s' has no forward kernel on backend '%s'",
                             pl_op_name(a->op), b->name);
-    bool half = pl_half_io_needed(a, false); /* half_io.c */
+    bool half = pl_half_io_needed(b, a, false); /* half_io.c */
     if (!pl_op_profile_on()) return half ? pl_half_io_call(b, fn, a) : fn(a);
     double t0 = pl_op_profile_begin(ref->device);
     pl_status st = half ? pl_half_io_call(b, fn, a) : fn(a);
@@ -538,9 +538,8 @@ static pl_status node_backward(pl_node *n, pl_tensor **g) {
                             name, backend_name(n->dev.type));
     bool prof = pl_op_profile_on();
     double t0 = prof ? pl_op_profile_begin(n->dev) : 0;
-    pl_status st = !n->custom && pl_half_io_needed(&k, true)
-                       ? pl_half_io_call(pl_backend_get(n->dev.type), fn, &k)
-                       : fn(&k);
+    const pl_backend *be = n->custom ? NULL : pl_backend_get(n->dev.type);
+    pl_status st = be && pl_half_io_needed(be, &k, true) ? pl_half_io_call(be, fn, &k) : fn(&k);
     if (prof) pl_op_profile_end(n->custom ? PL_OP_COUNT : n->op, true, n->in[0], n->dev, t0);
     for (int j = 0; j < n->n_in; j++) pl_tensor_release(tmp[j]);
     if (st) pl_error_prefix(st, "backward of '%s'", name);

@@ -18,10 +18,10 @@
  * (sigmoid, tanh, exp, relu, elu, sqrt, softmax, log_softmax): that output is now the rounded half
  * value, as in PyTorch, where a bf16 sigmoid saves its bf16 result.
  *
- * Kernels that read half directly (CPU's same-shape bf16 add / sub, bf16
- * scale / add_scalar, bf16 cross-entropy; see cpu_native) are called as they
- * are. A backend kernel that learns to read half in place can join them
- * (issue 35: native half kernels on CUDA).
+ * Kernels that read half directly are called as they are: the CPU's
+ * same-shape bf16 add / sub, bf16 scale / add_scalar and bf16 cross-entropy
+ * (cpu_native), and whatever a backend's half_native verb claims (backend.h,
+ * ABI 2.8: the CUDA backend's elementwise, rms_norm and swiglu kernels).
  */
 #include <string.h>
 
@@ -89,12 +89,13 @@ static bool cpu_native(const pl_kernel_args *a, bool backward) {
     }
 }
 
-bool pl_half_io_needed(const pl_kernel_args *a, bool backward) {
+bool pl_half_io_needed(const pl_backend *b, const pl_kernel_args *a, bool backward) {
     if (!f32_kernel_op(a->op)) return false;
     bool any = false;
     for (int i = 0; i < a->n_in && !any; i++) any = is_half(a->in[i]);
     for (int i = 0; i < a->n_out && !any; i++) any = is_half(a->out[i]);
-    return any && !cpu_native(a, backward);
+    if (!any || cpu_native(a, backward)) return false;
+    return !(b && PL_BACKEND_HAS(b, half_native) && b->half_native && b->half_native(a, backward));
 }
 
 /* backend b's cast of src into dst (same shape, contiguous) */

@@ -44,11 +44,12 @@ pl_tensor *pl_tensor_stub_owned(const pl_tensor *t);
 
 /* half_io.c: does kernel call a (an op whose kernels compute on f32 data,
  * with a bf16 / f16 tensor among its inputs or outputs) need its half
- * tensors widened around the kernel? backward: a is a backward call (in[0]
+ * tensors widened around backend b's kernel (not when b's half_native verb
+ * says its kernel reads them itself)? backward: a is a backward call (in[0]
  * the gradient). pl_half_io_call runs fn on f32 copies of a's half inputs
  * and rounds its f32 results into a's half outputs (temporaries freed
  * before it returns); errors as fn's or the cast kernel's. */
-bool pl_half_io_needed(const pl_kernel_args *a, bool backward);
+bool pl_half_io_needed(const pl_backend *b, const pl_kernel_args *a, bool backward);
 pl_status pl_half_io_call(const pl_backend *b, pl_kernel_fn fn, const pl_kernel_args *a);
 /* Called by pl_tensor_release for a dying header that has a grad_fn: the
  * node that produced it forgets it (autograd.c). */

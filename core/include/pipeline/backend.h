@@ -243,6 +243,18 @@ typedef struct pl_backend {
      * load on an H200). PL_ERR_DEVICE on a failed launch. */
     pl_status (*fill_random)(pl_tensor *t, int normal, double a, double b, uint64_t seed,
                              uint64_t stream);
+    /* Optional (ABI 2.8; read when struct_size covers it): true when this
+     * backend's kernel for the call `a` (backward: a backward call, in[0] the
+     * f32 gradient) reads and writes its bf16 / f16 tensors itself, computing
+     * in f32 registers and rounding each half output once (RNE) - the same
+     * bits as on f32 copies. Asked only for the ops whose kernels otherwise
+     * compute on f32 data (elementwise, reductions, losses, norms): when it is
+     * NULL or answers false, the core widens the half inputs into transient
+     * f32 copies around the kernel and rounds its f32 results into the half
+     * outputs (core/src/half_io.c), three launches more on a GPU. Gradients
+     * (out[] of a backward call) are f32 either way. Any thread; no side
+     * effects. */
+    bool (*half_native)(const pl_kernel_args *a, bool backward);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 

@@ -53,8 +53,12 @@ extern "C" {
  *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes;
  *          pl_swiglu (PL_OP_SWIGLU); relu, sigmoid, tanh, exp, softmax and
  *          log_softmax save their output, which their backward kernels read
- *          as in[2] (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 7
+ *          as in[2] (backend.h: an out-of-tree backend must follow)
+ * minor 8: pl_backend.half_native (a kernel that reads bf16 / f16 itself);
+ *          the elementwise, reduction, loss and norm ops are recorded with
+ *          their half tensors and return the input dtype (the core widens
+ *          around f32-only kernels: core/src/half_io.c) */
+#define PL_ABI_MINOR 8
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {

@@ -854,6 +854,30 @@ static pl_kernel_fn cu_kernel(pl_op op, bool backward) {
     return pl_kernel_table_get(&g_cuda_kernels, op, backward);
 }
 
+/* pl_backend.half_native: the kernels of cuda_kernels.cu that load and store
+ * bf16 / f16 themselves (pl_d_ldf / pl_d_stf, f32 math, one rounding): the
+ * binary ops, scale / add_scalar, swiglu and rms_norm, forward and backward.
+ * Every other f32-only kernel gets f32 copies from the core (half_io.c). */
+static bool cu_half_native(const pl_kernel_args *a, bool backward) {
+    (void)backward;
+    switch (a->op) {
+    case PL_OP_ADD:
+    case PL_OP_SUB:
+    case PL_OP_MUL:
+    case PL_OP_DIV:
+    case PL_OP_SCALE:
+    case PL_OP_ADD_SCALAR:
+    case PL_OP_SWIGLU:
+    case PL_OP_RMS_NORM: break;
+    default: return false;
+    }
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] && a->in[i]->dtype == PL_F64) return false;
+    for (int i = 0; i < a->n_out; i++)
+        if (a->out[i] && a->out[i]->dtype == PL_F64) return false;
+    return true;
+}
+
 static const pl_backend g_cuda = {
     PL_BACKEND_STRUCT_SIZE,
     "cuda",
@@ -873,6 +897,7 @@ static const pl_backend g_cuda = {
     NULL, /* counters: the cuda backend counts nothing yet */
     cu_device_stats,
     pl_cu_fill_random,
+    cu_half_native,
 };
 
 static const pl_backend *cuda_table(void) {

@@ -109,19 +109,22 @@ template <int OP> __device__ __forceinline__ float bin_apply(float x, float y) {
     return x / y;
 }
 
+/* X, Y, O of any float dtype (f32 / bf16 / f16: pl_d_ldf / pl_d_stf), f32
+ * arithmetic, O rounded once: the bits of the op on f32 copies (half_native) */
 template <int OP>
-__global__ void k_binary(const float *X, const float *Y, float *O, bgeom b, int64_t n, bool flat) {
+__global__ void k_binary(const void *X, int xd, const void *Y, int yd, void *O, int od, bgeom b,
+                         int64_t n, bool flat) {
     GRID_LOOP(i, n) {
         int64_t ox = i, oy = i;
         if (!flat) boffs(b, i, &ox, &oy);
-        O[i] = bin_apply<OP>(X[ox], Y[oy]);
+        pl_d_stf(O, od, i, bin_apply<OP>(pl_d_ldf(X, xd, ox), pl_d_ldf(Y, yd, oy)));
     }
 }
 
 /* gradient of input `which` of a binary op over the whole space */
 template <int OP>
-__global__ void k_binary_contrib(int which, const float *G, const float *X, const float *Y,
-                                 float *D, bgeom b, int64_t n) {
+__global__ void k_binary_contrib(int which, const float *G, const void *X, int xd, const void *Y,
+                                 int yd, float *D, bgeom b, int64_t n) {
     GRID_LOOP(i, n) {
         int64_t ox, oy;
         boffs(b, i, &ox, &oy);
@@ -131,10 +134,10 @@ __global__ void k_binary_contrib(int which, const float *G, const float *X, cons
         else if (OP == PL_OP_SUB)
             v = which == 0 ? g : -g;
         else if (OP == PL_OP_MUL)
-            v = which == 0 ? g * Y[oy] : g * X[ox];
+            v = which == 0 ? g * pl_d_ldf(Y, yd, oy) : g * pl_d_ldf(X, xd, ox);
         else {
-            float yv = Y[oy];
-            v = which == 0 ? g / yv : -g * X[ox] / (yv * yv);
+            float yv = pl_d_ldf(Y, yd, oy);
+            v = which == 0 ? g / yv : -g * pl_d_ldf(X, xd, ox) / (yv * yv);
         }
         D[i] = v;
     }
@@ -194,8 +197,9 @@ static pl_status reduce_to(const float *src, const bgeom *b, const int64_t *st, 
 
 template <int OP> static pl_status binary_fwd_t(const pl_kernel_args *a, const bgeom &b, int64_t n) {
     bool flat = pl_tensor_numel(a->in[0]) == n && pl_tensor_numel(a->in[1]) == n;
-    k_binary<OP><<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]), fp(a->out[0]),
-                                                       b, n, flat);
+    k_binary<OP><<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(
+        pl_tensor_data(a->in[0]), a->in[0]->dtype, pl_tensor_data(a->in[1]), a->in[1]->dtype,
+        pl_tensor_data(a->out[0]), a->out[0]->dtype, b, n, flat);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
@@ -214,14 +218,18 @@ static pl_status k_binary_fwd(const pl_kernel_args *a) {
     }
 }
 
-static void launch_contrib(pl_op op, int w, const float *G, const float *X, const float *Y,
-                           float *D, const bgeom &b, int64_t n) {
+static void launch_contrib(pl_op op, int w, const float *G, const pl_tensor *x,
+                           const pl_tensor *y, float *D, const bgeom &b, int64_t n) {
     unsigned nb = pl_cu_blocks(n);
+    /* add / sub read neither operand (tape stubs: their data is not there) */
+    const void *X = op == PL_OP_ADD || op == PL_OP_SUB ? NULL : pl_tensor_data(x);
+    const void *Y = op == PL_OP_ADD || op == PL_OP_SUB ? NULL : pl_tensor_data(y);
+    int xd = x->dtype, yd = y->dtype;
     switch (op) {
-    case PL_OP_ADD: k_binary_contrib<PL_OP_ADD><<<nb, PL_CUDA_THREADS>>>(w, G, X, Y, D, b, n); break;
-    case PL_OP_SUB: k_binary_contrib<PL_OP_SUB><<<nb, PL_CUDA_THREADS>>>(w, G, X, Y, D, b, n); break;
-    case PL_OP_MUL: k_binary_contrib<PL_OP_MUL><<<nb, PL_CUDA_THREADS>>>(w, G, X, Y, D, b, n); break;
-    default: k_binary_contrib<PL_OP_DIV><<<nb, PL_CUDA_THREADS>>>(w, G, X, Y, D, b, n); break;
+    case PL_OP_ADD: k_binary_contrib<PL_OP_ADD><<<nb, PL_CUDA_THREADS>>>(w, G, X, xd, Y, yd, D, b, n); break;
+    case PL_OP_SUB: k_binary_contrib<PL_OP_SUB><<<nb, PL_CUDA_THREADS>>>(w, G, X, xd, Y, yd, D, b, n); break;
+    case PL_OP_MUL: k_binary_contrib<PL_OP_MUL><<<nb, PL_CUDA_THREADS>>>(w, G, X, xd, Y, yd, D, b, n); break;
+    default: k_binary_contrib<PL_OP_DIV><<<nb, PL_CUDA_THREADS>>>(w, G, X, xd, Y, yd, D, b, n); break;
     }
 }
 
@@ -240,14 +248,14 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
             continue;
         }
         if (on == total) {
-            launch_contrib(a->op, w, cf(g), cf(x), cf(y), fp(o), b, total);
+            launch_contrib(a->op, w, cf(g), x, y, fp(o), b, total);
             CUDA_LAUNCHED(pl_op_name(a->op));
             continue;
         }
         pl_cu_scratch s = {0};
         float *tmp = (float *)pl_cu_scratch_get(&s, g->device, (size_t)total * sizeof(float));
         if (!tmp) return PL_ERR_NOMEM;
-        launch_contrib(a->op, w, cf(g), cf(x), cf(y), tmp, b, total);
+        launch_contrib(a->op, w, cf(g), x, y, tmp, b, total);
         pl_status st = reduce_to(tmp, &b, w == 0 ? b.sx : b.sy, fp(o), on);
         pl_cu_scratch_free(&s);
         if (st) return st;
@@ -260,6 +268,11 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
 __global__ void k_affine(const float *X, float *O, float mul, float add, int64_t n) {
     GRID_LOOP(i, n) O[i] = X[i] * mul + add;
 }
+/* the same on any float dtypes (half_native) */
+__global__ void k_affine_any(const void *X, int xd, void *O, int od, float mul, float add,
+                             int64_t n) {
+    GRID_LOOP(i, n) pl_d_stf(O, od, i, pl_d_ldf(X, xd, i) * mul + add);
+}
 
 static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->out[0])) return pl_error_status();
@@ -267,8 +280,10 @@ static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     if (!n) return PL_OK;
     float s = (float)a->p.alpha;
     bool scale = a->op == PL_OP_SCALE;
-    k_affine<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), fp(a->out[0]), scale ? s : 1.0f,
-                                                   scale ? 0.0f : s, n);
+    k_affine_any<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(pl_tensor_data(a->in[0]), a->in[0]->dtype,
+                                                       pl_tensor_data(a->out[0]),
+                                                       a->out[0]->dtype, scale ? s : 1.0f,
+                                                       scale ? 0.0f : s, n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
@@ -421,14 +436,17 @@ static pl_status k_unary_bwd(const pl_kernel_args *a) {
 
 /* ---- swiglu: silu(gate) * up (silu rounded to p.dtype), the CPU's k_swiglu_* -------------------- */
 
-__global__ void k_swiglu_f(const float *X, const float *U, float *O, pl_dtype rt, int64_t n) {
-    GRID_LOOP(i, n) O[i] = pl_math_swiglu(X[i], U[i], rt);
-}
-__global__ void k_swiglu_b(const float *G, const float *X, const float *U, float *DX, float *DU,
+/* gate X, up U and O of any float dtype (half_native), f32 math */
+__global__ void k_swiglu_f(const void *X, int xd, const void *U, int ud, void *O, int od,
                            pl_dtype rt, int64_t n) {
+    GRID_LOOP(i, n) pl_d_stf(O, od, i, pl_math_swiglu(pl_d_ldf(X, xd, i), pl_d_ldf(U, ud, i), rt));
+}
+__global__ void k_swiglu_b(const float *G, const void *X, int xd, const void *U, int ud, float *DX,
+                           float *DU, pl_dtype rt, int64_t n) {
     GRID_LOOP(i, n) {
-        if (DX) DX[i] = pl_math_swiglu_grad_gate(G[i], X[i], U[i]);
-        if (DU) DU[i] = pl_math_swiglu_grad_up(G[i], X[i], rt);
+        float x = pl_d_ldf(X, xd, i);
+        if (DX) DX[i] = pl_math_swiglu_grad_gate(G[i], x, pl_d_ldf(U, ud, i));
+        if (DU) DU[i] = pl_math_swiglu_grad_up(G[i], x, rt);
     }
 }
 
@@ -436,8 +454,9 @@ static pl_status k_swiglu_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->out[0])) return pl_error_status();
     int64_t n = pl_tensor_numel(a->out[0]);
     if (!n) return PL_OK;
-    k_swiglu_f<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]), fp(a->out[0]),
-                                                     a->p.dtype, n);
+    k_swiglu_f<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(
+        pl_tensor_data(a->in[0]), a->in[0]->dtype, pl_tensor_data(a->in[1]), a->in[1]->dtype,
+        pl_tensor_data(a->out[0]), a->out[0]->dtype, a->p.dtype, n);
     CUDA_LAUNCHED("swiglu");
     return PL_OK;
 }
@@ -449,9 +468,10 @@ static pl_status k_swiglu_bwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(a->in[0])) return pl_error_status();
     int64_t n = pl_tensor_numel(a->in[0]);
     if (!n) return PL_OK;
-    k_swiglu_b<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), cf(a->in[1]),
-                                                     gx ? cf(a->in[2]) : NULL, gx ? fp(gx) : NULL,
-                                                     gu ? fp(gu) : NULL, a->p.dtype, n);
+    k_swiglu_b<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(
+        cf(a->in[0]), pl_tensor_data(a->in[1]), a->in[1]->dtype,
+        gx ? pl_tensor_data(a->in[2]) : NULL, a->in[2]->dtype, gx ? fp(gx) : NULL,
+        gu ? fp(gu) : NULL, a->p.dtype, n);
     CUDA_LAUNCHED("swiglu backward");
     return PL_OK;
 }
@@ -735,37 +755,41 @@ __global__ void k_ln_f(const float *X, const float *W, const float *B, float *Y,
 
 /* layer: gx = rstd (gy - mean(gy) - xhat mean(gy xhat)); rms (MU NULL):
  * gx = rstd (gy - x rstd mean(gy x rstd)) (kernel_math.h) */
-__global__ void k_norm_gx(const float *G, const float *X, const float *W, const float *MU,
-                          const float *RS, float *GX, int64_t R, int64_t D) {
+/* X and W of any float dtype (xd, wd: rms_norm is half_native), the rest f32;
+ * a weight value goes through the kernel_math.h helpers as a one-element array */
+__global__ void k_norm_gx(const float *G, const void *X, int xd, const void *W, int wd,
+                          const float *MU, const float *RS, float *GX, int64_t R, int64_t D) {
     __shared__ double shd[32];
     for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
-        const float *g = G + r * D, *xr = X + r * D;
+        const float *g = G + r * D;
         float mu = MU ? MU[r] : 0.0f, rs = RS[r];
         double s1 = 0, s2 = 0;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float gy = pl_norm_gy(g[j], W, j);
+            float wv = W ? pl_d_ldf(W, wd, j) : 0.0f, x = pl_d_ldf(X, xd, r * D + j);
+            float gy = pl_norm_gy(g[j], W ? &wv : NULL, 0);
             s1 += gy;
-            s2 += MU ? (double)gy * pl_norm_xhat(xr[j], mu, rs) : pl_rms_norm_dot(gy, xr[j], rs);
+            s2 += MU ? (double)gy * pl_norm_xhat(x, mu, rs) : pl_rms_norm_dot(gy, x, rs);
         }
         s1 = pl_d_block_sum(s1, shd);
         s2 = pl_d_block_sum(s2, shd);
         float m1 = (float)(s1 / (double)D), m2 = (float)(s2 / (double)D);
         float *gx = GX + r * D;
         for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-            float gy = pl_norm_gy(g[j], W, j);
-            gx[j] = MU ? pl_layer_norm_gx(gy, pl_norm_xhat(xr[j], mu, rs), rs, m1, m2)
-                       : pl_rms_norm_gx(gy, xr[j], rs, m2);
+            float wv = W ? pl_d_ldf(W, wd, j) : 0.0f, x = pl_d_ldf(X, xd, r * D + j);
+            float gy = pl_norm_gy(g[j], W ? &wv : NULL, 0);
+            gx[j] = MU ? pl_layer_norm_gx(gy, pl_norm_xhat(x, mu, rs), rs, m1, m2)
+                       : pl_rms_norm_gx(gy, x, rs, m2);
         }
     }
 }
 
 /* gw[j] = sum_r g xhat, gb[j] = sum_r g; one thread per column */
-__global__ void k_norm_gwb(const float *G, const float *X, const float *MU, const float *RS,
-                           float *GW, float *GB, int64_t R, int64_t D) {
+__global__ void k_norm_gwb(const float *G, const void *X, int xd, const float *MU,
+                           const float *RS, float *GW, float *GB, int64_t R, int64_t D) {
     GRID_LOOP(j, D) {
         double sw = 0, sb = 0;
         for (int64_t r = 0; r < R; r++) {
-            float g = G[r * D + j], x = X[r * D + j];
+            float g = G[r * D + j], x = pl_d_ldf(X, xd, r * D + j);
             sw += MU ? (double)g * pl_norm_xhat(x, MU[r], RS[r]) : pl_rms_norm_dot(g, x, RS[r]);
             sb += g;
         }
@@ -792,10 +816,13 @@ static pl_status norm_bwd(const pl_kernel_args *a, bool rms) {
     pl_norm_bwd_io io;
     pl_norm_bwd_io_init(&io, a, rms);
     int64_t R = io.R, D = io.D;
+    /* x is in[1], the weight in[2] when there is one (backend_util.h's layout) */
+    int xd = a->in[1]->dtype, wd = io.w ? a->in[2]->dtype : PL_F32;
     if (io.gx && R)
-        k_norm_gx<<<row_grid(R), T_ROW>>>(io.g, io.x, io.w, io.mean, io.rstd, io.gx, R, D);
+        k_norm_gx<<<row_grid(R), T_ROW>>>(io.g, io.x, xd, io.w, wd, io.mean, io.rstd, io.gx, R,
+                                          D);
     if ((io.gw || io.gb) && D)
-        k_norm_gwb<<<pl_cu_blocks(D), PL_CUDA_THREADS>>>(io.g, io.x, io.mean, io.rstd, io.gw,
+        k_norm_gwb<<<pl_cu_blocks(D), PL_CUDA_THREADS>>>(io.g, io.x, xd, io.mean, io.rstd, io.gw,
                                                          io.gb, R, D);
     CUDA_LAUNCHED(rms ? "rms_norm backward" : "layer_norm backward");
     return PL_OK;
@@ -805,20 +832,24 @@ static pl_status k_layer_norm_bwd(const pl_kernel_args *a) {
     return norm_bwd(a, false);
 }
 
-__global__ void k_rms_f(const float *X, const float *W, float *Y, float *RS, int64_t R, int64_t D,
-                        double eps) {
+/* X, W, Y of any float dtype (half_native), rstd f32 */
+__global__ void k_rms_f(const void *X, int xd, const void *W, int wd, void *Y, int yd, float *RS,
+                        int64_t R, int64_t D, double eps) {
     __shared__ double shd[32];
     for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
-        const float *x = X + r * D;
-        float *y = Y + r * D;
         double ss = 0;
-        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            ss += (double)x[j] * x[j];
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float x = pl_d_ldf(X, xd, r * D + j);
+            ss += (double)x * x;
+        }
         ss = pl_d_block_sum(ss, shd);
         float rs = pl_norm_rstd(ss, D, eps);
         if (threadIdx.x == 0) RS[r] = rs;
-        for (int64_t j = threadIdx.x; j < D; j += blockDim.x)
-            y[j] = pl_rms_norm_y(x[j], rs, W, j);
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+            float wv = W ? pl_d_ldf(W, wd, j) : 0.0f;
+            pl_d_stf(Y, yd, r * D + j,
+                     pl_rms_norm_y(pl_d_ldf(X, xd, r * D + j), rs, W ? &wv : NULL, 0));
+        }
     }
 }
 
@@ -827,7 +858,9 @@ static pl_status k_rms_norm_fwd(const pl_kernel_args *a) {
     pl_norm_fwd_io io;
     pl_norm_fwd_io_init(&io, a, true);
     if (!io.R) return PL_OK;
-    k_rms_f<<<row_grid(io.R), T_ROW>>>(io.x, io.w, io.y, io.rstd, io.R, io.D, a->p.eps);
+    int wd = io.w ? a->in[1]->dtype : PL_F32;
+    k_rms_f<<<row_grid(io.R), T_ROW>>>(io.x, a->in[0]->dtype, io.w, wd, io.y, a->out[0]->dtype,
+                                       io.rstd, io.R, io.D, a->p.eps);
     CUDA_LAUNCHED("rms_norm");
     return PL_OK;
 }
