@@ -845,11 +845,14 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
 
 /* The residual stream's dtype: the backbone's when its frozen weights are
  * stored half (bf16-true: the whole model in bf16, as Lightning's
- * "bf16-true" and a model.to(torch.bfloat16) run), else f32 (fp32,
- * bf16-mixed and qlora4, whose elementwise math stays f32 as autocast's). */
+ * "bf16-true" and a model.to(torch.bfloat16) run); the compute dtype when
+ * they are NF4 (qlora4: bitsandbytes' compute_dtype, a QLoRA model loaded
+ * in bf16); else f32 (fp32 and bf16-mixed, whose elementwise math stays f32
+ * as torch.autocast's). */
 static pl_dtype stream_dtype(const ilora_model *m) {
     if (m->o.layers < 1) return PL_F32;
     pl_dtype dt = m->layer[0].proj[0].w ? m->layer[0].proj[0].w->dtype : PL_F32;
+    if (dt == PL_NF4) dt = pl_autocast_get();
     return dt == PL_BF16 || dt == PL_F16 ? dt : PL_F32;
 }
 
