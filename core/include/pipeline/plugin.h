@@ -53,8 +53,12 @@ extern "C" {
  *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes;
  *          pl_swiglu (PL_OP_SWIGLU); relu, sigmoid, tanh, exp, softmax and
  *          log_softmax save their output, which their backward kernels read
- *          as in[2] (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 7
+ *          as in[2] (backend.h: an out-of-tree backend must follow)
+ * minor 8: pipeline/ops.def, the X-macro table of the built-in ops (inputs,
+ *          outputs, what backward reads and saves), which generates pl_op and
+ *          pl_op_name; op ids unchanged. segment_softmax answers true to
+ *          pl_autograd_saves_output (it always saved its output). */
+#define PL_ABI_MINOR 8
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
