@@ -25,18 +25,24 @@ static void input_name(const char *inputs, int i, char *buf, size_t n) {
         if (*p == ')') depth--;
         if (*p == ',' && depth == 0) {
             k++;
-            while (p[1] == ' ') p++;
+            while (p[1] == ' ')
+                p++;
         }
     }
     size_t l = 0;
-    while (p[l] && p[l] != ',' && p[l] != ' ' && p[l] != '(' && l + 1 < n) l++;
-    if (l == 0) snprintf(buf, n, "input %d", i);
-    else snprintf(buf, n, "%.*s", (int)l, p);
+    while (p[l] && p[l] != ',' && p[l] != ' ' && p[l] != '(' && l + 1 < n)
+        l++;
+    if (l == 0)
+        snprintf(buf, n, "input %d", i);
+    else
+        snprintf(buf, n, "%.*s", (int)l, p);
 }
 
 static void rule_side(const pl_op_row *r, char c, bool target, char *buf, size_t n) {
-    if (c == '*') snprintf(buf, n, "%s", target ? "any input" : "every input");
-    else input_name(r->inputs, c - 'a', buf, n);
+    if (c == '*')
+        snprintf(buf, n, "%s", target ? "any input" : "every input");
+    else
+        input_name(r->inputs, c - 'a', buf, n);
 }
 
 /* `reads` in words: "x<-y x<-z w<-y" -> "x ← y, z; w ← y" (arrow "<-" in
@@ -63,7 +69,8 @@ static void reads_words(const pl_op_row *r, const char *arrow, char *out, size_t
         char a[48], b[48];
         rule_side(r, t[0], true, a, sizeof a);
         rule_side(r, t[3], false, b, sizeof b);
-        size_t room = len < n ? n - len : 0;
+        if (len + 1 >= n) break; /* full: the text is cut, never overrun */
+        size_t room = n - len;
         if (t[0] != last)
             len += (size_t)snprintf(out + len, room, "%s%s %s %s", last ? "; " : "", a, arrow, b);
         else
@@ -74,20 +81,26 @@ static void reads_words(const pl_op_row *r, const char *arrow, char *out, size_t
 }
 
 static void saves_words(const pl_op_row *r, char *out, size_t n) {
-    if (r->saves_out && r->saved[0]) snprintf(out, n, "the output; %s", r->saved);
-    else if (r->saves_out) snprintf(out, n, "the output");
-    else snprintf(out, n, "%s", r->saved);
+    if (r->saves_out && r->saved[0])
+        snprintf(out, n, "the output; %s", r->saved);
+    else if (r->saves_out)
+        snprintf(out, n, "the output");
+    else
+        snprintf(out, n, "%s", r->saved);
 }
 
 static void range(int lo, int hi, char *buf, size_t n) {
-    if (lo == hi) snprintf(buf, n, "%d", lo);
-    else snprintf(buf, n, "%d..%d", lo, hi);
+    if (lo == hi)
+        snprintf(buf, n, "%d", lo);
+    else
+        snprintf(buf, n, "%d..%d", lo, hi);
 }
 
 int pl_cli_ops(int argc, char **argv) {
     bool markdown = false;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--markdown")) markdown = true;
+        if (!strcmp(argv[i], "--markdown"))
+            markdown = true;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             fputs(pl_cli_ops_help, stdout);
             return 0;
@@ -98,7 +111,8 @@ int pl_cli_ops(int argc, char **argv) {
         }
     }
     if (markdown) {
-        printf("| id | op | family | inputs | n_in | n_out | backward reads | saves | parameters, notes |\n");
+        printf("| id | op | family | inputs | n_in | n_out | backward reads | saves | parameters, "
+               "notes |\n");
         printf("|---|---|---|---|---|---|---|---|---|\n");
     } else {
         printf("%-3s  %-16s  %-9s  %-5s  %-5s  %-40s  %s\n", "id", "op", "family", "n_in", "n_out",
@@ -114,9 +128,11 @@ int pl_cli_ops(int argc, char **argv) {
         if (markdown)
             printf("| %d | `%s` (`PL_OP_%s`) | %s | %s | %s | %s | %s | %s | %s |\n", op, r->name,
                    r->id, r->family, r->inputs, in, out, rd, sv, r->params);
+        else if (sv[0])
+            printf("%-3d  %-16s  %-9s  %-5s  %-5s  %-40s  %s\n", op, r->name, r->family, in, out,
+                   rd, sv);
         else
-            printf("%-3d  %-16s  %-9s  %-5s  %-5s  %-40s  %s\n", op, r->name, r->family, in, out, rd,
-                   sv);
+            printf("%-3d  %-16s  %-9s  %-5s  %-5s  %s\n", op, r->name, r->family, in, out, rd);
     }
     return 0;
 }

@@ -7,10 +7,10 @@
 #include "pipeline/status.h"
 
 static const pl_op_row g_rows[PL_OP_COUNT] = {
-#define PL_OP_DEF(id, name, family, inputs, in_min, in_max, out_min, out_max, bwd, reads,    \
-                  saves_out, n_saved, saved, params)                                         \
-    [PL_OP_##id] = {#id,     name,    #family,      inputs, in_min, in_max, out_min,      \
-                    out_max, bwd != 0, reads, saves_out != 0, n_saved, saved, params},
+#define PL_OP_DEF(id, name, family, inputs, in_min, in_max, out_min, out_max, bwd, reads,          \
+                  saves_out, n_saved, saved, params)                                               \
+    [PL_OP_##id] = {#id,     name,     #family, inputs,         in_min,  in_max, out_min,          \
+                    out_max, bwd != 0, reads,   saves_out != 0, n_saved, saved,  params},
 #include "pipeline/ops.def"
 };
 
@@ -36,7 +36,8 @@ unsigned pl_op_reads_mask(const char *reads, int n_in, unsigned grad_mask) {
     unsigned all = n_in >= 32 ? ~0u : (1u << n_in) - 1u;
     unsigned keep = 0;
     const char *r = reads ? reads : "-";
-    while (*r == ' ') r++;
+    while (*r == ' ')
+        r++;
     if (*r == '-' && r[1] == 0) return grad_mask ? all : 0u; /* no backward */
     while (*r) {
         /* "x<-y": each character read only after the one before it matched */
@@ -47,7 +48,8 @@ unsigned pl_op_reads_mask(const char *reads, int n_in, unsigned grad_mask) {
         bool applies = x == 32 ? grad_mask != 0 : (grad_mask >> x & 1u) != 0;
         if (applies) keep |= y == 32 ? all : 1u << y;
         r += 4;
-        while (*r == ' ') r++;
+        while (*r == ' ')
+            r++;
     }
     return keep;
 }

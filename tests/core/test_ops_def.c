@@ -19,6 +19,7 @@ static const struct {
     int id;
     const char *name;
 } g_abi_2_7[] = {
+    /* clang-format off */
     {1, "copy"},          {2, "matmul"},       {3, "add"},              {4, "sub"},
     {5, "mul"},           {6, "div"},          {7, "scale"},            {8, "add_scalar"},
     {9, "sum"},           {10, "mean"},        {11, "relu"},            {12, "leaky_relu"},
@@ -31,6 +32,7 @@ static const struct {
     {37, "slice"},        {38, "permute"},     {39, "reshape"},         {40, "rope"},
     {41, "causal_softmax"}, {42, "cast"},      {43, "nf4_matmul"},      {44, "lstm"},
     {45, "clamp"},        {46, "adamw_step"},  {47, "sgd_step"},        {48, "swiglu"},
+    /* clang-format on */
 };
 
 START_TEST(op_ids_are_the_abi_ones) {
@@ -59,8 +61,7 @@ static bool rule_ok(const char *r, int n) {
             r++;
             continue;
         }
-        if (strlen(r) < 4 || r[1] != '<' || r[2] != '-' || (r[4] != ' ' && r[4] != 0))
-            return false;
+        if (strlen(r) < 4 || r[1] != '<' || r[2] != '-' || (r[4] != ' ' && r[4] != 0)) return false;
         for (int k = 0; k < 4; k += 3)
             if (r[k] != '*' && (r[k] < 'a' || r[k] >= 'a' + n)) return false;
         r += 4;
@@ -84,8 +85,9 @@ START_TEST(every_row_is_well_formed) {
         ck_assert_msg(r->out_min >= 1 && r->out_min <= r->out_max &&
                           r->out_max <= PL_MAX_OP_OUTPUTS,
                       "%s: outputs %d..%d", nm, r->out_min, r->out_max);
-        ck_assert_msg(rule_ok(r->reads, r->in_max), "%s: reads '%s' is not a rule over inputs a..%c",
-                      nm, r->reads, 'a' + r->in_max - 1);
+        ck_assert_msg(rule_ok(r->reads, r->in_max),
+                      "%s: reads '%s' is not a rule over inputs a..%c", nm, r->reads,
+                      'a' + r->in_max - 1);
         ck_assert_msg(r->bwd == (strcmp(r->reads, "-") != 0),
                       "%s: bwd %d but reads '%s' (\"-\" exactly when there is no backward)", nm,
                       r->bwd, r->reads);
@@ -118,8 +120,8 @@ typedef struct ext_row {
 } ext_row;
 
 static const ext_row g_ext[] = {
-#define PL_OP_DEF(id, name, family, inputs, in_min, in_max, out_min, out_max, bwd, reads,   \
-                  saves_out, n_saved, saved, params)                                        \
+#define PL_OP_DEF(id, name, family, inputs, in_min, in_max, out_min, out_max, bwd, reads,          \
+                  saves_out, n_saved, saved, params)                                               \
     {PL_OP_##id, name, in_min, in_max},
 #include "pipeline/ops.def"
 };
