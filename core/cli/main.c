@@ -11,6 +11,7 @@
 #include "config_internal.h"
 #include "crash.h"
 #include "export.h"
+#include "ops_cmd.h"
 #include "registry.h"
 #include "plot.h"
 #include "png.h"
@@ -76,6 +77,8 @@ static const char *general_help =
     "  export RUN_DIR --format hf OUT_DIR [--checkpoint best|last|PATH] [--lora peft|merge]\n"
     "         [--dtype f32|bf16|f16]\n"
     "                 write a run's weights for other tools (hf: a Hugging Face directory)\n"
+    "  ops [--markdown]\n"
+    "                 every built-in op: inputs, outputs, what its backward reads and saves\n"
     "  help [COMMAND] this text, or one command's usage\n"
     "  --version      print the version\n"
     "\n"
@@ -176,8 +179,8 @@ static const char *help_help =
     "usage: pipeline help [COMMAND]\n"
     "\n"
     "Without COMMAND: every command in one line each. With COMMAND (run, check, predict,\n"
-    "plugins, plot, export, help, version): that command's usage. `pipeline COMMAND --help`\n"
-    "says the same for run, check, predict, plugins, plot and export.\n";
+    "plugins, plot, export, ops, help, version): that command's usage. `pipeline COMMAND --help`\n"
+    "says the same for run, check, predict, plugins, plot, export and ops.\n";
 
 static int cmd_help(int argc, char **argv) {
     const char *c = argc > 0 ? argv[0] : NULL;
@@ -188,11 +191,12 @@ static int cmd_help(int argc, char **argv) {
     else if (strcmp(c, "plugins") == 0) fputs(plugins_help, stdout);
     else if (strcmp(c, "plot") == 0) fputs(plot_help, stdout);
     else if (strcmp(c, "export") == 0) fputs(export_help, stdout);
+    else if (strcmp(c, "ops") == 0) fputs(pl_cli_ops_help, stdout);
     else if (strcmp(c, "help") == 0) fputs(help_help, stdout);
     else if (strcmp(c, "version") == 0 || strcmp(c, "--version") == 0) fputs(version_help, stdout);
     else
         return usage_error(NULL, "unknown command '%s' (commands: run, check, predict, plugins, "
-                           "plot, export, help, version)", c);
+                           "plot, export, ops, help, version)", c);
     return 0;
 }
 
@@ -732,6 +736,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "predict") == 0) return cmd_predict(argc - 2, argv + 2);
     if (strcmp(cmd, "plugins") == 0) return cmd_plugins(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
+    if (strcmp(cmd, "ops") == 0) return pl_cli_ops(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) {
         if (argc == 3 && (strcmp(argv[2], "-h") == 0 || strcmp(argv[2], "--help") == 0)) {
             fputs(plot_help, stdout);

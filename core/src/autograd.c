@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "op_table.h"
 
 #define MAX_SAVED 8
 
@@ -200,6 +201,8 @@ static const pl_custom_op *g_custom[256];
 static int g_n_custom;
 
 pl_status pl_kernel_forward(pl_kernel_args *a) {
+    pl_status ac = pl_op_check_call(a->op, a->n_in, a->n_out); /* its ops.def row */
+    if (ac) return ac;
     const pl_tensor *ref = a->n_in > 0 && a->in[0] ? a->in[0] : a->out[0];
     const pl_backend *b = pl_backend_get(ref->device.type);
     if (!b) return pl_error_status();
@@ -249,7 +252,8 @@ static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_ty
 
 /* ---- what the tape keeps (issue 31; docs/autograd-memory.md) ---------------------------
  * A node keeps an input's data only when its op's backward reads it for an
- * input that requires a gradient (PyTorch's derivatives.yaml, per op below);
+ * input that requires a gradient (PyTorch's derivatives.yaml; the `reads`
+ * column of pipeline/ops.def, per op);
  * every other input is kept as a stub (pl_tensor_stub_owned: shape, dtype,
  * grad_fn, no data), so an activation whose only reader needs nothing of it
  * is freed as soon as the forward lets go of it. A leaf that requires grad
@@ -259,64 +263,17 @@ static pl_kernel_fn backward_fn(int op, const pl_custom_op *custom, pl_device_ty
  * output (a weak pointer; a later op that needs it keeps it).
  *
  * pl_autograd_needed_inputs: bit j set = backward reads input j's data, for
- * `grad_mask` (bit j = input j requires grad). The table the docs state and
- * test_autograd_saved checks, op by op, on the CPU and the strict device. */
+ * `grad_mask` (bit j = input j requires grad), from ops.def's `reads`; what
+ * docs/ops.md states (generated from ops.def) and test_autograd_saved checks,
+ * op by op, on the CPU and the strict device. */
 unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask) {
-    unsigned all = n_in >= 32 ? ~0u : (1u << n_in) - 1u;
-    bool g0 = grad_mask & 1u, g1 = grad_mask & 2u;
-    switch (op) {
-    /* gradients that are functions of the output gradient and shapes only */
-    case PL_OP_COPY: case PL_OP_ADD: case PL_OP_SUB: case PL_OP_SCALE: case PL_OP_ADD_SCALAR:
-    case PL_OP_SUM: case PL_OP_MEAN: case PL_OP_CONCAT: case PL_OP_SLICE: case PL_OP_PERMUTE:
-    case PL_OP_RESHAPE: case PL_OP_ROPE: case PL_OP_CAST:
-    /* ... and of an extra output the op saves (mask; probabilities) */
-    case PL_OP_DROPOUT: case PL_OP_CAUSAL_SOFTMAX:
-        return 0;
-    /* a * b: da = g b, db = g a; a / b: da = g / b, db = -g a / b^2 */
-    case PL_OP_MUL:
-        return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
-    case PL_OP_DIV:
-        return (g0 ? 2u : 0u) | (g1 ? 3u : 0u);
-    /* matmul(a, b): da = g b^T reads b, db = a^T g reads a (a frozen weight
-     * b: nothing of the activation a is kept) */
-    case PL_OP_MATMUL:
-        return (g0 ? 2u : 0u) | (g1 ? 1u : 0u);
-    /* silu(gate) * up: d gate = silu'(gate) g up reads both, d up = g silu(gate)
-     * reads gate */
-    case PL_OP_SWIGLU:
-        return (grad_mask ? 1u : 0u) | (g0 ? 2u : 0u);
-    /* x @ dequant(W)^T, W frozen: dx reads W (a parameter), never x */
-    case PL_OP_NF4_MATMUL:
-        return g0 ? 2u : 0u;
-    /* index ops: the gradient scatters / gathers g by the index (input 1);
-     * the values' data is not read, only their shape */
-    case PL_OP_EMBEDDING: case PL_OP_INDEX_SELECT: case PL_OP_GATHER: case PL_OP_SCATTER_ADD:
-    case PL_OP_SEGMENT_SOFTMAX: /* + its saved output */
-        return grad_mask ? 2u : 0u;
-    /* derivatives that are functions of the output, which the op saves
-     * (pl_autograd_saves_output): threshold_backward(g, result), g s (1 - s),
-     * g (1 - t^2), g y, _softmax_backward_data / _log_softmax_backward_data */
-    case PL_OP_RELU: case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_SOFTMAX:
-    case PL_OP_LOG_SOFTMAX:
-        return 0;
-    /* elementwise functions of x (the kernels evaluate f'(x)) */
-    case PL_OP_LEAKY_RELU: case PL_OP_ELU: case PL_OP_GELU: case PL_OP_SILU: case PL_OP_LOG:
-    case PL_OP_SQUARE: case PL_OP_SQRT: case PL_OP_CLAMP:
-        return g0 ? 1u : 0u;
-    /* losses, norms (x and the weight; + saved statistics), the fused LSTM */
-    default:
-        return grad_mask ? all : 0u;
-    }
+    const pl_op_row *r = pl_op_row_of(op);
+    return pl_op_reads_mask(r ? r->reads : "-", n_in, grad_mask);
 }
 
 bool pl_autograd_saves_output(int op) {
-    switch (op) {
-    case PL_OP_RELU: case PL_OP_SIGMOID: case PL_OP_TANH: case PL_OP_EXP: case PL_OP_SOFTMAX:
-    case PL_OP_LOG_SOFTMAX: case PL_OP_CAUSAL_SOFTMAX:
-        return true;
-    default:
-        return false;
-    }
+    const pl_op_row *r = pl_op_row_of(op);
+    return r && r->saves_out;
 }
 
 /* pl_autocast_recast_hint: while an autocast matmul records its node, its
@@ -415,6 +372,10 @@ static pl_node *tape_push(int op, const pl_custom_op *custom, const pl_op_params
 static pl_status record(int op, const pl_custom_op *custom, const pl_op_params *p,
                         pl_tensor *const *inputs, int n_in, pl_tensor *const *saved, int n_saved,
                         pl_tensor *out) {
+    if (!custom) {
+        pl_status ac = pl_op_check_node(op, n_in, n_saved); /* its ops.def row */
+        if (ac) return ac;
+    }
     if (!pl_any_requires_grad(inputs, n_in)) return PL_OK;
     if (!pl_grad_enabled()) {
         tl_no_grad_saw_grad = true;

@@ -156,28 +156,3 @@ bool pl_backend_supports(const pl_backend *b, pl_op op, bool backward) {
     return pl_backend_kernel(b, op, backward) != NULL;
 }
 
-const char *pl_op_name(pl_op op) {
-    static const char *names[PL_OP_COUNT] = {
-        [PL_OP_NONE] = "none", [PL_OP_COPY] = "copy", [PL_OP_MATMUL] = "matmul",
-        [PL_OP_ADD] = "add", [PL_OP_SUB] = "sub", [PL_OP_MUL] = "mul", [PL_OP_DIV] = "div",
-        [PL_OP_SCALE] = "scale", [PL_OP_ADD_SCALAR] = "add_scalar", [PL_OP_SUM] = "sum",
-        [PL_OP_MEAN] = "mean", [PL_OP_RELU] = "relu", [PL_OP_LEAKY_RELU] = "leaky_relu",
-        [PL_OP_ELU] = "elu", [PL_OP_GELU] = "gelu", [PL_OP_SILU] = "silu",
-        [PL_OP_SIGMOID] = "sigmoid", [PL_OP_TANH] = "tanh", [PL_OP_EXP] = "exp",
-        [PL_OP_LOG] = "log", [PL_OP_SQUARE] = "square", [PL_OP_SQRT] = "sqrt",
-        [PL_OP_SOFTMAX] = "softmax", [PL_OP_LOG_SOFTMAX] = "log_softmax",
-        [PL_OP_CROSS_ENTROPY] = "cross_entropy", [PL_OP_MSE] = "mse_loss",
-        [PL_OP_MAE] = "mae_loss", [PL_OP_HUBER] = "huber_loss", [PL_OP_EMBEDDING] = "embedding",
-        [PL_OP_INDEX_SELECT] = "index_select", [PL_OP_GATHER] = "gather",
-        [PL_OP_SCATTER_ADD] = "scatter_add", [PL_OP_SEGMENT_SOFTMAX] = "segment_softmax",
-        [PL_OP_LAYER_NORM] = "layer_norm", [PL_OP_RMS_NORM] = "rms_norm",
-        [PL_OP_DROPOUT] = "dropout", [PL_OP_CONCAT] = "concat", [PL_OP_SLICE] = "slice",
-        [PL_OP_PERMUTE] = "permute", [PL_OP_RESHAPE] = "reshape", [PL_OP_ROPE] = "rope",
-        [PL_OP_CAUSAL_SOFTMAX] = "causal_softmax", [PL_OP_CAST] = "cast",
-        [PL_OP_NF4_MATMUL] = "nf4_matmul", [PL_OP_LSTM] = "lstm",
-        [PL_OP_CLAMP] = "clamp", [PL_OP_ADAMW_STEP] = "adamw_step", [PL_OP_SGD_STEP] = "sgd_step",
-        [PL_OP_SWIGLU] = "swiglu",
-    };
-    if ((unsigned)op < PL_OP_COUNT && names[op]) return names[op];
-    return (int)op >= PL_OP_CUSTOM_BASE ? "custom" : "unknown";
-}

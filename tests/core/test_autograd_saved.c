@@ -4,11 +4,15 @@
  * inputs and states) and every way its float inputs can require a gradient,
  * the bytes the tape holds after the forward are measured with the device
  * allocator (bytes in use after the forward's frame has released every
- * activation, minus before) and compared with the table of
- * docs/autograd-memory.md, written out again here as RULES: "x<-y" = the
- * gradient of input x reads input y's data (PyTorch's derivatives.yaml),
- * plus the extra outputs the op saves (EXTRA: a dropout mask, statistics,
- * the output of relu, sigmoid, tanh, exp and the softmaxes). Inputs that require a gradient are
+ * activation, minus before) and compared with the op's row of
+ * pipeline/ops.def, the table docs/ops.md shows: its `reads` rules ("x<-y"
+ * = the gradient of input x reads input y's data, PyTorch's
+ * derivatives.yaml; read here by a parser of the test's own) name the inputs
+ * kept, plus the tensors it saves (its output where saves_out, n_saved extra
+ * outputs: a dropout mask, statistics), whose sizes each case states
+ * (`saved`; their number must be the row's). Every op of ops.def with a
+ * backward has a case here (every_op_has_a_case names one that has not).
+ * Inputs that require a gradient are
  * activations (non-leaf: a recorded scale of a leaf) so the tape alone can
  * keep them; index inputs are activations without grad; a frozen nf4 weight
  * lives outside the forward (a parameter), so keeping it costs nothing.
@@ -21,11 +25,13 @@
 #include <string.h>
 
 #include "backend_loader.h"
+#include "op_table.h"
 #include "pipeline/nf4.h"
 #include "pl_test.h"
 #include "registry.h"
 
-#define MAXI 4
+#define MAXI 6
+#define MAXS 3 /* tensors one op saves */
 
 typedef enum { K_ACT, K_IDX, K_PARAM_NF4 } in_kind;
 
@@ -38,67 +44,69 @@ typedef struct in_spec {
 } in_spec;
 
 typedef struct op_case {
-    const char *name; /* also the op's name in RULES */
     pl_op op;
     int n_in;
     in_spec in[MAXI];
-    const char *rules; /* "a<-b a<-a": input letters a, b, c, ... */
-    int64_t extra;     /* bytes of saved extra outputs (before allocator rounding: see extra_n) */
-    int extra_n;       /* how many blocks the extra bytes come in (each rounded) */
+    /* bytes of each tensor the op saves (its output where its row says
+     * saves_out, then its saved extra outputs), before allocator rounding;
+     * the list ends at the first 0 */
+    int64_t saved[MAXS];
 } op_case;
 
 #define F32(...) {K_ACT, PL_F32, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), {__VA_ARGS__}, 0}
 #define IDX(hi, ...) {K_IDX, PL_I64, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), {__VA_ARGS__}, hi}
 
 /* sizes: [8, 32] f32 = 1024 bytes, an allocator class of its own */
+#define NOTHING {0}
 static const op_case g_cases[] = {
-    {"matmul", PL_OP_MATMUL, 2, {F32(8, 32), F32(32, 32)}, "a<-b b<-a", 0, 0},
-    {"add", PL_OP_ADD, 2, {F32(8, 32), F32(8, 32)}, "", 0, 0},
-    {"sub", PL_OP_SUB, 2, {F32(8, 32), F32(8, 32)}, "", 0, 0},
-    {"mul", PL_OP_MUL, 2, {F32(8, 32), F32(8, 32)}, "a<-b b<-a", 0, 0},
-    {"div", PL_OP_DIV, 2, {F32(8, 32), F32(8, 32)}, "a<-b b<-a b<-b", 0, 0},
-    {"scale", PL_OP_SCALE, 1, {F32(8, 32)}, "", 0, 0},
-    {"add_scalar", PL_OP_ADD_SCALAR, 1, {F32(8, 32)}, "", 0, 0},
-    {"sum", PL_OP_SUM, 1, {F32(8, 32)}, "", 0, 0},
-    {"mean", PL_OP_MEAN, 1, {F32(8, 32)}, "", 0, 0},
-    {"relu", PL_OP_RELU, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"leaky_relu", PL_OP_LEAKY_RELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"elu", PL_OP_ELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"gelu", PL_OP_GELU, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"silu", PL_OP_SILU, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"sigmoid", PL_OP_SIGMOID, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"tanh", PL_OP_TANH, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"exp", PL_OP_EXP, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"log", PL_OP_LOG, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"square", PL_OP_SQUARE, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"sqrt", PL_OP_SQRT, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"clamp", PL_OP_CLAMP, 1, {F32(8, 32)}, "a<-a", 0, 0},
-    {"swiglu", PL_OP_SWIGLU, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a", 0, 0},
-    {"softmax", PL_OP_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"log_softmax", PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, "", 1024, 1}, /* its output */
-    {"causal_softmax", PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, "", 4096, 1},
-    {"cross_entropy", PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, "a<-a a<-b", 32, 1},
-    {"mse", PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a b<-b", 0, 0},
-    {"mae", PL_OP_MAE, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a b<-b", 0, 0},
-    {"huber", PL_OP_HUBER, 2, {F32(8, 32), F32(8, 32)}, "a<-a a<-b b<-a b<-b", 0, 0},
-    {"embedding", PL_OP_EMBEDDING, 2, {F32(32, 32), IDX(32, 8)}, "a<-b", 0, 0},
-    {"index_select", PL_OP_INDEX_SELECT, 2, {F32(8, 32), IDX(8, 4)}, "a<-b", 0, 0},
-    {"gather", PL_OP_GATHER, 2, {F32(8, 32), IDX(32, 8, 4)}, "a<-b", 0, 0},
-    {"scatter_add", PL_OP_SCATTER_ADD, 2, {F32(8, 32), IDX(16, 8)}, "a<-b", 0, 0},
-    {"segment_softmax", PL_OP_SEGMENT_SOFTMAX, 2, {F32(8, 32), IDX(3, 8)}, "a<-b", 1024, 1},
-    {"layer_norm", PL_OP_LAYER_NORM, 3, {F32(8, 32), F32(32), F32(32)},
-     "a<-a a<-b a<-c b<-a b<-b b<-c c<-a c<-b c<-c", 32, 2},
-    {"rms_norm", PL_OP_RMS_NORM, 2, {F32(8, 32), F32(32)}, "a<-a a<-b b<-a b<-b", 32, 1},
-    {"dropout", PL_OP_DROPOUT, 1, {F32(8, 32)}, "", 256, 1},
-    {"concat", PL_OP_CONCAT, 2, {F32(8, 32), F32(8, 32)}, "", 0, 0},
-    {"slice", PL_OP_SLICE, 1, {F32(8, 32)}, "", 0, 0},
-    {"permute", PL_OP_PERMUTE, 1, {F32(8, 32)}, "", 0, 0},
-    {"reshape", PL_OP_RESHAPE, 1, {F32(8, 32)}, "", 0, 0},
-    {"copy", PL_OP_COPY, 1, {F32(8, 32)}, "", 0, 0},
-    {"rope", PL_OP_ROPE, 1, {F32(2, 4, 2, 16)}, "", 0, 0},
-    {"cast", PL_OP_CAST, 1, {F32(8, 32)}, "", 0, 0},
-    {"nf4_matmul", PL_OP_NF4_MATMUL, 2,
-     {F32(8, 64), {K_PARAM_NF4, PL_NF4, 2, {32, 64}, 0}}, "a<-b", 0, 0},
+    {PL_OP_MATMUL, 2, {F32(8, 32), F32(32, 32)}, NOTHING},
+    {PL_OP_ADD, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_SUB, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_MUL, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_DIV, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_SCALE, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_ADD_SCALAR, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SUM, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_MEAN, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_RELU, 1, {F32(8, 32)}, {1024}}, /* its output */
+    {PL_OP_LEAKY_RELU, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_ELU, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_GELU, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SILU, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SIGMOID, 1, {F32(8, 32)}, {1024}}, /* its output */
+    {PL_OP_TANH, 1, {F32(8, 32)}, {1024}},    /* its output */
+    {PL_OP_EXP, 1, {F32(8, 32)}, {1024}},     /* its output */
+    {PL_OP_LOG, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SQUARE, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SQRT, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_CLAMP, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_SWIGLU, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_SOFTMAX, 1, {F32(8, 32)}, {1024}},     /* its output */
+    {PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, {1024}}, /* its output */
+    {PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, {4096}}, /* its output, the probabilities */
+    {PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, {32}}, /* logsumexp per row */
+    {PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_MAE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_HUBER, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_EMBEDDING, 2, {F32(32, 32), IDX(32, 8)}, NOTHING},
+    {PL_OP_INDEX_SELECT, 2, {F32(8, 32), IDX(8, 4)}, NOTHING},
+    {PL_OP_GATHER, 2, {F32(8, 32), IDX(32, 8, 4)}, NOTHING},
+    {PL_OP_SCATTER_ADD, 2, {F32(8, 32), IDX(16, 8)}, NOTHING},
+    {PL_OP_SEGMENT_SOFTMAX, 2, {F32(8, 32), IDX(3, 8)}, {1024}}, /* its output */
+    {PL_OP_LAYER_NORM, 3, {F32(8, 32), F32(32), F32(32)}, {32, 32}}, /* mean, rstd */
+    {PL_OP_RMS_NORM, 2, {F32(8, 32), F32(32)}, {32}},                  /* rstd */
+    {PL_OP_DROPOUT, 1, {F32(8, 32)}, {256}},                           /* the u8 mask */
+    {PL_OP_CONCAT, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    {PL_OP_SLICE, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_PERMUTE, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_RESHAPE, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_COPY, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_ROPE, 1, {F32(2, 4, 2, 16)}, NOTHING},
+    {PL_OP_CAST, 1, {F32(8, 32)}, NOTHING},
+    {PL_OP_NF4_MATMUL, 2, {F32(8, 64), {K_PARAM_NF4, PL_NF4, 2, {32, 64}, 0}}, NOTHING},
+    /* x [B 2, T 4, In 32], w_ih [4H, In], w_hh [4H, H], b [4H], h0, c0 [B, H]
+     * with H = 8; saves the [B, T, 6H] gates and states */
+    {PL_OP_LSTM, 6, {F32(2, 4, 32), F32(32, 32), F32(32, 8), F32(32), F32(2, 8), F32(2, 8)}, {1536}},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 
@@ -115,17 +123,19 @@ static size_t spec_bytes(const in_spec *s) {
     return block_of(pl_dtype_nbytes(s->dt, n));
 }
 
-/* Which inputs the documented rules keep for this grad mask. */
-static unsigned rules_keep(const char *rules, unsigned grad_mask) {
-    unsigned keep = 0;
+/* Which inputs the rules of ops.def keep for this grad mask ("x<-y", x / y
+ * an input letter or '*': any / every input), parsed here independently of
+ * the core's parser (op_table.c). */
+static unsigned rules_keep(const char *rules, int n_in, unsigned grad_mask) {
+    unsigned all = (1u << n_in) - 1u, keep = 0;
     for (const char *r = rules; *r;) {
         if (*r == ' ') {
             r++;
             continue;
         }
-        int x = r[0] - 'a', y = r[3] - 'a';
-        ck_assert_msg(r[1] == '<' && r[2] == '-', "bad rule in '%s'", rules);
-        if (grad_mask >> x & 1u) keep |= 1u << y;
+        ck_assert_msg(strlen(r) >= 4 && r[1] == '<' && r[2] == '-', "bad rule in '%s'", rules);
+        bool applies = r[0] == '*' ? grad_mask != 0 : (grad_mask >> (r[0] - 'a') & 1u) != 0;
+        if (applies) keep |= r[3] == '*' ? all : 1u << (r[3] - 'a');
         r += 4;
     }
     return keep;
@@ -199,6 +209,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_ROPE: return pl_rope(x[0], 0, 10000.0);
     case PL_OP_CAST: return pl_cast(x[0], PL_BF16);
     case PL_OP_NF4_MATMUL: return pl_nf4_matmul(x[0], x[1]);
+    case PL_OP_LSTM: return pl_lstm(x[0], x[1], x[2], x[3], NULL, x[4], x[5], false, NULL, NULL);
     default: return NULL;
     }
 }
@@ -206,7 +217,9 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
 /* One op, one grad mask: bytes the tape holds vs the rules; then backward. */
 static void check_case(const op_case *c, unsigned grad_mask, pl_device dev) {
     char what[160];
-    snprintf(what, sizeof what, "%s on %s, inputs requiring grad 0x%x", c->name,
+    const pl_op_row *row = pl_op_row_of(c->op);
+    ck_assert_ptr_nonnull(row);
+    snprintf(what, sizeof what, "%s on %s, inputs requiring grad 0x%x", row->name,
              dev.type == PL_DEVICE_CPU ? "cpu" : "strict", grad_mask);
     pl_tensor *leaf[MAXI] = {0};
     for (int i = 0; i < c->n_in; i++) {
@@ -237,14 +250,15 @@ static void check_case(const op_case *c, unsigned grad_mask, pl_device dev) {
     pl_frame_end();
     pl_alloc_stats s1 = pl_alloc_get_stats(dev);
     size_t held = s1.bytes_in_use - s0.bytes_in_use - l->storage->capacity;
-    unsigned keep = rules_keep(c->rules, grad_mask);
+    unsigned keep = rules_keep(row->reads, c->n_in, grad_mask);
     size_t want = 0;
     for (int i = 0; i < c->n_in; i++)
         if (keep >> i & 1u && c->in[i].kind != K_PARAM_NF4) want += spec_bytes(&c->in[i]);
-    for (int i = 0; i < c->extra_n; i++) want += block_of((size_t)c->extra / (size_t)c->extra_n);
+    for (int i = 0; i < MAXS && c->saved[i]; i++) want += block_of((size_t)c->saved[i]);
     ck_assert_msg(held == want,
-                  "%s: the tape holds %zu bytes, the table says %zu (rules '%s', extra %lld)",
-                  what, held, want, c->rules, (long long)c->extra);
+                  "%s: the tape holds %zu bytes, ops.def says %zu (reads '%s', saves %s%d more)",
+                  what, held, want, row->reads, row->saves_out ? "its output and " : "",
+                  row->n_saved);
     size_t held_api = 0;
     PL_CK_OK(pl_tape_held_bytes(NULL, 0, &held_api));
     ck_assert_msg(held_api == want, "%s: pl_tape_held_bytes says %zu, the allocator %zu", what,
@@ -270,6 +284,14 @@ static void check_all(pl_device dev) {
     int n = 0;
     for (int ci = 0; ci < N_CASES; ci++) {
         const op_case *c = &g_cases[ci];
+        const pl_op_row *row = pl_op_row_of(c->op);
+        int ns = 0;
+        while (ns < MAXS && c->saved[ns]) ns++;
+        ck_assert_msg(ns == (row->saves_out ? 1 : 0) + row->n_saved,
+                      "%s: the case lists %d saved tensors, ops.def's row %d (saves_out %d + "
+                      "n_saved %d)",
+                      row->name, ns, (row->saves_out ? 1 : 0) + row->n_saved, row->saves_out,
+                      row->n_saved);
         unsigned floats = 0;
         for (int i = 0; i < c->n_in; i++)
             if (c->in[i].kind == K_ACT && c->in[i].dt == PL_F32) floats |= 1u << i;
@@ -309,6 +331,64 @@ START_TEST(needed_inputs_examples) {
     ck_assert(!pl_autograd_saves_output(PL_OP_SILU) && !pl_autograd_saves_output(PL_OP_ELU));
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_NF4_MATMUL, 2, 1u), 2u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LSTM, 6, 1u), 63u); /* everything */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_DIV, 2, 1u), 2u);  /* da = g / b */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_DIV, 2, 2u), 3u);  /* db = -g a / b^2 */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_SWIGLU, 2, 1u), 3u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_SWIGLU, 2, 2u), 1u); /* d up: gate */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_EMBEDDING, 2, 1u), 2u); /* the index */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LAYER_NORM, 1, 1u), 1u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LAYER_NORM, 3, 4u), 7u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_ADAMW_STEP, 2, 1u), 3u); /* no backward */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_COUNT + 5, 2, 1u), 3u);  /* unknown op */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_MATMUL, 2, 0u), 0u);
+    ck_assert(pl_autograd_saves_output(PL_OP_SEGMENT_SOFTMAX));
+    /* a malformed rule keeps everything (nothing freed that might be read) */
+    ck_assert_uint_eq(pl_op_reads_mask("a<", 2, 1u), 3u);
+    ck_assert_uint_eq(pl_op_reads_mask("a<-b b<-", 2, 1u), 3u);
+    ck_assert_uint_eq(pl_op_reads_mask("z<-a", 2, 1u), 3u);
+    ck_assert_uint_eq(pl_op_reads_mask("", 2, 3u), 0u);
+}
+END_TEST
+
+/* The core's reading of every op's rule (op_table.c) is this test's (the
+ * one the bytes are checked against), for every arity ops.def allows and
+ * every grad mask. */
+START_TEST(needed_inputs_follow_the_rules) {
+    for (int op = PL_OP_NONE + 1; op < PL_OP_COUNT; op++) {
+        const pl_op_row *row = pl_op_row_of(op);
+        if (!row->bwd) continue;
+        for (int n = row->in_min; n <= row->in_max; n++)
+            for (unsigned m = 0; m < (1u << n); m++)
+                ck_assert_msg(pl_autograd_needed_inputs(op, n, m) == rules_keep(row->reads, n, m),
+                              "%s with %d inputs, grad mask 0x%x: the core keeps 0x%x, the rule "
+                              "'%s' says 0x%x",
+                              row->name, n, m, pl_autograd_needed_inputs(op, n, m), row->reads,
+                              rules_keep(row->reads, n, m));
+    }
+}
+END_TEST
+
+/* Coverage from the table: every op of ops.def with a backward has a case
+ * above (the bytes of what it keeps are measured), named when missing. */
+START_TEST(every_op_has_a_case) {
+    char missing[512] = "";
+    for (int op = PL_OP_NONE + 1; op < PL_OP_COUNT; op++) {
+        const pl_op_row *row = pl_op_row_of(op);
+        bool has = false;
+        for (int i = 0; i < N_CASES; i++) has = has || (int)g_cases[i].op == op;
+        if (!row->bwd) {
+            ck_assert_msg(!has, "op %s has a saved-bytes case but no backward in ops.def",
+                          row->name);
+            continue;
+        }
+        if (!has) {
+            size_t l = strlen(missing);
+            snprintf(missing + l, sizeof missing - l, " %s", row->name);
+        }
+    }
+    ck_assert_msg(!missing[0],
+                  "ops of ops.def with a backward and no case in test_autograd_saved.c:%s",
+                  missing);
 }
 END_TEST
 
@@ -350,7 +430,9 @@ static Suite *suite(void) {
     Suite *s = suite_create("autograd_saved");
     TCase *tc = tcase_create("saved");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, every_op_has_a_case);
     tcase_add_test(tc, needed_inputs_examples);
+    tcase_add_test(tc, needed_inputs_follow_the_rules);
     tcase_add_test(tc, output_shared_with_its_consumer);
     tcase_add_test(tc, every_op_keeps_what_the_table_says_on_cpu);
     tcase_add_test(tc, every_op_keeps_what_the_table_says_on_strict);

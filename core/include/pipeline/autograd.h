@@ -66,12 +66,15 @@ int64_t pl_tape_size(void);
  * Examples: matmul(x, W) with W frozen and x requiring grad -> 0b10 (W, for
  * dx; nothing of x); with W trainable -> 0b11; add -> 0; silu -> 0b1;
  * relu -> 0 (it saves its output instead: pl_autograd_saves_output).
- * The table per op and the bytes it implies: docs/autograd-memory.md (after
- * PyTorch's tools/autograd/derivatives.yaml). Unknown ops: every input. */
+ * The rule per op is the `reads` column of pipeline/ops.def (after PyTorch's
+ * tools/autograd/derivatives.yaml; the table in docs/ops.md, the bytes it
+ * implies in docs/autograd-memory.md). Unknown ops and ops without a
+ * backward: every input. */
 unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask);
 /* Whether built-in op `op` (a pl_op) saves its own output for backward, as
- * derivatives.yaml's formulas in `result` do: relu, sigmoid, tanh, exp,
- * softmax, log_softmax (and causal_softmax). Their backward kernels read the
+ * derivatives.yaml's formulas in `result` do (ops.def's saves_out): relu,
+ * sigmoid, tanh, exp, softmax, log_softmax, causal_softmax and
+ * segment_softmax. Their backward kernels read the
  * output as the first saved tensor, in[1 + n_in], and never the input, which
  * the tape keeps as a stub: in a chain where the next op keeps the output
  * too (relu -> matmul with a trainable weight), one tensor is kept, not two. */

@@ -34,9 +34,13 @@
  *             no gradient. Backward kernels OVERWRITE out[i] (the autograd
  *             engine does the accumulation). An input whose data the op's
  *             backward does not need is a tape stub (shape, no data:
- *             pl_autograd_needed_inputs). relu, sigmoid, tanh, exp, softmax,
- *             log_softmax and causal_softmax save their output: it is in[2],
- *             and their input in[1] is a stub (pl_autograd_saves_output).
+ *             pl_autograd_needed_inputs, ops.def's `reads`). An op whose
+ *             ops.def row has saves_out (relu, sigmoid, tanh, exp, softmax,
+ *             log_softmax, causal_softmax, segment_softmax) saves its output:
+ *             it is in[1 + n_in], and its float input is a stub.
+ * How many inputs and outputs each op's calls have, and what it saves, is
+ * its row in pipeline/ops.def (ABI 2.8); the core checks every call against
+ * it before a kernel runs.
  * Shape / index / broadcast geometry and the RoPE table every backend needs
  * are in backend_util.h.
  */
@@ -53,63 +57,15 @@
 extern "C" {
 #endif
 
-/* Every op the tensor interface knows. Keep in sync with pl_op_name().
- * Append only (ids are ABI, see above). Which ops belong here and which live
- * with a plugin as custom ops: CONTRIBUTING.md, "Where an op lives". */
+/* Every op the tensor interface knows: one row each in pipeline/ops.def (its
+ * inputs, outputs, what backward saves, its parameters), which generates
+ * this enum and pl_op_name(). Append only (ids are ABI, see above). Which ops
+ * belong here and which live with a plugin as custom ops: CONTRIBUTING.md,
+ * "Where an op lives". */
 typedef enum pl_op {
-    PL_OP_NONE = 0,
-    PL_OP_COPY,          /* strided -> contiguous copy / dtype cast */
-    PL_OP_MATMUL,        /* p.flags: bit0 trans_a, bit1 trans_b */
-    PL_OP_ADD,
-    PL_OP_SUB,
-    PL_OP_MUL,
-    PL_OP_DIV,
-    PL_OP_SCALE,         /* p.alpha */
-    PL_OP_ADD_SCALAR,    /* p.alpha */
-    PL_OP_SUM,           /* p.dim, p.flags bit0 keepdim; p.dim = PL_ALL_DIMS for all */
-    PL_OP_MEAN,
-    PL_OP_RELU,
-    PL_OP_LEAKY_RELU,    /* p.alpha = negative slope */
-    PL_OP_ELU,           /* p.alpha */
-    PL_OP_GELU,          /* p.flags bit0: tanh approximation */
-    PL_OP_SILU,
-    PL_OP_SIGMOID,
-    PL_OP_TANH,
-    PL_OP_EXP,
-    PL_OP_LOG,
-    PL_OP_SQUARE,
-    PL_OP_SQRT,
-    PL_OP_SOFTMAX,       /* last dim */
-    PL_OP_LOG_SOFTMAX,   /* last dim */
-    PL_OP_CROSS_ENTROPY, /* p.ignore_index, p.alpha = label_smoothing */
-    PL_OP_MSE,
-    PL_OP_MAE,
-    PL_OP_HUBER,         /* p.alpha = delta */
-    PL_OP_EMBEDDING,
-    PL_OP_INDEX_SELECT,  /* p.dim */
-    PL_OP_GATHER,        /* p.dim */
-    PL_OP_SCATTER_ADD,   /* p.dim, p.shape[0] = size of output along dim */
-    PL_OP_SEGMENT_SOFTMAX, /* p.num_segments */
-    PL_OP_LAYER_NORM,    /* p.eps */
-    PL_OP_RMS_NORM,      /* p.eps */
-    PL_OP_DROPOUT,       /* p.alpha = p, p.seed, p.counter */
-    PL_OP_CONCAT,        /* p.dim */
-    PL_OP_SLICE,         /* p.dim, p.start, p.end */
-    PL_OP_PERMUTE,       /* p.perm[] */
-    PL_OP_RESHAPE,
-    PL_OP_ROPE,          /* p.alpha = theta, p.start = position offset */
-    PL_OP_CAUSAL_SOFTMAX, /* p.alpha = scale applied before masking */
-    PL_OP_CAST,          /* dtype conversion with autograd (f32 <-> bf16/f16) */
-    PL_OP_NF4_MATMUL,    /* x[.., K] @ dequant(W nf4 [N, K])^T, W frozen (qlora4) */
-    PL_OP_LSTM,          /* fused LSTM layer (see ops.h; the lstm model) */
-    PL_OP_CLAMP,         /* p.alpha = min, p.beta = max (torch.clamp) */
-    PL_OP_ADAMW_STEP,    /* in place, no autograd: in[0] grad; out[0] param, out[1] exp_avg,
-                          * out[2] exp_avg_sq, out[3] max_exp_avg_sq (amsgrad);
-                          * p.extra = const pl_adamw_coef * (optim_math.h) */
-    PL_OP_SGD_STEP,      /* in place, no autograd: in[0] grad; out[0] param, out[1] momentum
-                          * buffer (momentum only); p.extra = const pl_sgd_coef * */
-    PL_OP_SWIGLU,        /* silu(in[0] gate) * in[1] up, same shape, f32; backward reads
-                          * gate and up (nothing else is saved) */
+    PL_OP_NONE = 0, /* not an op: checkpoint nodes, custom ops' kernel args */
+#define PL_OP_DEF(id, ...) PL_OP_##id,
+#include "pipeline/ops.def"
     PL_OP_COUNT,
     PL_OP_CUSTOM_BASE = 1000 /* ids of ops registered by plugins */
 } pl_op;

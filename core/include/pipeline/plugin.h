@@ -54,7 +54,11 @@ extern "C" {
  *          pl_swiglu (PL_OP_SWIGLU); relu, sigmoid, tanh, exp, softmax and
  *          log_softmax save their output, which their backward kernels read
  *          as in[2] (backend.h: an out-of-tree backend must follow)
- * minor 8: pl_backend.half_native (a kernel that reads bf16 / f16 itself);
+ * minor 8: pipeline/ops.def, the X-macro table of the built-in ops (inputs,
+ *          outputs, what backward reads and saves), which generates pl_op and
+ *          pl_op_name; op ids unchanged. segment_softmax answers true to
+ *          pl_autograd_saves_output (it always saved its output).
+ *          pl_backend.half_native (a kernel that reads bf16 / f16 itself);
  *          the elementwise, reduction, loss and norm ops are recorded with
  *          their half tensors and return the input dtype (the core widens
  *          around f32-only kernels: core/src/half_io.c) */
