@@ -89,6 +89,15 @@ static pl_tensor *host_f32(const pl_tensor *w) {
     return h;
 }
 
+/* Host copy of t in dtype dt (owned, not in a frame). */
+static pl_tensor *host_owned(const pl_tensor *t, pl_dtype dt) {
+    pl_frame_begin();
+    pl_tensor *h = pl_tensor_to(t, dt, PL_CPU);
+    if (h) pl_frame_keep(h);
+    pl_frame_end();
+    return h;
+}
+
 /* Copy of a host tensor onto `dev` (owned). */
 static pl_tensor *to_device_owned(pl_tensor *h, pl_device dev) {
     if (pl_device_eq(dev, PL_CPU)) return pl_tensor_retain(h);
@@ -143,34 +152,6 @@ static pl_status check_nf4(const char *what, const pl_tensor *q) {
     return PL_OK;
 }
 
-/* Quantize host f32 values x[0..n) into packed codes (zeroed by caller),
- * writing f32 absmax[n_blocks]. */
-static void quantize_cpu(const float *x, int64_t n, int64_t block, uint8_t *codes,
-                         float *absmax) {
-    int64_t nb = (n + block - 1) / block;
-    /* blocks of even size never share a byte; odd sizes do, so those run
-     * serially to keep the nibble writes race-free */
-    int par = (block % 2 == 0) && n > 65536;
-#pragma omp parallel for if (par) schedule(static)
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t i0 = b * block, i1 = i0 + block < n ? i0 + block : n;
-        float m = 0.0f;
-        for (int64_t i = i0; i < i1; i++) {
-            float a = fabsf(x[i]);
-            if (a > m) m = a;
-        }
-        absmax[b] = m;
-        float inv = m > 0.0f ? 1.0f / m : 0.0f;
-        for (int64_t i = i0; i < i1; i++) {
-            uint8_t c = pl_nf4_encode(x[i] * inv);
-            if (i & 1)
-                codes[i >> 1] = (uint8_t)((codes[i >> 1] & 0x0f) | (c << 4));
-            else
-                codes[i >> 1] = (uint8_t)((codes[i >> 1] & 0xf0) | c);
-        }
-    }
-}
-
 /* Double quantization of nb absmax constants: q8[nb], scale[ceil(nb/256)],
  * returns the mean. */
 static float double_quantize(const float *absmax, int64_t nb, uint8_t *q8, float *scale) {
@@ -193,41 +174,68 @@ static float double_quantize(const float *absmax, int64_t nb, uint8_t *q8, float
     return mean;
 }
 
-/* Fill q (nf4, CPU or not) from host f32 values; q->quant.* already sized.
+/* Fill q (nf4, on w's device) from w (f32/bf16/f16, contiguous, w's
+ * numel); q->quant.* already sized. The block absmax and the codes come
+ * from the NF4_QUANTIZE kernel of w's device (a GPU quantizes on the GPU);
+ * the double quantization of the absmax (QLoRA section 3) runs on the host:
+ * one f32 per block of 64 values crosses, not the weight.
  * Non-finite values are refused (PL_ERR_NUMERIC naming `name`): the block
  * absmax (fabsf(x) > m) skips a NaN, so the NaN would become an ordinary
  * code of its block and vanish; an Inf would make its whole block NaN. */
-static pl_status fill_from_host(pl_tensor *q, const float *x, const char *name) {
+static pl_status fill_q(pl_tensor *q, const pl_tensor *w, const char *name) {
     int64_t n = pl_tensor_numel(q), nb = pl_nf4_num_blocks(q);
-    int64_t bad = 0, first = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!isfinite(x[i]) && bad++ == 0) first = i;
-    if (bad)
-        return pl_error_set(PL_ERR_NUMERIC, "nf4 quantization of '%s': %lld non-finite values of "
-                            "%lld (first at flat index %lld: %g); NF4 codes hold finite weights "
-                            "only", name && *name ? name : "(unnamed tensor)", (long long)bad,
-                            (long long)n, (long long)first, (double)x[first]);
     bool dq = q->quant.absmax_scale != NULL;
     int64_t ng = (nb + PL_NF4_DQ_BLOCK - 1) / PL_NF4_DQ_BLOCK;
-    pl_tensor *hc = pl_tensor_new_owned(PL_NF4, q->ndim, q->shape, PL_CPU);
-    if (hc) memset(pl_tensor_data(hc), 0, pl_tensor_nbytes(hc));
-    pl_tensor *ha = pl_tensor_new_owned(PL_F32, 1, &nb, PL_CPU);
-    pl_tensor *h8 = dq ? pl_tensor_new_owned(PL_U8, 1, &nb, PL_CPU) : NULL;
-    pl_tensor *hs = dq ? pl_tensor_new_owned(PL_F32, 1, &ng, PL_CPU) : NULL;
-    pl_status st = PL_OK;
-    if (!hc || !ha || (dq && (!h8 || !hs))) st = pl_error_status();
+    pl_device dev = q->device;
+    pl_tensor *wc = pl_tensor_is_contiguous(w) ? pl_tensor_retain((pl_tensor *)w)
+                                               : pl_contiguous_owned((pl_tensor *)w);
+    /* q is left unchanged on error: the absmax goes to a temporary first */
+    pl_tensor *am = pl_tensor_new_owned(PL_F32, 1, &nb, dev);
+    pl_tensor *bad = pl_tensor_new_owned(PL_I64, 1, (int64_t[]){2}, dev);
+    pl_tensor *hb = NULL, *ha = NULL, *h8 = NULL, *hs = NULL;
+    pl_status st = !wc || !am || !bad ? (pl_error_status() ? pl_error_status() : PL_ERR_NOMEM)
+                                      : PL_OK;
     if (!st) {
-        quantize_cpu(x, n, q->quant.block, pl_tensor_data(hc), pl_tensor_data(ha));
-        if (dq)
+        pl_kernel_args k = {.op = PL_OP_NF4_QUANTIZE, .n_in = 1, .n_out = 3};
+        k.p.start = q->quant.block;
+        k.in[0] = wc;
+        k.out[0] = q;
+        k.out[1] = am;
+        k.out[2] = bad;
+        st = pl_kernel_forward(&k);
+    }
+    if (!st && !(hb = host_owned(bad, PL_I64))) st = pl_error_status();
+    if (!st) {
+        const int64_t *b = pl_tensor_data(hb);
+        if (b[0]) {
+            pl_tensor *h = host_f32(wc); /* the error path only: the value named */
+            double v = h && b[1] >= 0 && b[1] < n ? ((const float *)pl_tensor_data(h))[b[1]] : NAN;
+            pl_tensor_release(h);
+            st = pl_error_set(PL_ERR_NUMERIC, "nf4 quantization of '%s': %lld non-finite values "
+                              "of %lld (first at flat index %lld: %g); NF4 codes hold finite "
+                              "weights only", name && *name ? name : "(unnamed tensor)",
+                              (long long)b[0], (long long)n, (long long)b[1], v);
+        }
+    }
+    if (!st && dq) {
+        ha = host_owned(am, PL_F32);
+        h8 = pl_tensor_new_owned(PL_U8, 1, &nb, PL_CPU);
+        hs = pl_tensor_new_owned(PL_F32, 1, &ng, PL_CPU);
+        if (!ha || !h8 || !hs) st = pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
+        if (!st) {
             q->quant.absmax_mean =
                 double_quantize(pl_tensor_data(ha), nb, pl_tensor_data(h8), pl_tensor_data(hs));
-        else
-            q->quant.absmax_mean = 0.0f;
-        st = pl_tensor_copy_(q, hc);
-        if (!st) st = pl_tensor_copy_(q->quant.absmax, dq ? h8 : ha);
-        if (!st && dq) st = pl_tensor_copy_(q->quant.absmax_scale, hs);
+            st = pl_tensor_copy_(q->quant.absmax, h8);
+            if (!st) st = pl_tensor_copy_(q->quant.absmax_scale, hs);
+        }
+    } else if (!st) {
+        q->quant.absmax_mean = 0.0f;
+        st = pl_tensor_copy_(q->quant.absmax, am);
     }
-    pl_tensor_release(hc);
+    pl_tensor_release(wc);
+    pl_tensor_release(am);
+    pl_tensor_release(bad);
+    pl_tensor_release(hb);
     pl_tensor_release(ha);
     pl_tensor_release(h8);
     pl_tensor_release(hs);
@@ -257,14 +265,10 @@ pl_tensor *pl_nf4_quantize(const pl_tensor *w, int64_t block, bool double_quant)
     q->quant.orig_dtype = w->dtype;
     q->quant.absmax = pl_tensor_new_owned(double_quant ? PL_U8 : PL_F32, 1, &nb, w->device);
     if (double_quant) q->quant.absmax_scale = pl_tensor_new_owned(PL_F32, 1, &ng, w->device);
-    pl_tensor *h = host_f32(w);
-    if (!q->quant.absmax || (double_quant && !q->quant.absmax_scale) || !h ||
-        fill_from_host(q, pl_tensor_data(h), w->name)) {
-        pl_tensor_release(h);
+    if (!q->quant.absmax || (double_quant && !q->quant.absmax_scale) || fill_q(q, w, w->name)) {
         pl_tensor_release(q);
         return NULL;
     }
-    pl_tensor_release(h);
     pl_tensor_set_name(q, "%s", w->name);
     pl_tensor_set_name(q->quant.absmax, "%s.absmax", w->name);
     if (q->quant.absmax_scale) pl_tensor_set_name(q->quant.absmax_scale, "%s.absmax_scale", w->name);
@@ -280,10 +284,16 @@ pl_status pl_nf4_quantize_into(pl_tensor *q, const pl_tensor *w) {
         return pl_error_set(PL_ERR_SHAPE, "nf4_quantize_into: source %s must be a float tensor with "
                             "the %lld elements of %s", w ? pl_tensor_describe(w, b1, sizeof b1) : "NULL",
                             (long long)pl_tensor_numel(q), pl_tensor_describe(q, b2, sizeof b2));
-    pl_tensor *h = host_f32(w);
-    if (!h) return pl_error_status();
-    st = fill_from_host(q, pl_tensor_data(h), w->name[0] ? w->name : q->name);
-    pl_tensor_release(h);
+    if (pl_device_eq(w->device, q->device)) return fill_q(q, w, w->name[0] ? w->name : q->name);
+    /* e.g. a file's host tensor into a parameter on the GPU: quantized there */
+    pl_frame_begin();
+    pl_tensor *wd = pl_tensor_to(w, w->dtype, q->device);
+    if (wd) pl_frame_keep(wd);
+    pl_frame_end();
+    if (!wd) return pl_error_status();
+    pl_tensor_set_name(wd, "%s", w->name);
+    st = fill_q(q, wd, w->name[0] ? w->name : q->name);
+    pl_tensor_release(wd);
     return st;
 }
 

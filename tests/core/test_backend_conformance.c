@@ -158,6 +158,15 @@ static pl_tensor *c_nf4(pl_tensor **in, const ocase *c) {
     pl_tensor_release(q);
     return y;
 }
+/* quantized on the device (block c->flag, double quantization), read back as
+ * values: same codes and absmax as the CPU's give the same numbers */
+static pl_tensor *c_nf4_quant(pl_tensor **in, const ocase *c) {
+    pl_tensor *q = pl_nf4_quantize(in[0], c->flag, true);
+    if (!q) return NULL;
+    pl_tensor *y = pl_nf4_dequantize(q, PL_F32);
+    pl_tensor_release(q);
+    return y;
+}
 static pl_tensor *c_lstm(pl_tensor **in, const ocase *c) {
     return pl_lstm(in[0], in[1], in[2], in[3], in[4], NULL, NULL, c->flag, NULL, NULL);
 }
@@ -312,6 +321,8 @@ static const ocase g_cases[] = {
     {PL_OP_CAST, "bf16 -> f16", 1, {FD(PL_BF16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F16},
     {PL_OP_CAST, "f16 -> bf16", 1, {FD(PL_F16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_BF16},
     {PL_OP_NF4_MATMUL, "[2,64] @ nf4[3,64]^T", 2, {F(2, 2, 64), FN(2, 3, 64)}, c_nf4, true},
+    {PL_OP_NF4_QUANTIZE, "f32 [40,96] block 64, double quant", 1, {FN(2, 40, 96)}, c_nf4_quant, false, .flag = 64},
+    {PL_OP_NF4_QUANTIZE, "bf16 [5,77] block 63 (blocks share bytes)", 1, {{.nd = 2, .sh = {5, 77}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = false}}, c_nf4_quant, false, .flag = 63},
     {PL_OP_LSTM, "B2 T3 In4 H2", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true},
     {PL_OP_LSTM, "reverse", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, .flag = 1},
     {PL_OP_CLAMP, "[3,5] to [-1,1]", 1, {F(2, 3, 5)}, c_clamp, true, .par = 1.0},

@@ -795,6 +795,17 @@ PL_HD static inline uint8_t pl_nf4_encode(float x) {
     return x > -0.8480964004993439f ? 1 : 0;
 }
 
+/* The factor a block's values are scaled by before pl_nf4_encode: 1 / absmax
+ * (0 for an all-zero block, whose codes are then all the code of 0). */
+PL_HD static inline float pl_nf4_inv_absmax(float absmax) {
+    return absmax > 0.0f ? 1.0f / absmax : 0.0f;
+}
+/* One step of a block's absmax: max(m, |x|) skipping NaN, as fabsf(x) > m. */
+PL_HD static inline float pl_nf4_absmax_step(float m, float x) {
+    float a = fabsf(x);
+    return a > m ? a : m;
+}
+
 /* Double quantization decode (QLoRA section 3; bitsandbytes
  * dequantize_blockwise of the absmax): absmax[b] = dyn[q8[b]] * scale[b / 256]
  * + mean, with map_value = dyn[q8[b]] (pl_nf4_dynamic_map, nf4.h). */

@@ -1,4 +1,5 @@
-/* kernels_nf4.c - CPU kernels of PL_OP_NF4_MATMUL (ops.h pl_nf4_matmul).
+/* kernels_nf4.c - CPU kernels of PL_OP_NF4_MATMUL (ops.h pl_nf4_matmul) and
+ * PL_OP_NF4_QUANTIZE (pl_nf4_quantize's block absmax and codes).
  *
  * forward : x [M, K] (f32/bf16/f16, contiguous; leading dims flattened),
  *           W nf4 [N, K] -> y [M, N] in x's dtype.
@@ -15,6 +16,7 @@
  * pl_nf4_dequant_range_cpu (ops_nf4.c).
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,7 +157,58 @@ static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
     return st;
 }
 
+/* ---- nf4_quantize ------------------------------------------------------------------ */
+
+static float load_f32(const void *p, pl_dtype dt, int64_t i) {
+    switch (dt) {
+    case PL_BF16: return pl_bf16_widen(((const uint16_t *)p)[i]);
+    case PL_F16: return pl_f16_widen(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+/* in[0] w (f32/bf16/f16, contiguous); out[0] the codes (nf4 tensor of w's
+ * shape, its bytes written whole), out[1] absmax f32 [blocks], out[2] i64
+ * {non-finite values, the first one's flat index}; p.start = block. Nothing
+ * is encoded when a value is not finite (the caller refuses the tensor). */
+static pl_status nf4_quantize_fwd(const pl_kernel_args *a) {
+    const pl_tensor *w = a->in[0];
+    int64_t n = pl_tensor_numel(w), block = a->p.start, nb = (n + block - 1) / block;
+    const void *x = pl_tensor_data(w);
+    uint8_t *codes = pl_tensor_data(a->out[0]);
+    float *absmax = pl_tensor_data(a->out[1]);
+    int64_t *bad = pl_tensor_data(a->out[2]);
+    bad[0] = 0;
+    bad[1] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        float v = load_f32(x, w->dtype, i);
+        if (!isfinite(v) && bad[0]++ == 0) bad[1] = i;
+    }
+    if (bad[0]) return PL_OK;
+    memset(codes, 0, (size_t)((n + 1) / 2));
+    /* blocks of even size never share a byte; odd sizes do, so those run
+     * serially to keep the nibble writes race-free */
+    int par = (block % 2 == 0) && n > 65536;
+#pragma omp parallel for if (par) schedule(static)
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t i0 = b * block, i1 = i0 + block < n ? i0 + block : n;
+        float m = 0.0f;
+        for (int64_t i = i0; i < i1; i++) m = pl_nf4_absmax_step(m, load_f32(x, w->dtype, i));
+        absmax[b] = m;
+        float inv = pl_nf4_inv_absmax(m);
+        for (int64_t i = i0; i < i1; i++) {
+            uint8_t c = pl_nf4_encode(load_f32(x, w->dtype, i) * inv);
+            if (i & 1)
+                codes[i >> 1] = (uint8_t)((codes[i >> 1] & 0x0f) | (c << 4));
+            else
+                codes[i >> 1] = (uint8_t)((codes[i >> 1] & 0xf0) | c);
+        }
+    }
+    return PL_OK;
+}
+
 void pl_cpu_register_nf4(pl_kernel_table *b) {
     b->forward[PL_OP_NF4_MATMUL] = nf4_matmul_fwd;
     b->backward[PL_OP_NF4_MATMUL] = nf4_matmul_bwd;
+    b->forward[PL_OP_NF4_QUANTIZE] = nf4_quantize_fwd;
 }

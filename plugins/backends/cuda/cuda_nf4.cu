@@ -1,5 +1,6 @@
-/* cuda_nf4.cu - PL_OP_NF4_MATMUL on CUDA (ops.h pl_nf4_matmul), the GPU
- * twin of core/src/cpu/kernels_nf4.c.
+/* cuda_nf4.cu - PL_OP_NF4_MATMUL on CUDA (ops.h pl_nf4_matmul) and
+ * PL_OP_NF4_QUANTIZE (pl_nf4_quantize's absmax and codes), the GPU twin of
+ * core/src/cpu/kernels_nf4.c.
  *
  * forward : x [M, K] (f32/bf16/f16, contiguous; leading dims flattened),
  *           W nf4 [N, K] -> y [M, N] in x's dtype, y = x @ dequant(W)^T.
@@ -277,6 +278,81 @@ static pl_status k_nf4_matmul_bwd(const pl_kernel_args *a) {
     return st;
 }
 
+/* ---- nf4_quantize: the block absmax and the codes on the device ------------------ */
+
+/* One thread per block: absmax[b] (NaN skipped, as the CPU's fabsf(x) > m)
+ * and the non-finite count / first index (bad[0] / bad[1], atomics). */
+__global__ void k_nf4_q_absmax(const void *X, int xd, int64_t n, int64_t block, int64_t nb,
+                               float *AM, unsigned long long *bad) {
+    GRID_LOOP(b, nb) {
+        int64_t i0 = b * block, i1 = i0 + block < n ? i0 + block : n;
+        float m = 0.0f;
+        for (int64_t i = i0; i < i1; i++) {
+            float v = pl_d_ldf(X, xd, i);
+            if (!isfinite(v)) {
+                atomicAdd(&bad[0], 1ULL);
+                atomicMin(&bad[1], (unsigned long long)i);
+            }
+            m = pl_nf4_absmax_step(m, v);
+        }
+        AM[b] = m;
+    }
+}
+
+/* One thread per byte: the codes of elements 2j (low nibble) and 2j + 1
+ * (high), each with its own block's absmax, so odd block sizes need no
+ * serial pass; nothing is written when a value was not finite. */
+__global__ void k_nf4_q_encode(const void *X, int xd, int64_t n, int64_t block, const float *AM,
+                               const unsigned long long *bad, uint8_t *codes, int64_t nbytes) {
+    if (bad[0]) return;
+    GRID_LOOP(j, nbytes) {
+        unsigned byte = 0;
+        for (int h = 0; h < 2; h++) {
+            int64_t e = 2 * j + h;
+            if (e >= n) break;
+            float inv = pl_nf4_inv_absmax(AM[e / block]);
+            byte |= (unsigned)pl_nf4_encode(pl_d_ldf(X, xd, e) * inv) << (4 * h);
+        }
+        codes[j] = (uint8_t)byte;
+    }
+}
+
+__global__ void k_nf4_q_init(unsigned long long *bad) {
+    bad[0] = 0;
+    bad[1] = ~0ULL;
+}
+__global__ void k_nf4_q_fini(unsigned long long *bad) {
+    if (!bad[0]) bad[1] = ~0ULL; /* i64 -1: no non-finite value */
+}
+
+/* in[0] w (f32/bf16/f16, contiguous); out[0] codes (nf4, w's shape), out[1]
+ * absmax f32 [blocks], out[2] i64 [2] {non-finite count, first index}; the
+ * CPU's nf4_quantize_fwd, the same bits (pl_nf4_encode of x * (1 / absmax)
+ * in f32). */
+static pl_status k_nf4_quantize_fwd(const pl_kernel_args *a) {
+    const pl_tensor *w = a->in[0];
+    int xd = w->dtype;
+    if (!(xd == PL_F32 || xd == PL_BF16 || xd == PL_F16))
+        return pl_error_set(PL_ERR_DTYPE, "cuda nf4_quantize: '%s' is %s; expected f32, bf16 or "
+                            "f16", w->name, pl_dtype_name(w->dtype));
+    if (pl_cu_set_device(w)) return pl_error_status();
+    int64_t n = pl_tensor_numel(w), block = a->p.start;
+    if (block <= 0)
+        return pl_error_set(PL_ERR_INVALID, "cuda nf4_quantize: block size %lld", (long long)block);
+    int64_t nb = (n + block - 1) / block, nbytes = (n + 1) / 2;
+    unsigned long long *bad = (unsigned long long *)pl_tensor_data(a->out[2]);
+    float *am = (float *)pl_tensor_data(a->out[1]);
+    k_nf4_q_init<<<1, 1>>>(bad);
+    if (nb) k_nf4_q_absmax<<<pl_cu_blocks(nb), PL_CUDA_THREADS>>>(pl_tensor_data(w), xd, n, block, nb, am, bad);
+    if (nbytes)
+        k_nf4_q_encode<<<pl_cu_blocks(nbytes), PL_CUDA_THREADS>>>(
+            pl_tensor_data(w), xd, n, block, am, bad, (uint8_t *)pl_tensor_data(a->out[0]), nbytes);
+    k_nf4_q_fini<<<1, 1>>>(bad);
+    CUDA_LAUNCHED("nf4_quantize");
+    return PL_OK;
+}
+
 void pl_cuda_register_nf4(pl_kernel_table *t) {
+    pl_kernel_table_set(t, PL_OP_NF4_QUANTIZE, k_nf4_quantize_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_NF4_MATMUL, k_nf4_matmul_fwd, k_nf4_matmul_bwd);
 }
