@@ -15,89 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "hdf5_chunk.h"
 
-/* ---- helpers shared by both modes --------------------------------------- */
-
-/* A tensor owned by us even if the caller has a pl_frame open. */
-static pl_tensor *own(pl_tensor *t) {
-    if (t) pl_frame_keep(t);
-    pl_frame_end();
-    return t;
-}
-
-pl_tensor *h5c_new_tensor(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev) {
-    pl_frame_begin();
-    return own(pl_tensor_empty(dt, ndim, shape, dev));
-}
-
-pl_tensor *h5c_view_rows(pl_tensor *t, int64_t start, int64_t len) {
-    pl_frame_begin();
-    return own(pl_tensor_view_rows(t, start, len));
-}
-
-pl_tensor *h5c_as_strided(pl_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
-                          int64_t off) {
-    pl_frame_begin();
-    return own(pl_tensor_as_strided(t, ndim, shape, stride, off));
-}
-
-double h5c_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* splitmix64 stream */
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void h5c_shuffle(int64_t *a, int64_t n, uint64_t *s) {
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng_next(s) % (uint64_t)(i + 1));
-        int64_t t = a[i];
-        a[i] = a[j];
-        a[j] = t;
-    }
-}
-
-pl_status h5c_parse_fractions(const char *s, double fr[3]) {
-    if (sscanf(s, "%lf,%lf,%lf", &fr[0], &fr[1], &fr[2]) != 3 || fr[0] <= 0 || fr[1] < 0 ||
-        fr[2] < 0 || fr[0] + fr[1] + fr[2] > 1.0 + 1e-9)
-        return pl_error_set(PL_ERR_CONFIG,
-                            "hdf5_chunk: split_fractions = '%s': expected three fractions "
-                            "'train,val,test' >= 0 summing to at most 1",
-                            s);
-    return PL_OK;
-}
-
-void h5c_join_path(char *out, size_t n, const char *group, const char *name) {
-    if (name[0] == '/' || !group[0] || !strcmp(group, "/"))
-        snprintf(out, n, "%s%s", name[0] == '/' ? "" : "/", name);
-    else
-        snprintf(out, n, "%s/%s", group, name);
-}
-
-void h5c_meta_int(loader *L, const char *k, int64_t v) {
-    if (L->ctx && L->ctx->meta) pl_meta_set_int(L->ctx->meta, k, v);
-}
-
-void h5c_meta_float(loader *L, const char *k, double v) {
-    if (L->ctx && L->ctx->meta) pl_meta_set_float(L->ctx->meta, k, v);
-}
-
-int h5c_predict_split(const loader *L) {
-    const char *s = L->ctx && L->ctx->meta ? pl_meta_get_str(L->ctx->meta, "predict_split") : NULL;
-    for (int i = 0; s && i < PL_SPLIT_COUNT; i++)
-        if (!strcmp(s, pl_split_name((pl_data_split)i))) return i;
-    return -1;
-}
+/* ---- helpers shared by both modes (the rest is the loader kit) ------- */
 
 int h5c_emit(loader *L, pl_batch *out, const char *name, pl_tensor *v) {
     if (!v) return -1;
@@ -235,37 +156,6 @@ static void h5c_destroy(void *self) {
     free(L);
 }
 
-/* Every scalar numeric root attribute of the file becomes meta (num_items, ...). */
-static herr_t attr_cb(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
-    (void)info;
-    loader *L = data;
-    int64_t iv;
-    double dv;
-    bool found;
-    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a < 0) return 0;
-    hid_t t = H5Aget_type(a);
-    H5T_class_t c = H5Tget_class(t);
-    H5Tclose(t);
-    H5Aclose(a);
-    if (c == H5T_INTEGER && !pl_h5_attr_read_int(L->path, loc, name, &iv, &found))
-        pl_meta_set_int(L->ctx->meta, name, iv);
-    else if (c == H5T_FLOAT && !pl_h5_attr_read_double(L->path, loc, name, &dv, &found))
-        pl_meta_set_float(L->ctx->meta, name, dv);
-    pl_error_clear(); /* non-scalar attributes are not meta */
-    return 0;
-}
-
-static void publish_file_attrs(loader *L) {
-    if (!L->ctx || !L->ctx->meta) return;
-    pl_h5_lock();
-    H5E_BEGIN_TRY {
-        H5Aiterate2(L->file, H5_INDEX_NAME, H5_ITER_INC, NULL, attr_cb, L);
-    }
-    H5E_END_TRY;
-    pl_h5_unlock();
-}
-
 /* What was loaded, for the run's data line (ctx->meta "data_summary") and
  * summary.json: each split's size and where it comes from (series split by
  * date: the dates of its targets). */
@@ -335,7 +225,7 @@ static pl_status h5c_create(const pl_config_section *cfg, pl_run_context *ctx, v
         goto fail;
     }
     if ((st = pl_h5_open_read(L->path, "run tools/prepare_data.sh", &L->file))) goto fail;
-    publish_file_attrs(L);
+    lk_publish_file_attrs(L->ctx, L->path, L->file);
     int64_t bs = pl_cfg_int(cfg, "batch_size", 32), ebs = pl_cfg_int(cfg, "eval_batch_size", 0);
     if (ebs <= 0) ebs = bs;
     bool shuffle = pl_cfg_bool(cfg, "shuffle", true),

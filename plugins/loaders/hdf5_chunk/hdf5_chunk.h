@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "pl_h5.h"
+#include "loader_kit.h"
 
 #define MAXF PL_BATCH_MAX_FIELDS
 #define NAME_LEN 256
@@ -134,26 +134,7 @@ typedef struct loader {
     char tfname[H5C_MAX_TF][24]; /* batch field names: "x", "x_tf<k>" */
 } loader;
 
-/* ---- hdf5_chunk.c: helpers for both modes ---- */
-/* Tensors owned by the loader even while the caller has a pl_frame open. */
-pl_tensor *h5c_new_tensor(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
-pl_tensor *h5c_view_rows(pl_tensor *t, int64_t start, int64_t len);
-pl_tensor *h5c_as_strided(pl_tensor *t, int ndim, const int64_t *shape, const int64_t *stride,
-                          int64_t off);
-double h5c_now(void);
-/* Fisher-Yates with a splitmix64 stream seeded by *s (reproducible per seed). */
-void h5c_shuffle(int64_t *a, int64_t n, uint64_t *s);
-/* "0.8,0.1,0.1" */
-pl_status h5c_parse_fractions(const char *s, double fr[3]);
-/* name under group ("/train" + "x" -> "/train/x"; absolute names stay). */
-void h5c_join_path(char *out, size_t n, const char *group, const char *name);
-void h5c_meta_int(loader *L, const char *k, int64_t v);
-void h5c_meta_float(loader *L, const char *k, double v);
-/* `pipeline predict` (meta "predict_split", plugin.h ABI 2.4): the split it
- * reads (rows mode opens only that one and skips listed datasets absent from
- * the file; series mode reuses the run's standardization.json), or -1 in a
- * training run. */
-int h5c_predict_split(const loader *L);
+/* ---- hdf5_chunk.c: helpers for both modes (loader_kit.h has the rest) ---- */
 /* Publish field f of a batch (the view is released at the next next()). */
 int h5c_emit(loader *L, pl_batch *out, const char *name, pl_tensor *v);
 int64_t h5c_split_batches(const loader *L, int si);

@@ -16,42 +16,19 @@
 
 #include "hdf5_chunk.h"
 
-static void free_pinned(void *data, void *ctx) { ((const pl_backend *)ctx)->host_free_pinned(data); }
-
-/* Host staging for one field of a chunk: pinned memory from the backend when
- * it has it (so the copy to the device can run asynchronously), else
- * ordinary host memory. Owned by the caller. */
-static pl_tensor *stage_tensor(loader *L, pl_dtype dt, int ndim, const int64_t *shape) {
-    const pl_backend *be = pl_backend_get(L->dev.type);
-    if (be && be->host_alloc_pinned && be->host_free_pinned) {
-        int64_t n = 1;
-        for (int d = 0; d < ndim; d++) n *= shape[d];
-        void *p = be->host_alloc_pinned(pl_dtype_nbytes(dt, n) ? pl_dtype_nbytes(dt, n) : 1);
-        if (p) {
-            pl_frame_begin(); /* ours, whatever frame the caller has open */
-            pl_tensor *t = pl_tensor_from_external(dt, ndim, shape, p, free_pinned, (void *)be);
-            if (t) pl_frame_keep(t);
-            pl_frame_end();
-            if (!t) be->host_free_pinned(p);
-            return t;
-        }
-    }
-    return h5c_new_tensor(dt, ndim, shape, PL_CPU);
-}
-
 pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t rows) {
     b->split = -1;
     for (int i = 0; i < s->nf; i++) {
         int64_t shape[PL_MAX_DIMS];
         memcpy(shape, s->f[i].dims, sizeof shape);
         shape[0] = rows;
-        b->t[i] = h5c_new_tensor(s->f[i].dt, s->f[i].ndim, shape, L->dev);
+        b->t[i] = lk_new_tensor(s->f[i].dt, s->f[i].ndim, shape, L->dev);
         if (!b->t[i])
             return pl_error_prefix(pl_error_status(), "%s: chunk buffer for '%s'", L->path,
                                    s->f[i].dset);
         pl_tensor_set_name(b->t[i], "%s", s->f[i].dset);
         if (!pl_device_eq(L->dev, PL_CPU)) {
-            b->stage[i] = stage_tensor(L, s->f[i].dt, s->f[i].ndim, shape);
+            b->stage[i] = lk_stage_tensor(L->dev, s->f[i].dt, s->f[i].ndim, shape);
             if (!b->stage[i]) return pl_error_status();
         }
     }
@@ -161,14 +138,14 @@ void prefetch_stop(loader *L) {
 
 pl_status prefetch_wait(loader *L) {
     if (!L->th_started) return PL_OK;
-    double t0 = h5c_now();
+    double t0 = lk_now();
     pthread_mutex_lock(&L->mu);
     while (L->req_pending || L->busy)
         pthread_cond_wait(&L->cv, &L->mu);
     pl_status st = L->req_status;
     L->req_status = PL_OK;
     pthread_mutex_unlock(&L->mu);
-    L->st.wait_seconds += h5c_now() - t0;
+    L->st.wait_seconds += lk_now() - t0;
     if (st) return pl_error_set(st, "%s", L->req_err);
     return PL_OK;
 }

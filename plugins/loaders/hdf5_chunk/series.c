@@ -34,16 +34,6 @@
 
 #include "hdf5_chunk.h"
 
-/* days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm). */
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const unsigned yoe = (unsigned)(y - era * 400);
-    const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
-}
-
 /* train_end / val_end: "YYYY-MM-DD" -> *day, *has_time = false; or
  * "YYYY-MM-DDThh:mm[:ss]" + zone ("Z", "+07:00", "-0130") -> *sec (UTC
  * seconds since 1970), *has_time = true. A time of day without a zone is
@@ -55,7 +45,7 @@ static pl_status parse_bound(const char *key, const char *s, int64_t *day, int64
     if (sscanf(s, "%5d-%2d-%2d%n", &y, &m, &d, &n) != 3 || n != 10 || m < 1 || m > 12 || d < 1 ||
         d > 31)
         return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s = '%s': %s", key, s, want);
-    *day = days_from_civil(y, (unsigned)m, (unsigned)d);
+    *day = lk_days_from_civil(y, m, d);
     *has_time = s[10] != 0;
     if (!*has_time) return PL_OK;
     const char *t = s + 11;
@@ -162,10 +152,10 @@ static pl_status read_row_times(loader *L, const pl_config_section *cfg, int64_t
     const char *tds = pl_cfg_str(cfg, "time_dataset", "time");
     *secs = false;
     if (tds[0]) {
-        h5c_join_path(dname, dn, "/", tds);
+        lk_join_path(dname, dn, "/", tds);
         *secs = pl_h5_exists(L->file, dname);
     }
-    if (!*secs) h5c_join_path(dname, dn, "/", pl_cfg_str(cfg, "date_dataset", "date"));
+    if (!*secs) lk_join_path(dname, dn, "/", pl_cfg_str(cfg, "date_dataset", "date"));
     if (!need && !pl_h5_exists(L->file, dname)) return PL_OK;
     pl_status st = pl_h5_read_alloc(L->path, L->file, dname, H5T_NATIVE_INT64, 1, 1,
                                     (int64_t[]){T}, (void **)out, NULL);
@@ -194,17 +184,6 @@ static pl_status read_row_times(loader *L, const pl_config_section *cfg, int64_t
                                 dname, (long long)i);
         }
     return PL_OK;
-}
-
-/* Days since 1970-01-01 -> "YYYY-MM-DD" (UTC). */
-static void format_day(int64_t day, char *out, size_t n) {
-    /* the file's dates are untrusted: outside +-1e8 days (~273,000 years) no calendar */
-    struct tm tm;
-    time_t t = (time_t)((day > -100000000 && day < 100000000 ? day : 0) * 86400);
-    if (day > -100000000 && day < 100000000 && gmtime_r(&t, &tm))
-        strftime(out, n, "%Y-%m-%d", &tm);
-    else
-        snprintf(out, n, "day %lld", (long long)day);
 }
 
 typedef struct column_ctx {
@@ -432,9 +411,9 @@ static pl_status naive_baselines(loader *L, const pl_config_section *cfg, const 
                    "naive MAE %.6g, corrected %.6g",
                    (long long)nw, tname, (long long)s, nae, cae);
     }
-    h5c_meta_int(L, "naive_period", s);
-    h5c_meta_float(L, "train_seasonal_naive_mae", nae);
-    h5c_meta_float(L, "train_seasonal_naive_corrected_mae", cae);
+    lk_meta_int(L->ctx, "naive_period", s);
+    lk_meta_float(L->ctx, "train_seasonal_naive_mae", nae);
+    lk_meta_float(L->ctx, "train_seasonal_naive_corrected_mae", cae);
     if (predict || !L->ctx || !L->ctx->run_dir) return PL_OK;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "naive_period", (double)s);
@@ -574,7 +553,7 @@ static pl_status build_timeframe(loader *L, const float *raw, int64_t T, int64_t
         return pl_error_set(PL_ERR_CONFIG, "%s: timeframe of %lld bars: the %lld training rows "
                             "hold no complete %lld-bar aggregate to standardize it with",
                             L->path, (long long)k, (long long)a, (long long)k);
-    pl_tensor *t = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, PL_CPU);
+    pl_tensor *t = lk_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, PL_CPU);
     double *v = malloc(sizeof *v * (size_t)(T > 0 ? T : 1));
     if (!t || !v) {
         pl_tensor_release(t);
@@ -623,7 +602,7 @@ static pl_status build_timeframe(loader *L, const float *raw, int64_t T, int64_t
 static pl_status open_series(loader *L, const pl_config_section *cfg) {
     const char *series = pl_cfg_str(cfg, "series", "series");
     char sname[NAME_LEN];
-    h5c_join_path(sname, sizeof sname, "/", series);
+    lk_join_path(sname, sizeof sname, "/", series);
     pl_tensor *rawt = NULL;
     pl_status st = pl_h5_read_tensor(L->path, L->file, sname, PL_F32, &rawt);
     if (st) return st;
@@ -732,7 +711,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
             b++;
     } else if (fr[0]) {
         double f3[3];
-        if ((st = h5c_parse_fractions(fr, f3))) goto out;
+        if ((st = lk_parse_fractions("hdf5_chunk", fr, f3))) goto out;
         a = (int64_t)floor(f3[0] * (double)T + 0.5);
         b = a + (int64_t)floor(f3[1] * (double)T + 0.5);
         if (b > T) b = T;
@@ -762,8 +741,8 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
             if (oki) continue;
             if (!ok0) di = d0;
             char t0[40], t1[40], s0[32], s1[32];
-            (secs ? format_time : format_day)(date[i - 1], t0, sizeof t0);
-            (secs ? format_time : format_day)(date[i], t1, sizeof t1);
+            (secs ? format_time : lk_format_day)(date[i - 1], t0, sizeof t0);
+            (secs ? format_time : lk_format_day)(date[i], t1, sizeof t1);
             if (__builtin_sub_overflow(date[1], date[0], &d0))
                 snprintf(s0, sizeof s0, "more than 2^63");
             else
@@ -800,12 +779,12 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
             /* window w predicts target rows w+Lb .. w+Lb+H-1 and belongs to the split of
              * the last one: the span is that of the windows' last targets */
             char d0[32], d1[32];
-            (secs ? format_time : format_day)(date[s->w0 + Lb + H - 1], d0, sizeof d0);
-            (secs ? format_time : format_day)(date[s->w1 - 1 + Lb + H - 1], d1, sizeof d1);
+            (secs ? format_time : lk_format_day)(date[s->w0 + Lb + H - 1], d0, sizeof d0);
+            (secs ? format_time : lk_format_day)(date[s->w1 - 1 + Lb + H - 1], d1, sizeof d1);
             snprintf(s->span, sizeof s->span, "%s..%s", d0, d1);
         }
     }
-    bool predict = h5c_predict_split(L) >= 0; /* new rows: the train split may be empty */
+    bool predict = lk_predict_split(L->ctx) >= 0; /* new rows: the train split may be empty */
     if (!predict && L->sp[PL_SPLIT_TRAIN].nrows <= 0) {
         st = pl_error_set(PL_ERR_CONFIG,
                           "%s: the train split of '%s' has no window (train rows: %lld, "
@@ -848,8 +827,8 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
         mean[i] = m;
         sd[i] = v > 0 ? v : 1.0; /* constant column: leave scale alone */
     }
-    L->feat = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, PL_CPU);
-    L->targ = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, ntc}, PL_CPU);
+    L->feat = lk_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, PL_CPU);
+    L->targ = lk_new_tensor(PL_F32, 2, (int64_t[]){T, ntc}, PL_CPU);
     if (!L->feat || !L->targ) {
         st = pl_error_status();
         goto out;
@@ -886,7 +865,7 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     if (!pl_device_eq(L->dev, PL_CPU))
         for (int i = 0; i < tf.n; i++) {
             if (tf.k[i] == 1) continue; /* feat: moved below */
-            pl_tensor *d = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, L->dev);
+            pl_tensor *d = lk_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, L->dev);
             if (!d || pl_tensor_copy_(d, L->tfm[i])) {
                 st = pl_error_status();
                 pl_tensor_release(d);
@@ -896,8 +875,8 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
             L->tfm[i] = d;
         }
     if (!pl_device_eq(L->dev, PL_CPU)) {
-        pl_tensor *df = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, L->dev);
-        pl_tensor *dt = h5c_new_tensor(PL_F32, 2, (int64_t[]){T, ntc}, L->dev);
+        pl_tensor *df = lk_new_tensor(PL_F32, 2, (int64_t[]){T, nfc}, L->dev);
+        pl_tensor *dt = lk_new_tensor(PL_F32, 2, (int64_t[]){T, ntc}, L->dev);
         if (!df || !dt || pl_tensor_copy_(df, L->feat) || pl_tensor_copy_(dt, L->targ)) {
             st = pl_error_status();
             pl_tensor_release(df);
@@ -921,33 +900,33 @@ static pl_status open_series(loader *L, const pl_config_section *cfg) {
     L->Ft = ntc;
     L->window = W;
     L->horizon = H;
-    h5c_meta_int(L, "num_features", nfc);
-    h5c_meta_int(L, "num_targets", ntc);
-    h5c_meta_int(L, "window", W);
-    h5c_meta_int(L, "lookback", Lb);
+    lk_meta_int(L->ctx, "num_features", nfc);
+    lk_meta_int(L->ctx, "num_targets", ntc);
+    lk_meta_int(L->ctx, "window", W);
+    lk_meta_int(L->ctx, "lookback", Lb);
     if (multi) {
-        h5c_meta_int(L, "num_timeframes", tf.n);
+        lk_meta_int(L->ctx, "num_timeframes", tf.n);
         for (int i = 0; i < tf.n; i++) {
             char k[64];
             snprintf(k, sizeof k, "timeframe_%d", i);
-            h5c_meta_int(L, k, tf.k[i]);
+            lk_meta_int(L->ctx, k, tf.k[i]);
             snprintf(k, sizeof k, "timeframe_window_%d", i);
-            h5c_meta_int(L, k, tf.w[i]);
+            lk_meta_int(L->ctx, k, tf.w[i]);
         }
     }
-    h5c_meta_int(L, "horizon", H);
-    h5c_meta_int(L, "num_rows", T);
-    h5c_meta_int(L, "train_rows", a);
+    lk_meta_int(L->ctx, "horizon", H);
+    lk_meta_int(L->ctx, "num_rows", T);
+    lk_meta_int(L->ctx, "train_rows", a);
     for (int i = 0; i < ntc; i++) {
         char k[64];
         snprintf(k, sizeof k, "target_mean_%d", i);
-        h5c_meta_float(L, k, mean[nfc + i]);
+        lk_meta_float(L->ctx, k, mean[nfc + i]);
         snprintf(k, sizeof k, "target_std_%d", i);
-        h5c_meta_float(L, k, sd[nfc + i]);
+        lk_meta_float(L->ctx, k, sd[nfc + i]);
     }
-    h5c_meta_float(L, "target_mean", mean[nfc]);
-    h5c_meta_float(L, "target_std", sd[nfc]);
-    h5c_meta_int(L, "standardized", stdz ? 1 : 0);
+    lk_meta_float(L->ctx, "target_mean", mean[nfc]);
+    lk_meta_float(L->ctx, "target_std", sd[nfc]);
+    lk_meta_int(L->ctx, "standardized", stdz ? 1 : 0);
     if (stdz && !predict) st = write_standardization(L, names, nnames, allc, nall, mean, sd, a);
     if (!st) {
         char tn[64];
@@ -981,10 +960,10 @@ pl_status series_create(loader *L, const pl_config_section *cfg) {
             (long long)tr->nrows, (long long)tr->batch);
     if (tr->shuffle) {
         for (int i = 0; i < L->tf.n; i++)
-            if (!(L->tfg[i] = h5c_new_tensor(PL_F32, 3, (int64_t[]){tr->batch, L->tf.w[i], L->Ff},
+            if (!(L->tfg[i] = lk_new_tensor(PL_F32, 3, (int64_t[]){tr->batch, L->tf.w[i], L->Ff},
                                              L->dev)))
                 return pl_error_status();
-        L->wy_g = h5c_new_tensor(PL_F32, 3, (int64_t[]){tr->batch, L->horizon, L->Ft}, L->dev);
+        L->wy_g = lk_new_tensor(PL_F32, 3, (int64_t[]){tr->batch, L->horizon, L->Ft}, L->dev);
         L->perm = malloc(sizeof *L->perm * (size_t)tr->nrows);
         if (!L->wy_g) return pl_error_status();
         if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
@@ -992,7 +971,7 @@ pl_status series_create(loader *L, const pl_config_section *cfg) {
     for (int si = 0; si < PL_SPLIT_COUNT; si++) {
         char k[64];
         snprintf(k, sizeof k, "num_%s", pl_split_name((pl_data_split)si));
-        h5c_meta_int(L, k, L->sp[si].nrows);
+        lk_meta_int(L->ctx, k, L->sp[si].nrows);
     }
     return PL_OK;
 }
@@ -1004,7 +983,7 @@ pl_status series_epoch_begin(loader *L, int si, int64_t start) {
         for (int64_t i = 0; i < s->nrows; i++)
             L->perm[i] = i;
         uint64_t rs = (L->ctx ? L->ctx->seed : 0) + (uint64_t)L->epoch;
-        h5c_shuffle(L->perm, s->nrows, &rs);
+        lk_shuffle(L->perm, s->nrows, &rs);
     }
     return PL_OK;
 }
@@ -1049,17 +1028,17 @@ int series_next(loader *L, pl_batch *out) {
                 return -1;
         }
         for (int f = 0; f < L->tf.n; f++)
-            x[f] = h5c_view_rows(L->tfg[f], 0, n);
-        y = h5c_view_rows(L->wy_g, 0, n);
+            x[f] = lk_view_rows(L->tfg[f], 0, n);
+        y = lk_view_rows(L->wy_g, 0, n);
     } else {
         int64_t e = s->w0 + L->row_pos + Lb - 1;
         for (int f = 0; f < L->tf.n; f++) {
             int64_t W = L->tf.w[f], k = L->tf.k[f];
             pl_tensor *m = L->tfm[f];
-            x[f] = h5c_as_strided(m, 3, (int64_t[]){n, W, Ff}, (int64_t[]){Ff, k * Ff, 1},
+            x[f] = lk_as_strided(m, 3, (int64_t[]){n, W, Ff}, (int64_t[]){Ff, k * Ff, 1},
                                   m->offset + (e - (W - 1) * k) * Ff);
         }
-        y = h5c_as_strided(L->targ, 3, (int64_t[]){n, H, Ft}, (int64_t[]){Ft, Ft, 1},
+        y = lk_as_strided(L->targ, 3, (int64_t[]){n, H, Ft}, (int64_t[]){Ft, Ft, 1},
                            L->targ->offset + (e + 1) * Ft);
     }
     if (h5c_emit(L, out, "x", x[0]) || h5c_emit(L, out, "y", y)) return -1;

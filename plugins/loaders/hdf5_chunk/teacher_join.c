@@ -111,7 +111,7 @@ static pl_status add_extra(loader *L, const char *name, pl_tensor *host) {
     split_data *s = &L->sp[PL_SPLIT_TRAIN];
     pl_tensor *t = host;
     if (!pl_device_eq(L->dev, PL_CPU)) {
-        t = h5c_new_tensor(host->dtype, host->ndim, host->shape, L->dev);
+        t = lk_new_tensor(host->dtype, host->ndim, host->shape, L->dev);
         if (!t || pl_tensor_copy_(t, host)) {
             pl_tensor_release(t);
             pl_tensor_release(host);
@@ -278,9 +278,9 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
                           "items per position",
                           (long long)K, tp, (long long)t.K);
     if (!st) {
-        tid = h5c_new_tensor(PL_I32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
-        tlg = h5c_new_tensor(PL_F32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
-        tln = h5c_new_tensor(PL_F32, 2, (int64_t[]){s->nrows, Ld}, PL_CPU);
+        tid = lk_new_tensor(PL_I32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
+        tlg = lk_new_tensor(PL_F32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
+        tln = lk_new_tensor(PL_F32, 2, (int64_t[]){s->nrows, Ld}, PL_CPU);
         if (!tid || !tlg || !tln) st = pl_error_status();
     }
     if (!st) {
@@ -299,8 +299,8 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
         tln = NULL;
     }
     if (!st) {
-        h5c_meta_float(L, "teacher_temperature", T);
-        h5c_meta_int(L, "teacher_top_k", K);
+        lk_meta_float(L->ctx, "teacher_temperature", T);
+        lk_meta_int(L->ctx, "teacher_top_k", K);
     }
     pl_tensor_release(tid);
     pl_tensor_release(tlg);

@@ -156,41 +156,8 @@ static bool cfg_changed(const pl_config_section *cfg, const char *key) {
 
 /* ---- tensors ------------------------------------------------------------ */
 
-/* Own a tensor even inside a caller's pl_frame. */
-pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev) {
-    pl_frame_begin();
-    pl_tensor *t = pl_tensor_empty(dt, nd, shape, dev);
-    if (t) pl_frame_keep(t);
-    pl_frame_end();
-    return t;
-}
-
-pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len) {
-    pl_frame_begin();
-    pl_tensor *v = pl_tensor_view_rows(t, start, len);
-    if (v) pl_frame_keep(v);
-    pl_frame_end();
-    return v;
-}
-
 pl_device dev_of(const graph *G) {
     return G->ctx ? G->ctx->device : PL_CPU;
-}
-
-pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host) {
-    pl_tensor *t = own_empty(dt, nd, shape, dev_of(G));
-    if (!t) return NULL;
-    int64_t n = 1;
-    for (int i = 0; i < nd; i++)
-        n *= shape[i];
-    size_t bytes = pl_dtype_nbytes(dt, n);
-    if (bytes == 0) return t;
-    const pl_backend *be = pl_backend_get(t->device.type);
-    if (!be || be->memcpy(pl_tensor_data(t), t->device, host, PL_CPU, bytes)) {
-        pl_tensor_release(t);
-        return NULL;
-    }
-    return t;
 }
 
 /* ---- reading ------------------------------------------------------------ */
@@ -200,14 +167,8 @@ pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const 
  * receives the shape, *rank (may be NULL) the rank. */
 pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
                   const int64_t *want, void **out, int64_t *dims, int *rank) {
-    pl_h5_info in;
-    pl_status st = pl_h5_read_alloc(G->path, f, name, memtype, min_rank, max_rank, want, out, &in);
-    if (st) return st;
-    for (int i = 0; i < in.rank; i++)
-        dims[i] = in.dims[i];
-    if (rank) *rank = in.rank;
-    G->st.bytes_read += (uint64_t)in.numel * H5Tget_size(memtype);
-    return PL_OK;
+    return lk_read_ds(G->path, f, name, memtype, min_rank, max_rank, want, out, dims, rank,
+                      &G->st.bytes_read);
 }
 
 /* x = (x - min) / clamp(row sum of (x - min), 1) over rows [r0, r1) (min over those rows). */
@@ -266,13 +227,6 @@ static const char *split_mask_key[PL_SPLIT_COUNT] = {"train_mask", "val_mask", "
  * directory (never from the new file): node mode graph_meta.json
  * (num_features, num_classes), graphs mode standardization.json (the train
  * graphs' target mean and std). */
-
-static int predict_split_of(const pl_run_context *ctx) {
-    const char *s = ctx && ctx->meta ? pl_meta_get_str(ctx->meta, "predict_split") : NULL;
-    for (int i = 0; s && i < PL_SPLIT_COUNT; i++)
-        if (!strcmp(s, pl_split_name((pl_data_split)i))) return i;
-    return -1;
-}
 
 /* Predict: the mask of split G->predict ([n] u8) into *out, or every entry
  * selected when the file has none of the three masks (new data without a
@@ -543,14 +497,14 @@ static pl_status create_node(graph *G, const pl_config_section *cfg, pl_run_cont
     }
     G->E = copy_edges(ei, E, 0, E, G->N, loops, src, dst, 0);
     if (pl_cfg_bool(cfg, "row_normalize", false)) normalize_rows(x, 0, G->N, G->F);
-    G->x = to_device(G, PL_F32, 2, (int64_t[]){G->N, G->F}, x);
-    G->y = to_device(G, PL_I64, 1, (int64_t[]){G->N}, y);
-    G->src = to_device(G, PL_I64, 1, (int64_t[]){G->E}, src);
-    G->dst = to_device(G, PL_I64, 1, (int64_t[]){G->E}, dst);
+    G->x = lk_to_device(dev_of(G), PL_F32, 2, (int64_t[]){G->N, G->F}, x);
+    G->y = lk_to_device(dev_of(G), PL_I64, 1, (int64_t[]){G->N}, y);
+    G->src = lk_to_device(dev_of(G), PL_I64, 1, (int64_t[]){G->E}, src);
+    G->dst = lk_to_device(dev_of(G), PL_I64, 1, (int64_t[]){G->E}, dst);
     bool masks_ok = true;
     for (int s = 0; s < 3 && G->x; s++) {
         if (!m[s]) continue; /* predict: another split's */
-        G->mask[s] = to_device(G, PL_U8, 1, (int64_t[]){G->N}, m[s]);
+        G->mask[s] = lk_to_device(dev_of(G), PL_U8, 1, (int64_t[]){G->N}, m[s]);
         if (!G->mask[s]) {
             masks_ok = false;
             break;
@@ -714,24 +668,6 @@ static pl_status arrange(graph *G, gsplit *S) {
     return PL_OK;
 }
 
-/* splitmix64 stream and Fisher-Yates (same generator as hdf5_chunk). */
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void shuffle_order(int64_t *order, const int64_t *ids, int64_t n, uint64_t seed) {
-    memcpy(order, ids, sizeof *order * (size_t)n);
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng_next(&seed) % (uint64_t)(i + 1));
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
-
 /* The train order of `epoch`: the split's graphs (file order) shuffled with
  * seed = ctx->seed + epoch. Depends on nothing else (resume relies on it). */
 static void train_order(graph *G, int64_t epoch) {
@@ -740,7 +676,7 @@ static void train_order(graph *G, int64_t epoch) {
         memcpy(S->order, S->ids, sizeof *S->order * (size_t)S->ng);
         return;
     }
-    shuffle_order(S->order, S->ids, S->ng, (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch);
+    lk_shuffle_order(S->order, S->ids, S->ng, (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch);
 }
 
 /* Target k's name in standardization.json: "y[k]" (the dataset and column). */
@@ -1048,13 +984,13 @@ static pl_status create_graphs(graph *G, const pl_config_section *cfg, pl_run_co
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
         if (ps >= 0 && s != ps) continue; /* predict: one split */
-        S->x = own_empty(PL_F32, 2, (int64_t[]){S->nodes, G->F}, dev);
-        S->src = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
-        S->dst = own_empty(PL_I64, 1, (int64_t[]){S->edges}, dev);
-        S->batch = own_empty(PL_I64, 1, (int64_t[]){S->nodes}, dev);
-        if (G->has_y) S->y = own_empty(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
+        S->x = lk_new_tensor(PL_F32, 2, (int64_t[]){S->nodes, G->F}, dev);
+        S->src = lk_new_tensor(PL_I64, 1, (int64_t[]){S->edges}, dev);
+        S->dst = lk_new_tensor(PL_I64, 1, (int64_t[]){S->edges}, dev);
+        S->batch = lk_new_tensor(PL_I64, 1, (int64_t[]){S->nodes}, dev);
+        if (G->has_y) S->y = lk_new_tensor(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
         /* predict: each graph's index in the file, in serving (file) order */
-        if (ps >= 0) S->gid = to_device(G, PL_I64, 1, (int64_t[]){S->ng}, S->ids);
+        if (ps >= 0) S->gid = lk_to_device(dev_of(G), PL_I64, 1, (int64_t[]){S->ng}, S->ids);
         if (!S->x || !S->src || !S->dst || !S->batch || (G->has_y && !S->y) ||
             (ps >= 0 && !S->gid)) {
             st = pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
@@ -1140,7 +1076,7 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     const char *mode = pl_cfg_str(cfg, "mode", "node");
     G->graphs_mode = !strcmp(mode, "graphs");
     bool panel_mode = !strcmp(mode, "panel");
-    G->predict = predict_split_of(ctx);
+    G->predict = lk_predict_split(ctx);
     G->has_y = true;
     pl_status st = PL_OK;
     unsigned m = panel_mode ? M_PANEL : G->graphs_mode ? M_GRAPHS : M_NODE;
@@ -1221,12 +1157,12 @@ static int next_graphs(graph *G, pl_batch *out) {
     int64_t n0 = S->bnode[b], nn = S->bnode[b + 1] - n0, e0 = S->bedge[b],
             ne = S->bedge[b + 1] - e0;
     int64_t g0 = b * G->B, ng = S->ng - g0 < G->B ? S->ng - g0 : G->B;
-    if (emit(G, out, "x", own_rows(S->x, n0, nn)) ||
-        emit(G, out, "edge_src", own_rows(S->src, e0, ne)) ||
-        emit(G, out, "edge_dst", own_rows(S->dst, e0, ne)) ||
-        emit(G, out, "batch", own_rows(S->batch, n0, nn)) ||
-        (S->y && emit(G, out, "y", own_rows(S->y, g0, ng))) ||
-        (S->gid && emit(G, out, "graph", own_rows(S->gid, g0, ng)))) {
+    if (emit(G, out, "x", lk_view_rows(S->x, n0, nn)) ||
+        emit(G, out, "edge_src", lk_view_rows(S->src, e0, ne)) ||
+        emit(G, out, "edge_dst", lk_view_rows(S->dst, e0, ne)) ||
+        emit(G, out, "batch", lk_view_rows(S->batch, n0, nn)) ||
+        (S->y && emit(G, out, "y", lk_view_rows(S->y, g0, ng))) ||
+        (S->gid && emit(G, out, "graph", lk_view_rows(S->gid, g0, ng)))) {
         release_views(G);
         memset(out, 0, sizeof *out);
         return -1;
@@ -1334,7 +1270,7 @@ static pl_status g_shard(void *self, int rank, int world_size) {
         int64_t j = 0;
         for (int64_t i = 0; i < G->N; i++)
             if (h[i]) h[i] = (uint8_t)(j++ % world_size == rank);
-        G->rank_mask[s] = to_device(G, PL_U8, 1, (int64_t[]){G->N}, h);
+        G->rank_mask[s] = lk_to_device(dev_of(G), PL_U8, 1, (int64_t[]){G->N}, h);
         if (!G->rank_mask[s]) st = pl_error_status();
     }
     free(h);

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "pl_h5.h"
+#include "loader_kit.h"
 
 enum { NB_FIELDS = 8 }; /* batch fields of the widest mode (panel: 7) */
 
@@ -62,23 +62,14 @@ typedef struct graph {
 
 /* ---- helpers of hdf5_graph.c ------------------------------------------- */
 
-/* A new tensor owned by the caller even inside a caller's pl_frame. */
-pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev);
-/* Rows [start, start + len) of t as a view owned by the caller. */
-pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len);
 /* ctx->device (the CPU without a context). */
 pl_device dev_of(const graph *G);
-/* A new tensor on dev_of(G) holding a copy of the host array `host`. */
-pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host);
 /* Dataset `name` of open file f read whole as `memtype` into a new malloc'd
  * *out (pl_h5_read_alloc: rank in [min_rank, max_rank], axis i == want[i]
  * where want[i] >= 0; errors name G->path and the dataset); dims receives
  * the shape, *rank (may be NULL) the rank; the bytes count in G->st. */
 pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
                   const int64_t *want, void **out, int64_t *dims, int *rank);
-/* order = ids[0..n) shuffled by Fisher-Yates with a splitmix64 stream seeded
- * `seed` (the generator of hdf5_chunk); the train order of an epoch. */
-void shuffle_order(int64_t *order, const int64_t *ids, int64_t n, uint64_t seed);
 /* Add view `v` (owned by G until release_views) to batch `out` as `name`;
  * -1 when v is NULL. */
 int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v);

@@ -75,32 +75,6 @@ struct panel {
  * train_end / val_end / test_end are whole days YYYY-MM-DD (proleptic
  * Gregorian, UTC); the file's times are seconds since 1970-01-01 UTC. */
 
-/* Days since 1970-01-01 of y-m-d (H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d) {
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const int64_t yoe = y - era * 400;
-    const int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-/* Its inverse, for messages: "YYYY-MM-DD", or "day N" far outside any calendar. */
-static void format_day(int64_t z, char *out, size_t n) {
-    if (z <= -100000000 || z >= 100000000) {
-        snprintf(out, n, "day %lld", (long long)z);
-        return;
-    }
-    z += 719468;
-    const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-    const int64_t doe = z - era * 146097;
-    const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    const int64_t mp = (5 * doy + 2) / 153;
-    const int d = (int)(doy - (153 * mp + 2) / 5 + 1), m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    snprintf(out, n, "%04lld-%02d-%02d", (long long)(yoe + era * 400 + (m <= 2)), m, d);
-}
-
 /* The day (floor) of a time in seconds since 1970. */
 static int64_t day_of(int64_t sec) {
     return sec / 86400 - (sec % 86400 < 0);
@@ -122,7 +96,7 @@ static pl_status parse_day(const char *key, const char *s, int64_t *day) {
     if (!shape || m < 1 || m > 12 || d < 1 || d > mdays[m - 1] + (m == 2 && leap))
         return pl_error_set(PL_ERR_CONFIG, "hdf5_graph: %s = '%s': expected a date YYYY-MM-DD", key,
                             s);
-    *day = days_from_civil(y, m, d);
+    *day = lk_days_from_civil(y, m, d);
     return PL_OK;
 }
 
@@ -357,8 +331,8 @@ static pl_status check_times(const graph *G, const char *tname, const char *ttna
     char a[32], b[32];
     for (int64_t t = 1; t < T; t++)
         if (tm[t] <= tm[t - 1]) {
-            format_day(day_of(tm[t]), a, sizeof a);
-            format_day(day_of(tm[t - 1]), b, sizeof b);
+            lk_format_day(day_of(tm[t]), a, sizeof a);
+            lk_format_day(day_of(tm[t - 1]), b, sizeof b);
             return pl_error_set(PL_ERR_INVALID,
                                 "%s: dataset '%s' must strictly increase (one row per day, "
                                 "seconds since 1970): %s[%lld] = %lld (%s) <= %s[%lld] = %lld (%s)",
@@ -367,8 +341,8 @@ static pl_status check_times(const graph *G, const char *tname, const char *ttna
         }
     for (int64_t t = 0; t < T; t++)
         if (tt[t] <= tm[t]) {
-            format_day(day_of(tt[t]), a, sizeof a);
-            format_day(day_of(tm[t]), b, sizeof b);
+            lk_format_day(day_of(tt[t]), a, sizeof a);
+            lk_format_day(day_of(tm[t]), b, sizeof b);
             return pl_error_set(PL_ERR_INVALID,
                                 "%s: dataset '%s': %s[%lld] = %lld (%s) is not after %s[%lld] = "
                                 "%lld (%s); expected the time of a later day (the day row t's "
@@ -421,8 +395,8 @@ static pl_status assign_splits(graph *G, panel *P, const int64_t *tt, const char
         Sp->arranged_epoch = -1;
         if (Sp->nd == 0) {
             char lo[32], hi[32], want[128], f0[32], f1[32];
-            format_day(end[s > 0 ? s - 1 : 0], lo, sizeof lo);
-            format_day(end[s], hi, sizeof hi);
+            lk_format_day(end[s > 0 ? s - 1 : 0], lo, sizeof lo);
+            lk_format_day(end[s], hi, sizeof hi);
             if (s == 0)
                 snprintf(want, sizeof want, "on or before train_end %s", lo);
             else if (s == 1 || has_test_end)
@@ -430,8 +404,8 @@ static pl_status assign_splits(graph *G, panel *P, const int64_t *tt, const char
                          key[s], hi);
             else
                 snprintf(want, sizeof want, "after val_end %s", lo);
-            format_day(day_of(tt[P->t0]), f0, sizeof f0);
-            format_day(day_of(tt[P->T - 1]), f1, sizeof f1);
+            lk_format_day(day_of(tt[P->t0]), f0, sizeof f0);
+            lk_format_day(day_of(tt[P->T - 1]), f1, sizeof f1);
             st = pl_error_set(PL_ERR_CONFIG,
                               "%s: split '%s' is empty: no usable row has a %s day %s; the usable "
                               "rows %lld..%lld (full window and lookback) have %s %s .. %s",
@@ -526,12 +500,12 @@ static pl_status make_staging(graph *G, panel *P) {
                                 G->path, pl_split_name((pl_data_split)s), (long long)Sp->nd,
                                 (long long)S, (long long)P->W, (long long)P->F,
                                 (long long)P->E_day);
-        Sp->x = own_empty(PL_F32, 3, (int64_t[]){nodes, P->W, P->F}, dev);
-        Sp->src = own_empty(PL_I64, 1, (int64_t[]){ne}, dev);
-        Sp->dst = own_empty(PL_I64, 1, (int64_t[]){ne}, dev);
-        Sp->y = own_empty(PL_F32, 1, (int64_t[]){nodes}, dev);
-        Sp->ret = own_empty(PL_F32, 1, (int64_t[]){nodes}, dev);
-        if (P->K) Sp->fac = own_empty(PL_F32, 2, (int64_t[]){nodes, P->K}, dev);
+        Sp->x = lk_new_tensor(PL_F32, 3, (int64_t[]){nodes, P->W, P->F}, dev);
+        Sp->src = lk_new_tensor(PL_I64, 1, (int64_t[]){ne}, dev);
+        Sp->dst = lk_new_tensor(PL_I64, 1, (int64_t[]){ne}, dev);
+        Sp->y = lk_new_tensor(PL_F32, 1, (int64_t[]){nodes}, dev);
+        Sp->ret = lk_new_tensor(PL_F32, 1, (int64_t[]){nodes}, dev);
+        if (P->K) Sp->fac = lk_new_tensor(PL_F32, 2, (int64_t[]){nodes, P->K}, dev);
         if (!Sp->x || !Sp->src || !Sp->dst || !Sp->y || !Sp->ret || (P->K && !Sp->fac))
             return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
                                    "%s: staging tensors of split '%s'", G->path,
@@ -549,7 +523,7 @@ static pl_status make_staging(graph *G, panel *P) {
     if (!bv) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
     for (int64_t i = 0; i < bmax * S; i++)
         bv[i] = i / S;
-    P->batch = to_device(G, PL_I64, 1, (int64_t[]){bmax * S}, bv);
+    P->batch = lk_to_device(dev_of(G), PL_I64, 1, (int64_t[]){bmax * S}, bv);
     free(bv);
     if (!P->batch) return pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
     pl_tensor_set_name(P->batch, "batch");
@@ -879,7 +853,7 @@ pl_status panel_epoch_begin(graph *G, pl_data_split split, int64_t epoch) {
     psplit *Sp = &P->sp[split];
     if (split != PL_SPLIT_TRAIN || !P->shuffle || Sp->arranged_epoch == epoch) return PL_OK;
     Sp->arranged_epoch = -1;
-    shuffle_order(Sp->order, Sp->rows, Sp->nd, (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch);
+    lk_shuffle_order(Sp->order, Sp->rows, Sp->nd, (G->ctx ? G->ctx->seed : 0) + (uint64_t)epoch);
     pl_status st = arrange(G, P, Sp);
     if (!st) Sp->arranged_epoch = epoch;
     return st;
@@ -893,13 +867,13 @@ int panel_next(graph *G, pl_batch *out) {
     const int64_t d0 = b * Sp->B, nd = Sp->nd - d0 < Sp->B ? Sp->nd - d0 : Sp->B;
     const int64_t n0 = d0 * P->S, nn = nd * P->S, e0 = d0 * P->E_day, ne = nd * P->E_day;
     if (P->per_batch && rebuild_batch(G, P, Sp, d0, nd)) return -1;
-    if (emit(G, out, "x", own_rows(Sp->x, n0, nn)) ||
-        emit(G, out, "edge_src", own_rows(Sp->src, e0, ne)) ||
-        emit(G, out, "edge_dst", own_rows(Sp->dst, e0, ne)) ||
-        emit(G, out, "batch", own_rows(P->batch, 0, nn)) ||
-        emit(G, out, "y", own_rows(Sp->y, n0, nn)) ||
-        emit(G, out, "ret", own_rows(Sp->ret, n0, nn)) ||
-        (Sp->fac && emit(G, out, "factors", own_rows(Sp->fac, n0, nn)))) {
+    if (emit(G, out, "x", lk_view_rows(Sp->x, n0, nn)) ||
+        emit(G, out, "edge_src", lk_view_rows(Sp->src, e0, ne)) ||
+        emit(G, out, "edge_dst", lk_view_rows(Sp->dst, e0, ne)) ||
+        emit(G, out, "batch", lk_view_rows(P->batch, 0, nn)) ||
+        emit(G, out, "y", lk_view_rows(Sp->y, n0, nn)) ||
+        emit(G, out, "ret", lk_view_rows(Sp->ret, n0, nn)) ||
+        (Sp->fac && emit(G, out, "factors", lk_view_rows(Sp->fac, n0, nn)))) {
         release_views(G);
         memset(out, 0, sizeof *out);
         return -1;
