@@ -197,6 +197,33 @@ int lk_predict_split(const pl_run_context *ctx) {
     return -1;
 }
 
+/* ---- deprecated aliases ------------------------------------------------ */
+
+void lk_merge_options(pl_option_spec *out, int cap, const pl_option_spec *const *lists,
+                      int nlists) {
+    int n = 0;
+    for (int l = 0; l < nlists; l++)
+        for (const pl_option_spec *o = lists[l]; o->name && n < cap - 1; o++) {
+            bool seen = false;
+            for (int i = 0; i < n && !seen; i++)
+                seen = !strcmp(out[i].name, o->name);
+            if (!seen) out[n++] = *o;
+        }
+    out[n] = (pl_option_spec)PL_OPTIONS_END;
+}
+
+void lk_deprecated(const char *old, const char *what, const char *new_name) {
+    static char said[4][96];
+    static int nsaid;
+    char key[96];
+    snprintf(key, sizeof key, "%s/%s", old, new_name);
+    for (int i = 0; i < nsaid; i++)
+        if (!strcmp(said[i], key)) return;
+    if (nsaid < 4) snprintf(said[nsaid++], sizeof said[0], "%s", key);
+    pl_message("%s%s is deprecated: use plugin = %s (same options; plugins/loaders/README.md)", old,
+               what, new_name);
+}
+
 /* ---- metadata ----------------------------------------------------------- */
 
 void lk_join_path(char *out, size_t n, const char *group, const char *name) {

@@ -104,6 +104,17 @@ pl_status lk_check_start(const char *plugin, pl_data_split split, int64_t epoch,
  * reads, or -1 in a training run (or without a context). */
 int lk_predict_split(const pl_run_context *ctx);
 
+/* ---- deprecated aliases ------------------------------------------------ */
+
+/* out = the options of lists[0], then those of lists[1].. whose names are
+ * not in out yet (a deprecated plugin that dispatches to several accepts
+ * the union of their options), PL_OPTIONS_END-terminated; at most cap - 1
+ * entries (the rest are dropped: cap is sized at compile time). */
+void lk_merge_options(pl_option_spec *out, int cap, const pl_option_spec *const *lists, int nlists);
+/* The deprecation line of an alias (pl_message, once per process and
+ * alias): "PLUGIN[ with KEY = VALUE] is deprecated: use plugin = NEW ...". */
+void lk_deprecated(const char *old, const char *what, const char *new_name);
+
 /* ---- metadata ----------------------------------------------------------- */
 
 /* name under group ("/train" + "x" -> "/train/x"; absolute names stay). */

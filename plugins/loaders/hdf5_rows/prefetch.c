@@ -1,6 +1,6 @@
-/* prefetch.c - hdf5_chunk's chunk buffers and the thread that fills them.
+/* prefetch.c - hdf5_rows' chunk buffers and the thread that fills them.
  *
- * Streaming rows mode keeps two buffers of `cap` rows: while batches are
+ * Streaming keeps two buffers of `cap` rows: while batches are
  * served from one, the prefetch thread reads the next chunk of the epoch's
  * order into the other (double buffering). Resident mode has one buffer per
  * split, filled on the caller's thread at its first epoch. A chunk is read
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hdf5_chunk.h"
+#include "hdf5_rows.h"
 
 pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t rows) {
     b->split = -1;
@@ -121,7 +121,7 @@ static void *prefetch_main(void *arg) {
 
 pl_status prefetch_start(loader *L) {
     if (pthread_create(&L->th, NULL, prefetch_main, L) != 0)
-        return pl_error_set(PL_ERR_INTERNAL, "hdf5_chunk: cannot start the prefetch thread");
+        return pl_error_set(PL_ERR_INTERNAL, "hdf5_rows: cannot start the prefetch thread");
     L->th_started = true;
     return PL_OK;
 }

@@ -1,5 +1,5 @@
-/* rows.c - hdf5_chunk rows mode: samples along axis 0 of one or more
- * datasets per split.
+/* rows.c - hdf5_rows: samples along axis 0 of one or more datasets per
+ * split.
  *
  * A split's rows are read in chunks of `cap` rows (a multiple of the train
  * batch size) straight into allocator-backed tensors on the device; a batch
@@ -13,15 +13,17 @@
  * position p of that order with a stream keyed by (seed + epoch, p). Both are
  * pure functions of (seed, epoch), so epoch_begin(split, epoch, k) finds
  * batch k by counting the batches of the chunks before it and reads only
- * that chunk and the ones after it. A shuffled batch is gathered (memcpy per
- * row) into one batch buffer per field allocated once at create.
+ * that chunk and the ones after it. A shuffled batch is gathered into one
+ * batch buffer per field allocated once at create, by one index_select per
+ * field (lk_gather_rows: memcpy on the CPU; on a device the backend's kernel
+ * over the chunk's row order, uploaded once per chunk).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "hdf5_chunk.h"
+#include "hdf5_rows.h"
 
 /* ---- which datasets a split reads --------------------------------------- */
 
@@ -35,7 +37,7 @@ static pl_status add_field_spec(const char *tok, int index, void *ud) {
     field_ctx *c = ud;
     split_data *s = c->s;
     if (s->nf >= MAXF - MAX_EXTRA)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: more than %d datasets", c->key,
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: more than %d datasets", c->key,
                             MAXF - MAX_EXTRA);
     field *f = &s->f[s->nf++];
     const char *eq = strchr(tok, '=');
@@ -49,13 +51,13 @@ static pl_status add_field_spec(const char *tok, int index, void *ud) {
     while (nlen && name[nlen - 1] == ' ') nlen--;
     while (*dset == ' ') dset++;
     if (nlen >= sizeof f->name || strlen(dset) >= sizeof f->dset)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: field or dataset name too long in '%s' "
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: field or dataset name too long in '%s' "
                             "(at most %zu / %zu characters)", c->key, tok, sizeof f->name - 1,
                             sizeof f->dset - 1);
     snprintf(f->name, sizeof f->name, "%.*s", (int)nlen, name);
     snprintf(f->dset, sizeof f->dset, "%s", dset);
     if (!f->name[0] || !f->dset[0])
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: empty field or dataset in '%s'",
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: empty field or dataset in '%s'",
                             c->key, c->spec);
     return PL_OK;
 }
@@ -65,11 +67,11 @@ static pl_status parse_fields(const char *key, const char *spec, split_data *s) 
     s->nf = 0;
     field_ctx c = {key, spec, s};
     char what[128];
-    snprintf(what, sizeof what, "hdf5_chunk: %s", key);
+    snprintf(what, sizeof what, "hdf5_rows: %s", key);
     pl_status st = pl_cfg_list(spec, what, add_field_spec, &c, NULL);
     if (st) return st;
     if (s->nf == 0)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s is empty; list the datasets to load",
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s is empty; list the datasets to load",
                             key);
     return PL_OK;
 }
@@ -227,7 +229,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
     if (fr[0]) {
         double f3[3];
         split_source(cfg, 0, &group, &key, &spec);
-        if ((st = lk_parse_fractions("hdf5_chunk", fr, f3)) || (st = parse_fields(key, spec, &L->sp[0])) ||
+        if ((st = lk_parse_fractions("hdf5_rows", fr, f3)) || (st = parse_fields(key, spec, &L->sp[0])) ||
             (st = open_split(L->path, L->file, &L->sp[0], group, to_f32, false)))
             return st;
         int64_t N = L->sp[0].nrows;
@@ -305,15 +307,15 @@ static pl_status extras_create(loader *L, const pl_config_section *cfg) {
     pl_status st;
     if (tp[0]) {
         if (pl_cfg_str(cfg, "split_fractions", "")[0])
-            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: teacher_outputs needs train/val/test "
+            return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: teacher_outputs needs train/val/test "
                                 "groups, not split_fractions");
-        if ((st = h5c_teacher_join(L, tp, pl_cfg_int(cfg, "teacher_top_k", 0)))) return st;
+        if ((st = rw_teacher_join(L, tp, pl_cfg_int(cfg, "teacher_top_k", 0)))) return st;
     }
     int64_t maxb = 1;
     for (int si = 0; si < PL_SPLIT_COUNT; si++)
         if (L->sp[si].batch > maxb) maxb = L->sp[si].batch;
     L->xidx = malloc(sizeof *L->xidx * (size_t)maxb);
-    if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     snprintf(L->row_field, sizeof L->row_field, "%s", pl_cfg_str(cfg, "row_field", ""));
     if (L->row_field[0]) {
         L->rows_t = lk_new_tensor(PL_I64, 1, (int64_t[]){maxb}, L->dev);
@@ -408,7 +410,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
         }
         int64_t np = L->resident ? tr->nrows : L->cap;
         L->perm = malloc(sizeof *L->perm * (size_t)np);
-        if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+        if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
         if (!pl_device_eq(L->dev, PL_CPU)) {
             L->perm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
             if (!L->perm_dev) return pl_error_status();
@@ -417,7 +419,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
                 L->xperm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
                 if (!L->xperm || !L->xperm_dev)
                     return L->xperm ? pl_error_status()
-                                    : pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+                                    : pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
             }
         }
     }
@@ -427,7 +429,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
         if (nc > L->order_cap) L->order_cap = nc;
     }
     L->order = malloc(sizeof *L->order * (size_t)L->order_cap);
-    if (!L->order) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!L->order) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     if (L->prefetch && (st = prefetch_start(L))) return st;
     for (int si = 0; si < 3; si++) {
         char k[64];
@@ -437,7 +439,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
     /* dims of the first field of the train split: seq_len for [N, L] inputs */
     if (tr->nf > 0 && tr->f[0].ndim >= 2) lk_meta_int(L->ctx, "seq_len", tr->f[0].dims[1]);
     if (L->ctx && L->ctx->verbose)
-        pl_message("hdf5_chunk: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows",
+        pl_message("hdf5_rows: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows",
                    L->path, (long long)tr->nrows, (long long)L->sp[1].nrows,
                    (long long)L->sp[2].nrows, L->resident ? "resident" : "streaming", (long long)L->cap);
     return PL_OK;
@@ -593,14 +595,14 @@ int rows_next(loader *L, pl_batch *out) {
     for (int i = 0; i < s->nf; i++) {
         pl_tensor *v;
         if (s->shuffle) {
-            if (lk_gather_rows("hdf5_chunk", L->dev, L->gather[i], b->t[i], L->perm + L->row_pos,
+            if (lk_gather_rows("hdf5_rows", L->dev, L->gather[i], b->t[i], L->perm + L->row_pos,
                                L->perm_dev, L->row_pos, n, s->f[i].row_bytes))
                 return -1;
             v = lk_view_rows(L->gather[i], 0, n);
         } else {
             v = lk_view_rows(b->t[i], L->row_pos, n);
         }
-        if (h5c_emit(L, out, s->f[i].name, v)) return -1;
+        if (lk_emit(&L->views, out, s->f[i].name, v)) return -1;
     }
     /* rows of the batch within the split (gathered extra fields, row_field) */
     int64_t base = L->order[L->chunk_pos] * L->cap;
@@ -611,14 +613,14 @@ int rows_next(loader *L, pl_batch *out) {
         if (s->shuffle) {
             size_t rb = (size_t)(pl_tensor_numel(s->xt[i]) / s->xt[i]->shape[0]) *
                         pl_dtype_size(s->xt[i]->dtype);
-            if (lk_gather_rows("hdf5_chunk", L->dev, s->xg[i], s->xt[i], L->xidx, L->xperm_dev,
+            if (lk_gather_rows("hdf5_rows", L->dev, s->xg[i], s->xt[i], L->xidx, L->xperm_dev,
                                L->row_pos, n, rb))
                 return -1;
             v = lk_view_rows(s->xg[i], 0, n);
         } else {
             v = lk_view_rows(s->xt[i], g0, n);
         }
-        if (h5c_emit(L, out, s->xname[i], v)) return -1;
+        if (lk_emit(&L->views, out, s->xname[i], v)) return -1;
     }
     if (L->row_field[0]) {
         pl_tensor *h = L->rows_host ? L->rows_host : L->rows_t;
@@ -626,7 +628,7 @@ int rows_next(loader *L, pl_batch *out) {
         for (int64_t i = 0; i < n; i++)
             r[i] = s->row0 + L->xidx[i];
         if (L->rows_host && pl_tensor_copy_(L->rows_t, L->rows_host)) return -1;
-        if (h5c_emit(L, out, L->row_field, lk_view_rows(L->rows_t, 0, n))) return -1;
+        if (lk_emit(&L->views, out, L->row_field, lk_view_rows(L->rows_t, 0, n))) return -1;
     }
     out->size = n;
     out->index = L->batch_index++;
@@ -646,7 +648,7 @@ static pl_status add_field(pl_field_list *out, int *seen, int si, const char *na
         if (out->f[i].dtype != dt || out->f[i].rank != rank)
             return pl_error_set(
                 PL_ERR_CONFIG,
-                "hdf5_chunk: %s: batch field '%s' is %s rank %d in one split but %s "
+                "hdf5_rows: %s: batch field '%s' is %s rank %d in one split but %s "
                 "rank %d in split '%s'; a field must have one dtype and rank (set "
                 "convert = f32, or rewrite the dataset)",
                 path, name, pl_dtype_name(out->f[i].dtype), out->f[i].rank, pl_dtype_name(dt), rank,
@@ -661,7 +663,7 @@ static pl_status add_field(pl_field_list *out, int *seen, int si, const char *na
 
 pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     const char *path = pl_cfg_str(cfg, "path", "");
-    if (!path[0]) return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: 'path' is empty");
+    if (!path[0]) return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: 'path' is empty");
     hid_t file;
     pl_status st = pl_h5_open_read(path, "run tools/prepare_data.sh", &file);
     if (st) return st;
@@ -670,7 +672,7 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     bool fractions = pl_cfg_str(cfg, "split_fractions", "")[0] != 0;
     split_data *s = calloc(1, sizeof *s);
     int seen[PL_FIELDS_MAX] = {0}, present = 0;
-    if (!s) st = pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!s) st = pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     for (int si = 0; si < PL_SPLIT_COUNT && !st; si++) {
         const char *group, *key, *spec;
         split_source(cfg, si, &group, &key, &spec);

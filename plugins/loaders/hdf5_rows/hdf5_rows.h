@@ -1,19 +1,21 @@
-/* hdf5_chunk.h - internals of the hdf5_chunk loader shared by its files
- * (not part of the SDK; nothing here is exported from the .so).
+/* hdf5_rows.h - internals of the hdf5_rows loader shared by its files (not
+ * part of the SDK; nothing here is exported from the .so).
  *
- *   hdf5_chunk.c  plugin entry: options, create/destroy, epoch_begin/next
- *                 dispatch, batch_fields, small helpers used by both modes
- *   rows.c        rows mode: datasets of each split, history field, chunk
- *                 order and the rows of a batch
- *   series.c      series mode: one [T, F] series cut into windows
- *   prefetch.c    chunk buffers, reading a chunk, the prefetch thread
+ *   hdf5_rows.c     the plugin: options, vtable, create/destroy, epoch checks
+ *   rows.c          datasets of each split, history field, chunk order and
+ *                   the rows of a batch
+ *   teacher_join.c  the teacher outputs joined to the train rows
+ *   prefetch.c      chunk buffers, reading a chunk, the prefetch thread
+ *
+ * Calls go one way: hdf5_rows.c -> rows.c -> teacher_join.c, prefetch.c
+ * (and all of them to the loader kit).
  *
  * Threading: only the prefetch thread or the caller's thread touch HDF5 at
  * any time, always under the process-wide pl_h5_lock() (pl_h5.h); tensor
  * headers and reference counts are only touched on the caller's thread.
  */
-#ifndef HDF5_CHUNK_H
-#define HDF5_CHUNK_H
+#ifndef HDF5_ROWS_H
+#define HDF5_ROWS_H
 
 #include <hdf5.h>
 #include <pthread.h>
@@ -26,16 +28,6 @@
 #define MAXF PL_BATCH_MAX_FIELDS
 #define NAME_LEN 256
 #define MAX_EXTRA 4 /* resident extra fields per split (history; train: teacher targets) */
-
-#define H5C_MAX_TF 8 /* timeframes of a multi-timeframe series */
-
-/* Series mode's timeframes (options timeframes / windows): timeframe i has
- * windows of w[i] rows of trailing k[i]-bar aggregates; n = 1, k = {1},
- * w = {window} for a plain series. */
-typedef struct h5c_timeframes {
-    int n;
-    int64_t k[H5C_MAX_TF], w[H5C_MAX_TF];
-} h5c_timeframes;
 
 typedef struct field {
     char name[64];       /* batch field name */
@@ -64,9 +56,6 @@ typedef struct split_data {
     char xname[MAX_EXTRA][64];
     pl_tensor *xt[MAX_EXTRA];
     pl_tensor *xg[MAX_EXTRA];
-    /* series mode: windows [w0, w1) */
-    int64_t w0, w1;
-    char span[72]; /* split by date: "2001-01-22..2013-12-31", its windows' last targets; else "" */
 } split_data;
 
 typedef struct chunk_buf {
@@ -81,7 +70,6 @@ typedef struct loader {
     pl_device dev;
     char path[1024];
     hid_t file;
-    bool series_mode;
     split_data sp[PL_SPLIT_COUNT];
     int64_t cap;   /* rows per chunk */
     bool resident; /* every split fits: one buffer per split, read once */
@@ -89,7 +77,7 @@ typedef struct loader {
     chunk_buf buf[PL_SPLIT_COUNT];
     /* shuffle gather buffers ([batch, ...] per field, allocated once) */
     pl_tensor *gather[MAXF];
-    int64_t *perm;  /* within-chunk row order (series: window order), cap entries */
+    int64_t *perm;  /* within-chunk row order, cap entries */
     /* rows mode on a device: the current chunk's perm, and its rows within the
      * split (base + perm, for the resident extra fields), as i64 device
      * vectors, copied once per chunk; a shuffled batch is gathered from them
@@ -103,12 +91,11 @@ typedef struct loader {
     int64_t epoch, nchunks, chunk_pos, row_pos, batch_index;
     int cur_buf;
     bool exhausted; /* started at the end of the epoch: next() returns 0 */
-    pl_tensor *out_views[MAXF + MAX_EXTRA + 1];
+    lk_views views; /* the current batch's views */
     /* row_field: the batch's rows in the data file (i64 [batch]), one buffer */
     char row_field[64];
     pl_tensor *rows_t, *rows_host;
     int64_t *xidx; /* global rows of a shuffled batch (batch entries) */
-    int n_out;
     /* prefetch thread */
     bool prefetch;
     pthread_t th;
@@ -122,22 +109,7 @@ typedef struct loader {
     char req_err[1024];
     /* stats */
     pl_loader_stats st;
-    /* series mode */
-    pl_tensor *feat, *targ, *wx_g, *wy_g; /* [T,Ff], [T,Ft], gather buffers */
-    int64_t T, Ff, Ft, window, horizon;
-    /* multi-timeframe: tf.k/w, per timeframe its [T, Ff] matrix (tfm[i] is
-     * feat, retained, when k = 1) and gather buffer [batch, w, Ff] (tfg[0]
-     * is wx_g's role for i = 0); a window's last input row is w + lookback - 1 */
-    h5c_timeframes tf;
-    int64_t lookback;
-    pl_tensor *tfm[H5C_MAX_TF], *tfg[H5C_MAX_TF];
-    char tfname[H5C_MAX_TF][24]; /* batch field names: "x", "x_tf<k>" */
 } loader;
-
-/* ---- hdf5_chunk.c: helpers for both modes (loader_kit.h has the rest) ---- */
-/* Publish field f of a batch (the view is released at the next next()). */
-int h5c_emit(loader *L, pl_batch *out, const char *name, pl_tensor *v);
-int64_t h5c_split_batches(const loader *L, int si);
 
 /* ---- rows.c ---- */
 /* Open the splits' datasets, size the chunks, allocate the buffers, start the prefetch thread. */
@@ -150,22 +122,7 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out);
 /* Join the teacher outputs file `teacher_path` (ilora export layout) to the
  * train split: resident extra fields kd_ids, kd_logits (first top_k items;
  * 0: all) and kd_lognorm; meta teacher_temperature, teacher_top_k. */
-pl_status h5c_teacher_join(loader *L, const char *teacher_path, int64_t top_k);
-
-/* ---- series.c ---- */
-/* Whether cfg selects series mode: window > 0 or timeframes given. */
-bool h5c_series_mode(const pl_config_section *cfg);
-/* The timeframes of cfg (options timeframes, windows; window): refused with
- * PL_ERR_CONFIG when the lists differ in length, hold a value < 1, more than
- * H5C_MAX_TF entries, bar counts not strictly increasing, or window is set
- * and differs from the first of windows. No timeframes: n = 1, {1}, {window}. */
-pl_status h5c_parse_timeframes(const pl_config_section *cfg, h5c_timeframes *tf);
-/* Batch field of timeframe i: "x" for i = 0, else "x_tf<k>" (n >= 24 bytes). */
-void h5c_timeframe_field(const h5c_timeframes *tf, int i, char *out, size_t n);
-pl_status series_create(loader *L, const pl_config_section *cfg);
-pl_status series_epoch_begin(loader *L, int si, int64_t start);
-int series_next(loader *L, pl_batch *out);
-pl_status series_batch_fields(const pl_config_section *cfg, pl_field_list *out);
+pl_status rw_teacher_join(loader *L, const char *teacher_path, int64_t top_k);
 
 /* ---- prefetch.c ---- */
 /* Allocate buffer b with `rows` rows of split s's fields. */
