@@ -1,4 +1,4 @@
-/* hdf5_graph.c - graph loader, three modes (README.md: options, layouts, batches).
+/* hdf5_graph.c - graph loader, two layouts (README.md: options, layouts, batches).
  *
  * mode = node (default): one graph, transductive node classification. Reads
  * features [N, F], edge_index [2, E], labels [N] and the three split masks
@@ -19,10 +19,8 @@
  * returns views (pl_tensor_view_rows) of the staging tensors: no copy and no
  * allocation per batch.
  *
- * mode = panel (panel.c): a stock panel, one graph per day (stocks = nodes,
- * edges from the top-k absolute return correlations over a lookback), days
- * batched like graphs mode's graphs. This file only parses its options and
- * dispatches to it.
+ * mode = panel is deprecated: it forwards to the hdf5_panel loader (linked
+ * in), after the mode checks below, with one deprecation line.
  *
  * `pipeline predict` (meta predict_split): one split only (every node / graph
  * when the file has no masks), labels / targets optional, and the run's
@@ -45,16 +43,16 @@
 #include <string.h>
 
 #include "hdf5_graph.h"
+#include "hdf5_panel_api.h"
 
-static const pl_option_spec opts[] = {
+static const pl_option_spec own_opts[] = {
     {"path", PL_OPT_STRING, NULL, PL_NO_BOUNDS, NULL,
      "HDF5 file (node: tools/planetoid_to_h5.py layout; graphs: tools/molecules_to_h5.py layout)"},
     {"mode", PL_OPT_CHOICE, "node", PL_NO_BOUNDS, "node|graphs|panel",
      "node: one graph, node classification; graphs: many small graphs batched, graph "
-     "regression; panel: a stock panel, one correlation graph per day, days batched"},
+     "regression; panel: deprecated, use plugin = hdf5_panel"},
     {"features", PL_OPT_STRING, "features", PL_NO_BOUNDS, NULL,
-     "node features [N, F] (any float/int type, read as f32); mode = graphs: default 'x'; "
-     "panel: [T, S, F] with attribute feature_names"},
+     "node features [N, F] (any float/int type, read as f32); mode = graphs: default 'x'"},
     {"edge_index", PL_OPT_STRING, "edge_index", PL_NO_BOUNDS, NULL,
      "edges [2, E] (source row 0, target row 1); graphs: node ids local to each graph"},
     {"labels", PL_OPT_STRING, "labels", PL_NO_BOUNDS, NULL,
@@ -78,47 +76,29 @@ static const pl_option_spec opts[] = {
     {"targets", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL,
      "mode = graphs: graph targets [G] or [G, K] (read as f32)"},
     {"batch_size", PL_OPT_INT, "32", 1, 1e9, NULL,
-     "mode = graphs: graphs per batch; panel: days per train batch"},
+     "mode = graphs: graphs per batch"},
     {"shuffle", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
-     "mode = graphs / panel: shuffle the train graphs / days each epoch (seed + epoch)"},
+     "mode = graphs: shuffle the train graphs each epoch (seed + epoch)"},
     {"drop_last", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "mode = graphs / panel: drop the last partial train batch"},
+     "mode = graphs: drop the last partial train batch"},
     {"standardize_targets", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "mode = graphs: serve (y - mean) / std, mean and unbiased std of the train graphs"},
-    {"target", PL_OPT_STRING, "target", PL_NO_BOUNDS, NULL,
-     "mode = panel: f32 [T, S], row t: stock s's return over the day after row t"},
-    {"time", PL_OPT_STRING, "time", PL_NO_BOUNDS, NULL,
-     "mode = panel: i64 [T] seconds since 1970-01-01 UTC of each row, strictly increasing"},
-    {"target_time", PL_OPT_STRING, "target_time", PL_NO_BOUNDS, NULL,
-     "mode = panel: i64 [T] seconds since 1970 of the day each row's target is (after time)"},
-    {"factors", PL_OPT_STRING, "factors", PL_NO_BOUNDS, NULL,
-     "mode = panel: f32 [T, S, K] baseline factors served raw (attribute factor_names); "
-     "empty: none"},
-    {"train_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "mode = panel (required): last day YYYY-MM-DD of train target_time (inclusive)"},
-    {"val_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "mode = panel (required): last day YYYY-MM-DD of val target_time (inclusive)"},
-    {"test_end", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "mode = panel: last day YYYY-MM-DD of test target_time (inclusive); empty: to the end"},
-    {"window", PL_OPT_INT, "20", 1, 1e6, NULL,
-     "mode = panel: W days of features per sample (rows t-W+1..t)"},
-    {"graph_lookback", PL_OPT_INT, "60", 2, 1e6, NULL,
-     "mode = panel: L days of graph_feature per correlation (rows t-L+1..t)"},
-    {"graph_top_k", PL_OPT_INT, "5", 1, 1e6, NULL,
-     "mode = panel: edges j -> i from the k stocks j != i of largest |corr(i, j)| (k <= S-1)"},
-    {"graph_feature", PL_OPT_STRING, "ret_1d", PL_NO_BOUNDS, NULL,
-     "mode = panel: the feature (a name of feature_names) the correlations are taken over"},
-    {"graphs", PL_OPT_CHOICE, "once", PL_NO_BOUNDS, "once|per_batch",
-     "mode = panel: once: every day's graph built at create; per_batch: rebuilt in every "
-     "next() (slow; for benchmarks)"},
-    {"standardize_features", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
-     "mode = panel: per feature (x - mean) / std, mean and unbiased std over the train days' "
-     "rows"},
-    {"target_norm", PL_OPT_CHOICE, "cross_section", PL_NO_BOUNDS, "cross_section|global|none",
-     "mode = panel: y per day (r - mean) / std over stocks; global: train mean / std; none: raw"},
-    {"eval_batch_size", PL_OPT_INT, "0", 0, 1e9, NULL,
-     "mode = panel: days per val / test batch; 0: the whole split in one batch"},
     PL_OPTIONS_END};
+
+/* The schema: own_opts, then hdf5_panel's options for the deprecated mode =
+ * panel (an old config validates as before; hdf5_panel documents them). */
+static pl_option_spec opts[64];
+
+__attribute__((constructor)) static void merge_options(void) {
+    const pl_option_spec *const lists[] = {own_opts, hdf5_panel_options};
+    lk_merge_options(opts, (int)(sizeof opts / sizeof *opts), lists, 2);
+    for (pl_option_spec *o = opts; o->name; o++) {
+        bool own = false;
+        for (const pl_option_spec *w = own_opts; w->name && !own; w++)
+            own = !strcmp(w->name, o->name);
+        if (!own) o->doc = "mode = panel (deprecated): see plugin hdf5_panel";
+    }
+}
 
 /* The modes each option applies to (a bit per mode); one set in another
  * mode is an error, so a config cannot silently mean something else. */
@@ -360,7 +340,7 @@ static void g_destroy(void *self) {
     free(G->ssrc);
     free(G->sdst);
     free(G->sbatch);
-    panel_free(G->panel);
+    if (G->panel) hdf5_panel_vtable.destroy(G->panel);
     free(G);
 }
 
@@ -1088,8 +1068,9 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
                               "hdf5_graph: option '%s' applies to mode = %s only (this section "
                               "has mode = %s)",
                               opt_modes[i].key, mode_names[opt_modes[i].modes], mode);
+    if (!st && panel_mode) lk_deprecated("hdf5_graph", " (mode = panel)", "hdf5_panel");
     if (!st)
-        st = panel_mode       ? panel_create(G, cfg, ctx)
+        st = panel_mode       ? hdf5_panel_vtable.create(cfg, ctx, &G->panel)
              : G->graphs_mode ? create_graphs(G, cfg, ctx)
                               : create_node(G, cfg, ctx);
     if (st) {
@@ -1103,16 +1084,17 @@ static pl_status g_create(const pl_config_section *cfg, pl_run_context *ctx, voi
 static int64_t g_num_batches(void *self, pl_data_split split) {
     graph *G = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT) return 0;
-    if (G->panel) return panel_num_batches(G->panel, split);
+    if (G->panel) return hdf5_panel_vtable.num_batches(G->panel, split);
     if (G->graphs_mode) return G->sp[split].nb;
     return G->count[split] > 0 ? 1 : 0;
 }
 
 static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, int64_t start_batch) {
     graph *G = self;
+    if (G->panel) return hdf5_panel_vtable.epoch_begin(G->panel, split, epoch, start_batch);
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_graph: bad split %d", (int)split);
-    if (!G->graphs_mode && !G->panel && G->count[split] == 0)
+    if (!G->graphs_mode && G->count[split] == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)",
                             G->path, pl_split_name(split));
     int64_t nb = g_num_batches(G, split);
@@ -1123,10 +1105,6 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
                             pl_split_name(split), (long long)epoch, (long long)start_batch,
                             (long long)nb, pl_split_name(split), (long long)nb, G->path);
     release_views(G);
-    if (G->panel) {
-        pl_status st = panel_epoch_begin(G, split, epoch);
-        if (st) return st;
-    }
     /* graphs mode: lay the train graphs out in this epoch's order (the whole split:
      * batch boundaries depend on every graph before them; nothing is read) */
     if (split == PL_SPLIT_TRAIN && G->graphs_mode && G->shuffle &&
@@ -1175,6 +1153,7 @@ static int next_graphs(graph *G, pl_batch *out) {
 
 static int g_next(void *self, pl_batch *out) {
     graph *G = self;
+    if (G->panel) return hdf5_panel_vtable.next(G->panel, out);
     release_views(G);
     memset(out, 0, sizeof *out);
     if (G->cur < 0) {
@@ -1182,9 +1161,7 @@ static int g_next(void *self, pl_batch *out) {
         return -1;
     }
     int r;
-    if (G->panel) {
-        r = panel_next(G, out);
-    } else if (G->graphs_mode) {
+    if (G->graphs_mode) {
         r = next_graphs(G, out);
     } else if (G->cur_batch >= 1) {
         r = 0; /* node mode: one batch per split */
@@ -1213,10 +1190,10 @@ static int g_next(void *self, pl_batch *out) {
  * Training batches only: `pipeline predict` batches leave y out when the file
  * has no labels / targets, and in graphs mode add graph i64 [B] (each graph's
  * index in the file), which predict_needs of a model may ask for as optional.
- * Panel mode: panel_batch_fields (panel.c). */
+ * mode = panel (deprecated): hdf5_panel's. */
 static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     memset(out, 0, sizeof *out);
-    if (!strcmp(pl_cfg_str(cfg, "mode", "node"), "panel")) return panel_batch_fields(cfg, out);
+    if (!strcmp(pl_cfg_str(cfg, "mode", "node"), "panel")) return hdf5_panel_vtable.batch_fields(cfg, out);
     bool graphs = !strcmp(pl_cfg_str(cfg, "mode", "node"), "graphs");
     pl_status st = pl_fields_add(out, "x", PL_F32, 2, false);
     if (!st) st = pl_fields_add(out, "edge_src", PL_I64, 1, false);
@@ -1278,7 +1255,8 @@ static pl_status g_shard(void *self, int rank, int world_size) {
 }
 
 static pl_loader_stats g_stats(void *self) {
-    return ((graph *)self)->st;
+    graph *G = self;
+    return G->panel ? hdf5_panel_vtable.stats(G->panel) : G->st;
 }
 
 static const pl_loader_vtable vt = {

@@ -1,7 +1,6 @@
 /* hdf5_graph.h - internal to the hdf5_graph plugin: the loader's state and
- * the helpers hdf5_graph.c (modes node and graphs, the vtable) shares with
- * panel.c (mode = panel). Nothing here is exported from the .so (the plugin
- * is built with hidden visibility). */
+ * the helpers its files share. Nothing here is exported from the .so (the
+ * plugin is built with hidden visibility). */
 #ifndef HDF5_GRAPH_H
 #define HDF5_GRAPH_H
 
@@ -28,13 +27,11 @@ typedef struct gsplit {
     int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
-typedef struct panel panel; /* mode = panel (panel.c) */
-
 typedef struct graph {
     pl_run_context *ctx;
     char path[1024];
     bool graphs_mode;
-    panel *panel; /* mode = panel: everything of that mode; NULL otherwise */
+    void *panel;  /* deprecated mode = panel: the hdf5_panel loader it forwards to; else NULL */
     int predict;  /* `pipeline predict`: the one split served (meta predict_split); -1 training */
     bool has_y;   /* labels (node) / targets (graphs) in the file: always when training */
     /* node mode */
@@ -74,18 +71,5 @@ pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_ra
  * -1 when v is NULL. */
 int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v);
 void release_views(graph *G);
-
-/* ---- mode = panel (panel.c) --------------------------------------------- */
-
-/* Read, check and stage the panel file (README "mode = panel"); fills
- * G->panel. On error G->panel may be partly built: g_destroy frees it. */
-pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *ctx);
-void panel_free(panel *P);
-int64_t panel_num_batches(const panel *P, pl_data_split split);
-/* Lay out `split` for `epoch` (train: the epoch's shuffled order). */
-pl_status panel_epoch_begin(graph *G, pl_data_split split, int64_t epoch);
-/* Batch G->cur_batch of split G->cur: 1 served, 0 end of epoch, -1 error. */
-int panel_next(graph *G, pl_batch *out);
-pl_status panel_batch_fields(const pl_config_section *cfg, pl_field_list *out);
 
 #endif
