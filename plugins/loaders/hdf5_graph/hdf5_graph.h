@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
+#include <cjson/cJSON.h>
+
 #include "loader_kit.h"
 
 enum { NB_FIELDS = 8 }; /* batch fields of the widest mode (panel: 7) */
@@ -31,9 +33,9 @@ typedef struct graph {
     pl_run_context *ctx;
     char path[1024];
     bool graphs_mode;
-    void *panel;  /* deprecated mode = panel: the hdf5_panel loader it forwards to; else NULL */
-    int predict;  /* `pipeline predict`: the one split served (meta predict_split); -1 training */
-    bool has_y;   /* labels (node) / targets (graphs) in the file: always when training */
+    void *panel; /* deprecated mode = panel: the hdf5_panel loader it forwards to; else NULL */
+    int predict; /* `pipeline predict`: the one split served (meta predict_split); -1 training */
+    bool has_y;  /* labels (node) / targets (graphs) in the file: always when training */
     /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
     /* data parallel (g_shard): this rank's part of each split's mask, NULL unsharded */
@@ -57,19 +59,56 @@ typedef struct graph {
     pl_loader_stats st;
 } graph;
 
-/* ---- helpers of hdf5_graph.c ------------------------------------------- */
-
 /* ctx->device (the CPU without a context). */
-pl_device dev_of(const graph *G);
+static inline pl_device dev_of(const graph *G) {
+    return G->ctx ? G->ctx->device : PL_CPU;
+}
+
+/* ---- graph_io.c: both modes' reading helpers ---------------------------- */
+
 /* Dataset `name` of open file f read whole as `memtype` into a new malloc'd
- * *out (pl_h5_read_alloc: rank in [min_rank, max_rank], axis i == want[i]
- * where want[i] >= 0; errors name G->path and the dataset); dims receives
- * the shape, *rank (may be NULL) the rank; the bytes count in G->st. */
+ * *out (lk_read_ds: rank in [min_rank, max_rank], axis i == want[i] where
+ * want[i] >= 0; errors name G->path and the dataset); dims receives the
+ * shape, *rank (may be NULL) the rank; the bytes count in G->st. */
 pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
                   const int64_t *want, void **out, int64_t *dims, int *rank);
-/* Add view `v` (owned by G until release_views) to batch `out` as `name`;
- * -1 when v is NULL. */
-int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v);
-void release_views(graph *G);
+/* x = (x - min) / clamp(row sum of (x - min), 1) over rows [r0, r1) of [*, F]. */
+void normalize_rows(float *x, int64_t r0, int64_t r1, int64_t F);
+/* The first edge e in [e0, e1) of ei ([2, E]) with an end outside 0..n-1
+ * (*row: which end), or -1. */
+int64_t bad_edge(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n, int *row);
+/* Edges [e0, e1) into src / dst from k on, without self loops, then (i, i)
+ * for every node when `loops`; returns the new k. */
+int64_t copy_edges(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n, bool loops,
+                   int64_t *src, int64_t *dst, int64_t k);
+/* The mask options' names (and default datasets): train_mask, val_mask, test_mask. */
+extern const char *const split_mask_key[PL_SPLIT_COUNT];
+/* Predict: the mask of split G->predict ([n] u8) into *out, or every entry
+ * when the file has no mask at all; under the HDF5 lock. */
+pl_status read_predict_mask(graph *G, hid_t f, const pl_config_section *cfg, int64_t n,
+                            const char *unit, uint8_t **out);
+/* Write `root` (consumed) as ctx->run_dir/NAME; a no-op without a run dir. */
+pl_status run_json_write(const graph *G, const char *name, cJSON *root);
+/* Parse ctx->run_dir/NAME into *out (NULL and PL_OK when absent). */
+pl_status run_json_read(const graph *G, const char *name, char *path, size_t np, cJSON **out);
+/* A member of `root` that must be an integer in [lo, hi]. */
+pl_status json_int(const cJSON *root, const char *path, const char *key, int64_t lo, int64_t hi,
+                   int64_t *v);
+
+/* ---- graph_node.c: mode = node ------------------------------------------- */
+
+/* Read, check and cache the one graph (README "mode = node"). */
+pl_status gr_create_node(graph *G, const pl_config_section *cfg, pl_run_context *ctx);
+
+/* ---- graph_batches.c: mode = graphs --------------------------------------- */
+
+/* Read, check, standardize and stage the graphs (README "mode = graphs");
+ * features_set: the `features` option was given (else the dataset is x). */
+pl_status gr_create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx,
+                           bool features_set);
+/* Lay split S out in S->order into its staging tensors. */
+pl_status gr_arrange(graph *G, gsplit *S);
+/* The train order of `epoch` (seed + epoch; file order without shuffle). */
+void gr_train_order(graph *G, int64_t epoch);
 
 #endif

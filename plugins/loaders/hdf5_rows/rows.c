@@ -335,6 +335,32 @@ static pl_status extras_create(loader *L, const pl_config_section *cfg) {
     return PL_OK;
 }
 
+/* The shuffled split's (train) gather buffers, one per field [batch, ...],
+ * its row order on the host and, on a device, as the i64 vectors one
+ * index_select per field reads (allocated once). */
+static pl_status alloc_gather(loader *L) {
+    split_data *tr = &L->sp[PL_SPLIT_TRAIN];
+    for (int i = 0; i < tr->nf; i++) {
+        int64_t shape[PL_MAX_DIMS];
+        memcpy(shape, tr->f[i].dims, sizeof shape);
+        shape[0] = tr->batch;
+        L->gather[i] = lk_new_tensor(tr->f[i].dt, tr->f[i].ndim, shape, L->dev);
+        if (!L->gather[i]) return pl_error_status();
+    }
+    int64_t np = L->resident ? tr->nrows : L->cap;
+    L->perm = malloc(sizeof *L->perm * (size_t)np);
+    if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
+    if (pl_device_eq(L->dev, PL_CPU)) return PL_OK;
+    L->perm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
+    if (!L->perm_dev) return pl_error_status();
+    if (tr->nx == 0) return PL_OK;
+    L->xperm = malloc(sizeof *L->xperm * (size_t)np);
+    L->xperm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
+    if (!L->xperm || !L->xperm_dev)
+        return L->xperm ? pl_error_status() : pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
+    return PL_OK;
+}
+
 pl_status rows_create(loader *L, const pl_config_section *cfg) {
     pl_status st = open_splits(L, cfg);
     if (!st) st = extras_create(L, cfg);
@@ -399,30 +425,7 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
             if ((st = chunk_buf_alloc(L, &L->buf[k], tr, L->cap))) return st;
         L->prefetch = pl_cfg_bool(cfg, "prefetch", true);
     }
-    /* gather buffers for the shuffled split (train) */
-    if (tr->shuffle) {
-        for (int i = 0; i < tr->nf; i++) {
-            int64_t shape[PL_MAX_DIMS];
-            memcpy(shape, tr->f[i].dims, sizeof shape);
-            shape[0] = tr->batch;
-            L->gather[i] = lk_new_tensor(tr->f[i].dt, tr->f[i].ndim, shape, L->dev);
-            if (!L->gather[i]) return pl_error_status();
-        }
-        int64_t np = L->resident ? tr->nrows : L->cap;
-        L->perm = malloc(sizeof *L->perm * (size_t)np);
-        if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
-        if (!pl_device_eq(L->dev, PL_CPU)) {
-            L->perm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
-            if (!L->perm_dev) return pl_error_status();
-            if (tr->nx > 0) {
-                L->xperm = malloc(sizeof *L->xperm * (size_t)np);
-                L->xperm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
-                if (!L->xperm || !L->xperm_dev)
-                    return L->xperm ? pl_error_status()
-                                    : pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
-            }
-        }
-    }
+    if (tr->shuffle && (st = alloc_gather(L))) return st;
     L->order_cap = 1;
     for (int si = 0; si < 3; si++) {
         int64_t nc = L->resident ? 1 : (L->sp[si].nrows + L->cap - 1) / L->cap;
