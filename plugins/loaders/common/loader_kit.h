@@ -14,6 +14,7 @@
  *   splits     split fractions, batch counts, the epoch_begin range check,
  *              `pipeline predict`'s split (meta predict_split)
  *   metadata   meta numbers, the file's root attributes as meta, dates
+ *   prefetch   the background thread that fills the next buffer (lk_prefetch.c)
  *
  * Errors name the plugin (`plugin` arguments), the file and the split.
  */
@@ -21,6 +22,7 @@
 #define PL_LOADER_KIT_H
 
 #include <hdf5.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -103,6 +105,41 @@ pl_status lk_check_start(const char *plugin, pl_data_split split, int64_t epoch,
 /* `pipeline predict` (meta "predict_split", plugin.h ABI 2.4): the split it
  * reads, or -1 in a training run (or without a context). */
 int lk_predict_split(const pl_run_context *ctx);
+
+/* ---- prefetch (lk_prefetch.c) ------------------------------------------- */
+
+/* Fill buffer `buf` with chunk `chunk` of split `split` (the loader's
+ * reader; runs on the prefetch thread, so it may touch HDF5 only under
+ * pl_h5_lock and no tensor reference counts). */
+typedef pl_status (*lk_fill_fn)(void *user, int buf, int split, int64_t chunk);
+
+/* One background thread serving one fill request at a time. */
+typedef struct lk_prefetch {
+    lk_fill_fn fill;
+    void *user;
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool pending, busy, quit; /* under mu */
+    int buf, split;
+    int64_t chunk;
+    pl_status status; /* the last fill's, until lk_prefetch_wait reports it */
+    char err[1024];
+} lk_prefetch;
+
+/* Ready to start (no thread yet); lk_prefetch_free undoes it. */
+void lk_prefetch_init(lk_prefetch *p, lk_fill_fn fill, void *user);
+/* Start the thread; PL_ERR_INTERNAL naming `plugin` when it cannot. */
+pl_status lk_prefetch_start(lk_prefetch *p, const char *plugin);
+bool lk_prefetch_running(const lk_prefetch *p);
+/* Ask the thread to fill(buf, split, chunk) (a no-op when not running). */
+void lk_prefetch_request(lk_prefetch *p, int buf, int split, int64_t chunk);
+/* Wait for the request in flight (if any); returns its status with its
+ * error message; the wait is added to *wait_seconds (may be NULL). */
+pl_status lk_prefetch_wait(lk_prefetch *p, double *wait_seconds);
+/* Stop and join the thread, release the mutex / condition. */
+void lk_prefetch_free(lk_prefetch *p);
 
 /* ---- deprecated aliases ------------------------------------------------ */
 

@@ -71,8 +71,6 @@ static void rw_destroy(void *self) {
     loader *L = self;
     if (!L) return;
     prefetch_stop(L);
-    pthread_mutex_destroy(&L->mu);
-    pthread_cond_destroy(&L->cv);
     lk_views_release(&L->views);
     for (int i = 0; i < PL_SPLIT_COUNT; i++)
         chunk_buf_free(&L->buf[i]);
@@ -125,8 +123,6 @@ static pl_status rw_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     L->ctx = ctx;
     L->dev = ctx ? ctx->device : PL_CPU;
     L->file = H5I_INVALID_HID;
-    pthread_mutex_init(&L->mu, NULL);
-    pthread_cond_init(&L->cv, NULL);
     L->cur_split = -1;
     for (int i = 0; i < PL_SPLIT_COUNT; i++)
         L->buf[i].split = -1;

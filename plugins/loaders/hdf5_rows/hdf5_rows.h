@@ -96,17 +96,9 @@ typedef struct loader {
     char row_field[64];
     pl_tensor *rows_t, *rows_host;
     int64_t *xidx; /* global rows of a shuffled batch (batch entries) */
-    /* prefetch thread */
+    /* prefetch thread (the loader kit's engine; started when prefetch is on) */
     bool prefetch;
-    pthread_t th;
-    bool th_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool req_pending, busy, quit;
-    int req_buf, req_split;
-    int64_t req_chunk;
-    pl_status req_status;
-    char req_err[1024];
+    lk_prefetch pf;
     /* stats */
     pl_loader_stats st;
 } loader;

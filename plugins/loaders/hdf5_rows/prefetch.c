@@ -8,7 +8,8 @@
  * when the device is not the CPU: pinned memory from the backend, copied on
  * the backend's copy stream (memcpy_h2d_background, ordered after the
  * kernels already issued), so on a GPU the next chunk's transfer overlaps the
- * current chunk's compute. Float data is checked for NaN / Inf once it is in
+ * current chunk's compute (the thread is the loader kit's prefetch engine,
+ * lk_prefetch). Float data is checked for NaN / Inf once it is in
  * host memory, before it goes to the device.
  */
 #include <stdio.h>
@@ -96,68 +97,26 @@ pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
     return st;
 }
 
-static void *prefetch_main(void *arg) {
-    loader *L = arg;
-    pthread_mutex_lock(&L->mu);
-    for (;;) {
-        while (!L->req_pending && !L->quit)
-            pthread_cond_wait(&L->cv, &L->mu);
-        if (L->quit) break;
-        int bi = L->req_buf, si = L->req_split;
-        int64_t ch = L->req_chunk;
-        L->req_pending = false;
-        L->busy = true;
-        pthread_mutex_unlock(&L->mu);
-        pl_status st = chunk_fill(L, &L->buf[bi], si, ch);
-        pthread_mutex_lock(&L->mu);
-        L->req_status = st;
-        if (st) snprintf(L->req_err, sizeof L->req_err, "%s", pl_error_message());
-        L->busy = false;
-        pthread_cond_broadcast(&L->cv);
-    }
-    pthread_mutex_unlock(&L->mu);
-    return NULL;
+static pl_status fill(void *user, int bi, int si, int64_t chunk) {
+    loader *L = user;
+    return chunk_fill(L, &L->buf[bi], si, chunk);
 }
 
 pl_status prefetch_start(loader *L) {
-    if (pthread_create(&L->th, NULL, prefetch_main, L) != 0)
-        return pl_error_set(PL_ERR_INTERNAL, "hdf5_rows: cannot start the prefetch thread");
-    L->th_started = true;
-    return PL_OK;
+    lk_prefetch_init(&L->pf, fill, L);
+    return lk_prefetch_start(&L->pf, "hdf5_rows");
 }
 
 void prefetch_stop(loader *L) {
-    if (!L->th_started) return;
-    pthread_mutex_lock(&L->mu);
-    L->quit = true;
-    pthread_cond_broadcast(&L->cv);
-    pthread_mutex_unlock(&L->mu);
-    pthread_join(L->th, NULL);
-    L->th_started = false;
+    lk_prefetch_free(&L->pf);
 }
 
 pl_status prefetch_wait(loader *L) {
-    if (!L->th_started) return PL_OK;
-    double t0 = lk_now();
-    pthread_mutex_lock(&L->mu);
-    while (L->req_pending || L->busy)
-        pthread_cond_wait(&L->cv, &L->mu);
-    pl_status st = L->req_status;
-    L->req_status = PL_OK;
-    pthread_mutex_unlock(&L->mu);
-    L->st.wait_seconds += lk_now() - t0;
-    if (st) return pl_error_set(st, "%s", L->req_err);
-    return PL_OK;
+    return lk_prefetch_wait(&L->pf, &L->st.wait_seconds);
 }
 
 void prefetch_request(loader *L, int bi, int si, int64_t chunk) {
-    if (!L->th_started) return;
-    pthread_mutex_lock(&L->mu);
+    if (!lk_prefetch_running(&L->pf)) return;
     L->buf[bi].split = -1; /* being overwritten */
-    L->req_buf = bi;
-    L->req_split = si;
-    L->req_chunk = chunk;
-    L->req_pending = true;
-    pthread_cond_broadcast(&L->cv);
-    pthread_mutex_unlock(&L->mu);
+    lk_prefetch_request(&L->pf, bi, si, chunk);
 }
