@@ -234,13 +234,9 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
     if (!G->graphs_mode && G->count[split] == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (its mask has no node)",
                             G->path, pl_split_name(split));
-    int64_t nb = g_num_batches(G, split);
-    if (start_batch < 0 || start_batch > nb)
-        return pl_error_set(PL_ERR_INVALID,
-                            "hdf5_graph: epoch_begin(%s, epoch %lld, start_batch %lld): start_batch "
-                            "must lie in 0..%lld, split '%s' has %lld batches (%s)",
-                            pl_split_name(split), (long long)epoch, (long long)start_batch,
-                            (long long)nb, pl_split_name(split), (long long)nb, G->path);
+    pl_status cst =
+        lk_check_start("hdf5_graph", split, epoch, start_batch, g_num_batches(G, split), G->path);
+    if (cst) return cst;
     release_views(G);
     /* graphs mode: lay the train graphs out in this epoch's order (the whole split:
      * batch boundaries depend on every graph before them; nothing is read) */

@@ -109,10 +109,9 @@ static void publish_summary(loader *L) {
     for (int si = 0; si < PL_SPLIT_COUNT && n > 0 && (size_t)n < sizeof line; si++) {
         const split_data *s = &L->sp[si];
         pl_meta_set_int(L->ctx->meta, key[si], s->present ? s->nrows : 0);
-        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %lld %s (%s)",
-                      si ? "," : "", pl_split_name((pl_data_split)si),
-                      (long long)(s->present ? s->nrows : 0),
-                      "rows", s->where);
+        n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %lld rows (%s)", si ? "," : "",
+                      pl_split_name((pl_data_split)si), (long long)(s->present ? s->nrows : 0),
+                      s->where);
     }
     pl_meta_set_str(L->ctx->meta, "data_summary", line);
 }
@@ -161,7 +160,7 @@ static int64_t rw_num_batches(void *self, pl_data_split split) {
 }
 
 static pl_status rw_epoch_begin(void *self, pl_data_split split, int64_t epoch,
-                                 int64_t start_batch) {
+                                int64_t start_batch) {
     loader *L = self;
     if ((int)split < 0 || split >= PL_SPLIT_COUNT)
         return pl_error_set(PL_ERR_INVALID, "hdf5_rows: bad split %d", (int)split);
@@ -170,14 +169,11 @@ static pl_status rw_epoch_begin(void *self, pl_data_split split, int64_t epoch,
     if (!s->present || s->nrows == 0)
         return pl_error_set(PL_ERR_CONFIG, "%s: split '%s' is empty (%s)", L->path,
                             pl_split_name(split), s->where);
-    int64_t nb = split_batches(L, split);
-    if (start_batch < 0 || start_batch > nb)
-        return pl_error_set(
-            PL_ERR_INVALID,
-            "hdf5_rows: epoch_begin(%s, epoch %lld, start_batch %lld): start_batch "
-            "must lie in 0..%lld, split '%s' has %lld batches (%s, batch_size %lld)",
-            pl_split_name(split), (long long)epoch, (long long)start_batch, (long long)nb,
-            pl_split_name(split), (long long)nb, s->where, (long long)s->batch);
+    char where[NAME_LEN + 32];
+    snprintf(where, sizeof where, "%s, batch_size %lld", s->where, (long long)s->batch);
+    pl_status st =
+        lk_check_start("hdf5_rows", split, epoch, start_batch, split_batches(L, split), where);
+    if (st) return st;
     L->cur_split = split;
     L->epoch = epoch;
     L->batch_index = start_batch;
