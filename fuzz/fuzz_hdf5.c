@@ -1,5 +1,5 @@
-/* fuzz_hdf5.c - the HDF5 loaders' metadata and data checks (hdf5_chunk in
- * rows and series mode, hdf5_graph in node and graphs mode, and the shared
+/* fuzz_hdf5.c - the HDF5 loaders' metadata and data checks (hdf5_rows,
+ * hdf5_series, hdf5_graph in node and graphs mode, and the shared
  * checks of plugins/common/hdf5) on small generated files.
  *
  * libhdf5's own binary parser is not the target: the fuzzer's bytes drive
@@ -277,7 +277,7 @@ static const char *flag(bytes *b) {
     return u8(b) & 1 ? "true" : "false";
 }
 
-/* hdf5_chunk rows mode: /train, /val, /test groups with x [N, F] and y [N]. */
+/* hdf5_rows: /train, /val, /test groups with x [N, F] and y [N]. */
 static void layout_rows(hid_t f, bytes *b, setup *s) {
     int64_t F = 1 + u8(b) % 3;
     static const char *const grp[] = {"train", "val", "test"};
@@ -297,7 +297,7 @@ static void layout_rows(hid_t f, bytes *b, setup *s) {
         }
     }
     if (one_in(b, 2)) put_attr_int(f, "num_items", (int64_t)u16(b) - 100);
-    s->plugin = "hdf5_chunk";
+    s->plugin = "hdf5_rows";
     ini_add(s, "datasets = %s\n", one_in(b, 8) ? "x,missing" : u8(b) & 1 ? "x,y" : "in=x,y");
     if (one_in(b, 4)) ini_add(s, "history = hist\n");
     if (one_in(b, 6)) ini_add(s, "split_fractions = 0.%u,0.%u,0.1\n", u8(b) % 9, u8(b) % 9);
@@ -309,7 +309,7 @@ static void layout_rows(hid_t f, bytes *b, setup *s) {
     if (one_in(b, 4)) ini_add(s, "convert = f32\n");
 }
 
-/* hdf5_chunk series mode: /series [T, F], /date [T] (days) or /time [T] (seconds:
+/* hdf5_series: /series [T, F], /date [T] (days) or /time [T] (seconds:
  * splits at a time of day, multi-timeframe windows). */
 static void layout_series(hid_t f, bytes *b, setup *s) {
     int64_t T = 4 + u8(b) % 24, F = 1 + u8(b) % 3;
@@ -319,7 +319,7 @@ static void layout_series(hid_t f, bytes *b, setup *s) {
         put(f, "/time", H5T_NATIVE_LLONG, 1, (int64_t[]){T}, K_TIME, 0, b);
     else
         put(f, "/date", H5T_NATIVE_LLONG, 1, (int64_t[]){T}, K_DATE, 0, b);
-    s->plugin = "hdf5_chunk";
+    s->plugin = "hdf5_series";
     ini_add(s, "window = %u\nhorizon = %u\n", 1 + u8(b) % 4, 1 + u8(b) % 3);
     if (one_in(b, 3)) /* multi-timeframe: bars of 1 and k rows, a window of each */
         ini_add(s, "timeframes = 1,%u\nwindows = %u,%u\n", 1 + u8(b) % 4, 1 + u8(b) % 4,

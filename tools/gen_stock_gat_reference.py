@@ -25,7 +25,7 @@ Everything is re-typed here from the formulas' sources, not from the C code:
 
 Model batch: 2 days x 4 stocks (node d*4 + s), window W=5, F=3 features with
 per-feature levels (so RevIN matters), per day 2 in-edges per node by target
-then one self loop per node (hdf5_graph mode = panel's layout); y has a tie.
+then one self loop per node (hdf5_panel's layout); y has a tie.
 Cases (metadata "<case>.ini" is the model section the test builds):
   full   : revin (channel 1), 2 LSTM layers, graph with 2 GAT layers, MLP head, rank loss 0.7
   graph  : 1 LSTM layer, graph with 1 GAT layer, linear head, rank loss 0.3

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Daily closing prices of a set of stocks (CSV) -> the stock-panel HDF5 of
-hdf5_graph's `mode = panel` (configs/gat_stocks.ini).
+hdf5_panel (configs/gat_stocks.ini).
 
 usage: stocks_to_h5.py [--date-col date] prices.csv out.h5
 

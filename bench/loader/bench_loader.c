@@ -1,4 +1,4 @@
-/* bench_loader.c - hdf5_chunk throughput vs `cat FILE > /dev/null` vs memcpy.
+/* bench_loader.c - hdf5_rows throughput vs `cat FILE > /dev/null` vs memcpy.
  *
  * usage: bench_loader FILE.h5 [chunk_gb=0.25] [batch=4096]
  * FILE.h5 holds /train/x f32 [N, 256] (make_file.py). For prefetch on and
@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
                  "path = %s\ndatasets = x\nbatch_size = %d\nchunk_size_gb = %g\nshuffle = false\nprefetch = %s\n",
                  file, batch, gb, pf ? "true" : "false");
         lt_loader L;
-        if (lt_open(&L, "hdf5_chunk", body, NULL)) {
+        if (lt_open(&L, "hdf5_rows", body, NULL)) {
             fprintf(stderr, "loader: %s\n", pl_error_message());
             return 1;
         }

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     int64_t U = (int64_t)di[0], L = (int64_t)di[1], H = 1;
     for (int64_t u = 0; u < U; u++)
         if (off[u + 1] - off[u] > H) H = off[u + 1] - off[u];
-    int32_t *hist = calloc((size_t)(U * H), sizeof *hist); /* padded as hdf5_chunk's `history` */
+    int32_t *hist = calloc((size_t)(U * H), sizeof *hist); /* padded as hdf5_rows' `history` */
     for (int64_t u = 0; u < U; u++)
         memcpy(hist + u * H, items + off[u], sizeof *hist * (size_t)(off[u + 1] - off[u]));
 

@@ -44,7 +44,7 @@ seed = 5
 run_dir = $tmp/runs
 device = strict
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = $tmp/ml.h5
 datasets = input_ids,labels
 val_datasets = input_ids,target,user_index

@@ -25,7 +25,7 @@ name = h
 seed = 3
 run_dir = $tmp/runs
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = $tmp/ml.h5
 datasets = input_ids,labels
 val_datasets = input_ids,target,user_index

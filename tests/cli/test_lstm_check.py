@@ -45,7 +45,7 @@ name = lc
 run_dir = {tmp}/runs
 seed = 1
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_series
 path = {h5}
 window = {W}
 horizon = 1

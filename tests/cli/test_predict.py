@@ -73,7 +73,7 @@ name = il
 run_dir = {tmp}/runs
 seed = 1
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = {h5}
 datasets = input_ids,labels
 val_datasets = input_ids,target,user_index
@@ -148,7 +148,7 @@ name = ls
 run_dir = {tmp}/runs
 seed = 1
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_series
 path = {h5}
 window = 14
 horizon = 2

@@ -12,7 +12,7 @@ OUT.h5 alone:
     `prediction` vs `target` == test mae; a new file of the test graphs only,
     without masks (its target statistics differ from the run's), gives the
     same predictions: the run's standardization.json is the one used;
-  - mlp regression (hdf5_chunk rows): MAE of `output` vs `target` == test
+  - mlp regression (hdf5_rows): MAE of `output` vs `target` == test
     mae; mlp classification: accuracy of `pred` == test accuracy; a file
     without targets gives the same outputs;
   - errors: an input without edge_index, with masks but not the predicted
@@ -277,7 +277,7 @@ def mlp_ini(tmp, name, h5, extra):
 name = {name}
 run_dir = {tmp}/runs
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = {h5}
 datasets = x,y
 batch_size = 8
@@ -354,7 +354,7 @@ def test_no_predict(exe, build, tmp):
     write_ini(os.path.join(rd, "config.ini"), f"""[pipeline]
 name = fx
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = {tmp}/r.h5
 datasets = x,y
 [model]

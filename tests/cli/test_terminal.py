@@ -123,7 +123,7 @@ seed = 1
 verbose = true
 run_dir = {tmp}/runs
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = {h5}
 datasets = x,y
 batch_size = 8

@@ -55,7 +55,7 @@ static int run_r(const char *name, int n_over, const char **over, const char *re
     char ini[4096];
     snprintf(ini, sizeof ini,
              "[pipeline]\nname = %s\nrun_dir = %s\nseed = 7\n"
-             "[data]\nplugin = hdf5_chunk\npath = %s\ndatasets = x,y\nbatch_size = %d\n"
+             "[data]\nplugin = hdf5_rows\npath = %s\ndatasets = x,y\nbatch_size = %d\n"
              "shuffle = true\nprefetch = false\n"
              "[model]\nplugin = mlp\nin_features = %d\nout_features = 1\nhidden = 16\n"
              "dropout = 0.1\n"

@@ -115,7 +115,7 @@ static void setup(void) {
     /* base <- mid <- top; each starts from the previous one's weights, so the
      * @INI:last references resolve under the overridden run_dir too */
     static const char *body =
-        "[data]\nplugin = hdf5_chunk\npath = data.h5\ndatasets = x,y\nbatch_size = 8\n"
+        "[data]\nplugin = hdf5_rows\npath = data.h5\ndatasets = x,y\nbatch_size = 8\n"
         "shuffle = true\n"
         "[model]\nplugin = mlp\nin_features = 3\nout_features = 1\nhidden = 8\n"
         "[optimizer]\nplugin = adamw\nlr = 0.01\n";

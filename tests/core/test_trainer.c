@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* memmem */
-/* The trainer end to end, with the mlp model, the hdf5_chunk loader and the
+/* The trainer end to end, with the mlp model, the hdf5_rows loader and the
  * optimizer / scheduler plugins, on a small synthetic regression file:
  * exact resume (from epoch-end and mid-epoch checkpoints), gradient
  * accumulation, clipping, NaN handling, plugin swaps from the INI or the
@@ -55,7 +55,7 @@ static pl_registry *registry(void) {
 static const char *base_ini(char *buf, size_t n, const char *name) {
     snprintf(buf, n,
              "[pipeline]\nname = %s\nrun_dir = %s\nseed = 7\n"
-             "[data]\nplugin = hdf5_chunk\npath = %s\ndatasets = x,y\nbatch_size = 8\n"
+             "[data]\nplugin = hdf5_rows\npath = %s\ndatasets = x,y\nbatch_size = 8\n"
              "shuffle = true\nprefetch = false\n"
              "[model]\nplugin = mlp\nin_features = %d\nout_features = 1\nhidden = 16\n"
              "dropout = 0.1\n"
@@ -621,7 +621,7 @@ START_TEST(monitor_and_mode_lists_are_checked) {
     for (int i = 0; i < 3; i++) {
         char ini[512];
         snprintf(ini, sizeof ini,
-                 "[pipeline]\nname = m\n[data]\nplugin = hdf5_chunk\npath = x.h5\n[model]\nplugin = mlp\n"
+                 "[pipeline]\nname = m\n[data]\nplugin = hdf5_rows\npath = x.h5\n[model]\nplugin = mlp\n"
                  "in_features = 2\nout_features = 1\n[optimizer]\nplugin = adamw\n"
                  "[trainer]\nmonitor = %s\nmode = %s\n", bad[i][0], bad[i][1]);
         pl_registry *r = registry();
@@ -651,7 +651,7 @@ START_TEST(mid_epoch_resume_is_bit_identical) {
     expect_meta(f, "micro_step", "12");
     expect_meta(f, "accumulation_pending", "0");
     /* the trainer's counter is the only record of the position (ABI 2) */
-    ck_assert_ptr_null(pl_st_meta(f, "data.hdf5_chunk.next_batch"));
+    ck_assert_ptr_null(pl_st_meta(f, "data.hdf5_rows.next_batch"));
     pl_st_close(f);
     /* an epoch-end checkpoint: the start of the next epoch */
     f = open_ckpt("straight", "last");

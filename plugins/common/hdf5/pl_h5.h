@@ -1,5 +1,5 @@
 /* pl_h5.h - HDF5 helpers shared by the plugins that read or write HDF5
- * (hdf5_chunk, hdf5_graph, ilora's history reader and teacher export, the
+ * (hdf5_rows, hdf5_series, hdf5_graph, hdf5_panel, ilora's history reader and teacher export, the
  * models' prediction files), and
  * THE process-wide HDF5 lock.
  *

@@ -24,8 +24,8 @@ static const char *tmp_path(const char *name, char *buf, size_t n) {
 /* Plugins are dlopen()ed RTLD_LOCAL like the registry does: each one's
  * pl_h5_lock resolves to this process's single libpipeline_hdf5 copy. */
 START_TEST(lock_is_one_instance_across_plugins) {
-    const char *names[] = {"hdf5_chunk", "hdf5_graph"};
-    for (int i = 0; i < 2; i++) {
+    const char *names[] = {"hdf5_rows", "hdf5_series", "hdf5_chunk", "hdf5_graph", "hdf5_panel"};
+    for (int i = 0; i < (int)(sizeof names / sizeof *names); i++) {
         char so[1024];
         snprintf(so, sizeof so, "%s/%s.so", PL_TEST_PLUGIN_DIR, names[i]);
         void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);

@@ -1,7 +1,6 @@
 /* hdf5_graph.h - internal to the hdf5_graph plugin: the loader's state and
- * the helpers hdf5_graph.c (modes node and graphs, the vtable) shares with
- * panel.c (mode = panel). Nothing here is exported from the .so (the plugin
- * is built with hidden visibility). */
+ * the helpers its files share. Nothing here is exported from the .so (the
+ * plugin is built with hidden visibility). */
 #ifndef HDF5_GRAPH_H
 #define HDF5_GRAPH_H
 
@@ -9,7 +8,9 @@
 #include <stdint.h>
 
 #include "pipeline/pipeline.h"
-#include "pl_h5.h"
+#include <cjson/cJSON.h>
+
+#include "loader_kit.h"
 
 enum { NB_FIELDS = 8 }; /* batch fields of the widest mode (panel: 7) */
 
@@ -28,15 +29,13 @@ typedef struct gsplit {
     int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
-typedef struct panel panel; /* mode = panel (panel.c) */
-
 typedef struct graph {
     pl_run_context *ctx;
     char path[1024];
     bool graphs_mode;
-    panel *panel; /* mode = panel: everything of that mode; NULL otherwise */
-    int predict;  /* `pipeline predict`: the one split served (meta predict_split); -1 training */
-    bool has_y;   /* labels (node) / targets (graphs) in the file: always when training */
+    void *panel; /* deprecated mode = panel: the hdf5_panel loader it forwards to; else NULL */
+    int predict; /* `pipeline predict`: the one split served (meta predict_split); -1 training */
+    bool has_y;  /* labels (node) / targets (graphs) in the file: always when training */
     /* node mode */
     pl_tensor *x, *src, *dst, *y, *mask[PL_SPLIT_COUNT];
     /* data parallel (g_shard): this rank's part of each split's mask, NULL unsharded */
@@ -60,41 +59,56 @@ typedef struct graph {
     pl_loader_stats st;
 } graph;
 
-/* ---- helpers of hdf5_graph.c ------------------------------------------- */
-
-/* A new tensor owned by the caller even inside a caller's pl_frame. */
-pl_tensor *own_empty(pl_dtype dt, int nd, const int64_t *shape, pl_device dev);
-/* Rows [start, start + len) of t as a view owned by the caller. */
-pl_tensor *own_rows(pl_tensor *t, int64_t start, int64_t len);
 /* ctx->device (the CPU without a context). */
-pl_device dev_of(const graph *G);
-/* A new tensor on dev_of(G) holding a copy of the host array `host`. */
-pl_tensor *to_device(graph *G, pl_dtype dt, int nd, const int64_t *shape, const void *host);
+static inline pl_device dev_of(const graph *G) {
+    return G->ctx ? G->ctx->device : PL_CPU;
+}
+
+/* ---- graph_io.c: both modes' reading helpers ---------------------------- */
+
 /* Dataset `name` of open file f read whole as `memtype` into a new malloc'd
- * *out (pl_h5_read_alloc: rank in [min_rank, max_rank], axis i == want[i]
- * where want[i] >= 0; errors name G->path and the dataset); dims receives
- * the shape, *rank (may be NULL) the rank; the bytes count in G->st. */
+ * *out (lk_read_ds: rank in [min_rank, max_rank], axis i == want[i] where
+ * want[i] >= 0; errors name G->path and the dataset); dims receives the
+ * shape, *rank (may be NULL) the rank; the bytes count in G->st. */
 pl_status read_ds(graph *G, hid_t f, const char *name, hid_t memtype, int min_rank, int max_rank,
                   const int64_t *want, void **out, int64_t *dims, int *rank);
-/* order = ids[0..n) shuffled by Fisher-Yates with a splitmix64 stream seeded
- * `seed` (the generator of hdf5_chunk); the train order of an epoch. */
-void shuffle_order(int64_t *order, const int64_t *ids, int64_t n, uint64_t seed);
-/* Add view `v` (owned by G until release_views) to batch `out` as `name`;
- * -1 when v is NULL. */
-int emit(graph *G, pl_batch *out, const char *name, pl_tensor *v);
-void release_views(graph *G);
+/* x = (x - min) / clamp(row sum of (x - min), 1) over rows [r0, r1) of [*, F]. */
+void normalize_rows(float *x, int64_t r0, int64_t r1, int64_t F);
+/* The first edge e in [e0, e1) of ei ([2, E]) with an end outside 0..n-1
+ * (*row: which end), or -1. */
+int64_t bad_edge(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n, int *row);
+/* Edges [e0, e1) into src / dst from k on, without self loops, then (i, i)
+ * for every node when `loops`; returns the new k. */
+int64_t copy_edges(const int64_t *ei, int64_t E, int64_t e0, int64_t e1, int64_t n, bool loops,
+                   int64_t *src, int64_t *dst, int64_t k);
+/* The mask options' names (and default datasets): train_mask, val_mask, test_mask. */
+extern const char *const split_mask_key[PL_SPLIT_COUNT];
+/* Predict: the mask of split G->predict ([n] u8) into *out, or every entry
+ * when the file has no mask at all; under the HDF5 lock. */
+pl_status read_predict_mask(graph *G, hid_t f, const pl_config_section *cfg, int64_t n,
+                            const char *unit, uint8_t **out);
+/* Write `root` (consumed) as ctx->run_dir/NAME; a no-op without a run dir. */
+pl_status run_json_write(const graph *G, const char *name, cJSON *root);
+/* Parse ctx->run_dir/NAME into *out (NULL and PL_OK when absent). */
+pl_status run_json_read(const graph *G, const char *name, char *path, size_t np, cJSON **out);
+/* A member of `root` that must be an integer in [lo, hi]. */
+pl_status json_int(const cJSON *root, const char *path, const char *key, int64_t lo, int64_t hi,
+                   int64_t *v);
 
-/* ---- mode = panel (panel.c) --------------------------------------------- */
+/* ---- graph_node.c: mode = node ------------------------------------------- */
 
-/* Read, check and stage the panel file (README "mode = panel"); fills
- * G->panel. On error G->panel may be partly built: g_destroy frees it. */
-pl_status panel_create(graph *G, const pl_config_section *cfg, pl_run_context *ctx);
-void panel_free(panel *P);
-int64_t panel_num_batches(const panel *P, pl_data_split split);
-/* Lay out `split` for `epoch` (train: the epoch's shuffled order). */
-pl_status panel_epoch_begin(graph *G, pl_data_split split, int64_t epoch);
-/* Batch G->cur_batch of split G->cur: 1 served, 0 end of epoch, -1 error. */
-int panel_next(graph *G, pl_batch *out);
-pl_status panel_batch_fields(const pl_config_section *cfg, pl_field_list *out);
+/* Read, check and cache the one graph (README "mode = node"). */
+pl_status gr_create_node(graph *G, const pl_config_section *cfg, pl_run_context *ctx);
+
+/* ---- graph_batches.c: mode = graphs --------------------------------------- */
+
+/* Read, check, standardize and stage the graphs (README "mode = graphs");
+ * features_set: the `features` option was given (else the dataset is x). */
+pl_status gr_create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx,
+                           bool features_set);
+/* Lay split S out in S->order into its staging tensors. */
+pl_status gr_arrange(graph *G, gsplit *S);
+/* The train order of `epoch` (seed + epoch; file order without shuffle). */
+void gr_train_order(graph *G, int64_t epoch);
 
 #endif

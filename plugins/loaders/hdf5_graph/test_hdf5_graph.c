@@ -5,7 +5,7 @@
  * standardization against hand-computed statistics, shuffle, drop_last,
  * views / no allocation, every load-time error, start_batch, batch fields) and, when
  * tools/fetch_molecules.sh has made it, data/nci_tpsa.h5 (real molecules).
- * mode = panel: test_panel.c (its cases run in this executable). */
+ * mode = panel: hdf5_panel/test_hdf5_panel.c (the loader and this alias). */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -908,7 +908,6 @@ START_TEST(test_nci_molecules) {
 }
 END_TEST
 
-TCase *panel_tests(void);
 
 int main(void) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -931,6 +930,5 @@ int main(void) {
     tcase_add_test(tc, test_batch_fields_graphs_mode);
     tcase_add_test(tc, test_nci_molecules);
     suite_add_tcase(s, tc);
-    suite_add_tcase(s, panel_tests()); /* mode = panel: test_panel.c */
     return pl_test_run(s);
 }

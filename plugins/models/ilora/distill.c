@@ -1,7 +1,7 @@
 /* distill.c - knowledge distillation term of the ilora model (distill.h):
  * the student's temperature-softened distribution against the teacher's
  * exported top-K targets (batch fields kd_ids, kd_logits, kd_lognorm of
- * hdf5_chunk's teacher_outputs join), with the teacher's mass beyond its
+ * hdf5_rows' teacher_outputs join), with the teacher's mass beyond its
  * top K as one explicit "rest" bucket.
  *
  * Per labelled position, with tau the distillation temperature (= the

@@ -30,7 +30,7 @@ name = t
 seed = 3
 run_dir = $tmp/runs
 [data]
-plugin = hdf5_chunk
+plugin = hdf5_rows
 path = $tmp/ml.h5
 datasets = input_ids,labels
 val_datasets = input_ids,target,user_index

@@ -484,7 +484,7 @@ static const pl_option_spec lstm_options[] = {
     {"input_field", PL_OPT_STRING, "x", PL_NO_BOUNDS, NULL, "batch field with inputs [B, T, F]"},
     {"target_field", PL_OPT_STRING, "y", PL_NO_BOUNDS, NULL, "batch field with targets"},
     {"timeframe_fields", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
-     "further input fields [B, T_j, F] (hdf5_chunk timeframes: 'x_tf4,x_tf24'), each encoded by "
+     "further input fields [B, T_j, F] (hdf5_series timeframes: 'x_tf4,x_tf24'), each encoded by "
      "its own LSTM stack; the head reads the joined last states (multiframe.c)"},
     {"return_metrics", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "the target is a return: also report persistence_mae (no change), dir_acc, last_return_mae "
@@ -506,7 +506,7 @@ static double meta_float_or(const pl_meta *mt, const char *k, double fallback) {
 }
 
 /* naive_skip = auto: the baseline with the lower MAE over the training
- * windows, as the loader measured them (hdf5_chunk naive_period), decided
+ * windows, as the loader measured them (hdf5_series naive_period), decided
  * before training; ties keep the plain seasonal naive. The choice is logged
  * and recorded in the run's meta (summary.json "data"). */
 static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context *ctx,
@@ -518,7 +518,7 @@ static pl_status choose_naive_skip(const pl_config_section *cfg, pl_run_context 
                 pl_meta_get_float(ctx->meta, "train_seasonal_naive_corrected_mae", &cae) == PL_OK;
     if (!have) {
         pl_error_clear();
-        pl_hint_set("set [data] naive_period = %lld (hdf5_chunk series mode)",
+        pl_hint_set("set [data] naive_period = %lld (hdf5_series)",
                     (long long)o->seasonal_period);
         return pl_error_set(PL_ERR_CONFIG,
                             "lstm: naive_skip = auto (%s) compares the two baselines' "

@@ -23,7 +23,7 @@ static bool next_token(const char **s, char *tok, size_t n) {
 }
 
 /* The file's column count and names (pl_h5_column_names: the `/columns`
- * dataset or the series dataset's `columns` attribute, as hdf5_chunk reads
+ * dataset or the series dataset's `columns` attribute, as hdf5_series reads
  * them). *ncols 0 when the file or the series cannot be read; *nnames 0
  * without names. */
 static void read_columns(const char *path, const char *series, int64_t *ncols, char (*names)[64],
@@ -58,7 +58,7 @@ static void read_columns(const char *path, const char *series, int64_t *ncols, c
     pl_h5_unlock();
 }
 
-/* A column entry's index in the file, as hdf5_chunk resolves it (a name
+/* A column entry's index in the file, as hdf5_series resolves it (a name
  * first, then an index); -1 when it cannot be told without the file. */
 static int64_t resolve(const char *tok, int64_t ncols, char (*names)[64], int nnames) {
     for (int i = 0; i < nnames; i++)
@@ -148,7 +148,7 @@ pl_status lstm_check_against_data(const pl_config_section *model, const lstm_dat
         int64_t np = data && pl_cfg_get(data, "window") ? pl_cfg_int(data, "naive_period", 0) : -1;
         if (np >= 0 && np != period) {
             pl_hint_set(
-                "set [data] naive_period = seasonal_period: hdf5_chunk then publishes both "
+                "set [data] naive_period = seasonal_period: hdf5_series then publishes both "
                 "baselines' MAE over the training windows, which naive_skip = auto compares");
             return pl_error_set(PL_ERR_CONFIG,
                                 "lstm: naive_skip = auto (%s) with seasonal_period = "

@@ -6,7 +6,7 @@
  * naive metric, naive_skip, revin, exogenous_gate), so the window length and
  * where the target sits among the input columns are facts of the loader's
  * config. They are read from the [data] section of a series loader
- * (hdf5_chunk's window, target_columns, feature_columns; the column names
+ * (hdf5_series' window, target_columns, feature_columns; the column names
  * from the file's metadata, never its data). A loader without these keys,
  * or a file that cannot be read yet, leaves the facts unknown and the checks
  * that need them are skipped (the run checks the window length again).

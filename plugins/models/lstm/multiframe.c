@@ -2,7 +2,7 @@
  * (kept apart from lstm.c, which calls in where it validates, builds the
  * head, creates, forwards, predicts and declares its fields).
  *
- * Multi-timeframe (timeframe_fields = x_tf4,x_tf24; hdf5_chunk's
+ * Multi-timeframe (timeframe_fields = x_tf4,x_tf24; hdf5_series'
  * `timeframes`): the input field x and every listed field [B, T_j, F] are
  * each encoded by their own LSTM stack (x by the model's `lstm.*` layers,
  * field j by `<field>.lstm.*`, same hidden_size and num_layers, dropout

@@ -373,7 +373,7 @@ START_TEST(corrected_seasonal_naive_matches_a_hand_computed_window) {
 END_TEST
 
 /* naive_skip = auto starts from the baseline with the lower training-window
- * MAE the loader published (hdf5_chunk naive_period; its test computes the
+ * MAE the loader published (hdf5_series naive_period; its test computes the
  * two figures by hand): corrected when it is lower, the seasonal naive when
  * it is lower or tied; the choice lands in the run's meta. Without the
  * figures, or measured with another period, the model is refused. */

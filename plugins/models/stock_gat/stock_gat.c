@@ -246,7 +246,7 @@ static pl_status read_fields(const sg_model *m, const pl_batch *b, sg_fields *f)
     f->ret = pl_batch_get(b, "ret");
     if (!f->x || !f->day || !f->y || !f->ret)
         return pl_error_prefix(pl_error_status(), "stock_gat: batch needs x, batch, y, ret "
-                                                  "(hdf5_graph mode = panel)");
+                                                  "(hdf5_panel)");
     if (m->o.graph) {
         f->es = pl_batch_get(b, "edge_src");
         f->ed = pl_batch_get(b, "edge_dst");
@@ -301,7 +301,7 @@ static pl_status check_whole_split(const sg_model *m, const pl_batch *b, pl_data
         return pl_error_set(PL_ERR_CONFIG,
                             "stock_gat: the loader publishes no meta num_%s (the %s "
                             "split's days): evaluation needs every day of a split in one batch; "
-                            "use hdf5_graph with mode = panel",
+                            "use plugin = hdf5_panel",
                             sn, sn);
     if (b->size != want || b->index != 0)
         return pl_error_set(PL_ERR_CONFIG,
@@ -437,8 +437,8 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     pl_status st = pl_meta_get_int(ctx->meta, "num_features", &o.features);
     if (st)
         return pl_error_prefix(st,
-                               "stock_gat: the loader publishes no num_features (use hdf5_graph "
-                               "with mode = panel)");
+                               "stock_gat: the loader publishes no num_features (use plugin = "
+                               "hdf5_panel)");
     if (o.revin && o.revin_channel >= o.features)
         return pl_error_set(PL_ERR_CONFIG,
                             "stock_gat: revin_channel = %lld (%s) outside the %lld input "
@@ -449,7 +449,7 @@ static pl_status sg_create(const pl_config_section *cfg, pl_run_context *ctx, vo
     if (task && strcmp(task, "stock_ranking"))
         return pl_error_set(PL_ERR_CONFIG,
                             "stock_gat: the loader serves task '%s', this model "
-                            "ranks stocks (hdf5_graph mode = panel serves 'stock_ranking')",
+                            "ranks stocks (hdf5_panel serves 'stock_ranking')",
                             task);
     sg_model *m = calloc(1, sizeof *m);
     if (!m) return pl_error_set(PL_ERR_NOMEM, "stock_gat: out of memory");
@@ -501,7 +501,7 @@ static void sg_destroy(void *self) {
     sg_model_free(self);
 }
 
-/* The panel batch of hdf5_graph (mode = panel); edges only with graph. */
+/* The panel batch of hdf5_panel; edges only with graph. */
 static pl_status sg_batch_needs(const pl_config_section *cfg, pl_field_list *out) {
     bool graph = pl_cfg_bool(cfg, "graph", true);
     pl_status st = pl_fields_add(out, "x", PL_DTYPE_FLOAT, 3, false);

@@ -3,7 +3,7 @@
  * statistics against NumPy (tests/data/stock_gat/reference.safetensors from
  * tools/gen_stock_gat_reference.py), the whole-split rule, batch fields.
  *
- * Batches follow the hdf5_graph mode = panel contract (docs: spec section
+ * Batches follow the hdf5_panel contract (docs: spec section
  * 2): x [n, W, F], edge_src / edge_dst i64 (per day k in-edges per stock
  * then one self loop per stock), batch i64 (day of every node), y, ret,
  * factors [n, K]; meta num_stocks, num_features, window, num_factors,

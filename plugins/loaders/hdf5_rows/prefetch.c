@@ -1,6 +1,6 @@
-/* prefetch.c - hdf5_chunk's chunk buffers and the thread that fills them.
+/* prefetch.c - hdf5_rows' chunk buffers and the thread that fills them.
  *
- * Streaming rows mode keeps two buffers of `cap` rows: while batches are
+ * Streaming keeps two buffers of `cap` rows: while batches are
  * served from one, the prefetch thread reads the next chunk of the epoch's
  * order into the other (double buffering). Resident mode has one buffer per
  * split, filled on the caller's thread at its first epoch. A chunk is read
@@ -8,36 +8,14 @@
  * when the device is not the CPU: pinned memory from the backend, copied on
  * the backend's copy stream (memcpy_h2d_background, ordered after the
  * kernels already issued), so on a GPU the next chunk's transfer overlaps the
- * current chunk's compute. Float data is checked for NaN / Inf once it is in
+ * current chunk's compute (the thread is the loader kit's prefetch engine,
+ * lk_prefetch). Float data is checked for NaN / Inf once it is in
  * host memory, before it goes to the device.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "hdf5_chunk.h"
-
-static void free_pinned(void *data, void *ctx) { ((const pl_backend *)ctx)->host_free_pinned(data); }
-
-/* Host staging for one field of a chunk: pinned memory from the backend when
- * it has it (so the copy to the device can run asynchronously), else
- * ordinary host memory. Owned by the caller. */
-static pl_tensor *stage_tensor(loader *L, pl_dtype dt, int ndim, const int64_t *shape) {
-    const pl_backend *be = pl_backend_get(L->dev.type);
-    if (be && be->host_alloc_pinned && be->host_free_pinned) {
-        int64_t n = 1;
-        for (int d = 0; d < ndim; d++) n *= shape[d];
-        void *p = be->host_alloc_pinned(pl_dtype_nbytes(dt, n) ? pl_dtype_nbytes(dt, n) : 1);
-        if (p) {
-            pl_frame_begin(); /* ours, whatever frame the caller has open */
-            pl_tensor *t = pl_tensor_from_external(dt, ndim, shape, p, free_pinned, (void *)be);
-            if (t) pl_frame_keep(t);
-            pl_frame_end();
-            if (!t) be->host_free_pinned(p);
-            return t;
-        }
-    }
-    return h5c_new_tensor(dt, ndim, shape, PL_CPU);
-}
+#include "hdf5_rows.h"
 
 pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t rows) {
     b->split = -1;
@@ -45,13 +23,13 @@ pl_status chunk_buf_alloc(loader *L, chunk_buf *b, const split_data *s, int64_t 
         int64_t shape[PL_MAX_DIMS];
         memcpy(shape, s->f[i].dims, sizeof shape);
         shape[0] = rows;
-        b->t[i] = h5c_new_tensor(s->f[i].dt, s->f[i].ndim, shape, L->dev);
+        b->t[i] = lk_new_tensor(s->f[i].dt, s->f[i].ndim, shape, L->dev);
         if (!b->t[i])
             return pl_error_prefix(pl_error_status(), "%s: chunk buffer for '%s'", L->path,
                                    s->f[i].dset);
         pl_tensor_set_name(b->t[i], "%s", s->f[i].dset);
         if (!pl_device_eq(L->dev, PL_CPU)) {
-            b->stage[i] = stage_tensor(L, s->f[i].dt, s->f[i].ndim, shape);
+            b->stage[i] = lk_stage_tensor(L->dev, s->f[i].dt, s->f[i].ndim, shape);
             if (!b->stage[i]) return pl_error_status();
         }
     }
@@ -119,68 +97,26 @@ pl_status chunk_fill(loader *L, chunk_buf *b, int si, int64_t chunk) {
     return st;
 }
 
-static void *prefetch_main(void *arg) {
-    loader *L = arg;
-    pthread_mutex_lock(&L->mu);
-    for (;;) {
-        while (!L->req_pending && !L->quit)
-            pthread_cond_wait(&L->cv, &L->mu);
-        if (L->quit) break;
-        int bi = L->req_buf, si = L->req_split;
-        int64_t ch = L->req_chunk;
-        L->req_pending = false;
-        L->busy = true;
-        pthread_mutex_unlock(&L->mu);
-        pl_status st = chunk_fill(L, &L->buf[bi], si, ch);
-        pthread_mutex_lock(&L->mu);
-        L->req_status = st;
-        if (st) snprintf(L->req_err, sizeof L->req_err, "%s", pl_error_message());
-        L->busy = false;
-        pthread_cond_broadcast(&L->cv);
-    }
-    pthread_mutex_unlock(&L->mu);
-    return NULL;
+static pl_status fill(void *user, int bi, int si, int64_t chunk) {
+    loader *L = user;
+    return chunk_fill(L, &L->buf[bi], si, chunk);
 }
 
 pl_status prefetch_start(loader *L) {
-    if (pthread_create(&L->th, NULL, prefetch_main, L) != 0)
-        return pl_error_set(PL_ERR_INTERNAL, "hdf5_chunk: cannot start the prefetch thread");
-    L->th_started = true;
-    return PL_OK;
+    lk_prefetch_init(&L->pf, fill, L);
+    return lk_prefetch_start(&L->pf, "hdf5_rows");
 }
 
 void prefetch_stop(loader *L) {
-    if (!L->th_started) return;
-    pthread_mutex_lock(&L->mu);
-    L->quit = true;
-    pthread_cond_broadcast(&L->cv);
-    pthread_mutex_unlock(&L->mu);
-    pthread_join(L->th, NULL);
-    L->th_started = false;
+    lk_prefetch_free(&L->pf);
 }
 
 pl_status prefetch_wait(loader *L) {
-    if (!L->th_started) return PL_OK;
-    double t0 = h5c_now();
-    pthread_mutex_lock(&L->mu);
-    while (L->req_pending || L->busy)
-        pthread_cond_wait(&L->cv, &L->mu);
-    pl_status st = L->req_status;
-    L->req_status = PL_OK;
-    pthread_mutex_unlock(&L->mu);
-    L->st.wait_seconds += h5c_now() - t0;
-    if (st) return pl_error_set(st, "%s", L->req_err);
-    return PL_OK;
+    return lk_prefetch_wait(&L->pf, &L->st.wait_seconds);
 }
 
 void prefetch_request(loader *L, int bi, int si, int64_t chunk) {
-    if (!L->th_started) return;
-    pthread_mutex_lock(&L->mu);
+    if (!lk_prefetch_running(&L->pf)) return;
     L->buf[bi].split = -1; /* being overwritten */
-    L->req_buf = bi;
-    L->req_split = si;
-    L->req_chunk = chunk;
-    L->req_pending = true;
-    pthread_cond_broadcast(&L->cv);
-    pthread_mutex_unlock(&L->mu);
+    lk_prefetch_request(&L->pf, bi, si, chunk);
 }

@@ -1,5 +1,5 @@
-/* rows.c - hdf5_chunk rows mode: samples along axis 0 of one or more
- * datasets per split.
+/* rows.c - hdf5_rows: samples along axis 0 of one or more datasets per
+ * split.
  *
  * A split's rows are read in chunks of `cap` rows (a multiple of the train
  * batch size) straight into allocator-backed tensors on the device; a batch
@@ -13,15 +13,17 @@
  * position p of that order with a stream keyed by (seed + epoch, p). Both are
  * pure functions of (seed, epoch), so epoch_begin(split, epoch, k) finds
  * batch k by counting the batches of the chunks before it and reads only
- * that chunk and the ones after it. A shuffled batch is gathered (memcpy per
- * row) into one batch buffer per field allocated once at create.
+ * that chunk and the ones after it. A shuffled batch is gathered into one
+ * batch buffer per field allocated once at create, by one index_select per
+ * field (lk_gather_rows: memcpy on the CPU; on a device the backend's kernel
+ * over the chunk's row order, uploaded once per chunk).
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "hdf5_chunk.h"
+#include "hdf5_rows.h"
 
 /* ---- which datasets a split reads --------------------------------------- */
 
@@ -35,7 +37,7 @@ static pl_status add_field_spec(const char *tok, int index, void *ud) {
     field_ctx *c = ud;
     split_data *s = c->s;
     if (s->nf >= MAXF - MAX_EXTRA)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: more than %d datasets", c->key,
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: more than %d datasets", c->key,
                             MAXF - MAX_EXTRA);
     field *f = &s->f[s->nf++];
     const char *eq = strchr(tok, '=');
@@ -49,13 +51,13 @@ static pl_status add_field_spec(const char *tok, int index, void *ud) {
     while (nlen && name[nlen - 1] == ' ') nlen--;
     while (*dset == ' ') dset++;
     if (nlen >= sizeof f->name || strlen(dset) >= sizeof f->dset)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: field or dataset name too long in '%s' "
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: field or dataset name too long in '%s' "
                             "(at most %zu / %zu characters)", c->key, tok, sizeof f->name - 1,
                             sizeof f->dset - 1);
     snprintf(f->name, sizeof f->name, "%.*s", (int)nlen, name);
     snprintf(f->dset, sizeof f->dset, "%s", dset);
     if (!f->name[0] || !f->dset[0])
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s: empty field or dataset in '%s'",
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s: empty field or dataset in '%s'",
                             c->key, c->spec);
     return PL_OK;
 }
@@ -65,11 +67,11 @@ static pl_status parse_fields(const char *key, const char *spec, split_data *s) 
     s->nf = 0;
     field_ctx c = {key, spec, s};
     char what[128];
-    snprintf(what, sizeof what, "hdf5_chunk: %s", key);
+    snprintf(what, sizeof what, "hdf5_rows: %s", key);
     pl_status st = pl_cfg_list(spec, what, add_field_spec, &c, NULL);
     if (st) return st;
     if (s->nf == 0)
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: %s is empty; list the datasets to load",
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: %s is empty; list the datasets to load",
                             key);
     return PL_OK;
 }
@@ -105,7 +107,7 @@ static pl_status open_split(const char *path, hid_t file, split_data *s, const c
     for (int i = 0; i < s->nf; i++) {
         field *f = &s->f[i];
         char full[NAME_LEN];
-        h5c_join_path(full, sizeof full, group, f->dset);
+        lk_join_path(full, sizeof full, group, f->dset);
         snprintf(f->dset, sizeof f->dset, "%s", full);
         if (skip_missing && !pl_h5_exists(file, f->dset)) {
             /* predict: a dataset the new rows lack (their targets) is no field */
@@ -162,7 +164,7 @@ static void close_split(split_data *s) {
 static pl_status load_history(loader *L, int si, const char *group, const char *name) {
     split_data *s = &L->sp[si];
     char po[NAME_LEN], pi[NAME_LEN], g[NAME_LEN];
-    h5c_join_path(g, sizeof g, group, name);
+    lk_join_path(g, sizeof g, group, name);
     snprintf(po, sizeof po, "%s/offsets", g);
     snprintf(pi, sizeof pi, "%s/items", g);
     int64_t *off = NULL;
@@ -188,7 +190,7 @@ static pl_status load_history(loader *L, int si, const char *group, const char *
         }
         if (off[r + 1] - off[r] > hmax) hmax = off[r + 1] - off[r];
     }
-    pl_tensor *host = h5c_new_tensor(PL_I32, 2, (int64_t[]){s->nrows, hmax}, PL_CPU);
+    pl_tensor *host = lk_new_tensor(PL_I32, 2, (int64_t[]){s->nrows, hmax}, PL_CPU);
     if (!host) {
         st = pl_error_status();
         goto done;
@@ -199,7 +201,7 @@ static pl_status load_history(loader *L, int si, const char *group, const char *
         memcpy(h + r * hmax, items + off[r], sizeof *h * (size_t)(off[r + 1] - off[r]));
     pl_tensor *pad = host;
     if (!pl_device_eq(L->dev, PL_CPU)) {
-        pad = h5c_new_tensor(PL_I32, 2, (int64_t[]){s->nrows, hmax}, L->dev);
+        pad = lk_new_tensor(PL_I32, 2, (int64_t[]){s->nrows, hmax}, L->dev);
         if (!pad || pl_tensor_copy_(pad, host)) {
             st = pl_error_status();
             pl_tensor_release(pad);
@@ -227,7 +229,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
     if (fr[0]) {
         double f3[3];
         split_source(cfg, 0, &group, &key, &spec);
-        if ((st = h5c_parse_fractions(fr, f3)) || (st = parse_fields(key, spec, &L->sp[0])) ||
+        if ((st = lk_parse_fractions("hdf5_rows", fr, f3)) || (st = parse_fields(key, spec, &L->sp[0])) ||
             (st = open_split(L->path, L->file, &L->sp[0], group, to_f32, false)))
             return st;
         int64_t N = L->sp[0].nrows;
@@ -262,7 +264,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
         return PL_OK;
     }
     const char *hist = pl_cfg_str(cfg, "history", "");
-    int only = h5c_predict_split(L); /* predict: that split alone, targets optional */
+    int only = lk_predict_split(L->ctx); /* predict: that split alone, targets optional */
     for (int si = 0; si < 3; si++) {
         if (only >= 0 && si != only) continue;
         split_source(cfg, si, &group, &key, &spec);
@@ -289,7 +291,7 @@ static pl_status open_splits(loader *L, const pl_config_section *cfg) {
                                 pl_split_name((pl_data_split)si), group);
         if (hist[0] && si != PL_SPLIT_TRAIN) {
             char g[NAME_LEN];
-            h5c_join_path(g, sizeof g, group, hist);
+            lk_join_path(g, sizeof g, group, hist);
             if (pl_h5_exists(L->file, g) && (st = load_history(L, si, group, hist))) return st;
         }
     }
@@ -305,21 +307,21 @@ static pl_status extras_create(loader *L, const pl_config_section *cfg) {
     pl_status st;
     if (tp[0]) {
         if (pl_cfg_str(cfg, "split_fractions", "")[0])
-            return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: teacher_outputs needs train/val/test "
+            return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: teacher_outputs needs train/val/test "
                                 "groups, not split_fractions");
-        if ((st = h5c_teacher_join(L, tp, pl_cfg_int(cfg, "teacher_top_k", 0)))) return st;
+        if ((st = rw_teacher_join(L, tp, pl_cfg_int(cfg, "teacher_top_k", 0)))) return st;
     }
     int64_t maxb = 1;
     for (int si = 0; si < PL_SPLIT_COUNT; si++)
         if (L->sp[si].batch > maxb) maxb = L->sp[si].batch;
     L->xidx = malloc(sizeof *L->xidx * (size_t)maxb);
-    if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     snprintf(L->row_field, sizeof L->row_field, "%s", pl_cfg_str(cfg, "row_field", ""));
     if (L->row_field[0]) {
-        L->rows_t = h5c_new_tensor(PL_I64, 1, (int64_t[]){maxb}, L->dev);
+        L->rows_t = lk_new_tensor(PL_I64, 1, (int64_t[]){maxb}, L->dev);
         if (!L->rows_t) return pl_error_status();
         if (!pl_device_eq(L->dev, PL_CPU)) {
-            L->rows_host = h5c_new_tensor(PL_I64, 1, (int64_t[]){maxb}, PL_CPU);
+            L->rows_host = lk_new_tensor(PL_I64, 1, (int64_t[]){maxb}, PL_CPU);
             if (!L->rows_host) return pl_error_status();
         }
     }
@@ -327,9 +329,35 @@ static pl_status extras_create(loader *L, const pl_config_section *cfg) {
         int64_t shape[PL_MAX_DIMS];
         memcpy(shape, tr->xt[i]->shape, sizeof shape);
         shape[0] = tr->batch;
-        tr->xg[i] = h5c_new_tensor(tr->xt[i]->dtype, tr->xt[i]->ndim, shape, L->dev);
+        tr->xg[i] = lk_new_tensor(tr->xt[i]->dtype, tr->xt[i]->ndim, shape, L->dev);
         if (!tr->xg[i]) return pl_error_status();
     }
+    return PL_OK;
+}
+
+/* The shuffled split's (train) gather buffers, one per field [batch, ...],
+ * its row order on the host and, on a device, as the i64 vectors one
+ * index_select per field reads (allocated once). */
+static pl_status alloc_gather(loader *L) {
+    split_data *tr = &L->sp[PL_SPLIT_TRAIN];
+    for (int i = 0; i < tr->nf; i++) {
+        int64_t shape[PL_MAX_DIMS];
+        memcpy(shape, tr->f[i].dims, sizeof shape);
+        shape[0] = tr->batch;
+        L->gather[i] = lk_new_tensor(tr->f[i].dt, tr->f[i].ndim, shape, L->dev);
+        if (!L->gather[i]) return pl_error_status();
+    }
+    int64_t np = L->resident ? tr->nrows : L->cap;
+    L->perm = malloc(sizeof *L->perm * (size_t)np);
+    if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
+    if (pl_device_eq(L->dev, PL_CPU)) return PL_OK;
+    L->perm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
+    if (!L->perm_dev) return pl_error_status();
+    if (tr->nx == 0) return PL_OK;
+    L->xperm = malloc(sizeof *L->xperm * (size_t)np);
+    L->xperm_dev = lk_new_tensor(PL_I64, 1, &np, L->dev);
+    if (!L->xperm || !L->xperm_dev)
+        return L->xperm ? pl_error_status() : pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     return PL_OK;
 }
 
@@ -397,47 +425,24 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
             if ((st = chunk_buf_alloc(L, &L->buf[k], tr, L->cap))) return st;
         L->prefetch = pl_cfg_bool(cfg, "prefetch", true);
     }
-    /* gather buffers for the shuffled split (train) */
-    if (tr->shuffle) {
-        for (int i = 0; i < tr->nf; i++) {
-            int64_t shape[PL_MAX_DIMS];
-            memcpy(shape, tr->f[i].dims, sizeof shape);
-            shape[0] = tr->batch;
-            L->gather[i] = h5c_new_tensor(tr->f[i].dt, tr->f[i].ndim, shape, L->dev);
-            if (!L->gather[i]) return pl_error_status();
-        }
-        int64_t np = L->resident ? tr->nrows : L->cap;
-        L->perm = malloc(sizeof *L->perm * (size_t)np);
-        if (!L->perm) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
-        if (!pl_device_eq(L->dev, PL_CPU)) {
-            L->perm_dev = h5c_new_tensor(PL_I64, 1, &np, L->dev);
-            if (!L->perm_dev) return pl_error_status();
-            if (tr->nx > 0) {
-                L->xperm = malloc(sizeof *L->xperm * (size_t)np);
-                L->xperm_dev = h5c_new_tensor(PL_I64, 1, &np, L->dev);
-                if (!L->xperm || !L->xperm_dev)
-                    return L->xperm ? pl_error_status()
-                                    : pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
-            }
-        }
-    }
+    if (tr->shuffle && (st = alloc_gather(L))) return st;
     L->order_cap = 1;
     for (int si = 0; si < 3; si++) {
         int64_t nc = L->resident ? 1 : (L->sp[si].nrows + L->cap - 1) / L->cap;
         if (nc > L->order_cap) L->order_cap = nc;
     }
     L->order = malloc(sizeof *L->order * (size_t)L->order_cap);
-    if (!L->order) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!L->order) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     if (L->prefetch && (st = prefetch_start(L))) return st;
     for (int si = 0; si < 3; si++) {
         char k[64];
         snprintf(k, sizeof k, "num_%s", pl_split_name((pl_data_split)si));
-        h5c_meta_int(L, k, L->sp[si].nrows);
+        lk_meta_int(L->ctx, k, L->sp[si].nrows);
     }
     /* dims of the first field of the train split: seq_len for [N, L] inputs */
-    if (tr->nf > 0 && tr->f[0].ndim >= 2) h5c_meta_int(L, "seq_len", tr->f[0].dims[1]);
+    if (tr->nf > 0 && tr->f[0].ndim >= 2) lk_meta_int(L->ctx, "seq_len", tr->f[0].dims[1]);
     if (L->ctx && L->ctx->verbose)
-        pl_message("hdf5_chunk: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows",
+        pl_message("hdf5_rows: %s: train %lld / val %lld / test %lld rows, %s, chunk %lld rows",
                    L->path, (long long)tr->nrows, (long long)L->sp[1].nrows,
                    (long long)L->sp[2].nrows, L->resident ? "resident" : "streaming", (long long)L->cap);
     return PL_OK;
@@ -494,9 +499,9 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
     if (L->resident) {
         chunk_buf *b = &L->buf[si];
         if (b->split != si) {
-            double t0 = h5c_now();
+            double t0 = lk_now();
             if ((st = chunk_fill(L, b, si, 0))) return st;
-            L->st.wait_seconds += h5c_now() - t0;
+            L->st.wait_seconds += lk_now() - t0;
         }
         L->cur_buf = si;
     } else {
@@ -506,9 +511,9 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
             if (L->buf[k].split == si && L->buf[k].chunk == ch) hit = k;
         if (hit < 0) {
             hit = pos > 0 ? 1 - L->cur_buf : 0;
-            double t0 = h5c_now();
+            double t0 = lk_now();
             if ((st = chunk_fill(L, &L->buf[hit], si, ch))) return st;
-            L->st.wait_seconds += h5c_now() - t0;
+            L->st.wait_seconds += lk_now() - t0;
         }
         L->cur_buf = hit;
         if (pos + 1 < L->nchunks) {
@@ -527,7 +532,7 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
             L->perm[i] = i;
         uint64_t seed = (L->ctx ? L->ctx->seed : 0) + (uint64_t)L->epoch;
         uint64_t rs = seed * 0x100000001B3ull ^ (uint64_t)(pos + 1) * 0x9E3779B97F4A7C15ull;
-        h5c_shuffle(L->perm, rows, &rs);
+        lk_shuffle(L->perm, rows, &rs);
         if (L->perm_dev && (st = upload_perm(L, s, rows))) return st;
     }
     return PL_OK;
@@ -554,7 +559,7 @@ pl_status rows_epoch_begin(loader *L, int si, int64_t start) {
         L->order[i] = i;
     if (s->shuffle) {
         uint64_t rs = ((L->ctx ? L->ctx->seed : 0) + (uint64_t)L->epoch) ^ 0xC0FFEEull;
-        h5c_shuffle(L->order, L->nchunks, &rs);
+        lk_shuffle(L->order, L->nchunks, &rs);
     }
     /* batch `start`: read the chunk that holds it (and prefetch the one after); the
      * chunks before it in the epoch's order are not read. The within-chunk row order
@@ -572,41 +577,6 @@ pl_status rows_epoch_begin(loader *L, int si, int64_t start) {
     L->exhausted = true; /* start == the number of batches: nothing left to serve */
     L->chunk_pos = L->nchunks - 1;
     return PL_OK;
-}
-
-/* Copy rows idx[0..n) of `src` ([rows, ...]) into `dst` ([>=n, ...]): on the
- * CPU by memcpy; on a device by the backend's index_select kernel, with
- * `idx_dev` (the same indices, on the device, from position `off`), one
- * launch per field and no host wait (the rows' order is the host's). */
-static pl_status gather_rows(loader *L, pl_tensor *dst, pl_tensor *src, const int64_t *idx,
-                             pl_tensor *idx_dev, int64_t off, int64_t n, size_t row_bytes) {
-    if (pl_device_eq(L->dev, PL_CPU)) {
-        char *d = pl_tensor_data(dst);
-        const char *s = pl_tensor_data(src);
-#pragma omp parallel for if (n * (int64_t)row_bytes > (1 << 20)) schedule(static)
-        for (int64_t i = 0; i < n; i++)
-            memcpy(d + (size_t)i * row_bytes, s + (size_t)idx[i] * row_bytes, row_bytes);
-        return PL_OK;
-    }
-    const pl_backend *be = pl_backend_get(L->dev.type);
-    if (!be) return pl_error_status();
-    pl_kernel_fn k = pl_backend_kernel(be, PL_OP_INDEX_SELECT, false);
-    if (!k)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "hdf5_chunk: backend %s has no index_select "
-                            "kernel to gather a shuffled batch", be->name);
-    pl_tensor *iv = h5c_view_rows(idx_dev, off, n), *ov = h5c_view_rows(dst, 0, n);
-    pl_status st = !iv || !ov ? pl_error_status() : PL_OK;
-    if (!st) {
-        pl_kernel_args a = {.op = PL_OP_INDEX_SELECT, .n_in = 2, .n_out = 1};
-        a.in[0] = src;
-        a.in[1] = iv;
-        a.out[0] = ov;
-        a.p.dim = 0;
-        st = k(&a);
-    }
-    pl_tensor_release(iv);
-    pl_tensor_release(ov);
-    return st;
 }
 
 int rows_next(loader *L, pl_batch *out) {
@@ -628,14 +598,14 @@ int rows_next(loader *L, pl_batch *out) {
     for (int i = 0; i < s->nf; i++) {
         pl_tensor *v;
         if (s->shuffle) {
-            if (gather_rows(L, L->gather[i], b->t[i], L->perm + L->row_pos, L->perm_dev,
-                            L->row_pos, n, s->f[i].row_bytes))
+            if (lk_gather_rows("hdf5_rows", L->dev, L->gather[i], b->t[i], L->perm + L->row_pos,
+                               L->perm_dev, L->row_pos, n, s->f[i].row_bytes))
                 return -1;
-            v = h5c_view_rows(L->gather[i], 0, n);
+            v = lk_view_rows(L->gather[i], 0, n);
         } else {
-            v = h5c_view_rows(b->t[i], L->row_pos, n);
+            v = lk_view_rows(b->t[i], L->row_pos, n);
         }
-        if (h5c_emit(L, out, s->f[i].name, v)) return -1;
+        if (lk_emit(&L->views, out, s->f[i].name, v)) return -1;
     }
     /* rows of the batch within the split (gathered extra fields, row_field) */
     int64_t base = L->order[L->chunk_pos] * L->cap;
@@ -646,13 +616,14 @@ int rows_next(loader *L, pl_batch *out) {
         if (s->shuffle) {
             size_t rb = (size_t)(pl_tensor_numel(s->xt[i]) / s->xt[i]->shape[0]) *
                         pl_dtype_size(s->xt[i]->dtype);
-            if (gather_rows(L, s->xg[i], s->xt[i], L->xidx, L->xperm_dev, L->row_pos, n, rb))
+            if (lk_gather_rows("hdf5_rows", L->dev, s->xg[i], s->xt[i], L->xidx, L->xperm_dev,
+                               L->row_pos, n, rb))
                 return -1;
-            v = h5c_view_rows(s->xg[i], 0, n);
+            v = lk_view_rows(s->xg[i], 0, n);
         } else {
-            v = h5c_view_rows(s->xt[i], g0, n);
+            v = lk_view_rows(s->xt[i], g0, n);
         }
-        if (h5c_emit(L, out, s->xname[i], v)) return -1;
+        if (lk_emit(&L->views, out, s->xname[i], v)) return -1;
     }
     if (L->row_field[0]) {
         pl_tensor *h = L->rows_host ? L->rows_host : L->rows_t;
@@ -660,7 +631,7 @@ int rows_next(loader *L, pl_batch *out) {
         for (int64_t i = 0; i < n; i++)
             r[i] = s->row0 + L->xidx[i];
         if (L->rows_host && pl_tensor_copy_(L->rows_t, L->rows_host)) return -1;
-        if (h5c_emit(L, out, L->row_field, h5c_view_rows(L->rows_t, 0, n))) return -1;
+        if (lk_emit(&L->views, out, L->row_field, lk_view_rows(L->rows_t, 0, n))) return -1;
     }
     out->size = n;
     out->index = L->batch_index++;
@@ -680,7 +651,7 @@ static pl_status add_field(pl_field_list *out, int *seen, int si, const char *na
         if (out->f[i].dtype != dt || out->f[i].rank != rank)
             return pl_error_set(
                 PL_ERR_CONFIG,
-                "hdf5_chunk: %s: batch field '%s' is %s rank %d in one split but %s "
+                "hdf5_rows: %s: batch field '%s' is %s rank %d in one split but %s "
                 "rank %d in split '%s'; a field must have one dtype and rank (set "
                 "convert = f32, or rewrite the dataset)",
                 path, name, pl_dtype_name(out->f[i].dtype), out->f[i].rank, pl_dtype_name(dt), rank,
@@ -695,7 +666,7 @@ static pl_status add_field(pl_field_list *out, int *seen, int si, const char *na
 
 pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     const char *path = pl_cfg_str(cfg, "path", "");
-    if (!path[0]) return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: 'path' is empty");
+    if (!path[0]) return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: 'path' is empty");
     hid_t file;
     pl_status st = pl_h5_open_read(path, "run tools/prepare_data.sh", &file);
     if (st) return st;
@@ -704,7 +675,7 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
     bool fractions = pl_cfg_str(cfg, "split_fractions", "")[0] != 0;
     split_data *s = calloc(1, sizeof *s);
     int seen[PL_FIELDS_MAX] = {0}, present = 0;
-    if (!s) st = pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!s) st = pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     for (int si = 0; si < PL_SPLIT_COUNT && !st; si++) {
         const char *group, *key, *spec;
         split_source(cfg, si, &group, &key, &spec);
@@ -725,7 +696,7 @@ pl_status rows_batch_fields(const pl_config_section *cfg, pl_field_list *out) {
             st = add_field(out, seen, si, s->f[i].name, s->f[i].dt, s->f[i].ndim, path);
         if (!st && hist[0] && si != PL_SPLIT_TRAIN && !fractions) {
             char g[NAME_LEN];
-            h5c_join_path(g, sizeof g, group, hist);
+            lk_join_path(g, sizeof g, group, hist);
             if (pl_h5_exists(file, g)) st = add_field(out, seen, si, hist, PL_I32, 2, path);
         }
     }

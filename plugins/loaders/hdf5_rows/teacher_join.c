@@ -1,4 +1,4 @@
-/* teacher_join.c - hdf5_chunk rows mode: a teacher's exported outputs
+/* teacher_join.c - hdf5_rows: a teacher's exported outputs
  * (models/ilora teacher_export.c layout) joined to the training rows, served
  * as knowledge-distillation targets (option `teacher_outputs`).
  *
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hdf5_chunk.h"
+#include "hdf5_rows.h"
 
 typedef struct teacher_file {
     int64_t rows, L, P, K; /* rows of /train/input_ids, their length, positions, K in the file */
@@ -96,12 +96,12 @@ static pl_status read_data_field(loader *L, const char *name, int32_t **out, int
                                 L->path, s->f[i].dset);
         *len = s->f[i].dims[1];
         *out = malloc(sizeof **out * (size_t)(s->nrows * *len) + 1);
-        if (!*out) return pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+        if (!*out) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
         return pl_h5_read_rows(L->path, s->f[i].dset, s->ds[i], H5T_NATIVE_INT32, s->row0, s->nrows,
                                *out);
     }
     return pl_error_set(PL_ERR_CONFIG,
-                        "hdf5_chunk: teacher_outputs needs a train field '%s' "
+                        "hdf5_rows: teacher_outputs needs a train field '%s' "
                         "(datasets) to match the teacher's rows against",
                         name);
 }
@@ -111,7 +111,7 @@ static pl_status add_extra(loader *L, const char *name, pl_tensor *host) {
     split_data *s = &L->sp[PL_SPLIT_TRAIN];
     pl_tensor *t = host;
     if (!pl_device_eq(L->dev, PL_CPU)) {
-        t = h5c_new_tensor(host->dtype, host->ndim, host->shape, L->dev);
+        t = lk_new_tensor(host->dtype, host->ndim, host->shape, L->dev);
         if (!t || pl_tensor_copy_(t, host)) {
             pl_tensor_release(t);
             pl_tensor_release(host);
@@ -121,7 +121,7 @@ static pl_status add_extra(loader *L, const char *name, pl_tensor *host) {
     }
     if (s->nx >= MAX_EXTRA) {
         pl_tensor_release(t);
-        return pl_error_set(PL_ERR_CONFIG, "hdf5_chunk: more than %d extra fields", MAX_EXTRA);
+        return pl_error_set(PL_ERR_CONFIG, "hdf5_rows: more than %d extra fields", MAX_EXTRA);
     }
     snprintf(s->xname[s->nx], sizeof s->xname[0], "%s", name);
     s->xt[s->nx++] = t;
@@ -143,7 +143,7 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
     int64_t *of = malloc(sizeof *of * (size_t)N + 1); /* data row -> teacher row */
     unsigned char *got = calloc((size_t)(N * Ld) + 1, 1);
     pl_status st = PL_OK;
-    if (!of || !got) st = pl_error_set(PL_ERR_NOMEM, "hdf5_chunk: out of memory");
+    if (!of || !got) st = pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     for (int64_t i = 0; !st && i < N; i++)
         of[i] = -1;
     for (int64_t r = 0; !st && r < t->rows; r++) {
@@ -232,7 +232,7 @@ static pl_status join(loader *L, const char *tp, const teacher_file *t, const in
     return st;
 }
 
-pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
+pl_status rw_teacher_join(loader *L, const char *tp, int64_t top_k) {
     split_data *s = &L->sp[PL_SPLIT_TRAIN];
     teacher_file t = {0};
     int32_t *din = NULL, *dlab = NULL;
@@ -274,13 +274,13 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
     int64_t K = top_k > 0 ? top_k : t.K;
     if (!st && K > t.K)
         st = pl_error_set(PL_ERR_CONFIG,
-                          "hdf5_chunk: teacher_top_k = %lld but %s holds %lld "
+                          "hdf5_rows: teacher_top_k = %lld but %s holds %lld "
                           "items per position",
                           (long long)K, tp, (long long)t.K);
     if (!st) {
-        tid = h5c_new_tensor(PL_I32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
-        tlg = h5c_new_tensor(PL_F32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
-        tln = h5c_new_tensor(PL_F32, 2, (int64_t[]){s->nrows, Ld}, PL_CPU);
+        tid = lk_new_tensor(PL_I32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
+        tlg = lk_new_tensor(PL_F32, 3, (int64_t[]){s->nrows, Ld, K}, PL_CPU);
+        tln = lk_new_tensor(PL_F32, 2, (int64_t[]){s->nrows, Ld}, PL_CPU);
         if (!tid || !tlg || !tln) st = pl_error_status();
     }
     if (!st) {
@@ -299,8 +299,8 @@ pl_status h5c_teacher_join(loader *L, const char *tp, int64_t top_k) {
         tln = NULL;
     }
     if (!st) {
-        h5c_meta_float(L, "teacher_temperature", T);
-        h5c_meta_int(L, "teacher_top_k", K);
+        lk_meta_float(L->ctx, "teacher_temperature", T);
+        lk_meta_int(L->ctx, "teacher_top_k", K);
     }
     pl_tensor_release(tid);
     pl_tensor_release(tlg);

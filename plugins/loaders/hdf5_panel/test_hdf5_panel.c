@@ -1,16 +1,18 @@
-/* test_panel.c - hdf5_graph mode = panel on small synthetic panels written
- * here (part of test_hdf5_graph: panel_tests() adds this file's cases).
+/* test_hdf5_panel.c - the hdf5_panel loader on small synthetic panels
+ * written here, and hdf5_graph's deprecated mode = panel (an alias of it).
  *
  * Everything a batch holds is recomputed independently here: the splits from
  * the target_time days, the train statistics of every feature (two passes,
  * unbiased), the cross-section target normalization, and each day's edges
  * with the textbook one-pass Pearson formula and a plain sort of the |corr|
  * (not the loader's centered two-pass one and selection). */
+#include <fcntl.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "loader_test_util.h"
 #include "pl_test.h"
@@ -74,7 +76,7 @@ static int write_names(const char *p, const char *ds, const char *attr, const ch
 }
 
 static const char *pfile_write(const pfile *f, const char *name, char *buf, size_t n) {
-    const char *p = pl_test_tmp_path("hdf5_graph", name, buf, n);
+    const char *p = pl_test_tmp_path("hdf5_panel", name, buf, n);
     remove(p);
     ck_assert_int_eq(lt_write(p, "features", H5T_NATIVE_FLOAT, 3, (long long[]){PT, PS, PF}, f->x),
                      0);
@@ -91,9 +93,9 @@ static const char *pfile_write(const pfile *f, const char *name, char *buf, size
 
 static pl_status open_panel(lt_loader *L, const pfile *f, const char *name, const char *cfg) {
     char p[512], body[2048];
-    snprintf(body, sizeof body, "path = %s\nmode = panel\n%s", pfile_write(f, name, p, sizeof p),
+    snprintf(body, sizeof body, "path = %s\n%s", pfile_write(f, name, p, sizeof p),
              cfg);
-    return lt_open(L, "hdf5_graph", body, NULL);
+    return lt_open(L, "hdf5_panel", body, NULL);
 }
 
 static int64_t meta_i(const lt_loader *L, const char *key) {
@@ -701,13 +703,13 @@ static void panel_error(const pfile *f, const char *extra, int nd, const long lo
     if (extra)
         ck_assert_int_eq(
             lt_write(p, extra, i64 ? H5T_NATIVE_LLONG : H5T_NATIVE_FLOAT, nd, dims, data), 0);
-    snprintf(body, sizeof body, "path = %s\nmode = panel\n%s", p, cfg);
+    snprintf(body, sizeof body, "path = %s\n%s", p, cfg);
     lt_loader L;
-    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_int_ne(lt_open(&L, "hdf5_panel", body, NULL), PL_OK);
     const char *m = pl_error_message();
     ck_assert_msg(strstr(m, want1) && (!want2 || strstr(m, want2)), "expected '%s' / '%s' in: %s",
                   want1, want2 ? want2 : "", m);
-    if (!strstr(want1, "hdf5_graph:")) ck_assert_msg(strstr(m, p), "file name missing in: %s", m);
+    if (!strstr(want1, "hdf5_panel:")) ck_assert_msg(strstr(m, p), "file name missing in: %s", m);
 }
 
 START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
@@ -753,7 +755,7 @@ START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
     /* splits */
     panel_error(&f, NULL, 0, NULL, NULL, false,
                 "train_end = 2020-01-25\nval_end = 2020-01-26\ntest_end = 2020-01-26\n" GEOM,
-                "hdf5_graph: test_end = 2020-01-26 must be after val_end = 2020-01-26", NULL);
+                "hdf5_panel: test_end = 2020-01-26 must be after val_end = 2020-01-26", NULL);
     panel_error(&f, NULL, 0, NULL, NULL, false,
                 "train_end = 2019-01-25\nval_end = 2020-02-02\n" GEOM,
                 "split 'train' is empty: no usable row has a target_time day on or before "
@@ -766,9 +768,9 @@ START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
                 "2020-03-02",
                 NULL);
     panel_error(&f, NULL, 0, NULL, NULL, false, "train_end = 2020-02-30\nval_end = 2020-03-02\n",
-                "hdf5_graph: train_end = '2020-02-30': expected a date YYYY-MM-DD", NULL);
+                "hdf5_panel: train_end = '2020-02-30': expected a date YYYY-MM-DD", NULL);
     panel_error(&f, NULL, 0, NULL, NULL, false, "val_end = 2020-03-02\n",
-                "hdf5_graph: mode = panel needs train_end = YYYY-MM-DD", NULL);
+                "hdf5_panel: needs train_end = YYYY-MM-DD", NULL);
     /* options against the file */
     snprintf(cfg, sizeof cfg, "%sgraph_feature = ret_5d\n", ok);
     panel_error(&f, NULL, 0, NULL, NULL, false, cfg,
@@ -787,25 +789,96 @@ START_TEST(bad_files_are_refused_naming_dataset_expected_and_found) {
                 "dataset 'unnamed' needs attribute 'feature_names' with its 3 feature names",
                 "found 0 names");
     panel_error(&f, NULL, 0, NULL, NULL, false, DATES GEOM "factors = \"\"\n",
-                "hdf5_graph: factors = \"\" names a dataset called \"\"", "write `factors =`");
-    /* options of other modes */
-    snprintf(cfg, sizeof cfg, "%srow_normalize = true\n", ok);
-    panel_error(&f, NULL, 0, NULL, NULL, false, cfg,
-                "hdf5_graph: option 'row_normalize' applies to mode = node or graphs only (this "
-                "section has mode = panel)",
-                NULL);
+                "hdf5_panel: factors = \"\" names a dataset called \"\"", "write `factors =`");
+    /* a key of hdf5_graph's node / graphs modes is no option of hdf5_panel */
     char p[512], body[1024];
-    pfile_write(&f, "graphs_opt.h5", p, sizeof p);
-    snprintf(body, sizeof body, "path = %s\nmode = graphs\nwindow = 5\n", p);
+    pfile_write(&f, "other_opt.h5", p, sizeof p);
+    snprintf(body, sizeof body, "path = %s\n%srow_normalize = true\n", p, ok);
     lt_loader L;
+    ck_assert_int_eq(lt_open(&L, "hdf5_panel", body, NULL), PL_ERR_CONFIG);
+    ck_assert_msg(strstr(pl_error_message(), "unknown key 'row_normalize'"), "%s",
+                  pl_error_message());
+}
+END_TEST
+
+/* hdf5_graph with mode = panel (deprecated) serves hdf5_panel's batches,
+ * says once to use hdf5_panel, and still refuses the keys of the other
+ * modes (and a panel key in graphs mode). */
+static void open_alias_twice(void) {
+    pfile f;
+    pfile_init(&f);
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\nmode = panel\n" DATES GEOM,
+             pfile_write(&f, "alias.h5", p, sizeof p));
+    for (int i = 0; i < 2; i++) {
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, "hdf5_graph", body, NULL));
+        lt_close(&L);
+    }
+}
+
+START_TEST(hdf5_graph_mode_panel_is_an_alias) {
+    pfile f;
+    pfile_init(&f);
+    char p[512], body[1024], why[512];
+    pfile_write(&f, "alias.h5", p, sizeof p);
+    /* one deprecation line for two loaders (the first in this process) */
+    char errp[512];
+    pl_test_tmp_path("hdf5_panel", "alias_stderr.txt", errp, sizeof errp);
+    fflush(stderr);
+    int keep = dup(2), fd = open(errp, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    ck_assert(keep >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    open_alias_twice();
+    fflush(stderr);
+    dup2(keep, 2);
+    close(keep);
+    FILE *ef = fopen(errp, "r");
+    char err[8192] = "";
+    size_t n = ef ? fread(err, 1, sizeof err - 1, ef) : 0;
+    if (ef) fclose(ef);
+    err[n] = 0;
+    const char *line = "hdf5_graph (mode = panel) is deprecated: use plugin = hdf5_panel";
+    const char *at = strstr(err, line);
+    ck_assert_msg(at && !strstr(at + 1, line), "stderr: %s", err);
+    lt_epoch e[2][2];
+    for (int a = 0; a < 2; a++) {
+        snprintf(body, sizeof body, "path = %s\n%s" DATES GEOM "batch_size = 4\n", p,
+                 a ? "mode = panel\n" : "");
+        lt_loader L;
+        PL_CK_OK(lt_open(&L, a ? "hdf5_graph" : "hdf5_panel", body, NULL));
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 3, 0));
+        ck_assert_int_eq(lt_read_epoch(&L, &e[a][0]), 0);
+        PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_VAL, 0, 0));
+        ck_assert_int_eq(lt_read_epoch(&L, &e[a][1]), 0);
+        lt_close(&L);
+    }
+    ck_assert_int_gt(e[0][0].nb, 1);
+    for (int s = 0; s < 2; s++) {
+        const char *d = lt_epoch_tail_diff(&e[0][s], 0, &e[1][s], why, sizeof why);
+        ck_assert_msg(d == NULL, "split %d: %s", s, d);
+        lt_epoch_free(&e[0][s]);
+        lt_epoch_free(&e[1][s]);
+    }
+    /* the keys of the other modes stay refused */
+    snprintf(body, sizeof body, "path = %s\nmode = panel\n" DATES GEOM "row_normalize = true\n", p);
+    lt_loader L;
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "hdf5_graph: option 'row_normalize' applies to mode "
+                                             "= node or graphs only (this section has mode = "
+                                             "panel)"),
+                  "%s", pl_error_message());
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\nwindow = 5\n", p);
     ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
     ck_assert_msg(strstr(pl_error_message(), "option 'window' applies to mode = panel only"), "%s",
                   pl_error_message());
 }
 END_TEST
 
-TCase *panel_tests(void);
-TCase *panel_tests(void) {
+int main(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    Suite *s = suite_create("hdf5_panel");
     TCase *tc = tcase_create("panel");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, panel_batches_match_an_independent_computation);
@@ -821,5 +894,7 @@ TCase *panel_tests(void) {
     tcase_add_test(tc, batch_fields_match_every_batch);
     tcase_add_test(tc, epochs_allocate_nothing);
     tcase_add_test(tc, bad_files_are_refused_naming_dataset_expected_and_found);
-    return tc;
+    tcase_add_test(tc, hdf5_graph_mode_panel_is_an_alias);
+    suite_add_tcase(s, tc);
+    return pl_test_run(s);
 }
