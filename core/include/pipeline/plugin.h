@@ -53,8 +53,14 @@ extern "C" {
  *          the one tokenizer of comma-list options); pl_tensor_storage_nbytes;
  *          pl_swiglu (PL_OP_SWIGLU); relu, sigmoid, tanh, exp, softmax and
  *          log_softmax save their output, which their backward kernels read
- *          as in[2] (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 7
+ *          as in[2] (backend.h: an out-of-tree backend must follow)
+ * minor 8: pl_backend.capture_begin / capture_end / graph_replay /
+ *          graph_release and pipeline/graph.h (whole-step graphs, [trainer]
+ *          cuda_graphs); adamw_step / sgd_step take their coefficients from a
+ *          device tensor in[2] when p.flags bit0 is set; dropout adds
+ *          p.start * (device i64 *p.extra) to its counter when p.extra is set
+ *          (backend.h: an out-of-tree backend must follow) */
+#define PL_ABI_MINOR 8
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
