@@ -26,6 +26,7 @@
  * backend's message, naming the call; set cuda_graphs = false to run it
  * eagerly.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/graph.h"
@@ -124,6 +125,33 @@ static const char *batch_differs(const tr_graph_state *gs, const pl_batch *b, ch
     return NULL;
 }
 
+/* Whether b's fields differ from the remembered batch p in count, size,
+ * dtype or shape. */
+static bool shapes_differ(const pl_batch *p, const pl_batch *b) {
+    if (p->n != b->n || p->size != b->size) return true;
+    for (int i = 0; i < b->n; i++) {
+        const pl_tensor *x = b->fields[i], *y = p->fields[i];
+        if (!x || !y || x->dtype != y->dtype || x->ndim != y->ndim) return true;
+        for (int d = 0; d < x->ndim; d++)
+            if (x->shape[d] != y->shape[d]) return true;
+    }
+    return false;
+}
+
+/* Remember a warm-up batch's shapes and addresses. */
+static void remember(tr_graph_state *gs, const pl_batch *b) {
+    int n = b->n < PL_BATCH_MAX_FIELDS ? b->n : PL_BATCH_MAX_FIELDS;
+    gs->prev_shape = (pl_batch){.n = n, .size = b->size};
+    for (int i = 0; i < n; i++) {
+        const pl_tensor *x = b->fields[i];
+        gs->prev[i] = x ? pl_tensor_data(x) : NULL;
+        if (x) {
+            gs->prev_desc[i] = *x; /* the descriptor only: dtype, rank, shape */
+            gs->prev_shape.fields[i] = &gs->prev_desc[i];
+        }
+    }
+}
+
 /* The static inputs: a copy of every field of b, kept for the fit. */
 static pl_status make_static(trainer *t, const pl_batch *b) {
     tr_graph_state *gs = &t->gs;
@@ -177,7 +205,7 @@ static pl_status replay(trainer *t, int64_t b, double *lr) {
 
 /* Capture the step on batch b (its inputs copied into fresh static ones),
  * then replay it once: the step of batch b. */
-static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr) {
+static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr, bool *in_optim) {
     tr_graph_state *gs = &t->gs;
     pl_graph_dropout_learn(false);
     pl_status st = make_static(t, b);
@@ -189,7 +217,19 @@ static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr) 
     st = pl_graph_capture_begin(t->ctx.device);
     if (!st) {
         int r = tr_train_micro_batch(t, &gs->in, bi, &pending, &lv, &st);
-        if (r > 0 && !st) st = tr_optimizer_step_body(t, &gnorm, lr);
+        /* a test hook (test_strict_graphs.sh): a host read inside the captured step */
+        const char *tv = getenv("PL_GRAPH_TEST_VIOLATION");
+        if (!st && tv && !strcmp(tv, "host_read")) {
+            pl_frame_begin();
+            double x = pl_tensor_item(pl_tensor_view_rows(t->sv.gvals, 0, 1));
+            (void)x;
+            st = pl_error_status();
+            pl_frame_end();
+        }
+        if (r > 0 && !st) {
+            *in_optim = true;
+            st = tr_optimizer_step_body(t, &gnorm, lr);
+        }
         pl_graph *g = NULL;
         pl_status es = pl_graph_capture_end(&g);
         if (!st) st = es;
@@ -219,11 +259,16 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_st
     char why[768];
     if (!gs->g) {
         bool learn_now = gs->eager_steps >= GRAPH_WARMUP - 1;
-        if (gs->eager_steps < GRAPH_WARMUP || gs->learn_micro < 0 || gs->learn_micro + 1 != t->micro) {
-            /* warm-up (the last one learns dropout's counters) */
+        /* capture a batch of the shapes the step before had (batches of graphs,
+         * whose shapes change every step, are never captured) */
+        bool stable = gs->eager_steps >= GRAPH_WARMUP && !shapes_differ(&gs->prev_shape, batch);
+        if (gs->eager_steps >= GRAPH_WARMUP && !stable)
+            reason(t, "%sbatch shapes change from step to step; steps run eagerly until two in a "
+                   "row have the same shapes", "");
+        if (!stable || gs->learn_micro < 0 || gs->learn_micro + 1 != t->micro) {
+            /* warm-up (from the one before the capture on, dropout's counters are learned) */
             gs->eager_steps++;
-            for (int i = 0; i < batch->n && i < PL_BATCH_MAX_FIELDS; i++)
-                gs->prev[i] = batch->fields[i] ? pl_tensor_data(batch->fields[i]) : NULL;
+            remember(gs, batch);
             pl_graph_dropout_learn(learn_now);
             gs->learn_micro = learn_now ? t->micro : -1;
             return 0;
@@ -236,10 +281,21 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_st
             return 0;
         }
         /* bookkeeping as an eager step's (b, batch index, the loss record) */
-        *st = capture(t, batch, b, lr);
+        bool in_optim = false;
+        *st = capture(t, batch, b, lr, &in_optim);
         if (*st) {
             gs->failed = true;
+            pl_graph_dropout_learn(false);
             tr_log(t, "cuda_graphs: capturing the training step failed: %s\n", pl_error_message());
+            if (!gs->explicit_on && !in_optim) {
+                /* auto: nothing of it ran on the device and the optimizer did not
+                 * step; this batch and the rest run eagerly */
+                pl_tape_clear();
+                pl_error_clear();
+                *st = PL_OK;
+                tr_log(t, "cuda_graphs: the training step runs eagerly\n");
+                return 0;
+            }
             pl_hint_set("set [trainer] cuda_graphs = false to train eagerly; the message names what "
                         "in the step reads the host or allocates outside the graph");
             return -1;

@@ -135,6 +135,8 @@ typedef struct tr_graph_state {
      * address stay valid */
     bool shared[PL_BATCH_MAX_FIELDS];
     const void *prev[PL_BATCH_MAX_FIELDS]; /* the last warm-up batch's addresses */
+    pl_batch prev_shape; /* the last warm-up batch (its fields' descriptors, borrowed: shapes only) */
+    pl_tensor prev_desc[PL_BATCH_MAX_FIELDS];
 } tr_graph_state;
 
 typedef struct trainer {
