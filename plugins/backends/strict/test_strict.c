@@ -232,6 +232,19 @@ START_TEST(fill_random_draws_the_hosts_values) {
 }
 END_TEST
 
+/* Whole-step graphs (graph.h) on the strict device: a captured and replayed
+ * training step gives the eager run's losses and weights bit for bit (the
+ * learning rate, bias correction and dropout counter that change every step
+ * reach the replays through the device); a host read while capturing fails
+ * naming it. pl_test_graph_step / _violation (tests/common) run the same
+ * checks on a GPU in test_cuda. */
+START_TEST(graph_capture_replays_a_step) {
+    load();
+    pl_test_graph_step(g_dev, 7, 0.0);
+    pl_test_graph_violation(g_dev);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -241,6 +254,7 @@ int main(void) {
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
+    tcase_add_test(tc, graph_capture_replays_a_step);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
