@@ -34,12 +34,18 @@
 
 #define GRAPH_WARMUP 2
 
-static void reason(trainer *t, const char *fmt, const char *arg) {
-    if (t->gs.reason_logged) return;
-    t->gs.reason_logged = true;
+/* Log why steps run eagerly, once per fit for the reasons before a capture
+ * and once for the batches after it (flag). */
+static void reason_once(trainer *t, bool *flag, const char *fmt, const char *arg) {
+    if (*flag) return;
+    *flag = true;
     char msg[512];
     snprintf(msg, sizeof msg, fmt, arg);
     tr_log(t, "cuda_graphs: %s\n", msg);
+}
+
+static void reason(trainer *t, const char *fmt, const char *arg) {
+    reason_once(t, &t->gs.reason_logged, fmt, arg);
 }
 
 void tr_graph_begin(trainer *t) {
@@ -303,7 +309,7 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_st
     } else {
         const char *d = batch_differs(gs, batch, why, sizeof why);
         if (d) {
-            reason(t, "%s; that step runs eagerly (logged once)", d);
+            reason_once(t, &gs->fallback_logged, "%s; that step runs eagerly (logged once)", d);
             gs->fallbacks++;
             return 0;
         }

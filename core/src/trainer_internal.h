@@ -120,7 +120,7 @@ struct pl_graph;
 typedef struct tr_graph_state {
     int mode;          /* 0 off, 1 on (decided at the fit's start) */
     bool explicit_on;  /* cuda_graphs = true (a failed capture fails the run) */
-    bool reason_logged, failed;
+    bool reason_logged, fallback_logged, failed;
     int64_t eager_steps; /* optimizer steps run eagerly in graph mode */
     int64_t learn_micro; /* micro-step of the step whose dropout calls were learned; -1 */
     struct pl_graph *g;

@@ -13,10 +13,12 @@
  * Sizes are the size-class rounded block sizes (PyTorch counts its 512-byte
  * rounded sizes the same way). pl_alloc_reset_peak is
  * torch.cuda.reset_peak_memory_stats: both peaks restart at the current
- * values. On the CUDA backend every kernel runs on one (the legacy default)
- * stream, so a block freed by the host and handed out again is only touched
- * by kernels issued after the ones that used it: stream-ordered reuse without
- * events. The strict device (plugins/backends/strict) sits under the same
+ * values. On the CUDA backend every kernel of a thread runs on one stream
+ * (the thread's default stream; the trainer computes on one thread), so a
+ * block freed by the host and handed out again is only touched by kernels
+ * issued after the ones that used it: stream-ordered reuse without events.
+ * A captured graph's allocations come from a pool of its own whose blocks
+ * no other work gets while the graph lives (graph.h; alloc.c). The strict device (plugins/backends/strict) sits under the same
  * allocator, so it reports the same pair without a GPU.
  * Thread-safe (one mutex per device).
  */

@@ -37,6 +37,13 @@
  *             pl_autograd_needed_inputs). relu, sigmoid, tanh, exp, softmax,
  *             log_softmax and causal_softmax save their output: it is in[2],
  *             and their input in[1] is a stub (pl_autograd_saves_output).
+ *   captured graphs (ABI 2.8, graph.h): values that change every step come
+ *             from device memory instead of the launch. adamw_step / sgd_step
+ *             with p.flags bit0 set: p.extra is NULL, in[1] is the found_inf
+ *             flag or NULL, in[2] holds the pl_adamw_coef / pl_sgd_coef bytes
+ *             (f32 [16] on the device). dropout with p.extra set: p.extra is
+ *             an i64 [1] device tensor d, and the counter used is
+ *             p.counter + p.start * d[0] (wrapping, as uint64).
  * Shape / index / broadcast geometry and the RoPE table every backend needs
  * are in backend_util.h.
  */
