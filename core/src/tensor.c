@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/graph.h"
 #include "internal.h"
 
 /* ---- dtypes ---------------------------------------------------------- */
@@ -743,10 +742,10 @@ pl_status pl_tensor_fill_(pl_tensor *t, double v) {
             return b ? b->memset(pl_tensor_data(t), t->device, 0, pl_tensor_nbytes(t))
                      : pl_error_status();
         }
-        if (pl_graph_capturing() && pl_tensor_is_contiguous(t) &&
-            (t->dtype == PL_F32 || t->dtype == PL_BF16)) {
-            /* a captured graph cannot copy from the host: zero, then add v in
-             * place on the device (the same value: 0 + (float)v, rounded to
+        if (pl_tensor_is_contiguous(t) && (t->dtype == PL_F32 || t->dtype == PL_BF16)) {
+            /* on the device, no copy from the host (a captured graph cannot
+             * contain one, graph.h, and a GPU waits for a pageable one): zero,
+             * then add v in place (the same value: 0 + (float)v, rounded to
              * t's dtype as the host's store would) */
             const pl_backend *b = pl_backend_get(t->device.type);
             pl_status s = b ? b->memset(pl_tensor_data(t), t->device, 0, pl_tensor_nbytes(t))
