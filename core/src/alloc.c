@@ -156,10 +156,20 @@ static void pool_free_struct(pl_mempool *p) {
     free(p);
 }
 
+/* set while this thread's pl_alloc calls the backend's raw_alloc
+ * (pl_alloc_in_raw_alloc: a capturing backend tells the core's own
+ * allocations, which a graph's pool accounts for, from any other) */
+static _Thread_local bool tl_in_raw;
+
+bool pl_alloc_in_raw_alloc(void) { return tl_in_raw; }
+
 static void *raw_alloc(pl_device dev, size_t size) {
     if (dev.type == PL_DEVICE_CPU) return aligned_alloc(64, size);
     const pl_backend *b = pl_backend_get(dev.type);
-    return b && b->raw_alloc ? b->raw_alloc(dev.index, size) : NULL;
+    tl_in_raw = true;
+    void *p = b && b->raw_alloc ? b->raw_alloc(dev.index, size) : NULL;
+    tl_in_raw = false;
+    return p;
 }
 
 static void raw_free(pl_device dev, void *p) {

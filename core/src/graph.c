@@ -124,6 +124,7 @@ pl_status pl_graph_capture_end(pl_graph **out) {
                          "the step before it %d (the step is not the same every time)",
                          g->n_drop, tl_n_learn);
     }
+    tl_n_learn = 0; /* the learned step belongs to this capture only */
     if (!s) s = upload_table(g);
     if (s) {
         graph_free(g);

@@ -292,6 +292,22 @@ void pl_test_graph_violation(pl_device d) {
     ck_assert_msg(strstr(pl_error_message(), "host read"), "capture_end: %s", pl_error_message());
     ck_assert_ptr_null(g);
     ck_assert(!pl_graph_capturing());
+    /* memory the core's allocator did not ask for (a kernel's own scratch) */
+    const pl_backend *b = pl_backend_get(d.type);
+    PL_CK_OK(pl_graph_capture_begin(d));
+    ck_assert_ptr_null(b->raw_alloc(d.index, 4096));
+    ck_assert_msg(strstr(pl_error_message(), "outside the graph's pool"), "raw_alloc while capturing: %s",
+                  pl_error_message());
+    ck_assert_int_ne(pl_graph_capture_end(&g), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "outside the graph's pool"), "capture_end: %s",
+                  pl_error_message());
+    /* the core's allocator inside a capture: served from the graph's pool */
+    PL_CK_OK(pl_graph_capture_begin(d));
+    pl_tensor *big = pl_tensor_empty(PL_F32, 1, (int64_t[]){1 << 20}, d);
+    ck_assert_msg(big != NULL, "%s", pl_error_message());
+    pl_tensor_release(big);
+    PL_CK_OK(pl_graph_capture_end(&g));
+    pl_graph_release(g);
     pl_error_clear();
     pl_frame_end();
 }

@@ -44,7 +44,9 @@ double pl_test_max_abs_diff(const pl_tensor *a, const pl_tensor *b);
 void pl_test_graph_step(pl_device d, int steps, double tol);
 /* On device d: a host read (pl_tensor_item) inside a capture fails naming a
  * host read, and pl_graph_capture_end then fails too; a capture_begin while
- * capturing is refused. Fails the test otherwise. */
+ * capturing is refused; a raw_alloc of the backend's own while capturing
+ * fails naming an allocation outside the graph's pool, while the core's
+ * allocator (a new 4 MiB tensor) is served. Fails the test otherwise. */
 void pl_test_graph_violation(pl_device d);
 
 /* ck_assert with the thread's pl error message on failure. */

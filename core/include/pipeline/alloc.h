@@ -25,6 +25,7 @@
 #ifndef PIPELINE_ALLOC_H
 #define PIPELINE_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,6 +59,13 @@ pl_alloc_stats pl_alloc_get_stats(pl_device dev);
 void pl_alloc_reset_peak(pl_device dev);
 /* Give cached blocks back to the system. */
 void pl_alloc_empty_cache(pl_device dev);
+/* Whether the calling thread is inside pl_alloc's call of the backend's
+ * raw_alloc. A backend capturing a graph (backend.h, capture_begin) accepts
+ * a raw allocation from the capturing thread only then: the core's
+ * allocator serves a capture from the graph's pool (graph.h); a raw
+ * allocation from anywhere else (a kernel's own scratch) would not be
+ * reserved for the graph. (ABI 2.8) */
+bool pl_alloc_in_raw_alloc(void);
 
 #ifdef __cplusplus
 }

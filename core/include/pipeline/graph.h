@@ -101,7 +101,8 @@ int pl_graph_optim_calls(const pl_graph *g);
 
 /* Dropout: on = record the counters of the calling thread's dropout calls
  * (a training step, with dropout active, one micro-step before the
- * capture); off stops recording and keeps the list for the next capture.
+ * capture); off stops recording and keeps the list for the next capture,
+ * which uses it up.
  * pl_graph_set_micro_delta writes delta = micro-steps since the capture
  * into the graph's device i64 (one host-to-device copy, between replays). */
 void pl_graph_dropout_learn(bool on);

@@ -64,6 +64,11 @@ static pl_status capture_violation(const char *what, size_t n) {
 
 static void *cu_raw_alloc(int device, size_t n) {
     void *p = NULL;
+    if (tl_cap_dev >= 0 && !pl_alloc_in_raw_alloc()) { /* not the graph's pool growing */
+        capture_violation("an allocation outside the graph's pool (a raw_alloc not from the "
+                          "core's allocator)", n);
+        return NULL;
+    }
     if (cudaSetDevice(device) != cudaSuccess) return NULL;
     /* while this thread captures, the core's allocator grows the graph's pool:
      * cudaMalloc is not a stream operation, so it is allowed (relaxed mode for

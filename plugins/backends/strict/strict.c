@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipeline/alloc.h"
 #include "pipeline/backend.h"
 #include "pipeline/backend_util.h"
 #include "pipeline/plugin.h"
@@ -192,6 +193,13 @@ static bool insert(uintptr_t base, size_t len) {
 
 static void *st_raw_alloc(int device, size_t n) {
     (void)device;
+    /* while capturing, only the core's allocator may map memory (it serves the
+     * capture from the graph's pool); anything else is not reserved for the graph */
+    if (tl_cap && !pl_alloc_in_raw_alloc()) {
+        violation("an allocation outside the graph's pool (a raw_alloc not from the core's "
+                  "allocator)", n);
+        return NULL;
+    }
     if (!g_page) g_page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = ((n ? n : 1) + g_page - 1) / g_page * g_page;
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
