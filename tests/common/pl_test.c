@@ -305,7 +305,9 @@ void pl_test_graph_violation(pl_device d) {
     PL_CK_OK(pl_graph_capture_begin(d));
     pl_tensor *big = pl_tensor_empty(PL_F32, 1, (int64_t[]){1 << 20}, d); /* the frame's */
     ck_assert_msg(big != NULL, "%s", pl_error_message());
+    PL_CK_OK(pl_tensor_fill_(big, 0.0)); /* a memset: a graph with one node */
     PL_CK_OK(pl_graph_capture_end(&g));
+    PL_CK_OK(pl_graph_replay(g));
     pl_graph_release(g);
     pl_error_clear();
     pl_frame_end();
