@@ -43,6 +43,9 @@
 #   GPU_CHECK_BUILD=DIR            build directory (default: build-gpu)
 #   GPU_CHECK_JOBS=N               build / ctest parallelism
 #   GPU_CHECK_STEPS=N              training steps per config in `curves`
+#   GPU_CHECK_CUDA_GRAPHS=false    [trainer] cuda_graphs of the device runs in `curves`
+#                                  (default: the configs' own, auto = on for cuda; the
+#                                  report lists each run's capture / replay line)
 #   GPU_CHECK_DEVICE=cuda          the device compared with the CPU in `curves`
 #                                  (cpu: a dry run of the step on a machine without GPU)
 #   PL_CONFORMANCE_BACKEND=NAME    check backend plugin NAME instead of "cuda"
@@ -296,7 +299,11 @@ if want curves; then
             say "curves: $name, $steps steps on cpu and on $device"
             curve_run ref cpu "$cfg" "$out/logs/curves-$name-cpu.log" "${common[@]}" "${extra[@]}" &
             p_ref=$!
-            curve_run dev "$device" "$cfg" "$out/logs/curves-$name-$device.log" "${common[@]}" "${extra[@]}" &
+            # the device run with [trainer] cuda_graphs as GPU_CHECK_CUDA_GRAPHS says (default:
+            # the config's own, auto: the step captured and replayed on cuda)
+            graphs=()
+            [ -n "${GPU_CHECK_CUDA_GRAPHS:-}" ] && graphs=("trainer.cuda_graphs=$GPU_CHECK_CUDA_GRAPHS")
+            curve_run dev "$device" "$cfg" "$out/logs/curves-$name-$device.log" "${common[@]}" "${extra[@]}" "${graphs[@]}" &
             p_dev=$!
             wait $p_ref
             rc_ref=$?
@@ -329,6 +336,14 @@ if want curves; then
             echo "| config | steps | first | max (step) | final | tolerance | status |"
             echo "|---|---|---|---|---|---|---|"
             cat "$rows"
+            echo
+            echo "Whole-step graphs of the $device runs ([trainer] cuda_graphs${GPU_CHECK_CUDA_GRAPHS:+ = $GPU_CHECK_CUDA_GRAPHS}; the runs' own lines):"
+            echo
+            for f in "$out"/logs/curves-*-"$device".log; do
+                [ -e "$f" ] || continue
+                n=${f##*/curves-}
+                grep -h 'cuda_graphs:' "$f" | sed "s|^|- ${n%-"$device".log}: |" | head -4
+            done
         } | section 30 curves
         summary="$n_pass pass, $n_fail fail, $n_skip skipped of $((n_pass + n_fail + n_skip)) configs ($device vs cpu)"
         if [ "$n_fail" -gt 0 ]; then

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_internal.h"
 #include "internal.h"
 
 #define PL_MAX_DEVICES 8
@@ -29,6 +30,25 @@ typedef struct device_cache {
 } device_cache;
 
 static device_cache g_caches[2][PL_MAX_DEVICES];
+
+/* A graph-private pool (graph_internal.h): while it is the calling thread's
+ * current pool, that thread's allocations on its device come from it. Its
+ * blocks (owned[], sorted) return to it when freed, from any thread, and are
+ * handed out again only while it is current: addresses a captured graph
+ * uses are never given to other work. A miss takes a block of the class
+ * from the device's free list before asking the backend. Guarded by the
+ * device cache's mutex. */
+struct pl_mempool {
+    pl_device dev;
+    free_list lists[N_CLASSES];
+    int n_lists;
+    void **owned; /* [n_owned] sorted by address */
+    size_t n_owned, cap_owned;
+    bool released; /* its graph is gone: blocks go back to the device's cache */
+};
+#define MAX_POOLS 16
+static pl_mempool *g_pools[2][PL_MAX_DEVICES][MAX_POOLS];
+static _Thread_local pl_mempool *tl_pool;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_caches(void) {
@@ -51,20 +71,105 @@ static size_t round_size(size_t n) {
     return (n + step - 1) / step * step;
 }
 
-static free_list *find_list(device_cache *c, size_t size) {
-    for (int i = 0; i < c->n_lists; i++)
-        if (c->lists[i].size == size) return &c->lists[i];
-    if (c->n_lists == N_CLASSES) return NULL;
-    free_list *l = &c->lists[c->n_lists++];
+static free_list *find_list_in(free_list *lists, int *n_lists, size_t size) {
+    for (int i = 0; i < *n_lists; i++)
+        if (lists[i].size == size) return &lists[i];
+    if (*n_lists == N_CLASSES) return NULL;
+    free_list *l = &lists[(*n_lists)++];
     memset(l, 0, sizeof *l);
     l->size = size;
     return l;
 }
 
+static free_list *find_list(device_cache *c, size_t size) {
+    return find_list_in(c->lists, &c->n_lists, size);
+}
+
+/* Push ptr on l (grown geometrically); false when it cannot grow. */
+static bool list_push(free_list *l, void *ptr) {
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 8;
+        void **nb = realloc(l->blocks, (size_t)nc * sizeof(void *));
+        if (!nb) return false;
+        l->blocks = nb;
+        l->cap = nc;
+    }
+    l->blocks[l->n++] = ptr;
+    return true;
+}
+
+/* ---- graph-private pools (caller holds the device cache's mutex) ---- */
+
+static size_t owned_pos(const pl_mempool *p, const void *ptr) {
+    size_t lo = 0, hi = p->n_owned;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)p->owned[mid] < (uintptr_t)ptr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static bool pool_owns(const pl_mempool *p, const void *ptr) {
+    size_t i = owned_pos(p, ptr);
+    return i < p->n_owned && p->owned[i] == ptr;
+}
+
+static bool pool_adopt(pl_mempool *p, void *ptr) {
+    if (p->n_owned == p->cap_owned) {
+        size_t nc = p->cap_owned ? 2 * p->cap_owned : 64;
+        void **nb = realloc(p->owned, nc * sizeof *nb);
+        if (!nb) return false;
+        p->owned = nb;
+        p->cap_owned = nc;
+    }
+    size_t i = owned_pos(p, ptr);
+    memmove(&p->owned[i + 1], &p->owned[i], (p->n_owned - i) * sizeof *p->owned);
+    p->owned[i] = ptr;
+    p->n_owned++;
+    return true;
+}
+
+static void pool_disown(pl_mempool *p, void *ptr) {
+    size_t i = owned_pos(p, ptr);
+    if (i < p->n_owned && p->owned[i] == ptr) {
+        memmove(&p->owned[i], &p->owned[i + 1], (p->n_owned - i - 1) * sizeof *p->owned);
+        p->n_owned--;
+    }
+}
+
+static pl_mempool *owning_pool(pl_device dev, const void *ptr) {
+    for (int i = 0; i < MAX_POOLS; i++) {
+        pl_mempool *p = g_pools[dev.type][dev.index][i];
+        if (p && pool_owns(p, ptr)) return p;
+    }
+    return NULL;
+}
+
+static void pool_free_struct(pl_mempool *p) {
+    for (int i = 0; i < MAX_POOLS; i++)
+        if (g_pools[p->dev.type][p->dev.index][i] == p) g_pools[p->dev.type][p->dev.index][i] = NULL;
+    for (int i = 0; i < p->n_lists; i++) free(p->lists[i].blocks);
+    free(p->owned);
+    free(p);
+}
+
+/* set while this thread's pl_alloc calls the backend's raw_alloc
+ * (pl_alloc_in_raw_alloc: a capturing backend tells the core's own
+ * allocations, which a graph's pool accounts for, from any other) */
+static _Thread_local bool tl_in_raw;
+
+bool pl_alloc_in_raw_alloc(void) { return tl_in_raw; }
+
 static void *raw_alloc(pl_device dev, size_t size) {
     if (dev.type == PL_DEVICE_CPU) return aligned_alloc(64, size);
     const pl_backend *b = pl_backend_get(dev.type);
-    return b && b->raw_alloc ? b->raw_alloc(dev.index, size) : NULL;
+    tl_in_raw = true;
+    void *p = b && b->raw_alloc ? b->raw_alloc(dev.index, size) : NULL;
+    tl_in_raw = false;
+    return p;
 }
 
 static void raw_free(pl_device dev, void *p) {
@@ -85,13 +190,30 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
     }
     size_t size = round_size(nbytes ? nbytes : 1);
     void *p = NULL;
+    pl_mempool *pool = tl_pool && pl_device_eq(tl_pool->dev, dev) ? tl_pool : NULL;
     pthread_mutex_lock(&c->mu);
     c->st.allocations++;
-    free_list *l = find_list(c, size);
+    free_list *pl = pool ? find_list_in(pool->lists, &pool->n_lists, size) : NULL;
+    if (pl && pl->n > 0) { /* the pool's own free block */
+        p = pl->blocks[--pl->n];
+        c->st.cache_hits++;
+        c->st.bytes_cached -= size;
+    }
+    free_list *l = p ? NULL : find_list(c, size);
     if (l && l->n > 0) {
         p = l->blocks[--l->n];
         c->st.cache_hits++;
         c->st.bytes_cached -= size;
+        if (pool && !pool_adopt(pool, p)) { /* cannot track it: give it back */
+            l->n++;
+            c->st.cache_hits--;
+            c->st.bytes_cached += size;
+            p = NULL;
+            pool = NULL;
+            pthread_mutex_unlock(&c->mu);
+            pl_error_set(PL_ERR_NOMEM, "pl_alloc: the graph pool's block list");
+            return NULL;
+        }
     }
     pthread_mutex_unlock(&c->mu);
     if (!p) {
@@ -107,6 +229,12 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
             return NULL;
         }
         pthread_mutex_lock(&c->mu);
+        if (pool && !pool_adopt(pool, p)) {
+            pthread_mutex_unlock(&c->mu);
+            raw_free(dev, p);
+            pl_error_set(PL_ERR_NOMEM, "pl_alloc: the graph pool's block list");
+            return NULL;
+        }
         c->st.system_allocs++;
         c->st.bytes_reserved += size;
         if (c->st.bytes_reserved > c->st.peak_reserved_bytes)
@@ -127,23 +255,22 @@ void pl_free(pl_device dev, void *ptr, size_t capacity) {
     if (!c) return;
     pthread_mutex_lock(&c->mu);
     c->st.bytes_in_use -= capacity;
-    free_list *l = find_list(c, capacity);
-    bool cached = false;
-    if (l) {
-        if (l->n == l->cap) {
-            int nc = l->cap ? l->cap * 2 : 8;
-            void **nb = realloc(l->blocks, (size_t)nc * sizeof(void *));
-            if (nb) {
-                l->blocks = nb;
-                l->cap = nc;
-            }
-        }
-        if (l->n < l->cap) {
-            l->blocks[l->n++] = ptr;
+    pl_mempool *pool = dev.type != PL_DEVICE_CPU ? owning_pool(dev, ptr) : NULL;
+    if (pool && !pool->released) {
+        free_list *pl = find_list_in(pool->lists, &pool->n_lists, capacity);
+        if (pl && list_push(pl, ptr)) {
             c->st.bytes_cached += capacity;
-            cached = true;
+            pthread_mutex_unlock(&c->mu);
+            return;
         }
+        pool_disown(pool, ptr); /* cannot keep it: the device's cache takes it */
+    } else if (pool) {
+        pool_disown(pool, ptr);
+        if (pool->n_owned == 0) pool_free_struct(pool);
     }
+    free_list *l = find_list(c, capacity);
+    bool cached = l && list_push(l, ptr);
+    if (cached) c->st.bytes_cached += capacity;
     if (!cached) c->st.bytes_reserved -= capacity;
     pthread_mutex_unlock(&c->mu);
     if (!cached) raw_free(dev, ptr);
@@ -179,5 +306,73 @@ void pl_alloc_empty_cache(pl_device dev) {
         c->st.bytes_reserved -= (size_t)l->n * l->size;
         l->n = 0;
     }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- graph-private pools (graph_internal.h) ---- */
+
+pl_mempool *pl_alloc_pool_new(pl_device dev) {
+    device_cache *c = cache_for(dev);
+    if (!c || dev.type == PL_DEVICE_CPU) {
+        pl_error_set(PL_ERR_DEVICE, "pl_alloc_pool_new: a graph pool needs an accelerator device");
+        return NULL;
+    }
+    pl_mempool *p = calloc(1, sizeof *p);
+    if (!p) {
+        pl_error_set(PL_ERR_NOMEM, "pl_alloc_pool_new");
+        return NULL;
+    }
+    p->dev = dev;
+    pthread_mutex_lock(&c->mu);
+    int slot = -1;
+    for (int i = 0; i < MAX_POOLS && slot < 0; i++)
+        if (!g_pools[dev.type][dev.index][i]) slot = i;
+    if (slot >= 0) g_pools[dev.type][dev.index][slot] = p;
+    pthread_mutex_unlock(&c->mu);
+    if (slot < 0) {
+        free(p);
+        pl_error_set(PL_ERR_INVALID, "pl_alloc_pool_new: more than %d graph pools", MAX_POOLS);
+        return NULL;
+    }
+    return p;
+}
+
+pl_mempool *pl_alloc_pool_use(pl_mempool *p) {
+    pl_mempool *prev = tl_pool;
+    tl_pool = p;
+    return prev;
+}
+
+size_t pl_alloc_pool_blocks(pl_mempool *p) {
+    if (!p) return 0;
+    device_cache *c = cache_for(p->dev);
+    pthread_mutex_lock(&c->mu);
+    size_t n = p->n_owned;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
+void pl_alloc_pool_release(pl_mempool *p) {
+    if (!p) return;
+    if (tl_pool == p) tl_pool = NULL;
+    device_cache *c = cache_for(p->dev);
+    pthread_mutex_lock(&c->mu);
+    /* its free blocks go to the device's cache; blocks still in use follow
+     * when they are freed (pl_free), and the last one frees the pool */
+    for (int i = 0; i < p->n_lists; i++) {
+        free_list *pl = &p->lists[i];
+        free_list *l = find_list(c, pl->size);
+        for (int j = 0; j < pl->n; j++) {
+            pool_disown(p, pl->blocks[j]);
+            if (!l || !list_push(l, pl->blocks[j])) {
+                c->st.bytes_cached -= pl->size;
+                c->st.bytes_reserved -= pl->size;
+                raw_free(p->dev, pl->blocks[j]);
+            }
+        }
+        pl->n = 0;
+    }
+    p->released = true;
+    if (p->n_owned == 0) pool_free_struct(p);
     pthread_mutex_unlock(&c->mu);
 }

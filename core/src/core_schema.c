@@ -69,6 +69,9 @@ static const pl_option_spec trainer_schema[] = {
     {"resume", PL_OPT_STRING, "", PL_NO_BOUNDS, NULL,
      "checkpoint to resume from: a path, or `last` (latest run of this config)"},
     {"log_every_n_steps", PL_OPT_INT, "50", 1, 1e9, NULL, "metrics.csv row every N steps"},
+    {"cuda_graphs", PL_OPT_CHOICE, "auto", PL_NO_BOUNDS, "auto|true|false",
+     "capture the training step once and replay it (CUDA graphs) while batch shapes stay the "
+     "same; auto: on for the cuda backend; true on the strict device runs its capture mode"},
     {"test", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL, "run the test split after fitting"},
     {"export", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "export model outputs to outputs/ after fitting"},

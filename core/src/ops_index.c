@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "graph_internal.h"
 #include "internal.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -231,6 +232,15 @@ pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, b
                         .p.alpha = p,
                         .p.seed = seed,
                         .p.counter = counter};
+    if (pl_graph_dropout_active()) {
+        /* a captured graph's dropout: the kernel adds p.start * (*delta) to the
+         * counter, delta being the micro-steps since the capture (graph.h) */
+        int64_t stride = 0;
+        pl_tensor *delta = pl_graph_dropout_offset(counter, &stride);
+        if (!delta && pl_graph_capturing()) return NULL;
+        k.p.extra = delta;
+        k.p.start = stride;
+    }
     k.in[0] = pl_contiguous_owned(a);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, a->shape, a->device);

@@ -4,6 +4,7 @@
  * kernels are cpu/kernels_optim.c and the CUDA plugin's. */
 #include <string.h>
 
+#include "graph_internal.h"
 #include "internal.h"
 #include "pipeline/optim_math.h"
 
@@ -32,24 +33,51 @@ static pl_tensor *g_found_inf;
 void pl_optim_set_found_inf(pl_tensor *flag) { g_found_inf = flag; }
 pl_tensor *pl_optim_found_inf(void) { return g_found_inf; }
 
-static pl_status run_step(pl_kernel_args *k) {
+/* Eager: the coefficients `coef` (n bytes) go by value through p.extra.
+ * Capturing a graph (graph.h): they go into a slot of the graph's device
+ * table, which the kernel reads (p.flags bit0, in[2]; in[1] is then the
+ * found_inf flag or NULL), so that a replay sees the values the host sets
+ * before it. Refreshing before a replay: only the slot is updated, nothing
+ * runs. */
+static pl_status run_step(pl_kernel_args *k, const void *coef, size_t n) {
+    int mode = pl_graph_optim_mode();
+    if (mode == 2) return pl_graph_optim_refresh(k->op, k->out[0], coef, n);
+    pl_tensor *slot = NULL;
+    if (mode == 1) {
+        slot = pl_graph_optim_slot(k->op, k->out[0], coef, n);
+        if (!slot) return pl_error_prefix(pl_error_status(), "%s of parameter '%s'",
+                                          pl_op_name(k->op), k->out[0]->name);
+        k->p.extra = NULL;
+        k->p.flags |= 1;
+    } else {
+        k->p.extra = (void *)coef;
+    }
+    pl_status s = PL_OK;
     if (g_found_inf) {
         pl_tensor *f = g_found_inf;
         const char *nm = k->out[0]->name;
         if (f->dtype != PL_F32 || pl_tensor_numel(f) != 1 || !pl_tensor_is_contiguous(f))
-            return pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': the found_inf flag is not a "
+            s = pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': the found_inf flag is not a "
                                 "1-element contiguous f32 tensor", pl_op_name(k->op), nm);
-        if (!pl_device_eq(f->device, k->out[0]->device)) {
+        else if (!pl_device_eq(f->device, k->out[0]->device)) {
             char d1[32], d2[32];
-            return pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': the found_inf flag is on %s, "
+            s = pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': the found_inf flag is on %s, "
                                 "the parameter on %s", pl_op_name(k->op), nm,
                                 pl_device_str(f->device, d1, sizeof d1),
                                 pl_device_str(k->out[0]->device, d2, sizeof d2));
         }
         k->in[k->n_in++] = f;
     }
-    pl_status s = pl_kernel_forward(k);
-    return s ? pl_error_prefix(s, "%s of parameter '%s'", pl_op_name(k->op), k->out[0]->name) : s;
+    if (slot) {
+        if (k->n_in == 1) k->in[k->n_in++] = NULL;
+        k->in[k->n_in++] = slot;
+    }
+    if (!s) {
+        s = pl_kernel_forward(k);
+        if (s) s = pl_error_prefix(s, "%s of parameter '%s'", pl_op_name(k->op), k->out[0]->name);
+    }
+    pl_tensor_release(slot);
+    return s;
 }
 
 pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
@@ -72,8 +100,7 @@ pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp
     pl_kernel_args k = {.op = PL_OP_ADAMW_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
                         .n_out = h->amsgrad ? 4 : 3,
                         .out = {param, exp_avg, exp_avg_sq, h->amsgrad ? max_exp_avg_sq : NULL}};
-    k.p.extra = &c;
-    return run_step(&k);
+    return run_step(&k, &c, sizeof c);
 }
 
 pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
@@ -89,6 +116,5 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
     pl_sgd_coef c = pl_sgd_coef_of(h, momentum_buf != NULL);
     pl_kernel_args k = {.op = PL_OP_SGD_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
                         .n_out = momentum_buf ? 2 : 1, .out = {param, momentum_buf}};
-    k.p.extra = &c;
-    return run_step(&k);
+    return run_step(&k, &c, sizeof c);
 }

@@ -98,6 +98,7 @@ pl_status tr_sv_begin(trainer *t) {
 
 void tr_sv_end(trainer *t) {
     tr_step_values *v = &t->sv;
+    pl_tensor_release(v->gvals);
     pl_tensor_release(v->buf);
     pl_tensor_release(v->found);
     pl_tensor_release(v->clip);
@@ -109,9 +110,31 @@ void tr_sv_end(trainer *t) {
 /* Element i of the buffer as a 1-element view (frame-owned in a frame). */
 static pl_tensor *slot(trainer *t, int64_t i) { return pl_tensor_view_rows(t->sv.buf, i, 1); }
 
-pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
+/* Where the step writes loss (k = 0) and grad norm (k = 1): the slot of
+ * buffered value n, or, in a captured step, the fixed gvals. */
+static pl_tensor *wslot(trainer *t, int64_t n, int k) {
+    if (t->sv.graph) return pl_tensor_view_rows(t->sv.gvals, k, 1);
+    return slot(t, 2 * n + k);
+}
+
+pl_status tr_sv_commit(trainer *t, int64_t b) {
     tr_step_values *v = &t->sv;
     if (v->n == v->cap) {
+        pl_status fs = tr_sv_flush(t);
+        if (fs) return fs;
+    }
+    pl_frame_begin();
+    pl_status st = pl_tensor_copy_(pl_tensor_view_rows(v->buf, 2 * v->n, 2), v->gvals);
+    pl_frame_end();
+    if (st) return pl_error_prefix(st, "trainer: the captured step's loss into the buffer");
+    v->rec[v->n] = (tr_sv_record){.epoch = t->epoch, .step = t->step, .batch = b, .step_end = true};
+    v->n++;
+    return PL_OK;
+}
+
+pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
+    tr_step_values *v = &t->sv;
+    if (v->n == v->cap && !v->graph) {
         pl_status fs = tr_sv_flush(t); /* full: an extra read, counted like any other */
         if (fs) return fs;
     }
@@ -122,7 +145,7 @@ pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
                             loss ? pl_tensor_describe(loss, d, sizeof d) : "NULL");
     }
     pl_no_grad_begin();
-    pl_status st = pl_tensor_copy_(slot(t, 2 * v->n), loss);
+    pl_status st = pl_tensor_copy_(wslot(t, v->n, 0), loss);
     if (!st) {
         /* loss * 0: 0 for a finite loss, NaN for inf or NaN */
         pl_tensor *z = pl_scale(loss, 0.0);
@@ -131,6 +154,7 @@ pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
     }
     pl_no_grad_end();
     if (st) return pl_error_prefix(st, "trainer: keeping the training loss on the device");
+    if (v->graph) return PL_OK; /* recorded by tr_sv_commit after each replay */
     v->rec[v->n] = (tr_sv_record){.epoch = t->epoch, .step = t->step, .batch = b};
     v->n++;
     return PL_OK;
@@ -138,7 +162,8 @@ pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
 
 pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     tr_step_values *v = &t->sv;
-    if (v->n == 0) return pl_error_set(PL_ERR_INTERNAL, "trainer: an optimizer step without a loss");
+    if (v->n == 0 && !v->graph)
+        return pl_error_set(PL_ERR_INTERNAL, "trainer: an optimizer step without a loss");
     int n = pl_params_count(t->ctx.params);
     pl_no_grad_begin();
     pl_frame_begin();
@@ -151,7 +176,7 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t) {
         total = total ? pl_add(total, ssq) : ssq;
         if (!total) st = pl_error_status();
     }
-    pl_tensor *norm = NULL, *gslot = slot(t, 2 * (v->n - 1) + 1);
+    pl_tensor *norm = NULL, *gslot = wslot(t, v->n - 1, 1);
     if (!st && total) {
         norm = pl_sqrt(total);
         st = norm ? pl_tensor_copy_(gslot, norm) : pl_error_status();
@@ -177,7 +202,7 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     pl_frame_end();
     pl_no_grad_end();
     if (st) return pl_error_prefix(st, "trainer: gradient norm and clipping on the device");
-    v->rec[v->n - 1].step_end = true;
+    if (!v->graph) v->rec[v->n - 1].step_end = true;
     return PL_OK;
 }
 

@@ -742,6 +742,18 @@ pl_status pl_tensor_fill_(pl_tensor *t, double v) {
             return b ? b->memset(pl_tensor_data(t), t->device, 0, pl_tensor_nbytes(t))
                      : pl_error_status();
         }
+        if (pl_tensor_is_contiguous(t) && (t->dtype == PL_F32 || t->dtype == PL_BF16)) {
+            /* on the device, no copy from the host (a captured graph cannot
+             * contain one, graph.h, and a GPU waits for a pageable one): zero,
+             * then add v in place (the same value: 0 + (float)v, rounded to
+             * t's dtype as the host's store would) */
+            const pl_backend *b = pl_backend_get(t->device.type);
+            pl_status s = b ? b->memset(pl_tensor_data(t), t->device, 0, pl_tensor_nbytes(t))
+                            : pl_error_status();
+            pl_kernel_args k = {.op = PL_OP_ADD_SCALAR, .n_in = 1, .in = {t}, .n_out = 1,
+                                .out = {t}, .p.alpha = v};
+            return s ? s : pl_kernel_forward(&k);
+        }
         pl_tensor *h = pl_tensor_new_owned(t->dtype, t->ndim, t->shape, PL_CPU);
         if (!h) return pl_error_status();
         pl_status s = pl_tensor_fill_(h, v);

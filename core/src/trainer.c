@@ -270,7 +270,11 @@ static double apply_lr(trainer *t) {
     return lr0;
 }
 
-static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
+double tr_apply_lr(trainer *t) { return apply_lr(t); }
+
+/* An optimizer step up to the gradients' zeroing: what a captured step
+ * records (graph_step.c); tr_optimizer_step_tail follows on the host. */
+pl_status tr_optimizer_step_body(trainer *t, double *gnorm, double *lr) {
     bool do_step = true;
     /* DDP: the global batch's gradient, before the unscale, inf check and clip */
     pl_status dst = tr_dist_reduce_grads(t);
@@ -293,9 +297,19 @@ static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
             st = PREC(t)->after_step(t->prec.self, t->ctx.params);
     }
     zero_grads(t);
-    t->step++;
-    if (!st && t->avg.self) st = AVG(t)->update(t->avg.self, t->epoch, t->step);
     return st;
+}
+
+/* The step count and the averager (host decisions: never captured). */
+pl_status tr_optimizer_step_tail(trainer *t) {
+    t->step++;
+    return t->avg.self ? AVG(t)->update(t->avg.self, t->epoch, t->step) : PL_OK;
+}
+
+static pl_status optimizer_step(trainer *t, double *gnorm, double *lr) {
+    pl_status st = tr_optimizer_step_body(t, gnorm, lr);
+    pl_status ts = tr_optimizer_step_tail(t);
+    return st ? st : ts;
 }
 
 /* ---- evaluation ------------------------------------------------------------------------ */
@@ -471,8 +485,8 @@ static int host_micro_batch(trainer *t, pl_tensor *loss, pl_status *st, double *
  * process: nothing is read back; its finiteness and the on_nan policy are
  * decided at the next read, step_values.c) or decided on the host (data
  * parallel), and backward. 1 / 0 / -1 as host_micro_batch. */
-static int train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *pending,
-                             double *lv, pl_status *st) {
+int tr_train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *pending,
+                         double *lv, pl_status *st) {
     t->ctx.epoch = t->epoch;
     t->ctx.global_step = t->step;
     t->ctx.micro_step = t->micro;
@@ -527,13 +541,16 @@ static pl_status train_batches(trainer *t, int64_t nb, int64_t b0, double te0, d
         if (r < 0) st = pl_error_status();
         if (r <= 0) break;
         *samples += (double)batch.size;
-        int r2 = train_micro_batch(t, &batch, b, &pending, &lv, &st);
+        /* [trainer] cuda_graphs: the whole step as the captured graph (1), or eager (0) */
+        int r2 = t->gs.mode ? tr_graph_try(t, &batch, b, &lr, &st) : 0;
+        bool graphed = r2 == 1;
+        if (r2 == 0) r2 = tr_train_micro_batch(t, &batch, b, &pending, &lv, &st);
         if (r2 < 0) break;
         if (r2 == 0) continue; /* skipped (on_nan = skip, host path) */
         tr_step_info si = {.epoch = t->epoch, .batch = b, .batch0 = b0, .batches = nb,
                            .epoch_t0 = te0, .host_loss = lv, .host_grad_norm = NAN};
-        if (++pending == t->accum || b + 1 == nb) {
-            st = optimizer_step(t, &gnorm, &lr);
+        if (graphed || ++pending == t->accum || b + 1 == nb) {
+            if (!graphed) st = optimizer_step(t, &gnorm, &lr);
             pending = 0;
             si.stepped = true;
             si.logged = t->step % t->log_every == 0;
@@ -640,6 +657,7 @@ static pl_status fit(trainer *t) {
     tr_devstats_begin(t);
     pl_status st = tr_sv_begin(t);
     if (st) return st;
+    tr_graph_begin(t);
     st = TR_CB_DISPATCH(t, on_fit_start);
     for (; !st && t->epoch < t->max_epochs && !t->should_stop; t->epoch++) {
         if (t->max_steps >= 0 && t->step >= t->max_steps) break;
@@ -648,6 +666,7 @@ static pl_status fit(trainer *t) {
     }
     if (!st) st = TR_CB_DISPATCH(t, on_fit_end);
     t->fit_s = tr_now() - t_fit0;
+    tr_graph_end(t); /* before the step values: the graph wrote into them */
     tr_sv_end(t);
     tr_devstats_log(t);
     t->ph_fit.seconds = t->fit_s;
@@ -782,6 +801,9 @@ static void read_settings(trainer *t) {
     t->log_every = pl_cfg_int(tr, "log_every_n_steps", 50);
     t->do_test = pl_cfg_bool(tr, "test", true);
     t->do_export = pl_cfg_bool(tr, "export", false);
+    const char *cg = pl_cfg_str(tr, "cuda_graphs", "auto");
+    t->gs.mode = !strcmp(cg, "true") ? 1 : !strcmp(cg, "auto") ? 2 : 0; /* tr_graph_begin decides */
+    t->gs.explicit_on = t->gs.mode == 1;
 }
 
 /* [trainer] monitor = M1[,M2...] and mode = min|max[,...] (one mode for all, or

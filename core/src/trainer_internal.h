@@ -108,7 +108,36 @@ typedef struct tr_step_values {
     bool step_bad;     /* replay: the step being replayed had a non-finite loss */
     bool last_step_skipped; /* the last step the last read completed was skipped */
     double last_loss, last_gnorm; /* the last values read (logged, progress) */
+    /* a captured step (graph_step.c) writes its loss and grad norm here, f32
+     * [2] on the device, one place for every replay; tr_sv_commit copies
+     * them into the next slot after each replay */
+    pl_tensor *gvals;
+    bool graph; /* tr_sv_loss / tr_sv_grad_norm_and_clip write into gvals */
 } tr_step_values;
+
+struct pl_graph;
+/* [trainer] cuda_graphs (graph_step.c): the captured training step. */
+typedef struct tr_graph_state {
+    int mode;          /* 0 off, 1 on (decided at the fit's start) */
+    bool explicit_on;  /* cuda_graphs = true (a failed capture fails the run) */
+    bool reason_logged, fallback_logged, failed;
+    int64_t eager_steps; /* optimizer steps run eagerly in graph mode */
+    int64_t learn_micro; /* micro-step of the step whose dropout calls were learned; -1 */
+    struct pl_graph *g;
+    int64_t cap_micro;   /* micro-step of the captured step */
+    int64_t replays, fallbacks;
+    int64_t cap_step;
+    /* the static batch the graph reads */
+    pl_batch in;
+    char names[PL_BATCH_MAX_FIELDS][64];
+    /* a field the loader hands out at the same address every step (a full
+     * graph) is read in place: no copy, and the model's caches keyed on the
+     * address stay valid */
+    bool shared[PL_BATCH_MAX_FIELDS];
+    const void *prev[PL_BATCH_MAX_FIELDS]; /* the last warm-up batch's addresses */
+    pl_batch prev_shape; /* the last warm-up batch (its fields' descriptors, borrowed: shapes only) */
+    pl_tensor prev_desc[PL_BATCH_MAX_FIELDS];
+} tr_graph_state;
 
 typedef struct trainer {
     pl_config *cfg;
@@ -194,6 +223,7 @@ typedef struct trainer {
      * device (dev_loop); data parallel reads them each step (dist.c's reductions) */
     bool dev_loop;
     tr_step_values sv;
+    tr_graph_state gs; /* graph_step.c */
 
     /* callbacks (callback.h): the built-ins, then the extra ones, in call order */
     struct tr_callback *cbs[TR_MAX_CALLBACKS];
@@ -301,6 +331,29 @@ pl_status tr_sv_flush(trainer *t);
  * norm, as f32 [1] views of the device buffer (frame-owned in a frame; the
  * caller's to release otherwise); NULL when nothing is buffered or off. */
 void tr_sv_last(trainer *t, pl_tensor **loss, pl_tensor **gnorm);
+/* After a replay of the captured step: its loss and grad norm (gvals) into
+ * the next slot, recorded as a step's last micro-batch of batch b (reads
+ * back first when the buffer is full). */
+pl_status tr_sv_commit(trainer *t, int64_t b);
+
+/* ---- graph_step.c: [trainer] cuda_graphs ---- */
+/* At the fit's start: decide (and log why not) from the option, the device
+ * and the run's shape (accumulation, data parallel, dev_loop). */
+void tr_graph_begin(trainer *t);
+/* At the fit's end (and teardown): the graph, its pool and the static batch
+ * released; logs the capture and replay counts. Idempotent. */
+void tr_graph_end(trainer *t);
+/* One training batch when graph mode is on: 1 when the whole step (forward,
+ * backward, optimizer step) ran as the captured graph (the caller then does
+ * what follows an optimizer step), 0 to run it eagerly, -1 on an error (*st).
+ * *lr: the step's group-0 learning rate. */
+int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_status *st);
+/* trainer.c's pieces the captured step is made of */
+int tr_train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *pending,
+                         double *lv, pl_status *st);
+pl_status tr_optimizer_step_body(trainer *t, double *gnorm, double *lr);
+pl_status tr_optimizer_step_tail(trainer *t);
+double tr_apply_lr(trainer *t);
 /* One training loss lv (at epoch / step / batch) read back by the host,
  * handed to every callback's on_loss_read (the NaN policy, cb_nan.c: a
  * finite loss is the last finite one and resets the count; a non-finite

@@ -32,6 +32,23 @@ pl_tensor *pl_test_rand(int ndim, const int64_t *shape, double lo, double hi, ui
 /* Max |a-b| over elements (same numel), any float dtype on CPU. */
 double pl_test_max_abs_diff(const pl_tensor *a, const pl_tensor *b);
 
+/* Whole-step graphs (graph.h) on device d: a small training step (linear,
+ * gelu, dropout p = 0.2 with a per-step counter, cross-entropy, backward,
+ * AdamW with a learning rate and a bias correction that change every step,
+ * zero_grad) runs `steps` times on fresh batches, eagerly, and again with
+ * the step captured at step 2 (after dropout's counters were learned at
+ * step 1) and replayed for the rest, each batch copied into the captured
+ * input. Fails the test unless every step's loss and the final weights
+ * agree within tol (0: bit for bit) and the graph was replayed steps - 3
+ * times. */
+void pl_test_graph_step(pl_device d, int steps, double tol);
+/* On device d: a host read (pl_tensor_item) inside a capture fails naming a
+ * host read, and pl_graph_capture_end then fails too; a capture_begin while
+ * capturing is refused; a raw_alloc of the backend's own while capturing
+ * fails naming an allocation outside the graph's pool, while the core's
+ * allocator (a new 4 MiB tensor) is served. Fails the test otherwise. */
+void pl_test_graph_violation(pl_device d);
+
 /* ck_assert with the thread's pl error message on failure. */
 #define PL_CK_OK(expr)                                                                       \
     do {                                                                                     \

@@ -13,16 +13,19 @@
  * Sizes are the size-class rounded block sizes (PyTorch counts its 512-byte
  * rounded sizes the same way). pl_alloc_reset_peak is
  * torch.cuda.reset_peak_memory_stats: both peaks restart at the current
- * values. On the CUDA backend every kernel runs on one (the legacy default)
- * stream, so a block freed by the host and handed out again is only touched
- * by kernels issued after the ones that used it: stream-ordered reuse without
- * events. The strict device (plugins/backends/strict) sits under the same
+ * values. On the CUDA backend every kernel of a thread runs on one stream
+ * (the thread's default stream; the trainer computes on one thread), so a
+ * block freed by the host and handed out again is only touched by kernels
+ * issued after the ones that used it: stream-ordered reuse without events.
+ * A captured graph's allocations come from a pool of its own whose blocks
+ * no other work gets while the graph lives (graph.h; alloc.c). The strict device (plugins/backends/strict) sits under the same
  * allocator, so it reports the same pair without a GPU.
  * Thread-safe (one mutex per device).
  */
 #ifndef PIPELINE_ALLOC_H
 #define PIPELINE_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,6 +59,13 @@ pl_alloc_stats pl_alloc_get_stats(pl_device dev);
 void pl_alloc_reset_peak(pl_device dev);
 /* Give cached blocks back to the system. */
 void pl_alloc_empty_cache(pl_device dev);
+/* Whether the calling thread is inside pl_alloc's call of the backend's
+ * raw_alloc. A backend capturing a graph (backend.h, capture_begin) accepts
+ * a raw allocation from the capturing thread only then: the core's
+ * allocator serves a capture from the graph's pool (graph.h); a raw
+ * allocation from anywhere else (a kernel's own scratch) would not be
+ * reserved for the graph. (ABI 2.8) */
+bool pl_alloc_in_raw_alloc(void);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,13 @@
  * How many inputs and outputs each op's calls have, and what it saves, is
  * its row in pipeline/ops.def (ABI 2.8); the core checks every call against
  * it before a kernel runs.
+ *   captured graphs (ABI 2.8, graph.h): values that change every step come
+ *             from device memory instead of the launch. adamw_step / sgd_step
+ *             with p.flags bit0 set: p.extra is NULL, in[1] is the found_inf
+ *             flag or NULL, in[2] holds the pl_adamw_coef / pl_sgd_coef bytes
+ *             (f32 [16] on the device). dropout with p.extra set: p.extra is
+ *             an i64 [1] device tensor d, and the counter used is
+ *             p.counter + p.start * d[0] (wrapping, as uint64).
  * Shape / index / broadcast geometry and the RoPE table every backend needs
  * are in backend_util.h.
  */
@@ -199,6 +206,41 @@ typedef struct pl_backend {
      * load on an H200). PL_ERR_DEVICE on a failed launch. */
     pl_status (*fill_random)(pl_tensor *t, int normal, double a, double b, uint64_t seed,
                              uint64_t stream);
+    /* ---- appended in ABI 2.8 (read when struct_size covers all four; each may be
+     * NULL, and a backend either fills all four or none) ----
+     * Graph capture (CUDA graphs; torch.cuda.graph). The core's pl_graph_*
+     * (graph.h) is the only caller; it also routes the capturing thread's
+     * allocations to a graph-private pool (alloc.c), so the addresses the
+     * recorded work uses stay reserved for the graph.
+     *
+     * capture_begin(device): from now on the work the CALLING THREAD issues
+     * on `device` (op kernels, device-to-device memcpy, memset) is recorded,
+     * NOT run; other threads (a loader's memcpy_h2d_background) run as
+     * usual. While capturing, these from the calling thread are violations:
+     * a memcpy with a host side (a host read such as pl_tensor_item, or a
+     * host write, whose source a replay could not see again), synchronize,
+     * and fill_random. A violation fails at once (PL_ERR_DEVICE, the message
+     * names the call and its size) and poisons the capture: capture_end then
+     * returns that same first error. raw_alloc stays allowed (the pool
+     * grows). Errors: PL_ERR_INVALID when this thread is already capturing;
+     * PL_ERR_DEVICE when the driver refuses.
+     * capture_end(device, &graph): stops recording. PL_OK: *graph is an owned
+     * handle for graph_replay / graph_release; nothing recorded has run yet
+     * (replay it once to run the captured step). On a poisoned capture or a
+     * driver error: *graph = NULL and the error (the first violation).
+     * graph_replay(graph): runs the recorded work in order on the calling
+     * thread's compute stream, with the pointers and parameter values of the
+     * capture (kernel arguments are baked: a value that changes between
+     * replays must be read by the kernel from device memory, as the
+     * optimizer's coefficients and dropout's counter offset are, graph.h).
+     * Asynchronous on a GPU, like any launch. Errors: PL_ERR_DEVICE; a
+     * kernel's own error (strict runs the kernels then).
+     * graph_release(graph): frees the handle; NULL is a no-op. The memory
+     * the graph used is the core's (its pool), not freed here. */
+    pl_status (*capture_begin)(int device);
+    pl_status (*capture_end)(int device, void **graph);
+    pl_status (*graph_replay)(void *graph);
+    void (*graph_release)(void *graph);
     /* Optional (ABI 2.8; read when struct_size covers it): true when this
      * backend's kernel for the call `a` (backward: a backward call, in[0] the
      * f32 gradient) reads and writes its bf16 / f16 tensors itself, computing

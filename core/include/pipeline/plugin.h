@@ -61,7 +61,13 @@ extern "C" {
  *          pl_backend.half_native (a kernel that reads bf16 / f16 itself);
  *          the elementwise, reduction, loss and norm ops are recorded with
  *          their half tensors and return the input dtype (the core widens
- *          around f32-only kernels: core/src/half_io.c) */
+ *          around f32-only kernels: core/src/half_io.c);
+ *          pl_backend.capture_begin / capture_end / graph_replay /
+ *          graph_release and pipeline/graph.h (whole-step graphs, [trainer]
+ *          cuda_graphs); adamw_step / sgd_step take their coefficients from a
+ *          device tensor in[2] when p.flags bit0 is set; dropout adds
+ *          p.start * (device i64 *p.extra) to its counter when p.extra is set
+ *          (backend.h: an out-of-tree backend must follow) */
 #define PL_ABI_MINOR 8
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 

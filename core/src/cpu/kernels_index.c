@@ -373,7 +373,11 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(x), ng = (n + 3) / 4;
     float p = (float)a->p.alpha, scale = pl_dropout_scale(a->p.alpha);
     const uint32_t key[2] = {(uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32)};
-    uint32_t c2 = (uint32_t)a->p.counter, c3 = (uint32_t)(a->p.counter >> 32);
+    /* p.extra: a captured graph's offset (graph.h), i64 micro-steps since the
+     * capture, times p.start, the call's counter step per micro-step */
+    uint64_t ctr = a->p.counter;
+    if (a->p.extra) ctr += (uint64_t)a->p.start * (uint64_t)*(const int64_t *)pl_tensor_data(a->p.extra);
+    uint32_t c2 = (uint32_t)ctr, c3 = (uint32_t)(ctr >> 32);
     const void *xp = pl_tensor_data(x);
     void *yp = pl_tensor_data(a->out[0]);
     uint8_t *mask = pl_tensor_data(a->out[1]);

@@ -2,6 +2,8 @@
  * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP). The per-element math is
  * optim_math.h, shared with the CUDA kernels. Registered by
  * pl_cpu_register_optim(). */
+#include <string.h>
+
 #include "../internal.h"
 #include "pipeline/optim_math.h"
 
@@ -34,9 +36,16 @@ static bool skipped(const pl_kernel_args *a) {
     return a->n_in > 1 && a->in[1] && *(const float *)pl_tensor_data(a->in[1]) != 0.0f;
 }
 
+/* The coefficients: by value in p.extra, or (p.flags bit0, a captured
+ * graph's call: graph.h) in device memory, the bytes of tensor in[2]. */
+static const void *coef_of(const pl_kernel_args *a) {
+    return (a->p.flags & 1) ? pl_tensor_data(a->in[2]) : a->p.extra;
+}
+
 static pl_status k_adamw_step(const pl_kernel_args *a) {
     if (skipped(a)) return PL_OK;
-    const pl_adamw_coef c = *(const pl_adamw_coef *)a->p.extra;
+    pl_adamw_coef c;
+    memcpy(&c, coef_of(a), sizeof c);
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);
     float *p = pl_tensor_data(a->out[0]), *m = pl_tensor_data(a->out[1]),
@@ -49,7 +58,8 @@ static pl_status k_adamw_step(const pl_kernel_args *a) {
 
 static pl_status k_sgd_step(const pl_kernel_args *a) {
     if (skipped(a)) return PL_OK;
-    const pl_sgd_coef c = *(const pl_sgd_coef *)a->p.extra;
+    pl_sgd_coef c;
+    memcpy(&c, coef_of(a), sizeof c);
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);
     float *p = pl_tensor_data(a->out[0]);

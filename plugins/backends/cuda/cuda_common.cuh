@@ -5,10 +5,19 @@
  * decode, dtype rounding) is a PL_HD function of pipeline/kernel_math.h,
  * the same text the CPU backend runs, reached through backend_util.h.
  *
- * Everything runs on the legacy default stream of the tensor's device, so
- * kernels, cuBLAS calls and cudaMemcpy are ordered with each other and a
- * scratch block returned to the caching allocator may be reused by the next
- * op without a synchronization.
+ * Everything a thread issues runs on that thread's default stream
+ * (cudaStreamPerThread: the plugin is compiled with nvcc --default-stream
+ * per-thread, and cuBLAS / cuDNN are set to it), so kernels, cuBLAS calls,
+ * memsets and copies are ordered with each other and a scratch block
+ * returned to the caching allocator may be reused by the next op without a
+ * synchronization. The trainer issues all compute from one thread; a
+ * loader's background copies order themselves after it (cuda_backend.cu).
+ * Why not the legacy NULL stream, as before: a CUDA graph cannot be
+ * captured from it (cudaStreamBeginCapture refuses cudaStreamLegacy), and
+ * the trainer captures whole steps ([trainer] cuda_graphs, graph.h).
+ * cudaMemset and device-to-device cudaMemcpy are redirected below to their
+ * Async forms on that stream: the synchronous forms may not run while a
+ * stream captures, and the Async forms are ordered the same way.
  */
 #ifndef PL_CUDA_COMMON_CUH
 #define PL_CUDA_COMMON_CUH
@@ -23,6 +32,27 @@
 #include "pipeline/pipeline.h"
 
 #define PL_CUDA_THREADS 256
+
+/* ---- the compute stream (see the top of this file) ---- */
+#ifndef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "the CUDA plugin is compiled with nvcc --default-stream per-thread (CMakeLists.txt)"
+#endif
+/* cudaMemset(p, v, n): asynchronous on the calling thread's stream. */
+static inline cudaError_t pl_cu_memset_on_stream(void *p, int v, size_t n) {
+    return cudaMemsetAsync(p, v, n, cudaStreamPerThread);
+}
+/* cudaMemcpy: device-to-device asynchronous on the calling thread's stream
+ * (capturable); a copy with a host side stays synchronous (the host reads or
+ * reuses its buffer right after). */
+static inline cudaError_t pl_cu_memcpy_on_stream(void *d, const void *s, size_t n,
+                                                 cudaMemcpyKind k) {
+    if (k == cudaMemcpyDeviceToDevice) return cudaMemcpyAsync(d, s, n, k, cudaStreamPerThread);
+    return cudaMemcpy(d, s, n, k);
+}
+#undef cudaMemset
+#undef cudaMemcpy
+#define cudaMemset(p, v, n) pl_cu_memset_on_stream((p), (v), (n))
+#define cudaMemcpy(d, s, n, k) pl_cu_memcpy_on_stream((d), (s), (n), (k))
 
 /* Turn a CUDA runtime error into a pl_status naming the call site. */
 #define CUDA_TRY(expr)                                                                         \

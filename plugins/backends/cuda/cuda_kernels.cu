@@ -1172,7 +1172,11 @@ static pl_status k_segment_softmax_bwd(const pl_kernel_args *a) {
 /* element i kept iff u01(philox({i/4 lo, i/4 hi, counter lo, hi}, seed)[i % 4]) >= p:
  * the dropout stream of kernel_math.h (pl_dropout_draw / keep / apply) */
 __global__ void k_dropout_f(const void *xp, void *yp, int dt, uint8_t *mask, int64_t n, float p,
-                            float scale, uint64_t seed, uint64_t counter) {
+                            float scale, uint64_t seed, uint64_t counter, const int64_t *delta,
+                            int64_t stride) {
+    /* a captured graph's call: the counter moves by stride per micro-step since the
+     * capture, *delta of them (graph.h) */
+    if (delta) counter += (uint64_t)stride * (uint64_t)*delta;
     GRID_LOOP(g, (n + 3) / 4) {
         uint32_t r[4];
         pl_dropout_draw((uint64_t)g, seed, counter, r);
@@ -1224,7 +1228,9 @@ static pl_status k_dropout_fwd(const pl_kernel_args *a) {
     float p = (float)a->p.alpha, scale = pl_dropout_scale(a->p.alpha);
     k_dropout_f<<<pl_cu_blocks((n + 3) / 4), PL_CUDA_THREADS>>>(
         pl_tensor_data(x), pl_tensor_data(a->out[0]), x->dtype, (uint8_t *)pl_tensor_data(a->out[1]),
-        n, p, scale, (uint64_t)a->p.seed, (uint64_t)a->p.counter);
+        n, p, scale, (uint64_t)a->p.seed, (uint64_t)a->p.counter,
+        a->p.extra ? (const int64_t *)pl_tensor_data((const pl_tensor *)a->p.extra) : NULL,
+        (int64_t)a->p.start);
     CUDA_LAUNCHED("dropout");
     return PL_OK;
 }

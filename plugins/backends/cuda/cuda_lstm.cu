@@ -46,8 +46,9 @@
  * costs one more forward; ws is left as allocated (its content is private to
  * the backend that made it).
  *
- * cuDNN handles: one per device, created lazily (legacy default stream, as
- * every other kernel of this plugin), with a no-dropout descriptor.
+ * cuDNN handles: one per device, created lazily (on the calling thread's
+ * default stream, cudaStreamPerThread, as every other kernel of this plugin:
+ * cuda_common.cuh), with a no-dropout descriptor.
  */
 #include <cudnn.h>
 #include <limits.h>
@@ -96,7 +97,7 @@ static const dnn_dev *dnn_get(int dev) {
         const char *what = "cudnnCreate";
         if (s == CUDNN_STATUS_SUCCESS) {
             what = "cudnnSetStream";
-            s = cudnnSetStream(h, 0);
+            s = cudnnSetStream(h, cudaStreamPerThread);
         }
         if (s == CUDNN_STATUS_SUCCESS) {
             what = "cudnnCreateDropoutDescriptor";

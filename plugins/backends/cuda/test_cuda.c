@@ -434,6 +434,20 @@ START_TEST(optimizer_steps_match_cpu) {
 }
 END_TEST
 
+/* Whole-step graphs (graph.h, [trainer] cuda_graphs): a small training step
+ * (linear, gelu, dropout, cross-entropy, backward, AdamW with a changing lr
+ * and bias correction) captured with cudaStreamBeginCapture on the plugin's
+ * per-thread stream and replayed with cudaGraphLaunch gives the eager run's
+ * losses and weights (the same kernels: 1e-6); a host read while capturing
+ * fails naming it and poisons the capture. */
+START_TEST(graph_capture_replays_a_step) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    pl_test_graph_step(gd, 7, 1e-6);
+    pl_test_graph_violation(gd);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -448,6 +462,7 @@ int main(void) {
     tcase_add_test(tc, lstm_matches_cpu);
     tcase_add_test(tc, clamp_matches_cpu);
     tcase_add_test(tc, optimizer_steps_match_cpu);
+    tcase_add_test(tc, graph_capture_replays_a_step);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -44,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipeline/alloc.h"
 #include "pipeline/backend.h"
 #include "pipeline/backend_util.h"
 #include "pipeline/plugin.h"
@@ -105,6 +106,39 @@ static pl_status st_counters(pl_backend_counters *out) {
     return PL_OK;
 }
 
+/* ---- graph capture: state (the recording is further down) ------------------
+ * While a thread captures (capture_begin), its kernels, device-to-device
+ * copies and memsets are recorded, not run; its host reads / writes,
+ * synchronize and fill_random are violations: refused with an error naming
+ * the call (and its call stack on stderr), and the capture is poisoned
+ * (capture_end returns the first violation). Other threads run as usual. */
+
+typedef struct st_graph st_graph;
+static _Thread_local st_graph *tl_cap;
+static _Thread_local pl_status tl_cap_err;
+static _Thread_local char tl_cap_msg[512];
+
+/* A violation while capturing: the error, kept as the capture's first. */
+static pl_status violation(const char *what, size_t n) {
+    pl_status s = pl_error_set(PL_ERR_DEVICE,
+                               "strict device: %s of %zu bytes while capturing a graph (a captured "
+                               "step cannot contain one: on a GPU it would wait for the device or "
+                               "bake a host value into the graph)",
+                               what, n);
+    if (!tl_cap_err) {
+        tl_cap_err = s;
+        snprintf(tl_cap_msg, sizeof tl_cap_msg, "%s", pl_error_message());
+        fprintf(stderr, "strict device: %s while capturing a graph, from:\n", what);
+        void *frames[32];
+        int k = backtrace(frames, 32);
+        backtrace_symbols_fd(frames, k, 2);
+    }
+    return s;
+}
+
+static pl_status rec_copy(void *dst, const void *src, size_t n);
+static pl_status rec_memset(void *dst, int v, size_t n);
+
 /* ---- the block table -----------------------------------------------------
  * Live mappings sorted by base address: the block containing any address
  * (a tensor's data pointer is a view into its storage's block) is one binary
@@ -159,6 +193,13 @@ static bool insert(uintptr_t base, size_t len) {
 
 static void *st_raw_alloc(int device, size_t n) {
     (void)device;
+    /* while capturing, only the core's allocator may map memory (it serves the
+     * capture from the graph's pool); anything else is not reserved for the graph */
+    if (tl_cap && !pl_alloc_in_raw_alloc()) {
+        violation("an allocation outside the graph's pool (a raw_alloc not from the core's "
+                  "allocator)", n);
+        return NULL;
+    }
     if (!g_page) g_page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = ((n ? n : 1) + g_page - 1) / g_page * g_page;
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -230,6 +271,11 @@ static pl_status open_side(const void *p, pl_device d, bool open, const char *wh
 static pl_status st_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n) {
     if (!n) return PL_OK;
     bool dd_host = dd.type == PL_DEVICE_CPU, sd_host = sd.type == PL_DEVICE_CPU;
+    if (tl_cap) {
+        if (dd_host && !sd_host) return violation("a host read (device-to-host copy)", n);
+        if (!dd_host && sd_host) return violation("a host write (host-to-device copy)", n);
+        if (!dd_host && !sd_host) return rec_copy(dst, src, n);
+    }
     if (dd_host && !sd_host) {
         count(&c_host_reads, &c_host_read_bytes, n);
         trace("reads", n);
@@ -267,11 +313,12 @@ static pl_status st_set_option(const char *key, const char *value) {
 
 /* Synchronous here: every kernel has completed when it is issued. */
 static pl_status st_memcpy_h2d_background(void *dst, pl_device dd, const void *src, size_t n) {
-    return st_memcpy(dst, dd, src, PL_CPU, n);
+    return st_memcpy(dst, dd, src, PL_CPU, n); /* the capturing thread's: a violation */
 }
 
 static pl_status st_memset(void *dst, pl_device dev, int v, size_t n) {
     if (!n) return PL_OK;
+    if (tl_cap && dev.type != PL_DEVICE_CPU) return rec_memset(dst, v, n);
     if (dev.type != PL_DEVICE_CPU) count(&c_kernels, NULL, 0);
     pl_status s = open_side(dst, dev, true, "memset destination");
     if (s) return s;
@@ -281,6 +328,7 @@ static pl_status st_memset(void *dst, pl_device dev, int v, size_t n) {
 
 static pl_status st_sync(int device) {
     (void)device;
+    if (tl_cap) return violation("synchronize", 0);
     return PL_OK;
 }
 
@@ -349,6 +397,7 @@ static pl_status st_fill_random(pl_tensor *t, int normal, double a, double b, ui
                                 uint64_t stream) {
     void *d = pl_tensor_data(t);
     int64_t n = pl_tensor_numel(t);
+    if (tl_cap) return violation("fill_random", pl_tensor_nbytes(t));
     count(&c_kernels, NULL, 0);
     pl_status s = open_side(d, t->device, true, "fill_random destination");
     if (s) return s;
@@ -462,6 +511,9 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
         s = open_tensor(&o, a->in[i], "kernel input");
     for (int i = 0; i < a->n_out && !s; i++)
         s = open_tensor(&o, a->out[i], "kernel output");
+    /* a captured graph's dropout reads its counter offset (graph.h) */
+    if (!s && a->op == PL_OP_DROPOUT && a->p.extra)
+        s = open_tensor(&o, a->p.extra, "dropout counter offset");
     if (!s) {
         uint64_t t0 = now_ns();
         s = f(a);
@@ -471,8 +523,194 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     return s;
 }
 
-static pl_status st_forward(const pl_kernel_args *a) { return run_cpu(a, false); }
-static pl_status st_backward(const pl_kernel_args *a) { return run_cpu(a, true); }
+static pl_status rec_kernel(const pl_kernel_args *a, bool backward);
+
+static pl_status st_forward(const pl_kernel_args *a) {
+    return tl_cap ? rec_kernel(a, false) : run_cpu(a, false);
+}
+static pl_status st_backward(const pl_kernel_args *a) {
+    return tl_cap ? rec_kernel(a, true) : run_cpu(a, true);
+}
+
+/* ---- graph capture: the recording -------------------------------------------
+ * Each recorded kernel call is a deep copy of its pl_kernel_args: every
+ * tensor descriptor (shape, strides, offset, dtype) with a storage of its
+ * own holding the same data pointer, an nf4 tensor's quantization state
+ * too, and the parameters by value, as a GPU graph bakes a launch's
+ * arguments. p.extra is a host pointer a replay could not follow: only the
+ * graph-aware forms are accepted (dropout's device offset tensor, copied
+ * like the others; the optimizer ops then pass none). A replay runs the
+ * list in order with the CPU's kernels (run_cpu: the blocks are opened as
+ * for any kernel, so a block freed since the capture is an error naming the
+ * tensor). */
+
+typedef enum { REC_KERNEL, REC_COPY, REC_MEMSET } rec_kind;
+
+typedef struct rec {
+    rec_kind kind;
+    bool backward;
+    pl_kernel_args a;
+    void *dst;
+    const void *src;
+    size_t n;
+    int v;
+} rec;
+
+struct st_graph {
+    rec *r;
+    size_t n, cap;
+    void **owned; /* tensor and storage copies, freed with the graph */
+    size_t n_owned, cap_owned;
+    bool oom;
+};
+
+static void *gown(st_graph *g, size_t nb) {
+    if (g->n_owned == g->cap_owned) {
+        size_t nc = g->cap_owned ? 2 * g->cap_owned : 256;
+        void **no = realloc(g->owned, nc * sizeof *no);
+        if (!no) return NULL;
+        g->owned = no;
+        g->cap_owned = nc;
+    }
+    void *p = calloc(1, nb);
+    if (p) g->owned[g->n_owned++] = p;
+    return p;
+}
+
+static pl_tensor *dup_tensor(st_graph *g, const pl_tensor *t) {
+    if (!t) return NULL;
+    pl_tensor *c = gown(g, sizeof *c);
+    if (!c) return NULL;
+    *c = *t;
+    c->grad = NULL;
+    c->grad_fn = NULL;
+    c->refcount = 1;
+    if (t->storage && !pl_tensor_is_stub(t)) { /* a stub keeps the core's guard storage */
+        pl_storage *st = gown(g, sizeof *st);
+        if (!st) return NULL;
+        *st = *t->storage;
+        st->refcount = 1;
+        st->external = true;
+        st->external_free = NULL;
+        c->storage = st;
+    }
+    if (t->dtype == PL_NF4) {
+        c->quant.absmax = t->quant.absmax ? dup_tensor(g, t->quant.absmax) : NULL;
+        c->quant.absmax_scale = t->quant.absmax_scale ? dup_tensor(g, t->quant.absmax_scale) : NULL;
+        if ((t->quant.absmax && !c->quant.absmax) || (t->quant.absmax_scale && !c->quant.absmax_scale))
+            return NULL;
+    }
+    return c;
+}
+
+static rec *rec_push(st_graph *g) {
+    if (g->n == g->cap) {
+        size_t nc = g->cap ? 2 * g->cap : 256;
+        rec *nr = realloc(g->r, nc * sizeof *nr);
+        if (!nr) return NULL;
+        g->r = nr;
+        g->cap = nc;
+    }
+    rec *r = &g->r[g->n++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+static pl_status rec_oom(void) {
+    pl_status s = pl_error_set(PL_ERR_NOMEM, "strict device: recording a graph");
+    if (!tl_cap_err) {
+        tl_cap_err = s;
+        snprintf(tl_cap_msg, sizeof tl_cap_msg, "%s", pl_error_message());
+    }
+    return s;
+}
+
+static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
+    st_graph *g = tl_cap;
+    if (a->p.extra && a->op != PL_OP_DROPOUT) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "op %s %s with a host pointer in p.extra (baked at capture)",
+                 pl_op_name(a->op), backward ? "backward" : "forward");
+        return violation(msg, 0);
+    }
+    rec *r = rec_push(g);
+    if (!r) return rec_oom();
+    r->kind = REC_KERNEL;
+    r->backward = backward;
+    r->a = *a;
+    for (int i = 0; i < a->n_in; i++)
+        if (a->in[i] && !(r->a.in[i] = dup_tensor(g, a->in[i]))) return rec_oom();
+    for (int i = 0; i < a->n_out; i++)
+        if (a->out[i] && !(r->a.out[i] = dup_tensor(g, a->out[i]))) return rec_oom();
+    if (a->p.extra && !(r->a.p.extra = dup_tensor(g, a->p.extra))) return rec_oom();
+    return PL_OK;
+}
+
+static pl_status rec_copy(void *dst, const void *src, size_t n) {
+    rec *r = rec_push(tl_cap);
+    if (!r) return rec_oom();
+    *r = (rec){.kind = REC_COPY, .dst = dst, .src = src, .n = n};
+    return PL_OK;
+}
+
+static pl_status rec_memset(void *dst, int v, size_t n) {
+    rec *r = rec_push(tl_cap);
+    if (!r) return rec_oom();
+    *r = (rec){.kind = REC_MEMSET, .dst = dst, .v = v, .n = n};
+    return PL_OK;
+}
+
+static void graph_free(st_graph *g) {
+    if (!g) return;
+    for (size_t i = 0; i < g->n_owned; i++) free(g->owned[i]);
+    free(g->owned);
+    free(g->r);
+    free(g);
+}
+
+static pl_status st_capture_begin(int device) {
+    (void)device;
+    if (tl_cap) return pl_error_set(PL_ERR_INVALID, "strict device: this thread is already capturing");
+    st_graph *g = calloc(1, sizeof *g);
+    if (!g) return pl_error_set(PL_ERR_NOMEM, "strict device: capture_begin");
+    tl_cap_err = PL_OK;
+    tl_cap_msg[0] = 0;
+    tl_cap = g;
+    return PL_OK;
+}
+
+static pl_status st_capture_end(int device, void **graph) {
+    (void)device;
+    *graph = NULL;
+    st_graph *g = tl_cap;
+    if (!g) return pl_error_set(PL_ERR_INVALID, "strict device: capture_end without capture_begin");
+    tl_cap = NULL;
+    if (tl_cap_err) {
+        graph_free(g);
+        pl_status s = pl_error_set(tl_cap_err, "%s", tl_cap_msg);
+        tl_cap_err = PL_OK;
+        return s;
+    }
+    *graph = g;
+    return PL_OK;
+}
+
+static pl_status st_graph_replay(void *graph) {
+    st_graph *g = graph;
+    if (!g) return pl_error_set(PL_ERR_INVALID, "strict device: replay of no graph");
+    if (tl_cap) return violation("a graph replay", 0);
+    for (size_t i = 0; i < g->n; i++) {
+        rec *r = &g->r[i];
+        pl_status s = r->kind == REC_KERNEL ? run_cpu(&r->a, r->backward)
+                      : r->kind == REC_COPY ? st_memcpy(r->dst, (pl_device){PL_DEVICE_CUDA, 0}, r->src,
+                                                       (pl_device){PL_DEVICE_CUDA, 0}, r->n)
+                                            : st_memset(r->dst, (pl_device){PL_DEVICE_CUDA, 0}, r->v, r->n);
+        if (s) return pl_error_prefix(s, "strict device: graph replay, call %zu of %zu", i + 1, g->n);
+    }
+    return PL_OK;
+}
+
+static void st_graph_release(void *graph) { graph_free(graph); }
 
 static pl_kernel_fn st_kernel(pl_op op, bool backward) {
     if (!pl_backend_kernel(pl_backend_cpu(), op, backward)) return NULL;
@@ -498,6 +736,10 @@ static const pl_backend g_strict = {
     .counters = st_counters,
     .device_stats = st_device_stats,
     .fill_random = st_fill_random,
+    .capture_begin = st_capture_begin,
+    .capture_end = st_capture_end,
+    .graph_replay = st_graph_replay,
+    .graph_release = st_graph_release,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pipeline/graph.h"
 #include "pipeline/testing.h"
 #include "pl_test.h"
 
@@ -232,6 +233,47 @@ START_TEST(fill_random_draws_the_hosts_values) {
 }
 END_TEST
 
+/* Whole-step graphs (graph.h) on the strict device: a captured and replayed
+ * training step gives the eager run's losses and weights bit for bit (the
+ * learning rate, bias correction and dropout counter that change every step
+ * reach the replays through the device); a host read while capturing fails
+ * naming it. pl_test_graph_step / _violation (tests/common) run the same
+ * checks on a GPU in test_cuda. */
+START_TEST(graph_capture_replays_a_step) {
+    load();
+    pl_test_graph_step(g_dev, 7, 0.0);
+    pl_test_graph_violation(g_dev);
+}
+END_TEST
+
+/* The graph-private pool (alloc.c): a block the capture used, freed inside
+ * the capture, is not handed to eager work while the graph lives (a replay
+ * writes there), and goes back to the device's cache when it is released. */
+START_TEST(graph_pool_keeps_its_blocks) {
+    load();
+    const int64_t n = 3000; /* a size class of its own in this test */
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    pl_frame_begin();
+    pl_tensor *a = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 1, &n, g_dev));
+    void *pa = pl_tensor_data(a);
+    PL_CK_OK(pl_tensor_fill_(a, 1.0));
+    pl_frame_end(); /* a freed: back to the graph's pool */
+    pl_graph *g = NULL;
+    PL_CK_OK(pl_graph_capture_end(&g));
+    pl_frame_begin();
+    pl_tensor *b = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 1, &n, g_dev));
+    ck_assert_msg(pl_tensor_data(b) != pa, "eager work got the graph's block");
+    PL_CK_OK(pl_graph_replay(g)); /* writes pa, not b */
+    pl_frame_end();
+    pl_graph_release(g);
+    /* released: the block is the device cache's again (LIFO: the next one of its class) */
+    pl_frame_begin();
+    pl_tensor *c = PL_CK_NOTNULL(pl_tensor_empty(PL_F32, 1, &n, g_dev));
+    ck_assert_ptr_eq(pl_tensor_data(c), pa);
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -241,6 +283,8 @@ int main(void) {
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
+    tcase_add_test(tc, graph_capture_replays_a_step);
+    tcase_add_test(tc, graph_pool_keeps_its_blocks);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
