@@ -1,6 +1,6 @@
 /* png.c - `pipeline plot ... OUT.png`: the plot's SVG rendered to PNG.
  *
- * The curves are drawn once, as SVG (core/src/plot.c); a PNG is that SVG
+ * The curves are drawn once, as SVG (core/services/plot.c); a PNG is that SVG
  * rendered by librsvg onto a cairo image surface, so the two formats never
  * disagree. librsvg is optional at build time (pkg-config librsvg-2.0): a
  * build without it says so when asked for a PNG. */

@@ -2,7 +2,7 @@
  * configuration (core only; plugins see pipeline/config.h).
  *
  * Loading: the INI file is parsed in inih's dialect by the core's own line
- * reader (lines of any length; config.c says the rules), every key tagged
+ * reader (lines of any length; config_ini.c says the rules), every key tagged
  * with its line number; duplicate keys and sections are refused with both lines, then command-line overrides are
  * applied: first the removals (`~section.key`, `~section`: drop what the file
  * sets; dropping what it does not set is an error), then the settings
@@ -138,7 +138,7 @@ int pl_edit_distance(const char *a, const char *b);
  * holding '*' are skipped) to `word`, for "did you mean": the name itself,
  * else a match ignoring case, else the fewest edits (case ignored) within
  * max(2, len/3); NULL when none is that near. Borrowed from `cands`. Used for
- * section, key and choice names (config.c) and plugin names (registry.c). */
+ * section, key and choice names (config_validate.c) and plugin names (registry.c). */
 const char *pl_suggest_name(const char *word, const char *const *cands, int n);
 
 #endif

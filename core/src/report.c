@@ -61,8 +61,11 @@ static void add_phase(cJSON *o, const char *name, const phase_time *p, bool time
 }
 /* ---- end of device memory peaks ---- */
 
-void tr_write_summary(trainer *t, int status) {
-    cJSON *o = cJSON_CreateObject();
+/* summary.json, step by step: the keys in the order readers know them. */
+
+/* config, run dir, status and the wall-clock / throughput figures; returns
+ * the mean seconds per epoch (0 without epochs). */
+static double summary_timing(cJSON *o, trainer *t, int status) {
     cJSON_AddStringToObject(o, "config", pl_config_path(t->cfg));
     cJSON_AddStringToObject(o, "run_dir", t->run_dir);
     cJSON_AddStringToObject(o, "status",
@@ -93,13 +96,18 @@ void tr_write_summary(trainer *t, int status) {
                             t->train_seconds > 0 ? t->train_samples / t->train_seconds : 0);
     cJSON_AddNumberToObject(o, "data_wait_fraction",
                             t->train_seconds > 0 ? t->data_wait / t->train_seconds : 0);
-    char dev[32];
+    return t->n_epoch_s ? sum / t->n_epoch_s : 0;
+}
+
+/* each phase's time and device peaks, the device, the thread pools and the
+ * CPU kernels chosen; `dev` receives the device's name. */
+static void summary_host(cJSON *o, trainer *t, char *dev, size_t dn) {
     cJSON *mem = cJSON_AddObjectToObject(o, "phases");
     add_phase(mem, "load", &t->ph_load, false);
     add_phase(mem, "fit", &t->ph_fit, true);
     add_phase(mem, "test", &t->ph_test, true);
     add_phase(mem, "export", &t->ph_export, true);
-    cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, sizeof dev));
+    cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, dn));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
     cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
     cJSON_AddStringToObject(o, "openblas_parallel", pl_blas_parallel());
@@ -108,6 +116,9 @@ void tr_write_summary(trainer *t, int status) {
     char isa[128];
     cJSON_AddStringToObject(o, "cpu_gemm_bf16", pl_cpu_gemm_bf16());
     cJSON_AddStringToObject(o, "cpu_features", pl_cpu_features(isa, sizeof isa));
+}
+
+static void summary_distributed(cJSON *o, trainer *t) {
     /* data parallel: who trained, and the global batch (Lightning: batch_size is per
      * process; the global batch is batch_size x world_size x accumulate_grad_batches) */
     cJSON *dist = cJSON_AddObjectToObject(o, "distributed");
@@ -131,6 +142,9 @@ void tr_write_summary(trainer *t, int status) {
         if (!strcmp(pl_meta_key_at(t->ctx.meta, i), "strategy.lr_scale"))
             pl_meta_get_float(t->ctx.meta, "strategy.lr_scale", &lrs);
     cJSON_AddNumberToObject(dist, "lr_scale", lrs);
+}
+
+static void summary_data(cJSON *o, trainer *t) {
     /* the run's meta table: what the loader found in the data (split sizes,
      * num_items, num_nodes, data_summary, ...) and values stages shared */
     cJSON *meta = cJSON_AddObjectToObject(o, "data");
@@ -142,6 +156,10 @@ void tr_write_summary(trainer *t, int status) {
         else if (!pl_meta_get_float(t->ctx.meta, k, &v) && isfinite(v))
             cJSON_AddNumberToObject(meta, k, v);
     }
+}
+
+/* the device's peaks over the phases and the allocator's counters */
+static void summary_memory(cJSON *o, trainer *t) {
     pl_alloc_stats as = pl_alloc_get_stats(t->ctx.device);
     cJSON_AddNumberToObject(o, "peak_memory_bytes",
                             (double)fmax(fmax((double)t->ph_fit.peak_bytes,
@@ -154,6 +172,11 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddNumberToObject(o, "allocator_system_allocs", (double)as.system_allocs);
     cJSON_AddNumberToObject(o, "allocator_cache_hits", (double)as.cache_hits);
     tr_devstats_json(t, o); /* "device_stats": host reads, allocations, kernel calls per step */
+}
+
+/* validation and test metrics, the monitored best, the averager's metrics,
+ * the checkpoints and outputs */
+static void summary_results(cJSON *o, trainer *t) {
     cJSON_AddItemToObject(o, "val_metrics", metrics_json(&t->last_val));
     if (t->have_best) {
         cJSON_AddStringToObject(o, "monitor", t->monitor);
@@ -175,32 +198,32 @@ void tr_write_summary(trainer *t, int status) {
     cJSON_AddStringToObject(o, "best_checkpoint", t->best_path);
     cJSON_AddStringToObject(o, "last_checkpoint", t->last_path);
     cJSON_AddStringToObject(o, "outputs", t->outputs_path);
-    char *txt = cJSON_Print(o);
-    char path[PATH_MAX], tmp[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/summary.json", t->run_dir);
-    /* a temporary name renamed over the old one: a full disk leaves the
-     * previous summary (or none), never a truncated one; errors are reported */
+}
+
+/* `text` (may be NULL: out of memory) to `path` through a temporary name
+ * renamed over the old one: a full disk leaves the previous summary (or
+ * none), never a truncated one; errors are reported, not returned. */
+static void summary_write(trainer *t, const char *text, const char *path) {
+    char tmp[PATH_MAX + 32];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = txt ? fopen(tmp, "w") : NULL;
-    bool ok = f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
               fsync(fileno(f)) == 0;
     if (f && fclose(f) != 0) ok = false;
     if (ok && rename(tmp, path) != 0) ok = false;
     if (!ok) {
-        fprintf(stderr, "error: writing %s failed: %s\n", path, txt ? strerror(errno) : "no memory");
+        fprintf(stderr, "error: writing %s failed: %s\n", path, text ? strerror(errno) : "no memory");
         if (t->log) fprintf(t->log, "error: writing %s failed\n", path);
         unlink(tmp);
     }
-    if (status) { /* a failed run: summary.json records what there is; no report */
-        free(txt);
-        cJSON_Delete(o);
-        return;
-    }
-    /* the report printed at the end */
+}
+
+/* the report printed at the end of a successful run */
+static void print_report(trainer *t, const char *path, const char *dev, double per_epoch) {
     tr_log(t, "\n== run report (%s) ==\n", t->run_dir);
     tr_log(t, "  total wall time    %10.1f s\n", tr_now() - t->t_start);
     tr_log(t, "  fit                %10.1f s   (%lld epochs, %.2f s/epoch)\n", t->fit_s,
-          (long long)t->epoch, t->n_epoch_s ? sum / t->n_epoch_s : 0);
+          (long long)t->epoch, per_epoch);
     tr_log(t, "  test               %10.1f s\n", t->test_s);
     tr_log(t, "  export             %10.1f s\n", t->export_s);
     tr_log(t, "  peak memory (%s)  fit %.1f MiB  test %.1f MiB  export %.1f MiB\n", dev,
@@ -216,6 +239,23 @@ void tr_write_summary(trainer *t, int status) {
     if (t->best_path[0]) tr_log(t, "  best checkpoint    %s\n", t->best_path);
     if (t->outputs_path[0]) tr_log(t, "  outputs            %s\n", t->outputs_path);
     tr_log(t, "  summary            %s\n", path);
+}
+
+void tr_write_summary(trainer *t, int status) {
+    cJSON *o = cJSON_CreateObject();
+    char dev[32];
+    double per_epoch = summary_timing(o, t, status);
+    summary_host(o, t, dev, sizeof dev);
+    summary_distributed(o, t);
+    summary_data(o, t);
+    summary_memory(o, t);
+    summary_results(o, t);
+    char *txt = cJSON_Print(o);
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/summary.json", t->run_dir);
+    summary_write(t, txt, path);
+    /* a failed run: summary.json records what there is; no report */
+    if (!status) print_report(t, path, dev, per_epoch);
     free(txt);
     cJSON_Delete(o);
 }

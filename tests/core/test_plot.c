@@ -1,4 +1,4 @@
-/* test_plot.c - `pipeline plot` (core/src/plot.c) on hand-written metrics.csv
+/* test_plot.c - `pipeline plot` (core/services/plot.c) on hand-written metrics.csv
  * files: the splits of a metric share one panel (train and validation curves,
  * the test value a marked point), keys without a split have their own panel,
  * --compare overlays runs with a legend naming them, and bad input names the

@@ -9,7 +9,9 @@
 #      with PIPELINE_PLUGIN_PATH on each out-of-tree build (summary.json
 #      status ok, finite test loss), and a run resumed mid-epoch ends where an
 #      uninterrupted one does (the example loader's start_batch);
-#   4. plugins built for another ABI (a descriptor claiming another major, a
+#   4. a plugin's test program builds and runs against the installed harness
+#      (pipeline/testing.h, libpipeline_testing, pipeline-testing.pc);
+#   5. plugins built for another ABI (a descriptor claiming another major, a
 #      newer minor, and a plugin linked against libpipeline_core.so.<other
 #      major>) are refused by `pipeline plugins` and `pipeline check` with a
 #      message naming the file and both versions.
@@ -83,6 +85,8 @@ installed_layout() {
     local f
     for f in bin/pipeline include/pipeline/pipeline.h include/pipeline/plugin.h \
         "lib/libpipeline_core.so.$ABI_MAJOR" lib/libpipeline_core.so lib/pkgconfig/pipeline.pc \
+        "lib/libpipeline_testing.so.$ABI_MAJOR" lib/libpipeline_testing.so \
+        lib/pkgconfig/pipeline-testing.pc include/pipeline/testing.h \
         lib/cmake/pipeline/pipelineConfig.cmake lib/cmake/pipeline/pipelineConfigVersion.cmake \
         lib/cmake/pipeline/pipelineTargets.cmake; do
         [ -e "$PREFIX/$f" ] || {
@@ -209,7 +213,30 @@ resume_mid_epoch() {
 }
 check resumed_mid_epoch_matches_uninterrupted resume_mid_epoch
 
-# ---- 4. plugins built for another ABI are refused ------------------------
+# ---- 4. the installed test harness --------------------------------------
+
+# the CLI's services (predict, export, plot) and the harness are not in the
+# library plugins link against
+core_is_lean() {
+    if nm -D --defined-only "$PREFIX/lib/libpipeline_core.so.$ABI_MAJOR" |
+        grep -E " T (pl_harness_|pl_snapshot_|pl_predict_run|pl_export_run|pl_plot_run)"; then
+        return 1
+    fi
+    nm -D --defined-only "$PREFIX/lib/libpipeline_testing.so.$ABI_MAJOR" | grep -q " T pl_harness_new_in$"
+}
+check core_library_holds_no_cli_service_nor_harness core_is_lean
+
+harness_pkg_config() {
+    local flags
+    flags=$(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig "$PKG_CONFIG" --cflags --libs pipeline-testing) &&
+        echo "pkg-config pipeline-testing: $flags" &&
+        "$CC" -std=gnu11 "$SRC/tests/sdk/harness_use.c" -o "$TMP/harness_use" $flags \
+            -Wl,-rpath,"$PREFIX/lib" &&
+        "$TMP/harness_use" "$TMP/ex-cmake"
+}
+check harness_builds_and_runs_with_pkg_config harness_pkg_config
+
+# ---- 5. plugins built for another ABI are refused ------------------------
 
 build_bad_abi() {
     local inc=$PREFIX/include lib=$PREFIX/lib d=$TMP/bad

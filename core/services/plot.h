@@ -1,4 +1,5 @@
-/* plot.h - `pipeline plot`: runs' metrics.csv to an SVG of curves (core only). */
+/* plot.h - `pipeline plot`: runs' metrics.csv to an SVG of curves
+ * (libpipeline_services, core/services/). */
 #ifndef PL_PLOT_H
 #define PL_PLOT_H
 

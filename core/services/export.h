@@ -1,5 +1,5 @@
 /* export.h - `pipeline export`: a finished run's weights written for other
- * tools by the run's own model plugin (core only).
+ * tools by the run's own model plugin (libpipeline_services).
  *
  * The core knows no model: it rebuilds the run's stages from
  * RUN_DIR/config.ini exactly as the run built them (tr_build_model: [data]

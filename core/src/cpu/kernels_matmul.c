@@ -1,0 +1,290 @@
+/* kernels_matmul.c - the CPU's matmul kernels: f32 through OpenBLAS's
+ * sgemm, a half-precision operand (autocast) through cpu/gemm_mixed.c.
+ * Conventions: kernels_dense.c. Registered by pl_cpu_register_dense (through
+ * pl_cpu_register_dense_matmul). */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "kernels_dense_common.h"
+
+/* ---- matmul --------------------------------------------------------------------- */
+
+/* Geometry of C[batch..., M, N] = op(A)[batch..., M, K] @ op(B)[batch..., K, N]. */
+
+#define TR(t) ((t) ? CblasTrans : CblasNoTrans)
+
+static void mm_fwd_f32(const pl_mm_geo *g, const float *A, const float *B, float *C) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        memset(C, 0, (size_t)(g->nbatch * M * N) * sizeof(float));
+        return;
+    }
+    if (g->collapse) {
+        pl_sgemm(CblasRowMajor, CblasNoTrans, TR(g->tb), (int)(g->nbatch * M), (int)N, (int)K,
+                    1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)N);
+        return;
+    }
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        pl_sgemm(CblasRowMajor, TR(g->ta), TR(g->tb), (int)M, (int)N, (int)K, 1.0f,
+                    A + ia * M * K, (int)lda, B + ib * K * N, (int)ldb, 0.0f, C + bi * M * N,
+                    (int)N);
+    }
+}
+
+/* The zeroing both matmul backwards share: a broadcast operand's gradient
+ * accumulates over batches, and an empty product leaves a zero gradient.
+ * Returns true when there is nothing more to compute (M, N or K is 0). */
+static bool mm_bwd_zero(const pl_mm_geo *g, float *dA, float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    if (dA && (g->na != g->nbatch || N == 0))
+        memset(dA, 0, (size_t)(g->na * M * K) * sizeof(float));
+    if (dB && (g->nb != g->nbatch || M == 0))
+        memset(dB, 0, (size_t)(g->nb * K * N) * sizeof(float));
+    return M == 0 || N == 0 || K == 0;
+}
+
+/* dA / dB (either may be NULL); broadcast matrices accumulate over batches. */
+static void mm_bwd_f32(const pl_mm_geo *g, const float *G, const float *A, const float *B, float *dA,
+                       float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    bool ta = g->ta, tb = g->tb;
+    if (mm_bwd_zero(g, dA, dB)) return;
+    if (g->collapse) {
+        int Mt = (int)(g->nbatch * M);
+        if (dA)
+            pl_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, Mt, (int)K,
+                        (int)N, 1.0f, G, (int)N, B, (int)ldb, 0.0f, dA, (int)K);
+        if (dB) {
+            if (!tb)
+                pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, Mt, 1.0f, A,
+                            (int)K, G, (int)N, 0.0f, dB, (int)N);
+            else
+                pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, Mt, 1.0f, G,
+                            (int)N, A, (int)K, 0.0f, dB, (int)K);
+        }
+        return;
+    }
+    float beta_a = g->na == g->nbatch ? 0.0f : 1.0f, beta_b = g->nb == g->nbatch ? 0.0f : 1.0f;
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        const float *a = A + ia * M * K, *b = B + ib * K * N, *gg = G + bi * M * N;
+        if (dA) {
+            float *d = dA + ia * M * K;
+            if (!ta)
+                pl_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasNoTrans : CblasTrans, (int)M,
+                            (int)K, (int)N, 1.0f, gg, (int)N, b, (int)ldb, beta_a, d, (int)K);
+            else
+                pl_sgemm(CblasRowMajor, TR(tb), CblasTrans, (int)K, (int)M, (int)N, 1.0f, b,
+                            (int)ldb, gg, (int)N, beta_a, d, (int)M);
+        }
+        if (dB) {
+            float *d = dB + ib * K * N;
+            if (!tb)
+                pl_sgemm(CblasRowMajor, ta ? CblasNoTrans : CblasTrans, CblasNoTrans, (int)K,
+                            (int)N, (int)M, 1.0f, a, (int)lda, gg, (int)N, beta_b, d, (int)N);
+            else
+                pl_sgemm(CblasRowMajor, CblasTrans, TR(ta), (int)N, (int)K, (int)M, 1.0f, gg,
+                            (int)N, a, (int)lda, beta_b, d, (int)K);
+        }
+    }
+}
+
+/* ---- matmul with a half-precision operand (autocast): cpu/gemm_mixed.c widens
+ * bf16 / f16 while packing and rounds a bf16 C in its store, so neither an
+ * f32 copy of an operand nor an f32 C is made. Gradients are f32. */
+
+static bool mm_mixed_dtype(pl_dtype d) {
+    return d == PL_F32 || d == PL_BF16 || d == PL_F16;
+}
+
+/* A half operand and nothing else: f32 x f32 keeps sgemm (bit-identical fp32). */
+static bool mm_use_mixed(const pl_tensor *x, const pl_tensor *y) {
+    return mm_mixed_dtype(x->dtype) && mm_mixed_dtype(y->dtype) &&
+           (x->dtype != PL_F32 || y->dtype != PL_F32);
+}
+
+static pl_gemm_operand mm_opnd(const pl_tensor *t, int64_t matrix, int64_t elems, int64_t ld,
+                               bool trans) {
+    const char *p = pl_tensor_data(t);
+    return (pl_gemm_operand){p + (size_t)(matrix * elems) * pl_dtype_size(t->dtype), t->dtype, ld,
+                             trans};
+}
+
+/* Below this many flops a matrix of a batched product runs on one thread,
+ * the batch spread over the threads instead. */
+#define MM_MIXED_SERIAL_FLOPS 4e6
+
+static pl_status mm_fwd_mixed(const pl_mm_geo *g, const pl_tensor *A, const pl_tensor *B, void *C,
+                              pl_dtype cdt) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    if (g->collapse) {
+        pl_gemm_operand oa = mm_opnd(A, 0, 0, lda, false), ob = mm_opnd(B, 0, 0, ldb, g->tb);
+        return pl_gemm_mixed(g->nbatch * M, N, K, &oa, &ob, C, cdt, N, false, true);
+    }
+    bool serial = 2.0 * M * N * K < MM_MIXED_SERIAL_FLOPS;
+    pl_status st = PL_OK;
+    size_t cs = pl_dtype_size(cdt);
+#pragma omp parallel for schedule(dynamic, 1) if (serial && g->nbatch > 1)
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, g->ta), ob = mm_opnd(B, ib, K * N, ldb, g->tb);
+        pl_status s = pl_gemm_mixed(M, N, K, &oa, &ob, (char *)C + (size_t)(bi * M * N) * cs, cdt, N,
+                                    false, !serial);
+        if (s) {
+#pragma omp atomic write
+            st = s;
+        }
+    }
+    return st;
+}
+
+/* dA / dB (either may be NULL) of the f32 gradient G, as mm_bwd_f32 with
+ * the half operands read in place. */
+static pl_status mm_bwd_mixed(const pl_mm_geo *g, const float *G, const pl_tensor *A,
+                              const pl_tensor *B, float *dA, float *dB) {
+    int64_t M = g->M, N = g->N, K = g->K;
+    int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
+    bool ta = g->ta, tb = g->tb;
+    if (mm_bwd_zero(g, dA, dB)) return PL_OK;
+    pl_status st = PL_OK;
+    if (g->collapse) {
+        int64_t Mt = g->nbatch * M;
+        pl_gemm_operand og = {G, PL_F32, N, false};
+        if (dA) { /* [Mt, K] = G [Mt, N] @ op(B)^T */
+            pl_gemm_operand ob = mm_opnd(B, 0, 0, ldb, !tb);
+            st = pl_gemm_mixed(Mt, K, N, &og, &ob, dA, PL_F32, K, false, true);
+        }
+        if (dB && !st) {
+            pl_gemm_operand oa = mm_opnd(A, 0, 0, K, !tb);
+            pl_gemm_operand ogt = {G, PL_F32, N, true};
+            st = tb ? pl_gemm_mixed(N, K, Mt, &ogt, &oa, dB, PL_F32, K, false, true) /* G^T A */
+                    : pl_gemm_mixed(K, N, Mt, &oa, &og, dB, PL_F32, N, false, true); /* A^T G */
+        }
+        return st;
+    }
+    bool acc_a = g->na != g->nbatch, acc_b = g->nb != g->nbatch;
+    bool serial = 2.0 * M * N * K < MM_MIXED_SERIAL_FLOPS;
+    /* matrices accumulated over the batch are written by one thread at a time */
+    bool spread = serial && !acc_a && !acc_b && g->nbatch > 1;
+#pragma omp parallel for schedule(dynamic, 1) if (spread)
+    for (int64_t bi = 0; bi < g->nbatch; bi++) {
+        int64_t ia, ib;
+        pl_mm_batch_off(g, bi, &ia, &ib);
+        pl_gemm_operand og = {G + bi * M * N, PL_F32, N, false}, ogt = {G + bi * M * N, PL_F32, N, true};
+        pl_status s = PL_OK;
+        if (dA) {
+            float *d = dA + ia * M * K;
+            if (!ta) { /* [M, K] = G @ op(B)^T */
+                pl_gemm_operand ob = mm_opnd(B, ib, K * N, ldb, !tb);
+                s = pl_gemm_mixed(M, K, N, &og, &ob, d, PL_F32, K, acc_a, !spread);
+            } else { /* A^T's gradient [K, M] = op(B) @ G^T */
+                pl_gemm_operand ob = mm_opnd(B, ib, K * N, ldb, tb);
+                s = pl_gemm_mixed(K, M, N, &ob, &ogt, d, PL_F32, M, acc_a, !spread);
+            }
+        }
+        if (dB && !s) {
+            float *d = dB + ib * K * N;
+            if (!tb) { /* [K, N] = op(A)^T @ G */
+                pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, !ta);
+                s = pl_gemm_mixed(K, N, M, &oa, &og, d, PL_F32, N, acc_b, !spread);
+            } else { /* B^T's gradient [N, K] = G^T @ op(A) */
+                pl_gemm_operand oa = mm_opnd(A, ia, M * K, lda, ta);
+                s = pl_gemm_mixed(N, K, M, &ogt, &oa, d, PL_F32, K, acc_b, !spread);
+            }
+        }
+        if (s) {
+#pragma omp atomic write
+            st = s;
+        }
+    }
+    return st;
+}
+
+/* f32 x f32 -> f32 directly; bf16 / f16 inputs are widened to f32 panels
+ * (exact), multiplied with f32 accumulation and rounded once to the
+ * output dtype. */
+static pl_status k_matmul_fwd(const pl_kernel_args *a) {
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[0], a->in[1], a->out[0], a->p.flags);
+    pl_status st = PL_OK;
+    scratch sa = {0}, sb = {0}, sc = {0};
+    /* bf16 x bf16 in the nn.Linear shape (x @ W^T, W shared): native
+     * AVX-512 BF16 dot products, f32 accumulation (cpu/bf16_gemm.c) */
+    if (a->in[0]->dtype == PL_BF16 && a->in[1]->dtype == PL_BF16 && g.collapse && g.tb &&
+        g.M > 0 && g.N > 0 && g.K > 0) {
+        float *C0 = a->out[0]->dtype == PL_F32 ? f32p(a->out[0])
+                                               : scratch_f32(&sc, pl_tensor_numel(a->out[0]));
+        if (C0 && pl_bf16_gemm_nt(pl_tensor_data(a->in[0]), pl_tensor_data(a->in[1]), C0,
+                                  g.nbatch * g.M, g.N, g.K)) {
+            if (a->out[0]->dtype != PL_F32)
+                st = from_f32(C0, a->out[0], pl_tensor_numel(a->out[0]));
+            scratch_free(&sc);
+            return st;
+        }
+        scratch_free(&sc);
+        sc = (scratch){0};
+    }
+    if (mm_use_mixed(a->in[0], a->in[1])) {
+        pl_tensor *o = a->out[0];
+        bool direct = o->dtype == PL_F32 || o->dtype == PL_BF16;
+        void *C = direct ? pl_tensor_data(o) : scratch_f32(&sc, pl_tensor_numel(o));
+        if (!C) return PL_ERR_NOMEM;
+        st = mm_fwd_mixed(&g, a->in[0], a->in[1], C, direct ? o->dtype : PL_F32);
+        if (!st && !direct) st = from_f32(C, o, pl_tensor_numel(o));
+        scratch_free(&sc);
+        return st;
+    }
+    const float *A = as_f32(a->in[0], &sa, &st);
+    const float *B = st ? NULL : as_f32(a->in[1], &sb, &st);
+    float *C = NULL;
+    if (!st) {
+        C = a->out[0]->dtype == PL_F32 ? f32p(a->out[0])
+                                       : scratch_f32(&sc, pl_tensor_numel(a->out[0]));
+        if (!C) st = PL_ERR_NOMEM;
+    }
+    if (!st) {
+        mm_fwd_f32(&g, A, B, C);
+        if (a->out[0]->dtype != PL_F32) st = from_f32(C, a->out[0], pl_tensor_numel(a->out[0]));
+    }
+    scratch_free(&sa);
+    scratch_free(&sb);
+    scratch_free(&sc);
+    return st;
+}
+
+static pl_status k_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *G = a->in[0];
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    pl_status st = PL_OK;
+    if (mm_use_mixed(a->in[1], a->in[2]))
+        return mm_bwd_mixed(&g, cf32(G), a->in[1], a->in[2], a->out[0] ? f32p(a->out[0]) : NULL,
+                            a->out[1] ? f32p(a->out[1]) : NULL);
+    scratch sa = {0}, sb = {0};
+    /* dA needs B, dB needs A */
+    const float *A = a->out[1] ? as_f32(a->in[1], &sa, &st) : NULL;
+    const float *B = !st && a->out[0] ? as_f32(a->in[2], &sb, &st) : NULL;
+    if (!st)
+        mm_bwd_f32(&g, cf32(G), A, B, a->out[0] ? f32p(a->out[0]) : NULL,
+                   a->out[1] ? f32p(a->out[1]) : NULL);
+    scratch_free(&sa);
+    scratch_free(&sb);
+    return st;
+}
+
+void pl_cpu_register_dense_matmul(pl_kernel_table *b) {
+    b->forward[PL_OP_MATMUL] = k_matmul_fwd;
+    b->backward[PL_OP_MATMUL] = k_matmul_bwd;
+}
