@@ -62,6 +62,18 @@ static pl_status capture_violation(const char *what, size_t n) {
     return s;
 }
 
+pl_status pl_cu_refuse_capture(const char *op, const char *why) {
+    if (tl_cap_dev < 0) return PL_OK;
+    pl_status s = pl_error_set(PL_ERR_UNSUPPORTED, "cuda: op '%s' cannot be captured in a graph "
+                               "(%s); the step runs eagerly with [trainer] cuda_graphs = auto",
+                               op, why);
+    if (!tl_cap_err) {
+        tl_cap_err = s;
+        snprintf(tl_cap_msg, sizeof tl_cap_msg, "%s", pl_error_message());
+    }
+    return s;
+}
+
 static void *cu_raw_alloc(int device, size_t n) {
     void *p = NULL;
     if (tl_cap_dev >= 0 && !pl_alloc_in_raw_alloc()) { /* not the graph's pool growing */

@@ -196,6 +196,12 @@ pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const
 /* f32 copy of a float tensor (its own data when already f32). */
 const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
 
+/* PL_OK when this thread is not capturing a graph; else the capture is
+ * poisoned with PL_ERR_UNSUPPORTED naming `op` and `why` (what CUDA would
+ * refuse inside it), which capture_end returns, so [trainer] cuda_graphs =
+ * auto falls back to eager with that reason. */
+pl_status pl_cu_refuse_capture(const char *op, const char *why);
+
 /* A contiguous copy of t converted to dt (rounded to nearest even) in scratch
  * s, which the caller frees; NULL with *st set on failure. The backward GEMMs
  * of half operands round their f32 grad_output with it, to run on the tensor

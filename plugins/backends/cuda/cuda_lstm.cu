@@ -332,6 +332,10 @@ static pl_status lstm_check_f32(const pl_kernel_args *a, int n_in) {
 /* ---- forward ------------------------------------------------------------------------- */
 
 static pl_status k_lstm_fwd(const pl_kernel_args *a) {
+    /* cuDNN's RNN calls invalidated a stream capture on the H200 (2026-11-27:
+     * "operation failed due to a previous error during capture") */
+    if (pl_cu_refuse_capture("lstm", "cuDNN's RNN forward / backward is not capturable here"))
+        return pl_error_status();
     const pl_tensor *xt = a->in[0], *whh = a->in[2];
     int64_t B = xt->shape[0], T = xt->shape[1], In = xt->shape[2], H = whh->shape[1];
     bool rev = a->p.flags & 1;
@@ -381,6 +385,10 @@ static pl_status zero_outputs(const pl_kernel_args *a) {
 }
 
 static pl_status k_lstm_bwd(const pl_kernel_args *a) {
+    /* cuDNN's RNN calls invalidated a stream capture on the H200 (2026-11-27:
+     * "operation failed due to a previous error during capture") */
+    if (pl_cu_refuse_capture("lstm", "cuDNN's RNN forward / backward is not capturable here"))
+        return pl_error_status();
     const pl_tensor *dyt = a->in[0], *xt = a->in[1], *whh = a->in[3];
     int64_t B = xt->shape[0], T = xt->shape[1], In = xt->shape[2], H = whh->shape[1];
     bool rev = a->p.flags & 1;
