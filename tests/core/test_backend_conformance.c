@@ -163,9 +163,11 @@ static pl_tensor *c_nf4(pl_tensor **in, const ocase *c) {
 static pl_tensor *c_nf4_quant(pl_tensor **in, const ocase *c) {
     pl_tensor *q = pl_nf4_quantize(in[0], c->flag, true);
     if (!q) return NULL;
-    pl_tensor *y = pl_nf4_dequantize(q, PL_F32);
+    pl_tensor *y = pl_nf4_dequantize(q, PL_F32); /* owned: handed to the frame as a copy */
     pl_tensor_release(q);
-    return y;
+    pl_tensor *r = y ? pl_scale(y, 1.0) : NULL;
+    pl_tensor_release(y);
+    return r;
 }
 static pl_tensor *c_lstm(pl_tensor **in, const ocase *c) {
     return pl_lstm(in[0], in[1], in[2], in[3], in[4], NULL, NULL, c->flag, NULL, NULL);
