@@ -65,7 +65,7 @@ static pl_status capture_violation(const char *what, size_t n) {
 pl_status pl_cu_refuse_capture(const char *op, const char *why) {
     if (tl_cap_dev < 0) return PL_OK;
     pl_status s = pl_error_set(PL_ERR_UNSUPPORTED, "cuda: op '%s' cannot be captured in a graph "
-                               "(%s); the step runs eagerly with [trainer] cuda_graphs = auto",
+                               "(%s); with [trainer] cuda_graphs = auto such a step runs eagerly",
                                op, why);
     if (!tl_cap_err) {
         tl_cap_err = s;
