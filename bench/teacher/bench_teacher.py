@@ -147,7 +147,10 @@ def main():
                                        f"trainer.limit_train_batches={a.batches}",
                                        "trainer.limit_val_batches=1", f"data.path={a.data}"]
                             + common.device_overrides(a.device), "teacher")
-    ours = s["train_samples_per_second"]
+    # after 5 warm-up steps, synchronized, as the PyTorch side is timed
+    # (summary.json steady_samples_per_second; the whole fit's figure counts
+    # the warm-up and, on cuda, the graph's capture)
+    ours = s.get("steady_samples_per_second") or s["train_samples_per_second"]
     theirs, steps = torch_samples_per_s(a.data, cfg, a.batches, a.device)
     common.report(f"iLoRA teacher train ({a.config}, {a.device})", "samples/s", ours, theirs,
                   f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB",

@@ -152,6 +152,7 @@ pl_status tr_cb_logging_create(trainer *t, tr_callback **out);
 pl_status tr_cb_monitor_create(trainer *t, tr_callback **out);
 pl_status tr_cb_checkpoint_create(trainer *t, tr_callback **out);
 pl_status tr_cb_signal_create(trainer *t, tr_callback **out);
+pl_status tr_cb_throughput_create(trainer *t, tr_callback **out); /* cb_throughput.c */
 
 /* ---- cb_signal.c: SIGINT / SIGTERM ---- */
 void tr_signals_install(void);

@@ -24,7 +24,7 @@ pl_status tr_callbacks_create(trainer *t) {
     static const cb_ctor builtin[] = {tr_cb_nan_create,        tr_cb_averager_create,
                                       tr_cb_logging_create,    tr_cb_monitor_create,
                                       tr_cb_checkpoint_create, tr_cb_ema_create,
-                                      tr_cb_signal_create};
+                                      tr_cb_signal_create,     tr_cb_throughput_create};
     tr_callbacks_destroy(t);
     for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {
         tr_callback *c = NULL;

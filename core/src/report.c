@@ -94,6 +94,12 @@ static double summary_timing(cJSON *o, trainer *t, int status) {
     cJSON_AddBoolToObject(o, "stopped_early", t->stopped_early);
     cJSON_AddNumberToObject(o, "train_samples_per_second",
                             t->train_seconds > 0 ? t->train_samples / t->train_seconds : 0);
+    /* after 5 warm-up steps, device synchronized at both ends (cb_throughput.c);
+     * 0 when the fit had no step past the warm-up */
+    cJSON_AddNumberToObject(o, "steady_seconds_per_step",
+                            t->steady_steps > 0 ? t->steady_seconds / (double)t->steady_steps : 0);
+    cJSON_AddNumberToObject(o, "steady_samples_per_second",
+                            t->steady_seconds > 0 ? t->steady_samples / t->steady_seconds : 0);
     cJSON_AddNumberToObject(o, "data_wait_fraction",
                             t->train_seconds > 0 ? t->data_wait / t->train_seconds : 0);
     return t->n_epoch_s ? sum / t->n_epoch_s : 0;

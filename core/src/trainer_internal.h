@@ -207,6 +207,9 @@ typedef struct trainer {
     bool have_test, have_avg_test;
     char best_path[PATH_MAX], last_path[PATH_MAX], outputs_path[PATH_MAX];
     double train_samples, train_seconds, data_wait;
+    /* cb_throughput.c: the steady-state window (after the warm-up steps) */
+    double steady_seconds, steady_samples;
+    int64_t steady_steps;
     /* whole-run ETA: when fit started in this process, and the global batch
      * position (epoch * batches per epoch + batch) it started at */
     double fit_t0;

@@ -228,7 +228,7 @@ START_TEST(user_callback_sees_every_hook_in_order_after_the_builtins) {
     /* first calls: fit start, epoch start, step end, batch end, the read (log step 1:
      * the logging callback reads inside step end, before me: so L before S), ... */
     ck_assert_str_eq(c.order, "FELSBKTVWXZQ");
-    ck_assert_str_eq(c.names, "nan_policy,logging,monitor,checkpoint,signals,counter,");
+    ck_assert_str_eq(c.names, "nan_policy,logging,monitor,checkpoint,signals,throughput,counter,");
     ck_assert(c.steps_in_order);
     ck_assert_msg(c.tensors_ok, "the step's loss / grad norm / found_inf as f32 [1] device tensors");
     ck_assert(c.best_before_me);
@@ -255,7 +255,7 @@ START_TEST(user_callback_sees_every_hook_in_order_after_the_builtins) {
     ck_assert_int_eq(c2.n[H_BATCH_END], NB);
     ck_assert_int_eq(c2.n[H_LOSS_READ], NB);
     ck_assert_int_eq(c2.n[H_TEST_END], 0); /* test = false */
-    ck_assert_str_eq(c2.names, "nan_policy,averager,logging,monitor,checkpoint,signals,counter,");
+    ck_assert_str_eq(c2.names, "nan_policy,averager,logging,monitor,checkpoint,signals,throughput,counter,");
 }
 END_TEST
 
@@ -621,12 +621,34 @@ START_TEST(ema_state_resumes_and_quiet_steps_stay_on_the_device) {
 }
 END_TEST
 
+/* cb_throughput.c: after 5 warm-up steps the steady window covers the other
+ * 2 * NB - 5 steps (epoch 0's rest, then epoch 1 whole); every batch holds
+ * BATCH samples, so samples/s times s/step is BATCH exactly when the window's
+ * samples and steps were counted right. */
+START_TEST(steady_throughput_is_measured_after_the_warm_up) {
+    const char *o[] = {"pipeline.device=strict"};
+    ck_assert_msg(run("steady", 1, o) == 0, "%s", pl_error_message());
+    char p[1200];
+    run_path(p, sizeof p, "steady", "summary.json");
+    char *js = slurp(p);
+    const char *a = strstr(js, "\"steady_seconds_per_step\":"),
+               *b = strstr(js, "\"steady_samples_per_second\":");
+    ck_assert_msg(a && b, "summary.json lacks the steady figures: %.400s", js);
+    double sps = atof(strchr(a, ':') + 1), sams = atof(strchr(b, ':') + 1);
+    free(js);
+    ck_assert_msg(sps > 0 && sams > 0, "steady %g s/step, %g samples/s", sps, sams);
+    ck_assert_msg(fabs(sps * sams - BATCH) <= 1e-6 * BATCH,
+                  "samples per steady step %g, expected %d", sps * sams, BATCH);
+}
+END_TEST
+
 int main(void) {
     setup();
     Suite *s = suite_create("callbacks");
     TCase *tc = tcase_create("callbacks");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, user_callback_sees_every_hook_in_order_after_the_builtins);
+    tcase_add_test(tc, steady_throughput_is_measured_after_the_warm_up);
     tcase_add_test(tc, early_stopping_callback_stops_after_patience);
     tcase_add_test(tc, nan_policy_callback_skips_counts_and_stops);
     tcase_add_test(tc, ema_matches_torch_formula_and_validates_the_average_cpu);
