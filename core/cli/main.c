@@ -9,12 +9,14 @@
 #include <unistd.h>
 
 #include "config_internal.h"
+#include "check_groups.h"
 #include "crash.h"
 #include "export.h"
 #include "ops_cmd.h"
 #include "registry.h"
 #include "plot.h"
 #include "png.h"
+#include "predict.h"
 #include "trainer.h"
 
 #define EXIT_RUN_FAILED 1

@@ -8,6 +8,7 @@
  * the CPU, without weights from init_from or a checkpoint) and creates the
  * optimizer, whose group selection warns about a group that selects nothing
  * (plugins/optim/common/param_groups.c). Everything is destroyed again. */
+#include "check_groups.h"
 #include "trainer_internal.h"
 
 #include <string.h>

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "predict.h"
 #include "trainer_internal.h"
 
 /* ---- the run directory and its checkpoint --------------------------------------------- */

@@ -48,13 +48,6 @@ pl_status pl_trainer_check_options(const pl_config *cfg);
  * a.ini) or a chain deeper than 32, or the first required config that does
  * not load. Used by `pipeline check` and before a run runs its requirements. */
 pl_status pl_trainer_check_requires(const pl_config *cfg, pl_registry *reg);
-/* `pipeline check`: when [optimizer] names parameter groups, build the loader,
- * the model and the precision stage on the CPU (no weights loaded) and create
- * the optimizer, whose group selection warns (pl_message, stderr) about a group
- * that selects no trainable parameter; then destroy them. *checked: whether the
- * build got that far. An error (data not there yet, a teacher's outputs not
- * exported yet) leaves *checked false with the error set. (core/src/check_groups.c) */
-pl_status pl_trainer_check_param_groups(const pl_config *cfg, pl_registry *reg, bool *checked);
 
 /* Returns the CLI exit code: 0 ok, 1 run failed, 2 config error. Errors are
  * printed to stderr with a hint line. */
@@ -64,26 +57,6 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
  * every rank would print alike before a strategy exists (the resolved config,
  * the requirements). (core/src/dist.c) */
 int pl_launcher_rank(void);
-
-/* `pipeline predict RUN_DIR INPUT.h5 OUT.h5` (predict.c). Strings borrowed. */
-typedef struct pl_predict_options {
-    const char *run_dir;    /* a directory `pipeline run` wrote (config.ini, checkpoints/) */
-    const char *input;      /* the HDF5 file the run's loader reads instead of its data.path */
-    const char *output;     /* OUT.h5, written by the model to OUT.h5.tmp.<pid>, then renamed */
-    const char *checkpoint; /* "best" (NULL: best, falling back to last), "last" or a path */
-    const char *split;      /* "train", "val" or "test" (NULL: test) */
-    int argc;               /* overrides applied to the run's config.ini */
-    const char *const *argv;
-} pl_predict_options;
-
-/* Rebuild the run's loader (reading o->input), model and precision from
- * RUN_DIR/config.ini, load the checkpoint's weights and feed every batch of
- * the split to the model's predict_batch (eval mode, grad off); the model
- * writes OUT.h5 (plugin.h, pl_model_vtable ABI 2.4). Prints errors (with a
- * hint) to stderr. Returns the CLI exit code: 0 ok, 1 predict failed (I/O,
- * data), 2 usage or configuration error (no run directory, a model without
- * predict). */
-int pl_predict_run(pl_registry *reg, const pl_predict_options *o);
 
 /* Run directory of the newest run of a config that ended ok:
  * RUN_DIR/NAME/latest (the symlink pl_trainer_run moves when a run ends ok;

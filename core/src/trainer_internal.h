@@ -2,7 +2,9 @@
  *
  * The trainer's files, one job each:
  *   trainer.c     the loop: stages, fit (fetch, forward, backward, step, counters,
- *                 validation when due), test, export
+ *                 validation when due)
+ *   trainer_setup.c  a run's setup: settings, device, stages, init_from, resume
+ *   trainer_phases.c pl_trainer_run: setup, fit, test, export, summary, exit code
  *   callbacks.c, cb_*.c  what else a fit does, as callbacks (callback.h):
  *                 logging, metrics.csv, checkpoints, early stopping, the NaN
  *                 policy, weight averaging (swa, EMA), signals
@@ -390,6 +392,29 @@ int64_t tr_planned_batches(const trainer *t, int64_t nb);
 /* The learning-rate factor of the next optimizer step (t->step): every
  * scheduler's product, or the averager's override. */
 double tr_lr_factor(trainer *t);
+/* Every batch of `split` from the loader's fixed order (epoch 0, from batch
+ * 0; at most max_batches, -1: all), grad off, each inside its own pl_frame,
+ * handed to fn with `arg`. Stops at the first error, the loader's or fn's,
+ * and returns it. The tape is the caller's to clear. Evaluation, export and
+ * predict all walk a split this way. */
+typedef pl_status (*tr_batch_fn)(trainer *t, const pl_batch *b, pl_data_split split, void *arg);
+pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr_batch_fn fn,
+                        void *arg);
+/* Create the stage of INI section `section` (PL_OK with s->self NULL when
+ * the config has no such section); errors name the section and plugin. */
+pl_status tr_stage_create(trainer *t, stage *s, const char *section);
+void tr_stage_destroy(stage *s);
+/* A `limit_*_batches` / `val_check_interval` value: an integer is a count of
+ * batches, a float a fraction of the split (Lightning's reading). */
+pl_limit tr_cfg_limit(const pl_config_section *s, const char *key);
+/* The batches of a split of n that `lim` leaves. */
+int64_t tr_limit_batches(pl_limit lim, int64_t n);
+/* The run pl_message writes into besides stderr's terminal (NULL: stderr only). */
+void tr_set_message_run(trainer *t);
+/* The fit: epochs until max_epochs, max_steps, early stopping or a signal. */
+pl_status tr_fit(trainer *t);
+
+/* ---- trainer_setup.c ---- */
 /* Build the stages a model needs, as a run does: create [data] (its meta:
  * num_items, ...; its data line logged), [model], [precision] and run the
  * precision's setup (without a [precision] section: every float parameter
@@ -400,14 +425,6 @@ double tr_lr_factor(trainer *t);
  * with its section and plugin. Used by pl_trainer_run, `pipeline export`
  * (export.c) and `pipeline predict` (predict.c). */
 pl_status tr_build_model(trainer *t, double *load_start);
-/* Every batch of `split` from the loader's fixed order (epoch 0, from batch
- * 0; at most max_batches, -1: all), grad off, each inside its own pl_frame,
- * handed to fn with `arg`. Stops at the first error, the loader's or fn's,
- * and returns it. The tape is the caller's to clear. Evaluation, export and
- * predict all walk a split this way. */
-typedef pl_status (*tr_batch_fn)(trainer *t, const pl_batch *b, pl_data_split split, void *arg);
-pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr_batch_fn fn,
-                        void *arg);
 /* Destroy every created stage, in reverse order of creation (NULL-safe per
  * stage). The params and meta stay (the caller frees them). */
 void tr_destroy_stages(trainer *t);
@@ -423,17 +440,25 @@ pl_status tr_offline_init(trainer *t, pl_config *cfg, pl_registry *reg, const ch
  * put autocast back to f32. */
 void tr_offline_free(trainer *t);
 
-/* Create the stage of INI section `section` (PL_OK with s->self NULL when
- * the config has no such section); errors name the section and plugin. */
-pl_status tr_stage_create(trainer *t, stage *s, const char *section);
-void tr_stage_destroy(stage *s);
 /* [pipeline] device (loading its backend plugin), threads and the backend
  * settings into t->ctx.device; errors set the thread's error. */
 pl_status tr_setup_device(trainer *t);
 /* No [precision] section: parameters as fp32 keeps them (pl_params_convert). */
 pl_status tr_default_precision(trainer *t);
+/* Print the thread's error (and a hint) to stderr and log.txt; returns code. */
+int tr_fail(trainer *t, int code);
+/* pl_trainer_run's steps before the fit (trainer_phases.c runs them in this
+ * order). tr_run_open: the settings and option checks, the requirements, the
+ * device, the strategy, the run directory and its files; returns the exit code
+ * of a run that cannot start (0: go on; the error is printed). tr_run_build: the
+ * batch-field contract, the stages, the planned steps, the callbacks;
+ * *load_start as tr_build_model. tr_run_load: init_from, the load time, a
+ * resume, the ranks' parameter check and the parameter storage line. */
+int tr_run_open(trainer *t, pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
+pl_status tr_run_build(trainer *t, double *load_start);
+pl_status tr_run_load(trainer *t, double load_start);
 
-/* ---- predict.c ---- (the entry point, pl_predict_run, is in trainer.h) */
+/* ---- predict.c ---- (in core/services; the entry point, pl_predict_run, is in predict.h) */
 
 /* ---- checkpoint.c ---- */
 /* Weights, every stage's state and the loop counters to `path` (temp file,
