@@ -227,10 +227,15 @@ core_is_lean() {
 check core_library_holds_no_cli_service_nor_harness core_is_lean
 
 harness_pkg_config() {
-    local flags
+    local flags san=
+    # a sanitizer build's libraries need the program instrumented too (the
+    # ASan runtime must come first), as CI's ASan pass builds them
+    if ldd "$PREFIX/lib/libpipeline_core.so" 2>/dev/null | grep -q libasan; then
+        san="-fsanitize=address,undefined"
+    fi
     flags=$(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig "$PKG_CONFIG" --cflags --libs pipeline-testing) &&
-        echo "pkg-config pipeline-testing: $flags" &&
-        "$CC" -std=gnu11 "$SRC/tests/sdk/harness_use.c" -o "$TMP/harness_use" $flags \
+        echo "pkg-config pipeline-testing: $flags $san" &&
+        "$CC" -std=gnu11 $san "$SRC/tests/sdk/harness_use.c" -o "$TMP/harness_use" $flags \
             -Wl,-rpath,"$PREFIX/lib" &&
         "$TMP/harness_use" "$TMP/ex-cmake"
 }
