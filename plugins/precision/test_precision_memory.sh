@@ -18,7 +18,9 @@
 # kept only what backward reads (docs/autograd-memory.md) the same step gave
 # 247.1, 172.6 (0.698x: fails) and 101.6 (0.411x). At larger batches the
 # ratios rise (batch 16: 0.62x / 0.36x): the residual stream and its
-# elementwise ops keep f32 activations in every precision (issue 31 item 2).
+# elementwise ops kept f32 activations in every precision. Since the bf16
+# stream of bf16-true and qlora4 (issue 31 item 2, 2026-11-27): bf16-true
+# 118.79 MiB (0.538x), qlora4 47.76 (0.216x), fp32 and bf16-mixed unchanged.
 # No timings. usage: test_precision_memory.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
