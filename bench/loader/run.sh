@@ -10,9 +10,9 @@ build=$(cd "${1:?usage: run.sh BUILD_DIR [FILE.h5] [GiB]}" && pwd)
 file=${2:-/tmp/pl_bench_loader.h5}
 gib=${3:-2}
 [ -f "$file" ] || python3 "$here/make_file.py" "$file" "$gib"
-sup="$repo/plugins/loaders/test_support"
+sup="$repo/tests/kits" # loader_test_util (issue 33: the test kits under tests/)
 cc -O2 -std=gnu11 -o "$build/bench_loader" "$here/bench_loader.c" "$sup/loader_test_util.c" \
    -I"$repo/core/include" -I"$repo/core/src" -I"$sup" \
    -DPL_TEST_PLUGIN_DIR="\"$build/plugins\"" -DPL_LOADER_TEST_PLUGIN_DIR="\"$build/test_plugins\"" \
-   $(pkg-config --cflags --libs hdf5) -L"$build/core" -Wl,-rpath,"$build/core" -lpipeline_core
+   $(pkg-config --cflags --libs hdf5) -L"$build/core" -Wl,-rpath,"$build/core" -lpipeline_testing -lpipeline_core
 "$build/bench_loader" "$file" 0.25 4096

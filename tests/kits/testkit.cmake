@@ -1,7 +1,7 @@
 # pl_optim_test(NAME SOURCES a.c PLUGINS p1 p2): a plugin test built with the
 # optimizer test kit (optim_testkit.c, over the public harness pipeline/testing.h)
 # and cJSON; public headers only.
-set(PL_OPTIM_COMMON_DIR ${CMAKE_CURRENT_LIST_DIR})
+set(PL_OPTIM_COMMON_DIR ${CMAKE_CURRENT_LIST_DIR}) # tests/kits: optim_testkit, prec_model
 function(pl_optim_test name)
   cmake_parse_arguments(T "" "" "SOURCES;PLUGINS" ${ARGN})
   if(NOT PL_BUILD_TESTS)
