@@ -53,6 +53,27 @@ static pl_kernel_fn cpu_kernel(pl_op op, bool backward) {
     return pl_kernel_table_get(&g_cpu_kernels, op, backward);
 }
 
+/* pl_backend.half_native: the CPU kernels that read bf16 in place
+ * (cpu/kernels_dense.c), forward and backward: add / sub of two same-shape
+ * f32-or-bf16 operands, scale and add_scalar of bf16, cross-entropy of bf16
+ * logits. Every other f32-only kernel gets f32 copies (half_io.c). */
+static bool cpu_half_native(const pl_kernel_args *a, bool backward) {
+    const pl_tensor *x = a->in[backward ? 1 : 0]; /* backward: in[0] is the gradient */
+    if (!x) return false;
+    switch (a->op) {
+    case PL_OP_ADD:
+    case PL_OP_SUB: {
+        const pl_tensor *y = a->in[backward ? 2 : 1];
+        return y && pl_tensor_same_shape(x, y) && (x->dtype == PL_F32 || x->dtype == PL_BF16) &&
+               (y->dtype == PL_F32 || y->dtype == PL_BF16);
+    }
+    case PL_OP_SCALE:
+    case PL_OP_ADD_SCALAR:
+    case PL_OP_CROSS_ENTROPY: return x->dtype == PL_BF16;
+    default: return false;
+    }
+}
+
 static pl_backend g_cpu = {
     .struct_size = PL_BACKEND_STRUCT_SIZE,
     .name = "cpu",
@@ -65,6 +86,7 @@ static pl_backend g_cpu = {
     .synchronize = cpu_sync,
     .mem_info = cpu_mem_info,
     .kernel = cpu_kernel,
+    .half_native = cpu_half_native,
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -18,10 +18,10 @@
  * (sigmoid, tanh, exp, relu, elu, sqrt, softmax, log_softmax): that output is now the rounded half
  * value, as in PyTorch, where a bf16 sigmoid saves its bf16 result.
  *
- * Kernels that read half directly are called as they are: the CPU's
+ * Kernels that read half directly are called as they are: whatever a
+ * backend's half_native verb claims (backend.h, ABI 2.8): the CPU's
  * same-shape bf16 add / sub, bf16 scale / add_scalar and bf16 cross-entropy
- * (cpu_native), and whatever a backend's half_native verb claims (backend.h,
- * ABI 2.8: the CUDA backend's elementwise, rms_norm and swiglu kernels).
+ * (cpu_backend.c), the CUDA backend's elementwise, rms_norm and swiglu.
  */
 #include <string.h>
 
@@ -67,35 +67,13 @@ static bool is_half(const pl_tensor *t) {
     return t && (t->dtype == PL_BF16 || t->dtype == PL_F16);
 }
 
-/* The CPU kernels that read bf16 in place (cpu/kernels_dense.c), forward and
- * backward: add / sub of two same-shape f32-or-bf16 operands, scale and
- * add_scalar of bf16, cross-entropy of bf16 logits. */
-static bool cpu_native(const pl_kernel_args *a, bool backward) {
-    const int x0 = backward ? 1 : 0; /* backward: in[0] is the gradient */
-    const pl_tensor *x = a->in[x0];
-    if (!x || x->device.type != PL_DEVICE_CPU) return false;
-    switch (a->op) {
-    case PL_OP_ADD:
-    case PL_OP_SUB: {
-        const pl_tensor *y = a->in[x0 + 1];
-        if (!y || !pl_tensor_same_shape(x, y)) return false;
-        return (x->dtype == PL_F32 || x->dtype == PL_BF16) &&
-               (y->dtype == PL_F32 || y->dtype == PL_BF16);
-    }
-    case PL_OP_SCALE:
-    case PL_OP_ADD_SCALAR: return x->dtype == PL_BF16;
-    case PL_OP_CROSS_ENTROPY: return x->dtype == PL_BF16;
-    default: return false;
-    }
-}
-
 bool pl_half_io_needed(const pl_backend *b, const pl_kernel_args *a, bool backward) {
     if (!f32_kernel_op(a->op)) return false;
     bool any = false;
     for (int i = 0; i < a->n_in && !any; i++) any = is_half(a->in[i]);
     for (int i = 0; i < a->n_out && !any; i++) any = is_half(a->out[i]);
-    if (!any || cpu_native(a, backward)) return false;
-    return !(b && PL_BACKEND_HAS(b, half_native) && b->half_native && b->half_native(a, backward));
+    return any &&
+           !(b && PL_BACKEND_HAS(b, half_native) && b->half_native && b->half_native(a, backward));
 }
 
 /* backend b's cast of src into dst (same shape, contiguous) */
