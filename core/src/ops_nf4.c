@@ -81,13 +81,6 @@ static uint8_t dyn_nearest(const float *map, float x) {
 /* ---- helpers ------------------------------------------------------------------ */
 
 /* Host f32 contiguous copy of any float tensor (owned, not in a frame). */
-static pl_tensor *host_f32(const pl_tensor *w) {
-    pl_frame_begin();
-    pl_tensor *h = pl_tensor_to(w, PL_F32, PL_CPU);
-    if (h) pl_frame_keep(h);
-    pl_frame_end();
-    return h;
-}
 
 /* Host copy of t in dtype dt (owned, not in a frame). */
 static pl_tensor *host_owned(const pl_tensor *t, pl_dtype dt) {
@@ -96,6 +89,10 @@ static pl_tensor *host_owned(const pl_tensor *t, pl_dtype dt) {
     if (h) pl_frame_keep(h);
     pl_frame_end();
     return h;
+}
+
+static pl_tensor *host_f32(const pl_tensor *w) {
+    return host_owned(w, PL_F32);
 }
 
 /* Copy of a host tensor onto `dev` (owned). */

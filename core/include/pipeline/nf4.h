@@ -69,7 +69,10 @@ uint8_t pl_nf4_quantize_value(float x);
 /* Quantize a float tensor (f32/bf16/f16, any shape, any device; a strided
  * view is read contiguously) into a new nf4 tensor of the same shape and
  * device with t->quant filled. `block` > 0 (64 for QLoRA); `double_quant`
- * quantizes the absmax constants as above. The result does not require
+ * quantizes the absmax constants as above. The block absmax and the codes
+ * are computed on w's device (the NF4_QUANTIZE kernel, bit-identical to the
+ * CPU's); only the double quantization of the absmax (one f32 per block)
+ * runs on the host. The result does not require
  * grad. Returns a new reference owned by the caller (never adopted by a
  * frame), NULL with the error set (PL_ERR_DTYPE for a non-float source,
  * PL_ERR_NUMERIC naming w's name, the count and the first index when w holds

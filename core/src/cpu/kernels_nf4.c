@@ -173,7 +173,11 @@ static float load_f32(const void *p, pl_dtype dt, int64_t i) {
  * is encoded when a value is not finite (the caller refuses the tensor). */
 static pl_status nf4_quantize_fwd(const pl_kernel_args *a) {
     const pl_tensor *w = a->in[0];
-    int64_t n = pl_tensor_numel(w), block = a->p.start, nb = (n + block - 1) / block;
+    int64_t n = pl_tensor_numel(w), block = a->p.start;
+    if (block <= 0)
+        return pl_error_set(PL_ERR_INVALID, "nf4_quantize: block size %lld of '%s' must be > 0",
+                            (long long)block, w->name);
+    int64_t nb = (n + block - 1) / block;
     const void *x = pl_tensor_data(w);
     uint8_t *codes = pl_tensor_data(a->out[0]);
     float *absmax = pl_tensor_data(a->out[1]);

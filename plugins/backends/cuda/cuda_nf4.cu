@@ -321,12 +321,10 @@ __global__ void k_nf4_q_init(unsigned long long *bad) {
     bad[0] = 0;
     bad[1] = ~0ULL;
 }
-__global__ void k_nf4_q_fini(unsigned long long *bad) {
-    if (!bad[0]) bad[1] = ~0ULL; /* i64 -1: no non-finite value */
-}
 
 /* in[0] w (f32/bf16/f16, contiguous); out[0] codes (nf4, w's shape), out[1]
- * absmax f32 [blocks], out[2] i64 [2] {non-finite count, first index}; the
+ * absmax f32 [blocks], out[2] i64 [2] {non-finite count, first index: read
+ * only when the count is not 0}; the
  * CPU's nf4_quantize_fwd, the same bits (pl_nf4_encode of x * (1 / absmax)
  * in f32). */
 static pl_status k_nf4_quantize_fwd(const pl_kernel_args *a) {
@@ -347,7 +345,6 @@ static pl_status k_nf4_quantize_fwd(const pl_kernel_args *a) {
     if (nbytes)
         k_nf4_q_encode<<<pl_cu_blocks(nbytes), PL_CUDA_THREADS>>>(
             pl_tensor_data(w), xd, n, block, am, bad, (uint8_t *)pl_tensor_data(a->out[0]), nbytes);
-    k_nf4_q_fini<<<1, 1>>>(bad);
     CUDA_LAUNCHED("nf4_quantize");
     return PL_OK;
 }
