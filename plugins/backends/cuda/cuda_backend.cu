@@ -941,14 +941,9 @@ static bool cu_half_native(const pl_kernel_args *a, bool backward) {
     case PL_OP_SCALE:
     case PL_OP_ADD_SCALAR:
     case PL_OP_SWIGLU:
-    case PL_OP_RMS_NORM: break;
+    case PL_OP_RMS_NORM: return true; /* pl_d_ldf / pl_d_stf read f64 as well */
     default: return false;
     }
-    for (int i = 0; i < a->n_in; i++)
-        if (a->in[i] && a->in[i]->dtype == PL_F64) return false;
-    for (int i = 0; i < a->n_out; i++)
-        if (a->out[i] && a->out[i]->dtype == PL_F64) return false;
-    return true;
 }
 
 /* ---- graph capture (pl_backend.capture_begin ...; graph.h) -------------------------
