@@ -25,14 +25,14 @@ SRC = "core/src/"
 
 # (layer, library, files relative to core/, without .c; a trailing / is a folder)
 LAYERS = [
-    ("base (errors, hints, file checks)", "core", ["status", "file"]),
+    ("base (errors, hints, file checks)", "core", ["status", "file", "suggest"]),
     ("tensor + ops", "core", ["tensor", "alloc", "half_io", "op_table", "ops_dense", "ops_index",
                               "ops_nf4", "ops_optim", "safetensors"]),
     ("autograd", "core", ["autograd", "autocast_cache", "op_profile", "graph"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
     ("config + schema + plugin registry", "core",
-     ["config", "config_ini", "config_override", "config_validate", "core_schema", "registry",
+     ["config", "config_load", "config_ini", "config_override", "config_validate", "core_schema", "registry",
       "backend_loader", "runobjs", "stage", "crash"]),
     ("the run (trainer, callbacks, chain)", "core",
      ["trainer", "trainer_setup", "trainer_phases", "graph_step", "step_values", "device_stats", "checkpoint",

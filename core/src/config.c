@@ -1,8 +1,9 @@
 #define _GNU_SOURCE /* vasprintf */
 /* config.c - the configuration's store (sections, entries and their name
- * index), the loading entry points (parse, overrides, resolution: the other
- * config_*.c files, config_impl.h) and the accessors of pipeline/config.h.
- * See config_internal.h for the contract. */
+ * index), value parsing and the accessors of pipeline/config.h: the bottom
+ * of the config layer, calling none of the other config_*.c files (the
+ * loading entry points are config_load.c). See config_internal.h for the
+ * contract. */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -196,123 +197,48 @@ entry *cfg_add_entry(pl_config_section *s, const char *key, const char *value,
 }
 
 /* ====================================================================
- * Loading entry points
+ * Value parsing (config_impl.h)
  * ==================================================================== */
 
-static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
-                              const char *const *overrides, const char *origin, pl_registry *reg,
-                              bool partial) {
-    pl_config *c = calloc(1, sizeof *c);
-    if (!c) {
-        pl_error_set(PL_ERR_NOMEM, "config: out of memory");
-        return NULL;
-    }
-    c->partial = partial;
-    c->path = cfg_xstrdup(name);
-    c->dir = cfg_xstrdup(base_dir ? base_dir : ".");
-    if (!c->path || !c->dir) goto fail;
-    if (cfg_parse_text(c, text)) goto fail;
-    if (cfg_apply_overrides(c, n_over, overrides, origin ? origin : "command line")) goto fail;
-    if (cfg_resolve(c, reg)) goto fail;
-    return c;
-fail:
-    pl_config_free(c);
-    return NULL;
+bool cfg_parse_int(const char *s, int64_t *out) {
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return false;
+    *out = (int64_t)v;
+    return true;
 }
 
-pl_config *pl_config_load_string(const char *text, const char *name, const char *base_dir,
-                                 int n_over, const char *const *overrides, pl_registry *reg) {
-    pl_hint_clear();
-    pl_error_clear();
-    if (!text || !reg) {
-        pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
-        return NULL;
+/* A finite double. strtod's ERANGE is refused both ways: an overflow
+ * (1e400 -> HUGE_VAL) and an underflow (1e-400 -> 0, 1e-310 -> a denormal),
+ * so that "lr = 1e-400" is not silently read as 0. *range (when given) says
+ * that the failure was one of those. */
+bool cfg_parse_float_r(const char *s, double *out, bool *range) {
+    if (range) *range = false;
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (*end) return false;
+    if (errno == ERANGE) {
+        if (range) *range = true;
+        return false;
     }
-    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, NULL, reg,
-                       false);
+    if (!isfinite(v)) return false;
+    *out = v;
+    return true;
 }
+bool cfg_parse_float(const char *s, double *out) { return cfg_parse_float_r(s, out, NULL); }
 
-pl_config *pl_config_load_partial(const char *text, const char *name, pl_registry *reg) {
-    pl_hint_clear();
-    pl_error_clear();
-    if (!text || !reg) {
-        pl_error_set(PL_ERR_INVALID, "pl_config_load_partial: NULL %s", !text ? "text" : "registry");
-        return NULL;
+bool cfg_parse_bool(const char *s, bool *out) {
+    static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
+    if (!s) return false;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
+        if (strcasecmp(s, no[i]) == 0) return *out = false, true;
     }
-    return load_common(text, name ? name : "<string>", NULL, 0, NULL, NULL, reg, true);
-}
-
-pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
-                          pl_registry *reg) {
-    return pl_config_load_as(path, n_over, overrides, NULL, reg);
-}
-
-pl_config *pl_config_load_as(const char *path, int n_over, const char *const *overrides,
-                             const char *origin, pl_registry *reg) {
-    pl_hint_clear();
-    pl_error_clear();
-    if (!path || !reg) {
-        pl_error_set(PL_ERR_INVALID, "pl_config_load: NULL %s", !path ? "path" : "registry");
-        return NULL;
-    }
-    /* a FIFO or a device named as the config is refused, never waited on */
-    FILE *f = pl_file_fopen_read(path, "config file");
-    if (!f) {
-        if (errno) { /* else: not a regular file, the message says which type */
-            pl_hint_set("check the path; it is relative to the current directory");
-            pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
-        }
-        return NULL;
-    }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    char buf[8192];
-    size_t r;
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (len + r + 1 > cap) {
-            cap = (len + r + 1) * 2;
-            char *t = realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                pl_error_set(PL_ERR_NOMEM, "%s: out of memory reading the file", path);
-                return NULL;
-            }
-            text = t;
-        }
-        memcpy(text + len, buf, r);
-        len += r;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(text);
-        pl_error_set(PL_ERR_IO, "cannot read config file %s", path);
-        return NULL;
-    }
-    if (!text && !(text = calloc(1, 1))) {
-        pl_error_set(PL_ERR_NOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    text[len] = '\0';
-    if (memchr(text, '\0', len)) {
-        free(text);
-        pl_hint_set("a config must be a text INI file");
-        pl_error_set(PL_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path);
-        return NULL;
-    }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    pl_config *c = load_common(text, path, dir, n_over, overrides, origin, reg, false);
-    free(text);
-    return c;
+    return false;
 }
 
 /* ====================================================================

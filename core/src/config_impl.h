@@ -2,12 +2,13 @@
  * the contract is config_internal.h, the plugins' view pipeline/config.h).
  *
  * The config is split along its seams:
- *   config.c           the store (sections, entries, their name index), the
- *                      loading entry points and the accessors
+ *   config.c           the store (sections, entries, their name index), value
+ *                      parsing and the accessors (the bottom: calls no other)
+ *   config_load.c      the loading entry points (the top: runs the others)
  *   config_ini.c       the INI reader (inih's dialect) and the INI / table /
  *                      hash output
  *   config_override.c  command-line overrides (`section.key=value`, `~section.key`)
- *   config_validate.c  suggestions, value parsing, validation against the option
+ *   config_validate.c  validation against the option
  *                      schemas and the resolution of plugins, `requires` and refs
  * The functions below are hidden: they are not part of libpipeline_core's ABI. */
 #ifndef PL_CONFIG_IMPL_H
@@ -98,15 +99,18 @@ PL_CFG_HIDDEN entry *cfg_find_entry(const pl_config_section *s, const char *key)
 PL_CFG_HIDDEN entry *cfg_add_entry(pl_config_section *s, const char *key, const char *value,
                                    pl_value_origin origin, const char *origin_str, int line);
 
-/* ---- value parsing (config_validate.c) ------------------------------- */
+/* ---- value parsing (config.c) ----------------------------------------- */
 
 /* A whole decimal int64 / finite double / boolean (true|false|yes|no|on|off|1|0,
  * case ignored); false when `s` is NULL, empty or not entirely that. */
 PL_CFG_HIDDEN bool cfg_parse_int(const char *s, int64_t *out);
 PL_CFG_HIDDEN bool cfg_parse_float(const char *s, double *out);
+/* cfg_parse_float that also says (*range, when given) that the failure was
+ * strtod's ERANGE (an overflow or an underflow), for the message. */
+PL_CFG_HIDDEN bool cfg_parse_float_r(const char *s, double *out, bool *range);
 PL_CFG_HIDDEN bool cfg_parse_bool(const char *s, bool *out);
 
-/* ---- the stages of a load (config.c's load_common runs them in order) - */
+/* ---- the stages of a load (config_load.c runs them in order) --------- */
 
 /* Parse INI `text` into `c` (config_ini.c); errors name "path:line". */
 PL_CFG_HIDDEN pl_status cfg_parse_text(pl_config *c, const char *text);

@@ -1,7 +1,7 @@
-/* config_validate.c - "did you mean" suggestions, value parsing, validation of
- * every key against its owning schema (a plugin's options, the core's for
- * [pipeline] and [trainer]) and the resolution of plugins, defaults,
- * `requires` and @PATH references. See config_internal.h for the contract. */
+/* config_validate.c - validation of every key against its owning schema (a
+ * plugin's options, the core's for [pipeline] and [trainer]) and the
+ * resolution of plugins, defaults, `requires` and @PATH references. See
+ * config_internal.h for the contract. */
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -17,90 +17,6 @@
 
 #include "config_impl.h"
 
-/* ====================================================================
- * Small helpers: edit distance, suggestions, value parsing
- * ==================================================================== */
-
-int pl_edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 255 || m > 255) return (int)(n > m ? n : m);
-    int row[256];
-    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        int prev = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= m; j++) {
-            int cur = row[j];
-            int sub = prev + (a[i - 1] != b[j - 1]);
-            int del = row[j] + 1, ins = row[j - 1] + 1;
-            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-            prev = cur;
-        }
-    }
-    return row[m];
-}
-
-/* Edit distance ignoring ASCII case ("adamW" is 0 from "adamw"). */
-static int edit_distance_nocase(const char *a, const char *b) {
-    char la[256], lb[256];
-    size_t i;
-    for (i = 0; a[i] && i < sizeof la - 1; i++) la[i] = (char)tolower((unsigned char)a[i]);
-    la[i] = 0;
-    for (i = 0; b[i] && i < sizeof lb - 1; i++) lb[i] = (char)tolower((unsigned char)b[i]);
-    lb[i] = 0;
-    return pl_edit_distance(la, lb);
-}
-
-const char *pl_suggest_name(const char *word, const char *const *cands, int n) {
-    int len = (int)strlen(word);
-    int limit = len / 3 > 2 ? len / 3 : 2;
-    const char *best = NULL;
-    int bestd = INT_MAX;
-    for (int i = 0; n < 0 ? cands[i] != NULL : i < n; i++) {
-        if (!cands[i] || strchr(cands[i], '*')) continue;
-        /* a case-only difference first, then the fewest edits (case ignored) */
-        int d = !strcmp(word, cands[i])       ? -1
-                : !strcasecmp(word, cands[i]) ? 0
-                                              : 1 + edit_distance_nocase(word, cands[i]);
-        if (d < bestd) {
-            bestd = d;
-            best = cands[i];
-        }
-    }
-    return (best && bestd <= limit + 1) ? best : NULL;
-}
-
-bool cfg_parse_int(const char *s, int64_t *out) {
-    if (!s || !*s) return false;
-    errno = 0;
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end) return false;
-    *out = (int64_t)v;
-    return true;
-}
-
-/* A finite double. strtod's ERANGE is refused both ways: an overflow
- * (1e400 -> HUGE_VAL) and an underflow (1e-400 -> 0, 1e-310 -> a denormal),
- * so that "lr = 1e-400" is not silently read as 0. *range (when given) says
- * that the failure was one of those. */
-static bool parse_float_r(const char *s, double *out, bool *range) {
-    if (range) *range = false;
-    if (!s || !*s) return false;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (*end) return false;
-    if (errno == ERANGE) {
-        if (range) *range = true;
-        return false;
-    }
-    if (!isfinite(v)) return false;
-    *out = v;
-    return true;
-}
-bool cfg_parse_float(const char *s, double *out) { return parse_float_r(s, out, NULL); }
-
 /* The message for a number strtod cannot hold. */
 static pl_status range_error(const char *where, const char *sec, const char *key,
                              const char *value) {
@@ -110,16 +26,6 @@ static pl_status range_error(const char *where, const char *sec, const char *key
     return pl_error_set(PL_ERR_CONFIG, "%s: [%s] %s = %s: the number %s the range of a double "
                         "(it would be read as %s)", where, sec, key, value,
                         under ? "underflows" : "overflows", under ? "0 or a denormal" : "infinity");
-}
-
-bool cfg_parse_bool(const char *s, bool *out) {
-    static const char *yes[] = {"true", "1", "yes", "on"}, *no[] = {"false", "0", "no", "off"};
-    if (!s) return false;
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) return *out = true, true;
-        if (strcasecmp(s, no[i]) == 0) return *out = false, true;
-    }
-    return false;
 }
 
 /* Does `key` match schema `pattern` whose '*' stands for one non-empty
@@ -213,7 +119,7 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
     case PL_OPT_FLOAT: {
         double v;
         bool range;
-        if (!parse_float_r(value, &v, &range)) {
+        if (!cfg_parse_float_r(value, &v, &range)) {
             if (range) return range_error(where, sec, key, value);
             pl_hint_set("%s takes a finite number such as 0.5 or 1e-3: %s", key,
                         o->doc ? o->doc : "");
@@ -264,7 +170,7 @@ static pl_status validate_value(const pl_option_spec *o, const char *sec, const 
             return PL_OK;
         }
         bool range;
-        if (!parse_float_r(value, &fv, &range)) {
+        if (!cfg_parse_float_r(value, &fv, &range)) {
             if (range) return range_error(where, sec, key, value);
             pl_hint_set("an integer is a count (e.g. 100); a float in (0, 1] is a fraction (0.25)");
             return pl_error_set(PL_ERR_CONFIG,
