@@ -25,7 +25,7 @@ static const pl_option_spec pipeline_schema[] = {
      "space/comma-separated INI files whose runs this one needs (relative to this file)"},
     {"threads", PL_OPT_INT, "0", 0, 4096, NULL, "CPU threads of OpenMP and OpenBLAS (0: their defaults)"},
     {"verbose", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
-     "plugins print what they do (pl_run_context.verbose: plateau's lr reductions, precision "
+     "plugins print what they do (pl_run_context.verbose: a scheduler's lr reductions, precision "
      "conversions, loader sizes) to the terminal and log.txt"},
     PL_OPTIONS_END};
 
