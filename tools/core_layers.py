@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """core_layers.py - line counts of the core's layers (docs/architecture.md, "Layers").
 
-Prints a Markdown table: each layer of core/, its files and its lines of .c
-(every line, comments included, as `wc -l`), and the total of what
-libpipeline_core.so is built from (core/src, recursively). A file of
-core/src that no layer lists is reported, and the exit status is 1, so the
-table cannot leave a file out silently. Usage: python3 tools/core_layers.py
+Prints a Markdown table: each layer of core/, the library it is built into,
+its files and its lines of .c (every line, comments included, as `wc -l`),
+and the total of what libpipeline_core.so is built from (core/src,
+recursively). The layers outside the core name their folder beside core/src
+(core/run: libpipeline_run.so, core/services, core/testing, core/cli). A .c
+file anywhere under core/ that no layer lists is reported, and the exit
+status is 1, so the table cannot leave a file out silently. Usage: python3 tools/core_layers.py
 [--calls] [ROOT] (ROOT: the source root, default this file's parent).
 
 --calls: which layer calls which (needs Universal Ctags): for each ordered
@@ -25,18 +27,17 @@ SRC = "core/src/"
 
 # (layer, library, files relative to core/, without .c; a trailing / is a folder)
 LAYERS = [
-    ("base (errors, hints, file checks)", "core", ["status", "file", "suggest"]),
+    ("base (errors, hints, suggestions, file checks, messages, crash records)", "core",
+     ["status", "file", "suggest", "message", "crash"]),
     ("tensor + ops", "core", ["tensor", "alloc", "half_io", "op_table", "ops_dense", "ops_index",
                               "ops_nf4", "ops_optim", "safetensors"]),
     ("autograd", "core", ["autograd", "autocast_cache", "op_profile", "graph"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
     ("config + schema + plugin registry", "core",
-     ["config", "config_load", "config_ini", "config_override", "config_validate", "core_schema", "registry",
-      "backend_loader", "runobjs", "stage", "crash"]),
-    ("the run (trainer, callbacks, chain)", "core",
-     ["trainer", "trainer_setup", "trainer_phases", "graph_step", "step_values", "device_stats", "checkpoint",
-      "report", "chain", "dist", "callbacks", "cb_*"]),
+     ["config", "config_load", "config_ini", "config_override", "config_validate", "core_schema",
+      "registry", "backend_loader", "runobjs", "stage"]),
+    ("the run (trainer, callbacks, chain, crash handler)", "libpipeline_run.so", ["../run/"]),
     ("CLI services (predict, export, plot, check groups)", "libpipeline_services.a",
      ["../services/"]),
     ("testing (the public harness)", "libpipeline_testing.so", ["../testing/"]),
@@ -103,7 +104,7 @@ def main():
     for name, lib, nf, n in rows:
         print(f"| {name} | {'libpipeline_core.so' if lib == 'core' else lib} | {nf} | {n:,} |")
     print(f"| **libpipeline_core.so in all** | | | **{core_total:,}** |")
-    every = {os.path.normpath(f) for f in glob.glob(os.path.join(ROOT, SRC, "**", "*.c"),
+    every = {os.path.normpath(f) for f in glob.glob(os.path.join(ROOT, "core", "**", "*.c"),
                                                    recursive=True)}
     missing = sorted(every - seen)
     for f in missing:

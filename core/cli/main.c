@@ -10,7 +10,7 @@
 
 #include "config_internal.h"
 #include "check_groups.h"
-#include "crash.h"
+#include "crash_handler.h"
 #include "export.h"
 #include "ops_cmd.h"
 #include "registry.h"

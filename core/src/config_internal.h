@@ -39,7 +39,7 @@ int pl_stage_section_kind(const char *section);
 /* True for the [pipeline] keys about where and how a run runs rather than
  * what it trains (device, threads, run_dir, allow_tf32, verbose): a
  * command-line override of one applies to every run of a `requires` chain
- * (core/src/chain.c; docs/ini-reference.md lists them). */
+ * (core/run/chain.c; docs/ini-reference.md lists them). */
 bool pl_pipeline_key_is_runwide(const char *key);
 /* The same list, NULL-terminated, in the order the docs give it. */
 const char *const *pl_pipeline_runwide_keys(void);

@@ -1,34 +1,28 @@
-/* crash.h - name the plugin and the call when the process dies of a fatal
- * signal (core only).
+/* crash.h - what a crash report names (core only; base layer).
  *
- * A plugin that crashes in its constructor, its entry point or a stage call
- * used to kill the process with no word. The CLI installs a handler for
- * SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT (pl_crash_handler_install);
- * the core brackets the calls into plugins it makes at load and create time
- * with pl_crash_context_push/pop. On a fatal signal the handler prints, to
- * stderr: the signal, the innermost context ("loading plugin X (PATH)",
- * "[model] plugin 'ilora': create"), the shared object and symbol holding the
- * faulting instruction (dladdr: names the plugin even for a crash in
- * forward), and the call stack; then it hands the signal on (the previous
- * handler, or the default action: the exit status stays "killed by signal").
- * For a fault inside a memory-mapped file (pl_crash_map_register) it also
- * names the file and the offset: a SIGBUS there means the file was
- * truncated or rewritten while mapped.
- * The context stack is per thread; messages are static strings or copies
- * made before the call (nothing is allocated in the handler).
+ * The core keeps two records that the fatal-signal handler of the run
+ * (core/run/crash_handler.h, installed by the CLI) prints when the process
+ * dies: the calls into plugins the core and the run bracket
+ * (pl_crash_context_push/pop: "loading plugin X (PATH)", "[model] plugin
+ * 'ilora': create"), and the memory-mapped files (pl_crash_map_register), so
+ * a fault inside one names the file and the offset. Without an installed
+ * handler both are only bookkeeping. The context stack is per thread;
+ * messages are copies made before the call, so the handler allocates
+ * nothing.
  */
 #ifndef PL_CRASH_H
 #define PL_CRASH_H
 
 #include <stddef.h>
 
-/* Install the handler once per process (idempotent). */
-void pl_crash_handler_install(void);
 /* Enter / leave a call worth naming if it crashes: printf-style, copied
  * (truncated to 256 bytes); at most 8 nested on a thread (deeper ones are
  * counted but not kept). */
 void pl_crash_context_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void pl_crash_context_pop(void);
+/* The innermost kept context of this thread (the deepest of 8 when more are
+ * nested), NULL when none. Async-signal-safe; for the handler. */
+const char *pl_crash_context_top(void);
 
 /* Memory-mapped files, so that a SIGBUS (or SIGSEGV) inside one is reported
  * with the file's name: a file truncated or rewritten by another process
@@ -42,7 +36,8 @@ void pl_crash_context_pop(void);
 void pl_crash_map_register(const void *base, size_t size, const char *path);
 void pl_crash_map_unregister(const void *base);
 /* The recorded file holding `addr` (copied into buf, n bytes) and the
- * offset of addr in it; false when none. Async-signal-safe; for tests. */
+ * offset of addr in it; false when none. Async-signal-safe: the handler's
+ * lookup, and the tests'. */
 _Bool pl_crash_map_lookup(const void *addr, char *buf, size_t n, size_t *offset);
 
 #endif

@@ -1,4 +1,4 @@
-/* The trainer's callbacks (core/src/callback.h; issue 32, item 0): a user
+/* The trainer's callbacks (core/run/callback.h; issue 32, item 0): a user
  * callback sees every hook, in the documented order and counts, after the
  * built-ins; the step's values reach it as device tensors; the built-in
  * monitor (early stopping, the GAT rule) and NaN policy decide as

@@ -1,12 +1,16 @@
 /* test_plugin_api.c - the ABI 2.0 helpers plugins call: the batch field
  * contract (pl_fields_add / pl_fields_match), optimizer groups' named
- * hyper-parameters, pl_param_new and parameter roles, and the owned tensor
- * constructors that no frame adopts. */
+ * hyper-parameters, pl_param_new and parameter roles, the owned tensor
+ * constructors that no frame adopts, and pl_message (the core's, message.c:
+ * stderr, or the sink a run installs). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "message.h"
 #include "pl_test.h"
 
 #define CK_HAS(msg, needle)                                                                        \
@@ -403,6 +407,61 @@ START_TEST(owned_tensors_refuse_bad_shapes_and_dtypes) {
 }
 END_TEST
 
+/* ---- pl_message ----------------------------------------------------------- */
+
+static char g_seen[4][4096];
+static int g_n_seen;
+static void *g_seen_ud;
+static void record_line(void *ud, const char *line) {
+    if (g_n_seen < 4) snprintf(g_seen[g_n_seen++], sizeof g_seen[0], "%s", line);
+    g_seen_ud = ud;
+}
+
+START_TEST(message_goes_to_the_installed_sink_as_one_line) {
+    int ud = 7;
+    g_n_seen = 0;
+    pl_message_set_sink(record_line, &ud);
+    pl_message("lstm: %d parameters", 12);
+    pl_message("already ends in a newline\n");
+    char long_msg[3000];
+    memset(long_msg, 'a', sizeof long_msg - 1);
+    long_msg[sizeof long_msg - 1] = 0;
+    pl_message("%s", long_msg);
+    pl_message_set_sink(NULL, NULL);
+    ck_assert_int_eq(g_n_seen, 3);
+    ck_assert_ptr_eq(g_seen_ud, &ud);
+    ck_assert_str_eq(g_seen[0], "lstm: 12 parameters\n");
+    ck_assert_str_eq(g_seen[1], "already ends in a newline\n");
+    /* truncated to 2047 bytes, then the newline */
+    ck_assert_uint_eq(strlen(g_seen[2]), 2048);
+    ck_assert_int_eq(g_seen[2][2047], '\n');
+    ck_assert_int_eq(g_seen[2][2046], 'a');
+}
+END_TEST
+
+START_TEST(message_without_a_sink_goes_to_stderr) {
+    char path[] = "/tmp/pl_message_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    ck_assert_int_ge(dup2(fd, STDERR_FILENO), 0);
+    g_n_seen = 0;
+    pl_message_set_sink(record_line, NULL);
+    pl_message_set_sink(NULL, NULL); /* cleared: stderr again */
+    pl_message("bf16: %s", "converted 3 tensors");
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    char buf[256] = {0};
+    ck_assert_int_ge(pread(fd, buf, sizeof buf - 1, 0), 0);
+    close(fd);
+    unlink(path);
+    ck_assert_int_eq(g_n_seen, 0);
+    ck_assert_str_eq(buf, "bf16: converted 3 tensors\n");
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("plugin_api");
     TCase *f = tcase_create("fields");
@@ -428,5 +487,9 @@ int main(void) {
     tcase_add_test(t, owned_tensors_outlive_the_open_frame);
     tcase_add_test(t, owned_tensors_refuse_bad_shapes_and_dtypes);
     suite_add_tcase(s, t);
+    TCase *m = tcase_create("message");
+    tcase_add_test(m, message_goes_to_the_installed_sink_as_one_line);
+    tcase_add_test(m, message_without_a_sink_goes_to_stderr);
+    suite_add_tcase(s, m);
     return pl_test_run(s);
 }

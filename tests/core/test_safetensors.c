@@ -17,7 +17,7 @@
 
 #include "pl_test.h"
 #include "pipeline/safetensors.h"
-#include "crash.h"
+#include "crash_handler.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 

@@ -86,6 +86,7 @@ installed_layout() {
     for f in bin/pipeline include/pipeline/pipeline.h include/pipeline/plugin.h \
         "lib/libpipeline_core.so.$ABI_MAJOR" lib/libpipeline_core.so lib/pkgconfig/pipeline.pc \
         "lib/libpipeline_testing.so.$ABI_MAJOR" lib/libpipeline_testing.so \
+        "lib/libpipeline_run.so.$ABI_MAJOR" \
         lib/pkgconfig/pipeline-testing.pc include/pipeline/testing.h \
         lib/cmake/pipeline/pipelineConfig.cmake lib/cmake/pipeline/pipelineConfigVersion.cmake \
         lib/cmake/pipeline/pipelineTargets.cmake; do
@@ -215,16 +216,38 @@ check resumed_mid_epoch_matches_uninterrupted resume_mid_epoch
 
 # ---- 4. the installed test harness --------------------------------------
 
-# the CLI's services (predict, export, plot) and the harness are not in the
-# library plugins link against
+# the CLI's services (predict, export, plot), the run (libpipeline_run: the
+# trainer, the crash handler) and the harness are not in the library plugins
+# link against; pl_message, which plugins call, is
 core_is_lean() {
-    if nm -D --defined-only "$PREFIX/lib/libpipeline_core.so.$ABI_MAJOR" |
-        grep -E " T (pl_harness_|pl_snapshot_|pl_predict_run|pl_export_run|pl_plot_run)"; then
+    local core="$PREFIX/lib/libpipeline_core.so.$ABI_MAJOR" run="$PREFIX/lib/libpipeline_run.so.$ABI_MAJOR"
+    if nm -D --defined-only "$core" |
+        grep -E " T (pl_harness_|pl_snapshot_|pl_predict_run|pl_export_run|pl_plot_run|pl_trainer_|tr_|pl_crash_handler_install)"; then
         return 1
     fi
+    nm -D --defined-only "$core" | grep -q " T pl_message$"
+    nm -D --defined-only "$run" | grep -q " T pl_trainer_run$"
     nm -D --defined-only "$PREFIX/lib/libpipeline_testing.so.$ABI_MAJOR" | grep -q " T pl_harness_new_in$"
 }
 check core_library_holds_no_cli_service_nor_harness core_is_lean
+
+# no plugin needs the run (the build's plugins, the out-of-tree examples): none
+# names libpipeline_run, none leaves a symbol undefined that only the run defines
+plugins_link_core_only() {
+    local run_syms p
+    run_syms=$(mktemp)
+    nm -D --defined-only "$PREFIX/lib/libpipeline_run.so.$ABI_MAJOR" | awk '{print $3}' >"$run_syms"
+    for p in "$BUILD"/plugins/*.so "$TMP"/ex-cmake/*.so; do
+        if objdump -p "$p" | grep -E "NEEDED +libpipeline_run" ||
+            nm -D --undefined-only "$p" | awk '{print $2}' | grep -xFf "$run_syms"; then
+            echo "$p needs libpipeline_run"
+            rm -f "$run_syms"
+            return 1
+        fi
+    done
+    rm -f "$run_syms"
+}
+check plugins_need_no_run_library plugins_link_core_only
 
 harness_pkg_config() {
     local flags san=

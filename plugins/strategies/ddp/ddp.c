@@ -1,7 +1,7 @@
 /* ddp.c - data-parallel strategy over MPI (and NCCL for CUDA tensors).
  *
  * Semantics: PyTorch DistributedDataParallel / Horovod. Every process runs
- * the same config; the trainer (core/src/dist.c) shards the data and calls
+ * the same config; the trainer (core/run/dist.c) shards the data and calls
  * the collectives below in the same order on every rank. This plugin owns
  * the transport:
  *  - MPI (Open MPI from Debian's libopenmpi-dev) launches the processes

@@ -47,6 +47,7 @@
 
 #include "backend_loader.h"
 #include "crash.h"
+#include "message.h"
 #include "callback.h"
 #include "trainer_internal.h"
 
@@ -106,24 +107,11 @@ void tr_log(trainer *t, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* the run pl_message writes into (NULL outside pl_trainer_run: stderr only) */
-static trainer *g_log_run;
+/* pl_message's sink during a run (message.h): the line goes where the
+ * trainer's own messages go, the terminal and log.txt */
+static void message_to_run(void *ud, const char *line) { tr_log(ud, "%s", line); }
 
-void pl_message(const char *fmt, ...) {
-    char line[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    size_t n = strlen(line);
-    const char *nl = n && line[n - 1] == '\n' ? "" : "\n";
-    if (g_log_run)
-        tr_log(g_log_run, "%s%s", line, nl);
-    else
-        fprintf(stderr, "%s%s", line, nl);
-}
-
-void tr_set_message_run(trainer *t) { g_log_run = t; }
+void tr_set_message_run(trainer *t) { pl_message_set_sink(t ? message_to_run : NULL, t); }
 
 int tr_mkdir_p(const char *path) {
     char tmp[PATH_MAX];

@@ -55,7 +55,7 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
 /* This process's rank as its launcher set it in the environment
  * (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK), 0 without one: who prints what
  * every rank would print alike before a strategy exists (the resolved config,
- * the requirements). (core/src/dist.c) */
+ * the requirements). (core/run/dist.c) */
 int pl_launcher_rank(void);
 
 /* Run directory of the newest run of a config that ended ok:

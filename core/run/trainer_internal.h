@@ -409,7 +409,8 @@ void tr_stage_destroy(stage *s);
 pl_limit tr_cfg_limit(const pl_config_section *s, const char *key);
 /* The batches of a split of n that `lim` leaves. */
 int64_t tr_limit_batches(pl_limit lim, int64_t n);
-/* The run pl_message writes into besides stderr's terminal (NULL: stderr only). */
+/* The run whose terminal and log.txt pl_message writes to (its sink, message.h;
+ * NULL: stderr only). */
 void tr_set_message_run(trainer *t);
 /* The fit: epochs until max_epochs, max_steps, early stopping or a signal. */
 pl_status tr_fit(trainer *t);
