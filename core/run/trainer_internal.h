@@ -4,19 +4,25 @@
  *   trainer.c     the loop: stages, fit (fetch, forward, backward, step, counters,
  *                 validation when due)
  *   trainer_setup.c  a run's setup: settings, device, stages, init_from, resume
- *   trainer_phases.c pl_trainer_run: setup, fit, test, export, summary, exit code
+ *   trainer_phases.c a run once it can start: build, fit, test, export,
+ *                 summary, exit code
  *   callbacks.c, cb_*.c  what else a fit does, as callbacks (callback.h):
  *                 logging, metrics.csv, checkpoints, early stopping, the NaN
  *                 policy, weight averaging (swa, EMA), signals
  *   checkpoint.c  checkpoints: save, load, resume, the best of an earlier run
  *   report.c      the run report: summary.json and the closing report
- *   chain.c       stage chaining and run directories: requires, init_from,
- *                 runs/<name>/latest, --resume last
+ *   chain.c       pl_trainer_run, and stage chaining: requires run first
+ *   run_dirs.c    run directories and references between runs: init_from,
+ *                 @INI:outputs, runs/<name>/latest, --resume last, orphan
+ *                 temporary files
  *   predict.c     `pipeline predict`: a finished run's model on new rows
  *   step_values.c a step's loss, gradient norm and found_inf kept on the
  *                 device until the next read (one process)
  *   device_stats.c host reads, allocations, kernel calls per step
  *                 (summary.json device_stats, from the backend's counters)
+ *   run_base.c    the clock, the log, metrics.csv rows, limits, stage
+ *                 create/destroy: the bottom, calls nothing else of the run
+ *   step.c        one training step: micro-batch, clipping, lr, optimizer step
  * log.txt and metrics.csv rows are written by tr_log / tr_metric_row.
  */
 #ifndef PL_TRAINER_INTERNAL_H
@@ -353,11 +359,17 @@ void tr_graph_end(trainer *t);
  * what follows an optimizer step), 0 to run it eagerly, -1 on an error (*st).
  * *lr: the step's group-0 learning rate. */
 int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_status *st);
-/* trainer.c's pieces the captured step is made of */
+/* ---- step.c: the step, which the fit runs eagerly and graph_step.c captures ---- */
+/* One micro-batch: forward, the loss (on the device, or read on the host under
+ * data parallel), backward; 1 to go on to the step, 0 when on_nan = skip
+ * dropped the step's micro-batches, -1 on an error (*st). */
 int tr_train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *pending,
                          double *lv, pl_status *st);
 pl_status tr_optimizer_step_body(trainer *t, double *gnorm, double *lr);
 pl_status tr_optimizer_step_tail(trainer *t);
+/* body then tail: an eager optimizer step; *gnorm (host norm, NaN when kept on
+ * the device), *lr group 0's learning rate. */
+pl_status tr_optimizer_step(trainer *t, double *gnorm, double *lr);
 double tr_apply_lr(trainer *t);
 /* One training loss lv (at epoch / step / batch) read back by the host,
  * handed to every callback's on_loss_read (the NaN policy, cb_nan.c: a
@@ -448,14 +460,37 @@ pl_status tr_setup_device(trainer *t);
 pl_status tr_default_precision(trainer *t);
 /* Print the thread's error (and a hint) to stderr and log.txt; returns code. */
 int tr_fail(trainer *t, int code);
-/* pl_trainer_run's steps before the fit (trainer_phases.c runs them in this
- * order). tr_run_open: the settings and option checks, the requirements, the
- * device, the strategy, the run directory and its files; returns the exit code
- * of a run that cannot start (0: go on; the error is printed). tr_run_build: the
- * batch-field contract, the stages, the planned steps, the callbacks;
- * *load_start as tr_build_model. tr_run_load: init_from, the load time, a
- * resume, the ranks' parameter check and the parameter storage line. */
-int tr_run_open(trainer *t, pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
+/* ---- run_dirs.c: the configs of a chain as its runs see them ---- */
+/* The command-line overrides of this run that the runs it requires inherit:
+ * settings of the run-wide [pipeline] keys (pl_pipeline_key_is_runwide),
+ * borrowed from t->opts, and the origin their values carry there. */
+#define RW_MAX 16
+typedef struct tr_runwide {
+    int n;
+    char *v[RW_MAX];
+    char origin[PATH_MAX + 32];
+    char kept[1024]; /* this run's own overrides that stay with it ("" when none) */
+} tr_runwide;
+/* *rw for this run (borrows t->opts' strings). */
+void tr_runwide_of(const trainer *t, tr_runwide *rw);
+/* A config of this run's chain (a requirement, an @INI reference) loaded with
+ * the run-wide overrides, so that `pipeline.run_dir=X` finds and makes the
+ * required runs under X; NULL with the error set. Caller frees. */
+pl_config *tr_load_in_chain(const trainer *t, const char *ini);
+
+/* pl_trainer_run's steps (chain.c runs tr_run_settings, the requirements,
+ * tr_run_open and tr_run_main; tr_run_main runs the rest in this order).
+ * tr_run_settings: the settings and option checks; tr_run_open: the output
+ * references, the device, the strategy, the run directory and its files; both
+ * return the exit code of a run that cannot start (0: go on; the error is
+ * printed). tr_run_build: the batch-field contract, the stages, the planned
+ * steps, the callbacks; *load_start as tr_build_model. tr_run_load:
+ * init_from, the load time, a resume, the ranks' parameter check and the
+ * parameter storage line. tr_run_main: build, load, the fit and the phases,
+ * summary.json; frees t and returns the run's exit code. */
+int tr_run_settings(trainer *t, pl_config *cfg, pl_registry *reg, const pl_run_options *opts);
+int tr_run_open(trainer *t);
+int tr_run_main(trainer *t);
 pl_status tr_run_build(trainer *t, double *load_start);
 pl_status tr_run_load(trainer *t, double load_start);
 
@@ -492,6 +527,8 @@ void tr_peak_metric_rows(trainer *t);
 /* ---- chain.c ---- */
 /* Run every `requires` config without a finished run; CLI exit code. */
 int tr_run_requirements(trainer *t);
+
+/* ---- run_dirs.c ---- */
 /* init_from value (a path or @INI:best|last) to a checkpoint path. */
 pl_status tr_resolve_init_from(trainer *t, const char *v, char *out, size_t n);
 /* Replace every @INI:outputs/FILE value by the file in that config's latest run. */

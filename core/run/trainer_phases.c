@@ -1,4 +1,5 @@
-/* trainer_phases.c - pl_trainer_run: setup (trainer_setup.c), the fit
+/* trainer_phases.c - a run once it can start (tr_run_main, called by
+ * chain.c's pl_trainer_run): building the stages (trainer_setup.c), the fit
  * (trainer.c), then the phases test and export, summary.json and the exit
  * code.
  */
@@ -166,16 +167,13 @@ static void run_free(trainer *t) {
     pl_autocast_set(PL_F32);
 }
 
-int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
-    trainer T = {0}, *t = &T;
-    int code = tr_run_open(t, cfg, reg, opts);
-    if (code) return code;
+int tr_run_main(trainer *t) {
     double load_start = 0;
     pl_status st = tr_run_build(t, &load_start);
     if (!st) st = tr_run_load(t, load_start);
     tr_signals_install();
     if (!st) st = run_phases(t);
-    code = run_finish(t, st);
+    int code = run_finish(t, st);
     run_free(t);
     return code;
 }

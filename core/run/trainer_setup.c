@@ -349,8 +349,12 @@ static int run_settings(trainer *t, pl_config *cfg, pl_registry *reg, const pl_r
                     "existing weights");
         return tr_fail(t, 2);
     }
-    int code = tr_run_requirements(t);
-    if (code) return code;
+    return 0;
+}
+
+/* After the requirements ran: the output references, the device and the
+ * run's context. Returns the exit code of a run that cannot start. */
+static int run_context(trainer *t) {
     if (tr_resolve_output_refs(t)) return tr_fail(t, 2);
     if (tr_setup_device(t)) return tr_fail(t, 2);
     t->ctx.seed = (uint64_t)pl_cfg_int(t->pipe, "seed", 42);
@@ -409,8 +413,12 @@ static int open_run_dir(trainer *t) {
     return 0;
 }
 
-int tr_run_open(trainer *t, pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
-    int code = run_settings(t, cfg, reg, opts);
+int tr_run_settings(trainer *t, pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
+    return run_settings(t, cfg, reg, opts);
+}
+
+int tr_run_open(trainer *t) {
+    int code = run_context(t);
     return code ? code : open_run_dir(t);
 }
 
