@@ -27,7 +27,7 @@ SRC = "core/src/"
 LAYERS = [
     ("base (errors, hints, file checks)", "core", ["status", "file"]),
     ("tensor + ops", "core", ["tensor", "alloc", "half_io", "op_table", "ops_dense", "ops_index",
-                              "ops_nf4", "ops_optim", "safetensors"]),
+                              "ops_nf4", "ops_optim"]),
     ("autograd", "core", ["autograd", "autocast_cache", "op_profile", "graph"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
@@ -37,6 +37,7 @@ LAYERS = [
     ("the run (trainer, callbacks, chain)", "core",
      ["trainer", "trainer_setup", "trainer_phases", "graph_step", "step_values", "device_stats", "checkpoint",
       "report", "chain", "dist", "callbacks", "cb_*"]),
+    ("file formats (safetensors, nf4 load)", "libpipeline_io.so", ["../io/"]),
     ("CLI services (predict, export, plot, check groups)", "libpipeline_services.a",
      ["../services/"]),
     ("testing (the public harness)", "libpipeline_testing.so", ["../testing/"]),
