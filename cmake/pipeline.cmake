@@ -14,13 +14,14 @@ endfunction()
 # pl_add_test(NAME SOURCES a.c [LIBS x] [LABELS l])
 #   a Check test executable run by ctest from the source root (so tests can
 #   read ../shared/data relative to the project), with the build's plugin dir.
-#   Linked to the core and to the public test harness (libpipeline_testing,
-#   pipeline/testing.h), which every plugin test builds its stage with.
+#   Linked to the core, to the public test harness (libpipeline_testing,
+#   pipeline/testing.h), which every plugin test builds its stage with, and to
+#   the file formats (libpipeline_io: pl_test.c saves and reads safetensors).
 function(pl_add_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/common/pl_test.c)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/common)
-  target_link_libraries(${name} PRIVATE pipeline_testing pipeline_core PkgConfig::CHECK ${T_LIBS})
+  target_link_libraries(${name} PRIVATE pipeline_testing pipeline_io pipeline_core PkgConfig::CHECK ${T_LIBS})
   target_compile_definitions(${name} PRIVATE
     PL_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     PL_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}"

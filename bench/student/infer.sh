@@ -29,7 +29,7 @@ srcs=$(ls $I/*.c | grep -v "/test_")
 cc -O2 -std=gnu11 -fopenmp -o "$tmp/bench_infer" "$here/bench_infer.c" $srcs -Icore/include -I$I \
    -Iplugins/common/hdf5 $(pkg-config --cflags --libs hdf5 libcjson) -L"$build/core" \
    -L"$build/plugins/common/hdf5" -Wl,-rpath,"$build/core:$build/plugins/common/hdf5" \
-   -lpipeline_testing -lpipeline_core -lpipeline_hdf5 -lm
+   -lpipeline_testing -lpipeline_io -lpipeline_core -lpipeline_hdf5 -lm
 for name in teacher student; do # the run's [model] section (less its plugin line)
     run=$([ $name = teacher ] && echo "$teacher" || echo "$student")
     python3 - "$run/config.ini" > "$tmp/$name.ini" <<'PY'

@@ -300,6 +300,8 @@ void tr_destroy_stages(trainer *t) {
     tr_stage_destroy(&t->strat);
     tr_stage_destroy(&t->avg);
     for (int k = t->n_sched - 1; k >= 0; k--) tr_stage_destroy(&t->sched[k]);
+    t->ctx.optimizer = NULL; /* borrowed from t->optim */
+    t->ctx.optimizer_self = NULL;
     tr_stage_destroy(&t->optim);
     tr_stage_destroy(&t->prec);
     tr_stage_destroy(&t->model);
@@ -449,8 +451,9 @@ static void plan_steps(trainer *t) {
         t->ctx.total_steps = t->max_steps;
 }
 
-/* The optimizer, a strategy's learning-rate scaling, and the base lr the
- * schedulers and averagers read (meta "optimizer.lr"). */
+/* The optimizer and a strategy's learning-rate scaling; then the optimizer
+ * goes into the run context (ctx.optimizer, ABI 2.9), where the schedulers
+ * and averagers created next read its groups (their base lr). */
 static pl_status create_optimizer(trainer *t) {
     pl_status st = tr_stage_create(t, &t->optim, "optimizer");
     if (!st && !t->optim.self)
@@ -470,12 +473,9 @@ static pl_status create_optimizer(trainer *t) {
     } else if (!st) {
         pl_error_clear(); /* no rule published: no scaling */
     }
-    /* schedulers and averagers scale the optimizer's base lr: group 0's
-     * configured lr (initial_lr without its lr_scale) */
-    if (!st && OPTIM(t)->num_groups(t->optim.self) > 0) {
-        pl_param_group *g0 = OPTIM(t)->group(t->optim.self, 0);
-        pl_meta_set_float(t->ctx.meta, "optimizer.lr",
-                          g0->lr_scale > 0 ? g0->initial_lr / g0->lr_scale : g0->initial_lr);
+    if (!st) {
+        t->ctx.optimizer = OPTIM(t);
+        t->ctx.optimizer_self = t->optim.self;
     }
     return st;
 }

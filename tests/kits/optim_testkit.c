@@ -65,7 +65,36 @@ void tk_open(tk_run *r, const char *section, const char *plugin, const cJSON *op
     ck_assert_msg(s == PL_OK, "config for %s failed: %s\n%s", plugin, pl_error_message(), body);
 }
 
+void tk_optimizer(tk_run *r, const char *plugin, const char *ini_body) {
+    if (r->optim) {
+        r->ctx->optimizer = NULL;
+        r->ctx->optimizer_self = NULL;
+        pl_harness_destroy(r->optim, r->optim_self);
+        pl_harness_free(r->optim);
+        r->optim = NULL;
+        r->optim_self = NULL;
+    }
+    if (pl_params_count(r->ctx->params) == 0) tk_add_param(r, "tk.w", PL_SHAPE(1), NULL, true);
+    r->optim = pl_harness_new_shared(r->base, "optimizer", plugin, ini_body);
+    ck_assert_msg(r->optim, "config for optimizer %s failed: %s", plugin, pl_error_message());
+    PL_CK_OK(pl_harness_create(r->optim, &r->optim_self));
+    r->ctx->optimizer = pl_harness_vtable(r->optim);
+    r->ctx->optimizer_self = r->optim_self;
+}
+
+void tk_optimizer_lr(tk_run *r, double lr) {
+    char body[64];
+    snprintf(body, sizeof body, "lr = %.17g\n", lr);
+    tk_optimizer(r, "sgd", body);
+}
+
 void tk_close(tk_run *r) {
+    if (r->optim) {
+        r->ctx->optimizer = NULL;
+        r->ctx->optimizer_self = NULL;
+        pl_harness_destroy(r->optim, r->optim_self);
+        pl_harness_free(r->optim);
+    }
     pl_harness_free(r->stage);
     pl_harness_free(r->base);
     memset(r, 0, sizeof *r);

@@ -24,6 +24,8 @@ typedef struct tk_run {
     const pl_config_section *sec;
     const void *vtable;  /* the plugin's pl_<kind>_vtable */
     pl_run_context *ctx; /* params and meta owned by the kit */
+    pl_harness *optim;   /* tk_optimizer's stage, sharing base's context */
+    void *optim_self;    /* the optimizer it created (ctx->optimizer_self) */
 } tk_run;
 
 /* Parsed tests/data/optim/<file>; "cases" array via tk_cases. */
@@ -42,6 +44,15 @@ void tk_open(tk_run *r, const char *section, const char *plugin, const cJSON *op
  * refusals); message in pl_error_message(). */
 pl_status tk_try_open(tk_run *r, const char *section, const char *plugin, const char *ini_body);
 void tk_close(tk_run *r);
+/* The run's optimizer, as the trainer sets it before creating schedulers and
+ * averagers (ctx->optimizer / optimizer_self, ABI 2.9): `[optimizer] plugin =
+ * PLUGIN` + ini_body ("key = value\n" lines), created over the parameters
+ * added so far (a context without any first gets one trainable "tk.w" [1]).
+ * Owned by the kit: destroyed by tk_close. Fails the test on error; replaces
+ * an optimizer set before. */
+void tk_optimizer(tk_run *r, const char *plugin, const char *ini_body);
+/* tk_optimizer(r, "sgd", "lr = <lr>"): an optimizer whose base lr is `lr`. */
+void tk_optimizer_lr(tk_run *r, double lr);
 
 /* Add an f32 parameter named `name` of `shape` with values `vals` (may be
  * NULL: zeros), requires_grad set. Returns the borrowed tensor. */

@@ -10,7 +10,9 @@
 #      status ok, finite test loss), and a run resumed mid-epoch ends where an
 #      uninterrupted one does (the example loader's start_batch);
 #   4. a plugin's test program builds and runs against the installed harness
-#      (pipeline/testing.h, libpipeline_testing, pipeline-testing.pc);
+#      (pipeline/testing.h, libpipeline_testing, pipeline-testing.pc), and a
+#      program that writes and reads safetensors against the installed file
+#      formats (pipeline/safetensors.h, libpipeline_io, pipeline-io.pc);
 #   5. plugins built for another ABI (a descriptor claiming another major, a
 #      newer minor, and a plugin linked against libpipeline_core.so.<other
 #      major>) are refused by `pipeline plugins` and `pipeline check` with a
@@ -88,6 +90,8 @@ installed_layout() {
         "lib/libpipeline_testing.so.$ABI_MAJOR" lib/libpipeline_testing.so \
         "lib/libpipeline_run.so.$ABI_MAJOR" \
         lib/pkgconfig/pipeline-testing.pc include/pipeline/testing.h \
+        "lib/libpipeline_io.so.$ABI_MAJOR" lib/libpipeline_io.so lib/pkgconfig/pipeline-io.pc \
+        include/pipeline/safetensors.h \
         lib/cmake/pipeline/pipelineConfig.cmake lib/cmake/pipeline/pipelineConfigVersion.cmake \
         lib/cmake/pipeline/pipelineTargets.cmake; do
         [ -e "$PREFIX/$f" ] || {
@@ -263,6 +267,29 @@ harness_pkg_config() {
         "$TMP/harness_use" "$TMP/ex-cmake"
 }
 check harness_builds_and_runs_with_pkg_config harness_pkg_config
+
+# the file formats are their own library (issue 33): the core defines no
+# pl_st_* / pl_nf4_load_into, libpipeline_io does, the CMake package names
+# pipeline::io, and a program built with `pkg-config --libs pipeline-io`
+# writes, reads back and refuses a truncated safetensors file
+io_pkg_config() {
+    local flags san=
+    if nm -D --defined-only "$PREFIX/lib/libpipeline_core.so.$ABI_MAJOR" |
+        grep -E " T (pl_st_|pl_nf4_load_into)"; then
+        return 1
+    fi
+    nm -D --defined-only "$PREFIX/lib/libpipeline_io.so.$ABI_MAJOR" | grep -q " T pl_st_open$" &&
+        grep -q "pipeline::io" "$PREFIX/lib/cmake/pipeline/pipelineTargets.cmake" || return 1
+    if ldd "$PREFIX/lib/libpipeline_core.so" 2>/dev/null | grep -q libasan; then
+        san="-fsanitize=address,undefined"
+    fi
+    flags=$(PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig "$PKG_CONFIG" --cflags --libs pipeline-io) &&
+        echo "pkg-config pipeline-io: $flags $san" &&
+        "$CC" -std=gnu11 $san "$SRC/tests/sdk/io_use.c" -o "$TMP/io_use" $flags \
+            -Wl,-rpath,"$PREFIX/lib" &&
+        "$TMP/io_use" "$TMP/io_use.safetensors"
+}
+check io_library_builds_and_runs_with_pkg_config io_pkg_config
 
 # ---- 5. plugins built for another ABI are refused ------------------------
 

@@ -118,7 +118,8 @@ size_t pl_nf4_state_nbytes(const pl_tensor *q);
  *     bf16 base;
  *   - same kinds: plain pl_st_load_into.
  * state_prefix is "precision.qlora4.v1." for the trainer's checkpoints.
- * Errors name the file, the tensor and what is missing. */
+ * Errors name the file, the tensor and what is missing. Defined in
+ * libpipeline_io (core/io/nf4_load.c), like the rest of safetensors.h. */
 pl_status pl_nf4_load_into(const pl_st_file *f, const char *name, const char *state_prefix,
                            pl_tensor *dst);
 

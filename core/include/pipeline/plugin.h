@@ -67,8 +67,13 @@ extern "C" {
  *          cuda_graphs); adamw_step / sgd_step take their coefficients from a
  *          device tensor in[2] when p.flags bit0 is set; dropout adds
  *          p.start * (device i64 *p.extra) to its counter when p.extra is set
- *          (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 8
+ *          (backend.h: an out-of-tree backend must follow)
+ * minor 9: pl_run_context.optimizer / optimizer_self (schedulers and
+ *          averagers read the optimizer's groups; the run meta key
+ *          "optimizer.lr" is no longer published); pl_st_* and
+ *          pl_nf4_load_into are defined in libpipeline_io (pipeline-io.pc,
+ *          pipeline::io), no longer in libpipeline_core */
+#define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -310,6 +315,21 @@ typedef struct pl_run_context {
     int64_t global_step;     /* optimizer steps done so far */
     int64_t micro_step;      /* training forwards done so far */
     int verbose;
+    /* ABI 2.9: the run's optimizer, for the stages that scale its learning
+     * rate (schedulers, averagers): set by the trainer once the optimizer is
+     * created and its groups' learning rates are final (a strategy's lr
+     * scaling applied), before any scheduler or averager is created; reset
+     * to NULL before the optimizer is destroyed. NULL outside a training run
+     * and in a fresh harness context (a test sets both fields). Borrowed:
+     * read its groups through the vtable (optimizer->group(optimizer_self,
+     * i): lr, initial_lr, lr_scale, named hyper-parameters); the base lr,
+     * which options given as absolute learning rates are divided by, is
+     * group 0's initial_lr / lr_scale (initial_lr when lr_scale <= 0). Only
+     * read from a context of a core of ABI >= 2.9: a plugin that reads it
+     * declares abi_minor 9 (PL_PLUGIN_DEFINE does), which an older core
+     * refuses. */
+    const struct pl_optimizer_vtable *optimizer;
+    void *optimizer_self;
 } pl_run_context;
 
 /* A message for the user, printf-style, one line (a trailing newline is

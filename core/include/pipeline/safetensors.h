@@ -11,6 +11,11 @@
  * dtype mapping: F32, BF16, F16, F64, I32, I64, U8 <-> pl_dtype; nf4 tensors
  * are stored as U8 packed codes under the caller's names (quantization state
  * in sibling tensors, see plugins/precision/qlora4).
+ *
+ * Library: these functions are defined in libpipeline_io (core/io), not in
+ * libpipeline_core: link it (`pkg-config --libs pipeline-io`, CMake
+ * `pipeline::io`) besides the core. The types are declared here for every
+ * includer (plugin.h's precision load_param takes a pl_st_file).
  */
 #ifndef PIPELINE_SAFETENSORS_H
 #define PIPELINE_SAFETENSORS_H

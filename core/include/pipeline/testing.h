@@ -17,6 +17,10 @@
  *     pl_params and pl_meta, every counter 0, run_dir NULL. The test may set
  *     any field before pl_harness_create (seed, run_dir, total_steps,
  *     steps_per_epoch, max_epochs) or between calls (micro_step, ...);
+ *     optimizer / optimizer_self are NULL: a scheduler or averager that
+ *     reads the optimizer's base lr needs them set to an optimizer built
+ *     with pl_harness_new_shared + pl_harness_create (its vtable and self),
+ *     as the trainer sets them;
  *   - the plugin, found through the registry in the usual search order
  *     (PIPELINE_PLUGIN_PATH, the build tree's plugin dir, the install dir;
  *     ctest sets PIPELINE_PLUGIN_PATH to the build's plugin dir), its kind

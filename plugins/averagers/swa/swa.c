@@ -10,7 +10,8 @@
  *     after an optimizer step of an epoch >= S that brings the count of steps
  *     done to a multiple of N) the live weights are folded into the average.
  *   - SWALR (swa_lr > 0): during epoch S + j the lr factor is
- *     swa_f * alpha(j) + f0 * (1 - alpha(j)), swa_f = swa_lr / optimizer.lr,
+ *     swa_f * alpha(j) + f0 * (1 - alpha(j)), swa_f = swa_lr / base lr (the
+ *     optimizer's group 0 initial_lr / lr_scale, through ctx->optimizer),
  *     f0 = the factor the trainer passed at the first call of epoch S
  *     (frozen from then on, like torch where the main scheduler stops being
  *     stepped once SWA starts), alpha(j) as in swa.h. This is torch's
@@ -44,7 +45,7 @@ typedef struct swa {
     int n_params;
     pl_tensor **avg;   /* [n_params] f32 averages of trainable params, owned */
     int64_t start_epoch, every_n_steps, anneal_epochs;
-    double swa_factor; /* swa_lr / optimizer.lr; <= 0: no SWALR */
+    double swa_factor; /* swa_lr / the optimizer's base lr; <= 0: no SWALR */
     bool cos_anneal;
     int64_t n_averaged;
     double f0;         /* factor when SWA started; NAN until captured */

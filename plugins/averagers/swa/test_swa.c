@@ -1,7 +1,9 @@
 /* test_swa.c - the swa averager against torch.optim.swa_utils
  * (tests/data/optim/swa.json, tools/gen_optim_reference.py): the running
  * average of AveragedModel after each epoch from swa_start_epoch, the SWALR
- * learning rate per epoch on top of a main schedule, swap, state. */
+ * learning rate per epoch on top of a main schedule, swap, state; the base lr
+ * that swa_lr is divided by, read from the run's optimizer (ctx->optimizer,
+ * a real sgd here, as the trainer sets it). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +52,6 @@ static void check_case(const char *cname, int resume_at) {
     const cJSON *averaged = cJSON_GetObjectItemCaseSensitive(c, "averaged");
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
     r.ctx->max_epochs = epochs;
     pl_tensor *p[2];
     const cJSON *pj;
@@ -65,6 +66,9 @@ static void check_case(const char *cname, int resume_at) {
         free(shp);
     }
     tk_add_param(&r, "bn.running_mean", PL_SHAPE(2), NULL, false); /* buffer: not averaged */
+    char opt[64];
+    snprintf(opt, sizeof opt, "lr = %.17g\n", base);
+    tk_optimizer(&r, "sgd", opt); /* the base lr of swa_lr's factor */
     tk_open(&r, "averager", "swa", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_averager_vtable *vt = r.vtable;
     void *self = NULL;
@@ -153,6 +157,65 @@ START_TEST(update_every_n_steps_and_fractional_start) {
 }
 END_TEST
 
+/* swa_lr is divided by the optimizer's base lr, read through its groups:
+ * group 0's initial_lr / lr_scale, here 0.05 / 0.5 = 0.1 (reading
+ * initial_lr alone would give 0.05 and a factor twice too large). Linear,
+ * one annealing epoch: the factor is f0 in epoch S, swa_lr / base after. */
+START_TEST(swa_lr_is_divided_by_the_optimizers_base_lr) {
+    tk_run r;
+    tk_init(&r);
+    r.ctx->max_epochs = 10;
+    tk_add_param(&r, "w", PL_SHAPE(2), NULL, true);
+    tk_optimizer(&r, "sgd", "lr = 0.1\ngroup.default.lr_scale = 0.5\n");
+    const pl_param_group *g0 = r.ctx->optimizer->group(r.ctx->optimizer_self, 0);
+    ck_assert_double_eq_tol(g0->initial_lr, 0.05, 1e-15); /* the case this test is about */
+    tk_open(&r, "averager", "swa", NULL,
+            "swa_start_epoch = 2\nswa_lr = 0.02\nanneal_strategy = linear\n"
+            "annealing_epochs = 1\n");
+    const pl_averager_vtable *vt = r.vtable;
+    void *self = NULL;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    ck_assert(isnan(vt->lr_factor(self, 1, 10, 0.9)));                 /* before S */
+    ck_assert_double_eq_tol(vt->lr_factor(self, 2, 20, 0.9), 0.9, 1e-15); /* f0 */
+    ck_assert_double_eq_tol(vt->lr_factor(self, 3, 30, 0.5), 0.2, 1e-15); /* 0.02 / 0.1 */
+    vt->destroy(self);
+    /* the trainer's ddp lr scaling multiplies every group's initial_lr: the
+     * base lr follows (x2 here), so the factor halves */
+    pl_param_group *g = r.ctx->optimizer->group(r.ctx->optimizer_self, 0);
+    g->initial_lr *= 2;
+    g->lr *= 2;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    ck_assert_double_eq_tol(vt->lr_factor(self, 2, 20, 1.0), 1.0, 1e-15);
+    ck_assert_double_eq_tol(vt->lr_factor(self, 3, 30, 1.0), 0.1, 1e-15); /* 0.02 / 0.2 */
+    vt->destroy(self);
+    tk_close(&r);
+}
+END_TEST
+
+/* an absolute swa_lr without an optimizer in the run context is refused
+ * naming the option and what is missing; without swa_lr none is needed */
+START_TEST(swa_lr_without_an_optimizer_is_refused) {
+    tk_run r;
+    tk_init(&r);
+    r.ctx->max_epochs = 10;
+    tk_add_param(&r, "w", PL_SHAPE(2), NULL, true);
+    tk_open(&r, "averager", "swa", NULL, "swa_lr = 0.02\n");
+    const pl_averager_vtable *vt = r.vtable;
+    void *self = NULL;
+    ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
+    ck_assert_ptr_null(self);
+    ck_assert_msg(strstr(pl_error_message(), "swa: swa_lr is an absolute learning rate") &&
+                      strstr(pl_error_message(), "no optimizer"),
+                  "%s", pl_error_message());
+    tk_open(&r, "averager", "swa", NULL, "swa_start_epoch = 2\n");
+    vt = r.vtable;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    ck_assert(isnan(vt->lr_factor(self, 3, 30, 0.5)));
+    vt->destroy(self);
+    tk_close(&r);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("swa");
     TCase *tc = tcase_create("swa");
@@ -162,6 +225,8 @@ int main(void) {
     tcase_add_test(tc, zero_annealing_epochs_jumps_to_swa_lr_like_torch);
     tcase_add_test(tc, resume_mid_swa_is_exact);
     tcase_add_test(tc, update_every_n_steps_and_fractional_start);
+    tcase_add_test(tc, swa_lr_is_divided_by_the_optimizers_base_lr);
+    tcase_add_test(tc, swa_lr_without_an_optimizer_is_refused);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

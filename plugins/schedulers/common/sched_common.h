@@ -4,9 +4,9 @@
  * Factor convention (see plugins/schedulers/README.md): a scheduler returns
  * the multiplier of each group's initial_lr (= optimizer lr x lr_scale).
  * Options given as absolute learning rates (onecycle max_lr, cosine eta_min,
- * plateau min_lr, swa swa_lr) are divided by the optimizer's base lr, which
- * the trainer publishes as the run meta key "optimizer.lr" before creating
- * schedulers and averagers.
+ * plateau min_lr, swa swa_lr) are divided by the optimizer's base lr, read
+ * from the optimizer itself: ctx->optimizer (plugin.h, ABI 2.9), which the
+ * trainer sets before creating schedulers and averagers.
  */
 #ifndef PL_SCHED_COMMON_H
 #define PL_SCHED_COMMON_H
@@ -15,20 +15,34 @@
 
 #include "pipeline/pipeline.h"
 
-/* The optimizer's base lr from ctx->meta "optimizer.lr". `who` and `why`
- * (the option that needs it) go into the error message. */
+/* The optimizer's base lr through its public groups (ctx->optimizer):
+ * group 0's configured lr, initial_lr / lr_scale (initial_lr when lr_scale
+ * <= 0), i.e. the `[optimizer] lr` of the config after a strategy's lr
+ * scaling. `who` and `why` (the option that needs it) go into the error
+ * message: PL_ERR_CONFIG when the context has no optimizer, it has no group,
+ * or the lr is not > 0. */
 static inline pl_status pl_sched_optimizer_lr(const pl_run_context *ctx, const char *who,
                                               const char *why, double *lr) {
-    double v = 0;
-    if (!ctx || !ctx->meta || pl_meta_get_float(ctx->meta, "optimizer.lr", &v) != PL_OK)
+    const pl_optimizer_vtable *o = ctx ? ctx->optimizer : NULL;
+    if (!o || !o->num_groups || !o->group)
         return pl_error_set(PL_ERR_CONFIG,
-                            "%s: %s is an absolute learning rate but the run meta has no "
-                            "'optimizer.lr' (the trainer publishes it before creating the "
-                            "scheduler)",
+                            "%s: %s is an absolute learning rate but the run has no optimizer "
+                            "to read the base lr from (run context field 'optimizer' not set: "
+                            "the trainer sets it before creating schedulers and averagers)",
                             who, why);
+    const pl_param_group *g0 =
+        o->num_groups(ctx->optimizer_self) > 0 ? o->group(ctx->optimizer_self, 0) : NULL;
+    if (!g0)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "%s: %s is an absolute learning rate but the optimizer has no "
+                            "parameter group to read the base lr from",
+                            who, why);
+    double v = g0->lr_scale > 0 ? g0->initial_lr / g0->lr_scale : g0->initial_lr;
     if (!(v > 0))
-        return pl_error_set(PL_ERR_CONFIG, "%s: optimizer.lr = %g: expected > 0 to convert %s",
-                            who, v, why);
+        return pl_error_set(PL_ERR_CONFIG,
+                            "%s: the optimizer's base lr (group '%s': initial_lr %g / lr_scale "
+                            "%g) = %g: expected > 0 to convert %s",
+                            who, g0->name, g0->initial_lr, g0->lr_scale, v, why);
     *lr = v;
     return PL_OK;
 }

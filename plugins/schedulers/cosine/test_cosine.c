@@ -19,7 +19,7 @@ static void check_case(const char *cname) {
     double *lr = tk_doubles(cJSON_GetObjectItemCaseSensitive(c, "lr"), &n);
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
+    tk_optimizer_lr(&r, base);
     tk_open(&r, "scheduler", "cosine", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
@@ -59,10 +59,12 @@ START_TEST(warmup_pct_and_fit_length_come_from_the_run) {
     ck_assert_double_eq_tol(vt->lr_factor(self, 25), 0.5, 1e-15);
     ck_assert_double_eq_tol(vt->lr_factor(self, 40), 0.0, 1e-15);
     vt->destroy(self);
-    /* eta_min > 0 is absolute: needs optimizer.lr */
+    /* eta_min > 0 is absolute: needs the optimizer's base lr */
     tk_open(&r, "scheduler", "cosine", NULL, "eta_min = 1e-5\n");
     ck_assert_int_eq(vt->create(r.sec, r.ctx, &self), PL_ERR_CONFIG);
-    ck_assert_msg(strstr(pl_error_message(), "optimizer.lr"), "%s", pl_error_message());
+    ck_assert_msg(strstr(pl_error_message(), "eta_min is an absolute learning rate") &&
+                      strstr(pl_error_message(), "no optimizer"),
+                  "%s", pl_error_message());
     tk_close(&r);
 }
 END_TEST

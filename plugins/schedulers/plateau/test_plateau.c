@@ -24,7 +24,7 @@ static void check_case(const char *cname, int resume_at) {
     ck_assert_int_eq(n, nm);
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", base));
+    tk_optimizer_lr(&r, base);
     tk_open(&r, "scheduler", "plateau", cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
@@ -69,7 +69,7 @@ END_TEST
 START_TEST(monitor_defaults_to_val_loss_and_is_configurable) {
     tk_run r;
     tk_init(&r);
-    PL_CK_OK(pl_meta_set_float(r.ctx->meta, "optimizer.lr", 0.1));
+    tk_optimizer_lr(&r, 0.1);
     tk_open(&r, "scheduler", "plateau", NULL, NULL);
     const pl_scheduler_vtable *vt = r.vtable;
     void *self = NULL;
