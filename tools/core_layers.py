@@ -26,9 +26,11 @@ SRC = "core/src/"
 # (layer, library, files relative to core/, without .c; a trailing / is a folder)
 LAYERS = [
     ("base (errors, hints, file checks)", "core", ["status", "file"]),
-    ("tensor + ops", "core", ["tensor", "alloc", "half_io", "op_table", "ops_dense", "ops_index",
-                              "ops_nf4", "ops_optim", "safetensors"]),
-    ("autograd", "core", ["autograd", "autocast_cache", "op_profile", "graph"]),
+    ("tensor + ops (+ tape recording)", "core",
+     ["tensor", "alloc", "frame", "dispatch", "half_io", "op_table", "op_profile", "ops_dense",
+      "ops_index", "ops_nf4", "ops_optim", "autocast", "autocast_cache", "tape", "graph",
+      "safetensors"]),
+    ("autograd (backward, checkpointing, custom ops)", "core", ["autograd"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
     ("config + schema + plugin registry", "core",

@@ -241,7 +241,7 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t) {
     return v;
 }
 
-/* ---- tape stubs (autograd.c: what the tape keeps) ---- */
+/* ---- tape stubs (tape.c: what the tape keeps) ---- */
 
 static void *g_stub_page; /* one PROT_NONE page: every stub's data */
 static pl_storage g_stub_storage = {.external = true, .refcount = 1 << 30};
