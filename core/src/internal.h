@@ -148,7 +148,7 @@ const char *pl_blas_parallel(void);
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* True while some pl_params list holds t (runobjs.c). */
+/* True while some pl_params list holds t: t->param_lists > 0 (tensor.c). */
 bool pl_tensor_is_param(const pl_tensor *t);
 /* For the node the next recorded op pushes (tape.c): its input `dst`,
  * slot 0 or 1, is src cast to the autocast dtype. Where src is a frozen,

@@ -257,6 +257,8 @@ static void stub_init(void) {
 
 bool pl_tensor_is_stub(const pl_tensor *t) { return t && t->storage == &g_stub_storage; }
 
+bool pl_tensor_is_param(const pl_tensor *t) { return t && t->param_lists > 0; }
+
 pl_tensor *pl_tensor_stub_owned(const pl_tensor *t) {
     pthread_once(&g_stub_once, stub_init);
     if (!g_stub_page) {

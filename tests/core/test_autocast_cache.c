@@ -128,6 +128,31 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
 }
 END_TEST
 
+/* "a parameter" is a count on the tensor (param_lists), one per pl_params
+ * list holding it: the tape asks the tensor, not the run objects */
+START_TEST(a_tensor_is_a_parameter_while_some_list_holds_it) {
+    pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(4, 4), 31));
+    pl_tensor *other = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(4, 4), 32));
+    pl_params *a = pl_params_new(), *b = pl_params_new();
+    ck_assert(!pl_tensor_is_param(w));
+    PL_CK_OK(pl_params_add(a, "w", w, 0, NULL));
+    PL_CK_OK(pl_params_add(b, "w", w, 0, NULL));
+    ck_assert_int_eq(w->param_lists, 2);
+    pl_tensor *v = PL_CK_NOTNULL(pl_tensor_view_owned(w));
+    ck_assert(!pl_tensor_is_param(v)); /* a view is a new header */
+    pl_tensor_release(v);
+    pl_params_free(a);
+    ck_assert(pl_tensor_is_param(w)); /* b still holds it */
+    PL_CK_OK(pl_params_replace(b, 0, other));
+    ck_assert(!pl_tensor_is_param(w));
+    ck_assert(pl_tensor_is_param(other));
+    pl_params_free(b);
+    ck_assert(!pl_tensor_is_param(other));
+    pl_tensor_release(w);
+    pl_tensor_release(other);
+}
+END_TEST
+
 /* x @ W^T under bf16 autocast with W frozen, x trainable: the tape's bytes
  * and x's gradient, W held by a pl_params list (a parameter) or not */
 static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
@@ -182,6 +207,7 @@ int main(void) {
     tcase_add_test(tc, a_cast_made_without_grad_is_not_reused_with_grad);
     tcase_add_test(tc, only_trainable_leaves_inside_a_scope_are_cached);
     tcase_add_test(tc, a_frozen_parameters_copy_is_cast_again_in_backward_not_kept);
+    tcase_add_test(tc, a_tensor_is_a_parameter_while_some_list_holds_it);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

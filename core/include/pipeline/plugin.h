@@ -67,8 +67,10 @@ extern "C" {
  *          cuda_graphs); adamw_step / sgd_step take their coefficients from a
  *          device tensor in[2] when p.flags bit0 is set; dropout adds
  *          p.start * (device i64 *p.extra) to its counter when p.extra is set
- *          (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 8
+ *          (backend.h: an out-of-tree backend must follow)
+ * minor 9: pl_tensor.param_lists (tensor.h: a parameter is marked on the
+ *          tensor, in the padding after requires_grad; no field moved) */
+#define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
