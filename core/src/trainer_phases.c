@@ -163,13 +163,18 @@ static void run_free(trainer *t) {
     tr_set_message_run(NULL);
     if (t->log) fclose(t->log);
     if (t->metrics) fclose(t->metrics);
-    pl_autocast_set(PL_F32);
 }
 
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
+    /* the run's context is this thread's current one for the whole run: the
+     * ops read its autocast, which the precision sets (plugin.h, "Autocast") */
+    pl_run_context *prev_ctx = pl_run_context_make_current(&t->ctx);
     int code = tr_run_open(t, cfg, reg, opts);
-    if (code) return code;
+    if (code) {
+        pl_run_context_make_current(prev_ctx);
+        return code;
+    }
     double load_start = 0;
     pl_status st = tr_run_build(t, &load_start);
     if (!st) st = tr_run_load(t, load_start);
@@ -177,5 +182,6 @@ int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts)
     if (!st) st = run_phases(t);
     code = run_finish(t, st);
     run_free(t);
+    pl_run_context_make_current(prev_ctx);
     return code;
 }

@@ -17,7 +17,7 @@
 static pl_tensor *two_uses_grad(bool scope, pl_autocast_cache_stats *st) {
     pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 3));
     pl_tensor_set_requires_grad(w, true);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 4), *x2 = pl_test_randn(PL_SHAPE(5, 16), 5);
     pl_autocast_cache_stats_reset();
@@ -29,7 +29,7 @@ static pl_tensor *two_uses_grad(bool scope, pl_autocast_cache_stats *st) {
     *st = pl_autocast_cache_stats_get();
     PL_CK_OK(pl_backward(PL_CK_NOTNULL(loss), 1.0));
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_ptr_nonnull(w->grad);
     pl_tensor *g = pl_tensor_retain(w->grad);
     pl_tensor_release(w);
@@ -59,7 +59,7 @@ END_TEST
 START_TEST(a_cast_made_without_grad_is_not_reused_with_grad) {
     pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 7));
     pl_tensor_set_requires_grad(w, true);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 8);
     pl_autocast_cache_stats_reset();
@@ -90,7 +90,7 @@ START_TEST(a_cast_made_without_grad_is_not_reused_with_grad) {
             worst = d > worst ? d : worst;
         }
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_msg(worst < 0.05, "W.grad differs from 2 * sum_m x[m, k] by %g", worst);
     pl_tensor_release(w);
 }
@@ -103,7 +103,7 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
     pl_tensor *v = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 10));
     pl_tensor_set_requires_grad(v, true);
     int refs = v->refcount;
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 11);
     pl_autocast_cache_stats_reset();
@@ -121,7 +121,7 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
     ck_assert_uint_eq(s.casts, s.casts_requested);
     pl_tape_clear();
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_int_eq(v->refcount, refs); /* and no longer */
     pl_tensor_release(w);
     pl_tensor_release(v);
@@ -162,7 +162,7 @@ static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
     pl_tensor_set_requires_grad(x, true);
     if (registered) PL_CK_OK(pl_params_add(ps, "layer.weight", w, 0, NULL));
     ck_assert(pl_tensor_is_param(w) == registered);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *y = PL_CK_NOTNULL(pl_linear(pl_mul(x, x), w, NULL)); /* x*x: not a leaf */
     pl_tensor *loss = pl_sum(pl_cast(pl_mul(y, y), PL_F32), PL_ALL_DIMS, false);
@@ -171,7 +171,7 @@ static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
     *tape_matmul = per[PL_OP_MATMUL];
     PL_CK_OK(pl_backward(PL_CK_NOTNULL(loss), 1.0));
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     pl_tensor *g = pl_tensor_retain(x->grad);
     pl_params_free(ps);
     ck_assert(!pl_tensor_is_param(w));
