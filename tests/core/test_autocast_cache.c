@@ -5,7 +5,8 @@
  * gradient would be lost); outside a scope, and for activations and frozen
  * weights, every use casts; the scope's end drops the cache's references.
  * And a frozen parameter's bf16 copy is not kept on the tape: backward casts
- * it again (autograd.c, pl_autocast_recast_hint), with the same gradients. */
+ * it again (tape.c, pl_autocast_recast_hint), with the same gradients. A
+ * tensor is a parameter while a pl_params list holds it (param_lists). */
 #include <math.h>
 #include <string.h>
 
