@@ -29,9 +29,10 @@ SRC = "core/src/"
 LAYERS = [
     ("base (errors, hints, suggestions, file checks, messages, crash records)", "core",
      ["status", "file", "suggest", "message", "crash"]),
-    ("tensor + ops", "core", ["tensor", "alloc", "half_io", "op_table", "ops_dense", "ops_index",
-                              "ops_nf4", "ops_optim"]),
-    ("autograd", "core", ["autograd", "autocast_cache", "op_profile", "graph"]),
+    ("tensor + ops (+ tape recording)", "core",
+     ["tensor", "alloc", "frame", "dispatch", "half_io", "op_table", "op_profile", "ops_dense",
+      "ops_index", "ops_nf4", "ops_optim", "autocast", "autocast_cache", "tape", "graph"]),
+    ("autograd (backward, checkpointing, custom ops)", "core", ["autograd"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
     ("config + schema + plugin registry", "core",

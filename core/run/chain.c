@@ -147,8 +147,14 @@ int tr_run_requirements(trainer *t) {
 
 int pl_trainer_run(pl_config *cfg, pl_registry *reg, const pl_run_options *opts) {
     trainer T = {0}, *t = &T;
+    /* the run's context is this thread's current one for the whole run: the
+     * ops read its autocast, which the precision sets (plugin.h, "Autocast");
+     * a required run makes its own current and puts this one back */
+    pl_run_context *prev_ctx = pl_run_context_make_current(&t->ctx);
     int code = tr_run_settings(t, cfg, reg, opts);
     if (!code) code = tr_run_requirements(t);
     if (!code) code = tr_run_open(t);
-    return code ? code : tr_run_main(t);
+    if (!code) code = tr_run_main(t);
+    pl_run_context_make_current(prev_ctx);
+    return code;
 }

@@ -153,6 +153,7 @@ typedef struct trainer {
     const pl_run_options *opts;
     const pl_config_section *pipe, *tr;
     pl_run_context ctx;
+    pl_run_context *prev_ctx; /* current before tr_offline_init made ctx current */
     char run_dir[PATH_MAX];
     char name[128];
     stage loader, model, optim, avg, prec;

@@ -164,7 +164,6 @@ static void run_free(trainer *t) {
     tr_set_message_run(NULL);
     if (t->log) fclose(t->log);
     if (t->metrics) fclose(t->metrics);
-    pl_autocast_set(PL_F32);
 }
 
 int tr_run_main(trainer *t) {

@@ -285,6 +285,9 @@ pl_status tr_offline_init(trainer *t, pl_config *cfg, pl_registry *reg, const ch
     t->ctx.meta = pl_meta_new();
     t->ctx.params = pl_params_new();
     if (!t->ctx.meta || !t->ctx.params) return pl_error_set(PL_ERR_NOMEM, "out of memory");
+    /* current until tr_offline_free: the model's forward reads the
+     * autocast the precision sets in it (plugin.h, "Autocast") */
+    t->prev_ctx = pl_run_context_make_current(&t->ctx);
     return PL_OK;
 }
 
@@ -293,7 +296,7 @@ void tr_offline_free(trainer *t) {
     pl_meta_free(t->ctx.meta);
     t->ctx.params = NULL;
     t->ctx.meta = NULL;
-    pl_autocast_set(PL_F32);
+    if (pl_run_context_current() == &t->ctx) pl_run_context_make_current(t->prev_ctx);
 }
 
 void tr_destroy_stages(trainer *t) {

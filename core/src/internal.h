@@ -52,7 +52,7 @@ pl_tensor *pl_tensor_stub_owned(const pl_tensor *t);
 bool pl_half_io_needed(const pl_backend *b, const pl_kernel_args *a, bool backward);
 pl_status pl_half_io_call(const pl_backend *b, pl_kernel_fn fn, const pl_kernel_args *a);
 /* Called by pl_tensor_release for a dying header that has a grad_fn: the
- * node that produced it forgets it (autograd.c). */
+ * node that produced it forgets it (tape.c). */
 void pl_autograd_forget_out(pl_tensor *t);
 
 /* The backend registered for `type`, or NULL; unlike pl_backend_get it leaves
@@ -75,7 +75,8 @@ void pl_params_set_seal(pl_params *ps, pl_status (*fn)(void *ud, pl_params *ps, 
 pl_status pl_device_spec(const char *s, char *name, size_t n, int *index);
 
 /* Run the forward kernel of a->op on the backend of a->in[0]'s device (or
- * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing. */
+ * a->out[0]'s if there are no inputs). PL_ERR_UNSUPPORTED if missing
+ * (dispatch.c, with the gates below). */
 pl_status pl_kernel_forward(pl_kernel_args *a);
 
 /* PL_OK when b's struct_size covers the ABI 2.0 layout and it has a kernel
@@ -147,9 +148,9 @@ const char *pl_blas_parallel(void);
 void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
-/* True while some pl_params list holds t (runobjs.c). */
+/* True while some pl_params list holds t: t->param_lists > 0 (tensor.c). */
 bool pl_tensor_is_param(const pl_tensor *t);
-/* For the node the next recorded op pushes (autograd.c): its input `dst`,
+/* For the node the next recorded op pushes (tape.c): its input `dst`,
  * slot 0 or 1, is src cast to the autocast dtype. Where src is a frozen,
  * contiguous parameter (not requiring grad, held by a pl_params list, so
  * nothing rewrites it during the step) and backward needs dst, the tape
@@ -242,7 +243,7 @@ pl_status pl_gemm_mixed(int64_t M, int64_t N, int64_t K, const pl_gemm_operand *
 /* Tests: run pl_gemm_mixed on its portable micro-kernel instead of AVX2. */
 extern bool pl_gemm_mixed_generic;
 
-/* Per-thread frame stack (autograd.c). */
+/* Per-thread frame stack (frame.c). */
 void pl_frame_adopt(pl_tensor *t);
 
 /* CPU kernel registration into the CPU backend's table (answered by its

@@ -34,46 +34,17 @@ const char *pl_split_name(pl_data_split s) {
 
 /* ---- parameters ------------------------------------------------------ */
 
-/* Every tensor some pl_params list holds (pl_tensor_is_param), one entry
- * per holding: the autograd re-casts a frozen parameter in backward instead
- * of keeping its half copy (autograd.c), which is safe only for tensors
- * nothing rewrites during a step (a loader's named batch buffers are). */
-static pthread_mutex_t g_param_mu = PTHREAD_MUTEX_INITIALIZER;
-static const pl_tensor **g_param;
-static int g_param_n, g_param_cap;
-
-static void param_reg_add(const pl_tensor *t) {
-    pthread_mutex_lock(&g_param_mu);
-    if (g_param_n == g_param_cap) {
-        int cap = g_param_cap ? 2 * g_param_cap : 256;
-        const pl_tensor **p = realloc(g_param, (size_t)cap * sizeof *p);
-        if (!p) { /* unregistered: only never re-cast */
-            pthread_mutex_unlock(&g_param_mu);
-            return;
-        }
-        g_param = p;
-        g_param_cap = cap;
-    }
-    g_param[g_param_n++] = t;
-    pthread_mutex_unlock(&g_param_mu);
+/* A tensor a pl_params list holds counts that list in its param_lists
+ * (tensor.h): pl_tensor_is_param, which lets the tape re-cast a frozen
+ * parameter in backward instead of keeping its half copy (tape.c), is safe
+ * only for tensors nothing rewrites during a step (a loader's named batch
+ * buffers are). */
+static void param_reg_add(pl_tensor *t) {
+    if (t->param_lists < UINT16_MAX) t->param_lists++;
 }
 
-static void param_reg_remove(const pl_tensor *t) {
-    pthread_mutex_lock(&g_param_mu);
-    for (int i = g_param_n - 1; i >= 0; i--)
-        if (g_param[i] == t) {
-            g_param[i] = g_param[--g_param_n];
-            break;
-        }
-    pthread_mutex_unlock(&g_param_mu);
-}
-
-bool pl_tensor_is_param(const pl_tensor *t) {
-    bool found = false;
-    pthread_mutex_lock(&g_param_mu);
-    for (int i = 0; i < g_param_n && !found; i++) found = g_param[i] == t;
-    pthread_mutex_unlock(&g_param_mu);
-    return found;
+static void param_reg_remove(pl_tensor *t) {
+    if (t->param_lists > 0) t->param_lists--;
 }
 
 struct pl_params {

@@ -241,7 +241,7 @@ pl_tensor *pl_tensor_view_owned(pl_tensor *t) {
     return v;
 }
 
-/* ---- tape stubs (autograd.c: what the tape keeps) ---- */
+/* ---- tape stubs (tape.c: what the tape keeps) ---- */
 
 static void *g_stub_page; /* one PROT_NONE page: every stub's data */
 static pl_storage g_stub_storage = {.external = true, .refcount = 1 << 30};
@@ -256,6 +256,8 @@ static void stub_init(void) {
 }
 
 bool pl_tensor_is_stub(const pl_tensor *t) { return t && t->storage == &g_stub_storage; }
+
+bool pl_tensor_is_param(const pl_tensor *t) { return t && t->param_lists > 0; }
 
 pl_tensor *pl_tensor_stub_owned(const pl_tensor *t) {
     pthread_once(&g_stub_once, stub_init);

@@ -25,7 +25,30 @@ struct pl_harness {
     pl_run_context *ctx; /* &own, or the base harness's */
     bool shared;
     pl_data_split split; /* of the loader's epoch in progress (pl_harness_epoch_begin) */
+    struct pl_harness *older; /* the next live harness with its own context (this thread) */
 };
+
+/* The live harnesses with their own context on this thread, newest first,
+ * and the context current before the first of them: the newest one's
+ * context is current (plugin.h, "Autocast"), as a run's is for the run. */
+static _Thread_local pl_harness *tl_live;
+static _Thread_local pl_run_context *tl_outer;
+
+static void ctx_enter(pl_harness *h) {
+    if (!tl_live) tl_outer = pl_run_context_current();
+    h->older = tl_live;
+    tl_live = h;
+    pl_run_context_make_current(&h->own);
+}
+
+static void ctx_leave(pl_harness *h) {
+    pl_harness **p = &tl_live;
+    while (*p && *p != h) p = &(*p)->older;
+    if (!*p) return; /* never entered (failed build) or another thread's */
+    *p = h->older;
+    if (pl_run_context_current() == &h->own)
+        pl_run_context_make_current(tl_live ? &tl_live->own : tl_outer);
+}
 
 /* ======================================================================
  * Building a stage
@@ -75,6 +98,7 @@ static pl_harness *harness_build(const char *plugin_dirs, pl_run_context *shared
             pl_error_set(PL_ERR_NOMEM, "harness: out of memory");
             goto fail;
         }
+        ctx_enter(h);
     }
     if (!section && !plugin) return h; /* context only */
     if (!section || !plugin) {
@@ -132,6 +156,7 @@ pl_harness *pl_harness_new_shared(pl_harness *base, const char *section, const c
 
 void pl_harness_free(pl_harness *h) {
     if (!h) return;
+    if (!h->shared) ctx_leave(h);
     pl_config_free(h->cfg);
     pl_registry_free(h->reg);
     if (!h->shared) {

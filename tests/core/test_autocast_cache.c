@@ -5,7 +5,8 @@
  * gradient would be lost); outside a scope, and for activations and frozen
  * weights, every use casts; the scope's end drops the cache's references.
  * And a frozen parameter's bf16 copy is not kept on the tape: backward casts
- * it again (autograd.c, pl_autocast_recast_hint), with the same gradients. */
+ * it again (tape.c, pl_autocast_recast_hint), with the same gradients. A
+ * tensor is a parameter while a pl_params list holds it (param_lists). */
 #include <math.h>
 #include <string.h>
 
@@ -17,7 +18,7 @@
 static pl_tensor *two_uses_grad(bool scope, pl_autocast_cache_stats *st) {
     pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 3));
     pl_tensor_set_requires_grad(w, true);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 4), *x2 = pl_test_randn(PL_SHAPE(5, 16), 5);
     pl_autocast_cache_stats_reset();
@@ -29,7 +30,7 @@ static pl_tensor *two_uses_grad(bool scope, pl_autocast_cache_stats *st) {
     *st = pl_autocast_cache_stats_get();
     PL_CK_OK(pl_backward(PL_CK_NOTNULL(loss), 1.0));
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_ptr_nonnull(w->grad);
     pl_tensor *g = pl_tensor_retain(w->grad);
     pl_tensor_release(w);
@@ -59,7 +60,7 @@ END_TEST
 START_TEST(a_cast_made_without_grad_is_not_reused_with_grad) {
     pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 7));
     pl_tensor_set_requires_grad(w, true);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 8);
     pl_autocast_cache_stats_reset();
@@ -90,7 +91,7 @@ START_TEST(a_cast_made_without_grad_is_not_reused_with_grad) {
             worst = d > worst ? d : worst;
         }
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_msg(worst < 0.05, "W.grad differs from 2 * sum_m x[m, k] by %g", worst);
     pl_tensor_release(w);
 }
@@ -103,7 +104,7 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
     pl_tensor *v = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(8, 16), 10));
     pl_tensor_set_requires_grad(v, true);
     int refs = v->refcount;
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *x = pl_test_randn(PL_SHAPE(4, 16), 11);
     pl_autocast_cache_stats_reset();
@@ -121,10 +122,35 @@ START_TEST(only_trainable_leaves_inside_a_scope_are_cached) {
     ck_assert_uint_eq(s.casts, s.casts_requested);
     pl_tape_clear();
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_int_eq(v->refcount, refs); /* and no longer */
     pl_tensor_release(w);
     pl_tensor_release(v);
+}
+END_TEST
+
+/* "a parameter" is a count on the tensor (param_lists), one per pl_params
+ * list holding it: the tape asks the tensor, not the run objects */
+START_TEST(a_tensor_is_a_parameter_while_some_list_holds_it) {
+    pl_tensor *w = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(4, 4), 31));
+    pl_tensor *other = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(4, 4), 32));
+    pl_params *a = pl_params_new(), *b = pl_params_new();
+    ck_assert(!pl_tensor_is_param(w));
+    PL_CK_OK(pl_params_add(a, "w", w, 0, NULL));
+    PL_CK_OK(pl_params_add(b, "w", w, 0, NULL));
+    ck_assert_int_eq(w->param_lists, 2);
+    pl_tensor *v = PL_CK_NOTNULL(pl_tensor_view_owned(w));
+    ck_assert(!pl_tensor_is_param(v)); /* a view is a new header */
+    pl_tensor_release(v);
+    pl_params_free(a);
+    ck_assert(pl_tensor_is_param(w)); /* b still holds it */
+    PL_CK_OK(pl_params_replace(b, 0, other));
+    ck_assert(!pl_tensor_is_param(w));
+    ck_assert(pl_tensor_is_param(other));
+    pl_params_free(b);
+    ck_assert(!pl_tensor_is_param(other));
+    pl_tensor_release(w);
+    pl_tensor_release(other);
 }
 END_TEST
 
@@ -137,7 +163,7 @@ static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
     pl_tensor_set_requires_grad(x, true);
     if (registered) PL_CK_OK(pl_params_add(ps, "layer.weight", w, 0, NULL));
     ck_assert(pl_tensor_is_param(w) == registered);
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_frame_begin();
     pl_tensor *y = PL_CK_NOTNULL(pl_linear(pl_mul(x, x), w, NULL)); /* x*x: not a leaf */
     pl_tensor *loss = pl_sum(pl_cast(pl_mul(y, y), PL_F32), PL_ALL_DIMS, false);
@@ -146,7 +172,7 @@ static pl_tensor *frozen_weight_step(bool registered, size_t *tape_matmul) {
     *tape_matmul = per[PL_OP_MATMUL];
     PL_CK_OK(pl_backward(PL_CK_NOTNULL(loss), 1.0));
     pl_frame_end();
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     pl_tensor *g = pl_tensor_retain(x->grad);
     pl_params_free(ps);
     ck_assert(!pl_tensor_is_param(w));
@@ -182,6 +208,7 @@ int main(void) {
     tcase_add_test(tc, a_cast_made_without_grad_is_not_reused_with_grad);
     tcase_add_test(tc, only_trainable_leaves_inside_a_scope_are_cached);
     tcase_add_test(tc, a_frozen_parameters_copy_is_cast_again_in_backward_not_kept);
+    tcase_add_test(tc, a_tensor_is_a_parameter_while_some_list_holds_it);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

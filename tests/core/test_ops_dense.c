@@ -246,10 +246,10 @@ START_TEST(autocast_bf16_runs_matmul_and_linear_in_bf16) {
     pl_frame_begin();
     pl_tensor *ref = pl_linear(x, w, bias);
     pl_tape_clear();
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16));
     pl_tensor *y = pl_linear(x, w, bias);
     pl_tensor *z = pl_matmul(x, w, false, true);
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_ptr_nonnull(y);
     ck_assert_int_eq(y->dtype, PL_BF16);
     ck_assert_int_eq(z->dtype, PL_BF16);

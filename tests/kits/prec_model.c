@@ -154,5 +154,4 @@ void pm_setup_converts_half_params(const char *plugin, const char *ini_body, pl_
         free(vals[k]);
     }
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }

@@ -34,7 +34,9 @@ extern "C" {
  * Batch dims broadcast; a 2-D B is shared by every batch (x @ W^T with
  * trans_b is nn.Linear). f32 x f32 -> f32 (OpenBLAS sgemm); bf16 x bf16 ->
  * bf16 result with f32 accumulation (f16 likewise). Mixed dtypes are refused.
- * Autocast (like torch.autocast): when pl_autocast_get() is PL_BF16 or PL_F16,
+ * Autocast (like torch.autocast; plugin.h, "Autocast": the current run
+ * context's dtype, or an open pl_autocast_begin scope's, on the calling
+ * thread): when pl_autocast_get() is PL_BF16 or PL_F16,
  * every operand not already in that dtype is cast to it (a recorded pl_cast,
  * so the activations saved for backward are half precision) and the result
  * is in the autocast dtype; gradients reaching f32 leaves are f32.
@@ -195,7 +197,7 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
  * host decides nothing and reads nothing. `flag`: a 1-element f32 tensor on
  * the parameters' device (PL_ERR_DEVICE / PL_ERR_SHAPE from the step naming
  * the parameter otherwise), borrowed until cleared. NULL (the default):
- * every step updates. Process-wide, like autocast: the trainer sets it
+ * every step updates. Process-wide (autocast is per thread, plugin.h): the trainer sets it
  * around its optimizer step and clears it after, on a device whose backend
  * accepts the setting "optimizer_found_inf" (backend.h): its adamw_step /
  * sgd_step kernels read in[1] when n_in > 1 (cpu, strict and cuda do). */

@@ -72,7 +72,13 @@ extern "C" {
  *          averagers read the optimizer's groups; the run meta key
  *          "optimizer.lr" is no longer published); pl_st_* and
  *          pl_nf4_load_into are defined in libpipeline_io (pipeline-io.pc,
- *          pipeline::io), no longer in libpipeline_core */
+ *          pipeline::io), no longer in libpipeline_core;
+ *          pl_tensor.param_lists (tensor.h: a parameter is marked on the
+ *          tensor, in the padding after requires_grad; no field moved);
+ *          autocast a property of the run's context (pl_run_context.autocast,
+ *          pl_run_context_make_current / pl_run_context_current, scopes
+ *          pl_autocast_begin / pl_autocast_end); pl_autocast_set deprecated
+ *          (it sets the current context's autocast) */
 #define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
@@ -330,6 +336,15 @@ typedef struct pl_run_context {
      * refuses. */
     const struct pl_optimizer_vtable *optimizer;
     void *optimizer_self;
+    /* ABI 2.9: this run's autocast dtype (torch.autocast's dtype), the
+     * dtype pl_matmul / pl_linear / pl_nf4_matmul compute in while this
+     * context is current on a thread ("Autocast" below). PL_F32 (0, what a
+     * zeroed context holds): off. The run's precision plugin sets it in
+     * setup (bf16: PL_BF16, fp16: PL_F16, qlora4: its compute dtype, fp32:
+     * PL_F32); other plugins read it. New at the end
+     * with the optimizer fields: plugins built against 2.8 see the same
+     * layout before them. */
+    pl_dtype autocast;
 } pl_run_context;
 
 /* A message for the user, printf-style, one line (a trailing newline is
@@ -699,10 +714,57 @@ typedef struct pl_strategy_vtable {
     void (*abort)(void *self, int code);
 } pl_strategy_vtable;
 
-/* Autocast: the dtype matmul-like ops compute in (PL_F32 default). Set by
- * precision plugins; read by pl_matmul / pl_linear. */
-void pl_autocast_set(pl_dtype dt);
+/* ======================================================================
+ * Autocast (ABI 2.9)
+ * ======================================================================
+ * As torch.autocast (https://pytorch.org/docs/stable/amp.html, "Autocasting";
+ * its state is per thread): the dtype in which pl_matmul, pl_linear and
+ * pl_nf4_matmul compute (operands cast to it, f32 accumulation, result in
+ * it; ops.h). Every other op is unaffected. It belongs to the run, not to
+ * the process:
+ *   - the run's context holds it (pl_run_context.autocast, which the
+ *     precision plugin sets in setup);
+ *   - the ops find that context through the calling thread's current-context
+ *     pointer: the trainer makes its context current for the whole run,
+ *     `pipeline predict`, `export` and `check` for theirs, the test harness
+ *     (testing.h) for the life of a harness from pl_harness_new;
+ *   - a scope (pl_autocast_begin / pl_autocast_end, nestable) overrides it
+ *     on the calling thread until its end, like
+ *     `with torch.autocast(device_type, dtype=...)`; PL_F32 turns it off
+ *     inside, like `torch.autocast(..., enabled=False)`. For tests and tools.
+ * Threads: all of it is per thread. A thread that makes no context current
+ * and opens no scope computes in f32 (pl_autocast_get() == PL_F32), whatever
+ * another thread does; worker threads that run ops for a run make its
+ * context current themselves. Nothing here allocates or locks. */
+
+/* Make ctx the calling thread's current run context (NULL: none) and return
+ * the previous one, which the caller makes current again when done (stack
+ * discipline). ctx is borrowed and must outlive its being current. */
+pl_run_context *pl_run_context_make_current(pl_run_context *ctx);
+/* The calling thread's current run context, or NULL. */
+pl_run_context *pl_run_context_current(void);
+
+/* Open an autocast scope on the calling thread: until the matching
+ * pl_autocast_end, pl_autocast_get() answers dt, whatever the current
+ * context holds. dt: PL_F32 (autocast off inside), PL_BF16 or PL_F16.
+ * Scopes nest, at most 32 open per thread. Errors: PL_ERR_DTYPE for another
+ * dtype, PL_ERR_INVALID when 32 are open; then no scope is opened and the
+ * caller must not call pl_autocast_end for it. */
+pl_status pl_autocast_begin(pl_dtype dt);
+/* Close the calling thread's innermost scope (none open: nothing). */
+void pl_autocast_end(void);
+/* The dtype in effect on the calling thread now: the innermost open
+ * scope's, else the current run context's autocast, else PL_F32 (or what a
+ * deprecated pl_autocast_set gave this thread with no context current). */
 pl_dtype pl_autocast_get(void);
+/* Deprecated since ABI 2.9, kept for plugins built against 2.0 .. 2.8 (a
+ * missing symbol would refuse them at load): sets the autocast of the
+ * calling thread's current run context, or, with none current, a per-thread
+ * fallback that pl_autocast_get answers when no context is current and no
+ * scope open (before 2.9, one value for the whole process). Precision
+ * plugins set ctx->autocast; tests and tools use pl_autocast_begin / end. */
+void pl_autocast_set(pl_dtype dt)
+    __attribute__((deprecated("set pl_run_context.autocast, or use pl_autocast_begin/end")));
 
 #ifdef __cplusplus
 }

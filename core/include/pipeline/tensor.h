@@ -100,6 +100,12 @@ typedef struct pl_tensor {
 
     /* autograd */
     bool requires_grad;          /* leaf parameter or result of a recorded op */
+    /* How many pl_params lists hold this header (ABI 2.9; kept by
+     * pl_params_add / pl_params_replace / pl_params_free; plugins only read
+     * it): > 0 marks a parameter, which the tape may cast again in backward
+     * instead of keeping its half copy. New headers, views included, start
+     * at 0. In the padding after requires_grad: no other field moved. */
+    uint16_t param_lists;
     struct pl_tensor *grad;      /* accumulated gradient of a leaf (owned) */
     struct pl_node *grad_fn;     /* node that produced it, NULL for leaves */
 

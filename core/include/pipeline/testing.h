@@ -67,7 +67,12 @@ typedef struct pl_harness pl_harness;
  * fails validation (PL_ERR_CONFIG, "test.ini:LINE: ..." as a real config,
  * with the same hint in pl_hint_get()).
  * pl_harness_new(NULL, NULL, NULL) makes a harness with only a run context
- * (for tests that call a plugin's internal functions directly). */
+ * (for tests that call a plugin's internal functions directly).
+ * Its run context is the calling thread's current one (plugin.h, "Autocast",
+ * ABI 2.9) from here until pl_harness_free, as a run's is during the run:
+ * the ops read its autocast, which a precision plugin's setup sets. Freeing
+ * it makes the newest live harness's context current again, or else the
+ * context current before the first; build and free on one thread. */
 pl_harness *pl_harness_new(const char *section, const char *plugin, const char *ini_body);
 /* The same, searching the colon-separated directories `plugin_dirs` first
  * (test-only plugins). */

@@ -34,6 +34,7 @@
 typedef struct bf16 {
     bool true_mode;
     int verbose;
+    pl_run_context *ctx; /* borrowed from create: setup sets its autocast (plugin.h) */
 } bf16;
 
 static const pl_option_spec opts[] = {
@@ -46,6 +47,7 @@ static pl_status bf16_create(const pl_config_section *cfg, pl_run_context *ctx, 
     if (!p) return pl_error_set(PL_ERR_NOMEM, "bf16: out of memory");
     p->true_mode = !strcmp(pl_cfg_str(cfg, "mode", "bf16-mixed"), "bf16-true");
     p->verbose = ctx ? ctx->verbose : 0;
+    p->ctx = ctx;
     *self = p;
     return PL_OK;
 }
@@ -54,7 +56,7 @@ static void bf16_destroy(void *self) { free(self); }
 
 static pl_status bf16_setup(void *self, pl_params *ps) {
     bf16 *p = self;
-    pl_autocast_set(PL_BF16);
+    if (p->ctx) p->ctx->autocast = PL_BF16;
     if (!p->true_mode) return pl_prec_convert_params(ps, PL_F32, "bf16-mixed", NULL);
     pl_convert_stats cs = {0};
     pl_status st = pl_prec_convert_params(ps, PL_BF16, "bf16-true", &cs);

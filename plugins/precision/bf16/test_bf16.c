@@ -12,9 +12,9 @@ START_TEST(bf16_matmul_is_within_bf16_tolerance_of_f32) {
     pl_tensor *b = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(40, 96), 2));
     pl_frame_begin();
     pl_tensor *ref = PL_CK_NOTNULL(pl_matmul(a, b, false, true));
-    pl_autocast_set(PL_BF16);
+    PL_CK_OK(pl_autocast_begin(PL_BF16)); /* with torch.autocast(dtype=bfloat16) */
     pl_tensor *y = PL_CK_NOTNULL(pl_matmul(a, b, false, true));
-    pl_autocast_set(PL_F32);
+    pl_autocast_end();
     ck_assert_int_eq(y->dtype, PL_BF16);
     /* inputs rounded to bf16 (rel 2^-9 each), f32 accumulation, output
      * rounded (rel 2^-9): |err| <= 2^-8 * sum|a||b| + 2^-9 |y| per element */
@@ -68,7 +68,6 @@ START_TEST(bf16_mixed_keeps_f32_weights_and_saves_bf16_activations) {
     pl_tensor_release(x);
     pl_tensor_release(tg);
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }
 END_TEST
 
@@ -102,7 +101,6 @@ START_TEST(bf16_true_stores_frozen_weights_in_bf16_in_place) {
     pl_tensor_release(before);
     vt->destroy(self);
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }
 END_TEST
 

@@ -30,6 +30,7 @@ typedef struct fp16 {
     int64_t growth_interval;
     int64_t tracker;
     int64_t skipped;
+    pl_run_context *ctx; /* borrowed from create: setup sets its autocast (plugin.h) */
 } fp16;
 
 static const pl_option_spec opts[] = {
@@ -42,9 +43,9 @@ static const pl_option_spec opts[] = {
     PL_OPTIONS_END};
 
 static pl_status fp16_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
-    (void)ctx;
     fp16 *p = calloc(1, sizeof *p);
     if (!p) return pl_error_set(PL_ERR_NOMEM, "fp16: out of memory");
+    p->ctx = ctx;
     p->scale = (float)pl_cfg_float(cfg, "init_scale", 65536.0); /* torch keeps it in f32 */
     p->growth_factor = pl_cfg_float(cfg, "growth_factor", 2.0);
     p->backoff_factor = pl_cfg_float(cfg, "backoff_factor", 0.5);
@@ -56,8 +57,8 @@ static pl_status fp16_create(const pl_config_section *cfg, pl_run_context *ctx, 
 static void fp16_destroy(void *self) { free(self); }
 
 static pl_status fp16_setup(void *self, pl_params *ps) {
-    (void)self;
-    pl_autocast_set(PL_F16);
+    fp16 *p = self;
+    if (p->ctx) p->ctx->autocast = PL_F16;
     return pl_prec_convert_params(ps, PL_F32, "fp16", NULL);
 }
 

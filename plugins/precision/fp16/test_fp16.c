@@ -48,7 +48,6 @@ START_TEST(grad_scaler_unscales_grows_backs_off_and_skips) {
     }
     vt->destroy(self);
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }
 END_TEST
 
@@ -89,7 +88,6 @@ START_TEST(grad_scaler_on_device_gradients) {
     }
     vt->destroy(self);
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }
 END_TEST
 

@@ -16,6 +16,7 @@
 
 typedef struct fp32 {
     bool allow_tf32;
+    pl_run_context *ctx; /* borrowed from create: setup sets its autocast (plugin.h) */
 } fp32;
 
 static const pl_option_spec opts[] = {
@@ -24,9 +25,9 @@ static const pl_option_spec opts[] = {
     PL_OPTIONS_END};
 
 static pl_status fp32_create(const pl_config_section *cfg, pl_run_context *ctx, void **self) {
-    (void)ctx;
     fp32 *p = calloc(1, sizeof *p);
     if (!p) return pl_error_set(PL_ERR_NOMEM, "fp32: out of memory");
+    p->ctx = ctx;
     p->allow_tf32 = pl_cfg_bool(cfg, "allow_tf32", false);
     *self = p;
     return PL_OK;
@@ -35,8 +36,8 @@ static pl_status fp32_create(const pl_config_section *cfg, pl_run_context *ctx, 
 static void fp32_destroy(void *self) { free(self); }
 
 static pl_status fp32_setup(void *self, pl_params *ps) {
-    (void)self;
-    pl_autocast_set(PL_F32);
+    fp32 *p = self;
+    if (p->ctx) p->ctx->autocast = PL_F32;
     return pl_prec_convert_params(ps, PL_F32, "fp32", NULL);
 }
 

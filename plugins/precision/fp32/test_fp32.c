@@ -52,7 +52,6 @@ static void run_variant(const variant *v, double *first, double *last, double *o
     pl_tensor_release(x);
     pl_tensor_release(tg);
     tk_close(&r);
-    pl_autocast_set(PL_F32);
 }
 
 START_TEST(same_model_trains_under_all_five_precisions) {
@@ -80,8 +79,8 @@ START_TEST(fp32_is_the_identity_precision) {
     PL_CK_OK(tk_try_open(&r, "precision", "fp32", "allow_tf32 = true\n"));
     const pl_precision_vtable *vt = r.vtable;
     void *self = NULL;
-    pl_autocast_set(PL_BF16); /* setup must reset it */
     PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    r.ctx->autocast = PL_BF16; /* setup must reset it */
     PL_CK_OK(vt->setup(self, r.ctx->params));
     ck_assert_int_eq(pl_autocast_get(), PL_F32);
     ck_assert_double_eq(vt->loss_scale(self), 1.0);

@@ -46,6 +46,7 @@ typedef struct qlora4 {
     char targets[512];
     int verbose;
     pl_params *params; /* borrowed from the run context */
+    pl_run_context *ctx; /* borrowed from create: setup sets its autocast (plugin.h) */
     int n;          /* quantized parameters */
     char (*names)[PL_NAME_MAX];
     size_t bytes_before, bytes_after;
@@ -76,6 +77,7 @@ static pl_status q_create(const pl_config_section *cfg, pl_run_context *ctx, voi
     snprintf(p->targets, sizeof p->targets, "%s", pl_cfg_str(cfg, "targets", "*"));
     p->verbose = ctx ? ctx->verbose : 0;
     p->params = ctx ? ctx->params : NULL;
+    p->ctx = ctx;
     *self = p;
     return PL_OK;
 }
@@ -134,7 +136,7 @@ static pl_status q_convert_param(void *self, pl_params *ps, int i) {
 static pl_status q_setup(void *self, pl_params *ps) {
     qlora4 *p = self;
     p->params = ps;
-    pl_autocast_set(p->compute);
+    if (p->ctx) p->ctx->autocast = p->compute;
     for (int i = 0; i < pl_params_count(ps); i++) {
         pl_status st = quantize_at(p, ps, i);
         if (st) return st;
