@@ -67,8 +67,12 @@ extern "C" {
  *          cuda_graphs); adamw_step / sgd_step take their coefficients from a
  *          device tensor in[2] when p.flags bit0 is set; dropout adds
  *          p.start * (device i64 *p.extra) to its counter when p.extra is set
- *          (backend.h: an out-of-tree backend must follow) */
-#define PL_ABI_MINOR 8
+ *          (backend.h: an out-of-tree backend must follow)
+ * minor 9: the CPU backend is a plugin (cpu.so, kind backend) that the core
+ *          loads on the first CPU lookup; pl_backend.get_option (the read
+ *          side of set_option) and pl_backend_info(); pl_backend_register
+ *          fills an empty CPU slot (it used to refuse the CPU device) */
+#define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
