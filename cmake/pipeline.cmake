@@ -1,14 +1,19 @@
-# pl_add_plugin(NAME SOURCES a.c b.c [LIBS x y])
-#   builds NAME.so into ${PL_PLUGIN_BUILD_DIR} and installs it under lib/pipeline/plugins.
+# pl_add_plugin(NAME SOURCES a.c b.c [LIBS x y] [COMPONENT c])
+#   builds NAME.so into ${PL_PLUGIN_BUILD_DIR} and installs it under
+#   lib/pipeline/plugins, in install component `plugins` (or COMPONENT: the
+#   cpu backend is `runtime`, which every program needs).
 function(pl_add_plugin name)
-  cmake_parse_arguments(P "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(P "" "COMPONENT" "SOURCES;LIBS" ${ARGN})
+  if(NOT P_COMPONENT)
+    set(P_COMPONENT plugins)
+  endif()
   add_library(plugin_${name} MODULE ${P_SOURCES})
   target_link_libraries(plugin_${name} PRIVATE pipeline_core ${P_LIBS})
   set_target_properties(plugin_${name} PROPERTIES
     PREFIX "" OUTPUT_NAME ${name}
     LIBRARY_OUTPUT_DIRECTORY ${PL_PLUGIN_BUILD_DIR}
     C_VISIBILITY_PRESET hidden)
-  install(TARGETS plugin_${name} LIBRARY DESTINATION ${PL_PLUGIN_INSTALL_DIR} COMPONENT plugins)
+  install(TARGETS plugin_${name} LIBRARY DESTINATION ${PL_PLUGIN_INSTALL_DIR} COMPONENT ${P_COMPONENT})
 endfunction()
 
 # pl_add_test(NAME SOURCES a.c [LIBS x] [LABELS l])
@@ -26,6 +31,9 @@ function(pl_add_test name)
     PL_TEST_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     PL_TEST_BINARY_DIR="${PROJECT_BINARY_DIR}"
     PL_TEST_PLUGIN_DIR="${PL_PLUGIN_BUILD_DIR}")
+  # the CPU backend plugin, which the core loads on the first CPU op (a test
+  # built alone, `--target NAME`, has it too)
+  add_dependencies(${name} plugin_cpu)
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 600)

@@ -5,9 +5,11 @@ Prints a Markdown table: each layer of core/, the library it is built into,
 its files and its lines of .c (every line, comments included, as `wc -l`),
 and the total of what libpipeline_core.so is built from (core/src,
 recursively). The layers outside the core name their folder beside core/src
-(core/run: libpipeline_run.so, core/services, core/testing, core/cli). A .c
-file anywhere under core/ that no layer lists is reported, and the exit
-status is 1, so the table cannot leave a file out silently. Usage: python3 tools/core_layers.py
+(core/run: libpipeline_run.so, core/io, core/services, core/testing,
+core/cli). The CPU backend is listed too, as the plugin it is
+(plugins/backends/cpu, its tests left out): counted beside the core, not in
+it. A .c file anywhere under core/ that no layer lists is reported, and the
+exit status is 1, so the table cannot leave a file out silently. Usage: python3 tools/core_layers.py
 [--calls] [ROOT] (ROOT: the source root, default this file's parent).
 
 --calls: which layer calls which (needs Universal Ctags): for each ordered
@@ -34,7 +36,7 @@ LAYERS = [
       "ops_index", "ops_nf4", "ops_optim", "autocast", "autocast_cache", "tape", "graph"]),
     ("autograd (backward, checkpointing, custom ops)", "core", ["autograd"]),
     ("backend registry", "core", ["backend_registry", "backend_util"]),
-    ("CPU backend (kernels)", "core", ["cpu_backend", "cpu/"]),
+    ("CPU backend (kernels)", "`cpu.so` (plugin)", ["../../plugins/backends/cpu/"]),
     ("config + schema + plugin registry", "core",
      ["config", "config_load", "config_ini", "config_override", "config_validate", "core_schema",
       "registry", "backend_loader", "runobjs", "stage"]),
@@ -49,8 +51,9 @@ LAYERS = [
 
 def files_of(entry):
     base = os.path.join(ROOT, SRC)
-    if entry.endswith("/"):
-        return sorted(glob.glob(os.path.join(base, entry, "*.c")))
+    if entry.endswith("/"):  # a folder: its .c files but its tests
+        return sorted(f for f in glob.glob(os.path.join(base, entry, "*.c"))
+                      if not os.path.basename(f).startswith("test_"))
     return sorted(glob.glob(os.path.join(base, entry + ".c")))
 
 

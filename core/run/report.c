@@ -115,13 +115,18 @@ static void summary_host(cJSON *o, trainer *t, char *dev, size_t dn) {
     add_phase(mem, "export", &t->ph_export, true);
     cJSON_AddStringToObject(o, "device", pl_device_str(t->ctx.device, dev, dn));
     cJSON_AddNumberToObject(o, "openmp_threads", omp_get_max_threads());
-    cJSON_AddNumberToObject(o, "openblas_threads", pl_blas_threads());
-    cJSON_AddStringToObject(o, "openblas_parallel", pl_blas_parallel());
-    /* the CPU kernel bf16 x bf16 GEMMs ran on, chosen at run time by cpuid
-     * (and PL_CPU_ISA): "avx512bf16", "avx2" or "scalar"; and what the CPU has */
-    char isa[128];
-    cJSON_AddStringToObject(o, "cpu_gemm_bf16", pl_cpu_gemm_bf16());
-    cJSON_AddStringToObject(o, "cpu_features", pl_cpu_features(isa, sizeof isa));
+    /* the cpu backend's OpenBLAS pool; the CPU kernel bf16 x bf16 GEMMs ran
+     * on, chosen at run time by cpuid (and PL_CPU_ISA): "avx512bf16", "avx2"
+     * or "scalar"; and what the CPU has (pl_backend.get_option) */
+    char v[128];
+    cJSON_AddNumberToObject(o, "openblas_threads",
+                            atoi(pl_backend_info(PL_DEVICE_CPU, "blas_threads", v, sizeof v)));
+    cJSON_AddStringToObject(o, "openblas_parallel",
+                            pl_backend_info(PL_DEVICE_CPU, "blas_parallel", v, sizeof v));
+    cJSON_AddStringToObject(o, "cpu_gemm_bf16",
+                            pl_backend_info(PL_DEVICE_CPU, "cpu_gemm_bf16", v, sizeof v));
+    cJSON_AddStringToObject(o, "cpu_features",
+                            pl_backend_info(PL_DEVICE_CPU, "cpu_features", v, sizeof v));
 }
 
 static void summary_distributed(cJSON *o, trainer *t) {

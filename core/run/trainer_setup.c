@@ -208,10 +208,21 @@ pl_status tr_default_precision(trainer *t) {
 }
 
 pl_status tr_setup_device(trainer *t) {
+    /* the cpu backend plugin, from the run's plugin path (--plugin-path too):
+     * a missing cpu.so stops the run here, naming the dirs */
+    if (pl_backend_load(t->reg, PL_DEVICE_CPU)) return pl_error_status();
     int64_t threads = pl_cfg_int(t->pipe, "threads", 0);
     if (threads > 0) {
         omp_set_num_threads((int)threads);
-        pl_blas_set_threads((int)threads); /* its own pool: OpenMP's setting does not reach it */
+        /* OpenBLAS's pool, in the cpu backend: OpenMP's setting does not reach it */
+        const pl_backend *cpu = pl_backend_get(PL_DEVICE_CPU);
+        char n[32];
+        snprintf(n, sizeof n, "%lld", (long long)threads);
+        pl_status so = cpu && PL_BACKEND_HAS(cpu, set_option) && cpu->set_option
+                           ? cpu->set_option("threads", n)
+                           : PL_OK;
+        if (!cpu || (so && so != PL_ERR_UNSUPPORTED)) return pl_error_status();
+        if (so) pl_error_clear(); /* a CPU backend without the setting */
     }
 
     const char *dev = pl_cfg_str(t->pipe, "device", "cpu");
@@ -404,14 +415,17 @@ static int open_run_dir(trainer *t) {
         snprintf(path, sizeof path, "%s/config.ini", t->run_dir);
         pl_config_write_ini(t->cfg, path);
     }
-    /* the CPU kernel of bf16 GEMMs is chosen at run time (cpu/cpu_isa.c) */
-    char isa[128];
+    /* the CPU kernel of bf16 GEMMs is chosen at run time (the cpu backend's cpuid) */
+    char isa[128], bt[32], bp[32], gemm[32];
     tr_log(t,
            "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s), "
            "CPU bf16 GEMM %s (CPU: %s)\n",
            t->run_dir, pl_config_path(t->cfg), pl_cfg_str(t->pipe, "device", "cpu"),
-           (unsigned long long)t->ctx.seed, omp_get_max_threads(), pl_blas_threads(),
-           pl_blas_parallel(), pl_cpu_gemm_bf16(), pl_cpu_features(isa, sizeof isa));
+           (unsigned long long)t->ctx.seed, omp_get_max_threads(),
+           atoi(pl_backend_info(PL_DEVICE_CPU, "blas_threads", bt, sizeof bt)),
+           pl_backend_info(PL_DEVICE_CPU, "blas_parallel", bp, sizeof bp),
+           pl_backend_info(PL_DEVICE_CPU, "cpu_gemm_bf16", gemm, sizeof gemm),
+           pl_backend_info(PL_DEVICE_CPU, "cpu_features", isa, sizeof isa));
     if (t->world > 1)
         tr_log(t, "strategy %s: %d processes (data parallel)\n", t->strat.desc->name, t->world);
     if (t->rank == 0) tr_sweep_orphan_tmp(t); /* what killed runs left half-written */

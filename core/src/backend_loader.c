@@ -1,14 +1,51 @@
-/* backend_loader.c - find a device's backend plugin ("cuda", "strict", or
- * another by name) and register its table. See backend_loader.h. */
+/* backend_loader.c - find a device's backend plugin ("cpu", "cuda",
+ * "strict", or another by name) and register its table. See
+ * backend_loader.h. */
 #include "backend_loader.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
 static const char *backend_plugin_name(pl_device_type type) {
-    return type == PL_DEVICE_CUDA ? "cuda" : NULL;
+    return type == PL_DEVICE_CUDA ? "cuda" : type == PL_DEVICE_CPU ? "cpu" : NULL;
+}
+
+/* The first CPU lookup (backend_registry.c): the cpu plugin from the default
+ * plugin dirs. Absent, the message names every dir searched (and loads
+ * nothing else: the registry's "did you mean" would open every plugin). */
+static pl_status load_cpu_backend(void) {
+    pl_registry *reg = pl_registry_new();
+    if (!reg) return pl_error_status();
+    pl_status st = pl_registry_add_default_dirs(reg);
+    bool found = false;
+    char dirs[2048] = "";
+    size_t off = 0;
+    for (int i = 0; !st && i < pl_registry_dir_count(reg); i++) {
+        char p[4096];
+        snprintf(p, sizeof p, "%s/cpu.so", pl_registry_dir_at(reg, i));
+        found |= access(p, F_OK) == 0;
+        if (off < sizeof dirs)
+            off += (size_t)snprintf(dirs + off, sizeof dirs - off, "%s%s", i ? ":" : "",
+                                    pl_registry_dir_at(reg, i));
+    }
+    if (!st && !found) {
+        pl_hint_set("the CPU backend is the plugin cpu.so (plugins/backends/cpu): build or install "
+                    "it, or name its directory in PIPELINE_PLUGIN_PATH");
+        st = pl_error_set(PL_ERR_DEVICE, "the CPU backend plugin cpu.so was not found (searched: %s)",
+                          dirs[0] ? dirs : "no plugin directory: PIPELINE_PLUGIN_PATH is unset "
+                                           "and neither the build tree's nor the installed "
+                                           "plugin dir exists");
+    }
+    if (!st) st = pl_backend_load_named(reg, PL_DEVICE_CPU, "cpu");
+    pl_registry_free(reg);
+    return st;
+}
+
+__attribute__((constructor)) static void install_cpu_loader(void) {
+    pl_backend_set_cpu_loader(load_cpu_backend);
 }
 
 pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
@@ -16,7 +53,6 @@ pl_status pl_backend_load(pl_registry *reg, pl_device_type type) {
 }
 
 pl_status pl_backend_load_named(pl_registry *reg, pl_device_type type, const char *name) {
-    if (type == PL_DEVICE_CPU) return PL_OK;
     const char *dev = backend_plugin_name(type); /* the device's word in messages */
     if (!name || !name[0]) name = dev;
     if (!name || !dev)

@@ -1,11 +1,14 @@
 /* backend_loader.h - load a device backend plugin through the registry (core only).
  *
- * The CPU backend is built into the core. Every other backend is a plugin
- * .so of kind PL_KIND_BACKEND whose descriptor's vtable is a pl_backend
- * (backend.h). The accelerator slot (PL_DEVICE_CUDA) is filled by one of
- * them per process: "cuda" (cuda.so, the default) or "strict" (strict.so,
- * the GPU-like emulation of plugins/backends/strict), found in the plugin
- * search path (registry.h).
+ * Every backend is a plugin .so of kind PL_KIND_BACKEND whose descriptor's
+ * vtable is a pl_backend (backend.h), found in the plugin search path
+ * (registry.h). The CPU slot holds "cpu" (cpu.so, plugins/backends/cpu),
+ * loaded by the first CPU lookup (pl_backend_get: this file hands
+ * backend_registry.c the loader when the library is loaded) or earlier by
+ * pl_backend_load(reg, PL_DEVICE_CPU) from a registry with more dirs. The
+ * accelerator slot (PL_DEVICE_CUDA) is filled by one of them per process:
+ * "cuda" (cuda.so, the default) or "strict" (strict.so, the GPU-like
+ * emulation of plugins/backends/strict).
  */
 #ifndef PL_BACKEND_LOADER_H
 #define PL_BACKEND_LOADER_H
@@ -14,14 +17,12 @@
 #include "registry.h"
 
 /* Make the backend of `type` available to pl_backend_get():
- *   - PL_DEVICE_CPU: nothing to load, PL_OK.
- *   - PL_DEVICE_CUDA: pl_backend_load_named(reg, type, "cuda"): PL_OK at once
- *     if "cuda" is already registered (PL_ERR_DEVICE if another backend holds
- *     the slot); else finds plugin "cuda" (kind backend) in `reg`, checks its vtable
- *     (struct_size covers the ABI 2.0 pl_backend layout and a kernel lookup
- *     is present, then type cuda, raw memory functions present), asks it for
- *     the device count
- *     and registers it with pl_backend_register().
+ * pl_backend_load_named(reg, type, "cpu" or "cuda"): PL_OK at once if that
+ * backend is already registered (PL_ERR_DEVICE if another backend holds
+ * the slot); else finds the plugin (kind backend) in `reg`, checks its
+ * vtable (struct_size covers the ABI 2.0 pl_backend layout and a kernel
+ * lookup is present, then its type and name, raw memory functions present),
+ * asks it for the device count and registers it with pl_backend_register().
  * Errors (message names the plugin / search path / reason):
  *   PL_ERR_CONFIG / PL_ERR_ABI  the plugin is missing or refused by the registry,
  *   PL_ERR_ABI                  its vtable is not a usable pl_backend of

@@ -58,6 +58,10 @@ void pl_autograd_forget_out(pl_tensor *t);
 /* The backend registered for `type`, or NULL; unlike pl_backend_get it leaves
  * the error state alone (for callers that only ask). */
 const pl_backend *pl_backend_peek(pl_device_type type);
+/* backend_loader.c hands backend_registry.c, when the library is loaded,
+ * the function that finds and registers the cpu plugin: called once, by the
+ * first CPU lookup (pl_backend_get). */
+void pl_backend_set_cpu_loader(pl_status (*load)(void));
 /* Split a device string "NAME" or "NAME:N" (NAME: letters, digits, '_';
  * N: 0..2^31-1) into the backend name and index; "cpu" and "auto" come back
  * as themselves with index 0. PL_ERR_INVALID naming the string otherwise. */
@@ -98,56 +102,6 @@ bool pl_any_requires_grad(pl_tensor *const *ts, int n);
 pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tensor *b, int *ndim,
                               int64_t *shape);
 
-/* Philox4x32-10 (pl_philox4x32_10, pl_philox_round, pl_philox_u01) is in
- * kernel_math.h. The same generator on PL_PHILOX_LANES independent counters
- * at once, laid out lane-major so the compiler vectorizes the rounds
- * (AVX-512: 16 lanes):
- * lane l uses counter {c0[l], c1[l], c2, c3}; out[j][l] is word j of lane l.
- * Bit-identical to pl_philox4x32_10. */
-#define PL_PHILOX_LANES 16
-static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t *c1_in,
-                                          uint32_t c2, uint32_t c3, const uint32_t key[2],
-                                          uint32_t out[4][PL_PHILOX_LANES]) {
-    uint32_t a[PL_PHILOX_LANES], b[PL_PHILOX_LANES], c[PL_PHILOX_LANES], d[PL_PHILOX_LANES];
-    for (int l = 0; l < PL_PHILOX_LANES; l++) {
-        a[l] = c0_in[l];
-        b[l] = c1_in[l];
-        c[l] = c2;
-        d[l] = c3;
-    }
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int r = 0; r < 10; r++) {
-#pragma omp simd
-        for (int l = 0; l < PL_PHILOX_LANES; l++)
-            pl_philox_round(&a[l], &b[l], &c[l], &d[l], k0, k1);
-        k0 += PL_PHILOX_W0;
-        k1 += PL_PHILOX_W1;
-    }
-    for (int l = 0; l < PL_PHILOX_LANES; l++) {
-        out[0][l] = a[l];
-        out[1][l] = b[l];
-        out[2][l] = c[l];
-        out[3][l] = d[l];
-    }
-}
-
-/* OpenBLAS's thread pool size: set (n > 0; `[pipeline] threads` sets it with
- * OpenMP's, so a one-thread run keeps OpenBLAS off the second core) and read
- * (for summary.json). cpu/blas.c. */
-void pl_blas_set_threads(int n);
-int pl_blas_threads(void);
-/* How the loaded OpenBLAS runs its threads: "openmp" (its OpenMP build: the
- * pool of the core's loops, what CMake links when installed), "pthreads" (a
- * pool of its own), "serial" (cpu/blas.c). */
-const char *pl_blas_parallel(void);
-/* cblas_sgemm, run on one OpenBLAS thread when the product is small: below
- * ~16 MFLOP the hand-off to OpenBLAS's thread pool costs more than it saves
- * (measured: the LSTM's per-step [64 x 64] x [64 x 256] recurrence ran 3x
- * faster single-threaded). Same arguments as cblas_sgemm (cpu/blas.c). */
-#define PL_SGEMM_SERIAL_FLOPS 16e6
-void pl_sgemm(int row_major, int trans_a, int trans_b, int M, int N, int K, float alpha,
-              const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-
 /* True while some pl_params list holds t: t->param_lists > 0 (tensor.c). */
 bool pl_tensor_is_param(const pl_tensor *t);
 /* For the node the next recorded op pushes (tape.c): its input `dst`,
@@ -178,83 +132,7 @@ typedef struct pl_autocast_cache_stats {
 pl_autocast_cache_stats pl_autocast_cache_stats_get(void);
 void pl_autocast_cache_stats_reset(void);
 
-/* The CPU kernels chosen at run time (cpu/cpu_isa.c), best first; the
- * order is a cap: a CPU with AVX-512 BF16 also runs the AVX2 code. */
-typedef enum pl_cpu_isa {
-    PL_ISA_SCALAR = 0,     /* portable C (whatever -march the build used) */
-    PL_ISA_AVX2 = 1,       /* gemm_mixed.c's AVX2/FMA micro-kernel */
-    PL_ISA_AVX512BF16 = 2, /* bf16_gemm_avx512.c's VDPBF16PS GEMM (with AVX512F/BW/VL) */
-} pl_cpu_isa;
-/* Set by core/CMakeLists.txt when the compiler builds bf16_gemm_avx512.c */
-#ifndef PL_HAVE_AVX512BF16_KERNEL
-#define PL_HAVE_AVX512BF16_KERNEL 0
-#endif
-/* The best level this CPU, its OS (XCR0 register state, via xgetbv) and this
- * build support, from cpuid, detected once. */
-pl_cpu_isa pl_cpu_isa_detected(void);
-/* The level the kernels use now: pl_cpu_isa_detected(), capped by
- * pl_cpu_isa_force() or else by the environment's PL_CPU_ISA ("avx512bf16",
- * "avx2", "scalar"; read at the first call; anything else is ignored with a
- * warning on stderr). */
-pl_cpu_isa pl_cpu_isa_active(void);
-/* Tests: cap the level at `cap` (a pl_cpu_isa); -1 returns to PL_CPU_ISA's
- * cap, read again at the next query. */
-void pl_cpu_isa_force(int cap);
-/* "avx512bf16", "avx2" or "scalar" (static strings) */
-const char *pl_cpu_isa_name(pl_cpu_isa isa);
-/* The kernel a bf16 x bf16 -> `x @ W^T` matmul runs on now (summary.json's
- * "cpu_gemm_bf16", the run log): pl_cpu_isa_name(pl_cpu_isa_active()). */
-const char *pl_cpu_gemm_bf16(void);
-/* The detected features, space separated in /proc/cpuinfo's spelling
- * ("avx2 avx512f avx512bw avx512vl avx512_bf16 amx_bf16"; "avx2" means
- * AVX2 + FMA; "none"), written into buf (n bytes) and returned. AMX-BF16 is
- * reported only: no kernel uses its tiles. */
-const char *pl_cpu_features(char *buf, size_t n);
-
-/* C[M, N] f32 = A[M, K] @ B[N, K]^T with bf16 A and B, on AVX-512 BF16
- * (cpu/bf16_gemm.c). Returns false (nothing written) when the build or the
- * CPU lacks AVX-512 BF16, or pl_cpu_isa_active() is below it: the caller
- * then uses pl_gemm_mixed. */
-bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
-                     int64_t K);
-/* The AVX-512 BF16 kernel itself (cpu/bf16_gemm_avx512.c, compiled with
- * -mavx512bf16 and friends): call only when pl_cpu_isa_active() allows it.
- * M, N, K > 0. false: out of memory for the packed B. */
-bool pl_bf16_gemm_nt_avx512(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
-                            int64_t K);
-
-/* One operand of pl_gemm_mixed: op(X) is X ([rows, cols] row-major with
- * leading dimension ld) or, with trans, X^T of the stored [cols, rows]. */
-typedef struct pl_gemm_operand {
-    const void *data; /* borrowed */
-    pl_dtype dtype;   /* PL_F32, PL_BF16 or PL_F16 */
-    int64_t ld;
-    bool trans;
-} pl_gemm_operand;
-
-/* C[M, N] (+)= op(A)[M, K] @ op(B)[K, N] with f32 accumulation; A and B
- * each f32 / bf16 / f16 (widened exactly while packing), C f32 or bf16
- * (rounded to nearest even once), leading dimension ldc. accumulate (f32 C
- * only) adds to C instead of overwriting it; parallel lets it use the OpenMP
- * threads (false inside a caller's parallel loop). cpu/gemm_mixed.c. */
-pl_status pl_gemm_mixed(int64_t M, int64_t N, int64_t K, const pl_gemm_operand *A,
-                        const pl_gemm_operand *B, void *C, pl_dtype c_dtype, int64_t ldc,
-                        bool accumulate, bool parallel);
-/* Tests: run pl_gemm_mixed on its portable micro-kernel instead of AVX2. */
-extern bool pl_gemm_mixed_generic;
-
 /* Per-thread frame stack (frame.c). */
 void pl_frame_adopt(pl_tensor *t);
-
-/* CPU kernel registration into the CPU backend's table (answered by its
- * kernel lookup), one function per kernel file (cpu_backend.c calls them). */
-void pl_cpu_register_dense(pl_kernel_table *b); /* kernels_dense.c */
-void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c */
-void pl_cpu_register_copy(pl_kernel_table *b);  /* tensor.c: PL_OP_COPY */
-/* pl_nf4_block_absmax for a kernel: the quantization state read straight
- * from memory the kernel may address (ops_nf4.c). */
-pl_status pl_nf4_block_absmax_direct(const pl_tensor *q, float *out);
-void pl_cpu_register_nf4(pl_kernel_table *b);   /* cpu/kernels_nf4.c: PL_OP_NF4_MATMUL */
-void pl_cpu_register_optim(pl_kernel_table *b); /* cpu/kernels_optim.c: clamp, optimizer steps */
 
 #endif

@@ -1,5 +1,6 @@
 /* ops_nf4.c - NF4 quantization (nf4.h) and the differentiable op
- * pl_nf4_matmul (ops.h). Kernels live in cpu/kernels_nf4.c.
+ * pl_nf4_matmul (ops.h). Kernels live in the CPU backend plugin's
+ * kernels_nf4.c (plugins/backends/cpu).
  *
  * Quantization runs on the CPU (a CUDA source is staged through host
  * memory and the result copied back); it happens once per parameter at
@@ -294,28 +295,6 @@ pl_status pl_nf4_quantize_into(pl_tensor *q, const pl_tensor *w) {
     return st;
 }
 
-/* Inside a kernel every tensor it was handed is addressable (the CPU's, or a
- * device backend running the CPU's kernels on memory it opened for the call,
- * as the strict device does): the absmax straight from memory, no copy (a
- * copy there would be a device-to-host read per matmul on such a device). */
-pl_status pl_nf4_block_absmax_direct(const pl_tensor *q, float *out) {
-    pl_status st = check_nf4("nf4_block_absmax", q);
-    if (st) return st;
-    int64_t nb = pl_nf4_num_blocks(q);
-    const pl_tensor *a = q->quant.absmax;
-    if (a->dtype == PL_F32) {
-        memcpy(out, pl_tensor_data(a), (size_t)nb * sizeof(float));
-        return PL_OK;
-    }
-    const float *map = pl_nf4_dynamic_map();
-    const uint8_t *c = pl_tensor_data(a);
-    const float *sc = pl_tensor_data(q->quant.absmax_scale);
-    float mean = q->quant.absmax_mean;
-    for (int64_t b = 0; b < nb; b++)
-        out[b] = pl_nf4_dq_absmax(map[c[b]], sc[b / PL_NF4_DQ_BLOCK], mean);
-    return PL_OK;
-}
-
 pl_status pl_nf4_block_absmax(const pl_tensor *q, float *out) {
     pl_status st = check_nf4("nf4_block_absmax", q);
     if (st) return st;
@@ -358,9 +337,9 @@ pl_status pl_nf4_block_absmax(const pl_tensor *q, float *out) {
 }
 
 /* Dequantize elements [e0, e1) of a CPU nf4 code buffer into dst[0..e1-e0)
- * as f32 (rounded to `round_to` precision when bf16/f16). Shared with
- * cpu/kernels_nf4.c. */
-__attribute__((visibility("hidden"))) void pl_nf4_dequant_range_cpu(
+ * as f32 (rounded to `round_to` precision when bf16/f16). The CPU backend's
+ * kernels_nf4.c has its twin (a plugin: it calls no core internals). */
+static void pl_nf4_dequant_range_cpu(
     const uint8_t *codes, const float *absmax, int64_t block, int64_t e0, int64_t e1, float *dst,
     pl_dtype round_to) {
     for (int64_t i = e0; i < e1; i++) {

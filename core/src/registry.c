@@ -1,5 +1,6 @@
 /* registry.c - plugin search path, dlopen and descriptor checks.
  * See registry.h for the rules. Handles are never closed. */
+#define _GNU_SOURCE /* dladdr */
 #include "registry.h"
 #include "crash.h"
 
@@ -147,30 +148,47 @@ pl_status pl_registry_add_default_dirs(pl_registry *r) {
         }
         free(copy);
     }
-    /* A binary running from the build tree uses the build tree's plugins; an
-     * installed one uses the install dirs (never both: the same plugin found
-     * in two places is refused as a duplicate). */
+    /* A binary running from the build tree, or any program using the build
+     * tree's libpipeline_core (a benchmark built elsewhere), uses the build
+     * tree's plugins; an installed one uses the install dirs (never both:
+     * the same plugin found in two places is refused as a duplicate). */
     char exe[PATH_MAX] = "";
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = '\0';
+    /* this library's own file: a program linked against an installed core
+     * finds the plugins installed beside it (<libdir>/pipeline/plugins) */
+    char lib[PATH_MAX] = "";
+    Dl_info di;
+    if (dladdr((void *)pl_registry_add_default_dirs, &di) && di.dli_fname &&
+        !realpath(di.dli_fname, lib))
+        lib[0] = '\0';
     char build_root[PATH_MAX];
     snprintf(build_root, sizeof build_root, "%s", PL_BUILD_PLUGIN_DIR);
     char *bslash = strrchr(build_root, '/');
     if (bslash) *bslash = '\0';
     size_t bl = strlen(build_root);
-    bool in_build = bl > 0 && strncmp(exe, build_root, bl) == 0 && exe[bl] == '/';
+    bool in_build = bl > 0 && ((strncmp(exe, build_root, bl) == 0 && exe[bl] == '/') ||
+                               (strncmp(lib, build_root, bl) == 0 && lib[bl] == '/'));
     if (in_build) {
         if (is_dir(PL_BUILD_PLUGIN_DIR)) pl_registry_add_dir(r, PL_BUILD_PLUGIN_DIR);
         return PL_OK;
     }
-    if (*PL_INSTALL_PLUGIN_DIR && is_dir(PL_INSTALL_PLUGIN_DIR))
-        pl_registry_add_dir(r, PL_INSTALL_PLUGIN_DIR);
+    char real[PATH_MAX];
+    if (*PL_INSTALL_PLUGIN_DIR && is_dir(PL_INSTALL_PLUGIN_DIR) &&
+        realpath(PL_INSTALL_PLUGIN_DIR, real))
+        pl_registry_add_dir(r, real);
     char *slash = strrchr(exe, '/');
     if (slash) {
         *slash = '\0';
         char d[PATH_MAX + 64];
         snprintf(d, sizeof d, "%s/../lib/pipeline/plugins", exe);
-        char real[PATH_MAX];
+        if (realpath(d, real)) pl_registry_add_dir(r, real);
+    }
+    slash = strrchr(lib, '/');
+    if (slash) {
+        *slash = '\0';
+        char d[PATH_MAX + 64];
+        snprintf(d, sizeof d, "%s/pipeline/plugins", lib);
         if (realpath(d, real)) pl_registry_add_dir(r, real);
     }
     return PL_OK;

@@ -4,10 +4,13 @@
  * in call order (the CLI adds --plugin-path DIRs), then
  * pl_registry_add_default_dirs() appends PIPELINE_PLUGIN_PATH (colon
  * separated), then EITHER the build-tree plugin dir (PL_BUILD_PLUGIN_DIR),
- * when the running executable lives in that build tree, OR the install dirs
- * (PL_INSTALL_PLUGIN_DIR and <exe dir>/../lib/pipeline/plugins), so an
- * installed binary never sees the build tree's copies as duplicates.
- * A directory listed twice is searched once.
+ * when the running executable or this libpipeline_core lives in that build
+ * tree, OR the install dirs (PL_INSTALL_PLUGIN_DIR, <exe dir>/../lib/
+ * pipeline/plugins and <this library's dir>/pipeline/plugins: a program
+ * built against an SDK installed under any prefix finds the plugins
+ * installed with it, the cpu backend first of all), so an installed binary
+ * never sees the build tree's copies as duplicates. A directory listed
+ * twice is searched once (install dirs by their real path).
  *
  * A plugin NAME lives in `<dir>/NAME.so`. Loading refuses (PL_ERR_ABI /
  * PL_ERR_CONFIG, message naming the file) a wrong ABI major, a newer ABI

@@ -668,10 +668,6 @@ static pl_status cpu_copy_forward(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-void pl_cpu_register_copy(pl_kernel_table *b) {
-    b->forward[PL_OP_COPY] = cpu_copy_forward;
-}
-
 pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     char b1[256], b2[256];
     if (!dst || !src) return pl_error_set(PL_ERR_INVALID, "copy: NULL tensor");

@@ -258,10 +258,56 @@ START_TEST(register_refuses_other_layouts) {
 }
 END_TEST
 
+/* The CPU backend is the cpu plugin, loaded by the first CPU lookup: one
+ * table, registered once; another CPU table is refused naming both, the
+ * same one again is PL_OK. Its get_option answers what summary.json reports
+ * (pl_backend_info), "unknown" for anything else, and the caller's error
+ * state survives the query. */
+START_TEST(cpu_backend_is_the_plugin_registered_once) {
+    const pl_backend *cpu = pl_backend_get(PL_DEVICE_CPU);
+    ck_assert_msg(cpu != NULL, "%s", pl_error_message());
+    ck_assert_str_eq(cpu->name, "cpu");
+    ck_assert_ptr_eq(pl_backend_cpu(), cpu);
+    PL_CK_OK(pl_backend_register(cpu));
+    static pl_backend other;
+    other = *cpu;
+    other.name = "cpu2";
+    ck_assert_int_eq(pl_backend_register(&other), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "'cpu2'") && strstr(pl_error_message(), "'cpu'"),
+                  "%s", pl_error_message());
+    ck_assert_ptr_eq(pl_backend_get(PL_DEVICE_CPU), cpu);
+
+    char v[128];
+    pl_error_set(PL_ERR_SHAPE, "an earlier error");
+    const char *g = pl_backend_info(PL_DEVICE_CPU, "cpu_gemm_bf16", v, sizeof v);
+    ck_assert_ptr_eq(g, v);
+    ck_assert_msg(!strcmp(v, "avx512bf16") || !strcmp(v, "avx2") || !strcmp(v, "scalar"), "%s", v);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    ck_assert_str_eq(pl_error_message(), "an earlier error");
+    pl_error_clear();
+    ck_assert_int_gt(atoi(pl_backend_info(PL_DEVICE_CPU, "blas_threads", v, sizeof v)), 0);
+    pl_backend_info(PL_DEVICE_CPU, "blas_parallel", v, sizeof v);
+    ck_assert_msg(!strcmp(v, "openmp") || !strcmp(v, "pthreads") || !strcmp(v, "serial"), "%s",
+                  v);
+    pl_backend_info(PL_DEVICE_CPU, "cpu_features", v, sizeof v);
+    ck_assert_msg(strcmp(v, "unknown") != 0 && v[0], "%s", v);
+    ck_assert_str_eq(pl_backend_info(PL_DEVICE_CPU, "no_such_key", v, sizeof v), "unknown");
+    ck_assert_str_eq(pl_backend_info(PL_DEVICE_CUDA, "blas_threads", v, sizeof v), "unknown");
+    ck_assert_int_eq(pl_error_status(), PL_OK);
+    /* set_option("threads") reaches OpenBLAS's pool */
+    ck_assert(PL_BACKEND_HAS(cpu, set_option) && cpu->set_option);
+    PL_CK_OK(cpu->set_option("threads", "1"));
+    ck_assert_str_eq(pl_backend_info(PL_DEVICE_CPU, "blas_threads", v, sizeof v), "1");
+    ck_assert_int_eq(cpu->set_option("threads", "0"), PL_ERR_INVALID);
+    ck_assert_int_eq(cpu->set_option("allow_tf32", "true"), PL_ERR_UNSUPPORTED);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("backend_contract");
     TCase *tc = tcase_create("lookup");
     tcase_add_test(tc, cpu_lookup_is_bounded);
+    tcase_add_test(tc, cpu_backend_is_the_plugin_registered_once);
     tcase_add_test(tc, kernel_table_is_bounded);
     tcase_add_test(tc, supported_op_runs_on_the_backend);
     tcase_add_test(tc, op_unknown_to_backend_is_unsupported);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_sdk.sh SOURCE_DIR BUILD_DIR - the SDK as an out-of-tree plugin author
 # meets it, with no rebuild of pipeline:
-#   1. install the build's SDK (components runtime + dev: library, CLI,
-#      headers, pipeline.pc, CMake package) into a temporary prefix;
+#   1. install the build's SDK (components runtime + dev: library, CLI, the
+#      cpu backend plugin, headers, pipeline.pc, CMake package) into a
+#      temporary prefix; the core links no OpenBLAS, the cpu plugin does;
 #   2. build examples/ against it with CMake (find_package through
 #      CMAKE_PREFIX_PATH) and with make + pkg-config (PKG_CONFIG_PATH);
 #   3. the installed `pipeline` lists, checks and runs examples/example.ini
@@ -93,7 +94,7 @@ installed_layout() {
         "lib/libpipeline_io.so.$ABI_MAJOR" lib/libpipeline_io.so lib/pkgconfig/pipeline-io.pc \
         include/pipeline/safetensors.h \
         lib/cmake/pipeline/pipelineConfig.cmake lib/cmake/pipeline/pipelineConfigVersion.cmake \
-        lib/cmake/pipeline/pipelineTargets.cmake; do
+        lib/cmake/pipeline/pipelineTargets.cmake lib/pipeline/plugins/cpu.so; do
         [ -e "$PREFIX/$f" ] || {
             echo "missing $PREFIX/$f"
             return 1
@@ -113,6 +114,16 @@ no_hdf5() {
     return 0
 }
 check installed_core_needs_no_hdf5 no_hdf5
+
+# the CPU kernels and OpenBLAS are the cpu backend plugin (runtime component),
+# not the core: no OpenBLAS in the core's needs nor in its undefined symbols
+no_openblas() {
+    local core=$PREFIX/lib/libpipeline_core.so.$ABI_MAJOR
+    if objdump -p "$core" | grep -i openblas; then return 1; fi
+    if nm -D --undefined-only "$core" | grep -iE "cblas_|openblas_"; then return 1; fi
+    objdump -p "$PREFIX/lib/pipeline/plugins/cpu.so" | grep -q "NEEDED *libopenblas"
+}
+check installed_core_links_no_openblas_the_cpu_plugin_does no_openblas
 
 # ---- 2. build the examples out of tree ------------------------------------
 

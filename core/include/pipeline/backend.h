@@ -3,10 +3,12 @@
  * A backend fills one pl_backend: raw memory (alloc/free/copy/memset/sync)
  * and a kernel lookup, kernel(op, backward), that returns the forward or
  * backward kernel of an op, or NULL when the backend does not implement it
- * (ggml's supports_op idea). The CPU backend is built into the core and
- * implements every op; a CUDA backend is a plugin .so (kind
+ * (ggml's supports_op idea). Every backend is a plugin .so (kind
  * PL_KIND_BACKEND) whose vtable is a pl_backend, registered with
- * pl_backend_register(). Ops dispatch on the device of their inputs through
+ * pl_backend_register(): the CPU backend, cpu.so (plugins/backends/cpu,
+ * every op; the core loads it on the first pl_backend_get(PL_DEVICE_CPU),
+ * ggml's ggml-cpu), and one accelerator backend, cuda.so or strict.so.
+ * Ops dispatch on the device of their inputs through
  * pl_backend_kernel(); a NULL kernel means "not supported on this backend"
  * and the op fails with PL_ERR_UNSUPPORTED naming the op and backend.
  *
@@ -253,6 +255,20 @@ typedef struct pl_backend {
      * (out[] of a backward call) are f32 either way. Any thread; no side
      * effects. */
     bool (*half_native)(const pl_kernel_args *a, bool backward);
+    /* Optional (ABI 2.9; read when struct_size covers it): the read side of
+     * set_option, for the run's log and summary.json: writes the backend's
+     * value of `key` as a NUL-terminated string into buf (n bytes, truncated
+     * to fit) and returns PL_OK; PL_ERR_UNSUPPORTED for a key it does not
+     * know (nothing written). The CPU backend answers "blas_threads"
+     * (OpenBLAS's pool size, decimal), "blas_parallel" ("openmp",
+     * "pthreads", "serial"), "cpu_gemm_bf16" (the kernel bf16 GEMMs run on
+     * now: "avx512bf16", "avx2", "scalar") and "cpu_features" (what cpuid
+     * found, /proc/cpuinfo's spelling, e.g. "avx2 avx512f avx512bw avx512vl
+     * avx512_bf16"); its set_option takes ("threads", "N"), OpenBLAS's pool
+     * size (N > 0; OpenMP's is the caller's omp_set_num_threads). Any
+     * thread; no effect on the device. NULL: no such values. Use
+     * pl_backend_info. */
+    pl_status (*get_option)(const char *key, char *buf, size_t n);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
 
@@ -285,16 +301,35 @@ typedef struct pl_backend_counters {
  * `PL_BACKEND_HAS(b, memcpy_h2d_background) && b->memcpy_h2d_background`. */
 #define PL_BACKEND_HAS(b, f) ((b)->struct_size >= offsetof(pl_backend, f) + sizeof((b)->f))
 
-/* Register a backend for its device type (the CPU backend is registered by
- * the core). The table is borrowed and must outlive the process.
+/* Register a backend for its device type. The CPU slot is filled once per
+ * process (registering the table that holds it again is PL_OK); the
+ * accelerator slot takes the table given (the core's loader keeps it to
+ * one accelerator backend per process). The table is borrowed and must
+ * outlive the process. The core registers what
+ * it loads (the cpu plugin on the first CPU lookup, an accelerator plugin
+ * for [pipeline] device); a program that links a CPU backend's code itself
+ * (the tests of plugins/backends/cpu) registers it before any CPU tensor.
  * Errors: PL_ERR_ABI when struct_size < PL_BACKEND_MIN_SIZE (built for
  * another layout) or kernel is NULL, naming the backend; PL_ERR_INVALID for
- * a bad device type or an attempt to replace the CPU backend. */
+ * a bad device type, or when another CPU backend holds the CPU slot (both
+ * named). */
 pl_status pl_backend_register(const pl_backend *b);
-/* Backend for a device type, or NULL (with error set) if none is loaded. */
+/* Backend for a device type, or NULL (with error set) if none is loaded.
+ * PL_DEVICE_CPU: the first call (of any thread; once per process) finds
+ * and registers the cpu plugin (cpu.so, kind backend) in the plugin search
+ * path (PIPELINE_PLUGIN_PATH, then the build tree's plugin dir for a
+ * program or core of the build tree, else the install dirs: plugin.h's
+ * registry rules); when it is absent or refused, this and every later CPU
+ * lookup return NULL with PL_ERR_DEVICE naming cpu.so, the dirs searched
+ * and the reason. The thread's error state is left alone on success. */
 const pl_backend *pl_backend_get(pl_device_type type);
-/* The built-in CPU backend. */
+/* The CPU backend: pl_backend_get(PL_DEVICE_CPU). */
 const pl_backend *pl_backend_cpu(void);
+/* The value of `key` from the get_option verb of type's backend (loaded or,
+ * for the CPU, loaded now) into buf (n > 0 bytes), or "unknown" when the
+ * backend is absent, predates the verb or does not know the key. Returns
+ * buf; never sets the error state. For logs and summary.json. */
+const char *pl_backend_info(pl_device_type type, const char *key, char *buf, size_t n);
 /* The kernel of `op` on backend `b` (b->kernel(op, backward)), or NULL when
  * b is NULL, has no lookup or does not implement the op. Any op id is safe.
  * Does not set the error: callers report PL_ERR_UNSUPPORTED naming the op

@@ -1,6 +1,6 @@
 /* backend_util.h - geometry and math every backend shares with the CPU one.
  *
- * A backend (the built-in CPU one, the CUDA plugin, a third party's) gets
+ * A backend (the cpu plugin, the CUDA plugin, a third party's) gets
  * the same op from the core with the same pl_kernel_args (backend.h); what
  * it derives from them must agree bit for bit with the CPU reference: which
  * matrices of a batched matmul pair up, which element of a broadcast operand

@@ -1,7 +1,7 @@
 /* kernel_math.h - the per-element math of the op kernels, written once for
  * every backend.
  *
- * The CPU kernels (core/src/cpu) and a device backend (the CUDA plugin)
+ * The CPU kernels (plugins/backends/cpu) and a device backend (the CUDA plugin)
  * differ in how they walk memory: OpenMP loops over rows on the CPU, grid-
  * stride loops and block reductions on a GPU. What they compute per element
  * must not differ: an activation and its derivative, a softmax or loss term,

@@ -78,7 +78,12 @@ extern "C" {
  *          autocast a property of the run's context (pl_run_context.autocast,
  *          pl_run_context_make_current / pl_run_context_current, scopes
  *          pl_autocast_begin / pl_autocast_end); pl_autocast_set deprecated
- *          (it sets the current context's autocast) */
+ *          (it sets the current context's autocast);
+ *          the CPU backend is a plugin (cpu.so, kind backend) that the core
+ *          loads on the first CPU lookup; pl_backend.get_option (the read
+ *          side of set_option) and pl_backend_info(); pl_backend_register
+ *          fills an empty CPU slot (it used to refuse the CPU device) */
+
 #define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 

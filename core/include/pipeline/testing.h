@@ -105,7 +105,8 @@ void pl_harness_destroy(pl_harness *h, void *self);
 pl_status pl_harness_find_plugin(const char *name, pl_plugin_kind kind,
                                  const pl_plugin_desc **desc);
 /* Load the device backend of `type` as `[pipeline] device = cuda` does
- * (PL_DEVICE_CPU: nothing to do). PL_ERR_DEVICE with the reason when the
+ * (PL_DEVICE_CPU: the cpu plugin, which the first CPU op would load
+ * anyway; PL_OK at once when it is registered). PL_ERR_DEVICE with the reason when the
  * plugin loads but sees no device; PL_ERR_CONFIG / PL_ERR_ABI when the
  * plugin is missing or refused. */
 pl_status pl_harness_load_backend(pl_device_type type);

@@ -1,7 +1,7 @@
 /* cuda_kernels.cu - CUDA forward / backward kernels of the elementwise,
  * reduction, softmax, loss, normalization, indexing, dropout, rope and
  * causal-softmax ops. Semantics, argument layout and saved tensors follow the
- * CPU kernels (core/src/cpu/kernels_dense.c, kernels_index.c) op for op; see
+ * CPU kernels (plugins/backends/cpu/kernels_dense.c, kernels_index.c) op for op; see
  * backend.h for the calling convention. This file holds launch geometry,
  * reductions and memory access; the formula of every element is the PL_HD
  * function of pipeline/kernel_math.h that the CPU kernel calls too. Sums

@@ -1,5 +1,5 @@
 /* cuda_lstm.cu - PL_OP_LSTM on CUDA through cuDNN's RNN API (v8 calls),
- * the GPU twin of core/src/cpu/kernels_lstm.c. Built only when CMake finds
+ * the GPU twin of plugins/backends/cpu/kernels_lstm.c. Built only when CMake finds
  * cuDNN (PL_CUDA_HAVE_CUDNN); otherwise the lookup declines lstm.
  *
  * The op (ops.h pl_lstm, front end in core/src/ops_index.c): one layer,

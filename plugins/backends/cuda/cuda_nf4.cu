@@ -1,6 +1,6 @@
 /* cuda_nf4.cu - PL_OP_NF4_MATMUL on CUDA (ops.h pl_nf4_matmul) and
  * PL_OP_NF4_QUANTIZE (pl_nf4_quantize's absmax and codes), the GPU twin of
- * core/src/cpu/kernels_nf4.c.
+ * plugins/backends/cpu/kernels_nf4.c.
  *
  * forward : x [M, K] (f32/bf16/f16, contiguous; leading dims flattened),
  *           W nf4 [N, K] -> y [M, N] in x's dtype, y = x @ dequant(W)^T.

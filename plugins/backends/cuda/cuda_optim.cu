@@ -1,6 +1,6 @@
 /* cuda_optim.cu - CUDA kernels of clamp and the in-place optimizer updates
  * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP), the GPU twin of
- * core/src/cpu/kernels_optim.c. Calling conventions: backend.h's enum
+ * plugins/backends/cpu/kernels_optim.c. Calling conventions: backend.h's enum
  * comments; the front ends are pl_clamp (ops_dense.c) and pl_adamw_step_ /
  * pl_sgd_step_ (ops_optim.c), which check dtypes (f32), contiguity, element
  * counts and devices before a kernel runs.

@@ -387,7 +387,8 @@ static int st_device_count(void) {
 
 static pl_status st_mem_info(int device, size_t *free_b, size_t *total_b) {
     (void)device;
-    return pl_backend_cpu()->mem_info(0, free_b, total_b);
+    const pl_backend *cpu = pl_backend_cpu(); /* the cpu plugin, through the registry */
+    return cpu ? cpu->mem_info(0, free_b, total_b) : pl_error_status();
 }
 
 /* fill_random: the host's draw (kernel_math.h pl_init_draw) written into the

@@ -1,8 +1,8 @@
 /* cpu_isa.c - which instruction-set extensions this CPU and OS offer, read
  * at run time with cpuid (and xgetbv for the register state the OS saves),
  * and which of the runtime-dispatched CPU kernels therefore run: the bf16
- * GEMM on AVX-512 BF16 (cpu/bf16_gemm_avx512.c, compiled with its own
- * target flags), the AVX2/FMA micro-kernel of cpu/gemm_mixed.c, or the
+ * GEMM on AVX-512 BF16 (bf16_gemm_avx512.c, compiled with its own
+ * target flags), the AVX2/FMA micro-kernel of gemm_mixed.c, or the
  * portable code. A binary built for x86-64-v3 (or plain x86-64) thus uses
  * VDPBF16PS on a CPU that has it and never executes it on one that does not.
  *
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <cpuid.h>

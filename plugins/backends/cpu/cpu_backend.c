@@ -1,13 +1,15 @@
-/* cpu_backend.c - the built-in CPU backend: host memory and the CPU's kernel
- * table. Kernels live in cpu/kernels_*.c, each file registering its own ops
- * into that table, which the CPU backend's lookup answers from. The backend
- * registry (which backend serves which device type) is backend_registry.c. */
+/* cpu_backend.c - the CPU backend: host memory and the CPU's kernel table.
+ * Kernels live in kernels_*.c, each file registering its own ops into that
+ * table, which the backend's lookup answers from. The plugin's entry point
+ * is cpu_plugin.c; the core finds it on the first CPU lookup (README.md).
+ * Which backend serves which device type is the core's backend_registry.c. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 static void *cpu_raw_alloc(int device, size_t n) { return aligned_alloc(64, (n + 63) & ~(size_t)63); }
 static void cpu_raw_free(int device, void *p) { free(p); }
@@ -32,21 +34,7 @@ static pl_status cpu_mem_info(int device, size_t *free_b, size_t *total_b) {
     return PL_OK;
 }
 
-/* Kernel files that are not linked in leave their ops unsupported. */
-__attribute__((weak)) void pl_cpu_register_dense(pl_kernel_table *b) {
-    (void)b;
-}
-__attribute__((weak)) void pl_cpu_register_index(pl_kernel_table *b) {
-    (void)b;
-}
-__attribute__((weak)) void pl_cpu_register_nf4(pl_kernel_table *b) {
-    (void)b;
-}
-__attribute__((weak)) void pl_cpu_register_optim(pl_kernel_table *b) {
-    (void)b;
-}
-
-/* Filled once by init_cpu() before g_cpu is handed out. */
+/* Filled once by init_cpu() before the table is handed out. */
 static pl_kernel_table g_cpu_kernels;
 
 static pl_kernel_fn cpu_kernel(pl_op op, bool backward) {
@@ -54,7 +42,7 @@ static pl_kernel_fn cpu_kernel(pl_op op, bool backward) {
 }
 
 /* pl_backend.half_native: the CPU kernels that read bf16 in place
- * (cpu/kernels_dense.c), forward and backward: add / sub of two same-shape
+ * (kernels_dense.c), forward and backward: add / sub of two same-shape
  * f32-or-bf16 operands, scale and add_scalar of bf16, cross-entropy of bf16
  * logits. Every other f32-only kernel gets f32 copies (half_io.c). */
 static bool cpu_half_native(const pl_kernel_args *a, bool backward) {
@@ -74,7 +62,39 @@ static bool cpu_half_native(const pl_kernel_args *a, bool backward) {
     }
 }
 
-static pl_backend g_cpu = {
+/* pl_backend.set_option: ("threads", "N"), OpenBLAS's pool size (the
+ * caller sets OpenMP's). */
+static pl_status cpu_set_option(const char *key, const char *value) {
+    if (!key || strcmp(key, "threads") != 0)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "cpu backend: no option '%s'", key ? key : "(null)");
+    char *end = NULL;
+    long n = value ? strtol(value, &end, 10) : 0;
+    if (!value || end == value || *end || n <= 0 || n > 1 << 20)
+        return pl_error_set(PL_ERR_INVALID, "cpu backend: threads = '%s': expected an integer > 0",
+                            value ? value : "(null)");
+    pl_blas_set_threads((int)n);
+    return PL_OK;
+}
+
+/* pl_backend.get_option: what the run's log and summary.json report. */
+static pl_status cpu_get_option(const char *key, char *buf, size_t n) {
+    if (!key || !buf || !n)
+        return pl_error_set(PL_ERR_INVALID, "cpu backend: get_option: NULL key or buffer");
+    if (!strcmp(key, "blas_threads"))
+        snprintf(buf, n, "%d", pl_blas_threads());
+    else if (!strcmp(key, "blas_parallel"))
+        snprintf(buf, n, "%s", pl_blas_parallel());
+    else if (!strcmp(key, "cpu_gemm_bf16"))
+        snprintf(buf, n, "%s", pl_cpu_gemm_bf16());
+    else if (!strcmp(key, "cpu_features"))
+        pl_cpu_features(buf, n);
+    else
+        return pl_error_set(PL_ERR_UNSUPPORTED, "cpu backend: no value '%s'", key);
+    return PL_OK;
+}
+
+/* the plugin's descriptor points here (cpu_plugin.c) */
+const pl_backend pl_cpu_backend = {
     .struct_size = PL_BACKEND_STRUCT_SIZE,
     .name = "cpu",
     .type = PL_DEVICE_CPU,
@@ -86,20 +106,21 @@ static pl_backend g_cpu = {
     .synchronize = cpu_sync,
     .mem_info = cpu_mem_info,
     .kernel = cpu_kernel,
+    .set_option = cpu_set_option,
     .half_native = cpu_half_native,
+    .get_option = cpu_get_option,
 };
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_cpu(void) {
-    pl_cpu_register_copy(&g_cpu_kernels);
     pl_cpu_register_dense(&g_cpu_kernels);
     pl_cpu_register_index(&g_cpu_kernels);
     pl_cpu_register_nf4(&g_cpu_kernels);
     pl_cpu_register_optim(&g_cpu_kernels);
 }
 
-const pl_backend *pl_backend_cpu(void) {
+const pl_backend *pl_cpu_backend_table(void) {
     pthread_once(&g_once, init_cpu);
-    return &g_cpu;
+    return &pl_cpu_backend;
 }

@@ -1,5 +1,5 @@
-/* test_cpu_isa.c - the bf16 GEMM chosen at run time (cpu/cpu_isa.c,
- * cpu/bf16_gemm.c, cpu/bf16_gemm_avx512.c, cpu/gemm_mixed.c): on every
+/* test_cpu_isa.c - the bf16 GEMM chosen at run time (cpu_isa.c,
+ * bf16_gemm.c, bf16_gemm_avx512.c, gemm_mixed.c): on every
  * level this CPU has (AVX-512 BF16, AVX2/FMA, portable), forced in turn as
  * PL_CPU_ISA would, x @ W^T with bf16 operands equals the f64 product of the
  * same bf16 values within f32 accumulation's error, both through the kernel
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 #include "pl_test.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -166,6 +166,15 @@ START_TEST(pl_cpu_isa_env_caps_and_bad_values_are_ignored) {
 END_TEST
 
 int main(void) {
+    /* this program's copy of the CPU backend serves the CPU device (before
+     * any CPU tensor; the cpu plugin is then not loaded): the levels forced
+     * here are the ones pl_matmul runs on */
+    if (pl_backend_register(pl_cpu_backend_table()) ||
+        pl_backend_get(PL_DEVICE_CPU) != pl_cpu_backend_table()) {
+        fprintf(stderr, "test_cpu_isa: registering the linked CPU backend: %s\n",
+                pl_error_message());
+        return 1;
+    }
     Suite *s = suite_create("cpu_isa");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);

@@ -25,13 +25,13 @@
  * go through an f32 buffer and are rounded once at the end.
  *
  * The AVX2/FMA code is compiled for those instructions (target attributes)
- * whatever -march the build uses, and runs where cpu/cpu_isa.c finds them
+ * whatever -march the build uses, and runs where cpu_isa.c finds them
  * at run time (PL_CPU_ISA=scalar, or pl_gemm_mixed_generic, forces the
  * portable micro-kernel). */
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if defined(_OPENMP)
 #include <omp.h>

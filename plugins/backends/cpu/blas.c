@@ -1,8 +1,8 @@
 /* blas.c - the one place the CPU backend calls OpenBLAS's sgemm (see
- * pl_sgemm in internal.h for why small products run single-threaded). */
+ * pl_sgemm in cpu_internal.h for why small products run single-threaded). */
 #include <cblas.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 void pl_sgemm(int order, int trans_a, int trans_b, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {

@@ -2,14 +2,14 @@
  * nn.Linear shape (A [M, K], B [N, K] row-major bf16, C [M, N] f32), on the
  * CPU's AVX-512 BF16 dot products (VDPBF16PS) where it has them.
  *
- * The choice is made here, at run time (cpu/cpu_isa.c: cpuid and the OS's
- * ZMM state), not by -march: the kernel lives in cpu/bf16_gemm_avx512.c,
+ * The choice is made here, at run time (cpu_isa.c: cpuid and the OS's
+ * ZMM state), not by -march: the kernel lives in bf16_gemm_avx512.c,
  * compiled with its own target flags, so a build for x86-64-v3 runs it on a
  * CPU with avx512_bf16 and never calls it on one without. Where it does not
- * run, the caller's packed GEMM (cpu/gemm_mixed.c) takes the product. */
+ * run, the caller's packed GEMM (gemm_mixed.c) takes the product. */
 #include <stdint.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 bool pl_bf16_gemm_nt(const uint16_t *A, const uint16_t *B, float *C, int64_t M, int64_t N,
                      int64_t K) {

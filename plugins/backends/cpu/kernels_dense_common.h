@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry,
+#include "cpu_internal.h" /* and pipeline/backend_util.h: matmul and broadcast geometry,
                         * pipeline/kernel_math.h: the per-element math */
 
 #define PAR_MIN 32768 /* elements below which loops stay serial */

@@ -13,18 +13,64 @@
  *           W is frozen: no gradient for it.
  * The decode (code table, nibble order, absmax scale) and the rounding are
  * kernel_math.h's pl_nf4_decode / pl_bf16_rne / pl_f16_rne, through
- * pl_nf4_dequant_range_cpu (ops_nf4.c).
+ * pl_nf4_dequant_range_cpu below.
  */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 #include "pipeline/nf4.h"
 
-void pl_nf4_dequant_range_cpu(const uint8_t *codes, const float *absmax, int64_t block,
-                              int64_t e0, int64_t e1, float *dst, pl_dtype round_to);
+/* Dequantize elements [e0, e1) of a CPU nf4 code buffer into dst[0..e1-e0)
+ * as f32, rounded to `round_to` precision when bf16/f16 (the twin of
+ * ops_nf4.c's, which the core's host pl_nf4_dequantize uses). */
+static void pl_nf4_dequant_range_cpu(const uint8_t *codes, const float *absmax, int64_t block,
+                                     int64_t e0, int64_t e1, float *dst, pl_dtype round_to) {
+    for (int64_t i = e0; i < e1; i++) {
+        float v = pl_nf4_decode(codes, i, absmax[i / block]);
+        if (round_to == PL_BF16)
+            v = pl_bf16_rne(v);
+        else if (round_to == PL_F16)
+            v = pl_f16_rne(v);
+        dst[i - e0] = v;
+    }
+}
+
+/* pl_nf4_block_absmax for a kernel: every tensor a kernel is handed is
+ * addressable (the CPU's, or a device backend running these kernels on
+ * memory it opened for the call, as the strict device does), so the
+ * quantization state is read straight from memory, no copy (a copy there
+ * would be a device-to-host read per matmul on such a device). The op
+ * (ops_nf4.c) checked the state before the call; this checks it again, as
+ * a kernel reached another way would need. */
+static pl_status nf4_block_absmax_direct(const pl_tensor *q, float *out) {
+    int64_t nb = pl_nf4_num_blocks(q);
+    const pl_tensor *a = q->quant.absmax;
+    if (q->quant.block <= 0 || !a || pl_tensor_numel(a) != nb ||
+        !(a->dtype == PL_F32 || (a->dtype == PL_U8 && q->quant.absmax_scale &&
+                                 pl_tensor_numel(q->quant.absmax_scale) ==
+                                     (nb + PL_NF4_DQ_BLOCK - 1) / PL_NF4_DQ_BLOCK))) {
+        char buf[256];
+        return pl_error_set(PL_ERR_INVALID,
+                            "nf4 kernel: tensor %s has no valid quantization state (block %lld, "
+                            "absmax %s for %lld blocks)",
+                            pl_tensor_describe(q, buf, sizeof buf), (long long)q->quant.block,
+                            a ? pl_dtype_name(a->dtype) : "missing", (long long)nb);
+    }
+    if (a->dtype == PL_F32) {
+        memcpy(out, pl_tensor_data(a), (size_t)nb * sizeof(float));
+        return PL_OK;
+    }
+    const float *map = pl_nf4_dynamic_map();
+    const uint8_t *c = pl_tensor_data(a);
+    const float *sc = pl_tensor_data(q->quant.absmax_scale);
+    float mean = q->quant.absmax_mean;
+    for (int64_t b = 0; b < nb; b++)
+        out[b] = pl_nf4_dq_absmax(map[c[b]], sc[b / PL_NF4_DQ_BLOCK], mean);
+    return PL_OK;
+}
 
 #define PANEL_FLOATS (1 << 18) /* 1 MiB of dequantized weights per panel */
 
@@ -102,7 +148,7 @@ static pl_status nf4_matmul_fwd(const pl_kernel_args *a) {
         st = pl_error_status();
         goto done;
     }
-    if ((st = pl_nf4_block_absmax_direct(w, am))) goto done;
+    if ((st = nf4_block_absmax_direct(w, am))) goto done;
     if (xd != PL_F32) widen(pl_tensor_data(x), xd, (float *)X, M * K);
     if (M == 0 || N == 0) goto out;
     if (K == 0) {
@@ -145,7 +191,7 @@ static pl_status nf4_matmul_bwd(const pl_kernel_args *a) {
     scratch s_am = {0}, s_p = {0};
     float *am = scratch_get(&s_am, (size_t)nb * sizeof(float));
     float *panel = scratch_get(&s_p, (size_t)(pr * K) * sizeof(float));
-    pl_status st = !am || !panel ? pl_error_status() : pl_nf4_block_absmax_direct(w, am);
+    pl_status st = !am || !panel ? pl_error_status() : nf4_block_absmax_direct(w, am);
     for (int64_t r0 = 0; !st && r0 < N; r0 += pr) {
         int64_t r1 = r0 + pr < N ? r0 + pr : N;
         dequant_rows(w, am, r0, r1, panel, x->dtype);

@@ -1,4 +1,4 @@
-/* test_gemm_mixed.c - cpu/gemm_mixed.c, the packed GEMM for bf16 / f16 / f32
+/* test_gemm_mixed.c - gemm_mixed.c, the packed GEMM for bf16 / f16 / f32
  * operands (autocast's matmuls, forward and backward), against an f64 GEMM
  * of the same (already rounded) inputs: every dtype mix, both transposes,
  * edge shapes (M, N, K of 1, odd, smaller than the 6 x 16 tile, past the
@@ -7,10 +7,11 @@
  * portable micro-kernel, serial and threaded (row and column chunks). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 #include "pl_test.h"
 
 static uint64_t rng = 88172645463325252ull;
@@ -193,6 +194,15 @@ START_TEST(k_zero_clears_or_keeps_c) {
 END_TEST
 
 int main(void) {
+    /* this program's copy of the CPU backend serves the CPU device (before
+     * any CPU tensor; the cpu plugin is then not loaded): the levels forced
+     * here are the ones pl_matmul runs on */
+    if (pl_backend_register(pl_cpu_backend_table()) ||
+        pl_backend_get(PL_DEVICE_CPU) != pl_cpu_backend_table()) {
+        fprintf(stderr, "test_gemm_mixed: registering the linked CPU backend: %s\n",
+                pl_error_message());
+        return 1;
+    }
     Suite *s = suite_create("gemm_mixed");
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h" /* backend_util.h, kernel_math.h: the per-element math */
+#include "cpu_internal.h" /* backend_util.h, kernel_math.h: the per-element math */
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -699,6 +699,91 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
 
 /* ---- registration ------------------------------------------------------------------------- */
 
+/* ---- copy: out[0] (contiguous) <- in[0] (any strides, any non-nf4 dtype) ----
+ * The core's host pl_tensor_copy_ (tensor.c) does the same for CPU tensors;
+ * this is the kernel, which the strict device also runs on the memory it
+ * opens for the call (so it reads no device field). Each element goes
+ * through f64 (exact for every dtype but i64 beyond 2^53) except the
+ * same-dtype and f32 <-> bf16 paths, which are exact. */
+static int64_t copy_offset(const pl_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t sz = t->shape[d];
+        off += (i % sz) * t->stride[d];
+        i /= sz;
+    }
+    return off;
+}
+
+static double copy_load(const void *base, pl_dtype dt, int64_t off) {
+    switch (dt) {
+    case PL_F32: return ((const float *)base)[off];
+    case PL_F64: return ((const double *)base)[off];
+    case PL_BF16: return pl_bf16_widen(((const uint16_t *)base)[off]);
+    case PL_F16: return pl_f16_widen(((const uint16_t *)base)[off]);
+    case PL_I32: return ((const int32_t *)base)[off];
+    case PL_I64: return (double)((const int64_t *)base)[off];
+    case PL_U8: return ((const uint8_t *)base)[off];
+    default: return NAN;
+    }
+}
+
+static void copy_store(void *base, pl_dtype dt, int64_t off, double v) {
+    switch (dt) {
+    case PL_F32: ((float *)base)[off] = (float)v; break;
+    case PL_F64: ((double *)base)[off] = v; break;
+    case PL_BF16: ((uint16_t *)base)[off] = pl_bf16_round((float)v); break;
+    case PL_F16: ((uint16_t *)base)[off] = pl_f16_round((float)v); break;
+    case PL_I32: ((int32_t *)base)[off] = (int32_t)v; break;
+    case PL_I64: ((int64_t *)base)[off] = (int64_t)v; break;
+    case PL_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+static pl_status copy_fwd(const pl_kernel_args *a) {
+    const pl_tensor *src = a->in[0];
+    pl_tensor *dst = a->out[0];
+    int64_t n = pl_tensor_numel(src);
+    const char *sb = (const char *)src->storage->data;
+    char *db = pl_tensor_data(dst);
+    bool contig = pl_tensor_is_contiguous(src);
+    if (src->dtype == dst->dtype) {
+        if (contig) { /* nf4 too: its packed codes */
+            memcpy(db, pl_tensor_data(src), pl_dtype_nbytes(src->dtype, n));
+            return PL_OK;
+        }
+        size_t es = pl_dtype_size(src->dtype);
+        int nd = src->ndim;
+        if (nd > 0 && src->stride[nd - 1] == 1) { /* rows contiguous */
+            int64_t inner = src->shape[nd - 1], rows = n / (inner ? inner : 1);
+#pragma omp parallel for if (n > 65536) schedule(static)
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(db + (size_t)(r * inner) * es,
+                       sb + (size_t)copy_offset(src, r * inner) * es, (size_t)inner * es);
+            return PL_OK;
+        }
+    }
+    if (contig && src->dtype == PL_F32 && dst->dtype == PL_BF16) {
+        const float *s = pl_tensor_data(src);
+        uint16_t *d = (uint16_t *)db;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] = pl_bf16_round(s[i]);
+        return PL_OK;
+    }
+    if (contig && src->dtype == PL_BF16 && dst->dtype == PL_F32) {
+        const uint16_t *s = pl_tensor_data(src);
+        float *d = (float *)db;
+#pragma omp parallel for if (n > 65536) schedule(static)
+        for (int64_t i = 0; i < n; i++) d[i] = pl_bf16_widen(s[i]);
+        return PL_OK;
+    }
+#pragma omp parallel for if (n > 65536) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        copy_store(db, dst->dtype, i, copy_load(sb, src->dtype, copy_offset(src, i)));
+    return PL_OK;
+}
+
 void pl_cpu_register_index(pl_kernel_table *b) {
     b->forward[PL_OP_EMBEDDING] = embedding_fwd;
     b->backward[PL_OP_EMBEDDING] = embedding_bwd;
@@ -724,7 +809,8 @@ void pl_cpu_register_index(pl_kernel_table *b) {
     b->backward[PL_OP_ROPE] = rope_bwd;
     b->forward[PL_OP_CAUSAL_SOFTMAX] = causal_softmax_fwd;
     b->backward[PL_OP_CAUSAL_SOFTMAX] = causal_softmax_bwd;
-    /* pl_contiguous records PL_OP_COPY; tensor.c registers its forward. */
-    if (!b->backward[PL_OP_COPY]) b->backward[PL_OP_COPY] = grad_identity_bwd;
+    /* pl_contiguous and pl_tensor_to record / dispatch PL_OP_COPY */
+    b->forward[PL_OP_COPY] = copy_fwd;
+    b->backward[PL_OP_COPY] = grad_identity_bwd;
     pl_cpu_register_lstm(b);
 }

@@ -1,5 +1,5 @@
 /* kernels_matmul.c - the CPU's matmul kernels: f32 through OpenBLAS's
- * sgemm, a half-precision operand (autocast) through cpu/gemm_mixed.c.
+ * sgemm, a half-precision operand (autocast) through gemm_mixed.c.
  * Conventions: kernels_dense.c. Registered by pl_cpu_register_dense (through
  * pl_cpu_register_dense_matmul). */
 #include <cblas.h>
@@ -99,7 +99,7 @@ static void mm_bwd_f32(const pl_mm_geo *g, const float *G, const float *A, const
     }
 }
 
-/* ---- matmul with a half-precision operand (autocast): cpu/gemm_mixed.c widens
+/* ---- matmul with a half-precision operand (autocast): gemm_mixed.c widens
  * bf16 / f16 while packing and rounds a bf16 C in its store, so neither an
  * f32 copy of an operand nor an f32 C is made. Gradients are f32. */
 
@@ -221,7 +221,7 @@ static pl_status k_matmul_fwd(const pl_kernel_args *a) {
     pl_status st = PL_OK;
     scratch sa = {0}, sb = {0}, sc = {0};
     /* bf16 x bf16 in the nn.Linear shape (x @ W^T, W shared): native
-     * AVX-512 BF16 dot products, f32 accumulation (cpu/bf16_gemm.c) */
+     * AVX-512 BF16 dot products, f32 accumulation (bf16_gemm.c) */
     if (a->in[0]->dtype == PL_BF16 && a->in[1]->dtype == PL_BF16 && g.collapse && g.tb &&
         g.M > 0 && g.N > 0 && g.K > 0) {
         float *C0 = a->out[0]->dtype == PL_F32 ? f32p(a->out[0])

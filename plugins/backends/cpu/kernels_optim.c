@@ -4,7 +4,7 @@
  * pl_cpu_register_optim(). */
 #include <string.h>
 
-#include "../internal.h"
+#include "cpu_internal.h"
 #include "pipeline/optim_math.h"
 
 #define OMP_MIN_ELEMENTS 32768

@@ -17,17 +17,17 @@
  * and flushes bf16 denormals (Intel SDM), which is within bf16 tolerance.
  *
  * This file alone is compiled with -mavx512f -mavx512bw -mavx512vl
- * -mavx512bf16 (core/CMakeLists.txt), whatever -march the rest of the build
- * uses; cpu/bf16_gemm.c calls it only where cpu/cpu_isa.c found the
+ * -mavx512bf16 (this folder's CMakeLists.txt), whatever -march the rest of the build
+ * uses; bf16_gemm.c calls it only where cpu_isa.c found the
  * instructions, so nothing here may be called, or inlined, elsewhere. */
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if PL_HAVE_AVX512BF16_KERNEL /* else: not x86, or the compiler lacks the flags */
 #if !defined(__AVX512BF16__) || !defined(__AVX512F__)
-#error "bf16_gemm_avx512.c needs -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (core/CMakeLists.txt)"
+#error "bf16_gemm_avx512.c needs -mavx512f -mavx512bw -mavx512vl -mavx512bf16 (plugins/backends/cpu/CMakeLists.txt)"
 #endif
 #include <immintrin.h>
 #if defined(_OPENMP)

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 void pl_cpu_register_lstm(pl_kernel_table *b);
 
