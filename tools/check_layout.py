@@ -168,7 +168,7 @@ def plugin_names_in_core(bad):
              if "/plugins/common/" not in d}
     names -= {"common", "test_support"}
     vocab = {"cpu", "cuda", "strict"}
-    tensor = open(os.path.join(ROOT, "core/src/tensor.c")).read()
+    tensor = "".join(open(f).read() for f in glob.glob(os.path.join(ROOT, "core/src/**/*.c"), recursive=True))
     vocab |= set(re.findall(r'\{"(\w+)", "\w+", \d+\}', tensor))
     opsdef = os.path.join(ROOT, "core/include/pipeline/ops.def")
     if os.path.exists(opsdef):
@@ -204,6 +204,7 @@ def core():
     import io
     import contextlib
     import core_layers
+    core_layers.ROOT = ROOT  # its own default reads sys.argv, which is ours here
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = core_layers.main()

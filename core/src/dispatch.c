@@ -73,24 +73,6 @@ pl_status pl_broadcast_shapes(const char *op, const pl_tensor *a, const pl_tenso
     return PL_OK;
 }
 
-pl_tensor *pl_contiguous_owned(pl_tensor *t) {
-    if (!t) return NULL;
-    if (pl_tensor_is_contiguous(t)) return pl_tensor_retain(t);
-    if (t->requires_grad) {
-        /* differentiable copy (ops_index.c); adopted by the frame, so retain */
-        pl_tensor *c = pl_contiguous(t);
-        return pl_tensor_retain(c);
-    }
-    pl_tensor *c = pl_tensor_new_owned(t->dtype, t->ndim, t->shape, t->device);
-    if (!c) return NULL;
-    pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .in = {t}, .n_out = 1, .out = {c}};
-    if (pl_kernel_forward(&k)) {
-        pl_tensor_release(c);
-        return NULL;
-    }
-    return c;
-}
-
 /* ---- kernels --------------------------------------------------------------------- */
 
 pl_status pl_kernel_forward(pl_kernel_args *a) {

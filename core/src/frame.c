@@ -57,3 +57,8 @@ pl_tensor *pl_frame_end_keep(pl_tensor *t) {
     if (t && tl_frame_depth > 0) pl_frame_adopt(t);
     return t;
 }
+
+pl_tensor *pl_op_result(pl_tensor *t) {
+    if (t) pl_frame_adopt(t);
+    return t;
+}

@@ -30,10 +30,25 @@
 #include "pipeline/backend_util.h"
 #include "pipeline/pipeline.h"
 
-/* New tensor owned by the caller and NOT adopted by the open frame. */
+/* New tensor owned by the caller and NOT adopted by the open frame
+ * (tensor.c; the zeroed one runs a fill kernel: tensor_init.c). */
 pl_tensor *pl_tensor_new_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
 pl_tensor *pl_tensor_new_owned_zeros(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
-/* Hand an owned tensor to the innermost open frame (if any); returns t. */
+/* tensor.c's helpers for tensor_init.c and tensor_views.c: the element at
+ * offset `off` of a buffer of dtype dt as a double (load) or written from one
+ * (store, rounded to the dtype); the storage offset of t's i-th element in
+ * row-major order (its strides); t's strides set contiguous; shape checked
+ * (0 <= ndim <= PL_MAX_DIMS, every size >= 0; the error set otherwise). */
+double pl_elem_load(const void *base, pl_dtype dt, int64_t off);
+void pl_elem_store(void *base, pl_dtype dt, int64_t off, double v);
+int64_t pl_tensor_strided_offset(const pl_tensor *t, int64_t i);
+void pl_tensor_set_contiguous_strides(pl_tensor *t);
+pl_status pl_tensor_check_shape(int ndim, const int64_t *shape);
+/* pl_tensor_from_external, owned by the caller, not adopted (tensor.c). */
+pl_tensor *pl_tensor_from_external_owned(pl_dtype dt, int ndim, const int64_t *shape, void *data,
+                                         void (*free_fn)(void *, void *), void *ctx);
+/* Hand an owned tensor to the innermost open frame (if any); returns t
+ * (frame.c). */
 pl_tensor *pl_op_result(pl_tensor *t);
 /* New tensor header sharing t's storage (view); owned by caller. */
 pl_tensor *pl_tensor_view_owned(pl_tensor *t);
@@ -94,8 +109,16 @@ pl_status pl_check_same_device(const char *op, pl_tensor *const *ts, int n);
 pl_status pl_check_ndim(const char *op, const pl_tensor *t, int min_ndim, int max_ndim);
 /* t retained if contiguous, else a contiguous (non-recorded) copy; caller releases.
  * Autograd: if t is a non-contiguous tensor that requires grad, the copy is
- * recorded via pl_contiguous semantics. */
+ * recorded via pl_contiguous semantics (ops_index.c). */
 pl_tensor *pl_contiguous_owned(pl_tensor *t);
+/* The end of every op (tape.c): run k's kernel (pl_kernel_forward), record
+ * the node with `saved` (n_saved tensors kept beside the inputs for backward),
+ * release k's inputs and its extra outputs out[1..], and hand out[0] to the
+ * open frame. NULL (out[0] released, the error set) when an output is NULL,
+ * the kernel fails or the recording does. */
+pl_tensor *pl_op_finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved);
+/* Release ts[0..n) (NULL entries skipped by pl_tensor_release). */
+void pl_tensors_release(pl_tensor **ts, int n);
 bool pl_any_requires_grad(pl_tensor *const *ts, int n);
 
 /* NumPy broadcast of two shapes into (ndim, shape); PL_ERR_SHAPE naming op. */

@@ -21,24 +21,8 @@
  * pl_autograd_saves_output), record it and hand out[0] to the frame.
  * Releases everything else. */
 static pl_tensor *launch(pl_kernel_args *k) {
-    pl_status s = PL_OK;
-    for (int i = 0; i < k->n_out; i++)
-        if (!k->out[i]) s = PL_ERR_NOMEM;
-    if (!s) s = pl_kernel_forward(k);
-    if (!s) {
-        bool save_out = pl_autograd_saves_output(k->op);
-        s = pl_autograd_record(k->op, &k->p, k->in, k->n_in, k->out + (save_out ? 0 : 1),
-                               k->n_out - (save_out ? 0 : 1), k->out[0]);
-    }
-    for (int i = 0; i < k->n_in; i++)
-        pl_tensor_release(k->in[i]);
-    for (int i = 1; i < k->n_out; i++)
-        pl_tensor_release(k->out[i]);
-    if (s) {
-        pl_tensor_release(k->out[0]);
-        return NULL;
-    }
-    return pl_op_result(k->out[0]);
+    bool keep_out = pl_autograd_saves_output(k->op); /* its output, when backward reads it */
+    return pl_op_finish(k, k->out + !keep_out, k->n_out - !keep_out);
 }
 
 /* Contiguous owned copies of n inputs into k->in; false (all released) on error. */
@@ -64,24 +48,6 @@ static pl_tensor *frame_result(pl_tensor *r) {
 
 static const int64_t *shape0(const pl_tensor *t) {
     return t->shape;
-}
-
-/* ---- cast ------------------------------------------------------------------- */
-
-pl_tensor *pl_cast(pl_tensor *a, pl_dtype dt) {
-    if (!a) return NULL;
-    if (pl_check_float("cast", a, true)) return NULL;
-    if (!pl_dtype_is_float(dt) || dt == PL_NF4) {
-        pl_error_set(PL_ERR_DTYPE, "cast: target dtype %s is not a float dtype (f32/bf16/f16)",
-                     pl_dtype_name(dt));
-        return NULL;
-    }
-    if (a->dtype == dt) return pl_op_result(pl_tensor_retain(a));
-    pl_kernel_args k = {.op = PL_OP_CAST, .n_out = 1};
-    k.p.dtype = dt;
-    if (!take_inputs(&k, &a, 1)) return NULL;
-    k.out[0] = pl_tensor_new_owned(dt, a->ndim, shape0(a), a->device);
-    return launch(&k);
 }
 
 /* ---- elementwise binary ---------------------------------------------------------- */

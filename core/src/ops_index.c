@@ -34,32 +34,6 @@ static int norm_dim(const char *op, const pl_tensor *t, int dim) {
     return d;
 }
 
-/* Run k's forward kernel and record out[0] = op(k->in[0..n_in)) with
- * `saved`. Consumes the caller's references on k->in[*] and k->out[1..];
- * returns out[0] handed to the frame, or NULL (everything released). */
-static pl_tensor *finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved) {
-    pl_tensor *out = k->out[0];
-    pl_status st = PL_OK;
-    for (int i = 0; i < k->n_out; i++)
-        if (!k->out[i]) st = PL_ERR_NOMEM;
-    if (!st) st = pl_kernel_forward(k);
-    if (!st) st = pl_autograd_record(k->op, &k->p, k->in, k->n_in, saved, n_saved, out);
-    for (int i = 0; i < k->n_in; i++)
-        pl_tensor_release(k->in[i]);
-    for (int i = 1; i < k->n_out; i++)
-        pl_tensor_release(k->out[i]);
-    if (st) {
-        pl_tensor_release(out);
-        return NULL;
-    }
-    return pl_op_result(out);
-}
-
-static void release_all(pl_tensor **ts, int n) {
-    for (int i = 0; i < n; i++)
-        pl_tensor_release(ts[i]);
-}
-
 /* ---- indexing ----------------------------------------------------------- */
 
 pl_tensor *pl_embedding(pl_tensor *weight, pl_tensor *idx) {
@@ -81,11 +55,11 @@ pl_tensor *pl_embedding(pl_tensor *weight, pl_tensor *idx) {
     k.in[0] = pl_contiguous_owned(weight);
     k.in[1] = pl_contiguous_owned(idx);
     if (!k.in[0] || !k.in[1]) {
-        release_all(k.in, 2);
+        pl_tensors_release(k.in, 2);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(weight->dtype, idx->ndim + 1, shape, weight->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_index_select(pl_tensor *a, int dim, pl_tensor *idx) {
@@ -105,11 +79,11 @@ pl_tensor *pl_index_select(pl_tensor *a, int dim, pl_tensor *idx) {
     k.in[0] = pl_contiguous_owned(a);
     k.in[1] = pl_contiguous_owned(idx);
     if (!k.in[0] || !k.in[1]) {
-        release_all(k.in, 2);
+        pl_tensors_release(k.in, 2);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_gather(pl_tensor *a, int dim, pl_tensor *idx) {
@@ -137,11 +111,11 @@ pl_tensor *pl_gather(pl_tensor *a, int dim, pl_tensor *idx) {
     k.in[0] = pl_contiguous_owned(a);
     k.in[1] = pl_contiguous_owned(idx);
     if (!k.in[0] || !k.in[1]) {
-        release_all(k.in, 2);
+        pl_tensors_release(k.in, 2);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(a->dtype, idx->ndim, idx->shape, a->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_size) {
@@ -174,11 +148,11 @@ pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_s
     k.in[0] = pl_contiguous_owned(src);
     k.in[1] = pl_contiguous_owned(idx);
     if (!k.in[0] || !k.in[1]) {
-        release_all(k.in, 2);
+        pl_tensors_release(k.in, 2);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(src->dtype, src->ndim, shape, src->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_segments) {
@@ -207,13 +181,13 @@ pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_seg
     k.in[0] = pl_contiguous_owned(scores);
     k.in[1] = pl_contiguous_owned(seg);
     if (!k.in[0] || !k.in[1]) {
-        release_all(k.in, 2);
+        pl_tensors_release(k.in, 2);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(scores->dtype, scores->ndim, scores->shape, scores->device);
     /* backward needs the output y: grad_s = y * (g - sum_seg(g * y)) */
     pl_tensor *out = k.out[0];
-    return finish(&k, &out, 1);
+    return pl_op_finish(&k, &out, 1);
 }
 
 /* ---- dropout -------------------------------------------------------------- */
@@ -246,7 +220,7 @@ pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, b
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, a->shape, a->device);
     k.out[1] = pl_tensor_new_owned(PL_U8, a->ndim, a->shape, a->device);
     pl_tensor *mask = k.out[1];
-    return finish(&k, &mask, 1);
+    return pl_op_finish(&k, &mask, 1);
 }
 
 /* ---- shape ops -------------------------------------------------------------- */
@@ -284,11 +258,11 @@ static pl_tensor *concat_small(pl_tensor *const *ts, int n, int d) {
         ok = ok && k.in[i];
     }
     if (!ok) {
-        release_all(k.in, n);
+        pl_tensors_release(k.in, n);
         return NULL;
     }
     k.out[0] = pl_tensor_new_owned(ts[0]->dtype, ts[0]->ndim, shape, ts[0]->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_concat(pl_tensor *const *ts, int n, int dim) {
@@ -376,7 +350,7 @@ pl_tensor *pl_slice(pl_tensor *a, int dim, int64_t start, int64_t end) {
     k.in[0] = pl_contiguous_owned(a);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_permute(pl_tensor *a, const int *perm) {
@@ -406,7 +380,7 @@ pl_tensor *pl_permute(pl_tensor *a, const int *perm) {
     k.in[0] = pl_contiguous_owned(a);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, shape, a->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_transpose(pl_tensor *a, int d0, int d1) {
@@ -499,7 +473,7 @@ pl_tensor *pl_contiguous(pl_tensor *a) {
     pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .n_out = 1};
     k.in[0] = pl_tensor_retain(a); /* the copy kernel reads strided input */
     k.out[0] = pl_tensor_new_owned(a->dtype, a->ndim, a->shape, a->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 /* ---- attention helpers ------------------------------------------------------- */
@@ -523,7 +497,7 @@ pl_tensor *pl_rope(pl_tensor *x, int64_t pos_offset, double theta) {
     k.in[0] = pl_contiguous_owned(x);
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, x->shape, x->device);
-    return finish(&k, NULL, 0);
+    return pl_op_finish(&k, NULL, 0);
 }
 
 pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
@@ -543,100 +517,42 @@ pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
     if (!k.in[0]) return NULL;
     k.out[0] = pl_tensor_new_owned(scores->dtype, nd, scores->shape, scores->device);
     pl_tensor *out = k.out[0];
-    return finish(&k, &out, 1);
+    return pl_op_finish(&k, &out, 1);
 }
 
-/* ---- fused LSTM ------------------------------------------------------------------ */
-
-static pl_status lstm_check_shape(const pl_tensor *t, const char *what, int ndim, int64_t d0,
-                                  int64_t d1) {
-    char b[256];
-    if (!t) return PL_OK;
-    if (t->ndim != ndim || t->shape[0] != d0 || (ndim > 1 && t->shape[1] != d1))
-        return pl_error_set(PL_ERR_SHAPE, "lstm: %s %s should be [%lld%s%lld]", what,
-                            pl_tensor_describe(t, b, sizeof b), (long long)d0, ndim > 1 ? ", " : "",
-                            ndim > 1 ? (long long)d1 : 0LL);
-    return pl_check_float("lstm", t, false);
+pl_tensor *pl_contiguous_owned(pl_tensor *t) {
+    if (!t) return NULL;
+    if (pl_tensor_is_contiguous(t)) return pl_tensor_retain(t);
+    if (t->requires_grad) {
+        /* differentiable copy (ops_index.c); adopted by the frame, so retain */
+        pl_tensor *c = pl_contiguous(t);
+        return pl_tensor_retain(c);
+    }
+    pl_tensor *c = pl_tensor_new_owned(t->dtype, t->ndim, t->shape, t->device);
+    if (!c) return NULL;
+    pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .in = {t}, .n_out = 1, .out = {c}};
+    if (pl_kernel_forward(&k)) {
+        pl_tensor_release(c);
+        return NULL;
+    }
+    return c;
 }
 
-pl_tensor *pl_lstm(pl_tensor *x, pl_tensor *w_ih, pl_tensor *w_hh, pl_tensor *b_ih, pl_tensor *b_hh,
-                   pl_tensor *h0, pl_tensor *c0, bool reverse, pl_tensor **h_n, pl_tensor **c_n) {
-    char b1[256];
-    if (h_n) *h_n = NULL;
-    if (c_n) *c_n = NULL;
-    if (!x || !w_ih || !w_hh) return NULL;
-    if (pl_check_float("lstm", x, false) || pl_check_ndim("lstm", x, 3, 3) ||
-        pl_check_float("lstm", w_hh, false) || pl_check_ndim("lstm", w_hh, 2, 2))
-        return NULL;
-    int64_t B = x->shape[0], T = x->shape[1], In = x->shape[2], H = w_hh->shape[1];
-    if (w_hh->shape[0] != 4 * H) {
-        pl_error_set(PL_ERR_SHAPE, "lstm: w_hh %s should be [4H, H]",
-                     pl_tensor_describe(w_hh, b1, sizeof b1));
-        return NULL;
-    }
-    if (lstm_check_shape(w_ih, "w_ih", 2, 4 * H, In) ||
-        lstm_check_shape(b_ih, "b_ih", 1, 4 * H, 0) ||
-        lstm_check_shape(b_hh, "b_hh", 1, 4 * H, 0) || lstm_check_shape(h0, "h0", 2, B, H) ||
-        lstm_check_shape(c0, "c0", 2, B, H))
-        return NULL;
-    pl_tensor *all[7] = {x, w_ih, w_hh, b_ih, b_hh, h0, c0};
-    pl_tensor *dev_ts[7];
-    int nd = 0;
-    for (int i = 0; i < 7; i++)
-        if (all[i]) dev_ts[nd++] = all[i];
-    if (pl_check_same_device("lstm", dev_ts, nd)) return NULL;
+/* ---- cast ------------------------------------------------------------------- */
 
-    /* Backward args hold 1 + inputs + saved <= PL_MAX_OP_INPUTS, so the two
-     * biases enter as one (b_ih + b_hh through pl_add, which routes the
-     * gradient to both) and missing h0/c0/bias become zero tensors. */
-    pl_tensor *bias = NULL;
-    if (b_ih && b_hh) {
-        pl_frame_begin();
-        bias = pl_tensor_retain(pl_add(b_ih, b_hh));
-        pl_frame_end();
-        if (!bias) return NULL;
-    } else if (b_ih || b_hh) {
-        bias = pl_tensor_retain(b_ih ? b_ih : b_hh);
-    } else {
-        bias = pl_tensor_new_owned_zeros(PL_F32, 1, (int64_t[]){4 * H}, x->device);
-    }
-    pl_kernel_args k = {.op = PL_OP_LSTM, .n_in = 6, .n_out = 4, .p.flags = reverse ? 1 : 0};
-    k.in[0] = pl_contiguous_owned(x);
-    k.in[1] = pl_contiguous_owned(w_ih);
-    k.in[2] = pl_contiguous_owned(w_hh);
-    k.in[3] = bias ? pl_contiguous_owned(bias) : NULL;
-    pl_tensor_release(bias);
-    int64_t bh[2] = {B, H};
-    k.in[4] = h0 ? pl_contiguous_owned(h0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
-    k.in[5] = c0 ? pl_contiguous_owned(c0) : pl_tensor_new_owned_zeros(PL_F32, 2, bh, x->device);
-    bool ok = true;
-    for (int i = 0; i < 6; i++)
-        ok = ok && k.in[i];
-    if (!ok) {
-        release_all(k.in, 6);
+pl_tensor *pl_cast(pl_tensor *a, pl_dtype dt) {
+    if (!a) return NULL;
+    if (pl_check_float("cast", a, true)) return NULL;
+    if (!pl_dtype_is_float(dt) || dt == PL_NF4) {
+        pl_error_set(PL_ERR_DTYPE, "cast: target dtype %s is not a float dtype (f32/bf16/f16)",
+                     pl_dtype_name(dt));
         return NULL;
     }
-    /* out[1] = workspace saved for backward, [B, T, 6H]: activated gates
-     * i, f, g, o (4H), cell state c_t (H), hidden state h_t (H). */
-    k.out[0] = pl_tensor_new_owned(PL_F32, 3, (int64_t[]){B, T, H}, x->device);
-    k.out[1] = pl_tensor_new_owned(PL_F32, 3, (int64_t[]){B, T, 6 * H}, x->device);
-    k.out[2] = pl_tensor_new_owned(PL_F32, 2, bh, x->device);
-    k.out[3] = pl_tensor_new_owned(PL_F32, 2, bh, x->device);
-    pl_tensor *hn = pl_tensor_retain(k.out[2]), *cn = pl_tensor_retain(k.out[3]);
-    pl_tensor *ws = k.out[1];
-    pl_tensor *y = finish(&k, &ws, 1);
-    if (!y) {
-        pl_tensor_release(hn);
-        pl_tensor_release(cn);
-        return NULL;
-    }
-    if (h_n)
-        *h_n = pl_op_result(hn);
-    else
-        pl_tensor_release(hn);
-    if (c_n)
-        *c_n = pl_op_result(cn);
-    else
-        pl_tensor_release(cn);
-    return y;
+    if (a->dtype == dt) return pl_op_result(pl_tensor_retain(a));
+    pl_kernel_args k = {.op = PL_OP_CAST, .n_in = 1, .n_out = 1};
+    k.p.dtype = dt;
+    if (!(k.in[0] = pl_contiguous_owned(a))) return NULL;
+    k.out[0] = pl_tensor_new_owned(dt, a->ndim, a->shape, a->device);
+    bool keep_out = pl_autograd_saves_output(k.op);
+    return pl_op_finish(&k, k.out + !keep_out, k.n_out - !keep_out);
 }

@@ -113,17 +113,6 @@ int64_t pl_nf4_num_blocks(const pl_tensor *q) {
     return (pl_tensor_numel(q) + q->quant.block - 1) / q->quant.block;
 }
 
-size_t pl_nf4_code_nbytes(const pl_tensor *q) {
-    return q ? pl_dtype_nbytes(PL_NF4, pl_tensor_numel(q)) : 0;
-}
-
-size_t pl_nf4_state_nbytes(const pl_tensor *q) {
-    if (!q || !q->quant.absmax) return 0;
-    size_t n = pl_tensor_nbytes(q->quant.absmax);
-    if (q->quant.absmax_scale) n += pl_tensor_nbytes(q->quant.absmax_scale) + sizeof(float);
-    return n;
-}
-
 static pl_status check_nf4(const char *what, const pl_tensor *q) {
     char buf[256];
     if (!q) return pl_error_set(PL_ERR_INVALID, "%s: NULL tensor", what);

@@ -216,12 +216,6 @@ pl_status pl_autograd_record(pl_op op, const pl_op_params *p, pl_tensor *const *
     return record(op, NULL, p, inputs, n_in, saved, n_saved, out);
 }
 
-void pl_autograd_forget_out(pl_tensor *t) {
-    pl_node *n = t->grad_fn;
-    if (n && n->out == t) n->out = NULL;
-    t->grad_fn = NULL;
-}
-
 void pl_tape_truncate(int64_t mark) {
     for (int64_t i = tl_tape_n - 1; i >= mark; i--)
         node_free(tl_tape[i]);
@@ -273,4 +267,30 @@ pl_status pl_tape_held_bytes(size_t *per_op, int n_ops, size_t *total) {
     free(seen);
     if (total) *total = sum;
     return PL_OK;
+}
+
+/* Run k's forward kernel and record out[0] = op(k->in[0..n_in)) with
+ * `saved`. Consumes the caller's references on k->in[*] and k->out[1..];
+ * returns out[0] handed to the frame, or NULL (everything released). */
+pl_tensor *pl_op_finish(pl_kernel_args *k, pl_tensor *const *saved, int n_saved) {
+    pl_tensor *out = k->out[0];
+    pl_status st = PL_OK;
+    for (int i = 0; i < k->n_out; i++)
+        if (!k->out[i]) st = PL_ERR_NOMEM;
+    if (!st) st = pl_kernel_forward(k);
+    if (!st) st = pl_autograd_record(k->op, &k->p, k->in, k->n_in, saved, n_saved, out);
+    for (int i = 0; i < k->n_in; i++)
+        pl_tensor_release(k->in[i]);
+    for (int i = 1; i < k->n_out; i++)
+        pl_tensor_release(k->out[i]);
+    if (st) {
+        pl_tensor_release(out);
+        return NULL;
+    }
+    return pl_op_result(out);
+}
+
+void pl_tensors_release(pl_tensor **ts, int n) {
+    for (int i = 0; i < n; i++)
+        pl_tensor_release(ts[i]);
 }
