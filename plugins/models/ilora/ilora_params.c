@@ -104,8 +104,13 @@ static pl_status linear_param(ilora_model *m, pl_tensor **w, pl_tensor **b, cons
               : pl_error_status();
 }
 
-pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out) {
+/* Step 1 of create: the model struct with the options checked, the backbone
+ * opened (hf, or NULL without one) and its shape applied, num_items from the
+ * loader when the options leave it 0. On error nothing is left open. */
+static pl_status create_open(const ilora_opts *o, pl_run_context *ctx, ilora_model **out,
+                             hf_llama **out_hf) {
     *out = NULL;
+    *out_hf = NULL;
     if (!ctx || !ctx->params)
         return pl_error_set(PL_ERR_INVALID, "ilora: create needs a run context with params");
     pl_status st = ilora_check_opts(o);
@@ -144,10 +149,18 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
                                 ni);
         }
     }
-    o = &m->o;
-    int64_t D = o->dim, L = o->layers;
-    int64_t V = tokens ? hf_llama_cfg(hf)->vocab_size : m->o.num_items + 1;
-    m->vocab = V;
+    *out = m;
+    *out_hf = hf;
+    return PL_OK;
+}
+
+/* Step 2: the sizes the options imply (vocabulary, head and FFN widths,
+ * experts and their rank, the LoRA scale). */
+static void create_sizes(ilora_model *m, const hf_llama *hf) {
+    const ilora_opts *o = &m->o;
+    bool tokens = o->token_inputs;
+    int64_t D = o->dim;
+    m->vocab = tokens ? hf_llama_cfg(hf)->vocab_size : m->o.num_items + 1;
     m->pad_id = tokens ? hf_llama_cfg(hf)->pad_token_id : 0;
     m->head_dim = o->head_dim ? o->head_dim : D / o->heads;
     m->kv_heads = o->kv_heads ? o->kv_heads : o->heads;
@@ -160,18 +173,30 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     m->o.num_experts = E;
     m->r_e = adapt ? o->lora_rank / E : 0;
     m->lora_scale = adapt ? o->lora_alpha / (double)m->r_e : 0;
-    bool base_train = !(adapt && o->freeze_base);
-    bool item_front = hf && !tokens; /* an item table in front of a pretrained body */
-    uint64_t seed = ctx->seed;
-    char name[PL_NAME_MAX];
+}
 
-    pl_frame_begin();
-    pl_no_grad_begin();
-    /* the input embedding: the item table (items are the tokens, or an item
-     * table in front of a checkpoint's body), or the checkpoint's own tokens.
-     * BASE: qlora4 quantizes it when frozen, and lookups and the tied head
-     * then read a dequantized copy (embed_weight()) */
-    int64_t W = item_front ? o->item_dim : D;
+/* Whether the backbone trains (not: adapters over a frozen base). */
+static bool base_trains(const ilora_model *m) {
+    return !(m->o.adapters != ILORA_NONE && m->o.freeze_base);
+}
+
+/* The width of the input table: item_dim for an item table in front of a
+ * pretrained body, else dim. */
+static int64_t table_width(const ilora_model *m, const hf_llama *hf) {
+    bool item_front = hf && !m->o.token_inputs;
+    return item_front ? m->o.item_dim : m->o.dim;
+}
+
+/* Step 3: the input embedding: the item table (items are the tokens, or an
+ * item table in front of a checkpoint's body, then with its projection
+ * item_proj), or the checkpoint's own tokens. BASE: qlora4 quantizes it when
+ * frozen, and lookups and the tied head then read a dequantized copy
+ * (embed_weight(), ilora_layers.c). */
+static pl_status create_embedding(ilora_model *m, hf_llama *hf) {
+    const ilora_opts *o = &m->o;
+    bool tokens = o->token_inputs, item_front = hf && !tokens, base_train = base_trains(m);
+    int64_t D = o->dim, V = m->vocab, W = table_width(m, hf);
+    pl_status st = PL_OK;
     if (tokens) {
         m->embed = base_param(m, hf, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, D),
                               PL_TAG_NO_DECAY | PL_TAG_BASE, NULL, base_train || o->save_embed,
@@ -181,7 +206,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
         m->embed = new_param(m, &m->embed, "model.embed_tokens.weight", PL_SHAPE(V, W),
                              PL_TAG_NO_DECAY | (item_front ? 0 : PL_TAG_BASE), NULL,
                              base_train || o->save_embed);
-        if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, seed, STREAM_EMBED);
+        if (m->embed) st = pl_tensor_normal_(m->embed, 0, o->init_std, m->ctx->seed, STREAM_EMBED);
         else st = pl_error_status();
         /* padding row 0 starts at zero (HF: padding_idx row zeroed at init) */
         if (!st) {
@@ -192,105 +217,137 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
     if (!st && item_front)
         st = linear_param(m, &m->item_proj_w, &m->item_proj_b, "item_proj", D, W, "projector",
                           STREAM_ITEM_PROJ);
+    return st;
+}
+
+/* Step 4, per layer l: its two RMSNorm weights, its projections, and the
+ * LoRA pair (A, B) of each adapted projection. */
+static pl_status create_layer(ilora_model *m, hf_llama *hf, int64_t l) {
+    const ilora_opts *o = &m->o;
+    int64_t D = o->dim, E = o->num_experts;
+    bool adapt = o->adapters != ILORA_NONE, base_train = base_trains(m);
     const int64_t in_dim[ILORA_NPROJ] = {D, D, D, m->q_dim, D, D, m->ffn};
     const int64_t out_dim[ILORA_NPROJ] = {m->q_dim, m->kv_dim, m->kv_dim, D, m->ffn, m->ffn, D};
-    for (int64_t l = 0; l < L && !st; l++) {
-        ilora_layer *ly = &m->layer[l];
-        snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
-        ly->input_norm = base_param(m, hf, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
-                                    NULL, base_train, 0, 1.0);
-        snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
-                 (long long)l);
-        if (ly->input_norm)
-            ly->post_norm = base_param(m, hf, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
-                                       NULL, base_train, 0, 1.0);
-        if (!ly->input_norm || !ly->post_norm) {
-            st = pl_error_status();
-            break;
-        }
-        for (int i = 0; i < ILORA_NPROJ && !st; i++) {
-            const char *blk = i < 4 ? "self_attn" : "mlp";
-            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
-                     ilora_proj_names[i]);
-            ilora_proj *p = &ly->proj[i];
-            p->w = base_param(m, hf, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE,
-                              NULL, base_train, STREAM_PROJ + (uint64_t)l * 16 + (uint64_t)i, -1);
-            if (!p->w) {
-                st = pl_error_status();
-                break;
-            }
-            if (!adapt || !(o->lora_targets & (1u << i))) continue;
-            int64_t R = E * m->r_e;
-            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
-                     ilora_proj_names[i]);
-            p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), 0, "lora", true);
-            snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
-                     ilora_proj_names[i]);
-            p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), 0, "lora", true);
-            if (!p->lora_a || !p->lora_b) {
-                st = pl_error_status();
-                break;
-            }
-            /* PEFT: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)); B = 0 */
-            double bound = 1.0 / sqrt((double)in_dim[i]);
-            st = pl_tensor_uniform_(p->lora_a, -bound, bound, seed,
-                                    STREAM_LORA_A + (uint64_t)l * 16 + (uint64_t)i);
-        }
+    char name[PL_NAME_MAX];
+    pl_status st = PL_OK;
+    ilora_layer *ly = &m->layer[l];
+    snprintf(name, sizeof name, "model.layers.%lld.input_layernorm.weight", (long long)l);
+    ly->input_norm = base_param(m, hf, &ly->input_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
+                                NULL, base_train, 0, 1.0);
+    snprintf(name, sizeof name, "model.layers.%lld.post_attention_layernorm.weight",
+             (long long)l);
+    if (ly->input_norm)
+        ly->post_norm = base_param(m, hf, &ly->post_norm, name, PL_SHAPE(D), PL_TAG_NO_DECAY,
+                                   NULL, base_train, 0, 1.0);
+    if (!ly->input_norm || !ly->post_norm) return pl_error_status();
+    for (int i = 0; i < ILORA_NPROJ && !st; i++) {
+        const char *blk = i < 4 ? "self_attn" : "mlp";
+        snprintf(name, sizeof name, "model.layers.%lld.%s.%s.weight", (long long)l, blk,
+                 ilora_proj_names[i]);
+        ilora_proj *p = &ly->proj[i];
+        p->w = base_param(m, hf, &p->w, name, PL_SHAPE(out_dim[i], in_dim[i]), PL_TAG_BASE,
+                          NULL, base_train, STREAM_PROJ + (uint64_t)l * 16 + (uint64_t)i, -1);
+        if (!p->w) return pl_error_status();
+        if (!adapt || !(o->lora_targets & (1u << i))) continue;
+        int64_t R = E * m->r_e;
+        snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_A.weight", (long long)l, blk,
+                 ilora_proj_names[i]);
+        p->lora_a = new_param(m, &p->lora_a, name, PL_SHAPE(R, in_dim[i]), 0, "lora", true);
+        snprintf(name, sizeof name, "model.layers.%lld.%s.%s.lora_B.weight", (long long)l, blk,
+                 ilora_proj_names[i]);
+        p->lora_b = new_param(m, &p->lora_b, name, PL_SHAPE(out_dim[i], R), 0, "lora", true);
+        if (!p->lora_a || !p->lora_b) return pl_error_status();
+        /* PEFT: A ~ kaiming_uniform(a=sqrt(5)) = U(-1/sqrt(in), 1/sqrt(in)); B = 0 */
+        double bound = 1.0 / sqrt((double)in_dim[i]);
+        st = pl_tensor_uniform_(p->lora_a, -bound, bound, m->ctx->seed,
+                                STREAM_LORA_A + (uint64_t)l * 16 + (uint64_t)i);
     }
-    if (!st) {
-        m->norm = base_param(m, hf, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY,
-                             NULL, base_train, 0, 1.0);
-        if (!m->norm) st = pl_error_status();
-    }
-    if (!st && item_front) {
-        st = linear_param(m, &m->score_proj, NULL, "score_proj", W, D, "projector",
-                          STREAM_SCORE_PROJ);
-    } else if (!st && !o->tie_embeddings) {
+    return st;
+}
+
+/* Step 5: the final norm and the output head: score_proj (an item table in
+ * front of a pretrained body), lm_head (untied), or none (tied to the table). */
+static pl_status create_head(ilora_model *m, hf_llama *hf) {
+    const ilora_opts *o = &m->o;
+    int64_t D = o->dim, V = m->vocab, W = table_width(m, hf);
+    bool item_front = hf && !o->token_inputs;
+    m->norm = base_param(m, hf, &m->norm, "model.norm.weight", PL_SHAPE(D), PL_TAG_NO_DECAY,
+                         NULL, base_trains(m), 0, 1.0);
+    if (!m->norm) return pl_error_status();
+    if (item_front)
+        return linear_param(m, &m->score_proj, NULL, "score_proj", W, D, "projector",
+                            STREAM_SCORE_PROJ);
+    if (!o->tie_embeddings) {
         m->lm_head = base_param(m, hf, &m->lm_head, "lm_head.weight", PL_SHAPE(V, D),
-                                hf ? PL_TAG_BASE : 0, "head", base_train, STREAM_LM_HEAD, -1);
-        if (!m->lm_head) st = pl_error_status();
+                                hf ? PL_TAG_BASE : 0, "head", base_trains(m), STREAM_LM_HEAD, -1);
+        if (!m->lm_head) return pl_error_status();
     }
-    if (!st && m->kv_heads < o->heads) {
-        int64_t H = o->heads, rep = o->heads / m->kv_heads;
-        int64_t *ki = malloc((size_t)H * sizeof *ki);
-        if (!ki) st = pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        for (int64_t h = 0; ki && h < H; h++) ki[h] = h / rep; /* HF repeat_kv */
-        if (!st) {
-            m->kv_index = pl_frame_keep(pl_tensor_from_data(PL_I64, 1, (int64_t[]){H}, ki,
-                                                            ctx->device));
-            if (!m->kv_index) st = pl_error_status();
-        }
-        free(ki);
+    return PL_OK;
+}
+
+/* A [n] i64 index tensor on the run's device, v[j] = j / div, kept past the
+ * caller's frame; NULL with the error set. */
+static pl_tensor *group_index(ilora_model *m, int64_t n, int64_t div) {
+    int64_t *v = malloc((size_t)n * sizeof *v);
+    if (!v) {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        return NULL;
     }
-    if (!st && o->adapters == ILORA_MOE_LORA && E > 1) {
-        /* the router reads the hidden state (width D) or the mean embedding
-         * (width W); nn.Linear(RW, E) default init: U(-1/sqrt(RW), 1/sqrt(RW)) */
-        int64_t RW = o->router_input == ILORA_ROUTER_LAST_HIDDEN ? D : W;
-        double bound = 1.0 / sqrt((double)RW);
-        m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, RW), 0, "router", true);
-        m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_NO_DECAY, "router",
-                                true);
-        if (!m->router_w || !m->router_b) st = pl_error_status();
-        if (!st) st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);
-        if (!st) st = pl_tensor_uniform_(m->router_b, -bound, bound, seed, STREAM_ROUTER_B);
-        if (!st) {
-            int64_t R = E * m->r_e;
-            int64_t *gi = malloc((size_t)R * sizeof *gi);
-            if (!gi) st = pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-            for (int64_t j = 0; gi && j < R; j++)
-                gi[j] = j / m->r_e;
-            if (!st) {
-                m->gate_index = pl_frame_keep(
-                    pl_tensor_from_data(PL_I64, 1, (int64_t[]){R}, gi, ctx->device));
-                if (!m->gate_index) st = pl_error_status();
-            }
-            free(gi);
-        }
+    for (int64_t j = 0; j < n; j++)
+        v[j] = j / div;
+    pl_tensor *t = pl_frame_keep(pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, v,
+                                                     m->ctx->device));
+    free(v);
+    return t;
+}
+
+/* Step 6: grouped-query attention's head map (HF repeat_kv: query head h
+ * reads kv head h / (heads / kv_heads)), and the MoE-LoRA router with the
+ * map from a LoRA rank to its expert. */
+static pl_status create_router(ilora_model *m, hf_llama *hf) {
+    const ilora_opts *o = &m->o;
+    int64_t D = o->dim, E = o->num_experts;
+    if (m->kv_heads < o->heads) {
+        m->kv_index = group_index(m, o->heads, o->heads / m->kv_heads);
+        if (!m->kv_index) return pl_error_status();
     }
+    if (o->adapters != ILORA_MOE_LORA || E <= 1) return PL_OK;
+    /* the router reads the hidden state (width D) or the mean embedding
+     * (width W); nn.Linear(RW, E) default init: U(-1/sqrt(RW), 1/sqrt(RW)) */
+    int64_t RW = o->router_input == ILORA_ROUTER_LAST_HIDDEN ? D : table_width(m, hf);
+    double bound = 1.0 / sqrt((double)RW);
+    uint64_t seed = m->ctx->seed;
+    m->router_w = new_param(m, &m->router_w, "router.weight", PL_SHAPE(E, RW), 0, "router", true);
+    m->router_b = new_param(m, &m->router_b, "router.bias", PL_SHAPE(E), PL_TAG_NO_DECAY, "router",
+                            true);
+    if (!m->router_w || !m->router_b) return pl_error_status();
+    pl_status st = pl_tensor_uniform_(m->router_w, -bound, bound, seed, STREAM_ROUTER_W);
+    if (!st) st = pl_tensor_uniform_(m->router_b, -bound, bound, seed, STREAM_ROUTER_B);
+    if (!st) {
+        m->gate_index = group_index(m, E * m->r_e, m->r_e);
+        if (!m->gate_index) st = pl_error_status();
+    }
+    return st;
+}
+
+pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_model **out) {
+    *out = NULL;
+    ilora_model *m;
+    hf_llama *hf;
+    pl_status st = create_open(o, ctx, &m, &hf);
+    if (st) return st;
+    create_sizes(m, hf);
+    pl_frame_begin();
+    pl_no_grad_begin();
+    st = create_embedding(m, hf);
+    for (int64_t l = 0; l < m->o.layers && !st; l++)
+        st = create_layer(m, hf, l);
+    if (!st) st = create_head(m, hf);
+    if (!st) st = create_router(m, hf);
     pl_no_grad_end();
     pl_frame_end();
     hf_llama_close(hf); /* the views keep their mappings */
-    if (!st && m->o.exclude_history && !tokens) {
+    if (!st && m->o.exclude_history && !m->o.token_inputs) {
         const char *hp = m->o.history_path[0] ? m->o.history_path
                          : ctx->meta                ? pl_meta_get_str(ctx->meta, "path")
                                                     : NULL;
