@@ -343,7 +343,8 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
     pl_tensor *uf = st ? NULL : pl_batch_find(b, m->o.user_field);
     int64_t *users = NULL;
     seen_items seen = {0};
-    if (!st && uf && m->have_hist && !(users = ilora_host_index(uf, m->o.user_field))) st = pl_error_status();
+    if (!st && uf && m->have_hist && !(users = ilora_host_index(uf, m->o.user_field)))
+        st = pl_error_status();
     if (!st && users && pl_tensor_numel(uf) != B)
         st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one user per row (%lld)",
                           m->o.user_field, (long long)B);
