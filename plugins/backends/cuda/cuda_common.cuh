@@ -11,13 +11,27 @@
  * memsets and copies are ordered with each other and a scratch block
  * returned to the caching allocator may be reused by the next op without a
  * synchronization. The trainer issues all compute from one thread; a
- * loader's background copies order themselves after it (cuda_backend.cu).
+ * loader's background copies order themselves after it (cuda_memory.cu).
  * Why not the legacy NULL stream, as before: a CUDA graph cannot be
  * captured from it (cudaStreamBeginCapture refuses cudaStreamLegacy), and
  * the trainer captures whole steps ([trainer] cuda_graphs, graph.h).
  * cudaMemset and device-to-device cudaMemcpy are redirected below to their
  * Async forms on that stream: the synchronous forms may not run while a
  * stream captures, and the Async forms are ordered the same way.
+ *
+ * The op kernels (cuda_dense.cu, cuda_norm.cu, cuda_index.cu, cuda_attention.cu,
+ * cuda_copy.cu, cuda_matmul.cu, cuda_nf4.cu, cuda_optim.cu, cuda_lstm.cu): semantics,
+ * argument layout and saved tensors follow the CPU kernels op for op; see backend.h for
+ * the calling convention. They hold launch geometry, reductions and memory access; the
+ * formula of every element is the PL_HD function of pipeline/kernel_math.h that the CPU
+ * kernel calls too. Sums that the CPU does in double are done in double here too;
+ * scatter-style backwards use atomicAdd, so their summation order (not their value
+ * beyond rounding) differs from the CPU.
+ *
+ * The files: cuda_backend.cu holds the pl_backend table and the plugin descriptor and
+ * calls the others (the verbs and register functions declared at the end of this file);
+ * they do not call it back. cuda_memory.cu: devices, memory, transfers, graph capture;
+ * cuda_stats.cu: device stats (NVML); cuda_fault.cu: the deferred index checks.
  */
 #ifndef PL_CUDA_COMMON_CUH
 #define PL_CUDA_COMMON_CUH
@@ -32,6 +46,13 @@
 #include "pipeline/pipeline.h"
 
 #define PL_CUDA_THREADS 256
+#define PL_CUDA_MAX_DEVICES 8 /* cuBLAS handles, NVML devices */
+#define T_ROW 256             /* threads per block of the row kernels */
+
+/* Blocks of a one-block-per-row launch over `rows` rows (grid-stride beyond). */
+static inline unsigned row_grid(int64_t rows) {
+    return (unsigned)(rows < 65535 * 16 ? (rows > 0 ? rows : 1) : 65535 * 16);
+}
 
 /* ---- the compute stream (see the top of this file) ---- */
 #ifndef CUDA_API_PER_THREAD_DEFAULT_STREAM
@@ -179,7 +200,7 @@ static inline void pl_cu_scratch_free(pl_cu_scratch *s) {
     s->p = NULL;
 }
 
-/* ---- shared entry points between the two translation units ----------------- */
+/* ---- shared entry points between the translation units --------------------- */
 
 /* dst (contiguous, dtype ddt) <- n elements of src seen with (shape, stride)
  * in elements, dtype sdt; dst_stride NULL means contiguous dst. Conversion
@@ -192,6 +213,9 @@ typedef struct pl_cu_geom {
 } pl_cu_geom;
 pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt, const pl_cu_geom *g,
                              int64_t n, bool dst_contig);
+/* g: the geometry of a contiguous tensor of `shape` (nd dims), source and
+ * destination strides alike. cuda_copy.cu. */
+void pl_cu_geom_contig(pl_cu_geom *g, int nd, const int64_t *shape);
 
 /* f32 copy of a float tensor (its own data when already f32). */
 const float *pl_cu_as_f32(const pl_tensor *t, pl_cu_scratch *s, pl_status *st);
@@ -267,24 +291,58 @@ pl_status pl_cu_check_indices(pl_op op, const pl_tensor *idx, int64_t n);
 
 /* pl_backend.fill_random: t (contiguous f32 / bf16 / f16 on its device)
  * filled with pl_init_draw's values for (seed, stream), one launch, no
- * copy. cuda_kernels.cu. */
+ * copy. cuda_index.cu. */
 pl_status pl_cu_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
                             uint64_t stream);
 
 /* The cuBLAS handle of device `dev` (created on first use; legacy default
  * stream, f32 GEMMs without TF32), or NULL with the error set. Borrowed: it
- * lives as long as the process. cuda_backend.cu. */
+ * lives as long as the process. cuda_matmul.cu. */
 cublasHandle_t pl_cu_blas_handle(int dev);
 /* "CUBLAS_STATUS_..." for an error message. Static string. */
 const char *pl_cu_blas_status(cublasStatus_t s);
 
-/* The kernel table behind the backend's lookup (cuda_backend.cu fills the
- * copy / shape / matmul slots and calls the others). */
-void pl_cuda_register_kernels(pl_kernel_table *t); /* cuda_kernels.cu */
+/* The kernel table behind the backend's lookup: cuda_backend.cu calls each
+ * file's register function once, before the table is handed out. */
+void pl_cuda_register_dense(pl_kernel_table *t);     /* cuda_dense.cu: binary, scalar, sum / mean,
+                                                        activations, swiglu */
+void pl_cuda_register_norm(pl_kernel_table *t);      /* cuda_norm.cu: softmax, losses, norms */
+void pl_cuda_register_index(pl_kernel_table *t);     /* cuda_index.cu: embedding, index_select,
+                                                        gather, scatter_add, segment_softmax,
+                                                        dropout */
+void pl_cuda_register_attention(pl_kernel_table *t); /* cuda_attention.cu: rope, causal_softmax */
+void pl_cuda_register_copy(pl_kernel_table *t);      /* cuda_copy.cu: copy, reshape, cast,
+                                                        permute, slice, concat */
+void pl_cuda_register_matmul(pl_kernel_table *t);    /* cuda_matmul.cu: matmul */
 void pl_cuda_register_nf4(pl_kernel_table *t);     /* cuda_nf4.cu: nf4_matmul */
 void pl_cuda_register_optim(pl_kernel_table *t);   /* cuda_optim.cu: clamp, adamw_step, sgd_step */
 #ifdef PL_CUDA_HAVE_CUDNN
 void pl_cuda_register_lstm(pl_kernel_table *t);    /* cuda_lstm.cu (cuDNN): lstm */
 #endif
+
+/* ---- the verbs of cuda_backend.cu's pl_backend table (see backend.h) ---- */
+
+/* cuda_memory.cu: devices, memory, transfers */
+int cu_device_count(void);
+void *cu_raw_alloc(int device, size_t n);
+void cu_raw_free(int device, void *p);
+pl_status cu_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size_t n);
+pl_status cu_memcpy_h2d_background(void *dst, pl_device dd, const void *src, size_t n);
+pl_status cu_memset(void *dst, pl_device dev, int v, size_t n);
+pl_status cu_sync(int device);
+pl_status cu_mem_info(int device, size_t *free_b, size_t *total_b);
+void *cu_host_alloc(size_t n);
+void cu_host_free(void *p);
+/* cuda_memory.cu: graph capture, and fill_random (refused while capturing) */
+pl_status cu_capture_begin(int device);
+pl_status cu_capture_end(int device, void **graph);
+pl_status cu_graph_replay(void *graph);
+void cu_graph_release(void *graph);
+pl_status cu_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
+                         uint64_t stream);
+/* cuda_matmul.cu: [pipeline] allow_tf32 */
+pl_status cu_set_option(const char *key, const char *value);
+/* cuda_stats.cu: NVML */
+pl_status cu_device_stats(int device, uint64_t *cursor, pl_device_stats *out);
 
 #endif

@@ -1,7 +1,7 @@
 /* history_reader.h - the ilora model's reader of per-user item histories:
  * the CSR /val/history and /test/history {offsets i64 [U+1], items i32 [n]}
  * of a tools/movielens_to_h5.py file, the items each user rated before the
- * held-out target. Ranking excludes them (ilora.c, `history_path`).
+ * held-out target. Ranking excludes them (ilora_forward.c, `history_path`).
  * Plugin-internal; depends on nothing of the model. */
 #ifndef ILORA_HISTORY_READER_H
 #define ILORA_HISTORY_READER_H

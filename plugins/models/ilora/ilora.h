@@ -80,7 +80,7 @@ typedef struct ilora_layer {
 } ilora_layer;
 
 typedef struct ilora_export ilora_export; /* teacher_export.c */
-typedef struct ilora_layer_ctx ilora_layer_ctx;       /* ilora.c: one layer's recomputation context */
+typedef struct ilora_layer_ctx ilora_layer_ctx; /* ilora_layers.c: a layer's recomputation */
 
 typedef struct ilora_model {
     ilora_opts o;

@@ -481,7 +481,7 @@ START_TEST(router_loss_gradients_match_central_differences) {
 END_TEST
 
 /* On a device the training loss is built without reading the labels back
- * (every position scored, the sums masked; ilora.c train_forward_device):
+ * (every position scored, the sums masked; ilora_forward.c train_forward_device):
  * the same loss, count of labelled positions and gradients as the host
  * path's selection of the labelled positions, router terms over the
  * per-position gates included. A batch without a label: NaN there

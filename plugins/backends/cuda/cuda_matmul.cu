@@ -1,0 +1,281 @@
+/* cuda_matmul.cu - matmul through cuBLAS (row-major via C^T = B^T A^T), the cuBLAS
+ * handles, the allow_tf32 option: the GPU twin of the CPU backend's kernels_matmul.c. */
+#include <cublas_v2.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+
+/* ---- cuBLAS handles (one per device, created on first use) --------------------- */
+
+static cublasHandle_t g_blas[PL_CUDA_MAX_DEVICES];
+static pthread_mutex_t g_blas_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *blas_str(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+    }
+}
+
+static cublasHandle_t blas_handle(int dev) {
+    if (dev < 0 || dev >= PL_CUDA_MAX_DEVICES) {
+        pl_error_set(PL_ERR_DEVICE, "cuda backend: device index %d out of range", dev);
+        return NULL;
+    }
+    pthread_mutex_lock(&g_blas_mu);
+    if (!g_blas[dev]) {
+        cublasHandle_t h;
+        cublasStatus_t s = cublasCreate(&h);
+        if (s != CUBLAS_STATUS_SUCCESS)
+            pl_error_set(PL_ERR_DEVICE, "cublasCreate on cuda:%d failed: %s", dev, blas_str(s));
+        else {
+            /* f32 GEMMs stay true f32 (no TF32): results match the CPU backend */
+            cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
+            /* the calling thread's stream (cuda_common.cuh), resolved at each call */
+            cublasSetStream(h, cudaStreamPerThread);
+            /* a workspace of ours, set after the stream (cublasSetStream resets
+             * it): cuBLAS then never allocates inside a captured graph
+             * (PyTorch's CUBLAS_WORKSPACE_CONFIG rule); 32 MiB as cuBLAS
+             * recommends for Hopper */
+            void *ws = NULL;
+            if (cudaMalloc(&ws, (size_t)32 << 20) == cudaSuccess)
+                cublasSetWorkspace(h, ws, (size_t)32 << 20);
+            else
+                cudaGetLastError(); /* without it cuBLAS uses its own pool (eager is fine) */
+            g_blas[dev] = h;
+        }
+    }
+    cublasHandle_t h = g_blas[dev];
+    pthread_mutex_unlock(&g_blas_mu);
+    return h;
+}
+
+cublasHandle_t pl_cu_blas_handle(int dev) { return blas_handle(dev); }
+const char *pl_cu_blas_status(cublasStatus_t s) { return blas_str(s); }
+
+/* ---- matmul (cuBLAS, row-major via C^T = B^T A^T) ------------------------------------------ */
+
+/* [pipeline] allow_tf32 (set_option): f32 x f32 GEMMs may use TF32 tensor
+ * cores. Off by default (torch.backends.cuda.matmul.allow_tf32 = False). */
+static bool g_allow_tf32;
+
+pl_status cu_set_option(const char *key, const char *value) {
+    if (!strcmp(key, "allow_tf32")) {
+        g_allow_tf32 = !strcmp(value, "true") || !strcmp(value, "1");
+        return PL_OK;
+    }
+    /* the adamw / sgd kernels read the step's found_inf flag on the device
+     * (cuda_optim.cu), so the trainer may keep the loss there */
+    if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
+    return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);
+}
+
+static cudaDataType_t cu_type(pl_dtype dt) {
+    return dt == PL_BF16 ? CUDA_R_16BF : dt == PL_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Row-major C[M,N] (+batch) = alpha op(A) op(B) + beta C, where A is stored
+ * [M,K] (ta: [K,M]) and B [K,N] (tb: [N,K]), f32 accumulation. cuBLAS is
+ * column-major: a row-major X is X^T to it, so we ask for
+ * C^T[N,M] = op(B)^T op(A)^T, i.e. gemm(opB, opA, N, M, K, B, A). */
+static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         const void *A, cudaDataType_t at, int64_t sA, const void *B,
+                         cudaDataType_t bt, int64_t sB, float beta, void *C, cudaDataType_t ct,
+                         int64_t sC, int64_t batch) {
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
+                            "exceed cuBLAS's int range", (long long)M, (long long)N, (long long)K,
+                            (long long)batch);
+    float alpha = 1.0f;
+    int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
+    cublasStatus_t s = cublasGemmStridedBatchedEx(
+        h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
+        &alpha, B, bt, ldb, sB, A, at, lda, sA, &beta, C, ct, (int)N, sC, (int)batch,
+        g_allow_tf32 && at == CUDA_R_32F && bt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                             : CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return pl_error_set(PL_ERR_DEVICE, "cuda matmul: cublasGemmStridedBatchedEx failed: %s",
+                            blas_str(s));
+    return PL_OK;
+}
+
+
+/* A batch count is "uniform" when one stride describes it: every matrix (n ==
+ * nbatch) or one shared matrix (n == 1, stride 0). */
+static bool uniform(int64_t n, int64_t nbatch) { return n == nbatch || n == 1; }
+
+static pl_status k_matmul_fwd(const pl_kernel_args *a) {
+    const pl_tensor *A = a->in[0], *B = a->in[1];
+    pl_tensor *C = a->out[0];
+    if (A->dtype != B->dtype || A->dtype != C->dtype ||
+        !(A->dtype == PL_F32 || A->dtype == PL_BF16 || A->dtype == PL_F16))
+        return pl_error_set(PL_ERR_DTYPE, "cuda matmul: dtypes %s @ %s -> %s not supported",
+                            pl_dtype_name(A->dtype), pl_dtype_name(B->dtype),
+                            pl_dtype_name(C->dtype));
+    if (pl_cu_set_device(A)) return pl_error_status();
+    cublasHandle_t h = blas_handle(A->device.index);
+    if (!h) return pl_error_status();
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, A, B, C, a->p.flags);
+    int64_t M = g.M, N = g.N, K = g.K;
+    if (M == 0 || N == 0 || g.nbatch == 0) return PL_OK;
+    if (K == 0) {
+        CUDA_TRY(cudaMemset(pl_tensor_data(C), 0, pl_tensor_nbytes(C)));
+        return PL_OK;
+    }
+    cudaDataType_t t = cu_type(A->dtype);
+    size_t es = pl_dtype_size(A->dtype);
+    const char *pa = (const char *)pl_tensor_data(A), *pb = (const char *)pl_tensor_data(B);
+    char *pc = (char *)pl_tensor_data(C);
+    if (!g.ta && g.nb == 1 && g.na == g.nbatch) /* shared B: one GEMM of nbatch*M rows */
+        return rm_gemm(h, false, g.tb, g.nbatch * M, N, K, pa, t, 0, pb, t, 0, 0.0f, pc, t, 0, 1);
+    if (uniform(g.na, g.nbatch) && uniform(g.nb, g.nbatch))
+        return rm_gemm(h, g.ta, g.tb, M, N, K, pa, t, g.na == 1 ? 0 : M * K, pb, t,
+                       g.nb == 1 ? 0 : K * N, 0.0f, pc, t, M * N, g.nbatch);
+    for (int64_t bi = 0; bi < g.nbatch; bi++) { /* general batch broadcast */
+        int64_t ia, ib;
+        pl_mm_batch_off(&g, bi, &ia, &ib);
+        if (rm_gemm(h, g.ta, g.tb, M, N, K, pa + (size_t)(ia * M * K) * es, t, 0,
+                    pb + (size_t)(ib * K * N) * es, t, 0, 0.0f, pc + (size_t)(bi * M * N) * es, t,
+                    0, 1))
+            return pl_error_status();
+    }
+    return PL_OK;
+}
+
+const void *pl_cu_as_dtype(const pl_tensor *G, pl_dtype dt, pl_cu_scratch *s, pl_status *st) {
+    int64_t n = pl_tensor_numel(G);
+    void *p = pl_cu_scratch_get(s, G->device, (size_t)n * pl_dtype_size(dt));
+    if (!p) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    pl_cu_geom gg;
+    pl_cu_geom_contig(&gg, G->ndim, G->shape);
+    *st = pl_cu_strided_copy(p, dt, pl_tensor_data(G), G->dtype, &gg, n, true);
+    return *st ? NULL : p;
+}
+
+/* in = {G [.., M, N] f32, A, B}; out = {dA (A's shape), dB (B's shape)} f32.
+ * Half (bf16 / f16) operands stay half: G is rounded to their dtype and the
+ * GEMMs read half and accumulate and write f32 (CUBLAS_COMPUTE_32F), as
+ * PyTorch's autograd does for a bf16 matmul, whose grad_output is bf16 (its
+ * mm backward runs in the operands' dtype). Widening the operands to f32
+ * instead ran the 7B backward on the f32 (non-tensor-core) path, 7x the
+ * forward's time (H200, 2026-11-27 profile). */
+static pl_status k_matmul_bwd(const pl_kernel_args *a) {
+    const pl_tensor *G = a->in[0];
+    pl_tensor *dA = a->out[0], *dB = a->out[1];
+    if (!dA && !dB) return PL_OK;
+    if (pl_cu_set_device(G)) return pl_error_status();
+    cublasHandle_t h = blas_handle(G->device.index);
+    if (!h) return pl_error_status();
+    pl_mm_geo g;
+    pl_mm_geo_init(&g, a->in[1], a->in[2], G, a->p.flags);
+    int64_t M = g.M, N = g.N, K = g.K;
+    bool ta = g.ta, tb = g.tb;
+    pl_status st = PL_OK;
+    pl_cu_scratch sa = {0}, sb = {0}, sg = {0};
+    pl_dtype odt = a->in[1]->dtype;
+    bool half = (odt == PL_BF16 || odt == PL_F16) && a->in[2]->dtype == odt;
+    const cudaDataType_t f = CUDA_R_32F, it = half ? cu_type(odt) : f;
+    size_t es = half ? 2 : sizeof(float);
+    const char *A = NULL, *B = NULL, *Gp = NULL;
+    if (half) {
+        A = dB ? (const char *)pl_tensor_data(a->in[1]) : NULL;
+        B = dA ? (const char *)pl_tensor_data(a->in[2]) : NULL;
+        Gp = (const char *)pl_cu_as_dtype(G, odt, &sg, &st);
+    } else {
+        A = dB ? (const char *)pl_cu_as_f32(a->in[1], &sa, &st) : NULL;
+        B = !st && dA ? (const char *)pl_cu_as_f32(a->in[2], &sb, &st) : NULL;
+        Gp = (const char *)pl_tensor_data(G);
+    }
+    float *pdA = dA ? fp(dA) : NULL, *pdB = dB ? fp(dB) : NULL;
+    if (st) goto done;
+    if (pdA && (g.na != g.nbatch || N == 0 || M * K == 0))
+        if (cudaMemset(pdA, 0, (size_t)(g.na * M * K) * sizeof(float)) != cudaSuccess) {
+            st = pl_error_set(PL_ERR_DEVICE, "cuda matmul backward: cudaMemset failed");
+            goto done;
+        }
+    if (pdB && (g.nb != g.nbatch || M == 0 || K * N == 0))
+        if (cudaMemset(pdB, 0, (size_t)(g.nb * K * N) * sizeof(float)) != cudaSuccess) {
+            st = pl_error_set(PL_ERR_DEVICE, "cuda matmul backward: cudaMemset failed");
+            goto done;
+        }
+    if (M == 0 || N == 0 || K == 0 || g.nbatch == 0) goto done;
+    if (!ta && g.nb == 1 && g.na == g.nbatch) {
+        /* shared B, A rows stacked: dA = G op(B)^T, dB = sum over all rows */
+        int64_t Mt = g.nbatch * M;
+        if (pdA && (st = rm_gemm(h, false, !tb, Mt, K, N, Gp, it, 0, B, it, 0, 0.0f, pdA, f, 0, 1)))
+            goto done;
+        if (pdB) {
+            if (!tb) /* dB [K,N] = A^T G */
+                st = rm_gemm(h, true, false, K, N, Mt, A, it, 0, Gp, it, 0, 0.0f, pdB, f, 0, 1);
+            else /* dB [N,K] = G^T A */
+                st = rm_gemm(h, true, false, N, K, Mt, Gp, it, 0, A, it, 0, 0.0f, pdB, f, 0, 1);
+        }
+        goto done;
+    }
+    /* dA: !ta -> dA[M,K] = G op(B)^T ; ta -> dA[K,M] = op(B) G^T
+     * dB: !tb -> dB[K,N] = op(A)^T G ; tb -> dB[N,K] = G^T op(A) */
+    if (pdA) {
+        if (g.na == g.nbatch && uniform(g.nb, g.nbatch)) {
+            int64_t sB = g.nb == 1 ? 0 : K * N;
+            st = !ta ? rm_gemm(h, false, !tb, M, K, N, Gp, it, M * N, B, it, sB, 0.0f, pdA, f,
+                               M * K, g.nbatch)
+                     : rm_gemm(h, tb, true, K, M, N, B, it, sB, Gp, it, M * N, 0.0f, pdA, f,
+                               M * K, g.nbatch);
+        } else { /* broadcast A: accumulate batch by batch (dA zeroed above) */
+            for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
+                int64_t ia, ib;
+                pl_mm_batch_off(&g, bi, &ia, &ib);
+                const char *gb = Gp + (size_t)(bi * M * N) * es, *bb = B + (size_t)(ib * K * N) * es;
+                float *d = pdA + ia * M * K;
+                st = !ta ? rm_gemm(h, false, !tb, M, K, N, gb, it, 0, bb, it, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, tb, true, K, M, N, bb, it, 0, gb, it, 0, 1.0f, d, f, 0, 1);
+            }
+        }
+        if (st) goto done;
+    }
+    if (pdB) {
+        if (g.nb == g.nbatch && uniform(g.na, g.nbatch)) {
+            int64_t sA = g.na == 1 ? 0 : M * K;
+            st = !tb ? rm_gemm(h, !ta, false, K, N, M, A, it, sA, Gp, it, M * N, 0.0f, pdB, f,
+                               K * N, g.nbatch)
+                     : rm_gemm(h, true, ta, N, K, M, Gp, it, M * N, A, it, sA, 0.0f, pdB, f,
+                               K * N, g.nbatch);
+        } else {
+            for (int64_t bi = 0; bi < g.nbatch && !st; bi++) {
+                int64_t ia, ib;
+                pl_mm_batch_off(&g, bi, &ia, &ib);
+                const char *gb = Gp + (size_t)(bi * M * N) * es, *ab = A + (size_t)(ia * M * K) * es;
+                float *d = pdB + ib * K * N;
+                st = !tb ? rm_gemm(h, !ta, false, K, N, M, ab, it, 0, gb, it, 0, 1.0f, d, f, 0, 1)
+                         : rm_gemm(h, true, ta, N, K, M, gb, it, 0, ab, it, 0, 1.0f, d, f, 0, 1);
+            }
+        }
+    }
+done:
+    pl_cu_scratch_free(&sa);
+    pl_cu_scratch_free(&sb);
+    pl_cu_scratch_free(&sg);
+    return st;
+}
+
+/* ---- registration ------------------------------------------------------------------------ */
+
+void pl_cuda_register_matmul(pl_kernel_table *t) {
+    pl_kernel_table_set(t, PL_OP_MATMUL, k_matmul_fwd, k_matmul_bwd);
+}
