@@ -39,7 +39,7 @@ LAYERS = [
     ("backend registry", "core", ["backend_registry", "backend_util"]),
     ("CPU backend (kernels)", "`cpu.so` (plugin)", ["../../plugins/backends/cpu/"]),
     ("config + schema + plugin registry", "core",
-     ["config", "config_load", "config_ini", "config_override", "config_validate", "core_schema",
+     ["config", "config_load", "config_ini", "config_validate", "core_schema",
       "registry", "backend_loader", "runobjs", "stage"]),
     ("the run (trainer, callbacks, chain, crash handler)", "libpipeline_run.so", ["../run/"]),
     ("file formats (safetensors, nf4 load)", "libpipeline_io.so", ["../io/"]),

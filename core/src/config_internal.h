@@ -50,6 +50,10 @@ const char *const *pl_config_required_sections(void);
 
 /* ---- loading --------------------------------------------------------- */
 
+/* pl_config_load, _as, _string and the override parsers are libpipeline_run's
+ * (core/run/config_file.c, config_override.c: the command line's and a run's
+ * loaders); pl_config_load_partial and pl_config_free are the core's. */
+
 /* Load `path`, apply `n_over` overrides ("section.key=value"), resolve
  * plugins through `reg` and validate. NULL on error (see above). */
 pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
@@ -120,7 +124,7 @@ int pl_config_parse_output_ref(const pl_config *c, const char *value, char *ini_
 pl_status pl_config_set_resolved(pl_config *c, const char *section, const char *key,
                                  const char *value);
 
-/* ---- output ---------------------------------------------------------- */
+/* ---- output (libpipeline_run: core/run/config_write.c) ---------------- */
 
 /* Aligned table of every key with its value and origin (`pipeline check`). */
 void pl_config_print(const pl_config *c, FILE *f);

@@ -1,8 +1,9 @@
-/* config_load.c - the loading entry points of pipeline/config.h and
- * config_internal.h: read the file, then run a load's stages in order (the
- * INI reader, config_ini.c; command-line overrides, config_override.c;
- * resolution against the plugins' schemas, config_validate.c) over the store
- * (config.c). The top of the config layer: nothing in it calls back here. */
+/* config_load.c - a config from INI text: the store (config.c) filled by the
+ * INI reader (config_ini.c), then resolved against the plugins' schemas
+ * (config_validate.c). pl_config_load_partial is the whole load of a plugin's
+ * test harness; the run's loaders (core/run/config_file.c: a file, the
+ * command line's overrides) run cfg_load_text, their overrides, then
+ * cfg_resolve. The top of the config layer: nothing in it calls back here. */
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -16,9 +17,7 @@
  * Loading entry points
  * ==================================================================== */
 
-static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
-                              const char *const *overrides, const char *origin, pl_registry *reg,
-                              bool partial) {
+pl_config *cfg_load_text(const char *text, const char *name, const char *base_dir, bool partial) {
     pl_config *c = calloc(1, sizeof *c);
     if (!c) {
         pl_error_set(PL_ERR_NOMEM, "config: out of memory");
@@ -27,26 +26,11 @@ static pl_config *load_common(const char *text, const char *name, const char *ba
     c->partial = partial;
     c->path = cfg_xstrdup(name);
     c->dir = cfg_xstrdup(base_dir ? base_dir : ".");
-    if (!c->path || !c->dir) goto fail;
-    if (cfg_parse_text(c, text)) goto fail;
-    if (cfg_apply_overrides(c, n_over, overrides, origin ? origin : "command line")) goto fail;
-    if (cfg_resolve(c, reg)) goto fail;
-    return c;
-fail:
-    pl_config_free(c);
-    return NULL;
-}
-
-pl_config *pl_config_load_string(const char *text, const char *name, const char *base_dir,
-                                 int n_over, const char *const *overrides, pl_registry *reg) {
-    pl_hint_clear();
-    pl_error_clear();
-    if (!text || !reg) {
-        pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
+    if (!c->path || !c->dir || cfg_parse_text(c, text)) {
+        pl_config_free(c);
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, NULL, reg,
-                       false);
+    return c;
 }
 
 pl_config *pl_config_load_partial(const char *text, const char *name, pl_registry *reg) {
@@ -56,78 +40,10 @@ pl_config *pl_config_load_partial(const char *text, const char *name, pl_registr
         pl_error_set(PL_ERR_INVALID, "pl_config_load_partial: NULL %s", !text ? "text" : "registry");
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", NULL, 0, NULL, NULL, reg, true);
-}
-
-pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
-                          pl_registry *reg) {
-    return pl_config_load_as(path, n_over, overrides, NULL, reg);
-}
-
-pl_config *pl_config_load_as(const char *path, int n_over, const char *const *overrides,
-                             const char *origin, pl_registry *reg) {
-    pl_hint_clear();
-    pl_error_clear();
-    if (!path || !reg) {
-        pl_error_set(PL_ERR_INVALID, "pl_config_load: NULL %s", !path ? "path" : "registry");
+    pl_config *c = cfg_load_text(text, name ? name : "<string>", NULL, true);
+    if (c && cfg_resolve(c, reg)) {
+        pl_config_free(c);
         return NULL;
     }
-    /* a FIFO or a device named as the config is refused, never waited on */
-    FILE *f = pl_file_fopen_read(path, "config file");
-    if (!f) {
-        if (errno) { /* else: not a regular file, the message says which type */
-            pl_hint_set("check the path; it is relative to the current directory");
-            pl_error_set(PL_ERR_IO, "cannot open config file %s: %s", path, strerror(errno));
-        }
-        return NULL;
-    }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
-    char buf[8192];
-    size_t r;
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
-        if (len + r + 1 > cap) {
-            cap = (len + r + 1) * 2;
-            char *t = realloc(text, cap);
-            if (!t) {
-                free(text);
-                fclose(f);
-                pl_error_set(PL_ERR_NOMEM, "%s: out of memory reading the file", path);
-                return NULL;
-            }
-            text = t;
-        }
-        memcpy(text + len, buf, r);
-        len += r;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(text);
-        pl_error_set(PL_ERR_IO, "cannot read config file %s", path);
-        return NULL;
-    }
-    if (!text && !(text = calloc(1, 1))) {
-        pl_error_set(PL_ERR_NOMEM, "%s: out of memory", path);
-        return NULL;
-    }
-    text[len] = '\0';
-    if (memchr(text, '\0', len)) {
-        free(text);
-        pl_hint_set("a config must be a text INI file");
-        pl_error_set(PL_ERR_CONFIG, "%s: not a text file (contains NUL bytes)", path);
-        return NULL;
-    }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        dir[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
-    pl_config *c = load_common(text, path, dir, n_over, overrides, origin, reg, false);
-    free(text);
     return c;
 }
