@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c - the safetensors reader (core/src/safetensors.c) on
+/* fuzz_safetensors.c - the safetensors reader (core/io/safetensors.c) on
  * arbitrary bytes: the input is the whole file. Open it; when it opens,
  * every tensor's info, a zero-copy view whose every byte is read, a copy
  * (pl_st_load) and a conversion into an f32 tensor of its shape

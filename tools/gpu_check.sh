@@ -860,7 +860,7 @@ PY
 fi
 
 # ---- profile: where the device time of a step goes, op by op -----------------------------
-# PL_PROFILE_OPS=1 (core/src/op_profile.c): every kernel between two synchronizes; the
+# PL_PROFILE_OPS=1 (core/src/tensor/op_profile.c): every kernel between two synchronizes; the
 # teacher of bench/teacher/scale.ini on a GPU_CHECK_PROFILE_SIZE Llama (default 7b, batch 64,
 # bf16-true: where the 2026-11-27 H200 step was 5x PyTorch's), 2 steps.
 if want profile; then

@@ -110,7 +110,7 @@ static const op_case g_cases[] = {
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 
-/* The allocator's block size for n bytes (core/src/alloc.c's classes below 1 MiB). */
+/* The allocator's block size for n bytes (core/src/tensor/alloc.c's classes below 1 MiB). */
 static size_t block_of(size_t n) {
     size_t p = 256;
     while (p < n) p <<= 1;

@@ -1,4 +1,4 @@
-/* test_op_profile.c - PL_PROFILE_OPS's table (core/src/op_profile.c): every
+/* test_op_profile.c - PL_PROFILE_OPS's table (core/src/tensor/op_profile.c): every
  * forward and backward kernel the core dispatches is counted under its op,
  * pass and dtype, on the CPU and on the strict device; nothing is counted
  * while it is off; the report lists the rows largest first. */

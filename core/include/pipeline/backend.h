@@ -251,7 +251,7 @@ typedef struct pl_backend {
      * compute on f32 data (elementwise, reductions, losses, norms): when it is
      * NULL or answers false, the core widens the half inputs into transient
      * f32 copies around the kernel and rounds its f32 results into the half
-     * outputs (core/src/half_io.c), three launches more on a GPU. Gradients
+     * outputs (core/src/tensor/half_io.c), three launches more on a GPU. Gradients
      * (out[] of a backward call) are f32 either way. Any thread; no side
      * effects. */
     bool (*half_native)(const pl_kernel_args *a, bool backward);

@@ -61,7 +61,7 @@ extern "C" {
  *          pl_backend.half_native (a kernel that reads bf16 / f16 itself);
  *          the elementwise, reduction, loss and norm ops are recorded with
  *          their half tensors and return the input dtype (the core widens
- *          around f32-only kernels: core/src/half_io.c);
+ *          around f32-only kernels: core/src/tensor/half_io.c);
  *          pl_backend.capture_begin / capture_end / graph_replay /
  *          graph_release and pipeline/graph.h (whole-step graphs, [trainer]
  *          cuda_graphs); adamw_step / sgd_step take their coefficients from a

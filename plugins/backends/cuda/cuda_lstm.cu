@@ -2,7 +2,7 @@
  * the GPU twin of plugins/backends/cpu/kernels_lstm.c. Built only when CMake finds
  * cuDNN (PL_CUDA_HAVE_CUDNN); otherwise the lookup declines lstm.
  *
- * The op (ops.h pl_lstm, front end in core/src/ops_index.c): one layer,
+ * The op (ops.h pl_lstm, front end in core/src/tensor/ops_index.c): one layer,
  * PyTorch gate order (i, f, g, o), batch-major x [B, T, In],
  *   a_t = x_t W_ih^T + h_{t-1} W_hh^T + b,  c_t = f c_{t-1} + i g,  h_t = o tanh(c_t)
  * Kernel args: in = {x, w_ih [4H, In], w_hh [4H, H], b [4H] (the front end
