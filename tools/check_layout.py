@@ -13,7 +13,8 @@
     - no circle of files calling each other anywhere in core/ (every folder
       together: core/src, core/run, core/io, core/services, core/testing,
       core/cli), reported as each strongly connected set with its edges;
-    - no function over 150 lines, no file over 1000 lines;
+    - no function over 150 lines, no file over 1000 lines, in core/ and in
+      every plugin (plugins/, tests excluded): the whole product;
     - libpipeline_core.so (core/src) at most 8,000 lines of .c, counted by
       tools/core_layers.py, which also fails when a file is in no layer;
     - no shipped plugin's name (a folder plugins/KIND/NAME) in a string of
@@ -155,7 +156,7 @@ def sizes(files, bad):
         n = sum(1 for _ in open(f))
         if n > MAX_FILE:
             bad.append(f"{f}: {n} lines (at most {MAX_FILE})")
-        if f.endswith(".c"):
+        if f.endswith((".c", ".cu")):
             for name, line, length in functions(f):
                 nfns += 1
                 if length > MAX_FN:
@@ -193,6 +194,11 @@ def core():
                    if not os.path.basename(f).startswith("test_") and "/include/" not in f)
     csrc = [f for f in files if f.endswith(".c")]
     nfns = sizes(files, bad)
+    # the size rules hold for the whole product: the plugins too (their tests excluded)
+    plug = sorted(f for f in glob.glob(os.path.join(ROOT, "plugins/**/*"), recursive=True)
+                  if f.endswith((".c", ".h", ".cu", ".cuh")) and "/test_support/" not in f
+                  and not os.path.basename(f).startswith("test_"))
+    nfns += sizes(plug, bad)
     rel = lambda f: os.path.relpath(f, os.path.join(ROOT, "core"))
     edges = edges_of(csrc, rel)
     for comp in sccs(edges):
@@ -219,7 +225,8 @@ def core():
     if bad:
         print("check_layout core: FAIL\n  " + "\n  ".join(bad))
         return 1
-    print(f"check_layout core: {len(files)} files, {nfns} functions, libpipeline_core {total:,} "
+    print(f"check_layout core: {len(files)} core and {len(plug)} plugin files, {nfns} functions, "
+          f"libpipeline_core {total:,} "
           f"lines: no circle, no function over {MAX_FN} lines, no file over {MAX_FILE} lines, "
           f"no plugin name in core/src")
     return 0
