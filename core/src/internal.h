@@ -77,6 +77,10 @@ const pl_backend *pl_backend_peek(pl_device_type type);
  * the function that finds and registers the cpu plugin: called once, by the
  * first CPU lookup (pl_backend_get). */
 void pl_backend_set_cpu_loader(pl_status (*load)(void));
+/* Wait until every kernel queued on device d has run (its backend's
+ * synchronize; PL_OK at once on the CPU, whose kernels return when done):
+ * the op profiler and the run's steady-state clock (backend_registry.c). */
+pl_status pl_device_synchronize(pl_device d);
 /* Split a device string "NAME" or "NAME:N" (NAME: letters, digits, '_';
  * N: 0..2^31-1) into the backend name and index; "cpu" and "auto" come back
  * as themselves with index 0. PL_ERR_INVALID naming the string otherwise. */

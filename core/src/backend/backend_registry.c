@@ -162,3 +162,9 @@ pl_kernel_fn pl_backend_kernel(const pl_backend *b, pl_op op, bool backward) {
 bool pl_backend_supports(const pl_backend *b, pl_op op, bool backward) {
     return pl_backend_kernel(b, op, backward) != NULL;
 }
+
+pl_status pl_device_synchronize(pl_device d) {
+    if (d.type == PL_DEVICE_CPU) return PL_OK; /* the CPU's kernels return when done */
+    const pl_backend *b = pl_backend_get(d.type);
+    return b && b->synchronize ? b->synchronize(d.index) : PL_OK;
+}

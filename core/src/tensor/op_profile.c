@@ -67,18 +67,14 @@ void pl_op_profile_enable(bool on) {
     pthread_mutex_unlock(&g_mu);
 }
 
-static void drain(pl_device d) {
-    const pl_backend *b = pl_backend_get(d.type);
-    if (b && b->synchronize) (void)b->synchronize(d.index);
-}
 
 double pl_op_profile_begin(pl_device d) {
-    drain(d);
+    (void)pl_device_synchronize(d);
     return now_s();
 }
 
 void pl_op_profile_end(int op, bool backward, const pl_tensor *first, pl_device d, double t0) {
-    drain(d);
+    (void)pl_device_synchronize(d);
     double dt = now_s() - t0;
     pl_dtype dt_in = first ? first->dtype : PL_F32;
     pthread_mutex_lock(&g_mu);
