@@ -131,3 +131,46 @@ const char *lt_fields_diff(lt_loader *L, const pl_field_list *fl, pl_data_split 
             if (!strcmp(fl->f[j].name, b->names[i])) *used |= 1u << j;
     return NULL;
 }
+
+pl_status lt_test_device(pl_device *dev) {
+    const char *be = getenv("PL_TEST_DEVICE_BACKEND");
+    *dev = (pl_device){PL_DEVICE_CUDA, 0};
+    return pl_harness_load_backend_named(PL_DEVICE_CUDA, be && be[0] ? be : "strict");
+}
+
+const char *lt_device_equals_cpu(const char *plugin, const char *body, pl_device dev, int epochs,
+                                 int *batches, int *fields, char *buf, size_t n) {
+    lt_loader Lc, Ld;
+    if (lt_open(&Lc, plugin, body, NULL)) {
+        snprintf(buf, n, "cpu loader: %s", pl_error_message());
+        return buf;
+    }
+    if (lt_open_on(&Ld, plugin, body, NULL, dev)) {
+        snprintf(buf, n, "device loader: %s", pl_error_message());
+        lt_close(&Lc);
+        return buf;
+    }
+    const char *why = NULL;
+    for (int e = 0; e < epochs && !why; e++) {
+        lt_epoch ec = {0}, ed = {0};
+        if (Lc.vt->epoch_begin(Lc.self, PL_SPLIT_TRAIN, e, 0) || lt_read_epoch(&Lc, &ec) ||
+            Ld.vt->epoch_begin(Ld.self, PL_SPLIT_TRAIN, e, 0) || lt_read_epoch(&Ld, &ed)) {
+            snprintf(buf, n, "epoch %d: %s", e, pl_error_message());
+            why = buf;
+        } else {
+            char d[512];
+            const char *diff = lt_epoch_tail_diff(&ec, 0, &ed, d, sizeof d);
+            if (diff) {
+                snprintf(buf, n, "epoch %d: %s", e, diff);
+                why = buf;
+            }
+            *batches = ed.nb;
+            *fields = ed.nb > 0 ? ed.b[0].n : 0;
+        }
+        lt_epoch_free(&ec);
+        lt_epoch_free(&ed);
+    }
+    lt_close(&Lc);
+    lt_close(&Ld);
+    return why;
+}

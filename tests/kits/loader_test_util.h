@@ -53,6 +53,19 @@ const char *lt_epoch_tail_diff(const lt_epoch *full, int k, const lt_epoch *rest
  * loader's batch_fields) that b carries. */
 const char *lt_fields_diff(lt_loader *L, const pl_field_list *fl, pl_data_split split,
                            const pl_batch *b, unsigned *used, char *buf, size_t n);
+/* The device the loaders' device tests run on: the strict backend (GPU-like
+ * memory the host cannot touch), or the backend PL_TEST_DEVICE_BACKEND names
+ * (cuda: the same comparisons on a real GPU), loaded into the accelerator
+ * slot. *dev = {PL_DEVICE_CUDA, 0}. */
+pl_status lt_test_device(pl_device *dev);
+/* Open `plugin` with `body` on the CPU and on `dev`, read `epochs` training
+ * epochs (0, 1, ...) from both and compare them batch for batch, byte for
+ * byte (lt_epoch_tail_diff). NULL when they agree, with *batches the device
+ * loader's batch count and *fields its first batch's field count in the last
+ * epoch; else why (into buf: an open or read failure, or the first
+ * difference, naming the epoch). */
+const char *lt_device_equals_cpu(const char *plugin, const char *body, pl_device dev, int epochs,
+                                 int *batches, int *fields, char *buf, size_t n);
 /* Write an HDF5 dataset (creating parent groups) with a native type. */
 int lt_write(const char *file, const char *name, long type, int ndim, const long long *dims, const void *data);
 

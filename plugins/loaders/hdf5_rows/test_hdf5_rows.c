@@ -411,11 +411,8 @@ END_TEST
  * equals the CPU loader's, byte for byte, resident and streaming, with the
  * teacher join's extra fields and row_field. */
 START_TEST(shuffled_batches_on_a_device_equal_the_cpu_ones) {
-    /* the strict device stands in for a GPU; PL_TEST_DEVICE_BACKEND=cuda runs
-     * the same comparison on a real one */
-    const char *be = getenv("PL_TEST_DEVICE_BACKEND");
-    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, be && be[0] ? be : "strict"));
-    pl_device dev = {PL_DEVICE_CUDA, 0};
+    pl_device dev;
+    PL_CK_OK(lt_test_device(&dev)); /* strict, or PL_TEST_DEVICE_BACKEND=cuda */
     char p[512], dp[512], tp[512], body[2048];
     lf_make_rows_file(p, sizeof p);
     lf_tmp_path("join_data.h5", dp, sizeof dp);
@@ -436,26 +433,12 @@ START_TEST(shuffled_batches_on_a_device_equal_the_cpu_ones) {
         else
             snprintf(body, sizeof body, "path = %s\ndatasets = x,label=y\nrow_field = row\n%s", p,
                      cases[c]);
-        lt_loader Lc, Ld;
-        PL_CK_OK(lt_open(&Lc, PLUGIN, body, NULL));
-        PL_CK_OK(lt_open_on(&Ld, PLUGIN, body, NULL, dev));
-        for (int e = 0; e < 2; e++) {
-            lt_epoch ec, ed;
-            PL_CK_OK(Lc.vt->epoch_begin(Lc.self, PL_SPLIT_TRAIN, e, 0));
-            PL_CK_OK(Ld.vt->epoch_begin(Ld.self, PL_SPLIT_TRAIN, e, 0));
-            ck_assert_int_eq(lt_read_epoch(&Lc, &ec), 0);
-            ck_assert_msg(lt_read_epoch(&Ld, &ed) == 0, "case %d: %s", c, pl_error_message());
-            ck_assert_int_gt(ed.nb, 1);
-            ck_assert_int_eq(ed.b[0].n, ec.b[0].n);
-            ck_assert_int_ge(ed.b[0].n, join ? 6 : 3);
-            char why[512];
-            const char *d = lt_epoch_tail_diff(&ec, 0, &ed, why, sizeof why);
-            ck_assert_msg(d == NULL, "case %d epoch %d: %s", c, e, d);
-            lt_epoch_free(&ec);
-            lt_epoch_free(&ed);
-        }
-        lt_close(&Lc);
-        lt_close(&Ld);
+        int nb = 0, nf = 0;
+        char why[1024];
+        const char *d = lt_device_equals_cpu(PLUGIN, body, dev, 2, &nb, &nf, why, sizeof why);
+        ck_assert_msg(d == NULL, "case %d: %s", c, d);
+        ck_assert_int_gt(nb, 1);
+        ck_assert_int_ge(nf, join ? 6 : 3);
     }
 }
 END_TEST

@@ -637,11 +637,8 @@ END_TEST
  * index_select per field; it equals the CPU loader's byte for byte: one
  * timeframe (several targets, horizon 2) and three timeframes. */
 START_TEST(shuffled_batches_on_a_device_equal_the_cpu_ones) {
-    /* the strict device stands in for a GPU; PL_TEST_DEVICE_BACKEND=cuda runs
-     * the same comparison on a real one */
-    const char *be = getenv("PL_TEST_DEVICE_BACKEND");
-    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, be && be[0] ? be : "strict"));
-    pl_device dev = {PL_DEVICE_CUDA, 0};
+    pl_device dev;
+    PL_CK_OK(lt_test_device(&dev)); /* strict, or PL_TEST_DEVICE_BACKEND=cuda */
     char p[512], q[512], body[2048], why[512];
     lf_make_series_file(p, sizeof p);
     make_hourly_file("hourly_dev.h5", 80, NULL, 0, q, sizeof q);
@@ -656,24 +653,11 @@ START_TEST(shuffled_batches_on_a_device_equal_the_cpu_ones) {
                      "path = %s\ntimeframes = 1,2,4\nwindows = 3,3,2\n"
                      "target_columns = level\nsplit_fractions = 0.6,0.2,0.2\nbatch_size = 5\n",
                      q);
-        lt_loader Lc, Ld;
-        PL_CK_OK(lt_open(&Lc, PLUGIN, body, NULL));
-        PL_CK_OK(lt_open_on(&Ld, PLUGIN, body, NULL, dev));
-        for (int e = 0; e < 2; e++) {
-            lt_epoch ec, ed;
-            PL_CK_OK(Lc.vt->epoch_begin(Lc.self, PL_SPLIT_TRAIN, e, 0));
-            PL_CK_OK(Ld.vt->epoch_begin(Ld.self, PL_SPLIT_TRAIN, e, 0));
-            ck_assert_int_eq(lt_read_epoch(&Lc, &ec), 0);
-            ck_assert_msg(lt_read_epoch(&Ld, &ed) == 0, "case %d: %s", c, pl_error_message());
-            ck_assert_int_gt(ed.nb, 1);
-            ck_assert_int_eq(ed.b[0].n, c == 0 ? 2 : 4);
-            const char *d = lt_epoch_tail_diff(&ec, 0, &ed, why, sizeof why);
-            ck_assert_msg(d == NULL, "case %d epoch %d: %s", c, e, d);
-            lt_epoch_free(&ec);
-            lt_epoch_free(&ed);
-        }
-        lt_close(&Lc);
-        lt_close(&Ld);
+        int nb = 0, nf = 0;
+        const char *d = lt_device_equals_cpu(PLUGIN, body, dev, 2, &nb, &nf, why, sizeof why);
+        ck_assert_msg(d == NULL, "case %d: %s", c, d);
+        ck_assert_int_gt(nb, 1);
+        ck_assert_int_eq(nf, c == 0 ? 2 : 4);
     }
 }
 END_TEST
