@@ -413,6 +413,28 @@ double tr_lr_factor(trainer *t);
 typedef pl_status (*tr_batch_fn)(trainer *t, const pl_batch *b, pl_data_split split, void *arg);
 pl_status tr_each_batch(trainer *t, pl_data_split split, int64_t max_batches, tr_batch_fn fn,
                         void *arg);
+/* ---- outputs.c: a model's outputs into a file (plugin.h pl_outputs) ----
+ * The model's outputs_* verbs for `purpose`, written with libpipeline_hdf5
+ * (pl_h5_outputs_*: a temporary name, renamed when complete).
+ * tr_outputs_supported: whether the model has the verbs (read only from a
+ * plugin of ABI minor >= 9). tr_outputs_begin: outputs_begin, then the file:
+ * PL_OUTPUTS_PREDICT at `dest`, PL_OUTPUTS_EXPORT at dest/<the file the
+ * model named> (PL_ERR_INVALID when it named none or one with '/');
+ * `attrs` (borrowed; the model adds to it) becomes the root attributes; the
+ * final path is copied to path_out (size n) when not NULL. A model's
+ * PL_ERR_UNSUPPORTED passes through with no file made. tr_outputs_batch:
+ * outputs_batch on b, its tensors appended (call it from a tr_each_batch
+ * callback: the tensors live in that frame). tr_outputs_finish: on `st` ==
+ * PL_OK commit the file and call outputs_end, else remove the temporary
+ * file; returns the first error. */
+struct pl_h5_out;
+bool tr_outputs_supported(const trainer *t);
+pl_status tr_outputs_begin(trainer *t, pl_outputs_purpose purpose, const char *dest,
+                           pl_meta *attrs, struct pl_h5_out **file, char *path_out, size_t n);
+pl_status tr_outputs_batch(trainer *t, pl_outputs_purpose purpose, struct pl_h5_out *file,
+                           const pl_batch *b, pl_data_split split);
+pl_status tr_outputs_finish(trainer *t, pl_outputs_purpose purpose, struct pl_h5_out **file,
+                            pl_status st);
 /* Create the stage of INI section `section` (PL_OK with s->self NULL when
  * the config has no such section); errors name the section and plugin. */
 pl_status tr_stage_create(trainer *t, stage *s, const char *section);

@@ -77,16 +77,15 @@ static pl_status run_test(trainer *t) {
 }
 
 static pl_status export_batch(trainer *t, const pl_batch *b, pl_data_split split, void *arg) {
-    (void)arg;
-    return MODEL(t)->export_batch(t->model.self, b, split);
+    return tr_outputs_batch(t, PL_OUTPUTS_EXPORT, arg, b, split);
 }
 
 static pl_status run_export_all(trainer *t);
 
 static pl_status run_export(trainer *t) {
-    const pl_model_vtable *M = MODEL(t);
-    if (!M->export_begin) {
-        tr_log(t, "export: model '%s' has no export; skipped\n", t->model.desc->name);
+    if (!tr_outputs_supported(t)) {
+        tr_log(t, "export: model '%s' has no outputs (plugin ABI 2.9); skipped\n",
+               t->model.desc->name);
         return PL_OK;
     }
     if (t->rank > 0) return PL_OK; /* data parallel: rank 0 exports every split whole */
@@ -102,17 +101,28 @@ static pl_status run_export(trainer *t) {
     return st;
 }
 
+/* The model's PL_OUTPUTS_EXPORT outputs of every batch of train, val and
+ * test into outputs/<the file it names> (outputs.c). A model that exports
+ * nothing (outputs_begin: PL_ERR_UNSUPPORTED) is skipped with a line. */
 static pl_status run_export_all(trainer *t) {
-    const pl_model_vtable *M = MODEL(t);
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
     snprintf(t->outputs_path, sizeof t->outputs_path, "%s/outputs", t->run_dir);
     if (tr_mkdir_p(t->outputs_path))
         return pl_error_set(PL_ERR_IO, "cannot create %s: %s", t->outputs_path, strerror(errno));
-    pl_status st = M->export_begin(t->model.self, t->outputs_path);
+    struct pl_h5_out *f = NULL;
+    pl_meta *attrs = pl_meta_new();
+    pl_status st = attrs ? PL_OK : pl_error_status();
+    if (!st) st = tr_outputs_begin(t, PL_OUTPUTS_EXPORT, t->outputs_path, attrs, &f, NULL, 0);
+    pl_meta_free(attrs);
+    if (st == PL_ERR_UNSUPPORTED) {
+        pl_error_clear();
+        tr_log(t, "export: model '%s' exports nothing; skipped\n", t->model.desc->name);
+        return PL_OK;
+    }
     for (int s = 0; s < PL_SPLIT_COUNT && !st; s++)
-        st = tr_each_batch(t, (pl_data_split)s, -1, export_batch, NULL);
-    if (!st) st = M->export_end(t->model.self);
+        st = tr_each_batch(t, (pl_data_split)s, -1, export_batch, f);
+    if (f || !st) st = tr_outputs_finish(t, PL_OUTPUTS_EXPORT, &f, st);
     t->export_s = tr_now() - t0;
     t->ph_export.seconds = t->export_s;
     tr_peak_fold(t, &t->ph_export, false);

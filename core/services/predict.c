@@ -11,9 +11,11 @@
  *     "predict_split" before the loader's create (plugin.h, pl_model_vtable
  *     ABI 2.4), so the loader serves that one split and lets targets be
  *     absent;
- *   - batches go to the model's predict_batch (eval mode, grad off), not to
- *     forward: the model writes OUT.h5 itself (the core reads and writes no
- *     HDF5), to a temporary name the core renames when all went well.
+ *   - batches go to the model's outputs_batch (PL_OUTPUTS_PREDICT, eval
+ *     mode, grad off), not to forward: the model names its output tensors
+ *     and the run's outputs.c writes them to OUT.h5 (libpipeline_hdf5; the
+ *     core library reads and writes no HDF5), under a temporary name renamed
+ *     when all went well.
  * The core checks the first batch against the model's predict_needs, so an
  * input file without a field the model needs is refused naming the file and
  * the field.
@@ -116,19 +118,19 @@ static pl_config *load_run_config(const char *ini, const pl_predict_options *o, 
     return cfg;
 }
 
-/* The model's predict members, present only from ABI 2.4 on. */
+/* The model's predict members: predict_needs (ABI 2.4) and the outputs
+ * verbs (ABI 2.9; an older plugin's vtable ends before them: never read). */
 static pl_status predict_vtable(const pl_config *cfg, const pl_model_vtable **out) {
     const pl_plugin_desc *md = pl_config_plugin(cfg, "model");
     if (!md) return pl_error_set(PL_ERR_CONFIG, "predict: the run's config has no [model]");
     const pl_model_vtable *M = md->vtable;
-    /* an older plugin's vtable ends before the ABI 2.4 members: never read them */
-    bool has = md->abi_minor >= 4 && M && M->predict_needs && M->predict_begin &&
-               M->predict_batch && M->predict_end;
+    bool has = md->abi_minor >= 9 && M && M->predict_needs && M->outputs_begin &&
+               M->outputs_batch;
     if (!has) {
         pl_hint_set("models with predict: see docs/run-files.md (predict output)");
         return pl_error_set(PL_ERR_UNSUPPORTED, "model plugin '%s' (%s, ABI %u.%u) does not "
-                            "support predict (no predict_begin/predict_batch/predict_end, "
-                            "plugin ABI 2.4)", md->name, pl_config_plugin_path(cfg, "model"),
+                            "support predict (no predict_needs/outputs_begin/outputs_batch, "
+                            "plugin ABI 2.9)", md->name, pl_config_plugin_path(cfg, "model"),
                             md->abi_major, md->abi_minor);
     }
     *out = M;
@@ -171,10 +173,12 @@ static pl_status check_batch(const pl_field_list *need, const pl_batch *b, pl_da
 /* ---- predict ----------------------------------------------------------------------------- */
 
 /* The walk over the split: the first batch is checked against predict_needs,
- * each goes to the model's predict_batch; rows and batches are counted. */
+ * each goes to the model's outputs_batch and its outputs to the file; rows
+ * and batches are counted. */
 typedef struct predict_walk {
     const pl_field_list *need;
     const char *input;
+    struct pl_h5_out *file;
     int64_t rows, batches;
 } predict_walk;
 
@@ -185,7 +189,7 @@ static pl_status predict_batch(trainer *t, const pl_batch *b, pl_data_split spli
                                    t->model.desc->name);
         if (cs) return cs;
     }
-    pl_status st = MODEL(t)->predict_batch(t->model.self, b, split);
+    pl_status st = tr_outputs_batch(t, PL_OUTPUTS_PREDICT, w->file, b, split);
     if (st)
         return pl_error_prefix(st, "predict: model '%s', %s batch %lld", t->model.desc->name,
                                pl_split_name(split), (long long)b->index);
@@ -243,7 +247,7 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
     double t0 = tr_now();
     pl_hint_clear();
     pl_data_split split = PL_SPLIT_TEST;
-    char ini[PATH_MAX + 16], ckpt[PATH_MAX], tmp[PATH_MAX + 32];
+    char ini[PATH_MAX + 16], ckpt[PATH_MAX];
     struct stat sb;
     if (parse_split(o->split, &split)) return report(), 2;
     if (stat(o->run_dir, &sb) || !S_ISDIR(sb.st_mode)) {
@@ -290,20 +294,15 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
     if (!st) st = tr_load_weights(t, ckpt);
     if (!st) st = fill_attrs(attrs, o, ckpt, t, split);
 
-    /* the model writes a temporary file; renamed when everything succeeded */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->output, (long)getpid());
-    bool begun = false;
-    if (!st) {
-        st = M->predict_begin(t->model.self, tmp, attrs);
-        begun = true;
-    }
-    predict_walk w = {&need, o->input, 0, 0};
+    /* written to a temporary file, renamed when everything succeeded
+     * (outputs.c); removed on any error */
+    predict_walk w = {&need, o->input, NULL, 0, 0};
+    if (!st) st = tr_outputs_begin(t, PL_OUTPUTS_PREDICT, o->output, attrs, &w.file, NULL, 0);
+    if (st == PL_ERR_UNSUPPORTED) pl_hint_set("models with predict: see docs/run-files.md");
+    bool begun = w.file != NULL;
     if (!st) st = tr_each_batch(t, split, -1, predict_batch, &w);
     pl_tape_clear();
-    if (!st && begun) st = M->predict_end(t->model.self);
-    if (!st && rename(tmp, o->output))
-        st = pl_error_set(PL_ERR_IO, "predict: cannot rename %s to %s: %s", tmp, o->output,
-                          strerror(errno));
+    if (begun) st = tr_outputs_finish(t, PL_OUTPUTS_PREDICT, &w.file, st);
     int code = 0;
     if (st) {
         code = exit_code(st);
@@ -313,11 +312,9 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
                "(%.1fs)\n", (long long)w.rows, (long long)w.batches, pl_split_name(split), o->input,
                t->model.desc->name, ckpt, o->output, tr_now() - t0);
     }
-    /* destroy closes a file predict_end did not; then it can be removed */
     tr_stage_destroy(&t->prec);
     tr_stage_destroy(&t->model);
     tr_stage_destroy(&t->loader);
-    if (st && begun) unlink(tmp);
     tr_offline_free(t);
     pl_meta_free(attrs);
     pl_config_free(cfg);

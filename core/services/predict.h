@@ -10,7 +10,7 @@
 typedef struct pl_predict_options {
     const char *run_dir;    /* a directory `pipeline run` wrote (config.ini, checkpoints/) */
     const char *input;      /* the HDF5 file the run's loader reads instead of its data.path */
-    const char *output;     /* OUT.h5, written by the model to OUT.h5.tmp.<pid>, then renamed */
+    const char *output;     /* OUT.h5, written to OUT.h5.tmp.<pid>, then renamed */
     const char *checkpoint; /* "best" (NULL: best, falling back to last), "last" or a path */
     const char *split;      /* "train", "val" or "test" (NULL: test) */
     int argc;               /* overrides applied to the run's config.ini */
@@ -19,8 +19,8 @@ typedef struct pl_predict_options {
 
 /* Rebuild the run's loader (reading o->input), model and precision from
  * RUN_DIR/config.ini, load the checkpoint's weights and feed every batch of
- * the split to the model's predict_batch (eval mode, grad off); the model
- * writes OUT.h5 (plugin.h, pl_model_vtable ABI 2.4). Prints errors (with a
+ * the split to the model's outputs_batch (eval mode, grad off); its named
+ * outputs are written to OUT.h5 (plugin.h, pl_outputs, ABI 2.9). Prints errors (with a
  * hint) to stderr. Returns the CLI exit code: 0 ok, 1 predict failed (I/O,
  * data), 2 usage or configuration error (no run directory, a model without
  * predict). */

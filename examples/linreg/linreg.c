@@ -95,7 +95,8 @@ static const pl_model_vtable lr_vtable = {
     .destroy = lr_destroy,
     .forward = lr_forward,
     .batch_needs = lr_batch_needs,
-    /* optional members left NULL: export_begin/_batch/_end, on_load */
+    /* optional members left NULL: on_load, export_model, predict_needs,
+     * outputs_begin/_batch/_end */
 };
 
 PL_PLUGIN_DEFINE(linreg, PL_KIND_MODEL, "1.0.0",

@@ -371,6 +371,88 @@ plugin = adamw
     print("fx_model: refused with: " + p.stderr.splitlines()[0])
 
 
+def h5_tree(path):
+    """{dataset name: (dtype, shape)} and the root attributes of an HDF5 file."""
+    names = {}
+    with h5py.File(path) as f:
+        f.visititems(lambda n, o: names.__setitem__(n, (o.dtype.str, o.shape))
+                     if isinstance(o, h5py.Dataset) else None)
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    return names, attrs
+
+
+def no_temporaries(d, what):
+    left = [n for n in os.listdir(d) if ".tmp." in n]
+    if left:
+        fail("%s: temporary files left: %s" % (what, left))
+
+
+def test_named_outputs(exe, build, tmp):
+    """The fixture model fx_outputs (ABI 2.9 outputs verbs): the file holds exactly the
+    outputs it named (a group made for "group/x", a 0-row dataset it declared), for
+    `pipeline predict` and for the run's export; a failing outputs_batch leaves no file
+    and no temporary file."""
+    h5 = os.path.join(tmp, "r.h5")  # test_mlp's rows: train 64, val 16, test 20 of x [n, 4]
+    env = dict(os.environ, PIPELINE_PLUGIN_PATH=os.path.join(build, "tests", "fixtures",
+                                                             "plugins", "outputs"))
+    ini = os.path.join(tmp, "fx.ini")
+    write_ini(ini, f"""[pipeline]
+name = fx
+run_dir = {tmp}/runs
+[data]
+plugin = hdf5_rows
+path = {h5}
+datasets = x,y
+batch_size = 8
+eval_batch_size = 6
+[model]
+plugin = fx_outputs
+[optimizer]
+plugin = adamw
+lr = 0.01
+[trainer]
+max_epochs = 1
+export = true
+""")
+    run([exe, "run", ini], env=env)
+    rd = os.path.join(tmp, "runs", "fx", "latest")
+    exp = os.path.join(rd, "outputs", "fx_outputs.h5")
+    names, attrs = h5_tree(exp)
+    want = {"pred": ("<f4", (100, 1)), "group/x": ("<f4", (100, 4)), "decl/empty": ("<f4", (0, 2))}
+    if names != want or attrs.get("fx") != "outputs":
+        fail("export: %s holds %s, attributes %s; the model named %s" % (exp, names, attrs, want))
+    with h5py.File(exp) as f, h5py.File(h5) as src:
+        got, tr = f["group/x"][()], src["train/x"][()]
+        # train in the loader's (shuffled) epoch order, then val and test in order
+        same_train = np.array_equal(np.sort(got[:64], axis=0), np.sort(tr, axis=0))
+        rest = np.concatenate([src["val/x"][()], src["test/x"][()]])
+        if not same_train or not np.array_equal(got[64:], rest):
+            fail("export: group/x is not the rows of train, val and test")
+    no_temporaries(os.path.dirname(exp), "export")
+
+    out = os.path.join(tmp, "fx_pred.h5")
+    run([exe, "predict", rd, h5, out], env=env)
+    names, attrs = h5_tree(out)
+    want = {"pred": ("<f4", (20, 1)), "group/x": ("<f4", (20, 4)), "decl/empty": ("<f4", (0, 2))}
+    if names != want or attrs.get("fx") != "outputs" or attrs.get("model") != "fx_outputs":
+        fail("predict: %s holds %s, attributes %s; the model named %s" % (out, names, attrs, want))
+    with h5py.File(out) as f, h5py.File(h5) as src:
+        if not np.array_equal(f["group/x"][()], src["test/x"][()]):
+            fail("predict: group/x is not the test rows in order")
+    no_temporaries(tmp, "predict")
+
+    # outputs_batch fails at the second batch: exit 1 naming the model, no file left
+    bad = os.path.join(tmp, "fx_fail.h5")
+    p = run([exe, "predict", rd, h5, bad, "model.fail_at_batch=1"], expect=1, env=env)
+    if "failing at batch 1" not in p.stderr:
+        fail("predict: the model's error is not reported:\n" + p.stderr)
+    if os.path.exists(bad):
+        fail("predict: a failed outputs_batch left " + bad)
+    no_temporaries(tmp, "a failed predict")
+    print("fx_outputs: predict and export files hold the named outputs; a failing "
+          "outputs_batch leaves no file")
+
+
 def main():
     build = os.path.abspath(sys.argv[1])
     exe = os.path.join(build, "core", "pipeline")
@@ -379,6 +461,7 @@ def main():
         test_gat_graphs(exe, tmp)
         test_mlp(exe, tmp)
         test_no_predict(exe, build, tmp)
+        test_named_outputs(exe, build, tmp)
     print("OK")
 
 

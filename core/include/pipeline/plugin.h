@@ -82,7 +82,13 @@ extern "C" {
  *          the CPU backend is a plugin (cpu.so, kind backend) that the core
  *          loads on the first CPU lookup; pl_backend.get_option (the read
  *          side of set_option) and pl_backend_info(); pl_backend_register
- *          fills an empty CPU slot (it used to refuse the CPU device) */
+ *          fills an empty CPU slot (it used to refuse the CPU device);
+ *          model outputs named by the model: pl_outputs, pl_outputs_add,
+ *          pl_meta_is_float,
+ *          pl_model_vtable.outputs_begin / outputs_batch / outputs_end, which
+ *          `pipeline predict` and the run's export phase call (the caller
+ *          writes the file); export_begin / _batch / _end and predict_begin /
+ *          _batch / _end are deprecated and no longer called */
 
 #define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
@@ -263,6 +269,10 @@ pl_status pl_meta_set_str(pl_meta *m, const char *key, const char *v);
 pl_status pl_meta_get_int(const pl_meta *m, const char *key, int64_t *v);
 pl_status pl_meta_get_float(const pl_meta *m, const char *key, double *v);
 const char *pl_meta_get_str(const pl_meta *m, const char *key); /* NULL if missing */
+/* Whether `key` holds a float (set with pl_meta_set_float, even of an
+ * integral value), for a writer that keeps the type (an HDF5 attribute:
+ * double, not int64). False when missing. (ABI 2.9) */
+bool pl_meta_is_float(const pl_meta *m, const char *key);
 
 /* Metric accumulator: named (sum, count) pairs; value = sum / count, or
  * sqrt(sum / count) for a root-mean-square metric (pl_metrics_add_rms). The
@@ -478,6 +488,54 @@ typedef struct pl_loader_vtable {
     pl_status (*shard)(void *self, int rank, int world_size);
 } pl_loader_vtable;
 
+/* ---- model outputs (ABI 2.9) ----------------------------------------------
+ * What a model writes for other tools: `pipeline predict`'s OUT.h5 and the
+ * run's export phase (ilora's teacher outputs). The model names the tensors;
+ * the caller (the CLI's predict service, the run) writes them, as HDF5
+ * through libpipeline_hdf5 (plugins/common/hdf5, pl_h5_outputs_*): one
+ * dataset per name, created from the first tensor given under that name
+ * (its dtype and its dims after the first), growing by rows along axis 0 as
+ * later tensors of the same name are appended. A name may hold '/' ("train/
+ * topk_ids": dataset topk_ids in group /train, groups made as needed). */
+typedef enum pl_outputs_purpose {
+    PL_OUTPUTS_PREDICT = 0, /* `pipeline predict RUN_DIR INPUT.h5 OUT.h5`: one split */
+    PL_OUTPUTS_EXPORT = 1   /* the run's export phase: every batch of train, val, test */
+} pl_outputs_purpose;
+
+#define PL_OUTPUTS_MAX 32     /* tensors in one pl_outputs, and datasets in one file */
+#define PL_OUTPUTS_NAME_MAX 64 /* bytes of a name, with its terminating NUL */
+typedef struct pl_outputs {
+    /* outputs_begin, PL_OUTPUTS_EXPORT: the file's name in the run's
+     * outputs/ directory ("teacher_outputs.h5"; no '/'), set by the model.
+     * PL_OUTPUTS_PREDICT: ignored (the user named OUT.h5). */
+    char file[PL_OUTPUTS_NAME_MAX];
+    /* outputs_begin: the file's root attributes, in insertion order
+     * (strings, int64 and double as pl_meta holds them). The caller fills
+     * its own first (predict: "run_dir", "checkpoint", "config_hash",
+     * "model", "model_version", "input", "split", "pipeline_version"); the
+     * model adds its own ("top_k"). Borrowed from the caller. NULL in
+     * outputs_batch. */
+    pl_meta *attrs;
+    /* the named tensors, filled with pl_outputs_add (the caller empties the
+     * list before each call) */
+    int n;
+    char name[PL_OUTPUTS_MAX][PL_OUTPUTS_NAME_MAX];
+    pl_tensor *t[PL_OUTPUTS_MAX];
+} pl_outputs;
+
+/* Name `t` as output `name`: rows along axis 0 (rank >= 1; any dtype the
+ * writer takes: f32, f64, i32, i64, u8; any device and strides, the writer
+ * copies to the host). `t` is borrowed: it must live until the verb that
+ * adds it returns to its caller, which writes it before the caller's frame
+ * ends (a tensor the model makes in the call, owned by that frame, is the
+ * usual case). In outputs_begin a tensor of 0 rows declares the dataset
+ * (dtype and trailing dims), so a file holds it even when no row comes.
+ * Errors (PL_ERR_INVALID, naming the name): NULL `o` or `t` (a NULL `t`
+ * keeps the error that made it, prefixed), rank 0, a name empty, of
+ * PL_OUTPUTS_NAME_MAX bytes or more, starting or ending with '/' or with
+ * "//", a name already in `o`, more than PL_OUTPUTS_MAX tensors. */
+pl_status pl_outputs_add(pl_outputs *o, const char *name, pl_tensor *t);
+
 typedef struct pl_model_vtable {
     /* Create parameters into ctx->params (initialized from ctx->seed); read
      * dataset facts from ctx->meta. */
@@ -492,10 +550,9 @@ typedef struct pl_model_vtable {
      * parallel it passes `m` for the loss's count, which weights the ranks). */
     pl_status (*forward)(void *self, const pl_batch *b, pl_data_split split, bool training,
                          pl_tensor **loss, pl_metrics *m);
-    /* Optional: exported outputs (teacher outputs). `outputs_dir` is the run's
-     * outputs/ directory (exists); the model picks its file name in it. The
-     * trainer then feeds every batch of train, val and test (eval mode, grad
-     * off) to export_batch and calls export_end. */
+    /* Deprecated (ABI 2.9), never called: the run's export phase calls
+     * outputs_begin / outputs_batch / outputs_end (PL_OUTPUTS_EXPORT)
+     * instead. Kept for the layout of the members after them; leave NULL. */
     pl_status (*export_begin)(void *self, const char *outputs_dir);
     pl_status (*export_batch)(void *self, const pl_batch *b, pl_data_split split);
     pl_status (*export_end)(void *self);
@@ -541,30 +598,18 @@ typedef struct pl_model_vtable {
     pl_status (*export_model)(void *self, const char *format, const char *dir,
                               const char *const *options);
     /* ---- ABI 2.4: prediction (`pipeline predict RUN_DIR INPUT.h5 OUT.h5`) ----
-     * Optional, all four or none. The core reads these members only from a
-     * plugin whose desc->abi_minor >= 4 (an older plugin's vtable ends
-     * before them); without them `pipeline predict` refuses the model,
-     * naming it. The core builds the run's loader (its `path` pointed at
-     * INPUT.h5, meta "predict_split" set: see below), model and precision,
-     * loads the checkpoint's weights, then: predict_begin once, predict_batch
-     * for every batch of one split in order (eval mode, grad off, each inside
-     * a pl_frame), predict_end once. On any error the core destroys the model
-     * (destroy must then close and abandon what predict_begin opened) and
-     * removes the file; on success it renames the file to OUT.h5.
+     * predict_needs: the batch fields outputs_batch(PL_OUTPUTS_PREDICT)
+     * reads (called without create; read only from a plugin whose
+     * desc->abi_minor >= 4). Unlike batch_needs, prediction is for new rows,
+     * so targets should be optional here (read when present, e.g. to write
+     * them next to the predictions). The core checks the required ones
+     * against the first batch and refuses the input file naming the missing
+     * field.
      *
-     * predict_needs: the batch fields predict_batch reads (called without
-     * create). Unlike batch_needs, prediction is for new rows, so targets
-     * should be optional here (read when present, e.g. to write them next to
-     * the predictions). The core checks the required ones against the first
-     * batch and refuses the input file naming the missing field.
-     * predict_begin: create the HDF5 file `out_path` (a temporary name;
-     * the plugin owns the file until predict_end returns) and write every
-     * entry of `attrs` (borrowed: "run_dir", "checkpoint", "config_hash",
-     * "model", "input", "split", ... as strings) as a root attribute.
-     * predict_batch: append one row of outputs per sample of b (b->size
-     * rows, in batch order), in the data's original units; `split` is the
-     * split the rows come from (the same for every call).
-     * predict_end: flush and close the file.
+     * predict_begin / predict_batch / predict_end: deprecated (ABI 2.9),
+     * never called (the model wrote OUT.h5 itself; now it names tensors in
+     * outputs_batch and the core writes them). Kept for the layout of the
+     * members after them; leave NULL.
      *
      * Loaders: during predict, meta "predict_split" (a string: "train",
      * "val" or "test") is set before the loader's create. A loader that
@@ -577,6 +622,48 @@ typedef struct pl_model_vtable {
     pl_status (*predict_begin)(void *self, const char *out_path, const pl_meta *attrs);
     pl_status (*predict_batch)(void *self, const pl_batch *b, pl_data_split split);
     pl_status (*predict_end)(void *self);
+    /* ---- ABI 2.9: outputs (pl_outputs above) ----
+     * Optional; outputs_begin and outputs_batch both or neither, outputs_end
+     * optional. Read only from a plugin whose desc->abi_minor >= 9 (an older
+     * plugin's vtable ends before them: its predict and export are refused /
+     * skipped, naming it). `purpose` says who asks:
+     *   PL_OUTPUTS_PREDICT  `pipeline predict`: the core builds the run's
+     *     loader (its `path` pointed at INPUT.h5, meta "predict_split" set),
+     *     model and precision, loads the checkpoint's weights, calls
+     *     outputs_begin once, outputs_batch for every batch of the one split
+     *     in order, outputs_end once; needs predict_needs too.
+     *   PL_OUTPUTS_EXPORT  the run's export phase ([trainer] export, after
+     *     test; rank 0 of a data-parallel run, over whole splits):
+     *     outputs_begin once, outputs_batch for every batch of train, then
+     *     val, then test, outputs_end once; the file goes to the run's
+     *     outputs/ under the name the model set in out->file.
+     * Batches come in eval mode with grad off, each inside a pl_frame.
+     *
+     * outputs_begin: reset the model's per-file state (row counters), set
+     * out->file (EXPORT), add root attributes to out->attrs, and optionally
+     * declare datasets with 0-row tensors (pl_outputs_add). PL_ERR_UNSUPPORTED
+     * when the model writes nothing for `purpose` (a model without an
+     * export: the run logs that it skipped the export; predict refuses the
+     * model, naming it); other errors stop the command.
+     * outputs_batch: name this batch's output rows in `out` (pl_outputs_add;
+     * each name's rows are appended to its dataset in call order; a name may
+     * be absent from a batch). `split` is the split of b. PREDICT: one row per
+     * sample of b in batch order, in the data's original units, is the
+     * convention (docs/run-files.md describes each model's file).
+     * outputs_end: release what outputs_begin made (NULL: nothing to do).
+     *
+     * The caller writes the file under a temporary name in the destination's
+     * directory and renames it to the final name only when every call
+     * returned PL_OK and the file closed; on any error (the model's or the
+     * writer's: a name whose later tensor has another dtype or trailing dims
+     * is PL_ERR_SHAPE naming the dataset, more than PL_OUTPUTS_MAX datasets,
+     * a full disk) it removes the temporary file, so no partial file is ever
+     * left under the final name, and outputs_end is not called (destroy
+     * follows, or a later outputs_begin, which must then start afresh). */
+    pl_status (*outputs_begin)(void *self, pl_outputs_purpose purpose, pl_outputs *out);
+    pl_status (*outputs_batch)(void *self, pl_outputs_purpose purpose, const pl_batch *b,
+                               pl_data_split split, pl_outputs *out);
+    pl_status (*outputs_end)(void *self, pl_outputs_purpose purpose);
 } pl_model_vtable;
 
 /* A named optimizer hyper-parameter that schedulers may drive (adamw:

@@ -284,6 +284,33 @@ pl_status pl_group_hparam_set(pl_param_group *g, const char *name, double value)
     return PL_OK;
 }
 
+/* ---- model outputs (plugin.h, pl_outputs) ---------------------------- */
+
+pl_status pl_outputs_add(pl_outputs *o, const char *name, pl_tensor *t) {
+    const char *nm = name ? name : "(null)";
+    size_t len = name ? strlen(name) : 0;
+    if (!o || !t)
+        return !t && pl_error_status() ? pl_error_prefix(pl_error_status(), "output '%s'", nm)
+                                       : pl_error_set(PL_ERR_INVALID, "pl_outputs_add: output "
+                                                      "'%s': NULL %s", nm, o ? "tensor" : "list");
+    if (len == 0 || len >= PL_OUTPUTS_NAME_MAX || name[0] == '/' || name[len - 1] == '/' ||
+        strstr(name, "//"))
+        return pl_error_set(PL_ERR_INVALID, "pl_outputs_add: output name '%s': expected 1..%d "
+                            "characters, groups split by single '/'", nm, PL_OUTPUTS_NAME_MAX - 1);
+    if (t->ndim < 1)
+        return pl_error_set(PL_ERR_INVALID, "pl_outputs_add: output '%s' is a scalar; outputs "
+                            "are rows (rank >= 1)", name);
+    for (int i = 0; i < o->n; i++)
+        if (!strcmp(o->name[i], name))
+            return pl_error_set(PL_ERR_INVALID, "pl_outputs_add: output '%s' given twice", name);
+    if (o->n >= PL_OUTPUTS_MAX)
+        return pl_error_set(PL_ERR_INVALID, "pl_outputs_add: output '%s': more than %d outputs",
+                            name, PL_OUTPUTS_MAX);
+    memcpy(o->name[o->n], name, len + 1);
+    o->t[o->n++] = t;
+    return PL_OK;
+}
+
 /* ---- batch field declarations ---------------------------------------- */
 
 pl_status pl_fields_add(pl_field_list *l, const char *name, pl_dtype dtype, int rank,
@@ -530,6 +557,11 @@ pl_status pl_meta_get_int(const pl_meta *m, const char *key, int64_t *v) {
         return pl_error_set(PL_ERR_CONFIG, "meta '%s': expected an integer, found %g", key, e->f);
     if (v) *v = e->i;
     return PL_OK;
+}
+
+bool pl_meta_is_float(const pl_meta *m, const char *key) {
+    const meta_entry *e = meta_find(m, key);
+    return e && e->type == META_FLOAT;
 }
 
 pl_status pl_meta_get_float(const pl_meta *m, const char *key, double *v) {

@@ -175,14 +175,16 @@ pl_status pl_h5_append_rows(const char *path, hid_t ds, hid_t memtype, int64_t s
  * caller then goes by column index). Takes the lock itself. */
 int pl_h5_column_names(hid_t file, const char *series, char (*names)[64], int maxn);
 
-/* ---- prediction files (`pipeline predict`, plugin.h ABI 2.4) ----------- */
-/* A file of named datasets that grow by rows, one call per batch: what a
- * model's predict_begin / predict_batch / predict_end write. Each dataset
- * takes its dtype and trailing dims from the first tensor appended to it;
- * later tensors must match them (PL_ERR_SHAPE naming the dataset). */
-#define PL_H5_OUT_MAX 12
+/* ---- output files (`pipeline predict`, the run's export) ---------------- */
+/* A file of named datasets that grow by rows, one call per batch: the
+ * files of a model's outputs (plugin.h pl_outputs, ABI 2.9), which the CLI's
+ * predict service and the run write through pl_h5_outputs_* below. Each
+ * dataset takes its dtype and trailing dims from the first tensor appended
+ * to it; later tensors must match them (PL_ERR_SHAPE naming the dataset). A
+ * name with '/' ("train/topk_ids") is a dataset in groups, made as needed. */
+#define PL_H5_OUT_MAX PL_OUTPUTS_MAX
 typedef struct pl_h5_out_dataset {
-    char name[64];
+    char name[PL_OUTPUTS_NAME_MAX];
     hid_t ds;
     pl_dtype dt;
     int rank;
@@ -190,6 +192,7 @@ typedef struct pl_h5_out_dataset {
 } pl_h5_out_dataset;
 typedef struct pl_h5_out {
     char path[1024];
+    char final[1024]; /* pl_h5_outputs_*: the name `path` is renamed to on commit */
     hid_t file; /* H5I_INVALID_HID when closed */
     int n;
     pl_h5_out_dataset d[PL_H5_OUT_MAX];
@@ -220,6 +223,24 @@ void pl_h5_out_abort(pl_h5_out *o);
 pl_status pl_h5_out_new(const char *path, const pl_meta *attrs, pl_h5_out **out);
 pl_status pl_h5_out_finish(pl_h5_out **o, const char *who);
 void pl_h5_out_free(pl_h5_out **o);
+
+/* A model's outputs (plugin.h pl_outputs) into the file `final_path`, as
+ * the CLI's predict service and the run's export phase write them:
+ * pl_h5_outputs_open creates final_path.tmp.<pid> (so a failed write never
+ * leaves a partial file under the final name), writes decl->attrs (may be
+ * NULL) as root attributes and appends decl's tensors (0-row tensors: the
+ * datasets a model declares in outputs_begin); *out NULL on error with the
+ * temporary file removed. pl_h5_outputs_write appends every tensor of `out`
+ * to the dataset of its name (errors as pl_h5_out_append's, naming the
+ * file and dataset). pl_h5_outputs_commit closes the file and renames it to
+ * final_path, frees *o and sets it NULL; on an error (closing, renaming) it
+ * removes the temporary file. pl_h5_outputs_abandon closes without
+ * reporting (the thread's error, the one that stopped the write, is kept),
+ * removes the temporary file, frees (NULL-safe). */
+pl_status pl_h5_outputs_open(const char *final_path, const pl_outputs *decl, pl_h5_out **out);
+pl_status pl_h5_outputs_write(pl_h5_out *o, const pl_outputs *out);
+pl_status pl_h5_outputs_commit(pl_h5_out **o);
+void pl_h5_outputs_abandon(pl_h5_out **o);
 
 #ifdef __cplusplus
 }

@@ -2,9 +2,11 @@
  * the prediction files (pl_h5_out). */
 #include "pl_h5.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pl_status attr_write(const char *path, hid_t obj, const char *name, hid_t type,
                             const void *v) {
@@ -112,7 +114,7 @@ pl_status pl_h5_out_open(pl_h5_out *o, const char *path, const pl_meta *attrs) {
         int64_t iv;
         double dv = 0;
         if (sv) st = pl_h5_attr_write_str(path, o->file, k, sv);
-        else if (pl_meta_get_int(attrs, k, &iv) == PL_OK)
+        else if (!pl_meta_is_float(attrs, k) && pl_meta_get_int(attrs, k, &iv) == PL_OK)
             st = pl_h5_attr_write_int(path, o->file, k, iv);
         else {
             pl_error_clear();
@@ -162,8 +164,11 @@ static pl_status out_create(pl_h5_out *o, const char *name, const pl_tensor *t,
     H5E_BEGIN_TRY {
         hid_t sp = H5Screate_simple(t->ndim, dims, maxd);
         hid_t pl = H5Pcreate(H5P_DATASET_CREATE);
+        hid_t lc = H5Pcreate(H5P_LINK_CREATE); /* "train/topk_ids": the group /train too */
+        H5Pset_create_intermediate_group(lc, 1);
         H5Pset_chunk(pl, t->ndim, chunk);
-        d->ds = H5Dcreate2(o->file, name, mt, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+        d->ds = H5Dcreate2(o->file, name, mt, sp, lc, pl, H5P_DEFAULT);
+        H5Pclose(lc);
         H5Pclose(pl);
         H5Sclose(sp);
     }
@@ -274,4 +279,51 @@ void pl_h5_out_free(pl_h5_out **o) {
     pl_h5_out_abort(*o);
     free(*o);
     *o = NULL;
+}
+
+/* ---- a model's outputs (plugin.h pl_outputs) ------------------------------- */
+
+pl_status pl_h5_outputs_write(pl_h5_out *o, const pl_outputs *out) {
+    pl_status st = PL_OK;
+    for (int i = 0; !st && out && i < out->n; i++)
+        st = pl_h5_out_append(o, out->name[i], out->t[i]);
+    return st;
+}
+
+void pl_h5_outputs_abandon(pl_h5_out **o) {
+    if (!*o) return;
+    /* the error that stopped the write is the one to report: closing's is dropped */
+    char msg[4096];
+    pl_status es = pl_error_status();
+    snprintf(msg, sizeof msg, "%s", pl_error_message());
+    pl_h5_out_abort(*o);
+    if (es) pl_error_set(es, "%s", msg);
+    unlink((*o)->path);
+    free(*o);
+    *o = NULL;
+}
+
+pl_status pl_h5_outputs_open(const char *final_path, const pl_outputs *decl, pl_h5_out **out) {
+    char tmp[1024];
+    *out = NULL;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", final_path, (long)getpid()) >= (int)sizeof tmp)
+        return pl_error_set(PL_ERR_INVALID, "%s: path too long", final_path);
+    pl_status st = pl_h5_out_new(tmp, decl ? decl->attrs : NULL, out);
+    if (st) return st;
+    snprintf((*out)->final, sizeof (*out)->final, "%s", final_path);
+    st = pl_h5_outputs_write(*out, decl);
+    if (st) pl_h5_outputs_abandon(out);
+    return st;
+}
+
+pl_status pl_h5_outputs_commit(pl_h5_out **o) {
+    if (!*o) return pl_error_set(PL_ERR_INVALID, "pl_h5_outputs_commit: no file open");
+    pl_status st = pl_h5_out_close(*o);
+    if (!st && rename((*o)->path, (*o)->final) != 0)
+        st = pl_error_set(PL_ERR_IO, "%s: renaming to %s failed: %s", (*o)->path, (*o)->final,
+                          strerror(errno));
+    if (st) unlink((*o)->path);
+    free(*o);
+    *o = NULL;
+    return st;
 }

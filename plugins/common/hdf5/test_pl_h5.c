@@ -259,6 +259,91 @@ START_TEST(out_new_finish_free) {
 END_TEST
 
 
+/* A model's outputs (plugin.h pl_outputs) as the run and `pipeline predict`
+ * write them: the file holds exactly the names given (groups made for "a/b",
+ * a declared 0-row dataset kept, rows appended in call order), the root
+ * attributes keep their types (a float of integral value stays a double),
+ * and nothing is under the final name until commit. A later tensor of
+ * another dtype fails naming the dataset, and abandoning leaves no file. */
+START_TEST(outputs_write_the_named_tensors) {
+    char p[512], tmp[600];
+    tmp_path("outs.h5", p, sizeof p);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
+    unlink(p);
+    pl_meta *a = PL_CK_NOTNULL(pl_meta_new());
+    PL_CK_OK(pl_meta_set_float(a, "temperature", 2.0));
+    PL_CK_OK(pl_meta_set_int(a, "top_k", 3));
+    pl_outputs decl = {.attrs = a};
+    pl_frame_begin();
+    PL_CK_OK(pl_outputs_add(&decl, "val/empty", pl_tensor_empty(PL_I32, PL_SHAPE(0, 3), PL_CPU)));
+    pl_h5_out *o = NULL;
+    PL_CK_OK(pl_h5_outputs_open(p, &decl, &o));
+    ck_assert_int_eq(access(tmp, F_OK), 0);
+    float v[4] = {1, 2, 3, 4};
+    for (int k = 0; k < 2; k++) {
+        pl_outputs out = {0};
+        PL_CK_OK(pl_outputs_add(&out, "train/x", pl_tensor_from_data(PL_F32, PL_SHAPE(2, 2), v,
+                                                                     PL_CPU)));
+        PL_CK_OK(pl_outputs_add(&out, "row", pl_tensor_full(PL_I64, PL_SHAPE(2), k, PL_CPU)));
+        ck_assert_int_eq(pl_outputs_add(&out, "row", out.t[1]), PL_ERR_INVALID); /* twice */
+        ck_assert_int_eq(pl_outputs_add(&out, "/bad", out.t[1]), PL_ERR_INVALID);
+        PL_CK_OK(pl_h5_outputs_write(o, &out));
+    }
+    ck_assert_int_ne(access(p, F_OK), 0); /* not yet under its name */
+    PL_CK_OK(pl_h5_outputs_commit(&o));
+    ck_assert_ptr_null(o);
+    ck_assert_int_ne(access(tmp, F_OK), 0);
+    pl_frame_end();
+    pl_meta_free(a);
+
+    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_int_ge(f, 0);
+    H5G_info_t gi;
+    ck_assert_int_ge(H5Gget_info(f, &gi), 0);
+    ck_assert_int_eq((int)gi.nlinks, 3); /* /train, /val, /row and nothing else */
+    const char *want[3] = {"/train/x", "/row", "/val/empty"};
+    const hsize_t rows[3] = {4, 4, 0};
+    for (int i = 0; i < 3; i++) {
+        hid_t d = H5Dopen2(f, want[i], H5P_DEFAULT);
+        ck_assert_msg(d >= 0, "%s missing", want[i]);
+        hid_t sp = H5Dget_space(d);
+        hsize_t dims[2] = {0, 0};
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+        ck_assert_int_eq((int)dims[0], (int)rows[i]);
+        if (i == 1) {
+            int64_t r[4];
+            H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, r);
+            ck_assert(r[0] == 0 && r[1] == 0 && r[2] == 1 && r[3] == 1); /* call order */
+        }
+        H5Sclose(sp);
+        H5Dclose(d);
+    }
+    hid_t at = H5Aopen(f, "temperature", H5P_DEFAULT);
+    hid_t ty = H5Aget_type(at);
+    ck_assert_int_eq(H5Tget_class(ty), H5T_FLOAT);
+    H5Tclose(ty);
+    H5Aclose(at);
+    H5Fclose(f);
+    unlink(p);
+
+    /* another dtype under a name already written: an error naming it; abandoned: no file */
+    pl_frame_begin();
+    PL_CK_OK(pl_h5_outputs_open(p, NULL, &o));
+    pl_outputs out = {0};
+    PL_CK_OK(pl_outputs_add(&out, "pred", pl_tensor_zeros(PL_F32, PL_SHAPE(2), PL_CPU)));
+    PL_CK_OK(pl_h5_outputs_write(o, &out));
+    out.t[0] = pl_tensor_zeros(PL_I64, PL_SHAPE(2), PL_CPU);
+    ck_assert_int_eq(pl_h5_outputs_write(o, &out), PL_ERR_SHAPE);
+    ck_assert_msg(strstr(pl_error_message(), "'pred'"), "%s", pl_error_message());
+    pl_h5_outputs_abandon(&o);
+    ck_assert_ptr_null(o);
+    pl_frame_end();
+    ck_assert_int_ne(access(p, F_OK), 0);
+    ck_assert_int_ne(access(tmp, F_OK), 0);
+    pl_error_clear();
+}
+END_TEST
+
 START_TEST(huge_shape_is_refused) {
     char p[512];
     tmp_path("huge.h5", p, sizeof p);
@@ -555,6 +640,7 @@ int main(void) {
     tcase_add_test(tc, damaged_files_say_truncated_or_not_hdf5);
     tcase_add_test(tc, write_rows_then_read_back);
     tcase_add_test(tc, out_new_finish_free);
+    tcase_add_test(tc, outputs_write_the_named_tensors);
     tcase_add_test(tc, huge_shape_is_refused);
     tcase_add_test(tc, declared_shape_without_data_is_refused);
     tcase_add_test(tc, virtual_and_external_storage_is_refused);

@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "gat.h"
-#include "pl_h5.h"
 
 #define IGNORE_INDEX (-100)
 
@@ -238,7 +237,6 @@ static pl_status gat_create(const pl_config_section *cfg, pl_run_context *ctx, v
 
 static void gat_destroy(void *self) {
     gat_model *m = self;
-    if (m) pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     gat_model_free(m);
 }
 
@@ -333,12 +331,16 @@ static pl_status gat_predict_needs(const pl_config_section *cfg, pl_field_list *
     return st;
 }
 
-static pl_status gat_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+static pl_status gat_outputs_begin(void *self, pl_outputs_purpose purpose, pl_outputs *out) {
+    (void)out;
     gat_model *m = self;
-    return pl_h5_out_new(out_path, attrs, &m->pred);
+    if (purpose != PL_OUTPUTS_PREDICT)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "gat: no outputs but predict's");
+    m->pred_rows = 0;
+    return PL_OK;
 }
 
-static pl_status predict_nodes(gat_model *m, const pl_batch *b) {
+static pl_status predict_nodes(gat_model *m, const pl_batch *b, pl_outputs *out) {
     char d1[256];
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
               *ed = pl_batch_get(b, "edge_dst");
@@ -395,10 +397,10 @@ static pl_status predict_nodes(gat_model *m, const pl_batch *b) {
         if (lab) lab[r] = yv[i];
         r++;
     }
-    st = pl_h5_out_append(m->pred, "node", node);
-    if (!st) st = pl_h5_out_append(m->pred, "probs", probs);
-    if (!st) st = pl_h5_out_append(m->pred, "pred", pred);
-    if (!st && label) st = pl_h5_out_append(m->pred, "label", label);
+    st = pl_outputs_add(out, "node", node);
+    if (!st) st = pl_outputs_add(out, "probs", probs);
+    if (!st) st = pl_outputs_add(out, "pred", pred);
+    if (!st && label) st = pl_outputs_add(out, "label", label);
     return st;
 }
 
@@ -417,7 +419,7 @@ static pl_tensor *original_units(const gat_model *m, pl_tensor *v) {
     return out;
 }
 
-static pl_status predict_graphs(gat_model *m, const pl_batch *b) {
+static pl_status predict_graphs(gat_model *m, const pl_batch *b, pl_outputs *out) {
     char d1[256];
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
               *ed = pl_batch_get(b, "edge_dst"), *bv = pl_batch_get(b, "batch");
@@ -445,31 +447,28 @@ static pl_status predict_graphs(gat_model *m, const pl_batch *b) {
     if (!pred) return pl_error_prefix(pl_error_status(), "gat predict");
     pl_tensor *ids = gid ? pl_tensor_to(gid, PL_I64, PL_CPU) : NULL;
     if (!gid) { /* no file index: the graph's position in the split */
-        int64_t n0 = pl_h5_out_rows(m->pred, "prediction");
         ids = pl_tensor_empty(PL_I64, 1, (int64_t[]){B}, PL_CPU);
         if (ids) {
             int64_t *iv = pl_tensor_data(ids);
             for (int64_t i = 0; i < B; i++)
-                iv[i] = (n0 < 0 ? 0 : n0) + i;
+                iv[i] = m->pred_rows + i;
         }
     }
     if (!ids) return pl_error_status();
-    st = pl_h5_out_append(m->pred, "graph", ids);
-    if (!st) st = pl_h5_out_append(m->pred, "prediction", original_units(m, pred));
-    if (!st && y) st = pl_h5_out_append(m->pred, "target", original_units(m, y));
+    st = pl_outputs_add(out, "graph", ids);
+    if (!st) st = pl_outputs_add(out, "prediction", original_units(m, pred));
+    if (!st && y) st = pl_outputs_add(out, "target", original_units(m, y));
+    if (!st) m->pred_rows += B;
     return st;
 }
 
-static pl_status gat_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+static pl_status gat_outputs_batch(void *self, pl_outputs_purpose purpose, const pl_batch *b,
+                                   pl_data_split split, pl_outputs *out) {
     (void)split;
+    (void)purpose;
     gat_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "gat: predict_batch before predict_begin");
-    return m->o.task == GAT_GRAPH_REGRESSION ? predict_graphs(m, b) : predict_nodes(m, b);
-}
-
-static pl_status gat_predict_end(void *self) {
-    gat_model *m = self;
-    return pl_h5_out_finish(&m->pred, "gat");
+    return m->o.task == GAT_GRAPH_REGRESSION ? predict_graphs(m, b, out)
+                                             : predict_nodes(m, b, out);
 }
 
 static const pl_model_vtable gat_vtable = {
@@ -478,9 +477,8 @@ static const pl_model_vtable gat_vtable = {
     .forward = gat_forward,
     .batch_needs = gat_batch_needs,
     .predict_needs = gat_predict_needs,
-    .predict_begin = gat_predict_begin,
-    .predict_batch = gat_predict_batch,
-    .predict_end = gat_predict_end,
+    .outputs_begin = gat_outputs_begin,
+    .outputs_batch = gat_outputs_batch,
 };
 
 PL_PLUGIN_DEFINE(gat, PL_KIND_MODEL, "1.0.0",

@@ -76,7 +76,7 @@ typedef struct gat_model {
     pl_run_context *ctx; /* borrowed; live counters read at every forward */
     gat_graph_cache graph;
     gat_target_cache target[PL_SPLIT_COUNT];
-    struct pl_h5_out *pred; /* `pipeline predict`: OUT.h5 between predict_begin and _end */
+    int64_t pred_rows; /* `pipeline predict`: rows named so far (outputs_batch) */
 } gat_model;
 
 /* ---- gat_layers.c: the layers, shared with stock_gat ---- */
@@ -85,7 +85,7 @@ typedef struct gat_model {
  * gat.layers.<l>.{lin.weight, att_src, att_dst, res.weight, bias}, and
  * gat.head.* for graph regression. */
 pl_status gat_model_new(const gat_opts *o, pl_run_context *ctx, gat_model **out);
-/* Frees the caches; `pred` (the plugin's predict file) is the plugin's to close. */
+/* Frees the caches and the model. */
 void gat_model_free(gat_model *m);
 
 /* A new f32 parameter of `shape` on ctx's device, U(-bound, bound) from

@@ -24,7 +24,6 @@
 #include "ranking.h"
 #include "distill.h"
 #include "teacher_export.h"
-#include "pl_h5.h"
 
 /* ---- pipeline predict ------------------------------------------------------------------------
  * Per input row: the predict_top_k best items after the same exclusions as
@@ -49,16 +48,12 @@ pl_status ilora_predict_needs(const pl_config_section *cfg, pl_field_list *out) 
     return st;
 }
 
-pl_status ilora_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
-    ilora_model *m = self;
+static pl_status predict_begin(ilora_model *m, pl_outputs *out) {
     if (m->o.predict_top_k > m->vocab - 1)
         return pl_error_set(PL_ERR_CONFIG, "ilora: predict_top_k %lld exceeds the %lld items",
                             (long long)m->o.predict_top_k, (long long)m->vocab - 1);
     m->pred_rows = 0;
-    pl_status st = pl_h5_out_new(out_path, attrs, &m->pred);
-    if (!st) st = pl_h5_attr_write_int(out_path, m->pred->file, "top_k", m->o.predict_top_k);
-    if (st) pl_h5_out_free(&m->pred);
-    return st;
+    return pl_meta_set_int(out->attrs, "top_k", m->o.predict_top_k);
 }
 
 /* A [n] i64 CPU tensor of host values, owned by the caller's frame. */
@@ -66,9 +61,8 @@ static pl_tensor *host_rows_i64(const int64_t *v, int64_t n) {
     return pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, v, PL_CPU);
 }
 
-pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
-    ilora_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "ilora: predict_batch before predict_begin");
+static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split split,
+                               pl_outputs *o) {
     pl_tensor *ids = ilora_need_field(b, m->o.input_field, "input_field");
     if (!ids) return pl_error_status();
     if (ids->ndim != 2) {
@@ -107,14 +101,13 @@ pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_split split
         ilora_topk(row, V, K, top + i * K, val + i * K);
         rows[i] = m->pred_rows + i;
     }
-    pl_h5_out *o = m->pred;
-    if (!st) st = pl_h5_out_append(o, "top_items",
-                                   pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, K}, top, PL_CPU));
-    if (!st) st = pl_h5_out_append(o, "top_scores",
-                                   pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, K}, val, PL_CPU));
-    if (!st) st = pl_h5_out_append(o, "row", host_rows_i64(rows, B));
-    if (!st && users) st = pl_h5_out_append(o, "user_index", host_rows_i64(users, B));
-    if (!st && tg) st = pl_h5_out_append(o, "target", host_rows_i64(tg, B));
+    if (!st) st = pl_outputs_add(o, "top_items",
+                                 pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, K}, top, PL_CPU));
+    if (!st) st = pl_outputs_add(o, "top_scores",
+                                 pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, K}, val, PL_CPU));
+    if (!st) st = pl_outputs_add(o, "row", host_rows_i64(rows, B));
+    if (!st && users) st = pl_outputs_add(o, "user_index", host_rows_i64(users, B));
+    if (!st && tg) st = pl_outputs_add(o, "target", host_rows_i64(tg, B));
     if (!st) m->pred_rows += B;
     free(row);
     free(top);
@@ -126,9 +119,17 @@ pl_status ilora_predict_batch(void *self, const pl_batch *b, pl_data_split split
     return st;
 }
 
-pl_status ilora_predict_end(void *self) {
-    ilora_model *m = self;
-    return pl_h5_out_finish(&m->pred, "ilora");
+/* The model's outputs: predictions (above) and the teacher outputs
+ * (teacher_export.c). */
+static pl_status vt_outputs_begin(void *self, pl_outputs_purpose purpose, pl_outputs *out) {
+    return purpose == PL_OUTPUTS_EXPORT ? ilora_teacher_begin(self, out)
+                                        : predict_begin(self, out);
+}
+
+static pl_status vt_outputs_batch(void *self, pl_outputs_purpose purpose, const pl_batch *b,
+                                  pl_data_split split, pl_outputs *out) {
+    return purpose == PL_OUTPUTS_EXPORT ? ilora_teacher_batch(self, b, split, out)
+                                        : predict_batch(self, b, split, out);
 }
 
 /* ---- plugin glue -------------------------------------------------------------------------- */
@@ -180,15 +181,11 @@ static const pl_model_vtable ilora_vtable = {
     .batch_needs = ilora_batch_needs,
     .destroy = vt_destroy,
     .forward = ilora_forward,
-    .export_begin = ilora_export_begin,
-    .export_batch = ilora_export_batch,
-    .export_end = ilora_export_end,
     .on_load = NULL,
     .predict_needs = ilora_predict_needs,
-    .predict_begin = ilora_predict_begin,
-    .predict_batch = ilora_predict_batch,
-    .predict_end = ilora_predict_end,
     .export_model = ilora_export_model,
+    .outputs_begin = vt_outputs_begin,
+    .outputs_batch = vt_outputs_batch,
 };
 
 PL_PLUGIN_DEFINE(ilora, PL_KIND_MODEL, "0.1.0",

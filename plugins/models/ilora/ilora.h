@@ -79,7 +79,6 @@ typedef struct ilora_layer {
     ilora_proj proj[ILORA_NPROJ];
 } ilora_layer;
 
-typedef struct ilora_export ilora_export; /* teacher_export.c */
 typedef struct ilora_layer_ctx ilora_layer_ctx; /* ilora_layers.c: a layer's recomputation */
 
 typedef struct ilora_model {
@@ -121,8 +120,8 @@ typedef struct ilora_model {
     ilora_layer layer[ILORA_MAX_LAYERS];
     ilora_hist hist[PL_SPLIT_COUNT]; /* history_reader.h */
     bool have_hist;
-    ilora_export *exp;
-    struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
+    int64_t export_rows[PL_SPLIT_COUNT]; /* teacher outputs: rows named per split */
+    struct pl_h5_out *exp_file; /* ilora_export_begin's file, outside a run (owned) */
     int64_t pred_rows;      /* rows predicted so far */
 } ilora_model;
 

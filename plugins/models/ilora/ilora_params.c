@@ -370,7 +370,6 @@ void ilora_model_destroy(ilora_model *m) {
     free(m->layer_ctx);
     pl_tensor_release(m->embed_deq);
     ilora_hist_free(m->hist);
-    if (m->exp) ilora_export_abort(m); /* destroyed mid-export: no partial file */
-    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
+    ilora_export_abort(m); /* destroyed mid-export (outside a run): no partial file */
     free(m);
 }

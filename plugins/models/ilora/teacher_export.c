@@ -1,7 +1,8 @@
-/* teacher_export.c - the ilora model's teacher-output exporter
- * (teacher_export.h): every train/val/test batch's top-K logits, written
- * through the shared HDF5 helpers under the process-wide HDF5 lock (pl_h5.h;
- * the model's forward runs outside it).
+/* teacher_export.c - the ilora model's teacher outputs (teacher_export.h):
+ * every train/val/test batch's top-K logits, named as model outputs
+ * (plugin.h pl_outputs, PL_OUTPUTS_EXPORT) that the run writes to its
+ * outputs/ directory; the layout below is ilora's, the file writing is the
+ * run's (libpipeline_hdf5, pl_h5_outputs_*).
  *
  * Export layout of OUTPUTS/teacher_outputs.h5 (K = export_top_k, L = max_len):
  *   /train/input_ids   i32 [N_rows, L]  the training rows in the order the loader
@@ -24,119 +25,70 @@
  *                                       running row number)
  *   /val|test/target   i32 [U]          held-out item (0 if the batch has none)
  * Root attributes: temperature (T), top_k, num_items, num_experts, adapters, model.
- * Every dataset is chunked and extendible (H5S_UNLIMITED rows) and grows per
- * batch. The padding id 0 is never exported; history items are NOT removed
+ * Every dataset is declared in outputs_begin (so a split without rows still
+ * has its datasets, of 0 rows), chunked and extendible (H5S_UNLIMITED rows),
+ * and grows per batch. The padding id 0 is never exported; history items are NOT removed
  * (these are the model's raw preferences, for distillation).
  */
 #include "teacher_export.h"
 
 #include <math.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ilora.h"
 #include "pl_h5.h"
 #include "ranking.h"
 
-/* A/B/C: row,pos,label | user,target; IN/LAB/SRC: train row copies */
-enum { DS_IDS, DS_LOGITS, DS_LOGNORM, DS_A, DS_B, DS_C, DS_IN, DS_LAB, DS_SRC, DS_N };
-
-struct ilora_export {
-    hid_t file;
-    hid_t ds[PL_SPLIT_COUNT][DS_N];
-    int64_t rows[PL_SPLIT_COUNT];
-    int64_t counter[PL_SPLIT_COUNT]; /* rows seen per split */
-    char path[4096]; /* where it is being written: final + ".tmp.<pid>" */
-    char final[4096]; /* renamed to this once complete (export_end) */
-};
-
-static pl_status append(ilora_export *e, hid_t d, hid_t memtype, int64_t start, int64_t n,
-                        int64_t width, const void *data) {
-    return pl_h5_append_rows(e->path, d, memtype, start, n, width, data);
+static int64_t export_k(const ilora_model *m) {
+    return m->o.export_top_k < m->vocab - 1 ? m->o.export_top_k : m->vocab - 1;
 }
 
-static void close_datasets(ilora_export *e) {
-    pl_h5_lock();
-    for (int s = 0; s < PL_SPLIT_COUNT; s++)
-        for (int k = 0; k < DS_N; k++)
-            if (e->ds[s][k] > 0) H5Dclose(e->ds[s][k]);
-    pl_h5_unlock();
-    memset(e->ds, 0, sizeof e->ds);
+/* "train/topk_ids" */
+static pl_status add(pl_outputs *out, pl_data_split s, const char *name, pl_tensor *t) {
+    char full[PL_OUTPUTS_NAME_MAX];
+    snprintf(full, sizeof full, "%s/%s", pl_split_name(s), name);
+    return pl_outputs_add(out, full, t);
 }
 
-pl_status ilora_export_begin(void *self, const char *outputs_dir) {
+/* A dataset of 0 rows: its dtype and width (0: one value per row). */
+static pl_status declare(pl_outputs *out, pl_data_split s, const char *name, pl_dtype dt,
+                         int64_t width) {
+    return add(out, s, name, pl_tensor_empty(dt, width > 0 ? 2 : 1, (int64_t[]){0, width}, PL_CPU));
+}
+
+pl_status ilora_teacher_begin(void *self, pl_outputs *out) {
     ilora_model *m = self;
-    if (m->exp) ilora_export_end(m);
-    ilora_export *e = calloc(1, sizeof *e);
-    if (!e) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    /* written under a temporary name and renamed when complete, so a failed
-     * or interrupted export (disk full) never leaves a partial file under
-     * the final name */
-    snprintf(e->final, sizeof e->final, "%s/teacher_outputs.h5", outputs_dir);
-    snprintf(e->path, sizeof e->path, "%s.tmp.%ld", e->final, (long)getpid());
-    pl_status st = pl_h5_create(e->path, &e->file);
-    if (st) {
-        free(e);
-        return pl_error_prefix(st, "ilora export");
-    }
-    m->exp = e;
-    int64_t K = m->o.export_top_k < m->vocab - 1 ? m->o.export_top_k : m->vocab - 1;
-    const char *p = e->path;
-    for (int s = 0; s < PL_SPLIT_COUNT && !st; s++) {
-        hid_t g;
-        pl_h5_lock();
-        H5E_BEGIN_TRY {
-            g = H5Gcreate2(e->file, pl_split_name((pl_data_split)s), H5P_DEFAULT, H5P_DEFAULT,
-                           H5P_DEFAULT);
-        }
-        H5E_END_TRY;
-        pl_h5_unlock();
-        if (g < 0) {
-            st = pl_error_set(PL_ERR_IO, "%s: cannot create group /%s", p,
-                              pl_split_name((pl_data_split)s));
-            break;
-        }
-        hid_t *ds = e->ds[s];
-        st = pl_h5_create_rows(p, g, "topk_ids", H5T_STD_I32LE, K, &ds[DS_IDS]);
-        if (!st) st = pl_h5_create_rows(p, g, "topk_logits", H5T_IEEE_F32LE, K, &ds[DS_LOGITS]);
-        if (!st) st = pl_h5_create_rows(p, g, "lognorm", H5T_IEEE_F32LE, 0, &ds[DS_LOGNORM]);
-        if (s == PL_SPLIT_TRAIN) {
-            if (!st) st = pl_h5_create_rows(p, g, "row", H5T_STD_I32LE, 0, &ds[DS_A]);
-            if (!st) st = pl_h5_create_rows(p, g, "pos", H5T_STD_I32LE, 0, &ds[DS_B]);
-            if (!st) st = pl_h5_create_rows(p, g, "label", H5T_STD_I32LE, 0, &ds[DS_C]);
-            if (!st) st = pl_h5_create_rows(p, g, "input_ids", H5T_STD_I32LE, m->o.max_len, &ds[DS_IN]);
-            if (!st) st = pl_h5_create_rows(p, g, "labels", H5T_STD_I32LE, m->o.max_len, &ds[DS_LAB]);
-            if (!st) st = pl_h5_create_rows(p, g, "source_row", H5T_STD_I32LE, 0, &ds[DS_SRC]);
-        } else {
-            if (!st) st = pl_h5_create_rows(p, g, "user", H5T_STD_I32LE, 0, &ds[DS_A]);
-            if (!st) st = pl_h5_create_rows(p, g, "target", H5T_STD_I32LE, 0, &ds[DS_B]);
-            for (int k = DS_C; k < DS_N; k++)
-                ds[k] = H5I_INVALID_HID;
-        }
-        pl_h5_lock();
-        H5Gclose(g);
-        pl_h5_unlock();
+    memset(m->export_rows, 0, sizeof m->export_rows);
+    snprintf(out->file, sizeof out->file, "teacher_outputs.h5");
+    int64_t K = export_k(m), L = m->o.max_len;
+    pl_status st = PL_OK;
+    for (int i = 0; i < PL_SPLIT_COUNT && !st; i++) {
+        pl_data_split s = (pl_data_split)i;
+        st = declare(out, s, "topk_ids", PL_I32, K);
+        if (!st) st = declare(out, s, "topk_logits", PL_F32, K);
+        if (!st) st = declare(out, s, "lognorm", PL_F32, 0);
+        const char *one[] = {"row", "pos", "label", "source_row", "user", "target"};
+        for (int k = s == PL_SPLIT_TRAIN ? 0 : 4; k < (s == PL_SPLIT_TRAIN ? 4 : 6) && !st; k++)
+            st = declare(out, s, one[k], PL_I32, 0);
+        if (!st && s == PL_SPLIT_TRAIN) st = declare(out, s, "input_ids", PL_I32, L);
+        if (!st && s == PL_SPLIT_TRAIN) st = declare(out, s, "labels", PL_I32, L);
     }
     static const char *const ad[] = {"none", "lora", "moe_lora"};
-    if (!st) st = pl_h5_attr_write_double(p, e->file, "temperature", m->o.export_temperature);
-    if (!st) st = pl_h5_attr_write_int(p, e->file, "top_k", K);
-    if (!st) st = pl_h5_attr_write_int(p, e->file, "num_items", m->vocab - 1);
-    if (!st) st = pl_h5_attr_write_int(p, e->file, "num_experts", m->o.num_experts);
-    if (!st) st = pl_h5_attr_write_str(p, e->file, "adapters", ad[m->o.adapters]);
-    if (!st) st = pl_h5_attr_write_str(p, e->file, "model", "ilora");
+    pl_meta *a = out->attrs;
+    if (!st) st = pl_meta_set_float(a, "temperature", m->o.export_temperature);
+    if (!st) st = pl_meta_set_int(a, "top_k", K);
+    if (!st) st = pl_meta_set_int(a, "num_items", m->vocab - 1);
+    if (!st) st = pl_meta_set_int(a, "num_experts", m->o.num_experts);
+    if (!st) st = pl_meta_set_str(a, "adapters", ad[m->o.adapters]);
+    if (!st) st = pl_meta_set_str(a, "model", "ilora");
     if (!st)
-        st = pl_h5_attr_write_str(p, e->file, "logits",
-                                  "topk_logits = model logits / temperature, best first; item 0 "
-                                  "(padding) never exported; history items not removed; lognorm = "
-                                  "logsumexp over items 1..num_items of logits / temperature");
-    if (st) {
-        pl_error_prefix(st, "ilora export");
-        ilora_export_end(m);
-    }
-    return st;
+        st = pl_meta_set_str(a, "logits",
+                             "topk_logits = model logits / temperature, best first; item 0 "
+                             "(padding) never exported; history items not removed; lognorm = "
+                             "logsumexp over items 1..num_items of logits / temperature");
+    return st ? pl_error_prefix(st, "ilora export") : PL_OK;
 }
 
 /* Top-K of each row of logits [n, V] (host f32) with item 0 removed and / T,
@@ -169,20 +121,27 @@ static pl_tensor *host_i64(pl_tensor *t) {
     return t ? pl_tensor_to(t, PL_I64, PL_CPU) : NULL;
 }
 
-pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split) {
+/* n host i32 values (width 0: [n], else [n, width]) as a CPU tensor of the frame. */
+static pl_tensor *rows_i32(const int32_t *v, int64_t n, int64_t width) {
+    return pl_tensor_from_data(PL_I32, width > 0 ? 2 : 1, (int64_t[]){n, width}, v, PL_CPU);
+}
+
+static pl_tensor *rows_f32(const float *v, int64_t n, int64_t width) {
+    return pl_tensor_from_data(PL_F32, width > 0 ? 2 : 1, (int64_t[]){n, width}, v, PL_CPU);
+}
+
+pl_status ilora_teacher_batch(void *self, const pl_batch *b, pl_data_split split,
+                              pl_outputs *out) {
     ilora_model *m = self;
-    ilora_export *e = m->exp;
-    if (!e) return pl_error_set(PL_ERR_INVALID, "ilora: export_batch before export_begin");
     pl_tensor *ids = pl_batch_find(b, m->o.input_field);
     if (!ids || ids->ndim != 2)
         return pl_error_set(PL_ERR_INVALID, "ilora export: batch has no [B, L] field '%s'",
                             m->o.input_field);
-    int64_t B = ids->shape[0], L = ids->shape[1], V = m->vocab;
-    int64_t K = m->o.export_top_k < V - 1 ? m->o.export_top_k : V - 1;
+    int64_t B = ids->shape[0], L = ids->shape[1], V = m->vocab, K = export_k(m);
     pl_status st = PL_OK;
     pl_tensor *h = ilora_hidden(m, ids, false);
     if (!h) return pl_error_status();
-    int64_t n = 0;
+    int64_t n = 0, *counter = &m->export_rows[split];
     int32_t *a = NULL, *bb = NULL, *c = NULL;
     pl_tensor *sel = NULL;
     if (split == PL_SPLIT_TRAIN) {
@@ -213,20 +172,18 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
             if (i % L == 0)
                 csrc[i / L] = src ? (int32_t)((const int64_t *)pl_tensor_data(src))[i / L] : -1;
             if (lv[i] == 0) continue;
-            a[n] = (int32_t)(e->counter[split] + i / L);
+            a[n] = (int32_t)(*counter + i / L);
             bb[n] = (int32_t)(i % L);
             c[n] = (int32_t)lv[i];
             pos[n++] = i;
         }
-        int64_t r0 = e->counter[split];
-        hid_t *ds = e->ds[split];
-        if (!st) st = append(e, ds[DS_IN], H5T_NATIVE_INT32, r0, B, L, cin);
-        if (!st) st = append(e, ds[DS_LAB], H5T_NATIVE_INT32, r0, B, L, clab);
-        if (!st) st = append(e, ds[DS_SRC], H5T_NATIVE_INT32, r0, B, 0, csrc);
+        if (!st) st = add(out, split, "input_ids", rows_i32(cin, B, L));
+        if (!st) st = add(out, split, "labels", rows_i32(clab, B, L));
+        if (!st) st = add(out, split, "source_row", rows_i32(csrc, B, 0));
         free(cin);
         free(clab);
         free(csrc);
-        e->counter[split] += B;
+        *counter += B;
         if (!st && n > 0) {
             pl_tensor *pi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, pos, m->ctx->device);
             sel = pl_index_select(pl_reshape(h, 2, (int64_t[]){-1, m->o.dim}), 0, pi);
@@ -237,14 +194,14 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
         n = B;
         pl_tensor *us = host_i64(pl_batch_find(b, m->o.user_field));
         pl_tensor *tg = host_i64(pl_batch_find(b, m->o.target_field));
-        a = malloc((size_t)B * sizeof *a);
-        bb = malloc((size_t)B * sizeof *bb);
+        a = malloc((size_t)(B ? B : 1) * sizeof *a);
+        bb = malloc((size_t)(B ? B : 1) * sizeof *bb);
         if (!a || !bb) st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
         for (int64_t i = 0; !st && i < B; i++) {
-            a[i] = (int32_t)(us ? ((const int64_t *)pl_tensor_data(us))[i] : e->counter[split] + i);
+            a[i] = (int32_t)(us ? ((const int64_t *)pl_tensor_data(us))[i] : *counter + i);
             bb[i] = tg ? (int32_t)((const int64_t *)pl_tensor_data(tg))[i] : 0;
         }
-        e->counter[split] += B;
+        *counter += B;
         if (!st) {
             sel = pl_reshape(pl_slice(h, 1, L - 1, L), 2, (int64_t[]){B, m->o.dim});
             if (!sel) st = pl_error_status();
@@ -262,15 +219,15 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
             st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
         else topk_rows(pl_tensor_f32(lg), n, V, K, m->o.export_temperature, tids, tvals, tnorm);
     }
-    int64_t r0 = e->rows[split];
-    hid_t *ds = e->ds[split];
-    if (!st) st = append(e, ds[DS_IDS], H5T_NATIVE_INT32, r0, n, K, tids);
-    if (!st) st = append(e, ds[DS_LOGITS], H5T_NATIVE_FLOAT, r0, n, K, tvals);
-    if (!st) st = append(e, ds[DS_LOGNORM], H5T_NATIVE_FLOAT, r0, n, 0, tnorm);
-    if (!st) st = append(e, ds[DS_A], H5T_NATIVE_INT32, r0, n, 0, a);
-    if (!st) st = append(e, ds[DS_B], H5T_NATIVE_INT32, r0, n, 0, bb);
-    if (!st && split == PL_SPLIT_TRAIN) st = append(e, ds[DS_C], H5T_NATIVE_INT32, r0, n, 0, c);
-    if (!st) e->rows[split] += n;
+    bool tr = split == PL_SPLIT_TRAIN;
+    if (!st && n > 0) { /* a train batch without labelled positions: no rows */
+        st = add(out, split, "topk_ids", rows_i32(tids, n, K));
+        if (!st) st = add(out, split, "topk_logits", rows_f32(tvals, n, K));
+        if (!st) st = add(out, split, "lognorm", rows_f32(tnorm, n, 0));
+        if (!st) st = add(out, split, tr ? "row" : "user", rows_i32(a, n, 0));
+        if (!st) st = add(out, split, tr ? "pos" : "target", rows_i32(bb, n, 0));
+        if (!st && tr) st = add(out, split, "label", rows_i32(c, n, 0));
+    }
     free(a);
     free(bb);
     free(c);
@@ -280,29 +237,45 @@ pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split)
     return st;
 }
 
+/* ---- the file on its own (the unit tests: the run writes it in outputs.c) ---- */
+
+pl_status ilora_export_begin(void *self, const char *outputs_dir) {
+    ilora_model *m = self;
+    ilora_export_abort(m);
+    pl_outputs out;
+    memset(&out, 0, sizeof out);
+    out.attrs = pl_meta_new();
+    char path[4096];
+    pl_frame_begin();
+    pl_status st = out.attrs ? ilora_teacher_begin(m, &out) : pl_error_status();
+    if (!st) snprintf(path, sizeof path, "%s/%s", outputs_dir, out.file);
+    if (!st) st = pl_h5_outputs_open(path, &out, &m->exp_file);
+    pl_frame_end();
+    pl_meta_free(out.attrs);
+    return st ? pl_error_prefix(st, "ilora export") : PL_OK;
+}
+
+pl_status ilora_export_batch(void *self, const pl_batch *b, pl_data_split split) {
+    ilora_model *m = self;
+    if (!m->exp_file) return pl_error_set(PL_ERR_INVALID, "ilora: export_batch before export_begin");
+    pl_outputs out;
+    out.n = 0;
+    out.attrs = NULL;
+    pl_frame_begin();
+    pl_status st = ilora_teacher_batch(m, b, split, &out);
+    if (!st) st = pl_h5_outputs_write(m->exp_file, &out);
+    pl_frame_end();
+    return st;
+}
+
 pl_status ilora_export_end(void *self) {
     ilora_model *m = self;
-    ilora_export *e = m->exp;
-    if (!e) return PL_OK;
-    close_datasets(e);
-    pl_status st = pl_h5_close(e->path, e->file);
-    if (!st && rename(e->path, e->final) != 0)
-        st = pl_error_set(PL_ERR_IO, "%s: renaming to %s failed: %s", e->path, e->final,
-                          strerror(errno));
-    if (st) unlink(e->path);
-    free(e);
-    m->exp = NULL;
+    if (!m->exp_file) return PL_OK;
+    pl_status st = pl_h5_outputs_commit(&m->exp_file);
     return st ? pl_error_prefix(st, "ilora export") : PL_OK;
 }
 
 void ilora_export_abort(void *self) {
     ilora_model *m = self;
-    ilora_export *e = m->exp;
-    if (!e) return;
-    close_datasets(e);
-    pl_h5_close(e->path, e->file);
-    pl_error_clear(); /* the error that aborted the export is the one to report */
-    unlink(e->path);
-    free(e);
-    m->exp = NULL;
+    pl_h5_outputs_abandon(&m->exp_file);
 }

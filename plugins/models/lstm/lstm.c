@@ -27,7 +27,6 @@
 
 #include "lstm.h"
 #include "lstm_check.h"
-#include "pl_h5.h"
 
 /* ---- parameters ------------------------------------------------------------ */
 
@@ -222,7 +221,6 @@ void lstm_model_free(lstm_model *m) {
     pl_tensor_release(m->gate_fixed);
     pl_tensor_release(m->gate_mask);
     pl_tensor_release(m->drop_ones);
-    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -705,9 +703,13 @@ static pl_status lstm_predict_needs(const pl_config_section *cfg, pl_field_list 
     return st ? st : lstm_mf_needs(cfg, out);
 }
 
-static pl_status lstm_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+static pl_status lstm_outputs_begin(void *self, pl_outputs_purpose purpose, pl_outputs *out) {
+    (void)out;
     lstm_model *m = self;
-    return pl_h5_out_new(out_path, attrs, &m->pred);
+    if (purpose != PL_OUTPUTS_PREDICT)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "lstm: no outputs but predict's");
+    m->pred_rows = 0;
+    return PL_OK;
 }
 
 /* [B*S, O] standardized values -> a new f32 CPU tensor [B, S', O'] in
@@ -728,10 +730,11 @@ static pl_tensor *original_units(const lstm_model *m, pl_tensor *v, int64_t B) {
     return out;
 }
 
-static pl_status lstm_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+static pl_status lstm_outputs_batch(void *self, pl_outputs_purpose purpose, const pl_batch *b,
+                                    pl_data_split split, pl_outputs *out) {
+    (void)purpose;
     char d1[256];
     lstm_model *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "lstm: predict_batch before predict_begin");
     pl_tensor *x = pl_batch_get(b, m->o.input_field);
     if (!x) return pl_error_prefix(pl_error_status(), "lstm");
     pl_error_clear();
@@ -756,22 +759,16 @@ static pl_status lstm_predict_batch(void *self, const pl_batch *b, pl_data_split
     m->carry_batch = B;
     pl_tensor *pred = m->o.n_tf ? lstm_mf_predict(m, b, false) : lstm_predict(m, x, false);
     if (!pred) return pl_error_prefix(pl_error_status(), "lstm predict");
-    int64_t n0 = pl_h5_out_rows(m->pred, "forecast");
     int64_t *ri = malloc((size_t)(B ? B : 1) * sizeof *ri);
     if (!ri) return pl_error_set(PL_ERR_NOMEM, "lstm: out of memory");
-    for (int64_t i = 0; i < B; i++) ri[i] = (n0 < 0 ? 0 : n0) + i;
-    pl_status st = pl_h5_out_append(m->pred, "forecast", original_units(m, pred, B));
-    if (!st && y) st = pl_h5_out_append(m->pred, "target", original_units(m, y, B));
+    for (int64_t i = 0; i < B; i++) ri[i] = m->pred_rows + i;
+    pl_status st = pl_outputs_add(out, "forecast", original_units(m, pred, B));
+    if (!st && y) st = pl_outputs_add(out, "target", original_units(m, y, B));
     if (!st)
-        st = pl_h5_out_append(m->pred, "row", pl_tensor_from_data(PL_I64, 1, (int64_t[]){B}, ri,
-                                                                  PL_CPU));
+        st = pl_outputs_add(out, "row", pl_tensor_from_data(PL_I64, 1, (int64_t[]){B}, ri, PL_CPU));
+    if (!st) m->pred_rows += B;
     free(ri);
     return st;
-}
-
-static pl_status lstm_predict_end(void *self) {
-    lstm_model *m = self;
-    return pl_h5_out_finish(&m->pred, "lstm");
 }
 
 static const pl_model_vtable lstm_vtable = {
@@ -780,9 +777,8 @@ static const pl_model_vtable lstm_vtable = {
     .forward = lstm_forward,
     .batch_needs = lstm_batch_needs,
     .predict_needs = lstm_predict_needs,
-    .predict_begin = lstm_predict_begin,
-    .predict_batch = lstm_predict_batch,
-    .predict_end = lstm_predict_end,
+    .outputs_begin = lstm_outputs_begin,
+    .outputs_batch = lstm_outputs_batch,
 };
 
 PL_PLUGIN_DEFINE(lstm, PL_KIND_MODEL, "1.0.0",

@@ -91,7 +91,7 @@ typedef struct lstm_model {
     bool carry_training;
     int64_t carry_batch;
     /* running sums of the evaluation in progress (RMSE needs the total) */
-    struct pl_h5_out *pred; /* `pipeline predict`'s OUT.h5 while it is written (owned) */
+    int64_t pred_rows;      /* `pipeline predict`: rows named so far (outputs_batch) */
     /* parameter indices of the timeframe encoders [field][layer] (multiframe.c) */
     int tf_w_ih[LSTM_MAX_TF][LSTM_MAX_LAYERS], tf_w_hh[LSTM_MAX_TF][LSTM_MAX_LAYERS],
         tf_b_ih[LSTM_MAX_TF][LSTM_MAX_LAYERS], tf_b_hh[LSTM_MAX_TF][LSTM_MAX_LAYERS];

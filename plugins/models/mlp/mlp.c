@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "pipeline/pipeline.h"
-#include "pl_h5.h"
 
 #define MLP_MAX_LAYERS 16
 #define MLP_MAX_UNSCALE 1024 /* outputs with their own target statistics (predict) */
@@ -25,10 +24,9 @@ typedef struct mlp {
     double dropout, huber_delta;
     const char *input_field, *target_field, *mask_field;
     pl_run_context *ctx;
-    /* `pipeline predict`: OUT.h5, rows seen, and output o in original units
+    /* `pipeline predict`: rows seen, and output o in original units
      * = v * scale[o % n_scale] + shift[...] (the loader's target_mean_k /
      * target_std_k: series standardization; identity without them) */
-    pl_h5_out *pred;
     int64_t pred_rows, n_out;
     int n_scale;
     double shift[MLP_MAX_UNSCALE], scale[MLP_MAX_UNSCALE];
@@ -59,7 +57,6 @@ static void mlp_destroy(void *self) {
         pl_tensor_release(m->w[i]);
         pl_tensor_release(m->b[i]);
     }
-    pl_h5_out_free(&m->pred); /* destroyed mid-predict: the core removes the file */
     free(m);
 }
 
@@ -255,17 +252,21 @@ static pl_status mlp_predict_needs(const pl_config_section *cfg, pl_field_list *
     return st;
 }
 
-static pl_status mlp_predict_begin(void *self, const char *out_path, const pl_meta *attrs) {
+static pl_status mlp_outputs_begin(void *self, pl_outputs_purpose purpose, pl_outputs *out) {
+    (void)out;
     mlp *m = self;
+    if (purpose != PL_OUTPUTS_PREDICT)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "mlp: no outputs but predict's");
     m->pred_rows = 0;
-    return pl_h5_out_new(out_path, attrs, &m->pred);
+    return PL_OK;
 }
 
-static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split split) {
+static pl_status mlp_outputs_batch(void *self, pl_outputs_purpose purpose, const pl_batch *b,
+                                   pl_data_split split, pl_outputs *outs) {
     (void)split;
+    (void)purpose;
     char d1[256];
     mlp *m = self;
-    if (!m->pred) return pl_error_set(PL_ERR_INVALID, "mlp: predict_batch before predict_begin");
     pl_tensor *x = pl_batch_get(b, m->input_field);
     if (!x) return pl_error_prefix(pl_error_status(), "mlp");
     pl_tensor *y = pl_batch_find(b, m->target_field), *mask = pl_batch_find(b, m->mask_field);
@@ -330,17 +331,12 @@ static pl_status mlp_predict_batch(void *self, const pl_batch *b, pl_data_split 
         r++;
     }
     m->pred_rows += B;
-    pl_status st = pl_h5_out_append(m->pred, "output", out);
-    if (!st && ce) st = pl_h5_out_append(m->pred, "probs", probs);
-    if (!st && ce) st = pl_h5_out_append(m->pred, "pred", pred);
-    if (!st && tg) st = pl_h5_out_append(m->pred, "target", tg);
-    if (!st) st = pl_h5_out_append(m->pred, "row", row);
+    pl_status st = pl_outputs_add(outs, "output", out);
+    if (!st && ce) st = pl_outputs_add(outs, "probs", probs);
+    if (!st && ce) st = pl_outputs_add(outs, "pred", pred);
+    if (!st && tg) st = pl_outputs_add(outs, "target", tg);
+    if (!st) st = pl_outputs_add(outs, "row", row);
     return st;
-}
-
-static pl_status mlp_predict_end(void *self) {
-    mlp *m = self;
-    return pl_h5_out_finish(&m->pred, "mlp");
 }
 
 static const pl_model_vtable mlp_vtable = {
@@ -349,9 +345,8 @@ static const pl_model_vtable mlp_vtable = {
     .forward = mlp_forward,
     .batch_needs = mlp_batch_needs,
     .predict_needs = mlp_predict_needs,
-    .predict_begin = mlp_predict_begin,
-    .predict_batch = mlp_predict_batch,
-    .predict_end = mlp_predict_end,
+    .outputs_begin = mlp_outputs_begin,
+    .outputs_batch = mlp_outputs_batch,
 };
 
 PL_PLUGIN_DEFINE(mlp, PL_KIND_MODEL, "1.0.0",
