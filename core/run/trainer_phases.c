@@ -82,8 +82,22 @@ static pl_status export_batch(trainer *t, const pl_batch *b, pl_data_split split
 
 static pl_status run_export_all(trainer *t);
 
+/* A model plugin built against ABI 2.4 - 2.8 writes its export itself
+ * (export_begin / export_batch / export_end), as it did then: a minor
+ * version adds, it never takes away. */
+static bool legacy_export(const trainer *t) {
+    const pl_model_vtable *M = MODEL(t);
+    return t->model.desc->abi_minor < 9 && M->export_begin && M->export_batch && M->export_end;
+}
+
+static pl_status legacy_export_batch(trainer *t, const pl_batch *b, pl_data_split split,
+                                     void *arg) {
+    (void)arg;
+    return MODEL(t)->export_batch(t->model.self, b, split);
+}
+
 static pl_status run_export(trainer *t) {
-    if (!tr_outputs_supported(t)) {
+    if (!tr_outputs_supported(t) && !legacy_export(t)) {
         tr_log(t, "export: model '%s' has no outputs (plugin ABI 2.9); skipped\n",
                t->model.desc->name);
         return PL_OK;
@@ -110,6 +124,17 @@ static pl_status run_export_all(trainer *t) {
     snprintf(t->outputs_path, sizeof t->outputs_path, "%s/outputs", t->run_dir);
     if (tr_mkdir_p(t->outputs_path))
         return pl_error_set(PL_ERR_IO, "cannot create %s: %s", t->outputs_path, strerror(errno));
+    if (legacy_export(t)) {
+        pl_status st = MODEL(t)->export_begin(t->model.self, t->outputs_path);
+        for (int s = 0; s < PL_SPLIT_COUNT && !st; s++)
+            st = tr_each_batch(t, (pl_data_split)s, -1, legacy_export_batch, NULL);
+        if (!st) st = MODEL(t)->export_end(t->model.self);
+        t->export_s = tr_now() - t0;
+        t->ph_export.seconds = t->export_s;
+        tr_peak_fold(t, &t->ph_export, false);
+        if (!st) tr_log(t, "export: outputs in %s (%.1fs)\n", t->outputs_path, t->export_s);
+        return st;
+    }
     struct pl_h5_out *f = NULL;
     pl_meta *attrs = pl_meta_new();
     pl_status st = attrs ? PL_OK : pl_error_status();

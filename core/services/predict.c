@@ -126,7 +126,11 @@ static pl_status predict_vtable(const pl_config *cfg, const pl_model_vtable **ou
     const pl_model_vtable *M = md->vtable;
     bool has = md->abi_minor >= 9 && M && M->predict_needs && M->outputs_begin &&
                M->outputs_batch;
-    if (!has) {
+    /* ABI 2.4 - 2.8: the model writes the file itself (predict_begin / _batch /
+     * _end), as then: a minor version adds, it never takes away */
+    bool legacy = md->abi_minor >= 4 && md->abi_minor < 9 && M && M->predict_needs &&
+                  M->predict_begin && M->predict_batch && M->predict_end;
+    if (!has && !legacy) {
         pl_hint_set("models with predict: see docs/run-files.md (predict output)");
         return pl_error_set(PL_ERR_UNSUPPORTED, "model plugin '%s' (%s, ABI %u.%u) does not "
                             "support predict (no predict_needs/outputs_begin/outputs_batch, "
@@ -179,6 +183,7 @@ typedef struct predict_walk {
     const pl_field_list *need;
     const char *input;
     struct pl_h5_out *file;
+    bool legacy; /* a plugin of ABI 2.4 - 2.8: its predict_batch writes the rows */
     int64_t rows, batches;
 } predict_walk;
 
@@ -189,7 +194,8 @@ static pl_status predict_batch(trainer *t, const pl_batch *b, pl_data_split spli
                                    t->model.desc->name);
         if (cs) return cs;
     }
-    pl_status st = tr_outputs_batch(t, PL_OUTPUTS_PREDICT, w->file, b, split);
+    pl_status st = w->legacy ? MODEL(t)->predict_batch(t->model.self, b, split)
+                             : tr_outputs_batch(t, PL_OUTPUTS_PREDICT, w->file, b, split);
     if (st)
         return pl_error_prefix(st, "predict: model '%s', %s batch %lld", t->model.desc->name,
                                pl_split_name(split), (long long)b->index);
@@ -296,13 +302,24 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
 
     /* written to a temporary file, renamed when everything succeeded
      * (outputs.c); removed on any error */
-    predict_walk w = {&need, o->input, NULL, 0, 0};
-    if (!st) st = tr_outputs_begin(t, PL_OUTPUTS_PREDICT, o->output, attrs, &w.file, NULL, 0);
+    predict_walk w = {&need, o->input, NULL, false, 0, 0};
+    w.legacy = !st && t->model.desc->abi_minor < 9;
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", o->output, (long)getpid());
+    if (!st && w.legacy) st = M->predict_begin(t->model.self, tmp, attrs);
+    else if (!st)
+        st = tr_outputs_begin(t, PL_OUTPUTS_PREDICT, o->output, attrs, &w.file, NULL, 0);
     if (st == PL_ERR_UNSUPPORTED) pl_hint_set("models with predict: see docs/run-files.md");
-    bool begun = w.file != NULL;
+    bool begun = w.file != NULL || (w.legacy && !st);
     if (!st) st = tr_each_batch(t, split, -1, predict_batch, &w);
     pl_tape_clear();
-    if (begun) st = tr_outputs_finish(t, PL_OUTPUTS_PREDICT, &w.file, st);
+    if (begun && !w.legacy) st = tr_outputs_finish(t, PL_OUTPUTS_PREDICT, &w.file, st);
+    if (begun && w.legacy) {
+        if (!st) st = M->predict_end(t->model.self);
+        if (!st && rename(tmp, o->output))
+            st = pl_error_set(PL_ERR_IO, "predict: cannot rename %s to %s: %s", tmp, o->output,
+                              strerror(errno));
+    }
     int code = 0;
     if (st) {
         code = exit_code(st);
@@ -315,6 +332,7 @@ int pl_predict_run(pl_registry *reg, const pl_predict_options *o) {
     tr_stage_destroy(&t->prec);
     tr_stage_destroy(&t->model);
     tr_stage_destroy(&t->loader);
+    if (st && begun && w.legacy) unlink(tmp); /* destroy closed what predict_end did not */
     tr_offline_free(t);
     pl_meta_free(attrs);
     pl_config_free(cfg);

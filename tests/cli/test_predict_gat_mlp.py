@@ -453,6 +453,48 @@ export = true
           "outputs_batch leaves no file")
 
 
+def test_legacy_outputs(exe, build, tmp):
+    """A model plugin of ABI 2.8 (fixture fx_legacy) still writes its own files through
+    the deprecated predict_* / export_* members: a 2.9 core calls them for it (a minor
+    version adds, it never takes away); the predict file is renamed from the core's
+    temporary name."""
+    h5 = os.path.join(tmp, "r.h5")
+    env = dict(os.environ, PIPELINE_PLUGIN_PATH=os.path.join(build, "tests", "fixtures",
+                                                             "plugins", "outputs"))
+    ini = os.path.join(tmp, "fxl.ini")
+    write_ini(ini, f"""[pipeline]
+name = fxl
+run_dir = {tmp}/runs
+[data]
+plugin = hdf5_rows
+path = {h5}
+datasets = x,y
+batch_size = 8
+eval_batch_size = 6
+[model]
+plugin = fx_legacy
+[optimizer]
+plugin = adamw
+lr = 0.01
+[trainer]
+max_epochs = 1
+export = true
+""")
+    run([exe, "run", ini], env=env)
+    rd = os.path.join(tmp, "runs", "fxl", "latest")
+    exp = os.path.join(rd, "outputs", "fx_legacy.txt")
+    rows = sum(int(l.split()[1]) for l in open(exp))
+    if rows != 100:
+        fail("legacy export: %s holds %d rows, expected train + val + test = 100" % (exp, rows))
+    out = os.path.join(tmp, "fxl_pred.txt")
+    run([exe, "predict", rd, h5, out], env=env)
+    rows = sum(int(l.split()[1]) for l in open(out))
+    if rows != 20:
+        fail("legacy predict: %s holds %d rows, expected the 20 test rows" % (out, rows))
+    no_temporaries(tmp, "legacy predict")
+    print("fx_legacy: an ABI 2.8 model's own predict and export files are written as before")
+
+
 def main():
     build = os.path.abspath(sys.argv[1])
     exe = os.path.join(build, "core", "pipeline")
@@ -462,6 +504,7 @@ def main():
         test_mlp(exe, tmp)
         test_no_predict(exe, build, tmp)
         test_named_outputs(exe, build, tmp)
+        test_legacy_outputs(exe, build, tmp)
     print("OK")
 
 

@@ -88,7 +88,8 @@ extern "C" {
  *          pl_model_vtable.outputs_begin / outputs_batch / outputs_end, which
  *          `pipeline predict` and the run's export phase call (the caller
  *          writes the file); export_begin / _batch / _end and predict_begin /
- *          _batch / _end are deprecated and no longer called */
+ *          _batch / _end are deprecated: called only for a plugin built
+ *          against ABI 2.4 - 2.8, which writes its file itself as before */
 
 #define PL_ABI_MINOR 9
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
@@ -550,9 +551,11 @@ typedef struct pl_model_vtable {
      * parallel it passes `m` for the loss's count, which weights the ranks). */
     pl_status (*forward)(void *self, const pl_batch *b, pl_data_split split, bool training,
                          pl_tensor **loss, pl_metrics *m);
-    /* Deprecated (ABI 2.9), never called: the run's export phase calls
-     * outputs_begin / outputs_batch / outputs_end (PL_OUTPUTS_EXPORT)
-     * instead. Kept for the layout of the members after them; leave NULL. */
+    /* Deprecated (ABI 2.9): the run's export phase calls outputs_begin /
+     * outputs_batch / outputs_end (PL_OUTPUTS_EXPORT). Called only for a
+     * plugin built against ABI 2.0 - 2.8 (desc->abi_minor < 9), which writes
+     * its files into outputs_dir itself, as then; a plugin of 2.9 leaves them
+     * NULL. */
     pl_status (*export_begin)(void *self, const char *outputs_dir);
     pl_status (*export_batch)(void *self, const pl_batch *b, pl_data_split split);
     pl_status (*export_end)(void *self);
@@ -606,10 +609,11 @@ typedef struct pl_model_vtable {
      * against the first batch and refuses the input file naming the missing
      * field.
      *
-     * predict_begin / predict_batch / predict_end: deprecated (ABI 2.9),
-     * never called (the model wrote OUT.h5 itself; now it names tensors in
-     * outputs_batch and the core writes them). Kept for the layout of the
-     * members after them; leave NULL.
+     * predict_begin / predict_batch / predict_end: deprecated (ABI 2.9: the
+     * model names tensors in outputs_batch and the core writes them). Called
+     * only for a plugin built against ABI 2.4 - 2.8, which writes OUT.h5
+     * itself (to the temporary name out_path, renamed by the core), as then;
+     * a plugin of 2.9 leaves them NULL.
      *
      * Loaders: during predict, meta "predict_split" (a string: "train",
      * "val" or "test") is set before the loader's create. A loader that
@@ -625,8 +629,8 @@ typedef struct pl_model_vtable {
     /* ---- ABI 2.9: outputs (pl_outputs above) ----
      * Optional; outputs_begin and outputs_batch both or neither, outputs_end
      * optional. Read only from a plugin whose desc->abi_minor >= 9 (an older
-     * plugin's vtable ends before them: its predict and export are refused /
-     * skipped, naming it). `purpose` says who asks:
+     * plugin's vtable ends before them: its predict and export go through
+     * the deprecated members above, or are refused / skipped, naming it). `purpose` says who asks:
      *   PL_OUTPUTS_PREDICT  `pipeline predict`: the core builds the run's
      *     loader (its `path` pointed at INPUT.h5, meta "predict_split" set),
      *     model and precision, loads the checkpoint's weights, calls
