@@ -34,14 +34,10 @@
  * (tensor.c; the zeroed one runs a fill kernel: tensor_init.c). */
 pl_tensor *pl_tensor_new_owned(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
 pl_tensor *pl_tensor_new_owned_zeros(pl_dtype dt, int ndim, const int64_t *shape, pl_device dev);
-/* tensor.c's helpers for tensor_init.c and tensor_views.c: the element at
- * offset `off` of a buffer of dtype dt as a double (load) or written from one
- * (store, rounded to the dtype); the storage offset of t's i-th element in
- * row-major order (its strides); t's strides set contiguous; shape checked
- * (0 <= ndim <= PL_MAX_DIMS, every size >= 0; the error set otherwise). */
-double pl_elem_load(const void *base, pl_dtype dt, int64_t off);
-void pl_elem_store(void *base, pl_dtype dt, int64_t off, double v);
-int64_t pl_tensor_strided_offset(const pl_tensor *t, int64_t i);
+/* tensor.c's helpers for tensor_init.c and tensor_views.c: t's strides set
+ * contiguous; shape checked (0 <= ndim <= PL_MAX_DIMS, every size >= 0; the
+ * error set otherwise). One element of any dtype: pl_elem_load /
+ * pl_elem_store / pl_strided_offset (backend_util.h). */
 void pl_tensor_set_contiguous_strides(pl_tensor *t);
 pl_status pl_tensor_check_shape(int ndim, const int64_t *shape);
 /* pl_tensor_from_external, owned by the caller, not adopted (tensor.c). */

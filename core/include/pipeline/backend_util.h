@@ -23,6 +23,7 @@
 #ifndef PIPELINE_BACKEND_UTIL_H
 #define PIPELINE_BACKEND_UTIL_H
 
+#include <math.h> /* NAN */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -266,6 +267,53 @@ PL_HD static inline void pl_mm_batch_off(const pl_mm_geo *g, int64_t bi, int64_t
         bi /= g->bshape[d];
         *ia += i * g->sa[d];
         *ib += i * g->sb[d];
+    }
+}
+
+/* ---- one element of any dtype (host copies and conversions) -----------------
+ * The element-by-element path of a copy between dtypes or strides, shared by
+ * the core's host copies (pl_tensor_copy_ into a strided CPU view,
+ * pl_tensor_get) and the CPU backend's copy kernel. Every value passes
+ * through f64: exact for every dtype but i64 beyond 2^53; bf16 / f16 round
+ * to nearest even (kernel_math.h). Not for nf4 (packed codes: NaN / no-op). */
+
+/* Storage offset (in elements) of t's i-th element in row-major order: its
+ * offset plus i's coordinates times its strides. 0 <= i < numel. */
+static inline int64_t pl_strided_offset(const pl_tensor *t, int64_t i) {
+    int64_t off = t->offset;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        int64_t sz = t->shape[d];
+        off += (i % sz) * t->stride[d];
+        i /= sz;
+    }
+    return off;
+}
+
+/* Element `off` of a buffer of dtype dt, as a double. */
+static inline double pl_elem_load(const void *base, pl_dtype dt, int64_t off) {
+    switch (dt) {
+    case PL_F32: return ((const float *)base)[off];
+    case PL_F64: return ((const double *)base)[off];
+    case PL_BF16: return pl_bf16_widen(((const uint16_t *)base)[off]);
+    case PL_F16: return pl_f16_widen(((const uint16_t *)base)[off]);
+    case PL_I32: return ((const int32_t *)base)[off];
+    case PL_I64: return (double)((const int64_t *)base)[off];
+    case PL_U8: return ((const uint8_t *)base)[off];
+    default: return (double)NAN;
+    }
+}
+
+/* Element `off` of a buffer of dtype dt set to v (rounded / truncated to dt). */
+static inline void pl_elem_store(void *base, pl_dtype dt, int64_t off, double v) {
+    switch (dt) {
+    case PL_F32: ((float *)base)[off] = (float)v; break;
+    case PL_F64: ((double *)base)[off] = v; break;
+    case PL_BF16: ((uint16_t *)base)[off] = pl_bf16_round((float)v); break;
+    case PL_F16: ((uint16_t *)base)[off] = pl_f16_round((float)v); break;
+    case PL_I32: ((int32_t *)base)[off] = (int32_t)v; break;
+    case PL_I64: ((int64_t *)base)[off] = (int64_t)v; break;
+    case PL_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
+    default: break;
     }
 }
 

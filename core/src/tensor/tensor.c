@@ -295,45 +295,9 @@ void pl_tensor_set_name(pl_tensor *t, const char *fmt, ...) {
 }
 
 /* Storage offset (elements) of logical row-major index i. */
-int64_t pl_tensor_strided_offset(const pl_tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        int64_t sz = t->shape[d];
-        off += (i % sz) * t->stride[d];
-        i /= sz;
-    }
-    return off;
-}
-
-double pl_elem_load(const void *base, pl_dtype dt, int64_t off) {
-    switch (dt) {
-    case PL_F32: return ((const float *)base)[off];
-    case PL_F64: return ((const double *)base)[off];
-    case PL_BF16: return pl_bf16_to_f32(((const uint16_t *)base)[off]);
-    case PL_F16: return pl_f16_to_f32(((const uint16_t *)base)[off]);
-    case PL_I32: return ((const int32_t *)base)[off];
-    case PL_I64: return (double)((const int64_t *)base)[off];
-    case PL_U8: return ((const uint8_t *)base)[off];
-    default: return NAN;
-    }
-}
-
-void pl_elem_store(void *base, pl_dtype dt, int64_t off, double v) {
-    switch (dt) {
-    case PL_F32: ((float *)base)[off] = (float)v; break;
-    case PL_F64: ((double *)base)[off] = v; break;
-    case PL_BF16: ((uint16_t *)base)[off] = pl_f32_to_bf16((float)v); break;
-    case PL_F16: ((uint16_t *)base)[off] = pl_f32_to_f16((float)v); break;
-    case PL_I32: ((int32_t *)base)[off] = (int32_t)v; break;
-    case PL_I64: ((int64_t *)base)[off] = (int64_t)v; break;
-    case PL_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
-    default: break;
-    }
-}
-
 double pl_tensor_get(const pl_tensor *t, int64_t i) {
     if (!t || t->dtype == PL_NF4 || t->device.type != PL_DEVICE_CPU) return NAN;
-    return pl_elem_load(t->storage->data, t->dtype, pl_tensor_strided_offset(t, i));
+    return pl_elem_load(t->storage->data, t->dtype, pl_strided_offset(t, i));
 }
 
 size_t pl_nf4_code_nbytes(const pl_tensor *q) {

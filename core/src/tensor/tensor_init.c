@@ -95,60 +95,6 @@ double pl_tensor_item(const pl_tensor *t) {
 
 /* ---- copy / convert ----------------------------------------------------- */
 
-/* Contiguous-to-contiguous conversion loop over n elements (CPU). */
-static void convert_contig(void *dst, pl_dtype dd, const void *src, pl_dtype sd, int64_t n) {
-    if (dd == sd) {
-        memcpy(dst, src, pl_dtype_nbytes(dd, n));
-        return;
-    }
-    if (sd == PL_F32 && dd == PL_BF16) {
-        const float *s = src;
-        uint16_t *d = dst;
-#pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] = pl_f32_to_bf16(s[i]);
-        return;
-    }
-    if (sd == PL_BF16 && dd == PL_F32) {
-        const uint16_t *s = src;
-        float *d = dst;
-#pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t i = 0; i < n; i++) d[i] = pl_bf16_to_f32(s[i]);
-        return;
-    }
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++) pl_elem_store(dst, dd, i, pl_elem_load(src, sd, i));
-}
-
-/* PL_OP_COPY forward kernel: out[0] (contiguous) <- in[0] (any strides). */
-static pl_status cpu_copy_forward(const pl_kernel_args *a) {
-    const pl_tensor *src = a->in[0];
-    pl_tensor *dst = a->out[0];
-    int64_t n = pl_tensor_numel(src);
-    if (pl_tensor_is_contiguous(src)) {
-        convert_contig(pl_tensor_data(dst), dst->dtype, pl_tensor_data(src), src->dtype, n);
-        return PL_OK;
-    }
-    const void *sb = src->storage->data;
-    void *db = pl_tensor_data(dst);
-    /* fast path: innermost dim contiguous, same dtype */
-    int nd = src->ndim;
-    if (src->dtype == dst->dtype && nd > 0 && src->stride[nd - 1] == 1) {
-        int64_t inner = src->shape[nd - 1], rows = n / (inner ? inner : 1);
-        size_t es = pl_dtype_size(src->dtype);
-#pragma omp parallel for if (n > 65536) schedule(static)
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t off = pl_tensor_strided_offset(src, r * inner);
-            memcpy((char *)db + (size_t)(r * inner) * es, (const char *)sb + (size_t)off * es,
-                   (size_t)inner * es);
-        }
-        return PL_OK;
-    }
-#pragma omp parallel for if (n > 65536) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        pl_elem_store(db, dst->dtype, i, pl_elem_load(sb, src->dtype, pl_tensor_strided_offset(src, i)));
-    return PL_OK;
-}
-
 pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     char b1[256], b2[256];
     if (!dst || !src) return pl_error_set(PL_ERR_INVALID, "copy: NULL tensor");
@@ -164,15 +110,16 @@ pl_status pl_tensor_copy_(pl_tensor *dst, const pl_tensor *src) {
     }
     bool same_dev = pl_device_eq(dst->device, src->device);
     if (same_dev && dst->device.type == PL_DEVICE_CPU && pl_tensor_is_contiguous(dst)) {
+        /* the CPU backend's copy kernel (any source strides and dtype) */
         pl_kernel_args k = {.op = PL_OP_COPY, .n_in = 1, .in = {(pl_tensor *)src}, .n_out = 1,
                             .out = {dst}};
-        return cpu_copy_forward(&k);
+        return pl_kernel_forward(&k);
     }
     if (same_dev && dst->device.type == PL_DEVICE_CPU) {
         int64_t n = pl_tensor_numel(dst);
         for (int64_t i = 0; i < n; i++)
-            pl_elem_store(dst->storage->data, dst->dtype, pl_tensor_strided_offset(dst, i),
-                       pl_elem_load(src->storage->data, src->dtype, pl_tensor_strided_offset(src, i)));
+            pl_elem_store(dst->storage->data, dst->dtype, pl_strided_offset(dst, i),
+                       pl_elem_load(src->storage->data, src->dtype, pl_strided_offset(src, i)));
         return PL_OK;
     }
     /* cross-device: stage through contiguous tensors of the destination dtype */
@@ -255,7 +202,7 @@ pl_status pl_tensor_fill_(pl_tensor *t, double v) {
         for (int64_t i = 0; i < n; i++) pl_elem_store(d, t->dtype, i, v);
         return PL_OK;
     }
-    for (int64_t i = 0; i < n; i++) pl_elem_store(t->storage->data, t->dtype, pl_tensor_strided_offset(t, i), v);
+    for (int64_t i = 0; i < n; i++) pl_elem_store(t->storage->data, t->dtype, pl_strided_offset(t, i), v);
     return PL_OK;
 }
 

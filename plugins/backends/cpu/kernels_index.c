@@ -700,47 +700,12 @@ static pl_status causal_softmax_bwd(const pl_kernel_args *a) {
 /* ---- registration ------------------------------------------------------------------------- */
 
 /* ---- copy: out[0] (contiguous) <- in[0] (any strides, any non-nf4 dtype) ----
- * The core's host pl_tensor_copy_ (tensor.c) does the same for CPU tensors;
- * this is the kernel, which the strict device also runs on the memory it
- * opens for the call (so it reads no device field). Each element goes
+ * pl_tensor_copy_ (the core's tensor_init.c) runs it for a contiguous CPU
+ * destination, as the strict device does on the memory it opens for the call
+ * (so it reads no device field); a strided CPU destination is walked there
+ * with the same element helpers (backend_util.h). Each element goes
  * through f64 (exact for every dtype but i64 beyond 2^53) except the
  * same-dtype and f32 <-> bf16 paths, which are exact. */
-static int64_t copy_offset(const pl_tensor *t, int64_t i) {
-    int64_t off = t->offset;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        int64_t sz = t->shape[d];
-        off += (i % sz) * t->stride[d];
-        i /= sz;
-    }
-    return off;
-}
-
-static double copy_load(const void *base, pl_dtype dt, int64_t off) {
-    switch (dt) {
-    case PL_F32: return ((const float *)base)[off];
-    case PL_F64: return ((const double *)base)[off];
-    case PL_BF16: return pl_bf16_widen(((const uint16_t *)base)[off]);
-    case PL_F16: return pl_f16_widen(((const uint16_t *)base)[off]);
-    case PL_I32: return ((const int32_t *)base)[off];
-    case PL_I64: return (double)((const int64_t *)base)[off];
-    case PL_U8: return ((const uint8_t *)base)[off];
-    default: return NAN;
-    }
-}
-
-static void copy_store(void *base, pl_dtype dt, int64_t off, double v) {
-    switch (dt) {
-    case PL_F32: ((float *)base)[off] = (float)v; break;
-    case PL_F64: ((double *)base)[off] = v; break;
-    case PL_BF16: ((uint16_t *)base)[off] = pl_bf16_round((float)v); break;
-    case PL_F16: ((uint16_t *)base)[off] = pl_f16_round((float)v); break;
-    case PL_I32: ((int32_t *)base)[off] = (int32_t)v; break;
-    case PL_I64: ((int64_t *)base)[off] = (int64_t)v; break;
-    case PL_U8: ((uint8_t *)base)[off] = (uint8_t)v; break;
-    default: break;
-    }
-}
-
 static pl_status copy_fwd(const pl_kernel_args *a) {
     const pl_tensor *src = a->in[0];
     pl_tensor *dst = a->out[0];
@@ -760,7 +725,7 @@ static pl_status copy_fwd(const pl_kernel_args *a) {
 #pragma omp parallel for if (n > 65536) schedule(static)
             for (int64_t r = 0; r < rows; r++)
                 memcpy(db + (size_t)(r * inner) * es,
-                       sb + (size_t)copy_offset(src, r * inner) * es, (size_t)inner * es);
+                       sb + (size_t)pl_strided_offset(src, r * inner) * es, (size_t)inner * es);
             return PL_OK;
         }
     }
@@ -780,7 +745,7 @@ static pl_status copy_fwd(const pl_kernel_args *a) {
     }
 #pragma omp parallel for if (n > 65536) schedule(static)
     for (int64_t i = 0; i < n; i++)
-        copy_store(db, dst->dtype, i, copy_load(sb, src->dtype, copy_offset(src, i)));
+        pl_elem_store(db, dst->dtype, i, pl_elem_load(sb, src->dtype, pl_strided_offset(src, i)));
     return PL_OK;
 }
 
