@@ -59,7 +59,11 @@ pl_status tr_outputs_finish(trainer *t, pl_outputs_purpose purpose, struct pl_h5
         pl_h5_outputs_abandon(file);
         return st;
     }
-    st = pl_h5_outputs_commit(file);
-    if (!st && MODEL(t)->outputs_end) st = MODEL(t)->outputs_end(t->model.self, purpose);
-    return st;
+    /* the model's end first: a file it says failed is never committed */
+    if (MODEL(t)->outputs_end) st = MODEL(t)->outputs_end(t->model.self, purpose);
+    if (st) {
+        pl_h5_outputs_abandon(file);
+        return st;
+    }
+    return pl_h5_outputs_commit(file);
 }
