@@ -387,17 +387,15 @@ def no_temporaries(d, what):
         fail("%s: temporary files left: %s" % (what, left))
 
 
-def test_named_outputs(exe, build, tmp):
-    """The fixture model fx_outputs (ABI 2.9 outputs verbs): the file holds exactly the
-    outputs it named (a group made for "group/x", a 0-row dataset it declared), for
-    `pipeline predict` and for the run's export; a failing outputs_batch leaves no file
-    and no temporary file."""
-    h5 = os.path.join(tmp, "r.h5")  # test_mlp's rows: train 64, val 16, test 20 of x [n, 4]
+def fixture_run(exe, build, tmp, name, plugin):
+    """Train fixture model `plugin` (tests/fixtures/plugins/outputs) one epoch on test_mlp's
+    rows with the export on; returns (env finding the fixture, the run's latest dir)."""
+    h5 = os.path.join(tmp, "r.h5")
     env = dict(os.environ, PIPELINE_PLUGIN_PATH=os.path.join(build, "tests", "fixtures",
                                                              "plugins", "outputs"))
-    ini = os.path.join(tmp, "fx.ini")
+    ini = os.path.join(tmp, name + ".ini")
     write_ini(ini, f"""[pipeline]
-name = fx
+name = {name}
 run_dir = {tmp}/runs
 [data]
 plugin = hdf5_rows
@@ -406,7 +404,7 @@ datasets = x,y
 batch_size = 8
 eval_batch_size = 6
 [model]
-plugin = fx_outputs
+plugin = {plugin}
 [optimizer]
 plugin = adamw
 lr = 0.01
@@ -415,7 +413,16 @@ max_epochs = 1
 export = true
 """)
     run([exe, "run", ini], env=env)
-    rd = os.path.join(tmp, "runs", "fx", "latest")
+    return env, os.path.join(tmp, "runs", name, "latest")
+
+
+def test_named_outputs(exe, build, tmp):
+    """The fixture model fx_outputs (ABI 2.9 outputs verbs): the file holds exactly the
+    outputs it named (a group made for "group/x", a 0-row dataset it declared), for
+    `pipeline predict` and for the run's export; a failing outputs_batch leaves no file
+    and no temporary file."""
+    h5 = os.path.join(tmp, "r.h5")  # test_mlp's rows: train 64, val 16, test 20 of x [n, 4]
+    env, rd = fixture_run(exe, build, tmp, "fx", "fx_outputs")
     exp = os.path.join(rd, "outputs", "fx_outputs.h5")
     names, attrs = h5_tree(exp)
     want = {"pred": ("<f4", (100, 1)), "group/x": ("<f4", (100, 4)), "decl/empty": ("<f4", (0, 2))}
@@ -459,29 +466,7 @@ def test_legacy_outputs(exe, build, tmp):
     version adds, it never takes away); the predict file is renamed from the core's
     temporary name."""
     h5 = os.path.join(tmp, "r.h5")
-    env = dict(os.environ, PIPELINE_PLUGIN_PATH=os.path.join(build, "tests", "fixtures",
-                                                             "plugins", "outputs"))
-    ini = os.path.join(tmp, "fxl.ini")
-    write_ini(ini, f"""[pipeline]
-name = fxl
-run_dir = {tmp}/runs
-[data]
-plugin = hdf5_rows
-path = {h5}
-datasets = x,y
-batch_size = 8
-eval_batch_size = 6
-[model]
-plugin = fx_legacy
-[optimizer]
-plugin = adamw
-lr = 0.01
-[trainer]
-max_epochs = 1
-export = true
-""")
-    run([exe, "run", ini], env=env)
-    rd = os.path.join(tmp, "runs", "fxl", "latest")
+    env, rd = fixture_run(exe, build, tmp, "fxl", "fx_legacy")
     exp = os.path.join(rd, "outputs", "fx_legacy.txt")
     rows = sum(int(l.split()[1]) for l in open(exp))
     if rows != 100:
