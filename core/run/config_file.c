@@ -15,10 +15,11 @@
  * Loading entry points
  * ==================================================================== */
 
+/* INI text, then the overrides, then the resolution; a runnable config (not
+ * partial: [data] and [model] required). */
 static pl_config *load_common(const char *text, const char *name, const char *base_dir, int n_over,
-                              const char *const *overrides, const char *origin, pl_registry *reg,
-                              bool partial) {
-    pl_config *c = cfg_load_text(text, name, base_dir, partial);
+                              const char *const *overrides, const char *origin, pl_registry *reg) {
+    pl_config *c = cfg_load_text(text, name, base_dir, false);
     if (!c) return NULL;
     if (cfg_apply_overrides(c, n_over, overrides, origin ? origin : "command line")) goto fail;
     if (cfg_resolve(c, reg)) goto fail;
@@ -36,8 +37,7 @@ pl_config *pl_config_load_string(const char *text, const char *name, const char 
         pl_error_set(PL_ERR_INVALID, "pl_config_load_string: NULL %s", !text ? "text" : "registry");
         return NULL;
     }
-    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, NULL, reg,
-                       false);
+    return load_common(text, name ? name : "<string>", base_dir, n_over, overrides, NULL, reg);
 }
 
 pl_config *pl_config_load(const char *path, int n_over, const char *const *overrides,
@@ -108,7 +108,7 @@ pl_config *pl_config_load_as(const char *path, int n_over, const char *const *ov
         *slash = '\0';
     else
         snprintf(dir, sizeof dir, ".");
-    pl_config *c = load_common(text, path, dir, n_over, overrides, origin, reg, false);
+    pl_config *c = load_common(text, path, dir, n_over, overrides, origin, reg);
     free(text);
     return c;
 }
