@@ -40,7 +40,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#sizes[@]} -eq 0 ]] && sizes=(135m 1b)
 case $device in cuda|strict|cpu) ;; *) echo "--device: cuda, strict or cpu" >&2; exit 2 ;; esac
-[[ $device == strict ]] && STEPS=1
+[[ $device == strict ]] && STEPS=1 && export PL_STRICT_MEMORY_ONLY=${PL_STRICT_MEMORY_ONLY:-1}
 rd=runs/scale/$device
 mkdir -p "$rd" models
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
