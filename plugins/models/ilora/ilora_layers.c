@@ -231,6 +231,13 @@ static pl_tensor *run_layers(ilora_model *m, pl_tensor *ids, const fwd_state *s,
     } else {
         m->pad_bias = pl_tensor_retain(s->pad_bias);
     }
+    /* held: our reference to the last layer's output. Each layer's input
+     * goes as soon as the next layer has run (unless the tape or a
+     * checkpoint keeps it for backward): were the outputs handed to the
+     * caller's frame, every layer's would live until the step ends (issue
+     * 31: the router's no-grad pass held 32 of them, 800 MiB at 7B, batch
+     * 64). */
+    pl_tensor *held = NULL;
     for (int64_t l = 0; l < o->layers && h; l++) {
         /* one frame per layer: its temporaries go as soon as the layer is done
          * (evaluation peak = one layer; backward keeps what it needs) */
@@ -248,10 +255,16 @@ static pl_tensor *run_layers(ilora_model *m, pl_tensor *ids, const fwd_state *s,
                                .last_only = last_only && l == o->layers - 1,
                                .base_only = base_only};
         pl_tensor *in[2] = {h, gexp};
-        h = pl_frame_end_keep(recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
-                                        : layer_forward(c, in, gexp ? 2 : 1));
+        pl_tensor *y = recompute ? pl_checkpoint(layer_forward, c, in, gexp ? 2 : 1)
+                                 : layer_forward(c, in, gexp ? 2 : 1);
+        pl_tensor_retain(y);
+        pl_frame_end();
+        pl_tensor_release(held);
+        h = held = y;
     }
-    return h ? pl_rms_norm(h, m->norm, o->norm_eps) : NULL;
+    pl_tensor *out = h ? pl_rms_norm(h, m->norm, o->norm_eps) : NULL;
+    pl_tensor_release(held); /* the norm's tape node keeps it where backward needs it */
+    return out;
 }
 
 /* The router's logits z / router_temperature (f32): per position [B, L, E]
