@@ -44,6 +44,11 @@ pl_node *pl_tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
 pl_status pl_tape_record_custom(int id, const pl_custom_op *custom, const pl_op_params *p,
                                 pl_tensor *const *inputs, int n_in, pl_tensor *const *saved,
                                 int n_saved, pl_tensor *out);
+/* After n's backward has run and handed its gradients on: release what it
+ * kept for backward (activations become stubs; parameters and n's own links
+ * stay), as PyTorch frees a node's saved tensors once its backward ran
+ * (retain_graph=False). A tensor other nodes still keep stays alive. */
+void pl_tape_node_drop_saved(pl_node *n);
 /* Free the nodes tape[mark..] (newest first) and what they hold. */
 void pl_tape_truncate(int64_t mark);
 /* The backward kernel of op on device type dev (custom: its own), or NULL. */

@@ -136,9 +136,11 @@ static pl_status backward_from(int64_t lo) {
             else
                 pl_tensor_release(g[j]);
         }
-        /* free this node's gradient early: nothing downstream needs it */
+        /* free this node's gradient and what it kept early: nothing
+         * downstream needs them */
         pl_tensor_release(n->grad_out);
         n->grad_out = NULL;
+        if (!st) pl_tape_node_drop_saved(n);
     }
     return st;
 }

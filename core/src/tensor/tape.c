@@ -66,6 +66,25 @@ static void node_free(pl_node *n) {
         free(n);
 }
 
+void pl_tape_node_drop_saved(pl_node *n) {
+    for (int i = 0; i < n->n_in; i++) {
+        pl_tensor *x = n->in[i];
+        /* parameters (leaves requiring grad) hold no activation memory */
+        if (!x || pl_tensor_is_stub(x) || (x->requires_grad && !x->grad_fn)) continue;
+        pl_tensor *s = pl_tensor_stub_owned(x);
+        if (!s) { /* out of memory for a header: keep the tensor until the tape ends */
+            pl_error_clear();
+            continue;
+        }
+        n->in[i] = s;
+        pl_tensor_release(x);
+    }
+    for (int i = 0; i < n->n_saved; i++) {
+        pl_tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+}
+
 const char *pl_tape_backend_name(pl_device_type dev) {
     const pl_backend *b = pl_backend_get(dev);
     return b && b->name ? b->name : dev == PL_DEVICE_CUDA ? "cuda" : "cpu";
