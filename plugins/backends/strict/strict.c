@@ -530,6 +530,81 @@ static void close_all(opened *o) {
     o->n = 0;
 }
 
+/* ---- half inputs: the CUDA backend's set, widened in host memory ----------
+ * The CUDA kernels of these ops read and write bf16 / f16 themselves
+ * (cuda_backend.cu, cu_half_native), so on a GPU no f32 copy of their half
+ * tensors exists in device memory. This device claims the same set, so that
+ * its device memory peaks are a GPU's; the CPU kernels it runs compute on
+ * f32, so the copies are made here in host memory (the CPU's allocator),
+ * which device accounting does not see. Same values as the core's widening
+ * (half_io.c): a cast to f32, the f32 kernel, one rounding of the outputs. */
+static bool st_half_native(const pl_kernel_args *a, bool backward) {
+    (void)backward;
+    switch (a->op) {
+    case PL_OP_ADD:
+    case PL_OP_SUB:
+    case PL_OP_MUL:
+    case PL_OP_DIV:
+    case PL_OP_SCALE:
+    case PL_OP_ADD_SCALAR:
+    case PL_OP_SWIGLU:
+    case PL_OP_RMS_NORM: return true;
+    default: return false;
+    }
+}
+
+static bool is_half(const pl_tensor *t) {
+    return t && !pl_tensor_is_stub(t) && (t->dtype == PL_BF16 || t->dtype == PL_F16);
+}
+
+static pl_status cast_into(pl_tensor *src, pl_tensor *dst) {
+    pl_kernel_fn cast = pl_backend_kernel(pl_backend_cpu(), PL_OP_CAST, false);
+    if (!cast) return pl_error_set(PL_ERR_UNSUPPORTED, "strict device: no CPU cast kernel");
+    pl_kernel_args k = {.op = PL_OP_CAST, .n_in = 1, .n_out = 1};
+    k.p.dtype = dst->dtype;
+    k.in[0] = src;
+    k.out[0] = dst;
+    return cast(&k);
+}
+
+/* f runs on a copy of *a whose half tensors are host f32 copies (the blocks
+ * are open); the outputs are rounded back into the device tensors. */
+static pl_status run_widened(pl_kernel_fn f, const pl_kernel_args *a) {
+    pl_kernel_args k = *a;
+    pl_tensor *tin[PL_MAX_OP_INPUTS] = {0}, *tout[PL_MAX_OP_OUTPUTS] = {0};
+    pl_status s = PL_OK;
+    for (int i = 0; i < a->n_in && !s; i++) {
+        if (!is_half(a->in[i])) continue;
+        pl_tensor *x = a->in[i];
+        if (!(tin[i] = pl_tensor_empty_owned(PL_F32, x->ndim, x->shape, PL_CPU)))
+            s = pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
+        else if (!(s = cast_into(x, tin[i])))
+            k.in[i] = tin[i];
+    }
+    for (int i = 0; i < a->n_out && !s; i++) {
+        if (!is_half(a->out[i])) continue;
+        const pl_tensor *o = a->out[i];
+        if (!(tout[i] = pl_tensor_empty_owned(PL_F32, o->ndim, o->shape, PL_CPU)))
+            s = pl_error_status() ? pl_error_status() : PL_ERR_NOMEM;
+        else
+            k.out[i] = tout[i];
+    }
+    if (!s) s = f(&k);
+    for (int i = 0; i < a->n_out && !s; i++)
+        if (tout[i]) s = cast_into(tout[i], a->out[i]);
+    for (int i = 0; i < a->n_in; i++) pl_tensor_release(tin[i]);
+    for (int i = 0; i < a->n_out; i++) pl_tensor_release(tout[i]);
+    return s;
+}
+
+static bool any_half(const pl_kernel_args *a) {
+    for (int i = 0; i < a->n_in; i++)
+        if (is_half(a->in[i])) return true;
+    for (int i = 0; i < a->n_out; i++)
+        if (is_half(a->out[i])) return true;
+    return false;
+}
+
 static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), a->op, backward);
     if (!f)
@@ -548,7 +623,10 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
         s = open_tensor(&o, a->p.extra, "dropout counter offset");
     if (!s) {
         uint64_t t0 = now_ns();
-        s = f(a);
+        const pl_backend *cpu = pl_backend_cpu();
+        bool cpu_native = cpu && PL_BACKEND_HAS(cpu, half_native) && cpu->half_native &&
+                          cpu->half_native(a, backward);
+        s = st_half_native(a, backward) && !cpu_native && any_half(a) ? run_widened(f, a) : f(a);
         atomic_fetch_add_explicit(&c_busy_ns, now_ns() - t0, memory_order_relaxed);
     }
     close_all(&o);
@@ -772,6 +850,7 @@ static const pl_backend g_strict = {
     .capture_end = st_capture_end,
     .graph_replay = st_graph_replay,
     .graph_release = st_graph_release,
+    .half_native = st_half_native,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};
