@@ -108,6 +108,28 @@ if bad:
     print("FAIL: " + "; ".join(bad)); sys.exit(1)
 print("PASS")
 PY
+# PL_STRICT_MEMORY_ONLY (the strict device allocates and counts, runs no
+# kernel: test_precision_memory_scale.sh and bench/teacher/scale.sh measure
+# 1.1B and 7B steps with it) gives the computing run's peaks exactly: sizes
+# depend on shapes, never on values.
+for prec in fp32 qlora4; do
+    case $prec in
+        fp32) pargs=(precision.plugin=fp32) ;;
+        qlora4) pargs=(precision.plugin=qlora4 precision.compute_dtype=bf16) ;;
+    esac
+    PL_STRICT_MEMORY_ONLY=1 "$bin" run "$tmp/t.ini" pipeline.name=mo_$prec "${pargs[@]}" \
+        >"$tmp/mo_$prec.log" 2>&1 || { tail -20 "$tmp/mo_$prec.log"; fail "memory-only $prec run"; }
+    python3 - "$tmp/runs/$prec/latest/summary.json" "$tmp/runs/mo_$prec/latest/summary.json" $prec <<'PY'
+import json, sys
+a, b = (json.load(open(p))["phases"] for p in sys.argv[1:3])
+for ph in ("load", "fit"):
+    for k in ("peak_memory_allocated_bytes", "peak_memory_reserved_bytes"):
+        if a[ph][k] != b[ph][k]:
+            print(f"FAIL: {sys.argv[3]} {ph} {k}: computing {a[ph][k]}, memory-only {b[ph][k]}")
+            sys.exit(1)
+print(f"PASS memory-only {sys.argv[3]}: the same load and fit peaks (allocated {b['fit']['peak_memory_allocated_bytes']/2**20:.2f} MiB)")
+PY
+done
 # The load: qlora4 quantizes each base weight as the model seals it
 # (pl_params_seal), so the load's device peak stays well under the bf16
 # backbone it never holds whole (before: every bf16 weight was alive until
