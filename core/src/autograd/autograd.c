@@ -246,8 +246,12 @@ static pl_status checkpoint_backward(pl_node *n, pl_tensor **g) {
             x[j]->requires_grad = in->requires_grad; /* a leaf: grad_fn NULL */
     }
     pl_no_grad_set_depth(0);
+    /* the recompute's temporaries go as soon as it returns: the segment's
+     * tape keeps what its backward reads (a frame held every intermediate
+     * of the layer until the segment's backward had run) */
     pl_frame_begin();
-    pl_tensor *y = st ? NULL : n->ckpt_fn(n->ckpt_ctx, x, n->n_in);
+    pl_tensor *y = st ? NULL : pl_tensor_retain(n->ckpt_fn(n->ckpt_ctx, x, n->n_in));
+    pl_frame_end();
     if (!st && !y)
         st = pl_error_status() ? pl_error_status()
                                : pl_error_set(PL_ERR_INVALID, "fn returned NULL without setting "
@@ -262,7 +266,7 @@ static pl_status checkpoint_backward(pl_node *n, pl_tensor **g) {
     if (!st) st = backward_from(mark);
     if (st) pl_error_prefix(st, "backward of checkpoint");
     pl_tape_truncate(mark);
-    pl_frame_end();
+    pl_tensor_release(y);
     pl_no_grad_set_depth(no_grad);
     for (int j = 0; j < n->n_in; j++) {
         if (!st && x[j]->requires_grad) {
