@@ -19,8 +19,11 @@ typedef struct pl_node {
     int n_in, n_saved;
     pl_tensor *in[PL_MAX_OP_INPUTS];
     pl_tensor *saved[PL_TAPE_MAX_SAVED];
-    pl_tensor *out;      /* weak (cleared when out's header dies) unless out_strong */
-    bool out_strong;     /* checkpoint nodes hold their output (recompute check) */
+    pl_tensor *out;      /* weak (cleared when out's header dies) */
+    /* a checkpoint node: a stub of its output (shape, dtype; no data), for
+     * the recompute check. It held the output itself until 2026-11-27, which
+     * kept a checkpointed branch's output alive for nothing (issue 31) */
+    pl_tensor *out_meta;
     pl_device dev;       /* out's device: the backend whose backward runs */
     pl_tensor *grad_out; /* accumulated d(loss)/d(out), f32 */
     const pl_custom_op *custom;

@@ -256,12 +256,12 @@ static pl_status checkpoint_backward(pl_node *n, pl_tensor **g) {
         st = pl_error_status() ? pl_error_status()
                                : pl_error_set(PL_ERR_INVALID, "fn returned NULL without setting "
                                                               "an error");
-    if (!st && (y->dtype != n->out->dtype || !pl_tensor_same_shape(y, n->out)))
+    if (!st && (y->dtype != n->out_meta->dtype || !pl_tensor_same_shape(y, n->out_meta)))
         st = pl_error_set(PL_ERR_INVALID,
                           "recomputed output %s differs from the forward's %s; fn must be "
                           "deterministic given ctx",
                           pl_tensor_describe(y, b1, sizeof b1),
-                          pl_tensor_describe(n->out, b2, sizeof b2));
+                          pl_tensor_describe(n->out_meta, b2, sizeof b2));
     if (!st) st = give_grad(y, pl_tensor_retain(n->grad_out));
     if (!st) st = backward_from(mark);
     if (st) pl_error_prefix(st, "backward of checkpoint");

@@ -57,7 +57,8 @@ static void node_free(pl_node *n) {
     for (int i = 0; i < n->n_in; i++) pl_tensor_release(n->recast[i]);
     for (int i = 0; i < n->n_saved; i++) pl_tensor_release(n->saved[i]);
     if (n->out && n->out->grad_fn == n) n->out->grad_fn = NULL;
-    if (n->out_strong) pl_tensor_release(n->out);
+    pl_tensor_release(n->out_meta);
+    n->out_meta = NULL;
     n->out = NULL;
     pl_tensor_release(n->grad_out);
     if (tl_node_pool_n < 1024)
@@ -191,8 +192,11 @@ pl_node *pl_tape_push(int op, const pl_custom_op *custom, const pl_op_params *p,
     }
     n->n_saved = n_saved;
     for (int i = 0; i < n_saved; i++) n->saved[i] = pl_tensor_retain(saved[i]);
-    n->out_strong = op == PL_OP_NONE && !custom; /* a checkpoint node */
-    n->out = n->out_strong ? pl_tensor_retain(out) : out;
+    if (op == PL_OP_NONE && !custom && !(n->out_meta = pl_tensor_stub_owned(out))) { /* a checkpoint node */
+        node_free(n);
+        return NULL;
+    }
+    n->out = out;
     n->dev = out->device;
     out->grad_fn = n;
     out->requires_grad = true;
@@ -267,7 +271,6 @@ pl_status pl_tape_held_bytes(size_t *per_op, int n_ops, size_t *total) {
         int nh = 0;
         for (int j = 0; j < n->n_in; j++) held[nh++] = n->in[j];
         for (int j = 0; j < n->n_saved; j++) held[nh++] = n->saved[j];
-        if (n->out_strong) held[nh++] = n->out;
         for (int j = 0; j < nh; j++) {
             pl_tensor *t = held[j];
             if (!t || pl_tensor_is_stub(t) || (!t->grad_fn && (t->requires_grad || t->name[0])))
