@@ -80,7 +80,7 @@ unsigned pl_autograd_needed_inputs(int op, int n_in, unsigned grad_mask);
  * too (relu -> matmul with a trainable weight), one tensor is kept, not two. */
 bool pl_autograd_saves_output(int op);
 /* Bytes the tape holds now: the distinct storages its nodes keep (inputs
- * kept whole, saved tensors, checkpoint outputs), each once, attributed to
+ * kept whole, saved tensors), each once, attributed to
  * the op (pl_op; PL_OP_NONE = checkpoint nodes) of the oldest node keeping it
  * in per_op[0..n_ops) (may be NULL); leaves that require grad or have a
  * name (parameters, frozen weights, alive without the tape) are not counted. Block sizes as the

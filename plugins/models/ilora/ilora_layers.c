@@ -45,7 +45,7 @@ pl_tensor *ilora_gate_expand(pl_tensor *g, pl_tensor *gate_index) {
 static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                        pl_tensor *gexp, double scale, double p_drop,
                                        uint64_t seed, uint64_t counter, bool training,
-                                       pl_dtype out);
+                                       pl_dtype out, ilora_branch *bc);
 
 pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
@@ -57,30 +57,52 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
 pl_tensor *ilora_moe_lora_linear_dt(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                     pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                     uint64_t counter, bool training, pl_dtype out) {
+    return ilora_moe_lora_linear_ck(x, w0, a, b, gexp, scale, p_drop, seed, counter, training, out,
+                                    NULL);
+}
+
+pl_tensor *ilora_moe_lora_linear_ck(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                                    pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
+                                    uint64_t counter, bool training, pl_dtype out,
+                                    ilora_branch *bc) {
     /* a frame of its own: the base output before the adapter's add, the
      * adapter's intermediates and the dropped input go when the projection
      * is done, unless the tape keeps them (issue 31: they lived to the end
      * of the layer, seven projections' worth, 1.1 GiB of a 7B layer) */
     pl_frame_begin();
     return pl_frame_end_keep(moe_lora_linear_body(x, w0, a, b, gexp, scale, p_drop, seed, counter,
-                                                  training, out));
+                                                  training, out, bc));
+}
+
+/* scale * ((drop(x) A^T) * gexp) B^T over in = {x, A, B[, gexp]} */
+static pl_tensor *adapter_branch(void *ctxp, pl_tensor *const *in, int n_in) {
+    const ilora_branch *c = ctxp;
+    pl_tensor *xd = pl_dropout(in[0], c->p_drop, c->seed, c->counter, c->training);
+    pl_tensor *xa = pl_linear(xd, in[1], NULL); /* [B, T, E*r_e] */
+    if (n_in > 3) xa = pl_mul(xa, in[3]);       /* expert k's r_e slots times g[b, k] */
+    pl_tensor *d = pl_linear(xa, in[2], NULL);  /* sum over experts inside the GEMM */
+    return pl_scale(d, c->scale);
 }
 
 static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                        pl_tensor *gexp, double scale, double p_drop,
                                        uint64_t seed, uint64_t counter, bool training,
-                                       pl_dtype out) {
+                                       pl_dtype out, ilora_branch *bc) {
     pl_tensor *y = ilora_base_linear(x, w0);
     /* under autocast the GEMM returns bf16/f16; the residual stream runs in
      * `out` (f32 under fp32 / bf16-mixed / qlora4, as the precision plugins
      * document; the backbone's bf16 under bf16-true), so convert once here */
     if (y && y->dtype != out) y = pl_cast(y, out);
     if (!a || !y) return y;
-    pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
-    pl_tensor *xa = pl_linear(xd, a, NULL); /* [B, T, E*r_e] */
-    if (gexp) xa = pl_mul(xa, gexp);        /* expert k's r_e slots times g[b, k] */
-    pl_tensor *d = pl_linear(xa, b, NULL);  /* sum over experts inside the GEMM */
-    return pl_add(y, pl_scale(d, scale));
+    ilora_branch local = {.scale = scale, .p_drop = p_drop, .seed = seed, .counter = counter,
+                          .training = training};
+    pl_tensor *in[4] = {x, a, b, gexp};
+    int n_in = gexp ? 4 : 3;
+    if (bc && training && p_drop > 0.0) { /* recomputed in backward (ilora.h) */
+        *bc = local;
+        return pl_add(y, pl_checkpoint(adapter_branch, bc, in, n_in));
+    }
+    return pl_add(y, adapter_branch(&local, in, n_in));
 }
 
 /* Host copy of an index tensor as i64 (caller frees). */
@@ -182,9 +204,10 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     pl_tensor *gq = gexp && T < L && gexp->shape[1] == L ? pl_slice(gexp, 1, L - T, L) : gexp;
     ilora_layer *ly = &m->layer[c->l];
 #define PROJ(i, x, g)                                                                              \
-    ilora_moe_lora_linear_dt((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,         \
+    ilora_moe_lora_linear_ck((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,         \
                              ly->proj[i].lora_b, (g), m->lora_scale, o->lora_dropout, seed,        \
-                             drop_counter(c->micro, site + 2 + (i)), training, act)
+                             drop_counter(c->micro, site + 2 + (i)), training, act,                \
+                             &ly->proj[i].branch)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *xq = T < L ? pl_slice(x, 1, L - T, L) : x;
     pl_tensor *q =

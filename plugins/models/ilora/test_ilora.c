@@ -141,6 +141,58 @@ START_TEST(moe_lora_layer_gradients_match_central_differences) {
 }
 END_TEST
 
+/* One training forward + backward of the projection, with the adapter
+ * branch recomputed in backward (bc) or composed; y, dx, dA, dB, dg out. */
+static void branch_run(bool recompute, const float **outs, pl_tensor **keep, size_t *tape) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 5), 21);
+    pl_tensor *w0 = pl_test_randn(PL_SHAPE(4, 5), 22);
+    pl_tensor *a = pl_test_randn(PL_SHAPE(4, 5), 23);
+    pl_tensor *b = pl_test_randn(PL_SHAPE(4, 4), 24);
+    pl_tensor *g = pl_test_randn(PL_SHAPE(2, 2), 25);
+    pl_tensor *gi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){4}, (int64_t[]){0, 0, 1, 1}, PL_CPU);
+    pl_tensor *leaf[4] = {x, a, b, g};
+    for (int i = 0; i < 4; i++)
+        pl_tensor_set_requires_grad(leaf[i], true);
+    ilora_branch bc;
+    pl_tensor *y = PL_CK_NOTNULL(ilora_moe_lora_linear_ck(
+        x, w0, a, b, ilora_gate_expand(pl_softmax(g), gi), 1.5, 0.5, 7, 3, true, PL_F32,
+        recompute ? &bc : NULL));
+    PL_CK_OK(pl_tape_held_bytes(NULL, 0, tape));
+    pl_tensor *loss = pl_sum(pl_mul(y, y), -1, false);
+    loss = pl_sum(loss, -1, false);
+    loss = pl_sum(loss, -1, false);
+    PL_CK_OK(pl_backward(loss, 1.0));
+    pl_tensor *t[5] = {y, x->grad, a->grad, b->grad, g->grad};
+    for (int i = 0; i < 5; i++) {
+        keep[i] = pl_frame_keep(PL_CK_NOTNULL(t[i]));
+        outs[i] = pl_tensor_f32(keep[i]);
+    }
+    pl_frame_end();
+}
+
+START_TEST(recomputed_adapter_branch_is_bit_identical_and_keeps_less) {
+    const float *o1[5], *o2[5];
+    pl_tensor *k1[5], *k2[5];
+    size_t tape1, tape2;
+    branch_run(false, o1, k1, &tape1);
+    branch_run(true, o2, k2, &tape2);
+    for (int i = 0; i < 5; i++) {
+        int64_t n = pl_tensor_numel(k1[i]);
+        ck_assert_int_eq(n, pl_tensor_numel(k2[i]));
+        ck_assert_msg(memcmp(o1[i], o2[i], (size_t)n * sizeof(float)) == 0,
+                      "output %d differs between the composed and the recomputed branch", i);
+    }
+    /* the composed branch keeps the dropped x (f32) and its mask; the
+     * recomputed one keeps x, which is a leaf here (not counted), and the gates */
+    ck_assert_msg(tape2 < tape1, "tape: recomputed %zu bytes, composed %zu", tape2, tape1);
+    for (int i = 0; i < 5; i++) {
+        pl_tensor_release(k1[i]);
+        pl_tensor_release(k2[i]);
+    }
+}
+END_TEST
+
 START_TEST(single_expert_equals_plain_lora_by_hand) {
     pl_frame_begin();
     const int64_t Bn = 2, T = 3, In = 5, Out = 4, R = 3;
@@ -1223,6 +1275,7 @@ int main(void) {
     tcase_add_test(t, topk_is_sorted_with_low_index_first_on_ties);
     tcase_add_test(t, moe_lora_layer_gradients_match_central_differences);
     tcase_add_test(t, single_expert_equals_plain_lora_by_hand);
+    tcase_add_test(t, recomputed_adapter_branch_is_bit_identical_and_keeps_less);
     tcase_add_test(t, model_matches_pytorch_reference);
     tcase_add_test(t, router_over_hidden_states_matches_pytorch_reference);
     tcase_add_test(t, router_over_hidden_states_is_causal);
