@@ -78,7 +78,8 @@ static void close_to(const char *what, const pl_tensor *got, const pl_tensor *wa
     }
 }
 
-/* out, then the grads of q, k, v of sum(out * R), fused or chained */
+/* out, then the grads of q, k, v of sum(out * R), fused or chained: res[]
+ * survive the frame, the caller releases them */
 static void run(const acase *c, bool fused, pl_tensor *const in[3], pl_tensor *bias,
                 pl_tensor *res[4]) {
     double scale = 1.0 / sqrt((double)c->D);
@@ -110,6 +111,8 @@ START_TEST(matches_the_unfused_chain_f32) {
         snprintf(what, sizeof what, "%s: %s", c->what, names[i]);
         close_to(what, f[i], e[i], 2e-6, 2e-5);
     }
+    pl_tensors_release(f, 4);
+    pl_tensors_release(e, 4);
     pl_frame_end();
 }
 END_TEST
@@ -159,6 +162,8 @@ START_TEST(bf16_inputs_within_bf16_rounding) {
         snprintf(what, sizeof what, "%s: bf16 %s", c->what, names[i]);
         close_to(what, b[i], f[i], 1e-2, 8e-3);
     }
+    pl_tensors_release(b, 4);
+    pl_tensors_release(f, 4);
     pl_frame_end();
 }
 END_TEST
