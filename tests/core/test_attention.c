@@ -39,10 +39,13 @@ static pl_tensor *make_bias_v(const acase *c, float masked) {
     pl_tensor *t = pl_tensor_zeros(PL_F32, 4, (int64_t[]){c->B, 1, 1, c->L}, PL_CPU);
     float *p = pl_tensor_data(t);
     for (int64_t b = 0; b < c->B; b++)
-        for (int64_t j = 0; j < b + 1 && j < c->L - 1; j++) p[b * c->L + j] = masked;
+        for (int64_t j = 0; j < b + 1 && j < c->L - 1; j++)
+            p[b * c->L + j] = masked;
     return t;
 }
-static pl_tensor *make_bias(const acase *c) { return make_bias_v(c, -1e9f); }
+static pl_tensor *make_bias(const acase *c) {
+    return make_bias_v(c, -1e9f);
+}
 
 /* The eager chain: softmax(scale (q k^T + bias / scale)) v on expanded kv heads. */
 static pl_tensor *chain(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bias, double scale,
@@ -50,7 +53,8 @@ static pl_tensor *chain(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bia
     int64_t H = q->shape[1], KV = k->shape[1], rep = H / KV;
     if (KV < H) {
         int64_t idx[64];
-        for (int64_t h = 0; h < H; h++) idx[h] = h / rep;
+        for (int64_t h = 0; h < H; h++)
+            idx[h] = h / rep;
         pl_tensor *ix = pl_tensor_from_data(PL_I64, 1, &H, idx, PL_CPU);
         k = pl_index_select(k, 1, ix);
         v = pl_index_select(v, 1, ix);
@@ -83,7 +87,8 @@ static void close_to(const char *what, const pl_tensor *got, const pl_tensor *wa
 static void run(const acase *c, bool fused, pl_tensor *const in[3], pl_tensor *bias,
                 pl_tensor *res[4]) {
     double scale = 1.0 / sqrt((double)c->D);
-    for (int i = 0; i < 3; i++) pl_tensor_zero_grad(in[i]);
+    for (int i = 0; i < 3; i++)
+        pl_tensor_zero_grad(in[i]);
     pl_frame_begin();
     pl_tensor *y = fused ? pl_attention(in[0], in[1], in[2], bias, scale, c->causal)
                          : chain(in[0], in[1], in[2], bias, scale, c->causal);
@@ -91,8 +96,10 @@ static void run(const acase *c, bool fused, pl_tensor *const in[3], pl_tensor *b
     pl_tensor *r = pl_test_rand(4, y->shape, -1, 1, 99);
     PL_CK_OK(pl_backward(pl_sum(pl_mul(pl_cast(y, PL_F32), r), PL_ALL_DIMS, false), 1.0));
     res[0] = pl_tensor_to(y, PL_F32, PL_CPU);
-    for (int i = 0; i < 3; i++) res[1 + i] = pl_tensor_to(in[i]->grad, PL_F32, PL_CPU);
-    for (int i = 0; i < 4; i++) pl_frame_keep(res[i]);
+    for (int i = 0; i < 3; i++)
+        res[1 + i] = pl_tensor_to(in[i]->grad, PL_F32, PL_CPU);
+    for (int i = 0; i < 4; i++)
+        pl_frame_keep(res[i]);
     pl_frame_end();
 }
 
@@ -143,8 +150,8 @@ START_TEST(bf16_inputs_within_bf16_rounding) {
     const acase *c = &g_cases[_i];
     static const char *names[4] = {"out", "dq", "dk", "dv"};
     pl_frame_begin();
-    int64_t sh[3][4] = {{c->B, c->H, c->T, c->D}, {c->B, c->KV, c->L, c->D},
-                        {c->B, c->KV, c->L, c->D}};
+    int64_t sh[3][4] = {
+        {c->B, c->H, c->T, c->D}, {c->B, c->KV, c->L, c->D}, {c->B, c->KV, c->L, c->D}};
     pl_tensor *hb[3], *hf[3];
     for (int i = 0; i < 3; i++) {
         hb[i] = pl_tensor_to(pl_test_randn(4, sh[i], 21 + i), PL_BF16, PL_CPU);
@@ -223,8 +230,8 @@ START_TEST(strict_device_one_launch_same_bits) {
     ck_assert_ptr_nonnull(be);
     ck_assert_str_eq(be->name, "strict");
     pl_frame_begin();
-    int64_t sh[3][4] = {{c->B, c->H, c->T, c->D}, {c->B, c->KV, c->L, c->D},
-                        {c->B, c->KV, c->L, c->D}};
+    int64_t sh[3][4] = {
+        {c->B, c->H, c->T, c->D}, {c->B, c->KV, c->L, c->D}, {c->B, c->KV, c->L, c->D}};
     pl_tensor *hin[3], *din[3];
     for (int i = 0; i < 3; i++) {
         hin[i] = pl_test_randn(4, sh[i], 31 + i);
@@ -266,4 +273,6 @@ static Suite *suite(void) {
     return s;
 }
 
-int main(void) { return pl_test_run(suite()); }
+int main(void) {
+    return pl_test_run(suite());
+}

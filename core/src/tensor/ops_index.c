@@ -531,36 +531,39 @@ static bool attention_shapes_ok(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_ten
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
         pl_error_set(PL_ERR_SHAPE,
                      "attention: q %s, k %s, v %s: expected [B, H, T, Dh], [B, KV, L, Dh], "
-                     "[B, KV, L, Dh]", bq, bk, bv);
+                     "[B, KV, L, Dh]",
+                     bq, bk, bv);
         return false;
     }
     if (!pl_tensor_same_shape(k, v) || k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
         q->shape[3] < 1) {
         pl_error_set(PL_ERR_SHAPE,
                      "attention: q %s, k %s, v %s: k and v must have one shape [B, KV, L, Dh] "
-                     "with q's B and Dh (Dh >= 1)", bq, bk, bv);
+                     "with q's B and Dh (Dh >= 1)",
+                     bq, bk, bv);
         return false;
     }
     int64_t H = q->shape[1], KV = k->shape[1], T = q->shape[2], L = k->shape[2];
     if (KV < 1 || H % KV) {
         pl_error_set(PL_ERR_SHAPE,
                      "attention: q %s has %lld heads, k %s %lld kv heads: H must be a multiple "
-                     "of KV", bq, (long long)H, bk, (long long)KV);
+                     "of KV",
+                     bq, (long long)H, bk, (long long)KV);
         return false;
     }
     if (causal && T > L) {
         pl_error_set(PL_ERR_SHAPE,
                      "attention: causal needs T <= L (the queries are the last T of the L "
-                     "positions); q %s has T %lld, k %s L %lld", bq, (long long)T, bk,
-                     (long long)L);
+                     "positions); q %s has T %lld, k %s L %lld",
+                     bq, (long long)T, bk, (long long)L);
         return false;
     }
     if (bias && (bias->ndim != 4 || (bias->shape[0] != 1 && bias->shape[0] != q->shape[0]) ||
                  bias->shape[1] != 1 || bias->shape[2] != 1 || bias->shape[3] != L)) {
         char bb[200];
-        pl_error_set(PL_ERR_SHAPE, "attention: bias %s must be [%lld or 1, 1, 1, %lld] (keys of k %s)",
-                     pl_tensor_describe(bias, bb, sizeof bb), (long long)q->shape[0],
-                     (long long)L, bk);
+        pl_error_set(
+            PL_ERR_SHAPE, "attention: bias %s must be [%lld or 1, 1, 1, %lld] (keys of k %s)",
+            pl_tensor_describe(bias, bb, sizeof bb), (long long)q->shape[0], (long long)L, bk);
         return false;
     }
     return true;

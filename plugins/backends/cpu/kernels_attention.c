@@ -33,14 +33,16 @@
 static const float *row_f32(const pl_tensor *t, int64_t off, int64_t n, float *buf) {
     const void *p = pl_tensor_data(t);
     if (t->dtype == PL_F32) return (const float *)p + off;
-    for (int64_t i = 0; i < n; i++) buf[i] = (float)pl_elem_load(p, t->dtype, off + i);
+    for (int64_t i = 0; i < n; i++)
+        buf[i] = (float)pl_elem_load(p, t->dtype, off + i);
     return buf;
 }
 
 static inline float dotf(const float *a, const float *b, int64_t n) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        s += a[i] * b[i];
     return s;
 }
 
@@ -54,9 +56,15 @@ typedef struct att_geo {
 
 static att_geo geo_of(const pl_tensor *q, const pl_tensor *k, const pl_tensor *bias,
                       const pl_op_params *p) {
-    att_geo g = {.B = q->shape[0], .H = q->shape[1], .T = q->shape[2], .D = q->shape[3],
-                 .KV = k->shape[1], .L = k->shape[2], .scale = (float)p->alpha,
-                 .causal = (p->flags & 1) != 0, .bias = bias};
+    att_geo g = {.B = q->shape[0],
+                 .H = q->shape[1],
+                 .T = q->shape[2],
+                 .D = q->shape[3],
+                 .KV = k->shape[1],
+                 .L = k->shape[2],
+                 .scale = (float)p->alpha,
+                 .causal = (p->flags & 1) != 0,
+                 .bias = bias};
     g.rep = g.KV > 0 ? g.H / g.KV : 1;
     return g;
 }
@@ -78,7 +86,8 @@ static const float *bias_row(const att_geo *g, int64_t b, float *buf) {
 static float bias_max(const float *bias, int64_t n) {
     if (!bias) return 0.0f;
     float c = -INFINITY;
-    for (int64_t j = 0; j < n; j++) c = pl_max_step(c, bias[j]);
+    for (int64_t j = 0; j < n; j++)
+        c = pl_max_step(c, bias[j]);
     return c;
 }
 
@@ -121,17 +130,21 @@ static pl_status attention_fwd(const pl_kernel_args *a) {
             const float *qr = row_f32(q, row * D, D, qb);
             row_scores(&g, qr, K, bias, n, s);
             float m = -INFINITY, l = 0.0f;
-            for (int64_t j = 0; j < n; j++) m = pl_max_step(m, s[j]);
-            for (int64_t j = 0; j < n; j++) l += s[j] = pl_softmax_exp(s[j], m);
+            for (int64_t j = 0; j < n; j++)
+                m = pl_max_step(m, s[j]);
+            for (int64_t j = 0; j < n; j++)
+                l += s[j] = pl_softmax_exp(s[j], m);
             memset(acc, 0, (size_t)D * sizeof(float));
             for (int64_t j = 0; j < n; j++) {
                 const float *vr = V + j * D;
                 float p = s[j];
 #pragma omp simd
-                for (int64_t d = 0; d < D; d++) acc[d] += p * vr[d];
+                for (int64_t d = 0; d < D; d++)
+                    acc[d] += p * vr[d];
             }
             float inv = 1.0f / l;
-            for (int64_t d = 0; d < D; d++) pl_elem_store(op, o->dtype, row * D + d, acc[d] * inv);
+            for (int64_t d = 0; d < D; d++)
+                pl_elem_store(op, o->dtype, row * D + d, acc[d] * inv);
             lse[row] = (m - bias_max(bias, n)) + logf(l);
         }
         free(sc);
@@ -208,7 +221,8 @@ static pl_status attention_bwd(const pl_kernel_args *a) {
         free(sc);
         free(own);
     }
-    if (fail) return pl_error_set(PL_ERR_NOMEM, "attention backward: out of host memory for scratch");
+    if (fail)
+        return pl_error_set(PL_ERR_NOMEM, "attention backward: out of host memory for scratch");
     return PL_OK;
 }
 
