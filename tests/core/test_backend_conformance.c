@@ -326,6 +326,7 @@ static const ocase g_cases[] = {
     {PL_OP_ATTENTION, "q [2,4,5,8], k, v [2,2,7,8], causal, bias [2,1,1,7]", 4, {F(4, 2, 4, 5, 8), F(4, 2, 2, 7, 8), F(4, 2, 2, 7, 8), FN(4, 2, 1, 1, 7)}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_ATTENTION, "q, k, v [1,2,70,16], causal", 3, {F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16)}, c_attention, true, .flag = 1, .par = 0.25},
     {PL_OP_ATTENTION, "q [1,2,4,8], k, v [1,2,6,8], not causal", 3, {F(4, 1, 2, 4, 8), F(4, 1, 2, 6, 8), F(4, 1, 2, 6, 8)}, c_attention, true, .par = 0.35},
+    {PL_OP_ATTENTION, "f16 q, k, v [1,2,5,8], causal, f16 bias [1,1,1,5]", 4, {FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), {.nd = 4, .sh = {1, 1, 1, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F16, .grad = false}}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_ATTENTION, "bf16 q [1,4,3,8], k, v [1,1,6,8] (MQA), causal", 3, {FD(PL_BF16, 4, 1, 4, 3, 8), FD(PL_BF16, 4, 1, 1, 6, 8), FD(PL_BF16, 4, 1, 1, 6, 8)}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_CAST, "f32 -> bf16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_BF16},
     {PL_OP_CAST, "f32 -> f16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F16},
