@@ -84,6 +84,9 @@ static const op_case g_cases[] = {
     {PL_OP_SOFTMAX, 1, {F32(8, 32)}, {1024}},     /* its output */
     {PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, {1024}}, /* its output */
     {PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, {4096}}, /* its output, the probabilities */
+    /* q [1, 2, 8, 16], k, v [1, 1, 8, 16] (GQA); saves its output [1, 2, 8, 16]
+     * and the logsumexp [1, 2, 8] f32, never the 2 x 8 x 8 probabilities */
+    {PL_OP_ATTENTION, 3, {F32(1, 2, 8, 16), F32(1, 1, 8, 16), F32(1, 1, 8, 16)}, {1024, 64}},
     {PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, {32}}, /* logsumexp per row */
     {PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
     {PL_OP_MAE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
@@ -189,6 +192,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_SOFTMAX: return pl_softmax(x[0]);
     case PL_OP_LOG_SOFTMAX: return pl_log_softmax(x[0]);
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);
+    case PL_OP_ATTENTION: return pl_attention(x[0], x[1], x[2], NULL, 0.25, true);
     case PL_OP_CROSS_ENTROPY: return pl_cross_entropy(x[0], x[1], -100, 0.0);
     case PL_OP_MSE: return pl_mse_loss(x[0], x[1]);
     case PL_OP_MAE: return pl_mae_loss(x[0], x[1]);

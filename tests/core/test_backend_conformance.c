@@ -150,6 +150,10 @@ static pl_tensor *c_reshape(pl_tensor **in, const ocase *c) {
 }
 static pl_tensor *c_rope(pl_tensor **in, const ocase *c) { return pl_rope(in[0], 3, 10000.0); }
 static pl_tensor *c_causal(pl_tensor **in, const ocase *c) { return pl_causal_softmax(in[0], c->par); }
+/* c->flag: causal; c->par: scale; a 4th input is the additive key bias */
+static pl_tensor *c_attention(pl_tensor **in, const ocase *c) {
+    return pl_attention(in[0], in[1], in[2], c->n_in > 3 ? in[3] : NULL, c->par, c->flag);
+}
 static pl_tensor *c_cast(pl_tensor **in, const ocase *c) { return pl_cast(in[0], (pl_dtype)c->flag); }
 static pl_tensor *c_nf4(pl_tensor **in, const ocase *c) {
     pl_tensor *q = pl_nf4_quantize(in[1], 64, false);
@@ -317,6 +321,13 @@ static const ocase g_cases[] = {
     {PL_OP_ROPE, "[1,3,2,4] offset 3", 1, {F(4, 1, 3, 2, 4)}, c_rope, true},
     {PL_OP_CAUSAL_SOFTMAX, "[2,3,5] scale 0.5", 1, {F(3, 2, 3, 5)}, c_causal, true, .par = 0.5},
     {PL_OP_CAUSAL_SOFTMAX, "bf16 [2,4,6] scale 0.5", 1, {FD(PL_BF16, 3, 2, 4, 6)}, c_causal, true, .par = 0.5},
+    /* fused attention: grouped-query heads, the last T of L queries, a bias;
+     * L 70 > the CUDA kernel's tiles (32 keys, 64 rows per block) */
+    {PL_OP_ATTENTION, "q [2,4,5,8], k, v [2,2,7,8], causal, bias [2,1,1,7]", 4, {F(4, 2, 4, 5, 8), F(4, 2, 2, 7, 8), F(4, 2, 2, 7, 8), FN(4, 2, 1, 1, 7)}, c_attention, true, .flag = 1, .par = 0.35},
+    {PL_OP_ATTENTION, "q, k, v [1,2,70,16], causal", 3, {F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16)}, c_attention, true, .flag = 1, .par = 0.25},
+    {PL_OP_ATTENTION, "q [1,2,4,8], k, v [1,2,6,8], not causal", 3, {F(4, 1, 2, 4, 8), F(4, 1, 2, 6, 8), F(4, 1, 2, 6, 8)}, c_attention, true, .par = 0.35},
+    {PL_OP_ATTENTION, "f16 q, k, v [1,2,5,8], causal, f16 bias [1,1,1,5]", 4, {FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), {.nd = 4, .sh = {1, 1, 1, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F16, .grad = false}}, c_attention, true, .flag = 1, .par = 0.35},
+    {PL_OP_ATTENTION, "bf16 q [1,4,3,8], k, v [1,1,6,8] (MQA), causal", 3, {FD(PL_BF16, 4, 1, 4, 3, 8), FD(PL_BF16, 4, 1, 1, 6, 8), FD(PL_BF16, 4, 1, 1, 6, 8)}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_CAST, "f32 -> bf16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_BF16},
     {PL_OP_CAST, "f32 -> f16", 1, {F(2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F16},
     {PL_OP_CAST, "bf16 -> f32", 1, {FD(PL_BF16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F32},

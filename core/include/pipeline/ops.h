@@ -93,6 +93,45 @@ pl_tensor *pl_log_softmax(pl_tensor *a);
 /* Causal masked softmax for attention: scores [..., T, S] (S >= T, query i
  * sees keys j <= i + S - T), softmax(scale * scores) with masked entries 0. */
 pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale);
+/* Fused scaled dot-product attention, FlashAttention-2 style (Dao 2023,
+ * "FlashAttention-2: Faster Attention with Better Parallelism and Work
+ * Partitioning", arXiv 2307.08691; PyTorch's
+ * F.scaled_dot_product_attention with an additive attn_mask, is_causal and
+ * enable_gqa; transformers' repeat_kv):
+ *   out[b, h, i] = sum_j P[i, j] v[b, h / rep, j],
+ *   P[i, :] = softmax_j(scale q[b, h, i] . k[b, h / rep, j] + bias[b, 0, 0, j])
+ * over the keys j query i sees: all L, or with causal j <= L - T + i (the
+ * queries are the last T of the L positions, as pl_causal_softmax's).
+ *   q     [B, H, T, Dh]; k, v [B, KV, L, Dh]: one float dtype (f32, bf16
+ *         or f16) for the three, one device; H a multiple of KV (grouped-query
+ *         attention: rep = H / KV query heads share each kv head, read in
+ *         place, not expanded); causal needs T <= L
+ *   bias  NULL, or an additive key mask [B, 1, 1, L] or [1, 1, 1, L] of any
+ *         float dtype (e.g. 0 / -1e9 for padding keys), added after the
+ *         scale; a constant: it must not require a gradient
+ *   scale finite, usually 1 / sqrt(Dh)
+ * Returns out [B, H, T, Dh] in q's dtype (a new reference owned by the
+ * current frame, as every op's result). The math is f32 whatever the dtype
+ * (half inputs are widened in the kernel, the output rounded once). The
+ * tape keeps q, k, v (and bias), out and the logsumexp of every query row
+ * less the row's largest visible bias (f32 [B, H, T]; so a row whose every
+ * visible key is masked by -1e9 keeps its log-sum, which -1e9 + log l in
+ * f32 would round away), never the T x L probabilities: backward
+ * recomputes them from it (FA-2's backward: dV = P^T dO, dP = dO V^T,
+ * dS = P (dP - D) with D_i = rowsum(dO * O), dQ = scale dS K,
+ * dK = scale dS^T Q; gradients of the rep heads sharing a kv head are
+ * summed). The same numbers as pl_matmul(pl_causal_softmax(pl_add(
+ * pl_matmul(q, k^T), bias / scale), scale), v) on kv heads expanded with
+ * pl_index_select, up to f32 rounding.
+ * Errors (NULL, pl_error_message() names the tensor, expected vs found):
+ * PL_ERR_DTYPE (a non-float input, q / k / v of different dtypes),
+ * PL_ERR_SHAPE (ranks, B / Dh / L mismatch, H not a multiple of KV, causal
+ * with T > L, a bias not [B or 1, 1, 1, L]), PL_ERR_DEVICE (inputs on
+ * different devices), PL_ERR_INVALID (non-finite scale, a bias that
+ * requires a gradient), PL_ERR_UNSUPPORTED (a backend without the kernel,
+ * or CUDA with Dh > 128). */
+pl_tensor *pl_attention(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bias, double scale,
+                        bool causal);
 
 /* ---- losses (return 0-dim f32, mean reduction) ------------------------ */
 

@@ -520,6 +520,100 @@ pl_tensor *pl_causal_softmax(pl_tensor *scores, double scale) {
     return pl_op_finish(&k, &out, 1);
 }
 
+/* pl_attention's shape checks (ops.h): q [B, H, T, Dh], k and v [B, KV, L, Dh],
+ * bias [B or 1, 1, 1, L]. */
+static bool attention_shapes_ok(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bias,
+                                bool causal) {
+    char bq[200], bk[200], bv[200];
+    pl_tensor_describe(q, bq, sizeof bq);
+    pl_tensor_describe(k, bk, sizeof bk);
+    pl_tensor_describe(v, bv, sizeof bv);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "attention: q %s, k %s, v %s: expected [B, H, T, Dh], [B, KV, L, Dh], "
+                     "[B, KV, L, Dh]",
+                     bq, bk, bv);
+        return false;
+    }
+    if (!pl_tensor_same_shape(k, v) || k->shape[0] != q->shape[0] || k->shape[3] != q->shape[3] ||
+        q->shape[3] < 1) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "attention: q %s, k %s, v %s: k and v must have one shape [B, KV, L, Dh] "
+                     "with q's B and Dh (Dh >= 1)",
+                     bq, bk, bv);
+        return false;
+    }
+    int64_t H = q->shape[1], KV = k->shape[1], T = q->shape[2], L = k->shape[2];
+    if (KV < 1 || H % KV) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "attention: q %s has %lld heads, k %s %lld kv heads: H must be a multiple "
+                     "of KV",
+                     bq, (long long)H, bk, (long long)KV);
+        return false;
+    }
+    if (causal && T > L) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "attention: causal needs T <= L (the queries are the last T of the L "
+                     "positions); q %s has T %lld, k %s L %lld",
+                     bq, (long long)T, bk, (long long)L);
+        return false;
+    }
+    if (bias && (bias->ndim != 4 || (bias->shape[0] != 1 && bias->shape[0] != q->shape[0]) ||
+                 bias->shape[1] != 1 || bias->shape[2] != 1 || bias->shape[3] != L)) {
+        char bb[200];
+        pl_error_set(
+            PL_ERR_SHAPE, "attention: bias %s must be [%lld or 1, 1, 1, %lld] (keys of k %s)",
+            pl_tensor_describe(bias, bb, sizeof bb), (long long)q->shape[0], (long long)L, bk);
+        return false;
+    }
+    return true;
+}
+
+pl_tensor *pl_attention(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bias, double scale,
+                        bool causal) {
+    char b1[200], b2[200];
+    if (!q || !k || !v) {
+        pl_error_set(PL_ERR_INVALID, "attention: %s is NULL", !q ? "q" : !k ? "k" : "v");
+        return NULL;
+    }
+    pl_tensor *ts[4] = {q, k, v, bias};
+    int n = bias ? 4 : 3;
+    for (int i = 0; i < n; i++)
+        if (pl_check_float("attention", ts[i], true)) return NULL;
+    if (pl_check_same_device("attention", ts, n)) return NULL;
+    if (k->dtype != q->dtype || v->dtype != q->dtype) {
+        pl_error_set(PL_ERR_DTYPE, "attention: q %s, k and v %s must have one dtype",
+                     pl_tensor_describe(q, b1, sizeof b1),
+                     pl_tensor_describe(k->dtype != q->dtype ? k : v, b2, sizeof b2));
+        return NULL;
+    }
+    if (!attention_shapes_ok(q, k, v, bias, causal)) return NULL;
+    if (!isfinite(scale)) {
+        pl_error_set(PL_ERR_INVALID, "attention: scale %g is not finite", scale);
+        return NULL;
+    }
+    if (bias && bias->requires_grad) {
+        pl_error_set(PL_ERR_INVALID,
+                     "attention: bias %s requires a gradient; it is a constant additive mask "
+                     "(compute it under pl_no_grad_begin)",
+                     pl_tensor_describe(bias, b1, sizeof b1));
+        return NULL;
+    }
+    pl_kernel_args kk = {.op = PL_OP_ATTENTION, .n_in = n, .n_out = 2, .p.alpha = scale};
+    kk.p.flags = causal ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        kk.in[i] = pl_contiguous_owned(ts[i]);
+        if (!kk.in[i]) {
+            pl_tensors_release(kk.in, i);
+            return NULL;
+        }
+    }
+    kk.out[0] = pl_tensor_new_owned(q->dtype, 4, q->shape, q->device);
+    kk.out[1] = pl_tensor_new_owned(PL_F32, 3, q->shape, q->device); /* [B, H, T] */
+    /* the node saves its output and the logsumexp (ops.def: saves_out, 1 saved) */
+    return pl_op_finish(&kk, kk.out, 2);
+}
+
 pl_tensor *pl_contiguous_owned(pl_tensor *t) {
     if (!t) return NULL;
     if (pl_tensor_is_contiguous(t)) return pl_tensor_retain(t);

@@ -118,6 +118,7 @@ static void init_cpu(void) {
     pl_cpu_register_index(&g_cpu_kernels);
     pl_cpu_register_nf4(&g_cpu_kernels);
     pl_cpu_register_optim(&g_cpu_kernels);
+    pl_cpu_register_attention(&g_cpu_kernels);
 }
 
 const pl_backend *pl_cpu_backend_table(void) {

@@ -137,6 +137,7 @@ void pl_cpu_register_dense(
 void pl_cpu_register_index(pl_kernel_table *b); /* kernels_index.c, kernels_lstm.c */
 void pl_cpu_register_nf4(pl_kernel_table *b);   /* kernels_nf4.c: PL_OP_NF4_MATMUL */
 void pl_cpu_register_optim(pl_kernel_table *b); /* kernels_optim.c: clamp, optimizer steps */
+void pl_cpu_register_attention(pl_kernel_table *b); /* kernels_attention.c: PL_OP_ATTENTION */
 
 /* The CPU backend's table (cpu_backend.c), its kernels registered. The
  * plugin's entry (cpu_plugin.c) hands it to the core; the tests of this

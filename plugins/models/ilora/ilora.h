@@ -39,6 +39,7 @@ typedef struct ilora_opts {
     bool token_inputs;      /* inputs = tokens: the backbone's own vocabulary */
     int64_t item_dim;       /* item table width in front of a backbone */
     bool gradient_checkpointing;
+    bool attn_eager; /* attn_implementation = eager: the unfused chain, not pl_attention */
     ilora_adapters adapters;
     int64_t num_experts, lora_rank;
     double lora_alpha, lora_dropout;

@@ -187,6 +187,32 @@ typedef struct ilora_layer_ctx {
     bool base_only; /* the backbone alone: no adapters (the router's input pass) */
 } ilora_layer_ctx;
 
+/* Self-attention of q [B, T, H, Dh] over k, v [B, L, KV, Dh] (query i at key
+ * position L - T + i) with the additive padding bias [B, 1, 1, L] ->
+ * [B, H, T, Dh]. sdpa (the default): the fused op, which reads kv head h/rep
+ * for query head h in place and keeps q, k, v, its output and a logsumexp
+ * per row; eager: HF's eager_attention_forward (repeat_kv, scores, causal
+ * softmax, probabilities @ v), which keeps the T x L probabilities and the
+ * expanded k, v. The bias is added unscaled in both: eager scales the sum
+ * q k^T + bias by 1/sqrt(Dh) inside causal_softmax, which only matters for
+ * masked keys (-1e9 either way: probability 0). */
+static pl_tensor *attention(ilora_model *m, pl_tensor *q, pl_tensor *k, pl_tensor *v,
+                            pl_tensor *pad_bias) {
+    double scale = 1.0 / sqrt((double)m->head_dim);
+    q = pl_transpose(q, 1, 2); /* [B, H, T, Dh] */
+    if (!m->o.attn_eager)
+        return pl_attention(q, pl_transpose(k, 1, 2), pl_transpose(v, 1, 2), pad_bias, scale,
+                            true);
+    if (m->kv_index) { /* grouped-query attention: HF repeat_kv, query head h reads kv head h/rep */
+        k = pl_index_select(k, 2, m->kv_index);
+        v = pl_index_select(v, 2, m->kv_index);
+    }
+    k = pl_transpose(k, 1, 2);
+    v = pl_transpose(v, 1, 2);
+    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), pad_bias); /* [B, H, T, L] */
+    return pl_matmul(pl_causal_softmax(sc, scale), v, false, false);
+}
+
 static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     const ilora_layer_ctx *c = ctxp;
     ilora_model *m = c->m;
@@ -215,15 +241,7 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     pl_tensor *k =
         pl_rope(pl_reshape(PROJ(1, x, gexp), 4, (int64_t[]){B, L, KV, Dh}), 0, o->rope_theta);
     pl_tensor *v = pl_reshape(PROJ(2, x, gexp), 4, (int64_t[]){B, L, KV, Dh});
-    if (m->kv_index) { /* grouped-query attention: HF repeat_kv, query head h reads kv head h/rep */
-        k = pl_index_select(k, 2, m->kv_index);
-        v = pl_index_select(v, 2, m->kv_index);
-    }
-    q = pl_transpose(q, 1, 2); /* [B, H, T, Dh] */
-    k = pl_transpose(k, 1, 2);
-    v = pl_transpose(v, 1, 2);
-    pl_tensor *sc = pl_add(pl_matmul(q, k, false, true), c->pad_bias); /* [B, H, T, L] */
-    pl_tensor *att = pl_matmul(pl_causal_softmax(sc, 1.0 / sqrt((double)Dh)), v, false, false);
+    pl_tensor *att = attention(m, q, k, v, c->pad_bias);
     att = pl_reshape(pl_transpose(att, 1, 2), 3, (int64_t[]){B, T, m->q_dim});
     pl_tensor *ao = PROJ(3, att, gq);
     if (T < L) h = pl_slice(h, 1, L - T, L);

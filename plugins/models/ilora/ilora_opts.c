@@ -30,6 +30,10 @@ const pl_option_spec ilora_options[] = {
      "with a backbone and item inputs: item table width (pretrain.ini's dim, for init_from)"},
     {"gradient_checkpointing", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "recompute each decoder layer's activations during backward (HF gradient_checkpointing)"},
+    {"attn_implementation", PL_OPT_CHOICE, "sdpa", PL_NO_BOUNDS, "sdpa|eager",
+     "attention as HF's attn_implementation: sdpa = the fused pl_attention (keeps q, k, v, the "
+     "output and a logsumexp per row); eager = matmul, causal_softmax, matmul (keeps the T x L "
+     "probabilities, k and v expanded per query head)"},
     {"dim", PL_OPT_INT, "64", 2, 65536, NULL, "hidden size (hidden_size)"},
     {"layers", PL_OPT_INT, "2", 1, ILORA_MAX_LAYERS, NULL, "decoder layers (num_hidden_layers)"},
     {"heads", PL_OPT_INT, "2", 1, 1024, NULL, "attention heads (num_attention_heads)"},
@@ -182,6 +186,8 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     o->token_inputs = !strcmp(pl_cfg_str(c, "inputs", spec_default("inputs")), "tokens");
     o->item_dim = opt_int(c, "item_dim");
     o->gradient_checkpointing = opt_bool(c, "gradient_checkpointing");
+    o->attn_eager = !strcmp(
+        pl_cfg_str(c, "attn_implementation", spec_default("attn_implementation")), "eager");
     o->kv_heads = opt_int(c, "kv_heads");
     o->head_dim = opt_int(c, "head_dim");
     o->dim = opt_int(c, "dim");

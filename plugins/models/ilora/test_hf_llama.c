@@ -368,10 +368,13 @@ END_TEST
 
 /* Loss, every gradient and the bytes held after forward (before backward) of
  * one training step of a 4-layer model with dropout, adapters and a router. */
-static double ckpt_step(bool gc, pl_params **grads_out, size_t *held) {
+static double ckpt_step(bool gc, bool eager, int64_t kv_heads, pl_params **grads_out,
+                        size_t *held) {
     env e;
     env_init(&e, 7, 0);
     ilora_opts o = tiny_builtin(true);
+    o.attn_eager = eager;
+    o.kv_heads = kv_heads;
     o.layers = 4;
     o.num_items = 30;
     o.max_len = 12;
@@ -419,10 +422,9 @@ static double ckpt_step(bool gc, pl_params **grads_out, size_t *held) {
     return lv;
 }
 
-START_TEST(gradient_checkpointing_gives_the_same_gradients_with_less_held) {
-    pl_params *g0 = NULL, *g1 = NULL;
-    size_t held0 = 0, held1 = 0;
-    double l0 = ckpt_step(false, &g0, &held0), l1 = ckpt_step(true, &g1, &held1);
+/* Same loss (|l0 - l1| <= 1e-6) and gradients of every parameter, within f32
+ * rounding: g1 within 1e-6 + 1e-5 max |g0| of g0. */
+static void same_step(double l0, double l1, pl_params *g0, pl_params *g1) {
     ck_assert_double_eq_tol(l0, l1, 1e-6);
     ck_assert_int_eq(pl_params_count(g0), pl_params_count(g1));
     ck_assert_int_gt(pl_params_count(g0), 40); /* backbone, adapters, router */
@@ -435,8 +437,31 @@ START_TEST(gradient_checkpointing_gives_the_same_gradients_with_less_held) {
         ck_assert_msg(d <= 1e-6 + 1e-5 * scale, "%s: gradients differ by %g (max |g| %g)",
                       a->name, d, scale);
     }
+}
+
+START_TEST(gradient_checkpointing_gives_the_same_gradients_with_less_held) {
+    pl_params *g0 = NULL, *g1 = NULL;
+    size_t held0 = 0, held1 = 0;
+    double l0 = ckpt_step(false, false, 2, &g0, &held0), l1 = ckpt_step(true, false, 2, &g1, &held1);
+    same_step(l0, l1, g0, g1);
     ck_assert_msg(held1 * 2 < held0, "activations held after forward: %zu with checkpointing, "
                   "%zu without", held1, held0);
+    pl_params_free(g0);
+    pl_params_free(g1);
+}
+END_TEST
+
+/* attn_implementation: the fused op (sdpa) and the unfused chain (eager) give
+ * the same training step, with grouped-query heads and left padding (whole
+ * rows of padding queries), and the fused op's tape holds less (no T x L
+ * probabilities, no k, v expanded per query head). */
+START_TEST(sdpa_and_eager_attention_give_the_same_step_with_less_held) {
+    pl_params *g0 = NULL, *g1 = NULL;
+    size_t held0 = 0, held1 = 0;
+    double l0 = ckpt_step(false, true, 1, &g0, &held0), l1 = ckpt_step(false, false, 1, &g1, &held1);
+    same_step(l0, l1, g0, g1);
+    ck_assert_msg(held1 < held0, "activations held after forward: %zu with sdpa, %zu with eager",
+                  held1, held0);
     pl_params_free(g0);
     pl_params_free(g1);
 }
@@ -635,6 +660,7 @@ int main(void) {
     tcase_add_test(t, random_backbone_from_config_json_alone);
     tcase_add_test(t, checkpoint_of_the_builtin_backbone_gives_its_logits);
     tcase_add_test(t, gqa_gradients_match_central_differences);
+    tcase_add_test(t, sdpa_and_eager_attention_give_the_same_step_with_less_held);
     tcase_add_test(t, item_inputs_train_projections_and_adapters_only);
     tcase_add_test(t, gradient_checkpointing_gives_the_same_gradients_with_less_held);
     tcase_add_test(t, logits_match_transformers_legacy_config);
