@@ -11,11 +11,12 @@
 # ids: sizes depend on shapes only):
 #   1.1 B (TinyLlama), batch 16 x 50: fp32 <= 7.3 GiB (PyTorch + PEFT's
 #     7.30 GiB for this step on the H200), bf16-true <= 0.55 x fp32, qlora4
-#     with gradient_checkpointing <= 0.15 x fp32 without;
+#     <= 0.30 x fp32, qlora4 with gradient_checkpointing <= 0.15 x fp32
+#     without;
 #   7 B (Llama-2-7B shapes), batch 64 x 50: qlora4 with checkpointing <=
 #     0.21 x bf16-true without it (the reports' 11.35 / 53.88 GB).
-# qlora4 without checkpointing at 1.1 B is printed beside its target (0.30 x
-# fp32), which it does not meet yet (docs/benchmarks.md says why).
+# Measured 2026-11-27 (plugins/precision/README.md): 1.1 B fp32 6,072 MiB,
+# bf16-true 0.52x, qlora4 0.29x, qlora4 + checkpointing 0.13x; 7B 0.204x.
 # No timings. usage: test_precision_memory_scale.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
@@ -75,12 +76,13 @@ python3 - "${pk[f1]}" "${pk[b1]}" "${pk[q1]}" "${pk[qg1]}" "${pk[b7]}" "${pk[qg7
 import sys
 f1, b1, q1, qg1, b7, qg7 = (float(v) / 2**20 for v in sys.argv[1:7])
 print(f"1.1B batch 16x50, peak allocated MiB: fp32 {f1:.0f}, bf16-true {b1:.0f} ({b1/f1:.3f} x), "
-      f"qlora4 {q1:.0f} ({q1/f1:.3f} x; target 0.30 x: {'met' if q1 <= 0.30 * f1 else 'not met'}), "
+      f"qlora4 {q1:.0f} ({q1/f1:.3f} x), "
       f"qlora4 + checkpointing {qg1:.0f} ({qg1/f1:.3f} x)")
 print(f"7B batch 64x50: bf16-true {b7:.0f} MiB, qlora4 + checkpointing {qg7:.0f} MiB ({qg7/b7:.3f} x)")
 bad = []
 if f1 > 7.3 * 1024: bad.append(f"1.1B fp32 {f1:.0f} MiB > 7.3 GiB")
 if b1 > 0.55 * f1: bad.append(f"1.1B bf16-true {b1/f1:.3f} x fp32 > 0.55")
+if q1 > 0.30 * f1: bad.append(f"1.1B qlora4 {q1/f1:.3f} x fp32 > 0.30")
 if qg1 > 0.15 * f1: bad.append(f"1.1B qlora4 + checkpointing {qg1/f1:.3f} x fp32 > 0.15")
 if not q1 < b1 < f1: bad.append("1.1B: expected qlora4 < bf16-true < fp32")
 if qg7 > 0.21 * b7: bad.append(f"7B qlora4 + checkpointing {qg7/b7:.3f} x bf16-true > 0.21")
