@@ -594,7 +594,7 @@ pl_tensor *pl_attention(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bia
     }
     if (bias && bias->requires_grad) {
         pl_error_set(PL_ERR_INVALID,
-                     "attention: bias %s requires a gradient; it is a constant additive mask "
+                     "attention: bias %s requires a gradient; it is a fixed additive mask "
                      "(compute it under pl_no_grad_begin)",
                      pl_tensor_describe(bias, b1, sizeof b1));
         return NULL;
