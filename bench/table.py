@@ -8,7 +8,9 @@ torch.compile(mode="reduce-overhead") when the run had --compile, or
 `failed (reason)`), pipeline's ratio to each, the compile mode's warm-up
 seconds (compilation included), median step times, peak device memory
 (pipeline's summary.json peak_memory_bytes; PyTorch's
-torch.cuda.max_memory_allocated, cuda only) and peak RSS.
+torch.cuda.max_memory_allocated, cuda only), peak RSS, and issue 35's bars
+(pipeline at 3x PyTorch eager or more, at 1.0x compile or more; only a GPU
+run's answer counts for the issue).
 
 usage: table.py RESULTS_DIR
 """
@@ -39,6 +41,15 @@ def compile_cells(r):
             f"{warm:.1f}" if warm is not None else "-")
 
 
+def bars(r):
+    """Issue 35's two bars, each "yes" / "no" ("-" where compile did not run or failed)."""
+    eager = "yes" if r["ratio"] >= 3.0 else "no"
+    comp = "-"
+    if r.get("compile_run") and not r.get("compile_error") and r.get("compile_ratio") is not None:
+        comp = "yes" if r["compile_ratio"] >= 1.0 else "no"
+    return f"{eager} / {comp}"
+
+
 def main():
     d = sys.argv[1]
     env = os.path.join(d, "env.txt")
@@ -47,8 +58,8 @@ def main():
     print("| workload | pipeline | PyTorch eager | pipeline / eager | PyTorch compile (reduce-overhead) | "
           "pipeline / compile | compile warm-up s | pipeline step ms, median (min-max) | "
           "PyTorch eager step ms, median (min-max) | peak device MiB pipeline / eager / compile | "
-          "peak RSS MiB pipeline / PyTorch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "peak RSS MiB pipeline / PyTorch | issue 35: >= 3x eager / >= 1x compile |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     path = os.path.join(d, "results.jsonl")
     if os.path.exists(path):
         for line in open(path):
@@ -57,7 +68,8 @@ def main():
             print(f"| {r['workload']} | {r['pipeline']:.1f} {r['unit']} | {r['pytorch']:.1f} {r['unit']} | "
                   f"{r['ratio']:.2f}x | {c_tp} | {c_ratio} | {c_warm} | {step(r['pipeline_step'])} | "
                   f"{step(r['pytorch_step'])} | {mib(r.get('pipeline_peak'))} / {mib(r.get('pytorch_peak'))} / "
-                  f"{mib(r.get('compile_peak'))} | {mib(r['pipeline_rss'])} / {mib(r['pytorch_rss'])} |")
+                  f"{mib(r.get('compile_peak'))} | {mib(r['pipeline_rss'])} / {mib(r['pytorch_rss'])} | "
+                  f"{bars(r)} |")
     notes = os.path.join(d, "notes.txt")
     if os.path.exists(notes) and os.path.getsize(notes):
         print()
