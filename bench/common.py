@@ -222,7 +222,10 @@ def torch_sides(modes, device, run):
                 signal.signal(signal.SIGALRM, old_handler)
         res[mode] = r
         if mode == "compile":
-            torch._dynamo.reset()
+            try:  # after a timeout the compiler's state may be half-built: best effort
+                torch._dynamo.reset()
+            except Exception as e:  # noqa: BLE001
+                print(f"compile: torch._dynamo.reset() after the compile mode: {_reason(e)}")
     return res
 
 
@@ -301,7 +304,7 @@ def report(workload, unit, ours, theirs=None, extra="", ours_steps=None, theirs_
             e_warm = eager.get("warmup_s") if eager else None
             print(f"    torch.compile(mode=\"{COMPILE_MODE}\") {c_tp:10.2f} {unit}   "
                   f"ratio (pipeline/compile) {c_ratio:5.2f}x   warm-up with compilation "
-                  f"{c_warm:.1f} s (eager's warm-up {e_warm:.1f} s); "
+                  f"{c_warm or 0:.1f} s (eager's warm-up {e_warm or 0:.1f} s); "
                   f"{comp.get('graphs')} graphs, {comp.get('graph_breaks')} graph breaks")
     so, st = _stats(ours_steps or []), _stats(theirs_steps or [])
     sc = _stats(comp.get("steps") or []) if comp and "error" not in comp else None

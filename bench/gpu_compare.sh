@@ -14,32 +14,39 @@
 # (after tools/prepare_data.sh --use-shared --molecules), there carry [".device"] and run
 #   bash .device/run.sh bash bench/gpu_compare.sh
 # with a timeout_s of 540: the whole comparison keeps within --budget (default
-# 420 s) plus the last workload's overrun (at most ~60 s); the table lands in
+# 400 s) plus the last workload's overrun (at most 90 s); the table lands in
 # $OUT/bench_compare.md, the logs in $OUT/bench_compare_logs.tgz.
 #
 # Time: the workloads run in the order below; before each, the compile mode
-# gets BENCH_COMPILE_TIMEOUT = what is left of the budget minus 35 s for each
-# workload still to come and 25 s for this one's pipeline and eager runs
-# (at most 150 s); a compile mode past it is reported "failed (timed out ...)"
-# and the bench goes on. A workload is skipped when under 30 s is left; each
-# process is killed at its share + 60 s.
+# gets BENCH_COMPILE_TIMEOUT = the least of: what is left of the budget minus
+# 35 s for each workload still to come and 25 s for this one's pipeline and
+# eager runs; 1.6x an even share of what is left, minus those 25 s (81 s for
+# the first of six out of 400 s; time a workload leaves unused goes to the
+# later ones); 150 s. A compile mode past it is reported "failed (timed out ...)"
+# and the bench goes on. Under 20 s for it, the compile mode is not run (eager
+# only, said in the notes); a workload is skipped when under 30 s is left; each
+# process is killed at its compile limit + 90 s (its pipeline run, eager run
+# and the compile mode's unwinding; then that workload's line is lost).
 #
 # --device cpu --tiny: the control flow on a machine without a GPU (a few
-# steps each; compilation on a small CPU takes minutes, so most compile modes
-# time out there: that path is tested too). --no-compile: eager only.
+# steps each; compilation takes tens of seconds to minutes per workload on a
+# small CPU: --budget 700 lets all six finish, a small budget makes the later
+# compile modes time out and the last workloads be skipped). --no-compile:
+# eager only.
 #
 # Environment: PIPELINE_BIN (default .device/build/core/pipeline when there,
-# else build-release/core/pipeline, else build/core/pipeline), PYTHON.
+# else build-release/core/pipeline, else build/core/pipeline), PYTHON, BENCH_COMMIT
+# (the commit to print where the copy has no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-device=cuda tiny=0 compile=1 budget=420 outdir=""
+device=cuda tiny=0 compile=1 budget=400 outdir=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --device) device=$2; shift ;;
         --tiny) tiny=1 ;;
         --no-compile) compile=0 ;;
         --budget) budget=$2; shift ;;
-        -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         -*) echo "gpu_compare: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) outdir=$1 ;;
     esac
@@ -60,7 +67,7 @@ out=$(cd "$out" && pwd)
 : >"$out/results.jsonl"
 : >"$out/notes.txt"
 export BENCH_RESULTS=$out/results.jsonl
-[ $compile = 1 ] && export BENCH_COMPILE=1
+export BENCH_COMPILE=$compile
 cora=data/cora.h5
 [ -e "$cora" ] || cora=../shared/data/planetoid/cora.h5
 
@@ -82,7 +89,11 @@ workloads=(
 )
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
-    echo "commit: $(git rev-parse --short HEAD 2>/dev/null) ($(git status --porcelain 2>/dev/null | grep -c '^ M\|^M') modified tracked files)"
+    if git rev-parse --short HEAD >/dev/null 2>&1; then
+        echo "commit: $(git rev-parse --short HEAD) ($(git status --porcelain | grep -c '^ M\|^M') modified tracked files)"
+    else
+        echo "commit: ${BENCH_COMMIT:-unknown (no git here: set BENCH_COMMIT)}"
+    fi
     echo "device: $device; pipeline: $PIPELINE_BIN (trainer.cuda_graphs=auto on cuda)"
     [ "$device" = cuda ] && echo "GPU: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
     lscpu | grep -E "^(Model name|CPU\(s\))" | sed 's/  */ /g'
@@ -112,10 +123,17 @@ for i in "${!workloads[@]}"; do
         continue
     fi
     ct=$((left - 35 * after - 25))
+    fair=$((left * 16 / 10 / (after + 1) - 25)) # 1.6x an even share of what is left
+    [ $ct -gt $fair ] && ct=$fair
     [ $ct -gt 150 ] && ct=150
-    [ $ct -lt 15 ] && ct=15
-    export BENCH_COMPILE_TIMEOUT=$ct
-    kill_at=$((ct + 60))
+    export BENCH_COMPILE=$compile BENCH_COMPILE_TIMEOUT=$ct
+    if [ $compile = 1 ] && [ $ct -lt 20 ]; then
+        # too little left to compile: eager only, rather than lose the workload
+        export BENCH_COMPILE=0
+        ct=0
+        echo "$name: compile mode not run (${left} s of the budget left, ${after} workloads after it)" | tee -a "$out/notes.txt"
+    fi
+    kill_at=$((ct + 90))
     echo "== $name ($((SECONDS - t_start)) s in; compile limit ${ct} s)" >&2
     # shellcheck disable=SC2086  # cmd is a word list
     timeout --kill-after=10 $kill_at "$py" $cmd --device "$device" >"$out/$name.log" 2>&1
