@@ -138,7 +138,10 @@ def torch_run(path, epochs, cfg, threads, device="cpu", modes=("eager",)):
         # dynamic shapes run without CUDA graphs (reduce-overhead would record one graph per
         # batch shape, a capture every step)
         import torch._inductor.config as ic
-        ic.triton.cudagraph_skip_dynamic_graphs = True
+        try:
+            ic.triton.cudagraph_skip_dynamic_graphs = True
+        except AttributeError:  # an older torch without the switch: one graph per shape
+            print("compile: this torch has no inductor triton.cudagraph_skip_dynamic_graphs")
     return common.torch_sides(modes, device, run)
 
 
