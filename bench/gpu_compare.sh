@@ -38,7 +38,7 @@
 # else build-release/core/pipeline, else build/core/pipeline), PYTHON, BENCH_COMMIT
 # (the commit to print where the copy has no .git).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 device=cuda tiny=0 compile=1 budget=400 outdir=""
 while [ $# -gt 0 ]; do
     case "$1" in
