@@ -22,7 +22,15 @@ graph-building time the loader reports; and the PyTorch program with its
 graphs rebuilt in NumPy for every batch (the reports' bug as it was written)
 against built once.
 
+--device cuda: both sides on the GPU (PyTorch: each batch built in NumPy and
+moved over, in the step's time; the graph comparison stays on the CPU);
+--compile: PyTorch also with the network under torch.compile(mode=
+"reduce-overhead") (nn.LSTM a graph break, as users get it), timed the same
+way (the first epoch, with compilation, apart); --no-graph-compare: only the
+throughput line.
+
 usage: python3 bench/stocks/bench_stocks.py [--epochs 4] [--threads 1] [--config configs/gat_stocks.ini]
+                                            [--device cpu|cuda] [--compile] [--no-graph-compare]
 """
 import argparse
 import datetime as dt
@@ -59,7 +67,7 @@ def spearman(a, b):
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def torch_run(cfg, epochs, threads, rebuild=False):
+def torch_run(cfg, epochs, threads, rebuild=False, device="cpu", mode="eager"):
     import h5py
     import torch
     import torch.nn.functional as F
@@ -122,9 +130,9 @@ def torch_run(cfg, epochs, threads, rebuild=False):
             z = self.lin(F.dropout(h, p_drop, self.training)).view(n, heads, C)
             e = F.leaky_relu((z * self.att_src).sum(-1)[src] + (z * self.att_dst).sum(-1)[dst], 0.2)
             e = torch.exp(e - e.max())
-            den = torch.zeros(n, heads).index_add_(0, dst, e)
+            den = torch.zeros(n, heads, device=x.device).index_add_(0, dst, e)
             alpha = e / den[dst]
-            g = torch.zeros(n, heads, C).index_add_(0, dst, alpha.unsqueeze(-1) * z[src])
+            g = torch.zeros(n, heads, C, device=x.device).index_add_(0, dst, alpha.unsqueeze(-1) * z[src])
             g = F.elu(g.reshape(n, -1) + self.bias)
             zz = h + self.proj(g)
             return self.head(F.dropout(zz, p_drop, self.training)).squeeze(-1)
@@ -141,10 +149,11 @@ def torch_run(cfg, epochs, threads, rebuild=False):
                 s_, d_ = edges[t]
             ss.append(s_ + k * S)
             ds.append(d_ + k * S)
-        return (torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))),
-                torch.from_numpy(np.concatenate(ss)), torch.from_numpy(np.concatenate(ds)))
+        return (torch.from_numpy(np.ascontiguousarray(np.concatenate(xs))).to(device),
+                torch.from_numpy(np.concatenate(ss)).to(device), torch.from_numpy(np.concatenate(ds)).to(device))
 
-    net = Net()
+    net = Net().to(device)
+    fwd = common.compiled(net, mode)
     opt = torch.optim.AdamW(net.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]))
     days_tr = np.where(tr)[0]
     steps = epochs * ((len(days_tr) + B - 1) // B + accum - 1) // accum
@@ -157,12 +166,14 @@ def torch_run(cfg, epochs, threads, rebuild=False):
     for ep in range(epochs):
         net.train()
         perm = np.random.permutation(days_tr)
+        common.sync(device)
         t0 = time.time()
         t_prev = time.perf_counter()
         for b, i in enumerate(range(0, len(perm), B)):
+            common.step_begin(mode)
             days = perm[i:i + B]
             x, s_, d_ = batch(days)
-            loss = F.mse_loss(net(x, s_, d_), torch.from_numpy(y[days].reshape(-1))) / accum
+            loss = F.mse_loss(fwd(x, s_, d_), torch.from_numpy(y[days].reshape(-1)).to(device)) / accum
             loss.backward()
             if (b + 1) % accum == 0 or i + B >= len(perm):
                 opt.step()
@@ -173,17 +184,18 @@ def torch_run(cfg, epochs, threads, rebuild=False):
                     now = time.perf_counter()
                     steps.append(now - t_prev)
                     t_prev = now
+        common.sync(device)
         epoch_s.append(time.time() - t0)
     net.eval()
     days_va = np.where(va)[0]
     with torch.no_grad():
         x, s_, d_ = batch(days_va)
-        pred = net(x, s_, d_).numpy().reshape(len(days_va), S)
+        pred = net(x, s_, d_).cpu().numpy().reshape(len(days_va), S)
     ic = float(np.mean([spearman(pred[k], tgt[t]) for k, t in enumerate(days_va)]))
     steady = epoch_s[1:] or epoch_s
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return (len(days_tr) / float(np.median(steady)), ic, graph_s, rss,
-            build_s[0] / max(sum(epoch_s), 1e-9), steps)
+            build_s[0] / max(sum(epoch_s), 1e-9), steps, epoch_s[0])
 
 
 def main():
@@ -191,21 +203,37 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--config", default=CONFIG)
+    ap.add_argument("--no-graph-compare", action="store_true",
+                    help="only the throughput comparison (no graphs once / per_batch runs)")
+    common.add_device_arg(ap)
     args = ap.parse_args()
     cfg = common.read_ini(args.config)
     import torch
     torch.set_num_threads(args.threads)
-    print(common.environment())
+    print(common.environment(args.device))
     base = [f"trainer.max_epochs={args.epochs}", f"pipeline.threads={args.threads}"]
-    s = common.run_pipeline(args.config, base, "pipeline", test=False)
+    s = common.run_pipeline(args.config, base + common.device_overrides(args.device), "pipeline", test=False)
     ep = s["epoch_seconds"][1:] or s["epoch_seconds"]
     days = s["data"]["num_train"] / float(np.median(ep))
-    theirs, ic_t, graph_s, rss_t, _, steps = torch_run(cfg, args.epochs, args.threads)
-    common.report("gat_stocks (train days/s)", "days/s", days, theirs,
-                  f"| val IC after {args.epochs} epochs: pipeline {s['val_metrics']['ic']:.4f}, "
-                  f"pytorch {ic_t:.4f} | peak RSS MiB: pipeline {s['peak_rss_bytes'] / 2**20:.0f}, "
-                  f"pytorch {rss_t:.0f}", ours_steps=s["_step_seconds"], theirs_steps=steps,
-                  ours_rss=s["peak_rss_bytes"], theirs_rss=rss_t * 2**20)
+    info = {}
+
+    def run(mode):
+        tp, ic, gs, rss, _, st, warm = torch_run(cfg, args.epochs, args.threads, device=args.device, mode=mode)
+        info[mode] = (ic, gs, rss)
+        return {"throughput": tp, "steps": st, "warmup_s": warm}
+
+    sides = common.torch_sides(common.torch_modes(args), args.device, run)
+    theirs = sides["eager"]["throughput"]
+    ic_t, graph_s, rss_t = info["eager"]
+    ic_c = f", pytorch compiled {info['compile'][0]:.4f}" if "compile" in info else ""
+    common.report(f"gat_stocks (train days/s, {args.device})", "days/s", days,
+                  extra=f"| val IC after {args.epochs} epochs: pipeline {s['val_metrics']['ic']:.4f}, "
+                  f"pytorch {ic_t:.4f}{ic_c} | peak RSS MiB: pipeline {s['peak_rss_bytes'] / 2**20:.0f}, "
+                  f"pytorch {rss_t:.0f}", ours_steps=s["_step_seconds"],
+                  ours_rss=s["peak_rss_bytes"], theirs_rss=rss_t * 2**20, sides=sides,
+                  ours_peak=s["peak_memory_bytes"])
+    if args.no_graph_compare:
+        return
     print(f"day-graphs built once: pipeline {s['data']['graphs_built']} in "
           f"{s['data']['graph_build_ms']:.0f} ms (C, at load); PyTorch side {graph_s * 1e3:.0f} ms (NumPy)")
     per = common.run_pipeline(args.config, base + ["data.graphs=per_batch"], "per_batch", test=False)
@@ -220,7 +248,7 @@ def main():
     print(f"pipeline: with graphs = per_batch, building graphs (in C) takes {100 * fb:.2f} % of the "
           f"fit time ({per['data']['graphs_built']} graphs, {per['data']['graph_build_ms']:.0f} ms); "
           f"with graphs = once, 0 % (built before fit)")
-    reb, _, _, _, frac, _ = torch_run(cfg, args.epochs, args.threads, rebuild=True)
+    reb, _, _, _, frac, _, _ = torch_run(cfg, args.epochs, args.threads, rebuild=True)
     print(f"pytorch:  rebuilding every batch's graphs (NumPy) {reb:.1f} days/s against {theirs:.1f} "
           f"built once ({theirs / reb:.2f}x the epoch time); graph building is "
           f"{100 * frac:.1f} % of the training time")

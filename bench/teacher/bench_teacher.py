@@ -5,7 +5,9 @@ over the mean item embedding; frozen base), on the same MovieLens training
 rows, batch size and full-softmax cross-entropy. Shapes come from the INI.
 
 usage: python3 bench/teacher/bench_teacher.py [--batches 60] [--config configs/teacher.ini]
-                                             [--device cpu|cuda]
+                                             [--device cpu|cuda] [--compile]
+(--compile: PyTorch also under torch.compile(mode="reduce-overhead"), the
+model's forward and the loss compiled, 5 warm-up steps excluded as in eager)
 """
 import argparse
 import os
@@ -16,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # noqa: E402
 
 
-def torch_samples_per_s(h5, cfg, batches, device="cpu"):
+def torch_samples_per_s(h5, cfg, batches, device="cpu", modes=("eager",)):
     import h5py
     import torch
     import torch.nn as nn
@@ -107,30 +109,43 @@ def torch_samples_per_s(h5, cfg, batches, device="cpu"):
                 x = b(x, gate)
             return self.norm(x) @ self.emb.weight.t()
 
-    torch.manual_seed(0)
-    model = Model().to(device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
-    model.train()
-    n = ids.shape[0]
+    def run(mode):
+        torch.manual_seed(0)
+        model = Model().to(device)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        model.train()
+        n = ids.shape[0]
 
-    def step(i):
-        s = (i * bs) % (n - bs)
-        logits = model(ids[s:s + bs])
-        loss = F.cross_entropy(logits.reshape(-1, V), labels[s:s + bs].reshape(-1), ignore_index=0)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        def loss_of(x, y):
+            logits = model(x)
+            return F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), ignore_index=0)
 
-    for i in range(5):
-        step(i)
-    common.sync(device)
-    timer = common.StepTimer(device)
-    t0 = time.perf_counter()
-    for i in range(batches):
-        with timer:
+        loss_fn = common.compiled(loss_of, mode)
+
+        def step(i):
+            common.step_begin(mode)
+            s = (i * bs) % (n - bs)
+            loss = loss_fn(ids[s:s + bs], labels[s:s + bs])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        common.sync(device)
+        t0 = time.perf_counter()
+        for i in range(5):  # warm-up (compilation and CUDA graph recording in compile mode)
             step(i)
-    common.sync(device)
-    return batches * bs / (time.perf_counter() - t0), timer.seconds
+        common.sync(device)
+        warm = time.perf_counter() - t0
+        timer = common.StepTimer(device)
+        t0 = time.perf_counter()
+        for i in range(batches):
+            with timer:
+                step(i)
+        common.sync(device)
+        return {"throughput": batches * bs / (time.perf_counter() - t0), "steps": timer.seconds,
+                "warmup_s": warm}
+
+    return common.torch_sides(modes, device, run)
 
 
 def main():
@@ -151,11 +166,11 @@ def main():
     # (summary.json steady_samples_per_second; the whole fit's figure counts
     # the warm-up and, on cuda, the graph's capture)
     ours = s.get("steady_samples_per_second") or s["train_samples_per_second"]
-    theirs, steps = torch_samples_per_s(a.data, cfg, a.batches, a.device)
-    common.report(f"iLoRA teacher train ({a.config}, {a.device})", "samples/s", ours, theirs,
-                  f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB",
-                  ours_steps=s["_step_seconds"], theirs_steps=steps, ours_rss=s["peak_rss_bytes"],
-                  theirs_rss=common.peak_rss_bytes())
+    sides = torch_samples_per_s(a.data, cfg, a.batches, a.device, common.torch_modes(a))
+    common.report(f"iLoRA teacher train ({a.config}, {a.device})", "samples/s", ours,
+                  extra=f"| peak memory {s['phases']['fit']['peak_memory_bytes'] / 2**20:.1f} MiB",
+                  ours_steps=s["_step_seconds"], ours_rss=s["peak_rss_bytes"],
+                  theirs_rss=common.peak_rss_bytes(), sides=sides, ours_peak=s["peak_memory_bytes"])
 
 
 if __name__ == "__main__":
