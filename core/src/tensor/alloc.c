@@ -1,12 +1,12 @@
 /* alloc.c - per-device caching allocator (see alloc.h).
  *
- * Size classes: requests are rounded up to a power of two up to 64 KiB and,
- * above, to a multiple of 1/64 of the enclosing power of two (at most 3.2 %
- * waste on a large block; issue 31: classes of 1/16 above 1 MiB, and powers
- * of two below it, held 4 % of qlora4's peak at 1.1 B in rounding). Distinct
- * sizes in a training step are few (its shapes repeat), so finer classes
- * cost little reuse; a miss that the device refuses empties the cache and
- * retries once. Each class keeps a LIFO free list of blocks; pl_free pushes, pl_alloc
+ * Size classes: requests are rounded up to a power of two up to 1 MiB and,
+ * above, to a multiple of 1/64 of the enclosing power of two (at most 1.6 %
+ * waste on a large block; issue 31: classes of 1/16 held 4 % of qlora4's
+ * peak at 1.1 B in rounding). A miss of a large class takes the smallest
+ * cached block at most 1/8 larger (best_fit), so batches whose shapes vary
+ * (graphs of molecules) keep reusing blocks after the first epoch; a miss
+ * that the device refuses empties the cache and retries once. Each class keeps a LIFO free list of blocks; pl_free pushes, pl_alloc
  * pops, and only a miss calls the backend's raw_alloc. Lists are small
  * dynamic arrays (grown geometrically, so steady state does not allocate).
  */
@@ -70,9 +70,23 @@ static size_t round_size(size_t n) {
     if (n < 256) return 256;
     size_t p = 256;
     while (p < n) p <<= 1;
-    if (p <= (64u << 10)) return p;
+    if (p <= (1u << 20)) return p;
     size_t step = p / 64; /* p/2 < n <= p; classes every p/64 in (p/2, p] */
     return (n + step - 1) / step * step;
+}
+
+/* A miss of a large class takes the smallest cached block at most 1/8
+ * larger (a batch of another shape reuses the last one's blocks, as under
+ * classes of 1/8, without their rounding on every block). NULL if none. */
+static free_list *best_fit(device_cache *c, size_t size) {
+    free_list *best = NULL;
+    for (int i = 0; i < c->n_lists; i++) {
+        free_list *l = &c->lists[i];
+        if (l->n > 0 && l->size > size && l->size - size <= size / 8 &&
+            (!best || l->size < best->size))
+            best = l;
+    }
+    return best;
 }
 
 static free_list *find_list_in(free_list *lists, int *n_lists, size_t size) {
@@ -204,6 +218,13 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
         c->st.bytes_cached -= size;
     }
     free_list *l = p ? NULL : find_list(c, size);
+    if (!p && (!l || l->n == 0) && size > (1u << 20)) {
+        free_list *b = best_fit(c, size);
+        if (b) {
+            l = b;
+            size = b->size;
+        }
+    }
     if (l && l->n > 0) {
         p = l->blocks[--l->n];
         c->st.cache_hits++;
