@@ -113,14 +113,16 @@ static pl_status multi_step(const pl_kernel_args *a, bool adamw) {
         const int64_t hi = lo + MULTI_BLOCK < n ? lo + MULTI_BLOCK : n;
         float *p = pl_tensor_data(m->param[i]);
         const float *g = pl_tensor_data(m->grad[i]);
-        if (adamw) {
+        if (adamw) { /* a private copy: no store through p, m, v can alias it */
+            const pl_adamw_coef c = ca[i];
             float *mm = pl_tensor_data(m->state[0][i]), *v = pl_tensor_data(m->state[1][i]);
-            float *vmax = ca[i].ams && m->state[2][i] ? pl_tensor_data(m->state[2][i]) : NULL;
+            float *vmax = c.ams && m->state[2][i] ? pl_tensor_data(m->state[2][i]) : NULL;
             for (int64_t e = lo; e < hi; e++)
-                pl_adamw_elem(&ca[i], p + e, g[e], mm + e, v + e, vmax ? vmax + e : NULL);
+                pl_adamw_elem(&c, p + e, g[e], mm + e, v + e, vmax ? vmax + e : NULL);
         } else {
-            float *buf = cs[i].mom && m->state[0][i] ? pl_tensor_data(m->state[0][i]) : NULL;
-            for (int64_t e = lo; e < hi; e++) pl_sgd_elem(&cs[i], p + e, g[e], buf ? buf + e : NULL);
+            const pl_sgd_coef c = cs[i];
+            float *buf = c.mom && m->state[0][i] ? pl_tensor_data(m->state[0][i]) : NULL;
+            for (int64_t e = lo; e < hi; e++) pl_sgd_elem(&c, p + e, g[e], buf ? buf + e : NULL);
         }
     }
     return PL_OK;
