@@ -33,6 +33,13 @@ int pl_graph_optim_mode(void);
  * memory by the graph), or NULL
  * with the error set. */
 pl_tensor *pl_graph_optim_slot(pl_op op, const pl_tensor *param, const void *coef, size_t n);
+/* Capturing, a multi-tensor call (ops.def's *_step_multi): `count` (1..64)
+ * adjacent slots, slot j for param[j] holding the n bytes at coef + j *
+ * stride; returns their device view (f32 [16 * count], owned by the
+ * caller), or NULL with the error set. Each slot is one call of the list,
+ * refreshed as (op, param[j]). */
+pl_tensor *pl_graph_optim_slots(pl_op op, const pl_tensor *const *param, const void *coef,
+                                size_t n, size_t stride, int count);
 /* Refreshing: store coef for the next call, which must be (op, param). */
 pl_status pl_graph_optim_refresh(pl_op op, const pl_tensor *param, const void *coef, size_t n);
 

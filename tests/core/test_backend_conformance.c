@@ -237,6 +237,60 @@ static pl_tensor *c_sgd(pl_tensor **in, const ocase *c) {
     return pl_concat(parts, 2, 0);
 }
 
+/* The multi-tensor forms (ops.def's adamw_step_multi / sgd_step_multi): the
+ * [40] inputs cut into 3 parameters of 7, 13 and 20 elements, each with its
+ * own step count (1, 3, 5: per-tensor coefficients), updated by one call;
+ * the states concatenated per kind. flag bits as for c_adamw / c_sgd. */
+static const int64_t g_cut[4] = {0, 7, 20, 40};
+static pl_tensor *cut(pl_tensor *t, int i) {
+    pl_tensor *v = pl_tensor_narrow(t, 0, g_cut[i], g_cut[i + 1] - g_cut[i]);
+    return v ? fresh(v) : NULL;
+}
+static pl_tensor *cat3(pl_tensor **t) {
+    if (!t[0] || !t[1] || !t[2]) return NULL;
+    return pl_concat(t, 3, 0);
+}
+static pl_tensor *c_adamw_multi(pl_tensor **in, const ocase *c) {
+    pl_tensor *p[3], *g[3], *m[3], *v[3], *vm[3];
+    pl_adamw_hyper h[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = cut(in[0], i), g[i] = cut(in[1], i), m[i] = cut(in[2], i), v[i] = cut(in[3], i),
+        vm[i] = cut(in[4], i);
+        if (!p[i] || !g[i] || !m[i] || !v[i] || !vm[i]) return NULL;
+        h[i] = (pl_adamw_hyper){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                                .weight_decay = 0.1, .l2 = c->flag & 1, .amsgrad = c->flag & 2,
+                                .step = 1 + 2 * i};
+    }
+    pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
+    if ((c->flag & 4) && !fi) return NULL;
+    pl_optim_set_found_inf(fi);
+    pl_status st = pl_adamw_step_multi_(3, p, g, m, v, vm, h);
+    pl_optim_set_found_inf(NULL);
+    if (st) return NULL;
+    pl_tensor *parts[4] = {cat3(p), cat3(m), cat3(v), cat3(vm)};
+    return parts[0] && parts[1] && parts[2] && parts[3] ? pl_concat(parts, 4, 0) : NULL;
+}
+/* the middle parameter has no momentum buffer (plain SGD beside momentum) */
+static pl_tensor *c_sgd_multi(pl_tensor **in, const ocase *c) {
+    pl_tensor *p[3], *g[3], *b[3];
+    pl_sgd_hyper h[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = cut(in[0], i), g[i] = cut(in[1], i), b[i] = cut(in[2], i);
+        if (!p[i] || !g[i] || !b[i]) return NULL;
+        h[i] = (pl_sgd_hyper){.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .weight_decay = 0.01,
+                              .nesterov = c->flag & 1, .first = (c->flag & 2) && i == 0};
+    }
+    pl_tensor *bl[3] = {b[0], NULL, b[2]};
+    pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
+    if ((c->flag & 4) && !fi) return NULL;
+    pl_optim_set_found_inf(fi);
+    pl_status st = pl_sgd_step_multi_(3, p, g, bl, h);
+    pl_optim_set_found_inf(NULL);
+    if (st) return NULL;
+    pl_tensor *parts[2] = {cat3(p), cat3(b)};
+    return parts[0] && parts[1] ? pl_concat(parts, 2, 0) : NULL;
+}
+
 static const ocase g_cases[] = {
     {PL_OP_COPY, "strided view [4,5][:,1:4] -> contiguous", 1, {{.nd = 2, .sh = {4, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true, .strided = true}}, c_copy, true},
     {PL_OP_MATMUL, "[2,3,4] @ [4,5] (shared B)", 2, {F(3, 2, 3, 4), F(2, 4, 5)}, c_matmul, true},
@@ -347,6 +401,14 @@ static const ocase g_cases[] = {
     {PL_OP_ADAMW_STEP, "AdamW found_inf 0: updates [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 12},
     {PL_OP_SGD_STEP, "momentum found_inf NaN: skipped [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 4},
     {PL_OP_SGD_STEP, "momentum found_inf 0: updates [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 8 | 4},
+    {PL_OP_ADAMW_STEP_MULTI, "AdamW [7]+[13]+[20], steps 1,3,5", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false},
+    {PL_OP_ADAMW_STEP_MULTI, "Adam l2 amsgrad [7]+[13]+[20]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 3},
+    {PL_OP_ADAMW_STEP_MULTI, "AdamW found_inf NaN: skipped [7]+[13]+[20]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 4},
+    {PL_OP_ADAMW_STEP_MULTI, "AdamW found_inf 0: updates [7]+[13]+[20]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 12},
+    {PL_OP_SGD_STEP_MULTI, "momentum, [13] none [7]+[13]+[20]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false},
+    {PL_OP_SGD_STEP_MULTI, "nesterov first [7]+[13]+[20]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 3},
+    {PL_OP_SGD_STEP_MULTI, "momentum found_inf NaN: skipped", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 4},
+    {PL_OP_SGD_STEP_MULTI, "momentum found_inf 0: updates", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 8 | 4},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 
@@ -601,10 +663,12 @@ START_TEST(found_inf_skips_the_optimizer_update) {
     pl_tensor *in[5];
     for (int i = 0; i < 5; i++) /* v and max v (3, 4) positive */
         in[i] = i >= 3 ? pl_test_rand(PL_SHAPE(40), 0.5, 2, 100 + i) : pl_test_randn(PL_SHAPE(40), 100 + i);
-    for (int which = 0; which < 2; which++) {
+    for (int k = 0; k < 4; k++) { /* adamw, sgd, their multi-tensor forms */
+        int which = k & 1;
+        case_fn f = k == 0 ? c_adamw : k == 1 ? c_sgd : k == 2 ? c_adamw_multi : c_sgd_multi;
         ocase skip = {.flag = 4}, upd = {.flag = 12};
-        pl_tensor *a = which ? c_sgd(in, &skip) : c_adamw(in, &skip);
-        pl_tensor *b = which ? c_sgd(in, &upd) : c_adamw(in, &upd);
+        pl_tensor *a = f(in, &skip);
+        pl_tensor *b = f(in, &upd);
         ck_assert_ptr_nonnull(a);
         ck_assert_ptr_nonnull(b);
         pl_tensor *parts[4] = {in[0], in[2], in[3], in[4]};

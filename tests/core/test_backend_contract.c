@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pipeline/backend_util.h"
+#include "pipeline/optim_math.h"
 #include "pl_test.h"
 
 /* ---- the stand-in backend ------------------------------------------------------ */
@@ -303,6 +304,76 @@ START_TEST(cpu_backend_is_the_plugin_registered_once) {
 }
 END_TEST
 
+/* ---- a backend built before the multi-tensor optimizer ops ----------------------- */
+
+static int g_single_calls; /* adamw_step / sgd_step kernel calls on it */
+static pl_status counting_single(const pl_kernel_args *a) {
+    g_single_calls++;
+    return pl_backend_kernel(pl_backend_cpu(), a->op, false)(a);
+}
+/* Its op list ended before adamw_step_multi: the CPU's kernels below it. */
+static pl_kernel_fn pre_multi_kernel(pl_op op, bool backward) {
+    if ((int)op <= PL_OP_NONE || (int)op >= PL_OP_ADAMW_STEP_MULTI) return NULL;
+    if (!backward && (op == PL_OP_ADAMW_STEP || op == PL_OP_SGD_STEP)) return counting_single;
+    return pl_backend_kernel(pl_backend_cpu(), op, backward);
+}
+
+/* pl_adamw_step_multi_ / pl_sgd_step_multi_ over a list whose parameters
+ * live on the CPU (which has the multi-tensor kernels) and on a backend that
+ * lacks them: grouped by device, the CPU's in one call, the others in one
+ * per-tensor call each, and the values those of the multi-tensor kernel. */
+START_TEST(multi_tensor_step_falls_back_per_tensor_where_the_backend_lacks_it) {
+    static pl_backend pre = {.struct_size = PL_BACKEND_STRUCT_SIZE, .name = "premulti",
+                             .type = PL_DEVICE_CUDA, .device_count = fake_count,
+                             .raw_alloc = fake_alloc, .raw_free = fake_free,
+                             .memcpy = fake_memcpy, .memset = fake_memset,
+                             .synchronize = fake_sync, .kernel = pre_multi_kernel};
+    PL_CK_OK(pl_backend_register(&pre));
+    pl_frame_begin();
+    for (int sgd = 0; sgd < 2; sgd++) {
+        pl_tensor *p[2][4], *m[2][4], *v[2][4];
+        pl_adamw_hyper ha[4];
+        pl_sgd_hyper hs[4];
+        for (int i = 0; i < 4; i++) {
+            float pv[5], gv[5], zv[5] = {0};
+            for (int e = 0; e < 5; e++) pv[e] = 0.3f * (float)(i - e), gv[e] = 0.1f * (float)(e + i + 1);
+            for (int run = 0; run < 2; run++) { /* run 0: one CPU parameter among three; 1: all */
+                pl_device d = run || i == 1 ? PL_CPU : DEV;
+                p[run][i] = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, (int64_t[]){5}, pv, d));
+                m[run][i] = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, (int64_t[]){5}, zv, d));
+                v[run][i] = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, (int64_t[]){5}, zv, d));
+                p[run][i]->grad = pl_tensor_retain(
+                    PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, (int64_t[]){5}, gv, d)));
+            }
+            ha[i] = (pl_adamw_hyper){.lr = 0.01, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8,
+                                     .weight_decay = 0.1, .step = 1 + i};
+            hs[i] = (pl_sgd_hyper){.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01, .first = true};
+        }
+        pl_tensor *gl[2][4];
+        for (int run = 0; run < 2; run++)
+            for (int i = 0; i < 4; i++) gl[run][i] = p[run][i]->grad;
+        g_single_calls = 0;
+        for (int run = 0; run < 2; run++)
+            PL_CK_OK(sgd ? pl_sgd_step_multi_(4, p[run], gl[run], m[run], hs)
+                         : pl_adamw_step_multi_(4, p[run], gl[run], m[run], v[run], NULL, ha));
+        ck_assert_int_eq(g_single_calls, 3); /* the 3 premulti parameters, one call each */
+        for (int i = 0; i < 4; i++) {
+            pl_tensor *a = PL_CK_NOTNULL(pl_tensor_to(p[0][i], PL_F32, PL_CPU));
+            pl_tensor *b = PL_CK_NOTNULL(pl_tensor_to(m[0][i], PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_f32(a), pl_tensor_f32(p[1][i]), 5 * sizeof(float)), 0);
+            ck_assert_int_eq(memcmp(pl_tensor_f32(b), pl_tensor_f32(m[1][i]), 5 * sizeof(float)), 0);
+            ck_assert_float_ne(pl_tensor_f32(a)[0], 0.3f * (float)i); /* updated */
+        }
+        for (int run = 0; run < 2; run++)
+            for (int i = 0; i < 4; i++) {
+                pl_tensor_release(p[run][i]->grad);
+                p[run][i]->grad = NULL;
+            }
+    }
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("backend_contract");
     TCase *tc = tcase_create("lookup");
@@ -314,6 +385,7 @@ int main(void) {
     tcase_add_test(tc, missing_backward_is_refused_when_recorded);
     tcase_add_test(tc, register_refuses_other_layouts);
     tcase_add_test(tc, device_stats_only_from_backends_that_have_them);
+    tcase_add_test(tc, multi_tensor_step_falls_back_per_tensor_where_the_backend_lacks_it);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

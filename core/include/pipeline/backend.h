@@ -47,7 +47,10 @@
  *             from device memory instead of the launch. adamw_step / sgd_step
  *             with p.flags bit0 set: p.extra is NULL, in[1] is the found_inf
  *             flag or NULL, in[2] holds the pl_adamw_coef / pl_sgd_coef bytes
- *             (f32 [16] on the device). dropout with p.extra set: p.extra is
+ *             (f32 [16] on the device). adamw_step_multi / sgd_step_multi
+             (optim_math.h's pl_optim_multi in p.extra, one call for up to
+             32 parameters): with p.flags bit0, in[1] holds 16 floats of
+             coefficients per tensor. dropout with p.extra set: p.extra is
  *             an i64 [1] device tensor d, and the counter used is
  *             p.counter + p.start * d[0] (wrapping, as uint64).
  * Shape / index / broadcast geometry and the RoPE table every backend needs

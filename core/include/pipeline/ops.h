@@ -229,11 +229,41 @@ pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp
  * f32 or NULL (no momentum), as for pl_adamw_step_. */
 pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
                        const struct pl_sgd_hyper *h);
+/* Multi-tensor (foreach) forms of pl_adamw_step_ / pl_sgd_step_: the same
+ * updates of n parameters, bit for bit (torch.optim.AdamW(foreach=True),
+ * SGD(foreach=True); torch/optim/adamw.py `_multi_tensor_adamw`), issued as
+ * ceil(n_d / PL_OPTIM_MULTI_MAX) kernel calls per device d holding n_d of the
+ * parameters (ops.def's adamw_step_multi / sgd_step_multi: one launch each on
+ * a GPU, optim_math.h's pl_optim_multi) instead of n. The parameters are
+ * grouped by device, keeping their order within a device, as torch's
+ * _group_tensors_by_device_and_dtype does (every tensor is f32, so the dtype
+ * makes no second key). On a device whose backend lacks the multi op, the
+ * call makes the n per-tensor calls itself. Honours the found_inf flag and a
+ * graph capture / refresh (graph.h: parameter i's coefficients take one slot
+ * of the table, as its per-tensor call would) as the per-tensor calls do.
+ *
+ * Arrays of n (n >= 0; n == 0 does nothing), borrowed, indexed alike:
+ *   param[i]           f32 contiguous, updated in place
+ *   grad[i]            f32 contiguous, param[i]'s element count, read
+ *   exp_avg[i], exp_avg_sq[i]   f32 state, as for pl_adamw_step_
+ *   max_exp_avg_sq     NULL when no h[i].amsgrad; else [i] f32 where
+ *                      h[i].amsgrad (ignored where not)
+ *   h[i]               parameter i's update (its own step count)
+ *   momentum_buf       NULL (no momentum anywhere) or [i] f32 / NULL, as
+ *                      pl_sgd_step_'s momentum_buf for parameter i
+ * Errors: those of the per-tensor calls, naming the parameter (every
+ * tensor is checked before any update runs, so a bad tensor updates none on
+ * its device); PL_ERR_INVALID for n < 0 or NULL arrays. */
+pl_status pl_adamw_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                               pl_tensor *const *exp_avg, pl_tensor *const *exp_avg_sq,
+                               pl_tensor *const *max_exp_avg_sq, const struct pl_adamw_hyper *h);
+pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                             pl_tensor *const *momentum_buf, const struct pl_sgd_hyper *h);
 /* A step skipped on the device (GradScaler's found_inf, as torch's fused
  * Adam / SGD take it): while `flag` is set, every pl_adamw_step_ and
  * pl_sgd_step_ hands it to its kernel as in[1], and the kernel leaves the
  * parameter and its state untouched when flag[0] != 0 (NaN included), so the
- * host decides nothing and reads nothing. `flag`: a 1-element f32 tensor on
+ * host decides nothing and reads nothing (the multi-tensor forms above too). `flag`: a 1-element f32 tensor on
  * the parameters' device (PL_ERR_DEVICE / PL_ERR_SHAPE from the step naming
  * the parameter otherwise), borrowed until cleared. NULL (the default):
  * every step updates. Process-wide (autocast is per thread, plugin.h): the trainer sets it

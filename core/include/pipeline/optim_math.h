@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "pipeline/backend_util.h"
+#include "pipeline/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -137,6 +138,57 @@ PL_HD static inline void pl_sgd_elem(const pl_sgd_coef *c, float *p, float g, fl
     }
     *p = pi + c->neg_lr * d;
 }
+
+/* ---- multi-tensor updates (ops.def's adamw_step_multi / sgd_step_multi) ----
+ *
+ * What torch.optim.AdamW(foreach=True) / (fused=True) and SGD(foreach=True)
+ * do (torch/optim/adamw.py `_multi_tensor_adamw`, `_fused_adamw`; CUDA's
+ * multi_tensor_apply, which packs a list of tensors into the arguments of
+ * one launch, torch's TensorListMetadata): one kernel call updates up to
+ * PL_OPTIM_MULTI_MAX parameters. Each parameter gets exactly the per-element
+ * update above (pl_adamw_elem / pl_sgd_elem) with its own coefficients, so
+ * the result is the per-tensor op's, bit for bit; only the launch count
+ * changes (a GPU: one launch instead of n).
+ *
+ * The kernel call (backend.h's pl_kernel_args):
+ *   op     PL_OP_ADAMW_STEP_MULTI or PL_OP_SGD_STEP_MULTI
+ *   in[0]  the found_inf flag (pl_optim_set_found_inf, ops.h: a 1-element f32
+ *          on the device; non-zero or NaN skips every tensor of the call) or
+ *          NULL; n_in 1, or 2 with in[1] below
+ *   in[1]  with p.flags bit0 (a captured graph's call, graph.h): the
+ *          coefficients on the device, f32 [PL_OPTIM_COEF_FLOATS * n], tensor
+ *          i's pl_adamw_coef / pl_sgd_coef bytes at float offset
+ *          PL_OPTIM_COEF_FLOATS * i; the host rewrites them before a replay
+ *   out[0] param[0] (n_out 1): the device the call runs on
+ *   p.extra  const pl_optim_multi * below, borrowed for the call (a backend
+ *          that records the call, a graph capture, copies what it needs:
+ *          the tensors' data pointers and, eagerly, the coefficients)
+ * Every tensor is f32, contiguous and on out[0]'s device (the core checks,
+ * as for the per-tensor ops); param[i], grad[i] and state[k][i] have the same
+ * element count (numel 0 allowed). A backend without these ops (its kernel
+ * lookup answers NULL) still works: pl_adamw_step_multi_ / pl_sgd_step_multi_
+ * (ops.h) then make one per-tensor call per parameter. */
+#define PL_OPTIM_MULTI_MAX 32   /* tensors per call; <= the graph's 64 slots per chunk */
+#define PL_OPTIM_COEF_FLOATS 16 /* one coefficient record on the device: 64 bytes */
+
+typedef struct pl_optim_multi {
+    int n; /* tensors in the call, 1..PL_OPTIM_MULTI_MAX */
+    /* the parameters (updated in place) and their gradients (read) */
+    pl_tensor *param[PL_OPTIM_MULTI_MAX];
+    pl_tensor *grad[PL_OPTIM_MULTI_MAX];
+    /* adamw: state[0] exp_avg, state[1] exp_avg_sq, state[2] max_exp_avg_sq
+     * (NULL unless that tensor's coefficients say amsgrad); sgd: state[0]
+     * the momentum buffer (NULL unless its coefficients say momentum),
+     * state[1], state[2] NULL. Updated in place. */
+    pl_tensor *state[3][PL_OPTIM_MULTI_MAX];
+    /* eager calls (p.flags bit0 clear): tensor i's pl_adamw_coef or
+     * pl_sgd_coef, from pl_adamw_coef_of / pl_sgd_coef_of; unused otherwise */
+    union {
+        pl_adamw_coef adamw;
+        pl_sgd_coef sgd;
+        float pad[PL_OPTIM_COEF_FLOATS];
+    } coef[PL_OPTIM_MULTI_MAX];
+} pl_optim_multi;
 
 /* torch.clamp(x, lo, hi) of one element: NaN stays NaN; the gradient passes
  * where lo <= x <= hi (derivatives.yaml, clamp_backward). */

@@ -30,7 +30,9 @@ struct pl_graph {
     int n_chunks;
     optim_call *calls;   /* [n_calls], capture order */
     int n_calls, cap_calls;
+    int n_pad;           /* padding entries (op PL_OP_NONE) among them */
     int refresh_i;       /* refreshing: the next call */
+    int refresh_pad;     /* padding entries it has passed */
     int n_drop;          /* dropout calls captured */
     pl_status violation; /* the core's first (dropout mismatch) */
     char violation_msg[512];
@@ -160,63 +162,85 @@ pl_status pl_graph_violation(pl_status s) {
 
 int pl_graph_optim_mode(void) { return tl_cap ? 1 : tl_refresh ? 2 : 0; }
 
-int pl_graph_optim_calls(const pl_graph *g) { return g ? g->n_calls : 0; }
+int pl_graph_optim_calls(const pl_graph *g) { return g ? g->n_calls - g->n_pad : 0; }
 
-pl_tensor *pl_graph_optim_slot(pl_op op, const pl_tensor *param, const void *coef, size_t n) {
-    pl_graph *g = tl_cap;
-    if (!g || n > SLOT_FLOATS * sizeof(float)) {
-        pl_error_set(PL_ERR_INTERNAL, "graph: optimizer slot outside a capture or too large");
-        return NULL;
-    }
-    int i = g->n_calls;
-    if (i == g->n_chunks * CHUNK_SLOTS) { /* a new chunk, from the graph's pool */
-        if (g->n_chunks == MAX_CHUNKS) {
-            pl_error_set(PL_ERR_INVALID, "graph: more than %d optimizer calls in one step",
-                         MAX_CHUNKS * CHUNK_SLOTS);
-            return NULL;
-        }
-        float *nh = realloc(g->host, (size_t)(g->n_chunks + 1) * CHUNK_SLOTS * SLOT_FLOATS *
-                                         sizeof(float));
-        if (!nh) {
-            pl_error_set(PL_ERR_NOMEM, "graph: optimizer coefficient table");
-            return NULL;
-        }
-        g->host = nh;
-        /* NOT from the graph's pool: the host writes the table between
-         * replays, so no captured work may reuse its memory */
-        pl_mempool *pool = pl_alloc_pool_use(NULL);
-        pl_tensor *c = pl_tensor_new_owned(PL_F32, 1, (int64_t[]){CHUNK_SLOTS * SLOT_FLOATS}, g->dev);
-        pl_alloc_pool_use(pool);
-        if (!c) return NULL;
-        g->chunk[g->n_chunks++] = c;
-    }
+/* One more entry in the call list (a padding entry has op PL_OP_NONE). */
+static bool push_call(pl_graph *g, pl_op op, const pl_tensor *param) {
     if (g->n_calls == g->cap_calls) {
         int nc = g->cap_calls ? 2 * g->cap_calls : 64;
         optim_call *nb = realloc(g->calls, (size_t)nc * sizeof *nb);
         if (!nb) {
             pl_error_set(PL_ERR_NOMEM, "graph: optimizer call list");
-            return NULL;
+            return false;
         }
         g->calls = nb;
         g->cap_calls = nc;
     }
-    float *h = g->host + (size_t)i * SLOT_FLOATS;
-    memset(h, 0, SLOT_FLOATS * sizeof(float));
-    memcpy(h, coef, n);
-    g->calls[i] = (optim_call){.op = op, .param = param};
-    g->n_calls++;
-    pl_tensor *v = pl_tensor_view_owned(g->chunk[i / CHUNK_SLOTS]); /* owned by the caller */
+    g->calls[g->n_calls++] = (optim_call){.op = op, .param = param};
+    return true;
+}
+
+/* A new chunk of the table, from outside the graph's pool. */
+static bool add_chunk(pl_graph *g) {
+    if (g->n_chunks == MAX_CHUNKS) {
+        pl_error_set(PL_ERR_INVALID, "graph: more than %d optimizer calls in one step",
+                     MAX_CHUNKS * CHUNK_SLOTS);
+        return false;
+    }
+    float *nh = realloc(g->host, (size_t)(g->n_chunks + 1) * CHUNK_SLOTS * SLOT_FLOATS *
+                                     sizeof(float));
+    if (!nh) {
+        pl_error_set(PL_ERR_NOMEM, "graph: optimizer coefficient table");
+        return false;
+    }
+    g->host = nh;
+    /* NOT from the graph's pool: the host writes the table between
+     * replays, so no captured work may reuse its memory */
+    pl_mempool *pool = pl_alloc_pool_use(NULL);
+    pl_tensor *c = pl_tensor_new_owned(PL_F32, 1, (int64_t[]){CHUNK_SLOTS * SLOT_FLOATS}, g->dev);
+    pl_alloc_pool_use(pool);
+    if (!c) return false;
+    g->chunk[g->n_chunks++] = c;
+    return true;
+}
+
+pl_tensor *pl_graph_optim_slots(pl_op op, const pl_tensor *const *param, const void *coef,
+                                size_t n, size_t stride, int count) {
+    pl_graph *g = tl_cap;
+    if (!g || n > SLOT_FLOATS * sizeof(float) || count < 1 || count > CHUNK_SLOTS) {
+        pl_error_set(PL_ERR_INTERNAL, "graph: optimizer slot outside a capture or too large");
+        return NULL;
+    }
+    /* a call's slots are adjacent, in one chunk: pad to the next chunk when
+     * the rest of this one is too short (padding entries take no refresh) */
+    if (g->n_calls < g->n_chunks * CHUNK_SLOTS && g->n_calls % CHUNK_SLOTS + count > CHUNK_SLOTS)
+        for (; g->n_calls % CHUNK_SLOTS; g->n_pad++)
+            if (!push_call(g, PL_OP_NONE, NULL)) return NULL;
+    int first = g->n_calls;
+    while ((first + count + CHUNK_SLOTS - 1) / CHUNK_SLOTS > g->n_chunks)
+        if (!add_chunk(g)) return NULL;
+    for (int j = 0; j < count; j++) {
+        float *h = g->host + (size_t)(first + j) * SLOT_FLOATS;
+        memset(h, 0, SLOT_FLOATS * sizeof(float));
+        memcpy(h, (const char *)coef + (size_t)j * stride, n);
+        if (!push_call(g, op, param[j])) return NULL;
+    }
+    pl_tensor *v = pl_tensor_view_owned(g->chunk[first / CHUNK_SLOTS]); /* owned by the caller */
     if (!v) return NULL;
-    v->offset += (int64_t)(i % CHUNK_SLOTS) * SLOT_FLOATS;
-    v->shape[0] = SLOT_FLOATS;
+    v->offset += (int64_t)(first % CHUNK_SLOTS) * SLOT_FLOATS;
+    v->shape[0] = (int64_t)count * SLOT_FLOATS;
     return v;
+}
+
+pl_tensor *pl_graph_optim_slot(pl_op op, const pl_tensor *param, const void *coef, size_t n) {
+    return pl_graph_optim_slots(op, &param, coef, n, n, 1);
 }
 
 pl_status pl_graph_refresh_begin(pl_graph *g) {
     if (!g) return pl_error_set(PL_ERR_INVALID, "graph refresh: no graph");
     if (tl_cap || tl_refresh)
         return pl_error_set(PL_ERR_INVALID, "graph refresh: while capturing or refreshing");
-    g->refresh_i = 0;
+    g->refresh_i = g->refresh_pad = 0;
     tl_refresh = g;
     return PL_OK;
 }
@@ -224,6 +248,8 @@ pl_status pl_graph_refresh_begin(pl_graph *g) {
 pl_status pl_graph_optim_refresh(pl_op op, const pl_tensor *param, const void *coef, size_t n) {
     pl_graph *g = tl_refresh;
     if (!g) return pl_error_set(PL_ERR_INTERNAL, "graph: refresh outside pl_graph_refresh_begin");
+    for (; g->refresh_i < g->n_calls && g->calls[g->refresh_i].op == PL_OP_NONE; g->refresh_pad++)
+        g->refresh_i++; /* padding before a multi-tensor call's slots */
     int i = g->refresh_i;
     if (i >= g->n_calls || g->calls[i].op != op || g->calls[i].param != param ||
         n > SLOT_FLOATS * sizeof(float))
@@ -242,7 +268,8 @@ pl_status pl_graph_refresh_end(pl_graph *g) {
     tl_refresh = NULL;
     if (g->refresh_i != g->n_calls)
         return pl_error_set(PL_ERR_INVALID, "graph replay: the optimizer made %d calls, the "
-                            "captured step %d", g->refresh_i, g->n_calls);
+                            "captured step %d", g->refresh_i - g->refresh_pad,
+                            g->n_calls - g->n_pad);
     return upload_table(g);
 }
 

@@ -33,6 +33,22 @@ static pl_tensor *g_found_inf;
 void pl_optim_set_found_inf(pl_tensor *flag) { g_found_inf = flag; }
 pl_tensor *pl_optim_found_inf(void) { return g_found_inf; }
 
+/* The found_inf flag, if set, fits the kernel call updating `param`. */
+static pl_status check_found_inf(pl_op op, const pl_tensor *param) {
+    pl_tensor *f = g_found_inf;
+    if (f && (f->dtype != PL_F32 || pl_tensor_numel(f) != 1 || !pl_tensor_is_contiguous(f)))
+        return pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': the found_inf flag is not a "
+                            "1-element contiguous f32 tensor", pl_op_name(op), param->name);
+    if (f && !pl_device_eq(f->device, param->device)) {
+        char d1[32], d2[32];
+        return pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': the found_inf flag is on %s, "
+                            "the parameter on %s", pl_op_name(op), param->name,
+                            pl_device_str(f->device, d1, sizeof d1),
+                            pl_device_str(param->device, d2, sizeof d2));
+    }
+    return PL_OK;
+}
+
 /* Eager: the coefficients `coef` (n bytes) go by value through p.extra.
  * Capturing a graph (graph.h): they go into a slot of the graph's device
  * table, which the kernel reads (p.flags bit0, in[2]; in[1] is then the
@@ -52,22 +68,8 @@ static pl_status run_step(pl_kernel_args *k, const void *coef, size_t n) {
     } else {
         k->p.extra = (void *)coef;
     }
-    pl_status s = PL_OK;
-    if (g_found_inf) {
-        pl_tensor *f = g_found_inf;
-        const char *nm = k->out[0]->name;
-        if (f->dtype != PL_F32 || pl_tensor_numel(f) != 1 || !pl_tensor_is_contiguous(f))
-            s = pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': the found_inf flag is not a "
-                                "1-element contiguous f32 tensor", pl_op_name(k->op), nm);
-        else if (!pl_device_eq(f->device, k->out[0]->device)) {
-            char d1[32], d2[32];
-            s = pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': the found_inf flag is on %s, "
-                                "the parameter on %s", pl_op_name(k->op), nm,
-                                pl_device_str(f->device, d1, sizeof d1),
-                                pl_device_str(k->out[0]->device, d2, sizeof d2));
-        }
-        k->in[k->n_in++] = f;
-    }
+    pl_status s = check_found_inf(k->op, k->out[0]);
+    if (g_found_inf) k->in[k->n_in++] = g_found_inf;
     if (slot) {
         if (k->n_in == 1) k->in[k->n_in++] = NULL;
         k->in[k->n_in++] = slot;
@@ -117,4 +119,124 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
     pl_kernel_args k = {.op = PL_OP_SGD_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
                         .n_out = momentum_buf ? 2 : 1, .out = {param, momentum_buf}};
     return run_step(&k, &c, sizeof c);
+}
+
+/* ---- multi-tensor (foreach) updates: ops.h, optim_math.h ---- */
+
+typedef struct mlists { /* one call's lists: adamw (ha) or sgd (hs) */
+    pl_tensor *const *param, *const *grad, *const *s0, *const *s1, *const *s2;
+    const pl_adamw_hyper *ha;
+    const pl_sgd_hyper *hs;
+} mlists;
+
+/* Tensor i's state k (adamw: exp_avg, exp_avg_sq, max_exp_avg_sq when
+ * amsgrad; sgd: the momentum buffer or NULL), or NULL. */
+static pl_tensor *mstate(const mlists *L, int i, int k) {
+    pl_tensor *const *s = k == 0 ? L->s0 : k == 1 ? L->s1 : L->s2;
+    if (!s || (L->hs && k > 0) || (L->ha && k == 2 && !L->ha[i].amsgrad)) return NULL;
+    return s[i];
+}
+
+/* Parameter i, checked as its per-tensor call would be (or made as one). */
+static pl_status mone(const mlists *L, int i, bool run) {
+    pl_tensor *p = L->param[i];
+    if (!p) return pl_error_set(PL_ERR_INVALID, "optimizer step: parameter %d is NULL", i);
+    if (run && L->ha)
+        return pl_adamw_step_(p, L->grad[i], mstate(L, i, 0), mstate(L, i, 1), mstate(L, i, 2),
+                              &L->ha[i]);
+    if (run) return pl_sgd_step_(p, L->grad[i], mstate(L, i, 0), &L->hs[i]);
+    const char *op = L->ha ? "adamw_step_multi" : "sgd_step_multi", *nm = p->name;
+    static const char *const what[2][3] = {{"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
+                                           {"the momentum buffer", "", ""}};
+    int64_t n = pl_tensor_numel(p);
+    pl_status s = check_state(op, nm, "the parameter", p, n, p->device);
+    if (!s) s = check_state(op, nm, "its gradient", L->grad[i], n, p->device);
+    for (int k = 0; k < 3 && !s; k++) {
+        bool need = L->ha ? (k < 2 || L->ha[i].amsgrad) : (k == 0 && mstate(L, i, 0));
+        if (need) s = check_state(op, nm, what[L->hs != NULL][k], mstate(L, i, k), n, p->device);
+    }
+    if (!s && L->ha && L->ha[i].step < 1)
+        s = pl_error_set(PL_ERR_INVALID, "%s: parameter '%s': step %lld, expected >= 1", op, nm,
+                         (long long)L->ha[i].step);
+    return s;
+}
+
+/* One kernel call of m (tensors of one device, checked): eager, capturing
+ * (coefficients into adjacent slots of the graph's table) or refreshing
+ * (only the slots' new values). */
+static pl_status mcall(pl_op op, pl_optim_multi *m, size_t cb) {
+    int mode = pl_graph_optim_mode();
+    pl_status s = mode == 2 ? PL_OK : check_found_inf(op, m->param[0]);
+    for (int i = 0; i < m->n && mode == 2 && !s; i++)
+        s = pl_graph_optim_refresh(op, m->param[i], &m->coef[i], cb);
+    if (mode == 2 || s) return s;
+    pl_kernel_args k = {.op = op, .n_in = 1, .in = {g_found_inf}, .n_out = 1, .out = {m->param[0]}};
+    k.p.extra = m;
+    pl_tensor *slot = NULL;
+    if (mode == 1 && !(slot = pl_graph_optim_slots(op, (const pl_tensor *const *)m->param, m->coef,
+                                                   cb, sizeof m->coef[0], m->n)))
+        s = pl_error_status();
+    if (slot) {
+        k.p.flags |= 1;
+        k.in[k.n_in++] = slot;
+    }
+    if (!s) s = pl_kernel_forward(&k);
+    pl_tensor_release(slot);
+    return s ? pl_error_prefix(s, "%s of parameter '%s' and %d more", pl_op_name(op),
+                               m->param[0]->name, m->n - 1)
+             : PL_OK;
+}
+
+/* Check all, then per device (in order of first appearance, order kept
+ * within one: torch's _group_tensors_by_device_and_dtype; all f32) chunks
+ * of PL_OPTIM_MULTI_MAX, or per-tensor calls where the backend lacks op. */
+static pl_status multi(pl_op op, int n, const mlists *L) {
+    if (n < 0 || (n > 0 && (!L->param || !L->grad || (!L->ha && !L->hs))))
+        return pl_error_set(PL_ERR_INVALID, "%s: %d tensors, a NULL list", pl_op_name(op), n);
+    pl_status s = PL_OK;
+    for (int i = 0; i < n && !s; i++) s = mone(L, i, false);
+    pl_optim_multi m;
+    const size_t cb = L->ha ? sizeof(pl_adamw_coef) : sizeof(pl_sgd_coef);
+    for (int i = 0; i < n && !s; i++) {
+        pl_device d = L->param[i]->device;
+        bool first = true;
+        for (int j = 0; j < i && first; j++) first = !pl_device_eq(L->param[j]->device, d);
+        const pl_backend *b = first ? pl_backend_get(d.type) : NULL;
+        if (!first) continue;
+        if (!b) return pl_error_status();
+        bool fused = pl_backend_supports(b, op, false);
+        m.n = 0;
+        for (int j = i; j < n && !s; j++) {
+            if (!pl_device_eq(L->param[j]->device, d)) continue;
+            if (!fused) {
+                s = mone(L, j, true);
+                continue;
+            }
+            int t = m.n++;
+            m.param[t] = L->param[j];
+            m.grad[t] = L->grad[j];
+            for (int k = 0; k < 3; k++) m.state[k][t] = mstate(L, j, k);
+            if (L->ha) m.coef[t].adamw = pl_adamw_coef_of(&L->ha[j]);
+            else m.coef[t].sgd = pl_sgd_coef_of(&L->hs[j], m.state[0][t] != NULL);
+            if (m.n == PL_OPTIM_MULTI_MAX) {
+                s = mcall(op, &m, cb);
+                m.n = 0;
+            }
+        }
+        if (!s && m.n) s = mcall(op, &m, cb);
+    }
+    return s;
+}
+
+pl_status pl_adamw_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                               pl_tensor *const *exp_avg, pl_tensor *const *exp_avg_sq,
+                               pl_tensor *const *max_exp_avg_sq, const pl_adamw_hyper *h) {
+    mlists L = {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, h, NULL};
+    return multi(PL_OP_ADAMW_STEP_MULTI, n, &L);
+}
+
+pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                             pl_tensor *const *momentum_buf, const pl_sgd_hyper *h) {
+    mlists L = {param, grad, momentum_buf, NULL, NULL, NULL, h};
+    return multi(PL_OP_SGD_STEP_MULTI, n, &L);
 }

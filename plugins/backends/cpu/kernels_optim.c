@@ -1,5 +1,6 @@
 /* kernels_optim.c - CPU kernels of clamp and the in-place optimizer updates
- * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP). The per-element math is
+ * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP and their multi-tensor
+ * forms PL_OP_ADAMW_STEP_MULTI, PL_OP_SGD_STEP_MULTI). The per-element math is
  * optim_math.h, shared with the CUDA kernels. Registered by
  * pl_cpu_register_optim(). */
 #include <string.h>
@@ -69,8 +70,71 @@ static pl_status k_sgd_step(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- multi-tensor updates (ops.def's adamw_step_multi / sgd_step_multi) ----
+ * p.extra = const pl_optim_multi * (optim_math.h); in[0] the found_inf flag
+ * or NULL; p.flags bit0: tensor i's coefficients are the 16 floats at
+ * 16 i of in[1]. One OpenMP loop over the concatenated element range, cut
+ * into blocks of MULTI_BLOCK elements that never straddle two tensors, so
+ * a list of small tensors is one parallel region, not one (or none) per
+ * tensor; each element gets the per-tensor kernel's exact operations. */
+#define MULTI_BLOCK 8192
+
+static const void *multi_coef(const pl_kernel_args *a, const pl_optim_multi *m, int i) {
+    return (a->p.flags & 1) ? (const float *)pl_tensor_data(a->in[1]) + PL_OPTIM_COEF_FLOATS * i
+                            : (const void *)&m->coef[i];
+}
+
+static pl_status multi_step(const pl_kernel_args *a, bool adamw) {
+    const pl_optim_multi *m = a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cpu %s: no tensor list in p.extra",
+                            pl_op_name(a->op));
+    if (a->in[0] && *(const float *)pl_tensor_data(a->in[0]) != 0.0f) return PL_OK; /* found_inf */
+    pl_adamw_coef ca[PL_OPTIM_MULTI_MAX];
+    pl_sgd_coef cs[PL_OPTIM_MULTI_MAX];
+    int64_t first_block[PL_OPTIM_MULTI_MAX + 1], total = 0;
+    first_block[0] = 0;
+    for (int i = 0; i < m->n; i++) {
+        if (adamw)
+            memcpy(&ca[i], multi_coef(a, m, i), sizeof ca[i]);
+        else
+            memcpy(&cs[i], multi_coef(a, m, i), sizeof cs[i]);
+        int64_t n = pl_tensor_numel(m->param[i]);
+        total += n;
+        first_block[i + 1] = first_block[i] + (n + MULTI_BLOCK - 1) / MULTI_BLOCK;
+    }
+    const int64_t nb = first_block[m->n];
+#pragma omp parallel for schedule(static) if (total >= OMP_MIN_ELEMENTS && nb > 1)
+    for (int64_t b = 0; b < nb; b++) {
+        int i = 0;
+        while (first_block[i + 1] <= b) i++; /* the tensor of block b (<= 32 of them) */
+        const int64_t n = pl_tensor_numel(m->param[i]);
+        const int64_t lo = (b - first_block[i]) * MULTI_BLOCK;
+        const int64_t hi = lo + MULTI_BLOCK < n ? lo + MULTI_BLOCK : n;
+        float *p = pl_tensor_data(m->param[i]);
+        const float *g = pl_tensor_data(m->grad[i]);
+        if (adamw) { /* a private copy: no store through p, m, v can alias it */
+            const pl_adamw_coef c = ca[i];
+            float *mm = pl_tensor_data(m->state[0][i]), *v = pl_tensor_data(m->state[1][i]);
+            float *vmax = c.ams && m->state[2][i] ? pl_tensor_data(m->state[2][i]) : NULL;
+            for (int64_t e = lo; e < hi; e++)
+                pl_adamw_elem(&c, p + e, g[e], mm + e, v + e, vmax ? vmax + e : NULL);
+        } else {
+            const pl_sgd_coef c = cs[i];
+            float *buf = c.mom && m->state[0][i] ? pl_tensor_data(m->state[0][i]) : NULL;
+            for (int64_t e = lo; e < hi; e++) pl_sgd_elem(&c, p + e, g[e], buf ? buf + e : NULL);
+        }
+    }
+    return PL_OK;
+}
+
+static pl_status k_adamw_step_multi(const pl_kernel_args *a) { return multi_step(a, true); }
+static pl_status k_sgd_step_multi(const pl_kernel_args *a) { return multi_step(a, false); }
+
 void pl_cpu_register_optim(pl_kernel_table *b) {
     pl_kernel_table_set(b, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);
     pl_kernel_table_set(b, PL_OP_ADAMW_STEP, k_adamw_step, NULL);
     pl_kernel_table_set(b, PL_OP_SGD_STEP, k_sgd_step, NULL);
+    pl_kernel_table_set(b, PL_OP_ADAMW_STEP_MULTI, k_adamw_step_multi, NULL);
+    pl_kernel_table_set(b, PL_OP_SGD_STEP_MULTI, k_sgd_step_multi, NULL);
 }

@@ -14,8 +14,15 @@
  * device table slot instead (p.flags bit0, in[2]), which the host rewrites
  * before each replay; the kernel reads them from there.
  *
- * One launch per parameter tensor: a multi-tensor (fused) AdamW step is not
- * done here (see README.md).
+ * adamw_step / sgd_step: one launch per parameter tensor. Their multi-tensor
+ * forms adamw_step_multi / sgd_step_multi (optim_math.h, pl_optim_multi):
+ * one launch for up to PL_OPTIM_MULTI_MAX tensors, CUDA's multi_tensor_apply
+ * idea (torch's TensorListMetadata): the tensors' pointers, element counts
+ * and (eagerly) coefficients travel by value in the kernel's arguments
+ * (multi_args, under the 4 KB launch-parameter limit), so no pointer table
+ * lives in device memory and a captured graph replays the launch with the
+ * baked pointers; blockIdx.y picks the tensor, a grid-stride loop in x
+ * covers its elements.
  */
 #include <string.h>
 
@@ -53,6 +60,52 @@ __global__ void k_sgd_step(pl_sgd_coef hc, const pl_sgd_coef *dc, float *p, cons
     const pl_sgd_coef c = dc ? *dc : hc; /* dc: a captured graph's table slot (device) */
     if (c.mom && !buf) return;
     GRID_LOOP(i, n) pl_sgd_elem(&c, p + i, g[i], buf ? buf + i : NULL);
+}
+
+/* The argument block of a multi-tensor launch (by value: 5 x 32 pointers,
+ * 32 counts, 32 coefficient records = 2.9 KB for adamw). */
+struct adamw_multi_args {
+    float *p[PL_OPTIM_MULTI_MAX];
+    const float *g[PL_OPTIM_MULTI_MAX];
+    float *m[PL_OPTIM_MULTI_MAX], *v[PL_OPTIM_MULTI_MAX], *vmax[PL_OPTIM_MULTI_MAX];
+    int64_t n[PL_OPTIM_MULTI_MAX];
+    pl_adamw_coef c[PL_OPTIM_MULTI_MAX];
+};
+struct sgd_multi_args {
+    float *p[PL_OPTIM_MULTI_MAX];
+    const float *g[PL_OPTIM_MULTI_MAX];
+    float *buf[PL_OPTIM_MULTI_MAX];
+    int64_t n[PL_OPTIM_MULTI_MAX];
+    pl_sgd_coef c[PL_OPTIM_MULTI_MAX];
+};
+static_assert(sizeof(adamw_multi_args) + 2 * sizeof(void *) <= 4096,
+              "adamw_multi_args must fit the 4 KB launch-parameter limit");
+
+/* Tensor blockIdx.y of the list; dc: a captured graph's coefficient table
+ * (PL_OPTIM_COEF_FLOATS floats per tensor) or NULL (the coefficients in a);
+ * skip: found_inf as above. */
+__global__ void k_adamw_step_multi(const adamw_multi_args a, const float *dc, const float *skip) {
+    if (skip && *skip != 0.0f) return;
+    const int t = blockIdx.y;
+    pl_adamw_coef c = a.c[t];
+    if (dc) memcpy(&c, dc + PL_OPTIM_COEF_FLOATS * t, sizeof c);
+    float *vmax = a.vmax[t];
+    if (c.ams && !vmax) return;
+    float *p = a.p[t], *m = a.m[t], *v = a.v[t];
+    const float *g = a.g[t];
+    GRID_LOOP(i, a.n[t]) pl_adamw_elem(&c, p + i, g[i], m + i, v + i, vmax ? vmax + i : NULL);
+}
+
+__global__ void k_sgd_step_multi(const sgd_multi_args a, const float *dc, const float *skip) {
+    if (skip && *skip != 0.0f) return;
+    const int t = blockIdx.y;
+    pl_sgd_coef c = a.c[t];
+    if (dc) memcpy(&c, dc + PL_OPTIM_COEF_FLOATS * t, sizeof c);
+    float *buf = a.buf[t];
+    if (c.mom && !buf) return;
+    float *p = a.p[t];
+    const float *g = a.g[t];
+    GRID_LOOP(i, a.n[t]) pl_sgd_elem(&c, p + i, g[i], buf ? buf + i : NULL);
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
@@ -137,8 +190,83 @@ static pl_status k_sgd_step_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* The list of a multi-tensor call, checked; sets *dc (the device table, or
+ * NULL) and *blocks (x blocks: enough for the largest tensor). */
+static pl_status multi_prepare(const pl_kernel_args *a, const pl_optim_multi **m,
+                               const float **dc, unsigned *blocks) {
+    *m = (const pl_optim_multi *)a->p.extra;
+    if (!*m || (*m)->n < 1 || (*m)->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cuda %s: no tensor list in p.extra", pl_op_name(a->op));
+    *dc = (a->p.flags & 1) && a->n_in > 1 && a->in[1] ? cf(a->in[1]) : NULL;
+    if ((a->p.flags & 1) && !*dc)
+        return pl_error_set(PL_ERR_INTERNAL, "cuda %s: p.flags bit0 without the coefficient table",
+                            pl_op_name(a->op));
+    int64_t most = 0;
+    for (int i = 0; i < (*m)->n; i++) {
+        int64_t n = pl_tensor_numel((*m)->param[i]);
+        if (n > most) most = n;
+    }
+    *blocks = pl_cu_blocks(most);
+    if (*blocks > 4096) *blocks = 4096; /* x blocks per tensor; the loop strides beyond */
+    return pl_cu_set_device(a->out[0]);
+}
+
+/* in = {found_inf or NULL, coefficient table (p.flags bit0)}; out = {param[0]};
+ * p.extra = const pl_optim_multi *. One launch. */
+static pl_status k_adamw_step_multi_fwd(const pl_kernel_args *a) {
+    const pl_optim_multi *m;
+    const float *dc;
+    unsigned bx;
+    pl_status s = multi_prepare(a, &m, &dc, &bx);
+    if (s) return s;
+    adamw_multi_args k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < m->n; i++) {
+        k.p[i] = fp(m->param[i]);
+        k.g[i] = cf(m->grad[i]);
+        k.m[i] = fp(m->state[0][i]);
+        k.v[i] = fp(m->state[1][i]);
+        k.vmax[i] = m->state[2][i] ? fp(m->state[2][i]) : NULL;
+        k.n[i] = pl_tensor_numel(m->param[i]);
+        if (!dc) k.c[i] = m->coef[i].adamw;
+        if (!dc && k.c[i].ams && !k.vmax[i])
+            return pl_error_set(PL_ERR_INTERNAL, "cuda adamw_step_multi: amsgrad without "
+                                "max_exp_avg_sq for parameter '%s'", m->param[i]->name);
+    }
+    const float *skip = a->in[0] ? cf(a->in[0]) : NULL;
+    k_adamw_step_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, dc, skip);
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
+static pl_status k_sgd_step_multi_fwd(const pl_kernel_args *a) {
+    const pl_optim_multi *m;
+    const float *dc;
+    unsigned bx;
+    pl_status s = multi_prepare(a, &m, &dc, &bx);
+    if (s) return s;
+    sgd_multi_args k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < m->n; i++) {
+        k.p[i] = fp(m->param[i]);
+        k.g[i] = cf(m->grad[i]);
+        k.buf[i] = m->state[0][i] ? fp(m->state[0][i]) : NULL;
+        k.n[i] = pl_tensor_numel(m->param[i]);
+        if (!dc) k.c[i] = m->coef[i].sgd;
+        if (!dc && k.c[i].mom && !k.buf[i])
+            return pl_error_set(PL_ERR_INTERNAL, "cuda sgd_step_multi: momentum without a "
+                                "buffer for parameter '%s'", m->param[i]->name);
+    }
+    const float *skip = a->in[0] ? cf(a->in[0]) : NULL;
+    k_sgd_step_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, dc, skip);
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
 void pl_cuda_register_optim(pl_kernel_table *t) {
     pl_kernel_table_set(t, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);
     pl_kernel_table_set(t, PL_OP_ADAMW_STEP, k_adamw_step_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_SGD_STEP, k_sgd_step_fwd, NULL);
+    pl_kernel_table_set(t, PL_OP_ADAMW_STEP_MULTI, k_adamw_step_multi_fwd, NULL);
+    pl_kernel_table_set(t, PL_OP_SGD_STEP_MULTI, k_sgd_step_multi_fwd, NULL);
 }

@@ -47,6 +47,7 @@
 #include "pipeline/alloc.h"
 #include "pipeline/backend.h"
 #include "pipeline/backend_util.h"
+#include "pipeline/optim_math.h"
 #include "pipeline/plugin.h"
 #include "pipeline/status.h"
 #include "pipeline/tensor.h"
@@ -491,7 +492,7 @@ static pl_status st_device_stats(int device, uint64_t *cursor, pl_device_stats *
 
 /* ---- kernels: the CPU's, with their tensors opened --------------------------- */
 
-#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3)
+#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3 + 5 * PL_OPTIM_MULTI_MAX)
 
 typedef struct opened {
     uintptr_t base[MAX_OPEN]; /* blocks opened for this kernel call */
@@ -605,6 +606,9 @@ static bool any_half(const pl_kernel_args *a) {
     return false;
 }
 
+/* ops.def's multi-tensor optimizer ops: p.extra is a pl_optim_multi */
+static bool is_multi(pl_op op) { return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI; }
+
 static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), a->op, backward);
     if (!f)
@@ -621,6 +625,15 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     /* a captured graph's dropout reads its counter offset (graph.h) */
     if (!s && a->op == PL_OP_DROPOUT && a->p.extra)
         s = open_tensor(&o, a->p.extra, "dropout counter offset");
+    /* a multi-tensor optimizer call: its tensor list (optim_math.h) */
+    if (!s && is_multi(a->op) && a->p.extra) {
+        const pl_optim_multi *m = a->p.extra;
+        for (int i = 0; i < m->n && !s; i++) {
+            s = open_tensor(&o, m->param[i], "kernel output");
+            if (!s) s = open_tensor(&o, m->grad[i], "kernel input");
+            for (int k = 0; k < 3 && !s; k++) s = open_tensor(&o, m->state[k][i], "kernel output");
+        }
+    }
     if (!s) {
         uint64_t t0 = now_ns();
         const pl_backend *cpu = pl_backend_cpu();
@@ -649,7 +662,8 @@ static pl_status st_backward(const pl_kernel_args *a) {
  * too, and the parameters by value, as a GPU graph bakes a launch's
  * arguments. p.extra is a host pointer a replay could not follow: only the
  * graph-aware forms are accepted (dropout's device offset tensor, copied
- * like the others; the optimizer ops then pass none). A replay runs the
+ * like the others; the optimizer ops then pass none, and the multi-tensor
+ * ones their tensor list, copied by value with its tensors). A replay runs the
  * list in order with the CPU's kernels (run_cpu: the blocks are opened as
  * for any kernel, so a block freed since the capture is an error naming the
  * tensor). */
@@ -737,7 +751,7 @@ static pl_status rec_oom(void) {
 
 static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
     st_graph *g = tl_cap;
-    if (a->p.extra && a->op != PL_OP_DROPOUT) {
+    if (a->p.extra && a->op != PL_OP_DROPOUT && !is_multi(a->op)) {
         char msg[160];
         snprintf(msg, sizeof msg, "op %s %s with a host pointer in p.extra (baked at capture)",
                  pl_op_name(a->op), backward ? "backward" : "forward");
@@ -752,7 +766,24 @@ static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
         if (a->in[i] && !(r->a.in[i] = dup_tensor(g, a->in[i]))) return rec_oom();
     for (int i = 0; i < a->n_out; i++)
         if (a->out[i] && !(r->a.out[i] = dup_tensor(g, a->out[i]))) return rec_oom();
-    if (a->p.extra && !(r->a.p.extra = dup_tensor(g, a->p.extra))) return rec_oom();
+    if (a->p.extra && is_multi(a->op)) {
+        /* the list by value, as a GPU launch bakes its tensor-list argument
+         * (the coefficients then come from in[1], the graph's table) */
+        const pl_optim_multi *m = a->p.extra;
+        pl_optim_multi *c = gown(g, sizeof *c);
+        if (!c) return rec_oom();
+        *c = *m;
+        for (int i = 0; i < m->n; i++) {
+            if (!(c->param[i] = dup_tensor(g, m->param[i])) || !(c->grad[i] = dup_tensor(g, m->grad[i])))
+                return rec_oom();
+            for (int k = 0; k < 3; k++)
+                if (m->state[k][i] && !(c->state[k][i] = dup_tensor(g, m->state[k][i])))
+                    return rec_oom();
+        }
+        r->a.p.extra = c;
+    } else if (a->p.extra && !(r->a.p.extra = dup_tensor(g, a->p.extra))) {
+        return rec_oom();
+    }
     return PL_OK;
 }
 

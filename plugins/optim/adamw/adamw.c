@@ -12,6 +12,13 @@
  * (torch/optim/adam.py, _single_tensor_adam); the per-element math is the
  * core's optim_math.h and runs on the parameters' device (pl_adamw_step_). Parameters without a gradient
  * are skipped and their step count does not advance, as in torch.
+ *
+ * foreach = true (the default; torch's foreach / fused): a group's
+ * parameters with a gradient are updated by pl_adamw_step_multi_, one kernel
+ * call per PL_OPTIM_MULTI_MAX parameters of a device instead of one per
+ * parameter, with the same bits (the core falls back to per-tensor calls on
+ * a backend without the multi-tensor kernel). foreach = false: one
+ * pl_adamw_step_ per parameter (torch's _single_tensor_adam).
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,9 +40,12 @@ typedef struct adamw {
     pl_params *params; /* borrowed from the run context */
     pl_optim_groups groups;
     double eps;
-    bool l2, amsgrad;
+    bool l2, amsgrad, foreach;
     int n_params;
     adamw_state *st; /* [n_params], indexed like ctx->params */
+    /* foreach: one group's lists, [n_params] each (scratch of step) */
+    pl_tensor **lp, **lg, **lm, **lv, **lvm;
+    pl_adamw_hyper *lh;
 } adamw;
 
 static void adamw_destroy(void *self) {
@@ -47,6 +57,12 @@ static void adamw_destroy(void *self) {
         pl_tensor_release(a->st[i].max_exp_avg_sq);
     }
     free(a->st);
+    free(a->lp);
+    free(a->lg);
+    free(a->lm);
+    free(a->lv);
+    free(a->lvm);
+    free(a->lh);
     pl_optim_groups_free(&a->groups);
     free(a);
 }
@@ -65,6 +81,7 @@ static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx,
     a->eps = pl_cfg_float(cfg, "eps", 1e-8);
     a->l2 = pl_cfg_bool(cfg, "l2", false);
     a->amsgrad = pl_cfg_bool(cfg, "amsgrad", false);
+    a->foreach = pl_cfg_bool(cfg, "foreach", true);
     pl_optim_group_defaults d = {
         .lr = pl_cfg_float(cfg, "lr", 1e-3),
         .weight_decay = pl_cfg_float(cfg, "weight_decay", 1e-2),
@@ -79,8 +96,15 @@ static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx,
         return s;
     }
     a->n_params = pl_params_count(ctx->params);
-    a->st = calloc((size_t)(a->n_params > 0 ? a->n_params : 1), sizeof *a->st);
-    if (!a->st) {
+    size_t np = (size_t)(a->n_params > 0 ? a->n_params : 1);
+    a->st = calloc(np, sizeof *a->st);
+    a->lp = calloc(np, sizeof *a->lp);
+    a->lg = calloc(np, sizeof *a->lg);
+    a->lm = calloc(np, sizeof *a->lm);
+    a->lv = calloc(np, sizeof *a->lv);
+    a->lvm = calloc(np, sizeof *a->lvm);
+    a->lh = calloc(np, sizeof *a->lh);
+    if (!a->st || !a->lp || !a->lg || !a->lm || !a->lv || !a->lvm || !a->lh) {
         adamw_destroy(a);
         return pl_error_set(PL_ERR_NOMEM, "adamw: out of memory");
     }
@@ -116,6 +140,7 @@ static pl_status adamw_step(void *self) {
         pl_param_group *g = &a->groups.g[gi];
         const double beta1 = pl_group_hparam(g, "beta1")->value;
         const double beta2 = pl_group_hparam(g, "beta2")->value;
+        int nl = 0; /* foreach: the group's list */
         for (int k = 0; k < g->n_params; k++) {
             pl_param *p = pl_params_at(a->params, g->param_index[k]);
             adamw_state *st = &a->st[g->param_index[k]];
@@ -130,10 +155,21 @@ static pl_status adamw_step(void *self) {
                                 .l2 = a->l2,
                                 .amsgrad = a->amsgrad,
                                 .step = st->step};
+            if (a->foreach) {
+                a->lp[nl] = t;
+                a->lg[nl] = t->grad;
+                a->lm[nl] = st->exp_avg;
+                a->lv[nl] = st->exp_avg_sq;
+                a->lvm[nl] = st->max_exp_avg_sq;
+                a->lh[nl++] = h;
+                continue;
+            }
             pl_status s = pl_adamw_step_(t, t->grad, st->exp_avg, st->exp_avg_sq,
                                          st->max_exp_avg_sq, &h);
             if (s) return pl_error_prefix(s, "adamw");
         }
+        pl_status s = pl_adamw_step_multi_(nl, a->lp, a->lg, a->lm, a->lv, a->lvm, a->lh);
+        if (s) return pl_error_prefix(s, "adamw");
     }
     return PL_OK;
 }
@@ -179,6 +215,8 @@ static const pl_option_spec adamw_options[] = {
     {"l2", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "coupled L2 (g += wd*p, torch.optim.Adam) instead of decoupled decay"},
     {"amsgrad", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL, "use max of past v (AMSGrad)"},
+    {"foreach", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "multi-tensor step (torch foreach / fused): one kernel per 32 parameters of a group, same bits; false: one per parameter"},
     PL_PARAM_GROUP_OPTIONS,
     PL_OPTIONS_END};
 

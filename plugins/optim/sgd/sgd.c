@@ -10,6 +10,12 @@
  * scheduler may drive (onecycle's momentum cycling, as torch's OneCycleLR
  * cycles 'momentum' for SGD). The per-element math is the core's
  * optim_math.h, run on the parameters' device (pl_sgd_step_).
+ *
+ * foreach = true (the default; torch's foreach): a group's parameters with a
+ * gradient are updated by pl_sgd_step_multi_, one kernel call per
+ * PL_OPTIM_MULTI_MAX parameters of a device, with the same bits as one
+ * pl_sgd_step_ per parameter (foreach = false; the core falls back to those
+ * on a backend without the multi-tensor kernel).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,9 +38,12 @@ typedef struct sgd {
     pl_params *params; /* borrowed */
     pl_optim_groups groups;
     double dampening;
-    bool nesterov;
+    bool nesterov, foreach;
     int n_params;
     sgd_state *st;
+    /* foreach: one group's lists, [n_params] each (scratch of step) */
+    pl_tensor **lp, **lg, **lb;
+    pl_sgd_hyper *lh;
 } sgd;
 
 static void sgd_destroy(void *self) {
@@ -42,6 +51,10 @@ static void sgd_destroy(void *self) {
     if (!o) return;
     for (int i = 0; i < o->n_params && o->st; i++) pl_tensor_release(o->st[i].buf);
     free(o->st);
+    free(o->lp);
+    free(o->lg);
+    free(o->lb);
+    free(o->lh);
     pl_optim_groups_free(&o->groups);
     free(o);
 }
@@ -71,6 +84,7 @@ static pl_status sgd_create(const pl_config_section *cfg, pl_run_context *ctx, v
     o->params = ctx->params;
     o->dampening = dampening;
     o->nesterov = nesterov;
+    o->foreach = pl_cfg_bool(cfg, "foreach", true);
     pl_optim_group_defaults d = {.lr = pl_cfg_float(cfg, "lr", 1e-3),
                                  .weight_decay = pl_cfg_float(cfg, "weight_decay", 0.0),
                                  .n_hparams = 1,
@@ -82,8 +96,13 @@ static pl_status sgd_create(const pl_config_section *cfg, pl_run_context *ctx, v
         return s;
     }
     o->n_params = pl_params_count(ctx->params);
-    o->st = calloc((size_t)(o->n_params > 0 ? o->n_params : 1), sizeof *o->st);
-    if (!o->st) {
+    size_t np = (size_t)(o->n_params > 0 ? o->n_params : 1);
+    o->st = calloc(np, sizeof *o->st);
+    o->lp = calloc(np, sizeof *o->lp);
+    o->lg = calloc(np, sizeof *o->lg);
+    o->lb = calloc(np, sizeof *o->lb);
+    o->lh = calloc(np, sizeof *o->lh);
+    if (!o->st || !o->lp || !o->lg || !o->lb || !o->lh) {
         sgd_destroy(o);
         return pl_error_set(PL_ERR_NOMEM, "sgd: out of memory");
     }
@@ -115,6 +134,7 @@ static pl_status sgd_step(void *self) {
     for (int gi = 0; gi < o->groups.n; gi++) {
         pl_param_group *g = &o->groups.g[gi];
         const double mu = pl_group_hparam(g, "momentum")->value;
+        int nl = 0; /* foreach: the group's list */
         for (int k = 0; k < g->n_params; k++) {
             pl_param *p = pl_params_at(o->params, g->param_index[k]);
             sgd_state *st = &o->st[g->param_index[k]];
@@ -130,10 +150,20 @@ static pl_status sgd_step(void *self) {
                               .weight_decay = g->weight_decay,
                               .nesterov = o->nesterov,
                               .first = st->step == 0};
+            if (o->foreach) {
+                o->lp[nl] = t;
+                o->lg[nl] = t->grad;
+                o->lb[nl] = mom ? st->buf : NULL;
+                o->lh[nl++] = h;
+                if (mom) st->step++;
+                continue;
+            }
             if ((s = pl_sgd_step_(t, t->grad, mom ? st->buf : NULL, &h)))
                 return pl_error_prefix(s, "sgd");
             if (mom) st->step++;
         }
+        if ((s = pl_sgd_step_multi_(nl, o->lp, o->lg, o->lb, o->lh)))
+            return pl_error_prefix(s, "sgd");
     }
     return PL_OK;
 }
@@ -169,6 +199,8 @@ static const pl_option_spec sgd_options[] = {
     {"nesterov", PL_OPT_BOOL, "false", PL_NO_BOUNDS, NULL,
      "Nesterov momentum (needs momentum > 0, dampening = 0)"},
     {"weight_decay", PL_OPT_FLOAT, "0", 0, 1e9, NULL, "coupled L2: g += weight_decay * p"},
+    {"foreach", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "multi-tensor step (torch foreach): one kernel per 32 parameters of a group, same bits; false: one per parameter"},
     PL_PARAM_GROUP_OPTIONS,
     PL_OPTIONS_END};
 
