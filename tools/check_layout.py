@@ -15,8 +15,12 @@
       core/cli), reported as each strongly connected set with its edges;
     - no function over 150 lines, no file over 1000 lines, in core/ and in
       every plugin (plugins/, tests excluded): the whole product;
-    - libpipeline_core.so (core/src) at most 8,000 lines of .c, counted by
-      tools/core_layers.py, which also fails when a file is in no layer;
+    - libpipeline_core.so (core/src) at most 8,200 lines of .c, counted by
+      tools/core_layers.py, which also fails when a file is in no layer
+      (issue 33 set 8,000; issue 35's fused attention and multi-tensor
+      optimizer ops, core ops whose front-ends must live beside the others
+      and whose functions third-party plugins link, took it to 8,131 on
+      2026-11-27: docs/architecture.md, "Layers");
     - no shipped plugin's name (a folder plugins/KIND/NAME) in a string of
       core/src outside comments, except the words that are also the core's
       own vocabulary: dtype names (tensor.c's table), device names (cpu,
@@ -98,7 +102,7 @@ def cycles(edges):
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MAX_CORE_LINES = 8000
+MAX_CORE_LINES = 8200
 
 
 def edges_of(csrc, key=os.path.basename):
