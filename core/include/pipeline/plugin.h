@@ -89,12 +89,15 @@ extern "C" {
  *          `pipeline predict` and the run's export phase call (the caller
  *          writes the file); export_begin / _batch / _end and predict_begin /
  *          _batch / _end are deprecated: called only for a plugin built
- *          against ABI 2.4 - 2.8, which writes its file itself as before;
- *          ops adamw_step_multi, sgd_step_multi (pl_adamw_step_multi_,
+ *          against ABI 2.4 - 2.8, which writes its file itself as before
+ * minor 10: op attention (pl_attention, ops.h: fused causal attention that
+ *          keeps no T x L probabilities; a backend without it cannot run
+ *          ilora's attn_implementation = sdpa, whose default it is); ops
+ *          adamw_step_multi, sgd_step_multi (pl_adamw_step_multi_,
  *          pl_sgd_step_multi_, pl_optim_multi in optim_math.h: multi-tensor
  *          optimizer steps; a backend without them gets per-tensor calls) */
 
-#define PL_ABI_MINOR 9
+#define PL_ABI_MINOR 10
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
