@@ -342,9 +342,10 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, int64_t pending, 
             gs->failed = true;
             pl_graph_dropout_learn(false);
             tr_log(t, "cuda_graphs: capturing the training step failed: %s\n", pl_error_message());
-            if (!gs->explicit_on && !in_optim && gs->ng == 0) {
+            if (!gs->explicit_on && !in_optim) {
                 /* auto: nothing of it ran on the device and the optimizer did not
-                 * step; this batch and the rest run eagerly */
+                 * step (a graph captured before is a whole micro-batch, replayed);
+                 * this batch and the rest run eagerly */
                 pl_tape_clear();
                 pl_error_clear();
                 *st = PL_OK;
