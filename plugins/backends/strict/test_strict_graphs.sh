@@ -7,9 +7,10 @@
 #    metrics.csv: the optimizer's coefficients and dropout's counters that
 #    change every step reach the replays through the device).
 #    gat_stocks_recipe accumulates gradients (accumulate_grad_batches = 2):
-#    one graph per micro-batch of a step; 3 epochs of 5 batches, so each
-#    epoch's last step is cut short (its micro-batch replayed, its optimizer
-#    step eager). student distills a tiny teacher export made here (the
+#    one graph per micro-batch of a step; 2 epochs of 5 batches of 4 days
+#    (validation: January 1998, 20 days), so each epoch's last step is cut short (in the
+#    second, its micro-batch replayed and its optimizer step eager). student
+#    distills a tiny teacher export made here (the
 #    teacher and the student on a 40-item MovieLens-shaped file,
 #    tests/support/make_ml_tiny.py, as teacher_llm).
 #  - gat_molecules (batches of graphs: node and edge counts change every
@@ -65,7 +66,8 @@ declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago
                     [student]=ml_tiny.h5 [lstm_usdthb]=usdthb_1h.h5
                     [gat_stocks]=dowjones30.h5 [gat_stocks_recipe]=dowjones30.h5)
 declare -A extra=([gat_cora]="trainer.max_epochs=5"
-                  [gat_stocks_recipe]="trainer.max_epochs=3 trainer.limit_train_batches=5"
+                  [gat_stocks_recipe]="trainer.max_epochs=2 trainer.limit_train_batches=5 data.batch_size=4
+                   data.val_end=1998-01-31 data.test_end=1998-02-28"
                   [teacher]="$lim pipeline.requires= trainer.init_from="
                   [student]="$lim $tiny data.teacher_top_k=5 data.batch_size=4 pipeline.requires=
                    data.teacher_outputs=$tmp/runs/teacher_kd/latest/outputs/teacher_outputs.h5"
