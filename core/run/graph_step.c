@@ -17,14 +17,26 @@
  * outside the graph. A batch whose shapes differ from the captured one (a
  * short last batch) runs eagerly, with one logged reason.
  *
+ * accumulate_grad_batches = k > 1: one graph per micro-batch index of a step
+ * (as torch captures each micro-step of an accumulation), graph i the
+ * micro-batch's forward, loss and backward into the accumulated gradients,
+ * the last one (i = k - 1) with the optimizer step and the zeroing. Each is
+ * captured on its own after an eager micro-batch that learned dropout's
+ * counters (the one before it): g[0] after the warm-up, then, in each later
+ * step, micro-batch i - 1 runs eagerly (learning) and micro-batch i is
+ * captured, until every index has its graph (k steps). All read the same
+ * static inputs. A step cut short at the epoch's end (fewer than k
+ * micro-batches) replays its micro-batches' graphs and takes the optimizer
+ * step eagerly; an eager micro-batch between replays adds to the same
+ * gradients, loss buffer and found_inf as a replayed one would.
+ *
  * Off (one logged reason) when: the device cannot capture (the CPU; a
  * backend without the ABI 2.8 verbs); data parallel, or a backend whose
  * optimizer kernels take no found_inf flag (the loss is read each step);
- * accumulate_grad_batches > 1; a precision with a loss scale other than 1
- * (fp16's dynamic scaler decides on the host). A capture that breaks the
- * rules (a host read inside the step, ...) fails the run with the
- * backend's message, naming the call; set cuda_graphs = false to run it
- * eagerly.
+ * a precision with a loss scale other than 1 (fp16's dynamic scaler
+ * decides on the host). A capture that breaks the rules (a host read inside
+ * the step, ...) fails the run with the backend's message, naming the call;
+ * set cuda_graphs = false to run it eagerly.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,11 +80,16 @@ void tr_graph_begin(trainer *t) {
     } else if (!t->dev_loop) {
         why = "%sthe training loss is read back every step (data parallel, or optimizer kernels "
               "without found_inf); the step runs eagerly";
-    } else if (t->accum != 1) {
-        why = "%saccumulate_grad_batches > 1 is not captured; the step runs eagerly";
     }
     if (why) {
         reason(t, why, arg);
+        return;
+    }
+    gs->k = t->accum > 0 ? (int)t->accum : 1;
+    gs->g = calloc((size_t)gs->k, sizeof *gs->g);
+    gs->cap_micro = calloc((size_t)gs->k, sizeof *gs->cap_micro);
+    if (!gs->g || !gs->cap_micro) {
+        reason(t, "%sout of memory for the captured step's graphs; the step runs eagerly", "");
         return;
     }
     gs->mode = 1;
@@ -86,12 +103,21 @@ void tr_graph_begin(trainer *t) {
 
 void tr_graph_end(trainer *t) {
     tr_graph_state *gs = &t->gs;
-    if (gs->g || gs->replays || gs->fallbacks)
+    if (gs->ng || gs->replays || gs->fallbacks) {
+        char acc[160] = "";
+        if (gs->k > 1)
+            snprintf(acc, sizeof acc, " (accumulate_grad_batches = %d: %d of its %d micro-batch graphs "
+                     "captured; replays and eager steps counted in micro-batches)", gs->k, gs->ng, gs->k);
         tr_log(t, "cuda_graphs: the training step was captured at step %lld and replayed %lld "
-               "times; %lld steps after the capture ran eagerly\n", (long long)gs->cap_step,
-               (long long)gs->replays, (long long)gs->fallbacks);
-    pl_graph_release(gs->g);
+               "times; %lld steps after the capture ran eagerly%s\n", (long long)gs->cap_step,
+               (long long)gs->replays, (long long)gs->fallbacks, acc);
+    }
+    for (int i = 0; gs->g && i < gs->k; i++) pl_graph_release(gs->g[i]);
+    free(gs->g);
+    free(gs->cap_micro);
     gs->g = NULL;
+    gs->cap_micro = NULL;
+    gs->ng = 0;
     for (int i = 0; i < gs->in.n; i++) pl_tensor_release(gs->in.fields[i]);
     gs->in.n = 0;
     gs->replays = gs->fallbacks = 0;
@@ -191,33 +217,42 @@ static pl_status load_static(trainer *t, const pl_batch *b) {
     return PL_OK;
 }
 
-/* The host's part of a replayed step, then the replay: the optimizer's
- * coefficients (its step() in refresh mode: nothing launches), dropout's
- * offset, the graph, the loss into the step-value buffer. */
-static pl_status replay(trainer *t, int64_t b, double *lr) {
+/* The host's part of a replayed micro-batch i, then the replay: for the
+ * step's last one (the graph with the optimizer step), the optimizer's
+ * coefficients (its step() in refresh mode: nothing launches); dropout's
+ * offset; the graph; the loss into the step-value buffer. */
+static pl_status replay(trainer *t, int i, int64_t b, double *lr) {
     tr_graph_state *gs = &t->gs;
-    *lr = tr_apply_lr(t);
-    pl_status st = pl_graph_refresh_begin(gs->g);
-    if (!st) {
-        st = OPTIM(t)->step(t->optim.self);
-        pl_status e = pl_graph_refresh_end(gs->g);
-        if (!st) st = e;
+    pl_graph *g = gs->g[i];
+    bool last = i == gs->k - 1;
+    pl_status st = PL_OK;
+    if (last) {
+        *lr = tr_apply_lr(t);
+        st = pl_graph_refresh_begin(g);
+        if (!st) {
+            st = OPTIM(t)->step(t->optim.self);
+            pl_status e = pl_graph_refresh_end(g);
+            if (!st) st = e;
+        }
     }
-    if (!st) st = pl_graph_set_micro_delta(gs->g, t->micro - gs->cap_micro);
-    if (!st) st = pl_graph_replay(gs->g);
-    if (!st) st = tr_sv_commit(t, b);
+    if (!st) st = pl_graph_set_micro_delta(g, t->micro - gs->cap_micro[i]);
+    if (!st) st = pl_graph_replay(g);
+    if (!st) st = tr_sv_commit(t, b, last);
     return st;
 }
 
-/* Capture the step on batch b (its inputs copied into fresh static ones),
- * then replay it once: the step of batch b. */
-static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr, bool *in_optim) {
+/* Capture micro-batch i of a step on batch b (its inputs copied into the
+ * static ones, made at the first capture), then replay it once: the
+ * micro-batch of batch b. */
+static pl_status capture(trainer *t, const pl_batch *b, int i, int64_t bi, double *lr,
+                         bool *in_optim) {
     tr_graph_state *gs = &t->gs;
+    bool last = i == gs->k - 1;
     pl_graph_dropout_learn(false);
-    pl_status st = make_static(t, b);
+    pl_status st = gs->ng == 0 ? make_static(t, b) : PL_OK;
     if (!st) st = load_static(t, b);
     if (st) return st;
-    int64_t micro0 = t->micro, pending = 0;
+    int64_t micro0 = t->micro, pending = i;
     double lv = 0, gnorm = 0;
     t->sv.graph = true;
     st = pl_graph_capture_begin(t->ctx.device);
@@ -232,7 +267,7 @@ static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr, 
             st = pl_error_status();
             pl_frame_end();
         }
-        if (r > 0 && !st) {
+        if (r > 0 && !st && last) {
             *in_optim = true;
             st = tr_optimizer_step_body(t, &gnorm, lr);
         }
@@ -240,39 +275,52 @@ static pl_status capture(trainer *t, const pl_batch *b, int64_t bi, double *lr, 
         pl_status es = pl_graph_capture_end(&g);
         if (!st) st = es;
         else pl_graph_release(g);
-        if (!st) gs->g = g;
+        if (!st) gs->g[i] = g;
     }
     t->micro = micro0; /* the replay below is this step's micro-batch */
     t->sv.graph = false;
     if (st) return st;
-    gs->cap_micro = t->micro;
-    gs->cap_step = t->step;
-    tr_log(t, "cuda_graphs: captured the training step at step %lld (%d optimizer calls, %d "
-           "dropout calls with a device offset)\n", (long long)t->step,
-           pl_graph_optim_calls(gs->g), pl_graph_dropout_calls(gs->g));
-    st = pl_graph_set_micro_delta(gs->g, 0);
-    if (!st) st = pl_graph_replay(gs->g);
-    if (!st) st = tr_sv_commit(t, bi);
+    gs->cap_micro[i] = t->micro;
+    gs->ng++;
+    if (gs->ng == gs->k) gs->cap_step = t->step;
+    if (gs->k == 1)
+        tr_log(t, "cuda_graphs: captured the training step at step %lld (%d optimizer calls, %d "
+               "dropout calls with a device offset)\n", (long long)t->step,
+               pl_graph_optim_calls(gs->g[i]), pl_graph_dropout_calls(gs->g[i]));
+    else
+        tr_log(t, "cuda_graphs: captured micro-batch %d of %d of the training step at step %lld "
+               "(%d optimizer calls, %d dropout calls with a device offset)%s\n", i + 1, gs->k,
+               (long long)t->step, pl_graph_optim_calls(gs->g[i]), pl_graph_dropout_calls(gs->g[i]),
+               gs->ng == gs->k ? "; every micro-batch of the step is captured" : "");
+    st = pl_graph_set_micro_delta(gs->g[i], 0);
+    if (!st) st = pl_graph_replay(gs->g[i]);
+    if (!st) st = tr_sv_commit(t, bi, last);
     return st;
 }
 
-int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_status *st) {
+int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, int64_t pending, double *lr,
+                 pl_status *st) {
     tr_graph_state *gs = &t->gs;
     if (gs->mode != 1 || gs->failed) return 0;
     t->ctx.epoch = t->epoch;
     t->ctx.global_step = t->step;
     t->ctx.micro_step = t->micro;
     char why[768];
-    if (!gs->g) {
-        bool learn_now = gs->eager_steps >= GRAPH_WARMUP - 1;
-        /* capture a batch of the shapes the step before had (batches of graphs,
-         * whose shapes change every step, are never captured) */
+    int i = (int)(pending % gs->k), nx = (i + 1) % gs->k; /* this micro-batch's graph, the next one's */
+    bool last = i == gs->k - 1;
+    if (gs->ng < gs->k && (!gs->g[i] || !gs->g[nx])) {
+        /* capture a batch of the shapes the micro-batch before had (batches of
+         * graphs, whose shapes change every step, are never captured) */
         bool stable = gs->eager_steps >= GRAPH_WARMUP && !shapes_differ(&gs->prev_shape, batch);
-        if (gs->eager_steps >= GRAPH_WARMUP && !stable)
+        if (gs->eager_steps >= GRAPH_WARMUP && !stable && gs->ng == 0)
             reason(t, "%sbatch shapes change from step to step; steps run eagerly until two in a "
                    "row have the same shapes", "");
-        if (!stable || gs->learn_micro < 0 || gs->learn_micro + 1 != t->micro) {
-            /* warm-up (from the one before the capture on, dropout's counters are learned) */
+        bool learned = gs->learn_micro >= 0 && gs->learn_micro + 1 == t->micro;
+        if (gs->g[i] || !stable || !learned ||
+            (gs->ng > 0 && batch_differs(gs, batch, why, sizeof why))) {
+            /* warm-up, or the micro-batch before a graph not captured yet: eager
+             * (from the one before a capture on, dropout's counters are learned) */
+            bool learn_now = gs->eager_steps >= GRAPH_WARMUP - 1 && !gs->g[nx];
             gs->eager_steps++;
             remember(gs, batch);
             pl_graph_dropout_learn(learn_now);
@@ -288,14 +336,16 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_st
         }
         /* bookkeeping as an eager step's (b, batch index, the loss record) */
         bool in_optim = false;
-        *st = capture(t, batch, b, lr, &in_optim);
+        *st = capture(t, batch, i, b, lr, &in_optim);
+        gs->learn_micro = -1;
         if (*st) {
             gs->failed = true;
             pl_graph_dropout_learn(false);
             tr_log(t, "cuda_graphs: capturing the training step failed: %s\n", pl_error_message());
             if (!gs->explicit_on && !in_optim) {
                 /* auto: nothing of it ran on the device and the optimizer did not
-                 * step; this batch and the rest run eagerly */
+                 * step (a graph captured before is a whole micro-batch, replayed);
+                 * this batch and the rest run eagerly */
                 pl_tape_clear();
                 pl_error_clear();
                 *st = PL_OK;
@@ -314,11 +364,12 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_st
             return 0;
         }
         *st = load_static(t, batch);
-        if (!*st) *st = replay(t, b, lr);
+        if (!*st) *st = replay(t, i, b, lr);
         if (*st) return -1;
         gs->replays++;
     }
     t->micro++;
+    if (!last) return 2;
     *st = tr_optimizer_step_tail(t);
     return *st ? -1 : 1;
 }

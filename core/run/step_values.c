@@ -117,7 +117,7 @@ static pl_tensor *wslot(trainer *t, int64_t n, int k) {
     return slot(t, 2 * n + k);
 }
 
-pl_status tr_sv_commit(trainer *t, int64_t b) {
+pl_status tr_sv_commit(trainer *t, int64_t b, bool step_end) {
     tr_step_values *v = &t->sv;
     if (v->n == v->cap) {
         pl_status fs = tr_sv_flush(t);
@@ -127,7 +127,7 @@ pl_status tr_sv_commit(trainer *t, int64_t b) {
     pl_status st = pl_tensor_copy_(pl_tensor_view_rows(v->buf, 2 * v->n, 2), v->gvals);
     pl_frame_end();
     if (st) return pl_error_prefix(st, "trainer: the captured step's loss into the buffer");
-    v->rec[v->n] = (tr_sv_record){.epoch = t->epoch, .step = t->step, .batch = b, .step_end = true};
+    v->rec[v->n] = (tr_sv_record){.epoch = t->epoch, .step = t->step, .batch = b, .step_end = step_end};
     v->n++;
     return PL_OK;
 }

@@ -194,9 +194,10 @@ static pl_status train_batches(trainer *t, int64_t nb, int64_t b0, double te0, d
         if (r < 0) st = pl_error_status();
         if (r <= 0) break;
         *samples += (double)batch.size;
-        /* [trainer] cuda_graphs: the whole step as the captured graph (1), or eager (0) */
-        int r2 = t->gs.mode ? tr_graph_try(t, &batch, b, &lr, &st) : 0;
-        bool graphed = r2 == 1;
+        /* [trainer] cuda_graphs: the micro-batch as a captured graph (1: with the optimizer
+         * step, 2: without it, accumulation), or eager (0) */
+        int r2 = t->gs.mode ? tr_graph_try(t, &batch, b, pending, &lr, &st) : 0;
+        bool graphed = r2 == 1; /* the graph took the optimizer step (2: a micro-batch without it) */
         if (r2 == 0) r2 = tr_train_micro_batch(t, &batch, b, &pending, &lv, &st);
         if (r2 < 0) break;
         if (r2 == 0) continue; /* skipped (on_nan = skip, host path) */

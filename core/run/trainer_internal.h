@@ -129,10 +129,13 @@ typedef struct tr_graph_state {
     int mode;          /* 0 off, 1 on (decided at the fit's start) */
     bool explicit_on;  /* cuda_graphs = true (a failed capture fails the run) */
     bool reason_logged, fallback_logged, failed;
-    int64_t eager_steps; /* optimizer steps run eagerly in graph mode */
+    int64_t eager_steps; /* micro-batches run eagerly in graph mode before every graph is captured */
     int64_t learn_micro; /* micro-step of the step whose dropout calls were learned; -1 */
-    struct pl_graph *g;
-    int64_t cap_micro;   /* micro-step of the captured step */
+    /* [k] (k = accumulate_grad_batches): g[i] runs micro-batch i of a step, the
+     * last one with the optimizer step; NULL until captured (ng of them are) */
+    struct pl_graph **g;
+    int64_t *cap_micro;  /* [k]: the micro-step each graph was captured at */
+    int k, ng;
     int64_t replays, fallbacks;
     int64_t cap_step;
     /* the static batch the graph reads */
@@ -343,10 +346,11 @@ pl_status tr_sv_flush(trainer *t);
  * norm, as f32 [1] views of the device buffer (frame-owned in a frame; the
  * caller's to release otherwise); NULL when nothing is buffered or off. */
 void tr_sv_last(trainer *t, pl_tensor **loss, pl_tensor **gnorm);
-/* After a replay of the captured step: its loss and grad norm (gvals) into
- * the next slot, recorded as a step's last micro-batch of batch b (reads
- * back first when the buffer is full). */
-pl_status tr_sv_commit(trainer *t, int64_t b);
+/* After a replay of a captured micro-batch: its loss and grad norm (gvals)
+ * into the next slot, recorded as micro-batch b, a step's last one when
+ * step_end (only then is the grad norm read; reads back first when the
+ * buffer is full). */
+pl_status tr_sv_commit(trainer *t, int64_t b, bool step_end);
 
 /* ---- graph_step.c: [trainer] cuda_graphs ---- */
 /* At the fit's start: decide (and log why not) from the option, the device
@@ -355,11 +359,15 @@ void tr_graph_begin(trainer *t);
 /* At the fit's end (and teardown): the graph, its pool and the static batch
  * released; logs the capture and replay counts. Idempotent. */
 void tr_graph_end(trainer *t);
-/* One training batch when graph mode is on: 1 when the whole step (forward,
- * backward, optimizer step) ran as the captured graph (the caller then does
- * what follows an optimizer step), 0 to run it eagerly, -1 on an error (*st).
- * *lr: the step's group-0 learning rate. */
-int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, double *lr, pl_status *st);
+/* One training batch when graph mode is on; pending: the micro-batches of
+ * this step before it (accumulation). 1 when it ran as a captured graph that
+ * ended with the optimizer step (the caller then does what follows an
+ * optimizer step), 2 when it ran as a captured micro-batch without it (the
+ * caller counts it as a pending micro-batch; a step cut short at the epoch's
+ * end then steps eagerly), 0 to run it eagerly, -1 on an error (*st).
+ * *lr: the step's group-0 learning rate (set when it stepped). */
+int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, int64_t pending, double *lr,
+                 pl_status *st);
 /* ---- step.c: the step, which the fit runs eagerly and graph_step.c captures ---- */
 /* One micro-batch: forward, the loss (on the device, or read on the host under
  * data parallel), backward; 1 to go on to the step, 0 when on_nan = skip

@@ -7,7 +7,9 @@
 # KNOWN below with the count it has today and why; the test fails when such a
 # config does worse than listed, and says so when it does better (then lower
 # or remove its entry). Short runs: 2 epochs of 4 batches (gat_cora: 5
-# epochs of its one full-graph batch; gat_molecules: 3 epochs of 16), log_every_n_steps = 3.
+# epochs of its one full-graph batch; gat_molecules: 3 epochs of 16; student, and the
+# teacher export it distills: on the 40-item MovieLens-shaped file of
+# tests/support/make_ml_tiny.py, as teacher_llm), log_every_n_steps = 3.
 #
 # Data as test_strict_configs.sh: data/*.h5 of the repo, else converted from
 # ../shared/data; a config whose data is missing is skipped with its reason.
@@ -46,9 +48,10 @@ short="pipeline.device=strict trainer.early_stopping=false trainer.test=false tr
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
                     [pretrain]=movielens.h5 [pretrain_early]=movielens.h5
                     [teacher]=movielens.h5 [teacher_llm]=ml_tiny.h5
-                    [student]=movielens.h5 [lstm_usdthb]=usdthb_1h.h5
+                    [student]=ml_tiny.h5 [lstm_usdthb]=usdthb_1h.h5
                     [gat_stocks]=dowjones30.h5 [gat_stocks_recipe]=dowjones30.h5)
 lim="trainer.max_epochs=2 trainer.limit_train_batches=4"
+tiny="data.path=data/ml_tiny.h5 data.history= model.max_len=8"
 declare -A extra=(
     [gat_cora]="trainer.max_epochs=5"
     # batches of graphs differ in node and edge counts: the first epoch must see enough of
@@ -56,7 +59,10 @@ declare -A extra=(
     # batches it did not: up to 8 raw allocations in a later step; a real epoch is 62)
     [gat_molecules]="trainer.max_epochs=3 trainer.limit_train_batches=16"
     [teacher]="$lim pipeline.requires= trainer.init_from="
-    [student]="$lim pipeline.requires= data.teacher_outputs=$tmp/runs/teacher_out/latest/outputs/teacher_outputs.h5"
+    # the teacher's export it distills and the student itself on the tiny file (an export of
+    # every MovieLens row took ~30 s, more than all the other configs here together)
+    [student]="$lim $tiny data.teacher_top_k=5 data.batch_size=4 pipeline.requires=
+               data.teacher_outputs=$tmp/runs/teacher_out/latest/outputs/teacher_outputs.h5"
     [teacher_llm]="$lim data.path=data/ml_tiny.h5 data.history= data.batch_size=4 data.eval_batch_size=8
                    model.backbone=$src/tests/data/hf_llama/gqa_tied model.item_dim=8 model.max_len=8
                    model.export_top_k=5 pipeline.requires= trainer.init_from="
@@ -75,6 +81,7 @@ for ini in "$src"/configs/*.ini; do
     if [ "$name" = student ]; then # distills a teacher's export: a tiny one first
         # shellcheck disable=SC2086
         "$bin" run "$src/configs/teacher.ini" pipeline.name=teacher_out pipeline.run_dir="$tmp/runs" \
+            $tiny model.export_top_k=6 \
             pipeline.requires= trainer.init_from= trainer.max_epochs=1 trainer.limit_train_batches=2 \
             trainer.limit_val_batches=1 trainer.test=false trainer.export=true >"$tmp/teacher_out.log" 2>&1 ||
             { tail -20 "$tmp/teacher_out.log"; fail "student: the teacher export it distills"; }
