@@ -43,6 +43,7 @@ typedef struct ilora_opts {
     ilora_adapters adapters;
     int64_t num_experts, lora_rank;
     double lora_alpha, lora_dropout;
+    bool lora_recompute; /* the adapter branch recomputed in backward (ilora_moe_lora_linear_ck) */
     unsigned lora_targets; /* bit i = projection i (q k v o gate up down) */
     bool freeze_base;
     bool save_embed; /* modules_to_save = embed_tokens: the item/token table trains */

@@ -233,7 +233,7 @@ static pl_tensor *layer_forward(void *ctxp, pl_tensor *const *in, int n_in) {
     ilora_moe_lora_linear_ck((x), ly->proj[i].w, c->base_only ? NULL : ly->proj[i].lora_a,         \
                              ly->proj[i].lora_b, (g), m->lora_scale, o->lora_dropout, seed,        \
                              drop_counter(c->micro, site + 2 + (i)), training, act,                \
-                             &ly->proj[i].branch)
+                             o->lora_recompute ? &ly->proj[i].branch : NULL)
     pl_tensor *x = pl_rms_norm(h, ly->input_norm, o->norm_eps);
     pl_tensor *xq = T < L ? pl_slice(x, 1, L - T, L) : x;
     pl_tensor *q =

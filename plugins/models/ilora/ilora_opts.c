@@ -58,6 +58,10 @@ const pl_option_spec ilora_options[] = {
      "total LoRA rank, split evenly over the experts (r_e = lora_rank / num_experts)"},
     {"lora_alpha", PL_OPT_FLOAT, "32", 0, 1e6, NULL, "LoRA alpha; the update is scaled by alpha/r_e"},
     {"lora_dropout", PL_OPT_FLOAT, "0.1", 0, 0.99, NULL, "dropout on the adapter input"},
+    {"lora_recompute", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
+     "with lora_dropout in training: recompute each adapter branch in backward, so the tape "
+     "keeps the shared input once instead of a dropped copy and a mask per projection (943 MiB "
+     "of a 1.1 B step; about 7 % of the 2-layer teacher's CPU step time)"},
     {"lora_targets", PL_OPT_STRING, "q,k,v,o,gate,up,down", PL_NO_BOUNDS, NULL,
      "projections with adapters: comma list of q,k,v,o,gate,up,down (or all)"},
     {"freeze_base", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
@@ -208,6 +212,7 @@ pl_status ilora_opts_read(const pl_config_section *c, ilora_opts *o) {
     o->lora_rank = opt_int(c, "lora_rank");
     o->lora_alpha = opt_float(c, "lora_alpha");
     o->lora_dropout = opt_float(c, "lora_dropout");
+    o->lora_recompute = opt_bool(c, "lora_recompute");
     o->freeze_base = opt_bool(c, "freeze_base");
     const char *ms = pl_cfg_str(c, "modules_to_save", spec_default("modules_to_save"));
     if (ms[0] && strcmp(ms, "embed_tokens"))
