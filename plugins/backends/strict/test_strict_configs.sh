@@ -96,7 +96,12 @@ for part in ("val_metrics", "test_metrics"):
         n += 1
         # gate statistics (ilora's router) at 1e-4: under the Debug + ASan build the
         # qlora4 teacher's differed by up to 1.9e-5 relative on 2026-11-26 while every
-        # ranking metric stayed within 1e-5; the cause is not found yet (note of that day)
+        # ranking metric stayed within 1e-5. The cause (found 2026-11-27 by hashing every
+        # op's output on both devices): ilora's loss selects the labelled positions on the
+        # host on the cpu (index_select, logits over those rows) and weights every
+        # position by a mask on a device (no host read): equal sums in another order
+        # (test_ilora device_loss_equals_the_host_selection), so the runs drift apart
+        # within rounding after a few steps
         rel = 1e-4 if k.startswith("gate_") else 1e-5
         if not (math.isfinite(x) and math.isfinite(y)) or abs(x - y) > 1e-7 + rel * abs(x):
             bad.append(f"{part}.{k}: cpu {x!r} strict {y!r}")
@@ -173,7 +178,7 @@ done
 # a variant's overrides when not its config's (extra above):
 # qlora4 on every val and test user: on the first 256 its gate statistics differed by
 # 1.05e-4 relative (val gate_usage_3, 2026-11-27, release build), over the 1e-4 allowed;
-# the 671 users' means dilute that one difference (cause not found yet, as the note above)
+# the 671 users' means dilute that one difference (the cause: the note above)
 declare -A vextra=([teacher_qlora4]="$teacher_base")
 # ---- variants: the other stages (precisions, sgd, swa, value clipping) on the strict device -------
 variant() { # NAME CONFIG OVERRIDES...
