@@ -52,6 +52,27 @@ static inline pl_kernel_fn pl_kernel_table_get(const pl_kernel_table *t, pl_op o
     return backward ? t->backward[op] : t->forward[op];
 }
 
+/* The ops whose GPU kernels load and store bf16 / f16 tensors in place
+ * (f32 math, one rounding per output): add, sub, mul, div, scale,
+ * add_scalar, swiglu and rms_norm, forward and backward. The CUDA backend's
+ * pl_backend.half_native answers with it (cuda_backend.cu); the strict
+ * device claims the same set, so that its device memory holds what a GPU's
+ * would (no f32 copies of these ops' half tensors). True or false, no
+ * error; any op id. */
+static inline bool pl_gpu_half_native_op(pl_op op) {
+    switch (op) {
+    case PL_OP_ADD:
+    case PL_OP_SUB:
+    case PL_OP_MUL:
+    case PL_OP_DIV:
+    case PL_OP_SCALE:
+    case PL_OP_ADD_SCALAR:
+    case PL_OP_SWIGLU:
+    case PL_OP_RMS_NORM: return true;
+    default: return false;
+    }
+}
+
 /* Set both kernels of `op` (either may be NULL); ids outside the table are
  * ignored. */
 static inline void pl_kernel_table_set(pl_kernel_table *t, pl_op op, pl_kernel_fn forward,

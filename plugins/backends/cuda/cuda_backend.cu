@@ -27,17 +27,7 @@ static pl_kernel_fn cu_kernel(pl_op op, bool backward) {
  * Every other f32-only kernel gets f32 copies from the core (half_io.c). */
 static bool cu_half_native(const pl_kernel_args *a, bool backward) {
     (void)backward;
-    switch (a->op) {
-    case PL_OP_ADD:
-    case PL_OP_SUB:
-    case PL_OP_MUL:
-    case PL_OP_DIV:
-    case PL_OP_SCALE:
-    case PL_OP_ADD_SCALAR:
-    case PL_OP_SWIGLU:
-    case PL_OP_RMS_NORM: return true; /* pl_d_ldf / pl_d_stf read f64 as well */
-    default: return false;
-    }
+    return pl_gpu_half_native_op(a->op); /* pl_d_ldf / pl_d_stf read f64 as well */
 }
 
 static const pl_backend g_cuda = {

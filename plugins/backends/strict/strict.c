@@ -76,10 +76,10 @@ static int memory_only(void) {
     if (x < 0) {
         const char *e = getenv("PL_STRICT_MEMORY_ONLY");
         x = e && *e && strcmp(e, "0") != 0;
-        if (x && atomic_exchange_explicit(&v, x, memory_order_relaxed) < 0)
+        /* the first thread to settle it says so, once */
+        if (atomic_exchange_explicit(&v, x, memory_order_relaxed) < 0 && x)
             pl_message("strict device: PL_STRICT_MEMORY_ONLY is set: no kernel runs; device "
                        "memory figures only, losses and metrics are zeros");
-        atomic_store_explicit(&v, x, memory_order_relaxed);
     }
     return x;
 }
@@ -541,17 +541,7 @@ static void close_all(opened *o) {
  * (half_io.c): a cast to f32, the f32 kernel, one rounding of the outputs. */
 static bool st_half_native(const pl_kernel_args *a, bool backward) {
     (void)backward;
-    switch (a->op) {
-    case PL_OP_ADD:
-    case PL_OP_SUB:
-    case PL_OP_MUL:
-    case PL_OP_DIV:
-    case PL_OP_SCALE:
-    case PL_OP_ADD_SCALAR:
-    case PL_OP_SWIGLU:
-    case PL_OP_RMS_NORM: return true;
-    default: return false;
-    }
+    return pl_gpu_half_native_op(a->op);
 }
 
 static bool is_half(const pl_tensor *t) {
