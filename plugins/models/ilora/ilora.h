@@ -161,11 +161,8 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training);
 /* The same, its result in dtype `out` (the residual stream's: f32, or the
- * backbone's half dtype under bf16-true); ilora_moe_lora_linear is out = f32. */
-pl_tensor *ilora_moe_lora_linear_dt(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
-                                    pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
-                                    uint64_t counter, bool training, pl_dtype out);
-/* The same, with bc (non-NULL: the projection's ilora_branch, which must
+ * backbone's half dtype under bf16-true and qlora4; ilora_moe_lora_linear
+ * is out = f32, bc NULL), with bc (non-NULL: the projection's ilora_branch, which must
  * live until the step's backward): in training with lora_dropout > 0 the
  * adapter branch is recomputed in backward (pl_checkpoint over x, A, B,
  * gexp), so the tape keeps x, shared by the projections that read it, and

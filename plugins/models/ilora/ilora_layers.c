@@ -50,15 +50,8 @@ static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a
 pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                  pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                  uint64_t counter, bool training) {
-    return ilora_moe_lora_linear_dt(x, w0, a, b, gexp, scale, p_drop, seed, counter, training,
-                                    PL_F32);
-}
-
-pl_tensor *ilora_moe_lora_linear_dt(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
-                                    pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
-                                    uint64_t counter, bool training, pl_dtype out) {
-    return ilora_moe_lora_linear_ck(x, w0, a, b, gexp, scale, p_drop, seed, counter, training, out,
-                                    NULL);
+    return ilora_moe_lora_linear_ck(x, w0, a, b, gexp, scale, p_drop, seed, counter, training,
+                                    PL_F32, NULL);
 }
 
 pl_tensor *ilora_moe_lora_linear_ck(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
