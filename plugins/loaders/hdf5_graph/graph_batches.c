@@ -39,31 +39,67 @@ static pl_status check_ptr(const graph *G, const char *name, const int64_t *ptr,
     return PL_OK;
 }
 
+/* Padding (jraph pad_with_graphs): batch b's real node and edge totals
+ * against the budgets; a batch over them is PL_ERR_CONFIG naming it. */
+static pl_status check_pad_budget(const graph *G, const gsplit *S, int64_t b, int64_t nodes,
+                                  int64_t edges, int64_t epoch) {
+    if (nodes < G->pad_nodes && edges <= G->pad_edges) return PL_OK;
+    char ep[64] = "";
+    if (epoch >= 0) snprintf(ep, sizeof ep, " in the order of epoch %lld", (long long)epoch);
+    pl_hint_set("raise pad_nodes / pad_edges, or set them to 0: the loader then derives the "
+                "largest batch any order can make (the batch_size largest graphs of a split)");
+    return pl_error_set(PL_ERR_CONFIG,
+                        "%s: batch %lld of split '%s'%s has %lld nodes and %lld edges; the padding "
+                        "budget is pad_nodes = %lld (at most %lld real nodes: one padding node at "
+                        "least) and pad_edges = %lld",
+                        G->path, (long long)b, pl_split_name((pl_data_split)(S - G->sp)), ep,
+                        (long long)nodes, (long long)edges, (long long)G->pad_nodes,
+                        (long long)G->pad_nodes - 1, (long long)G->pad_edges);
+}
+
 /* Lay the split's graphs out in S->order into the staging tensors: x rows,
  * batch-local edge ids, the batch vector, y rows and the batch boundaries
  * (batch b = order positions [b*B, (b+1)*B)). Host-side gather straight into
- * the tensors (CPU) or into the scratch buffers, then one copy per tensor. */
-pl_status gr_arrange(graph *G, gsplit *S) {
+ * the tensors (CPU) or into the scratch buffers, then one copy per tensor.
+ * Padding: batch b owns rows [b*PN, (b+1)*PN) of x / batch, [b*PE, ...) of
+ * the edges and [b*PG, ...) of y / graph_mask; after its r real graphs come
+ * the padding graph (graph id r: every padding node, zero features, every
+ * padding edge as a loop on its first node) and the empty graphs r+1..PG-1,
+ * whose targets are 0 and graph_mask 0 (jraph pad_with_graphs). */
+pl_status gr_arrange(graph *G, gsplit *S, int64_t epoch) {
     const int64_t F = G->F, K = G->K, B = G->B;
+    const bool pad = G->pad;
+    const int64_t PN = G->pad_nodes, PE = G->pad_edges, PG = G->pad_graphs;
     bool cpu = pl_device_eq(dev_of(G), PL_CPU);
     float *px = cpu ? pl_tensor_data(S->x) : G->sx;
     float *py = !S->y ? NULL : cpu ? pl_tensor_data(S->y) : G->sy; /* NULL: no targets */
+    float *pm = !pad ? NULL : cpu ? pl_tensor_data(S->gmask) : G->sgmask;
     int64_t *psrc = cpu ? pl_tensor_data(S->src) : G->ssrc,
             *pdst = cpu ? pl_tensor_data(S->dst) : G->sdst;
     int64_t *pbatch = cpu ? pl_tensor_data(S->batch) : G->sbatch;
-    /* batch boundaries (staging rows), sequential: O(ng) */
+    /* batch boundaries (staging rows), sequential: O(ng); padded: fixed, and
+     * each batch's real totals checked against the budget first */
     int64_t no = 0, eo = 0;
     for (int64_t i = 0; i < S->ng; i++) {
         if (i % B == 0) {
-            S->bnode[i / B] = no;
-            S->bedge[i / B] = eo;
+            if (pad && i > 0) {
+                pl_status st = check_pad_budget(G, S, i / B - 1, no, eo, epoch);
+                if (st) return st;
+                no = eo = 0;
+            }
+            S->bnode[i / B] = pad ? (i / B) * PN : no;
+            S->bedge[i / B] = pad ? (i / B) * PE : eo;
         }
         int64_t g = S->order[i];
         no += G->nptr[g + 1] - G->nptr[g];
         eo += G->eptr[g + 1] - G->eptr[g];
     }
-    S->bnode[S->nb_all] = no;
-    S->bedge[S->nb_all] = eo;
+    if (pad) {
+        pl_status st = check_pad_budget(G, S, S->nb_all - 1, no, eo, epoch);
+        if (st) return st;
+    }
+    S->bnode[S->nb_all] = pad ? S->nb_all * PN : no;
+    S->bedge[S->nb_all] = pad ? S->nb_all * PE : eo;
     /* per-graph copy; a graph's staging offsets follow from its batch's start
      * plus the graphs before it in that batch, so batches go in parallel */
 #pragma omp parallel for schedule(dynamic, 4) if (S->nodes > 65536)
@@ -71,10 +107,12 @@ pl_status gr_arrange(graph *G, gsplit *S) {
         int64_t n0 = S->bnode[b], e0 = S->bedge[b];
         int64_t nn = n0, ee = e0;
         int64_t i1 = (b + 1) * B < S->ng ? (b + 1) * B : S->ng;
+        int64_t y0 = pad ? b * PG - b * B : 0; /* y row of order position i: y0 + i */
         for (int64_t i = b * B; i < i1; i++) {
             int64_t g = S->order[i], gn = G->nptr[g + 1] - G->nptr[g];
             memcpy(px + nn * F, G->hx + G->nptr[g] * F, sizeof *px * (size_t)(gn * F));
-            if (py) memcpy(py + i * K, G->hy + g * K, sizeof *py * (size_t)K);
+            if (py) memcpy(py + (y0 + i) * K, G->hy + g * K, sizeof *py * (size_t)K);
+            if (pm) pm[y0 + i] = 1.0f;
             int64_t off = nn - n0; /* node offset of graph g within its batch */
             for (int64_t e = G->eptr[g]; e < G->eptr[g + 1]; e++, ee++) {
                 psrc[ee] = G->hsrc[e] + off;
@@ -84,6 +122,17 @@ pl_status gr_arrange(graph *G, gsplit *S) {
                 pbatch[nn + v] = i - b * B;
             nn += gn;
         }
+        if (!pad) continue;
+        int64_t r = i1 - b * B, first = nn - n0; /* real graphs; the first padding node */
+        memset(px + nn * F, 0, sizeof *px * (size_t)((n0 + PN - nn) * F));
+        for (int64_t v = nn; v < n0 + PN; v++)
+            pbatch[v] = r; /* the padding graph */
+        for (; ee < e0 + PE; ee++)
+            psrc[ee] = pdst[ee] = first;
+        for (int64_t j = r; j < PG; j++) {
+            if (py) memset(py + (b * PG + j) * K, 0, sizeof *py * (size_t)K);
+            pm[b * PG + j] = 0.0f;
+        }
     }
     if (cpu) return PL_OK;
     const pl_backend *be = pl_backend_get(dev_of(G).type);
@@ -92,12 +141,13 @@ pl_status gr_arrange(graph *G, gsplit *S) {
         pl_tensor *t;
         const void *h;
         size_t bytes;
-    } cp[5] = {{S->x, px, sizeof(float) * (size_t)(S->nodes * F)},
-               {S->y, py, sizeof(float) * (size_t)(S->ng * K)},
-               {S->src, psrc, sizeof(int64_t) * (size_t)S->edges},
-               {S->dst, pdst, sizeof(int64_t) * (size_t)S->edges},
-               {S->batch, pbatch, sizeof(int64_t) * (size_t)S->nodes}};
-    for (int i = 0; i < 5; i++) {
+    } cp[6] = {{S->x, px, sizeof(float) * (size_t)(S->xrows * F)},
+               {S->y, py, sizeof(float) * (size_t)(S->yrows * K)},
+               {S->src, psrc, sizeof(int64_t) * (size_t)S->erows},
+               {S->dst, pdst, sizeof(int64_t) * (size_t)S->erows},
+               {S->batch, pbatch, sizeof(int64_t) * (size_t)S->xrows},
+               {S->gmask, pm, sizeof(float) * (size_t)S->yrows}};
+    for (int i = 0; i < 6; i++) {
         if (!cp[i].bytes || !cp[i].t) continue;
         pl_status st =
             be->memcpy(pl_tensor_data(cp[i].t), cp[i].t->device, cp[i].h, PL_CPU, cp[i].bytes);
@@ -436,33 +486,91 @@ static pl_status graphs_standardize(graph *G, graphs_in *in) {
     return PL_OK;
 }
 
+static int cmp_desc_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The sum of the k largest of v[0..n) (v is sorted in place). */
+static int64_t sum_largest(int64_t *v, int64_t n, int64_t k) {
+    qsort(v, (size_t)n, sizeof *v, cmp_desc_i64);
+    int64_t t = 0;
+    for (int64_t i = 0; i < n && i < k; i++)
+        t += v[i];
+    return t;
+}
+
+/* Padding budgets (README "Static shapes"): pad_graphs 0 -> batch_size + 1;
+ * pad_nodes / pad_edges 0 -> the largest batch any order of a served split
+ * can make (the sum of its batch_size largest graphs' nodes, + 1 padding
+ * node; edges likewise, no padding edge needed), so no batch can overflow.
+ * A budget set below what one batch needs fails that batch (gr_arrange). */
+static pl_status graphs_pad_budgets(graph *G, const pl_config_section *cfg) {
+    G->pad_graphs = pl_cfg_int(cfg, "pad_graphs", 0);
+    G->pad_nodes = pl_cfg_int(cfg, "pad_nodes", 0);
+    G->pad_edges = pl_cfg_int(cfg, "pad_edges", 0);
+    if (G->pad_graphs == 0) G->pad_graphs = G->B + 1;
+    if (G->pad_graphs < G->B + 1)
+        return pl_error_set(PL_ERR_CONFIG,
+                            "%s: pad_graphs = %lld; expected >= batch_size + 1 = %lld (the batch's "
+                            "graphs and one padding graph, jraph pad_with_graphs' n_graph)",
+                            G->path, (long long)G->pad_graphs, (long long)G->B + 1);
+    G->pad_derived = G->pad_nodes == 0 || G->pad_edges == 0;
+    if (!G->pad_derived) return PL_OK;
+    int64_t *v = malloc(sizeof *v * (size_t)(G->NG + 1));
+    if (!v) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
+    int64_t mn = 0, me = 0;
+    for (int s = 0; s < PL_SPLIT_COUNT; s++) {
+        const gsplit *S = &G->sp[s];
+        if (!S->ids) continue; /* not served */
+        for (int64_t i = 0; i < S->ng; i++)
+            v[i] = G->nptr[S->ids[i] + 1] - G->nptr[S->ids[i]];
+        int64_t n = sum_largest(v, S->ng, G->B);
+        for (int64_t i = 0; i < S->ng; i++)
+            v[i] = G->eptr[S->ids[i] + 1] - G->eptr[S->ids[i]];
+        int64_t e = sum_largest(v, S->ng, G->B);
+        mn = n > mn ? n : mn;
+        me = e > me ? e : me;
+    }
+    free(v);
+    if (G->pad_nodes == 0) G->pad_nodes = mn + 1;
+    if (G->pad_edges == 0) G->pad_edges = me;
+    return PL_OK;
+}
+
 /* Staging tensors (device) of the splits served, host scratch for a
- * non-CPU device; val/test (and an unshuffled train) laid out once. */
+ * non-CPU device; val/test (and an unshuffled train) laid out once.
+ * Padded: each split's staging holds nb_all batches of the fixed totals. */
 static pl_status graphs_staging(graph *G) {
     pl_device dev = dev_of(G);
     const int ps = G->predict;
     int64_t max_nodes = 0, max_edges = 0, max_ng = 0;
-    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y", "graph"};
+    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y", "graph", "graph_mask"};
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
         if (ps >= 0 && s != ps) continue; /* predict: one split */
-        S->x = lk_new_tensor(PL_F32, 2, (int64_t[]){S->nodes, G->F}, dev);
-        S->src = lk_new_tensor(PL_I64, 1, (int64_t[]){S->edges}, dev);
-        S->dst = lk_new_tensor(PL_I64, 1, (int64_t[]){S->edges}, dev);
-        S->batch = lk_new_tensor(PL_I64, 1, (int64_t[]){S->nodes}, dev);
-        if (G->has_y) S->y = lk_new_tensor(PL_F32, 2, (int64_t[]){S->ng, G->K}, dev);
+        S->xrows = G->pad ? S->nb_all * G->pad_nodes : S->nodes;
+        S->erows = G->pad ? S->nb_all * G->pad_edges : S->edges;
+        S->yrows = G->pad ? S->nb_all * G->pad_graphs : S->ng;
+        S->x = lk_new_tensor(PL_F32, 2, (int64_t[]){S->xrows, G->F}, dev);
+        S->src = lk_new_tensor(PL_I64, 1, (int64_t[]){S->erows}, dev);
+        S->dst = lk_new_tensor(PL_I64, 1, (int64_t[]){S->erows}, dev);
+        S->batch = lk_new_tensor(PL_I64, 1, (int64_t[]){S->xrows}, dev);
+        if (G->has_y) S->y = lk_new_tensor(PL_F32, 2, (int64_t[]){S->yrows, G->K}, dev);
+        if (G->pad) S->gmask = lk_new_tensor(PL_F32, 1, (int64_t[]){S->yrows}, dev);
         /* predict: each graph's index in the file, in serving (file) order */
         if (ps >= 0) S->gid = lk_to_device(dev, PL_I64, 1, (int64_t[]){S->ng}, S->ids);
-        if (!S->x || !S->src || !S->dst || !S->batch || (G->has_y && !S->y) || (ps >= 0 && !S->gid))
+        if (!S->x || !S->src || !S->dst || !S->batch || (G->has_y && !S->y) ||
+            (ps >= 0 && !S->gid) || (G->pad && !S->gmask))
             return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
                                    "%s: staging tensors of split '%s'", G->path,
                                    pl_split_name((pl_data_split)s));
-        pl_tensor *t[NB_FIELDS] = {S->x, S->src, S->dst, S->batch, S->y, S->gid};
+        pl_tensor *t[NB_FIELDS] = {S->x, S->src, S->dst, S->batch, S->y, S->gid, S->gmask};
         for (int i = 0; i < NB_FIELDS; i++)
             if (t[i]) pl_tensor_set_name(t[i], "%s", fname[i]);
-        max_nodes = S->nodes > max_nodes ? S->nodes : max_nodes;
-        max_edges = S->edges > max_edges ? S->edges : max_edges;
-        max_ng = S->ng > max_ng ? S->ng : max_ng;
+        max_nodes = S->xrows > max_nodes ? S->xrows : max_nodes;
+        max_edges = S->erows > max_edges ? S->erows : max_edges;
+        max_ng = S->yrows > max_ng ? S->yrows : max_ng;
     }
     if (!pl_device_eq(dev, PL_CPU)) {
         G->sx = malloc(sizeof *G->sx * (size_t)(max_nodes * G->F + 1));
@@ -470,12 +578,13 @@ static pl_status graphs_staging(graph *G) {
         G->ssrc = malloc(sizeof *G->ssrc * (size_t)(max_edges + 1));
         G->sdst = malloc(sizeof *G->sdst * (size_t)(max_edges + 1));
         G->sbatch = malloc(sizeof *G->sbatch * (size_t)(max_nodes + 1));
-        if (!G->sx || !G->sy || !G->ssrc || !G->sdst || !G->sbatch)
+        G->sgmask = malloc(sizeof *G->sgmask * (size_t)(max_ng + 1));
+        if (!G->sx || !G->sy || !G->ssrc || !G->sdst || !G->sbatch || !G->sgmask)
             return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
     }
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         if ((s == PL_SPLIT_TRAIN && G->shuffle) || G->sp[s].ng == 0) continue;
-        pl_status st = gr_arrange(G, &G->sp[s]);
+        pl_status st = gr_arrange(G, &G->sp[s], -1);
         if (st) return st;
         G->sp[s].arranged_epoch = 0;
     }
@@ -504,6 +613,14 @@ static void graphs_meta(const graph *G, pl_meta *meta, const graphs_in *in) {
              "graphs",
              G->path, (long long)G->NG, (long long)G->F, (long long)G->K, (long long)G->sp[0].ng,
              (long long)G->sp[1].ng, (long long)G->sp[2].ng);
+    if (G->pad) {
+        int64_t n = strlen(line) < sizeof line ? (int64_t)strlen(line) : 0;
+        snprintf(line + n, sizeof line - (size_t)n,
+                 "; padded to %lld nodes, %lld edges, %lld graphs a batch%s", (long long)G->pad_nodes,
+                 (long long)G->pad_edges, (long long)G->pad_graphs,
+                 G->pad_derived ? " (the largest possible batch)" : "");
+    }
+    pl_meta_set_int(meta, "pad_graphs", G->pad ? G->pad_graphs : 0);
     pl_meta_set_str(meta, "data_summary", line);
 }
 
@@ -521,6 +638,11 @@ pl_status gr_create_graphs(graph *G, const pl_config_section *cfg, pl_run_contex
     G->B = pl_cfg_int(cfg, "batch_size", 32);
     G->shuffle = G->predict < 0 && pl_cfg_bool(cfg, "shuffle", true); /* predict: file order */
     G->drop_last = pl_cfg_bool(cfg, "drop_last", false);
+    /* pad: static batch shapes; auto: on a device other than the CPU
+     * (cuda_graphs captures a step of fixed shapes); predict: never */
+    const char *pad = pl_cfg_str(cfg, "pad", "off");
+    G->pad = G->predict < 0 &&
+             (!strcmp(pad, "on") || (!strcmp(pad, "auto") && !pl_device_eq(dev_of(G), PL_CPU)));
     pl_status st = graphs_read_file(G, cfg, &in);
     if (!st) st = graphs_check(G, &in);
     if (!st) st = graphs_edges(G, &in);
@@ -529,6 +651,7 @@ pl_status gr_create_graphs(graph *G, const pl_config_section *cfg, pl_run_contex
         if (in.m[s]) st = graphs_split(G, cfg, in.m[s], s); /* predict: one split */
     }
     if (!st) st = graphs_standardize(G, &in);
+    if (!st && G->pad) st = graphs_pad_budgets(G, cfg);
     if (!st) st = graphs_staging(G);
     if (!st && ctx && ctx->meta) graphs_meta(G, ctx->meta, &in);
     if (!st && G->predict < 0)

@@ -83,6 +83,20 @@ static const pl_option_spec own_opts[] = {
      "mode = graphs: drop the last partial train batch"},
     {"standardize_targets", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
      "mode = graphs: serve (y - mean) / std, mean and unbiased std of the train graphs"},
+    {"pad", PL_OPT_CHOICE, "off", PL_NO_BOUNDS, "off|on|auto",
+     "mode = graphs: static batch shapes as jraph pad_with_graphs: every batch padded to "
+     "pad_nodes / pad_edges / pad_graphs with a padding graph (zero features) and empty graphs, "
+     "masked by the graph_mask field; auto: on when pipeline.device is not cpu (cuda_graphs); "
+     "never for pipeline predict"},
+    {"pad_nodes", PL_OPT_INT, "0", 0, 1e12, NULL,
+     "mode = graphs, pad: nodes per padded batch (jraph n_node; > the real nodes); 0: the "
+     "batch_size largest graphs of a split + 1"},
+    {"pad_edges", PL_OPT_INT, "0", 0, 1e12, NULL,
+     "mode = graphs, pad: edges per padded batch (jraph n_edge, self loops counted); 0: the "
+     "edges of the batch_size graphs with most edges"},
+    {"pad_graphs", PL_OPT_INT, "0", 0, 1e9, NULL,
+     "mode = graphs, pad: graphs per padded batch (jraph n_graph, >= batch_size + 1); 0: "
+     "batch_size + 1"},
     PL_OPTIONS_END};
 
 /* The schema: own_opts, then hdf5_panel's options for the deprecated mode =
@@ -112,6 +126,8 @@ static const struct {
     {"test_mask", M_NODE | M_GRAPHS},     {"row_normalize", M_NODE | M_GRAPHS},
     {"node_ptr", M_GRAPHS},               {"edge_ptr", M_GRAPHS},
     {"targets", M_GRAPHS},                {"standardize_targets", M_GRAPHS},
+    {"pad", M_GRAPHS},                    {"pad_nodes", M_GRAPHS},
+    {"pad_edges", M_GRAPHS},              {"pad_graphs", M_GRAPHS},
     {"batch_size", M_GRAPHS | M_PANEL},   {"shuffle", M_GRAPHS | M_PANEL},
     {"drop_last", M_GRAPHS | M_PANEL},    {"target", M_PANEL},
     {"time", M_PANEL},                    {"target_time", M_PANEL},
@@ -160,6 +176,7 @@ static void g_destroy(void *self) {
         pl_tensor_release(S->batch);
         pl_tensor_release(S->y);
         pl_tensor_release(S->gid);
+        pl_tensor_release(S->gmask);
         free(S->ids);
         free(S->order);
         free(S->bnode);
@@ -176,6 +193,7 @@ static void g_destroy(void *self) {
     free(G->ssrc);
     free(G->sdst);
     free(G->sbatch);
+    free(G->sgmask);
     if (G->panel) hdf5_panel_vtable.destroy(G->panel);
     free(G);
 }
@@ -244,7 +262,7 @@ static pl_status g_epoch_begin(void *self, pl_data_split split, int64_t epoch, i
         G->sp[PL_SPLIT_TRAIN].arranged_epoch != epoch) {
         G->sp[PL_SPLIT_TRAIN].arranged_epoch = -1;
         gr_train_order(G, epoch);
-        pl_status st = gr_arrange(G, &G->sp[PL_SPLIT_TRAIN]);
+        pl_status st = gr_arrange(G, &G->sp[PL_SPLIT_TRAIN], epoch);
         if (st) return st;
         G->sp[PL_SPLIT_TRAIN].arranged_epoch = epoch;
     }
@@ -268,17 +286,20 @@ static int next_graphs(graph *G, pl_batch *out) {
     int64_t n0 = S->bnode[b], nn = S->bnode[b + 1] - n0, e0 = S->bedge[b],
             ne = S->bedge[b + 1] - e0;
     int64_t g0 = b * G->B, ng = S->ng - g0 < G->B ? S->ng - g0 : G->B;
+    /* padded: pad_graphs rows of y and graph_mask (the real ones first) */
+    int64_t y0 = G->pad ? b * G->pad_graphs : g0, yn = G->pad ? G->pad_graphs : ng;
     if (emit(G, out, "x", lk_view_rows(S->x, n0, nn)) ||
         emit(G, out, "edge_src", lk_view_rows(S->src, e0, ne)) ||
         emit(G, out, "edge_dst", lk_view_rows(S->dst, e0, ne)) ||
         emit(G, out, "batch", lk_view_rows(S->batch, n0, nn)) ||
-        (S->y && emit(G, out, "y", lk_view_rows(S->y, g0, ng))) ||
+        (S->y && emit(G, out, "y", lk_view_rows(S->y, y0, yn))) ||
+        (S->gmask && emit(G, out, "graph_mask", lk_view_rows(S->gmask, y0, yn))) ||
         (S->gid && emit(G, out, "graph", lk_view_rows(S->gid, g0, ng)))) {
         release_views(G);
         memset(out, 0, sizeof *out);
         return -1;
     }
-    out->size = ng;
+    out->size = ng; /* the real graphs (padded too: samples/s counts these) */
     out->index = b;
     G->cur_batch = b + 1;
     return 1;
@@ -318,7 +339,10 @@ static int g_next(void *self, pl_batch *out) {
 
 /* Node mode: x f32 [N, F], edge_src / edge_dst i64 [E], y i64 [N], mask u8 [N];
  * graphs mode: x f32 [n, F], edge_src / edge_dst i64 [e], batch i64 [n],
- * y f32 [B, K] (targets [G] are served as [B, 1]). Both are fixed by the
+ * y f32 [B, K] (targets [G] are served as [B, 1]); with pad (on / auto)
+ * graph_mask f32 [n_graph] too (1 real graph, 0 padding; x, edges, batch and
+ * y then have the pad_* totals: README "Static shapes"; declared optional
+ * for auto, which pads only off the CPU). Both are fixed by the
  * mode, whatever the file's types (the loader converts), so nothing is read.
  * Training batches only: `pipeline predict` batches leave y out when the file
  * has no labels / targets, and in graphs mode add graph i64 [B] (each graph's
@@ -334,6 +358,11 @@ static pl_status g_batch_fields(const pl_config_section *cfg, pl_field_list *out
     if (graphs) {
         if (!st) st = pl_fields_add(out, "batch", PL_I64, 1, false);
         if (!st) st = pl_fields_add(out, "y", PL_F32, 2, false);
+        /* pad = on: graph_mask in every batch; auto: only where it pads (a
+         * device other than the CPU, which this call does not see): optional */
+        const char *pad = pl_cfg_str(cfg, "pad", "off");
+        if (!st && strcmp(pad, "off"))
+            st = pl_fields_add(out, "graph_mask", PL_F32, 1, !strcmp(pad, "auto"));
     } else {
         if (!st) st = pl_fields_add(out, "y", PL_I64, 1, false);
         if (!st) st = pl_fields_add(out, "mask", PL_U8, 1, false);

@@ -26,6 +26,8 @@ typedef struct gsplit {
     int64_t *bnode, *bedge;               /* [nb_all + 1] staging row offsets of each batch */
     pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
     pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
+    pl_tensor *gmask;                     /* padding only: f32 [nb_all * pad_graphs] 1 real, 0 padding */
+    int64_t xrows, erows, yrows;          /* staging rows: nodes, edges, graphs (padded: nb_all * budget) */
     int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
@@ -44,6 +46,11 @@ typedef struct graph {
     /* graphs mode: host copies (after self loops, normalization, standardization) */
     int64_t NG, K, B;
     bool shuffle, drop_last;
+    /* static-shape batches (jraph pad_with_graphs): every batch padded to
+     * pad_nodes nodes, pad_edges edges and pad_graphs graphs; off: 0 */
+    bool pad;
+    int64_t pad_nodes, pad_edges, pad_graphs;
+    bool pad_derived; /* the node / edge budgets were derived (largest possible batch) */
     int64_t *nptr, *eptr; /* [NG + 1] */
     float *hx, *hy;       /* [N, F], [NG, K] */
     int64_t *hsrc, *hdst; /* [E] graph-local ids */
@@ -51,6 +58,7 @@ typedef struct graph {
     /* host scratch for a non-CPU device (sized for the largest split) */
     float *sx, *sy;
     int64_t *ssrc, *sdst, *sbatch;
+    float *sgmask;
     pl_tensor *views[NB_FIELDS];
     int nviews;
     /* every mode: the epoch cursor */
@@ -106,8 +114,10 @@ pl_status gr_create_node(graph *G, const pl_config_section *cfg, pl_run_context 
  * features_set: the `features` option was given (else the dataset is x). */
 pl_status gr_create_graphs(graph *G, const pl_config_section *cfg, pl_run_context *ctx,
                            bool features_set);
-/* Lay split S out in S->order into its staging tensors. */
-pl_status gr_arrange(graph *G, gsplit *S);
+/* Lay split S out in S->order into its staging tensors; `epoch`: the train
+ * epoch whose order it is (-1: val / test), named by a padding error (a
+ * batch over the pad_nodes / pad_edges budget: PL_ERR_CONFIG). */
+pl_status gr_arrange(graph *G, gsplit *S, int64_t epoch);
 /* The train order of `epoch` (seed + epoch; file order without shuffle). */
 void gr_train_order(graph *G, int64_t epoch);
 

@@ -784,6 +784,197 @@ START_TEST(test_batch_fields_graphs_mode) {
 }
 END_TEST
 
+/* ---- pad: static batch shapes (jraph pad_with_graphs) ---------------------- */
+
+/* Every padded batch against the unpadded loader's batch of the same index:
+ * the real rows first and equal, then the padding graph (graph id r = the
+ * real graphs: every padding node, zero features, every padding edge a loop
+ * on its first node) and empty graphs with zero targets, graph_mask 1 for
+ * the r real graphs and 0 after; shapes the budgets'. Returns the batches. */
+static int check_padded_epoch(lt_loader *P, lt_loader *U, pl_data_split sp, int64_t epoch,
+                              int64_t PN, int64_t PE, int64_t PG) {
+    PL_CK_OK(P->vt->epoch_begin(P->self, sp, epoch, 0));
+    PL_CK_OK(U->vt->epoch_begin(U->self, sp, epoch, 0));
+    pl_batch b, u;
+    int nb = 0;
+    while (P->vt->next(P->self, &b) == 1) {
+        ck_assert_int_eq(U->vt->next(U->self, &u), 1);
+        ck_assert_int_eq(b.size, u.size); /* the real graphs */
+        ck_assert_int_eq(b.n, 6);
+        pl_tensor *x = pl_batch_get(&b, "x"), *src = pl_batch_get(&b, "edge_src"),
+                  *dst = pl_batch_get(&b, "edge_dst"), *bv = pl_batch_get(&b, "batch"),
+                  *y = pl_batch_get(&b, "y"), *gm = pl_batch_get(&b, "graph_mask");
+        ck_assert(x && src && dst && bv && y && gm);
+        ck_assert_int_eq(x->shape[0], PN);
+        ck_assert_int_eq(bv->shape[0], PN);
+        ck_assert_int_eq(src->shape[0], PE);
+        ck_assert_int_eq(dst->shape[0], PE);
+        ck_assert_int_eq(y->shape[0], PG);
+        ck_assert_int_eq(y->shape[1], 2);
+        ck_assert_int_eq(gm->ndim, 1);
+        ck_assert_int_eq(gm->shape[0], PG);
+        ck_assert_int_eq(gm->dtype, PL_F32);
+        int64_t n = pl_batch_get(&u, "x")->shape[0], e = pl_batch_get(&u, "edge_src")->shape[0];
+        int64_t r = u.size;
+        ck_assert_int_lt(n, PN);
+        const float *xv = pl_tensor_f32(x), *ux = pl_tensor_f32(pl_batch_get(&u, "x"));
+        const float *yv = pl_tensor_f32(y), *uy = pl_tensor_f32(pl_batch_get(&u, "y"));
+        const float *mv = pl_tensor_f32(gm);
+        const int64_t *sv = pl_tensor_i64(src), *dv = pl_tensor_i64(dst), *bb = pl_tensor_i64(bv);
+        const int64_t *us = pl_tensor_i64(pl_batch_get(&u, "edge_src")),
+                      *ud = pl_tensor_i64(pl_batch_get(&u, "edge_dst")),
+                      *ub = pl_tensor_i64(pl_batch_get(&u, "batch"));
+        for (int64_t i = 0; i < PN; i++) {
+            for (int k = 0; k < 2; k++)
+                ck_assert_float_eq(xv[i * 2 + k], i < n ? ux[i * 2 + k] : 0.0f);
+            ck_assert_int_eq(bb[i], i < n ? ub[i] : r);
+        }
+        for (int64_t i = 0; i < PE; i++) {
+            ck_assert_int_eq(sv[i], i < e ? us[i] : n);
+            ck_assert_int_eq(dv[i], i < e ? ud[i] : n);
+        }
+        for (int64_t g = 0; g < PG; g++) {
+            for (int k = 0; k < 2; k++)
+                ck_assert_float_eq(yv[g * 2 + k], g < r ? uy[g * 2 + k] : 0.0f);
+            ck_assert_float_eq(mv[g], g < r ? 1.0f : 0.0f);
+        }
+        nb++;
+    }
+    ck_assert_int_eq(U->vt->next(U->self, &u), 0);
+    return nb;
+}
+
+/* pad = on: derived budgets (the batch_size largest graphs of a split: train
+ * nodes 4 + 3 + 3 + 1 = 11, edges 4 + 3 + 2 = 9, graphs 3 + 1), every batch
+ * of every split and shuffled epoch of those shapes and the unpadded batch's
+ * contents in front; explicit budgets; batch_fields with pad on / auto. */
+START_TEST(test_graphs_pad) {
+    const char *opts[2] = {"batch_size = 3\nshuffle = false\n", "batch_size = 3\nshuffle = true\n"};
+    for (int c = 0; c < 2; c++) {
+        char o[256];
+        snprintf(o, sizeof o, "%spad = on\n", opts[c]);
+        lt_loader P, U;
+        PL_CK_OK(open_graphs(&P, o));
+        PL_CK_OK(open_graphs(&U, opts[c]));
+        ck_assert_int_eq(meta_int(&P, "pad_graphs"), 4);
+        ck_assert_int_eq(meta_int(&U, "pad_graphs"), 0);
+        ck_assert_msg(strstr(pl_meta_get_str(P.ctx->meta, "data_summary"),
+                             "padded to 11 nodes, 9 edges, 4 graphs a batch (the largest possible batch)"),
+                      "%s", pl_meta_get_str(P.ctx->meta, "data_summary"));
+        for (int64_t ep = 0; ep < 3; ep++)
+            ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_TRAIN, ep, 11, 9, 4), 2);
+        ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_VAL, 0, 11, 9, 4), 1);
+        ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_TEST, 0, 11, 9, 4), 1);
+        pl_field_list fl;
+        PL_CK_OK(P.vt->batch_fields(P.sec, &fl));
+        ck_assert_int_eq(fl.n, 6);
+        ck_assert_str_eq(fl.f[5].name, "graph_mask");
+        ck_assert(!fl.f[5].optional);
+        /* the harness's contract check: every declared field, nothing else */
+        char msg[512];
+        PL_CK_OK(P.vt->epoch_begin(P.self, PL_SPLIT_TRAIN, 0, 0));
+        pl_batch b;
+        ck_assert_int_eq(P.vt->next(P.self, &b), 1);
+        const char *d = lt_fields_diff(&P, &fl, PL_SPLIT_TRAIN, &b, NULL, msg, sizeof msg);
+        ck_assert_msg(d == NULL, "%s", d);
+        lt_close(&P);
+        lt_close(&U);
+    }
+    /* explicit budgets, exactly enough for the unshuffled batches (9 nodes + 1, 9 edges),
+     * more graphs */
+    lt_loader P, U;
+    PL_CK_OK(open_graphs(&P, "batch_size = 3\nshuffle = false\npad = on\npad_nodes = 10\n"
+                             "pad_edges = 9\npad_graphs = 6\n"));
+    PL_CK_OK(open_graphs(&U, "batch_size = 3\nshuffle = false\n"));
+    ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_TRAIN, 0, 10, 9, 6), 2);
+    ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_VAL, 0, 10, 9, 6), 1);
+    lt_close(&P);
+    lt_close(&U);
+    /* auto on the CPU: no padding, graph_mask declared optional */
+    PL_CK_OK(open_graphs(&P, "batch_size = 3\npad = auto\n"));
+    PL_CK_OK(P.vt->epoch_begin(P.self, PL_SPLIT_TRAIN, 0, 0));
+    pl_batch b;
+    ck_assert_int_eq(P.vt->next(P.self, &b), 1);
+    ck_assert_int_eq(b.n, 5);
+    ck_assert_ptr_null(pl_batch_find(&b, "graph_mask"));
+    pl_field_list fl;
+    PL_CK_OK(P.vt->batch_fields(P.sec, &fl));
+    ck_assert_int_eq(fl.n, 6);
+    ck_assert(fl.f[5].optional);
+    char msg[512];
+    const char *d = lt_fields_diff(&P, &fl, PL_SPLIT_TRAIN, &b, NULL, msg, sizeof msg);
+    ck_assert_msg(d == NULL, "%s", d);
+    lt_close(&P);
+}
+END_TEST
+
+/* A batch over explicit budgets fails naming the batch, what it needs and the
+ * budget; pad_graphs below batch_size + 1 and pad in node mode are refused. */
+START_TEST(test_graphs_pad_errors) {
+    gfile f;
+    gfile_init(&f);
+    /* batch 0 (graphs 0, 1, 3) has 9 nodes: pad_nodes = 9 leaves no padding node */
+    expect_error(&f, "batch_size = 3\nshuffle = false\npad = on\npad_nodes = 9\npad_edges = 20\n",
+                 "batch 0 of split 'train' has 9 nodes and 9 edges; the padding budget is "
+                 "pad_nodes = 9 (at most 8 real nodes: one padding node at least) and "
+                 "pad_edges = 20", NULL);
+    expect_error(&f, "batch_size = 3\nshuffle = false\npad = on\npad_nodes = 20\npad_edges = 8\n",
+                 "batch 0 of split 'train' has 9 nodes and 9 edges", "pad_edges = 8");
+    expect_error(&f, "batch_size = 3\npad = on\npad_graphs = 3\n",
+                 "pad_graphs = 3; expected >= batch_size + 1 = 4", NULL);
+    /* shuffled: some epoch puts graphs 1, 3 and 5 (10 nodes) in one batch */
+    lt_loader L;
+    PL_CK_OK(open_graphs(&L, "batch_size = 3\npad = on\npad_nodes = 10\npad_edges = 9\n"));
+    pl_status st = PL_OK;
+    int64_t ep = 0;
+    for (; ep < 64 && !st; ep++)
+        st = L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, ep, 0);
+    ck_assert_int_eq(st, PL_ERR_CONFIG);
+    char want[128];
+    snprintf(want, sizeof want, "of split 'train' in the order of epoch %lld has 10 nodes",
+             (long long)ep - 1);
+    ck_assert_msg(strstr(pl_error_message(), want), "expected '%s' in: %s", want,
+                  pl_error_message());
+    lt_close(&L);
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\npad = on\n", make_graph("node_pad.h5", 0, p, sizeof p));
+    ck_assert_int_ne(lt_open(&L, "hdf5_graph", body, NULL), PL_OK);
+    ck_assert_msg(strstr(pl_error_message(), "option 'pad' applies to mode = graphs only"), "%s",
+                  pl_error_message());
+}
+END_TEST
+
+/* pad on a device (strict, or PL_TEST_DEVICE_BACKEND=cuda): the staging goes
+ * through the host scratch; every batch equals the CPU loader's, byte for
+ * byte; auto pads there (graph_mask served) */
+START_TEST(test_graphs_pad_device) {
+    pl_device dev;
+    PL_CK_OK(lt_test_device(&dev));
+    gfile f;
+    gfile_init(&f);
+    char p[512], body[1024];
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\nbatch_size = 3\npad = on\n",
+             gfile_write(&f, "pad_dev.h5", p, sizeof p));
+    int nb = 0, nf = 0;
+    char why[1024];
+    const char *d = lt_device_equals_cpu("hdf5_graph", body, dev, 3, &nb, &nf, why, sizeof why);
+    ck_assert_msg(d == NULL, "%s", d);
+    ck_assert_int_gt(nb, 1);
+    ck_assert_int_eq(nf, 6);
+    snprintf(body, sizeof body, "path = %s\nmode = graphs\nbatch_size = 3\npad = auto\n", p);
+    lt_loader L;
+    PL_CK_OK(lt_open_on(&L, "hdf5_graph", body, NULL, dev));
+    PL_CK_OK(L.vt->epoch_begin(L.self, PL_SPLIT_TRAIN, 0, 0));
+    pl_batch b;
+    ck_assert_int_eq(L.vt->next(L.self, &b), 1);
+    pl_tensor *gm = pl_batch_find(&b, "graph_mask");
+    ck_assert_ptr_nonnull(gm);
+    ck_assert_int_eq(gm->shape[0], 4);
+    ck_assert_int_eq(pl_batch_get(&b, "x")->shape[0], 11);
+    lt_close(&L);
+}
+END_TEST
+
 /* ---- the real NCI molecules (tools/fetch_molecules.sh) -------------------- */
 
 static int read_file_ds(const char *path, const char *name, hid_t type, void *out) {
@@ -928,6 +1119,9 @@ int main(void) {
     tcase_add_test(tc, test_node_start_batch);
     tcase_add_test(tc, test_batch_fields_node_mode);
     tcase_add_test(tc, test_batch_fields_graphs_mode);
+    tcase_add_test(tc, test_graphs_pad);
+    tcase_add_test(tc, test_graphs_pad_errors);
+    tcase_add_test(tc, test_graphs_pad_device);
     tcase_add_test(tc, test_nci_molecules);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
