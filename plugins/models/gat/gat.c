@@ -93,6 +93,24 @@ pl_tensor *gat_graph_predict(gat_model *m, pl_tensor *x, pl_tensor *src, pl_tens
     return h;
 }
 
+/* The loss of pred vs target f32 [G, K] (mean over the rows), or with
+ * `w` f32 [G, 1] (1 a real graph, 0 a padding one; hdf5_graph's graph_mask)
+ * the mean over the real rows only, on the device (no host read: the step
+ * stays capturable): loss(w*pred, w*target) * G / sum(w). A padding row's
+ * difference is exactly 0, so it adds 0 to the sum and its gradient is 0;
+ * the result is the unpadded mean up to the rounding of the two scalings. */
+static pl_tensor *graph_loss(const gat_model *m, pl_tensor *pred, pl_tensor *yt, pl_tensor *w) {
+    if (w) {
+        pred = pl_mul(pred, w);
+        yt = pl_mul(yt, w);
+    }
+    pl_tensor *loss = m->o.loss == GAT_LOSS_MAE     ? pl_mae_loss(pred, yt)
+                      : m->o.loss == GAT_LOSS_HUBER ? pl_huber_loss(pred, yt, m->o.huber_delta)
+                                                    : pl_mse_loss(pred, yt);
+    if (!w || !loss) return loss;
+    return pl_div(pl_scale(loss, (double)w->shape[0]), pl_sum(w, PL_ALL_DIMS, false));
+}
+
 static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, pl_tensor **loss_out,
                                pl_metrics *metrics) {
     pl_tensor *x = pl_batch_get(b, "x"), *es = pl_batch_get(b, "edge_src"),
@@ -102,34 +120,49 @@ static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, p
         return pl_error_prefix(pl_error_status(),
                                "gat (task = graph_regression): batch needs x, edge_src, edge_dst, batch, y "
                                "(hdf5_graph mode = graphs)");
+    /* padded batches (hdf5_graph pad, jraph pad_with_graphs): G >= B + 1 graphs,
+     * the padding ones masked out of the loss and the metrics */
+    pl_tensor *gm = pl_batch_find(b, "graph_mask");
     char b1[256], b2[256];
-    int64_t B = b->size, K = m->o.num_targets;
+    int64_t B = b->size, K = m->o.num_targets, G = gm ? pl_tensor_numel(gm) : B;
     if (x->ndim != 2 || x->shape[1] != m->o.in_features)
         return pl_error_set(PL_ERR_SHAPE, "gat: node features %s, expected [n, %lld]",
                             pl_tensor_describe(x, b1, sizeof b1), (long long)m->o.in_features);
     if (bv->ndim != 1 || bv->shape[0] != x->shape[0])
         return pl_error_set(PL_ERR_SHAPE, "gat: batch vector %s, expected [%lld] (one graph id per node)",
                             pl_tensor_describe(bv, b1, sizeof b1), (long long)x->shape[0]);
-    if (y->ndim != 2 || y->shape[0] != B || y->shape[1] != K)
-        return pl_error_set(PL_ERR_SHAPE, "gat: targets %s, expected [%lld, %lld] (batch size, num_targets)",
-                            pl_tensor_describe(y, b2, sizeof b2), (long long)B, (long long)K);
+    if (gm && (gm->ndim != 1 || G <= B))
+        return pl_error_set(PL_ERR_SHAPE,
+                            "gat: graph_mask %s, expected [n_graph] with n_graph > the batch's %lld "
+                            "graphs (the real ones and at least one padding graph)",
+                            pl_tensor_describe(gm, b1, sizeof b1), (long long)B);
+    if (y->ndim != 2 || y->shape[0] != G || y->shape[1] != K)
+        return pl_error_set(PL_ERR_SHAPE, "gat: targets %s, expected [%lld, %lld] (%s, num_targets)",
+                            pl_tensor_describe(y, b2, sizeof b2), (long long)G, (long long)K,
+                            gm ? "graph_mask's graphs" : "batch size");
     pl_tensor *src = NULL, *dst = NULL;
     pl_status st = gat_edges_batch(m, es, ed, x->shape[0], &src, &dst);
     if (st) return st;
-    pl_tensor *pred = gat_graph_predict(m, x, src, dst, bv, B, training);
+    pl_tensor *pred = gat_graph_predict(m, x, src, dst, bv, G, training);
     pl_tensor *yt = y->dtype == PL_F32 ? y : pl_tensor_to(y, PL_F32, y->device);
-    pl_tensor *loss = m->o.loss == GAT_LOSS_MAE     ? pl_mae_loss(pred, yt)
-                      : m->o.loss == GAT_LOSS_HUBER ? pl_huber_loss(pred, yt, m->o.huber_delta)
-                                                    : pl_mse_loss(pred, yt);
+    pl_tensor *w = !gm ? NULL
+                       : pl_reshape(gm->dtype == PL_F32 ? gm : pl_tensor_to(gm, PL_F32, gm->device),
+                                    2, (int64_t[]){G, 1});
+    pl_tensor *loss = graph_loss(m, pred, yt, w);
     if (!loss) return pl_error_prefix(pl_error_status(), "gat forward");
     *loss_out = loss;
     if (training || !metrics) return PL_OK;
-    /* metrics in the target's original units (undo the loader's standardization) */
+    /* metrics in the target's original units (undo the loader's standardization),
+     * over the real graphs */
     pl_tensor *hp = pl_tensor_to(pred, PL_F32, PL_CPU), *hy = pl_tensor_to(yt, PL_F32, PL_CPU);
-    if (!hp || !hy) return pl_error_status();
-    const float *pv = pl_tensor_data(hp), *yv = pl_tensor_data(hy);
+    pl_tensor *hw = w ? pl_tensor_to(w, PL_F32, PL_CPU) : NULL;
+    if (!hp || !hy || (w && !hw)) return pl_error_status();
+    const float *pv = pl_tensor_data(hp), *yv = pl_tensor_data(hy), *wv = hw ? pl_tensor_data(hw) : NULL;
     double ae = 0, se = 0, base_ae = 0;
-    for (int64_t i = 0; i < B; i++)
+    int64_t real = 0;
+    for (int64_t i = 0; i < G; i++) {
+        if (wv && wv[i] == 0) continue;
+        real++;
         for (int64_t k = 0; k < K; k++) {
             double sc = m->o.scale[k], sh = m->o.shift[k];
             double p = pv[i * K + k] * sc + sh, t = yv[i * K + k] * sc + sh;
@@ -137,7 +170,8 @@ static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, p
             se += (p - t) * (p - t);
             base_ae += fabs(sh - t); /* predicting the training mean */
         }
-    double n = (double)(B * K);
+    }
+    double n = (double)(real * K);
     pl_metrics_add(metrics, "loss", pl_tensor_item(loss) * n, n);
     pl_metrics_add(metrics, "mae", ae, n);
     pl_metrics_add(metrics, "mse", se, n);
@@ -297,6 +331,8 @@ static pl_status gat_batch_needs(const pl_config_section *cfg, pl_field_list *ou
     if (!st) st = pl_fields_add(out, "edge_dst", PL_DTYPE_INDEX, 1, false);
     if (!st && graphs) st = pl_fields_add(out, "batch", PL_DTYPE_INDEX, 1, false);
     if (!st && graphs) st = pl_fields_add(out, "y", PL_DTYPE_FLOAT, 2, false);
+    /* padded batches (hdf5_graph pad): 1 a real graph, 0 a padding one */
+    if (!st && graphs) st = pl_fields_add(out, "graph_mask", PL_DTYPE_FLOAT, 1, true);
     if (!st && !graphs) st = pl_fields_add(out, "y", PL_DTYPE_INDEX, 1, false);
     if (!st && !graphs) st = pl_fields_add(out, "mask", PL_U8, 1, false);
     return st;

@@ -653,6 +653,111 @@ START_TEST(graph_regression_learns_node_counts) {
 }
 END_TEST
 
+/* hdf5_graph pad (jraph pad_with_graphs): the multi batch padded to 12 nodes,
+ * 13 edges and 4 graphs (3 padding nodes of zero features in padding graph
+ * 2, its 4 padding edges loops on its first node, graph 3 empty, junk
+ * targets on the padding rows, graph_mask 1 1 0 0). For every loss and both
+ * readouts, dropout on: the training loss, every parameter's gradient and
+ * the eval metrics equal the unpadded batch's (to f32 rounding: the mean's
+ * scale is G / sum(mask) times the mean over G rows, and the weight
+ * gradients sum zero rows of the padding nodes in). */
+START_TEST(padded_batch_gives_the_unpadded_loss_gradients_and_metrics) {
+    enum { PADN = 3, PADE = 4, PN = MB_N + PADN, PE = MB_E + PADE, PG = 4 };
+    static const float y[2 * GAT_REF_KT] = {0.3f, -1.2f, 1.5f, 0.1f};
+    const gat_loss losses[3] = {GAT_LOSS_MSE, GAT_LOSS_MAE, GAT_LOSS_HUBER};
+    const pl_model_vtable *vt = pl_plugin_entry()->vtable;
+    for (int c = 0; c < 6; c++) {
+        gat_opts o = graph_opts(c % 2 ? GAT_READOUT_SUM : GAT_READOUT_MEAN, 3);
+        o.add_self_loops = false; /* the loader adds them: the model's would read the edges */
+        o.dropout = o.attn_dropout = 0.3;
+        o.residual = true;
+        o.loss = losses[c / 2];
+        o.huber_delta = 0.5;
+        o.scale[0] = 10.0;
+        o.shift[0] = 50.0;
+        multi_batch g;
+        multi_init(&g, y);
+        /* the padded batch: the real rows first, as the loader lays them out */
+        float xv[PN * GAT_REF_F] = {0}, yv[PG * GAT_REF_KT], mv[PG] = {1, 1, 0, 0};
+        int64_t sv[PE], dv[PE], bv[PN];
+        memcpy(xv, pl_tensor_f32(g.x), sizeof(float) * MB_N * GAT_REF_F);
+        memcpy(sv, pl_tensor_i64(g.es), sizeof(int64_t) * MB_E);
+        memcpy(dv, pl_tensor_i64(g.ed), sizeof(int64_t) * MB_E);
+        memcpy(bv, pl_tensor_i64(g.bv), sizeof(int64_t) * MB_N);
+        for (int e = MB_E; e < PE; e++) sv[e] = dv[e] = MB_N;
+        for (int i = MB_N; i < PN; i++) bv[i] = 2;
+        for (int i = 0; i < PG * GAT_REF_KT; i++) yv[i] = i < 2 * GAT_REF_KT ? y[i] : 7.0f;
+        pl_tensor *ts[6] = {pl_tensor_from_data(PL_F32, PL_SHAPE(PN, GAT_REF_F), xv, PL_CPU),
+                            new_i64(sv, PE), new_i64(dv, PE), new_i64(bv, PN),
+                            pl_tensor_from_data(PL_F32, PL_SHAPE(PG, GAT_REF_KT), yv, PL_CPU),
+                            pl_tensor_from_data(PL_F32, PL_SHAPE(PG), mv, PL_CPU)};
+        const char *names[6] = {"x", "edge_src", "edge_dst", "batch", "y", "graph_mask"};
+        pl_batch pb = {.n = 6, .size = 2};
+        for (int i = 0; i < 6; i++) {
+            pb.names[i] = names[i];
+            pb.fields[i] = ts[i];
+        }
+        /* the two runs from the same weights, gradients kept apart */
+        fixture f;
+        fx_init(&f, &o);
+        f.ctx.micro_step = 5;
+        int np = pl_params_count(f.ctx.params);
+        double lv[2], met[2][4];
+        static double grad[2][4096];
+        int ng = 0;
+        for (int run = 0; run < 2; run++) {
+            const pl_batch *b = run ? &pb : &g.b;
+            pl_frame_begin();
+            pl_tensor *loss = NULL;
+            PL_CK_OK(vt->forward(f.m, b, PL_SPLIT_TRAIN, true, &loss, NULL));
+            lv[run] = pl_tensor_item(loss);
+            PL_CK_OK(pl_backward(loss, 1.0));
+            pl_frame_end();
+            ng = 0;
+            for (int i = 0; i < np; i++) {
+                pl_tensor *p = pl_params_at(f.ctx.params, i)->t;
+                ck_assert_ptr_nonnull(p->grad);
+                for (int64_t j = 0; j < pl_tensor_numel(p); j++) {
+                    ck_assert_int_lt(ng, 4096);
+                    grad[run][ng++] = pl_tensor_get(p->grad, j);
+                }
+                pl_tensor_zero_grad(p);
+            }
+            pl_metrics m;
+            pl_metrics_reset(&m);
+            pl_no_grad_begin();
+            pl_frame_begin();
+            PL_CK_OK(vt->forward(f.m, b, PL_SPLIT_VAL, false, &loss, &m));
+            pl_frame_end();
+            pl_no_grad_end();
+            const char *keys[4] = {"loss", "mae", "mse", "train_mean_mae"};
+            for (int k = 0; k < 4; k++) met[run][k] = pl_metrics_get(&m, keys[k]);
+        }
+        ck_assert_msg(isfinite(lv[0]) && fabs(lv[1] - lv[0]) <= 1e-6 * fabs(lv[0]),
+                      "case %d: loss %.9g unpadded, %.9g padded", c, lv[0], lv[1]);
+        /* per entry, against the largest entry of the gradient vector: an entry
+         * that is a sum of terms of both signs keeps their rounding, not its own */
+        int nz = 0;
+        double gmax = 0;
+        for (int j = 0; j < ng; j++) gmax = fmax(gmax, fabs(grad[0][j]));
+        for (int j = 0; j < ng; j++) {
+            nz += grad[0][j] != 0;
+            ck_assert_msg(fabs(grad[1][j] - grad[0][j]) <= 1e-6 * gmax,
+                          "case %d: gradient %d: %.9g unpadded, %.9g padded (largest %.3g)", c, j,
+                          grad[0][j], grad[1][j], gmax);
+        }
+        ck_assert_int_gt(nz, ng / 2);
+        for (int k = 0; k < 4; k++)
+            ck_assert_msg(fabs(met[1][k] - met[0][k]) <= 1e-6 * fabs(met[0][k]),
+                          "case %d: metric %d: %.9g unpadded, %.9g padded", c, k, met[0][k],
+                          met[1][k]);
+        for (int i = 0; i < 6; i++) pl_tensor_release(ts[i]);
+        multi_free(&g);
+        fx_free(&f);
+    }
+}
+END_TEST
+
 START_TEST(graph_regression_refuses_a_node_batch) {
     gat_opts o = graph_opts(GAT_READOUT_MEAN, 0);
     fixture f;
@@ -701,6 +806,7 @@ int main(void) {
     tcase_add_test(tc, graph_regression_gradients_match_finite_differences);
     tcase_add_test(tc, graph_regression_metrics_undo_standardization);
     tcase_add_test(tc, graph_regression_learns_node_counts);
+    tcase_add_test(tc, padded_batch_gives_the_unpadded_loss_gradients_and_metrics);
     tcase_add_test(tc, graph_regression_refuses_a_node_batch);
     tcase_add_test(tc, schema_and_descriptor);
     suite_add_tcase(s, tc);
