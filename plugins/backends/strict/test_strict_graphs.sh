@@ -13,9 +13,14 @@
 #    distills a tiny teacher export made here (the
 #    teacher and the student on a 40-item MovieLens-shaped file,
 #    tests/support/make_ml_tiny.py, as teacher_llm).
-#  - gat_molecules (batches of graphs: node and edge counts change every
-#    batch): nothing is captured, the run says why exactly once, and its
-#    losses are the eager run's.
+#  - gat_molecules: its config pads every batch of molecules to fixed node,
+#    edge and graph totals off the CPU (hdf5_graph pad = auto, jraph
+#    pad_with_graphs), so it is captured and replayed like the others. With
+#    data.pad=off (node and edge counts change every batch) nothing is
+#    captured, the run says why exactly once, its losses are the eager
+#    run's, and they agree with the padded run's to 1e-5 relative (padding
+#    changes f32 rounding only: the masked mean's scale, zero rows in the
+#    weight gradients' sums).
 #  - A short last batch (lstm_chicago on 41 training windows in batches of
 #    12) runs eagerly with one logged reason, the others replay.
 #  - A host read forced inside the captured step (the test hook
@@ -75,7 +80,8 @@ declare -A extra=([gat_cora]="trainer.max_epochs=5"
                    model.backbone=$src/tests/data/hf_llama/gqa_tied model.item_dim=8 model.max_len=8
                    model.export_top_k=5 pipeline.requires= trainer.init_from=")
 # batches whose shapes change every step: eager, with this reason logged once
-declare -A eager_why=([gat_molecules]="batch shapes change from step to step")
+# (gat_molecules with data.pad=off: checked after the loop)
+declare -A eager_why=()
 if [[ " ${only[*]} " =~ " teacher_llm " ]] || [[ " ${only[*]} " =~ " student " ]]; then
     python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 fi
@@ -154,6 +160,38 @@ if [ -e data/chicago.h5 ] && [[ " ${only[*]} " =~ " lstm_chicago " ]]; then
     echo "ok lstm_chicago with a short last batch: losses equal; $line"
 fi
 
+# gat_molecules unpadded (data.pad=off): node and edge counts change every batch, so nothing
+# is captured and the reason is logged once; its losses are its eager run's, and the padded
+# run's (above) to f32 rounding
+if [ -e data/nci_tpsa.h5 ] && [[ " ${only[*]} " =~ " gat_molecules " ]]; then
+    for g in false true; do
+        # shellcheck disable=SC2086
+        "$bin" run "$src/configs/gat_molecules.ini" pipeline.run_dir="$tmp/runs" pipeline.name="unpadded_$g" \
+            $short $lim data.pad=off trainer.cuda_graphs=$g >"$tmp/unpadded_$g.log" 2>&1 ||
+            { tail -20 "$tmp/unpadded_$g.log"; fail "gat_molecules, data.pad=off, cuda_graphs=$g"; }
+    done
+    grep -q "padded to" "$tmp/gat_molecules_true.log" ||
+        { grep "^data:" "$tmp/gat_molecules_true.log"; fail "gat_molecules on strict: its batches are not padded"; }
+    grep -q "padded to" "$tmp/unpadded_true.log" && fail "gat_molecules with data.pad=off: padded"
+    diff <(losses "$tmp/runs/unpadded_false/latest") <(losses "$tmp/runs/unpadded_true/latest") ||
+        fail "gat_molecules unpadded: the cuda_graphs=true run's losses differ from the eager run's"
+    grep -q "cuda_graphs: captured" "$tmp/unpadded_true.log" &&
+        { grep cuda_graphs "$tmp/unpadded_true.log"; fail "gat_molecules unpadded: captured a step (its batch shapes change)"; }
+    why="batch shapes change from step to step"
+    k=$(grep -c "cuda_graphs: $why" "$tmp/unpadded_true.log" || true)
+    [ "$k" = 1 ] || { grep cuda_graphs "$tmp/unpadded_true.log";
+                      fail "gat_molecules unpadded: the reason it runs eagerly ('$why') logged $k times, expected once"; }
+    # padded vs unpadded, step by step (the same rows: step, epoch, key)
+    paste -d, <(losses "$tmp/runs/gat_molecules_false/latest") <(losses "$tmp/runs/unpadded_false/latest") |
+        awk -F, '$1 != $5 || $3 != $7 { print "row " NR ": " $0; bad = 1; next }
+                 { d = $4 - $8; if (d < 0) d = -d; a = $8 < 0 ? -$8 : $8
+                   if (d > 1e-5 * a) { print "row " NR " (" $3 " at step " $1 "): padded " $4 ", unpadded " $8; bad = 1 } }
+                 END { exit bad }' || fail "gat_molecules: the padded run's losses are not the unpadded run's to 1e-5"
+    n=$(losses "$tmp/runs/unpadded_false/latest" | wc -l)
+    [ "$n" = "$(losses "$tmp/runs/gat_molecules_false/latest" | wc -l)" ] || fail "gat_molecules: padded and unpadded runs log different loss rows"
+    echo "ok gat_molecules with data.pad=off: eager with its one logged reason ($why); its $n loss rows the padded run's to 1e-5"
+fi
+
 # a host read inside the captured step: the run fails, the message names it
 name=${only[0]}
 [[ " ${only[*]} " =~ " lstm_chicago " ]] && name=lstm_chicago # the cheapest
@@ -177,4 +215,4 @@ if [ -e "data/${data_of[$name]}" ]; then
     grep -q "cuda_graphs: captured" "$tmp/auto.log" && fail "cuda_graphs=auto captured on strict"
     echo "ok cuda_graphs=auto stays eager on strict"
 fi
-echo "PASS: $ran configs: the captured runs give the eager losses (gat_molecules: eager, its reason logged once)"
+echo "PASS: $ran configs: the captured runs give the eager losses (gat_molecules padded; unpadded: eager, its reason logged once)"
