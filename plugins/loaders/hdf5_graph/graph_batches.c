@@ -14,6 +14,7 @@
  * function below.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -515,8 +516,8 @@ static pl_status graphs_pad_budgets(graph *G, const pl_config_section *cfg) {
                             "%s: pad_graphs = %lld; expected >= batch_size + 1 = %lld (the batch's "
                             "graphs and one padding graph, jraph pad_with_graphs' n_graph)",
                             G->path, (long long)G->pad_graphs, (long long)G->B + 1);
-    G->pad_derived = G->pad_nodes == 0 || G->pad_edges == 0;
-    if (!G->pad_derived) return PL_OK;
+    G->pad_derived = G->pad_nodes == 0 && G->pad_edges == 0;
+    if (G->pad_nodes > 0 && G->pad_edges > 0) return PL_OK;
     int64_t *v = malloc(sizeof *v * (size_t)(G->NG + 1));
     if (!v) return pl_error_set(PL_ERR_NOMEM, "%s: out of memory", G->path);
     int64_t mn = 0, me = 0;
@@ -549,6 +550,15 @@ static pl_status graphs_staging(graph *G) {
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
         if (ps >= 0 && s != ps) continue; /* predict: one split */
+        if (G->pad && (G->pad_nodes > INT64_MAX / 64 / (G->F + 1) / S->nb_all ||
+                       G->pad_edges > INT64_MAX / 64 / S->nb_all ||
+                       G->pad_graphs > INT64_MAX / 64 / (G->K + 1) / S->nb_all))
+            return pl_error_set(PL_ERR_CONFIG,
+                                "%s: pad_nodes = %lld, pad_edges = %lld, pad_graphs = %lld: %lld "
+                                "batches of split '%s' at these totals overflow a tensor's size",
+                                G->path, (long long)G->pad_nodes, (long long)G->pad_edges,
+                                (long long)G->pad_graphs, (long long)S->nb_all,
+                                pl_split_name((pl_data_split)s));
         S->xrows = G->pad ? S->nb_all * G->pad_nodes : S->nodes;
         S->erows = G->pad ? S->nb_all * G->pad_edges : S->edges;
         S->yrows = G->pad ? S->nb_all * G->pad_graphs : S->ng;
