@@ -546,7 +546,8 @@ static pl_status graphs_staging(graph *G) {
     pl_device dev = dev_of(G);
     const int ps = G->predict;
     int64_t max_nodes = 0, max_edges = 0, max_ng = 0;
-    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst", "batch", "y", "graph", "graph_mask"};
+    static const char *fname[NB_FIELDS] = {"x", "edge_src", "edge_dst",  "batch",
+                                           "y", "graph",    "graph_mask"};
     for (int s = 0; s < PL_SPLIT_COUNT; s++) {
         gsplit *S = &G->sp[s];
         if (ps >= 0 && s != ps) continue; /* predict: one split */
@@ -626,8 +627,8 @@ static void graphs_meta(const graph *G, pl_meta *meta, const graphs_in *in) {
     if (G->pad) {
         int64_t n = strlen(line) < sizeof line ? (int64_t)strlen(line) : 0;
         snprintf(line + n, sizeof line - (size_t)n,
-                 "; padded to %lld nodes, %lld edges, %lld graphs a batch%s", (long long)G->pad_nodes,
-                 (long long)G->pad_edges, (long long)G->pad_graphs,
+                 "; padded to %lld nodes, %lld edges, %lld graphs a batch%s",
+                 (long long)G->pad_nodes, (long long)G->pad_edges, (long long)G->pad_graphs,
                  G->pad_derived ? " (the largest possible batch)" : "");
     }
     pl_meta_set_int(meta, "pad_graphs", G->pad ? G->pad_graphs : 0);

@@ -26,8 +26,8 @@ typedef struct gsplit {
     int64_t *bnode, *bedge;               /* [nb_all + 1] staging row offsets of each batch */
     pl_tensor *x, *src, *dst, *batch, *y; /* y: NULL when predicting without targets */
     pl_tensor *gid;                       /* predict only: i64 [ng] file index of each graph */
-    pl_tensor *gmask;                     /* padding only: f32 [nb_all * pad_graphs] 1 real, 0 padding */
-    int64_t xrows, erows, yrows;          /* staging rows: nodes, edges, graphs (padded: nb_all * budget) */
+    pl_tensor *gmask;            /* padding only: f32 [nb_all * pad_graphs] 1 real, 0 padding */
+    int64_t xrows, erows, yrows; /* staging rows: nodes, edges, graphs (padded: nb_all * budget) */
     int64_t arranged_epoch;               /* train: epoch whose order is staged; -1 none */
 } gsplit;
 
@@ -50,7 +50,7 @@ typedef struct graph {
      * pad_nodes nodes, pad_edges edges and pad_graphs graphs; off: 0 */
     bool pad;
     int64_t pad_nodes, pad_edges, pad_graphs;
-    bool pad_derived; /* the node / edge budgets were derived (largest possible batch) */
+    bool pad_derived;     /* the node / edge budgets were derived (largest possible batch) */
     int64_t *nptr, *eptr; /* [NG + 1] */
     float *hx, *hy;       /* [N, F], [NG, K] */
     int64_t *hsrc, *hdst; /* [E] graph-local ids */

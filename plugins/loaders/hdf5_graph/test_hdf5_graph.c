@@ -858,9 +858,10 @@ START_TEST(test_graphs_pad) {
         PL_CK_OK(open_graphs(&U, opts[c]));
         ck_assert_int_eq(meta_int(&P, "pad_graphs"), 4);
         ck_assert_int_eq(meta_int(&U, "pad_graphs"), 0);
-        ck_assert_msg(strstr(pl_meta_get_str(P.ctx->meta, "data_summary"),
-                             "padded to 11 nodes, 9 edges, 4 graphs a batch (the largest possible batch)"),
-                      "%s", pl_meta_get_str(P.ctx->meta, "data_summary"));
+        ck_assert_msg(
+            strstr(pl_meta_get_str(P.ctx->meta, "data_summary"),
+                   "padded to 11 nodes, 9 edges, 4 graphs a batch (the largest possible batch)"),
+            "%s", pl_meta_get_str(P.ctx->meta, "data_summary"));
         for (int64_t ep = 0; ep < 3; ep++)
             ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_TRAIN, ep, 11, 9, 4), 2);
         ck_assert_int_eq(check_padded_epoch(&P, &U, PL_SPLIT_VAL, 0, 11, 9, 4), 1);
@@ -917,7 +918,8 @@ START_TEST(test_graphs_pad_errors) {
     expect_error(&f, "batch_size = 3\nshuffle = false\npad = on\npad_nodes = 9\npad_edges = 20\n",
                  "batch 0 of split 'train' has 9 nodes and 9 edges; the padding budget is "
                  "pad_nodes = 9 (at most 8 real nodes: one padding node at least) and "
-                 "pad_edges = 20", NULL);
+                 "pad_edges = 20",
+                 NULL);
     expect_error(&f, "batch_size = 3\nshuffle = false\npad = on\npad_nodes = 20\npad_edges = 8\n",
                  "batch 0 of split 'train' has 9 nodes and 9 edges", "pad_edges = 8");
     expect_error(&f, "batch_size = 3\npad = on\npad_graphs = 3\n",

@@ -132,12 +132,14 @@ static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, p
         return pl_error_set(PL_ERR_SHAPE, "gat: batch vector %s, expected [%lld] (one graph id per node)",
                             pl_tensor_describe(bv, b1, sizeof b1), (long long)x->shape[0]);
     if (gm && (gm->ndim != 1 || G <= B))
-        return pl_error_set(PL_ERR_SHAPE,
-                            "gat: graph_mask %s, expected [n_graph] with n_graph > the batch's %lld "
-                            "graphs (the real ones and at least one padding graph)",
-                            pl_tensor_describe(gm, b1, sizeof b1), (long long)B);
+        return pl_error_set(
+            PL_ERR_SHAPE,
+            "gat: graph_mask %s, expected [n_graph] with n_graph > the batch's %lld "
+            "graphs (the real ones and at least one padding graph)",
+            pl_tensor_describe(gm, b1, sizeof b1), (long long)B);
     if (y->ndim != 2 || y->shape[0] != G || y->shape[1] != K)
-        return pl_error_set(PL_ERR_SHAPE, "gat: targets %s, expected [%lld, %lld] (%s, num_targets)",
+        return pl_error_set(PL_ERR_SHAPE,
+                            "gat: targets %s, expected [%lld, %lld] (%s, num_targets)",
                             pl_tensor_describe(y, b2, sizeof b2), (long long)G, (long long)K,
                             gm ? "graph_mask's graphs" : "batch size");
     pl_tensor *src = NULL, *dst = NULL;
@@ -157,7 +159,8 @@ static pl_status graph_forward(gat_model *m, const pl_batch *b, bool training, p
     pl_tensor *hp = pl_tensor_to(pred, PL_F32, PL_CPU), *hy = pl_tensor_to(yt, PL_F32, PL_CPU);
     pl_tensor *hw = w ? pl_tensor_to(w, PL_F32, PL_CPU) : NULL;
     if (!hp || !hy || (w && !hw)) return pl_error_status();
-    const float *pv = pl_tensor_data(hp), *yv = pl_tensor_data(hy), *wv = hw ? pl_tensor_data(hw) : NULL;
+    const float *pv = pl_tensor_data(hp), *yv = pl_tensor_data(hy),
+                *wv = hw ? pl_tensor_data(hw) : NULL;
     double ae = 0, se = 0, base_ae = 0;
     int64_t real = 0;
     for (int64_t i = 0; i < G; i++) {

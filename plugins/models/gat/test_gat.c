@@ -684,11 +684,16 @@ START_TEST(padded_batch_gives_the_unpadded_loss_gradients_and_metrics) {
         memcpy(sv, pl_tensor_i64(g.es), sizeof(int64_t) * MB_E);
         memcpy(dv, pl_tensor_i64(g.ed), sizeof(int64_t) * MB_E);
         memcpy(bv, pl_tensor_i64(g.bv), sizeof(int64_t) * MB_N);
-        for (int e = MB_E; e < PE; e++) sv[e] = dv[e] = MB_N;
-        for (int i = MB_N; i < PN; i++) bv[i] = 2;
-        for (int i = 0; i < PG * GAT_REF_KT; i++) yv[i] = i < 2 * GAT_REF_KT ? y[i] : 7.0f;
+        for (int e = MB_E; e < PE; e++)
+            sv[e] = dv[e] = MB_N;
+        for (int i = MB_N; i < PN; i++)
+            bv[i] = 2;
+        for (int i = 0; i < PG * GAT_REF_KT; i++)
+            yv[i] = i < 2 * GAT_REF_KT ? y[i] : 7.0f;
         pl_tensor *ts[6] = {pl_tensor_from_data(PL_F32, PL_SHAPE(PN, GAT_REF_F), xv, PL_CPU),
-                            new_i64(sv, PE), new_i64(dv, PE), new_i64(bv, PN),
+                            new_i64(sv, PE),
+                            new_i64(dv, PE),
+                            new_i64(bv, PN),
                             pl_tensor_from_data(PL_F32, PL_SHAPE(PG, GAT_REF_KT), yv, PL_CPU),
                             pl_tensor_from_data(PL_F32, PL_SHAPE(PG), mv, PL_CPU)};
         const char *names[6] = {"x", "edge_src", "edge_dst", "batch", "y", "graph_mask"};
@@ -731,7 +736,8 @@ START_TEST(padded_batch_gives_the_unpadded_loss_gradients_and_metrics) {
             pl_frame_end();
             pl_no_grad_end();
             const char *keys[4] = {"loss", "mae", "mse", "train_mean_mae"};
-            for (int k = 0; k < 4; k++) met[run][k] = pl_metrics_get(&m, keys[k]);
+            for (int k = 0; k < 4; k++)
+                met[run][k] = pl_metrics_get(&m, keys[k]);
         }
         ck_assert_msg(isfinite(lv[0]) && fabs(lv[1] - lv[0]) <= 1e-6 * fabs(lv[0]),
                       "case %d: loss %.9g unpadded, %.9g padded", c, lv[0], lv[1]);
@@ -739,7 +745,8 @@ START_TEST(padded_batch_gives_the_unpadded_loss_gradients_and_metrics) {
          * that is a sum of terms of both signs keeps their rounding, not its own */
         int nz = 0;
         double gmax = 0;
-        for (int j = 0; j < ng; j++) gmax = fmax(gmax, fabs(grad[0][j]));
+        for (int j = 0; j < ng; j++)
+            gmax = fmax(gmax, fabs(grad[0][j]));
         for (int j = 0; j < ng; j++) {
             nz += grad[0][j] != 0;
             ck_assert_msg(fabs(grad[1][j] - grad[0][j]) <= 1e-6 * gmax,
@@ -751,7 +758,8 @@ START_TEST(padded_batch_gives_the_unpadded_loss_gradients_and_metrics) {
             ck_assert_msg(fabs(met[1][k] - met[0][k]) <= 1e-6 * fabs(met[0][k]),
                           "case %d: metric %d: %.9g unpadded, %.9g padded", c, k, met[0][k],
                           met[1][k]);
-        for (int i = 0; i < 6; i++) pl_tensor_release(ts[i]);
+        for (int i = 0; i < 6; i++)
+            pl_tensor_release(ts[i]);
         multi_free(&g);
         fx_free(&f);
     }
