@@ -10,6 +10,9 @@
 #    same, bit for bit;
 #  - each run's last checkpoint holds the scale 2^30 and tracker 0 (12 finite
 #    steps, 6 growths): the replayed steps updated the scale on the device;
+#  - a scaler that stays on the host (growth_interval above torch's int32
+#    tracker: fp16 answers no device scale) keeps the step eager, with the
+#    reason logged once;
 #  - both strict runs make no device-to-host read in a step that does not log
 #    (summary.json device_stats host_reads_max = 0, test_strict_step_stats.sh's
 #    measure): the step never reads the scale back.
@@ -36,7 +39,7 @@ cd "$tmp"
 common="trainer.early_stopping=false trainer.test=false trainer.export=false
         trainer.log_every_n_steps=3 trainer.limit_val_batches=1 trainer.checkpoint_every_n_epochs=0
         trainer.max_epochs=3 trainer.limit_train_batches=4
-        precision.plugin=fp16 precision.init_scale=16777216 precision.growth_interval=2"
+        precision.plugin=fp16 precision.init_scale=16777216"
 run() { # name, overrides...
     local name=$1
     shift
@@ -44,9 +47,9 @@ run() { # name, overrides...
     "$bin" run "$src/configs/lstm_chicago.ini" pipeline.run_dir="$tmp/runs" pipeline.name="$name" \
         $common "$@" >"$tmp/$name.log" 2>&1 || { tail -20 "$tmp/$name.log"; fail "$name"; }
 }
-run cpu pipeline.device=cpu
-run eager pipeline.device=strict trainer.cuda_graphs=false
-run graphs pipeline.device=strict trainer.cuda_graphs=true
+run cpu pipeline.device=cpu precision.growth_interval=2
+run eager pipeline.device=strict trainer.cuda_graphs=false precision.growth_interval=2
+run graphs pipeline.device=strict trainer.cuda_graphs=true precision.growth_interval=2
 
 losses() { grep -E ',(train_loss|epoch_train_loss|val_loss),' "$tmp/runs/$1/latest/metrics.csv"; }
 n=$(losses eager | wc -l)
@@ -84,4 +87,9 @@ if ds["host_reads_max"] != 0:
 print(f"ok {sys.argv[2]}: {ds['steps']:.0f} quiet steps, host reads max 0")
 PY
 done
+run host pipeline.device=strict trainer.cuda_graphs=true precision.growth_interval=3000000000
+grep -q "cuda_graphs: captured" "$tmp/host.log" && fail "a host loss scale was captured"
+[ "$(grep -c "the precision's loss scale is not 1" "$tmp/host.log")" = 1 ] ||
+    { grep cuda_graphs "$tmp/host.log"; fail "a host loss scale: the reason it runs eagerly is not logged once"; }
+echo "ok a host-side loss scale keeps the step eager, its reason logged once"
 echo "PASS: fp16 on strict: $n loss rows equal (cpu, strict eager, strict captured), scale 2^30 in each; $line"

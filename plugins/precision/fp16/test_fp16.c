@@ -268,6 +268,13 @@ START_TEST(amp_unscale_multi_by_hand) {
         ck_assert_float_eq(read_f32(found, 0), 1.0f);
         ck_assert_float_eq(read_f32(gn, 0), 3.0f);
         ck_assert(isnan(read_f32(gn, 1)));
+        /* checked as it arrives, as torch's: a finite value that the multiply
+         * overflows (inv_scale > 1: a scale below 1) is not found */
+        PL_CK_OK(pl_tensor_fill_(found, 0.0));
+        pl_tensor *four = dev_f32((float[]){4.0f}, 1, d), *gb = dev_f32((float[]){3e38f}, 1, d);
+        PL_CK_OK(pl_amp_unscale_multi_(1, &gb, found, four));
+        ck_assert_float_eq(read_f32(found, 0), 0.0f);
+        ck_assert(isinf(read_f32(gb, 0)));
         /* 40 tensors (two calls of at most 32): an inf in tensor 35 is found,
          * every tensor unscaled; n = 0 does nothing */
         PL_CK_OK(pl_tensor_fill_(found, 0.0));
