@@ -10,6 +10,9 @@
 #    same, bit for bit;
 #  - each run's last checkpoint holds the scale 2^30 and tracker 0 (12 finite
 #    steps, 6 growths): the replayed steps updated the scale on the device;
+#  - the same three runs of gat_stocks_recipe (accumulate_grad_batches = 2:
+#    backward seeded with scale / 2 on the device, a graph per micro-batch):
+#    captured, the same losses;
 #  - a scaler that stays on the host (growth_interval above torch's int32
 #    tracker: fp16 answers no device scale) keeps the step eager, with the
 #    reason logged once;
@@ -29,27 +32,30 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mkdir -p "$tmp/data"
 [ -e "$src/data/chicago.h5" ] && ln -s "$src/data/chicago.h5" "$tmp/data/chicago.h5"
-if [ ! -e "$tmp/data/chicago.h5" ] && [ -d "$src/../shared/data" ]; then
+if { [ ! -e "$tmp/data/chicago.h5" ] || [ ! -e "$tmp/data/dowjones30.h5" ]; } && [ -d "$src/../shared/data" ]; then
     sh "$src/tools/prepare_data.sh" --use-shared --data-dir "$tmp/data" >"$tmp/prepare.log" 2>&1 ||
         { cat "$tmp/prepare.log"; fail "prepare_data.sh --use-shared"; }
 fi
+[ -e "$src/data/dowjones30.h5" ] && ln -s "$src/data/dowjones30.h5" "$tmp/data/dowjones30.h5"
 [ -e "$tmp/data/chicago.h5" ] || { echo "SKIP: data/chicago.h5 not available"; exit 0; }
 cd "$tmp"
 
 common="trainer.early_stopping=false trainer.test=false trainer.export=false
         trainer.log_every_n_steps=3 trainer.limit_val_batches=1 trainer.checkpoint_every_n_epochs=0
-        trainer.max_epochs=3 trainer.limit_train_batches=4
         precision.plugin=fp16 precision.init_scale=16777216"
+lim="trainer.max_epochs=3 trainer.limit_train_batches=4"
+cfg=lstm_chicago
 run() { # name, overrides...
     local name=$1
     shift
     # shellcheck disable=SC2086
-    "$bin" run "$src/configs/lstm_chicago.ini" pipeline.run_dir="$tmp/runs" pipeline.name="$name" \
+    "$bin" run "$src/configs/$cfg.ini" pipeline.run_dir="$tmp/runs" pipeline.name="$name" \
         $common "$@" >"$tmp/$name.log" 2>&1 || { tail -20 "$tmp/$name.log"; fail "$name"; }
 }
-run cpu pipeline.device=cpu precision.growth_interval=2
-run eager pipeline.device=strict trainer.cuda_graphs=false precision.growth_interval=2
-run graphs pipeline.device=strict trainer.cuda_graphs=true precision.growth_interval=2
+# shellcheck disable=SC2086
+{ run cpu pipeline.device=cpu $lim precision.growth_interval=2
+  run eager pipeline.device=strict trainer.cuda_graphs=false $lim precision.growth_interval=2
+  run graphs pipeline.device=strict trainer.cuda_graphs=true $lim precision.growth_interval=2; }
 
 losses() { grep -E ',(train_loss|epoch_train_loss|val_loss),' "$tmp/runs/$1/latest/metrics.csv"; }
 n=$(losses eager | wc -l)
@@ -87,7 +93,24 @@ if ds["host_reads_max"] != 0:
 print(f"ok {sys.argv[2]}: {ds['steps']:.0f} quiet steps, host reads max 0")
 PY
 done
-run host pipeline.device=strict trainer.cuda_graphs=true precision.growth_interval=3000000000
+if [ -e "$tmp/data/dowjones30.h5" ]; then
+    cfg=gat_stocks_recipe
+    acc="trainer.max_epochs=2 trainer.limit_train_batches=5 data.batch_size=4 data.val_end=1998-01-31
+         data.test_end=1998-02-28 precision.growth_interval=2"
+    # shellcheck disable=SC2086
+    { run acc_cpu pipeline.device=cpu $acc; run acc_eager pipeline.device=strict trainer.cuda_graphs=false $acc
+      run acc_graphs pipeline.device=strict trainer.cuda_graphs=true $acc; }
+    for other in acc_graphs acc_cpu; do
+        diff <(losses acc_eager) <(losses $other) >"$tmp/$other.diff" ||
+            { head -20 "$tmp/$other.diff"; fail "gat_stocks_recipe: the $other run's losses differ from the strict eager run's"; }
+    done
+    grep -q "2 of its 2 micro-batch graphs captured" "$tmp/acc_graphs.log" ||
+        { grep cuda_graphs "$tmp/acc_graphs.log"; fail "gat_stocks_recipe with fp16: expected a graph per micro-batch"; }
+    echo "ok gat_stocks_recipe (accumulate_grad_batches = 2): captured, the eager and cpu losses"
+    cfg=lstm_chicago
+fi
+# shellcheck disable=SC2086
+run host pipeline.device=strict trainer.cuda_graphs=true $lim precision.growth_interval=3000000000
 grep -q "cuda_graphs: captured" "$tmp/host.log" && fail "a host loss scale was captured"
 [ "$(grep -c "the precision's loss scale is not 1" "$tmp/host.log")" = 1 ] ||
     { grep cuda_graphs "$tmp/host.log"; fail "a host loss scale: the reason it runs eagerly is not logged once"; }
