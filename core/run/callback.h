@@ -72,7 +72,8 @@ typedef struct tr_step_info {
     /* device path: f32 [1] each, on the run's device */
     pl_tensor *loss;      /* this micro-batch's loss */
     pl_tensor *grad_norm; /* stepped: the step's total gradient 2-norm (before clipping) */
-    pl_tensor *found_inf; /* stepped: 0, or NaN when a loss of the step was not finite */
+    pl_tensor *found_inf; /* stepped: 0, or NaN when a loss of the step was not finite,
+                           * or 1 when the precision's device scaler skipped it (fp16) */
     /* host path (data parallel): the values as read; NaN on the device path */
     double host_loss, host_grad_norm;
 } tr_step_info;

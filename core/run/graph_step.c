@@ -33,8 +33,10 @@
  * Off (one logged reason) when: the device cannot capture (the CPU; a
  * backend without the ABI 2.8 verbs); data parallel, or a backend whose
  * optimizer kernels take no found_inf flag (the loss is read each step);
- * a precision with a loss scale other than 1 (fp16's dynamic scaler
- * decides on the host). A capture that breaks the rules (a host read inside
+ * a precision with a host loss scale other than 1 (a dynamic scaler that
+ * decides on the host: one without plugin.h's loss_scale_tensor, ABI 2.11;
+ * fp16's lives on the device, its step is captured with the scale's update
+ * and replays read the scale there). A capture that breaks the rules (a host read inside
  * the step, ...) fails the run with the backend's message, naming the call;
  * set cuda_graphs = false to run it eagerly.
  */
@@ -327,7 +329,7 @@ int tr_graph_try(trainer *t, const pl_batch *batch, int64_t b, int64_t pending, 
             gs->learn_micro = learn_now ? t->micro : -1;
             return 0;
         }
-        if (t->prec.self && PREC(t)->loss_scale(t->prec.self) != 1.0) {
+        if (t->prec.self && !t->sv.scale && PREC(t)->loss_scale(t->prec.self) != 1.0) {
             reason(t, "%sthe precision's loss scale is not 1 (a dynamic scaler decides on the host "
                    "each step); the step runs eagerly", "");
             gs->failed = true;

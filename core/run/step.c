@@ -94,12 +94,14 @@ pl_status tr_optimizer_step_body(trainer *t, double *gnorm, double *lr) {
     /* DDP: the global batch's gradient, before the unscale, inf check and clip */
     pl_status dst = tr_dist_reduce_grads(t);
     if (dst) return dst;
-    if (t->prec.self && PREC(t)->before_step)
-        do_step = PREC(t)->before_step(t->prec.self, t->ctx.params);
     pl_status st = PL_OK;
-    if (t->dev_loop) /* the norm stays on the device (step_values.c) */
+    if (t->sv.scale) /* a device loss scale (plugin.h, ABI 2.11): its skip goes into found_inf */
+        st = PREC(t)->before_step_device(t->prec.self, t->ctx.params, t->sv.found);
+    else if (t->prec.self && PREC(t)->before_step)
+        do_step = PREC(t)->before_step(t->prec.self, t->ctx.params);
+    if (!st && t->dev_loop) /* the norm stays on the device (step_values.c) */
         st = tr_sv_grad_norm_and_clip(t);
-    else
+    else if (!st)
         *gnorm = grad_norm_and_clip(t);
     *lr = apply_lr(t);
     if (do_step && !st) {
@@ -164,6 +166,20 @@ static int host_micro_batch(trainer *t, pl_tensor *loss, pl_status *st, double *
     return 1;
 }
 
+/* Backward seeded with the precision's device loss scale (step_values.c,
+ * plugin.h's loss_scale_tensor): backward of loss * (scale / accum) from 1,
+ * so d loss is the f32 quotient scale / accum, the host path's seed
+ * (float)(scale / accum) (an f32 division of f32 operands is the exact
+ * quotient rounded once), computed on the device: no host read, and a
+ * captured graph's replay uses the scale of its step. */
+static pl_status backward_device_scale(trainer *t, pl_tensor *loss) {
+    pl_tensor *seed = t->sv.accum ? pl_div(t->sv.scale, t->sv.accum) : t->sv.scale;
+    pl_tensor *scaled = seed && loss ? pl_mul(loss, seed) : NULL;
+    if (scaled) return pl_backward(scaled, 1.0);
+    pl_tape_clear();
+    return pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL;
+}
+
 /* One training micro-batch: forward, then the loss kept on the device (one
  * process: nothing is read back; its finiteness and the on_nan policy are
  * decided at the next read, step_values.c) or decided on the host (data
@@ -185,7 +201,9 @@ int tr_train_micro_batch(trainer *t, const pl_batch *batch, int64_t b, int64_t *
     pl_autocast_cache_end(); /* before backward: the tape keeps what it reads */
     if (!t->dev_loop) return host_micro_batch(t, loss, st, lv, &m, batch->size, b, pending);
     if (!*st) *st = tr_sv_loss(t, loss, *pending == 0, b);
-    if (!*st) {
+    if (!*st && t->sv.scale) {
+        *st = backward_device_scale(t, loss);
+    } else if (!*st) {
         double scale = t->prec.self ? PREC(t)->loss_scale(t->prec.self) : 1.0;
         *st = pl_backward(loss, scale / (double)t->accum);
     }

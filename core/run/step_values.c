@@ -14,7 +14,11 @@
  *    on the device (torch.nn.utils.clip_grad_norm_ with foreach=True);
  *  - the optimizer step runs with the flag (pl_optim_set_found_inf): its
  *    kernels leave parameters and state untouched when it is set
- *    (GradScaler's found_inf);
+ *    (GradScaler's found_inf); a precision that keeps its loss scale on the
+ *    device (fp16, plugin.h's loss_scale_tensor) seeds backward with it and
+ *    sets the flag to 1 when a gradient is inf / NaN (its skip: unlike a
+ *    non-finite loss, not taken back from the step counts, as on the host
+ *    path, where before_step's false skips the update and the step counts);
  *  - the buffer is read back in one copy (tr_sv_flush) only at a logged
  *    step, before a validation, a checkpoint or an interrupt's save, at the
  *    epoch's end, and when it is full; the host then replays the on_nan
@@ -93,6 +97,23 @@ pl_status tr_sv_begin(trainer *t) {
                             "device", (long long)cap);
     }
     v->last_loss = v->last_gnorm = NAN;
+    /* a precision whose loss scale lives on the device (fp16's GradScaler,
+     * plugin.h ABI 2.11): backward is seeded with it and its unscale sets
+     * found_inf, so a scaler skip is decided on the device too */
+    if (t->prec.self && t->prec.desc->abi_minor >= 11 && PREC(t)->loss_scale_tensor &&
+        PREC(t)->before_step_device) {
+        pl_error_clear();
+        v->scale = PREC(t)->loss_scale_tensor(t->prec.self, t->ctx.device);
+        pl_status ps = v->scale ? PL_OK : pl_error_status();
+        if (!ps && v->scale && t->accum > 1) {
+            v->accum = pl_tensor_zeros_owned(PL_F32, 1, (int64_t[]){1}, t->ctx.device);
+            ps = v->accum ? pl_tensor_fill_(v->accum, (double)t->accum) : pl_error_status();
+        }
+        if (ps) {
+            tr_sv_end(t);
+            return pl_error_prefix(ps, "trainer: the precision's device loss scale");
+        }
+    }
     return PL_OK;
 }
 
@@ -102,6 +123,7 @@ void tr_sv_end(trainer *t) {
     pl_tensor_release(v->buf);
     pl_tensor_release(v->found);
     pl_tensor_release(v->clip);
+    pl_tensor_release(v->accum); /* v->scale is the precision's */
     free(v->rec);
     free(v->host);
     memset(v, 0, sizeof *v);

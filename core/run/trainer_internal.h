@@ -108,7 +108,11 @@ typedef struct tr_sv_record {
 
 typedef struct tr_step_values {
     pl_tensor *buf;   /* f32 [2 * cap] on the device: slot i = (loss, grad norm) */
-    pl_tensor *found; /* f32 [1]: the current step's found_inf (0, or NaN) */
+    pl_tensor *found; /* f32 [1]: the current step's found_inf (0, or NaN; 1 after the
+                       * precision's device scaler found an inf / NaN gradient) */
+    pl_tensor *scale; /* the precision's device loss scale (plugin.h, loss_scale_tensor;
+                       * borrowed) or NULL: the host loss_scale() / before_step() */
+    pl_tensor *accum; /* f32 [1] = accumulate_grad_batches, with scale when it is > 1 */
     pl_tensor *clip;  /* f32 [1]: gradient_clip_val, for norm clipping (else NULL) */
     tr_sv_record *rec; /* [cap] */
     float *host;       /* [2 * cap]: the last read */

@@ -291,6 +291,54 @@ static pl_tensor *c_sgd_multi(pl_tensor **in, const ocase *c) {
     return parts[0] && parts[1] ? pl_concat(parts, 2, 0) : NULL;
 }
 
+/* The GradScaler's ops (ops.def's amp_unscale_multi, amp_update_scale): no
+ * backward, so no numerical gradient check applies; the device's results
+ * are compared with the CPU's. A 1-element f32 tensor of value v on like's
+ * device. */
+static pl_tensor *scalar_on(const pl_tensor *like, float v) {
+    return pl_tensor_from_data(PL_F32, 1, (int64_t[]){1}, &v, like->device);
+}
+/* amp_unscale_multi over the [40] input cut into 7 + 13 + 20, inv_scale
+ * c->par; flag 1: gradient 1 gets an inf, 2: gradient 2 a NaN (each then left
+ * out of the result, which must be finite), 4: found_inf starts at 1 (never
+ * cleared). Result: found_inf, then the finite gradients. */
+static pl_tensor *c_amp_unscale(pl_tensor **in, const ocase *c) {
+    pl_tensor *g[3];
+    for (int i = 0; i < 3; i++)
+        if (!(g[i] = cut(in[0], i))) return NULL;
+    for (int i = 1; i < 3; i++) {
+        if (!(c->flag & i)) continue;
+        float v[20];
+        int64_t n = g_cut[i + 1] - g_cut[i];
+        for (int64_t e = 0; e < n; e++) v[e] = (float)(e - 3);
+        v[n / 2] = i == 1 ? -INFINITY : NAN;
+        if (!(g[i] = pl_tensor_from_data(PL_F32, 1, (int64_t[]){n}, v, in[0]->device))) return NULL;
+    }
+    pl_tensor *fi = scalar_on(in[0], c->flag & 4 ? 1.0f : 0.0f), *inv = scalar_on(in[0], (float)c->par);
+    if (!fi || !inv || pl_amp_unscale_multi_(3, g, fi, inv)) return NULL;
+    pl_tensor *parts[4] = {fi};
+    int np = 1;
+    for (int i = 0; i < 3; i++)
+        if (!(c->flag & i)) parts[np++] = g[i]; /* i = 0: always */
+    return pl_concat(parts, np, 0);
+}
+/* amp_update_scale from scale c->par, tracker c->flag >> 4, found_inf
+ * (c->flag & 3: 0, 1, NaN), growth 2, backoff 0.5, interval 3. Result: the
+ * scale and the tracker (as f32). */
+static pl_tensor *c_amp_update(pl_tensor **in, const ocase *c) {
+    pl_tensor *sc = scalar_on(in[0], (float)c->par);
+    const float fv[3] = {0.0f, 1.0f, NAN};
+    pl_tensor *fi = scalar_on(in[0], fv[c->flag & 3]);
+    int32_t tr0 = c->flag >> 4;
+    pl_tensor *tr = pl_tensor_from_data(PL_I32, 1, (int64_t[]){1}, &tr0, in[0]->device);
+    if (!sc || !fi || !tr || pl_amp_update_scale_(sc, tr, fi, 2.0, 0.5, 3)) return NULL;
+    pl_tensor *th = pl_tensor_to(tr, PL_I32, PL_CPU);
+    if (!th) return NULL;
+    pl_tensor *t32 = scalar_on(in[0], (float)*(const int32_t *)pl_tensor_data(th));
+    pl_tensor *parts[2] = {sc, t32};
+    return t32 ? pl_concat(parts, 2, 0) : NULL;
+}
+
 static const ocase g_cases[] = {
     {PL_OP_COPY, "strided view [4,5][:,1:4] -> contiguous", 1, {{.nd = 2, .sh = {4, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true, .strided = true}}, c_copy, true},
     {PL_OP_MATMUL, "[2,3,4] @ [4,5] (shared B)", 2, {F(3, 2, 3, 4), F(2, 4, 5)}, c_matmul, true},
@@ -409,6 +457,15 @@ static const ocase g_cases[] = {
     {PL_OP_SGD_STEP_MULTI, "nesterov first [7]+[13]+[20]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 3},
     {PL_OP_SGD_STEP_MULTI, "momentum found_inf NaN: skipped", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 4},
     {PL_OP_SGD_STEP_MULTI, "momentum found_inf 0: updates", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 8 | 4},
+    {PL_OP_AMP_UNSCALE_MULTI, "[7]+[13]+[20] x 1/1024, finite", 1, {FN(1, 40)}, c_amp_unscale, false, .par = 1.0 / 1024},
+    {PL_OP_AMP_UNSCALE_MULTI, "[7]+[13]+[20] x 3, an inf in [13]", 1, {FN(1, 40)}, c_amp_unscale, false, .flag = 1, .par = 3.0},
+    {PL_OP_AMP_UNSCALE_MULTI, "x 0.5, an inf in [13], a NaN in [20]", 1, {FN(1, 40)}, c_amp_unscale, false, .flag = 3, .par = 0.5},
+    {PL_OP_AMP_UNSCALE_MULTI, "inv_scale 1, found_inf already 1: kept", 1, {FN(1, 40)}, c_amp_unscale, false, .flag = 4, .par = 1.0},
+    {PL_OP_AMP_UPDATE_SCALE, "finite, tracker 0 -> 1", 1, {FN(1, 1)}, c_amp_update, false, .par = 1024},
+    {PL_OP_AMP_UPDATE_SCALE, "finite, tracker 2 -> grow x2", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2 << 4, .par = 1024},
+    {PL_OP_AMP_UPDATE_SCALE, "found_inf 1: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 1 | (2 << 4), .par = 1024},
+    {PL_OP_AMP_UPDATE_SCALE, "found_inf NaN: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2, .par = 3.0},
+    {PL_OP_AMP_UPDATE_SCALE, "growth to inf: scale kept", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2 << 4, .par = 3e38},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 

@@ -38,8 +38,9 @@
  *        adds K * delta, delta (an i64 on the device) being the micro-steps
  *        since the capture (pl_graph_set_micro_delta, before each replay).
  *    Anything else the host decides per step is baked; the trainer keeps
- *    such runs eager (a loss scale other than 1, data parallel: trainer
- *    docs); gradient accumulation is captured as one graph per micro-batch
+ *    such runs eager (a host-side loss scale other than 1, data parallel:
+ *    trainer docs; fp16's scale lives on the device, plugin.h ABI 2.11,
+ *    and is captured); gradient accumulation is captured as one graph per micro-batch
  *    index of a step (core/run/graph_step.c).
  * The CPU has no graphs (pl_graph_supported is false); the strict device
  * records each kernel call and replays the list, enforcing the same rules.

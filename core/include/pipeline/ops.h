@@ -259,6 +259,51 @@ pl_status pl_adamw_step_multi_(int n, pl_tensor *const *param, pl_tensor *const 
                                pl_tensor *const *max_exp_avg_sq, const struct pl_adamw_hyper *h);
 pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
                              pl_tensor *const *momentum_buf, const struct pl_sgd_hyper *h);
+/* torch.cuda.amp.GradScaler's device kernels (ATen native/cuda/AmpKernels.cu;
+ * the math is optim_math.h's pl_amp_unscale_elem / pl_amp_update_scale_elem).
+ * Neither is recorded on the tape (no autograd, so no numerical gradient
+ * check applies: the conformance suite compares their results with the
+ * CPU's, as for the optimizer updates). Every per-step value is read from
+ * device memory, none from the host, so a captured graph (graph.h) replays
+ * them with the values of each step.
+ *
+ * pl_amp_unscale_multi_ = torch._amp_foreach_non_finite_check_and_unscale_
+ * (grads, found_inf, inv_scale): every element g of grads[0..n) is checked
+ * as it arrives (found_inf[0] = 1.0f when g is inf or NaN; found_inf is never
+ * cleared, so the caller zeroes it, or leaves a flag it keeps adding to) and
+ * multiplied in place by inv_scale[0] (left as it is when inv_scale is 1).
+ *   grads[i]    f32, contiguous, any shape, on found_inf's device; updated
+ *               in place; borrowed (n >= 0; n == 0 does nothing)
+ *   found_inf   f32 [1] (one element), contiguous; updated; borrowed
+ *   inv_scale   f32 [1] on the same device, read (torch computes it as
+ *               scale.double().reciprocal().float(): pl_div(one, scale) in
+ *               f32 gives the same value)
+ * Issued as ceil(n / PL_OPTIM_MULTI_MAX) kernel calls (ops.def's
+ * amp_unscale_multi: one launch each on a GPU, the list in a pl_optim_multi).
+ * Errors: PL_ERR_INVALID (n < 0, a NULL list or tensor), PL_ERR_SHAPE (a
+ * tensor of another dtype, not contiguous, found_inf / inv_scale not one
+ * element), PL_ERR_DEVICE (a tensor on another device), naming it;
+ * PL_ERR_UNSUPPORTED when the device's backend has no such kernel (every
+ * tensor is checked before a kernel runs). */
+pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found_inf,
+                                const pl_tensor *inv_scale);
+/* pl_amp_update_scale_ = torch._amp_update_scale_(scale, growth_tracker,
+ * found_inf, growth_factor, backoff_factor, growth_interval), in place, one
+ * thread: found_inf[0] != 0 (NaN included): scale *= backoff_factor, tracker
+ * = 0; else tracker + 1 == growth_interval: scale *= growth_factor, kept only
+ * when the result is finite, tracker = 0; else tracker += 1 (the products in
+ * double, rounded to f32, as torch's).
+ *   scale          f32 [1], contiguous; updated; borrowed
+ *   growth_tracker i32 [1] (torch's int32), same device; updated; borrowed
+ *   found_inf      f32 [1], same device; read
+ *   growth_factor, backoff_factor  > 0; growth_interval 1..INT32_MAX (the
+ *   tracker is an i32): constants of the call (a captured graph bakes them)
+ * Errors: PL_ERR_SHAPE / PL_ERR_DEVICE naming the tensor, PL_ERR_INVALID for
+ * a NULL tensor or a factor / interval out of range, PL_ERR_UNSUPPORTED when
+ * the backend has no such kernel. */
+pl_status pl_amp_update_scale_(pl_tensor *scale, pl_tensor *growth_tracker,
+                               const pl_tensor *found_inf, double growth_factor,
+                               double backoff_factor, int64_t growth_interval);
 /* A step skipped on the device (GradScaler's found_inf, as torch's fused
  * Adam / SGD take it): while `flag` is set, every pl_adamw_step_ and
  * pl_sgd_step_ hands it to its kernel as in[1], and the kernel leaves the

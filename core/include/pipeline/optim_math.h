@@ -190,6 +190,64 @@ typedef struct pl_optim_multi {
     } coef[PL_OPTIM_MULTI_MAX];
 } pl_optim_multi;
 
+/* ---- GradScaler on the device (ops.def's amp_unscale_multi, amp_update_scale) ----
+ *
+ * torch.cuda.amp.GradScaler keeps its scale and growth tracker on the device
+ * and never reads them on the host during training (ATen
+ * native/cuda/AmpKernels.cu, PyTorch 2.x):
+ *   _amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
+ *       every element g of every gradient: found_inf = 1 when g (as it
+ *       arrives, before the multiply) is inf or NaN; g = g * inv_scale
+ *       (g unchanged when inv_scale == 1). found_inf is never cleared.
+ *   _amp_update_scale_(scale, growth_tracker, found_inf, growth_factor,
+ *       backoff_factor, growth_interval): below, one thread.
+ * The kernel calls (backend.h's pl_kernel_args):
+ *   amp_unscale_multi  in[0] inv_scale f32 [1]; out[0] found_inf f32 [1];
+ *                      p.extra const pl_optim_multi * with n and grad[0..n)
+ *                      (f32, contiguous, on out[0]'s device; param, state
+ *                      and coef unused, NULL); the list is copied by a
+ *                      backend that records the call, as for the optimizer
+ *                      ops
+ *   amp_update_scale   in[0] found_inf f32 [1] (non-zero or NaN: found);
+ *                      out[0] scale f32 [1], out[1] growth_tracker i32 [1];
+ *                      p.alpha growth_factor, p.beta backoff_factor,
+ *                      p.start growth_interval (constants of the run)
+ * Both read every per-step value (inv_scale, found_inf, scale, tracker) from
+ * device memory, so a captured graph's replay sees the values of its step. */
+
+/* One element of _amp_foreach_non_finite_check_and_unscale_: *g unscaled in
+ * place; returns true when it was not finite as it arrived. */
+PL_HD static inline bool pl_amp_unscale_elem(float *g, float inv_scale) {
+    float v = *g;
+    bool bad = !isfinite(v);
+    *g = inv_scale == 1.0f ? v : v * inv_scale;
+    return bad;
+}
+
+/* _amp_update_scale_ (amp_update_scale_cuda_kernel): found_inf non-zero (NaN
+ * counts, as C's truth test of a float): scale *= backoff_factor (the
+ * product in double, rounded to f32), tracker = 0; else tracker + 1, and
+ * when that reaches growth_interval the scale is multiplied by
+ * growth_factor (rounded to f32) and kept only when finite (the scale never
+ * grows to inf), tracker = 0. */
+PL_HD static inline void pl_amp_update_scale_elem(float *scale, int32_t *tracker, float found_inf,
+                                                  double growth_factor, double backoff_factor,
+                                                  int64_t growth_interval) {
+    if (found_inf != 0.0f) {
+        *scale = (float)((double)*scale * backoff_factor);
+        *tracker = 0;
+    } else {
+        int64_t successful = (int64_t)*tracker + 1;
+        if (successful == growth_interval) {
+            float grown = (float)((double)*scale * growth_factor);
+            if (isfinite(grown)) *scale = grown;
+            *tracker = 0;
+        } else {
+            *tracker = (int32_t)successful;
+        }
+    }
+}
+
 /* torch.clamp(x, lo, hi) of one element: NaN stays NaN; the gradient passes
  * where lo <= x <= hi (derivatives.yaml, clamp_backward). */
 PL_HD static inline float pl_clamp_elem(float x, float lo, float hi) {

@@ -95,9 +95,14 @@ extern "C" {
  *          ilora's attn_implementation = sdpa, whose default it is); ops
  *          adamw_step_multi, sgd_step_multi (pl_adamw_step_multi_,
  *          pl_sgd_step_multi_, pl_optim_multi in optim_math.h: multi-tensor
- *          optimizer steps; a backend without them gets per-tensor calls) */
+ *          optimizer steps; a backend without them gets per-tensor calls)
+ * minor 11: ops amp_unscale_multi, amp_update_scale (pl_amp_unscale_multi_,
+ *          pl_amp_update_scale_, ops.h: torch's GradScaler kernels);
+ *          pl_precision_vtable.loss_scale_tensor / before_step_device (a
+ *          loss scale kept on the device; read only from plugins of
+ *          abi_minor >= 11, older ones keep loss_scale / before_step) */
 
-#define PL_ABI_MINOR 10
+#define PL_ABI_MINOR 11
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
@@ -778,6 +783,34 @@ typedef struct pl_precision_vtable {
      * the form setup() would give it; setup() then finds it converted and
      * leaves it. Called after create and before setup. */
     pl_status (*convert_param)(void *self, pl_params *ps, int i);
+    /* Optional (ABI 2.11; read only from plugins of abi_minor >= 11, and
+     * only both together): a loss scale that lives on the device, as
+     * torch.cuda.amp.GradScaler keeps it, so a step decides nothing on the
+     * host and can be captured as a graph (graph.h).
+     * loss_scale_tensor: the scale as an f32 [1] tensor on `dev`, owned by
+     * the plugin, the same tensor for the rest of the run (updated in place
+     * by before_step_device; state() reads and writes it), or NULL to keep
+     * the host path (loss_scale / before_step): e.g. where dev's backend
+     * lacks the ops amp_unscale_multi / amp_update_scale. The
+     * trainer asks once per fit before its first step, in one process only
+     * (data parallel, or a backend whose optimizer kernels take no found_inf
+     * flag, keeps the host path and never asks); on NULL with an error set,
+     * the fit fails with it. When it answers a tensor the trainer seeds
+     * each backward with it on the device (the loss times scale /
+     * accumulate_grad_batches, that quotient rounded to f32 as
+     * loss_scale()'s seed is) and calls before_step_device instead of
+     * before_step; loss_scale() is then not called by the trainer. */
+    pl_tensor *(*loss_scale_tensor)(void *self, pl_device dev);
+    /* Before the optimizer step, in place of before_step when
+     * loss_scale_tensor answered a tensor: unscale every gradient, set
+     * found_inf (the step's flag: f32 [1] on the device, 0 or NaN as the
+     * trainer's loss check left it; the optimizer kernels skip the update
+     * when it is non-zero, pl_optim_set_found_inf) to a non-zero value when
+     * a gradient is not finite, never clearing it, and update the scale
+     * from it; everything on the device, with no host read (the step may be
+     * a captured graph). Borrowed found_inf. Errors: the ops' (the trainer
+     * stops the fit). */
+    pl_status (*before_step_device)(void *self, pl_params *ps, pl_tensor *found_inf);
 } pl_precision_vtable;
 
 /* Strategy contract (ABI 2.5): how the processes of one run train together.

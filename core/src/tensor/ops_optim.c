@@ -240,3 +240,72 @@ pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *g
     mlists L = {param, grad, momentum_buf, NULL, NULL, NULL, h};
     return multi(PL_OP_SGD_STEP_MULTI, n, &L);
 }
+
+/* ---- GradScaler on the device: ops.h, optim_math.h ---- */
+
+/* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
+static pl_status check_scalar(const char *op, const char *what, const pl_tensor *t, pl_dtype dt,
+                              const pl_device *dev) {
+    char b[256];
+    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: %s is NULL", op, what);
+    if (t->dtype != dt || pl_tensor_numel(t) != 1 || !pl_tensor_is_contiguous(t))
+        return pl_error_set(PL_ERR_SHAPE, "%s: %s is %s, expected a contiguous %s tensor of one "
+                            "element", op, what, pl_tensor_describe(t, b, sizeof b),
+                            pl_dtype_name(dt));
+    if (dev && !pl_device_eq(t->device, *dev)) {
+        char d1[32], d2[32];
+        return pl_error_set(PL_ERR_DEVICE, "%s: %s is on %s, expected %s", op, what,
+                            pl_device_str(t->device, d1, sizeof d1), pl_device_str(*dev, d2, sizeof d2));
+    }
+    return PL_OK;
+}
+
+pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found_inf,
+                                const pl_tensor *inv_scale) {
+    const char *op = "amp_unscale_multi";
+    if (n < 0 || (n > 0 && !grads))
+        return pl_error_set(PL_ERR_INVALID, "%s: %d tensors, a NULL list", op, n);
+    pl_status s = check_scalar(op, "found_inf", found_inf, PL_F32, NULL);
+    if (!s) s = check_scalar(op, "inv_scale", inv_scale, PL_F32, &found_inf->device);
+    for (int i = 0; i < n && !s; i++) {
+        const pl_tensor *g = grads[i];
+        if (!g) return pl_error_set(PL_ERR_INVALID, "%s: gradient %d is NULL", op, i);
+        s = check_state(op, g->name, "the gradient", g, pl_tensor_numel(g), found_inf->device);
+    }
+    if (s) return s;
+    pl_optim_multi m;
+    memset(&m, 0, offsetof(pl_optim_multi, coef)); /* the coefficients are unused */
+    for (int i = 0; i < n && !s; i += PL_OPTIM_MULTI_MAX) {
+        m.n = n - i < PL_OPTIM_MULTI_MAX ? n - i : PL_OPTIM_MULTI_MAX;
+        for (int j = 0; j < m.n; j++) m.grad[j] = grads[i + j];
+        pl_kernel_args k = {.op = PL_OP_AMP_UNSCALE_MULTI, .n_in = 1,
+                            .in = {(pl_tensor *)inv_scale}, .n_out = 1, .out = {found_inf}};
+        k.p.extra = &m;
+        s = pl_kernel_forward(&k);
+        if (s) s = pl_error_prefix(s, "%s of gradient '%s' and %d more", op,
+                                   m.grad[0]->name, m.n - 1);
+    }
+    return s;
+}
+
+pl_status pl_amp_update_scale_(pl_tensor *scale, pl_tensor *growth_tracker,
+                               const pl_tensor *found_inf, double growth_factor,
+                               double backoff_factor, int64_t growth_interval) {
+    const char *op = "amp_update_scale";
+    pl_status s = check_scalar(op, "scale", scale, PL_F32, NULL);
+    if (!s) s = check_scalar(op, "growth_tracker", growth_tracker, PL_I32, &scale->device);
+    if (!s) s = check_scalar(op, "found_inf", found_inf, PL_F32, &scale->device);
+    if (s) return s;
+    if (growth_interval < 1 || growth_interval > INT32_MAX || !(growth_factor > 0.0) ||
+        !(backoff_factor > 0.0))
+        return pl_error_set(PL_ERR_INVALID, "%s: growth_interval %lld (expected 1..%d), "
+                            "growth_factor %g, backoff_factor %g (expected > 0)", op,
+                            (long long)growth_interval, INT32_MAX, growth_factor, backoff_factor);
+    pl_kernel_args k = {.op = PL_OP_AMP_UPDATE_SCALE, .n_in = 1, .in = {(pl_tensor *)found_inf},
+                        .n_out = 2, .out = {scale, growth_tracker}};
+    k.p.alpha = growth_factor;
+    k.p.beta = backoff_factor;
+    k.p.start = growth_interval;
+    s = pl_kernel_forward(&k);
+    return s ? pl_error_prefix(s, "%s", op) : PL_OK;
+}

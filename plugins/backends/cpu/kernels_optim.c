@@ -1,6 +1,7 @@
 /* kernels_optim.c - CPU kernels of clamp and the in-place optimizer updates
  * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP and their multi-tensor
- * forms PL_OP_ADAMW_STEP_MULTI, PL_OP_SGD_STEP_MULTI). The per-element math is
+ * forms PL_OP_ADAMW_STEP_MULTI, PL_OP_SGD_STEP_MULTI; the GradScaler's
+ * PL_OP_AMP_UNSCALE_MULTI, PL_OP_AMP_UPDATE_SCALE). The per-element math is
  * optim_math.h, shared with the CUDA kernels. Registered by
  * pl_cpu_register_optim(). */
 #include <string.h>
@@ -131,7 +132,35 @@ static pl_status multi_step(const pl_kernel_args *a, bool adamw) {
 static pl_status k_adamw_step_multi(const pl_kernel_args *a) { return multi_step(a, true); }
 static pl_status k_sgd_step_multi(const pl_kernel_args *a) { return multi_step(a, false); }
 
+/* ---- GradScaler (ops.def's amp_unscale_multi, amp_update_scale) ----
+ * optim_math.h's element functions; amp_unscale_multi: p.extra's grad[]
+ * list, in[0] inv_scale, out[0] found_inf (set to 1, never cleared). */
+static pl_status k_amp_unscale_multi(const pl_kernel_args *a) {
+    const pl_optim_multi *m = a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cpu amp_unscale_multi: no tensor list in p.extra");
+    const float inv = *(const float *)pl_tensor_data(a->in[0]);
+    int bad = 0;
+    for (int i = 0; i < m->n; i++) {
+        const int64_t n = pl_tensor_numel(m->grad[i]);
+        float *g = pl_tensor_data(m->grad[i]);
+#pragma omp parallel for reduction(| : bad) schedule(static) if (n >= OMP_MIN_ELEMENTS)
+        for (int64_t e = 0; e < n; e++) bad |= pl_amp_unscale_elem(g + e, inv);
+    }
+    if (bad) *(float *)pl_tensor_data(a->out[0]) = 1.0f;
+    return PL_OK;
+}
+
+static pl_status k_amp_update_scale(const pl_kernel_args *a) {
+    pl_amp_update_scale_elem(pl_tensor_data(a->out[0]), pl_tensor_data(a->out[1]),
+                             *(const float *)pl_tensor_data(a->in[0]), a->p.alpha, a->p.beta,
+                             a->p.start);
+    return PL_OK;
+}
+
 void pl_cpu_register_optim(pl_kernel_table *b) {
+    pl_kernel_table_set(b, PL_OP_AMP_UNSCALE_MULTI, k_amp_unscale_multi, NULL);
+    pl_kernel_table_set(b, PL_OP_AMP_UPDATE_SCALE, k_amp_update_scale, NULL);
     pl_kernel_table_set(b, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);
     pl_kernel_table_set(b, PL_OP_ADAMW_STEP, k_adamw_step, NULL);
     pl_kernel_table_set(b, PL_OP_SGD_STEP, k_sgd_step, NULL);

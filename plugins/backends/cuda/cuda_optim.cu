@@ -22,7 +22,8 @@
  * (multi_args, under the 4 KB launch-parameter limit), so no pointer table
  * lives in device memory and a captured graph replays the launch with the
  * baked pointers; blockIdx.y picks the tensor, a grid-stride loop in x
- * covers its elements.
+ * covers its elements. The GradScaler's amp_unscale_multi launches the same
+ * way; amp_update_scale is one thread (torch's AmpKernels.cu).
  */
 #include <string.h>
 
@@ -106,6 +107,34 @@ __global__ void k_sgd_step_multi(const sgd_multi_args a, const float *dc, const 
     float *p = a.p[t];
     const float *g = a.g[t];
     GRID_LOOP(i, a.n[t]) pl_sgd_elem(&c, p + i, g[i], buf ? buf + i : NULL);
+}
+
+/* GradScaler (ops.def's amp_unscale_multi, amp_update_scale; optim_math.h):
+ * the list's gradient pointers and counts by value, as the optimizer's
+ * multi-tensor launches pass theirs; inv_scale and found_inf read / written
+ * in device memory (torch's _amp_foreach_non_finite_check_and_unscale_cuda_:
+ * any thread that sees an inf / NaN stores 1, the same value, no atomics). */
+struct amp_unscale_args {
+    float *g[PL_OPTIM_MULTI_MAX];
+    int64_t n[PL_OPTIM_MULTI_MAX];
+};
+
+__global__ void k_amp_unscale_multi(const amp_unscale_args a, const float *inv_scale,
+                                    float *found_inf) {
+    const int t = blockIdx.y;
+    const float inv = *inv_scale;
+    float *g = a.g[t];
+    bool bad = false;
+    GRID_LOOP(i, a.n[t]) bad |= pl_amp_unscale_elem(g + i, inv);
+    if (bad) *found_inf = 1.0f;
+}
+
+/* torch's amp_update_scale_cuda_kernel: one thread. */
+__global__ void k_amp_update_scale(float *scale, int32_t *tracker, const float *found_inf,
+                                   double growth_factor, double backoff_factor,
+                                   int64_t growth_interval) {
+    pl_amp_update_scale_elem(scale, tracker, *found_inf, growth_factor, backoff_factor,
+                             growth_interval);
 }
 
 /* ---- host side ------------------------------------------------------------------------ */
@@ -263,7 +292,43 @@ static pl_status k_sgd_step_multi_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* in = {inv_scale}; out = {found_inf}; p.extra = const pl_optim_multi * (grad[]
+ * only). One launch. */
+static pl_status k_amp_unscale_multi_fwd(const pl_kernel_args *a) {
+    const pl_optim_multi *m = (const pl_optim_multi *)a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cuda amp_unscale_multi: no tensor list in p.extra");
+    amp_unscale_args k;
+    memset(&k, 0, sizeof k);
+    int64_t most = 0;
+    for (int i = 0; i < m->n; i++) {
+        k.g[i] = fp(m->grad[i]);
+        k.n[i] = pl_tensor_numel(m->grad[i]);
+        if (k.n[i] > most) most = k.n[i];
+    }
+    if (pl_cu_set_device(a->out[0])) return pl_error_status();
+    if (!most) return PL_OK;
+    unsigned bx = pl_cu_blocks(most);
+    if (bx > 4096) bx = 4096; /* x blocks per tensor; the loop strides beyond */
+    k_amp_unscale_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, cf(a->in[0]),
+                                                                       fp(a->out[0]));
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
+/* in = {found_inf}; out = {scale f32, growth_tracker i32}; p.alpha growth_factor,
+ * p.beta backoff_factor, p.start growth_interval. One thread. */
+static pl_status k_amp_update_scale_fwd(const pl_kernel_args *a) {
+    if (pl_cu_set_device(a->out[0])) return pl_error_status();
+    k_amp_update_scale<<<1, 1>>>(fp(a->out[0]), (int32_t *)pl_tensor_data(a->out[1]),
+                                 cf(a->in[0]), a->p.alpha, a->p.beta, a->p.start);
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
 void pl_cuda_register_optim(pl_kernel_table *t) {
+    pl_kernel_table_set(t, PL_OP_AMP_UNSCALE_MULTI, k_amp_unscale_multi_fwd, NULL);
+    pl_kernel_table_set(t, PL_OP_AMP_UPDATE_SCALE, k_amp_update_scale_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);
     pl_kernel_table_set(t, PL_OP_ADAMW_STEP, k_adamw_step_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_SGD_STEP, k_sgd_step_fwd, NULL);

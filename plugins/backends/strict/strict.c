@@ -596,8 +596,12 @@ static bool any_half(const pl_kernel_args *a) {
     return false;
 }
 
-/* ops.def's multi-tensor optimizer ops: p.extra is a pl_optim_multi */
-static bool is_multi(pl_op op) { return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI; }
+/* ops.def's multi-tensor optimizer ops and the GradScaler's unscale: p.extra
+ * is a pl_optim_multi (amp_unscale_multi: grad[] only, param NULL) */
+static bool is_multi(pl_op op) {
+    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
+           op == PL_OP_AMP_UNSCALE_MULTI;
+}
 
 static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), a->op, backward);
@@ -764,7 +768,8 @@ static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
         if (!c) return rec_oom();
         *c = *m;
         for (int i = 0; i < m->n; i++) {
-            if (!(c->param[i] = dup_tensor(g, m->param[i])) || !(c->grad[i] = dup_tensor(g, m->grad[i])))
+            if ((m->param[i] && !(c->param[i] = dup_tensor(g, m->param[i]))) ||
+                !(c->grad[i] = dup_tensor(g, m->grad[i])))
                 return rec_oom();
             for (int k = 0; k < 3; k++)
                 if (m->state[k][i] && !(c->state[k][i] = dup_tensor(g, m->state[k][i])))

@@ -16,8 +16,27 @@
  * (a model's bf16 / f16 checkpoint views) to f32: the master weights are
  * f32 (common/prec_convert.h).
  * State (checkpoints): fp16.v1.scale, fp16.v1.growth_tracker.
+ *
+ * In a one-process run (ABI 2.11, loss_scale_tensor / before_step_device,
+ * plugin.h) the scaler lives on the run's device, as torch's does: `scale` an f32 [1] and
+ * `growth_tracker` an i32 [1] device tensor; the trainer seeds backward with
+ * the device scale; before_step_device unscales every gradient by
+ * 1 / scale (f32 division = torch's scale.double().reciprocal().float())
+ * with amp_unscale_multi into the trainer's found_inf flag, which the
+ * optimizer kernels obey, and updates the scale with amp_update_scale: no
+ * host read, so the step can be a captured graph. Same arithmetic as the
+ * host path below (optim_math.h's element functions), so the same scales
+ * and gradients; the host path (before_step) stays for data parallel. What
+ * differs from the host path in a run: a skipped step still calls the
+ * optimizer (its kernels skip), so AdamW's own step count (bias correction)
+ * advances, as for any step skipped on the device (step_values.c); torch's
+ * fused AdamW takes it back on the device, this trainer does not. The host copy (scale, tracker) is refreshed from the
+ * device only when asked (loss_scale(), state()); `skipped` counts only the
+ * host path's skips (nothing reads it; the trainer's step counts are
+ * unaffected by a scaler skip either way).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <pipeline/pipeline.h>
@@ -31,6 +50,12 @@ typedef struct fp16 {
     int64_t tracker;
     int64_t skipped;
     pl_run_context *ctx; /* borrowed from create: setup sets its autocast (plugin.h) */
+    /* the device scaler (loss_scale_tensor), or NULL: the host path */
+    pl_tensor *dscale;   /* f32 [1] */
+    pl_tensor *dtracker; /* i32 [1], torch's int32 growth tracker */
+    pl_tensor *one;      /* f32 [1] = 1: inv_scale = one / scale */
+    pl_tensor **grads;   /* before_step_device's list, [ngrads_cap] */
+    int grads_cap;
 } fp16;
 
 static const pl_option_spec opts[] = {
@@ -54,7 +79,15 @@ static pl_status fp16_create(const pl_config_section *cfg, pl_run_context *ctx, 
     return PL_OK;
 }
 
-static void fp16_destroy(void *self) { free(self); }
+static void fp16_destroy(void *self) {
+    fp16 *p = self;
+    if (!p) return;
+    pl_tensor_release(p->dscale);
+    pl_tensor_release(p->dtracker);
+    pl_tensor_release(p->one);
+    free(p->grads);
+    free(p);
+}
 
 static pl_status fp16_setup(void *self, pl_params *ps) {
     fp16 *p = self;
@@ -62,7 +95,23 @@ static pl_status fp16_setup(void *self, pl_params *ps) {
     return pl_prec_convert_params(ps, PL_F32, "fp16", NULL);
 }
 
-static double fp16_loss_scale(void *self) { return ((fp16 *)self)->scale; }
+/* The host copy from the device scaler (a host read: checkpoints, tests). */
+static pl_status pull(fp16 *p) {
+    if (!p->dscale) return PL_OK;
+    double s = pl_tensor_item(p->dscale), tr = pl_tensor_item(p->dtracker);
+    if (isnan(tr))
+        return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_INTERNAL,
+                               "fp16: reading the device loss scale");
+    p->scale = s;
+    p->tracker = (int64_t)tr;
+    return PL_OK;
+}
+
+static double fp16_loss_scale(void *self) {
+    fp16 *p = self;
+    if (p->dscale && pull(p)) return NAN;
+    return p->scale;
+}
 
 /* g *= inv; true if any element is not finite. */
 static bool unscale(float *g, int64_t n, float inv) {
@@ -116,12 +165,83 @@ static bool fp16_before_step(void *self, pl_params *ps) {
     return true;
 }
 
+/* The device scaler from the host copy (setup, a checkpoint's load). */
+static pl_status push(fp16 *p) {
+    if (!p->dscale) return PL_OK;
+    pl_status st = pl_tensor_fill_(p->dscale, (float)p->scale);
+    if (!st) st = pl_tensor_fill_(p->dtracker, (double)p->tracker);
+    return st ? pl_error_prefix(st, "fp16: writing the device loss scale") : PL_OK;
+}
+
+/* ABI 2.11: the scaler on dev, made once (the CPU too: the trainer then
+ * runs one path on every device, so a CPU run and a GPU run skip alike);
+ * NULL (host path) where dev's backend lacks the GradScaler ops or the
+ * tracker (torch's int32) could not count to growth_interval. */
+static pl_tensor *fp16_loss_scale_tensor(void *self, pl_device dev) {
+    fp16 *p = self;
+    if (p->dscale) return p->dscale;
+    if (p->growth_interval > INT32_MAX) return NULL;
+    const pl_backend *b = pl_backend_get(dev.type);
+    if (!b || !pl_backend_supports(b, PL_OP_AMP_UNSCALE_MULTI, false) ||
+        !pl_backend_supports(b, PL_OP_AMP_UPDATE_SCALE, false)) {
+        pl_error_clear();
+        return NULL;
+    }
+    const int64_t one[1] = {1};
+    p->dscale = pl_tensor_zeros_owned(PL_F32, 1, one, dev);
+    p->dtracker = pl_tensor_zeros_owned(PL_I32, 1, one, dev);
+    p->one = pl_tensor_zeros_owned(PL_F32, 1, one, dev);
+    pl_status st = p->dscale && p->dtracker && p->one ? push(p) : pl_error_status();
+    if (!st) st = pl_tensor_fill_(p->one, 1.0);
+    if (st) {
+        pl_error_prefix(st, "fp16: the device loss scale");
+        pl_tensor_release(p->dscale);
+        pl_tensor_release(p->dtracker);
+        pl_tensor_release(p->one);
+        p->dscale = p->dtracker = p->one = NULL;
+    }
+    return p->dscale;
+}
+
+/* torch's GradScaler.unscale_ + update on the device: every gradient (f32, on
+ * found_inf's device) *= 1 / scale, found_inf set on inf / NaN, then the
+ * scale and tracker updated from found_inf (which also carries the trainer's
+ * non-finite-loss NaN: that step backs off too, as its gradients would). */
+static pl_status fp16_before_step_device(void *self, pl_params *ps, pl_tensor *found_inf) {
+    fp16 *p = self;
+    if (!p->dscale)
+        return pl_error_set(PL_ERR_INTERNAL, "fp16: before_step_device without a device scale");
+    int np = pl_params_count(ps), n = 0;
+    if (np > p->grads_cap) {
+        pl_tensor **g = realloc(p->grads, (size_t)np * sizeof *g);
+        if (!g) return pl_error_set(PL_ERR_NOMEM, "fp16: the gradient list (%d)", np);
+        p->grads = g;
+        p->grads_cap = np;
+    }
+    for (int i = 0; i < np; i++) {
+        pl_tensor *t = pl_params_at(ps, i)->t;
+        if (t->requires_grad && t->grad) p->grads[n++] = t->grad;
+    }
+    pl_frame_begin();
+    pl_tensor *inv = pl_div(p->one, p->dscale);
+    pl_status st = inv ? pl_amp_unscale_multi_(n, p->grads, found_inf, inv) : pl_error_status();
+    pl_frame_end();
+    if (!st)
+        st = pl_amp_update_scale_(p->dscale, p->dtracker, found_inf, p->growth_factor,
+                                  p->backoff_factor, p->growth_interval);
+    return st ? pl_error_prefix(st, "fp16: unscaling the gradients on the device") : PL_OK;
+}
+
 static pl_status fp16_state(void *self, const pl_state_visitor *v) {
     fp16 *p = self;
+    pl_status st = pull(p); /* a save reads the device scaler; a load writes it below */
+    const double s0 = p->scale;
+    const int64_t t0 = p->tracker;
     double tr = (double)p->tracker;
-    pl_status st = v->scalar(v->ctx, "fp16.v1.scale", &p->scale);
+    if (!st) st = v->scalar(v->ctx, "fp16.v1.scale", &p->scale);
     if (!st) st = v->scalar(v->ctx, "fp16.v1.growth_tracker", &tr);
     if (!st) p->tracker = (int64_t)tr;
+    if (!st && (p->scale != s0 || p->tracker != t0)) st = push(p);
     return st;
 }
 
@@ -133,6 +253,8 @@ static const pl_precision_vtable vt = {
     .before_step = fp16_before_step,
     .state = fp16_state,
     .load_param = pl_prec_load_param,
+    .loss_scale_tensor = fp16_loss_scale_tensor,
+    .before_step_device = fp16_before_step_device,
 };
 
 PL_PLUGIN_DEFINE(fp16, PL_KIND_PRECISION, "1.0.0",
