@@ -32,11 +32,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 
 mkdir -p "$tmp/data"
 [ -e "$src/data/chicago.h5" ] && ln -s "$src/data/chicago.h5" "$tmp/data/chicago.h5"
+[ -e "$src/data/dowjones30.h5" ] && ln -s "$src/data/dowjones30.h5" "$tmp/data/dowjones30.h5"
 if { [ ! -e "$tmp/data/chicago.h5" ] || [ ! -e "$tmp/data/dowjones30.h5" ]; } && [ -d "$src/../shared/data" ]; then
     sh "$src/tools/prepare_data.sh" --use-shared --data-dir "$tmp/data" >"$tmp/prepare.log" 2>&1 ||
         { cat "$tmp/prepare.log"; fail "prepare_data.sh --use-shared"; }
 fi
-[ -e "$src/data/dowjones30.h5" ] && ln -s "$src/data/dowjones30.h5" "$tmp/data/dowjones30.h5"
 [ -e "$tmp/data/chicago.h5" ] || { echo "SKIP: data/chicago.h5 not available"; exit 0; }
 cd "$tmp"
 
