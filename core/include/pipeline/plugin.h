@@ -95,9 +95,13 @@ extern "C" {
  *          ilora's attn_implementation = sdpa, whose default it is); ops
  *          adamw_step_multi, sgd_step_multi (pl_adamw_step_multi_,
  *          pl_sgd_step_multi_, pl_optim_multi in optim_math.h: multi-tensor
- *          optimizer steps; a backend without them gets per-tensor calls) */
+ *          optimizer steps; a backend without them gets per-tensor calls)
+ * minor 11: pl_backend.capture_end_step, pl_step_facts, pl_step_released
+ *          (backend.h, "Seeing the step": the backend of a captured step
+ *          learns which blocks the step released and may fuse calls;
+ *          PL_GRAPH_FUSION=0 turns it off); pl_graph_fused (graph.h) */
 
-#define PL_ABI_MINOR 10
+#define PL_ABI_MINOR 11
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {
