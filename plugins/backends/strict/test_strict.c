@@ -5,6 +5,7 @@
  * print with its name. Every shipped config on it: test_strict_configs.sh;
  * every op: test_backend_conformance under PL_CONFORMANCE_BACKEND=strict. */
 #include <signal.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -274,6 +275,73 @@ START_TEST(graph_pool_keeps_its_blocks) {
 }
 END_TEST
 
+/* Seeing the step (backend.h, capture_end_step): the strict device fuses the
+ * gradient norm's square + sum into one sum of squares when the squares are
+ * dead after the sum (their block released by the step's end, nothing later
+ * reading them), with the unfused calls' bits and one kernel call less per
+ * replay; it does not fuse when the squares are read after the sum (mode 1)
+ * or still held when the capture ends (mode 2), nor with set_option("fuse",
+ * "false") or PL_GRAPH_FUSION=0. x has 100003 elements (the CPU sum's
+ * OpenMP path) or 777 (its serial one). */
+static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, uint64_t *kcalls) {
+    pl_graph *g = NULL;
+    pl_tensor *kept = NULL;
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    pl_frame_begin();
+    pl_tensor *sq = PL_CK_NOTNULL(pl_square(x));
+    pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(sq, PL_ALL_DIMS, false));
+    if (mode == 1) ssq = PL_CK_NOTNULL(pl_add(ssq, pl_sum(pl_scale(sq, 0.0), PL_ALL_DIMS, false)));
+    if (mode == 2) kept = pl_tensor_retain(sq);
+    PL_CK_OK(pl_tensor_copy_(o, ssq));
+    pl_frame_end();
+    PL_CK_OK(pl_graph_capture_end(&g));
+    const char *pat = NULL;
+    int nf = pl_graph_fused(g, &pat);
+    ck_assert_msg(nf == 0 || strcmp(pat, "square+sum x1") == 0, "patterns '%s'", pat);
+    PL_CK_OK(pl_tensor_fill_(o, -1.0));
+    pl_backend_counters c0 = counters();
+    PL_CK_OK(pl_graph_replay(g));
+    *kcalls = counters().kernel_calls - c0.kernel_calls;
+    pl_graph_release(g);
+    pl_tensor_release(kept);
+    return nf;
+}
+
+START_TEST(step_fusion_square_sum) {
+    load();
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert(PL_BACKEND_HAS(b, capture_end_step) && b->capture_end_step);
+    int64_t sizes[2] = {100003, 777};
+    for (int k = 0; k < 2; k++) {
+        int64_t n = sizes[k];
+        pl_frame_begin();
+        pl_tensor *xh = pl_test_randn(PL_SHAPE(n), 21 + k);
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
+        pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
+        pl_tensor *want = PL_CK_NOTNULL(pl_tensor_to(pl_sum(pl_square(x), PL_ALL_DIMS, false), PL_F32, PL_CPU));
+        for (int mode = 0; mode < 3; mode++) {
+            uint64_t kf = 0, ku = 0;
+            int nf = fuse_case(mode, x, o, &kf);
+            pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
+            PL_CK_OK(b->set_option("fuse", "false"));
+            ck_assert_int_eq(fuse_case(mode, x, o, &ku), 0);
+            PL_CK_OK(b->set_option("fuse", "true"));
+            got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
+            ck_assert_msg(nf == (mode == 0), "n %lld mode %d: %d fusions", (long long)n, mode, nf);
+            ck_assert_msg(ku - kf == (uint64_t)nf, "n %lld mode %d: %llu kernel calls fused, %llu not",
+                          (long long)n, mode, (unsigned long long)kf, (unsigned long long)ku);
+        }
+        uint64_t kc = 0;
+        setenv("PL_GRAPH_FUSION", "0", 1); /* the core's switch: capture_end, nothing fused */
+        ck_assert_int_eq(fuse_case(0, x, o, &kc), 0);
+        unsetenv("PL_GRAPH_FUSION");
+        pl_frame_end();
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -285,6 +353,7 @@ int main(void) {
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
     tcase_add_test(tc, graph_capture_replays_a_step);
     tcase_add_test(tc, graph_pool_keeps_its_blocks);
+    tcase_add_test(tc, step_fusion_square_sum);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
