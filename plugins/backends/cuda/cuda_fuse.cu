@@ -210,10 +210,12 @@ pl_status pl_cu_fuse_end(cudaGraph_t g, pl_step_facts *facts) {
         if (nn) CUDA_TRY(cudaGraphGetNodes(g, nodes.data(), &nn));
         for (size_t i = 0; i < nn; i++) {
             cudaGraphNodeType ty;
-            CUDA_TRY(cudaGraphNodeGetType(nodes[i], &ty));
-            if (ty != cudaGraphNodeTypeKernel) continue;
             cudaKernelNodeParams kp;
-            CUDA_TRY(cudaGraphKernelNodeGetParams(nodes[i], &kp));
+            if (cudaGraphNodeGetType(nodes[i], &ty) != cudaSuccess || ty != cudaGraphNodeTypeKernel ||
+                cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess) {
+                cudaGetLastError(); /* a library's kernel (cuBLAS) may not answer: not ours */
+                continue;
+            }
             if (kp.func != pl_cu_sum_squares_kernel() || !kp.kernelParams) continue;
             const float *x = *(const float **)kp.kernelParams[0];
             float *t = *(float **)kp.kernelParams[1];
