@@ -309,7 +309,11 @@ typedef struct pl_backend {
  *             state, static inputs).
  * Liveness rule: bytes [p, p + n) written by the step's call i are DEAD after
  * call j >= i when they lie inside one released block and no call after j
- * (in issue order) reads any of them before a call writes all of them.
+ * (in issue order) reads any of them before a call writes all of them. A
+ * kernel reads its inputs (and the tensors behind p.extra: dropout's offset,
+ * a multi-tensor optimizer's lists) and writes its outputs whole (a
+ * contiguous output; backward kernels overwrite out[i]); a copy reads its
+ * source and writes its destination; a memset writes.
  * Fusion rule: the backend may replace consecutive calls i..j by one call
  * that gives every byte that is not dead after j, and every output, the
  * same bits as the calls it replaces, and need not write the dead ones (an
@@ -319,7 +323,12 @@ typedef struct pl_backend {
  * a fused call as one kernel call (pl_backend_counters).
  * What is fused is the backend's: strict and cuda fuse square + sum over
  * all dims into one sum of squares (the gradient norm: one per parameter
- * with a gradient, every step), plugins/backends/strict/README.md. */
+ * with a gradient, every step). strict fuses a pair only when its squares
+ * are dead; cuda launches one kernel for every such pair while capturing
+ * and drops its store of the squares, in the graph, where they are dead
+ * (plugins/backends/strict/README.md, plugins/backends/cuda/README.md).
+ * A backend reads the fields of pl_step_facts that facts->struct_size
+ * covers (appended only, as pl_backend). */
 typedef struct pl_step_block {
     const void *base;
     size_t bytes;
