@@ -309,6 +309,16 @@ static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, uint64_t *kcalls) {
 
 START_TEST(step_fusion_square_sum) {
     load();
+    /* pl_step_released (backend.h): inside one released block, no more */
+    pl_step_block bl[2] = {{(const void *)0x1000, 0x100}, {(const void *)0x3000, 0x200}};
+    pl_step_facts f = {.struct_size = sizeof f, .released = bl, .n_released = 2};
+    ck_assert(pl_step_released(&f, (const void *)0x1000, 0x100));
+    ck_assert(pl_step_released(&f, (const void *)0x3100, 0x100));
+    ck_assert(!pl_step_released(&f, (const void *)0x10ff, 2));
+    ck_assert(!pl_step_released(&f, (const void *)0x0fff, 1));
+    ck_assert(!pl_step_released(&f, (const void *)0x2000, 1));
+    ck_assert(!pl_step_released(&f, (const void *)0x3100, 0x101));
+    ck_assert(!pl_step_released(NULL, (const void *)0x1000, 1));
     const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
     ck_assert(PL_BACKEND_HAS(b, capture_end_step) && b->capture_end_step);
     int64_t sizes[2] = {100003, 777};
