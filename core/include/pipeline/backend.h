@@ -322,10 +322,12 @@ typedef struct pl_backend {
  * public op set and the kernels' contracts do not change. A backend counts
  * a fused call as one kernel call (pl_backend_counters).
  * What is fused is the backend's: strict and cuda fuse square + sum over
- * all dims into one sum of squares (the gradient norm: one per parameter
- * with a gradient, every step). strict fuses a pair only when its squares
- * are dead; cuda launches one kernel for every such pair while capturing
- * and drops its store of the squares, in the graph, where they are dead
+ * all dims into one sum of squares, with the add of the norm's running
+ * total after it when there is one (the gradient norm: one group per
+ * parameter with a gradient, every step). strict fuses only when the
+ * intermediates are dead; cuda launches one kernel for every such group
+ * while capturing and drops its stores of the intermediates, in the graph,
+ * where they are dead
  * (plugins/backends/strict/README.md, plugins/backends/cuda/README.md).
  * A backend reads the fields of pl_step_facts that facts->struct_size
  * covers (appended only, as pl_backend). */

@@ -6,20 +6,24 @@
  * pair per parameter with a gradient, every step). While a thread captures
  * (and set_option("fuse", "false") / PL_GRAPH_FUSION=0 have not turned it
  * off), a square of a contiguous f32 tensor is held back until the next
- * call of the thread; when that call is the sum of all of its squares, ONE
- * kernel (cuda_dense.cu, k_sum_squares: the two kernels' bits) is launched
- * for the pair, still storing the squares; anything else issues the square
- * first, in order. A held-back square is issued by the next kernel, copy,
- * memset or the capture's end, so the graph's order is the calls' order.
+ * call of the thread; when that call is the sum of all of its squares, the
+ * pair is held back in turn, and when the next call adds that sum to a
+ * one-element total (the norm's running total), ONE kernel (cuda_dense.cu,
+ * k_sum_squares: the three kernels' bits) is launched for the three, else
+ * one for the pair; anything else issues what is held back first, in order,
+ * and the fused kernel still stores the squares (and the sum). What is held
+ * back is issued by the next kernel, copy, memset or the capture's end, so
+ * the graph's order is the calls' order.
  *
  * When the capture ends, the core says which blocks the step released
- * (capture_end_step); the squares of a fused node whose bytes are dead by
- * backend.h's liveness rule (inside a released block; no later call of the
- * step reads them before one writes all of them: this file keeps each
- * call's byte ranges while capturing) are not stored: the node's T argument
- * is set to NULL before the graph is instantiated. A fused launch is one
- * node either way, so a step has one launch less per parameter; the store
- * dropped saves the squares' bytes of memory traffic.
+ * (capture_end_step); the squares (and, after an add, the sum) of a fused
+ * node whose bytes are dead by backend.h's liveness rule (inside a released
+ * block; no later call of the step reads them before one writes all of
+ * them: this file keeps each call's byte ranges while capturing) are not
+ * stored: the node's T (O) argument is set to NULL before the graph is
+ * instantiated. A fused launch is one node either way, so a step has one or
+ * two launches less per parameter; a dropped store saves its bytes of
+ * memory traffic.
  *
  * Compiled here without a GPU; the first GPU session compares
  * PL_GRAPH_FUSION=0 with the default (plugins/backends/cuda/README.md).
@@ -49,19 +53,25 @@ struct cu_range {
     bool cover;
 };
 
-/* A fused launch: x, its squares t, the sum o, and the call after it. */
+/* A fused launch: x, its squares t, the sum o, the total u (NULL: none),
+ * and the call after it. */
 struct cu_fused {
-    const void *x, *t, *o;
+    const void *x, *t, *o, *u;
     size_t bytes, next;
 };
 
-/* A square held back: its args, with copies of its two tensors. */
+/* Held back: on 1, a square (its args, with copies of its two tensors); on
+ * 2, a square and the sum of all of it (x, t, o, n). */
 struct cu_pending {
-    bool on;
+    int on;
     pl_kernel_fn f;
     pl_kernel_args a;
     pl_tensor in, out;
     pl_storage sin, sout;
+    const float *x;
+    float *t, *o;
+    int64_t n;
+    size_t tbytes;
 };
 
 static thread_local bool tl_on;
@@ -74,7 +84,7 @@ void pl_cu_fuse_begin(void) {
     const char *e = getenv("PL_GRAPH_FUSION");
     tl_on = g_fuse && !(e && !strcmp(e, "0"));
     tl_calls = 0;
-    tl_pend.on = false;
+    tl_pend.on = 0;
     if (!tl_log) tl_log = new std::vector<cu_range>();
     if (!tl_fused) tl_fused = new std::vector<cu_fused>();
     tl_log->clear();
@@ -129,9 +139,24 @@ static bool f32_contig(const pl_tensor *t) {
     return t && !pl_tensor_is_stub(t) && t->dtype == PL_F32 && pl_tensor_is_contiguous(t);
 }
 
+/* One fused launch: the held-back square + sum, and the add into u (u NULL: none). */
+static pl_status launch(const float *a, float *u, int first) {
+    cu_pending *p = &tl_pend;
+    p->on = 0;
+    note((uintptr_t)p->x, (uintptr_t)p->x + (size_t)p->n * sizeof(float), false);
+    if (a) note((uintptr_t)a, (uintptr_t)a + sizeof(float), false);
+    note((uintptr_t)p->t, (uintptr_t)p->t + p->tbytes, true);
+    note((uintptr_t)p->o, (uintptr_t)p->o + sizeof(float), true);
+    if (u) note((uintptr_t)u, (uintptr_t)u + sizeof(float), true);
+    tl_calls++;
+    tl_fused->push_back(cu_fused{p->x, p->t, p->o, u, p->tbytes, tl_calls});
+    return pl_cu_sum_squares(p->x, p->t, p->o, a, u, first, p->n);
+}
+
 pl_status pl_cu_fuse_flush(void) {
-    if (!tl_pend.on) return PL_OK;
-    tl_pend.on = false;
+    if (tl_pend.on == 2) return launch(NULL, NULL, 0);
+    if (tl_pend.on != 1) return PL_OK;
+    tl_pend.on = 0;
     note_call(&tl_pend.a);
     return tl_pend.f(&tl_pend.a);
 }
@@ -145,26 +170,41 @@ pl_status pl_cu_fuse_write(void *dst, const void *src, size_t n) {
     return PL_OK;
 }
 
+/* a: an add of two one-element f32 tensors into a third, one operand (only
+ * one) at o; *first: whether o is the first. */
+static bool add_of(const pl_kernel_args *a, const void *o, int *first) {
+    if (a->op != PL_OP_ADD || a->n_in != 2 || a->n_out < 1) return false;
+    const pl_tensor *t[3] = {a->in[0], a->in[1], a->out[0]};
+    for (int k = 0; k < 3; k++)
+        if (!f32_contig(t[k]) || pl_tensor_numel(t[k]) != 1) return false;
+    *first = pl_tensor_data(t[0]) == o;
+    return *first != (pl_tensor_data(t[1]) == o);
+}
+
 pl_status pl_cu_fuse_call(pl_kernel_fn f, const pl_kernel_args *a, bool backward) {
     if (!tl_on || !tl_log) return f(a);
-    const cu_pending *p = &tl_pend;
-    if (p->on && !backward && a->op == PL_OP_SUM && a->n_in == 1 && f32_contig(a->in[0]) &&
+    cu_pending *p = &tl_pend;
+    int first = 0;
+    if (p->on == 2 && !backward && add_of(a, p->o, &first)) { /* square + sum + add */
+        if (pl_cu_set_device(a->out[0])) return pl_error_status();
+        return launch((const float *)pl_tensor_data(a->in[first ? 1 : 0]),
+                      (float *)pl_tensor_data(a->out[0]), first);
+    }
+    if (p->on == 1 && !backward && a->op == PL_OP_SUM && a->n_in == 1 && f32_contig(a->in[0]) &&
         f32_contig(a->out[0]) && pl_tensor_numel(a->out[0]) == 1 &&
         pl_tensor_data(a->in[0]) == pl_tensor_data(p->a.out[0]) &&
         pl_tensor_numel(a->in[0]) == pl_tensor_numel(p->a.out[0])) {
         int64_t outer, n, inner;
         pl_reduce_split(a->in[0], a->p.dim, &outer, &n, &inner);
-        if (outer == 1 && inner == 1) { /* the pair: one launch */
-            tl_pend.on = false;
-            const float *x = (const float *)pl_tensor_data(p->a.in[0]);
-            float *t = (float *)pl_tensor_data(p->a.out[0]), *o = (float *)pl_tensor_data(a->out[0]);
-            note_read(p->a.in[0]);
-            note((uintptr_t)t, (uintptr_t)t + pl_tensor_nbytes(p->a.out[0]), true);
-            note((uintptr_t)o, (uintptr_t)o + sizeof(float), true);
-            tl_calls++;
-            tl_fused->push_back(cu_fused{x, t, o, pl_tensor_nbytes(p->a.out[0]), tl_calls});
+        if (outer == 1 && inner == 1) { /* square + sum: held back for an add */
             if (pl_cu_set_device(a->in[0])) return pl_error_status();
-            return pl_cu_sum_squares(x, t, o, n);
+            p->x = (const float *)pl_tensor_data(p->a.in[0]);
+            p->t = (float *)pl_tensor_data(p->a.out[0]);
+            p->o = (float *)pl_tensor_data(a->out[0]);
+            p->n = n;
+            p->tbytes = pl_tensor_nbytes(p->a.out[0]);
+            p->on = 2;
+            return PL_OK;
         }
     }
     pl_status s = pl_cu_fuse_flush();
@@ -182,7 +222,7 @@ pl_status pl_cu_fuse_call(pl_kernel_fn f, const pl_kernel_args *a, bool backward
         q->out.storage = &q->sout;
         q->a.in[0] = &q->in;
         q->a.out[0] = &q->out;
-        q->on = true;
+        q->on = 1;
         return PL_OK;
     }
     note_call(a);
@@ -202,8 +242,9 @@ static bool dead(const pl_step_facts *f, uintptr_t lo, uintptr_t hi, size_t from
 
 pl_status pl_cu_fuse_end(cudaGraph_t g, pl_step_facts *facts) {
     if (!tl_fused || tl_fused->empty()) return PL_OK;
-    size_t nf = tl_fused->size(), dropped = 0;
-    if (facts) { /* drop the stores of dead squares from the fused nodes */
+    size_t k2 = 0, k3 = 0, dropped = 0;
+    for (const cu_fused &fu : *tl_fused) (fu.u ? k3 : k2)++;
+    if (facts) { /* drop the stores of dead squares (and sums) from the fused nodes */
         size_t nn = 0;
         CUDA_TRY(cudaGraphGetNodes(g, NULL, &nn));
         std::vector<cudaGraphNode_t> nodes(nn);
@@ -220,26 +261,36 @@ pl_status pl_cu_fuse_end(cudaGraph_t g, pl_step_facts *facts) {
             const float *x = *(const float **)kp.kernelParams[0];
             float *t = *(float **)kp.kernelParams[1];
             float *o = *(float **)kp.kernelParams[2];
-            int64_t n = *(int64_t *)kp.kernelParams[3];
-            /* the node's squares are dead when every fused launch with its
-             * (x, t, o) finds them dead (a node is matched by its arguments) */
-            bool all = t != NULL, any = false;
+            const float *a = *(const float **)kp.kernelParams[3];
+            float *u = *(float **)kp.kernelParams[4];
+            int first = *(int *)kp.kernelParams[5];
+            int64_t n = *(int64_t *)kp.kernelParams[6];
+            /* a store is dropped when every fused launch with the node's
+             * (x, t, o, u) finds its bytes dead (a node is matched by its
+             * arguments); the sum's only after an add (u) */
+            bool any = false, t_dead = t != NULL, o_dead = o != NULL && u != NULL;
             for (const cu_fused &fu : *tl_fused)
-                if (fu.x == x && fu.t == t && fu.o == o) {
+                if (fu.x == x && fu.t == t && fu.o == o && fu.u == u) {
                     any = true;
-                    all = all && dead(facts, (uintptr_t)t, (uintptr_t)t + fu.bytes, fu.next);
+                    t_dead = t_dead && dead(facts, (uintptr_t)t, (uintptr_t)t + fu.bytes, fu.next);
+                    o_dead = o_dead && dead(facts, (uintptr_t)o, (uintptr_t)o + sizeof(float), fu.next);
                 }
-            if (!any || !all) continue;
-            float *none = NULL;
-            void *args[4] = {(void *)&x, (void *)&none, (void *)&o, (void *)&n};
+            if (!any || (!t_dead && !o_dead)) continue;
+            if (t_dead) t = NULL;
+            if (o_dead) o = NULL;
+            dropped += (size_t)t_dead + (size_t)o_dead;
+            void *args[7] = {(void *)&x, (void *)&t, (void *)&o, (void *)&a, (void *)&u, (void *)&first,
+                             (void *)&n};
             kp.kernelParams = args;
             kp.extra = NULL;
             CUDA_TRY(cudaGraphKernelNodeSetParams(nodes[i], &kp));
-            dropped++;
         }
-        facts->n_fused = (int)nf;
-        snprintf(facts->fused, sizeof facts->fused, "square+sum x%zu, the squares' store dropped in %zu",
-                 nf, dropped);
+        facts->n_fused = (int)(k2 + k3);
+        char a2[48] = "", a3[48] = "";
+        if (k2) snprintf(a2, sizeof a2, "square+sum x%zu", k2);
+        if (k3) snprintf(a3, sizeof a3, "square+sum+add x%zu", k3);
+        snprintf(facts->fused, sizeof facts->fused, "%s%s%s; dead stores dropped: %zu", a2,
+                 k2 && k3 ? ", " : "", a3, dropped);
     }
     tl_fused->clear();
     tl_log->clear();

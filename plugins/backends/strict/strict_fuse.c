@@ -8,7 +8,9 @@
  * once and writes the sum, the intermediate is never written (it is dead:
  * its block is released by the end of the step and nothing after the sum
  * reads it before writing it), and the step has one kernel call less per
- * parameter. The fused kernel computes the same bits as the CPU's two: each
+ * parameter. When the sum is added to the norm's running total right after
+ * (total = total + ssq, every parameter but the first) and is dead after
+ * that add, the add joins too: one call instead of three. The fused kernel computes the same bits as the CPU's two: each
  * square rounded to f32 (pl_math_square), then summed in double in the same
  * OpenMP loop as the CPU's full sum (kernels_dense.c, k_sum_fwd: same
  * threshold, same split), then rounded to f32 once.
@@ -24,17 +26,31 @@
 
 #define CPU_PAR_MIN 32768 /* the CPU kernels' PAR_MIN (kernels_dense_common.h) */
 
-/* in[0]: x (f32, contiguous); out[0]: the sum of x's squares (f32, 1 element). */
-static pl_status k_sum_squares(const pl_kernel_args *a) {
-    const float *X = pl_tensor_data(a->in[0]);
-    int64_t n = pl_tensor_numel(a->in[0]);
+/* The sum of the squares of x (f32, contiguous), as square then sum give it. */
+static float sum_squares(const pl_tensor *x) {
+    const float *X = pl_tensor_data(x);
+    int64_t n = pl_tensor_numel(x);
     double s = 0;
 #pragma omp parallel for reduction(+ : s) if (n > CPU_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         float q = pl_math_square(X[i]); /* the square kernel's f32 value */
         s += q;
     }
-    ((float *)pl_tensor_data(a->out[0]))[0] = (float)(s * 1.0);
+    return (float)(s * 1.0);
+}
+
+/* in[0]: x; out[0]: the sum of x's squares (f32, 1 element). */
+static pl_status k_sum_squares(const pl_kernel_args *a) {
+    ((float *)pl_tensor_data(a->out[0]))[0] = sum_squares(a->in[0]);
+    return PL_OK;
+}
+
+/* in[0]: x; in[1]: a running total t (f32, 1 element); out[0] = t + the sum
+ * of x's squares, the add's operands in the add's order (p.flags bit0: the
+ * sum was the add's first operand), as the add kernel rounds it. */
+static pl_status k_sum_squares_add(const pl_kernel_args *a) {
+    float s = sum_squares(a->in[0]), t = ((const float *)pl_tensor_data(a->in[1]))[0];
+    ((float *)pl_tensor_data(a->out[0]))[0] = (a->p.flags & 1) ? s + t : t + s;
     return PL_OK;
 }
 
@@ -132,24 +148,59 @@ static bool square_sum(const rec *r, const rec *q) {
     return outer == 1 && inner == 1;
 }
 
+/* r: an add of two one-element f32 tensors into a third, one operand (only
+ * one) o's data; *first: whether o is the first. */
+static bool add_of(const rec *r, const pl_tensor *o, bool *first) {
+    if (r->kind != REC_KERNEL || r->backward || r->a.op != PL_OP_ADD || r->a.n_in != 2) return false;
+    const pl_tensor *t[3] = {r->a.in[0], r->a.in[1], r->a.out[0]};
+    for (int k = 0; k < 3; k++)
+        if (!f32_contig(t[k]) || pl_tensor_numel(t[k]) != 1) return false;
+    *first = pl_tensor_data(t[0]) == pl_tensor_data(o);
+    return *first != (pl_tensor_data(t[1]) == pl_tensor_data(o));
+}
+
+static bool dead_t(const rec *r, size_t from, size_t n, const pl_step_facts *f, const pl_tensor *t) {
+    uintptr_t lo = (uintptr_t)pl_tensor_data(t);
+    return dead(r, from, n, f, lo, lo + pl_tensor_nbytes(t));
+}
+
 int st_fuse_step(rec *r, size_t n, pl_step_facts *facts) {
-    int k = 0;
+    int k2 = 0, k3 = 0;
     for (size_t i = 0; i + 1 < n; i++) {
-        if (!square_sum(&r[i], &r[i + 1])) continue;
-        uintptr_t lo = (uintptr_t)pl_tensor_data(r[i].a.out[0]);
-        if (!dead(r, i + 2, n, facts, lo, lo + pl_tensor_nbytes(r[i].a.out[0]))) continue;
+        if (!square_sum(&r[i], &r[i + 1]) || !dead_t(r, i + 2, n, facts, r[i].a.out[0])) continue;
+        /* the running total of the norm after it: square + sum + add, when
+         * the sum is dead after the add */
+        bool first = false;
+        if (i + 2 < n && add_of(&r[i + 2], r[i + 1].a.out[0], &first) &&
+            dead_t(r, i + 3, n, facts, r[i + 1].a.out[0])) {
+            r[i].kind = REC_FUSED;
+            r[i].fused = k_sum_squares_add;
+            r[i].a.op = PL_OP_ADD; /* for messages: the call it ends as */
+            r[i].a.n_in = 2;
+            r[i].a.in[1] = r[i + 2].a.in[first ? 1 : 0];
+            r[i].a.out[0] = r[i + 2].a.out[0];
+            r[i].a.p = r[i + 2].a.p;
+            r[i].a.p.flags = first;
+            r[i + 1].kind = r[i + 2].kind = REC_NONE;
+            k3++;
+            i += 2;
+            continue;
+        }
         r[i].kind = REC_FUSED;
         r[i].fused = k_sum_squares;
-        r[i].a.op = PL_OP_SUM; /* for messages: the call it ends as */
+        r[i].a.op = PL_OP_SUM;
         r[i].a.out[0] = r[i + 1].a.out[0];
         r[i].a.p = r[i + 1].a.p;
         r[i + 1].kind = REC_NONE;
-        k++;
+        k2++;
         i++;
     }
     if (facts) {
-        facts->n_fused = k;
-        if (k) snprintf(facts->fused, sizeof facts->fused, "square+sum x%d", k);
+        facts->n_fused = k2 + k3;
+        char a[64] = "", b[64] = "";
+        if (k2) snprintf(a, sizeof a, "square+sum x%d", k2);
+        if (k3) snprintf(b, sizeof b, "square+sum+add x%d", k3);
+        snprintf(facts->fused, sizeof facts->fused, "%s%s%s", a, k2 && k3 ? ", " : "", b);
     }
-    return k;
+    return k2 + k3;
 }

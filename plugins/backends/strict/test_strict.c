@@ -279,11 +279,14 @@ END_TEST
  * gradient norm's square + sum into one sum of squares when the squares are
  * dead after the sum (their block released by the step's end, nothing later
  * reading them), with the unfused calls' bits and one kernel call less per
- * replay; it does not fuse when the squares are read after the sum (mode 1)
- * or still held when the capture ends (mode 2), nor with set_option("fuse",
- * "false") or PL_GRAPH_FUSION=0. x has 100003 elements (the CPU sum's
+ * replay (mode 0); with the add of a running total after it (modes 3, 4:
+ * the sum first or second), one call instead of three, but only the pair
+ * when the sum is read after the add (mode 5); it does not fuse when the
+ * squares are read after the sum (mode 1) or still held when the capture
+ * ends (mode 2), nor with set_option("fuse", "false") or
+ * PL_GRAPH_FUSION=0. x has 100003 elements (the CPU sum's
  * OpenMP path) or 777 (its serial one). */
-static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, uint64_t *kcalls) {
+static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, pl_tensor *acc, uint64_t *kcalls) {
     pl_graph *g = NULL;
     pl_tensor *kept = NULL;
     PL_CK_OK(pl_graph_capture_begin(g_dev));
@@ -292,12 +295,16 @@ static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, uint64_t *kcalls) {
     pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(sq, PL_ALL_DIMS, false));
     if (mode == 1) ssq = PL_CK_NOTNULL(pl_add(ssq, pl_sum(pl_scale(sq, 0.0), PL_ALL_DIMS, false)));
     if (mode == 2) kept = pl_tensor_retain(sq);
+    if (mode == 3) ssq = PL_CK_NOTNULL(pl_add(ssq, acc)); /* a running total: one call of three */
+    if (mode == 4) ssq = PL_CK_NOTNULL(pl_add(acc, ssq));
+    if (mode == 5) ssq = PL_CK_NOTNULL(pl_add(pl_add(ssq, acc), ssq)); /* the sum read after the add */
     PL_CK_OK(pl_tensor_copy_(o, ssq));
     pl_frame_end();
     PL_CK_OK(pl_graph_capture_end(&g));
     const char *pat = NULL;
     int nf = pl_graph_fused(g, &pat);
-    ck_assert_msg(nf == 0 || strcmp(pat, "square+sum x1") == 0, "patterns '%s'", pat);
+    ck_assert_msg(nf == 0 || strcmp(pat, mode == 3 || mode == 4 ? "square+sum+add x1" : "square+sum x1") == 0,
+                  "patterns '%s'", pat);
     PL_CK_OK(pl_tensor_fill_(o, -1.0));
     pl_backend_counters c0 = counters();
     PL_CK_OK(pl_graph_replay(g));
@@ -328,24 +335,32 @@ START_TEST(step_fusion_square_sum) {
         pl_tensor *xh = pl_test_randn(PL_SHAPE(n), 21 + k);
         pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
         pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
-        pl_tensor *want = PL_CK_NOTNULL(pl_tensor_to(pl_sum(pl_square(x), PL_ALL_DIMS, false), PL_F32, PL_CPU));
-        for (int mode = 0; mode < 3; mode++) {
+        pl_tensor *acc = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
+        PL_CK_OK(pl_tensor_fill_(acc, 0.3 + k));
+        pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(pl_square(x), PL_ALL_DIMS, false));
+        pl_tensor *w[4] = {PL_CK_NOTNULL(pl_tensor_to(ssq, PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(ssq, acc), PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(acc, ssq), PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(pl_add(ssq, acc), ssq), PL_F32, PL_CPU))};
+        for (int mode = 0; mode < 6; mode++) {
             uint64_t kf = 0, ku = 0;
-            int nf = fuse_case(mode, x, o, &kf);
+            pl_tensor *want = w[mode < 3 ? 0 : mode - 2];
+            int nf = fuse_case(mode, x, o, acc, &kf);
             pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
             ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
             PL_CK_OK(b->set_option("fuse", "false"));
-            ck_assert_int_eq(fuse_case(mode, x, o, &ku), 0);
+            ck_assert_int_eq(fuse_case(mode, x, o, acc, &ku), 0);
             PL_CK_OK(b->set_option("fuse", "true"));
             got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
             ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
-            ck_assert_msg(nf == (mode == 0), "n %lld mode %d: %d fusions", (long long)n, mode, nf);
-            ck_assert_msg(ku - kf == (uint64_t)nf, "n %lld mode %d: %llu kernel calls fused, %llu not",
+            ck_assert_msg(nf == (mode == 0 || mode >= 3), "n %lld mode %d: %d fusions", (long long)n,
+                          mode, nf);
+            ck_assert_msg(ku - kf == (uint64_t)(mode == 3 || mode == 4 ? 2 : nf), "n %lld mode %d: %llu kernel calls fused, %llu not",
                           (long long)n, mode, (unsigned long long)kf, (unsigned long long)ku);
         }
         uint64_t kc = 0;
         setenv("PL_GRAPH_FUSION", "0", 1); /* the core's switch: capture_end, nothing fused */
-        ck_assert_int_eq(fuse_case(0, x, o, &kc), 0);
+        ck_assert_int_eq(fuse_case(0, x, o, NULL, &kc), 0);
         unsetenv("PL_GRAPH_FUSION");
         pl_frame_end();
     }
