@@ -285,15 +285,22 @@ static pl_status capture(trainer *t, const pl_batch *b, int i, int64_t bi, doubl
     gs->cap_micro[i] = t->micro;
     gs->ng++;
     if (gs->ng == gs->k) gs->cap_step = t->step;
+    /* what the backend fused inside the captured step (backend.h, "Seeing the step") */
+    const char *pat = "";
+    int nf = pl_graph_fused(gs->g[i], &pat);
+    char fused[256] = "";
+    if (nf > 0)
+        snprintf(fused, sizeof fused, "; the backend fused %d call groups (%s; PL_GRAPH_FUSION=0 "
+                 "turns that off)", nf, pat);
     if (gs->k == 1)
         tr_log(t, "cuda_graphs: captured the training step at step %lld (%d optimizer calls, %d "
-               "dropout calls with a device offset)\n", (long long)t->step,
-               pl_graph_optim_calls(gs->g[i]), pl_graph_dropout_calls(gs->g[i]));
+               "dropout calls with a device offset)%s\n", (long long)t->step,
+               pl_graph_optim_calls(gs->g[i]), pl_graph_dropout_calls(gs->g[i]), fused);
     else
         tr_log(t, "cuda_graphs: captured micro-batch %d of %d of the training step at step %lld "
-               "(%d optimizer calls, %d dropout calls with a device offset)%s\n", i + 1, gs->k,
+               "(%d optimizer calls, %d dropout calls with a device offset)%s%s\n", i + 1, gs->k,
                (long long)t->step, pl_graph_optim_calls(gs->g[i]), pl_graph_dropout_calls(gs->g[i]),
-               gs->ng == gs->k ? "; every micro-batch of the step is captured" : "");
+               fused, gs->ng == gs->k ? "; every micro-batch of the step is captured" : "");
     st = pl_graph_set_micro_delta(gs->g[i], 0);
     if (!st) st = pl_graph_replay(gs->g[i]);
     if (!st) st = tr_sv_commit(t, bi, last);

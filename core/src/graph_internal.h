@@ -21,6 +21,10 @@ pl_mempool *pl_alloc_pool_new(pl_device dev);
 pl_mempool *pl_alloc_pool_use(pl_mempool *p);
 /* Blocks the pool owns (in use or free in it). */
 size_t pl_alloc_pool_blocks(pl_mempool *p);
+/* The pool's free blocks (base, capacity) sorted by base, in a new array
+ * (free()) of *n; NULL with *n 0 when there are none or no memory (then a
+ * backend sees nothing released and fuses nothing: safe). */
+pl_step_block *pl_alloc_pool_free_blocks(pl_mempool *p, size_t *n);
 /* Give the pool's free blocks to the device's cache; blocks in use follow
  * when freed; the pool is freed with its last block. NULL: no-op. */
 void pl_alloc_pool_release(pl_mempool *p);

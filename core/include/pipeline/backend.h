@@ -117,6 +117,7 @@ typedef pl_status (*pl_kernel_fn)(const pl_kernel_args *a);
 typedef pl_kernel_fn (*pl_kernel_lookup_fn)(pl_op op, bool backward);
 
 struct pl_backend_counters;
+struct pl_step_facts;
 /* What a device says about its own load over an interval (pl_backend's
  * device_stats; what Lightning's DeviceStatsMonitor shows): the driver's view,
  * not the caching allocator's. A field the device cannot tell is NAN. */
@@ -272,8 +273,96 @@ typedef struct pl_backend {
      * thread; no effect on the device. NULL: no such values. Use
      * pl_backend_info. */
     pl_status (*get_option)(const char *key, char *buf, size_t n);
+    /* Optional (ABI 2.11; read when struct_size covers it; NULL: capture_end
+     * as before): capture_end with what only the core knows about the
+     * recorded step, so that the backend may fuse calls inside it (ggml's
+     * backend graph_compute fusion). See "Seeing the step" below for the
+     * contract. The core calls it INSTEAD of capture_end when the backend has
+     * it and the environment does not set PL_GRAPH_FUSION=0; every rule,
+     * error and result of capture_end holds (*graph, poisoned captures,
+     * nothing has run). The backend writes facts->n_fused and facts->fused
+     * (the core logs them once per capture). */
+    pl_status (*capture_end_step)(int device, struct pl_step_facts *facts, void **graph);
     /* new fields go here, after the last one; see "Layout check" above */
 } pl_backend;
+
+/* ---- Seeing the step (ABI 2.11, pl_backend.capture_end_step) -----------------
+ * Who records: the backend. Between capture_begin and capture_end it already
+ * sees, in issue order, every call of the step: each kernel call's
+ * pl_kernel_args (op id, forward or backward, parameters, and for each
+ * tensor its data pointer, dtype, shape, strides and bytes), each
+ * device-to-device memcpy and each memset, and it keeps what it needs to
+ * replay them (strict: a deep copy of each call; cuda: the stream capture,
+ * plus a note of each call's byte ranges). The core hands over at the end
+ * only the fact it alone has:
+ *   released: the device blocks (base, capacity in bytes; sorted by base,
+ *             disjoint) of the graph's private pool (graph.h) that were free
+ *             again when the capture ended. Every allocation of the capture
+ *             came from that pool and no block of it is ever handed to other
+ *             work, so no tensor alive after the step points into a released
+ *             block, nothing outside the graph reads it, and a replay finds
+ *             nothing of the previous replay there that it may read (the
+ *             first access of the step to a block new in the capture is a
+ *             write). Blocks still held when the capture ends (the loss, a
+ *             gradient made in the step, ...) are not in the list, nor is
+ *             memory allocated before the capture (parameters, optimizer
+ *             state, static inputs).
+ * Liveness rule: bytes [p, p + n) written by the step's call i are DEAD after
+ * call j >= i when they lie inside one released block and no call after j
+ * (in issue order) reads any of them before a call writes all of them. A
+ * kernel reads its inputs (and the tensors behind p.extra: dropout's offset,
+ * a multi-tensor optimizer's lists) and writes its outputs whole (a
+ * contiguous output; backward kernels overwrite out[i]); a copy reads its
+ * source and writes its destination; a memset writes.
+ * Fusion rule: the backend may replace consecutive calls i..j by one call
+ * that gives every byte that is not dead after j, and every output, the
+ * same bits as the calls it replaces, and need not write the dead ones (an
+ * intermediate that no one reads again). It must not fuse otherwise; a
+ * fusion is an optimization, never an approximation, and op ids, the
+ * public op set and the kernels' contracts do not change. A backend counts
+ * a fused call as one kernel call (pl_backend_counters).
+ * What is fused is the backend's: strict and cuda fuse square + sum over
+ * all dims into one sum of squares, with the add of the norm's running
+ * total after it when there is one (the gradient norm: one group per
+ * parameter with a gradient, every step). strict fuses only when the
+ * intermediates are dead; cuda launches one kernel for every such group
+ * while capturing and drops its stores of the intermediates, in the graph,
+ * where they are dead
+ * (plugins/backends/strict/README.md, plugins/backends/cuda/README.md).
+ * A backend reads the fields of pl_step_facts that facts->struct_size
+ * covers (appended only, as pl_backend). */
+typedef struct pl_step_block {
+    const void *base;
+    size_t bytes;
+} pl_step_block;
+
+typedef struct pl_step_facts {
+    uint32_t struct_size; /* set by the core: sizeof(pl_step_facts) as it was compiled */
+    const pl_step_block *released; /* [n_released] (see above); borrowed for the call */
+    size_t n_released;
+    /* written by the backend (the core zeroes them): how many groups of
+     * calls it fused into one, and which, e.g. "square+sum x11" */
+    int n_fused;
+    char fused[192];
+} pl_step_facts;
+
+/* Whether [p, p + n) lies inside one block of facts->released (binary
+ * search): half of the liveness rule above; the other half is the backend's
+ * scan of the calls after the fused ones. */
+static inline bool pl_step_released(const pl_step_facts *facts, const void *p, size_t n) {
+    size_t lo = 0, hi = facts ? facts->n_released : 0;
+    uintptr_t a = (uintptr_t)p;
+    while (lo < hi) { /* the first block with base > a */
+        size_t mid = lo + (hi - lo) / 2;
+        if ((uintptr_t)facts->released[mid].base <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0) return false;
+    const pl_step_block *b = &facts->released[lo - 1];
+    return a + n <= (uintptr_t)b->base + b->bytes;
+}
 
 /* Counters of a backend (pl_backend.counters), all monotonic from the
  * backend's load. Append-only, like pl_backend; struct_size first.

@@ -44,6 +44,10 @@
  *    index of a step (core/run/graph_step.c).
  * The CPU has no graphs (pl_graph_supported is false); the strict device
  * records each kernel call and replays the list, enforcing the same rules.
+ * When the capture ends, a backend with capture_end_step (ABI 2.11) learns
+ * which of the pool's blocks the step released and may fuse calls whose
+ * intermediates are provably dead (backend.h, "Seeing the step");
+ * PL_GRAPH_FUSION=0 in the environment turns that off (pl_graph_fused).
  * One capture at a time per thread. Not thread-safe across threads sharing
  * one graph.
  */
@@ -84,6 +88,11 @@ bool pl_graph_capturing(void);
  * the dropout offset must have been set for this replay (refresh, delta).
  * Errors: PL_ERR_INVALID for NULL; the backend's. */
 pl_status pl_graph_replay(pl_graph *g);
+/* How many groups of calls the backend fused into one when the capture
+ * ended (pl_backend.capture_end_step, backend.h "Seeing the step"; 0 for a
+ * backend without it, or with PL_GRAPH_FUSION=0 in the environment), and
+ * in *patterns (when non-NULL; owned by g) which, e.g. "square+sum x11". */
+int pl_graph_fused(const pl_graph *g, const char **patterns);
 /* Free the graph, its backend handle and (when no block of it is in use)
  * its pool; blocks still in use return to the device's cache when freed.
  * NULL is a no-op. */

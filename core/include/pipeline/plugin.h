@@ -100,7 +100,11 @@ extern "C" {
  *          pl_amp_update_scale_, ops.h: torch's GradScaler kernels);
  *          pl_precision_vtable.loss_scale_tensor / before_step_device (a
  *          loss scale kept on the device; read only from plugins of
- *          abi_minor >= 11, older ones keep loss_scale / before_step) */
+ *          abi_minor >= 11, older ones keep loss_scale / before_step);
+ *          pl_backend.capture_end_step, pl_step_facts, pl_step_released
+ *          (backend.h, "Seeing the step": the backend of a captured step
+ *          learns which blocks the step released and may fuse calls;
+ *          PL_GRAPH_FUSION=0 turns it off); pl_graph_fused (graph.h) */
 
 #define PL_ABI_MINOR 11
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"

@@ -377,6 +377,27 @@ size_t pl_alloc_pool_blocks(pl_mempool *p) {
     return n;
 }
 
+static int by_base(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const pl_step_block *)a)->base, y = (uintptr_t)((const pl_step_block *)b)->base;
+    return x < y ? -1 : x > y;
+}
+
+pl_step_block *pl_alloc_pool_free_blocks(pl_mempool *p, size_t *n) {
+    *n = 0;
+    device_cache *c = p ? cache_for(p->dev) : NULL;
+    if (!c) return NULL;
+    pthread_mutex_lock(&c->mu);
+    size_t total = 0;
+    for (int i = 0; i < p->n_lists; i++) total += (size_t)p->lists[i].n;
+    pl_step_block *b = total ? malloc(total * sizeof *b) : NULL;
+    for (int i = 0; b && i < p->n_lists; i++)
+        for (int j = 0; j < p->lists[i].n; j++)
+            b[(*n)++] = (pl_step_block){p->lists[i].blocks[j], p->lists[i].size};
+    pthread_mutex_unlock(&c->mu);
+    if (b) qsort(b, *n, sizeof *b, by_base);
+    return b;
+}
+
 void pl_alloc_pool_release(pl_mempool *p) {
     if (!p) return;
     if (tl_pool == p) tl_pool = NULL;

@@ -36,6 +36,8 @@ struct pl_graph {
     int n_drop;          /* dropout calls captured */
     pl_status violation; /* the core's first (dropout mismatch) */
     char violation_msg[512];
+    int n_fused;         /* what the backend fused (capture_end_step) */
+    char fused[192];
 };
 
 static _Thread_local pl_graph *tl_cap;     /* capturing */
@@ -116,7 +118,21 @@ pl_status pl_graph_capture_end(pl_graph **out) {
     if (!g) return pl_error_set(PL_ERR_INVALID, "graph capture: this thread is not capturing");
     tl_cap = NULL;
     pl_alloc_pool_use(g->prev_pool);
-    pl_status s = g->be->capture_end(g->dev.index, &g->handle);
+    /* the backend sees which blocks the step released (backend.h, "Seeing the
+     * step") and may fuse; PL_GRAPH_FUSION=0: plain capture_end */
+    const char *env = getenv("PL_GRAPH_FUSION");
+    pl_step_facts f = {.struct_size = sizeof f};
+    pl_step_block *rel = NULL;
+    pl_status s;
+    if (PL_BACKEND_HAS(g->be, capture_end_step) && g->be->capture_end_step && !(env && !strcmp(env, "0"))) {
+        f.released = rel = pl_alloc_pool_free_blocks(g->pool, &f.n_released);
+        s = g->be->capture_end_step(g->dev.index, &f, &g->handle);
+        g->n_fused = f.n_fused;
+        snprintf(g->fused, sizeof g->fused, "%.*s", (int)sizeof f.fused, f.fused);
+        free(rel);
+    } else {
+        s = g->be->capture_end(g->dev.index, &g->handle);
+    }
     if (s) {
         s = pl_error_prefix(s, "graph capture on '%s'", g->be->name);
     } else if (g->violation) {
@@ -141,6 +157,11 @@ pl_status pl_graph_replay(pl_graph *g) {
     if (tl_cap) return pl_error_set(PL_ERR_INVALID, "graph replay: while capturing");
     pl_status s = g->be->graph_replay(g->handle);
     return s ? pl_error_prefix(s, "graph replay on '%s'", g->be->name) : PL_OK;
+}
+
+int pl_graph_fused(const pl_graph *g, const char **patterns) {
+    if (patterns) *patterns = g ? g->fused : "";
+    return g ? g->n_fused : 0;
 }
 
 void pl_graph_release(pl_graph *g) {

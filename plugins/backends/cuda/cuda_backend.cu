@@ -1,6 +1,7 @@
 /* cuda_backend.cu - the CUDA backend plugin: the kernel lookup, the pl_backend table
  * exported as plugin "cuda" (kind backend) and its descriptor. The verbs of the table are
- * in cuda_memory.cu (devices, memory, transfers, graph capture), cuda_matmul.cu (the
+ * in cuda_memory.cu (devices, memory, transfers, graph capture; the fusion inside a
+ * captured step in cuda_fuse.cu), cuda_matmul.cu (the
  * allow_tf32 option) and cuda_stats.cu (device stats); the kernels in cuda_dense.cu,
  * cuda_norm.cu, cuda_index.cu, cuda_attention.cu, cuda_copy.cu, cuda_matmul.cu,
  * cuda_nf4.cu, cuda_optim.cu and cuda_lstm.cu (cuda_common.cuh). This file calls
@@ -17,8 +18,20 @@
  * asking about an op appended later gets "unsupported", not a stray read. */
 static pl_kernel_table g_cuda_kernels;
 
+/* Every kernel is called through these two: while the calling thread
+ * captures a graph, through the fusion hook (cuda_fuse.cu); else directly. */
+static pl_status cu_forward(const pl_kernel_args *a) {
+    pl_kernel_fn f = pl_kernel_table_get(&g_cuda_kernels, a->op, false);
+    return pl_cu_capturing() ? pl_cu_fuse_call(f, a, false) : f(a);
+}
+static pl_status cu_backward(const pl_kernel_args *a) {
+    pl_kernel_fn f = pl_kernel_table_get(&g_cuda_kernels, a->op, true);
+    return pl_cu_capturing() ? pl_cu_fuse_call(f, a, true) : f(a);
+}
+
 static pl_kernel_fn cu_kernel(pl_op op, bool backward) {
-    return pl_kernel_table_get(&g_cuda_kernels, op, backward);
+    if (!pl_kernel_table_get(&g_cuda_kernels, op, backward)) return NULL;
+    return backward ? cu_backward : cu_forward;
 }
 
 /* pl_backend.half_native: the kernels (cuda_dense.cu, cuda_norm.cu) that load and store
@@ -54,6 +67,8 @@ static const pl_backend g_cuda = {
     cu_graph_replay,
     cu_graph_release,
     cu_half_native,
+    NULL, /* get_option */
+    cu_capture_end_step,
 };
 
 static const pl_backend *cuda_table(void) {

@@ -340,6 +340,32 @@ pl_status cu_graph_replay(void *graph);
 void cu_graph_release(void *graph);
 pl_status cu_fill_random(pl_tensor *t, int normal, double a, double b, uint64_t seed,
                          uint64_t stream);
+/* cuda_memory.cu: whether this thread is capturing a graph */
+bool pl_cu_capturing(void);
+pl_status cu_capture_end_step(int device, pl_step_facts *facts, void **graph);
+/* cuda_dense.cu: the fused square + sum over all of x's n elements into o[0]
+ * (o NULL: not stored; the squares also into t unless t is NULL), then, when
+ * u is not NULL, u[0] = a[0] + the sum (first: sum + a[0]); and its kernel's
+ * address */
+pl_status pl_cu_sum_squares(const float *x, float *t, float *o, const float *a, float *u, int first,
+                            int64_t n);
+const void *pl_cu_sum_squares_kernel(void);
+/* cuda_fuse.cu: seeing the step (backend.h, capture_end_step). While this
+ * thread captures: every kernel call goes through pl_cu_fuse_call (f is the
+ * op's kernel), device-to-device copies and memsets through
+ * pl_cu_fuse_write; a square (then a square and its sum) may be held back
+ * until the next call (fused with a sum of all of it, then an add of that
+ * sum); pl_cu_fuse_flush issues what is held back. pl_cu_fuse_begin at
+ * capture_begin; pl_cu_fuse_end after cudaStreamEndCapture, before
+ * instantiation: drops the store of dead squares from g's fused nodes and
+ * fills facts (NULL: capture_end, nothing dropped). pl_cu_fuse_option:
+ * set_option("fuse", value). */
+void pl_cu_fuse_begin(void);
+pl_status pl_cu_fuse_call(pl_kernel_fn f, const pl_kernel_args *a, bool backward);
+pl_status pl_cu_fuse_write(void *dst, const void *src, size_t n);
+pl_status pl_cu_fuse_flush(void);
+pl_status pl_cu_fuse_end(cudaGraph_t g, pl_step_facts *facts);
+pl_status pl_cu_fuse_option(const char *value);
 /* cuda_matmul.cu: [pipeline] allow_tf32 */
 pl_status cu_set_option(const char *key, const char *value);
 /* cuda_stats.cu: NVML */

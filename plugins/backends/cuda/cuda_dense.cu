@@ -271,6 +271,41 @@ static pl_status k_sum_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* square, then the sum of all the squares, in one launch (cuda_fuse.cu: the
+ * gradient norm's calls in a captured step), then optionally the add of the
+ * norm's running total. The same bits as the square kernel (pl_math_square,
+ * one f32 rounding) followed by k_sum_block <<<1, 1024>>> (k_sum_fwd of one
+ * output: the same per-thread double sums in the same order, the same block
+ * reduction, one f32 rounding) and the add kernel (one f32 add, its
+ * operands in the add's order: `first`, the sum was the first). T, O: where
+ * the square and sum kernels would have written, NULL when dead (the graph's
+ * node is edited after the capture); U = A + sum (NULL: no add). */
+__global__ void k_sum_squares(const float *X, float *T, float *O, const float *A, float *U,
+                              int first, int64_t n) {
+    __shared__ double sh[32];
+    double acc = 0;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+        float q = pl_math_square(X[k]);
+        if (T) T[k] = q;
+        acc += q;
+    }
+    acc = pl_d_block_sum(acc, sh);
+    if (threadIdx.x == 0) {
+        float s = (float)(acc * 1.0);
+        if (O) O[0] = s;
+        if (U) U[0] = first ? s + A[0] : A[0] + s;
+    }
+}
+
+pl_status pl_cu_sum_squares(const float *x, float *t, float *o, const float *a, float *u, int first,
+                            int64_t n) {
+    k_sum_squares<<<1, 1024>>>(x, t, o, a, u, first, n);
+    CUDA_LAUNCHED("square+sum");
+    return PL_OK;
+}
+
+const void *pl_cu_sum_squares_kernel(void) { return (const void *)k_sum_squares; }
+
 __global__ void k_sum_bwd_k(const float *G, float *D, int64_t n, int64_t inner, float scale,
                             int64_t total) {
     GRID_LOOP(e, total) {

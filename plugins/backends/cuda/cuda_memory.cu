@@ -117,6 +117,10 @@ pl_status cu_memcpy(void *dst, pl_device dd, const void *src, pl_device sd, size
         return capture_violation("a host read (device-to-host copy)", n);
     if (tl_cap_dev >= 0 && kind == cudaMemcpyHostToDevice)
         return capture_violation("a host write (host-to-device copy)", n);
+    if (tl_cap_dev >= 0 && kind == cudaMemcpyDeviceToDevice) { /* in order with a held-back call */
+        pl_status s = pl_cu_fuse_write(dst, src, n);
+        if (s) return s;
+    }
     CUDA_TRY(cudaSetDevice(dev));
     if (kind == cudaMemcpyDeviceToDevice && dd.index != sd.index) {
         CUDA_TRY(cudaMemcpyPeer(dst, dd.index, src, sd.index, n));
@@ -165,6 +169,10 @@ pl_status cu_memcpy_h2d_background(void *dst, pl_device dd, const void *src, siz
 
 pl_status cu_memset(void *dst, pl_device dev, int v, size_t n) {
     if (n == 0) return PL_OK;
+    if (tl_cap_dev >= 0) {
+        pl_status s = pl_cu_fuse_write(dst, NULL, n);
+        if (s) return s;
+    }
     CUDA_TRY(cudaSetDevice(dev.index));
     CUDA_TRY(cudaMemset(dst, v, n));
     return PL_OK;
@@ -226,6 +234,7 @@ pl_status cu_capture_begin(int device) {
         tl_cap_dev = device;
         tl_cap_err = PL_OK;
         tl_cap_msg[0] = 0;
+        pl_cu_fuse_begin();
     }
     pthread_mutex_unlock(&g_copy_mu);
     if (e != cudaSuccess) {
@@ -236,11 +245,18 @@ pl_status cu_capture_begin(int device) {
     return PL_OK;
 }
 
-pl_status cu_capture_end(int device, void **graph) {
+bool pl_cu_capturing(void) { return tl_cap_dev >= 0; }
+
+/* capture_end; with facts (capture_end_step), the fusion pass edits the
+ * graph before it is instantiated (cuda_fuse.cu). */
+static pl_status capture_end(pl_step_facts *facts, void **graph) {
     *graph = NULL;
     if (tl_cap_dev < 0) return pl_error_set(PL_ERR_INVALID, "cuda: capture_end without capture_begin");
-    (void)device;
     int dev = tl_cap_dev;
+    if (pl_cu_fuse_flush() && !tl_cap_err) { /* a held-back call that failed to launch */
+        tl_cap_err = pl_error_status();
+        snprintf(tl_cap_msg, sizeof tl_cap_msg, "%s", pl_error_message());
+    }
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(cudaStreamPerThread, &g);
     pthread_mutex_lock(&g_copy_mu);
@@ -265,6 +281,11 @@ pl_status cu_capture_end(int device, void **graph) {
                             "the captured step that CUDA cannot capture invalidated it)",
                             cudaGetErrorString(e));
     }
+    pl_status fs = pl_cu_fuse_end(g, facts);
+    if (fs) {
+        cudaGraphDestroy(g);
+        return fs;
+    }
     cu_graph *cg = (cu_graph *)calloc(1, sizeof *cg);
     if (!cg) {
         cudaGraphDestroy(g);
@@ -282,6 +303,16 @@ pl_status cu_capture_end(int device, void **graph) {
     }
     *graph = cg;
     return PL_OK;
+}
+
+pl_status cu_capture_end(int device, void **graph) {
+    (void)device;
+    return capture_end(NULL, graph);
+}
+
+pl_status cu_capture_end_step(int device, pl_step_facts *facts, void **graph) {
+    (void)device;
+    return capture_end(facts, graph);
 }
 
 pl_status cu_graph_replay(void *graph) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pipeline/graph.h"
 #include "pipeline/optim_math.h"
 #include "pipeline/testing.h"
 #include "pl_test.h"
@@ -453,6 +454,76 @@ START_TEST(graph_capture_replays_a_step) {
 }
 END_TEST
 
+/* Seeing the step (backend.h, capture_end_step; cuda_fuse.cu): in a captured
+ * step a square followed by the sum of all of its squares is one launch
+ * (k_sum_squares) whatever the liveness, its bits the two kernels'; the
+ * squares' store is dropped only when they are dead (mode 0), kept when a
+ * later call reads them (1) or they are still held when the capture ends
+ * (2); with the add of a running total after it (3), one launch for the
+ * three, the squares' and the sum's stores dropped; fuse = false launches
+ * the kernels one by one. 100003 and 777 elements. */
+static int cu_fuse_case(int mode, pl_tensor *x, pl_tensor *o, pl_tensor *acc, const char **pat) {
+    pl_graph *g = NULL;
+    pl_tensor *kept = NULL;
+    PL_CK_OK(pl_graph_capture_begin(x->device));
+    pl_frame_begin();
+    pl_tensor *sq = PL_CK_NOTNULL(pl_square(x));
+    pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(sq, PL_ALL_DIMS, false));
+    if (mode == 1) ssq = PL_CK_NOTNULL(pl_add(ssq, pl_sum(pl_scale(sq, 0.0), PL_ALL_DIMS, false)));
+    if (mode == 2) kept = pl_tensor_retain(sq);
+    if (mode == 3) ssq = PL_CK_NOTNULL(pl_add(acc, ssq)); /* the norm's running total */
+    PL_CK_OK(pl_tensor_copy_(o, ssq));
+    pl_frame_end();
+    PL_CK_OK(pl_graph_capture_end(&g));
+    static char buf[256];
+    const char *p = "";
+    int nf = pl_graph_fused(g, &p);
+    snprintf(buf, sizeof buf, "%s", p);
+    *pat = buf;
+    PL_CK_OK(pl_tensor_fill_(o, -1.0));
+    PL_CK_OK(pl_graph_replay(g));
+    pl_graph_release(g);
+    pl_tensor_release(kept);
+    return nf;
+}
+
+START_TEST(step_fusion_square_sum) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert(PL_BACKEND_HAS(b, capture_end_step) && b->capture_end_step);
+    int64_t sizes[2] = {100003, 777};
+    for (int k = 0; k < 2; k++) {
+        pl_frame_begin();
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(sizes[k]), 21 + k), PL_F32, gd));
+        pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, gd));
+        pl_tensor *acc = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, gd));
+        PL_CK_OK(pl_tensor_fill_(acc, 0.3));
+        pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(pl_square(x), PL_ALL_DIMS, false));
+        pl_tensor *w1 = PL_CK_NOTNULL(pl_tensor_to(ssq, PL_F32, PL_CPU));
+        pl_tensor *w3 = PL_CK_NOTNULL(pl_tensor_to(pl_add(acc, ssq), PL_F32, PL_CPU));
+        const char *drop[4] = {"square+sum x1; dead stores dropped: 1", "square+sum x1; dead stores dropped: 0",
+                               "square+sum x1; dead stores dropped: 0",
+                               "square+sum+add x1; dead stores dropped: 2"};
+        for (int mode = 0; mode < 4; mode++)
+            for (int fuse = 1; fuse >= 0; fuse--) {
+                pl_tensor *want = mode == 3 ? w3 : w1;
+                PL_CK_OK(b->set_option("fuse", fuse ? "true" : "false"));
+                const char *pat = NULL;
+                int nf = cu_fuse_case(mode, x, o, acc, &pat);
+                ck_assert_msg(nf == fuse, "mode %d fuse %d: %d fused (%s)", mode, fuse, nf, pat);
+                if (fuse) ck_assert_msg(!strcmp(pat, drop[mode]), "mode %d: %s", mode, pat);
+                pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+                ck_assert_msg(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4) == 0,
+                              "n %lld mode %d fuse %d: %.9g, eager %.9g", (long long)sizes[k], mode,
+                              fuse, pl_tensor_item(got), pl_tensor_item(want));
+            }
+        pl_frame_end();
+    }
+    PL_CK_OK(b->set_option("fuse", "true"));
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cuda_backend");
     TCase *tc = tcase_create("cuda");
@@ -468,6 +539,7 @@ int main(void) {
     tcase_add_test(tc, clamp_matches_cpu);
     tcase_add_test(tc, optimizer_steps_match_cpu);
     tcase_add_test(tc, graph_capture_replays_a_step);
+    tcase_add_test(tc, step_fusion_square_sum);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

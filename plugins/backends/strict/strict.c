@@ -25,6 +25,10 @@
  * handed to one is an error, as a host pointer is to a GPU kernel. Results
  * are therefore the CPU's, bit for bit. A kernel's scratch comes from PL_CPU.
  *
+ * Captured steps (graph.h): recorded and replayed in order; when the capture
+ * ends, capture_end_step's fusion pass (strict_fuse.c) may fuse calls whose
+ * intermediates are dead (backend.h, "Seeing the step").
+ *
  * What it cannot catch: a host access to a block that another thread has
  * open at that moment (the window of one kernel). Device memory is ordinary
  * host memory underneath, so mem_info reports the host's.
@@ -51,6 +55,7 @@
 #include "pipeline/plugin.h"
 #include "pipeline/status.h"
 #include "pipeline/tensor.h"
+#include "strict_internal.h"
 
 /* ---- counters: what would stall a GPU (pl_backend.counters) -----------------
  * Kept in their own section: relaxed atomics, bumped by the transfer, alloc
@@ -331,11 +336,15 @@ static void st_host_free(void *p) { free(p); }
 
 /* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32);
  * optimizer_found_inf: the CPU's optimizer kernels, which this backend runs,
- * obey the flag. */
+ * obey the flag; fuse ("true" by default): whether capture_end_step fuses. */
+static _Atomic bool g_no_fuse;
 static pl_status st_set_option(const char *key, const char *value) {
-    (void)value;
     if (!strcmp(key, "allow_tf32")) return PL_OK;
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
+    if (!strcmp(key, "fuse") && (!strcmp(value, "true") || !strcmp(value, "false"))) {
+        atomic_store(&g_no_fuse, !strcmp(value, "false"));
+        return PL_OK;
+    }
     return pl_error_set(PL_ERR_UNSUPPORTED, "strict backend: no setting '%s'", key);
 }
 
@@ -603,11 +612,8 @@ static bool is_multi(pl_op op) {
            op == PL_OP_AMP_UNSCALE_MULTI;
 }
 
-static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
-    pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), a->op, backward);
-    if (!f)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "strict device: no CPU kernel for %s %s",
-                            pl_op_name(a->op), backward ? "backward" : "forward");
+/* Kernel f on a (one kernel call), its tensors opened. */
+static pl_status run_kernel(pl_kernel_fn f, const pl_kernel_args *a, bool backward) {
     count(&c_kernels, NULL, 0);
     if (memory_only()) return PL_OK;
     opened o = {.n = 0};
@@ -640,6 +646,14 @@ static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
     return s;
 }
 
+static pl_status run_cpu(const pl_kernel_args *a, bool backward) {
+    pl_kernel_fn f = pl_backend_kernel(pl_backend_cpu(), a->op, backward);
+    if (!f)
+        return pl_error_set(PL_ERR_UNSUPPORTED, "strict device: no CPU kernel for %s %s",
+                            pl_op_name(a->op), backward ? "backward" : "forward");
+    return run_kernel(f, a, backward);
+}
+
 static pl_status rec_kernel(const pl_kernel_args *a, bool backward);
 
 static pl_status st_forward(const pl_kernel_args *a) {
@@ -661,18 +675,6 @@ static pl_status st_backward(const pl_kernel_args *a) {
  * list in order with the CPU's kernels (run_cpu: the blocks are opened as
  * for any kernel, so a block freed since the capture is an error naming the
  * tensor). */
-
-typedef enum { REC_KERNEL, REC_COPY, REC_MEMSET } rec_kind;
-
-typedef struct rec {
-    rec_kind kind;
-    bool backward;
-    pl_kernel_args a;
-    void *dst;
-    const void *src;
-    size_t n;
-    int v;
-} rec;
 
 struct st_graph {
     rec *r;
@@ -831,13 +833,25 @@ static pl_status st_capture_end(int device, void **graph) {
     return PL_OK;
 }
 
+/* capture_end with the step's released blocks: the fusion pass
+ * (strict_fuse.c) over the recorded calls. */
+static pl_status st_capture_end_step(int device, pl_step_facts *facts, void **graph) {
+    pl_status s = st_capture_end(device, graph);
+    if (s || !facts || atomic_load(&g_no_fuse)) return s;
+    st_graph *g = *graph;
+    st_fuse_step(g->r, g->n, facts);
+    return PL_OK;
+}
+
 static pl_status st_graph_replay(void *graph) {
     st_graph *g = graph;
     if (!g) return pl_error_set(PL_ERR_INVALID, "strict device: replay of no graph");
     if (tl_cap) return violation("a graph replay", 0);
     for (size_t i = 0; i < g->n; i++) {
         rec *r = &g->r[i];
-        pl_status s = r->kind == REC_KERNEL ? run_cpu(&r->a, r->backward)
+        if (r->kind == REC_NONE) continue; /* taken into a fused call */
+        pl_status s = r->kind == REC_KERNEL  ? run_cpu(&r->a, r->backward)
+                      : r->kind == REC_FUSED ? run_kernel(r->fused, &r->a, false)
                       : r->kind == REC_COPY ? st_memcpy(r->dst, (pl_device){PL_DEVICE_CUDA, 0}, r->src,
                                                        (pl_device){PL_DEVICE_CUDA, 0}, r->n)
                                             : st_memset(r->dst, (pl_device){PL_DEVICE_CUDA, 0}, r->v, r->n);
@@ -877,6 +891,7 @@ static const pl_backend g_strict = {
     .graph_replay = st_graph_replay,
     .graph_release = st_graph_release,
     .half_native = st_half_native,
+    .capture_end_step = st_capture_end_step,
 };
 
 static const pl_option_spec g_strict_opts[] = {PL_OPTIONS_END};

@@ -5,6 +5,7 @@
  * print with its name. Every shipped config on it: test_strict_configs.sh;
  * every op: test_backend_conformance under PL_CONFORMANCE_BACKEND=strict. */
 #include <signal.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -274,6 +275,98 @@ START_TEST(graph_pool_keeps_its_blocks) {
 }
 END_TEST
 
+/* Seeing the step (backend.h, capture_end_step): the strict device fuses the
+ * gradient norm's square + sum into one sum of squares when the squares are
+ * dead after the sum (their block released by the step's end, nothing later
+ * reading them), with the unfused calls' bits and one kernel call less per
+ * replay (mode 0); with the add of a running total after it (modes 3, 4:
+ * the sum first or second), one call instead of three, but only the pair
+ * when the sum is read after the add (mode 5); it does not fuse when the
+ * squares are read after the sum (mode 1) or still held when the capture
+ * ends (mode 2), nor with set_option("fuse", "false") or
+ * PL_GRAPH_FUSION=0. x has 100003 elements (the CPU sum's
+ * OpenMP path) or 777 (its serial one). */
+static int fuse_case(int mode, pl_tensor *x, pl_tensor *o, pl_tensor *acc, uint64_t *kcalls) {
+    pl_graph *g = NULL;
+    pl_tensor *kept = NULL;
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    pl_frame_begin();
+    pl_tensor *sq = PL_CK_NOTNULL(pl_square(x));
+    pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(sq, PL_ALL_DIMS, false));
+    if (mode == 1) ssq = PL_CK_NOTNULL(pl_add(ssq, pl_sum(pl_scale(sq, 0.0), PL_ALL_DIMS, false)));
+    if (mode == 2) kept = pl_tensor_retain(sq);
+    if (mode == 3) ssq = PL_CK_NOTNULL(pl_add(ssq, acc)); /* a running total: one call of three */
+    if (mode == 4) ssq = PL_CK_NOTNULL(pl_add(acc, ssq));
+    if (mode == 5) ssq = PL_CK_NOTNULL(pl_add(pl_add(ssq, acc), ssq)); /* the sum read after the add */
+    PL_CK_OK(pl_tensor_copy_(o, ssq));
+    pl_frame_end();
+    PL_CK_OK(pl_graph_capture_end(&g));
+    const char *pat = NULL;
+    int nf = pl_graph_fused(g, &pat);
+    ck_assert_msg(nf == 0 || strcmp(pat, mode == 3 || mode == 4 ? "square+sum+add x1" : "square+sum x1") == 0,
+                  "patterns '%s'", pat);
+    PL_CK_OK(pl_tensor_fill_(o, -1.0));
+    pl_backend_counters c0 = counters();
+    PL_CK_OK(pl_graph_replay(g));
+    *kcalls = counters().kernel_calls - c0.kernel_calls;
+    pl_graph_release(g);
+    pl_tensor_release(kept);
+    return nf;
+}
+
+START_TEST(step_fusion_square_sum) {
+    load();
+    /* pl_step_released (backend.h): inside one released block, no more */
+    pl_step_block bl[2] = {{(const void *)0x1000, 0x100}, {(const void *)0x3000, 0x200}};
+    pl_step_facts f = {.struct_size = sizeof f, .released = bl, .n_released = 2};
+    ck_assert(pl_step_released(&f, (const void *)0x1000, 0x100));
+    ck_assert(pl_step_released(&f, (const void *)0x3100, 0x100));
+    ck_assert(!pl_step_released(&f, (const void *)0x10ff, 2));
+    ck_assert(!pl_step_released(&f, (const void *)0x0fff, 1));
+    ck_assert(!pl_step_released(&f, (const void *)0x2000, 1));
+    ck_assert(!pl_step_released(&f, (const void *)0x3100, 0x101));
+    ck_assert(!pl_step_released(NULL, (const void *)0x1000, 1));
+    const pl_backend *b = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert(PL_BACKEND_HAS(b, capture_end_step) && b->capture_end_step);
+    int64_t sizes[2] = {100003, 777};
+    for (int k = 0; k < 2; k++) {
+        int64_t n = sizes[k];
+        pl_frame_begin();
+        pl_tensor *xh = pl_test_randn(PL_SHAPE(n), 21 + k);
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
+        pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
+        pl_tensor *acc = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
+        PL_CK_OK(pl_tensor_fill_(acc, 0.3 + k));
+        pl_tensor *ssq = PL_CK_NOTNULL(pl_sum(pl_square(x), PL_ALL_DIMS, false));
+        pl_tensor *w[4] = {PL_CK_NOTNULL(pl_tensor_to(ssq, PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(ssq, acc), PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(acc, ssq), PL_F32, PL_CPU)),
+                           PL_CK_NOTNULL(pl_tensor_to(pl_add(pl_add(ssq, acc), ssq), PL_F32, PL_CPU))};
+        for (int mode = 0; mode < 6; mode++) {
+            uint64_t kf = 0, ku = 0;
+            pl_tensor *want = w[mode < 3 ? 0 : mode - 2];
+            int nf = fuse_case(mode, x, o, acc, &kf);
+            pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
+            PL_CK_OK(b->set_option("fuse", "false"));
+            ck_assert_int_eq(fuse_case(mode, x, o, acc, &ku), 0);
+            PL_CK_OK(b->set_option("fuse", "true"));
+            got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), 4), 0);
+            ck_assert_msg(nf == (mode == 0 || mode >= 3), "n %lld mode %d: %d fusions", (long long)n,
+                          mode, nf);
+            ck_assert_msg(ku - kf == (uint64_t)(mode == 3 || mode == 4 ? 2 : nf), "n %lld mode %d: %llu kernel calls fused, %llu not",
+                          (long long)n, mode, (unsigned long long)kf, (unsigned long long)ku);
+        }
+        uint64_t kc = 0;
+        setenv("PL_GRAPH_FUSION", "0", 1); /* the core's switch: capture_end, nothing fused */
+        ck_assert_int_eq(fuse_case(0, x, o, NULL, &kc), 0);
+        unsetenv("PL_GRAPH_FUSION");
+        pl_frame_end();
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -285,6 +378,7 @@ int main(void) {
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
     tcase_add_test(tc, graph_capture_replays_a_step);
     tcase_add_test(tc, graph_pool_keeps_its_blocks);
+    tcase_add_test(tc, step_fusion_square_sum);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_strict_graphs.sh - [trainer] cuda_graphs on the strict device (issue 35):
 # every shipped config, short, with cuda_graphs false and true.
-#  - Static batch shapes (every config but gat_molecules): the step is captured
+#  - Static batch shapes (every config; gat_molecules padded): the step is captured
 #    once and replayed (the log's replay count >= 2) and the losses are the
 #    eager run's bit for bit (train_loss, epoch_train_loss, val_loss rows of
 #    metrics.csv: the optimizer's coefficients and dropout's counters that
@@ -13,6 +13,15 @@
 #    distills a tiny teacher export made here (the
 #    teacher and the student on a 40-item MovieLens-shaped file,
 #    tests/support/make_ml_tiny.py, as teacher_llm).
+#    The last checkpoint's tensors (parameters, optimizer state) are the eager
+#    run's bit for bit too, and the strict device fused the gradient norm's
+#    square + sum of every parameter the optimizer updates (backend.h, "Seeing
+#    the step": the log's fused count equals its optimizer calls; with the
+#    norm's running total, square + sum + add).
+#  - Fusion off (PL_GRAPH_FUSION=0, the cheapest config): the same losses and
+#    parameters, and exactly the calls the fusions saved more per replayed
+#    step (one per square+sum, two per square+sum+add; summary.json's
+#    kernel_calls_per_step).
 #  - gat_molecules: its config pads every batch of molecules to fixed node,
 #    edge and graph totals off the CPU (hdf5_graph pad = auto, jraph
 #    pad_with_graphs), so it is captured and replayed like the others. With
@@ -87,6 +96,25 @@ if [[ " ${only[*]} " =~ " teacher_llm " ]] || [[ " ${only[*]} " =~ " student " ]
 fi
 cd "$tmp"
 losses() { grep -E ',(train_loss|epoch_train_loss|val_loss),' "$1/metrics.csv"; }
+# the tensors of two safetensors files (not their metadata: run name, config) are equal
+params_equal() {
+    python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def tensors(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    h.pop('__metadata__', None)
+    return {k: b[8 + n + v['data_offsets'][0]:8 + n + v['data_offsets'][1]] for k, v in h.items()}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+bad = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+if bad or not a:
+    print("tensors that differ:", ", ".join(bad[:10]) or "(none stored)")
+sys.exit(1 if bad or not a else 0)
+PY
+}
+# kernel_calls per step of the steps that log (after the first epoch: replays) in summary.json
+kcalls() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['device_stats']['logged_steps']['kernel_calls_per_step'])" "$1/summary.json"; }
 ran=0
 for name in "${only[@]}"; do
     [ -n "${data_of[$name]+x}" ] || fail "$name: a config this test does not know; add its data and overrides here"
@@ -128,12 +156,23 @@ for name in "${only[@]}"; do
     line=$(grep "cuda_graphs: the training step was captured" "$tmp/${name}_true.log" || true)
     reps=$(sed -n 's/.*replayed \([0-9]*\) times.*/\1/p' <<<"$line")
     [ -n "$reps" ] && [ "$reps" -ge 2 ] || { grep cuda_graphs "$tmp/${name}_true.log"; fail "$name: the step was not replayed (log above)"; }
+    # the parameters (and optimizer state) of the last checkpoint: the eager run's bit for bit
+    params_equal "$e/checkpoints/last.safetensors" "$c/checkpoints/last.safetensors" ||
+        fail "$name: the cuda_graphs=true run's last checkpoint differs from the eager run's"
+    # seeing the step (backend.h, capture_end_step): the gradient norm's square + sum (+ the add
+    # to its running total), one group per parameter the optimizer updates, fused in the graph
+    # with the optimizer step
+    cl=$(grep "cuda_graphs: captured" "$tmp/${name}_true.log" | tail -1)
+    opt=$(sed -n 's/.*(\([0-9]*\) optimizer calls.*/\1/p' <<<"$cl")
+    fz=$(sed -n 's/.*the backend fused \([0-9]*\) call groups (square+sum.*/\1/p' <<<"$cl")
+    [ -n "$opt" ] && [ "$opt" -gt 0 ] && [ "$fz" = "$opt" ] ||
+        { echo "$cl"; fail "$name: expected the square+sum of each of the $opt updated parameters fused (log above)"; }
     if [ "$name" = gat_stocks_recipe ]; then # accumulate_grad_batches = 2: both micro-batches' graphs
         [ "$(grep -c 'cuda_graphs: captured micro-batch [12] of 2 ' "$tmp/${name}_true.log")" = 2 ] &&
             [[ "$line" =~ "2 of its 2 micro-batch graphs captured" ]] ||
             { grep cuda_graphs "$tmp/${name}_true.log"; fail "$name: expected a graph for each of its 2 micro-batches"; }
     fi
-    echo "ok $name: $n loss rows equal, eager vs captured; $line"
+    echo "ok $name: $n loss rows and the checkpoint's tensors equal, eager vs captured ($fz square+sum groups fused); $line"
     ran=$((ran + 1))
 done
 [ $ran -gt 0 ] || { echo "SKIP: no data for any config"; exit 0; }
@@ -208,6 +247,26 @@ if [ -e "data/${data_of[$name]}" ]; then
     grep -q "pl_tensor_item" "$tmp/violation.log" ||
         { tail -30 "$tmp/violation.log"; fail "no call stack naming pl_tensor_item"; }
     echo "ok a host read inside the captured step fails the run naming it"
+    # PL_GRAPH_FUSION=0: nothing fused, the same losses and parameters, and exactly one kernel
+    # call more per replayed step for each fusion (summary.json, the strict device's counters)
+    # shellcheck disable=SC2086
+    PL_GRAPH_FUSION=0 "$bin" run "$src/configs/$name.ini" pipeline.run_dir="$tmp/runs" \
+        pipeline.name="${name}_nofuse" $short ${extra[$name]-$lim} trainer.cuda_graphs=true \
+        >"$tmp/nofuse.log" 2>&1 || { tail -20 "$tmp/nofuse.log"; fail "PL_GRAPH_FUSION=0"; }
+    grep -q "the backend fused" "$tmp/nofuse.log" && fail "PL_GRAPH_FUSION=0 fused"
+    f="$tmp/runs/${name}_true/latest" u="$tmp/runs/${name}_nofuse/latest"
+    diff <(losses "$f") <(losses "$u") || fail "$name: the losses with and without fusion differ"
+    params_equal "$f/checkpoints/last.safetensors" "$u/checkpoints/last.safetensors" ||
+        fail "$name: the parameters with and without fusion differ"
+    # calls saved: one per square+sum, two per square+sum+add (the norm's running total)
+    cl=$(grep "cuda_graphs: captured" "$tmp/${name}_true.log" | tail -1)
+    k2=$(grep -o 'square+sum x[0-9]*' <<<"$cl" | grep -o '[0-9]*$' || echo 0)
+    k3=$(grep -o 'square+sum+add x[0-9]*' <<<"$cl" | grep -o '[0-9]*$' || echo 0)
+    saved=$((k2 + 2 * k3))
+    kf=$(kcalls "$f") ku=$(kcalls "$u")
+    python3 -c "import sys; sys.exit(0 if float('$ku') - float('$kf') == $saved > 0 else 1)" ||
+        fail "$name: $kf kernel calls per replayed step fused, $ku not: expected $saved fewer ($cl)"
+    echo "ok fusion: square+sum x$k2, square+sum+add x$k3: $kf kernel calls per replayed step instead of $ku, same losses and parameters"
     # auto: off on strict (on for the cuda backend only)
     # shellcheck disable=SC2086
     "$bin" run "$src/configs/$name.ini" pipeline.run_dir="$tmp/runs" pipeline.name="${name}_auto" \
