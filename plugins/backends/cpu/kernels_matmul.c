@@ -288,8 +288,10 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
  * Forward, two sgemms: t = x A^T [N, R] (rounded to the compute dtype c =
  * x's, and stored: the op's saved output), u = t g rounded to c, then
  * out = scale u B^T + 1 * y in one sgemm with beta = 1 on the copy of y (the
- * epilogue; beta = 0 without y). Half operands are widened to f32 scratch
- * (exact), so the values are gemm_mixed's up to summation order.
+ * epilogue; beta = 0 without y). Half x and A are read in place by the
+ * GEMMs that take them (t = x A^T, dA, dx: matmul's bf16 / f16 kernels,
+ * so t is the chain's bit for bit); B [O, R] and gexp are widened to f32
+ * scratch (small), for the two sgemms that scale by alpha.
  * Backward (in = {G, y, x, A, B[, g], t}), four sgemms at most, each only
  * when a gradient needs it:
  *   du = scale G B            [N, R]   (for dx, dA, dg)
@@ -334,8 +336,10 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     lora_geo_init(&q, x, Ai, Bi, g);
     pl_status st = PL_OK;
     scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, so = {0};
-    const float *X = as_f32(x, &sx, &st);
-    const float *A = st ? NULL : as_f32(Ai, &sa, &st);
+    /* half x, A: read in place by the first GEMM (matmul's kernels) */
+    bool half = q.c != PL_F32;
+    const float *X = half ? NULL : as_f32(x, &sx, &st);
+    const float *A = st || half ? NULL : as_f32(Ai, &sa, &st);
     const float *B = st ? NULL : as_f32(Bi, &sb, &st);
     const float *G = !st && g ? as_f32(g, &sg, &st) : NULL;
     float *T = NULL, *U = NULL, *C = NULL;
@@ -348,18 +352,25 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     if (!st) {
         int64_t N = q.N, D = q.D, R = q.R, O = q.O;
         if (N > 0 && R > 0) {
-            if (D > 0)
+            if (D == 0)
+                memset(T, 0, (size_t)(N * R) * sizeof(float));
+            else if (!half)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)R, (int)D, 1.0f, X,
                          (int)D, A, (int)D, 0.0f, T, (int)R);
-            else
-                memset(T, 0, (size_t)(N * R) * sizeof(float));
-            if (q.c != PL_F32) {
+            else if (!(q.c == PL_BF16 && pl_bf16_gemm_nt(pl_tensor_data(x), pl_tensor_data(Ai), T,
+                                                         N, R, D))) {
+                /* the path pl_matmul's bf16 / f16 x @ A^T takes: the chain's t, bit for bit */
+                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, true};
+                st = pl_gemm_mixed(N, R, D, &ox, &oa, T, PL_F32, R, false, true);
+            }
+            if (half) {
 #pragma omp parallel for if (N * R > PAR_MIN)
                 for (int64_t i = 0; i < N * R; i++) T[i] = pl_math_rne_to(T[i], q.c);
             }
             if (g) lora_gate_rows(&q, T, G, U);
         }
-        if (has_y) st = to_f32(a->in[0], C, N * O);
+        if (has_y && !st) st = to_f32(a->in[0], C, N * O);
         if (!st && N > 0 && O > 0) {
             if (R > 0)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)R,
@@ -407,8 +418,10 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     const float *T = !st && (dB || dg) ? as_f32(tt, &stt, &st) : NULL;
     /* gexp: for u (dB) and dt (dA, dx); dgexp alone reads B and t only */
     const float *G = !st && g && (dB || dx || dA) ? as_f32(g, &sg, &st) : NULL;
-    const float *X = !st && dA ? as_f32(x, &sx, &st) : NULL;
-    const float *A = !st && dx ? as_f32(Ai, &sa, &st) : NULL;
+    /* half x, A: read in place by the dA / dx GEMMs (matmul's backward) */
+    bool half = q.c != PL_F32;
+    const float *X = !st && dA && !half ? as_f32(x, &sx, &st) : NULL;
+    const float *A = !st && dx && !half ? as_f32(Ai, &sa, &st) : NULL;
     if (st) goto done;
     if (dB) { /* dB = scale G^T u */
         const float *U = T;
@@ -454,19 +467,28 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
             for (int64_t n = 0; n < N; n++)
                 for (int64_t r = 0; r < R; r++) du[n * R + r] *= G[(n / q.gs) * R + r];
         }
-        if (dA) {
-            if (N > 0 && D > 0)
+        pl_gemm_operand odt = {du, PL_F32, R, true}, odu = {du, PL_F32, R, false};
+        if (dA) { /* [R, D] = dt^T x */
+            if (N == 0 || D == 0)
+                memset(dA, 0, (size_t)(R * D) * sizeof(float));
+            else if (!half)
                 pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)D, (int)N, 1.0f, du,
                          (int)R, X, (int)D, 0.0f, dA, (int)D);
-            else
-                memset(dA, 0, (size_t)(R * D) * sizeof(float));
+            else {
+                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                st = pl_gemm_mixed(R, D, N, &odt, &ox, dA, PL_F32, D, false, true);
+            }
         }
-        if (dx) {
-            if (R > 0 && D > 0)
+        if (dx && !st) { /* [N, D] = dt A */
+            if (R == 0 || D == 0)
+                memset(dx, 0, (size_t)(N * D) * sizeof(float));
+            else if (!half)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)R, 1.0f, du,
                          (int)R, A, (int)D, 0.0f, dx, (int)D);
-            else
-                memset(dx, 0, (size_t)(N * D) * sizeof(float));
+            else {
+                pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, false};
+                st = pl_gemm_mixed(N, D, R, &odu, &oa, dx, PL_F32, D, false, true);
+            }
         }
     }
 done:
