@@ -792,8 +792,8 @@ static pl_tensor *lora_chain(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor
  * chain's float reassociation; bf16 / f16, the fused op skips the chain's
  * two roundings of the branch (u B^T and its scaled copy) to the half
  * dtype, so the outputs differ by about one half ulp of the branch. */
-static void lora_vs_chain(pl_dtype dt, pl_dtype ac, const int64_t *gshape, double atol,
-                          double rtol, uint64_t seed) {
+static void lora_vs_chain(pl_dtype dt, pl_dtype ac, const int64_t *gshape, double atol, double rtol,
+                          uint64_t seed) {
     pl_frame_begin();
     if (ac != PL_F32) PL_CK_OK(pl_autocast_begin(ac));
     pl_tensor *x0 = pl_test_randn(PL_SHAPE(3, 5, 24), seed);
@@ -811,27 +811,35 @@ static void lora_vs_chain(pl_dtype dt, pl_dtype ac, const int64_t *gshape, doubl
         pl_tensor *a = PL_CK_NOTNULL(pl_tensor_to(a0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
         pl_tensor *b = PL_CK_NOTNULL(pl_tensor_to(b0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
         pl_tensor *ts[5] = {x, y, g, a, b};
-        for (int i = 0; i < 5; i++) pl_tensor_set_requires_grad(ts[i], true);
+        for (int i = 0; i < 5; i++)
+            pl_tensor_set_requires_grad(ts[i], true);
         /* gexp in the chain: f32 (pl_mul promotes the half t to f32) */
-        pl_tensor *o = PL_CK_NOTNULL(fused ? pl_lora_add(y, x, a, b, g, 0.5)
-                                           : lora_chain(y, x, a, b, g, 0.5));
+        pl_tensor *o =
+            PL_CK_NOTNULL(fused ? pl_lora_add(y, x, a, b, g, 0.5) : lora_chain(y, x, a, b, g, 0.5));
         ck_assert_msg(fused == 0 || o->dtype == y->dtype || o->dtype == PL_F32, "dtype");
         pl_tensor *o32 = PL_CK_NOTNULL(pl_cast(o, PL_F32));
-        for (int i = 0; i < 300; i++) out[fused][i] = pl_tensor_get(o32, i);
+        for (int i = 0; i < 300; i++)
+            out[fused][i] = pl_tensor_get(o32, i);
         PL_CK_OK(pl_backward(pl_sum(pl_mul(o32, w), PL_ALL_DIMS, false), 1.0));
-        for (int i = 0; i < 360; i++) dx[fused][i] = pl_tensor_get(x->grad, i);
-        for (int i = 0; i < 300; i++) dy[fused][i] = pl_tensor_get(y->grad, i);
-        for (int i = 0; i < 192; i++) da[fused][i] = pl_tensor_get(a->grad, i);
-        for (int i = 0; i < 160; i++) db[fused][i] = pl_tensor_get(b->grad, i);
-        for (int i = 0; i < ng; i++) dg[fused][i] = pl_tensor_get(g->grad, i);
+        for (int i = 0; i < 360; i++)
+            dx[fused][i] = pl_tensor_get(x->grad, i);
+        for (int i = 0; i < 300; i++)
+            dy[fused][i] = pl_tensor_get(y->grad, i);
+        for (int i = 0; i < 192; i++)
+            da[fused][i] = pl_tensor_get(a->grad, i);
+        for (int i = 0; i < 160; i++)
+            db[fused][i] = pl_tensor_get(b->grad, i);
+        for (int i = 0; i < ng; i++)
+            dg[fused][i] = pl_tensor_get(g->grad, i);
     }
     if (ac != PL_F32) pl_autocast_end();
     struct {
         const char *what;
         const double *f, *c;
         int n;
-    } cmp[] = {{"out", out[1], out[0], 300}, {"dx", dx[1], dx[0], 360}, {"dy", dy[1], dy[0], 300},
-               {"dA", da[1], da[0], 192},    {"dB", db[1], db[0], 160}, {"dgexp", dg[1], dg[0], (int)ng}};
+    } cmp[] = {{"out", out[1], out[0], 300}, {"dx", dx[1], dx[0], 360},
+               {"dy", dy[1], dy[0], 300},    {"dA", da[1], da[0], 192},
+               {"dB", db[1], db[0], 160},    {"dgexp", dg[1], dg[0], (int)ng}};
     for (int k = 0; k < 6; k++)
         for (int i = 0; i < cmp[k].n; i++)
             ck_assert_msg(fabs(cmp[k].f[i] - cmp[k].c[i]) <= atol + rtol * fabs(cmp[k].c[i]),
@@ -858,7 +866,8 @@ START_TEST(lora_add_matches_the_chain_and_central_differences) {
     check_grad(f_lora, in2, 5, NULL, "lora_add, gexp per row");
     pl_tensor *in3[4] = {in[1], in[2], in[3], gr};
     check_grad(f_lora_no_y, in3, 4, NULL, "lora_add without y");
-    for (int i = 0; i < 5; i++) pl_tensor_release(in[i]);
+    for (int i = 0; i < 5; i++)
+        pl_tensor_release(in[i]);
     pl_tensor_release(gr);
 
     static const int64_t per_pos[3] = {3, 5, 8}, per_row[3] = {3, 1, 8};
@@ -894,11 +903,11 @@ START_TEST(lora_add_matches_the_chain_and_central_differences) {
         pl_tensor *y, *x, *a, *b, *g;
         pl_status want;
     } bad[] = {
-        {y, x, b, b, NULL, PL_ERR_SHAPE},                                /* A [6, 4] for D = 5 */
+        {y, x, b, b, NULL, PL_ERR_SHAPE},                                   /* A [6, 4] for D = 5 */
         {pl_test_randn(PL_SHAPE(2, 3, 7), 5), x, a, b, NULL, PL_ERR_SHAPE}, /* y's last dim */
-        {y, x, a, b, pl_test_randn(PL_SHAPE(2, 3, 5), 6), PL_ERR_SHAPE},  /* gexp R */
-        {y, x, a, b, pl_test_randn(PL_SHAPE(1, 3, 4), 7), PL_ERR_SHAPE},  /* not a prefix */
-        {y, pl_cast(x, PL_BF16), a, b, NULL, PL_ERR_DTYPE},              /* mixed, no autocast */
+        {y, x, a, b, pl_test_randn(PL_SHAPE(2, 3, 5), 6), PL_ERR_SHAPE},    /* gexp R */
+        {y, x, a, b, pl_test_randn(PL_SHAPE(1, 3, 4), 7), PL_ERR_SHAPE},    /* not a prefix */
+        {y, pl_cast(x, PL_BF16), a, b, NULL, PL_ERR_DTYPE},                 /* mixed, no autocast */
     };
     for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
         ck_assert_msg(pl_lora_add(bad[i].y, bad[i].x, bad[i].a, bad[i].b, bad[i].g, 1.0) == NULL,

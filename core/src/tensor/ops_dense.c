@@ -357,9 +357,11 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
     tshape[x->ndim - 1] = R;
     if (y) {
         bool fits = y->ndim == x->ndim;
-        for (int d = 0; fits && d < x->ndim; d++) fits = y->shape[d] == oshape[d];
+        for (int d = 0; fits && d < x->ndim; d++)
+            fits = y->shape[d] == oshape[d];
         if (!fits) {
-            pl_error_set(PL_ERR_SHAPE, "lora_add: y %s must be x %s's leading dims by B's %lld rows",
+            pl_error_set(PL_ERR_SHAPE,
+                         "lora_add: y %s must be x %s's leading dims by B's %lld rows",
                          pl_tensor_describe(y, bo, sizeof bo), pl_tensor_describe(x, bx, sizeof bx),
                          (long long)O);
             return NULL;
@@ -382,8 +384,8 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
                                    pl_autocast_operand(b, ac), gexp, scale);
         return frame_result(r);
     }
-    if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) ||
-        (y && !lora_float(y)) || (gexp && !lora_float(gexp))) {
+    if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) || (y && !lora_float(y)) ||
+        (gexp && !lora_float(gexp))) {
         pl_error_set(PL_ERR_DTYPE,
                      "lora_add: x %s, A %s, B %s must share one dtype of f32/bf16/f16 (y and "
                      "gexp: f32/bf16/f16)",

@@ -324,13 +324,15 @@ static void lora_gate_rows(const lora_geo *q, const float *T, const float *G, fl
 #pragma omp parallel for if (N * R > PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         const float *gr = G + (n / q->gs) * R;
-        for (int64_t r = 0; r < R; r++) U[n * R + r] = pl_math_lora_gate(T[n * R + r], gr[r], q->c);
+        for (int64_t r = 0; r < R; r++)
+            U[n * R + r] = pl_math_lora_gate(T[n * R + r], gr[r], q->c);
     }
 }
 
 static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     bool has_y = !(a->p.flags & 1);
-    const pl_tensor *x = a->in[1], *Ai = a->in[2], *Bi = a->in[3], *g = a->n_in > 4 ? a->in[4] : NULL;
+    const pl_tensor *x = a->in[1], *Ai = a->in[2], *Bi = a->in[3],
+                    *g = a->n_in > 4 ? a->in[4] : NULL;
     pl_tensor *out = a->out[0], *tt = a->out[1];
     lora_geo q;
     lora_geo_init(&q, x, Ai, Bi, g);
@@ -357,8 +359,8 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
             else if (!half)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)R, (int)D, 1.0f, X,
                          (int)D, A, (int)D, 0.0f, T, (int)R);
-            else if (!(q.c == PL_BF16 && pl_bf16_gemm_nt(pl_tensor_data(x), pl_tensor_data(Ai), T,
-                                                         N, R, D))) {
+            else if (!(q.c == PL_BF16 &&
+                       pl_bf16_gemm_nt(pl_tensor_data(x), pl_tensor_data(Ai), T, N, R, D))) {
                 /* the path pl_matmul's bf16 / f16 x @ A^T takes: the chain's t, bit for bit */
                 pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
                 pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, true};
@@ -366,7 +368,8 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
             }
             if (half) {
 #pragma omp parallel for if (N * R > PAR_MIN)
-                for (int64_t i = 0; i < N * R; i++) T[i] = pl_math_rne_to(T[i], q.c);
+                for (int64_t i = 0; i < N * R; i++)
+                    T[i] = pl_math_rne_to(T[i], q.c);
             }
             if (g) lora_gate_rows(&q, T, G, U);
         }
@@ -435,8 +438,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
             U = u;
         }
         if (N > 0)
-            pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)R, (int)N, sc, Gr, (int)O,
-                     U, (int)R, 0.0f, dB, (int)R);
+            pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)R, (int)N, sc, Gr,
+                     (int)O, U, (int)R, 0.0f, dB, (int)R);
         else
             memset(dB, 0, (size_t)(O * R) * sizeof(float));
     }
@@ -465,7 +468,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
         if (g && (dA || dx)) { /* dt = du g, in place */
 #pragma omp parallel for if (N * R > PAR_MIN)
             for (int64_t n = 0; n < N; n++)
-                for (int64_t r = 0; r < R; r++) du[n * R + r] *= G[(n / q.gs) * R + r];
+                for (int64_t r = 0; r < R; r++)
+                    du[n * R + r] *= G[(n / q.gs) * R + r];
         }
         pl_gemm_operand odt = {du, PL_F32, R, true}, odu = {du, PL_F32, R, false};
         if (dA) { /* [R, D] = dt^T x */
@@ -483,8 +487,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
             if (R == 0 || D == 0)
                 memset(dx, 0, (size_t)(N * D) * sizeof(float));
             else if (!half)
-                pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)R, 1.0f, du,
-                         (int)R, A, (int)D, 0.0f, dx, (int)D);
+                pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)R, 1.0f,
+                         du, (int)R, A, (int)D, 0.0f, dx, (int)D);
             else {
                 pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, false};
                 st = pl_gemm_mixed(N, D, R, &odu, &oa, dx, PL_F32, D, false, true);

@@ -94,9 +94,10 @@ static pl_status rm_gemm_ab(cublasHandle_t h, bool ta, bool tb, int64_t M, int64
                             const void *B, cudaDataType_t bt, int64_t sB, float beta, void *C,
                             cudaDataType_t ct, int64_t sC, int64_t batch) {
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
-                            "exceed cuBLAS's int range", (long long)M, (long long)N, (long long)K,
-                            (long long)batch);
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
+                            "exceed cuBLAS's int range",
+                            (long long)M, (long long)N, (long long)K, (long long)batch);
     int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
     cublasStatus_t s = cublasGemmStridedBatchedEx(
         h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
@@ -109,7 +110,6 @@ static pl_status rm_gemm_ab(cublasHandle_t h, bool ta, bool tb, int64_t M, int64
                             blas_str(s));
     return PL_OK;
 }
-
 
 /* rm_gemm_ab with alpha = 1 */
 static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
@@ -281,7 +281,6 @@ done:
     return st;
 }
 
-
 /* ---- lora_add: y + scale ((x A^T) * gexp) B^T, the CPU's k_lora_add_* --------------------------
  * Forward: cuBLAS t = x A^T (written in the compute dtype c = x's), one
  * gate kernel u = rne_c(t g), then the copy of y into out and the second
@@ -329,7 +328,7 @@ typedef struct cu_lora_geo {
 } cu_lora_geo;
 
 static void cu_lora_geo_init(cu_lora_geo *q, int64_t rows, const pl_tensor *A, const pl_tensor *B,
-                        const pl_tensor *g) {
+                             const pl_tensor *g) {
     q->D = A->shape[1];
     q->R = A->shape[0];
     q->O = B->shape[0];
@@ -463,7 +462,7 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
             goto done;
         if (dg) {
             k_lora_dg<<<pl_cu_blocks(q.ng * R), PL_CUDA_THREADS>>>(du, pl_tensor_data(tt), (int)c,
-                                                                    fp(dg), q.ng, R, q.gs, N);
+                                                                   fp(dg), q.ng, R, q.gs, N);
             if (cudaGetLastError() != cudaSuccess) {
                 st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: dgexp kernel failed");
                 goto done;
@@ -472,12 +471,14 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
         if (dA || dx) {
             void *dt = du;
             if (g || half) {
-                if (!(dt = pl_cu_scratch_get(&sdt, G->device, (size_t)(N * R) * pl_dtype_size(c)))) {
+                if (!(dt =
+                          pl_cu_scratch_get(&sdt, G->device, (size_t)(N * R) * pl_dtype_size(c)))) {
                     st = pl_error_status();
                     goto done;
                 }
                 k_lora_dt<<<pl_cu_blocks(N * R), PL_CUDA_THREADS>>>(
-                    du, g ? pl_tensor_data(g) : NULL, g ? (int)g->dtype : 0, dt, (int)c, N, R, q.gs);
+                    du, g ? pl_tensor_data(g) : NULL, g ? (int)g->dtype : 0, dt, (int)c, N, R,
+                    q.gs);
                 if (cudaGetLastError() != cudaSuccess) {
                     st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: dt kernel failed");
                     goto done;

@@ -221,7 +221,8 @@ static void proj_run(bool fused, pl_dtype ac, double o[5][64]) {
     pl_tensor *w = pl_test_randn(PL_SHAPE(2, 3, 4), 46);
     pl_tensor *gi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){4}, (int64_t[]){0, 0, 1, 1}, PL_CPU);
     pl_tensor *leaf[4] = {x, a, b, g};
-    for (int i = 0; i < 4; i++) pl_tensor_set_requires_grad(leaf[i], true);
+    for (int i = 0; i < 4; i++)
+        pl_tensor_set_requires_grad(leaf[i], true);
     pl_tensor *gexp = ilora_gate_expand(pl_softmax(g), gi);
     pl_tensor *y = PL_CK_NOTNULL(
         fused ? ilora_moe_lora_linear_ck(x, w0, a, b, gexp, 1.5, 0.25, 7, 3, true, PL_F32, NULL)
@@ -230,7 +231,8 @@ static void proj_run(bool fused, pl_dtype ac, double o[5][64]) {
     PL_CK_OK(pl_backward(pl_sum(pl_mul(y, w), PL_ALL_DIMS, false), 1.0));
     pl_tensor *t[5] = {y, x->grad, a->grad, b->grad, g->grad};
     for (int i = 0; i < 5; i++)
-        for (int64_t j = 0; j < pl_tensor_numel(PL_CK_NOTNULL(t[i])); j++) o[i][j] = pl_tensor_get(t[i], j);
+        for (int64_t j = 0; j < pl_tensor_numel(PL_CK_NOTNULL(t[i])); j++)
+            o[i][j] = pl_tensor_get(t[i], j);
     if (ac != PL_F32) pl_autocast_end();
     pl_frame_end();
 }
