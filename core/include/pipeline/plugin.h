@@ -95,7 +95,11 @@ extern "C" {
  *          ilora's attn_implementation = sdpa, whose default it is); ops
  *          adamw_step_multi, sgd_step_multi (pl_adamw_step_multi_,
  *          pl_sgd_step_multi_, pl_optim_multi in optim_math.h: multi-tensor
- *          optimizer steps; a backend without them gets per-tensor calls) */
+ *          optimizer steps; a backend without them gets per-tensor calls);
+ *          op lora_add (pl_lora_add, ops.h: the LoRA / MoE-LoRA branch and
+ *          its add as one op; with p.flags bit0 its in[0] is a stub
+ *          placeholder, no y; a backend without it cannot run ilora's
+ *          adapters) */
 
 #define PL_ABI_MINOR 10
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
