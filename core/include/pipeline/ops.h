@@ -72,8 +72,10 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b);
  * same), then out = y + scale (u B^T) with f32 accumulation rounded once:
  * the chain pl_add(y, pl_scale(pl_linear(u, B, NULL), scale)) rounds
  * u B^T and its scaled copy to c first, so under bf16 the fused result is
- * the more accurate by up to two bf16 roundings of the branch; in f32 the
- * two differ by float reassociation only.
+ * the more accurate by up to two bf16 roundings of the branch. In f32 the
+ * CPU gives the chain's bits (it rounds scale (u B^T) before adding y, as
+ * the chain does); the CUDA kernel's beta = 1 epilogue may fuse that into
+ * one FMA (a last-bit difference).
  * The tape keeps x, A, B, gexp (what backward reads, ops.def) and t
  * ([.., R] in c): not u, the scaled branch or y. Gradients (f32): dy =
  * dout; du = scale dout B; dB = scale dout^T u; dgexp = du * t summed over

@@ -287,8 +287,8 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
 /* ---- lora_add: y + scale ((x A^T) * gexp) B^T (ops.h pl_lora_add) ----------------
  * Forward, two sgemms: t = x A^T [N, R] (rounded to the compute dtype c =
  * x's, and stored: the op's saved output), u = t g rounded to c, then
- * out = scale u B^T + 1 * y in one sgemm with beta = 1 on the copy of y (the
- * epilogue; beta = 0 without y). Half x and A are read in place by the
+ * out = scale u B^T (sgemm, alpha = scale) with y added in the same kernel
+ * call (lora_add_y; not sgemm's beta = 1, see there). Half x and A are read in place by the
  * GEMMs that take them (t = x A^T, dA, dx: matmul's bf16 / f16 kernels,
  * so t is the chain's bit for bit); B [O, R] and gexp are widened to f32
  * scratch (small), for the two sgemms that scale by alpha.
@@ -326,6 +326,25 @@ static void lora_gate_rows(const lora_geo *q, const float *T, const float *G, fl
         const float *gr = G + (n / q->gs) * R;
         for (int64_t r = 0; r < R; r++)
             U[n * R + r] = pl_math_lora_gate(T[n * R + r], gr[r], q->c);
+    }
+}
+
+/* C[i] += y[i] (y f32 / bf16 / f16): the epilogue as its own pass over C,
+ * not sgemm's beta = 1. OpenBLAS's Haswell, SkylakeX, Cooperlake and Zen
+ * kernels fold beta = 1 into one FMA, C = fma(alpha, acc, C), while its
+ * Prescott and Sandybridge kernels round alpha acc first (measured with
+ * OPENBLAS_CORETYPE, 2026-11-27): with beta = 1 the fp32 bits would depend
+ * on the BLAS kernel, and lora_recompute's branch (this op without y, then
+ * pl_add) would no longer give the composed one's bits. Rounding alpha acc
+ * first is also what the unfused chain did (pl_scale, then pl_add). */
+static void lora_add_y(const pl_tensor *y, float *C, int64_t n) {
+    const void *p = pl_tensor_data(y);
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = y->dtype == PL_F32    ? ((const float *)p)[i]
+                  : y->dtype == PL_BF16 ? pl_bf16_widen(((const uint16_t *)p)[i])
+                                        : pl_f16_widen(((const uint16_t *)p)[i]);
+        C[i] = v + C[i];
     }
 }
 
@@ -373,13 +392,13 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
             }
             if (g) lora_gate_rows(&q, T, G, U);
         }
-        if (has_y && !st) st = to_f32(a->in[0], C, N * O);
         if (!st && N > 0 && O > 0) {
             if (R > 0)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)R,
-                         (float)a->p.alpha, U, (int)R, B, (int)R, has_y ? 1.0f : 0.0f, C, (int)O);
-            else if (!has_y)
+                         (float)a->p.alpha, U, (int)R, B, (int)R, 0.0f, C, (int)O);
+            else
                 memset(C, 0, (size_t)(N * O) * sizeof(float));
+            if (has_y) lora_add_y(a->in[0], C, N * O);
         }
         if (!st && tt->dtype != PL_F32) st = from_f32(T, tt, N * R);
         if (!st && out->dtype != PL_F32) st = from_f32(C, out, N * O);
