@@ -81,6 +81,10 @@ static const op_case g_cases[] = {
     {PL_OP_SQRT, 1, {F32(8, 32)}, NOTHING},
     {PL_OP_CLAMP, 1, {F32(8, 32)}, NOTHING},
     {PL_OP_SWIGLU, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
+    /* y [8, 32] + lora of x [8, 32], A [4, 32], B [32, 4], gexp [8, 4]: keeps
+     * what the reads rules name of x, A, B, gexp (never y) and t = x A^T
+     * [8, 4] f32 */
+    {PL_OP_LORA_ADD, 5, {F32(8, 32), F32(8, 32), F32(4, 32), F32(32, 4), F32(8, 4)}, {128}},
     {PL_OP_SOFTMAX, 1, {F32(8, 32)}, {1024}},     /* its output */
     {PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, {1024}}, /* its output */
     {PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, {4096}}, /* its output, the probabilities */
@@ -189,6 +193,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_SQRT: return pl_sqrt(x[0]);
     case PL_OP_CLAMP: return pl_clamp(x[0], 0.7, 1.2);
     case PL_OP_SWIGLU: return pl_swiglu(x[0], x[1]);
+    case PL_OP_LORA_ADD: return pl_lora_add(x[0], x[1], x[2], x[3], x[4], 0.5);
     case PL_OP_SOFTMAX: return pl_softmax(x[0]);
     case PL_OP_LOG_SOFTMAX: return pl_log_softmax(x[0]);
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);
@@ -339,6 +344,12 @@ START_TEST(needed_inputs_examples) {
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_DIV, 2, 2u), 3u);  /* db = -g a / b^2 */
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_SWIGLU, 2, 1u), 3u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_SWIGLU, 2, 2u), 1u); /* d up: gate */
+    /* lora_add (y, x, A, B, gexp): only dB (B trains): gexp; only dA: x, B,
+     * gexp; only dy: nothing; never y */
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LORA_ADD, 5, 8u), 16u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LORA_ADD, 5, 4u), 2u | 8u | 16u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LORA_ADD, 5, 1u), 0u);
+    ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LORA_ADD, 5, 31u), 30u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_EMBEDDING, 2, 1u), 2u); /* the index */
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LAYER_NORM, 1, 1u), 1u);
     ck_assert_uint_eq(pl_autograd_needed_inputs(PL_OP_LAYER_NORM, 3, 4u), 7u);

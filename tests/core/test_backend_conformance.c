@@ -91,6 +91,12 @@ static pl_tensor *c_copy(pl_tensor **in, const ocase *c) {
 static pl_tensor *c_matmul(pl_tensor **in, const ocase *c) {
     return pl_matmul(in[0], in[1], c->flag & 1, c->flag & 2);
 }
+/* flag bit0: no y (in = x, A, B[, gexp]); else in = y, x, A, B[, gexp] */
+static pl_tensor *c_lora_add(pl_tensor **in, const ocase *c) {
+    int o = c->flag & 1 ? 0 : 1;
+    return pl_lora_add(o ? in[0] : NULL, in[o], in[o + 1], in[o + 2],
+                       c->n_in > o + 3 ? in[o + 3] : NULL, c->par);
+}
 static pl_tensor *c_add(pl_tensor **in, const ocase *c) { return pl_add(in[0], in[1]); }
 static pl_tensor *c_sub(pl_tensor **in, const ocase *c) { return pl_sub(in[0], in[1]); }
 static pl_tensor *c_mul(pl_tensor **in, const ocase *c) { return pl_mul(in[0], in[1]); }
@@ -435,6 +441,12 @@ static const ocase g_cases[] = {
     {PL_OP_CAST, "bf16 -> f32", 1, {FD(PL_BF16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F32},
     {PL_OP_CAST, "bf16 -> f16", 1, {FD(PL_BF16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_F16},
     {PL_OP_CAST, "f16 -> bf16", 1, {FD(PL_F16, 2, 3, 5)}, c_cast, true, 1e-6, 1e-6, .flag = PL_BF16},
+    {PL_OP_LORA_ADD, "y [2,3,6] + lora x [2,3,5] A [4,5] B [6,4] gexp [2,3,4]", 5, {F(3, 2, 3, 6), F(3, 2, 3, 5), F(2, 4, 5), F(2, 6, 4), F(3, 2, 3, 4)}, c_lora_add, true, .par = 0.5},
+    {PL_OP_LORA_ADD, "gexp [2,1,4] per row over x [2,3,5]", 5, {F(3, 2, 3, 6), F(3, 2, 3, 5), F(2, 4, 5), F(2, 6, 4), F(3, 2, 1, 4)}, c_lora_add, true, .par = 2.0},
+    {PL_OP_LORA_ADD, "plain LoRA, frozen x [7,40], rank 8", 4, {F(2, 7, 48), FN(2, 7, 40), F(2, 8, 40), F(2, 48, 8)}, c_lora_add, true, .par = 0.25},
+    {PL_OP_LORA_ADD, "no y (the branch alone), gexp [3,1,4]", 4, {F(3, 3, 2, 5), F(2, 4, 5), F(2, 6, 4), F(3, 3, 1, 4)}, c_lora_add, true, .flag = 1, .par = 1.5},
+    {PL_OP_LORA_ADD, "bf16 y, x, A, B, f32 gexp [2,3,4]", 5, {FD(PL_BF16, 3, 2, 3, 6), FD(PL_BF16, 3, 2, 3, 5), FD(PL_BF16, 2, 4, 5), FD(PL_BF16, 2, 6, 4), F(3, 2, 3, 4)}, c_lora_add, true, .par = 0.5},
+    {PL_OP_LORA_ADD, "f32 y + f16 lora, f16 gexp [2,1,4]", 5, {F(3, 2, 3, 6), FD(PL_F16, 3, 2, 3, 5), FD(PL_F16, 2, 4, 5), FD(PL_F16, 2, 6, 4), FD(PL_F16, 3, 2, 1, 4)}, c_lora_add, true, .par = 0.5},
     {PL_OP_NF4_MATMUL, "[2,64] @ nf4[3,64]^T", 2, {F(2, 2, 64), FN(2, 3, 64)}, c_nf4, true},
     {PL_OP_NF4_QUANTIZE, "f32 [40,96] block 64, double quant", 1, {FN(2, 40, 96)}, c_nf4_quant, false, .flag = 64},
     {PL_OP_NF4_QUANTIZE, "bf16 [5,77] block 63 (blocks share bytes)", 1, {{.nd = 2, .sh = {5, 77}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = false}}, c_nf4_quant, false, .flag = 63},

@@ -767,6 +767,158 @@ START_TEST(swiglu_matches_silu_times_up) {
 }
 END_TEST
 
+/* ---- lora_add ----------------------------------------------------------------------------- */
+
+static pl_tensor *f_lora(pl_tensor **in, int n, void *ctx) { /* y, x, A, B[, gexp] */
+    return pl_lora_add(in[0], in[1], in[2], in[3], n > 4 ? in[4] : NULL, 0.75);
+}
+static pl_tensor *f_lora_no_y(pl_tensor **in, int n, void *ctx) { /* x, A, B, gexp */
+    return pl_lora_add(NULL, in[0], in[1], in[2], in[3], -1.5);
+}
+
+/* The unfused chain ilora ran before pl_lora_add (ilora_layers.c):
+ * y + scale * linear(linear(x, A) * gexp, B). */
+static pl_tensor *lora_chain(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *g,
+                             double scale) {
+    pl_tensor *t = pl_linear(x, a, NULL);
+    if (g) t = pl_mul(t, g);
+    pl_tensor *d = pl_scale(pl_linear(t, b, NULL), scale);
+    return y ? pl_add(y, d) : d;
+}
+
+/* Values and the gradients of every input of pl_lora_add and of the chain,
+ * on the same inputs (x, y of dtype dt; A, B, gexp f32 leaves), under the
+ * loss sum(out * w), with autocast `ac` (PL_F32: off). Tolerances: f32, the
+ * chain's float reassociation; bf16 / f16, the fused op skips the chain's
+ * two roundings of the branch (u B^T and its scaled copy) to the half
+ * dtype, so the outputs differ by about one half ulp of the branch. */
+static void lora_vs_chain(pl_dtype dt, pl_dtype ac, const int64_t *gshape, double atol, double rtol,
+                          uint64_t seed) {
+    pl_frame_begin();
+    if (ac != PL_F32) PL_CK_OK(pl_autocast_begin(ac));
+    pl_tensor *x0 = pl_test_randn(PL_SHAPE(3, 5, 24), seed);
+    pl_tensor *y0 = pl_test_randn(PL_SHAPE(3, 5, 20), seed + 1);
+    pl_tensor *w = pl_test_randn(PL_SHAPE(3, 5, 20), seed + 2);
+    pl_tensor *g0 = pl_test_randn(3, gshape, seed + 3);
+    pl_tensor *a0 = pl_test_randn(PL_SHAPE(8, 24), seed + 4);
+    pl_tensor *b0 = pl_test_randn(PL_SHAPE(20, 8), seed + 5);
+    int64_t ng = pl_tensor_numel(g0);
+    double out[2][300], dx[2][360], dy[2][300], da[2][192], db[2][160], dg[2][120];
+    for (int fused = 0; fused < 2; fused++) {
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(x0, dt, PL_CPU));
+        pl_tensor *y = PL_CK_NOTNULL(pl_tensor_to(y0, dt, PL_CPU));
+        pl_tensor *g = PL_CK_NOTNULL(pl_tensor_to(g0, PL_F32, PL_CPU));
+        pl_tensor *a = PL_CK_NOTNULL(pl_tensor_to(a0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
+        pl_tensor *b = PL_CK_NOTNULL(pl_tensor_to(b0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
+        pl_tensor *ts[5] = {x, y, g, a, b};
+        for (int i = 0; i < 5; i++)
+            pl_tensor_set_requires_grad(ts[i], true);
+        /* gexp in the chain: f32 (pl_mul promotes the half t to f32) */
+        pl_tensor *o =
+            PL_CK_NOTNULL(fused ? pl_lora_add(y, x, a, b, g, 0.5) : lora_chain(y, x, a, b, g, 0.5));
+        ck_assert_msg(fused == 0 || o->dtype == y->dtype || o->dtype == PL_F32, "dtype");
+        pl_tensor *o32 = PL_CK_NOTNULL(pl_cast(o, PL_F32));
+        for (int i = 0; i < 300; i++)
+            out[fused][i] = pl_tensor_get(o32, i);
+        PL_CK_OK(pl_backward(pl_sum(pl_mul(o32, w), PL_ALL_DIMS, false), 1.0));
+        for (int i = 0; i < 360; i++)
+            dx[fused][i] = pl_tensor_get(x->grad, i);
+        for (int i = 0; i < 300; i++)
+            dy[fused][i] = pl_tensor_get(y->grad, i);
+        for (int i = 0; i < 192; i++)
+            da[fused][i] = pl_tensor_get(a->grad, i);
+        for (int i = 0; i < 160; i++)
+            db[fused][i] = pl_tensor_get(b->grad, i);
+        for (int i = 0; i < ng; i++)
+            dg[fused][i] = pl_tensor_get(g->grad, i);
+    }
+    if (ac != PL_F32) pl_autocast_end();
+    struct {
+        const char *what;
+        const double *f, *c;
+        int n;
+    } cmp[] = {{"out", out[1], out[0], 300}, {"dx", dx[1], dx[0], 360},
+               {"dy", dy[1], dy[0], 300},    {"dA", da[1], da[0], 192},
+               {"dB", db[1], db[0], 160},    {"dgexp", dg[1], dg[0], (int)ng}};
+    for (int k = 0; k < 6; k++)
+        for (int i = 0; i < cmp[k].n; i++)
+            ck_assert_msg(fabs(cmp[k].f[i] - cmp[k].c[i]) <= atol + rtol * fabs(cmp[k].c[i]),
+                          "lora_add %s (autocast %s), gexp [%lld,%lld,%lld]: %s[%d] = %.8g, the "
+                          "chain's %.8g",
+                          pl_dtype_name(dt), pl_dtype_name(ac), (long long)gshape[0],
+                          (long long)gshape[1], (long long)gshape[2], cmp[k].what, i, cmp[k].f[i],
+                          cmp[k].c[i]);
+    pl_frame_end();
+}
+
+/* pl_lora_add: every input's gradient against central differences (per
+ * position and per row gates, without y, plain LoRA), values and gradients
+ * equal to the chain it replaces in f32, under bf16 / f16 autocast and with
+ * bf16 operands, the saved t, and the shape / dtype errors. */
+START_TEST(lora_add_matches_the_chain_and_central_differences) {
+    pl_tensor *in[5] = {randn_g(PL_SHAPE(2, 3, 6), 301), randn_g(PL_SHAPE(2, 3, 5), 302),
+                        randn_g(PL_SHAPE(4, 5), 303), randn_g(PL_SHAPE(6, 4), 304),
+                        randn_g(PL_SHAPE(2, 3, 4), 305)};
+    check_grad(f_lora, in, 5, NULL, "lora_add, gexp per position");
+    check_grad(f_lora, in, 4, NULL, "lora_add, plain LoRA");
+    pl_tensor *gr = randn_g(PL_SHAPE(2, 1, 4), 306);
+    pl_tensor *in2[5] = {in[0], in[1], in[2], in[3], gr};
+    check_grad(f_lora, in2, 5, NULL, "lora_add, gexp per row");
+    pl_tensor *in3[4] = {in[1], in[2], in[3], gr};
+    check_grad(f_lora_no_y, in3, 4, NULL, "lora_add without y");
+    for (int i = 0; i < 5; i++)
+        pl_tensor_release(in[i]);
+    pl_tensor_release(gr);
+
+    static const int64_t per_pos[3] = {3, 5, 8}, per_row[3] = {3, 1, 8};
+    lora_vs_chain(PL_F32, PL_F32, per_pos, 1e-5, 1e-5, 310);
+    lora_vs_chain(PL_F32, PL_F32, per_row, 1e-5, 1e-5, 320);
+    /* bf16-mixed (f32 x, y; A, B f32 leaves cast by autocast) and bf16-true-like
+     * (bf16 x, y under autocast): one bf16 ulp of |out| ~ 4e-3 relative */
+    lora_vs_chain(PL_F32, PL_BF16, per_pos, 2e-2, 1e-2, 330);
+    lora_vs_chain(PL_BF16, PL_BF16, per_row, 3e-2, 1.6e-2, 340);
+    lora_vs_chain(PL_F32, PL_F16, per_pos, 4e-3, 2e-3, 350);
+
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 5), 1), *a = pl_test_randn(PL_SHAPE(4, 5), 2);
+    pl_tensor *b = pl_test_randn(PL_SHAPE(6, 4), 3), *y = pl_test_randn(PL_SHAPE(2, 3, 6), 4);
+    pl_tensor *o = PL_CK_NOTNULL(pl_lora_add(y, x, a, b, NULL, 1.0));
+    check_shape(o, 3, (int64_t[]){2, 3, 6});
+    ck_assert_int_eq(o->dtype, PL_F32);
+    /* y + 2 x A^T B^T against a double loop */
+    double ref[36];
+    for (int n = 0; n < 6; n++)
+        for (int j = 0; j < 6; j++) {
+            double s = 0;
+            for (int r = 0; r < 4; r++) {
+                double t = 0;
+                for (int d = 0; d < 5; d++)
+                    t += pl_tensor_get(x, n * 5 + d) * pl_tensor_get(a, r * 5 + d);
+                s += t * pl_tensor_get(b, j * 4 + r);
+            }
+            ref[n * 6 + j] = pl_tensor_get(y, n * 6 + j) + s;
+        }
+    check_close(o, ref, 36, 1e-5, 1e-5, "lora_add");
+    struct {
+        pl_tensor *y, *x, *a, *b, *g;
+        pl_status want;
+    } bad[] = {
+        {y, x, b, b, NULL, PL_ERR_SHAPE},                                   /* A [6, 4] for D = 5 */
+        {pl_test_randn(PL_SHAPE(2, 3, 7), 5), x, a, b, NULL, PL_ERR_SHAPE}, /* y's last dim */
+        {y, x, a, b, pl_test_randn(PL_SHAPE(2, 3, 5), 6), PL_ERR_SHAPE},    /* gexp R */
+        {y, x, a, b, pl_test_randn(PL_SHAPE(1, 3, 4), 7), PL_ERR_SHAPE},    /* not a prefix */
+        {y, pl_cast(x, PL_BF16), a, b, NULL, PL_ERR_DTYPE},                 /* mixed, no autocast */
+    };
+    for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        ck_assert_msg(pl_lora_add(bad[i].y, bad[i].x, bad[i].a, bad[i].b, bad[i].g, 1.0) == NULL,
+                      "bad case %d accepted", i);
+        ck_assert_int_eq(pl_error_status(), bad[i].want);
+        pl_error_clear();
+    }
+    pl_frame_end();
+}
+END_TEST
+
 /* ---- clamp ---------------------------------------------------------------------------- */
 
 static pl_tensor *f_clamp(pl_tensor **in, int n, void *ctx) { return pl_clamp(in[0], -0.5, 0.8); }
@@ -1303,6 +1455,7 @@ int main(void) {
     tcase_add_test(tc, activations_match_torch_formulas);
     tcase_add_test(tc, activation_gradients);
     tcase_add_test(tc, swiglu_matches_silu_times_up);
+    tcase_add_test(tc, lora_add_matches_the_chain_and_central_differences);
     tcase_add_test(tc, clamp_matches_torch);
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);

@@ -462,6 +462,16 @@ PL_HD static inline float pl_math_silu_grad(float g, float x) {
     return g * s * (1.0f + x * (1.0f - s));
 }
 
+/* LoRA / MoE-LoRA (ops.h pl_lora_add): v rounded to the compute dtype rt
+ * (PL_F32: as it is), and the gated rank slot u = t g rounded to rt, as
+ * the unfused pl_mul(t, gexp) -> pl_linear's cast stores it. */
+PL_HD static inline float pl_math_rne_to(float v, pl_dtype rt) {
+    return rt == PL_BF16 ? pl_bf16_rne(v) : rt == PL_F16 ? pl_f16_rne(v) : v;
+}
+PL_HD static inline float pl_math_lora_gate(float t, float g, pl_dtype rt) {
+    return pl_math_rne_to(t * g, rt);
+}
+
 /* SwiGLU: silu(x) u (x the gate, u the up projection), with silu(x)
  * rounded to dtype rt (PL_BF16 / PL_F16; PL_F32: not rounded) as the
  * unfused mul(silu(x), u) stores it for a gate of that dtype. Values and

@@ -44,6 +44,48 @@ extern "C" {
 pl_tensor *pl_matmul(pl_tensor *a, pl_tensor *b, bool trans_a, bool trans_b);
 /* y = x @ W^T + b (nn.Linear). x [..., in], W [out, in], b [out] or NULL. */
 pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b);
+/* A LoRA / MoE-LoRA adapter branch added to a base output, as one op:
+ *   out = y + scale * ((x A^T) * gexp) B^T
+ * LoRA (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
+ * Models", arXiv 2106.09685; PEFT's lora.Linear.forward: result +
+ * lora_B(lora_A(dropout(x))) * scaling); with gexp, iLoRA's gated mixture
+ * of E experts of rank r_e (R = E * r_e rank slots, gexp[.., k r_e + j] =
+ * the gate of expert k: the experts' sum happens inside the second GEMM).
+ * Dropout is not part of the op: pass dropout(x).
+ *   y     the base output [.., O] (x's leading dims), or NULL: out is then
+ *         the branch alone (no add)
+ *   x     [.., D], the shared input; A [R, D]; B [O, R]: without autocast
+ *         one dtype of f32 / bf16 / f16 for the three; under autocast
+ *         (pl_autocast_get() bf16 / f16, as pl_linear) each is cast to the
+ *         autocast dtype first (a trainable A, B once per forward: the cast
+ *         cache)
+ *   gexp  NULL (plain LoRA), or the gate per rank slot [.., R] of any float
+ *         dtype, with x's number of dims: the leading dims equal x's, or a
+ *         prefix of them followed by 1s (e.g. [B, 1, R] gates every
+ *         position of row b of x [B, T, D])
+ *   scale any finite double (PEFT's lora_alpha / r)
+ * Returns out [.., O] (a new reference owned by the current frame): in y's
+ * dtype when y's dtype is the compute dtype c (x's after autocast), else
+ * f32 (pl_add's promotion); without y, in c. The math is f32 (half
+ * operands widened), t = x A^T rounded to c, u = t * gexp rounded to c
+ * (the chain pl_linear -> pl_mul -> pl_linear's cast rounds both the
+ * same), then out = y + scale (u B^T) with f32 accumulation rounded once:
+ * the chain pl_add(y, pl_scale(pl_linear(u, B, NULL), scale)) rounds
+ * u B^T and its scaled copy to c first, so under bf16 the fused result is
+ * the more accurate by up to two bf16 roundings of the branch. In f32 the
+ * CPU gives the chain's bits (it rounds scale (u B^T) before adding y, as
+ * the chain does); the CUDA kernel's beta = 1 epilogue may fuse that into
+ * one FMA (a last-bit difference).
+ * The tape keeps x, A, B, gexp (what backward reads, ops.def) and t
+ * ([.., R] in c): not u, the scaled branch or y. Gradients (f32): dy =
+ * dout; du = scale dout B; dB = scale dout^T u; dgexp = du * t summed over
+ * the rows a gate broadcasts to; dA = (du gexp)^T x; dx = (du gexp) A.
+ * Errors: PL_ERR_SHAPE (A, B, x, y or gexp shapes that do not fit, each
+ * named), PL_ERR_DTYPE (non-float, nf4, or mixed x / A / B dtypes without
+ * autocast), PL_ERR_INVALID (non-finite scale), PL_ERR_DEVICE (tensors on
+ * two devices). */
+pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
+                       double scale);
 
 /* ---- elementwise, broadcasting -------------------------------------- */
 

@@ -104,7 +104,11 @@ extern "C" {
  *          pl_backend.capture_end_step, pl_step_facts, pl_step_released
  *          (backend.h, "Seeing the step": the backend of a captured step
  *          learns which blocks the step released and may fuse calls;
- *          PL_GRAPH_FUSION=0 turns it off); pl_graph_fused (graph.h) */
+ *          PL_GRAPH_FUSION=0 turns it off); pl_graph_fused (graph.h);
+ *          op lora_add (pl_lora_add, ops.h: the LoRA / MoE-LoRA branch and
+ *          its add as one op; with p.flags bit0 its in[0] is a stub
+ *          placeholder, no y; a backend without it cannot run ilora's
+ *          adapters) */
 
 #define PL_ABI_MINOR 11
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"

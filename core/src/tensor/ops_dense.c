@@ -304,6 +304,121 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b) {
     return frame_result(y);
 }
 
+/* ---- LoRA / MoE-LoRA branch (ops.h pl_lora_add) ----------------------------------------- */
+
+static bool lora_float(const pl_tensor *t) {
+    return t->dtype == PL_F32 || t->dtype == PL_BF16 || t->dtype == PL_F16;
+}
+
+/* gexp [.., R] against x [.., D]: same ndim, x's leading dims or a prefix of
+ * them followed by 1s */
+static bool lora_gate_fits(const pl_tensor *g, const pl_tensor *x, int64_t R) {
+    if (g->ndim != x->ndim || g->shape[g->ndim - 1] != R) return false;
+    bool ones = false;
+    for (int d = 0; d < x->ndim - 1; d++) {
+        if (!ones && g->shape[d] == x->shape[d]) continue;
+        if (g->shape[d] != 1) return false;
+        ones = true;
+    }
+    return true;
+}
+
+pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
+                       double scale) {
+    if (!x || !a || !b) return NULL;
+    const char *op = "lora_add";
+    pl_tensor *ts[5] = {x, a, b, gexp, y};
+    int nt = 3;
+    if (gexp) ts[nt++] = gexp;
+    if (y) ts[nt++] = y;
+    for (int i = 0; i < nt; i++)
+        if (pl_check_float(op, ts[i], true)) return NULL;
+    if (pl_check_same_device(op, ts, nt) || pl_check_ndim(op, x, 1, PL_MAX_DIMS) ||
+        pl_check_ndim(op, a, 2, 2) || pl_check_ndim(op, b, 2, 2))
+        return NULL;
+    if (!isfinite(scale)) {
+        pl_error_set(PL_ERR_INVALID, "lora_add: scale %g is not finite", scale);
+        return NULL;
+    }
+    char bx[160], ba[160], bb[160], bo[160];
+    int64_t D = x->shape[x->ndim - 1], R = a->shape[0], O = b->shape[0];
+    if (a->shape[1] != D || b->shape[1] != R) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "lora_add: x %s, A %s, B %s: expected A [R, %lld] and B [O, R] with R = A's "
+                     "rows",
+                     pl_tensor_describe(x, bx, sizeof bx), pl_tensor_describe(a, ba, sizeof ba),
+                     pl_tensor_describe(b, bb, sizeof bb), (long long)D);
+        return NULL;
+    }
+    int64_t oshape[PL_MAX_DIMS], tshape[PL_MAX_DIMS];
+    memcpy(oshape, x->shape, sizeof oshape);
+    memcpy(tshape, x->shape, sizeof tshape);
+    oshape[x->ndim - 1] = O;
+    tshape[x->ndim - 1] = R;
+    if (y) {
+        bool fits = y->ndim == x->ndim;
+        for (int d = 0; fits && d < x->ndim; d++)
+            fits = y->shape[d] == oshape[d];
+        if (!fits) {
+            pl_error_set(PL_ERR_SHAPE,
+                         "lora_add: y %s must be x %s's leading dims by B's %lld rows",
+                         pl_tensor_describe(y, bo, sizeof bo), pl_tensor_describe(x, bx, sizeof bx),
+                         (long long)O);
+            return NULL;
+        }
+    }
+    if (gexp && !lora_gate_fits(gexp, x, R)) {
+        pl_error_set(PL_ERR_SHAPE,
+                     "lora_add: gexp %s must be [.., %lld] with x %s's leading dims (or a prefix "
+                     "of them, then 1s)",
+                     pl_tensor_describe(gexp, bo, sizeof bo), (long long)R,
+                     pl_tensor_describe(x, bx, sizeof bx));
+        return NULL;
+    }
+    pl_dtype ac = pl_autocast_get();
+    if ((ac == PL_BF16 || ac == PL_F16) && (x->dtype != ac || a->dtype != ac || b->dtype != ac)) {
+        /* as pl_linear: every GEMM operand in the autocast dtype, a
+         * trainable A / B cast once per forward (autocast_cache.c) */
+        pl_frame_begin();
+        pl_tensor *r = pl_lora_add(y, pl_autocast_operand(x, ac), pl_autocast_operand(a, ac),
+                                   pl_autocast_operand(b, ac), gexp, scale);
+        return frame_result(r);
+    }
+    if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) || (y && !lora_float(y)) ||
+        (gexp && !lora_float(gexp))) {
+        pl_error_set(PL_ERR_DTYPE,
+                     "lora_add: x %s, A %s, B %s must share one dtype of f32/bf16/f16 (y and "
+                     "gexp: f32/bf16/f16)",
+                     pl_tensor_describe(x, bx, sizeof bx), pl_tensor_describe(a, ba, sizeof ba),
+                     pl_tensor_describe(b, bb, sizeof bb));
+        return NULL;
+    }
+    pl_dtype c = x->dtype;
+    pl_kernel_args k = {.op = PL_OP_LORA_ADD, .n_out = 2};
+    k.p.alpha = scale;
+    k.p.dtype = c;
+    k.p.flags = y ? 0 : 1;
+    pl_tensor *in[5] = {y, x, a, b, gexp};
+    if (!take_inputs(&k, in + 1, gexp ? 4 : 3)) return NULL;
+    /* in = {y or a placeholder, x, A, B[, gexp]} */
+    memmove(k.in + 1, k.in, (size_t)k.n_in * sizeof k.in[0]);
+    k.n_in++;
+    if (y) {
+        k.in[0] = pl_contiguous_owned(y);
+    } else if ((k.in[0] = pl_tensor_stub_owned(x))) { /* no data, no gradient */
+        k.in[0]->requires_grad = false;
+        k.in[0]->grad_fn = NULL;
+    }
+    if (!k.in[0]) {
+        pl_tensors_release(k.in + 1, k.n_in - 1);
+        return NULL;
+    }
+    pl_dtype odt = y && y->dtype != c ? PL_F32 : c;
+    k.out[0] = pl_tensor_new_owned(odt, x->ndim, oshape, x->device);
+    k.out[1] = pl_tensor_new_owned(c, x->ndim, tshape, x->device);
+    return launch(&k);
+}
+
 /* ---- losses ------------------------------------------------------------------------------ */
 
 pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore_index,

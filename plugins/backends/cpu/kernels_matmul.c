@@ -284,7 +284,250 @@ static pl_status k_matmul_bwd(const pl_kernel_args *a) {
     return st;
 }
 
+/* ---- lora_add: y + scale ((x A^T) * gexp) B^T (ops.h pl_lora_add) ----------------
+ * Forward, two sgemms: t = x A^T [N, R] (rounded to the compute dtype c =
+ * x's, and stored: the op's saved output), u = t g rounded to c, then
+ * out = scale u B^T (sgemm, alpha = scale) with y added in the same kernel
+ * call (lora_add_y; not sgemm's beta = 1, see there). Half x and A are read in place by the
+ * GEMMs that take them (t = x A^T, dA, dx: matmul's bf16 / f16 kernels,
+ * so t is the chain's bit for bit); B [O, R] and gexp are widened to f32
+ * scratch (small), for the two sgemms that scale by alpha.
+ * Backward (in = {G, y, x, A, B[, g], t}), four sgemms at most, each only
+ * when a gradient needs it:
+ *   du = scale G B            [N, R]   (for dx, dA, dg)
+ *   dB = scale G^T u          [O, R]
+ *   dg = sum over the rows a gate covers of du t
+ *   dt = du g;  dA = dt^T x [R, D];  dx = dt A [N, D];  dy = G. */
+
+typedef struct lora_geo {
+    int64_t N, D, R, O, gs; /* rows, in, rank slots, out, rows per gate row */
+    pl_dtype c;
+    bool gate;
+} lora_geo;
+
+static void lora_geo_init(lora_geo *q, const pl_tensor *x, const pl_tensor *A, const pl_tensor *B,
+                          const pl_tensor *g) {
+    q->D = A->shape[1];
+    q->R = A->shape[0];
+    q->O = B->shape[0];
+    q->N = q->D ? pl_tensor_numel(x) / q->D : 0;
+    q->c = x->dtype;
+    q->gate = g != NULL;
+    int64_t gr = g && q->R ? pl_tensor_numel(g) / q->R : 1;
+    q->gs = gr ? q->N / gr : 1;
+    if (q->gs < 1) q->gs = 1;
+}
+
+/* u[n, r] = rne_c(t[n, r] g[n / gs, r]) (T already rounded to c) */
+static void lora_gate_rows(const lora_geo *q, const float *T, const float *G, float *U) {
+    int64_t N = q->N, R = q->R;
+#pragma omp parallel for if (N * R > PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const float *gr = G + (n / q->gs) * R;
+        for (int64_t r = 0; r < R; r++)
+            U[n * R + r] = pl_math_lora_gate(T[n * R + r], gr[r], q->c);
+    }
+}
+
+/* C[i] += y[i] (y f32 / bf16 / f16): the epilogue as its own pass over C,
+ * not sgemm's beta = 1. OpenBLAS's Haswell, SkylakeX, Cooperlake and Zen
+ * kernels fold beta = 1 into one FMA, C = fma(alpha, acc, C), while its
+ * Prescott and Sandybridge kernels round alpha acc first (measured with
+ * OPENBLAS_CORETYPE, 2026-11-27): with beta = 1 the fp32 bits would depend
+ * on the BLAS kernel, and lora_recompute's branch (this op without y, then
+ * pl_add) would no longer give the composed one's bits. Rounding alpha acc
+ * first is also what the unfused chain did (pl_scale, then pl_add). */
+static void lora_add_y(const pl_tensor *y, float *C, int64_t n) {
+    const void *p = pl_tensor_data(y);
+#pragma omp parallel for if (n > PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+        float v = y->dtype == PL_F32    ? ((const float *)p)[i]
+                  : y->dtype == PL_BF16 ? pl_bf16_widen(((const uint16_t *)p)[i])
+                                        : pl_f16_widen(((const uint16_t *)p)[i]);
+        C[i] = v + C[i];
+    }
+}
+
+static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
+    bool has_y = !(a->p.flags & 1);
+    const pl_tensor *x = a->in[1], *Ai = a->in[2], *Bi = a->in[3],
+                    *g = a->n_in > 4 ? a->in[4] : NULL;
+    pl_tensor *out = a->out[0], *tt = a->out[1];
+    lora_geo q;
+    lora_geo_init(&q, x, Ai, Bi, g);
+    pl_status st = PL_OK;
+    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, so = {0};
+    /* half x, A: read in place by the first GEMM (matmul's kernels) */
+    bool half = q.c != PL_F32;
+    const float *X = half ? NULL : as_f32(x, &sx, &st);
+    const float *A = st || half ? NULL : as_f32(Ai, &sa, &st);
+    const float *B = st ? NULL : as_f32(Bi, &sb, &st);
+    const float *G = !st && g ? as_f32(g, &sg, &st) : NULL;
+    float *T = NULL, *U = NULL, *C = NULL;
+    if (!st) {
+        T = tt->dtype == PL_F32 ? f32p(tt) : scratch_f32(&stt, q.N * q.R);
+        C = out->dtype == PL_F32 ? f32p(out) : scratch_f32(&so, q.N * q.O);
+        U = g ? scratch_f32(&su, q.N * q.R) : T;
+        if (!T || !C || !U) st = PL_ERR_NOMEM;
+    }
+    if (!st) {
+        int64_t N = q.N, D = q.D, R = q.R, O = q.O;
+        if (N > 0 && R > 0) {
+            if (D == 0)
+                memset(T, 0, (size_t)(N * R) * sizeof(float));
+            else if (!half)
+                pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)R, (int)D, 1.0f, X,
+                         (int)D, A, (int)D, 0.0f, T, (int)R);
+            else if (!(q.c == PL_BF16 &&
+                       pl_bf16_gemm_nt(pl_tensor_data(x), pl_tensor_data(Ai), T, N, R, D))) {
+                /* the path pl_matmul's bf16 / f16 x @ A^T takes: the chain's t, bit for bit */
+                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, true};
+                st = pl_gemm_mixed(N, R, D, &ox, &oa, T, PL_F32, R, false, true);
+            }
+            if (half) {
+#pragma omp parallel for if (N * R > PAR_MIN)
+                for (int64_t i = 0; i < N * R; i++)
+                    T[i] = pl_math_rne_to(T[i], q.c);
+            }
+            if (g) lora_gate_rows(&q, T, G, U);
+        }
+        if (!st && N > 0 && O > 0) {
+            if (R > 0)
+                pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)O, (int)R,
+                         (float)a->p.alpha, U, (int)R, B, (int)R, 0.0f, C, (int)O);
+            else
+                memset(C, 0, (size_t)(N * O) * sizeof(float));
+            if (has_y) lora_add_y(a->in[0], C, N * O);
+        }
+        if (!st && tt->dtype != PL_F32) st = from_f32(T, tt, N * R);
+        if (!st && out->dtype != PL_F32) st = from_f32(C, out, N * O);
+    }
+    scratch_free(&sx);
+    scratch_free(&sa);
+    scratch_free(&sb);
+    scratch_free(&sg);
+    scratch_free(&stt);
+    scratch_free(&su);
+    scratch_free(&so);
+    return st;
+}
+
+static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
+    const float *Gr = cf32(a->in[0]);
+    int n_inputs = a->n_in - 2; /* G first, t last */
+    const pl_tensor *x = a->in[2], *Ai = a->in[3], *Bi = a->in[4];
+    const pl_tensor *g = n_inputs > 4 ? a->in[5] : NULL, *tt = a->in[a->n_in - 1];
+    float *dy = a->out[0] ? f32p(a->out[0]) : NULL, *dx = a->out[1] ? f32p(a->out[1]) : NULL;
+    float *dA = a->out[2] ? f32p(a->out[2]) : NULL, *dB = a->out[3] ? f32p(a->out[3]) : NULL;
+    float *dg = g && a->out[4] ? f32p(a->out[4]) : NULL;
+    lora_geo q;
+    lora_geo_init(&q, tt, Ai, Bi, g);
+    q.c = a->p.dtype;
+    q.N = q.R ? pl_tensor_numel(tt) / q.R : 0;
+    if (g && q.R) {
+        int64_t gr = pl_tensor_numel(g) / q.R;
+        q.gs = gr ? q.N / gr : 1;
+        if (q.gs < 1) q.gs = 1;
+    }
+    int64_t N = q.N, D = q.D, R = q.R, O = q.O;
+    float sc = (float)a->p.alpha;
+    if (dy) memcpy(dy, Gr, (size_t)(N * O) * sizeof(float));
+    bool need_du = dx || dA || dg;
+    pl_status st = PL_OK;
+    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, sdu = {0};
+    const float *B = (need_du) ? as_f32(Bi, &sb, &st) : NULL;
+    const float *T = !st && (dB || dg) ? as_f32(tt, &stt, &st) : NULL;
+    /* gexp: for u (dB) and dt (dA, dx); dgexp alone reads B and t only */
+    const float *G = !st && g && (dB || dx || dA) ? as_f32(g, &sg, &st) : NULL;
+    /* half x, A: read in place by the dA / dx GEMMs (matmul's backward) */
+    bool half = q.c != PL_F32;
+    const float *X = !st && dA && !half ? as_f32(x, &sx, &st) : NULL;
+    const float *A = !st && dx && !half ? as_f32(Ai, &sa, &st) : NULL;
+    if (st) goto done;
+    if (dB) { /* dB = scale G^T u */
+        const float *U = T;
+        if (g) {
+            float *u = scratch_f32(&su, N * R);
+            if (!u) {
+                st = PL_ERR_NOMEM;
+                goto done;
+            }
+            lora_gate_rows(&q, T, G, u);
+            U = u;
+        }
+        if (N > 0)
+            pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)O, (int)R, (int)N, sc, Gr,
+                     (int)O, U, (int)R, 0.0f, dB, (int)R);
+        else
+            memset(dB, 0, (size_t)(O * R) * sizeof(float));
+    }
+    if (need_du) {
+        float *du = scratch_f32(&sdu, N * R);
+        if (!du) {
+            st = PL_ERR_NOMEM;
+            goto done;
+        }
+        if (O > 0)
+            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)R, (int)O, sc, Gr,
+                     (int)O, B, (int)R, 0.0f, du, (int)R);
+        else
+            memset(du, 0, (size_t)(N * R) * sizeof(float));
+        if (dg) { /* dg[gr, r] = sum of du t over the gs rows of gate row gr */
+            int64_t ngr = pl_tensor_numel(g) / (R ? R : 1);
+#pragma omp parallel for if (N * R > PAR_MIN)
+            for (int64_t i = 0; i < ngr; i++)
+                for (int64_t r = 0; r < R; r++) {
+                    float s = 0.0f;
+                    for (int64_t k = 0; k < q.gs && i * q.gs + k < N; k++)
+                        s += du[(i * q.gs + k) * R + r] * T[(i * q.gs + k) * R + r];
+                    dg[i * R + r] = s;
+                }
+        }
+        if (g && (dA || dx)) { /* dt = du g, in place */
+#pragma omp parallel for if (N * R > PAR_MIN)
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t r = 0; r < R; r++)
+                    du[n * R + r] *= G[(n / q.gs) * R + r];
+        }
+        pl_gemm_operand odt = {du, PL_F32, R, true}, odu = {du, PL_F32, R, false};
+        if (dA) { /* [R, D] = dt^T x */
+            if (N == 0 || D == 0)
+                memset(dA, 0, (size_t)(R * D) * sizeof(float));
+            else if (!half)
+                pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)D, (int)N, 1.0f, du,
+                         (int)R, X, (int)D, 0.0f, dA, (int)D);
+            else {
+                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                st = pl_gemm_mixed(R, D, N, &odt, &ox, dA, PL_F32, D, false, true);
+            }
+        }
+        if (dx && !st) { /* [N, D] = dt A */
+            if (R == 0 || D == 0)
+                memset(dx, 0, (size_t)(N * D) * sizeof(float));
+            else if (!half)
+                pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)R, 1.0f,
+                         du, (int)R, A, (int)D, 0.0f, dx, (int)D);
+            else {
+                pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, false};
+                st = pl_gemm_mixed(N, D, R, &odu, &oa, dx, PL_F32, D, false, true);
+            }
+        }
+    }
+done:
+    scratch_free(&sx);
+    scratch_free(&sa);
+    scratch_free(&sb);
+    scratch_free(&sg);
+    scratch_free(&stt);
+    scratch_free(&su);
+    scratch_free(&sdu);
+    return st;
+}
+
 void pl_cpu_register_dense_matmul(pl_kernel_table *b) {
     b->forward[PL_OP_MATMUL] = k_matmul_fwd;
     b->backward[PL_OP_MATMUL] = k_matmul_bwd;
+    b->forward[PL_OP_LORA_ADD] = k_lora_add_fwd;
+    b->backward[PL_OP_LORA_ADD] = k_lora_add_bwd;
 }

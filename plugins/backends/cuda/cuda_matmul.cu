@@ -90,15 +90,15 @@ static cudaDataType_t cu_type(pl_dtype dt) {
  * [M,K] (ta: [K,M]) and B [K,N] (tb: [N,K]), f32 accumulation. cuBLAS is
  * column-major: a row-major X is X^T to it, so we ask for
  * C^T[N,M] = op(B)^T op(A)^T, i.e. gemm(opB, opA, N, M, K, B, A). */
-static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                         const void *A, cudaDataType_t at, int64_t sA, const void *B,
-                         cudaDataType_t bt, int64_t sB, float beta, void *C, cudaDataType_t ct,
-                         int64_t sC, int64_t batch) {
+static pl_status rm_gemm_ab(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void *A, cudaDataType_t at, int64_t sA,
+                            const void *B, cudaDataType_t bt, int64_t sB, float beta, void *C,
+                            cudaDataType_t ct, int64_t sC, int64_t batch) {
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || batch > INT_MAX)
-        return pl_error_set(PL_ERR_UNSUPPORTED, "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
-                            "exceed cuBLAS's int range", (long long)M, (long long)N, (long long)K,
-                            (long long)batch);
-    float alpha = 1.0f;
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "cuda matmul: dims %lld x %lld x %lld (batch %lld) "
+                            "exceed cuBLAS's int range",
+                            (long long)M, (long long)N, (long long)K, (long long)batch);
     int lda = (int)(ta ? M : K), ldb = (int)(tb ? K : N);
     cublasStatus_t s = cublasGemmStridedBatchedEx(
         h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)N, (int)M, (int)K,
@@ -112,6 +112,13 @@ static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t 
     return PL_OK;
 }
 
+/* rm_gemm_ab with alpha = 1 */
+static pl_status rm_gemm(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                         const void *A, cudaDataType_t at, int64_t sA, const void *B,
+                         cudaDataType_t bt, int64_t sB, float beta, void *C, cudaDataType_t ct,
+                         int64_t sC, int64_t batch) {
+    return rm_gemm_ab(h, ta, tb, M, N, K, 1.0f, A, at, sA, B, bt, sB, beta, C, ct, sC, batch);
+}
 
 /* A batch count is "uniform" when one stride describes it: every matrix (n ==
  * nbatch) or one shared matrix (n == 1, stride 0). */
@@ -275,8 +282,229 @@ done:
     return st;
 }
 
+/* ---- lora_add: y + scale ((x A^T) * gexp) B^T, the CPU's k_lora_add_* --------------------------
+ * Forward: cuBLAS t = x A^T (written in the compute dtype c = x's), one
+ * gate kernel u = rne_c(t g), then the copy of y into out and the second
+ * GEMM accumulating into it with alpha = scale, beta = 1 (the epilogue; beta
+ * = 0 without y): three launches and a copy for the chain's six. Backward
+ * (formulas: kernels_matmul.c of the CPU backend): half operands stay half,
+ * G rounded to c as k_matmul_bwd does, f32 accumulation and gradients. */
+
+/* o[n, r] = rne_c(t[n, r] g[n / gs, r]) (o in c; g any float dtype) */
+__global__ void k_lora_gate(const void *T, int c, const void *G, int gd, void *O, int64_t N,
+                            int64_t R, int64_t gs) {
+    GRID_LOOP(i, N * R) {
+        int64_t n = i / R, r = i - n * R;
+        float g = pl_d_ldf(G, gd, (n / gs) * R + r);
+        pl_d_stf(O, c, i, pl_math_lora_gate(pl_d_ldf(T, c, i), g, (pl_dtype)c));
+    }
+}
+
+/* dg[gr, r] = sum over the gs rows of gate row gr of du t; dt = rne_c(du g)
+ * into DT (in c) for the dA / dx GEMMs, or du itself rounded when no gate */
+__global__ void k_lora_dg(const float *DU, const void *T, int c, float *DG, int64_t NG, int64_t R,
+                          int64_t gs, int64_t N) {
+    GRID_LOOP(i, NG * R) {
+        int64_t gr = i / R, r = i - gr * R;
+        float s = 0.0f;
+        for (int64_t k = 0; k < gs && gr * gs + k < N; k++) {
+            int64_t j = (gr * gs + k) * R + r;
+            s += DU[j] * pl_d_ldf(T, c, j);
+        }
+        DG[i] = s;
+    }
+}
+
+__global__ void k_lora_dt(const float *DU, const void *G, int gd, void *DT, int c, int64_t N,
+                          int64_t R, int64_t gs) {
+    GRID_LOOP(i, N * R) {
+        int64_t n = i / R, r = i - n * R;
+        float v = G ? DU[i] * pl_d_ldf(G, gd, (n / gs) * R + r) : DU[i];
+        pl_d_stf(DT, c, i, v);
+    }
+}
+
+typedef struct cu_lora_geo {
+    int64_t N, D, R, O, gs, ng;
+} cu_lora_geo;
+
+static void cu_lora_geo_init(cu_lora_geo *q, int64_t rows, const pl_tensor *A, const pl_tensor *B,
+                             const pl_tensor *g) {
+    q->D = A->shape[1];
+    q->R = A->shape[0];
+    q->O = B->shape[0];
+    q->N = rows;
+    q->ng = g && q->R ? pl_tensor_numel(g) / q->R : 1;
+    q->gs = q->ng ? q->N / q->ng : 1;
+    if (q->gs < 1) q->gs = 1;
+}
+
+static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
+    bool has_y = !(a->p.flags & 1);
+    const pl_tensor *x = a->in[1], *A = a->in[2], *B = a->in[3], *g = a->n_in > 4 ? a->in[4] : NULL;
+    pl_tensor *out = a->out[0], *tt = a->out[1];
+    pl_dtype c = x->dtype;
+    if (A->dtype != c || B->dtype != c || tt->dtype != c ||
+        !(c == PL_F32 || c == PL_BF16 || c == PL_F16))
+        return pl_error_set(PL_ERR_DTYPE, "cuda lora_add: dtypes x %s, A %s, B %s not supported",
+                            pl_dtype_name(x->dtype), pl_dtype_name(A->dtype),
+                            pl_dtype_name(B->dtype));
+    if (pl_cu_set_device(x)) return pl_error_status();
+    cublasHandle_t h = blas_handle(x->device.index);
+    if (!h) return pl_error_status();
+    cu_lora_geo q;
+    cu_lora_geo_init(&q, A->shape[1] ? pl_tensor_numel(x) / A->shape[1] : 0, A, B, g);
+    int64_t N = q.N, D = q.D, R = q.R, O = q.O;
+    if (N == 0) return PL_OK;
+    cudaDataType_t ct = cu_type(c), ot = cu_type(out->dtype);
+    pl_status st = PL_OK;
+    pl_cu_scratch su = {0};
+    void *U = pl_tensor_data(tt);
+    if (R > 0 && D > 0)
+        st = rm_gemm(h, false, true, N, R, D, pl_tensor_data(x), ct, 0, pl_tensor_data(A), ct, 0,
+                     0.0f, pl_tensor_data(tt), ct, 0, 1);
+    else if (R > 0 && cudaMemset(pl_tensor_data(tt), 0, pl_tensor_nbytes(tt)) != cudaSuccess)
+        st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add: cudaMemset failed");
+    if (!st && g && R > 0) {
+        if (!(U = pl_cu_scratch_get(&su, x->device, (size_t)(N * R) * pl_dtype_size(c)))) {
+            st = pl_error_status();
+        } else {
+            k_lora_gate<<<pl_cu_blocks(N * R), PL_CUDA_THREADS>>>(
+                pl_tensor_data(tt), (int)c, pl_tensor_data(g), (int)g->dtype, U, N, R, q.gs);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess)
+                st = pl_error_set(PL_ERR_DEVICE, "cuda backend: kernel of op 'lora_add' failed: %s",
+                                  cudaGetErrorString(e));
+        }
+    }
+    if (!st && has_y && O > 0) {
+        const pl_tensor *y = a->in[0];
+        if (y->dtype == out->dtype) {
+            if (cudaMemcpyAsync(pl_tensor_data(out), pl_tensor_data(y), pl_tensor_nbytes(out),
+                                cudaMemcpyDeviceToDevice, cudaStreamPerThread) != cudaSuccess)
+                st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add: copy of y failed");
+        } else {
+            pl_cu_geom gg;
+            pl_cu_geom_contig(&gg, y->ndim, y->shape);
+            st = pl_cu_strided_copy(pl_tensor_data(out), out->dtype, pl_tensor_data(y), y->dtype,
+                                    &gg, N * O, true);
+        }
+    }
+    if (!st && O > 0) {
+        if (R > 0)
+            st = rm_gemm_ab(h, false, true, N, O, R, (float)a->p.alpha, U, ct, 0, pl_tensor_data(B),
+                            ct, 0, has_y ? 1.0f : 0.0f, pl_tensor_data(out), ot, 0, 1);
+        else if (!has_y && cudaMemset(pl_tensor_data(out), 0, pl_tensor_nbytes(out)) != cudaSuccess)
+            st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add: cudaMemset failed");
+    }
+    pl_cu_scratch_free(&su);
+    return st;
+}
+
+static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
+    const pl_tensor *G = a->in[0];
+    int n_inputs = a->n_in - 2;
+    const pl_tensor *x = a->in[2], *A = a->in[3], *B = a->in[4];
+    const pl_tensor *g = n_inputs > 4 ? a->in[5] : NULL, *tt = a->in[a->n_in - 1];
+    pl_tensor *dy = a->out[0], *dx = a->out[1], *dA = a->out[2], *dB = a->out[3];
+    pl_tensor *dg = g ? a->out[4] : NULL;
+    pl_dtype c = tt->dtype;
+    if (pl_cu_set_device(G)) return pl_error_status();
+    cublasHandle_t h = blas_handle(G->device.index);
+    if (!h) return pl_error_status();
+    cu_lora_geo q;
+    cu_lora_geo_init(&q, A->shape[0] ? pl_tensor_numel(tt) / A->shape[0] : 0, A, B, g);
+    int64_t N = q.N, D = q.D, R = q.R, O = q.O;
+    float sc = (float)a->p.alpha;
+    const cudaDataType_t f = CUDA_R_32F, ct = cu_type(c);
+    bool half = c != PL_F32, need_du = dx || dA || dg;
+    pl_status st = PL_OK;
+    pl_cu_scratch sg = {0}, su = {0}, sdu = {0}, sdt = {0};
+    if (dy && cudaMemcpyAsync(pl_tensor_data(dy), pl_tensor_data(G), pl_tensor_nbytes(dy),
+                              cudaMemcpyDeviceToDevice, cudaStreamPerThread) != cudaSuccess)
+        return pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: copy of dy failed");
+    /* zero first: an empty product leaves zero gradients */
+    pl_tensor *zero[4] = {dx, dA, dB, dg};
+    for (int i = 0; i < 4; i++)
+        if (zero[i] && (N == 0 || R == 0 || O == 0) &&
+            cudaMemset(pl_tensor_data(zero[i]), 0, pl_tensor_nbytes(zero[i])) != cudaSuccess)
+            return pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: cudaMemset failed");
+    if (N == 0 || R == 0 || O == 0) return PL_OK;
+    const void *Gp = half ? pl_cu_as_dtype(G, c, &sg, &st) : pl_tensor_data(G);
+    if (st) goto done;
+    if (dB) { /* dB = scale G^T u */
+        const void *U = pl_tensor_data(tt);
+        if (g) {
+            void *u = pl_cu_scratch_get(&su, G->device, (size_t)(N * R) * pl_dtype_size(c));
+            if (!u) {
+                st = pl_error_status();
+                goto done;
+            }
+            k_lora_gate<<<pl_cu_blocks(N * R), PL_CUDA_THREADS>>>(
+                pl_tensor_data(tt), (int)c, pl_tensor_data(g), (int)g->dtype, u, N, R, q.gs);
+            if (cudaGetLastError() != cudaSuccess) {
+                st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: gate kernel failed");
+                goto done;
+            }
+            U = u;
+        }
+        if ((st = rm_gemm_ab(h, true, false, O, R, N, sc, Gp, ct, 0, U, ct, 0, 0.0f,
+                             pl_tensor_data(dB), f, 0, 1)))
+            goto done;
+    }
+    if (need_du) {
+        float *du = (float *)pl_cu_scratch_get(&sdu, G->device, (size_t)(N * R) * sizeof(float));
+        if (!du) {
+            st = pl_error_status();
+            goto done;
+        }
+        if ((st = rm_gemm_ab(h, false, false, N, R, O, sc, Gp, ct, 0, pl_tensor_data(B), ct, 0,
+                             0.0f, du, f, 0, 1)))
+            goto done;
+        if (dg) {
+            k_lora_dg<<<pl_cu_blocks(q.ng * R), PL_CUDA_THREADS>>>(du, pl_tensor_data(tt), (int)c,
+                                                                   fp(dg), q.ng, R, q.gs, N);
+            if (cudaGetLastError() != cudaSuccess) {
+                st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: dgexp kernel failed");
+                goto done;
+            }
+        }
+        if (dA || dx) {
+            void *dt = du;
+            if (g || half) {
+                if (!(dt =
+                          pl_cu_scratch_get(&sdt, G->device, (size_t)(N * R) * pl_dtype_size(c)))) {
+                    st = pl_error_status();
+                    goto done;
+                }
+                k_lora_dt<<<pl_cu_blocks(N * R), PL_CUDA_THREADS>>>(
+                    du, g ? pl_tensor_data(g) : NULL, g ? (int)g->dtype : 0, dt, (int)c, N, R,
+                    q.gs);
+                if (cudaGetLastError() != cudaSuccess) {
+                    st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: dt kernel failed");
+                    goto done;
+                }
+            }
+            if (dA && D > 0 &&
+                (st = rm_gemm(h, true, false, R, D, N, dt, ct, 0, pl_tensor_data(x), ct, 0, 0.0f,
+                              pl_tensor_data(dA), f, 0, 1)))
+                goto done;
+            if (dx && D > 0)
+                st = rm_gemm(h, false, false, N, D, R, dt, ct, 0, pl_tensor_data(A), ct, 0, 0.0f,
+                             pl_tensor_data(dx), f, 0, 1);
+        }
+    }
+done:
+    pl_cu_scratch_free(&sg);
+    pl_cu_scratch_free(&su);
+    pl_cu_scratch_free(&sdu);
+    pl_cu_scratch_free(&sdt);
+    return st;
+}
+
 /* ---- registration ------------------------------------------------------------------------ */
 
 void pl_cuda_register_matmul(pl_kernel_table *t) {
     pl_kernel_table_set(t, PL_OP_MATMUL, k_matmul_fwd, k_matmul_bwd);
+    pl_kernel_table_set(t, PL_OP_LORA_ADD, k_lora_add_fwd, k_lora_add_bwd);
 }

@@ -132,6 +132,49 @@ static pl_backend_counters counters(void) {
     return c;
 }
 
+/* The kernel calls of one adapted projection's LoRA branch and its add, on
+ * this device: pl_lora_add is one kernel call forward and one backward (a
+ * GPU launches its GEMMs and gate kernel inside that call), where the chain
+ * it replaced, linear -> mul -> linear -> scale -> add, made five each. */
+static void lora_calls(bool fused, uint64_t *fwd, uint64_t *bwd) {
+    pl_frame_begin();
+    pl_tensor *h[5] = {pl_test_randn(PL_SHAPE(2, 3, 6), 1), pl_test_randn(PL_SHAPE(2, 3, 5), 2),
+                       pl_test_randn(PL_SHAPE(4, 5), 3), pl_test_randn(PL_SHAPE(6, 4), 4),
+                       pl_test_randn(PL_SHAPE(2, 1, 4), 5)};
+    pl_tensor *d[5];
+    for (int i = 0; i < 5; i++) {
+        d[i] = PL_CK_NOTNULL(pl_tensor_to(h[i], PL_F32, g_dev));
+        pl_tensor_set_requires_grad(d[i], true);
+    }
+    pl_backend_counters c0 = counters();
+    pl_tensor *o = PL_CK_NOTNULL(
+        fused ? pl_lora_add(d[0], d[1], d[2], d[3], d[4], 0.5)
+              : pl_add(d[0],
+                       pl_scale(pl_linear(pl_mul(pl_linear(d[1], d[2], NULL), d[4]), d[3], NULL),
+                                0.5)));
+    pl_backend_counters c1 = counters();
+    pl_tensor *l = PL_CK_NOTNULL(pl_sum(o, PL_ALL_DIMS, false));
+    pl_backend_counters c2 = counters();
+    PL_CK_OK(pl_backward(l, 1.0));
+    pl_backend_counters c3 = counters();
+    *fwd = c1.kernel_calls - c0.kernel_calls;
+    *bwd = c3.kernel_calls - c2.kernel_calls;
+    pl_frame_end();
+}
+
+START_TEST(lora_add_is_one_kernel_call_each_way) {
+    load();
+    uint64_t ff, fb, cf, cb;
+    lora_calls(true, &ff, &fb);
+    lora_calls(false, &cf, &cb);
+    ck_assert_uint_eq(ff, 1);
+    ck_assert_uint_eq(cf, 5);
+    /* backward: the same seeding and accumulation, one branch kernel for five */
+    ck_assert_msg(cb - fb == 4, "backward kernel calls: fused %llu, chain %llu",
+                  (unsigned long long)fb, (unsigned long long)cb);
+}
+END_TEST
+
 /* The counters (pl_backend.counters, ABI 2.5): a device-to-host read (pl_tensor_item) is one host
  * read of its bytes, an upload one host write, a kernel one kernel call, and a
  * raw allocation one allocation; a cache hit of the caching allocator is none.
@@ -374,6 +417,7 @@ int main(void) {
     tcase_add_test(tc, copies_and_kernels);
     tcase_add_test(tc, host_access_crashes_with_a_message);
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
+    tcase_add_test(tc, lora_add_is_one_kernel_call_each_way);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
     tcase_add_test(tc, graph_capture_replays_a_step);

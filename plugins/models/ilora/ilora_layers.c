@@ -67,14 +67,12 @@ pl_tensor *ilora_moe_lora_linear_ck(pl_tensor *x, pl_tensor *w0, pl_tensor *a, p
                                                   training, out, bc));
 }
 
-/* scale * ((drop(x) A^T) * gexp) B^T over in = {x, A, B[, gexp]} */
+/* scale * ((drop(x) A^T) * gexp) B^T over in = {x, A, B[, gexp]}: the
+ * branch alone (pl_lora_add without y), for the recomputed path */
 static pl_tensor *adapter_branch(void *ctxp, pl_tensor *const *in, int n_in) {
     const ilora_branch *c = ctxp;
     pl_tensor *xd = pl_dropout(in[0], c->p_drop, c->seed, c->counter, c->training);
-    pl_tensor *xa = pl_linear(xd, in[1], NULL); /* [B, T, E*r_e] */
-    if (n_in > 3) xa = pl_mul(xa, in[3]);       /* expert k's r_e slots times g[b, k] */
-    pl_tensor *d = pl_linear(xa, in[2], NULL);  /* sum over experts inside the GEMM */
-    return pl_scale(d, c->scale);
+    return pl_lora_add(NULL, xd, in[1], in[2], n_in > 3 ? in[3] : NULL, c->scale);
 }
 
 static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
@@ -95,7 +93,12 @@ static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a
         *bc = local;
         return pl_add(y, pl_checkpoint(adapter_branch, bc, in, n_in));
     }
-    return pl_add(y, adapter_branch(&local, in, n_in));
+    /* y + scale ((drop(x) A^T) * gexp) B^T as one op (issue 35): two GEMMs,
+     * the second accumulating into y; the tape keeps drop(x) (x itself
+     * without dropout, which the base matmul keeps anyway) and the rank-r
+     * t = x A^T, not the gated copy, the branch or its scaled copy */
+    pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
+    return pl_lora_add(y, xd, a, b, gexp, scale);
 }
 
 /* Host copy of an index tensor as i64 (caller frees). */

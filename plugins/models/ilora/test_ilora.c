@@ -193,6 +193,71 @@ START_TEST(recomputed_adapter_branch_is_bit_identical_and_keeps_less) {
 }
 END_TEST
 
+/* The projection as ilora computed it before pl_lora_add (ilora_layers.c
+ * until 2026-11-27), from the public ops: y = x W0^T, then y + scale *
+ * linear(linear(dropout(x), A) * gexp, B). */
+static pl_tensor *old_chain(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
+                            pl_tensor *gexp, double scale, double p, uint64_t seed,
+                            uint64_t counter) {
+    pl_tensor *y = pl_linear(x, w0, NULL);
+    if (y && y->dtype != x->dtype) y = pl_cast(y, x->dtype);
+    pl_tensor *xa = pl_linear(pl_dropout(x, p, seed, counter, true), a, NULL);
+    pl_tensor *d = pl_scale(pl_linear(pl_mul(xa, gexp), b, NULL), scale);
+    return pl_add(y, d);
+}
+
+/* One training forward + backward (loss sum(out * w)) of the projection:
+ * fused (ilora_moe_lora_linear_ck, pl_lora_add) or the old chain, with
+ * dropout 0.25, under autocast ac (PL_F32: off); out, dx, dA, dB, d logits
+ * of the router into o[5][...] as doubles. */
+static void proj_run(bool fused, pl_dtype ac, double o[5][64]) {
+    pl_frame_begin();
+    if (ac != PL_F32) PL_CK_OK(pl_autocast_begin(ac));
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 5), 41);
+    pl_tensor *w0 = pl_test_randn(PL_SHAPE(4, 5), 42);
+    pl_tensor *a = pl_test_randn(PL_SHAPE(4, 5), 43);
+    pl_tensor *b = pl_test_randn(PL_SHAPE(4, 4), 44);
+    pl_tensor *g = pl_test_randn(PL_SHAPE(2, 2), 45);
+    pl_tensor *w = pl_test_randn(PL_SHAPE(2, 3, 4), 46);
+    pl_tensor *gi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){4}, (int64_t[]){0, 0, 1, 1}, PL_CPU);
+    pl_tensor *leaf[4] = {x, a, b, g};
+    for (int i = 0; i < 4; i++)
+        pl_tensor_set_requires_grad(leaf[i], true);
+    pl_tensor *gexp = ilora_gate_expand(pl_softmax(g), gi);
+    pl_tensor *y = PL_CK_NOTNULL(
+        fused ? ilora_moe_lora_linear_ck(x, w0, a, b, gexp, 1.5, 0.25, 7, 3, true, PL_F32, NULL)
+              : old_chain(x, w0, a, b, gexp, 1.5, 0.25, 7, 3));
+    ck_assert_int_eq(y->dtype, PL_F32);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(y, w), PL_ALL_DIMS, false), 1.0));
+    pl_tensor *t[5] = {y, x->grad, a->grad, b->grad, g->grad};
+    for (int i = 0; i < 5; i++)
+        for (int64_t j = 0; j < pl_tensor_numel(PL_CK_NOTNULL(t[i])); j++)
+            o[i][j] = pl_tensor_get(t[i], j);
+    if (ac != PL_F32) pl_autocast_end();
+    pl_frame_end();
+}
+
+/* The fused projection gives the old chain's values and gradients: in f32
+ * to float reassociation; under bf16 autocast (bf16-mixed) within the two
+ * bf16 roundings of the branch that the fused op skips (ops.h). */
+START_TEST(fused_projection_equals_the_old_chain) {
+    static const int n[5] = {24, 30, 20, 16, 4};
+    static const char *what[5] = {"out", "dx", "dA", "dB", "d router logits"};
+    const pl_dtype acs[2] = {PL_F32, PL_BF16};
+    const double tol[2] = {2e-6, 2e-2};
+    for (int k = 0; k < 2; k++) {
+        double f[5][64], c[5][64];
+        proj_run(true, acs[k], f);
+        proj_run(false, acs[k], c);
+        for (int i = 0; i < 5; i++)
+            for (int j = 0; j < n[i]; j++)
+                ck_assert_msg(fabs(f[i][j] - c[i][j]) <= tol[k] * (1 + fabs(c[i][j])),
+                              "autocast %s: %s[%d] fused %.9g, old chain %.9g",
+                              pl_dtype_name(acs[k]), what[i], j, f[i][j], c[i][j]);
+    }
+}
+END_TEST
+
 START_TEST(single_expert_equals_plain_lora_by_hand) {
     pl_frame_begin();
     const int64_t Bn = 2, T = 3, In = 5, Out = 4, R = 3;
@@ -1276,6 +1341,7 @@ int main(void) {
     tcase_add_test(t, moe_lora_layer_gradients_match_central_differences);
     tcase_add_test(t, single_expert_equals_plain_lora_by_hand);
     tcase_add_test(t, recomputed_adapter_branch_is_bit_identical_and_keeps_less);
+    tcase_add_test(t, fused_projection_equals_the_old_chain);
     tcase_add_test(t, model_matches_pytorch_reference);
     tcase_add_test(t, router_over_hidden_states_matches_pytorch_reference);
     tcase_add_test(t, router_over_hidden_states_is_causal);
