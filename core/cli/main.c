@@ -718,7 +718,36 @@ static void ensure_passive_wait(char **argv) {
     /* exec failed (no /proc): carry on with the default policy */
 }
 
+/* OpenBLAS (a DYNAMIC_ARCH build) picks its kernels from cpuid when it
+ * loads, but a release older than the CPU falls back to its oldest x86-64
+ * kernels: Debian bookworm's 0.3.21 runs Prescott (SSE3) GEMMs on a Sapphire
+ * Rapids-class Xeon, a 2.4x slower iLoRA teacher step than its SkylakeX
+ * kernels (2026-11-27). OpenBLAS reads OPENBLAS_CORETYPE once, when cpu.so
+ * loads it (after this), so the CLI names the target the CPU's features
+ * allow, unless the user set one: AVX-512 F/BW/VL/DQ (OS-enabled, as
+ * libgcc's cpuid checks) -> SkylakeX, with AVX512_BF16 -> Cooperlake; AVX2 +
+ * FMA -> Haswell, Zen on AMD. PL_CPU_ISA caps it as it caps our kernels
+ * (avx2: no AVX-512 target; scalar: OpenBLAS's own choice). The run log and
+ * summary.json name the kernels that ran (cpu backend's "blas_core"). */
+static void choose_blas_core(void) {
+    if (getenv("OPENBLAS_CORETYPE")) return;
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *cap = getenv("PL_CPU_ISA");
+    if (cap && !strcmp(cap, "scalar")) return;
+    __builtin_cpu_init();
+    const char *core = NULL;
+    if (!(cap && !strcmp(cap, "avx2")) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
+        core = __builtin_cpu_supports("avx512bf16") ? "Cooperlake" : "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        core = __builtin_cpu_is("amd") ? "Zen" : "Haswell";
+    if (core) setenv("OPENBLAS_CORETYPE", core, 0);
+#endif
+}
+
 int main(int argc, char **argv) {
+    choose_blas_core();
     ensure_passive_wait(argv);
     pl_crash_handler_install(); /* a crashing plugin is named before the process dies */
     if (argc < 2) {

@@ -121,6 +121,8 @@ static void summary_host(cJSON *o, trainer *t, char *dev, size_t dn) {
     char v[128];
     cJSON_AddNumberToObject(o, "openblas_threads",
                             atoi(pl_backend_info(PL_DEVICE_CPU, "blas_threads", v, sizeof v)));
+    cJSON_AddStringToObject(o, "openblas_core",
+                            pl_backend_info(PL_DEVICE_CPU, "blas_core", v, sizeof v));
     cJSON_AddStringToObject(o, "openblas_parallel",
                             pl_backend_info(PL_DEVICE_CPU, "blas_parallel", v, sizeof v));
     cJSON_AddStringToObject(o, "cpu_gemm_bf16",

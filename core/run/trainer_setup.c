@@ -416,12 +416,13 @@ static int open_run_dir(trainer *t) {
         pl_config_write_ini(t->cfg, path);
     }
     /* the CPU kernel of bf16 GEMMs is chosen at run time (the cpu backend's cpuid) */
-    char isa[128], bt[32], bp[32], gemm[32];
+    char isa[128], bt[32], bp[32], gemm[32], bc[32];
     tr_log(t,
-           "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %d, %s), "
+           "run %s: config %s, device %s, seed %llu, %d threads (OpenBLAS %s kernels, %d, %s), "
            "CPU bf16 GEMM %s (CPU: %s)\n",
            t->run_dir, pl_config_path(t->cfg), pl_cfg_str(t->pipe, "device", "cpu"),
            (unsigned long long)t->ctx.seed, omp_get_max_threads(),
+           pl_backend_info(PL_DEVICE_CPU, "blas_core", bc, sizeof bc),
            atoi(pl_backend_info(PL_DEVICE_CPU, "blas_threads", bt, sizeof bt)),
            pl_backend_info(PL_DEVICE_CPU, "blas_parallel", bp, sizeof bp),
            pl_backend_info(PL_DEVICE_CPU, "cpu_gemm_bf16", gemm, sizeof gemm),

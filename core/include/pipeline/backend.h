@@ -264,7 +264,9 @@ typedef struct pl_backend {
      * value of `key` as a NUL-terminated string into buf (n bytes, truncated
      * to fit) and returns PL_OK; PL_ERR_UNSUPPORTED for a key it does not
      * know (nothing written). The CPU backend answers "blas_threads"
-     * (OpenBLAS's pool size, decimal), "blas_parallel" ("openmp",
+     * (OpenBLAS's pool size, decimal), "blas_core" (the kernels OpenBLAS
+     * chose when it loaded: "SkylakeX", "Haswell", "Prescott" ...; since
+     * ABI 2.11), "blas_parallel" ("openmp",
      * "pthreads", "serial"), "cpu_gemm_bf16" (the kernel bf16 GEMMs run on
      * now: "avx512bf16", "avx2", "scalar") and "cpu_features" (what cpuid
      * found, /proc/cpuinfo's spelling, e.g. "avx2 avx512f avx512bw avx512vl

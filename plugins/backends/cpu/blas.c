@@ -22,6 +22,14 @@ int pl_blas_threads(void) {
     return openblas_get_num_threads();
 }
 
+/* The kernels OpenBLAS chose when it loaded ("SkylakeX", "Haswell", "Prescott"
+ * ...: its cpuid choice, or OPENBLAS_CORETYPE's; the CLI sets that one from
+ * the CPU's features, core/cli/main.c choose_blas_core). */
+const char *pl_blas_core(void) {
+    const char *c = openblas_get_corename();
+    return c && *c ? c : "unknown";
+}
+
 const char *pl_blas_parallel(void) {
     switch (openblas_get_parallel()) {
     case 0:

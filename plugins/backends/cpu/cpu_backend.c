@@ -82,6 +82,8 @@ static pl_status cpu_get_option(const char *key, char *buf, size_t n) {
         return pl_error_set(PL_ERR_INVALID, "cpu backend: get_option: NULL key or buffer");
     if (!strcmp(key, "blas_threads"))
         snprintf(buf, n, "%d", pl_blas_threads());
+    else if (!strcmp(key, "blas_core"))
+        snprintf(buf, n, "%s", pl_blas_core());
     else if (!strcmp(key, "blas_parallel"))
         snprintf(buf, n, "%s", pl_blas_parallel());
     else if (!strcmp(key, "cpu_gemm_bf16"))

@@ -57,6 +57,7 @@ int pl_blas_threads(void);
  * pool of the core's loops, what CMake links when installed), "pthreads" (a
  * pool of its own), "serial" (blas.c). */
 const char *pl_blas_parallel(void);
+const char *pl_blas_core(void);
 /* cblas_sgemm, run on one OpenBLAS thread when the product is small: below
  * ~16 MFLOP the hand-off to OpenBLAS's thread pool costs more than it saves
  * (measured: the LSTM's per-step [64 x 64] x [64 x 256] recurrence ran 3x
