@@ -1,7 +1,7 @@
 /* strict_fuse.c - the strict device's fusion pass over a captured step
  * (pl_backend.capture_end_step; backend.h, "Seeing the step").
  *
- * One family, the one every shipped config's step has: the gradient norm's
+ * First family, the one every shipped config's step has: the gradient norm's
  * sum of squares, pl_sum(pl_square(grad)) per parameter with a gradient
  * (core/run/step_values.c): square writes an intermediate as large as the
  * gradient that only the sum reads. Fused, one kernel reads the gradient
@@ -10,10 +10,23 @@
  * reads it before writing it), and the step has one kernel call less per
  * parameter. When the sum is added to the norm's running total right after
  * (total = total + ssq, every parameter but the first) and is dead after
- * that add, the add joins too: one call instead of three. The fused kernel computes the same bits as the CPU's two: each
- * square rounded to f32 (pl_math_square), then summed in double in the same
+ * that add, the add joins too: one call instead of three. The fused kernel computes the same bits
+ * as the CPU's two: each square rounded to f32 (pl_math_square), then summed in double in the same
  * OpenMP loop as the CPU's full sum (kernels_dense.c, k_sum_fwd: same
  * threshold, same split), then rounded to f32 once.
+ *
+ * Second family, in the models' forward: pl_linear with a bias
+ * (ops_dense.c), a matmul into y [.., N] then the add of a bias row b [N]
+ * broadcast over y's rows. When y is dead after the add (only the add reads
+ * it; its block released by the step's end), one kernel runs the CPU's
+ * matmul kernel with the add's output as its output and adds b to it in
+ * place, a GEMM with a bias epilogue: y is never written. Same bits: the
+ * same GEMM (same kernel, same operands, same shapes) writes the same f32
+ * values, and the add kernel's f32 broadcast case is one f32 addition per
+ * element (kernels_dense.c, k_binary_fwd), done here in the add's operand
+ * order. f32 only (operands, bias, both outputs): a half matmul or bias
+ * takes the widened paths (strict.c, run_widened; autocast's casts), left
+ * unfused.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +64,39 @@ static pl_status k_sum_squares(const pl_kernel_args *a) {
 static pl_status k_sum_squares_add(const pl_kernel_args *a) {
     float s = sum_squares(a->in[0]), t = ((const float *)pl_tensor_data(a->in[1]))[0];
     ((float *)pl_tensor_data(a->out[0]))[0] = (a->p.flags & 1) ? s + t : t + s;
+    return PL_OK;
+}
+
+/* in[0], in[1]: the matmul's operands (p.flags: its transposes, as
+ * PL_OP_MATMUL's); in[2]: the bias b (f32 [N]); out[0]: the add's output
+ * (f32 [.., N], contiguous) = A @ B + b, as the matmul then the add give it
+ * (p.start: y was the add's first operand). */
+static pl_status k_matmul_bias(const pl_kernel_args *a) {
+    pl_kernel_fn mm = pl_backend_kernel(pl_backend_cpu(), PL_OP_MATMUL, false);
+    if (!mm)
+        return pl_error_set(PL_ERR_UNSUPPORTED,
+                            "strict device: no CPU matmul kernel for matmul+bias");
+    pl_kernel_args m = *a;
+    m.op = PL_OP_MATMUL;
+    m.n_in = 2;
+    m.in[2] = NULL;
+    m.p.start = 0;
+    pl_status s = mm(&m);
+    if (s) return s;
+    float *O = pl_tensor_data(a->out[0]);
+    const float *B = pl_tensor_data(a->in[2]);
+    int64_t N = pl_tensor_numel(a->in[2]), R = N ? pl_tensor_numel(a->out[0]) / N : 0;
+    bool first = a->p.start != 0;
+#pragma omp parallel for if (R * N > CPU_PAR_MIN)
+    for (int64_t r = 0; r < R; r++) {
+        float *o = O + r * N;
+        if (first)
+            for (int64_t j = 0; j < N; j++)
+                o[j] = o[j] + B[j];
+        else
+            for (int64_t j = 0; j < N; j++)
+                o[j] = B[j] + o[j];
+    }
     return PL_OK;
 }
 
@@ -164,9 +210,56 @@ static bool dead_t(const rec *r, size_t from, size_t n, const pl_step_facts *f, 
     return dead(r, from, n, f, lo, lo + pl_tensor_nbytes(t));
 }
 
+static bool same_shape(const pl_tensor *a, const pl_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+/* r, q: a forward matmul of f32 operands into a contiguous f32 y [.., N],
+ * then an add of y and a bias row (f32, contiguous, [N]) into a contiguous
+ * f32 tensor of y's shape that overlaps none of the matmul's operands, the
+ * bias or y (the GEMM writes it directly); *first: y is the add's first
+ * operand. */
+static bool matmul_bias(const rec *r, const rec *q, bool *first) {
+    if (r->kind != REC_KERNEL || q->kind != REC_KERNEL || r->backward || q->backward ||
+        r->a.op != PL_OP_MATMUL || q->a.op != PL_OP_ADD || r->a.n_in != 2 || q->a.n_in != 2 ||
+        r->a.n_out != 1 || q->a.n_out != 1)
+        return false;
+    const pl_tensor *x = r->a.in[0], *w = r->a.in[1], *y = r->a.out[0], *o = q->a.out[0];
+    if (!f32_contig(x) || !f32_contig(w) || !f32_contig(y) || !f32_contig(o) || y->ndim < 2 ||
+        !same_shape(o, y) || pl_tensor_numel(y) == 0)
+        return false;
+    const pl_tensor *u = q->a.in[0], *v = q->a.in[1];
+    *first = f32_contig(u) && pl_tensor_data(u) == pl_tensor_data(y) && same_shape(u, y);
+    bool second = f32_contig(v) && pl_tensor_data(v) == pl_tensor_data(y) && same_shape(v, y);
+    if (*first == second) return false;
+    const pl_tensor *b = *first ? v : u;
+    if (!f32_contig(b) || b->ndim != 1 || b->shape[0] != y->shape[y->ndim - 1]) return false;
+    uintptr_t lo, hi, ylo, yhi;
+    span(o, &lo, &hi);
+    span(y, &ylo, &yhi);
+    return !overlaps(x, lo, hi) && !overlaps(w, lo, hi) && !overlaps(b, lo, hi) &&
+           !overlaps(y, lo, hi) && !overlaps(b, ylo, yhi);
+}
+
 int st_fuse_step(rec *r, size_t n, pl_step_facts *facts) {
-    int k2 = 0, k3 = 0;
+    int k2 = 0, k3 = 0, kb = 0;
     for (size_t i = 0; i + 1 < n; i++) {
+        bool yfirst = false;
+        if (matmul_bias(&r[i], &r[i + 1], &yfirst) && dead_t(r, i + 2, n, facts, r[i].a.out[0])) {
+            r[i].kind = REC_FUSED;
+            r[i].fused = k_matmul_bias;
+            r[i].a.n_in = 3;
+            r[i].a.in[2] = r[i + 1].a.in[yfirst ? 1 : 0];
+            r[i].a.out[0] = r[i + 1].a.out[0];
+            r[i].a.p.start = yfirst;
+            r[i + 1].kind = REC_NONE;
+            kb++;
+            i++;
+            continue;
+        }
         if (!square_sum(&r[i], &r[i + 1]) || !dead_t(r, i + 2, n, facts, r[i].a.out[0])) continue;
         /* the running total of the norm after it: square + sum + add, when
          * the sum is dead after the add */
@@ -196,11 +289,20 @@ int st_fuse_step(rec *r, size_t n, pl_step_facts *facts) {
         i++;
     }
     if (facts) {
-        facts->n_fused = k2 + k3;
-        char a[64] = "", b[64] = "";
-        if (k2) snprintf(a, sizeof a, "square+sum x%d", k2);
-        if (k3) snprintf(b, sizeof b, "square+sum+add x%d", k3);
-        snprintf(facts->fused, sizeof facts->fused, "%s%s%s", a, k2 && k3 ? ", " : "", b);
+        facts->n_fused = k2 + k3 + kb;
+        char part[3][48] = {"", "", ""};
+        if (k2) snprintf(part[0], sizeof part[0], "square+sum x%d", k2);
+        if (k3) snprintf(part[1], sizeof part[1], "square+sum+add x%d", k3);
+        if (kb) snprintf(part[2], sizeof part[2], "matmul+bias x%d", kb);
+        facts->fused[0] = 0;
+        size_t len = 0;
+        for (int k = 0; k < 3; k++) {
+            if (!part[k][0]) continue;
+            int w = snprintf(facts->fused + len, sizeof facts->fused - len, "%s%s", len ? ", " : "",
+                             part[k]);
+            if (w < 0 || (size_t)w >= sizeof facts->fused - len) break;
+            len += (size_t)w;
+        }
     }
-    return k2 + k3;
+    return k2 + k3 + kb;
 }

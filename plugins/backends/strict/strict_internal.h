@@ -30,7 +30,10 @@ typedef struct rec {
 /* The fusion pass (strict_fuse.c): fuses, in r[0..n), each square (f32,
  * contiguous) followed by a sum over all of its elements whose squares are
  * dead after the sum (backend.h's liveness rule with facts->released), into
- * one REC_FUSED sum of squares; the sum's record becomes REC_NONE. Writes
+ * one REC_FUSED sum of squares (with the add of a running total after it);
+ * and each f32 matmul followed by the add of a bias row whose product is
+ * dead after the add, into one REC_FUSED GEMM with a bias epilogue. The
+ * records taken in become REC_NONE. Writes
  * facts->n_fused and facts->fused. Returns how many it fused. */
 int st_fuse_step(rec *r, size_t n, pl_step_facts *facts);
 

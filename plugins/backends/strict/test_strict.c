@@ -410,6 +410,95 @@ START_TEST(step_fusion_square_sum) {
 }
 END_TEST
 
+/* The second family (strict_fuse.c): pl_linear's matmul followed by the add
+ * of its bias row is one kernel call, a GEMM writing the add's output with
+ * the bias added in the same kernel, when the product is dead after the add
+ * (mode 0: pl_linear itself; mode 3: the bias as the add's first operand),
+ * with the unfused pair's bits; not when the product is read after the add
+ * (mode 1) or still held when the capture ends (mode 2), nor with
+ * set_option("fuse", "false") or PL_GRAPH_FUSION=0. x [2, 150, 64] @ w^T
+ * (128 x 64): 38400 outputs (the add's OpenMP path), or [5, 7] @ [3, 7]^T. */
+static pl_tensor *linear_mode(int mode, pl_tensor *x, pl_tensor *w, pl_tensor *b,
+                              pl_tensor **kept) {
+    if (mode == 0) return pl_linear(x, w, b);
+    pl_tensor *y = pl_matmul(x, w, false, true);
+    if (mode == 1) return pl_add(pl_add(y, b), y);
+    if (mode == 2) *kept = pl_tensor_retain(y);
+    return mode == 3 ? pl_add(b, y) : pl_add(y, b);
+}
+
+static int bias_case(int mode, pl_tensor *x, pl_tensor *w, pl_tensor *b, pl_tensor *o,
+                     uint64_t *kcalls) {
+    pl_graph *g = NULL;
+    pl_tensor *kept = NULL;
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    pl_frame_begin();
+    PL_CK_OK(pl_tensor_copy_(o, PL_CK_NOTNULL(linear_mode(mode, x, w, b, &kept))));
+    pl_frame_end();
+    PL_CK_OK(pl_graph_capture_end(&g));
+    const char *pat = NULL;
+    int nf = pl_graph_fused(g, &pat);
+    ck_assert_msg(nf == 0 || strcmp(pat, "matmul+bias x1") == 0, "patterns '%s'", pat);
+    PL_CK_OK(pl_tensor_fill_(o, -1.0));
+    pl_backend_counters c0 = counters();
+    PL_CK_OK(pl_graph_replay(g));
+    *kcalls = counters().kernel_calls - c0.kernel_calls;
+    pl_graph_release(g);
+    pl_tensor_release(kept);
+    return nf;
+}
+
+START_TEST(step_fusion_matmul_bias) {
+    load();
+    const pl_backend *be = pl_backend_get(PL_DEVICE_CUDA);
+    struct {
+        int64_t lead, m, k, n;
+    } sz[2] = {{2, 150, 64, 128}, {1, 5, 7, 3}};
+    for (int s = 0; s < 2; s++) {
+        pl_frame_begin();
+        pl_tensor *xh = sz[s].lead > 1
+                            ? pl_test_randn(PL_SHAPE(sz[s].lead, sz[s].m, sz[s].k), 31 + s)
+                            : pl_test_randn(PL_SHAPE(sz[s].m, sz[s].k), 31 + s);
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
+        pl_tensor *w = PL_CK_NOTNULL(
+            pl_tensor_to(pl_test_randn(PL_SHAPE(sz[s].n, sz[s].k), 41 + s), PL_F32, g_dev));
+        pl_tensor *b =
+            PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(sz[s].n), 51 + s), PL_F32, g_dev));
+        for (int mode = 0; mode < 4; mode++) {
+            pl_tensor *kept = NULL;
+            /* eager: the unfused pair's bits */
+            pl_tensor *we = PL_CK_NOTNULL(linear_mode(mode, x, w, b, &kept));
+            pl_tensor_release(kept);
+            pl_tensor *want = PL_CK_NOTNULL(pl_tensor_to(we, PL_F32, PL_CPU));
+            size_t nb = pl_tensor_nbytes(want);
+            pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, we->ndim, we->shape, g_dev));
+            uint64_t kf = 0, ku = 0;
+            int nf = bias_case(mode, x, w, b, o, &kf);
+            pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_msg(memcmp(pl_tensor_data(got), pl_tensor_data(want), nb) == 0,
+                          "size %d mode %d: fused bits differ from eager", s, mode);
+            PL_CK_OK(be->set_option("fuse", "false"));
+            ck_assert_int_eq(bias_case(mode, x, w, b, o, &ku), 0);
+            PL_CK_OK(be->set_option("fuse", "true"));
+            got = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+            ck_assert_int_eq(memcmp(pl_tensor_data(got), pl_tensor_data(want), nb), 0);
+            ck_assert_msg(nf == (mode == 0 || mode == 3), "size %d mode %d: %d fusions", s, mode,
+                          nf);
+            ck_assert_msg(ku - kf == (uint64_t)nf,
+                          "size %d mode %d: %llu kernel calls fused, %llu not", s, mode,
+                          (unsigned long long)kf, (unsigned long long)ku);
+        }
+        uint64_t kc = 0;
+        pl_tensor *y0 = PL_CK_NOTNULL(pl_linear(x, w, b));
+        pl_tensor *o0 = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, y0->ndim, y0->shape, g_dev));
+        setenv("PL_GRAPH_FUSION", "0", 1); /* the core's switch: capture_end, nothing fused */
+        ck_assert_int_eq(bias_case(0, x, w, b, o0, &kc), 0);
+        unsetenv("PL_GRAPH_FUSION");
+        pl_frame_end();
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -423,6 +512,7 @@ int main(void) {
     tcase_add_test(tc, graph_capture_replays_a_step);
     tcase_add_test(tc, graph_pool_keeps_its_blocks);
     tcase_add_test(tc, step_fusion_square_sum);
+    tcase_add_test(tc, step_fusion_matmul_bias);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
