@@ -326,10 +326,13 @@ typedef struct pl_backend {
  * What is fused is the backend's: strict and cuda fuse square + sum over
  * all dims into one sum of squares, with the add of the norm's running
  * total after it when there is one (the gradient norm: one group per
- * parameter with a gradient, every step). strict fuses only when the
- * intermediates are dead; cuda launches one kernel for every such group
- * while capturing and drops its stores of the intermediates, in the graph,
- * where they are dead
+ * parameter with a gradient, every step). strict also fuses pl_linear's
+ * f32 matmul and the add of its bias row into one GEMM with a bias
+ * epilogue (the product is never written; one group per linear layer with
+ * a bias in the forward). strict fuses only when the intermediates are
+ * dead; cuda launches one kernel for every square + sum group while
+ * capturing and drops its stores of the intermediates, in the graph, where
+ * they are dead, and leaves matmul + bias as two launches (its README)
  * (plugins/backends/strict/README.md, plugins/backends/cuda/README.md).
  * A backend reads the fields of pl_step_facts that facts->struct_size
  * covers (appended only, as pl_backend). */

@@ -1,7 +1,8 @@
 /* cuda_fuse.cu - the CUDA backend's side of "Seeing the step" (backend.h,
  * pl_backend.capture_end_step): fusion inside a captured training step.
  *
- * One family, as on the strict device (plugins/backends/strict/strict_fuse.c):
+ * One family, the first of the strict device's (plugins/backends/strict/strict_fuse.c;
+ * its second, matmul + bias, is not done here: plugins/backends/cuda/README.md):
  * the gradient norm's square followed by the sum of all of its squares (one
  * pair per parameter with a gradient, every step). While a thread captures
  * (and set_option("fuse", "false") / PL_GRAPH_FUSION=0 have not turned it
