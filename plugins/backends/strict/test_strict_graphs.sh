@@ -96,9 +96,9 @@ declare -A extra=([gat_cora]="trainer.max_epochs=5"
 # gat_stocks' projection and head (2), the teacher's item projection. 0: none recorded
 # (gat_cora, the decoder configs), or not fusable: lstm_usdthb's head product [32, 1] has
 # its bytes read by a later copy of the step before one writes them whole (the liveness
-# rule keeps it), teacher_llm's linears run in bf16 (autocast casts sit between). gat_molecules
-# (its head) is not listed: no data here to count it
-declare -A bias_linears=([gat_cora]=0 [gat_stocks]=2 [gat_stocks_recipe]=2 [lstm_chicago]=1
+# rule keeps it), teacher_llm's linears run in bf16 (autocast casts sit between),
+# gat_molecules' head after the readout (2 linears, counted 2026-11-27 on data/nci_tpsa.h5, padded)
+declare -A bias_linears=([gat_cora]=0 [gat_molecules]=2 [gat_stocks]=2 [gat_stocks_recipe]=2 [lstm_chicago]=1
                          [lstm_usdthb]=0 [pretrain]=0 [pretrain_early]=0 [student]=0 [teacher]=1
                          [teacher_llm]=0)
 # batches whose shapes change every step: eager, with this reason logged once
