@@ -14,10 +14,9 @@
 #    teacher and the student on a 40-item MovieLens-shaped file,
 #    tests/support/make_ml_tiny.py, as teacher_llm).
 #    The last checkpoint's tensors (parameters, optimizer state) are the eager
-#    run's bit for bit too, and the strict device fused the gradient norm's
-#    square + sum of every parameter the optimizer updates (backend.h, "Seeing
-#    the step": the log's fused count equals its optimizer calls; with the
-#    norm's running total, square + sum + add).
+#    run's bit for bit too. The gradient norm is sum_squares_multi (ops.h), so
+#    no per-parameter square + sum is left for the strict device to fuse
+#    (backend.h, "Seeing the step"; strict_fuse.c's unit tests build it).
 #  - Fusion off (PL_GRAPH_FUSION=0, the cheapest config): the same losses and
 #    parameters, and exactly the calls the fusions saved more per replayed
 #    step (one per square+sum, two per square+sum+add; summary.json's
@@ -159,20 +158,21 @@ for name in "${only[@]}"; do
     # the parameters (and optimizer state) of the last checkpoint: the eager run's bit for bit
     params_equal "$e/checkpoints/last.safetensors" "$c/checkpoints/last.safetensors" ||
         fail "$name: the cuda_graphs=true run's last checkpoint differs from the eager run's"
-    # seeing the step (backend.h, capture_end_step): the gradient norm's square + sum (+ the add
-    # to its running total), one group per parameter the optimizer updates, fused in the graph
-    # with the optimizer step
+    # seeing the step (backend.h, capture_end_step): the gradient norm is sum_squares_multi (one
+    # call per 32 gradients, ops.h), so the per-parameter square + sum (+ add) that the strict
+    # device used to fuse no longer occurs in a shipped config's step: none fused (strict_fuse.c's
+    # unit tests build that pattern by hand)
     cl=$(grep "cuda_graphs: captured" "$tmp/${name}_true.log" | tail -1)
     opt=$(sed -n 's/.*(\([0-9]*\) optimizer calls.*/\1/p' <<<"$cl")
-    fz=$(sed -n 's/.*the backend fused \([0-9]*\) call groups (square+sum.*/\1/p' <<<"$cl")
-    [ -n "$opt" ] && [ "$opt" -gt 0 ] && [ "$fz" = "$opt" ] ||
-        { echo "$cl"; fail "$name: expected the square+sum of each of the $opt updated parameters fused (log above)"; }
+    fz=$(sed -n 's/.*the backend fused [0-9]* call groups (.*square+sum x\([0-9]*\).*/\1/p' <<<"$cl")
+    [ -n "$opt" ] && [ "$opt" -gt 0 ] && [ -z "$fz" ] ||
+        { echo "$cl"; fail "$name: expected optimizer calls and no per-parameter square+sum left to fuse (log above)"; }
     if [ "$name" = gat_stocks_recipe ]; then # accumulate_grad_batches = 2: both micro-batches' graphs
         [ "$(grep -c 'cuda_graphs: captured micro-batch [12] of 2 ' "$tmp/${name}_true.log")" = 2 ] &&
             [[ "$line" =~ "2 of its 2 micro-batch graphs captured" ]] ||
             { grep cuda_graphs "$tmp/${name}_true.log"; fail "$name: expected a graph for each of its 2 micro-batches"; }
     fi
-    echo "ok $name: $n loss rows and the checkpoint's tensors equal, eager vs captured ($fz square+sum groups fused); $line"
+    echo "ok $name: $n loss rows and the checkpoint's tensors equal, eager vs captured (no square+sum left to fuse); $line"
     ran=$((ran + 1))
 done
 [ $ran -gt 0 ] || { echo "SKIP: no data for any config"; exit 0; }
@@ -264,7 +264,8 @@ if [ -e "data/${data_of[$name]}" ]; then
     k3=$(grep -o 'square+sum+add x[0-9]*' <<<"$cl" | grep -o '[0-9]*$' || echo 0)
     saved=$((k2 + 2 * k3))
     kf=$(kcalls "$f") ku=$(kcalls "$u")
-    python3 -c "import sys; sys.exit(0 if float('$ku') - float('$kf') == $saved > 0 else 1)" ||
+    # (0 in the shipped configs since the gradient norm is sum_squares_multi: nothing to fuse)
+    python3 -c "import sys; sys.exit(0 if float('$ku') - float('$kf') == $saved >= 0 else 1)" ||
         fail "$name: $kf kernel calls per replayed step fused, $ku not: expected $saved fewer ($cl)"
     echo "ok fusion: square+sum x$k2, square+sum+add x$k3: $kf kernel calls per replayed step instead of $ku, same losses and parameters"
     # auto: off on strict (on for the cuda backend only)
