@@ -32,34 +32,29 @@
  * gradients' device; only the norm comes back to the host. NaN when an op
  * fails (the step's finite check then stops the run). */
 static double grad_norm_and_clip(trainer *t) {
-    int n = pl_params_count(t->ctx.params);
+    pl_tensor **g;
+    int n = tr_grad_list(t, &g);
     pl_no_grad_begin();
     pl_frame_begin();
-    pl_tensor *total = NULL;
-    bool failed = false;
-    for (int i = 0; i < n && !failed; i++) {
-        pl_param *p = pl_params_at(t->ctx.params, i);
-        if (!p->t->requires_grad || !p->t->grad) continue; /* frozen ones too, wherever they sit */
-        pl_tensor *ssq = pl_sum(pl_square(p->t->grad), PL_ALL_DIMS, false);
-        total = total ? pl_add(total, ssq) : ssq;
-        failed = !total;
-    }
-    double norm = failed ? NAN : total ? sqrt(pl_tensor_item(total)) : 0.0;
+    /* the sum of squares over every gradient: one call per 32 of them (ops.h) */
+    pl_tensor *total = n > 0 ? pl_sum_squares_multi(n, g) : NULL;
+    double norm = n < 0 || (n > 0 && !total) ? NAN : total ? sqrt(pl_tensor_item(total)) : 0.0;
     pl_frame_end();
-    if (t->clip > 0 && (!t->clip_norm || t->clip / (norm + 1e-6) < 1.0)) {
-        double coef = t->clip / (norm + 1e-6);
-        for (int i = 0; i < n; i++) {
-            pl_param *p = pl_params_at(t->ctx.params, i);
-            if (!p->t->requires_grad || !p->t->grad) continue;
-            pl_frame_begin();
-            pl_tensor *c = t->clip_norm ? pl_scale(p->t->grad, coef)
-                                        : pl_clamp(p->t->grad, -t->clip, t->clip);
-            pl_status st = c ? pl_tensor_copy_(p->t->grad, c) : PL_ERR_NOMEM;
-            pl_frame_end();
-            if (st) norm = NAN;
-        }
+    if (t->clip > 0 && t->clip_norm && t->clip / (norm + 1e-6) < 1.0 && n > 0) {
+        /* every gradient *= (float)coef, as pl_scale(g, coef) did: one call per 32 */
+        pl_frame_begin();
+        pl_tensor *c = pl_tensor_scalar((float)(t->clip / (norm + 1e-6)), g[0]->device);
+        if (!c || pl_mul_multi_(n, g, c)) norm = NAN;
+        pl_frame_end();
+    }
+    for (int i = 0; i < n && t->clip > 0 && !t->clip_norm; i++) { /* by value: clamp */
+        pl_frame_begin();
+        pl_tensor *c = pl_clamp(g[i], -t->clip, t->clip);
+        if (!c || pl_tensor_copy_(g[i], c)) norm = NAN;
+        pl_frame_end();
     }
     pl_no_grad_end();
+    free(g);
     return norm;
 }
 

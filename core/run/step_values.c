@@ -182,22 +182,32 @@ pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
     return PL_OK;
 }
 
+int tr_grad_list(trainer *t, pl_tensor ***out) {
+    int n = pl_params_count(t->ctx.params), k = 0;
+    pl_tensor **g = malloc((size_t)(n > 0 ? n : 1) * sizeof *g);
+    *out = g;
+    if (!g) {
+        pl_error_set(PL_ERR_NOMEM, "trainer: the list of %d gradients", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        pl_param *p = pl_params_at(t->ctx.params, i);
+        if (p->t->requires_grad && p->t->grad) g[k++] = p->t->grad; /* frozen ones too, wherever they sit */
+    }
+    return k;
+}
+
 pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     tr_step_values *v = &t->sv;
     if (v->n == 0 && !v->graph)
         return pl_error_set(PL_ERR_INTERNAL, "trainer: an optimizer step without a loss");
-    int n = pl_params_count(t->ctx.params);
+    pl_tensor **g;
+    int n = tr_grad_list(t, &g);
     pl_no_grad_begin();
     pl_frame_begin();
-    pl_tensor *total = NULL;
-    pl_status st = PL_OK;
-    for (int i = 0; i < n && !st; i++) {
-        pl_param *p = pl_params_at(t->ctx.params, i);
-        if (!p->t->requires_grad || !p->t->grad) continue; /* frozen ones too, wherever they sit */
-        pl_tensor *ssq = pl_sum(pl_square(p->t->grad), PL_ALL_DIMS, false);
-        total = total ? pl_add(total, ssq) : ssq;
-        if (!total) st = pl_error_status();
-    }
+    /* the sum of squares over every gradient: one call per 32 of them (ops.h) */
+    pl_tensor *total = n > 0 ? pl_sum_squares_multi(n, g) : NULL;
+    pl_status st = n < 0 || (n > 0 && !total) ? pl_error_status() : PL_OK;
     pl_tensor *norm = NULL, *gslot = wslot(t, v->n - 1, 1);
     if (!st && total) {
         norm = pl_sqrt(total);
@@ -205,24 +215,20 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     } else if (!st) {
         st = pl_tensor_fill_(gslot, 0.0); /* no gradient at all: norm 0 */
     }
-    if (!st && t->clip > 0 && (!t->clip_norm || norm)) {
-        /* norm: coef = min(1, max_norm / (norm + 1e-6)) on the device; value: clamp */
-        pl_tensor *coef = t->clip_norm
-                              ? pl_clamp(pl_div(v->clip, pl_add_scalar(norm, 1e-6)), 0.0, 1.0)
-                              : NULL;
-        if (t->clip_norm && !coef) st = pl_error_status();
-        for (int i = 0; i < n && !st; i++) {
-            pl_param *p = pl_params_at(t->ctx.params, i);
-            if (!p->t->requires_grad || !p->t->grad) continue;
-            pl_frame_begin();
-            pl_tensor *c = t->clip_norm ? pl_mul(p->t->grad, coef)
-                                        : pl_clamp(p->t->grad, -t->clip, t->clip);
-            st = c ? pl_tensor_copy_(p->t->grad, c) : pl_error_status();
-            pl_frame_end();
-        }
+    if (!st && t->clip > 0 && t->clip_norm && norm) {
+        /* coef = min(1, max_norm / (norm + 1e-6)) on the device, every gradient *= coef */
+        pl_tensor *coef = pl_clamp(pl_div(v->clip, pl_add_scalar(norm, 1e-6)), 0.0, 1.0);
+        st = coef ? pl_mul_multi_(n, g, coef) : pl_error_status();
+    }
+    for (int i = 0; i < n && !st && t->clip > 0 && !t->clip_norm; i++) { /* by value: clamp */
+        pl_frame_begin();
+        pl_tensor *c = pl_clamp(g[i], -t->clip, t->clip);
+        st = c ? pl_tensor_copy_(g[i], c) : pl_error_status();
+        pl_frame_end();
     }
     pl_frame_end();
     pl_no_grad_end();
+    free(g);
     if (st) return pl_error_prefix(st, "trainer: gradient norm and clipping on the device");
     if (!v->graph) v->rec[v->n - 1].step_end = true;
     return PL_OK;

@@ -338,6 +338,10 @@ void tr_sv_end(trainer *t); /* release them (NULL-safe, idempotent) */
  * the step's found_inf flag (first_micro: the step's first micro-batch);
  * reads back first when the buffer is full. Not on the tape. */
 pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b);
+/* The gradients of the trainable parameters, in parameter order, into a
+ * new array *out (free it; allocated even for 0): their count, or -1 (out
+ * of memory, the error set). */
+int tr_grad_list(trainer *t, pl_tensor ***out);
 /* The gradient norm into the last slot and clipping (norm: by the device-side
  * coefficient; value: clamp), before the optimizer step. */
 pl_status tr_sv_grad_norm_and_clip(trainer *t);

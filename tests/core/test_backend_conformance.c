@@ -344,6 +344,32 @@ static pl_tensor *c_amp_update(pl_tensor **in, const ocase *c) {
     pl_tensor *parts[2] = {sc, t32};
     return t32 ? pl_concat(parts, 2, 0) : NULL;
 }
+/* clip_grad_norm_'s foreach ops (ops.def's sum_squares_multi, mul_multi):
+ * no backward. flag 0: the [40] input cut into 7 + 13 + 20 (one call);
+ * flag 1: into 40 one-element tensors (two calls, 32 + 8); flag 2: the
+ * three with an empty tensor between. sum_squares_multi's result: the total;
+ * mul_multi's: the tensors, multiplied in place by c->par. */
+static int foreach_list(pl_tensor **in, const ocase *c, pl_tensor **g) {
+    int n = 0;
+    for (int i = 0; i < (c->flag & 1 ? 40 : 3); i++) {
+        g[n++] = c->flag & 1 ? fresh(pl_tensor_narrow(in[0], 0, i, 1)) : cut(in[0], i);
+        if ((c->flag & 2) && i == 1) g[n++] = pl_tensor_empty(PL_F32, 1, (int64_t[]){0}, in[0]->device);
+    }
+    for (int i = 0; i < n; i++)
+        if (!g[i]) return -1;
+    return n;
+}
+static pl_tensor *c_sum_squares_multi(pl_tensor **in, const ocase *c) {
+    pl_tensor *g[40];
+    int n = foreach_list(in, c, g);
+    return n < 0 ? NULL : pl_sum_squares_multi(n, g);
+}
+static pl_tensor *c_mul_multi(pl_tensor **in, const ocase *c) {
+    pl_tensor *g[40], *s = scalar_on(in[0], (float)c->par);
+    int n = foreach_list(in, c, g);
+    if (n < 0 || !s || pl_mul_multi_(n, g, s)) return NULL;
+    return pl_concat(g, n, 0);
+}
 
 static const ocase g_cases[] = {
     {PL_OP_COPY, "strided view [4,5][:,1:4] -> contiguous", 1, {{.nd = 2, .sh = {4, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true, .strided = true}}, c_copy, true},
@@ -478,6 +504,12 @@ static const ocase g_cases[] = {
     {PL_OP_AMP_UPDATE_SCALE, "found_inf 1: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 1 | (2 << 4), .par = 1024},
     {PL_OP_AMP_UPDATE_SCALE, "found_inf NaN: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2, .par = 3.0},
     {PL_OP_AMP_UPDATE_SCALE, "growth to inf: scale kept", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2 << 4, .par = 3e38},
+    {PL_OP_SUM_SQUARES_MULTI, "[7]+[13]+[20]", 1, {FN(1, 40)}, c_sum_squares_multi, false},
+    {PL_OP_SUM_SQUARES_MULTI, "40 x [1]: 32 + 8", 1, {FN(1, 40)}, c_sum_squares_multi, false, .flag = 1},
+    {PL_OP_SUM_SQUARES_MULTI, "[7]+[13]+[0]+[20]", 1, {FN(1, 40)}, c_sum_squares_multi, false, .flag = 2},
+    {PL_OP_MUL_MULTI, "[7]+[13]+[20] x 0.37", 1, {FN(1, 40)}, c_mul_multi, false, .par = 0.37},
+    {PL_OP_MUL_MULTI, "40 x [1]: 32 + 8, x -3", 1, {FN(1, 40)}, c_mul_multi, false, .flag = 1, .par = -3.0},
+    {PL_OP_MUL_MULTI, "[7]+[13]+[0]+[20] x 0.5", 1, {FN(1, 40)}, c_mul_multi, false, .flag = 2, .par = 0.5},
 };
 #define N_CASES ((int)(sizeof g_cases / sizeof g_cases[0]))
 

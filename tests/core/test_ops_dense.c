@@ -1401,6 +1401,89 @@ START_TEST(cast_rounds_to_nearest_even_and_passes_gradient) {
 END_TEST
 
 /* Sizes above the kernels' OpenMP threshold take the parallel loops. */
+/* pl_sum_squares_multi / pl_mul_multi_ (clip_grad_norm_'s foreach ops) on
+ * the CPU: hand-computed totals (an empty tensor, 40 tensors in two calls),
+ * NaN / inf propagation, the bits of the per-tensor chain they replace
+ * (a tensor past the sum's OpenMP threshold; a strided one takes that chain
+ * itself), and the argument errors. */
+static pl_tensor *vec(int64_t n, const float *v) {
+    return PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 1, &n, v, PL_CPU));
+}
+static float ssq_of(int n, pl_tensor **t) {
+    return pl_tensor_item(PL_CK_NOTNULL(pl_sum_squares_multi(n, t)));
+}
+START_TEST(foreach_sum_squares_and_mul) {
+    pl_frame_begin();
+    pl_tensor *a[4] = {vec(3, (float[]){1, 2, 3}), vec(1, (float[]){4}), vec(0, (float[]){0}),
+                       vec(2, (float[]){0.5f, -0.5f})};
+    ck_assert(ssq_of(4, a) == 30.5f);
+    ck_assert_int_eq(PL_CK_NOTNULL(pl_sum_squares_multi(1, &a[2]))->ndim, 0);
+    ck_assert(ssq_of(1, &a[2]) == 0.0f); /* an empty tensor adds 0 */
+    pl_tensor *s = PL_CK_NOTNULL(pl_tensor_scalar(0.5f, PL_CPU));
+    PL_CK_OK(pl_mul_multi_(4, a, s));
+    const float *v = pl_tensor_data(a[0]);
+    ck_assert(v[0] == 0.5f && v[1] == 1.0f && v[2] == 1.5f && *(float *)pl_tensor_data(a[1]) == 2.0f);
+    ck_assert(ssq_of(4, a) == 30.5f / 4);
+    /* 40 tensors: two calls (32 + 8), the total 1^2 + ... + 40^2 */
+    pl_tensor *m[40];
+    for (int i = 0; i < 40; i++) m[i] = vec(1, (float[]){(float)(i + 1)});
+    ck_assert(ssq_of(40, m) == 22140.0f);
+    PL_CK_OK(pl_mul_multi_(40, m, PL_CK_NOTNULL(pl_tensor_scalar(-2.0f, PL_CPU))));
+    ck_assert(*(float *)pl_tensor_data(m[39]) == -80.0f);
+    ck_assert(ssq_of(40, m) == 4 * 22140.0f);
+    /* NaN and inf propagate: an inf square is inf, NaN wins over inf */
+    pl_tensor *inf[2] = {vec(2, (float[]){1, -INFINITY}), vec(1, (float[]){2})};
+    ck_assert(isinf(ssq_of(2, inf)) && ssq_of(2, inf) > 0);
+    pl_tensor *nan[3] = {inf[0], vec(1, (float[]){NAN}), inf[1]};
+    ck_assert(isnan(ssq_of(3, nan)));
+    PL_CK_OK(pl_mul_multi_(1, &inf[0], PL_CK_NOTNULL(pl_tensor_scalar(0.0f, PL_CPU))));
+    ck_assert(isnan(((float *)pl_tensor_data(inf[0]))[1])); /* inf * 0 */
+    PL_CK_OK(pl_mul_multi_(1, &inf[1], PL_CK_NOTNULL(pl_tensor_scalar(NAN, PL_CPU))));
+    ck_assert(isnan(*(float *)pl_tensor_data(inf[1])));
+    /* the chain's bits: 40 random tensors, one of 100003 elements; then with a
+     * strided one (the list then takes the chain itself) */
+    pl_tensor *r[41], *q[41];
+    for (int i = 0; i < 40; i++) {
+        int64_t n = i == 5 ? 100003 : 1 + (i * 53) % 777;
+        r[i] = PL_CK_NOTNULL(pl_test_randn(1, &n, 900 + i));
+        q[i] = PL_CK_NOTNULL(pl_tensor_to(r[i], PL_F32, PL_CPU));
+    }
+    for (int k = 0; k < 3; k++) { /* 40; after a multiply; 41 with the strided one first */
+        int n = k < 2 ? 40 : 41;
+        if (k == 2) {
+            memmove(r + 1, r, 40 * sizeof *r);
+            memmove(q + 1, q, 40 * sizeof *q);
+            r[0] = q[0] = PL_CK_NOTNULL(pl_transpose(PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(7, 9), 77)), 0, 1));
+        }
+        pl_tensor *want = NULL;
+        for (int i = 0; i < n; i++) {
+            pl_tensor *t = PL_CK_NOTNULL(pl_sum(pl_square(q[i]), PL_ALL_DIMS, false));
+            want = i ? PL_CK_NOTNULL(pl_add(want, t)) : t;
+        }
+        float got = ssq_of(n, r), w = pl_tensor_item(want);
+        ck_assert_msg(memcmp(&got, &w, 4) == 0, "round %d: %.9g, the chain %.9g", k, got, w);
+        pl_tensor *c = PL_CK_NOTNULL(pl_tensor_scalar(0.731f, PL_CPU));
+        PL_CK_OK(pl_mul_multi_(n, r, c));
+        for (int i = k == 2; i < n; i++) { /* r[0] is q[0] in round 2: multiplied once */
+            PL_CK_OK(pl_tensor_copy_(q[i], PL_CK_NOTNULL(pl_mul(q[i], c))));
+            ck_assert(memcmp(pl_tensor_data(r[i]), pl_tensor_data(q[i]), (size_t)pl_tensor_nbytes(r[i])) == 0);
+        }
+    }
+    /* errors */
+    ck_assert_ptr_null(pl_sum_squares_multi(0, a));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    pl_tensor *holes[2] = {a[0], NULL};
+    ck_assert_ptr_null(pl_sum_squares_multi(2, holes));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_mul_multi_(2, holes, s), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_mul_multi_(-1, a, s), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_mul_multi_(1, a, a[0]), PL_ERR_SHAPE); /* s of 3 elements */
+    PL_CK_OK(pl_mul_multi_(0, NULL, s));
+    pl_error_clear();
+    pl_frame_end();
+}
+END_TEST
+
 START_TEST(large_inputs_take_parallel_paths) {
     pl_tensor *x = randn_g(PL_SHAPE(300, 200), 160), *bias = randn_g(PL_SHAPE(200), 161);
     pl_frame_begin();
@@ -1468,6 +1551,7 @@ int main(void) {
     tcase_add_test(tc, layer_norm_and_rms_norm_gradients);
     tcase_add_test(tc, cast_rounds_to_nearest_even_and_passes_gradient);
     tcase_add_test(tc, large_inputs_take_parallel_paths);
+    tcase_add_test(tc, foreach_sum_squares_and_mul);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

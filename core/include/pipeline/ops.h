@@ -346,6 +346,45 @@ pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found
 pl_status pl_amp_update_scale_(pl_tensor *scale, pl_tensor *growth_tracker,
                                const pl_tensor *found_inf, double growth_factor,
                                double backoff_factor, int64_t growth_interval);
+/* torch.nn.utils.clip_grad_norm_'s foreach kernels (torch/nn/utils/clip_grad.py,
+ * PyTorch 2.x: torch._foreach_norm, then torch._foreach_mul_ by the clip
+ * coefficient), on the tensors' device, no host read, not recorded on the
+ * tape (no autograd). Issued as ceil(n / PL_OPTIM_MULTI_MAX) kernel calls
+ * (ops.def's sum_squares_multi / mul_multi: one launch each on a GPU, the
+ * list by value in a pl_optim_multi's grad[], optim_math.h) instead of 3n
+ * (square, sum, add) and 2n (mul, copy); graph-safe (the scalars stay in
+ * device memory). Where the list is not all f32 contiguous tensors of one
+ * device, or that device's backend lacks the op, the call makes the
+ * per-tensor calls it replaces itself (the same result).
+ *
+ * pl_sum_squares_multi: sum over i in order of sum(ts[i]^2), returned as a
+ * new 0-dim f32 tensor on the tensors' device (the frame's, as any op's
+ * result; the shape of pl_sum(.., PL_ALL_DIMS, false)). Bit for bit the
+ * chain it replaces, total = s_0, total = pl_add(total, s_i) with s_i =
+ * pl_sum(pl_square(ts[i]), PL_ALL_DIMS, false): each square rounded to f32,
+ * each s_i summed in the order of that backend's sum kernel (CPU / strict:
+ * in double, OpenMP's split over 32768 elements; CUDA: k_sum_block's 1024
+ * threads), each add one f32 add. torch's _foreach_norm returns the per-
+ * tensor norms and clip_grad_norm_ takes the norm of those: the same value
+ * up to rounding, not the same bits. NaN / inf propagate (an inf square
+ * gives inf, a NaN gives NaN); an empty tensor adds 0.
+ *   ts[i]   f32 (other float dtypes: the per-tensor chain), any shape, any
+ *           element count (0 allowed); borrowed; n >= 1
+ * NULL (error set) on PL_ERR_INVALID (n < 1, a NULL list or tensor), a
+ * dtype error naming the tensor, or a kernel's error.
+ *
+ * pl_mul_multi_ = torch._foreach_mul_(ts, s): every element of every ts[i]
+ * multiplied in place by s[0] (x * s in f32, the bits of pl_mul(ts[i], s)
+ * copied back).
+ *   ts[i]   f32 contiguous (else the per-tensor calls), on s's device;
+ *           updated in place; borrowed (n >= 0; n == 0 does nothing)
+ *   s       f32, one element, contiguous; read on the device
+ * Errors (before any change): PL_ERR_INVALID (n < 0, a NULL list or
+ * tensor), PL_ERR_SHAPE (s not one f32 element), PL_ERR_DEVICE (s on another
+ * device than ts[0]), a dtype error naming the tensor; a later tensor on
+ * another device fails its per-tensor mul (those before it are updated). */
+pl_tensor *pl_sum_squares_multi(int n, pl_tensor *const *ts);
+pl_status pl_mul_multi_(int n, pl_tensor *const *ts, const pl_tensor *s);
 /* A step skipped on the device (GradScaler's found_inf, as torch's fused
  * Adam / SGD take it): while `flag` is set, every pl_adamw_step_ and
  * pl_sgd_step_ hands it to its kernel as in[1], and the kernel leaves the

@@ -108,7 +108,10 @@ extern "C" {
  *          op lora_add (pl_lora_add, ops.h: the LoRA / MoE-LoRA branch and
  *          its add as one op; with p.flags bit0 its in[0] is a stub
  *          placeholder, no y; a backend without it cannot run ilora's
- *          adapters) */
+ *          adapters); ops sum_squares_multi, mul_multi (pl_sum_squares_multi,
+ *          pl_mul_multi_, ops.h: torch's _foreach_norm / _foreach_mul_ for
+ *          the trainer's gradient norm and clipping; a backend without them
+ *          gets the per-tensor calls) */
 
 #define PL_ABI_MINOR 11
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"

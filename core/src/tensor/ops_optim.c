@@ -309,3 +309,69 @@ pl_status pl_amp_update_scale_(pl_tensor *scale, pl_tensor *growth_tracker,
     s = pl_kernel_forward(&k);
     return s ? pl_error_prefix(s, "%s", op) : PL_OK;
 }
+
+/* ---- clip_grad_norm_'s foreach ops (ops.h, ops.def); the per-tensor chain
+ * where a tensor is not f32 contiguous on ts[0]'s device or its backend lacks op ---- */
+
+static pl_status check_list(const char *op, int n, pl_tensor *const *ts, int min) {
+    if (n < min || (n > 0 && !ts))
+        return pl_error_set(PL_ERR_INVALID, "%s: %d tensors or a NULL list, expected >= %d", op, n, min);
+    for (int i = 0; i < n; i++)
+        if (!ts[i] || pl_check_float(op, ts[i], true))
+            return ts[i] ? pl_error_status() : pl_error_set(PL_ERR_INVALID, "%s: tensor %d is NULL", op, i);
+    return PL_OK;
+}
+
+static bool fusable(pl_op op, int n, pl_tensor *const *ts) {
+    const pl_backend *b = pl_backend_get(ts[0]->device.type);
+    bool ok = b && pl_backend_supports(b, op, false);
+    for (int i = 0; i < n && ok; i++)
+        ok = ts[i]->dtype == PL_F32 && pl_tensor_is_contiguous(ts[i]) &&
+             pl_device_eq(ts[i]->device, ts[0]->device);
+    return ok;
+}
+
+/* Calls of PL_OPTIM_MULTI_MAX (a zeroed list's grad[]): in[0] s or the call's
+ * first tensor, out[0] acc (the first call starts it at 0) or that tensor. */
+static pl_status chunks(pl_op op, int n, pl_tensor *const *ts, pl_tensor *s, pl_tensor *acc) {
+    pl_optim_multi m;
+    memset(&m, 0, offsetof(pl_optim_multi, coef));
+    pl_status st = PL_OK;
+    for (int i = 0; i < n && !st; i += PL_OPTIM_MULTI_MAX) {
+        m.n = n - i < PL_OPTIM_MULTI_MAX ? n - i : PL_OPTIM_MULTI_MAX;
+        memcpy(m.grad, ts + i, (size_t)m.n * sizeof *ts);
+        pl_kernel_args k = {.op = op, .n_in = 1, .in = {s ? s : ts[i]}, .n_out = 1,
+                            .out = {acc ? acc : ts[i]}, .p = {.flags = acc && !i, .extra = &m}};
+        if ((st = pl_kernel_forward(&k)))
+            st = pl_error_prefix(st, "%s of '%s' and %d more", pl_op_name(op), ts[i]->name, m.n - 1);
+    }
+    return st;
+}
+
+pl_tensor *pl_sum_squares_multi(int n, pl_tensor *const *ts) {
+    if (check_list("sum_squares_multi", n, ts, 1)) return NULL;
+    bool f = fusable(PL_OP_SUM_SQUARES_MULTI, n, ts);
+    pl_tensor *t = f ? pl_tensor_new_owned(PL_F32, 0, NULL, ts[0]->device) : NULL;
+    for (int i = 0; i < n && !f; i++) { /* the per-tensor chain */
+        pl_tensor *q = pl_sum(pl_square(ts[i]), PL_ALL_DIMS, false);
+        if (!(t = i ? pl_add(t, q) : q)) return NULL;
+    }
+    if (!f || !t) return t;
+    if (!chunks(PL_OP_SUM_SQUARES_MULTI, n, ts, NULL, t)) return pl_op_result(t);
+    pl_tensor_release(t);
+    return NULL;
+}
+
+pl_status pl_mul_multi_(int n, pl_tensor *const *ts, const pl_tensor *s) {
+    pl_status st = check_list("mul_multi", n, ts, 0);
+    if (!st) st = check_scalar("mul_multi", "s", s, PL_F32, n ? &ts[0]->device : NULL);
+    if (st || !n) return st;
+    if (fusable(PL_OP_MUL_MULTI, n, ts)) return chunks(PL_OP_MUL_MULTI, n, ts, (pl_tensor *)s, NULL);
+    for (int i = 0; i < n && !st; i++) { /* the per-tensor mul and copy */
+        pl_frame_begin();
+        pl_tensor *c = pl_mul(ts[i], (pl_tensor *)s);
+        st = c ? pl_tensor_copy_(ts[i], c) : pl_error_status();
+        pl_frame_end();
+    }
+    return st;
+}

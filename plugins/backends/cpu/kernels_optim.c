@@ -1,12 +1,14 @@
 /* kernels_optim.c - CPU kernels of clamp and the in-place optimizer updates
  * (PL_OP_CLAMP, PL_OP_ADAMW_STEP, PL_OP_SGD_STEP and their multi-tensor
  * forms PL_OP_ADAMW_STEP_MULTI, PL_OP_SGD_STEP_MULTI; the GradScaler's
- * PL_OP_AMP_UNSCALE_MULTI, PL_OP_AMP_UPDATE_SCALE). The per-element math is
+ * PL_OP_AMP_UNSCALE_MULTI, PL_OP_AMP_UPDATE_SCALE; clip_grad_norm_'s
+ * PL_OP_SUM_SQUARES_MULTI, PL_OP_MUL_MULTI). The per-element math is
  * optim_math.h, shared with the CUDA kernels. Registered by
  * pl_cpu_register_optim(). */
 #include <string.h>
 
 #include "cpu_internal.h"
+#include "pipeline/kernel_math.h"
 #include "pipeline/optim_math.h"
 
 #define OMP_MIN_ELEMENTS 32768
@@ -158,7 +160,51 @@ static pl_status k_amp_update_scale(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- clip_grad_norm_'s foreach kernels (ops.def's sum_squares_multi,
+ * mul_multi): p.extra's grad[] list. Each tensor's sum of squares is the
+ * square kernel's f32 rounding summed as k_sum_fwd (kernels_dense.c) sums
+ * all elements: in double, the same OpenMP loop (the same split, PAR_MIN
+ * 32768), rounded to f32 once; the total then gets one f32 add per tensor,
+ * in order, as the pl_add chain it replaces: the same bits. */
+static pl_status k_sum_squares_multi(const pl_kernel_args *a) {
+    const pl_optim_multi *m = a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cpu sum_squares_multi: no tensor list in p.extra");
+    float *acc = pl_tensor_data(a->out[0]);
+    float total = (a->p.flags & 1) ? 0.0f : acc[0]; /* 0 + s_0 == s_0: s_0 >= +0 or NaN */
+    for (int t = 0; t < m->n; t++) {
+        const int64_t n = pl_tensor_numel(m->grad[t]);
+        const float *X = pl_tensor_data(m->grad[t]);
+        double s = 0;
+#pragma omp parallel for reduction(+ : s) if (n > 32768)
+        for (int64_t i = 0; i < n; i++) {
+            const float q = pl_math_square(X[i]); /* one f32 rounding, as the square kernel's */
+            s += q;
+        }
+        total = total + (float)s;
+    }
+    acc[0] = total;
+    return PL_OK;
+}
+
+/* g *= s[0] in place: pl_mul's broadcast loop (x * y in f32) and the copy. */
+static pl_status k_mul_multi(const pl_kernel_args *a) {
+    const pl_optim_multi *m = a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cpu mul_multi: no tensor list in p.extra");
+    const float s = *(const float *)pl_tensor_data(a->in[0]);
+    for (int t = 0; t < m->n; t++) {
+        const int64_t n = pl_tensor_numel(m->grad[t]);
+        float *g = pl_tensor_data(m->grad[t]);
+#pragma omp parallel for schedule(static) if (n >= OMP_MIN_ELEMENTS)
+        for (int64_t i = 0; i < n; i++) g[i] = g[i] * s;
+    }
+    return PL_OK;
+}
+
 void pl_cpu_register_optim(pl_kernel_table *b) {
+    pl_kernel_table_set(b, PL_OP_SUM_SQUARES_MULTI, k_sum_squares_multi, NULL);
+    pl_kernel_table_set(b, PL_OP_MUL_MULTI, k_mul_multi, NULL);
     pl_kernel_table_set(b, PL_OP_AMP_UNSCALE_MULTI, k_amp_unscale_multi, NULL);
     pl_kernel_table_set(b, PL_OP_AMP_UPDATE_SCALE, k_amp_update_scale, NULL);
     pl_kernel_table_set(b, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);

@@ -23,11 +23,13 @@
  * lives in device memory and a captured graph replays the launch with the
  * baked pointers; blockIdx.y picks the tensor, a grid-stride loop in x
  * covers its elements. The GradScaler's amp_unscale_multi launches the same
- * way; amp_update_scale is one thread (torch's AmpKernels.cu).
+ * way; amp_update_scale is one thread (torch's AmpKernels.cu). clip_grad_norm_'s
+ * sum_squares_multi and mul_multi take the same list (one launch each).
  */
 #include <string.h>
 
 #include "cuda_common.cuh"
+#include "pipeline/kernel_math.h"
 #include "pipeline/optim_math.h"
 
 /* ---- kernels ---------------------------------------------------------------------- */
@@ -127,6 +129,36 @@ __global__ void k_amp_unscale_multi(const amp_unscale_args a, const float *inv_s
     bool bad = false;
     GRID_LOOP(i, a.n[t]) bad |= pl_amp_unscale_elem(g + i, inv);
     if (bad) *found_inf = 1.0f;
+}
+
+/* clip_grad_norm_'s foreach kernels (ops.def's sum_squares_multi, mul_multi),
+ * the list passed as amp_unscale_args (pointers and counts by value).
+ * sum_squares_multi is one block of 1024 threads that takes the tensors in
+ * order, each as the chain it replaces: the square kernel's f32 rounding,
+ * k_sum_block <<<1, 1024>>>'s per-thread double sums and block reduction
+ * (cuda_dense.cu), one f32 rounding, then one f32 add into the total: the
+ * same bits as square + sum + add on this backend. */
+__global__ void k_sum_squares_multi(const amp_unscale_args a, int nt, float *acc, int start) {
+    __shared__ double sh[32];
+    float total = start ? 0.0f : acc[0]; /* 0 + s_0 == s_0: s_0 >= +0 or NaN */
+    for (int t = 0; t < nt; t++) {
+        const float *X = a.g[t];
+        double s = 0;
+        for (int64_t k = threadIdx.x; k < a.n[t]; k += blockDim.x) {
+            const float q = pl_math_square(X[k]);
+            s += q;
+        }
+        s = pl_d_block_sum(s, sh);
+        if (threadIdx.x == 0) total = total + (float)s;
+    }
+    if (threadIdx.x == 0) acc[0] = total;
+}
+
+/* g *= s[0] in place, tensor blockIdx.y (pl_mul's x * y, then the copy). */
+__global__ void k_mul_multi(const amp_unscale_args a, const float *s) {
+    const float v = *s;
+    float *g = a.g[blockIdx.y];
+    GRID_LOOP(i, a.n[blockIdx.y]) g[i] = g[i] * v;
 }
 
 /* torch's amp_update_scale_cuda_kernel: one thread. */
@@ -316,6 +348,46 @@ static pl_status k_amp_unscale_multi_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* p.extra's grad[] as amp_unscale_args; *most: the largest count. */
+static pl_status list_args(const pl_kernel_args *a, amp_unscale_args *k, int64_t *most) {
+    const pl_optim_multi *m = (const pl_optim_multi *)a->p.extra;
+    if (!m || m->n < 1 || m->n > PL_OPTIM_MULTI_MAX)
+        return pl_error_set(PL_ERR_INTERNAL, "cuda %s: no tensor list in p.extra", pl_op_name(a->op));
+    memset(k, 0, sizeof *k);
+    *most = 0;
+    for (int i = 0; i < m->n; i++) {
+        k->g[i] = fp(m->grad[i]);
+        k->n[i] = pl_tensor_numel(m->grad[i]);
+        if (k->n[i] > *most) *most = k->n[i];
+    }
+    return pl_cu_set_device(a->out[0]) ? pl_error_status() : PL_OK;
+}
+
+/* out = {the total f32 [1]}; p.flags bit0: it starts at 0. One launch. */
+static pl_status k_sum_squares_multi_fwd(const pl_kernel_args *a) {
+    amp_unscale_args k;
+    int64_t most;
+    if (list_args(a, &k, &most)) return pl_error_status();
+    const pl_optim_multi *m = (const pl_optim_multi *)a->p.extra;
+    k_sum_squares_multi<<<1, 1024>>>(k, m->n, fp(a->out[0]), (int)(a->p.flags & 1));
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
+/* in = {s f32 [1]}; out = {grad[0]}. One launch. */
+static pl_status k_mul_multi_fwd(const pl_kernel_args *a) {
+    amp_unscale_args k;
+    int64_t most;
+    if (list_args(a, &k, &most)) return pl_error_status();
+    if (!most) return PL_OK;
+    unsigned bx = pl_cu_blocks(most);
+    if (bx > 4096) bx = 4096; /* x blocks per tensor; the loop strides beyond */
+    const pl_optim_multi *m = (const pl_optim_multi *)a->p.extra;
+    k_mul_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, cf(a->in[0]));
+    CUDA_LAUNCHED(pl_op_name(a->op));
+    return PL_OK;
+}
+
 /* in = {found_inf}; out = {scale f32, growth_tracker i32}; p.alpha growth_factor,
  * p.beta backoff_factor, p.start growth_interval. One thread. */
 static pl_status k_amp_update_scale_fwd(const pl_kernel_args *a) {
@@ -329,6 +401,8 @@ static pl_status k_amp_update_scale_fwd(const pl_kernel_args *a) {
 void pl_cuda_register_optim(pl_kernel_table *t) {
     pl_kernel_table_set(t, PL_OP_AMP_UNSCALE_MULTI, k_amp_unscale_multi_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_AMP_UPDATE_SCALE, k_amp_update_scale_fwd, NULL);
+    pl_kernel_table_set(t, PL_OP_SUM_SQUARES_MULTI, k_sum_squares_multi_fwd, NULL);
+    pl_kernel_table_set(t, PL_OP_MUL_MULTI, k_mul_multi_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_CLAMP, k_clamp_fwd, k_clamp_bwd);
     pl_kernel_table_set(t, PL_OP_ADAMW_STEP, k_adamw_step_fwd, NULL);
     pl_kernel_table_set(t, PL_OP_SGD_STEP, k_sgd_step_fwd, NULL);

@@ -605,11 +605,13 @@ static bool any_half(const pl_kernel_args *a) {
     return false;
 }
 
-/* ops.def's multi-tensor optimizer ops and the GradScaler's unscale: p.extra
- * is a pl_optim_multi (amp_unscale_multi: grad[] only, param NULL) */
+/* ops.def's multi-tensor optimizer ops, the GradScaler's unscale and
+ * clip_grad_norm_'s foreach ops: p.extra is a pl_optim_multi
+ * (amp_unscale_multi, sum_squares_multi, mul_multi: grad[] only, param NULL) */
 static bool is_multi(pl_op op) {
     return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
-           op == PL_OP_AMP_UNSCALE_MULTI;
+           op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI ||
+           op == PL_OP_MUL_MULTI;
 }
 
 /* Kernel f on a (one kernel call), its tensors opened. */

@@ -499,6 +499,79 @@ START_TEST(step_fusion_matmul_bias) {
 }
 END_TEST
 
+/* clip_grad_norm_'s foreach ops (pl_sum_squares_multi, pl_mul_multi_): on the
+ * strict device the chain's bits (square + sum + add per tensor; mul + copy)
+ * in ceil(n / 32) kernel calls instead of 3n - 1 and 2n, eager and replayed
+ * from a captured graph (the list copied at capture). 40 tensors, one of
+ * 100003 elements (the CPU sum's OpenMP path), one empty. */
+START_TEST(foreach_norm_and_mul_match_the_chain_in_fewer_calls) {
+    load();
+    enum { N = 40 };
+    pl_frame_begin();
+    pl_tensor *g[N], *h[N];
+    for (int i = 0; i < N; i++) {
+        int64_t n = i == 3 ? 100003 : i == 7 ? 0 : 1 + (i * 37) % 501;
+        pl_tensor *xh = PL_CK_NOTNULL(pl_test_randn(PL_SHAPE(n), 300 + i));
+        g[i] = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
+        h[i] = PL_CK_NOTNULL(pl_tensor_to(xh, PL_F32, g_dev));
+    }
+    pl_backend_counters c0 = counters();
+    pl_tensor *want = NULL;
+    for (int i = 0; i < N; i++) {
+        pl_tensor *q = PL_CK_NOTNULL(pl_sum(pl_square(h[i]), PL_ALL_DIMS, false));
+        want = i ? PL_CK_NOTNULL(pl_add(want, q)) : q;
+    }
+    pl_backend_counters c1 = counters();
+    pl_tensor *got = PL_CK_NOTNULL(pl_sum_squares_multi(N, g));
+    pl_backend_counters c2 = counters();
+    ck_assert_uint_eq(c1.kernel_calls - c0.kernel_calls, 3 * N - 1);
+    ck_assert_uint_eq(c2.kernel_calls - c1.kernel_calls, 2);
+    ck_assert_int_eq(got->ndim, 0);
+    float a = pl_tensor_item(got), b = pl_tensor_item(want);
+    ck_assert_msg(memcmp(&a, &b, 4) == 0, "sum_squares_multi %.9g, the chain %.9g", a, b);
+    /* mul_multi_ by a device scalar: pl_mul's bits, then captured and replayed */
+    pl_tensor *s = PL_CK_NOTNULL(pl_tensor_scalar(0.37f, g_dev));
+    c0 = counters();
+    PL_CK_OK(pl_mul_multi_(N, g, s));
+    ck_assert_uint_eq(counters().kernel_calls - c0.kernel_calls, 2);
+    for (int i = 0; i < N; i++) {
+        pl_frame_begin();
+        PL_CK_OK(pl_tensor_copy_(h[i], PL_CK_NOTNULL(pl_mul(h[i], s))));
+        pl_frame_end();
+    }
+    pl_graph *gr = NULL;
+    pl_tensor *o = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, 0, NULL, g_dev));
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    pl_frame_begin();
+    PL_CK_OK(pl_mul_multi_(N, g, s));
+    PL_CK_OK(pl_tensor_copy_(o, PL_CK_NOTNULL(pl_sum_squares_multi(N, g))));
+    pl_frame_end();
+    PL_CK_OK(pl_graph_capture_end(&gr));
+    PL_CK_OK(pl_tensor_fill_(s, -2.5)); /* the replay reads s from the device */
+    for (int r = 0; r < 2; r++) {
+        PL_CK_OK(pl_graph_replay(gr));
+        want = NULL;
+        for (int i = 0; i < N; i++) {
+            pl_frame_begin();
+            PL_CK_OK(pl_tensor_copy_(h[i], PL_CK_NOTNULL(pl_mul(h[i], s))));
+            pl_frame_end();
+            pl_tensor *q = PL_CK_NOTNULL(pl_sum(pl_square(h[i]), PL_ALL_DIMS, false));
+            want = i ? PL_CK_NOTNULL(pl_add(want, q)) : q;
+        }
+        for (int i = 0; i < N; i++) {
+            pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(g[i], PL_F32, PL_CPU));
+            pl_tensor *y = PL_CK_NOTNULL(pl_tensor_to(h[i], PL_F32, PL_CPU));
+            ck_assert_msg(memcmp(pl_tensor_data(x), pl_tensor_data(y), (size_t)pl_tensor_nbytes(x)) == 0,
+                          "replay %d: tensor %d differs from mul + copy", r, i);
+        }
+        a = pl_tensor_item(o), b = pl_tensor_item(want);
+        ck_assert_msg(memcmp(&a, &b, 4) == 0, "replay %d: %.9g, the chain %.9g", r, a, b);
+    }
+    pl_graph_release(gr);
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -507,6 +580,7 @@ int main(void) {
     tcase_add_test(tc, host_access_crashes_with_a_message);
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, lora_add_is_one_kernel_call_each_way);
+    tcase_add_test(tc, foreach_norm_and_mul_match_the_chain_in_fewer_calls);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);
     tcase_add_test(tc, graph_capture_replays_a_step);
