@@ -325,8 +325,8 @@ typedef struct pl_backend {
  * a fused call as one kernel call (pl_backend_counters).
  * What is fused is the backend's: strict and cuda fuse square + sum over
  * all dims into one sum of squares, with the add of the norm's running
- * total after it when there is one (the gradient norm: one group per
- * parameter with a gradient, every step). strict also fuses pl_linear's
+ * total after it when there is one (the gradient norm's per-parameter
+ * chain, which the trainer replaced by sum_squares_multi). strict also fuses pl_linear's
  * f32 matmul and the add of its bias row into one GEMM with a bias
  * epilogue (the product is never written; one group per linear layer with
  * a bias in the forward). strict fuses only when the intermediates are
