@@ -1,13 +1,14 @@
 /* alloc.c - per-device caching allocator (see alloc.h).
  *
- * Size classes: requests are rounded up to a power of two up to 1 MiB and,
- * above, to a multiple of 1/64 of the enclosing power of two (at most 1.6 %
- * waste on a large block; issue 31: classes of 1/16 held 4 % of qlora4's
- * peak at 1.1 B in rounding). A miss of a large class takes the smallest
- * cached block at most 1/8 larger (best_fit), so batches whose shapes vary
- * (graphs of molecules) keep reusing blocks after the first epoch; a miss
- * that the device refuses empties the cache and retries once. Each class keeps a LIFO free list of blocks; pl_free pushes, pl_alloc
- * pops, and only a miss calls the backend's raw_alloc. Lists are small
+ * Size classes: a power of two up to 64 KiB, then multiples of 1/8 of the
+ * enclosing power of two up to 1 MiB and of 1/64 above (issue 31: 1/16
+ * classes held 4 % of qlora4's peak at 1.1 B, powers of two up to 1 MiB
+ * 80 MiB of the 7B qlora4 + checkpointing step's 5,625). A miss above
+ * 64 KiB takes the smallest cached block at most 1/8 larger (best_fit), so
+ * batches whose shapes vary (graphs of molecules) keep reusing blocks after
+ * the first epoch; a miss that the device refuses empties the cache and
+ * retries once. Each class keeps a LIFO free list of blocks; pl_free pushes,
+ * pl_alloc pops, and only a miss calls the backend's raw_alloc. Lists are small
  * dynamic arrays (grown geometrically, so steady state does not allocate).
  */
 #include <pthread.h>
@@ -70,12 +71,13 @@ static size_t round_size(size_t n) {
     if (n < 256) return 256;
     size_t p = 256;
     while (p < n) p <<= 1;
-    if (p <= (1u << 20)) return p;
-    size_t step = p / 64; /* p/2 < n <= p; classes every p/64 in (p/2, p] */
+    if (p <= (64u << 10)) return p;
+    /* p/2 < n <= p; classes every p/8 in (p/2, p] up to 1 MiB, every p/64 above */
+    size_t step = p <= (1u << 20) ? p / 8 : p / 64;
     return (n + step - 1) / step * step;
 }
 
-/* A miss of a large class takes the smallest cached block at most 1/8
+/* A miss above 64 KiB takes the smallest cached block at most 1/8
  * larger (a batch of another shape reuses the last one's blocks, as under
  * classes of 1/8, without their rounding on every block). NULL if none. */
 static free_list *best_fit(device_cache *c, size_t size) {
@@ -218,7 +220,7 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
         c->st.bytes_cached -= size;
     }
     free_list *l = p ? NULL : find_list(c, size);
-    if (!p && (!l || l->n == 0) && size > (1u << 20)) {
+    if (!p && (!l || l->n == 0) && size > (64u << 10)) {
         free_list *b = best_fit(c, size);
         if (b) {
             l = b;
