@@ -54,7 +54,6 @@ static double grad_norm_and_clip(trainer *t) {
         pl_frame_end();
     }
     pl_no_grad_end();
-    free(g);
     return norm;
 }
 

@@ -126,6 +126,7 @@ void tr_sv_end(trainer *t) {
     pl_tensor_release(v->accum); /* v->scale is the precision's */
     free(v->rec);
     free(v->host);
+    free(v->grads);
     memset(v, 0, sizeof *v);
 }
 
@@ -183,13 +184,19 @@ pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b) {
 }
 
 int tr_grad_list(trainer *t, pl_tensor ***out) {
+    tr_step_values *v = &t->sv;
     int n = pl_params_count(t->ctx.params), k = 0;
-    pl_tensor **g = malloc((size_t)(n > 0 ? n : 1) * sizeof *g);
-    *out = g;
-    if (!g) {
-        pl_error_set(PL_ERR_NOMEM, "trainer: the list of %d gradients", n);
-        return -1;
+    if (n > v->grads_cap) {
+        pl_tensor **g = realloc(v->grads, (size_t)n * sizeof *g);
+        if (!g) {
+            *out = v->grads;
+            pl_error_set(PL_ERR_NOMEM, "trainer: the list of %d gradients", n);
+            return -1;
+        }
+        v->grads = g;
+        v->grads_cap = n;
     }
+    pl_tensor **g = *out = v->grads;
     for (int i = 0; i < n; i++) {
         pl_param *p = pl_params_at(t->ctx.params, i);
         if (p->t->requires_grad && p->t->grad) g[k++] = p->t->grad; /* frozen ones too, wherever they sit */
@@ -228,7 +235,6 @@ pl_status tr_sv_grad_norm_and_clip(trainer *t) {
     }
     pl_frame_end();
     pl_no_grad_end();
-    free(g);
     if (st) return pl_error_prefix(st, "trainer: gradient norm and clipping on the device");
     if (!v->graph) v->rec[v->n - 1].step_end = true;
     return PL_OK;

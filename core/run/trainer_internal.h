@@ -113,6 +113,8 @@ typedef struct tr_step_values {
     pl_tensor *scale; /* the precision's device loss scale (plugin.h, loss_scale_tensor;
                        * borrowed) or NULL: the host loss_scale() / before_step() */
     pl_tensor *accum; /* f32 [1] = accumulate_grad_batches, with scale when it is > 1 */
+    pl_tensor **grads; /* tr_grad_list's array, [grads_cap], kept for the fit */
+    int grads_cap;
     pl_tensor *clip;  /* f32 [1]: gradient_clip_val, for norm clipping (else NULL) */
     tr_sv_record *rec; /* [cap] */
     float *host;       /* [2 * cap]: the last read */
@@ -338,9 +340,10 @@ void tr_sv_end(trainer *t); /* release them (NULL-safe, idempotent) */
  * the step's found_inf flag (first_micro: the step's first micro-batch);
  * reads back first when the buffer is full. Not on the tape. */
 pl_status tr_sv_loss(trainer *t, pl_tensor *loss, bool first_micro, int64_t b);
-/* The gradients of the trainable parameters, in parameter order, into a
- * new array *out (free it; allocated even for 0): their count, or -1 (out
- * of memory, the error set). */
+/* The gradients of the trainable parameters, in parameter order, into
+ * *out (borrowed: the fit's array, grown when parameters are added, freed by
+ * tr_sv_end; no allocation in a steady step): their count, or -1 (out of
+ * memory, the error set). Between tr_sv_begin and tr_sv_end. */
 int tr_grad_list(trainer *t, pl_tensor ***out);
 /* The gradient norm into the last slot and clipping (norm: by the device-side
  * coefficient; value: clamp), before the optimizer step. */
