@@ -190,6 +190,16 @@ typedef struct pl_optim_multi {
     } coef[PL_OPTIM_MULTI_MAX];
 } pl_optim_multi;
 
+/* Whether op's kernel calls carry a pl_optim_multi list in p.extra (the
+ * multi-tensor optimizer steps, the GradScaler's unscale and
+ * clip_grad_norm_'s foreach ops: the last three fill grad[] only, param[]
+ * NULL), not a tensor (dropout's offset) or nothing. For a backend that
+ * records calls (a graph capture) or tracks what they read. Any op id. */
+static inline bool pl_op_has_multi_list(int op) {
+    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
+           op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI || op == PL_OP_MUL_MULTI;
+}
+
 /* ---- GradScaler on the device (ops.def's amp_unscale_multi, amp_update_scale) ----
  *
  * torch.cuda.amp.GradScaler keeps its scale and growth tracker on the device

@@ -115,17 +115,9 @@ static void note_read(const pl_tensor *t) {
     }
 }
 
-/* ops.def's multi-tensor ops, whose p.extra is a pl_optim_multi (the
- * optimizers', the GradScaler's unscale and clip_grad_norm_'s foreach ops:
- * the last three fill grad[] only, param[] NULL), not a tensor */
-static bool multi_list(int op) {
-    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
-           op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI || op == PL_OP_MUL_MULTI;
-}
-
 static void note_call(const pl_kernel_args *a) {
     for (int i = 0; i < a->n_in; i++) note_read(a->in[i]);
-    if (a->p.extra && multi_list(a->op)) {
+    if (a->p.extra && pl_op_has_multi_list(a->op)) {
         const pl_optim_multi *m = (const pl_optim_multi *)a->p.extra;
         for (int i = 0; i < m->n; i++) {
             note_read(m->param[i]);

@@ -605,15 +605,6 @@ static bool any_half(const pl_kernel_args *a) {
     return false;
 }
 
-/* ops.def's multi-tensor optimizer ops, the GradScaler's unscale and
- * clip_grad_norm_'s foreach ops: p.extra is a pl_optim_multi
- * (amp_unscale_multi, sum_squares_multi, mul_multi: grad[] only, param NULL) */
-static bool is_multi(pl_op op) {
-    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
-           op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI ||
-           op == PL_OP_MUL_MULTI;
-}
-
 /* Kernel f on a (one kernel call), its tensors opened. */
 static pl_status run_kernel(pl_kernel_fn f, const pl_kernel_args *a, bool backward) {
     count(&c_kernels, NULL, 0);
@@ -628,7 +619,7 @@ static pl_status run_kernel(pl_kernel_fn f, const pl_kernel_args *a, bool backwa
     if (!s && a->op == PL_OP_DROPOUT && a->p.extra)
         s = open_tensor(&o, a->p.extra, "dropout counter offset");
     /* a multi-tensor optimizer call: its tensor list (optim_math.h) */
-    if (!s && is_multi(a->op) && a->p.extra) {
+    if (!s && pl_op_has_multi_list(a->op) && a->p.extra) {
         const pl_optim_multi *m = a->p.extra;
         for (int i = 0; i < m->n && !s; i++) {
             s = open_tensor(&o, m->param[i], "kernel output");
@@ -749,7 +740,7 @@ static pl_status rec_oom(void) {
 
 static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
     st_graph *g = tl_cap;
-    if (a->p.extra && a->op != PL_OP_DROPOUT && !is_multi(a->op)) {
+    if (a->p.extra && a->op != PL_OP_DROPOUT && !pl_op_has_multi_list(a->op)) {
         char msg[160];
         snprintf(msg, sizeof msg, "op %s %s with a host pointer in p.extra (baked at capture)",
                  pl_op_name(a->op), backward ? "backward" : "forward");
@@ -764,7 +755,7 @@ static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
         if (a->in[i] && !(r->a.in[i] = dup_tensor(g, a->in[i]))) return rec_oom();
     for (int i = 0; i < a->n_out; i++)
         if (a->out[i] && !(r->a.out[i] = dup_tensor(g, a->out[i]))) return rec_oom();
-    if (a->p.extra && is_multi(a->op)) {
+    if (a->p.extra && pl_op_has_multi_list(a->op)) {
         /* the list by value, as a GPU launch bakes its tensor-list argument
          * (the coefficients then come from in[1], the graph's table) */
         const pl_optim_multi *m = a->p.extra;

@@ -130,14 +130,6 @@ static bool overlaps(const pl_tensor *t, uintptr_t lo, uintptr_t hi) {
     return o;
 }
 
-/* ops.def's multi-tensor ops, whose p.extra is a pl_optim_multi (the
- * optimizers', the GradScaler's unscale and clip_grad_norm_'s foreach ops:
- * the last three fill grad[] only, param[] NULL), not a tensor */
-static bool multi_list(int op) {
-    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
-           op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI || op == PL_OP_MUL_MULTI;
-}
-
 /* 1: call r reads a byte of [lo, hi); 0: it does not (what it writes is
  * its outputs, a copy's destination, a memset). */
 static bool reads(const rec *r, uintptr_t lo, uintptr_t hi) {
@@ -146,7 +138,7 @@ static bool reads(const rec *r, uintptr_t lo, uintptr_t hi) {
     const pl_kernel_args *a = &r->a;
     for (int i = 0; i < a->n_in; i++)
         if (overlaps(a->in[i], lo, hi)) return true;
-    if (a->p.extra && multi_list(a->op)) {
+    if (a->p.extra && pl_op_has_multi_list(a->op)) {
         const pl_optim_multi *m = a->p.extra; /* updated in place: read */
         for (int i = 0; i < m->n; i++) {
             if (overlaps(m->param[i], lo, hi) || overlaps(m->grad[i], lo, hi)) return true;
