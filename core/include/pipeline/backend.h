@@ -346,7 +346,7 @@ typedef struct pl_step_facts {
     const pl_step_block *released; /* [n_released] (see above); borrowed for the call */
     size_t n_released;
     /* written by the backend (the core zeroes them): how many groups of
-     * calls it fused into one, and which, e.g. "square+sum x11" */
+     * calls it fused into one, and which, e.g. "matmul+bias x2" */
     int n_fused;
     char fused[192];
 } pl_step_facts;

@@ -91,7 +91,7 @@ pl_status pl_graph_replay(pl_graph *g);
 /* How many groups of calls the backend fused into one when the capture
  * ended (pl_backend.capture_end_step, backend.h "Seeing the step"; 0 for a
  * backend without it, or with PL_GRAPH_FUSION=0 in the environment), and
- * in *patterns (when non-NULL; owned by g) which, e.g. "square+sum x11". */
+ * in *patterns (when non-NULL; owned by g) which, e.g. "matmul+bias x2". */
 int pl_graph_fused(const pl_graph *g, const char **patterns);
 /* Free the graph, its backend handle and (when no block of it is in use)
  * its pool; blocks still in use return to the device's cache when freed.
