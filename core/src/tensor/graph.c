@@ -71,6 +71,9 @@ static void graph_free(pl_graph *g) {
 
 pl_status pl_graph_capture_begin(pl_device d) {
     if (tl_cap) return pl_error_set(PL_ERR_INVALID, "graph capture: this thread is already capturing");
+    const char *fe = getenv("PL_GRAPH_FUSION"); /* checked before anything is recorded */
+    if (fe && strcmp(fe, "0") && strcmp(fe, "1"))
+        return pl_error_set(PL_ERR_INVALID, "graph capture: PL_GRAPH_FUSION='%s' (expected 0 or 1)", fe);
     const pl_backend *be = graph_backend(d);
     if (!be) {
         const pl_backend *b = d.type == PL_DEVICE_CPU ? NULL : pl_backend_peek(d.type);
@@ -79,8 +82,7 @@ pl_status pl_graph_capture_begin(pl_device d) {
     }
     pl_graph *g = calloc(1, sizeof *g);
     if (!g) return pl_error_set(PL_ERR_NOMEM, "graph capture");
-    g->dev = d;
-    g->be = be;
+    *g = (pl_graph){.dev = d, .be = be};
     g->delta = pl_tensor_zeros_owned(PL_I64, 1, (int64_t[]){1}, d);
     g->pool = g->delta ? pl_alloc_pool_new(d) : NULL;
     if (!g->pool) {
@@ -122,10 +124,10 @@ pl_status pl_graph_capture_end(pl_graph **out) {
      * step") and may fuse; PL_GRAPH_FUSION=0: plain capture_end */
     const char *env = getenv("PL_GRAPH_FUSION");
     pl_step_facts f = {.struct_size = sizeof f};
-    pl_step_block *rel = NULL;
     pl_status s;
     if (PL_BACKEND_HAS(g->be, capture_end_step) && g->be->capture_end_step && !(env && !strcmp(env, "0"))) {
-        f.released = rel = pl_alloc_pool_free_blocks(g->pool, &f.n_released);
+        pl_step_block *rel = pl_alloc_pool_free_blocks(g->pool, &f.n_released);
+        f.released = rel;
         s = g->be->capture_end_step(g->dev.index, &f, &g->handle);
         g->n_fused = f.n_fused;
         snprintf(g->fused, sizeof g->fused, "%.*s", (int)sizeof f.fused, f.fused);

@@ -341,7 +341,10 @@ static _Atomic bool g_no_fuse;
 static pl_status st_set_option(const char *key, const char *value) {
     if (!strcmp(key, "allow_tf32")) return PL_OK;
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
-    if (!strcmp(key, "fuse") && (!strcmp(value, "true") || !strcmp(value, "false"))) {
+    if (!strcmp(key, "fuse")) {
+        if (!value || (strcmp(value, "true") && strcmp(value, "false")))
+            return pl_error_set(PL_ERR_INVALID, "strict backend: fuse = '%s' (expected true or false)",
+                                value ? value : "(null)");
         atomic_store(&g_no_fuse, !strcmp(value, "false"));
         return PL_OK;
     }

@@ -407,6 +407,18 @@ START_TEST(step_fusion_square_sum) {
         unsetenv("PL_GRAPH_FUSION");
         pl_frame_end();
     }
+    /* bad switches are errors naming the value, not silently "on" */
+    const pl_backend *be = pl_backend_get(PL_DEVICE_CUDA);
+    ck_assert_int_eq(be->set_option("fuse", "off"), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "'off'"));
+    setenv("PL_GRAPH_FUSION", "false", 1);
+    ck_assert_int_eq(pl_graph_capture_begin(g_dev), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "PL_GRAPH_FUSION='false'"));
+    unsetenv("PL_GRAPH_FUSION");
+    pl_graph *g = NULL; /* nothing was left capturing */
+    PL_CK_OK(pl_graph_capture_begin(g_dev));
+    PL_CK_OK(pl_graph_capture_end(&g));
+    pl_graph_release(g);
 }
 END_TEST
 
