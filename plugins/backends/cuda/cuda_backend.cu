@@ -4,7 +4,7 @@
  * captured step in cuda_fuse.cu), cuda_matmul.cu (the
  * allow_tf32 option) and cuda_stats.cu (device stats); the kernels in cuda_dense.cu,
  * cuda_norm.cu, cuda_index.cu, cuda_attention.cu, cuda_copy.cu, cuda_matmul.cu,
- * cuda_nf4.cu, cuda_optim.cu and cuda_lstm.cu (cuda_common.cuh). This file calls
+ * cuda_nf4.cu, cuda_optim.cu, cuda_lstm.cu and cuda_lstm_native.cu (cuda_common.cuh). This file calls
  * them; they do not call it. See README.md for what is supported.
  */
 #include <pthread.h>
@@ -83,9 +83,7 @@ static const pl_backend *cuda_table(void) {
         pl_cuda_register_attention(t);
         pl_cuda_register_nf4(t);
         pl_cuda_register_optim(t);
-#ifdef PL_CUDA_HAVE_CUDNN
-        pl_cuda_register_lstm(t);
-#endif
+        pl_cuda_register_lstm(t); /* cuDNN's or the native one, cuda_lstm_native.cu */
     });
     return &g_cuda;
 }

@@ -20,7 +20,7 @@
  * stream captures, and the Async forms are ordered the same way.
  *
  * The op kernels (cuda_dense.cu, cuda_norm.cu, cuda_index.cu, cuda_attention.cu,
- * cuda_copy.cu, cuda_matmul.cu, cuda_nf4.cu, cuda_optim.cu, cuda_lstm.cu): semantics,
+ * cuda_copy.cu, cuda_matmul.cu, cuda_nf4.cu, cuda_optim.cu, cuda_lstm.cu, cuda_lstm_native.cu): semantics,
  * argument layout and saved tensors follow the CPU kernels op for op; see backend.h for
  * the calling convention. They hold launch geometry, reductions and memory access; the
  * formula of every element is the PL_HD function of pipeline/kernel_math.h that the CPU
@@ -316,9 +316,16 @@ void pl_cuda_register_copy(pl_kernel_table *t);      /* cuda_copy.cu: copy, resh
 void pl_cuda_register_matmul(pl_kernel_table *t);    /* cuda_matmul.cu: matmul */
 void pl_cuda_register_nf4(pl_kernel_table *t);     /* cuda_nf4.cu: nf4_matmul */
 void pl_cuda_register_optim(pl_kernel_table *t);   /* cuda_optim.cu: clamp, adamw_step, sgd_step */
+void pl_cuda_register_lstm(pl_kernel_table *t);    /* cuda_lstm_native.cu: lstm (cuDNN's or
+                                                      the native one) */
 #ifdef PL_CUDA_HAVE_CUDNN
-void pl_cuda_register_lstm(pl_kernel_table *t);    /* cuda_lstm.cu (cuDNN): lstm */
+/* cuda_lstm.cu: lstm through cuDNN's RNN API, forward / backward (called by
+ * cuda_lstm_native.cu's choice) */
+pl_status pl_cu_lstm_cudnn_fwd(const pl_kernel_args *a);
+pl_status pl_cu_lstm_cudnn_bwd(const pl_kernel_args *a);
 #endif
+/* cuda_lstm_native.cu: set_option("lstm", auto | cudnn | native) */
+pl_status pl_cu_lstm_option(const char *value);
 
 /* ---- the verbs of cuda_backend.cu's pl_backend table (see backend.h) ---- */
 

@@ -331,7 +331,7 @@ static pl_status lstm_check_f32(const pl_kernel_args *a, int n_in) {
 
 /* ---- forward ------------------------------------------------------------------------- */
 
-static pl_status k_lstm_fwd(const pl_kernel_args *a) {
+pl_status pl_cu_lstm_cudnn_fwd(const pl_kernel_args *a) {
     /* cuDNN's RNN calls invalidated a stream capture on the H200 (2026-11-27:
      * "operation failed due to a previous error during capture") */
     if (pl_cu_refuse_capture("lstm", "cuDNN's RNN forward / backward is not capturable here"))
@@ -384,7 +384,7 @@ static pl_status zero_outputs(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-static pl_status k_lstm_bwd(const pl_kernel_args *a) {
+pl_status pl_cu_lstm_cudnn_bwd(const pl_kernel_args *a) {
     /* cuDNN's RNN calls invalidated a stream capture on the H200 (2026-11-27:
      * "operation failed due to a previous error during capture") */
     if (pl_cu_refuse_capture("lstm", "cuDNN's RNN forward / backward is not capturable here"))
@@ -464,8 +464,4 @@ static pl_status k_lstm_bwd(const pl_kernel_args *a) {
     pl_cu_scratch_free(&s_dw);
     lstm_close(&c);
     return st;
-}
-
-void pl_cuda_register_lstm(pl_kernel_table *t) {
-    pl_kernel_table_set(t, PL_OP_LSTM, k_lstm_fwd, k_lstm_bwd);
 }

@@ -79,6 +79,7 @@ pl_status cu_set_option(const char *key, const char *value) {
      * (cuda_optim.cu), so the trainer may keep the loss there */
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     if (!strcmp(key, "fuse")) return pl_cu_fuse_option(value); /* cuda_fuse.cu */
+    if (!strcmp(key, "lstm")) return pl_cu_lstm_option(value); /* cuda_lstm_native.cu */
     return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);
 }
 

@@ -1,12 +1,15 @@
 /* test_cuda.c - the cuda backend plugin: loads through the registry, and on
  * a machine with a GPU round-trips memory, reports mem_info, pinned memory
  * and runs a small training-style graph (matmul + cross-entropy backward),
- * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax), lstm (cuDNN,
- * both directions, initial states), clamp and ten AdamW / SGD steps against
+ * nf4_matmul (f32 / bf16 x, plain / double-quantized absmax), lstm (cuDNN's
+ * and the native implementation, both directions, initial states, the
+ * forward / backward pairing rule, a captured native step), clamp and ten
+ * AdamW / SGD steps against
  * the CPU. Without a GPU every test skips with the reason. The op-by-op
  * comparison is tests/core/test_backend_conformance.c. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pipeline/graph.h"
@@ -50,12 +53,21 @@ START_TEST(plugin_descriptor) {
     ck_assert(pl_backend_supports(b, PL_OP_CROSS_ENTROPY, true));
     ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, false));
     ck_assert(pl_backend_supports(b, PL_OP_NF4_MATMUL, true));
-#ifdef PL_CUDA_HAVE_CUDNN
+    /* cuDNN's or, built without cuDNN, the native one (cuda_lstm_native.cu) */
     ck_assert(pl_backend_supports(b, PL_OP_LSTM, false));
     ck_assert(pl_backend_supports(b, PL_OP_LSTM, true));
+    /* set_option("lstm"): the three values; anything else names itself */
+    ck_assert(b->set_option);
+    PL_CK_OK(b->set_option("lstm", "native"));
+    PL_CK_OK(b->set_option("lstm", "auto"));
+#ifdef PL_CUDA_HAVE_CUDNN
+    PL_CK_OK(b->set_option("lstm", "cudnn"));
+    PL_CK_OK(b->set_option("lstm", "auto"));
 #else
-    ck_assert(!pl_backend_supports(b, PL_OP_LSTM, false)); /* built without cuDNN */
+    ck_assert_int_eq(b->set_option("lstm", "cudnn"), PL_ERR_UNSUPPORTED);
 #endif
+    ck_assert_int_eq(b->set_option("lstm", "fast"), PL_ERR_INVALID);
+    ck_assert_msg(strstr(pl_error_message(), "'fast'"), "%s", pl_error_message());
     ck_assert(pl_backend_supports(b, PL_OP_CLAMP, false));
     ck_assert(pl_backend_supports(b, PL_OP_CLAMP, true));
     ck_assert(pl_backend_supports(b, PL_OP_ADAMW_STEP, false));
@@ -304,56 +316,230 @@ START_TEST(nf4_matmul_matches_cpu) {
 }
 END_TEST
 
-/* pl_lstm with both biases and initial states, forward and reverse: y,
- * h_n, c_n and every gradient (x, w_ih, w_hh, b_ih, b_hh, h0, c0) match the
- * CPU. */
+/* ---- lstm: cuDNN's and the native implementation (cuda_lstm_native.cu) ---- */
+
+/* set_option("lstm", mode) with PL_CUDA_LSTM unset (it would win); NULL:
+ * leave the option. */
+static void lstm_mode(const char *mode) {
+    unsetenv("PL_CUDA_LSTM");
+    if (mode) PL_CK_OK(pl_backend_get(PL_DEVICE_CUDA)->set_option("lstm", mode));
+}
+
+enum { LSTM_NI = 7, LSTM_NR = 3 + LSTM_NI };
+static const char *const g_lstm_names[LSTM_NR] = {"y",     "h_n",   "c_n",   "dx",  "dw_ih",
+                                                   "dw_hh", "db_ih", "db_hh", "dh0", "dc0"};
+
+/* pl_lstm with both biases and initial states on device d, then the
+ * backward of sum(y * r): res = {y, h_n, c_n, every input gradient} on the
+ * CPU (dx NULL when !xgrad: x is then not a leaf with a gradient). The
+ * forward runs under lstm mode fwd_mode, the backward under bwd_mode (NULL:
+ * unchanged). */
+static void lstm_run(pl_device d, int64_t B, int64_t T, int64_t In, int64_t H, int rev,
+                     bool xgrad, const char *fwd_mode, const char *bwd_mode,
+                     pl_tensor *res[LSTM_NR]) {
+    pl_frame_begin();
+    pl_tensor *in[LSTM_NI] = {
+        pl_test_randn(PL_SHAPE(B, T, In), 21), pl_test_randn(PL_SHAPE(4 * H, In), 22),
+        pl_test_randn(PL_SHAPE(4 * H, H), 23), pl_test_randn(PL_SHAPE(4 * H), 24),
+        pl_test_randn(PL_SHAPE(4 * H), 25),    pl_test_randn(PL_SHAPE(B, H), 26),
+        pl_test_randn(PL_SHAPE(B, H), 27)};
+    for (int i = 0; i < LSTM_NI; i++) {
+        in[i] = pl_tensor_to(in[i], PL_F32, d);
+        if (i > 0 || xgrad) pl_tensor_set_requires_grad(in[i], true);
+    }
+    if (d.type == PL_DEVICE_CUDA) lstm_mode(fwd_mode);
+    pl_tensor *hn = NULL, *cn = NULL;
+    pl_tensor *y = PL_CK_NOTNULL(pl_lstm(in[0], in[1], in[2], in[3], in[4], in[5], in[6], rev,
+                                         &hn, &cn));
+    pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(B, T, H), -1, 1, 28), PL_F32, d);
+    if (d.type == PL_DEVICE_CUDA && bwd_mode) lstm_mode(bwd_mode);
+    PL_CK_OK(pl_backward(pl_sum(pl_mul(y, r), PL_ALL_DIMS, false), 1.0));
+    res[0] = pl_tensor_retain(pl_tensor_to(y, PL_F32, PL_CPU));
+    res[1] = pl_tensor_retain(pl_tensor_to(hn, PL_F32, PL_CPU));
+    res[2] = pl_tensor_retain(pl_tensor_to(cn, PL_F32, PL_CPU));
+    for (int i = 0; i < LSTM_NI; i++) {
+        ck_assert_msg((in[i]->grad != NULL) == (i > 0 || xgrad), "input %d: gradient %s", i,
+                      in[i]->grad ? "unexpected" : "missing");
+        res[3 + i] = in[i]->grad ? pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU)) : NULL;
+    }
+    pl_frame_end();
+}
+
+static void lstm_release(pl_tensor *res[LSTM_NR]) {
+    for (int j = 0; j < LSTM_NR; j++) pl_tensor_release(res[j]);
+}
+
+/* every result within 1e-4 (1 + max |want|) */
+static void lstm_compare(pl_tensor *got[LSTM_NR], pl_tensor *want[LSTM_NR], double tol,
+                         const char *what) {
+    for (int j = 0; j < LSTM_NR; j++) {
+        ck_assert_msg((got[j] == NULL) == (want[j] == NULL), "%s: %s present on one side only",
+                      what, g_lstm_names[j]);
+        if (!got[j]) continue;
+        double diff = pl_test_max_abs_diff(got[j], want[j]);
+        ck_assert_msg(diff <= tol * (1.0 + max_abs(want[j])), "%s: %s differs by %g", what,
+                      g_lstm_names[j], diff);
+    }
+}
+
+/* Both implementations (cuDNN's when built, and the native one) against the
+ * CPU: y, h_n, c_n and every gradient (x, w_ih, w_hh, b_ih, b_hh, h0, c0),
+ * forward and reverse, a small case and one with several blocks per pass
+ * (B*H = 320, B*T*4H = 15360), x with and without a gradient (dx NULL). */
 START_TEST(lstm_matches_cpu) {
     NEED_GPU();
-#ifndef PL_CUDA_HAVE_CUDNN
-    printf("SKIP %s: the cuda plugin was built without cuDNN (no lstm)\n", __func__);
-    return;
-#endif
     pl_device gd = {PL_DEVICE_CUDA, 0};
-    enum { NI = 7 };
-    for (int rev = 0; rev < 2; rev++) {
-        pl_tensor *res[2][3 + NI];
-        for (int k = 0; k < 2; k++) {
-            pl_device d = k ? gd : PL_CPU;
-            pl_frame_begin();
-            int64_t B = 3, T = 5, In = 7, H = 6;
-            pl_tensor *in[NI] = {
-                pl_test_randn(PL_SHAPE(B, T, In), 21),     pl_test_randn(PL_SHAPE(4 * H, In), 22),
-                pl_test_randn(PL_SHAPE(4 * H, H), 23),     pl_test_randn(PL_SHAPE(4 * H), 24),
-                pl_test_randn(PL_SHAPE(4 * H), 25),        pl_test_randn(PL_SHAPE(B, H), 26),
-                pl_test_randn(PL_SHAPE(B, H), 27)};
-            for (int i = 0; i < NI; i++) {
-                in[i] = pl_tensor_to(in[i], PL_F32, d);
-                pl_tensor_set_requires_grad(in[i], true);
+    static const int64_t sz[2][4] = {{3, 5, 7, 6}, {8, 12, 10, 40}};
+#ifdef PL_CUDA_HAVE_CUDNN
+    static const char *const modes[2] = {"cudnn", "native"};
+#else
+    static const char *const modes[1] = {"native"};
+#endif
+    for (int k = 0; k < 2; k++)
+        for (int rev = 0; rev < 2; rev++)
+            for (int xg = 1; xg >= 0; xg--) {
+                const int64_t *z = sz[k];
+                pl_tensor *want[LSTM_NR], *got[LSTM_NR];
+                lstm_run(PL_CPU, z[0], z[1], z[2], z[3], rev, xg, NULL, NULL, want);
+                for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+                    char what[128];
+                    snprintf(what, sizeof what, "%s B%lld T%lld In%lld H%lld%s%s", modes[m],
+                             (long long)z[0], (long long)z[1], (long long)z[2], (long long)z[3],
+                             rev ? " reverse" : "", xg ? "" : " (no dx)");
+                    lstm_run(gd, z[0], z[1], z[2], z[3], rev, xg, modes[m], NULL, got);
+                    lstm_compare(got, want, 1e-4, what);
+                    lstm_release(got);
+                }
+                lstm_release(want);
             }
-            pl_tensor *hn = NULL, *cn = NULL;
-            pl_tensor *y = PL_CK_NOTNULL(pl_lstm(in[0], in[1], in[2], in[3], in[4], in[5], in[6],
-                                                 rev, &hn, &cn));
-            pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(B, T, H), -1, 1, 28), PL_F32, d);
-            PL_CK_OK(pl_backward(pl_sum(pl_mul(y, r), PL_ALL_DIMS, false), 1.0));
-            res[k][0] = pl_tensor_retain(pl_tensor_to(y, PL_F32, PL_CPU));
-            res[k][1] = pl_tensor_retain(pl_tensor_to(hn, PL_F32, PL_CPU));
-            res[k][2] = pl_tensor_retain(pl_tensor_to(cn, PL_F32, PL_CPU));
-            for (int i = 0; i < NI; i++) {
-                ck_assert_msg(in[i]->grad != NULL, "input %d got no gradient", i);
-                res[k][3 + i] = pl_tensor_retain(pl_tensor_to(in[i]->grad, PL_F32, PL_CPU));
-            }
-            pl_frame_end();
-        }
-        static const char *names[3 + NI] = {"y",     "h_n",    "c_n",  "dx", "dw_ih",
-                                            "dw_hh", "db_ih", "db_hh", "dh0", "dc0"};
-        for (int j = 0; j < 3 + NI; j++) {
-            double diff = pl_test_max_abs_diff(res[0][j], res[1][j]);
-            ck_assert_msg(diff <= 1e-4 * (1.0 + max_abs(res[0][j])), "%s%s differs by %g",
-                          names[j], rev ? " (reverse)" : "", diff);
-            pl_tensor_release(res[0][j]);
-            pl_tensor_release(res[1][j]);
-        }
+    lstm_mode("auto");
+}
+END_TEST
+
+/* The rule that pairs a backward with its forward (cuda_lstm_native.cu):
+ * under auto the backward is native only for a ws a native forward wrote.
+ * A cuDNN forward (ws not written) followed by an auto backward must run
+ * cuDNN's backward (a native one would read an unwritten ws); a native
+ * forward followed by an auto backward the native one. Both match the CPU.
+ * PL_CUDA_LSTM wins over the option; a bad value names itself. */
+START_TEST(lstm_backward_follows_its_forward) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    pl_tensor *want[LSTM_NR], *got[LSTM_NR];
+    lstm_run(PL_CPU, 4, 6, 5, 9, 0, true, NULL, NULL, want);
+#ifdef PL_CUDA_HAVE_CUDNN
+    lstm_run(gd, 4, 6, 5, 9, 0, true, "cudnn", "auto", got);
+    lstm_compare(got, want, 1e-4, "cudnn forward, auto backward");
+    lstm_release(got);
+#endif
+    lstm_run(gd, 4, 6, 5, 9, 0, true, "native", "auto", got);
+    lstm_compare(got, want, 1e-4, "native forward, auto backward");
+    lstm_release(got);
+    lstm_release(want);
+    /* the environment wins; a value it does not know fails the op naming it */
+    lstm_mode("auto");
+    setenv("PL_CUDA_LSTM", "fastest", 1);
+    pl_frame_begin();
+    pl_tensor *x = pl_tensor_to(pl_test_randn(PL_SHAPE(2, 3, 4), 1), PL_F32, gd);
+    pl_tensor *wih = pl_tensor_to(pl_test_randn(PL_SHAPE(8, 4), 2), PL_F32, gd);
+    pl_tensor *whh = pl_tensor_to(pl_test_randn(PL_SHAPE(8, 2), 3), PL_F32, gd);
+    ck_assert_ptr_null(pl_lstm(x, wih, whh, NULL, NULL, NULL, NULL, false, NULL, NULL));
+    ck_assert_msg(strstr(pl_error_message(), "PL_CUDA_LSTM") &&
+                      strstr(pl_error_message(), "'fastest'"),
+                  "%s", pl_error_message());
+    pl_error_clear();
+    pl_frame_end();
+    unsetenv("PL_CUDA_LSTM");
+}
+END_TEST
+
+/* One lstm forward + backward on the persistent inputs in[] (their
+ * gradients zeroed first), y and the gradients copied into dst[]. */
+static pl_status lstm_graph_step(pl_tensor **in, pl_tensor *r, pl_tensor **dst) {
+    for (int i = 0; i < LSTM_NI; i++) pl_tensor_zero_grad(in[i]);
+    pl_frame_begin();
+    pl_status st = PL_OK;
+    pl_tensor *y = pl_lstm(in[0], in[1], in[2], in[3], in[4], in[5], in[6], true, NULL, NULL);
+    if (!y) st = pl_error_status();
+    if (!st) st = pl_backward(pl_sum(pl_mul(y, r), PL_ALL_DIMS, false), 1.0);
+    if (!st) st = pl_tensor_copy_(dst[0], y);
+    for (int i = 0; i < LSTM_NI && !st; i++) st = pl_tensor_copy_(dst[1 + i], in[i]->grad);
+    pl_frame_end();
+    return st;
+}
+
+/* Capture of an lstm forward + backward (reverse, B*H = 320): under auto
+ * (native inside the capture) and under PL_CUDA_LSTM=native the capture
+ * succeeds and the replay gives the eager native results (1e-6) and the
+ * CPU's (1e-4); under cudnn the capture is refused with lstm's reason. */
+START_TEST(lstm_native_captures) {
+    NEED_GPU();
+    pl_device gd = {PL_DEVICE_CUDA, 0};
+    int64_t B = 8, T = 7, In = 5, H = 40;
+    pl_tensor *want[LSTM_NR];
+    lstm_run(PL_CPU, B, T, In, H, 1, true, NULL, NULL, want);
+    pl_frame_begin();
+    pl_tensor *in[LSTM_NI] = {
+        pl_test_randn(PL_SHAPE(B, T, In), 21), pl_test_randn(PL_SHAPE(4 * H, In), 22),
+        pl_test_randn(PL_SHAPE(4 * H, H), 23), pl_test_randn(PL_SHAPE(4 * H), 24),
+        pl_test_randn(PL_SHAPE(4 * H), 25),    pl_test_randn(PL_SHAPE(B, H), 26),
+        pl_test_randn(PL_SHAPE(B, H), 27)};
+    pl_tensor *dst[1 + LSTM_NI];
+    for (int i = 0; i < LSTM_NI; i++) {
+        in[i] = PL_CK_NOTNULL(pl_tensor_to(in[i], PL_F32, gd));
+        pl_tensor_set_requires_grad(in[i], true);
+        dst[1 + i] = PL_CK_NOTNULL(pl_tensor_zeros_like(in[i]));
     }
+    dst[0] = PL_CK_NOTNULL(pl_tensor_zeros(PL_F32, PL_SHAPE(B, T, H), gd));
+    pl_tensor *r = pl_tensor_to(pl_test_rand(PL_SHAPE(B, T, H), -1, 1, 28), PL_F32, gd);
+    /* eager, native (also creates the gradients outside the capture) */
+    lstm_mode("native");
+    PL_CK_OK(lstm_graph_step(in, r, dst));
+    pl_tensor *eager[1 + LSTM_NI];
+    for (int i = 0; i < 1 + LSTM_NI; i++) eager[i] = PL_CK_NOTNULL(pl_tensor_to(dst[i], PL_F32, PL_CPU));
+    for (int v = 0; v < 3; v++) {
+        /* 0: option auto; 1: option cudnn (built without cuDNN: auto) and
+         * PL_CUDA_LSTM=native; 2: option cudnn */
+#ifdef PL_CUDA_HAVE_CUDNN
+        lstm_mode(v == 0 ? "auto" : "cudnn");
+#else
+        if (v == 2) break;
+        lstm_mode("auto");
+#endif
+        if (v == 1) setenv("PL_CUDA_LSTM", "native", 1);
+        pl_graph *g = NULL;
+        PL_CK_OK(pl_graph_capture_begin(gd));
+        pl_status st = lstm_graph_step(in, r, dst);
+        pl_status e = pl_graph_capture_end(&g);
+        unsetenv("PL_CUDA_LSTM");
+        if (v == 2) {
+            ck_assert_int_ne(st ? st : e, PL_OK);
+            ck_assert_msg(strstr(pl_error_message(), "lstm") &&
+                              strstr(pl_error_message(), "cannot be captured"),
+                          "cudnn under capture: %s", pl_error_message());
+            ck_assert_ptr_null(g);
+            pl_error_clear();
+            break;
+        }
+        ck_assert_msg(!st && !e, "variant %d: capture failed: %s", v, pl_error_message());
+        for (int i = 0; i < 1 + LSTM_NI; i++) PL_CK_OK(pl_tensor_fill_(dst[i], NAN));
+        PL_CK_OK(pl_graph_replay(g));
+        for (int i = 0; i < 1 + LSTM_NI; i++) {
+            const char *name = g_lstm_names[i == 0 ? 0 : 2 + i];
+            pl_tensor *got = PL_CK_NOTNULL(pl_tensor_to(dst[i], PL_F32, PL_CPU));
+            pl_tensor *cpu = want[i == 0 ? 0 : 2 + i];
+            double de = pl_test_max_abs_diff(got, eager[i]), dc = pl_test_max_abs_diff(got, cpu);
+            ck_assert_msg(de <= 1e-6 * (1.0 + max_abs(eager[i])),
+                          "variant %d: replayed %s differs from the eager native one by %g", v,
+                          name, de);
+            ck_assert_msg(dc <= 1e-4 * (1.0 + max_abs(cpu)),
+                          "variant %d: replayed %s differs from the CPU by %g", v, name, dc);
+        }
+        pl_graph_release(g);
+    }
+    lstm_mode("auto");
+    pl_frame_end();
+    lstm_release(want);
 }
 END_TEST
 
@@ -536,6 +722,8 @@ int main(void) {
     tcase_add_test(tc, fill_random_matches_the_host_draw);
     tcase_add_test(tc, nf4_matmul_matches_cpu);
     tcase_add_test(tc, lstm_matches_cpu);
+    tcase_add_test(tc, lstm_backward_follows_its_forward);
+    tcase_add_test(tc, lstm_native_captures);
     tcase_add_test(tc, clamp_matches_cpu);
     tcase_add_test(tc, optimizer_steps_match_cpu);
     tcase_add_test(tc, graph_capture_replays_a_step);
