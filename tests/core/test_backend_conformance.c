@@ -72,6 +72,8 @@ typedef struct ocase {
     double atol, rtol; /* device vs CPU tolerance; 0, 0: by dtype (g_tol) */
     int flag;
     double par;
+    const char *env;   /* "NAME=VALUE" set while the case runs on the device (not on
+                        * the CPU), e.g. a backend's choice between two kernels */
 } ocase;
 
 #define F(nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F32, .grad = true}
@@ -82,6 +84,8 @@ typedef struct ocase {
 #define FDP(dt_, nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = 0.5, .hi = 2, .dt = dt_, .grad = true}
 #define I(nd_, sh_, ...) {.nd = nd_, .sh = sh_, .kind = 'i', .vals = {__VA_ARGS__}, .dt = PL_I64}
 #define SH(...) {__VA_ARGS__}
+/* f32 uniform [lo_, hi_) with a gradient */
+#define FR(lo_, hi_, nd_, ...) {.nd = nd_, .sh = {__VA_ARGS__}, .kind = 'f', .lo = lo_, .hi = hi_, .dt = PL_F32, .grad = true}
 
 /* ---- case functions ------------------------------------------------------- */
 
@@ -478,6 +482,13 @@ static const ocase g_cases[] = {
     {PL_OP_NF4_QUANTIZE, "bf16 [5,77] block 63 (blocks share bytes)", 1, {{.nd = 2, .sh = {5, 77}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = false}}, c_nf4_quant, false, .flag = 63},
     {PL_OP_LSTM, "B2 T3 In4 H2", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true},
     {PL_OP_LSTM, "reverse", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, .flag = 1},
+    /* several blocks per element pass on a GPU (B*H = 280); the cuda backend's native
+     * lstm (cuda_lstm_native.cu) through PL_CUDA_LSTM, its default (auto) being cuDNN
+     * outside a graph capture */
+    {PL_OP_LSTM, "B4 T5 In6 H70", 5, {FR(-1, 1, 3, 4, 5, 6), FR(-0.3, 0.3, 2, 280, 6), FR(-0.3, 0.3, 2, 280, 70), F(1, 280), F(1, 280)}, c_lstm, true},
+    {PL_OP_LSTM, "B2 T3 In4 H2, PL_CUDA_LSTM=native", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, .env = "PL_CUDA_LSTM=native"},
+    {PL_OP_LSTM, "reverse, PL_CUDA_LSTM=native", 5, {F(3, 2, 3, 4), F(2, 8, 4), F(2, 8, 2), F(1, 8), F(1, 8)}, c_lstm, true, .flag = 1, .env = "PL_CUDA_LSTM=native"},
+    {PL_OP_LSTM, "B4 T5 In6 H70 rev, PL_CUDA_LSTM=native", 5, {FR(-1, 1, 3, 4, 5, 6), FR(-0.3, 0.3, 2, 280, 6), FR(-0.3, 0.3, 2, 280, 70), F(1, 280), F(1, 280)}, c_lstm, true, .flag = 1, .env = "PL_CUDA_LSTM=native"},
     {PL_OP_CLAMP, "[3,5] to [-1,1]", 1, {F(2, 3, 5)}, c_clamp, true, .par = 1.0},
     {PL_OP_ADAMW_STEP, "AdamW [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false},
     {PL_OP_ADAMW_STEP, "Adam l2 amsgrad [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 3},
@@ -547,7 +558,22 @@ static bool set_fail(result *r, const char *what) {
     return false;
 }
 
+static bool run_case_(const ocase *c, int ci, pl_device dev, result *r);
+
+/* run_case_ with the case's environment variable set on the device side */
 static bool run_case(const ocase *c, int ci, pl_device dev, result *r) {
+    char name[64] = "";
+    const char *eq = c->env ? strchr(c->env, '=') : NULL;
+    if (eq && dev.type != PL_DEVICE_CPU) {
+        snprintf(name, sizeof name, "%.*s", (int)(eq - c->env), c->env);
+        ck_assert_int_eq(setenv(name, eq + 1, 1), 0);
+    }
+    bool ok = run_case_(c, ci, dev, r);
+    if (name[0]) unsetenv(name);
+    return ok;
+}
+
+static bool run_case_(const ocase *c, int ci, pl_device dev, result *r) {
     memset(r, 0, sizeof *r);
     pl_error_clear();
     bool ok = true;
