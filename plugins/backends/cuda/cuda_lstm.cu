@@ -1,6 +1,16 @@
 /* cuda_lstm.cu - PL_OP_LSTM on CUDA through cuDNN's RNN API (v8 calls),
  * the GPU twin of plugins/backends/cpu/kernels_lstm.c. Built only when CMake finds
- * cuDNN (PL_CUDA_HAVE_CUDNN); otherwise the lookup declines lstm.
+ * cuDNN (PL_CUDA_HAVE_CUDNN). One of two implementations: cuda_lstm_native.cu
+ * registers the op's kernels and chooses, per call, between these two functions
+ * (pl_cu_lstm_cudnn_fwd / _bwd) and the native implementation (cuda_lstm_native.h:
+ * cublasSgemm + our element kernels, PyTorch's non-cuDNN structure, writes and
+ * reads the CPU's ws, capturable in a CUDA graph). The choice: [backend option]
+ * lstm = auto | cudnn | native, or PL_CUDA_LSTM; auto (default) is cuDNN
+ * eagerly and native while the thread captures a graph (cuDNN's RNN calls
+ * invalidated a capture on the H200, so these functions refuse one), and an
+ * auto backward is native only for a ws a native forward wrote (a cuDNN
+ * backward reads nothing from ws, so it follows either forward). Without cuDNN
+ * the native implementation is the only one.
  *
  * The op (ops.h pl_lstm, front end in core/src/tensor/ops_index.c): one layer,
  * PyTorch gate order (i, f, g, o), batch-major x [B, T, In],
@@ -174,7 +184,7 @@ static pl_status lstm_check_dims(int64_t B, int64_t T, int64_t In, int64_t H) {
                             (long long)H);
     if (In == 0)
         return pl_error_set(PL_ERR_UNSUPPORTED, "cuda lstm: input size 0 is not supported by "
-                            "cuDNN (B=%lld T=%lld H=%lld); run this layer on the CPU",
+                            "cuDNN (B=%lld T=%lld H=%lld); lstm = auto or native runs it",
                             (long long)B, (long long)T, (long long)H);
     return PL_OK;
 }
@@ -329,7 +339,7 @@ static pl_status lstm_check_f32(const pl_kernel_args *a, int n_in) {
     return PL_OK;
 }
 
-/* ---- forward ------------------------------------------------------------------------- */
+/* ---- forward (the cuDNN path; called by cuda_lstm_native.cu's choice) ----------------- */
 
 pl_status pl_cu_lstm_cudnn_fwd(const pl_kernel_args *a) {
     /* cuDNN's RNN calls invalidated a stream capture on the H200 (2026-11-27:
