@@ -61,11 +61,19 @@ __global__ void k_count(const count_args a, int n, const float *skip) {
 }
 
 /* The coefficients of a counted AdamW update: the record's bytes are a
- * pl_adamw_ccoef, the step is the count on the device. */
+ * pl_adamw_ccoef, the step is the count on the device. Thread 0 of the block
+ * computes them (two pow and a sqrt in double) into shared memory for the
+ * others; every thread of the block must call it (a uniform branch: count
+ * is the same for the whole block). */
 __device__ static pl_adamw_coef counted_coef(const void *rec, const float *count) {
-    pl_adamw_ccoef k;
-    memcpy(&k, rec, sizeof k);
-    return pl_adamw_coef_at(&k, (double)*count);
+    __shared__ pl_adamw_coef s;
+    if (threadIdx.x == 0) {
+        pl_adamw_ccoef k;
+        memcpy(&k, rec, sizeof k);
+        s = pl_adamw_coef_at(&k, (double)*count);
+    }
+    __syncthreads();
+    return s;
 }
 
 /* count: a counted call's step counter (after k_count) or NULL; the record
