@@ -505,7 +505,8 @@ static pl_status st_device_stats(int device, uint64_t *cursor, pl_device_stats *
 
 /* ---- kernels: the CPU's, with their tensors opened --------------------------- */
 
-#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3 + 5 * PL_OPTIM_MULTI_MAX)
+/* a multi-tensor call: param, grad, 3 states and a step counter per tensor */
+#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3 + 6 * PL_OPTIM_MULTI_MAX)
 
 typedef struct opened {
     uintptr_t base[MAX_OPEN]; /* blocks opened for this kernel call */
