@@ -215,8 +215,7 @@ START_TEST(device_count_is_the_checkpointed_step) {
     st = tk_state_save(vt->state, self);
     ck_assert_double_eq(tk_state_scalar(st, "adamw.step.w", &found), 41.0);
     tk_state_free(st);
-    w->grad = PL_CK_NOTNULL(pl_tensor_full(PL_F32, PL_SHAPE(3), 0.5, PL_CPU));
-    PL_CK_OK(vt->step(self));
+    PL_CK_OK(vt->step(self)); /* the same gradient */
     st = tk_state_save(vt->state, self);
     ck_assert_double_eq(tk_state_scalar(st, "adamw.step.w", &found), 42.0);
     tk_state_free(st);
