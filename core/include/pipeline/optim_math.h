@@ -5,8 +5,10 @@
  * pl_adamw_hyper or pl_sgd_hyper and calls pl_adamw_step_ / pl_sgd_step_
  * (ops.h), which run on the tensors' device. Each backend's kernel loops over
  * the elements calling pl_adamw_elem / pl_sgd_elem below with the scalars
- * pl_adamw_coef_of / pl_sgd_coef_of derived once per tensor on the host, so
- * the CPU and a GPU compute the same f32 operations in the same order.
+ * pl_adamw_coef_of / pl_sgd_coef_of derived once per tensor on the host (or,
+ * for a counted call, pl_adamw_coef_at of the step count on the device, in
+ * the kernel), so the CPU and a GPU compute the same f32 operations in the
+ * same order.
  *
  * Math: torch/optim/adam.py and sgd.py, _single_tensor_adam and
  * _single_tensor_sgd (PyTorch 2.x), in f32:
@@ -75,10 +77,13 @@ typedef struct pl_adamw_coef {
  * converted to double as torch's fused kernel does (`*step_count`, f32, in
  * pow(beta, step) of doubles). The bias corrections are then those of
  * pl_adamw_coef_of below, from the same expressions in double, rounded to
- * f32 once: for a count below 2^24 (exact in f32) the coefficients are the
+ * f32 once: for a count up to 2^24 (exact in f32) the coefficients are the
  * bits the host computes from an int64 step (the CPU kernel calls the same
- * libm pow; a GPU's pow is correctly rounded in all but rare cases, where
- * the f32 rounding of lr / bc1 hides a last-bit difference of the double).
+ * libm pow). CUDA's double pow is within 2 ulp (CUDA C Programming Guide,
+ * mathematical functions), so a GPU's double may differ in its last bits,
+ * which the f32 rounding of lr / bc1 and sqrt(bc2) hides unless the double
+ * lies within those bits of an f32 rounding boundary (a last-bit difference
+ * of one coefficient; torch's fused kernel also calls pow on the device).
  *
  * found_inf non-zero or NaN (the kernels' skip rule; torch's flag is only
  * ever 0 or 1, the trainer's is NaN for a non-finite loss): the count stays;
