@@ -58,31 +58,34 @@ bool pl_optim_counts_on_device(pl_device d) {
     return ok;
 }
 
+/* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
+static pl_status check_scalar(const char *op, const char *what, const pl_tensor *t, pl_dtype dt,
+                              const pl_device *dev) {
+    char b[256];
+    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: %s is NULL", op, what);
+    if (t->dtype != dt || pl_tensor_numel(t) != 1 || !pl_tensor_is_contiguous(t))
+        return pl_error_set(PL_ERR_SHAPE, "%s: %s is %s, expected a contiguous %s tensor of one "
+                            "element", op, what, pl_tensor_describe(t, b, sizeof b),
+                            pl_dtype_name(dt));
+    if (dev && !pl_device_eq(t->device, *dev)) {
+        char d1[32], d2[32];
+        return pl_error_set(PL_ERR_DEVICE, "%s: %s is on %s, expected %s", op, what,
+                            pl_device_str(t->device, d1, sizeof d1), pl_device_str(*dev, d2, sizeof d2));
+    }
+    return PL_OK;
+}
+
 /* A counted call's step counter fits the parameter, whose device's kernels
  * keep it. */
 static pl_status check_count(const char *op, const pl_tensor *param, const pl_tensor *count) {
-    char b[256];
-    if (!count)
-        return pl_error_set(PL_ERR_INVALID, "%s: parameter '%s': its step counter is NULL", op,
-                            param->name);
-    if (count->dtype != PL_F32 || pl_tensor_numel(count) != 1 || !pl_tensor_is_contiguous(count))
-        return pl_error_set(PL_ERR_SHAPE, "%s: parameter '%s': its step counter is %s, expected "
-                            "a contiguous f32 tensor of one element", op, param->name,
-                            pl_tensor_describe(count, b, sizeof b));
-    if (!pl_device_eq(count->device, param->device)) {
-        char d1[32], d2[32];
-        return pl_error_set(PL_ERR_DEVICE, "%s: parameter '%s': its step counter is on %s, the "
-                            "parameter on %s", op, param->name,
-                            pl_device_str(count->device, d1, sizeof d1),
-                            pl_device_str(param->device, d2, sizeof d2));
-    }
-    if (!pl_optim_counts_on_device(param->device)) {
-        const pl_backend *be = pl_backend_get(param->device.type);
-        return pl_error_set(PL_ERR_UNSUPPORTED, "%s: parameter '%s': backend '%s' keeps no step "
-                            "count on the device (setting optimizer_step_count)", op, param->name,
-                            be ? be->name : "?");
-    }
-    return PL_OK;
+    char what[PL_NAME_MAX + 48];
+    snprintf(what, sizeof what, "the step counter of parameter '%s'", param->name);
+    pl_status s = check_scalar(op, what, count, PL_F32, &param->device);
+    if (!s && !pl_optim_counts_on_device(param->device))
+        s = pl_error_set(PL_ERR_UNSUPPORTED, "%s: parameter '%s': backend '%s' keeps no step count "
+                         "(setting optimizer_step_count)", op, param->name,
+                         pl_backend_get(param->device.type)->name);
+    return s;
 }
 
 /* Eager: the coefficients `coef` (n bytes) go by value through p.extra.
@@ -345,23 +348,6 @@ pl_status pl_sgd_step_multi_counted_(int n, pl_tensor *const *param, pl_tensor *
 }
 
 /* ---- GradScaler on the device: ops.h, optim_math.h ---- */
-
-/* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
-static pl_status check_scalar(const char *op, const char *what, const pl_tensor *t, pl_dtype dt,
-                              const pl_device *dev) {
-    char b[256];
-    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: %s is NULL", op, what);
-    if (t->dtype != dt || pl_tensor_numel(t) != 1 || !pl_tensor_is_contiguous(t))
-        return pl_error_set(PL_ERR_SHAPE, "%s: %s is %s, expected a contiguous %s tensor of one "
-                            "element", op, what, pl_tensor_describe(t, b, sizeof b),
-                            pl_dtype_name(dt));
-    if (dev && !pl_device_eq(t->device, *dev)) {
-        char d1[32], d2[32];
-        return pl_error_set(PL_ERR_DEVICE, "%s: %s is on %s, expected %s", op, what,
-                            pl_device_str(t->device, d1, sizeof d1), pl_device_str(*dev, d2, sizeof d2));
-    }
-    return PL_OK;
-}
 
 pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found_inf,
                                 const pl_tensor *inv_scale) {
