@@ -4,8 +4,18 @@
 Writes tests/data/optim/*.json, computed with PyTorch (pip torch) on CPU:
 
   adamw.json     torch.optim.AdamW / torch.optim.Adam (l2), amsgrad, two
-                 parameter groups with lr_scale, a step without a gradient
-  sgd.json       torch.optim.SGD: momentum, dampening, nesterov, weight decay
+                 parameter groups with lr_scale, a step without a gradient,
+                 steps skipped by GradScaler's found_inf (adamw_found_inf)
+  sgd.json       torch.optim.SGD: momentum, dampening, nesterov, weight decay,
+                 a skipped first step (sgd_first_step_skipped)
+
+A case with "found_inf" (0-based step numbers) skips those steps as
+torch.cuda.amp.GradScaler does for a non-fused optimizer: the gradients are
+set, optimizer.step() is not called. For AdamW the same run is repeated with
+fused=True and the found_inf tensor set on every step (1 at the skipped
+ones), the path whose step counting the C kernels follow (state_steps += 1,
+then -= found_inf); its step counts must equal the non-fused run's, and are
+written as "steps_after" (each parameter's state["step"] after the run).
   onecycle.json  torch.optim.lr_scheduler.OneCycleLR lr and beta1 per step
   plateau.json   torch.optim.lr_scheduler.ReduceLROnPlateau lr per metric
   cosine.json    SequentialLR(LinearLR, CosineAnnealingLR) and LinearLR alone
@@ -16,7 +26,7 @@ so the C tests build the plugin from the same values. Floats are written
 with repr() (exact round trip); f32 tensors as the exact doubles of their
 f32 values.
 
-Usage: python3 tools/gen_optim_reference.py [--out tests/data/optim]
+Usage: python3 tools/gen_optim_reference.py [--out tests/data/optim] [--only NAME,...]
 """
 import argparse
 import json
@@ -71,6 +81,7 @@ def run_optimizer(kind, case, seed):
     opt = cls(groups, **kw)
     grads, expected = [], []
     skip = {tuple(x) for x in case.get("skip", [])}
+    found_inf = set(case.get("found_inf", []))
     for step in range(case["steps"]):
         gstep = []
         for i, p in enumerate(params):
@@ -81,10 +92,11 @@ def run_optimizer(kind, case, seed):
                 g = torch.randn(p.shape, generator=gen, dtype=torch.float32)
                 p.grad = g.clone()
                 gstep.append(flat(g))
-        opt.step()
+        if step not in found_inf:  # GradScaler: a found inf skips optimizer.step()
+            opt.step()
         grads.append(gstep)
         expected.append([flat(p) for p in params])
-    return {
+    out = {
         "name": case["name"],
         "plugin": kind,
         "options": case["options"],
@@ -92,6 +104,32 @@ def run_optimizer(kind, case, seed):
         "grads": grads,
         "expected": expected,
     }
+    if found_inf:
+        out["found_inf"] = sorted(found_inf)
+    if found_inf and case["torch_class"] == "adamw":
+        out["steps_after"] = fused_steps(case, init, grads, found_inf, opt, params)
+    return out
+
+
+def fused_steps(case, init, grads, found_inf, ref_opt, ref_params):
+    """The run again with AdamW(fused=True), found_inf given on every step
+    (torch/optim/adam.py _fused_adam: state_steps += 1, the kernel skips, then
+    state_steps -= found_inf); returns each parameter's final state["step"],
+    checked against the non-fused run's."""
+    params = [torch.tensor(v, dtype=torch.float32).reshape(s).requires_grad_(True)
+              for v, (_, s, _) in zip(init, case["params"])]
+    kw = dict(case["hyper"], lr=case["lr"], weight_decay=case["weight_decay"], fused=True)
+    opt = AdamW(params, **kw)
+    for step, gstep in enumerate(grads):
+        for p, g in zip(params, gstep):
+            p.grad = None if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)
+        opt.found_inf = torch.tensor(1.0 if step in found_inf else 0.0)
+        opt.step()
+    steps = [float(opt.state[p]["step"]) for p in params]
+    ref = [float(ref_opt.state[p]["step"]) for p in ref_params]
+    assert steps == ref, (steps, ref)
+    assert steps[0] == len(grads) - len(found_inf), steps
+    return steps
 
 
 def adamw_cases():
@@ -127,6 +165,11 @@ def adamw_cases():
              skip=[[3, 2], [4, 0]],
              hyper={"betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False})
     cases.append(c)
+    # GradScaler skips (found_inf) at steps 3 and 4 of 8: the later bias
+    # corrections use the step count without them
+    c = dict(base, name="adamw_found_inf", torch_class="adamw", steps=8, found_inf=[3, 4],
+             hyper={"betas": (0.9, 0.999), "eps": 1e-8, "amsgrad": False})
+    cases.append(c)
     return [run_optimizer("adamw", c, 1000 + i) for i, c in enumerate(cases)]
 
 
@@ -152,6 +195,11 @@ def sgd_cases():
              lr=0.1, weight_decay=0.01,
              groups={"no_decay": {"weight_decay": 0.0}, "head": {"lr_scale": 0.1}},
              skip=[[2, 1]], hyper={"momentum": 0.9}),
+        # a skipped first step leaves the momentum buffer uninitialised: the
+        # next step sets it to the gradient (dampening makes the difference show)
+        dict(base, name="sgd_first_step_skipped", steps=5, found_inf=[0],
+             options={"lr": "0.05", "momentum": "0.9", "dampening": "0.5"},
+             lr=0.05, weight_decay=0.0, hyper={"momentum": 0.9, "dampening": 0.5}),
     ]
     return [run_optimizer("sgd", c, 2000 + i) for i, c in enumerate(cases)]
 
@@ -314,14 +362,28 @@ def swa_cases():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data", "optim"))
+    ap.add_argument("--only", default="",
+                    help="comma-separated case names: write only these into the existing files, "
+                         "keeping the other cases as stored (torch's CPU kernels may round the "
+                         "last bit differently on another machine)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    only = {n for n in a.only.split(",") if n}
     files = {
         "adamw.json": adamw_cases(), "sgd.json": sgd_cases(), "onecycle.json": onecycle_cases(),
         "plateau.json": plateau_cases(), "cosine.json": cosine_cases(), "swa.json": swa_cases(),
     }
     for fname, cases in files.items():
         path = os.path.join(a.out, fname)
+        if only:
+            mine = {c["name"]: c for c in cases if c["name"] in only}
+            if not mine:
+                continue
+            with open(path) as f:
+                stored = json.load(f)["cases"]
+            names = [c["name"] for c in stored]
+            cases = [mine.get(c["name"], c) for c in stored]
+            cases += [c for n, c in mine.items() if n not in names]
         with open(path, "w") as f:
             json.dump({"generator": "tools/gen_optim_reference.py", "torch": torch.__version__,
                        "cases": cases}, f, separators=(",", ":"))

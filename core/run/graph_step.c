@@ -12,8 +12,9 @@
  * copied into the static inputs and the graph replayed, after the host has
  * set what changes per step on the device: the optimizer's coefficients
  * (the optimizer's step() run in refresh mode: schedulers' learning rates,
- * AdamW's bias correction, onecycle's momentum) and dropout's micro-step
- * offset. The step count, the averager and the callbacks stay on the host,
+ * onecycle's momentum; AdamW's bias correction comes from its step count on
+ * the device, which the replayed kernels advance, ABI 2.12) and dropout's
+ * micro-step offset. The step count, the averager and the callbacks stay on the host,
  * outside the graph. A batch whose shapes differ from the captured one (a
  * short last batch) runs eagerly, with one logged reason.
  *

@@ -19,6 +19,9 @@
  *    sets the flag to 1 when a gradient is inf / NaN (its skip: unlike a
  *    non-finite loss, not taken back from the step counts, as on the host
  *    path, where before_step's false skips the update and the step counts);
+ *    the optimizers' own counts (AdamW's t, SGD's momentum count) live on
+ *    the device and do not advance while the flag is set (ABI 2.12, torch's
+ *    fused AdamW state_steps), so neither skip moves them;
  *  - the buffer is read back in one copy (tr_sv_flush) only at a logged
  *    step, before a validation, a checkpoint or an interrupt's save, at the
  *    epoch's end, and when it is full; the host then replays the on_nan
@@ -32,13 +35,13 @@
  * counts are decremented, which restores the learning-rate schedule and the
  * dropout stream of an immediate decision from the next step on (with
  * log_every_n_steps = 1 the run is the same as deciding each step on the
- * host). What differs from deciding each step at once: an optimizer's own
- * per-parameter step count (AdamW's bias correction) still advances on a
- * skipped step; the steps between the skip and the next read used step
- * numbers one higher; an averager updated after it saw unchanged weights;
- * and with accumulate_grad_batches > 1 a non-finite micro-batch skips its
- * whole optimizer step (GradScaler's behaviour) instead of restarting the
- * accumulation. on_nan = stop fails at the read with the same message; the
+ * host). What differs from deciding each step at once: the steps between
+ * the skip and the next read used trainer step numbers one higher (the
+ * learning-rate schedule; an optimizer's own count, AdamW's bias correction,
+ * did not advance on the skip, as on the host path); an averager updated
+ * after it saw unchanged weights; and with accumulate_grad_batches > 1 a
+ * non-finite micro-batch skips its whole optimizer step (GradScaler's
+ * behaviour) instead of restarting the accumulation. on_nan = stop fails at the read with the same message; the
  * weights are those before the bad step (it was skipped on the device).
  */
 #include <math.h>

@@ -220,18 +220,28 @@ static pl_tensor *found_inf_on(const pl_tensor *like, int flag) {
     ((float *)pl_tensor_data(h))[0] = flag & 8 ? 0.0f : NAN;
     return pl_tensor_to(h, PL_F32, like->device);
 }
+/* flag bit 4 (16): a counted call (ABI 2.12): the step count an f32 [1] on
+ * the tensors' device holding `count` before the call, appended to the
+ * result (the kernel increments it unless found_inf). */
+static pl_tensor *count_on(const pl_tensor *like, double count) {
+    return pl_tensor_full(PL_F32, 1, (int64_t[]){1}, count, like->device);
+}
 static pl_tensor *c_adamw(pl_tensor **in, const ocase *c) {
     pl_tensor *p = fresh(in[0]), *m = fresh(in[2]), *v = fresh(in[3]), *vm = fresh(in[4]);
     pl_adamw_hyper h = {.lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                         .weight_decay = 0.1, .l2 = c->flag & 1, .amsgrad = c->flag & 2, .step = 3};
     pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
     if ((c->flag & 4) && !fi) return NULL;
+    pl_tensor *n = c->flag & 16 ? count_on(in[0], 2.0) : NULL; /* step 3 when it counts */
+    if ((c->flag & 16) && !n) return NULL;
     pl_optim_set_found_inf(fi);
-    pl_status st = !p || !m || !v || !vm ? PL_ERR_NOMEM : pl_adamw_step_(p, in[1], m, v, vm, &h);
+    pl_status st = !p || !m || !v || !vm ? PL_ERR_NOMEM
+                   : n                  ? pl_adamw_step_counted_(p, in[1], m, v, vm, n, &h)
+                                        : pl_adamw_step_(p, in[1], m, v, vm, &h);
     pl_optim_set_found_inf(NULL);
     if (st) return NULL;
-    pl_tensor *parts[4] = {p, m, v, vm};
-    return pl_concat(parts, 4, 0);
+    pl_tensor *parts[5] = {p, m, v, vm, n};
+    return pl_concat(parts, n ? 5 : 4, 0);
 }
 static pl_tensor *c_sgd(pl_tensor **in, const ocase *c) {
     pl_tensor *p = fresh(in[0]), *b = fresh(in[2]);
@@ -239,12 +249,17 @@ static pl_tensor *c_sgd(pl_tensor **in, const ocase *c) {
                       .nesterov = c->flag & 1, .first = c->flag & 2};
     pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
     if ((c->flag & 4) && !fi) return NULL;
+    /* counted: first when the count reaches 1 (flag bit 1: from 0) */
+    pl_tensor *n = c->flag & 16 ? count_on(in[0], c->flag & 2 ? 0.0 : 4.0) : NULL;
+    if ((c->flag & 16) && !n) return NULL;
     pl_optim_set_found_inf(fi);
-    pl_status st = !p || !b ? PL_ERR_NOMEM : pl_sgd_step_(p, in[1], b, &h);
+    pl_status st = !p || !b ? PL_ERR_NOMEM
+                   : n      ? pl_sgd_step_counted_(p, in[1], b, n, &h)
+                            : pl_sgd_step_(p, in[1], b, &h);
     pl_optim_set_found_inf(NULL);
     if (st) return NULL;
-    pl_tensor *parts[2] = {p, b};
-    return pl_concat(parts, 2, 0);
+    pl_tensor *parts[3] = {p, b, n};
+    return pl_concat(parts, n ? 3 : 2, 0);
 }
 
 /* The multi-tensor forms (ops.def's adamw_step_multi / sgd_step_multi): the
@@ -273,12 +288,18 @@ static pl_tensor *c_adamw_multi(pl_tensor **in, const ocase *c) {
     }
     pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
     if ((c->flag & 4) && !fi) return NULL;
+    pl_tensor *n[3] = {NULL, NULL, NULL}; /* counted: steps 1, 3, 5 */
+    for (int i = 0; i < 3 && (c->flag & 16); i++)
+        if (!(n[i] = count_on(in[0], 2.0 * i))) return NULL;
     pl_optim_set_found_inf(fi);
-    pl_status st = pl_adamw_step_multi_(3, p, g, m, v, vm, h);
+    pl_status st = c->flag & 16 ? pl_adamw_step_multi_counted_(3, p, g, m, v, vm, n, h)
+                                : pl_adamw_step_multi_(3, p, g, m, v, vm, h);
     pl_optim_set_found_inf(NULL);
     if (st) return NULL;
-    pl_tensor *parts[4] = {cat3(p), cat3(m), cat3(v), cat3(vm)};
-    return parts[0] && parts[1] && parts[2] && parts[3] ? pl_concat(parts, 4, 0) : NULL;
+    pl_tensor *parts[5] = {cat3(p), cat3(m), cat3(v), cat3(vm), c->flag & 16 ? cat3(n) : NULL};
+    return parts[0] && parts[1] && parts[2] && parts[3] && (parts[4] || !(c->flag & 16))
+               ? pl_concat(parts, c->flag & 16 ? 5 : 4, 0)
+               : NULL;
 }
 /* the middle parameter has no momentum buffer (plain SGD beside momentum) */
 static pl_tensor *c_sgd_multi(pl_tensor **in, const ocase *c) {
@@ -293,12 +314,18 @@ static pl_tensor *c_sgd_multi(pl_tensor **in, const ocase *c) {
     pl_tensor *bl[3] = {b[0], NULL, b[2]};
     pl_tensor *fi = c->flag & 4 ? found_inf_on(in[0], c->flag) : NULL;
     if ((c->flag & 4) && !fi) return NULL;
+    /* counted: the first parameter's count from 0 (its first step), the
+     * third's from 6; the middle one has no buffer and so no count */
+    pl_tensor *n[3] = {NULL, NULL, NULL};
+    if ((c->flag & 16) && (!(n[0] = count_on(in[0], 0.0)) || !(n[2] = count_on(in[0], 6.0))))
+        return NULL;
     pl_optim_set_found_inf(fi);
-    pl_status st = pl_sgd_step_multi_(3, p, g, bl, h);
+    pl_status st = c->flag & 16 ? pl_sgd_step_multi_counted_(3, p, g, bl, n, h)
+                                : pl_sgd_step_multi_(3, p, g, bl, h);
     pl_optim_set_found_inf(NULL);
     if (st) return NULL;
-    pl_tensor *parts[2] = {cat3(p), cat3(b)};
-    return parts[0] && parts[1] ? pl_concat(parts, 2, 0) : NULL;
+    pl_tensor *parts[4] = {cat3(p), cat3(b), n[0], n[2]};
+    return parts[0] && parts[1] ? pl_concat(parts, c->flag & 16 ? 4 : 2, 0) : NULL;
 }
 
 /* The GradScaler's ops (ops.def's amp_unscale_multi, amp_update_scale): no
@@ -506,6 +533,18 @@ static const ocase g_cases[] = {
     {PL_OP_SGD_STEP_MULTI, "nesterov first [7]+[13]+[20]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 3},
     {PL_OP_SGD_STEP_MULTI, "momentum found_inf NaN: skipped", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 4},
     {PL_OP_SGD_STEP_MULTI, "momentum found_inf 0: updates", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 8 | 4},
+    /* counted calls (the step count on the device, appended to the result) */
+    {PL_OP_ADAMW_STEP, "AdamW counted, 2 -> 3 [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 16},
+    {PL_OP_ADAMW_STEP, "Adam l2 amsgrad counted, found_inf 0 [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 16 | 12 | 3},
+    {PL_OP_ADAMW_STEP, "AdamW counted, found_inf NaN [40]", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw, false, .flag = 16 | 4},
+    {PL_OP_SGD_STEP, "momentum counted, 0 -> 1: first [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 16 | 2},
+    {PL_OP_SGD_STEP, "nesterov counted, 4 -> 5 [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 16 | 1},
+    {PL_OP_SGD_STEP, "momentum counted, found_inf NaN [40]", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd, false, .flag = 16 | 4 | 2},
+    {PL_OP_ADAMW_STEP_MULTI, "AdamW counted [7]+[13]+[20], 0,2,4->1,3,5", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 16},
+    {PL_OP_ADAMW_STEP_MULTI, "Adam l2 amsgrad counted, found_inf 0", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 16 | 12 | 3},
+    {PL_OP_ADAMW_STEP_MULTI, "AdamW counted, found_inf NaN: counts stay", 5, {FN(1, 40), FN(1, 40), FN(1, 40), FP(1, 40), FP(1, 40)}, c_adamw_multi, false, .flag = 16 | 4},
+    {PL_OP_SGD_STEP_MULTI, "momentum counted, [13] none, counts 0, 6", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 16},
+    {PL_OP_SGD_STEP_MULTI, "momentum counted, found_inf NaN: counts stay", 3, {FN(1, 40), FN(1, 40), FN(1, 40)}, c_sgd_multi, false, .flag = 16 | 4},
     {PL_OP_AMP_UNSCALE_MULTI, "[7]+[13]+[20] x 1/1024, finite", 1, {FN(1, 40)}, c_amp_unscale, false, .par = 1.0 / 1024},
     {PL_OP_AMP_UNSCALE_MULTI, "[7]+[13]+[20] x 3, an inf in [13]", 1, {FN(1, 40)}, c_amp_unscale, false, .flag = 1, .par = 3.0},
     {PL_OP_AMP_UNSCALE_MULTI, "x 0.5, an inf in [13], a NaN in [20]", 1, {FN(1, 40)}, c_amp_unscale, false, .flag = 3, .par = 0.5},
@@ -807,6 +846,51 @@ START_TEST(found_inf_skips_the_optimizer_update) {
 }
 END_TEST
 
+/* The counted calls (ABI 2.12) on the CPU reference: the parameters and
+ * state of the host-step call with the same step (adamw: count 2 -> step 3,
+ * the multi form's 0, 2, 4 -> 1, 3, 5; sgd: count 0 -> 1 is the first step),
+ * the same bits, and the counts incremented; with found_inf NaN nothing
+ * changes, the counts included. */
+START_TEST(counted_calls_equal_host_step_calls) {
+    pl_frame_begin();
+    pl_tensor *in[5];
+    for (int i = 0; i < 5; i++)
+        in[i] = i >= 3 ? pl_test_rand(PL_SHAPE(40), 0.5, 2, 200 + i) : pl_test_randn(PL_SHAPE(40), 200 + i);
+    static const struct {
+        int form, host_flag, counted_flag, n_counts;
+        float counts[3], before[3];
+    } t[] = {
+        {0, 0, 16, 1, {3}, {2}},          {0, 3, 16 | 3, 1, {3}, {2}},
+        {1, 2, 16 | 2, 1, {1}, {0}},      {1, 1, 16 | 1, 1, {5}, {4}},
+        {2, 0, 16, 3, {1, 3, 5}, {0, 2, 4}}, {2, 3, 16 | 3, 3, {1, 3, 5}, {0, 2, 4}},
+        {3, 2, 16, 2, {1, 7}, {0, 6}},
+    };
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        int f = t[k].form;
+        case_fn fn = f == 0 ? c_adamw : f == 1 ? c_sgd : f == 2 ? c_adamw_multi : c_sgd_multi;
+        ocase host = {.flag = t[k].host_flag}, counted = {.flag = t[k].counted_flag},
+              skip = {.flag = t[k].counted_flag | 4};
+        pl_tensor *a = PL_CK_NOTNULL(fn(in, &host)), *b = PL_CK_NOTNULL(fn(in, &counted));
+        pl_tensor *z = PL_CK_NOTNULL(fn(in, &skip));
+        const int64_t na = pl_tensor_numel(a), nc = t[k].n_counts;
+        ck_assert_int_eq(pl_tensor_numel(b), na + nc);
+        ck_assert_msg(memcmp(pl_tensor_data(a), pl_tensor_data(b), (size_t)na * sizeof(float)) == 0,
+                      "form %d flag %d: the counted call's update differs", f, t[k].host_flag);
+        const float *cb = (const float *)pl_tensor_data(b) + na;
+        const float *cz = (const float *)pl_tensor_data(z) + na;
+        for (int i = 0; i < nc; i++) {
+            ck_assert_float_eq(cb[i], t[k].counts[i]);
+            ck_assert_float_eq(cz[i], t[k].before[i]);
+        }
+        pl_tensor *parts[4] = {in[0], in[2], in[3], in[4]};
+        pl_tensor *before = pl_concat(parts, f & 1 ? 2 : 4, 0);
+        ck_assert_msg(memcmp(pl_tensor_data(before), pl_tensor_data(z), (size_t)na * sizeof(float)) == 0,
+                      "form %d: a skipped counted call changed the state", f);
+    }
+    pl_frame_end();
+}
+END_TEST
+
 /* ---- the device table ------------------------------------------------------------- */
 
 /* The dtype of a case's float inputs (the first one decides; cases do not
@@ -996,6 +1080,7 @@ int main(void) {
     tcase_add_test(tc, cpu_kernels_complete);
     tcase_add_test(tc, cpu_reference_sane);
     tcase_add_test(tc, found_inf_skips_the_optimizer_update);
+    tcase_add_test(tc, counted_calls_equal_host_step_calls);
     tcase_add_test(tc, device_conformance);
     suite_add_tcase(s, tc);
     return pl_test_run(s);

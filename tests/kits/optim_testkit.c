@@ -170,6 +170,135 @@ static void set_grad(tk_run *r, pl_tensor *t, const cJSON *g) {
     free(v);
 }
 
+/* Gradient g (JSON array, or null: none) of t, made on the host and moved to t's device. */
+static void set_grad_on(pl_tensor *t, const cJSON *g) {
+    pl_tensor_release(t->grad);
+    t->grad = NULL;
+    if (cJSON_IsNull(g)) return;
+    int n;
+    double *v = tk_doubles(g, &n);
+    ck_assert_int_eq(n, pl_tensor_numel(t));
+    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < n; i++) f[i] = (float)v[i];
+    pl_tensor *h = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, t->ndim, t->shape, f, PL_CPU));
+    t->grad = PL_CK_NOTNULL(pl_tensor_to(h, PL_F32, t->device));
+    pl_tensor_release(h);
+    free(f);
+    free(v);
+}
+
+static bool in_list(const cJSON *a, int s) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) if ((int)x->valuedouble == s) return true;
+    return false;
+}
+
+float *tk_run_optimizer_case_on(const cJSON *c, const char *plugin, int resume_at, pl_device dev,
+                                bool device_skip, int *n_out) {
+    const char *cname = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
+    char dname[32];
+    pl_device_str(dev, dname, sizeof dname);
+    tk_run r;
+    tk_init(&r);
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params"), *p;
+    int np = 0, total = 0;
+    pl_tensor *ts[16];
+    cJSON_ArrayForEach(p, params) {
+        int n, nd;
+        double *init = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "init"), &n);
+        double *shp = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "shape"), &nd);
+        int64_t shape[PL_MAX_DIMS];
+        for (int i = 0; i < nd; i++) shape[i] = (int64_t)shp[i];
+        ck_assert(np < 16);
+        tk_add_param(&r, cJSON_GetObjectItemCaseSensitive(p, "name")->valuestring, nd, shape,
+                     init, true);
+        if (dev.type != PL_DEVICE_CPU) {
+            pl_tensor *d = PL_CK_NOTNULL(pl_tensor_to(pl_params_at(r.ctx->params, np)->t, PL_F32, dev));
+            pl_tensor_set_requires_grad(d, true);
+            PL_CK_OK(pl_params_replace(r.ctx->params, np, d));
+            pl_tensor_release(d);
+        }
+        ts[np] = pl_params_at(r.ctx->params, np)->t;
+        total += n;
+        np++;
+        free(init);
+        free(shp);
+    }
+    tk_open(&r, "optimizer", plugin, cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
+    const pl_optimizer_vtable *vt = r.vtable;
+    void *self = NULL;
+    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+    const cJSON *grads = cJSON_GetObjectItemCaseSensitive(c, "grads");
+    const cJSON *expected = cJSON_GetObjectItemCaseSensitive(c, "expected");
+    const cJSON *skips = cJSON_GetObjectItemCaseSensitive(c, "found_inf");
+    pl_tensor *flag = PL_CK_NOTNULL(pl_tensor_zeros_owned(PL_F32, 1, (int64_t[]){1}, dev));
+    int steps = cJSON_GetArraySize(grads);
+    for (int s = 0; s < steps; s++) {
+        if (resume_at > 0 && s == resume_at) {
+            tk_state *st = tk_state_save(vt->state, self);
+            vt->destroy(self);
+            self = NULL;
+            PL_CK_OK(vt->create(r.sec, r.ctx, &self));
+            tk_state_load(st, vt->state, self);
+            tk_state_free(st);
+        }
+        const cJSON *gs = cJSON_GetArrayItem(grads, s), *es = cJSON_GetArrayItem(expected, s);
+        for (int i = 0; i < np; i++) set_grad_on(ts[i], cJSON_GetArrayItem(gs, i));
+        bool skip = in_list(skips, s);
+        if (device_skip) {
+            PL_CK_OK(pl_tensor_fill_(flag, skip ? 1.0 : 0.0));
+            pl_optim_set_found_inf(flag);
+            pl_status st = vt->step(self);
+            pl_optim_set_found_inf(NULL);
+            PL_CK_OK(st);
+        } else if (!skip) {
+            PL_CK_OK(vt->step(self));
+        }
+        for (int i = 0; i < np; i++) {
+            int n;
+            double *e = tk_doubles(cJSON_GetArrayItem(es, i), &n);
+            pl_tensor *h = PL_CK_NOTNULL(pl_tensor_to(ts[i], PL_F32, PL_CPU));
+            const float *d = pl_tensor_f32(h);
+            for (int k = 0; k < n; k++)
+                ck_assert_msg(tk_near(d[k], e[k], 1e-6, 1e-7),
+                              "%s (%s on %s, %s skip): step %d, %s[%d] = %.9g, torch %.9g", cname,
+                              plugin, dname, device_skip ? "device" : "host", s, ts[i]->name, k,
+                              (double)d[k], e[k]);
+            pl_tensor_release(h);
+            free(e);
+        }
+    }
+    const cJSON *after = cJSON_GetObjectItemCaseSensitive(c, "steps_after");
+    if (after) {
+        tk_state *st = tk_state_save(vt->state, self);
+        for (int i = 0; i < np; i++) {
+            char key[PL_NAME_MAX + 64];
+            bool found;
+            snprintf(key, sizeof key, "%s.step.%s", plugin, ts[i]->name);
+            double got = tk_state_scalar(st, key, &found);
+            ck_assert_msg(found && got == cJSON_GetArrayItem(after, i)->valuedouble,
+                          "%s (%s on %s, %s skip): %s = %g, torch's fused step %g", cname, plugin,
+                          dname, device_skip ? "device" : "host", key, got,
+                          cJSON_GetArrayItem(after, i)->valuedouble);
+        }
+        tk_state_free(st);
+    }
+    float *out = malloc(sizeof(float) * (size_t)(total ? total : 1));
+    ck_assert_ptr_nonnull(out);
+    for (int i = 0, at = 0; i < np; i++) {
+        pl_tensor *h = PL_CK_NOTNULL(pl_tensor_to(ts[i], PL_F32, PL_CPU));
+        memcpy(out + at, pl_tensor_f32(h), sizeof(float) * (size_t)pl_tensor_numel(h));
+        at += (int)pl_tensor_numel(h);
+        pl_tensor_release(h);
+    }
+    *n_out = total;
+    pl_tensor_release(flag);
+    vt->destroy(self);
+    tk_close(&r);
+    return out;
+}
+
 void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at) {
     const char *cname = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
     tk_run r;

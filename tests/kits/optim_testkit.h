@@ -87,4 +87,18 @@ void tk_state_free(tk_state *st);
  * optimizer over the same parameters, load the state and continue. */
 void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at);
 
+/* tk_run_optimizer_case on device dev (the parameters and gradients moved
+ * there; results compared on the host), with the case's "found_inf" steps
+ * (0-based; none: every step runs) skipped
+ *   device_skip false: as the trainer's host path: no optimizer step;
+ *   device_skip true:  as its device path: the step runs with the found_inf
+ *                      flag (pl_optim_set_found_inf) set on every step, 1 at
+ *                      the skipped ones, 0 elsewhere.
+ * After the run, each parameter's "<plugin>.step.<name>" state must equal
+ * the case's "steps_after" (torch's fused state["step"]) when it has one.
+ * Returns the final values of every parameter, concatenated (malloc'd; *n
+ * their count), for bitwise comparisons between runs. */
+float *tk_run_optimizer_case_on(const cJSON *c, const char *plugin, int resume_at, pl_device dev,
+                                bool device_skip, int *n);
+
 #endif

@@ -176,7 +176,13 @@ typedef struct pl_backend {
      * PL_OK promises that this backend's adamw_step / sgd_step kernels obey
      * the found_inf flag in[1] (pl_optim_set_found_inf, ops.h: no update when
      * it is non-zero or NaN). Without that answer the trainer reads the loss
-     * back every step instead of keeping it on the device. */
+     * back every step instead of keeping it on the device.
+     * ("optimizer_step_count", "true") (ABI 2.12): asked by an optimizer
+     * (pl_optim_counts_on_device, ops.h); PL_OK promises that the kernels
+     * take counted calls: adamw_step's out[4], sgd_step's out[2] and the
+     * multi forms' pl_optim_multi.count[] (optim_math.h), a step count on
+     * the device incremented unless found_inf, whose value the update uses.
+     * Without it the optimizer keeps its count on the host. */
     pl_status (*set_option)(const char *key, const char *value);
     /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
      * What would stall a GPU, counted since the backend was loaded (the

@@ -301,6 +301,39 @@ pl_status pl_adamw_step_multi_(int n, pl_tensor *const *param, pl_tensor *const 
                                pl_tensor *const *max_exp_avg_sq, const struct pl_adamw_hyper *h);
 pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
                              pl_tensor *const *momentum_buf, const struct pl_sgd_hyper *h);
+/* Counted forms (ABI 2.12): the step count lives on the device, as torch's
+ * fused AdamW keeps `state_steps` (optim_math.h, "the step count on the
+ * device"). count (count[i]) is an f32 tensor of one element on the
+ * parameter's device, written: the kernel increments it unless the
+ * found_inf flag (pl_optim_set_found_inf) is set, and then updates with it,
+ * so a skipped step neither moves the weights nor advances the count, and
+ * the host reads nothing. adamw: the bias corrections come from the count
+ * (h->step is ignored; an initial count of 0 gives update 1); the count must
+ * stay below 2^24, as torch's f32 step, to count exactly. sgd: the momentum
+ * buffer is initialised to the gradient when the count reaches 1 (h->first
+ * is ignored); count (count[i]) is needed where momentum_buf (its [i]) is
+ * set and ignored elsewhere. Otherwise as the forms above (the same checks,
+ * the same bits for the same count: pl_adamw_coef_at). Errors as theirs,
+ * and PL_ERR_UNSUPPORTED naming the parameter and backend when that
+ * device's optimizer kernels keep no count (pl_optim_counts_on_device). */
+pl_status pl_adamw_step_counted_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                                 pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
+                                 pl_tensor *count, const struct pl_adamw_hyper *h);
+pl_status pl_sgd_step_counted_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                               pl_tensor *count, const struct pl_sgd_hyper *h);
+pl_status pl_adamw_step_multi_counted_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                                       pl_tensor *const *exp_avg, pl_tensor *const *exp_avg_sq,
+                                       pl_tensor *const *max_exp_avg_sq, pl_tensor *const *count,
+                                       const struct pl_adamw_hyper *h);
+pl_status pl_sgd_step_multi_counted_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                                     pl_tensor *const *momentum_buf, pl_tensor *const *count,
+                                     const struct pl_sgd_hyper *h);
+/* Whether the optimizer kernels of device d take the counted calls above:
+ * the CPU's do; another backend says so by accepting the setting
+ * "optimizer_step_count" (backend.h's set_option; strict and cuda do). An
+ * optimizer keeps its count on the host where this is false. Clears the
+ * error state it may set. */
+bool pl_optim_counts_on_device(pl_device d);
 /* torch.cuda.amp.GradScaler's device kernels (ATen native/cuda/AmpKernels.cu;
  * the math is optim_math.h's pl_amp_unscale_elem / pl_amp_update_scale_elem).
  * Neither is recorded on the tape (no autograd, so no numerical gradient

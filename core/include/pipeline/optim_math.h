@@ -5,8 +5,10 @@
  * pl_adamw_hyper or pl_sgd_hyper and calls pl_adamw_step_ / pl_sgd_step_
  * (ops.h), which run on the tensors' device. Each backend's kernel loops over
  * the elements calling pl_adamw_elem / pl_sgd_elem below with the scalars
- * pl_adamw_coef_of / pl_sgd_coef_of derived once per tensor on the host, so
- * the CPU and a GPU compute the same f32 operations in the same order.
+ * pl_adamw_coef_of / pl_sgd_coef_of derived once per tensor on the host (or,
+ * for a counted call, pl_adamw_coef_at of the step count on the device, in
+ * the kernel), so the CPU and a GPU compute the same f32 operations in the
+ * same order.
  *
  * Math: torch/optim/adam.py and sgd.py, _single_tensor_adam and
  * _single_tensor_sgd (PyTorch 2.x), in f32:
@@ -28,6 +30,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "pipeline/backend_util.h"
 #include "pipeline/tensor.h"
@@ -57,23 +60,92 @@ typedef struct pl_adamw_coef {
     int decay, l2, ams; /* flags */
 } pl_adamw_coef;
 
-/* The scalars of h (host only: pow in double as torch computes them). */
-static inline pl_adamw_coef pl_adamw_coef_of(const pl_adamw_hyper *h) {
+/* ---- the step count on the device (ABI 2.12) ----
+ *
+ * torch's fused AdamW keeps each parameter's `step` as an f32 tensor on the
+ * parameter's device (torch/optim/adam.py `_fused_adam`, state_steps of
+ * dtype _get_scalar_dtype(is_fused=True) = float32) and, under
+ * GradScaler's found_inf, takes a skipped step back on the device:
+ *     torch._foreach_add_(state_steps, 1)
+ *     torch._fused_adamw_(..., state_steps, found_inf=found_inf)  # no update when found_inf
+ *     torch._foreach_sub_(state_steps, [found_inf] * n)
+ * so the count advances by 1 - found_inf and the host never reads the flag.
+ * A non-fused torch optimizer under GradScaler skips optimizer.step()
+ * altogether (a host read of found_inf), with the same count. A counted
+ * kernel call (pl_adamw_step_counted_, ops.h) does the same in one place:
+ * pl_optim_count_elem below, then the update with the count it left,
+ * converted to double as torch's fused kernel does (`*step_count`, f32, in
+ * pow(beta, step) of doubles). The bias corrections are then those of
+ * pl_adamw_coef_of below, from the same expressions in double, rounded to
+ * f32 once: for a count up to 2^24 (exact in f32) the coefficients are the
+ * bits the host computes from an int64 step (the CPU kernel calls the same
+ * libm pow). CUDA's double pow is within 2 ulp (CUDA C Programming Guide,
+ * mathematical functions), so a GPU's double may differ in its last bits,
+ * which the f32 rounding of lr / bc1 and sqrt(bc2) hides unless the double
+ * lies within those bits of an f32 rounding boundary (a last-bit difference
+ * of one coefficient; torch's fused kernel also calls pow on the device).
+ *
+ * found_inf non-zero or NaN (the kernels' skip rule; torch's flag is only
+ * ever 0 or 1, the trainer's is NaN for a non-finite loss): the count stays;
+ * else it is incremented. Returns whether the step runs. */
+PL_HD static inline bool pl_optim_count_elem(float *count, const float *found_inf) {
+    if (found_inf && *found_inf != 0.0f) return false;
+    *count = *count + 1.0f;
+    return true;
+}
+
+/* What a counted AdamW call gets instead of a pl_adamw_coef (the record in
+ * p.extra, or a captured graph's table slot): the doubles that the bias
+ * corrections need, and the scalars that do not depend on the step. 48
+ * bytes, within PL_OPTIM_COEF_FLOATS floats. */
+typedef struct pl_adamw_ccoef {
+    double lr, beta1, beta2;
+    float decay_f, wd_f, eps; /* as in pl_adamw_coef */
+    int32_t decay, l2, ams;   /* flags; l2, ams as pl_adamw_coef's */
+} pl_adamw_ccoef;
+
+/* The step-independent part of h (host only). */
+static inline pl_adamw_ccoef pl_adamw_ccoef_of(const pl_adamw_hyper *h) {
+    pl_adamw_ccoef k;
+    memset(&k, 0, sizeof k); /* no padding bytes of the stack in a copied record */
+    k.lr = h->lr;
+    k.beta1 = h->beta1;
+    k.beta2 = h->beta2;
+    k.decay = h->weight_decay != 0.0 && !h->l2;
+    k.l2 = h->weight_decay != 0.0 && h->l2;
+    k.decay_f = (float)(1.0 - h->lr * h->weight_decay);
+    k.wd_f = (float)h->weight_decay;
+    k.eps = (float)h->eps;
+    k.ams = h->amsgrad;
+    return k;
+}
+
+/* The f32 scalars of update `step` (1-based) of k: pow in double as torch
+ * computes them (the single-tensor path from a Python float step, the fused
+ * kernel from its f32 step tensor), each rounded to f32 once. Host and
+ * device (a counted kernel calls it with its count). */
+PL_HD static inline pl_adamw_coef pl_adamw_coef_at(const pl_adamw_ccoef *k, double step) {
     pl_adamw_coef c;
-    const double bc1 = 1.0 - pow(h->beta1, (double)h->step);
-    const double bc2 = 1.0 - pow(h->beta2, (double)h->step);
-    c.decay = h->weight_decay != 0.0 && !h->l2;
-    c.l2 = h->weight_decay != 0.0 && h->l2;
-    c.decay_f = (float)(1.0 - h->lr * h->weight_decay);
-    c.wd_f = (float)h->weight_decay;
-    c.w1 = (float)(1.0 - h->beta1);
-    c.b2 = (float)h->beta2;
-    c.c2 = (float)(1.0 - h->beta2);
-    c.neg_step = (float)(-(h->lr / bc1));
+    const double bc1 = 1.0 - pow(k->beta1, step);
+    const double bc2 = 1.0 - pow(k->beta2, step);
+    c.decay = k->decay;
+    c.l2 = k->l2;
+    c.decay_f = k->decay_f;
+    c.wd_f = k->wd_f;
+    c.w1 = (float)(1.0 - k->beta1);
+    c.b2 = (float)k->beta2;
+    c.c2 = (float)(1.0 - k->beta2);
+    c.neg_step = (float)(-(k->lr / bc1));
     c.bc2_sqrt = (float)sqrt(bc2);
-    c.eps = (float)h->eps;
-    c.ams = h->amsgrad;
+    c.eps = k->eps;
+    c.ams = k->ams;
     return c;
+}
+
+/* The scalars of h (host only): pl_adamw_coef_at of h's step. */
+static inline pl_adamw_coef pl_adamw_coef_of(const pl_adamw_hyper *h) {
+    const pl_adamw_ccoef k = pl_adamw_ccoef_of(h);
+    return pl_adamw_coef_at(&k, (double)h->step);
 }
 
 /* Update element i in place: p, m, v (and vmax when c->ams; vmax may be
@@ -104,7 +176,11 @@ PL_HD static inline void pl_adamw_elem(const pl_adamw_coef *c, float *p, float g
 typedef struct pl_sgd_hyper {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
-    bool first; /* true: the momentum buffer is initialised to the gradient */
+    bool first; /* true: the momentum buffer is initialised to the gradient (a
+                 * counted call, pl_sgd_step_counted_, ignores it: the kernel
+                 * sets first when its count, after pl_optim_count_elem, is 1,
+                 * so a skipped first step leaves the buffer uninitialised, as
+                 * torch's GradScaler, which then calls no optimizer.step) */
 } pl_sgd_hyper;
 
 typedef struct pl_sgd_coef {
@@ -185,9 +261,21 @@ typedef struct pl_optim_multi {
      * pl_sgd_coef, from pl_adamw_coef_of / pl_sgd_coef_of; unused otherwise */
     union {
         pl_adamw_coef adamw;
+        pl_adamw_ccoef adamw_counted; /* a counted adamw call (count[] below) */
         pl_sgd_coef sgd;
         float pad[PL_OPTIM_COEF_FLOATS];
     } coef[PL_OPTIM_MULTI_MAX];
+    /* ABI 2.12, after everything a 2.11 backend reads: a counted call's step
+     * counters (f32, one element each, on out[0]'s device; written), or
+     * NULL. adamw: all n set or all NULL; set, the coefficient records are
+     * pl_adamw_ccoef and the kernel, unless found_inf, increments count[i]
+     * (pl_optim_count_elem) and updates tensor i with pl_adamw_coef_at of
+     * it. sgd: count[i] set where state[0][i] is (momentum), NULL elsewhere;
+     * the record stays a pl_sgd_coef whose `first` the kernel replaces by
+     * count[i] == 1 after the increment. Only a backend that accepts the
+     * setting "optimizer_step_count" gets a counted call (ops.h,
+     * pl_optim_counts_on_device). */
+    pl_tensor *count[PL_OPTIM_MULTI_MAX];
 } pl_optim_multi;
 
 /* Whether op's kernel calls carry a pl_optim_multi list in p.extra (the
@@ -198,6 +286,12 @@ typedef struct pl_optim_multi {
 static inline bool pl_op_has_multi_list(int op) {
     return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI ||
            op == PL_OP_AMP_UNSCALE_MULTI || op == PL_OP_SUM_SQUARES_MULTI || op == PL_OP_MUL_MULTI;
+}
+
+/* Whether op's pl_optim_multi list may carry count[] (the optimizer steps; the
+ * other multi-list ops leave it unset, so a backend reads it only for these). */
+static inline bool pl_optim_multi_counted(int op) {
+    return op == PL_OP_ADAMW_STEP_MULTI || op == PL_OP_SGD_STEP_MULTI;
 }
 
 /* ---- GradScaler on the device (ops.def's amp_unscale_multi, amp_update_scale) ----

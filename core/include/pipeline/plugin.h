@@ -111,9 +111,19 @@ extern "C" {
  *          adapters); ops sum_squares_multi, mul_multi (pl_sum_squares_multi,
  *          pl_mul_multi_, ops.h: torch's _foreach_norm / _foreach_mul_ for
  *          the trainer's gradient norm and clipping; a backend without them
- *          gets the per-tensor calls) */
+ *          gets the per-tensor calls)
+ * minor 12: optimizer step counts on the device (torch's fused AdamW
+ *          state_steps): pl_adamw_step_counted_, pl_sgd_step_counted_,
+ *          pl_adamw_step_multi_counted_, pl_sgd_step_multi_counted_,
+ *          pl_optim_counts_on_device (ops.h); pl_adamw_ccoef,
+ *          pl_adamw_coef_at, pl_optim_count_elem, pl_optim_multi_counted
+ *          and pl_optim_multi.count[] (appended) in optim_math.h; ops
+ *          adamw_step / sgd_step take the counter as out[4] / out[2]; a
+ *          backend that keeps it accepts the setting "optimizer_step_count"
+ *          (an older one gets no counted call: its optimizer keeps the host
+ *          count) */
 
-#define PL_ABI_MINOR 11
+#define PL_ABI_MINOR 12
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {

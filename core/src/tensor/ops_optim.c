@@ -49,6 +49,45 @@ static pl_status check_found_inf(pl_op op, const pl_tensor *param) {
     return PL_OK;
 }
 
+bool pl_optim_counts_on_device(pl_device d) {
+    if (d.type == PL_DEVICE_CPU) return true;
+    const pl_backend *be = pl_backend_get(d.type);
+    bool ok = be && PL_BACKEND_HAS(be, set_option) && be->set_option &&
+              be->set_option("optimizer_step_count", "true") == PL_OK;
+    pl_error_clear();
+    return ok;
+}
+
+/* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
+static pl_status check_scalar(const char *op, const char *what, const pl_tensor *t, pl_dtype dt,
+                              const pl_device *dev) {
+    char b[256];
+    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: %s is NULL", op, what);
+    if (t->dtype != dt || pl_tensor_numel(t) != 1 || !pl_tensor_is_contiguous(t))
+        return pl_error_set(PL_ERR_SHAPE, "%s: %s is %s, expected a contiguous %s tensor of one "
+                            "element", op, what, pl_tensor_describe(t, b, sizeof b),
+                            pl_dtype_name(dt));
+    if (dev && !pl_device_eq(t->device, *dev)) {
+        char d1[32], d2[32];
+        return pl_error_set(PL_ERR_DEVICE, "%s: %s is on %s, expected %s", op, what,
+                            pl_device_str(t->device, d1, sizeof d1), pl_device_str(*dev, d2, sizeof d2));
+    }
+    return PL_OK;
+}
+
+/* A counted call's step counter fits the parameter, whose device's kernels
+ * keep it. */
+static pl_status check_count(const char *op, const pl_tensor *param, const pl_tensor *count) {
+    char what[PL_NAME_MAX + 48];
+    snprintf(what, sizeof what, "the step counter of parameter '%s'", param->name);
+    pl_status s = check_scalar(op, what, count, PL_F32, &param->device);
+    if (!s && !pl_optim_counts_on_device(param->device))
+        s = pl_error_set(PL_ERR_UNSUPPORTED, "%s: parameter '%s': backend '%s' keeps no step count "
+                         "(setting optimizer_step_count)", op, param->name,
+                         pl_backend_get(param->device.type)->name);
+    return s;
+}
+
 /* Eager: the coefficients `coef` (n bytes) go by value through p.extra.
  * Capturing a graph (graph.h): they go into a slot of the graph's device
  * table, which the kernel reads (p.flags bit0, in[2]; in[1] is then the
@@ -82,9 +121,10 @@ static pl_status run_step(pl_kernel_args *k, const void *coef, size_t n) {
     return s;
 }
 
-pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
-                         pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
-                         const pl_adamw_hyper *h) {
+/* count NULL: the host's step h->step; else a counted call (ops.h). */
+static pl_status adamw_one(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                           pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq, pl_tensor *count,
+                           bool counted, const pl_adamw_hyper *h) {
     if (!param || !h) return pl_error_set(PL_ERR_INVALID, "adamw_step: NULL parameter or hyper");
     const char *nm = param->name;
     int64_t n = pl_tensor_numel(param);
@@ -94,19 +134,38 @@ pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp
     if (!s) s = check_state("adamw_step", nm, "exp_avg_sq", exp_avg_sq, n, param->device);
     if (!s && h->amsgrad)
         s = check_state("adamw_step", nm, "max_exp_avg_sq", max_exp_avg_sq, n, param->device);
+    if (!s && counted) s = check_count("adamw_step", param, count);
     if (s) return s;
-    if (h->step < 1)
+    if (!counted && h->step < 1)
         return pl_error_set(PL_ERR_INVALID, "adamw_step: parameter '%s': step %lld, expected >= 1",
                             nm, (long long)h->step);
-    pl_adamw_coef c = pl_adamw_coef_of(h);
     pl_kernel_args k = {.op = PL_OP_ADAMW_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
-                        .n_out = h->amsgrad ? 4 : 3,
-                        .out = {param, exp_avg, exp_avg_sq, h->amsgrad ? max_exp_avg_sq : NULL}};
+                        .n_out = counted ? 5 : h->amsgrad ? 4 : 3,
+                        .out = {param, exp_avg, exp_avg_sq, h->amsgrad ? max_exp_avg_sq : NULL,
+                                counted ? count : NULL}};
+    if (counted) {
+        pl_adamw_ccoef c = pl_adamw_ccoef_of(h);
+        return run_step(&k, &c, sizeof c);
+    }
+    pl_adamw_coef c = pl_adamw_coef_of(h);
     return run_step(&k, &c, sizeof c);
 }
 
-pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
-                       const pl_sgd_hyper *h) {
+pl_status pl_adamw_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                         pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
+                         const pl_adamw_hyper *h) {
+    return adamw_one(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, NULL, false, h);
+}
+
+pl_status pl_adamw_step_counted_(pl_tensor *param, const pl_tensor *grad, pl_tensor *exp_avg,
+                                 pl_tensor *exp_avg_sq, pl_tensor *max_exp_avg_sq,
+                                 pl_tensor *count, const pl_adamw_hyper *h) {
+    return adamw_one(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, count, true, h);
+}
+
+/* count: a counted call's counter (used where momentum_buf is set). */
+static pl_status sgd_one(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                         pl_tensor *count, bool counted, const pl_sgd_hyper *h) {
     if (!param || !h) return pl_error_set(PL_ERR_INVALID, "sgd_step: NULL parameter or hyper");
     const char *nm = param->name;
     int64_t n = pl_tensor_numel(param);
@@ -114,11 +173,25 @@ pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momen
     if (!s) s = check_state("sgd_step", nm, "its gradient", grad, n, param->device);
     if (!s && momentum_buf)
         s = check_state("sgd_step", nm, "the momentum buffer", momentum_buf, n, param->device);
+    counted = counted && momentum_buf; /* no buffer: nothing to count */
+    if (!s && counted) s = check_count("sgd_step", param, count);
     if (s) return s;
     pl_sgd_coef c = pl_sgd_coef_of(h, momentum_buf != NULL);
+    if (counted) c.first = 0; /* the kernel's count decides */
     pl_kernel_args k = {.op = PL_OP_SGD_STEP, .n_in = 1, .in = {(pl_tensor *)grad},
-                        .n_out = momentum_buf ? 2 : 1, .out = {param, momentum_buf}};
+                        .n_out = counted ? 3 : momentum_buf ? 2 : 1,
+                        .out = {param, momentum_buf, counted ? count : NULL}};
     return run_step(&k, &c, sizeof c);
+}
+
+pl_status pl_sgd_step_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                       const pl_sgd_hyper *h) {
+    return sgd_one(param, grad, momentum_buf, NULL, false, h);
+}
+
+pl_status pl_sgd_step_counted_(pl_tensor *param, const pl_tensor *grad, pl_tensor *momentum_buf,
+                               pl_tensor *count, const pl_sgd_hyper *h) {
+    return sgd_one(param, grad, momentum_buf, count, true, h);
 }
 
 /* ---- multi-tensor (foreach) updates: ops.h, optim_math.h ---- */
@@ -127,7 +200,16 @@ typedef struct mlists { /* one call's lists: adamw (ha) or sgd (hs) */
     pl_tensor *const *param, *const *grad, *const *s0, *const *s1, *const *s2;
     const pl_adamw_hyper *ha;
     const pl_sgd_hyper *hs;
+    pl_tensor *const *count; /* a counted call's counters, or NULL */
 } mlists;
+
+static pl_tensor *mstate(const mlists *L, int i, int k);
+
+/* Tensor i's counter in a kernel call: adamw all, sgd where it has a buffer. */
+static pl_tensor *mcount(const mlists *L, int i) {
+    if (!L->count || (L->hs && !mstate(L, i, 0))) return NULL;
+    return L->count[i];
+}
 
 /* Tensor i's state k (adamw: exp_avg, exp_avg_sq, max_exp_avg_sq when
  * amsgrad; sgd: the momentum buffer or NULL), or NULL. */
@@ -142,9 +224,9 @@ static pl_status mone(const mlists *L, int i, bool run) {
     pl_tensor *p = L->param[i];
     if (!p) return pl_error_set(PL_ERR_INVALID, "optimizer step: parameter %d is NULL", i);
     if (run && L->ha)
-        return pl_adamw_step_(p, L->grad[i], mstate(L, i, 0), mstate(L, i, 1), mstate(L, i, 2),
-                              &L->ha[i]);
-    if (run) return pl_sgd_step_(p, L->grad[i], mstate(L, i, 0), &L->hs[i]);
+        return adamw_one(p, L->grad[i], mstate(L, i, 0), mstate(L, i, 1), mstate(L, i, 2),
+                         mcount(L, i), L->count != NULL, &L->ha[i]);
+    if (run) return sgd_one(p, L->grad[i], mstate(L, i, 0), mcount(L, i), L->count != NULL, &L->hs[i]);
     const char *op = L->ha ? "adamw_step_multi" : "sgd_step_multi", *nm = p->name;
     static const char *const what[2][3] = {{"exp_avg", "exp_avg_sq", "max_exp_avg_sq"},
                                            {"the momentum buffer", "", ""}};
@@ -155,7 +237,8 @@ static pl_status mone(const mlists *L, int i, bool run) {
         bool need = L->ha ? (k < 2 || L->ha[i].amsgrad) : (k == 0 && mstate(L, i, 0));
         if (need) s = check_state(op, nm, what[L->hs != NULL][k], mstate(L, i, k), n, p->device);
     }
-    if (!s && L->ha && L->ha[i].step < 1)
+    if (!s && L->count && (L->ha || mstate(L, i, 0))) s = check_count(op, p, L->count[i]);
+    if (!s && !L->count && L->ha && L->ha[i].step < 1)
         s = pl_error_set(PL_ERR_INVALID, "%s: parameter '%s': step %lld, expected >= 1", op, nm,
                          (long long)L->ha[i].step);
     return s;
@@ -196,7 +279,8 @@ static pl_status multi(pl_op op, int n, const mlists *L) {
     pl_status s = PL_OK;
     for (int i = 0; i < n && !s; i++) s = mone(L, i, false);
     pl_optim_multi m;
-    const size_t cb = L->ha ? sizeof(pl_adamw_coef) : sizeof(pl_sgd_coef);
+    const size_t cb = L->ha ? (L->count ? sizeof(pl_adamw_ccoef) : sizeof(pl_adamw_coef))
+                            : sizeof(pl_sgd_coef);
     for (int i = 0; i < n && !s; i++) {
         pl_device d = L->param[i]->device;
         bool first = true;
@@ -216,8 +300,11 @@ static pl_status multi(pl_op op, int n, const mlists *L) {
             m.param[t] = L->param[j];
             m.grad[t] = L->grad[j];
             for (int k = 0; k < 3; k++) m.state[k][t] = mstate(L, j, k);
-            if (L->ha) m.coef[t].adamw = pl_adamw_coef_of(&L->ha[j]);
+            m.count[t] = mcount(L, j);
+            if (L->ha && L->count) m.coef[t].adamw_counted = pl_adamw_ccoef_of(&L->ha[j]);
+            else if (L->ha) m.coef[t].adamw = pl_adamw_coef_of(&L->ha[j]);
             else m.coef[t].sgd = pl_sgd_coef_of(&L->hs[j], m.state[0][t] != NULL);
+            if (m.count[t] && L->hs) m.coef[t].sgd.first = 0; /* the kernel's count decides */
             if (m.n == PL_OPTIM_MULTI_MAX) {
                 s = mcall(op, &m, cb);
                 m.n = 0;
@@ -231,34 +318,36 @@ static pl_status multi(pl_op op, int n, const mlists *L) {
 pl_status pl_adamw_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
                                pl_tensor *const *exp_avg, pl_tensor *const *exp_avg_sq,
                                pl_tensor *const *max_exp_avg_sq, const pl_adamw_hyper *h) {
-    mlists L = {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, h, NULL};
+    mlists L = {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, h, NULL, NULL};
+    return multi(PL_OP_ADAMW_STEP_MULTI, n, &L);
+}
+
+pl_status pl_adamw_step_multi_counted_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                                       pl_tensor *const *exp_avg, pl_tensor *const *exp_avg_sq,
+                                       pl_tensor *const *max_exp_avg_sq, pl_tensor *const *count,
+                                       const pl_adamw_hyper *h) {
+    if (n > 0 && !count)
+        return pl_error_set(PL_ERR_INVALID, "adamw_step_multi: %d tensors, a NULL counter list", n);
+    mlists L = {param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, h, NULL, count};
     return multi(PL_OP_ADAMW_STEP_MULTI, n, &L);
 }
 
 pl_status pl_sgd_step_multi_(int n, pl_tensor *const *param, pl_tensor *const *grad,
                              pl_tensor *const *momentum_buf, const pl_sgd_hyper *h) {
-    mlists L = {param, grad, momentum_buf, NULL, NULL, NULL, h};
+    mlists L = {param, grad, momentum_buf, NULL, NULL, NULL, h, NULL};
+    return multi(PL_OP_SGD_STEP_MULTI, n, &L);
+}
+
+pl_status pl_sgd_step_multi_counted_(int n, pl_tensor *const *param, pl_tensor *const *grad,
+                                     pl_tensor *const *momentum_buf, pl_tensor *const *count,
+                                     const pl_sgd_hyper *h) {
+    if (n > 0 && momentum_buf && !count)
+        return pl_error_set(PL_ERR_INVALID, "sgd_step_multi: %d tensors, a NULL counter list", n);
+    mlists L = {param, grad, momentum_buf, NULL, NULL, NULL, h, momentum_buf ? count : NULL};
     return multi(PL_OP_SGD_STEP_MULTI, n, &L);
 }
 
 /* ---- GradScaler on the device: ops.h, optim_math.h ---- */
-
-/* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
-static pl_status check_scalar(const char *op, const char *what, const pl_tensor *t, pl_dtype dt,
-                              const pl_device *dev) {
-    char b[256];
-    if (!t) return pl_error_set(PL_ERR_INVALID, "%s: %s is NULL", op, what);
-    if (t->dtype != dt || pl_tensor_numel(t) != 1 || !pl_tensor_is_contiguous(t))
-        return pl_error_set(PL_ERR_SHAPE, "%s: %s is %s, expected a contiguous %s tensor of one "
-                            "element", op, what, pl_tensor_describe(t, b, sizeof b),
-                            pl_dtype_name(dt));
-    if (dev && !pl_device_eq(t->device, *dev)) {
-        char d1[32], d2[32];
-        return pl_error_set(PL_ERR_DEVICE, "%s: %s is on %s, expected %s", op, what,
-                            pl_device_str(t->device, d1, sizeof d1), pl_device_str(*dev, d2, sizeof d2));
-    }
-    return PL_OK;
-}
 
 pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found_inf,
                                 const pl_tensor *inv_scale) {
@@ -275,6 +364,7 @@ pl_status pl_amp_unscale_multi_(int n, pl_tensor *const *grads, pl_tensor *found
     if (s) return s;
     pl_optim_multi m;
     memset(&m, 0, offsetof(pl_optim_multi, coef)); /* the coefficients are unused */
+    memset(m.count, 0, sizeof m.count);
     for (int i = 0; i < n && !s; i += PL_OPTIM_MULTI_MAX) {
         m.n = n - i < PL_OPTIM_MULTI_MAX ? n - i : PL_OPTIM_MULTI_MAX;
         for (int j = 0; j < m.n; j++) m.grad[j] = grads[i + j];
@@ -336,6 +426,7 @@ static bool fusable(pl_op op, int n, pl_tensor *const *ts) {
 static pl_status chunks(pl_op op, int n, pl_tensor *const *ts, pl_tensor *s, pl_tensor *acc) {
     pl_optim_multi m;
     memset(&m, 0, offsetof(pl_optim_multi, coef));
+    memset(m.count, 0, sizeof m.count);
     pl_status st = PL_OK;
     for (int i = 0; i < n && !st; i += PL_OPTIM_MULTI_MAX) {
         m.n = n - i < PL_OPTIM_MULTI_MAX ? n - i : PL_OPTIM_MULTI_MAX;

@@ -46,10 +46,25 @@ static const void *coef_of(const pl_kernel_args *a) {
     return (a->p.flags & 1) ? pl_tensor_data(a->in[2]) : a->p.extra;
 }
 
+/* A counted call (optim_math.h, ABI 2.12): the step counter, out[4] of
+ * adamw_step, out[2] of sgd_step, or NULL. Its increment (unless skipped)
+ * comes before the update, which then uses the new count. */
+static float *counter(const pl_kernel_args *a, int k) {
+    return a->n_out > k && a->out[k] ? pl_tensor_data(a->out[k]) : NULL;
+}
+
 static pl_status k_adamw_step(const pl_kernel_args *a) {
     if (skipped(a)) return PL_OK;
     pl_adamw_coef c;
-    memcpy(&c, coef_of(a), sizeof c);
+    float *count = counter(a, 4);
+    if (count) {
+        pl_adamw_ccoef k;
+        memcpy(&k, coef_of(a), sizeof k);
+        pl_optim_count_elem(count, NULL);
+        c = pl_adamw_coef_at(&k, (double)*count);
+    } else {
+        memcpy(&c, coef_of(a), sizeof c);
+    }
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);
     float *p = pl_tensor_data(a->out[0]), *m = pl_tensor_data(a->out[1]),
@@ -64,6 +79,11 @@ static pl_status k_sgd_step(const pl_kernel_args *a) {
     if (skipped(a)) return PL_OK;
     pl_sgd_coef c;
     memcpy(&c, coef_of(a), sizeof c);
+    float *count = counter(a, 2);
+    if (count) {
+        pl_optim_count_elem(count, NULL);
+        c.first = *count == 1.0f;
+    }
     int64_t n = pl_tensor_numel(a->out[0]);
     const float *g = pl_tensor_data(a->in[0]);
     float *p = pl_tensor_data(a->out[0]);
@@ -76,7 +96,8 @@ static pl_status k_sgd_step(const pl_kernel_args *a) {
 /* ---- multi-tensor updates (ops.def's adamw_step_multi / sgd_step_multi) ----
  * p.extra = const pl_optim_multi * (optim_math.h); in[0] the found_inf flag
  * or NULL; p.flags bit0: tensor i's coefficients are the 16 floats at
- * 16 i of in[1]. One OpenMP loop over the concatenated element range, cut
+ * 16 i of in[1]; count[i] set: a counted call (pl_adamw_ccoef records; the
+ * counts are incremented here, before the parallel loop, when not skipped). One OpenMP loop over the concatenated element range, cut
  * into blocks of MULTI_BLOCK elements that never straddle two tensors, so
  * a list of small tensors is one parallel region, not one (or none) per
  * tensor; each element gets the per-tensor kernel's exact operations. */
@@ -98,10 +119,18 @@ static pl_status multi_step(const pl_kernel_args *a, bool adamw) {
     int64_t first_block[PL_OPTIM_MULTI_MAX + 1], total = 0;
     first_block[0] = 0;
     for (int i = 0; i < m->n; i++) {
-        if (adamw)
+        float *count = m->count[i] ? pl_tensor_data(m->count[i]) : NULL; /* a counted call */
+        if (count) pl_optim_count_elem(count, NULL); /* not skipped: found_inf was 0 */
+        if (adamw && count) {
+            pl_adamw_ccoef k;
+            memcpy(&k, multi_coef(a, m, i), sizeof k);
+            ca[i] = pl_adamw_coef_at(&k, (double)*count);
+        } else if (adamw) {
             memcpy(&ca[i], multi_coef(a, m, i), sizeof ca[i]);
-        else
+        } else {
             memcpy(&cs[i], multi_coef(a, m, i), sizeof cs[i]);
+            if (count) cs[i].first = *count == 1.0f;
+        }
         int64_t n = pl_tensor_numel(m->param[i]);
         total += n;
         first_block[i + 1] = first_block[i] + (n + MULTI_BLOCK - 1) / MULTI_BLOCK;

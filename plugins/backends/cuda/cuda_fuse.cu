@@ -123,6 +123,7 @@ static void note_call(const pl_kernel_args *a) {
             note_read(m->param[i]);
             note_read(m->grad[i]);
             for (int k = 0; k < 3; k++) note_read(m->state[k][i]);
+            if (pl_optim_multi_counted(a->op)) note_read(m->count[i]);
         }
     } else if (a->p.extra && a->op == PL_OP_DROPOUT) {
         note_read((const pl_tensor *)a->p.extra);

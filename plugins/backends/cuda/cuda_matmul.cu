@@ -78,6 +78,8 @@ pl_status cu_set_option(const char *key, const char *value) {
     /* the adamw / sgd kernels read the step's found_inf flag on the device
      * (cuda_optim.cu), so the trainer may keep the loss there */
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
+    /* and keep a counted call's step count on the device (ops.h) */
+    if (!strcmp(key, "optimizer_step_count")) return PL_OK;
     if (!strcmp(key, "fuse")) return pl_cu_fuse_option(value); /* cuda_fuse.cu */
     if (!strcmp(key, "lstm")) return pl_cu_lstm_option(value); /* cuda_lstm_native.cu */
     return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);

@@ -48,19 +48,56 @@ __global__ void k_clamp_grad(const float *G, const float *X, float *D, float lo,
 /* One AdamW / Adam update in place; p, m, v, g (and vmax when c.ams) [n] f32.
  * skip: the step's found_inf flag [1] (NULL: none); non-zero or NaN leaves
  * every tensor as it was (GradScaler's found_inf; the CPU kernel's rule). */
-__global__ void k_adamw_step(pl_adamw_coef hc, const pl_adamw_coef *dc, float *p, const float *g,
-                             float *m, float *v, float *vmax, const float *skip, int64_t n) {
+/* A counted call's increment (optim_math.h, ABI 2.12), a launch before the
+ * update so that every block of the update reads the same new count (torch's
+ * _foreach_add_ before _fused_adamw_): count[t] for t < n (one thread each),
+ * unless found_inf. */
+struct count_args {
+    float *c[PL_OPTIM_MULTI_MAX];
+};
+__global__ void k_count(const count_args a, int n, const float *skip) {
+    const int t = threadIdx.x;
+    if (t < n && a.c[t]) pl_optim_count_elem(a.c[t], skip);
+}
+
+/* The coefficients of a counted AdamW update: the record's bytes are a
+ * pl_adamw_ccoef, the step is the count on the device. Thread 0 of the block
+ * computes them (two pow and a sqrt in double) into shared memory for the
+ * others; every thread of the block must call it (a uniform branch: count
+ * is the same for the whole block). */
+__device__ static pl_adamw_coef counted_coef(const void *rec, const float *count) {
+    __shared__ pl_adamw_coef s;
+    if (threadIdx.x == 0) {
+        pl_adamw_ccoef k;
+        memcpy(&k, rec, sizeof k);
+        s = pl_adamw_coef_at(&k, (double)*count);
+    }
+    __syncthreads();
+    return s;
+}
+
+/* count: a counted call's step counter (after k_count) or NULL; the record
+ * (hc or dc) is then a pl_adamw_ccoef. */
+union adamw_rec {
+    pl_adamw_coef c;
+    pl_adamw_ccoef k; /* a counted call's record */
+};
+__global__ void k_adamw_step(adamw_rec hc, const adamw_rec *dc, float *p, const float *g,
+                             float *m, float *v, float *vmax, const float *skip,
+                             const float *count, int64_t n) {
     if (skip && *skip != 0.0f) return;
-    const pl_adamw_coef c = dc ? *dc : hc; /* dc: a captured graph's table slot (device) */
+    const adamw_rec *r = dc ? dc : &hc; /* dc: a captured graph's table slot (device) */
+    const pl_adamw_coef c = count ? counted_coef(&r->k, count) : r->c;
     if (c.ams && !vmax) return;
     GRID_LOOP(i, n) pl_adamw_elem(&c, p + i, g[i], m + i, v + i, vmax ? vmax + i : NULL);
 }
 
 /* One SGD update in place; p, g (and buf when c.mom) [n] f32; skip as above. */
 __global__ void k_sgd_step(pl_sgd_coef hc, const pl_sgd_coef *dc, float *p, const float *g,
-                           float *buf, const float *skip, int64_t n) {
+                           float *buf, const float *skip, const float *count, int64_t n) {
     if (skip && *skip != 0.0f) return;
-    const pl_sgd_coef c = dc ? *dc : hc; /* dc: a captured graph's table slot (device) */
+    pl_sgd_coef c = dc ? *dc : hc; /* dc: a captured graph's table slot (device) */
+    if (count) c.first = *count == 1.0f; /* a counted call, after k_count */
     if (c.mom && !buf) return;
     GRID_LOOP(i, n) pl_sgd_elem(&c, p + i, g[i], buf ? buf + i : NULL);
 }
@@ -71,13 +108,18 @@ struct adamw_multi_args {
     float *p[PL_OPTIM_MULTI_MAX];
     const float *g[PL_OPTIM_MULTI_MAX];
     float *m[PL_OPTIM_MULTI_MAX], *v[PL_OPTIM_MULTI_MAX], *vmax[PL_OPTIM_MULTI_MAX];
+    const float *count[PL_OPTIM_MULTI_MAX]; /* a counted call's counters, or NULL */
     int64_t n[PL_OPTIM_MULTI_MAX];
-    pl_adamw_coef c[PL_OPTIM_MULTI_MAX];
+    union {
+        pl_adamw_coef c;
+        pl_adamw_ccoef k; /* a counted call's record */
+    } c[PL_OPTIM_MULTI_MAX];
 };
 struct sgd_multi_args {
     float *p[PL_OPTIM_MULTI_MAX];
     const float *g[PL_OPTIM_MULTI_MAX];
     float *buf[PL_OPTIM_MULTI_MAX];
+    const float *count[PL_OPTIM_MULTI_MAX];
     int64_t n[PL_OPTIM_MULTI_MAX];
     pl_sgd_coef c[PL_OPTIM_MULTI_MAX];
 };
@@ -90,8 +132,11 @@ static_assert(sizeof(adamw_multi_args) + 2 * sizeof(void *) <= 4096,
 __global__ void k_adamw_step_multi(const adamw_multi_args a, const float *dc, const float *skip) {
     if (skip && *skip != 0.0f) return;
     const int t = blockIdx.y;
-    pl_adamw_coef c = a.c[t];
-    if (dc) memcpy(&c, dc + PL_OPTIM_COEF_FLOATS * t, sizeof c);
+    pl_adamw_coef c;
+    if (a.count[t]) /* a counted call: the record is a pl_adamw_ccoef */
+        c = counted_coef(dc ? (const void *)(dc + PL_OPTIM_COEF_FLOATS * t) : &a.c[t].k, a.count[t]);
+    else if (dc) memcpy(&c, dc + PL_OPTIM_COEF_FLOATS * t, sizeof c);
+    else c = a.c[t].c;
     float *vmax = a.vmax[t];
     if (c.ams && !vmax) return;
     float *p = a.p[t], *m = a.m[t], *v = a.v[t];
@@ -104,6 +149,7 @@ __global__ void k_sgd_step_multi(const sgd_multi_args a, const float *dc, const 
     const int t = blockIdx.y;
     pl_sgd_coef c = a.c[t];
     if (dc) memcpy(&c, dc + PL_OPTIM_COEF_FLOATS * t, sizeof c);
+    if (a.count[t]) c.first = *a.count[t] == 1.0f;
     float *buf = a.buf[t];
     if (c.mom && !buf) return;
     float *p = a.p[t];
@@ -207,25 +253,39 @@ static const void *device_coef(const pl_kernel_args *a) {
     return (a->p.flags & 1) && a->n_in > 2 && a->in[2] ? pl_tensor_data(a->in[2]) : NULL;
 }
 
+/* k_count on the n counters c (NULL entries skipped); n <= PL_OPTIM_MULTI_MAX. */
+static pl_status launch_count(float *const *c, int n, const float *skip) {
+    count_args k;
+    memset(&k, 0, sizeof k);
+    for (int i = 0; i < n; i++) k.c[i] = c[i];
+    k_count<<<1, PL_OPTIM_MULTI_MAX>>>(k, n, skip);
+    CUDA_LAUNCHED("optimizer step count");
+    return PL_OK;
+}
+
 /* in = {grad, found_inf (optional), coefficients (p.flags bit0)}; out = {param, exp_avg,
  * exp_avg_sq, max_exp_avg_sq (amsgrad)}; p.extra = const pl_adamw_coef * (host) unless
  * the coefficients are on the device. */
 static pl_status k_adamw_step_fwd(const pl_kernel_args *a) {
-    const pl_adamw_coef *dc = (const pl_adamw_coef *)device_coef(a);
+    const adamw_rec *dc = (const adamw_rec *)device_coef(a);
     if (!a->p.extra && !dc)
         return pl_error_set(PL_ERR_INTERNAL, "cuda adamw_step: no pl_adamw_coef in p.extra");
-    pl_adamw_coef c;
+    adamw_rec c;
     memset(&c, 0, sizeof c);
-    if (!dc) c = *(const pl_adamw_coef *)a->p.extra;
+    float *count = a->n_out > 4 && a->out[4] ? fp(a->out[4]) : NULL;
+    if (!dc && count) c.k = *(const pl_adamw_ccoef *)a->p.extra;
+    else if (!dc) c.c = *(const pl_adamw_coef *)a->p.extra;
     if (pl_cu_set_device(a->out[0])) return pl_error_status();
     int64_t n = pl_tensor_numel(a->out[0]);
     if (!n) return PL_OK;
     float *vmax = a->n_out > 3 && a->out[3] ? fp(a->out[3]) : NULL;
-    if (!dc && c.ams && !vmax)
+    bool ams = count ? c.k.ams != 0 : c.c.ams != 0;
+    if (!dc && ams && !vmax)
         return pl_error_set(PL_ERR_INTERNAL, "cuda adamw_step: amsgrad without max_exp_avg_sq");
+    if (count && launch_count(&count, 1, found_inf(a))) return pl_error_status();
     k_adamw_step<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(c, dc, fp(a->out[0]), cf(a->in[0]),
                                                        fp(a->out[1]), fp(a->out[2]), vmax,
-                                                       found_inf(a), n);
+                                                       found_inf(a), count, n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
@@ -243,10 +303,12 @@ static pl_status k_sgd_step_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
     if (!n) return PL_OK;
     float *buf = a->n_out > 1 && a->out[1] ? fp(a->out[1]) : NULL;
+    float *count = a->n_out > 2 && a->out[2] ? fp(a->out[2]) : NULL;
     if (!dc && c.mom && !buf)
         return pl_error_set(PL_ERR_INTERNAL, "cuda sgd_step: momentum without a buffer");
+    if (count && launch_count(&count, 1, found_inf(a))) return pl_error_status();
     k_sgd_step<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(c, dc, fp(a->out[0]), cf(a->in[0]), buf,
-                                                     found_inf(a), n);
+                                                     found_inf(a), count, n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
@@ -282,6 +344,8 @@ static pl_status k_adamw_step_multi_fwd(const pl_kernel_args *a) {
     if (s) return s;
     adamw_multi_args k;
     memset(&k, 0, sizeof k);
+    float *cnt[PL_OPTIM_MULTI_MAX];
+    bool counted = false;
     for (int i = 0; i < m->n; i++) {
         k.p[i] = fp(m->param[i]);
         k.g[i] = cf(m->grad[i]);
@@ -289,12 +353,18 @@ static pl_status k_adamw_step_multi_fwd(const pl_kernel_args *a) {
         k.v[i] = fp(m->state[1][i]);
         k.vmax[i] = m->state[2][i] ? fp(m->state[2][i]) : NULL;
         k.n[i] = pl_tensor_numel(m->param[i]);
-        if (!dc) k.c[i] = m->coef[i].adamw;
-        if (!dc && k.c[i].ams && !k.vmax[i])
+        cnt[i] = m->count[i] ? fp(m->count[i]) : NULL;
+        k.count[i] = cnt[i];
+        counted |= cnt[i] != NULL;
+        if (!dc && cnt[i]) k.c[i].k = m->coef[i].adamw_counted;
+        else if (!dc) k.c[i].c = m->coef[i].adamw;
+        bool ams = cnt[i] ? m->coef[i].adamw_counted.ams != 0 : m->coef[i].adamw.ams != 0;
+        if (!dc && ams && !k.vmax[i])
             return pl_error_set(PL_ERR_INTERNAL, "cuda adamw_step_multi: amsgrad without "
                                 "max_exp_avg_sq for parameter '%s'", m->param[i]->name);
     }
     const float *skip = a->in[0] ? cf(a->in[0]) : NULL;
+    if (counted && launch_count(cnt, m->n, skip)) return pl_error_status();
     k_adamw_step_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, dc, skip);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
@@ -308,17 +378,23 @@ static pl_status k_sgd_step_multi_fwd(const pl_kernel_args *a) {
     if (s) return s;
     sgd_multi_args k;
     memset(&k, 0, sizeof k);
+    float *cnt[PL_OPTIM_MULTI_MAX];
+    bool counted = false;
     for (int i = 0; i < m->n; i++) {
         k.p[i] = fp(m->param[i]);
         k.g[i] = cf(m->grad[i]);
         k.buf[i] = m->state[0][i] ? fp(m->state[0][i]) : NULL;
         k.n[i] = pl_tensor_numel(m->param[i]);
+        cnt[i] = m->count[i] ? fp(m->count[i]) : NULL;
+        k.count[i] = cnt[i];
+        counted |= cnt[i] != NULL;
         if (!dc) k.c[i] = m->coef[i].sgd;
         if (!dc && k.c[i].mom && !k.buf[i])
             return pl_error_set(PL_ERR_INTERNAL, "cuda sgd_step_multi: momentum without a "
                                 "buffer for parameter '%s'", m->param[i]->name);
     }
     const float *skip = a->in[0] ? cf(a->in[0]) : NULL;
+    if (counted && launch_count(cnt, m->n, skip)) return pl_error_status();
     k_sgd_step_multi<<<dim3(bx, (unsigned)m->n), PL_CUDA_THREADS>>>(k, dc, skip);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;

@@ -335,12 +335,13 @@ static void *st_host_alloc(size_t n) { return aligned_alloc(64, (n + 63) & ~(siz
 static void st_host_free(void *p) { free(p); }
 
 /* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32);
- * optimizer_found_inf: the CPU's optimizer kernels, which this backend runs,
- * obey the flag; fuse ("true" by default): whether capture_end_step fuses. */
+ * optimizer_found_inf, optimizer_step_count: the CPU's optimizer kernels,
+ * which this backend runs, obey the flag and keep a counted call's count; fuse ("true" by default): whether capture_end_step fuses. */
 static _Atomic bool g_no_fuse;
 static pl_status st_set_option(const char *key, const char *value) {
     if (!strcmp(key, "allow_tf32")) return PL_OK;
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
+    if (!strcmp(key, "optimizer_step_count")) return PL_OK; /* the CPU's kernels keep it (ops.h) */
     if (!strcmp(key, "fuse")) {
         if (!value || (strcmp(value, "true") && strcmp(value, "false")))
             return pl_error_set(PL_ERR_INVALID, "strict backend: fuse = '%s' (expected true or false)",
@@ -504,7 +505,8 @@ static pl_status st_device_stats(int device, uint64_t *cursor, pl_device_stats *
 
 /* ---- kernels: the CPU's, with their tensors opened --------------------------- */
 
-#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3 + 5 * PL_OPTIM_MULTI_MAX)
+/* a multi-tensor call: param, grad, 3 states and a step counter per tensor */
+#define MAX_OPEN (2 * (PL_MAX_OP_INPUTS + PL_MAX_OP_OUTPUTS) * 3 + 6 * PL_OPTIM_MULTI_MAX)
 
 typedef struct opened {
     uintptr_t base[MAX_OPEN]; /* blocks opened for this kernel call */
@@ -628,6 +630,7 @@ static pl_status run_kernel(pl_kernel_fn f, const pl_kernel_args *a, bool backwa
             s = open_tensor(&o, m->param[i], "kernel output");
             if (!s) s = open_tensor(&o, m->grad[i], "kernel input");
             for (int k = 0; k < 3 && !s; k++) s = open_tensor(&o, m->state[k][i], "kernel output");
+            if (!s && pl_optim_multi_counted(a->op)) s = open_tensor(&o, m->count[i], "kernel output");
         }
     }
     if (!s) {
@@ -772,6 +775,8 @@ static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
             for (int k = 0; k < 3; k++)
                 if (m->state[k][i] && !(c->state[k][i] = dup_tensor(g, m->state[k][i])))
                     return rec_oom();
+            if (!pl_optim_multi_counted(a->op)) c->count[i] = NULL;
+            else if (m->count[i] && !(c->count[i] = dup_tensor(g, m->count[i]))) return rec_oom();
         }
         r->a.p.extra = c;
     } else if (a->p.extra && !(r->a.p.extra = dup_tensor(g, a->p.extra))) {

@@ -144,6 +144,7 @@ static bool reads(const rec *r, uintptr_t lo, uintptr_t hi) {
             if (overlaps(m->param[i], lo, hi) || overlaps(m->grad[i], lo, hi)) return true;
             for (int k = 0; k < 3; k++)
                 if (overlaps(m->state[k][i], lo, hi)) return true;
+            if (pl_optim_multi_counted(a->op) && overlaps(m->count[i], lo, hi)) return true;
         }
     } else if (a->p.extra && overlaps(a->p.extra, lo, hi)) { /* dropout's offset tensor */
         return true;

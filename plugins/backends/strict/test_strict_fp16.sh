@@ -10,6 +10,8 @@
 #    same, bit for bit;
 #  - each run's last checkpoint holds the scale 2^30 and tracker 0 (12 finite
 #    steps, 6 growths): the replayed steps updated the scale on the device;
+#    and AdamW's step count 12 for every parameter (counted on the device by
+#    the replayed optimizer kernels, ABI 2.12);
 #  - the same three runs of gat_stocks_recipe (accumulate_grad_batches = 2:
 #    backward seeded with scale / 2 on the device, a graph per micro-batch):
 #    captured, the same losses;
@@ -72,6 +74,11 @@ md = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])["__metadata__"]
 got = (float(md["precision.fp16.v1.scale"]), float(md["precision.fp16.v1.growth_tracker"]), md["step"])
 if got != (2.0 ** 30, 0.0, "12"):
     print(f"FAIL {sys.argv[2]}: scale, tracker, step {got}, expected (2^30, 0, 12)")
+    sys.exit(1)
+# AdamW's step counts, kept on the device (read back for the checkpoint only)
+steps = {k: v for k, v in md.items() if k.startswith("optimizer.adamw.step.")}
+if not steps or any(float(v) != 12 for v in steps.values()):
+    print(f"FAIL {sys.argv[2]}: adamw step counts {steps}, expected 12 each")
     sys.exit(1)
 PY
 done

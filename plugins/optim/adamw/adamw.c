@@ -13,6 +13,15 @@
  * core's optim_math.h and runs on the parameters' device (pl_adamw_step_). Parameters without a gradient
  * are skipped and their step count does not advance, as in torch.
  *
+ * The step count t lives on the parameter's device (an f32 [1] per
+ * parameter, as torch's fused AdamW keeps state_steps; ABI 2.12): the kernel
+ * increments it and computes the bias corrections from it, and leaves it
+ * alone on a step skipped on the device (the trainer's found_inf: an fp16
+ * scaler skip or a non-finite loss), as torch's `_foreach_sub_(state_steps,
+ * found_inf)` does, so the host never reads it during training. A backend
+ * whose kernels keep no count (pl_optim_counts_on_device) gets the host's
+ * count, as before (there a device skip still advances it).
+ *
  * foreach = true (the default; torch's foreach / fused): a group's
  * parameters with a gradient are updated by pl_adamw_step_multi_, one kernel
  * call per PL_OPTIM_MULTI_MAX parameters of a device instead of one per
@@ -33,7 +42,8 @@
 
 typedef struct adamw_state {
     pl_tensor *exp_avg, *exp_avg_sq, *max_exp_avg_sq; /* f32, owned; NULL if not trainable */
-    int64_t step;
+    pl_tensor *count; /* the step count on the device (f32 [1], owned), or NULL: step */
+    int64_t step;     /* the step count on the host (count NULL) */
 } adamw_state;
 
 typedef struct adamw {
@@ -44,7 +54,7 @@ typedef struct adamw {
     int n_params;
     adamw_state *st; /* [n_params], indexed like ctx->params */
     /* foreach: one group's lists, [n_params] each (scratch of step) */
-    pl_tensor **lp, **lg, **lm, **lv, **lvm;
+    pl_tensor **lp, **lg, **lm, **lv, **lvm, **lc;
     pl_adamw_hyper *lh;
 } adamw;
 
@@ -55,8 +65,10 @@ static void adamw_destroy(void *self) {
         pl_tensor_release(a->st[i].exp_avg);
         pl_tensor_release(a->st[i].exp_avg_sq);
         pl_tensor_release(a->st[i].max_exp_avg_sq);
+        pl_tensor_release(a->st[i].count);
     }
     free(a->st);
+    free(a->lc);
     free(a->lp);
     free(a->lg);
     free(a->lm);
@@ -104,7 +116,8 @@ static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx,
     a->lv = calloc(np, sizeof *a->lv);
     a->lvm = calloc(np, sizeof *a->lvm);
     a->lh = calloc(np, sizeof *a->lh);
-    if (!a->st || !a->lp || !a->lg || !a->lm || !a->lv || !a->lvm || !a->lh) {
+    a->lc = calloc(np, sizeof *a->lc);
+    if (!a->st || !a->lp || !a->lg || !a->lm || !a->lv || !a->lvm || !a->lh || !a->lc) {
         adamw_destroy(a);
         return pl_error_set(PL_ERR_NOMEM, "adamw: out of memory");
     }
@@ -116,7 +129,10 @@ static pl_status adamw_create(const pl_config_section *cfg, pl_run_context *ctx,
             st->exp_avg = zeros_f32_like(p->t);
             st->exp_avg_sq = zeros_f32_like(p->t);
             if (a->amsgrad) st->max_exp_avg_sq = zeros_f32_like(p->t);
-            if (!st->exp_avg || !st->exp_avg_sq || (a->amsgrad && !st->max_exp_avg_sq)) {
+            bool dev = pl_optim_counts_on_device(p->t->device);
+            if (dev) st->count = pl_tensor_zeros_owned(PL_F32, 1, (int64_t[]){1}, p->t->device);
+            if (!st->exp_avg || !st->exp_avg_sq || (a->amsgrad && !st->max_exp_avg_sq) ||
+                (dev && !st->count)) {
                 adamw_destroy(a);
                 return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
                                        "adamw: state of parameter '%s'", p->name);
@@ -134,8 +150,26 @@ static pl_param_group *adamw_group(void *self, int i) {
     return (i >= 0 && i < a->groups.n) ? &a->groups.g[i] : NULL;
 }
 
+/* The foreach lists of one group (nl parameters): one multi-tensor call,
+ * counted on the device or on the host; per-tensor calls when the group
+ * mixes the two (parameters on devices of both kinds). */
+static pl_status step_lists(adamw *a, int nl) {
+    int nc = 0;
+    for (int i = 0; i < nl; i++) nc += a->lc[i] != NULL;
+    if (nc == nl && nl > 0)
+        return pl_adamw_step_multi_counted_(nl, a->lp, a->lg, a->lm, a->lv, a->lvm, a->lc, a->lh);
+    if (nc == 0) return pl_adamw_step_multi_(nl, a->lp, a->lg, a->lm, a->lv, a->lvm, a->lh);
+    pl_status s = PL_OK;
+    for (int i = 0; i < nl && !s; i++)
+        s = a->lc[i] ? pl_adamw_step_counted_(a->lp[i], a->lg[i], a->lm[i], a->lv[i], a->lvm[i],
+                                              a->lc[i], &a->lh[i])
+                     : pl_adamw_step_(a->lp[i], a->lg[i], a->lm[i], a->lv[i], a->lvm[i], &a->lh[i]);
+    return s;
+}
+
 static pl_status adamw_step(void *self) {
     adamw *a = self;
+    pl_status s;
     for (int gi = 0; gi < a->groups.n; gi++) {
         pl_param_group *g = &a->groups.g[gi];
         const double beta1 = pl_group_hparam(g, "beta1")->value;
@@ -146,7 +180,7 @@ static pl_status adamw_step(void *self) {
             adamw_state *st = &a->st[g->param_index[k]];
             pl_tensor *t = p->t;
             if (!t->grad) continue;
-            st->step++;
+            if (!st->count) st->step++;
             pl_adamw_hyper h = {.lr = g->lr,
                                 .beta1 = beta1,
                                 .beta2 = beta2,
@@ -154,29 +188,34 @@ static pl_status adamw_step(void *self) {
                                 .weight_decay = g->weight_decay,
                                 .l2 = a->l2,
                                 .amsgrad = a->amsgrad,
-                                .step = st->step};
+                                .step = st->count ? 1 : st->step}; /* counted: the device's */
             if (a->foreach) {
                 a->lp[nl] = t;
                 a->lg[nl] = t->grad;
                 a->lm[nl] = st->exp_avg;
                 a->lv[nl] = st->exp_avg_sq;
                 a->lvm[nl] = st->max_exp_avg_sq;
+                a->lc[nl] = st->count;
                 a->lh[nl++] = h;
                 continue;
             }
-            pl_status s = pl_adamw_step_(t, t->grad, st->exp_avg, st->exp_avg_sq,
-                                         st->max_exp_avg_sq, &h);
+            s = st->count ? pl_adamw_step_counted_(t, t->grad, st->exp_avg, st->exp_avg_sq,
+                                                   st->max_exp_avg_sq, st->count, &h)
+                          : pl_adamw_step_(t, t->grad, st->exp_avg, st->exp_avg_sq,
+                                           st->max_exp_avg_sq, &h);
             if (s) return pl_error_prefix(s, "adamw");
         }
-        pl_status s = pl_adamw_step_multi_(nl, a->lp, a->lg, a->lm, a->lv, a->lvm, a->lh);
-        if (s) return pl_error_prefix(s, "adamw");
+        if ((s = step_lists(a, nl))) return pl_error_prefix(s, "adamw");
     }
     return PL_OK;
 }
 
 /* State names (version 1): "adamw.step.<param>" (scalar, per parameter),
  * "adamw.exp_avg.<param>", "adamw.exp_avg_sq.<param>",
- * "adamw.max_exp_avg_sq.<param>" (amsgrad only). */
+ * "adamw.max_exp_avg_sq.<param>" (amsgrad only). A count on the device is
+ * read for the scalar (one read per parameter, at a save) and written back
+ * when the visitor changed it (a load); the names and values are those of
+ * the host count, so checkpoints of either kind load into the other. */
 static pl_status adamw_state_visit(void *self, const pl_state_visitor *v) {
     adamw *a = self;
     char name[PL_NAME_MAX + 64];
@@ -185,13 +224,8 @@ static pl_status adamw_state_visit(void *self, const pl_state_visitor *v) {
         adamw_state *st = &a->st[i];
         if (!st->exp_avg) continue;
         const char *pn = pl_params_at(a->params, i)->name;
-        double step = (double)st->step;
         snprintf(name, sizeof name, "adamw.step.%s", pn);
-        if (v->scalar && (s = v->scalar(v->ctx, name, &step))) return s;
-        if (step < 0 || step != floor(step))
-            return pl_error_set(PL_ERR_INVALID, "adamw: state '%s' = %g: expected a count", name,
-                                step);
-        st->step = (int64_t)step;
+        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "adamw"))) return s;
         if (!v->tensor) continue;
         snprintf(name, sizeof name, "adamw.exp_avg.%s", pn);
         if ((s = v->tensor(v->ctx, name, st->exp_avg))) return s;

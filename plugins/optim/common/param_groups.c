@@ -261,3 +261,28 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
     free(owner);
     return PL_OK;
 }
+
+pl_status pl_optim_count_visit(const pl_state_visitor *v, const char *name, pl_tensor *count,
+                               int64_t *host, const char *who) {
+    double step = count ? pl_tensor_item(count) : (double)*host;
+    if (isnan(step))
+        return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_DEVICE,
+                               "%s: reading state '%s' from the device", who, name);
+    const double before = step;
+    pl_status s = v->scalar ? v->scalar(v->ctx, name, &step) : PL_OK;
+    if (s) return s;
+    if (!(step >= 0) || step != floor(step))
+        return pl_error_set(PL_ERR_INVALID, "%s: state '%s' = %g: expected a count", who, name,
+                            step);
+    if (count && step > PL_OPTIM_COUNT_MAX)
+        return pl_error_set(PL_ERR_INVALID, "%s: state '%s' = %.0f: the step count on the device "
+                            "is an f32 (as torch's fused step), exact up to %.0f", who, name,
+                            step, PL_OPTIM_COUNT_MAX);
+    if (!count) {
+        *host = (int64_t)step;
+        return PL_OK;
+    }
+    if (step == before) return PL_OK;
+    s = pl_tensor_fill_(count, step);
+    return s ? pl_error_prefix(s, "%s: writing state '%s' to the device", who, name) : PL_OK;
+}

@@ -54,6 +54,16 @@ void pl_optim_groups_free(pl_optim_groups *gs);
 pl_status pl_optim_parse_tags(const char *s, unsigned *mask, char roles[][PL_ROLE_MAX],
                               int *n_roles);
 
+/* A parameter's step count in the state visitor v, as the scalar `name`: on
+ * the device (count, f32 [1]: read for the visitor, one host read, and
+ * written back when the visitor changed it, i.e. a load) or on the host
+ * (*host, count NULL). A loaded value must be a count (an integer >= 0) and,
+ * on the device, at most 2^24 (exact in f32, as torch's fused step); errors
+ * name `who` and `name`. */
+#define PL_OPTIM_COUNT_MAX 16777216.0
+pl_status pl_optim_count_visit(const pl_state_visitor *v, const char *name, pl_tensor *count,
+                               int64_t *host, const char *who);
+
 /* The option-schema entries of the group keys, shared by every optimizer
  * using pl_optim_groups_build (one definition, so `pipeline plugins` and
  * validation agree across optimizers). */

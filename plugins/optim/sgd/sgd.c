@@ -11,6 +11,16 @@
  * cycles 'momentum' for SGD). The per-element math is the core's
  * optim_math.h, run on the parameters' device (pl_sgd_step_).
  *
+ * The count of momentum updates, which says whether the buffer is
+ * initialised, lives on the device with the buffer (an f32 [1] per
+ * parameter; ABI 2.12): the kernel increments it and initialises the buffer
+ * to the gradient when it reaches 1, unless the step is skipped on the device
+ * (the trainer's found_inf), so a skipped first step leaves the buffer
+ * uninitialised, as torch, whose GradScaler then calls no optimizer.step().
+ * (torch's fused SGD decides its first step on the host instead and would
+ * use an empty_like buffer after a skipped first step.) A backend whose
+ * kernels keep no count gets the host's count, as before.
+ *
  * foreach = true (the default; torch's foreach): a group's parameters with a
  * gradient are updated by pl_sgd_step_multi_, one kernel call per
  * PL_OPTIM_MULTI_MAX parameters of a device, with the same bits as one
@@ -30,8 +40,9 @@
 
 typedef struct sgd_state {
     bool trainable;
-    pl_tensor *buf; /* f32 momentum buffer, owned; NULL until needed */
-    int64_t step;   /* momentum updates done (0: buffer not initialised) */
+    pl_tensor *buf;   /* f32 momentum buffer, owned; NULL until needed */
+    pl_tensor *count; /* momentum updates done, on the device (f32 [1], owned, with buf), or NULL */
+    int64_t step;     /* momentum updates done on the host (count NULL; 0: not initialised) */
 } sgd_state;
 
 typedef struct sgd {
@@ -42,15 +53,19 @@ typedef struct sgd {
     int n_params;
     sgd_state *st;
     /* foreach: one group's lists, [n_params] each (scratch of step) */
-    pl_tensor **lp, **lg, **lb;
+    pl_tensor **lp, **lg, **lb, **lc;
     pl_sgd_hyper *lh;
 } sgd;
 
 static void sgd_destroy(void *self) {
     sgd *o = self;
     if (!o) return;
-    for (int i = 0; i < o->n_params && o->st; i++) pl_tensor_release(o->st[i].buf);
+    for (int i = 0; i < o->n_params && o->st; i++) {
+        pl_tensor_release(o->st[i].buf);
+        pl_tensor_release(o->st[i].count);
+    }
     free(o->st);
+    free(o->lc);
     free(o->lp);
     free(o->lg);
     free(o->lb);
@@ -61,7 +76,9 @@ static void sgd_destroy(void *self) {
 
 static pl_status alloc_buf(sgd_state *st, const pl_param *p) {
     st->buf = pl_tensor_zeros(PL_F32, p->t->ndim, p->t->shape, p->t->device);
-    if (!st->buf)
+    if (st->buf && pl_optim_counts_on_device(p->t->device))
+        st->count = pl_tensor_zeros_owned(PL_F32, 1, (int64_t[]){1}, p->t->device);
+    if (!st->buf || (pl_optim_counts_on_device(p->t->device) && !st->count))
         return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_NOMEM,
                                "sgd: momentum buffer of parameter '%s'", p->name);
     return PL_OK;
@@ -102,7 +119,8 @@ static pl_status sgd_create(const pl_config_section *cfg, pl_run_context *ctx, v
     o->lg = calloc(np, sizeof *o->lg);
     o->lb = calloc(np, sizeof *o->lb);
     o->lh = calloc(np, sizeof *o->lh);
-    if (!o->st || !o->lp || !o->lg || !o->lb || !o->lh) {
+    o->lc = calloc(np, sizeof *o->lc);
+    if (!o->st || !o->lp || !o->lg || !o->lb || !o->lh || !o->lc) {
         sgd_destroy(o);
         return pl_error_set(PL_ERR_NOMEM, "sgd: out of memory");
     }
@@ -128,6 +146,24 @@ static pl_param_group *sgd_group(void *self, int i) {
     return (i >= 0 && i < o->groups.n) ? &o->groups.g[i] : NULL;
 }
 
+/* The foreach lists of one group (nl parameters): one multi-tensor call,
+ * counted on the device (every parameter with a buffer has a count) or on
+ * the host; per-tensor calls when the group mixes the two. */
+static pl_status step_lists(sgd *o, int nl) {
+    int nb = 0, nc = 0;
+    for (int i = 0; i < nl; i++) {
+        nb += o->lb[i] != NULL;
+        nc += o->lc[i] != NULL;
+    }
+    if (nc == 0 || nb == 0) return pl_sgd_step_multi_(nl, o->lp, o->lg, o->lb, o->lh);
+    if (nc == nb) return pl_sgd_step_multi_counted_(nl, o->lp, o->lg, o->lb, o->lc, o->lh);
+    pl_status s = PL_OK;
+    for (int i = 0; i < nl && !s; i++)
+        s = o->lc[i] ? pl_sgd_step_counted_(o->lp[i], o->lg[i], o->lb[i], o->lc[i], &o->lh[i])
+                     : pl_sgd_step_(o->lp[i], o->lg[i], o->lb[i], &o->lh[i]);
+    return s;
+}
+
 static pl_status sgd_step(void *self) {
     sgd *o = self;
     pl_status s;
@@ -150,27 +186,29 @@ static pl_status sgd_step(void *self) {
                               .weight_decay = g->weight_decay,
                               .nesterov = o->nesterov,
                               .first = st->step == 0};
+            pl_tensor *count = mom ? st->count : NULL; /* a count on the device */
             if (o->foreach) {
                 o->lp[nl] = t;
                 o->lg[nl] = t->grad;
                 o->lb[nl] = mom ? st->buf : NULL;
+                o->lc[nl] = count;
                 o->lh[nl++] = h;
-                if (mom) st->step++;
+                if (mom && !count) st->step++;
                 continue;
             }
-            if ((s = pl_sgd_step_(t, t->grad, mom ? st->buf : NULL, &h)))
-                return pl_error_prefix(s, "sgd");
-            if (mom) st->step++;
+            s = count ? pl_sgd_step_counted_(t, t->grad, st->buf, count, &h)
+                      : pl_sgd_step_(t, t->grad, mom ? st->buf : NULL, &h);
+            if (s) return pl_error_prefix(s, "sgd");
+            if (mom && !count) st->step++;
         }
-        if ((s = pl_sgd_step_multi_(nl, o->lp, o->lg, o->lb, o->lh)))
-            return pl_error_prefix(s, "sgd");
+        if ((s = step_lists(o, nl))) return pl_error_prefix(s, "sgd");
     }
     return PL_OK;
 }
 
 /* State names (version 1): "sgd.step.<param>" (momentum updates done, 0 =
- * buffer not initialised), "sgd.momentum_buffer.<param>" (when momentum is
- * used). */
+ * buffer not initialised; read from the device when counted there, written
+ * back on a load), "sgd.momentum_buffer.<param>" (when momentum is used). */
 static pl_status sgd_state_visit(void *self, const pl_state_visitor *v) {
     sgd *o = self;
     char name[PL_NAME_MAX + 64];
@@ -179,13 +217,8 @@ static pl_status sgd_state_visit(void *self, const pl_state_visitor *v) {
         sgd_state *st = &o->st[i];
         if (!st->trainable || !st->buf) continue;
         const char *pn = pl_params_at(o->params, i)->name;
-        double step = (double)st->step;
         snprintf(name, sizeof name, "sgd.step.%s", pn);
-        if (v->scalar && (s = v->scalar(v->ctx, name, &step))) return s;
-        if (step < 0 || step != floor(step))
-            return pl_error_set(PL_ERR_INVALID, "sgd: state '%s' = %g: expected a count", name,
-                                step);
-        st->step = (int64_t)step;
+        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "sgd"))) return s;
         snprintf(name, sizeof name, "sgd.momentum_buffer.%s", pn);
         if (v->tensor && (s = v->tensor(v->ctx, name, st->buf))) return s;
     }

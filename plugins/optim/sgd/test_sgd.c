@@ -1,7 +1,9 @@
 /* test_sgd.c - the sgd plugin against torch.optim.SGD step by step
  * (tests/data/optim/sgd.json, tools/gen_optim_reference.py), checkpoint
- * state and option checks. */
+ * state and option checks; a first step skipped by found_inf on the host and
+ * on the device (cpu, strict). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "optim_testkit.h"
@@ -73,6 +75,36 @@ START_TEST(momentum_follows_the_group_hyper_parameter) {
 }
 END_TEST
 
+/* sgd_first_step_skipped: found_inf on step 0, momentum 0.9, dampening 0.5.
+ * torch's GradScaler skips optimizer.step(), so the buffer is first set (to
+ * the gradient) at step 1. On the device path the step runs with the flag:
+ * the buffer and its count stay as they were, and step 1 initialises it, the
+ * same bits as the host path's (no step). With the count advancing on the
+ * skip, step 1 would take b = 0.9 * 0 + 0.5 g: half torch's update. */
+START_TEST(skipped_first_step_leaves_the_buffer_uninitialised) {
+    static const pl_device strict = {PL_DEVICE_CUDA, 0};
+    const cJSON *c = tk_case(ref, "sgd_first_step_skipped");
+    cJSON *pt = cJSON_Duplicate(c, true);
+    ck_assert_ptr_nonnull(
+        cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(pt, "options"), "foreach", "false"));
+    int n0, n;
+    float *host = tk_run_optimizer_case_on(c, "sgd", 0, PL_CPU, false, &n0);
+    float *runs[4];
+    runs[0] = tk_run_optimizer_case_on(c, "sgd", 0, PL_CPU, true, &n);
+    runs[1] = tk_run_optimizer_case_on(pt, "sgd", 0, PL_CPU, true, &n);
+    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, "strict"));
+    runs[2] = tk_run_optimizer_case_on(c, "sgd", 1, strict, true, &n); /* resumed after the skip */
+    runs[3] = tk_run_optimizer_case_on(pt, "sgd", 0, strict, true, &n);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_msg(memcmp(host, runs[r], sizeof(float) * (size_t)n0) == 0,
+                      "device-path run %d differs from the host path", r);
+        free(runs[r]);
+    }
+    free(host);
+    cJSON_Delete(pt);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sgd");
     TCase *tc = tcase_create("sgd");
@@ -84,6 +116,7 @@ int main(void) {
     tcase_add_test(tc, resume_from_saved_state_is_exact);
     tcase_add_test(tc, nesterov_without_momentum_is_refused);
     tcase_add_test(tc, momentum_follows_the_group_hyper_parameter);
+    tcase_add_test(tc, skipped_first_step_leaves_the_buffer_uninitialised);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

@@ -229,6 +229,75 @@ START_TEST(host_and_device_scalers_agree_bit_for_bit) {
 }
 END_TEST
 
+/* fp16's GradScaler with adamw: 9 steps, an -inf gradient at step 4 and a
+ * NaN at step 5, both skipped. Host path (CPU): before_step answers false and
+ * the trainer calls no optimizer step (torch's GradScaler with a non-fused
+ * optimizer). Device path (strict): before_step_device sets found_inf and
+ * the optimizer step runs with it (torch's fused AdamW: state_steps += 1 -
+ * found_inf), reading nothing back. The same weights bit for bit, and AdamW's
+ * step count 7 in both: the skips advanced neither (before ABI 2.12 the
+ * device path counted 9, and its last three steps used t two higher). */
+START_TEST(scaler_skips_leave_adamw_step_count_on_both_paths) {
+    PL_CK_OK(pl_harness_load_backend_named(PL_DEVICE_CUDA, "strict"));
+    float final[2][5];
+    for (int dev = 0; dev < 2; dev++) {
+        tk_run r;
+        tk_init(&r);
+        tk_add_param(&r, "w", PL_SHAPE(5), (const double[]){0.5, -1, 0.25, 2, -0.125}, true);
+        if (dev) {
+            pl_tensor *d = PL_CK_NOTNULL(pl_tensor_to(pl_params_at(r.ctx->params, 0)->t, PL_F32, g_strict));
+            pl_tensor_set_requires_grad(d, true);
+            PL_CK_OK(pl_params_replace(r.ctx->params, 0, d));
+            pl_tensor_release(d);
+        }
+        pl_tensor *p = pl_params_at(r.ctx->params, 0)->t;
+        tk_open(&r, "precision", "fp16", NULL, "init_scale = 8\ngrowth_interval = 3\n");
+        const pl_precision_vtable *vt = r.vtable;
+        void *prec = NULL;
+        PL_CK_OK(vt->create(r.sec, r.ctx, &prec));
+        tk_optimizer(&r, "adamw", "lr = 0.05\nweight_decay = 0.01\n");
+        const pl_optimizer_vtable *opt = r.ctx->optimizer;
+        pl_tensor *found = NULL;
+        if (dev) {
+            PL_CK_NOTNULL(vt->loss_scale_tensor(prec, g_strict));
+            found = PL_CK_NOTNULL(pl_tensor_zeros_owned(PL_F32, 1, (int64_t[]){1}, g_strict));
+        }
+        for (int s = 0; s < 9; s++) {
+            float g[5];
+            for (int i = 0; i < 5; i++) g[i] = (float)(8.0 * ((i + 1) * 0.37 * (s % 4 + 1) - 0.9));
+            if (s == 4) g[1] = -INFINITY;
+            if (s == 5) g[3] = NAN;
+            pl_tensor_release(p->grad);
+            p->grad = dev_f32(g, 5, p->device);
+            if (!dev) {
+                if (vt->before_step(prec, r.ctx->params)) PL_CK_OK(opt->step(r.optim_self));
+                continue;
+            }
+            uint64_t r0 = host_reads();
+            PL_CK_OK(pl_tensor_fill_(found, 0.0));
+            PL_CK_OK(vt->before_step_device(prec, r.ctx->params, found));
+            pl_optim_set_found_inf(found);
+            pl_status st = opt->step(r.optim_self);
+            pl_optim_set_found_inf(NULL);
+            PL_CK_OK(st);
+            ck_assert_uint_eq(host_reads(), r0);
+        }
+        for (int i = 0; i < 5; i++) final[dev][i] = read_f32(p, i);
+        tk_state *st = tk_state_save((tk_state_fn)opt->state, r.optim_self);
+        bool ok;
+        ck_assert_double_eq(tk_state_scalar(st, "adamw.step.w", &ok), 7.0);
+        ck_assert(ok);
+        tk_state_free(st);
+        pl_tensor_release(found);
+        vt->destroy(prec);
+        tk_close(&r);
+    }
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(memcmp(&final[0][i], &final[1][i], 4) == 0, "w[%d]: host path %a, device %a",
+                      i, final[0][i], final[1][i]);
+}
+END_TEST
+
 /* ---- the ops (pl_amp_unscale_multi_, pl_amp_update_scale_) vs hand-computed
  * values, on the CPU and on the strict device ---- */
 
@@ -426,6 +495,7 @@ int main(void) {
     tcase_add_test(tc, grad_scaler_on_device_gradients);
     tcase_add_test(tc, device_grad_scaler_same_sequence_no_host_read);
     tcase_add_test(tc, host_and_device_scalers_agree_bit_for_bit);
+    tcase_add_test(tc, scaler_skips_leave_adamw_step_count_on_both_paths);
     tcase_add_test(tc, amp_unscale_multi_by_hand);
     tcase_add_test(tc, amp_update_scale_by_hand);
     tcase_add_test(tc, defaults_are_torch_grad_scaler_defaults);
