@@ -111,9 +111,15 @@ extern "C" {
  *          adapters); ops sum_squares_multi, mul_multi (pl_sum_squares_multi,
  *          pl_mul_multi_, ops.h: torch's _foreach_norm / _foreach_mul_ for
  *          the trainer's gradient norm and clipping; a backend without them
- *          gets the per-tensor calls) */
+ *          gets the per-tensor calls)
+ * minor 12: pl_lora_add_dropout (ops.h: PEFT's lora_dropout inside op
+ *          lora_add, nothing of x's size saved); lora_add's p.flags bit1
+ *          (drop x with p.beta = p, p.seed, p.counter, the dropout stream;
+ *          a captured graph's counter offset in p.extra / p.start as
+ *          dropout's), which a backend implementing lora_add must honour
+ *          (one built for an older minor would ignore it: wrong values) */
 
-#define PL_ABI_MINOR 11
+#define PL_ABI_MINOR 12
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {

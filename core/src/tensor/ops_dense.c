@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "graph_internal.h"
 #include "internal.h"
 
 /* ---- plumbing ------------------------------------------------------------- */
@@ -323,8 +324,34 @@ static bool lora_gate_fits(const pl_tensor *g, const pl_tensor *x, int64_t R) {
     return true;
 }
 
+/* The dropout of x inside lora_add (pl_lora_add_dropout): on iff p > 0
+ * and training */
+typedef struct lora_drop {
+    double p;
+    uint64_t seed, counter;
+} lora_drop;
+
+static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                                pl_tensor *gexp, double scale, const lora_drop *drop);
+
 pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
                        double scale) {
+    return lora_add_impl(y, x, a, b, gexp, scale, NULL);
+}
+
+pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                               pl_tensor *gexp, double scale, double p, uint64_t seed,
+                               uint64_t counter, bool training) {
+    if (!(p >= 0.0 && p <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "lora_add: dropout probability %g outside [0, 1]", p);
+        return NULL;
+    }
+    lora_drop d = {.p = p, .seed = seed, .counter = counter};
+    return lora_add_impl(y, x, a, b, gexp, scale, training && p > 0.0 ? &d : NULL);
+}
+
+static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                                pl_tensor *gexp, double scale, const lora_drop *drop) {
     if (!x || !a || !b) return NULL;
     const char *op = "lora_add";
     pl_tensor *ts[5] = {x, a, b, gexp, y};
@@ -380,8 +407,8 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
         /* as pl_linear: every GEMM operand in the autocast dtype, a
          * trainable A / B cast once per forward (autocast_cache.c) */
         pl_frame_begin();
-        pl_tensor *r = pl_lora_add(y, pl_autocast_operand(x, ac), pl_autocast_operand(a, ac),
-                                   pl_autocast_operand(b, ac), gexp, scale);
+        pl_tensor *r = lora_add_impl(y, pl_autocast_operand(x, ac), pl_autocast_operand(a, ac),
+                                     pl_autocast_operand(b, ac), gexp, scale, drop);
         return frame_result(r);
     }
     if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) || (y && !lora_float(y)) ||
@@ -398,6 +425,22 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
     k.p.alpha = scale;
     k.p.dtype = c;
     k.p.flags = y ? 0 : 1;
+    if (drop) {
+        /* bit1: drop x with p.beta = p, p.seed, p.counter (ops.def) */
+        k.p.flags |= 2;
+        k.p.beta = drop->p;
+        k.p.seed = drop->seed;
+        k.p.counter = drop->counter;
+        if (pl_graph_dropout_active()) {
+            /* a captured graph: the counter's offset as pl_dropout's (the
+             * backward's regeneration reads the same p) */
+            int64_t stride = 0;
+            pl_tensor *delta = pl_graph_dropout_offset(drop->counter, &stride);
+            if (!delta && pl_graph_capturing()) return NULL;
+            k.p.extra = delta;
+            k.p.start = stride;
+        }
+    }
     pl_tensor *in[5] = {y, x, a, b, gexp};
     if (!take_inputs(&k, in + 1, gexp ? 4 : 3)) return NULL;
     /* in = {y or a placeholder, x, A, B[, gexp]} */
