@@ -106,13 +106,14 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
  *   training  false, or p == 0: exactly pl_lora_add(y, x, a, b, gexp,
  *             scale) (the same kernel call and bits)
  * Other arguments, the result, dtypes, autocast and errors: pl_lora_add.
- * In f32 the result and every gradient are bit-identical to the chain
+ * Under autocast (bf16 / f16) x is not cast: it is dropped in its own
+ * dtype and drop(x) rounded once to the autocast dtype, as the chain's
+ * dropout on f32 x then autocast's cast of it (torch: dropout is not an
+ * autocast op); the tape then keeps x itself, not a half copy of it.
+ * The result and every gradient are bit-identical to the chain
  * pl_lora_add(y, pl_dropout(x, p, seed, counter, true), a, b, gexp, scale)
- * (the CPU and strict backends: the same operands, GEMMs and order). In
- * bf16 / f16 x without autocast too; under autocast x is cast to the
- * autocast dtype before it is dropped, so a kept element is
- * rne_c(rne_c(x) / (1 - p)) where the chain's f32 dropout then cast gives
- * rne_c(x / (1 - p)): at most one rounding of c apart, on some elements. */
+ * on the CPU and strict backends (the same operands, GEMMs and order), in
+ * f32, with half operands and under autocast. */
 pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
                                pl_tensor *gexp, double scale, double p, uint64_t seed,
                                uint64_t counter, bool training);

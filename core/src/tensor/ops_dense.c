@@ -325,10 +325,12 @@ static bool lora_gate_fits(const pl_tensor *g, const pl_tensor *x, int64_t R) {
 }
 
 /* The dropout of x inside lora_add (pl_lora_add_dropout): on iff p > 0
- * and training */
+ * and training. autocast: set by the autocast branch, x keeps its own
+ * dtype (the kernel rounds drop(x) to A's, the chain's dropout then cast). */
 typedef struct lora_drop {
     double p;
     uint64_t seed, counter;
+    bool autocast;
 } lora_drop;
 
 static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
@@ -403,16 +405,28 @@ static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_ten
         return NULL;
     }
     pl_dtype ac = pl_autocast_get();
-    if ((ac == PL_BF16 || ac == PL_F16) && (x->dtype != ac || a->dtype != ac || b->dtype != ac)) {
+    /* with dropout under autocast x is not cast: the kernel drops it in its
+     * own dtype and rounds drop(x) to the autocast dtype (torch: dropout is
+     * not an autocast op, it runs on f32 x before lora_A's cast), and the
+     * tape keeps x itself, not a half copy per projection */
+    bool x_own = drop && drop->autocast;
+    if ((ac == PL_BF16 || ac == PL_F16) &&
+        ((x->dtype != ac && !x_own) || a->dtype != ac || b->dtype != ac)) {
         /* as pl_linear: every GEMM operand in the autocast dtype, a
          * trainable A / B cast once per forward (autocast_cache.c) */
         pl_frame_begin();
-        pl_tensor *r = lora_add_impl(y, pl_autocast_operand(x, ac), pl_autocast_operand(a, ac),
-                                     pl_autocast_operand(b, ac), gexp, scale, drop);
+        lora_drop d2 = {0};
+        if (drop) {
+            d2 = *drop;
+            d2.autocast = true;
+        }
+        pl_tensor *r = lora_add_impl(y, drop ? x : pl_autocast_operand(x, ac),
+                                     pl_autocast_operand(a, ac), pl_autocast_operand(b, ac), gexp,
+                                     scale, drop ? &d2 : NULL);
         return frame_result(r);
     }
-    if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) || (y && !lora_float(y)) ||
-        (gexp && !lora_float(gexp))) {
+    if ((x->dtype != a->dtype && !x_own) || a->dtype != b->dtype || !lora_float(x) ||
+        !lora_float(a) || (y && !lora_float(y)) || (gexp && !lora_float(gexp))) {
         pl_error_set(PL_ERR_DTYPE,
                      "lora_add: x %s, A %s, B %s must share one dtype of f32/bf16/f16 (y and "
                      "gexp: f32/bf16/f16)",
@@ -420,7 +434,7 @@ static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_ten
                      pl_tensor_describe(b, bb, sizeof bb));
         return NULL;
     }
-    pl_dtype c = x->dtype;
+    pl_dtype c = a->dtype; /* x's, but under autocast with dropout (x_own) */
     pl_kernel_args k = {.op = PL_OP_LORA_ADD, .n_out = 2};
     k.p.alpha = scale;
     k.p.dtype = c;

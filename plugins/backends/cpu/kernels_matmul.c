@@ -407,17 +407,19 @@ static void lora_drop_apply(const pl_kernel_args *a, const void *src, pl_dtype s
     }
 }
 
-/* drop(x) [n] in x's dtype into s: its data, or NULL (st set) */
+/* drop(x) [n] in the compute dtype c = p.dtype (x's, or under autocast
+ * x f32 and c half: the chain's f32 dropout then cast, rounded once) into
+ * s: its data, or NULL (st set) */
 static void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, scratch *s,
                             pl_status *st) {
     int64_t n = pl_tensor_numel(x);
-    size_t es = pl_dtype_size(x->dtype);
+    size_t es = pl_dtype_size(a->p.dtype);
     float *buf = scratch_f32(s, (int64_t)(((size_t)n * es + sizeof(float) - 1) / sizeof(float)));
     if (!buf) {
         *st = PL_ERR_NOMEM;
         return NULL;
     }
-    lora_drop_apply(a, pl_tensor_data(x), x->dtype, buf, x->dtype, n);
+    lora_drop_apply(a, pl_tensor_data(x), x->dtype, buf, a->p.dtype, n);
     return buf;
 }
 
@@ -428,6 +430,7 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     pl_tensor *out = a->out[0], *tt = a->out[1];
     lora_geo q;
     lora_geo_init(&q, x, Ai, Bi, g);
+    q.c = a->p.dtype; /* x's, or with dropout under autocast A's (x f32) */
     pl_status st = PL_OK;
     scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, so = {0}, sd = {0};
     /* half x, A: read in place by the first GEMM (matmul's kernels); with

@@ -361,11 +361,14 @@ static pl_status lora_drop_launch(const pl_kernel_args *a, const void *src, pl_d
                                            cudaGetErrorString(e));
 }
 
-/* drop(x) in x's dtype in a transient scratch (freed by the caller); NULL with the error set */
+/* drop(x) in the compute dtype c = p.dtype (x's, or under autocast x f32 and c
+ * half: the chain's f32 dropout then cast) in a transient scratch (freed by the
+ * caller); NULL with the error set */
 static const void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, pl_cu_scratch *s) {
     int64_t n = pl_tensor_numel(x);
-    void *d = pl_cu_scratch_get(s, x->device, (size_t)(n > 0 ? n : 1) * pl_dtype_size(x->dtype));
-    if (!d || lora_drop_launch(a, pl_tensor_data(x), x->dtype, d, x->dtype, n)) return NULL;
+    pl_dtype c = a->p.dtype;
+    void *d = pl_cu_scratch_get(s, x->device, (size_t)(n > 0 ? n : 1) * pl_dtype_size(c));
+    if (!d || lora_drop_launch(a, pl_tensor_data(x), x->dtype, d, c, n)) return NULL;
     return d;
 }
 
@@ -388,8 +391,9 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     bool has_y = !(a->p.flags & 1);
     const pl_tensor *x = a->in[1], *A = a->in[2], *B = a->in[3], *g = a->n_in > 4 ? a->in[4] : NULL;
     pl_tensor *out = a->out[0], *tt = a->out[1];
-    pl_dtype c = x->dtype;
-    if (A->dtype != c || B->dtype != c || tt->dtype != c ||
+    /* c: x's, or with dropout under autocast A's (x f32, dropped into c) */
+    pl_dtype c = a->p.dtype;
+    if (A->dtype != c || B->dtype != c || tt->dtype != c || (x->dtype != c && !(a->p.flags & 2)) ||
         !(c == PL_F32 || c == PL_BF16 || c == PL_F16))
         return pl_error_set(PL_ERR_DTYPE, "cuda lora_add: dtypes x %s, A %s, B %s not supported",
                             pl_dtype_name(x->dtype), pl_dtype_name(A->dtype),
