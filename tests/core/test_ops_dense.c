@@ -932,8 +932,9 @@ static pl_tensor *f_lora_drop_no_y(pl_tensor **in, int n, void *ctx) { /* x, A, 
 
 /* How the chain and the fused op are compared: 0 = the fused op with
  * dropout against pl_lora_add(y, pl_dropout(x)); 1 = with p = 0 against
- * pl_lora_add; 2 = training false against pl_lora_add. */
-enum { LD_CHAIN, LD_P0, LD_EVAL };
+ * pl_lora_add; 2 = training false against pl_lora_add; 3 = as 0 with A
+ * frozen (backward draws the mask for dx alone, not beside drop(x)). */
+enum { LD_CHAIN, LD_P0, LD_EVAL, LD_CHAIN_A_FROZEN };
 
 /* out and the gradient of every input of pl_lora_add_dropout and of its
  * reference (mode), same inputs, loss sum(out * w); x [3, 5, 24] (360
@@ -962,12 +963,12 @@ static int lora_drop_vs(int mode, pl_dtype dt, pl_dtype ac, bool no_y, double p,
         pl_tensor *b = PL_CK_NOTNULL(pl_tensor_to(b0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
         pl_tensor *ts[5] = {x, y, g, a, b};
         for (int i = 0; i < 5; i++)
-            if (ts[i]) pl_tensor_set_requires_grad(ts[i], true);
+            if (ts[i] && !(i == 3 && mode == LD_CHAIN_A_FROZEN)) pl_tensor_set_requires_grad(ts[i], true);
         pl_tensor *o;
         if (k == 1)
             o = pl_lora_add_dropout(y, x, a, b, g, 0.5, mode == LD_P0 ? 0.0 : p, dseed, dctr,
                                     mode != LD_EVAL);
-        else if (k == 0 && mode == LD_CHAIN)
+        else if (k == 0 && (mode == LD_CHAIN || mode == LD_CHAIN_A_FROZEN))
             o = pl_lora_add(y, pl_dropout(x, p, dseed, dctr, true), a, b, g, 0.5);
         else
             o = pl_lora_add(y, x, a, b, g, 0.5);
@@ -975,6 +976,7 @@ static int lora_drop_vs(int mode, pl_dtype dt, pl_dtype ac, bool no_y, double p,
         pl_tensor *o32 = PL_CK_NOTNULL(pl_cast(o, PL_F32));
         PL_CK_OK(pl_backward(pl_sum(pl_mul(o32, w), PL_ALL_DIMS, false), 1.0));
         pl_tensor *src[5] = {o32, x->grad, y ? y->grad : NULL, a->grad, b->grad};
+        if (mode == LD_CHAIN_A_FROZEN) ck_assert_ptr_null(a->grad);
         for (int j = 0; j < ngrad; j++)
             for (int i = 0; i < nel[j]; i++)
                 r[k][j][i] = src[j] ? pl_tensor_get(src[j], i) : 0.0;
@@ -1018,6 +1020,7 @@ START_TEST(lora_add_dropout_matches_the_chain_bit_for_bit) {
 
     ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, false, 0.3, 0, 0, 410), 0);
     ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, true, 0.6, 0, 0, 420), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN_A_FROZEN, PL_F32, PL_F32, false, 0.3, 0, 0, 422), 0);
     ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, false, 1.0, 0, 0, 425), 0);
     ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_BF16, PL_F32, false, 0.3, 0, 0, 430), 0);
     ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F16, PL_F32, true, 0.1, 0, 0, 440), 0);

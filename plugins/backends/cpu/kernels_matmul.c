@@ -379,14 +379,18 @@ static inline void lora_st(void *p, pl_dtype dt, int64_t i, float v) {
 }
 
 /* dst[i] = drop(src[i]) for i < n (src in sdt, dst in ddt; dst may be src
- * when the dtypes match: dx masked in place) */
+ * when the dtypes match: dx masked in place); mask (may be NULL) gets the
+ * keep bits as dropout_fwd's u8 mask. A block of PL_PHILOX_LANES groups is
+ * dropout_fwd's: its 64 keep bits first, then one loop per dtype pair (the
+ * f32 one vectorized, as dropout_fwd's f32 path). */
 static void lora_drop_apply(const pl_kernel_args *a, const void *src, pl_dtype sdt, void *dst,
-                            pl_dtype ddt, int64_t n) {
+                            pl_dtype ddt, int64_t n, uint8_t *mask) {
     int64_t ng = (n + 3) / 4, nblk = (ng + PL_PHILOX_LANES - 1) / PL_PHILOX_LANES;
     float p = (float)a->p.beta, scale = pl_dropout_scale(a->p.beta);
     const uint32_t key[2] = {(uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32)};
     uint64_t ctr = lora_drop_counter(a);
     uint32_t c2 = (uint32_t)ctr, c3 = (uint32_t)(ctr >> 32);
+    enum { BLK = PL_PHILOX_LANES * 4 };
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
         uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES], r[4][PL_PHILOX_LANES];
@@ -396,30 +400,42 @@ static void lora_drop_apply(const pl_kernel_args *a, const void *src, pl_dtype s
             hi[l] = (uint32_t)(g >> 32);
         }
         pl_philox4x32_10_lanes(lo, hi, c2, c3, key, r);
-        int64_t base = blk * PL_PHILOX_LANES * 4;
+        int64_t base = blk * BLK;
+        int m = n - base < BLK ? (int)(n - base) : BLK;
+        /* element l*4+j of the block takes word j of lane l */
+        uint8_t keep[BLK];
         for (int l = 0; l < PL_PHILOX_LANES; l++)
-            for (int j = 0; j < 4; j++) {
-                int64_t i = base + l * 4 + j;
-                if (i >= n) break;
-                bool keep = pl_dropout_keep(r[j][l], p);
-                lora_st(dst, ddt, i, pl_dropout_apply(lora_ld(src, sdt, i), keep, scale));
-            }
+            for (int j = 0; j < 4; j++) keep[l * 4 + j] = (uint8_t)pl_dropout_keep(r[j][l], p);
+        if (mask) memcpy(mask + base, keep, (size_t)m);
+        if (sdt == PL_F32 && ddt == PL_F32) {
+            const float *sf = (const float *)src + base;
+            float *df = (float *)dst + base;
+#pragma omp simd
+            for (int e = 0; e < m; e++) df[e] = pl_dropout_apply(sf[e], keep[e], scale);
+        } else {
+            for (int e = 0; e < m; e++)
+                lora_st(dst, ddt, base + e,
+                        pl_dropout_apply(lora_ld(src, sdt, base + e), keep[e], scale));
+        }
     }
 }
 
 /* drop(x) [n] in the compute dtype c = p.dtype (x's, or under autocast
  * x f32 and c half: the chain's f32 dropout then cast, rounded once) into
- * s: its data, or NULL (st set) */
-static void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, scratch *s,
-                            pl_status *st) {
+ * s: its data, or NULL (st set); with sm, the keep bits too (u8 [n]) into
+ * *mask */
+static void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, scratch *s, scratch *sm,
+                            uint8_t **mask, pl_status *st) {
     int64_t n = pl_tensor_numel(x);
     size_t es = pl_dtype_size(a->p.dtype);
     float *buf = scratch_f32(s, (int64_t)(((size_t)n * es + sizeof(float) - 1) / sizeof(float)));
-    if (!buf) {
+    uint8_t *mk = sm ? (uint8_t *)scratch_f32(sm, (n + 3) / 4) : NULL;
+    if (!buf || (sm && !mk)) {
         *st = PL_ERR_NOMEM;
         return NULL;
     }
-    lora_drop_apply(a, pl_tensor_data(x), x->dtype, buf, a->p.dtype, n);
+    lora_drop_apply(a, pl_tensor_data(x), x->dtype, buf, a->p.dtype, n, mk);
+    if (mask) *mask = mk;
     return buf;
 }
 
@@ -436,7 +452,8 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     /* half x, A: read in place by the first GEMM (matmul's kernels); with
      * dropout, drop(x) in x's dtype from a scratch instead */
     bool half = q.c != PL_F32;
-    const void *xdata = (a->p.flags & 2) ? lora_dropped_x(a, x, &sd, &st) : pl_tensor_data(x);
+    const void *xdata =
+        (a->p.flags & 2) ? lora_dropped_x(a, x, &sd, NULL, NULL, &st) : pl_tensor_data(x);
     const float *X = st || half ? NULL : (const float *)xdata;
     const float *A = st || half ? NULL : as_f32(Ai, &sa, &st);
     const float *B = st ? NULL : as_f32(Bi, &sb, &st);
@@ -515,7 +532,9 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     bool need_du = dx || dA || dg;
     pl_status st = PL_OK;
     scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, sdu = {0}, sd = {0};
+    scratch sm = {0};
     bool drop = a->p.flags & 2;
+    uint8_t *mask = NULL; /* the keep bits, drawn once when both dA and dx need them */
     const float *B = (need_du) ? as_f32(Bi, &sb, &st) : NULL;
     const float *T = !st && (dB || dg) ? as_f32(tt, &stt, &st) : NULL;
     /* gexp: for u (dB) and dt (dA, dx); dgexp alone reads B and t only */
@@ -523,7 +542,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     /* half x, A: read in place by the dA / dx GEMMs (matmul's backward) */
     bool half = q.c != PL_F32;
     /* dA reads drop(x): regenerated from (seed, counter) into a scratch */
-    const void *xdata = !st && dA && drop ? lora_dropped_x(a, x, &sd, &st) : NULL;
+    const void *xdata =
+        !st && dA && drop ? lora_dropped_x(a, x, &sd, dx ? &sm : NULL, &mask, &st) : NULL;
     if (!xdata && dA && !st) xdata = pl_tensor_data(x);
     const float *X = !st && dA && !half ? (const float *)xdata : NULL;
     const float *A = !st && dx && !half ? as_f32(Ai, &sa, &st) : NULL;
@@ -595,12 +615,21 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
                 pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, false};
                 st = pl_gemm_mixed(N, D, R, &odu, &oa, dx, PL_F32, D, false, true);
             }
-            /* the dropout's backward on d drop(x): dropout_bwd's mask * scale */
-            if (!st && drop) lora_drop_apply(a, dx, PL_F32, dx, PL_F32, N * D);
+            /* the dropout's backward on d drop(x): dropout_bwd's mask * scale
+             * (the bits drawn with drop(x) above, or drawn here) */
+            if (!st && drop && mask) {
+                float scale = pl_dropout_scale(a->p.beta);
+#pragma omp parallel for simd if (N * D > PAR_MIN) schedule(static)
+                for (int64_t i = 0; i < N * D; i++)
+                    dx[i] = pl_dropout_apply(dx[i], mask[i], scale);
+            } else if (!st && drop) {
+                lora_drop_apply(a, dx, PL_F32, dx, PL_F32, N * D, NULL);
+            }
         }
     }
 done:
     scratch_free(&sd);
+    scratch_free(&sm);
     scratch_free(&sx);
     scratch_free(&sa);
     scratch_free(&sb);
