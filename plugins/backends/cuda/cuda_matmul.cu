@@ -289,8 +289,9 @@ done:
  * = 0 without y): three launches and a copy for the chain's six. Backward
  * (formulas: kernels_matmul.c of the CPU backend): half operands stay half,
  * G rounded to c as k_matmul_bwd does, f32 accumulation and gradients.
- * With dropout (p.flags bit1, pl_lora_add_dropout): one more launch each way
- * (drop(x) into a transient scratch for t and for dA; dx masked in place). */
+ * With dropout (p.flags bit1, pl_lora_add_dropout): one more launch forward
+ * (drop(x) into a transient scratch for t), two backward (drop(x) again for
+ * dA; dx masked in place). */
 
 /* o[n, r] = rne_c(t[n, r] g[n / gs, r]) (o in c; g any float dtype) */
 __global__ void k_lora_gate(const void *T, int c, const void *G, int gd, void *O, int64_t N,
@@ -413,7 +414,9 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     const void *xp = pl_tensor_data(x);
     if ((a->p.flags & 2) && R > 0 && D > 0 && !(xp = lora_dropped_x(a, x, &sd)))
         st = pl_error_status();
-    if (!st && R > 0 && D > 0)
+    if (st)
+        ; /* the dropout's launch failed */
+    else if (R > 0 && D > 0)
         st = rm_gemm(h, false, true, N, R, D, xp, ct, 0, pl_tensor_data(A), ct, 0,
                      0.0f, pl_tensor_data(tt), ct, 0, 1);
     else if (R > 0 && cudaMemset(pl_tensor_data(tt), 0, pl_tensor_nbytes(tt)) != cudaSuccess)
