@@ -334,25 +334,6 @@ typedef struct lora_drop {
 } lora_drop;
 
 static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
-                                pl_tensor *gexp, double scale, const lora_drop *drop);
-
-pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
-                       double scale) {
-    return lora_add_impl(y, x, a, b, gexp, scale, NULL);
-}
-
-pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
-                               pl_tensor *gexp, double scale, double p, uint64_t seed,
-                               uint64_t counter, bool training) {
-    if (!(p >= 0.0 && p <= 1.0)) {
-        pl_error_set(PL_ERR_INVALID, "lora_add: dropout probability %g outside [0, 1]", p);
-        return NULL;
-    }
-    lora_drop d = {.p = p, .seed = seed, .counter = counter};
-    return lora_add_impl(y, x, a, b, gexp, scale, training && p > 0.0 ? &d : NULL);
-}
-
-static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
                                 pl_tensor *gexp, double scale, const lora_drop *drop) {
     if (!x || !a || !b) return NULL;
     const char *op = "lora_add";
@@ -405,21 +386,17 @@ static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_ten
         return NULL;
     }
     pl_dtype ac = pl_autocast_get();
-    /* with dropout under autocast x is not cast: the kernel drops it in its
-     * own dtype and rounds drop(x) to the autocast dtype (torch: dropout is
-     * not an autocast op, it runs on f32 x before lora_A's cast), and the
-     * tape keeps x itself, not a half copy per projection */
+    /* with dropout x is not cast (drop->autocast below): the kernel drops it
+     * and rounds drop(x) to the autocast dtype, as torch's dropout on f32 x
+     * then lora_A's cast; the tape keeps x itself, not a half copy */
     bool x_own = drop && drop->autocast;
     if ((ac == PL_BF16 || ac == PL_F16) &&
         ((x->dtype != ac && !x_own) || a->dtype != ac || b->dtype != ac)) {
         /* as pl_linear: every GEMM operand in the autocast dtype, a
          * trainable A / B cast once per forward (autocast_cache.c) */
         pl_frame_begin();
-        lora_drop d2 = {0};
-        if (drop) {
-            d2 = *drop;
-            d2.autocast = true;
-        }
+        lora_drop d2 = drop ? *drop : (lora_drop){0};
+        d2.autocast = true;
         pl_tensor *r = lora_add_impl(y, drop ? x : pl_autocast_operand(x, ac),
                                      pl_autocast_operand(a, ac), pl_autocast_operand(b, ac), gexp,
                                      scale, drop ? &d2 : NULL);
@@ -445,9 +422,7 @@ static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_ten
         k.p.beta = drop->p;
         k.p.seed = drop->seed;
         k.p.counter = drop->counter;
-        if (pl_graph_dropout_active()) {
-            /* a captured graph: the counter's offset as pl_dropout's (the
-             * backward's regeneration reads the same p) */
+        if (pl_graph_dropout_active()) { /* a captured graph: as pl_dropout (backward too) */
             int64_t stride = 0;
             pl_tensor *delta = pl_graph_dropout_offset(drop->counter, &stride);
             if (!delta && pl_graph_capturing()) return NULL;
@@ -474,6 +449,22 @@ static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_ten
     k.out[0] = pl_tensor_new_owned(odt, x->ndim, oshape, x->device);
     k.out[1] = pl_tensor_new_owned(c, x->ndim, tshape, x->device);
     return launch(&k);
+}
+
+pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
+                       double scale) {
+    return lora_add_impl(y, x, a, b, gexp, scale, NULL);
+}
+
+pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                               pl_tensor *gexp, double scale, double p, uint64_t seed,
+                               uint64_t counter, bool training) {
+    if (!(p >= 0.0 && p <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "lora_add: dropout probability %g outside [0, 1]", p);
+        return NULL;
+    }
+    lora_drop d = {.p = p, .seed = seed, .counter = counter};
+    return lora_add_impl(y, x, a, b, gexp, scale, training && p > 0.0 ? &d : NULL);
 }
 
 /* ---- losses ------------------------------------------------------------------------------ */
