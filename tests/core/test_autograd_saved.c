@@ -51,6 +51,7 @@ typedef struct op_case {
      * saves_out, then its saved extra outputs), before allocator rounding;
      * the list ends at the first 0 */
     int64_t saved[MAXS];
+    int variant; /* lora_add: 1 = with dropout (pl_lora_add_dropout) */
 } op_case;
 
 #define F32(...) {K_ACT, PL_F32, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), {__VA_ARGS__}, 0}
@@ -85,6 +86,9 @@ static const op_case g_cases[] = {
      * what the reads rules name of x, A, B, gexp (never y) and t = x A^T
      * [8, 4] f32 */
     {PL_OP_LORA_ADD, 5, {F32(8, 32), F32(8, 32), F32(4, 32), F32(32, 4), F32(8, 4)}, {128}},
+    /* the same with dropout inside the op (p 0.25): the same bytes, no copy of
+     * drop(x) and no mask (both regenerated in backward) */
+    {PL_OP_LORA_ADD, 5, {F32(8, 32), F32(8, 32), F32(4, 32), F32(32, 4), F32(8, 4)}, {128}, 1},
     {PL_OP_SOFTMAX, 1, {F32(8, 32)}, {1024}},     /* its output */
     {PL_OP_LOG_SOFTMAX, 1, {F32(8, 32)}, {1024}}, /* its output */
     {PL_OP_CAUSAL_SOFTMAX, 1, {F32(4, 16, 16)}, {4096}}, /* its output, the probabilities */
@@ -193,7 +197,9 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_SQRT: return pl_sqrt(x[0]);
     case PL_OP_CLAMP: return pl_clamp(x[0], 0.7, 1.2);
     case PL_OP_SWIGLU: return pl_swiglu(x[0], x[1]);
-    case PL_OP_LORA_ADD: return pl_lora_add(x[0], x[1], x[2], x[3], x[4], 0.5);
+    case PL_OP_LORA_ADD:
+        return c->variant ? pl_lora_add_dropout(x[0], x[1], x[2], x[3], x[4], 0.5, 0.25, 11, 3, true)
+                          : pl_lora_add(x[0], x[1], x[2], x[3], x[4], 0.5);
     case PL_OP_SOFTMAX: return pl_softmax(x[0]);
     case PL_OP_LOG_SOFTMAX: return pl_log_softmax(x[0]);
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);

@@ -95,11 +95,20 @@ static pl_tensor *c_copy(pl_tensor **in, const ocase *c) {
 static pl_tensor *c_matmul(pl_tensor **in, const ocase *c) {
     return pl_matmul(in[0], in[1], c->flag & 1, c->flag & 2);
 }
-/* flag bit0: no y (in = x, A, B[, gexp]); else in = y, x, A, B[, gexp] */
+/* flag bit0: no y (in = x, A, B[, gexp]); else in = y, x, A, B[, gexp];
+ * bit1: dropout of x inside the op (pl_lora_add_dropout, p 0.3, seed 9,
+ * counter 5: the device must draw the CPU's mask); bit2: under bf16
+ * autocast (with bit1: f32 x dropped and rounded to bf16 by the kernel) */
 static pl_tensor *c_lora_add(pl_tensor **in, const ocase *c) {
     int o = c->flag & 1 ? 0 : 1;
-    return pl_lora_add(o ? in[0] : NULL, in[o], in[o + 1], in[o + 2],
-                       c->n_in > o + 3 ? in[o + 3] : NULL, c->par);
+    pl_tensor *y = o ? in[0] : NULL, *g = c->n_in > o + 3 ? in[o + 3] : NULL, *r;
+    if ((c->flag & 4) && pl_autocast_begin(PL_BF16)) return NULL;
+    if (c->flag & 2)
+        r = pl_lora_add_dropout(y, in[o], in[o + 1], in[o + 2], g, c->par, 0.3, 9, 5, true);
+    else
+        r = pl_lora_add(y, in[o], in[o + 1], in[o + 2], g, c->par);
+    if (c->flag & 4) pl_autocast_end();
+    return r;
 }
 static pl_tensor *c_add(pl_tensor **in, const ocase *c) { return pl_add(in[0], in[1]); }
 static pl_tensor *c_sub(pl_tensor **in, const ocase *c) { return pl_sub(in[0], in[1]); }
@@ -504,6 +513,12 @@ static const ocase g_cases[] = {
     {PL_OP_LORA_ADD, "no y (the branch alone), gexp [3,1,4]", 4, {F(3, 3, 2, 5), F(2, 4, 5), F(2, 6, 4), F(3, 3, 1, 4)}, c_lora_add, true, .flag = 1, .par = 1.5},
     {PL_OP_LORA_ADD, "bf16 y, x, A, B, f32 gexp [2,3,4]", 5, {FD(PL_BF16, 3, 2, 3, 6), FD(PL_BF16, 3, 2, 3, 5), FD(PL_BF16, 2, 4, 5), FD(PL_BF16, 2, 6, 4), F(3, 2, 3, 4)}, c_lora_add, true, .par = 0.5},
     {PL_OP_LORA_ADD, "f32 y + f16 lora, f16 gexp [2,1,4]", 5, {F(3, 2, 3, 6), FD(PL_F16, 3, 2, 3, 5), FD(PL_F16, 2, 4, 5), FD(PL_F16, 2, 6, 4), FD(PL_F16, 3, 2, 1, 4)}, c_lora_add, true, .par = 0.5},
+    /* dropout of x inside the op: x [3,7,24] = 504 elements, more than one
+     * block of the CPU's 16-lane Philox draws, with a partial group of 4 */
+    {PL_OP_LORA_ADD, "dropout 0.3: y [3,7,6] + lora x [3,7,24] A [4,24] B [6,4] gexp [3,7,4]", 5, {F(3, 3, 7, 6), F(3, 3, 7, 24), F(2, 4, 24), F(2, 6, 4), F(3, 3, 7, 4)}, c_lora_add, true, .flag = 2, .par = 0.5},
+    {PL_OP_LORA_ADD, "dropout 0.3, no y, x [5,9] (45: a partial group), plain", 3, {F(2, 5, 9), F(2, 4, 9), F(2, 6, 4)}, c_lora_add, true, .flag = 3, .par = 1.5},
+    {PL_OP_LORA_ADD, "dropout 0.3 under bf16 autocast: f32 y, x [2,3,5], A, B, gexp [2,3,4]", 5, {F(3, 2, 3, 6), F(3, 2, 3, 5), F(2, 4, 5), F(2, 6, 4), F(3, 2, 3, 4)}, c_lora_add, true, 3e-2, 1e-2, .flag = 6, .par = 0.5},
+    {PL_OP_LORA_ADD, "dropout 0.3, bf16 y, x, A, B, f32 gexp [2,1,4]", 5, {FD(PL_BF16, 3, 2, 3, 6), FD(PL_BF16, 3, 2, 3, 5), FD(PL_BF16, 2, 4, 5), FD(PL_BF16, 2, 6, 4), F(3, 2, 1, 4)}, c_lora_add, true, .flag = 2, .par = 0.5},
     {PL_OP_NF4_MATMUL, "[2,64] @ nf4[3,64]^T", 2, {F(2, 2, 64), FN(2, 3, 64)}, c_nf4, true},
     {PL_OP_NF4_QUANTIZE, "f32 [40,96] block 64, double quant", 1, {FN(2, 40, 96)}, c_nf4_quant, false, .flag = 64},
     {PL_OP_NF4_QUANTIZE, "bf16 [5,77] block 63 (blocks share bytes)", 1, {{.nd = 2, .sh = {5, 77}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_BF16, .grad = false}}, c_nf4_quant, false, .flag = 63},

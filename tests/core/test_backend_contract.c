@@ -374,6 +374,51 @@ START_TEST(multi_tensor_step_falls_back_per_tensor_where_the_backend_lacks_it) {
 }
 END_TEST
 
+/* A backend built before ABI 2.12 ignores lora_add's dropout bit: it does
+ * not answer the setting "lora_add_dropout", so pl_lora_add_dropout records
+ * the chain pl_dropout then pl_lora_add on it (a dropout call; the CPU's
+ * values, which the fused kernel gives). */
+static int g_dropout_calls;
+static pl_kernel_fn g_cpu_dropout;
+static pl_status counting_dropout(const pl_kernel_args *a) {
+    g_dropout_calls++;
+    return g_cpu_dropout(a);
+}
+static pl_kernel_fn pre_lora_drop_kernel(pl_op op, bool backward) {
+    if ((int)op <= PL_OP_NONE || (int)op >= PL_OP_COUNT) return NULL;
+    if (!backward && op == PL_OP_DROPOUT) return counting_dropout;
+    return pl_backend_kernel(pl_backend_cpu(), op, backward);
+}
+
+START_TEST(lora_dropout_is_the_chain_where_the_backend_predates_it) {
+    static pl_backend pre = {.struct_size = PL_BACKEND_STRUCT_SIZE, .name = "prelora",
+                             .type = PL_DEVICE_CUDA, .device_count = fake_count,
+                             .raw_alloc = fake_alloc, .raw_free = fake_free,
+                             .memcpy = fake_memcpy, .memset = fake_memset,
+                             .synchronize = fake_sync, .kernel = pre_lora_drop_kernel};
+    g_cpu_dropout = pl_backend_kernel(pl_backend_cpu(), PL_OP_DROPOUT, false);
+    PL_CK_OK(pl_backend_register(&pre));
+    pl_frame_begin();
+    float xv[24], av[12], bv[8];
+    for (int i = 0; i < 24; i++) xv[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (int i = 0; i < 12; i++) av[i] = 0.05f * (float)(i - 5);
+    for (int i = 0; i < 8; i++) bv[i] = 0.2f - 0.03f * (float)i;
+    pl_tensor *out[2];
+    for (int run = 0; run < 2; run++) { /* run 0: the old backend; 1: the CPU (fused) */
+        pl_device d = run ? PL_CPU : DEV;
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 2, (int64_t[]){4, 6}, xv, d));
+        pl_tensor *a = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 2, (int64_t[]){2, 6}, av, d));
+        pl_tensor *b = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 2, (int64_t[]){4, 2}, bv, d));
+        g_dropout_calls = 0;
+        pl_tensor *o = PL_CK_NOTNULL(pl_lora_add_dropout(NULL, x, a, b, NULL, 2.0, 0.5, 7, 3, true));
+        ck_assert_int_eq(g_dropout_calls, run ? 0 : 1);
+        out[run] = PL_CK_NOTNULL(pl_tensor_to(o, PL_F32, PL_CPU));
+    }
+    ck_assert_int_eq(memcmp(pl_tensor_f32(out[0]), pl_tensor_f32(out[1]), 16 * sizeof(float)), 0);
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("backend_contract");
     TCase *tc = tcase_create("lookup");
@@ -386,6 +431,7 @@ int main(void) {
     tcase_add_test(tc, register_refuses_other_layouts);
     tcase_add_test(tc, device_stats_only_from_backends_that_have_them);
     tcase_add_test(tc, multi_tensor_step_falls_back_per_tensor_where_the_backend_lacks_it);
+    tcase_add_test(tc, lora_dropout_is_the_chain_where_the_backend_predates_it);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

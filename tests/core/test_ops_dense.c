@@ -919,6 +919,135 @@ START_TEST(lora_add_matches_the_chain_and_central_differences) {
 }
 END_TEST
 
+/* ---- lora_add with dropout inside (pl_lora_add_dropout) ------------------------------------ */
+
+static pl_tensor *f_lora_drop(pl_tensor **in, int n, void *ctx) { /* y, x, A, B[, gexp] */
+    return pl_lora_add_dropout(in[0], in[1], in[2], in[3], n > 4 ? in[4] : NULL, 0.75, 0.3, 21, 7,
+                               true);
+}
+static pl_tensor *f_lora_drop_no_y(pl_tensor **in, int n, void *ctx) { /* x, A, B, gexp */
+    return pl_lora_add_dropout(NULL, in[0], in[1], in[2], in[3], -1.5, 0.45, 22,
+                               (1ull << 33) | 5u, true);
+}
+
+/* How the chain and the fused op are compared: 0 = the fused op with
+ * dropout against pl_lora_add(y, pl_dropout(x)); 1 = with p = 0 against
+ * pl_lora_add; 2 = training false against pl_lora_add; 3 = as 0 with A
+ * frozen (backward draws the mask for dx alone, not beside drop(x)). */
+enum { LD_CHAIN, LD_P0, LD_EVAL, LD_CHAIN_A_FROZEN };
+
+/* out and the gradient of every input of pl_lora_add_dropout and of its
+ * reference (mode), same inputs, loss sum(out * w); x [3, 5, 24] (360
+ * elements: five full 64-element blocks of the CPU's 16-lane Philox draws
+ * and a partial one) of dtype dt, y of dt unless no_y. Exact (every bit)
+ * when atol = rtol = 0. Returns how many elements of out differ from
+ * pl_lora_add without dropout (the dropout is real when > 0). */
+static int lora_drop_vs(int mode, pl_dtype dt, pl_dtype ac, bool no_y, double p, double atol,
+                        double rtol, uint64_t seed) {
+    pl_frame_begin();
+    if (ac != PL_F32) PL_CK_OK(pl_autocast_begin(ac));
+    pl_tensor *x0 = pl_test_randn(PL_SHAPE(3, 5, 24), seed);
+    pl_tensor *y0 = pl_test_randn(PL_SHAPE(3, 5, 20), seed + 1);
+    pl_tensor *w = pl_test_randn(PL_SHAPE(3, 5, 20), seed + 2);
+    pl_tensor *g0 = pl_test_randn(PL_SHAPE(3, 5, 8), seed + 3);
+    pl_tensor *a0 = pl_test_randn(PL_SHAPE(8, 24), seed + 4);
+    pl_tensor *b0 = pl_test_randn(PL_SHAPE(20, 8), seed + 5);
+    const uint64_t dseed = seed * 7 + 1, dctr = (seed << 32) | 3u;
+    double r[3][5][360];
+    const int nel[5] = {300, 360, 300, 192, 160}, ngrad = 5;
+    for (int k = 0; k < 3; k++) { /* 0: reference, 1: fused, 2: no dropout at all */
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(x0, dt, PL_CPU));
+        pl_tensor *y = no_y ? NULL : PL_CK_NOTNULL(pl_tensor_to(y0, dt, PL_CPU));
+        pl_tensor *g = PL_CK_NOTNULL(pl_tensor_to(g0, PL_F32, PL_CPU));
+        pl_tensor *a = PL_CK_NOTNULL(pl_tensor_to(a0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
+        pl_tensor *b = PL_CK_NOTNULL(pl_tensor_to(b0, ac == PL_F32 ? dt : PL_F32, PL_CPU));
+        pl_tensor *ts[5] = {x, y, g, a, b};
+        for (int i = 0; i < 5; i++)
+            if (ts[i] && !(i == 3 && mode == LD_CHAIN_A_FROZEN)) pl_tensor_set_requires_grad(ts[i], true);
+        pl_tensor *o;
+        if (k == 1)
+            o = pl_lora_add_dropout(y, x, a, b, g, 0.5, mode == LD_P0 ? 0.0 : p, dseed, dctr,
+                                    mode != LD_EVAL);
+        else if (k == 0 && (mode == LD_CHAIN || mode == LD_CHAIN_A_FROZEN))
+            o = pl_lora_add(y, pl_dropout(x, p, dseed, dctr, true), a, b, g, 0.5);
+        else
+            o = pl_lora_add(y, x, a, b, g, 0.5);
+        PL_CK_NOTNULL(o);
+        pl_tensor *o32 = PL_CK_NOTNULL(pl_cast(o, PL_F32));
+        PL_CK_OK(pl_backward(pl_sum(pl_mul(o32, w), PL_ALL_DIMS, false), 1.0));
+        pl_tensor *src[5] = {o32, x->grad, y ? y->grad : NULL, a->grad, b->grad};
+        if (mode == LD_CHAIN_A_FROZEN) ck_assert_ptr_null(a->grad);
+        for (int j = 0; j < ngrad; j++)
+            for (int i = 0; i < nel[j]; i++)
+                r[k][j][i] = src[j] ? pl_tensor_get(src[j], i) : 0.0;
+        for (int i = 0; i < 120; i++) /* dgexp [3, 5, 8] in the spare tail of slot 4 */
+            r[k][4][160 + i] = pl_tensor_get(g->grad, i);
+    }
+    if (ac != PL_F32) pl_autocast_end();
+    static const char *names[5] = {"out", "dx", "dy", "dA", "dB (then dgexp)"};
+    for (int j = 0; j < ngrad; j++)
+        for (int i = 0; i < (j == 4 ? 280 : nel[j]); i++) {
+            double f = r[1][j][i], c = r[0][j][i];
+            bool ok = atol == 0 && rtol == 0 ? f == c : fabs(f - c) <= atol + rtol * fabs(c);
+            ck_assert_msg(ok,
+                          "lora_add_dropout mode %d, %s (autocast %s)%s: %s[%d] = %.9g, the "
+                          "reference's %.9g",
+                          mode, pl_dtype_name(dt), pl_dtype_name(ac), no_y ? ", no y" : "",
+                          names[j], i, f, c);
+        }
+    int differ = 0;
+    for (int i = 0; i < 300; i++) differ += r[1][0][i] != r[2][0][i];
+    pl_frame_end();
+    return differ;
+}
+
+/* pl_lora_add_dropout: every input's gradient against central differences
+ * with p > 0 (a fixed seed and counter: the mask is deterministic); out and
+ * every gradient bit-identical to the chain pl_lora_add(y, pl_dropout(x))
+ * in f32, with bf16 / f16 operands and under autocast; p = 0 and training false are
+ * exactly pl_lora_add; p outside [0, 1] is an error. */
+START_TEST(lora_add_dropout_matches_the_chain_bit_for_bit) {
+    pl_tensor *in[5] = {randn_g(PL_SHAPE(2, 3, 6), 401), randn_g(PL_SHAPE(2, 3, 5), 402),
+                        randn_g(PL_SHAPE(4, 5), 403), randn_g(PL_SHAPE(6, 4), 404),
+                        randn_g(PL_SHAPE(2, 3, 4), 405)};
+    check_grad(f_lora_drop, in, 5, NULL, "lora_add_dropout, gexp per position");
+    check_grad(f_lora_drop, in, 4, NULL, "lora_add_dropout, plain LoRA");
+    pl_tensor *gr = randn_g(PL_SHAPE(2, 1, 4), 406);
+    pl_tensor *in3[4] = {in[1], in[2], in[3], gr};
+    check_grad(f_lora_drop_no_y, in3, 4, NULL, "lora_add_dropout without y, gexp per row");
+    for (int i = 0; i < 5; i++) pl_tensor_release(in[i]);
+    pl_tensor_release(gr);
+
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, false, 0.3, 0, 0, 410), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, true, 0.6, 0, 0, 420), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN_A_FROZEN, PL_F32, PL_F32, false, 0.3, 0, 0, 422), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F32, false, 1.0, 0, 0, 425), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_BF16, PL_F32, false, 0.3, 0, 0, 430), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F16, PL_F32, true, 0.1, 0, 0, 440), 0);
+    /* bf16-mixed / f16 autocast: the chain drops f32 x then casts; the op
+     * drops f32 x and rounds drop(x) once, the same bits */
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_BF16, false, 0.3, 0, 0, 450), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_F32, PL_F16, true, 0.2, 0, 0, 455), 0);
+    ck_assert_int_gt(lora_drop_vs(LD_CHAIN, PL_BF16, PL_BF16, false, 0.3, 0, 0, 457), 0);
+    ck_assert_int_eq(lora_drop_vs(LD_P0, PL_F32, PL_F32, false, 0.3, 0, 0, 460), 0);
+    ck_assert_int_eq(lora_drop_vs(LD_EVAL, PL_F32, PL_F32, false, 0.3, 0, 0, 470), 0);
+    ck_assert_int_eq(lora_drop_vs(LD_EVAL, PL_BF16, PL_F32, true, 0.3, 0, 0, 480), 0);
+
+    pl_frame_begin();
+    pl_tensor *x = pl_test_randn(PL_SHAPE(2, 3, 5), 1), *a = pl_test_randn(PL_SHAPE(4, 5), 2);
+    pl_tensor *b = pl_test_randn(PL_SHAPE(6, 4), 3), *y = pl_test_randn(PL_SHAPE(2, 3, 6), 4);
+    const double bad_p[3] = {-0.1, 1.5, NAN};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(pl_lora_add_dropout(y, x, a, b, NULL, 1.0, bad_p[i], 1, 2, true) == NULL,
+                      "dropout probability %g accepted", bad_p[i]);
+        ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+        ck_assert_msg(strstr(pl_error_message(), "lora_add") != NULL, "%s", pl_error_message());
+        pl_error_clear();
+    }
+    pl_frame_end();
+}
+END_TEST
+
 /* ---- clamp ---------------------------------------------------------------------------- */
 
 static pl_tensor *f_clamp(pl_tensor **in, int n, void *ctx) { return pl_clamp(in[0], -0.5, 0.8); }
@@ -1539,6 +1668,7 @@ int main(void) {
     tcase_add_test(tc, activation_gradients);
     tcase_add_test(tc, swiglu_matches_silu_times_up);
     tcase_add_test(tc, lora_add_matches_the_chain_and_central_differences);
+    tcase_add_test(tc, lora_add_dropout_matches_the_chain_bit_for_bit);
     tcase_add_test(tc, clamp_matches_torch);
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);

@@ -182,7 +182,11 @@ typedef struct pl_backend {
      * take counted calls: adamw_step's out[4], sgd_step's out[2] and the
      * multi forms' pl_optim_multi.count[] (optim_math.h), a step count on
      * the device incremented unless found_inf, whose value the update uses.
-     * Without it the optimizer keeps its count on the host. */
+     * Without it the optimizer keeps its count on the host.
+     * ("lora_add_dropout", "true") (ABI 2.12): asked by pl_lora_add_dropout
+     * (ops.h); PL_OK promises that lora_add's kernels honour p.flags bit1
+     * (the dropout of x inside the op). Without it the core records the
+     * chain pl_dropout then pl_lora_add (the same values). */
     pl_status (*set_option)(const char *key, const char *value);
     /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
      * What would stall a GPU, counted since the backend was loaded (the

@@ -51,7 +51,8 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b);
  * lora_B(lora_A(dropout(x))) * scaling); with gexp, iLoRA's gated mixture
  * of E experts of rank r_e (R = E * r_e rank slots, gexp[.., k r_e + j] =
  * the gate of expert k: the experts' sum happens inside the second GEMM).
- * Dropout is not part of the op: pass dropout(x).
+ * Dropout of x is pl_lora_add_dropout's (below); here none: pass
+ * dropout(x) for the unfused form.
  *   y     the base output [.., O] (x's leading dims), or NULL: out is then
  *         the branch alone (no add)
  *   x     [.., D], the shared input; A [R, D]; B [O, R]: without autocast
@@ -86,6 +87,36 @@ pl_tensor *pl_linear(pl_tensor *x, pl_tensor *w, pl_tensor *b);
  * two devices). */
 pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
                        double scale);
+/* pl_lora_add with PEFT's lora_dropout inside the op (ABI 2.12):
+ *   out = y + scale * ((drop(x) A^T) * gexp) B^T
+ * where drop(x) is exactly pl_dropout(x, p, seed, counter, true) (the same
+ * Philox mask bits, kernel_math.h's dropout stream, and the same values:
+ * kept elements x * pl_dropout_scale(p) rounded to x's dtype, the others
+ * 0), and y (the base output) is computed by the caller from x undropped,
+ * as PEFT's lora.Linear.forward does. Nothing of x's size is kept for
+ * backward: the tape saves x itself (the reference the caller already
+ * holds, not a copy), A, B, gexp and t = drop(x) A^T, as pl_lora_add; the
+ * forward computes drop(x) in a transient workspace and the backward
+ * regenerates it from (seed, counter) for dA = (du g)^T drop(x), and masks
+ * dx = mask * pl_dropout_scale(p) * ((du g) A), in the chain's order.
+ *   p         drop probability in [0, 1] (PL_ERR_INVALID otherwise)
+ *   seed, counter  the Philox key and stream, as pl_dropout takes them;
+ *             inside a captured graph the counter advances per micro-step
+ *             as pl_dropout's does (graph.h)
+ *   training  false, or p == 0: exactly pl_lora_add(y, x, a, b, gexp,
+ *             scale) (the same kernel call and bits)
+ * Other arguments, the result, dtypes, autocast and errors: pl_lora_add.
+ * Under autocast (bf16 / f16) x is not cast: it is dropped in its own
+ * dtype and drop(x) rounded once to the autocast dtype, as the chain's
+ * dropout on f32 x then autocast's cast of it (torch: dropout is not an
+ * autocast op); the tape then keeps x itself, not a half copy of it.
+ * The result and every gradient are bit-identical to the chain
+ * pl_lora_add(y, pl_dropout(x, p, seed, counter, true), a, b, gexp, scale)
+ * on the CPU and strict backends (the same operands, GEMMs and order), in
+ * f32, with half operands and under autocast. */
+pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                               pl_tensor *gexp, double scale, double p, uint64_t seed,
+                               uint64_t counter, bool training);
 
 /* ---- elementwise, broadcasting -------------------------------------- */
 

@@ -121,7 +121,13 @@ extern "C" {
  *          adamw_step / sgd_step take the counter as out[4] / out[2]; a
  *          backend that keeps it accepts the setting "optimizer_step_count"
  *          (an older one gets no counted call: its optimizer keeps the host
- *          count) */
+ *          count);
+ *          pl_lora_add_dropout (ops.h: PEFT's lora_dropout inside op
+ *          lora_add, nothing of x's size saved); lora_add's p.flags bit1
+ *          (drop x with p.beta = p, p.seed, p.counter, the dropout stream;
+ *          a captured graph's counter offset in p.extra / p.start as
+ *          dropout's), which a backend implementing lora_add must honour
+ *          (one built for an older minor would ignore it: wrong values) */
 
 #define PL_ABI_MINOR 12
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"

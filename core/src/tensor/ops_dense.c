@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "graph_internal.h"
 #include "internal.h"
 
 /* ---- plumbing ------------------------------------------------------------- */
@@ -323,8 +324,17 @@ static bool lora_gate_fits(const pl_tensor *g, const pl_tensor *x, int64_t R) {
     return true;
 }
 
-pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
-                       double scale) {
+/* The dropout of x inside lora_add (pl_lora_add_dropout): on iff p > 0
+ * and training. autocast: set by the autocast branch, x keeps its own
+ * dtype (the kernel rounds drop(x) to A's, the chain's dropout then cast). */
+typedef struct lora_drop {
+    double p;
+    uint64_t seed, counter;
+    bool autocast;
+} lora_drop;
+
+static pl_tensor *lora_add_impl(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                                pl_tensor *gexp, double scale, const lora_drop *drop) {
     if (!x || !a || !b) return NULL;
     const char *op = "lora_add";
     pl_tensor *ts[5] = {x, a, b, gexp, y};
@@ -376,16 +386,24 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
         return NULL;
     }
     pl_dtype ac = pl_autocast_get();
-    if ((ac == PL_BF16 || ac == PL_F16) && (x->dtype != ac || a->dtype != ac || b->dtype != ac)) {
+    /* with dropout x is not cast (drop->autocast below): the kernel drops it
+     * and rounds drop(x) to the autocast dtype, as torch's dropout on f32 x
+     * then lora_A's cast; the tape keeps x itself, not a half copy */
+    bool x_own = drop && drop->autocast;
+    if ((ac == PL_BF16 || ac == PL_F16) &&
+        ((x->dtype != ac && !x_own) || a->dtype != ac || b->dtype != ac)) {
         /* as pl_linear: every GEMM operand in the autocast dtype, a
          * trainable A / B cast once per forward (autocast_cache.c) */
         pl_frame_begin();
-        pl_tensor *r = pl_lora_add(y, pl_autocast_operand(x, ac), pl_autocast_operand(a, ac),
-                                   pl_autocast_operand(b, ac), gexp, scale);
+        lora_drop d2 = drop ? *drop : (lora_drop){0};
+        d2.autocast = true;
+        pl_tensor *r = lora_add_impl(y, drop ? x : pl_autocast_operand(x, ac),
+                                     pl_autocast_operand(a, ac), pl_autocast_operand(b, ac), gexp,
+                                     scale, drop ? &d2 : NULL);
         return frame_result(r);
     }
-    if (x->dtype != a->dtype || x->dtype != b->dtype || !lora_float(x) || (y && !lora_float(y)) ||
-        (gexp && !lora_float(gexp))) {
+    if ((x->dtype != a->dtype && !x_own) || a->dtype != b->dtype || !lora_float(x) ||
+        !lora_float(a) || (y && !lora_float(y)) || (gexp && !lora_float(gexp))) {
         pl_error_set(PL_ERR_DTYPE,
                      "lora_add: x %s, A %s, B %s must share one dtype of f32/bf16/f16 (y and "
                      "gexp: f32/bf16/f16)",
@@ -393,11 +411,25 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
                      pl_tensor_describe(b, bb, sizeof bb));
         return NULL;
     }
-    pl_dtype c = x->dtype;
+    pl_dtype c = a->dtype; /* x's, but under autocast with dropout (x_own) */
     pl_kernel_args k = {.op = PL_OP_LORA_ADD, .n_out = 2};
     k.p.alpha = scale;
     k.p.dtype = c;
     k.p.flags = y ? 0 : 1;
+    if (drop) {
+        /* bit1: drop x with p.beta = p, p.seed, p.counter (ops.def) */
+        k.p.flags |= 2;
+        k.p.beta = drop->p;
+        k.p.seed = drop->seed;
+        k.p.counter = drop->counter;
+        if (pl_graph_dropout_active()) { /* a captured graph: as pl_dropout (backward too) */
+            int64_t stride = 0;
+            pl_tensor *delta = pl_graph_dropout_offset(drop->counter, &stride);
+            if (!delta && pl_graph_capturing()) return NULL;
+            k.p.extra = delta;
+            k.p.start = stride;
+        }
+    }
     pl_tensor *in[5] = {y, x, a, b, gexp};
     if (!take_inputs(&k, in + 1, gexp ? 4 : 3)) return NULL;
     /* in = {y or a placeholder, x, A, B[, gexp]} */
@@ -417,6 +449,34 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
     k.out[0] = pl_tensor_new_owned(odt, x->ndim, oshape, x->device);
     k.out[1] = pl_tensor_new_owned(c, x->ndim, tshape, x->device);
     return launch(&k);
+}
+
+pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, pl_tensor *gexp,
+                       double scale) {
+    return lora_add_impl(y, x, a, b, gexp, scale, NULL);
+}
+
+/* Whether x's backend honours lora_add's dropout bit (setting
+ * "lora_add_dropout", ABI 2.12); one built earlier would ignore it. */
+static bool drops_in_lora_add(pl_device d) {
+    const pl_backend *be = d.type == PL_DEVICE_CPU ? NULL : pl_backend_get(d.type);
+    bool ok = !be || (PL_BACKEND_HAS(be, set_option) && be->set_option &&
+                      be->set_option("lora_add_dropout", "true") == PL_OK);
+    pl_error_clear();
+    return ok;
+}
+
+pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
+                               pl_tensor *gexp, double scale, double p, uint64_t seed,
+                               uint64_t counter, bool training) {
+    if (!(p >= 0.0 && p <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "lora_add: dropout probability %g outside [0, 1]", p);
+        return NULL;
+    }
+    if (x && training && p > 0.0 && !drops_in_lora_add(x->device)) /* the chain, same bits */
+        return pl_lora_add(y, pl_dropout(x, p, seed, counter, true), a, b, gexp, scale);
+    lora_drop d = {.p = p, .seed = seed, .counter = counter};
+    return lora_add_impl(y, x, a, b, gexp, scale, training && p > 0.0 ? &d : NULL);
 }
 
 /* ---- losses ------------------------------------------------------------------------------ */

@@ -348,6 +348,97 @@ static void lora_add_y(const pl_tensor *y, float *C, int64_t n) {
     }
 }
 
+/* ---- lora_add's dropout (p.flags bit1, pl_lora_add_dropout) ----
+ * drop(x) is never stored by the op: the forward writes it into a scratch
+ * for t = drop(x) A^T, the backward writes it again for dA and masks dx in
+ * place. The mask is dropout_fwd's (kernels_index.c): element i kept iff
+ * pl_dropout_keep(philox(group i / 4, counter; seed)[i % 4], p), drawn
+ * PL_PHILOX_LANES groups at a time; a kept value is pl_dropout_apply'd
+ * (x * scale in f32) and rounded to the destination's dtype once, as
+ * dropout_fwd stores it. */
+
+static uint64_t lora_drop_counter(const pl_kernel_args *a) {
+    uint64_t ctr = a->p.counter;
+    /* a captured graph's offset (graph.h), as dropout_fwd */
+    if (a->p.extra)
+        ctr += (uint64_t)a->p.start * (uint64_t)*(const int64_t *)pl_tensor_data(a->p.extra);
+    return ctr;
+}
+
+static inline float lora_ld(const void *p, pl_dtype dt, int64_t i) {
+    return dt == PL_F32    ? ((const float *)p)[i]
+           : dt == PL_BF16 ? pl_bf16_widen(((const uint16_t *)p)[i])
+                           : pl_f16_widen(((const uint16_t *)p)[i]);
+}
+
+static inline void lora_st(void *p, pl_dtype dt, int64_t i, float v) {
+    if (dt == PL_F32)
+        ((float *)p)[i] = v;
+    else
+        ((uint16_t *)p)[i] = dt == PL_BF16 ? pl_bf16_round(v) : pl_f16_round(v);
+}
+
+/* dst[i] = drop(src[i]) for i < n (src in sdt, dst in ddt; dst may be src
+ * when the dtypes match: dx masked in place); mask (may be NULL) gets the
+ * keep bits as dropout_fwd's u8 mask. A block of PL_PHILOX_LANES groups is
+ * dropout_fwd's: its 64 keep bits first, then one loop per dtype pair (the
+ * f32 one vectorized, as dropout_fwd's f32 path). */
+static void lora_drop_apply(const pl_kernel_args *a, const void *src, pl_dtype sdt, void *dst,
+                            pl_dtype ddt, int64_t n, uint8_t *mask) {
+    int64_t ng = (n + 3) / 4, nblk = (ng + PL_PHILOX_LANES - 1) / PL_PHILOX_LANES;
+    float p = (float)a->p.beta, scale = pl_dropout_scale(a->p.beta);
+    const uint32_t key[2] = {(uint32_t)a->p.seed, (uint32_t)(a->p.seed >> 32)};
+    uint64_t ctr = lora_drop_counter(a);
+    uint32_t c2 = (uint32_t)ctr, c3 = (uint32_t)(ctr >> 32);
+    enum { BLK = PL_PHILOX_LANES * 4 };
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+    for (int64_t blk = 0; blk < nblk; blk++) {
+        uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES], r[4][PL_PHILOX_LANES];
+        for (int l = 0; l < PL_PHILOX_LANES; l++) {
+            uint64_t g = (uint64_t)blk * PL_PHILOX_LANES + (uint64_t)l;
+            lo[l] = (uint32_t)g;
+            hi[l] = (uint32_t)(g >> 32);
+        }
+        pl_philox4x32_10_lanes(lo, hi, c2, c3, key, r);
+        int64_t base = blk * BLK;
+        int m = n - base < BLK ? (int)(n - base) : BLK;
+        /* element l*4+j of the block takes word j of lane l */
+        uint8_t keep[BLK];
+        for (int l = 0; l < PL_PHILOX_LANES; l++)
+            for (int j = 0; j < 4; j++) keep[l * 4 + j] = (uint8_t)pl_dropout_keep(r[j][l], p);
+        if (mask) memcpy(mask + base, keep, (size_t)m);
+        if (sdt == PL_F32 && ddt == PL_F32) {
+            const float *sf = (const float *)src + base;
+            float *df = (float *)dst + base;
+#pragma omp simd
+            for (int e = 0; e < m; e++) df[e] = pl_dropout_apply(sf[e], keep[e], scale);
+        } else {
+            for (int e = 0; e < m; e++)
+                lora_st(dst, ddt, base + e,
+                        pl_dropout_apply(lora_ld(src, sdt, base + e), keep[e], scale));
+        }
+    }
+}
+
+/* drop(x) [n] in the compute dtype c = p.dtype (x's, or under autocast
+ * x f32 and c half: the chain's f32 dropout then cast, rounded once) into
+ * s: its data, or NULL (st set); with sm, the keep bits too (u8 [n]) into
+ * *mask */
+static void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, scratch *s, scratch *sm,
+                            uint8_t **mask, pl_status *st) {
+    int64_t n = pl_tensor_numel(x);
+    size_t es = pl_dtype_size(a->p.dtype);
+    float *buf = scratch_f32(s, (int64_t)(((size_t)n * es + sizeof(float) - 1) / sizeof(float)));
+    uint8_t *mk = sm ? (uint8_t *)scratch_f32(sm, (n + 3) / 4) : NULL;
+    if (!buf || (sm && !mk)) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    lora_drop_apply(a, pl_tensor_data(x), x->dtype, buf, a->p.dtype, n, mk);
+    if (mask) *mask = mk;
+    return buf;
+}
+
 static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     bool has_y = !(a->p.flags & 1);
     const pl_tensor *x = a->in[1], *Ai = a->in[2], *Bi = a->in[3],
@@ -355,11 +446,15 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     pl_tensor *out = a->out[0], *tt = a->out[1];
     lora_geo q;
     lora_geo_init(&q, x, Ai, Bi, g);
+    q.c = a->p.dtype; /* x's, or with dropout under autocast A's (x f32) */
     pl_status st = PL_OK;
-    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, so = {0};
-    /* half x, A: read in place by the first GEMM (matmul's kernels) */
+    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, so = {0}, sd = {0};
+    /* half x, A: read in place by the first GEMM (matmul's kernels); with
+     * dropout, drop(x) in x's dtype from a scratch instead */
     bool half = q.c != PL_F32;
-    const float *X = half ? NULL : as_f32(x, &sx, &st);
+    const void *xdata =
+        (a->p.flags & 2) ? lora_dropped_x(a, x, &sd, NULL, NULL, &st) : pl_tensor_data(x);
+    const float *X = st || half ? NULL : (const float *)xdata;
     const float *A = st || half ? NULL : as_f32(Ai, &sa, &st);
     const float *B = st ? NULL : as_f32(Bi, &sb, &st);
     const float *G = !st && g ? as_f32(g, &sg, &st) : NULL;
@@ -379,9 +474,9 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)R, (int)D, 1.0f, X,
                          (int)D, A, (int)D, 0.0f, T, (int)R);
             else if (!(q.c == PL_BF16 &&
-                       pl_bf16_gemm_nt(pl_tensor_data(x), pl_tensor_data(Ai), T, N, R, D))) {
+                       pl_bf16_gemm_nt(xdata, pl_tensor_data(Ai), T, N, R, D))) {
                 /* the path pl_matmul's bf16 / f16 x @ A^T takes: the chain's t, bit for bit */
-                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                pl_gemm_operand ox = {xdata, q.c, D, false};
                 pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, true};
                 st = pl_gemm_mixed(N, R, D, &ox, &oa, T, PL_F32, R, false, true);
             }
@@ -403,6 +498,7 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
         if (!st && tt->dtype != PL_F32) st = from_f32(T, tt, N * R);
         if (!st && out->dtype != PL_F32) st = from_f32(C, out, N * O);
     }
+    scratch_free(&sd);
     scratch_free(&sx);
     scratch_free(&sa);
     scratch_free(&sb);
@@ -435,14 +531,21 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     if (dy) memcpy(dy, Gr, (size_t)(N * O) * sizeof(float));
     bool need_du = dx || dA || dg;
     pl_status st = PL_OK;
-    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, sdu = {0};
+    scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, sdu = {0}, sd = {0};
+    scratch sm = {0};
+    bool drop = a->p.flags & 2;
+    uint8_t *mask = NULL; /* the keep bits, drawn once when both dA and dx need them */
     const float *B = (need_du) ? as_f32(Bi, &sb, &st) : NULL;
     const float *T = !st && (dB || dg) ? as_f32(tt, &stt, &st) : NULL;
     /* gexp: for u (dB) and dt (dA, dx); dgexp alone reads B and t only */
     const float *G = !st && g && (dB || dx || dA) ? as_f32(g, &sg, &st) : NULL;
     /* half x, A: read in place by the dA / dx GEMMs (matmul's backward) */
     bool half = q.c != PL_F32;
-    const float *X = !st && dA && !half ? as_f32(x, &sx, &st) : NULL;
+    /* dA reads drop(x): regenerated from (seed, counter) into a scratch */
+    const void *xdata =
+        !st && dA && drop ? lora_dropped_x(a, x, &sd, dx ? &sm : NULL, &mask, &st) : NULL;
+    if (!xdata && dA && !st) xdata = pl_tensor_data(x);
+    const float *X = !st && dA && !half ? (const float *)xdata : NULL;
     const float *A = !st && dx && !half ? as_f32(Ai, &sa, &st) : NULL;
     if (st) goto done;
     if (dB) { /* dB = scale G^T u */
@@ -498,7 +601,7 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
                 pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)R, (int)D, (int)N, 1.0f, du,
                          (int)R, X, (int)D, 0.0f, dA, (int)D);
             else {
-                pl_gemm_operand ox = {pl_tensor_data(x), q.c, D, false};
+                pl_gemm_operand ox = {xdata, q.c, D, false};
                 st = pl_gemm_mixed(R, D, N, &odt, &ox, dA, PL_F32, D, false, true);
             }
         }
@@ -512,9 +615,21 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
                 pl_gemm_operand oa = {pl_tensor_data(Ai), q.c, D, false};
                 st = pl_gemm_mixed(N, D, R, &odu, &oa, dx, PL_F32, D, false, true);
             }
+            /* the dropout's backward on d drop(x): dropout_bwd's mask * scale
+             * (the bits drawn with drop(x) above, or drawn here) */
+            if (!st && drop && mask) {
+                float scale = pl_dropout_scale(a->p.beta);
+#pragma omp parallel for simd if (N * D > PAR_MIN) schedule(static)
+                for (int64_t i = 0; i < N * D; i++)
+                    dx[i] = pl_dropout_apply(dx[i], mask[i], scale);
+            } else if (!st && drop) {
+                lora_drop_apply(a, dx, PL_F32, dx, PL_F32, N * D, NULL);
+            }
         }
     }
 done:
+    scratch_free(&sd);
+    scratch_free(&sm);
     scratch_free(&sx);
     scratch_free(&sa);
     scratch_free(&sb);

@@ -125,7 +125,8 @@ static void note_call(const pl_kernel_args *a) {
             for (int k = 0; k < 3; k++) note_read(m->state[k][i]);
             if (pl_optim_multi_counted(a->op)) note_read(m->count[i]);
         }
-    } else if (a->p.extra && a->op == PL_OP_DROPOUT) {
+    } else if (a->p.extra && (a->op == PL_OP_DROPOUT || a->op == PL_OP_LORA_ADD)) {
+        /* the captured counter offset of dropout and of lora_add's dropout */
         note_read((const pl_tensor *)a->p.extra);
     }
     for (int i = 0; i < a->n_out; i++) {

@@ -80,6 +80,8 @@ pl_status cu_set_option(const char *key, const char *value) {
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     /* and keep a counted call's step count on the device (ops.h) */
     if (!strcmp(key, "optimizer_step_count")) return PL_OK;
+    /* and lora_add honours its dropout bit (p.flags bit1, ABI 2.12) */
+    if (!strcmp(key, "lora_add_dropout")) return PL_OK;
     if (!strcmp(key, "fuse")) return pl_cu_fuse_option(value); /* cuda_fuse.cu */
     if (!strcmp(key, "lstm")) return pl_cu_lstm_option(value); /* cuda_lstm_native.cu */
     return pl_error_set(PL_ERR_UNSUPPORTED, "cuda backend: no setting '%s'", key);
@@ -291,7 +293,10 @@ done:
  * GEMM accumulating into it with alpha = scale, beta = 1 (the epilogue; beta
  * = 0 without y): three launches and a copy for the chain's six. Backward
  * (formulas: kernels_matmul.c of the CPU backend): half operands stay half,
- * G rounded to c as k_matmul_bwd does, f32 accumulation and gradients. */
+ * G rounded to c as k_matmul_bwd does, f32 accumulation and gradients.
+ * With dropout (p.flags bit1, pl_lora_add_dropout): one more launch forward
+ * (drop(x) into a transient scratch for t), two backward (drop(x) again for
+ * dA; dx masked in place). */
 
 /* o[n, r] = rne_c(t[n, r] g[n / gs, r]) (o in c; g any float dtype) */
 __global__ void k_lora_gate(const void *T, int c, const void *G, int gd, void *O, int64_t N,
@@ -327,6 +332,52 @@ __global__ void k_lora_dt(const float *DU, const void *G, int gd, void *DT, int 
     }
 }
 
+/* lora_add's dropout (p.flags bit1): dst[i] = drop(src[i]) with k_dropout_f's
+ * stream (cuda_index.cu, kernel_math.h's pl_dropout_draw / keep / apply: the
+ * CPU's mask bits), no mask stored; src in sdt, dst in ddt, in place allowed
+ * (dx). The forward writes drop(x) for t, the backward again for dA, then
+ * masks dx. */
+__global__ void k_lora_drop(const void *src, int sdt, void *dst, int ddt, int64_t n, float p,
+                            float scale, uint64_t seed, uint64_t counter, const int64_t *delta,
+                            int64_t stride) {
+    if (delta) counter += (uint64_t)stride * (uint64_t)*delta; /* a captured graph (graph.h) */
+    GRID_LOOP(g, (n + 3) / 4) {
+        uint32_t r[4];
+        pl_dropout_draw((uint64_t)g, seed, counter, r);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = g * 4 + j;
+            if (i >= n) break;
+            bool keep = pl_dropout_keep(r[j], p);
+            pl_d_stf(dst, ddt, i, pl_dropout_apply(pl_d_ldf(src, sdt, i), keep, scale));
+        }
+    }
+}
+
+static pl_status lora_drop_launch(const pl_kernel_args *a, const void *src, pl_dtype sdt, void *dst,
+                                  pl_dtype ddt, int64_t n) {
+    if (n == 0) return PL_OK;
+    k_lora_drop<<<pl_cu_blocks((n + 3) / 4), PL_CUDA_THREADS>>>(
+        src, (int)sdt, dst, (int)ddt, n, (float)a->p.beta, pl_dropout_scale(a->p.beta),
+        (uint64_t)a->p.seed, (uint64_t)a->p.counter,
+        a->p.extra ? (const int64_t *)pl_tensor_data((const pl_tensor *)a->p.extra) : NULL,
+        (int64_t)a->p.start);
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? PL_OK
+                            : pl_error_set(PL_ERR_DEVICE, "cuda lora_add: dropout kernel failed: %s",
+                                           cudaGetErrorString(e));
+}
+
+/* drop(x) in the compute dtype c = p.dtype (x's, or under autocast x f32 and c
+ * half: the chain's f32 dropout then cast) in a transient scratch (freed by the
+ * caller); NULL with the error set */
+static const void *lora_dropped_x(const pl_kernel_args *a, const pl_tensor *x, pl_cu_scratch *s) {
+    int64_t n = pl_tensor_numel(x);
+    pl_dtype c = a->p.dtype;
+    void *d = pl_cu_scratch_get(s, x->device, (size_t)(n > 0 ? n : 1) * pl_dtype_size(c));
+    if (!d || lora_drop_launch(a, pl_tensor_data(x), x->dtype, d, c, n)) return NULL;
+    return d;
+}
+
 typedef struct cu_lora_geo {
     int64_t N, D, R, O, gs, ng;
 } cu_lora_geo;
@@ -346,8 +397,9 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     bool has_y = !(a->p.flags & 1);
     const pl_tensor *x = a->in[1], *A = a->in[2], *B = a->in[3], *g = a->n_in > 4 ? a->in[4] : NULL;
     pl_tensor *out = a->out[0], *tt = a->out[1];
-    pl_dtype c = x->dtype;
-    if (A->dtype != c || B->dtype != c || tt->dtype != c ||
+    /* c: x's, or with dropout under autocast A's (x f32, dropped into c) */
+    pl_dtype c = a->p.dtype;
+    if (A->dtype != c || B->dtype != c || tt->dtype != c || (x->dtype != c && !(a->p.flags & 2)) ||
         !(c == PL_F32 || c == PL_BF16 || c == PL_F16))
         return pl_error_set(PL_ERR_DTYPE, "cuda lora_add: dtypes x %s, A %s, B %s not supported",
                             pl_dtype_name(x->dtype), pl_dtype_name(A->dtype),
@@ -361,10 +413,16 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     if (N == 0) return PL_OK;
     cudaDataType_t ct = cu_type(c), ot = cu_type(out->dtype);
     pl_status st = PL_OK;
-    pl_cu_scratch su = {0};
+    pl_cu_scratch su = {0}, sd = {0};
     void *U = pl_tensor_data(tt);
-    if (R > 0 && D > 0)
-        st = rm_gemm(h, false, true, N, R, D, pl_tensor_data(x), ct, 0, pl_tensor_data(A), ct, 0,
+    /* with dropout (p.flags bit1) t = drop(x) A^T, drop(x) transient */
+    const void *xp = pl_tensor_data(x);
+    if ((a->p.flags & 2) && R > 0 && D > 0 && !(xp = lora_dropped_x(a, x, &sd)))
+        st = pl_error_status();
+    if (st)
+        ; /* the dropout's launch failed */
+    else if (R > 0 && D > 0)
+        st = rm_gemm(h, false, true, N, R, D, xp, ct, 0, pl_tensor_data(A), ct, 0,
                      0.0f, pl_tensor_data(tt), ct, 0, 1);
     else if (R > 0 && cudaMemset(pl_tensor_data(tt), 0, pl_tensor_nbytes(tt)) != cudaSuccess)
         st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add: cudaMemset failed");
@@ -401,6 +459,7 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
             st = pl_error_set(PL_ERR_DEVICE, "cuda lora_add: cudaMemset failed");
     }
     pl_cu_scratch_free(&su);
+    pl_cu_scratch_free(&sd);
     return st;
 }
 
@@ -422,7 +481,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     const cudaDataType_t f = CUDA_R_32F, ct = cu_type(c);
     bool half = c != PL_F32, need_du = dx || dA || dg;
     pl_status st = PL_OK;
-    pl_cu_scratch sg = {0}, su = {0}, sdu = {0}, sdt = {0};
+    pl_cu_scratch sg = {0}, su = {0}, sdu = {0}, sdt = {0}, sd = {0};
+    bool drop = a->p.flags & 2;
     if (dy && cudaMemcpyAsync(pl_tensor_data(dy), pl_tensor_data(G), pl_tensor_nbytes(dy),
                               cudaMemcpyDeviceToDevice, cudaStreamPerThread) != cudaSuccess)
         return pl_error_set(PL_ERR_DEVICE, "cuda lora_add backward: copy of dy failed");
@@ -488,13 +548,24 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
                     goto done;
                 }
             }
-            if (dA && D > 0 &&
-                (st = rm_gemm(h, true, false, R, D, N, dt, ct, 0, pl_tensor_data(x), ct, 0, 0.0f,
-                              pl_tensor_data(dA), f, 0, 1)))
-                goto done;
+            if (dA && D > 0) {
+                /* dA = dt^T drop(x): drop(x) regenerated from (seed, counter) */
+                const void *xp = drop ? lora_dropped_x(a, x, &sd) : pl_tensor_data(x);
+                if (!xp) {
+                    st = pl_error_status();
+                    goto done;
+                }
+                if ((st = rm_gemm(h, true, false, R, D, N, dt, ct, 0, xp, ct, 0, 0.0f,
+                                  pl_tensor_data(dA), f, 0, 1)))
+                    goto done;
+            }
             if (dx && D > 0)
                 st = rm_gemm(h, false, false, N, D, R, dt, ct, 0, pl_tensor_data(A), ct, 0, 0.0f,
                              pl_tensor_data(dx), f, 0, 1);
+            /* the dropout's backward on d drop(x), in place: mask * scale */
+            if (!st && dx && D > 0 && drop)
+                st = lora_drop_launch(a, pl_tensor_data(dx), PL_F32, pl_tensor_data(dx), PL_F32,
+                                      N * D);
         }
     }
 done:
@@ -502,6 +573,7 @@ done:
     pl_cu_scratch_free(&su);
     pl_cu_scratch_free(&sdu);
     pl_cu_scratch_free(&sdt);
+    pl_cu_scratch_free(&sd);
     return st;
 }
 

@@ -336,12 +336,14 @@ static void st_host_free(void *p) { free(p); }
 
 /* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32);
  * optimizer_found_inf, optimizer_step_count: the CPU's optimizer kernels,
- * which this backend runs, obey the flag and keep a counted call's count; fuse ("true" by default): whether capture_end_step fuses. */
+ * which this backend runs, obey the flag and keep a counted call's count;
+ * lora_add_dropout: its lora_add honours the dropout bit (ops.h); fuse ("true" by default): whether capture_end_step fuses. */
 static _Atomic bool g_no_fuse;
 static pl_status st_set_option(const char *key, const char *value) {
     if (!strcmp(key, "allow_tf32")) return PL_OK;
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     if (!strcmp(key, "optimizer_step_count")) return PL_OK; /* the CPU's kernels keep it (ops.h) */
+    if (!strcmp(key, "lora_add_dropout")) return PL_OK; /* its (CPU) lora_add kernel honours bit1 */
     if (!strcmp(key, "fuse")) {
         if (!value || (strcmp(value, "true") && strcmp(value, "false")))
             return pl_error_set(PL_ERR_INVALID, "strict backend: fuse = '%s' (expected true or false)",
@@ -620,8 +622,9 @@ static pl_status run_kernel(pl_kernel_fn f, const pl_kernel_args *a, bool backwa
         s = open_tensor(&o, a->in[i], "kernel input");
     for (int i = 0; i < a->n_out && !s; i++)
         s = open_tensor(&o, a->out[i], "kernel output");
-    /* a captured graph's dropout reads its counter offset (graph.h) */
-    if (!s && a->op == PL_OP_DROPOUT && a->p.extra)
+    /* a captured graph's dropout reads its counter offset (graph.h); so
+     * does lora_add's (pl_lora_add_dropout), forward and backward */
+    if (!s && (a->op == PL_OP_DROPOUT || a->op == PL_OP_LORA_ADD) && a->p.extra)
         s = open_tensor(&o, a->p.extra, "dropout counter offset");
     /* a multi-tensor optimizer call: its tensor list (optim_math.h) */
     if (!s && pl_op_has_multi_list(a->op) && a->p.extra) {
@@ -668,7 +671,7 @@ static pl_status st_backward(const pl_kernel_args *a) {
  * own holding the same data pointer, an nf4 tensor's quantization state
  * too, and the parameters by value, as a GPU graph bakes a launch's
  * arguments. p.extra is a host pointer a replay could not follow: only the
- * graph-aware forms are accepted (dropout's device offset tensor, copied
+ * graph-aware forms are accepted (dropout's and lora_add's device offset tensor, copied
  * like the others; the optimizer ops then pass none, and the multi-tensor
  * ones their tensor list, copied by value with its tensors). A replay runs the
  * list in order with the CPU's kernels (run_cpu: the blocks are opened as
@@ -746,7 +749,8 @@ static pl_status rec_oom(void) {
 
 static pl_status rec_kernel(const pl_kernel_args *a, bool backward) {
     st_graph *g = tl_cap;
-    if (a->p.extra && a->op != PL_OP_DROPOUT && !pl_op_has_multi_list(a->op)) {
+    if (a->p.extra && a->op != PL_OP_DROPOUT && a->op != PL_OP_LORA_ADD &&
+        !pl_op_has_multi_list(a->op)) {
         char msg[160];
         snprintf(msg, sizeof msg, "op %s %s with a host pointer in p.extra (baked at capture)",
                  pl_op_name(a->op), backward ? "backward" : "forward");

@@ -175,6 +175,72 @@ START_TEST(lora_add_is_one_kernel_call_each_way) {
 }
 END_TEST
 
+/* pl_lora_add_dropout on this device: one kernel call forward and one
+ * backward where the chain pl_dropout -> pl_lora_add made two each; the
+ * tape holds neither the dropped copy of x nor the mask; the output and
+ * every gradient are the chain's on this device bit for bit (f32). */
+static void lora_drop_run(bool fused, double *vals, int nv, uint64_t *fwd, uint64_t *bwd,
+                          size_t *held) {
+    pl_frame_begin();
+    /* x [3, 7, 24]: 504 elements, several 64-element Philox blocks and a tail */
+    pl_tensor *h[5] = {pl_test_randn(PL_SHAPE(3, 7, 6), 11), pl_test_randn(PL_SHAPE(3, 7, 24), 12),
+                       pl_test_randn(PL_SHAPE(4, 24), 13), pl_test_randn(PL_SHAPE(6, 4), 14),
+                       pl_test_randn(PL_SHAPE(3, 1, 4), 15)};
+    pl_tensor *d[5];
+    for (int i = 0; i < 5; i++) {
+        d[i] = PL_CK_NOTNULL(pl_tensor_to(h[i], PL_F32, g_dev));
+        pl_tensor_set_requires_grad(d[i], true);
+    }
+    /* x as an activation (the tape keeps it either way: dA reads it) */
+    pl_tensor *x = PL_CK_NOTNULL(pl_scale(d[1], 1.0));
+    size_t h0 = 0, h1 = 0;
+    PL_CK_OK(pl_tape_held_bytes(NULL, 0, &h0));
+    pl_backend_counters c0 = counters();
+    pl_tensor *o = PL_CK_NOTNULL(
+        fused ? pl_lora_add_dropout(d[0], x, d[2], d[3], d[4], 0.5, 0.3, 77, 9, true)
+              : pl_lora_add(d[0], pl_dropout(x, 0.3, 77, 9, true), d[2], d[3], d[4], 0.5));
+    pl_backend_counters c1 = counters();
+    PL_CK_OK(pl_tape_held_bytes(NULL, 0, &h1));
+    *held = h1 - h0;
+    pl_tensor *w = PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(3, 7, 6), 16), PL_F32, g_dev));
+    pl_tensor *l = PL_CK_NOTNULL(pl_sum(pl_mul(o, w), PL_ALL_DIMS, false));
+    pl_backend_counters c2 = counters();
+    PL_CK_OK(pl_backward(l, 1.0));
+    pl_backend_counters c3 = counters();
+    *fwd = c1.kernel_calls - c0.kernel_calls;
+    *bwd = c3.kernel_calls - c2.kernel_calls;
+    pl_tensor *src[6] = {o, d[0]->grad, d[1]->grad, d[2]->grad, d[3]->grad, d[4]->grad};
+    int k = 0;
+    for (int j = 0; j < 6; j++) {
+        pl_tensor *t = PL_CK_NOTNULL(pl_tensor_to(src[j], PL_F32, PL_CPU));
+        for (int64_t i = 0; i < pl_tensor_numel(t) && k < nv; i++) vals[k++] = pl_tensor_get(t, i);
+    }
+    ck_assert_int_eq(k, 126 + 126 + 504 + 96 + 24 + 12);
+    pl_frame_end();
+}
+
+START_TEST(lora_add_dropout_is_the_chain_in_one_call_each_way) {
+    load();
+    static double vf[1000], vc[1000];
+    uint64_t ff, fb, cf, cb;
+    size_t hf, hc;
+    lora_drop_run(true, vf, 1000, &ff, &fb, &hf);
+    lora_drop_run(false, vc, 1000, &cf, &cb, &hc);
+    ck_assert_uint_eq(ff, 1);
+    ck_assert_uint_eq(cf, 2);
+    ck_assert_msg(cb - fb == 1, "backward kernel calls: fused %llu, chain %llu",
+                  (unsigned long long)fb, (unsigned long long)cb);
+    for (int i = 0; i < 126 + 126 + 504 + 96 + 24 + 12; i++)
+        ck_assert_msg(vf[i] == vc[i], "value %d (out, dy, dx, dA, dB, dgexp in order): fused %.9g, "
+                      "chain %.9g", i, vf[i], vc[i]);
+    /* the fused tape holds x itself (dA reads it; in a model the tensor the
+     * caller holds anyway, shared by every projection of x) and t; the
+     * chain's holds drop(x) (x's size, a copy per projection), its u8 mask
+     * (504 bytes, a 512-byte block) and t */
+    ck_assert_msg(hc == hf + 512, "tape bytes: fused %zu, chain %zu", hf, hc);
+}
+END_TEST
+
 /* The counters (pl_backend.counters, ABI 2.5): a device-to-host read (pl_tensor_item) is one host
  * read of its bytes, an upload one host write, a kernel one kernel call, and a
  * raw allocation one allocation; a cache hit of the caching allocator is none.
@@ -592,6 +658,7 @@ int main(void) {
     tcase_add_test(tc, host_access_crashes_with_a_message);
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, lora_add_is_one_kernel_call_each_way);
+    tcase_add_test(tc, lora_add_dropout_is_the_chain_in_one_call_each_way);
     tcase_add_test(tc, foreach_norm_and_mul_match_the_chain_in_fewer_calls);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);

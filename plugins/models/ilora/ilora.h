@@ -166,9 +166,11 @@ pl_tensor *ilora_moe_lora_linear(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_t
  * live until the step's backward): in training with lora_dropout > 0 the
  * adapter branch is recomputed in backward (pl_checkpoint over x, A, B,
  * gexp), so the tape keeps x, shared by the projections that read it, and
- * not each projection's dropped copy of x and its mask (issue 31: 943 MiB of
- * the 1.1 B teacher's step; the branch is ~1.5 % of the projection's FLOPs).
- * Same values and gradients, bit for bit. */
+ * not each projection's t = drop(x) A^T [.., R]. bc NULL: y and the branch
+ * are one pl_lora_add_dropout, whose tape keeps x (shared too) and t; no
+ * dropped copy of x or mask either way (before 2026-11-27 the composed form
+ * kept both per projection: 943 MiB of the 1.1 B teacher's step). Same
+ * values and gradients, bit for bit. */
 pl_tensor *ilora_moe_lora_linear_ck(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
                                     pl_tensor *gexp, double scale, double p_drop, uint64_t seed,
                                     uint64_t counter, bool training, pl_dtype out,

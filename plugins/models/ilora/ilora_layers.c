@@ -68,11 +68,12 @@ pl_tensor *ilora_moe_lora_linear_ck(pl_tensor *x, pl_tensor *w0, pl_tensor *a, p
 }
 
 /* scale * ((drop(x) A^T) * gexp) B^T over in = {x, A, B[, gexp]}: the
- * branch alone (pl_lora_add without y), for the recomputed path */
+ * branch alone (pl_lora_add_dropout without y), for the recomputed path;
+ * the same mask and bits as pl_dropout then pl_lora_add */
 static pl_tensor *adapter_branch(void *ctxp, pl_tensor *const *in, int n_in) {
     const ilora_branch *c = ctxp;
-    pl_tensor *xd = pl_dropout(in[0], c->p_drop, c->seed, c->counter, c->training);
-    return pl_lora_add(NULL, xd, in[1], in[2], n_in > 3 ? in[3] : NULL, c->scale);
+    return pl_lora_add_dropout(NULL, in[0], in[1], in[2], n_in > 3 ? in[3] : NULL, c->scale,
+                               c->p_drop, c->seed, c->counter, c->training);
 }
 
 static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a, pl_tensor *b,
@@ -93,12 +94,14 @@ static pl_tensor *moe_lora_linear_body(pl_tensor *x, pl_tensor *w0, pl_tensor *a
         *bc = local;
         return pl_add(y, pl_checkpoint(adapter_branch, bc, in, n_in));
     }
-    /* y + scale ((drop(x) A^T) * gexp) B^T as one op (issue 35): two GEMMs,
-     * the second accumulating into y; the tape keeps drop(x) (x itself
-     * without dropout, which the base matmul keeps anyway) and the rank-r
-     * t = x A^T, not the gated copy, the branch or its scaled copy */
-    pl_tensor *xd = pl_dropout(x, p_drop, seed, counter, training);
-    return pl_lora_add(y, xd, a, b, gexp, scale);
+    /* y + scale ((drop(x) A^T) * gexp) B^T as one op (issues 35, 31): two
+     * GEMMs, the second accumulating into y, with the dropout inside (PEFT's
+     * lora_dropout; y is the base output of x undropped); the tape keeps x
+     * itself (one tensor however many projections read it: q, k and v read
+     * the same x) and the rank-r t = drop(x) A^T, never a dropped copy of x,
+     * its mask, the gated copy, the branch or its scaled copy: the mask is
+     * regenerated from (seed, counter) in backward */
+    return pl_lora_add_dropout(y, x, a, b, gexp, scale, p_drop, seed, counter, training);
 }
 
 /* Host copy of an index tensor as i64 (caller frees). */

@@ -59,9 +59,10 @@ const pl_option_spec ilora_options[] = {
     {"lora_alpha", PL_OPT_FLOAT, "32", 0, 1e6, NULL, "LoRA alpha; the update is scaled by alpha/r_e"},
     {"lora_dropout", PL_OPT_FLOAT, "0.1", 0, 0.99, NULL, "dropout on the adapter input"},
     {"lora_recompute", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,
-     "with lora_dropout in training: recompute each adapter branch in backward, so the tape "
-     "keeps the shared input once instead of a dropped copy and a mask per projection (943 MiB "
-     "of a 1.1 B step; about 7 % of the 2-layer teacher's CPU step time)"},
+     "with lora_dropout in training: recompute each adapter branch in backward; since the "
+     "dropout is inside lora_add (nothing of x's size kept either way) it saves only the rank-r "
+     "intermediate, no memory in practice, and costs CPU time (README: Memory of the adapter "
+     "branch)"},
     {"lora_targets", PL_OPT_STRING, "q,k,v,o,gate,up,down", PL_NO_BOUNDS, NULL,
      "projections with adapters: comma list of q,k,v,o,gate,up,down (or all)"},
     {"freeze_base", PL_OPT_BOOL, "true", PL_NO_BOUNDS, NULL,

@@ -183,8 +183,10 @@ START_TEST(recomputed_adapter_branch_is_bit_identical_and_keeps_less) {
         ck_assert_msg(memcmp(o1[i], o2[i], (size_t)n * sizeof(float)) == 0,
                       "output %d differs between the composed and the recomputed branch", i);
     }
-    /* the composed branch keeps the dropped x (f32) and its mask; the
-     * recomputed one keeps x, which is a leaf here (not counted), and the gates */
+    /* the composed branch (pl_lora_add_dropout) keeps x (a leaf here, not
+     * counted), the gates and t = drop(x) A^T [6, 4]; the recomputed one x
+     * and the gates: since the dropout moved into the op, t is the whole
+     * difference (before, a dropped copy of x and its mask) */
     ck_assert_msg(tape2 < tape1, "tape: recomputed %zu bytes, composed %zu", tape2, tape1);
     for (int i = 0; i < 5; i++) {
         pl_tensor_release(k1[i]);
