@@ -305,8 +305,8 @@ static pl_status write_group(pl_st_writer *w, int i, int *end, FILE *f) {
     *end = i;
     if (j - i < 2) return PL_OK;
     const pl_backend *be = pl_backend_get(t0->device.type);
-    pl_tensor *buf = be ? pl_tensor_new_owned(PL_U8, 1, (int64_t[]){(int64_t)tot}, t0->device)
-                        : NULL;
+    pl_tensor *buf =
+        be ? pl_tensor_new_owned(PL_U8, 1, (int64_t[]){(int64_t)tot}, t0->device) : NULL;
     void *host = buf ? malloc(tot) : NULL;
     pl_status st = host ? PL_OK : pl_error_status();
     if (buf && !host) st = pl_error_set(PL_ERR_NOMEM, "%s: out of host memory", w->path);

@@ -99,9 +99,9 @@ typedef struct tr_phase_counts {
 typedef struct tr_devstats {
     const pl_backend *be; /* the device's backend when it counts, else NULL */
     tr_phase_counts ph[TR_PH_COUNT]; /* [TR_PH_NONE]: not reported */
-    int cur;                  /* the phase counting now (TR_PH_NONE: none) */
-    pl_backend_counters at;   /* the counters when `cur` was last charged */
-    double at_s;              /* the clock then */
+    int cur;                         /* the phase counting now (TR_PH_NONE: none) */
+    pl_backend_counters at;          /* the counters when `cur` was last charged */
+    double at_s;                     /* the clock then */
     bool open;            /* a step's window is open (c0 holds its start) */
     pl_backend_counters c0;
     int64_t first_epoch;  /* the epoch this process's fit began with */

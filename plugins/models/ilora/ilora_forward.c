@@ -261,8 +261,8 @@ void ilora_seen_free(seen_items *s) {
  * over the rows this process evaluated. Cost: O(rows so far x E) per batch,
  * against the batch's O(B x items x D) logits: below 1 % of an evaluation
  * batch until a split has more users than items x D x B / (100 E). */
-static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split split,
-                            const float *gv, int64_t B, pl_metrics *mt) {
+static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split split, const float *gv,
+                            int64_t B, pl_metrics *mt) {
     int64_t E = m->o.num_experts;
     if (b->index == 0 || m->gs_split != (int)split) {
         m->gs_n = 0;
@@ -328,16 +328,22 @@ static void add_rank_metrics(pl_metrics *mt, int64_t K, int64_t B,
     pl_metrics_add(mt, name, hit, (double)B);
 }
 
-static int64_t rank_f32(const void *v, int64_t i) { return (int64_t)((const float *)v)[i]; }
-static int64_t rank_i64(const void *v, int64_t i) { return ((const int64_t *)v)[i]; }
+static int64_t rank_f32(const void *v, int64_t i) {
+    return (int64_t)((const float *)v)[i];
+}
+static int64_t rank_i64(const void *v, int64_t i) {
+    return ((const int64_t *)v)[i];
+}
 
 /* Targets outside [1, V): the error naming the first one (t: host copy). */
 static pl_status bad_target(const ilora_model *m, const int64_t *t, int64_t B,
                             pl_data_split split) {
     for (int64_t i = 0; i < B; i++)
         if (t[i] <= 0 || t[i] >= m->vocab)
-            return pl_error_set(PL_ERR_INVALID, "ilora: %s target %lld of row %lld is outside "
-                                "[1, %lld]", pl_split_name(split), (long long)t[i], (long long)i,
+            return pl_error_set(PL_ERR_INVALID,
+                                "ilora: %s target %lld of row %lld is outside "
+                                "[1, %lld]",
+                                pl_split_name(split), (long long)t[i], (long long)i,
                                 (long long)m->vocab - 1);
     return PL_OK;
 }
@@ -348,9 +354,8 @@ static pl_status bad_target(const ilora_model *m, const int64_t *t, int64_t B,
  * the [B, H] seen items, the targets, the loss and the gates (5 reads). The
  * same numbers: the ranks are exact integers, the metrics summed on the
  * host in the same order. seen: [B, H] item ids or NULL. */
-static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split split,
-                             pl_tensor *ids, pl_tensor *tg, pl_tensor *seen, pl_tensor **loss,
-                             pl_metrics *mt) {
+static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split split, pl_tensor *ids,
+                             pl_tensor *tg, pl_tensor *seen, pl_tensor **loss, pl_metrics *mt) {
     int64_t B = ids->shape[0], V = m->vocab;
     route rt;
     pl_tensor *lg = ilora_last_logits(m, ids, NULL, &rt);
@@ -376,8 +381,9 @@ static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split sp
         int64_t *t = ilora_host_index(tg, m->o.target_field);
         pl_status st = t ? bad_target(m, t, B, split) : pl_error_status();
         free(t);
-        return st ? st : pl_error_set(PL_ERR_INVALID, "ilora: %s target outside [1, %lld]",
-                                      pl_split_name(split), (long long)V - 1);
+        return st ? st
+                  : pl_error_set(PL_ERR_INVALID, "ilora: %s target outside [1, %lld]",
+                                 pl_split_name(split), (long long)V - 1);
     }
     if (loss) *loss = ce;
     pl_metrics_add(mt, "loss", (double)v[0] * (double)B, (double)B);

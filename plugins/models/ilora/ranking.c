@@ -85,7 +85,8 @@ static pl_tensor *row_offsets(pl_tensor **offsets, int64_t n, int64_t V, pl_devi
             pl_error_set(PL_ERR_NOMEM, "ilora: out of memory for the ranking's row offsets");
             return NULL;
         }
-        for (int64_t i = 0; i < n; i++) v[i] = (float)(i * V);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)(i * V);
         pl_frame_begin();
         o = pl_tensor_from_data(PL_F32, 2, (int64_t[]){n, 1}, v, dev);
         if (o) pl_frame_keep(o);

@@ -906,11 +906,10 @@ START_TEST(device_ranking_equals_host_ranking) {
         sc[i] = (float)((x >> 16) % 7) * 0.25f - 0.5f; /* few distinct values: many ties */
     }
     const int64_t tgt[B] = {3, 1, 10, 5, 7};
-    const int64_t hist[B * H] = {3, 4, 4, 0, 9, 2,    /* the target, a duplicate, padding */
-                                 11, -1, 2, 2, 5, 6,  /* ids outside [1, V) */
-                                 0, 0, 0, 0, 0, 0,    /* nothing */
-                                 1, 2, 3, 4, 6, 7,
-                                 7, 7, 7, 8, 8, 10};
+    const int64_t hist[B * H] = {3,  4,  4, 0, 9, 2, /* the target, a duplicate, padding */
+                                 11, -1, 2, 2, 5, 6, /* ids outside [1, V) */
+                                 0,  0,  0, 0, 0, 0, /* nothing */
+                                 1,  2,  3, 4, 6, 7, 7, 7, 7, 8, 8, 10};
     int64_t want[B];
     for (int b = 0; b < B; b++) {
         float row[V];
@@ -936,7 +935,8 @@ START_TEST(device_ranking_equals_host_ranking) {
             int64_t w = want[b];
             if (pass == 2) { /* nothing seen: only item 0 is left out */
                 w = 0;
-                for (int v = 1; v < V; v++) w += sc[b * V + v] > sc[b * V + tgt[b]];
+                for (int v = 1; v < V; v++)
+                    w += sc[b * V + v] > sc[b * V + tgt[b]];
             }
             ck_assert_msg(pl_tensor_get(r, b) == (double)w, "pass %d row %d: rank %g, want %lld",
                           pass, b, pl_tensor_get(r, b), (long long)w);
