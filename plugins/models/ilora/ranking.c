@@ -95,13 +95,15 @@ static pl_tensor *row_offsets(pl_tensor **offsets, int64_t n, int64_t V, pl_devi
         if (!o) return NULL;
         *offsets = o;
     }
-    return pl_slice(o, 0, 0, n);
+    return pl_tensor_view_rows(o, 0, n);
 }
 
-/* ranks of rows [n, V] (one chunk: n * V <= 2^24) */
+/* ranks of rows [n, V] (one chunk: n * V <= 2^24), its temporaries freed
+ * before it returns */
 static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off) {
     int64_t n = lg->shape[0], V = lg->shape[1];
     pl_device dev = lg->device;
+    pl_frame_begin();
     pl_tensor *ts = pl_gather(lg, 1, tc); /* [n, 1]: the target's score */
     pl_tensor *gt = pl_clamp(pl_scale(pl_scale(pl_sub(lg, ts), 1e30), 1e30), 0.0, 1.0);
     pl_tensor *pos = pl_reshape(off, 1, (int64_t[]){n}); /* item 0 of every row */
@@ -117,24 +119,28 @@ static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_t
     pl_tensor *pi = pos ? pl_tensor_to(pos, PL_I64, dev) : NULL;
     pl_tensor *one = pi ? pl_tensor_full(PL_F32, 1, pi->shape, 1.0, dev) : NULL;
     pl_tensor *cnt = one ? pl_scatter_add(one, 0, pi, n * V) : NULL;
-    pl_tensor *keep = pl_add_scalar(pl_scale(pl_clamp(cnt, 0.0, 1.0), -1.0), 1.0);
-    return pl_sum(pl_mul(gt, pl_reshape(keep, 2, (int64_t[]){n, V})), 1, false);
+    pl_tensor *out = NULL;
+    if (gt && cnt) { /* the items above the target, less the seen ones among them */
+        pl_tensor *left = pl_mul(gt, pl_reshape(pl_clamp(cnt, 0.0, 1.0), 2, (int64_t[]){n, V}));
+        out = pl_sub(pl_sum(gt, 1, false), pl_sum(left, 1, false));
+    }
+    return pl_frame_end_keep(out);
 }
 
-int64_t ilora_rank_chunk_elems = 1 << 24;
+int64_t ilora_rank_chunk_elems = 1 << 20;
 
 pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *seen,
                              pl_tensor **offsets) {
     if (!scores || !target) return NULL;
     int64_t B = scores->shape[0], V = scores->shape[1];
-    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
-    if (V > cap) {
+    if (V > (1 << 24)) {
         pl_error_set(PL_ERR_UNSUPPORTED, "ilora: device ranking of %lld items (at most 2^24)",
                      (long long)V);
         return NULL;
     }
-    int64_t rows = cap / V < B ? cap / V : B;
-    pl_tensor *off = row_offsets(offsets, rows > 0 ? rows : 1, V, scores->device);
+    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
+    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
+    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
     if (!off || B <= rows) return off ? rank_chunk(scores, target, seen, off) : NULL;
     int64_t nc = (B + rows - 1) / rows;
     pl_tensor **part = calloc((size_t)nc, sizeof *part);
@@ -144,10 +150,12 @@ pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *se
     }
     pl_tensor *r = NULL;
     int64_t c = 0;
-    for (int64_t r0 = 0; r0 < B; r0 += rows, c++) {
-        int64_t r1 = r0 + rows < B ? r0 + rows : B;
-        part[c] = rank_chunk(pl_slice(scores, 0, r0, r1), pl_slice(target, 0, r0, r1),
-                             seen ? pl_slice(seen, 0, r0, r1) : NULL, pl_slice(off, 0, 0, r1 - r0));
+    for (int64_t r0 = 0; r0 < B; r0 += rows, c++) { /* row views: no copies */
+        int64_t len = r0 + rows < B ? rows : B - r0;
+        part[c] = rank_chunk(pl_tensor_view_rows(scores, r0, len),
+                             pl_tensor_view_rows(target, r0, len),
+                             seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
+                             pl_tensor_view_rows(off, 0, len));
         if (!part[c]) break;
     }
     if (c == nc) r = pl_concat(part, (int)nc, 0);

@@ -922,7 +922,7 @@ START_TEST(device_ranking_equals_host_ranking) {
         want[b] = ilora_rank_of(row, V, tgt[b]);
     }
     for (int pass = 0; pass < 3; pass++) {
-        ilora_rank_chunk_elems = pass == 0 ? 1 << 24 : 2 * V; /* chunks of 2 rows */
+        ilora_rank_chunk_elems = pass == 0 ? 1 << 20 : 2 * V; /* chunks of 2 rows */
         pl_frame_begin();
         pl_tensor *s = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, V}, sc, PL_CPU);
         pl_tensor *t = pl_tensor_from_data(PL_I64, 2, (int64_t[]){B, 1}, tgt, PL_CPU);
@@ -944,7 +944,7 @@ START_TEST(device_ranking_equals_host_ranking) {
         pl_frame_end();
         pl_tensor_release(off);
     }
-    ilora_rank_chunk_elems = 1 << 24;
+    ilora_rank_chunk_elems = 1 << 20;
     env_free(&e);
 }
 END_TEST
