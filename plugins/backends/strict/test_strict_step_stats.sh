@@ -48,6 +48,10 @@ declare -A KNOWN=()
 # and gates in one read (here limit_val_batches = 1) and a best checkpoint comes back in one read
 # per 16 MiB; before, a pass read 4-5 tensors per batch and every checkpoint tensor (63-125)
 declare -A VAL_READS=([pretrain]=2 [teacher]=2 [pretrain_early]=2)
+# STAGED[name]=N - a training pass of N batches (limit_train_batches) must upload fewer than N
+# times: the loader stages its data (and row_field's rows) per chunk, not per batch (teacher:
+# one row_field upload per batch before, 7 uploads per pass of 4 batches; 3 now)
+declare -A STAGED=([pretrain]=4 [pretrain_early]=4 [teacher]=4 [student]=4)
 short="pipeline.device=strict trainer.early_stopping=false trainer.test=false trainer.export=false
        trainer.log_every_n_steps=3 trainer.limit_val_batches=1 trainer.checkpoint_every_n_epochs=0"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
@@ -98,9 +102,10 @@ for ini in "$src"/configs/*.ini; do
     "$bin" run "$ini" pipeline.run_dir="$tmp/runs" $short $ex >"$tmp/$name.log" 2>&1 ||
         { tail -20 "$tmp/$name.log"; fail "$name on strict"; }
     r=0
-    python3 - "$tmp/runs/$name/latest/summary.json" "$name" "${KNOWN[$name]-0 0: }" "${VAL_READS[$name]--1}" <<'PY' || r=$?
+    python3 - "$tmp/runs/$name/latest/summary.json" "$name" "${KNOWN[$name]-0 0: }" "${VAL_READS[$name]--1}" \
+        "${STAGED[$name]--1}" <<'PY' || r=$?
 import json, sys
-path, name, known, val_reads = sys.argv[1:]
+path, name, known, val_reads, staged = sys.argv[1:]
 summ = json.load(open(path))
 ds = summ.get("device_stats")
 if not isinstance(ds, dict):
@@ -144,6 +149,11 @@ if ph["train"]["passes"] < 1 or v["passes"] < 1:
 if int(val_reads) >= 0 and v["host_reads_max_per_pass"] > int(val_reads):
     print(f"FAIL {name}: a validation pass read back {v['host_reads_max_per_pass']:.0f} times "
           f"(at most {val_reads}: one read per evaluation batch, one per checkpoint group)")
+    sys.exit(2)
+tw = ph["train"]["host_writes"] / ph["train"]["passes"]
+if int(staged) >= 0 and tw >= int(staged):
+    print(f"FAIL {name}: {tw:.1f} host-to-device copies per training pass of {staged} batches "
+          "(a per-batch upload: the loader should stage once per chunk)")
     sys.exit(2)
 if reads > kr or allocs > ka:
     print(f"FAIL {line}; at most {kr} reads and {ka} allocations allowed")
