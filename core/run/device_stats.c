@@ -179,6 +179,11 @@ void tr_devstats_json(const trainer *t, void *obj) {
     } else {
         cJSON_AddNullToObject(o, "device_health");
     }
+    /* each phase's wall seconds, on every device (cuda counts nothing else) */
+    static const char *const names[TR_PH_COUNT] = {NULL, "train", "validate", "test", "export"};
+    cJSON *sec = cJSON_AddObjectToObject(o, "phase_seconds");
+    for (int i = TR_PH_NONE + 1; i < TR_PH_COUNT; i++)
+        cJSON_AddNumberToObject(sec, names[i], d->ph[i].seconds);
     if (!d->be) {
         cJSON_AddNullToObject(o, "device_stats");
         return;
@@ -201,7 +206,6 @@ void tr_devstats_json(const trainer *t, void *obj) {
     cJSON_AddNumberToObject(j, "kernel_calls_max", (double)q->max_kernels);
     sum_json(j, "logged_steps", &d->logged);
     sum_json(j, "first_epoch", &d->first); /* the warm-up: first epoch and first 2 steps */
-    static const char *const names[TR_PH_COUNT] = {NULL, "train", "validate", "test", "export"};
     cJSON *ps = cJSON_AddObjectToObject(j, "phases");
     for (int i = TR_PH_NONE + 1; i < TR_PH_COUNT; i++) {
         const tr_phase_counts *p = &d->ph[i];
