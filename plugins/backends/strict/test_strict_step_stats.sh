@@ -168,6 +168,32 @@ PY
     [ $r -eq 0 ] || worse=$((worse + 1))
     ran=$((ran + 1))
 done
+# a checkpoint load checks the device parameters' finiteness in one read (core/run/checkpoint.c):
+# a NaN in one of them must still fail the load, naming the parameter
+ck="$tmp/runs/pretrain/latest/checkpoints/best.safetensors"
+if [ -e "$ck" ] && [ -e data/movielens.h5 ]; then
+    bad=$(python3 - "$ck" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k.startswith("model.") and h[k]["dtype"] == "F32")[-1]
+off = 8 + n + h[name]["data_offsets"][0] + 4
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+print(name)
+PY
+)
+    # shellcheck disable=SC2086
+    if "$bin" run "$src/configs/pretrain.ini" pipeline.run_dir="$tmp/runs" pipeline.name=nan_load $short \
+        trainer.init_from="$tmp/nan.safetensors" trainer.max_epochs=1 trainer.limit_train_batches=1 \
+        >"$tmp/nan_load.log" 2>&1; then
+        fail "a checkpoint with a NaN in '$bad' loaded on the strict device"
+    fi
+    grep -q "parameter '$bad' holds 1 non-finite" "$tmp/nan_load.log" ||
+        { tail -5 "$tmp/nan_load.log"; fail "the NaN load's error does not name '$bad'"; }
+    echo "ok a NaN in '$bad' fails the load on the strict device, named"
+fi
 [ $ran -gt 0 ] || fail "no config ran"
 [ $worse -eq 0 ] || fail "$worse config(s) stall a GPU more than allowed (above)"
 echo "PASS: $ran configs on the strict device"
