@@ -361,7 +361,8 @@ static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split sp
     pl_tensor *lg = ilora_last_logits(m, ids, NULL, &rt);
     if (!lg) return pl_error_status();
     pl_device dev = lg->device;
-    if (lg->dtype != PL_F32) lg = pl_tensor_to(lg, PL_F32, dev);
+    /* the loss over the logits as they are (the host path's); the ranking on f32 */
+    pl_tensor *lf = lg->dtype == PL_F32 ? lg : pl_tensor_to(lg, PL_F32, dev);
     /* targets clamped into [1, V) for the kernels; `bad` > 0 when one was not */
     if (!pl_tensor_is_contiguous(tg)) tg = pl_contiguous(tg);
     pl_tensor *tf = pl_tensor_to(pl_reshape(tg, 2, (int64_t[]){B, 1}), PL_F32, dev);
@@ -369,7 +370,7 @@ static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split sp
     pl_tensor *bad = pl_sum(pl_square(pl_sub(tf, tcf)), PL_ALL_DIMS, false);
     pl_tensor *tc = pl_tensor_to(tcf, PL_I64, dev);
     pl_tensor *ce = tc ? pl_cross_entropy(lg, pl_reshape(tc, 1, (int64_t[]){B}), -100, 0.0) : NULL;
-    pl_tensor *rank = ilora_rank_device(lg, tc, seen, &m->rank_off);
+    pl_tensor *rank = ilora_rank_device(lf, tc, seen, &m->rank_off);
     pl_tensor *g = rt.g ? last_gates(rt.g) : NULL;
     if (!ce || !bad || !rank || (rt.g && !g)) return pl_error_status();
     pl_tensor *part[4] = {pl_reshape(pl_tensor_to(ce, PL_F32, dev), 1, (int64_t[]){1}),
