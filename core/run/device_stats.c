@@ -31,7 +31,11 @@ static bool read_counters(const pl_backend *be, pl_backend_counters *c) {
 
 void tr_devstats_begin(trainer *t) {
     tr_devstats *d = &t->devstats;
+    /* the phases count over the run: a resumed or second fit keeps them */
+    tr_phase_counts ph[TR_PH_COUNT];
+    memcpy(ph, d->ph, sizeof ph);
     memset(d, 0, sizeof *d);
+    memcpy(d->ph, ph, sizeof ph);
     d->first_epoch = t->epoch;
     if (t->ctx.device.type == PL_DEVICE_CPU) return;
     const pl_backend *be = pl_backend_get(t->ctx.device.type);
@@ -106,6 +110,37 @@ void tr_devstats_step_end(trainer *t, bool logged) {
     add(warm_up ? &d->first : logged ? &d->logged : &d->quiet, r, a, k);
 }
 
+int tr_devstats_phase(trainer *t, int ph, bool new_pass) {
+    tr_devstats *d = &t->devstats;
+    int prev = d->cur;
+    pl_backend_counters c = {0};
+    bool have = d->be && read_counters(d->be, &c);
+    double now = tr_now();
+    tr_phase_counts *p = &d->ph[prev];
+    if (prev != TR_PH_NONE) {
+        p->seconds += now - d->at_s;
+        if (have) {
+            p->reads += c.host_reads - d->at.host_reads;
+            p->read_bytes += c.host_read_bytes - d->at.host_read_bytes;
+            p->writes += c.host_writes - d->at.host_writes;
+            p->write_bytes += c.host_write_bytes - d->at.host_write_bytes;
+            p->allocs += c.allocations - d->at.allocations;
+            p->alloc_bytes += c.allocation_bytes - d->at.allocation_bytes;
+            p->kernels += c.kernel_calls - d->at.kernel_calls;
+            p->pass_reads += c.host_reads - d->at.host_reads;
+            if (p->pass_reads > p->max_reads) p->max_reads = p->pass_reads;
+        }
+    }
+    if (ph != TR_PH_NONE && new_pass) {
+        d->ph[ph].passes++;
+        d->ph[ph].pass_reads = 0;
+    }
+    d->cur = ph;
+    d->at = c;
+    d->at_s = now;
+    return prev;
+}
+
 static double per(uint64_t x, int64_t n) { return n > 0 ? (double)x / (double)n : 0; }
 
 void tr_devstats_log(trainer *t) {
@@ -144,6 +179,11 @@ void tr_devstats_json(const trainer *t, void *obj) {
     } else {
         cJSON_AddNullToObject(o, "device_health");
     }
+    /* each phase's wall seconds, on every device (cuda counts nothing else) */
+    static const char *const names[TR_PH_COUNT] = {NULL, "train", "validate", "test", "export"};
+    cJSON *sec = cJSON_AddObjectToObject(o, "phase_seconds");
+    for (int i = TR_PH_NONE + 1; i < TR_PH_COUNT; i++)
+        cJSON_AddNumberToObject(sec, names[i], d->ph[i].seconds);
     if (!d->be) {
         cJSON_AddNullToObject(o, "device_stats");
         return;
@@ -166,4 +206,20 @@ void tr_devstats_json(const trainer *t, void *obj) {
     cJSON_AddNumberToObject(j, "kernel_calls_max", (double)q->max_kernels);
     sum_json(j, "logged_steps", &d->logged);
     sum_json(j, "first_epoch", &d->first); /* the warm-up: first epoch and first 2 steps */
+    cJSON *ps = cJSON_AddObjectToObject(j, "phases");
+    for (int i = TR_PH_NONE + 1; i < TR_PH_COUNT; i++) {
+        const tr_phase_counts *p = &d->ph[i];
+        cJSON *o1 = cJSON_AddObjectToObject(ps, names[i]);
+        cJSON_AddNumberToObject(o1, "passes", (double)p->passes);
+        cJSON_AddNumberToObject(o1, "seconds", p->seconds);
+        cJSON_AddNumberToObject(o1, "host_reads", (double)p->reads);
+        cJSON_AddNumberToObject(o1, "host_read_bytes", (double)p->read_bytes);
+        cJSON_AddNumberToObject(o1, "host_writes", (double)p->writes);
+        cJSON_AddNumberToObject(o1, "host_write_bytes", (double)p->write_bytes);
+        cJSON_AddNumberToObject(o1, "allocations", (double)p->allocs);
+        cJSON_AddNumberToObject(o1, "allocation_bytes", (double)p->alloc_bytes);
+        cJSON_AddNumberToObject(o1, "kernel_calls", (double)p->kernels);
+        cJSON_AddNumberToObject(o1, "host_reads_per_pass", per(p->reads, p->passes));
+        cJSON_AddNumberToObject(o1, "host_reads_max_per_pass", (double)p->max_reads);
+    }
 }

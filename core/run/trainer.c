@@ -133,10 +133,12 @@ pl_status tr_check_finite(const char *split, const pl_metrics *m) {
  * (logging, monitor, best checkpoint, early stopping: t->should_stop). */
 static pl_status validate(trainer *t) {
     double t0 = tr_now();
+    int prev = tr_devstats_phase(t, TR_PH_VALIDATE, true); /* a mid-epoch one pauses train */
     pl_status st = TR_CB_DISPATCH(t, on_validation_start);
     if (!st) st = tr_evaluate(t, PL_SPLIT_VAL, &t->last_val, t->limit[PL_SPLIT_VAL]);
     if (!st) st = tr_check_finite("validation", &t->last_val);
     if (!st) st = TR_CB_DISPATCH(t, on_validation_end, &t->last_val, tr_now() - t0);
+    tr_devstats_phase(t, prev, false);
     return st;
 }
 
@@ -248,6 +250,7 @@ static pl_status run_epoch(trainer *t, int64_t nb) {
     const pl_loader_vtable *L = LOADER(t);
     tr_peak_fold(t, &t->ph_fit, true); /* metrics.csv: each epoch's own device peaks */
     double te0 = tr_now();
+    tr_devstats_phase(t, TR_PH_TRAIN, true);
     int64_t b0 = t->batch; /* > 0: resumed from a mid-epoch checkpoint */
     if (b0 > nb)
         return pl_error_set(PL_ERR_CONFIG, "the checkpoint resumed from is at batch %lld of epoch "
@@ -281,6 +284,7 @@ static pl_status run_epoch(trainer *t, int64_t nb) {
     t->train_samples += e.samples;
     t->train_seconds += te;
     st = TR_CB_DISPATCH(t, on_train_epoch_end, &e);
+    tr_devstats_phase(t, TR_PH_NONE, false);
     t->epoch_done = true; /* validating at the end of an epoch: checkpoints record the next one */
     if (!st && (t->epoch + 1) % t->val_every_epochs == 0) st = validate(t);
     t->epoch_done = false;

@@ -82,8 +82,26 @@ typedef struct tr_devstats_sum {
     uint64_t max_reads, max_allocs, max_kernels; /* the most in one step */
 } tr_devstats_sum;
 
+/* The same counters per phase of the run (issue 35: what happens outside
+ * the training step): each phase's totals over its passes (a train or
+ * validate pass is one epoch's; test and export one each), the most host
+ * reads in one pass, and the wall seconds. A phase entered while another
+ * runs (a mid-epoch validation) pauses it: every count lands in exactly one
+ * phase. Checkpoints, callbacks at the epoch's end and setup are in none. */
+enum { TR_PH_NONE, TR_PH_TRAIN, TR_PH_VALIDATE, TR_PH_TEST, TR_PH_EXPORT, TR_PH_COUNT };
+typedef struct tr_phase_counts {
+    int64_t passes;
+    double seconds;
+    uint64_t reads, read_bytes, writes, write_bytes, allocs, alloc_bytes, kernels;
+    uint64_t max_reads, pass_reads; /* the most in one pass; the pass in progress */
+} tr_phase_counts;
+
 typedef struct tr_devstats {
     const pl_backend *be; /* the device's backend when it counts, else NULL */
+    tr_phase_counts ph[TR_PH_COUNT]; /* [TR_PH_NONE]: not reported */
+    int cur;                         /* the phase counting now (TR_PH_NONE: none) */
+    pl_backend_counters at;          /* the counters when `cur` was last charged */
+    double at_s;                     /* the clock then */
     bool open;            /* a step's window is open (c0 holds its start) */
     pl_backend_counters c0;
     int64_t first_epoch;  /* the epoch this process's fit began with */
@@ -318,6 +336,11 @@ void tr_devstats_step_begin(trainer *t);
 void tr_devstats_step_end(trainer *t, bool logged);
 /* Drop an open window (a skipped step: no optimizer step follows). */
 void tr_devstats_step_abort(trainer *t);
+/* Enter phase `ph` (TR_PH_*; a new pass of it when `new_pass`) and return
+ * the phase that was counting, which tr_devstats_phase(t, prev, false)
+ * resumes. What the counters moved since the last switch is charged to the
+ * phase that was counting. Works without counters too (seconds only). */
+int tr_devstats_phase(trainer *t, int ph, bool new_pass);
 /* The fit's closing log line. */
 void tr_devstats_log(trainer *t);
 /* At an epoch's end (Lightning's DeviceStatsMonitor): the device's

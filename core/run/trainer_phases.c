@@ -29,6 +29,7 @@ static pl_status run_test(trainer *t) {
     pl_status st = PL_OK;
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
+    tr_devstats_phase(t, TR_PH_TEST, true);
     st = tr_dist_barrier(t); /* DDP: rank 0 has finished writing the checkpoints */
     if (st) return st;
     if (t->best_path[0] && access(t->best_path, R_OK) == 0) {
@@ -70,6 +71,7 @@ static pl_status run_test(trainer *t) {
         if (!st) st = AVG(t)->swap(t->avg.self);
     }
     if (!st) st = TR_CB_DISPATCH(t, on_test_end);
+    tr_devstats_phase(t, TR_PH_NONE, false);
     t->test_s = tr_now() - t0;
     t->ph_test.seconds = t->test_s;
     tr_peak_fold(t, &t->ph_test, false);
@@ -111,6 +113,7 @@ static pl_status run_export(trainer *t) {
     int stride = t->stride;
     t->stride = 1;
     pl_status st = run_export_all(t);
+    tr_devstats_phase(t, TR_PH_NONE, false);
     t->stride = stride; /* the run's sharding, as summary.json reports it */
     return st;
 }
@@ -121,6 +124,7 @@ static pl_status run_export(trainer *t) {
 static pl_status run_export_all(trainer *t) {
     double t0 = tr_now();
     pl_alloc_reset_peak(t->ctx.device);
+    tr_devstats_phase(t, TR_PH_EXPORT, true);
     snprintf(t->outputs_path, sizeof t->outputs_path, "%s/outputs", t->run_dir);
     if (tr_mkdir_p(t->outputs_path))
         return pl_error_set(PL_ERR_IO, "cannot create %s: %s", t->outputs_path, strerror(errno));

@@ -219,6 +219,12 @@ static void expect_load_keys(const char *name) {
         ck_assert_msg(v[i] > 0, "%s: %s = %g, expected > 0", name, pk[i], v[i]);
     }
     ck_assert_msg(v[0] <= v[1], "%s: peak allocated %g > peak reserved %g", name, v[0], v[1]);
+    /* each phase's wall seconds on every device (the CPU here): the fit trained */
+    const char *ps = strstr(js, "\"phase_seconds\"");
+    const char *tr = ps ? strstr(ps, "\"train\"") : NULL;
+    ck_assert_msg(tr != NULL, "%s: summary.json lacks phase_seconds.train:\n%s", name, js);
+    ck_assert_msg(strtod(strchr(tr, ':') + 1, NULL) > 0, "%s: phase_seconds.train is not > 0",
+                  name);
     const char *csv = run_file(name, "metrics.csv");
     ck_assert_msg(strstr(csv, ",peak_memory_allocated_bytes,") &&
                       strstr(csv, ",peak_memory_reserved_bytes,"),

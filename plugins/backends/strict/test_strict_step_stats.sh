@@ -43,6 +43,15 @@ python3 "$src/tests/support/make_ml_tiny.py" "$tmp/data/ml_tiny.h5"
 
 # KNOWN[name]="reads allocations: why" - the most a quiet step does today
 declare -A KNOWN=()
+# VAL_READS[name]=N - the most device-to-host reads one validation pass may make (summary.json
+# device_stats.phases.validate, issue 35): the ranking evaluation reads each batch's loss, ranks
+# and gates in one read (here limit_val_batches = 1) and a best checkpoint comes back in one read
+# per 16 MiB; before, a pass read 4-5 tensors per batch and every checkpoint tensor (63-125)
+declare -A VAL_READS=([pretrain]=2 [teacher]=2 [pretrain_early]=2)
+# STAGED[name]=N - a training pass of N batches (limit_train_batches) must upload fewer than N
+# times: the loader stages its data (and row_field's rows) per chunk, not per batch (teacher:
+# one row_field upload per batch before, 7 uploads per pass of 4 batches; 3 now)
+declare -A STAGED=([pretrain]=4 [pretrain_early]=4 [teacher]=4 [student]=4)
 short="pipeline.device=strict trainer.early_stopping=false trainer.test=false trainer.export=false
        trainer.log_every_n_steps=3 trainer.limit_val_batches=1 trainer.checkpoint_every_n_epochs=0"
 declare -A data_of=([gat_cora]=cora.h5 [gat_molecules]=nci_tpsa.h5 [lstm_chicago]=chicago.h5
@@ -93,9 +102,10 @@ for ini in "$src"/configs/*.ini; do
     "$bin" run "$ini" pipeline.run_dir="$tmp/runs" $short $ex >"$tmp/$name.log" 2>&1 ||
         { tail -20 "$tmp/$name.log"; fail "$name on strict"; }
     r=0
-    python3 - "$tmp/runs/$name/latest/summary.json" "$name" "${KNOWN[$name]-0 0: }" <<'PY' || r=$?
+    python3 - "$tmp/runs/$name/latest/summary.json" "$name" "${KNOWN[$name]-0 0: }" "${VAL_READS[$name]--1}" \
+        "${STAGED[$name]--1}" <<'PY' || r=$?
 import json, sys
-path, name, known = sys.argv[1:]
+path, name, known, val_reads, staged = sys.argv[1:]
 summ = json.load(open(path))
 ds = summ.get("device_stats")
 if not isinstance(ds, dict):
@@ -123,6 +133,28 @@ line = (f"{name}: {n:.0f} quiet steps after the first epoch: host reads max {rea
 if n < 1:
     print(f"FAIL {line}: no step measured")
     sys.exit(2)
+# outside the step: each phase's reads (validate, test, export), per pass
+ph = ds.get("phases")
+if not isinstance(ph, dict) or set(ph) != {"train", "validate", "test", "export"}:
+    print(f"FAIL {name}: device_stats.phases {ph!r}: expected train, validate, test, export")
+    sys.exit(2)
+v = ph["validate"]
+print(f"  {name} phases: " + "; ".join(
+    f"{k} {p['passes']:.0f} passes, {p['host_reads']:.0f} reads ({p['host_read_bytes'] / 1e6:.2f} MB), "
+    f"{p['host_writes']:.0f} uploads, {p['allocations']:.0f} allocations, {p['kernel_calls']:.0f} kernels"
+    for k, p in ph.items()))
+if ph["train"]["passes"] < 1 or v["passes"] < 1:
+    print(f"FAIL {name}: no train or validate pass counted: {ph!r}")
+    sys.exit(2)
+if int(val_reads) >= 0 and v["host_reads_max_per_pass"] > int(val_reads):
+    print(f"FAIL {name}: a validation pass read back {v['host_reads_max_per_pass']:.0f} times "
+          f"(at most {val_reads}: one read per evaluation batch, one per checkpoint group)")
+    sys.exit(2)
+tw = ph["train"]["host_writes"] / ph["train"]["passes"]
+if int(staged) >= 0 and tw >= int(staged):
+    print(f"FAIL {name}: {tw:.1f} host-to-device copies per training pass of {staged} batches "
+          "(a per-batch upload: the loader should stage once per chunk)")
+    sys.exit(2)
 if reads > kr or allocs > ka:
     print(f"FAIL {line}; at most {kr} reads and {ka} allocations allowed")
     sys.exit(2)
@@ -136,6 +168,32 @@ PY
     [ $r -eq 0 ] || worse=$((worse + 1))
     ran=$((ran + 1))
 done
+# a checkpoint load checks the device parameters' finiteness in one read (core/run/checkpoint.c):
+# a NaN in one of them must still fail the load, naming the parameter
+ck="$tmp/runs/pretrain/latest/checkpoints/best.safetensors"
+if [ -e "$ck" ] && [ -e data/movielens.h5 ]; then
+    bad=$(python3 - "$ck" "$tmp/nan.safetensors" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k.startswith("model.") and h[k]["dtype"] == "F32")[-1]
+off = 8 + n + h[name]["data_offsets"][0] + 4
+b[off:off + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)
+print(name)
+PY
+)
+    # shellcheck disable=SC2086
+    if "$bin" run "$src/configs/pretrain.ini" pipeline.run_dir="$tmp/runs" pipeline.name=nan_load $short \
+        trainer.init_from="$tmp/nan.safetensors" trainer.max_epochs=1 trainer.limit_train_batches=1 \
+        >"$tmp/nan_load.log" 2>&1; then
+        fail "a checkpoint with a NaN in '$bad' loaded on the strict device"
+    fi
+    grep -q "parameter '$bad' holds 1 non-finite" "$tmp/nan_load.log" ||
+        { tail -5 "$tmp/nan_load.log"; fail "the NaN load's error does not name '$bad'"; }
+    echo "ok a NaN in '$bad' fails the load on the strict device, named"
+fi
 [ $ran -gt 0 ] || fail "no config ran"
 [ $worse -eq 0 ] || fail "$worse config(s) stall a GPU more than allowed (above)"
 echo "PASS: $ran configs on the strict device"

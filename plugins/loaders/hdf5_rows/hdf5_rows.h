@@ -92,7 +92,8 @@ typedef struct loader {
     int cur_buf;
     bool exhausted; /* started at the end of the epoch: next() returns 0 */
     lk_views views; /* the current batch's views */
-    /* row_field: the batch's rows in the data file (i64 [batch]), one buffer */
+    /* row_field: the current chunk's rows in the data file in serving order
+     * (i64 [cap], uploaded once per chunk; a batch's field is a view) */
     char row_field[64];
     pl_tensor *rows_t, *rows_host;
     int64_t *xidx; /* global rows of a shuffled batch (batch entries) */

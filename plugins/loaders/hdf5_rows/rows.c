@@ -317,14 +317,6 @@ static pl_status extras_create(loader *L, const pl_config_section *cfg) {
     L->xidx = malloc(sizeof *L->xidx * (size_t)maxb);
     if (!L->xidx) return pl_error_set(PL_ERR_NOMEM, "hdf5_rows: out of memory");
     snprintf(L->row_field, sizeof L->row_field, "%s", pl_cfg_str(cfg, "row_field", ""));
-    if (L->row_field[0]) {
-        L->rows_t = lk_new_tensor(PL_I64, 1, (int64_t[]){maxb}, L->dev);
-        if (!L->rows_t) return pl_error_status();
-        if (!pl_device_eq(L->dev, PL_CPU)) {
-            L->rows_host = lk_new_tensor(PL_I64, 1, (int64_t[]){maxb}, PL_CPU);
-            if (!L->rows_host) return pl_error_status();
-        }
-    }
     for (int i = 0; tr->shuffle && i < tr->nx; i++) {
         int64_t shape[PL_MAX_DIMS];
         memcpy(shape, tr->xt[i]->shape, sizeof shape);
@@ -426,6 +418,14 @@ pl_status rows_create(loader *L, const pl_config_section *cfg) {
         L->prefetch = pl_cfg_bool(cfg, "prefetch", true);
     }
     if (tr->shuffle && (st = alloc_gather(L))) return st;
+    if (L->row_field[0]) { /* a chunk's row numbers (rows_chunk_upload) */
+        L->rows_t = lk_new_tensor(PL_I64, 1, (int64_t[]){L->cap}, L->dev);
+        if (!L->rows_t) return pl_error_status();
+        if (!pl_device_eq(L->dev, PL_CPU)) {
+            L->rows_host = lk_new_tensor(PL_I64, 1, (int64_t[]){L->cap}, PL_CPU);
+            if (!L->rows_host) return pl_error_status();
+        }
+    }
     L->order_cap = 1;
     for (int si = 0; si < 3; si++) {
         int64_t nc = L->resident ? 1 : (L->sp[si].nrows + L->cap - 1) / L->cap;
@@ -491,6 +491,22 @@ static pl_status upload_perm(loader *L, const split_data *s, int64_t rows) {
                       (size_t)rows * sizeof *L->xperm);
 }
 
+/* row_field: the file row of each of the chunk's rows in serving order,
+ * row0 + the chunk's first row + (perm[k] shuffled, else k), to the device
+ * in one copy per chunk; a batch's field is a view of it (before, one
+ * host-to-device copy per batch: a GPU step waited on it). */
+static pl_status rows_chunk_upload(loader *L, const split_data *s, int64_t rows) {
+    pl_tensor *h = L->rows_host ? L->rows_host : L->rows_t;
+    int64_t *r = pl_tensor_data(h), base = s->row0 + L->order[L->chunk_pos] * L->cap;
+    for (int64_t k = 0; k < rows; k++)
+        r[k] = base + (s->shuffle ? L->perm[k] : k);
+    if (!L->rows_host || rows == 0) return PL_OK;
+    const pl_backend *be = pl_backend_get(L->dev.type);
+    return be ? be->memcpy(pl_tensor_data(L->rows_t), L->dev, r, PL_CPU,
+                           (size_t)rows * sizeof *r)
+              : pl_error_status();
+}
+
 /* Make chunk order[pos] current (waiting on the prefetch if needed), then prefetch the next. */
 static pl_status activate_chunk(loader *L, int64_t pos) {
     int si = L->cur_split;
@@ -535,7 +551,7 @@ static pl_status activate_chunk(loader *L, int64_t pos) {
         lk_shuffle(L->perm, rows, &rs);
         if (L->perm_dev && (st = upload_perm(L, s, rows))) return st;
     }
-    return PL_OK;
+    return L->row_field[0] ? rows_chunk_upload(L, s, rows) : PL_OK;
 }
 
 /* Batches next() serves from the chunk at position `pos` of the epoch's order. */
@@ -625,14 +641,9 @@ int rows_next(loader *L, pl_batch *out) {
         }
         if (lk_emit(&L->views, out, s->xname[i], v)) return -1;
     }
-    if (L->row_field[0]) {
-        pl_tensor *h = L->rows_host ? L->rows_host : L->rows_t;
-        int64_t *r = pl_tensor_data(h);
-        for (int64_t i = 0; i < n; i++)
-            r[i] = s->row0 + L->xidx[i];
-        if (L->rows_host && pl_tensor_copy_(L->rows_t, L->rows_host)) return -1;
-        if (lk_emit(&L->views, out, L->row_field, lk_view_rows(L->rows_t, 0, n))) return -1;
-    }
+    if (L->row_field[0] && /* rows_chunk_upload put them there */
+        lk_emit(&L->views, out, L->row_field, lk_view_rows(L->rows_t, L->row_pos, n)))
+        return -1;
     out->size = n;
     out->index = L->batch_index++;
     L->row_pos += n;

@@ -122,6 +122,7 @@ typedef struct ilora_model {
     int64_t gs_n, gs_cap;
     int gs_split;
     double gs_tv; /* gate_user_tv's sum reported so far in this pass */
+    pl_tensor *rank_off; /* f32 [R, 1] of i * vocab on the device (ranking.h; owned) */
     /* where each parameter lives: the fields above point at ctx->params'
      * tensors and are re-read before every forward (precision may replace them) */
     int n_slots;

@@ -261,12 +261,9 @@ void ilora_seen_free(seen_items *s) {
  * over the rows this process evaluated. Cost: O(rows so far x E) per batch,
  * against the batch's O(B x items x D) logits: below 1 % of an evaluation
  * batch until a split has more users than items x D x B / (100 E). */
-static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split split, pl_tensor *g,
-                            pl_metrics *mt) {
-    int64_t E = m->o.num_experts, B = g->shape[0];
-    if (g->ndim == 3) g = pl_slice(g, 1, g->shape[1] - 1, g->shape[1]);
-    pl_tensor *hg = g ? pl_tensor_to(g, PL_F32, PL_CPU) : NULL;
-    if (!hg) return pl_error_status();
+static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split split, const float *gv,
+                            int64_t B, pl_metrics *mt) {
+    int64_t E = m->o.num_experts;
     if (b->index == 0 || m->gs_split != (int)split) {
         m->gs_n = 0;
         m->gs_tv = 0;
@@ -279,7 +276,6 @@ static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split spl
         m->gs_rows = r;
         m->gs_cap = cap;
     }
-    const float *gv = pl_tensor_f32(hg);
     memcpy(m->gs_rows + m->gs_n * E, gv, (size_t)(B * E) * sizeof *gv);
     m->gs_n += B;
     double ent = 0, use[ILORA_MAX_EXPERTS] = {0}, mean[ILORA_MAX_EXPERTS] = {0}, tv = 0;
@@ -305,6 +301,111 @@ static pl_status gate_stats(ilora_model *m, const pl_batch *b, pl_data_split spl
     return PL_OK;
 }
 
+/* The gates of each row's last position (the user's whole sequence), f32
+ * [B * E] on the device. */
+static pl_tensor *last_gates(pl_tensor *g) {
+    if (g->ndim == 3) g = pl_slice(g, 1, g->shape[1] - 1, g->shape[1]);
+    pl_tensor *f = g ? pl_tensor_to(g, PL_F32, g->device) : NULL;
+    return f ? pl_reshape(f, 1, (int64_t[]){pl_tensor_numel(f)}) : NULL;
+}
+
+/* hit_ratio@K, ndcg@K and recall@K of the batch's ranks (rank(i) of row i),
+ * summed in row order in double. */
+static void add_rank_metrics(pl_metrics *mt, int64_t K, int64_t B,
+                             int64_t (*rank)(const void *, int64_t), const void *arg) {
+    double hit = 0, ndcg = 0;
+    for (int64_t i = 0; i < B; i++) {
+        int64_t r = rank(arg, i);
+        hit += ilora_hit_at(r, K);
+        ndcg += ilora_ndcg_at(r, K);
+    }
+    char name[48];
+    snprintf(name, sizeof name, "hit_ratio@%lld", (long long)K);
+    pl_metrics_add(mt, name, hit, (double)B);
+    snprintf(name, sizeof name, "ndcg@%lld", (long long)K);
+    pl_metrics_add(mt, name, ndcg, (double)B);
+    snprintf(name, sizeof name, "recall@%lld", (long long)K);
+    pl_metrics_add(mt, name, hit, (double)B);
+}
+
+static int64_t rank_f32(const void *v, int64_t i) {
+    return (int64_t)((const float *)v)[i];
+}
+static int64_t rank_i64(const void *v, int64_t i) {
+    return ((const int64_t *)v)[i];
+}
+
+/* Targets outside [1, V): the error naming the first one (t: host copy). */
+static pl_status bad_target(const ilora_model *m, const int64_t *t, int64_t B,
+                            pl_data_split split) {
+    for (int64_t i = 0; i < B; i++)
+        if (t[i] <= 0 || t[i] >= m->vocab)
+            return pl_error_set(PL_ERR_INVALID,
+                                "ilora: %s target %lld of row %lld is outside "
+                                "[1, %lld]",
+                                pl_split_name(split), (long long)t[i], (long long)i,
+                                (long long)m->vocab - 1);
+    return PL_OK;
+}
+
+/* Evaluation with the ranking on the device (ranking.h, ilora_rank_device):
+ * the batch's loss, range check, ranks and gates come back in ONE host read
+ * of 2 + B (+ B * E) values, where the host ranking read the [B, V] scores,
+ * the [B, H] seen items, the targets, the loss and the gates (5 reads). The
+ * same numbers: the ranks are exact integers, the metrics summed on the
+ * host in the same order. seen: [B, H] item ids or NULL. */
+static pl_status eval_device(ilora_model *m, const pl_batch *b, pl_data_split split, pl_tensor *ids,
+                             pl_tensor *tg, pl_tensor *seen, pl_tensor **loss, pl_metrics *mt) {
+    int64_t B = ids->shape[0], V = m->vocab;
+    route rt;
+    pl_tensor *lg = ilora_last_logits(m, ids, NULL, &rt);
+    if (!lg) return pl_error_status();
+    pl_device dev = lg->device;
+    /* the loss over the logits as they are (the host path's); the ranking on f32 */
+    pl_tensor *lf = lg->dtype == PL_F32 ? lg : pl_tensor_to(lg, PL_F32, dev);
+    /* targets clamped into [1, V) for the kernels; `bad` > 0 when one was not */
+    if (!pl_tensor_is_contiguous(tg)) tg = pl_contiguous(tg);
+    pl_tensor *tf = pl_tensor_to(pl_reshape(tg, 2, (int64_t[]){B, 1}), PL_F32, dev);
+    pl_tensor *tcf = pl_clamp(tf, 1.0, (double)(V - 1));
+    pl_tensor *bad = pl_sum(pl_square(pl_sub(tf, tcf)), PL_ALL_DIMS, false);
+    pl_tensor *tc = pl_tensor_to(tcf, PL_I64, dev);
+    pl_tensor *ce = tc ? pl_cross_entropy(lg, pl_reshape(tc, 1, (int64_t[]){B}), -100, 0.0) : NULL;
+    pl_tensor *rank = ilora_rank_device(lf, tc, seen, &m->rank_off);
+    pl_tensor *g = rt.g ? last_gates(rt.g) : NULL;
+    if (!ce || !bad || !rank || (rt.g && !g)) return pl_error_status();
+    pl_tensor *part[4] = {pl_reshape(pl_tensor_to(ce, PL_F32, dev), 1, (int64_t[]){1}),
+                          pl_reshape(bad, 1, (int64_t[]){1}), rank, g};
+    pl_tensor *h = pl_tensor_to(pl_concat(part, g ? 4 : 3, 0), PL_F32, PL_CPU); /* the read */
+    if (!h) return pl_error_status();
+    const float *v = pl_tensor_f32(h);
+    if (v[1] > 0) { /* the error names the row: read the targets (only then) */
+        int64_t *t = ilora_host_index(tg, m->o.target_field);
+        pl_status st = t ? bad_target(m, t, B, split) : pl_error_status();
+        free(t);
+        return st ? st
+                  : pl_error_set(PL_ERR_INVALID, "ilora: %s target outside [1, %lld]",
+                                 pl_split_name(split), (long long)V - 1);
+    }
+    if (loss) *loss = ce;
+    pl_metrics_add(mt, "loss", (double)v[0] * (double)B, (double)B);
+    add_rank_metrics(mt, m->o.metric_k, B, rank_f32, v + 2);
+    return g ? gate_stats(m, b, split, v + 2 + B, B, mt) : PL_OK;
+}
+
+/* Whether the device ranking serves this batch, and its seen items: the
+ * history field [B, H] (*seen), or none when exclude_history is off (*seen
+ * NULL). False (the host ranking): the history is the CSR by user, or the
+ * input window (no history at all: the host path warns once), or the field
+ * has a bad shape (the host path names it). */
+static bool device_seen(ilora_model *m, const pl_batch *b, pl_tensor *ids, pl_tensor **seen) {
+    *seen = NULL;
+    if (!m->o.exclude_history) return true;
+    pl_tensor *hf = pl_batch_find(b, m->o.history_field);
+    if (!hf || hf->ndim != 2 || hf->shape[0] != ids->shape[0]) return false;
+    *seen = pl_tensor_is_contiguous(hf) ? hf : pl_contiguous(hf);
+    return *seen != NULL;
+}
+
 static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split split,
                               pl_tensor **loss, pl_metrics *mt) {
     pl_tensor *ids = ilora_need_field(b, m->o.input_field, "input_field");
@@ -317,20 +418,16 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
                             pl_tensor_describe(tg, b1, sizeof b1),
                             pl_tensor_describe(ids, b2, sizeof b2));
     }
+    pl_tensor *seen = NULL;
+    if (device_seen(m, b, ids, &seen) && m->vocab <= (1 << 24))
+        return eval_device(m, b, split, ids, tg, seen, loss, mt);
     pl_tensor *host = NULL;
     route rt;
     pl_tensor *lg = ilora_last_logits(m, ids, &host, &rt);
     if (!lg) return pl_error_status();
     int64_t *t = ilora_host_index(tg, m->o.target_field);
     if (!t) return pl_error_status();
-    pl_status st = PL_OK;
-    for (int64_t i = 0; i < B; i++)
-        if (t[i] <= 0 || t[i] >= m->vocab) {
-            st = pl_error_set(PL_ERR_INVALID, "ilora: %s target %lld of row %lld is outside "
-                              "[1, %lld]", pl_split_name(split), (long long)t[i], (long long)i,
-                              (long long)m->vocab - 1);
-            break;
-        }
+    pl_status st = bad_target(m, t, B, split);
     pl_tensor *ti = st ? NULL : pl_tensor_from_data(PL_I64, 1, (int64_t[]){B}, t, m->ctx->device);
     pl_tensor *ce = ti ? pl_cross_entropy(lg, ti, -100, 0.0) : NULL;
     if (!st && !ce) st = pl_error_status();
@@ -342,38 +439,33 @@ static pl_status eval_forward(ilora_model *m, const pl_batch *b, pl_data_split s
     /* the seen items ranking leaves out (the target stays in) */
     pl_tensor *uf = st ? NULL : pl_batch_find(b, m->o.user_field);
     int64_t *users = NULL;
-    seen_items seen = {0};
+    seen_items seen_h = {0};
     if (!st && uf && m->have_hist && !(users = ilora_host_index(uf, m->o.user_field)))
         st = pl_error_status();
     if (!st && users && pl_tensor_numel(uf) != B)
         st = pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one user per row (%lld)",
                           m->o.user_field, (long long)B);
-    if (!st) st = ilora_seen_open(m, b, split, ids, users, &seen);
-    int64_t V = m->vocab, K = m->o.metric_k;
-    double hit = 0, ndcg = 0;
+    if (!st) st = ilora_seen_open(m, b, split, ids, users, &seen_h);
+    int64_t V = m->vocab;
+    int64_t *ranks = st ? NULL : malloc((size_t)(B ? B : 1) * sizeof *ranks);
     const float *lh = st ? NULL : pl_tensor_f32(host);
     float *row = st ? NULL : malloc((size_t)V * sizeof *row);
-    if (!st && (!row || !lh)) st = row ? pl_error_status() : pl_error_set(PL_ERR_NOMEM, "ilora: oom");
+    if (!st && (!row || !lh || !ranks))
+        st = row && ranks ? pl_error_status() : pl_error_set(PL_ERR_NOMEM, "ilora: oom");
     for (int64_t i = 0; !st && i < B; i++) {
         memcpy(row, lh + i * V, (size_t)V * sizeof *row);
         row[0] = -INFINITY;
-        if ((st = ilora_seen_mask(&seen, i, t[i], row, V, split))) break;
-        int64_t r = ilora_rank_of(row, V, t[i]);
-        hit += ilora_hit_at(r, K);
-        ndcg += ilora_ndcg_at(r, K);
+        if ((st = ilora_seen_mask(&seen_h, i, t[i], row, V, split))) break;
+        ranks[i] = ilora_rank_of(row, V, t[i]);
     }
-    if (!st) {
-        char name[48];
-        snprintf(name, sizeof name, "hit_ratio@%lld", (long long)K);
-        pl_metrics_add(mt, name, hit, (double)B);
-        snprintf(name, sizeof name, "ndcg@%lld", (long long)K);
-        pl_metrics_add(mt, name, ndcg, (double)B);
-        snprintf(name, sizeof name, "recall@%lld", (long long)K);
-        pl_metrics_add(mt, name, hit, (double)B);
-    }
-    if (!st && rt.g) st = gate_stats(m, b, split, rt.g, mt);
+    if (!st) add_rank_metrics(mt, m->o.metric_k, B, rank_i64, ranks);
+    pl_tensor *g = !st && rt.g ? last_gates(rt.g) : NULL;
+    pl_tensor *hg = g ? pl_tensor_to(g, PL_F32, PL_CPU) : NULL;
+    if (!st && rt.g && !hg) st = pl_error_status();
+    if (!st && hg) st = gate_stats(m, b, split, pl_tensor_f32(hg), B, mt);
+    free(ranks);
     free(row);
-    ilora_seen_free(&seen);
+    ilora_seen_free(&seen_h);
     free(users);
     free(t);
     return st;

@@ -364,6 +364,7 @@ pl_status ilora_model_create(const ilora_opts *o, pl_run_context *ctx, ilora_mod
 void ilora_model_destroy(ilora_model *m) {
     if (!m) return;
     free(m->gs_rows);
+    pl_tensor_release(m->rank_off);
     pl_tensor_release(m->gate_index);
     pl_tensor_release(m->kv_index);
     pl_tensor_release(m->pad_bias);

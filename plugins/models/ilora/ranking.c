@@ -2,6 +2,9 @@
 #include "ranking.h"
 
 #include <math.h>
+#include <stdlib.h>
+
+#include "pipeline/pipeline.h"
 
 int64_t ilora_rank_of(const float *scores, int64_t n, int64_t target) {
     float s = scores[target];
@@ -65,4 +68,97 @@ void ilora_topk(const float *scores, int64_t n, int64_t k, int32_t *ids, float *
         ids[m] = ti;
         sift_down(vals, ids, m, 0);
     }
+}
+
+/* ---- the ranks on the device (ranking.h) ---- */
+
+/* *offsets as f32 [>= n, 1] of i * V on dev: one host copy when it must grow. */
+static pl_tensor *row_offsets(pl_tensor **offsets, int64_t n, int64_t V, pl_device dev) {
+    pl_tensor *o = *offsets;
+    if (o && (o->shape[0] < n || !pl_device_eq(o->device, dev))) {
+        pl_tensor_release(o);
+        *offsets = o = NULL;
+    }
+    if (!o) {
+        float *v = malloc((size_t)n * sizeof *v);
+        if (!v) {
+            pl_error_set(PL_ERR_NOMEM, "ilora: out of memory for the ranking's row offsets");
+            return NULL;
+        }
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (float)(i * V);
+        pl_frame_begin();
+        o = pl_tensor_from_data(PL_F32, 2, (int64_t[]){n, 1}, v, dev);
+        if (o) pl_frame_keep(o);
+        pl_frame_end();
+        free(v);
+        if (!o) return NULL;
+        *offsets = o;
+    }
+    return pl_tensor_view_rows(o, 0, n);
+}
+
+/* ranks of rows [n, V] (one chunk: n * V <= 2^24), its temporaries freed
+ * before it returns */
+static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off) {
+    int64_t n = lg->shape[0], V = lg->shape[1];
+    pl_device dev = lg->device;
+    pl_frame_begin();
+    pl_tensor *ts = pl_gather(lg, 1, tc); /* [n, 1]: the target's score */
+    pl_tensor *gt = pl_clamp(pl_scale(pl_scale(pl_sub(lg, ts), 1e30), 1e30), 0.0, 1.0);
+    pl_tensor *pos = pl_reshape(off, 1, (int64_t[]){n}); /* item 0 of every row */
+    if (seen) {
+        int64_t H = seen->shape[1];
+        pl_tensor *hf = pl_tensor_to(seen, PL_F32, dev);
+        /* 1 for an id in [1, V), else 0 (ids are integers) */
+        pl_tensor *ok = pl_mul(pl_clamp(hf, 0.0, 1.0),
+                               pl_clamp(pl_add_scalar(pl_scale(hf, -1.0), (double)V), 0.0, 1.0));
+        pl_tensor *p = pl_reshape(pl_add(pl_mul(hf, ok), off), 1, (int64_t[]){n * H});
+        pos = pl_concat((pl_tensor *[]){p, pos}, 2, 0);
+    }
+    pl_tensor *pi = pos ? pl_tensor_to(pos, PL_I64, dev) : NULL;
+    pl_tensor *one = pi ? pl_tensor_full(PL_F32, 1, pi->shape, 1.0, dev) : NULL;
+    pl_tensor *cnt = one ? pl_scatter_add(one, 0, pi, n * V) : NULL;
+    pl_tensor *out = NULL;
+    if (gt && cnt) { /* the items above the target, less the seen ones among them */
+        pl_tensor *left = pl_mul(gt, pl_reshape(pl_clamp(cnt, 0.0, 1.0), 2, (int64_t[]){n, V}));
+        out = pl_sub(pl_sum(gt, 1, false), pl_sum(left, 1, false));
+    }
+    return pl_frame_end_keep(out);
+}
+
+int64_t ilora_rank_chunk_elems = 1 << 20;
+
+pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *seen,
+                             pl_tensor **offsets) {
+    if (!scores || !target) return NULL;
+    int64_t B = scores->shape[0], V = scores->shape[1];
+    if (V > (1 << 24)) {
+        pl_error_set(PL_ERR_UNSUPPORTED, "ilora: device ranking of %lld items (at most 2^24)",
+                     (long long)V);
+        return NULL;
+    }
+    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
+    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
+    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
+    if (!off || B <= rows) return off ? rank_chunk(scores, target, seen, off) : NULL;
+    int64_t nc = (B + rows - 1) / rows;
+    pl_tensor **part = calloc((size_t)nc, sizeof *part);
+    if (!part) {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        return NULL;
+    }
+    pl_tensor *r = NULL;
+    int64_t c = 0;
+    for (int64_t r0 = 0; r0 < B; r0 += rows, c++) { /* row views: no copies */
+        int64_t len = r0 + rows < B ? rows : B - r0;
+        part[c] = rank_chunk(pl_tensor_view_rows(scores, r0, len),
+                             pl_tensor_view_rows(target, r0, len),
+                             seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
+                             pl_tensor_view_rows(off, 0, len));
+        if (!part[c]) break;
+    }
+    if (c == nc) r = pl_concat(part, (int)nc, 0);
+    free(part);
+    return r;
 }

@@ -27,4 +27,35 @@ double ilora_ndcg_at(int64_t rank, int64_t k);
  * only picked when fewer than k finite ones exist. O(n log k). */
 void ilora_topk(const float *scores, int64_t n, int64_t k, int32_t *ids, float *vals);
 
+/* The same ranks on the tensors' device, with no host read (evaluation on a
+ * GPU reads back B values instead of the [B, V] scores):
+ *   rank_i = #{j : j != 0, j not in seen row i, s_ij > s_i,t_i}
+ * which is ilora_rank_of of row i with item 0 and the seen items at -inf
+ * (the target itself never counts: s_it > s_it is false). s_ij > s_it is
+ * computed as clamp((s_ij - s_it) * 1e30 * 1e30, 0, 1): for finite f32
+ * scores exactly 1 or 0 (a nonzero f32 difference is at least 2^-149, which
+ * the two scalings carry past 1; a flush-to-zero device could miss
+ * differences below 2^-126, scores of magnitude < 1e-38). The seen items of
+ * row i: min(1, the count of j in seen row i, or j == 0), one scatter-add of
+ * ones at the flat positions i * V + j, computed in f32 (exact below 2^24);
+ * ids outside [1, V) count as item 0. rank_i = sum_j gt_ij - sum_j gt_ij
+ * seen_ij: sums of 0 / 1 values < 2^24, so exact in f32 and equal to
+ * ilora_rank_of's. The rows go in chunks of ilora_rank_chunk_elems / V (at
+ * least 1), each chunk's [rows, V] temporaries freed before the next: the
+ * evaluation's device peak grows by ~7 x 4 MiB, not by 7 of [B, V].
+ *   scores  f32 [B, V] (V <= 2^24), any device
+ *   target  i64 [B, 1] in [1, V) (the caller clamps), same device
+ *   seen    i32 / i64 [B, H] item ids, or NULL (item 0 only), same device
+ *   offsets *offsets: f32 [R, 1] of i * V (R >= the chunk's rows) for this V
+ *           (one per V), made on the device from one host copy when absent,
+ *           too short or on another device (the caller owns it:
+ *           pl_tensor_release), so a run uploads it once
+ * Returns f32 [B] (a tensor of the current frame), NULL with the error set. */
+struct pl_tensor;
+/* The most elements of one chunk: 2^20 by default, at most 2^24 (a test
+ * lowers it to take the chunked path on small inputs). */
+extern int64_t ilora_rank_chunk_elems;
+struct pl_tensor *ilora_rank_device(struct pl_tensor *scores, struct pl_tensor *target,
+                                    struct pl_tensor *seen, struct pl_tensor **offsets);
+
 #endif

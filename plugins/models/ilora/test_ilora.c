@@ -894,6 +894,63 @@ START_TEST(eval_metrics_exclude_history_and_padding) {
 }
 END_TEST
 
+/* The device ranking (ranking.h) against the host's: scores with ties (the
+ * target's score repeated), seen lists with duplicates, padding, ids outside
+ * [1, V) and the target itself; one chunk, then chunks of 2 rows. */
+START_TEST(device_ranking_equals_host_ranking) {
+    env e;
+    env_init(&e, 5, 0);
+    enum { B = 5, V = 11, H = 6 };
+    float sc[B * V];
+    uint32_t x = 12345;
+    for (int i = 0; i < B * V; i++) {
+        x = x * 1103515245u + 12345u;
+        sc[i] = (float)((x >> 16) % 7) * 0.25f - 0.5f; /* few distinct values: many ties */
+    }
+    const int64_t tgt[B] = {3, 1, 10, 5, 7};
+    const int64_t hist[B * H] = {3,  4,  4, 0, 9, 2, /* the target, a duplicate, padding */
+                                 11, -1, 2, 2, 5, 6, /* ids outside [1, V) */
+                                 0,  0,  0, 0, 0, 0, /* nothing */
+                                 1,  2,  3, 4, 6, 7, 7, 7, 7, 8, 8, 10};
+    int64_t want[B];
+    for (int b = 0; b < B; b++) {
+        float row[V];
+        memcpy(row, sc + b * V, sizeof row);
+        row[0] = -INFINITY;
+        for (int j = 0; j < H; j++) {
+            int64_t it = hist[b * H + j];
+            if (it > 0 && it < V && it != tgt[b]) row[it] = -INFINITY;
+        }
+        want[b] = ilora_rank_of(row, V, tgt[b]);
+    }
+    for (int pass = 0; pass < 3; pass++) {
+        ilora_rank_chunk_elems = pass == 0 ? 1 << 20 : 2 * V; /* chunks of 2 rows */
+        pl_frame_begin();
+        pl_tensor *s = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, V}, sc, PL_CPU);
+        pl_tensor *t = pl_tensor_from_data(PL_I64, 2, (int64_t[]){B, 1}, tgt, PL_CPU);
+        pl_tensor *h = pl_tensor_from_data(PL_I64, 2, (int64_t[]){B, H}, hist, PL_CPU);
+        pl_tensor *off = NULL;
+        pl_tensor *r = ilora_rank_device(s, t, pass < 2 ? h : NULL, &off);
+        ck_assert_msg(r != NULL, "%s", pl_error_message());
+        ck_assert_int_eq(r->shape[0], B);
+        for (int b = 0; b < B; b++) {
+            int64_t w = want[b];
+            if (pass == 2) { /* nothing seen: only item 0 is left out */
+                w = 0;
+                for (int v = 1; v < V; v++)
+                    w += sc[b * V + v] > sc[b * V + tgt[b]];
+            }
+            ck_assert_msg(pl_tensor_get(r, b) == (double)w, "pass %d row %d: rank %g, want %lld",
+                          pass, b, pl_tensor_get(r, b), (long long)w);
+        }
+        pl_frame_end();
+        pl_tensor_release(off);
+    }
+    ilora_rank_chunk_elems = 1 << 20;
+    env_free(&e);
+}
+END_TEST
+
 /* ---- export ---------------------------------------------------------------------------------- */
 
 /* A model destroyed in the middle of an export (a failed run) leaves no
@@ -1354,6 +1411,7 @@ int main(void) {
     tcase_add_test(t, last_position_forward_equals_the_full_forward);
     tcase_add_test(t, llama_named_safetensors_loads_through_the_vtable);
     tcase_add_test(t, eval_metrics_exclude_history_and_padding);
+    tcase_add_test(t, device_ranking_equals_host_ranking);
     tcase_add_test(t, export_writes_sorted_topk_per_position_and_user);
     tcase_add_test(t, aborted_export_leaves_no_file);
     tcase_add_test(t, dropout_masks_follow_the_micro_step);
