@@ -213,30 +213,42 @@ static pl_status adamw_step(void *self) {
 /* State names (version 1): "adamw.step.<param>" (scalar, per parameter),
  * "adamw.exp_avg.<param>", "adamw.exp_avg_sq.<param>",
  * "adamw.max_exp_avg_sq.<param>" (amsgrad only). A count on the device is
- * read for the scalar (one read per parameter, at a save) and written back
+ * read for the scalars (all of them in one read: pl_optim_counts_read) and written back
  * when the visitor changed it (a load); the names and values are those of
  * the host count, so checkpoints of either kind load into the other. */
 static pl_status adamw_state_visit(void *self, const pl_state_visitor *v) {
     adamw *a = self;
     char name[PL_NAME_MAX + 64];
     pl_status s;
+    /* every device count in one read (a save; a load compares against it) */
+    pl_tensor **counts = calloc((size_t)(a->n_params > 0 ? a->n_params : 1), sizeof *counts);
+    if (!counts) return pl_error_set(PL_ERR_NOMEM, "adamw: out of memory");
+    for (int i = 0; i < a->n_params; i++)
+        if (a->st[i].exp_avg) counts[i] = a->st[i].count;
+    double *now = NULL;
+    s = pl_optim_counts_read(counts, a->n_params, &now);
+    free(counts);
+    if (s) return pl_error_prefix(s, "adamw");
     for (int i = 0; i < a->n_params; i++) {
         adamw_state *st = &a->st[i];
         if (!st->exp_avg) continue;
         const char *pn = pl_params_at(a->params, i)->name;
         snprintf(name, sizeof name, "adamw.step.%s", pn);
-        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "adamw"))) return s;
+        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "adamw",
+                                        now ? &now[i] : NULL)))
+            break;
         if (!v->tensor) continue;
         snprintf(name, sizeof name, "adamw.exp_avg.%s", pn);
-        if ((s = v->tensor(v->ctx, name, st->exp_avg))) return s;
+        if ((s = v->tensor(v->ctx, name, st->exp_avg))) break;
         snprintf(name, sizeof name, "adamw.exp_avg_sq.%s", pn);
-        if ((s = v->tensor(v->ctx, name, st->exp_avg_sq))) return s;
+        if ((s = v->tensor(v->ctx, name, st->exp_avg_sq))) break;
         if (st->max_exp_avg_sq) {
             snprintf(name, sizeof name, "adamw.max_exp_avg_sq.%s", pn);
-            if ((s = v->tensor(v->ctx, name, st->max_exp_avg_sq))) return s;
+            if ((s = v->tensor(v->ctx, name, st->max_exp_avg_sq))) break;
         }
     }
-    return PL_OK;
+    free(now);
+    return s;
 }
 
 static const pl_option_spec adamw_options[] = {

@@ -262,9 +262,43 @@ pl_status pl_optim_groups_build(const pl_config_section *cfg, pl_params *ps, con
     return PL_OK;
 }
 
+pl_status pl_optim_counts_read(pl_tensor *const *counts, int n, double **out) {
+    *out = NULL;
+    int k = 0;
+    for (int i = 0; i < n; i++) k += counts[i] != NULL;
+    if (k == 0) return PL_OK;
+    pl_tensor **list = malloc((size_t)k * sizeof *list);
+    double *v = malloc((size_t)n * sizeof *v);
+    if (!list || !v) {
+        free(list);
+        free(v);
+        return pl_error_set(PL_ERR_NOMEM, "optimizer: out of memory for %d step counts", n);
+    }
+    k = 0;
+    for (int i = 0; i < n; i++)
+        if (counts[i]) list[k++] = counts[i];
+    pl_frame_begin();
+    pl_tensor *all = pl_concat(list, k, 0);
+    pl_tensor *h = all ? pl_tensor_to(all, PL_F32, PL_CPU) : NULL;
+    pl_status s = h ? PL_OK : pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_DEVICE,
+                                             "optimizer: reading %d step counts from the device", k);
+    if (!s) {
+        const float *f = pl_tensor_f32(h);
+        for (int i = 0, j = 0; i < n; i++) v[i] = counts[i] ? (double)f[j++] : NAN;
+    }
+    pl_frame_end();
+    free(list);
+    if (s) {
+        free(v);
+        return s;
+    }
+    *out = v;
+    return PL_OK;
+}
+
 pl_status pl_optim_count_visit(const pl_state_visitor *v, const char *name, pl_tensor *count,
-                               int64_t *host, const char *who) {
-    double step = count ? pl_tensor_item(count) : (double)*host;
+                               int64_t *host, const char *who, const double *known) {
+    double step = count ? (known ? *known : pl_tensor_item(count)) : (double)*host;
     if (isnan(step))
         return pl_error_prefix(pl_error_status() ? pl_error_status() : PL_ERR_DEVICE,
                                "%s: reading state '%s' from the device", who, name);

@@ -55,14 +55,22 @@ pl_status pl_optim_parse_tags(const char *s, unsigned *mask, char roles[][PL_ROL
                               int *n_roles);
 
 /* A parameter's step count in the state visitor v, as the scalar `name`: on
- * the device (count, f32 [1]: read for the visitor, one host read, and
+ * the device (count, f32 [1]: its value *known when given, from
+ * pl_optim_counts_read, else read for the visitor, one host read; and
  * written back when the visitor changed it, i.e. a load) or on the host
  * (*host, count NULL). A loaded value must be a count (an integer >= 0) and,
  * on the device, at most 2^24 (exact in f32, as torch's fused step); errors
  * name `who` and `name`. */
 #define PL_OPTIM_COUNT_MAX 16777216.0
 pl_status pl_optim_count_visit(const pl_state_visitor *v, const char *name, pl_tensor *count,
-                               int64_t *host, const char *who);
+                               int64_t *host, const char *who, const double *known);
+
+/* The values of n step counts (f32 [1] each on one device; NULL entries
+ * give NAN) in ONE host read: concatenated on the device and copied back
+ * once, so a checkpoint of a model with hundreds of parameters does not
+ * wait for the device once per parameter. *out: malloc'd [n], the caller
+ * frees it; NULL when no entry is set. `known` for pl_optim_count_visit. */
+pl_status pl_optim_counts_read(pl_tensor *const *counts, int n, double **out);
 
 /* The option-schema entries of the group keys, shared by every optimizer
  * using pl_optim_groups_build (one definition, so `pipeline plugins` and

@@ -213,16 +213,28 @@ static pl_status sgd_state_visit(void *self, const pl_state_visitor *v) {
     sgd *o = self;
     char name[PL_NAME_MAX + 64];
     pl_status s;
+    /* every device count in one read (a save; a load compares against it) */
+    pl_tensor **counts = calloc((size_t)(o->n_params > 0 ? o->n_params : 1), sizeof *counts);
+    if (!counts) return pl_error_set(PL_ERR_NOMEM, "sgd: out of memory");
+    for (int i = 0; i < o->n_params; i++)
+        if (o->st[i].trainable && o->st[i].buf) counts[i] = o->st[i].count;
+    double *now = NULL;
+    s = pl_optim_counts_read(counts, o->n_params, &now);
+    free(counts);
+    if (s) return pl_error_prefix(s, "sgd");
     for (int i = 0; i < o->n_params; i++) {
         sgd_state *st = &o->st[i];
         if (!st->trainable || !st->buf) continue;
         const char *pn = pl_params_at(o->params, i)->name;
         snprintf(name, sizeof name, "sgd.step.%s", pn);
-        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "sgd"))) return s;
+        if ((s = pl_optim_count_visit(v, name, st->count, &st->step, "sgd",
+                                        now ? &now[i] : NULL)))
+            break;
         snprintf(name, sizeof name, "sgd.momentum_buffer.%s", pn);
-        if (v->tensor && (s = v->tensor(v->ctx, name, st->buf))) return s;
+        if (v->tensor && (s = v->tensor(v->ctx, name, st->buf))) break;
     }
-    return PL_OK;
+    free(now);
+    return s;
 }
 
 static const pl_option_spec sgd_options[] = {
