@@ -391,7 +391,7 @@ static pl_status k_dropout_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
-/* ---- topk: one block per row, k rounds of a block-wide argmax ----------------------------------------- */
+/* ---- topk: one block per row, k rounds of a block-wide argmax ---------------------------- */
 
 #define TOPK_THREADS 256
 
@@ -430,10 +430,10 @@ __global__ void k_topk_rows(const float *x, float *ov, int64_t *oi, int64_t R, i
             si[threadIdx.x] = bi;
             __syncthreads();
             for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
-                if (threadIdx.x < h &&
-                    topk_wins(sv[threadIdx.x + h], si[threadIdx.x + h], sv[threadIdx.x], si[threadIdx.x])) {
-                    sv[threadIdx.x] = sv[threadIdx.x + h];
-                    si[threadIdx.x] = si[threadIdx.x + h];
+                unsigned t = threadIdx.x;
+                if (t < h && topk_wins(sv[t + h], si[t + h], sv[t], si[t])) {
+                    sv[t] = sv[t + h];
+                    si[t] = si[t + h];
                 }
                 __syncthreads();
             }
