@@ -122,7 +122,7 @@ static void topk_rows(const float *lg, int64_t n, int64_t V, int64_t K, double T
  * sum_{i >= 1} exp((z_i - max) / T)) instead of the [n, V] logits. The ids and
  * logits are the host path's bit for bit (the same order, the same / T in
  * double); lognorm = max / T + log(sum) in double differs from the host's by
- * the f32 rounding of the sum and the device's exp (|d| ~ 1e-7). */
+ * the f32 rounding of the sum and the backend's exp (strict: at most 1 ulp). */
 static pl_status topk_rows_device(pl_tensor *lg, int64_t n, int64_t V, int64_t K, double T,
                                   int32_t *ids, float *vals, float *lognorm) {
     pl_tensor *x = pl_tensor_to(pl_slice(lg, 1, 1, V), PL_F32, lg ? lg->device : PL_CPU), *v, *i;
