@@ -192,6 +192,29 @@ static pl_tensor *c_nf4_quant(pl_tensor **in, const ocase *c) {
     pl_tensor_release(y);
     return r;
 }
+/* topk of in[0] [R, V] with k = c->par: values and indices (as f32) side by
+ * side. flag bit0: the input is replaced by a pattern of ties (5 distinct
+ * values) and -inf (every 7th element); bit1: and NaN (every 11th): the
+ * indices alone (the values hold NaN / -inf, not comparable as numbers);
+ * the order of ties and NaN is part of the op (ops.h pl_topk) */
+static pl_tensor *c_topk(pl_tensor **in, const ocase *c) {
+    pl_tensor *x = in[0], *v, *i;
+    int64_t R = x->shape[0], V = x->shape[1];
+    if (c->flag & 3) {
+        float *h = malloc((size_t)(R * V) * sizeof *h);
+        if (!h) return NULL;
+        for (int64_t e = 0; e < R * V; e++)
+            h[e] = (c->flag & 2) && e % 11 == 3 ? NAN : e % 7 == 2 ? -INFINITY
+                                                                   : (float)((e * 13) % 5) - 2.0f;
+        x = pl_tensor_to(pl_tensor_from_data(PL_F32, 2, x->shape, h, PL_CPU), x->dtype, x->device);
+        free(h);
+    }
+    if (!x || pl_topk(x, (int64_t)c->par, &v, &i)) return NULL;
+    pl_tensor *fi = pl_tensor_to(i, PL_F32, i->device);
+    if (c->flag & 2) return fi;
+    pl_tensor *both[2] = {pl_tensor_to(v, PL_F32, v->device), fi};
+    return pl_concat(both, 2, 1);
+}
 static pl_tensor *c_lstm(pl_tensor **in, const ocase *c) {
     return pl_lstm(in[0], in[1], in[2], in[3], in[4], NULL, NULL, c->flag, NULL, NULL);
 }
@@ -569,6 +592,11 @@ static const ocase g_cases[] = {
     {PL_OP_AMP_UPDATE_SCALE, "found_inf 1: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 1 | (2 << 4), .par = 1024},
     {PL_OP_AMP_UPDATE_SCALE, "found_inf NaN: back off", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2, .par = 3.0},
     {PL_OP_AMP_UPDATE_SCALE, "growth to inf: scale kept", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2 << 4, .par = 3e38},
+    {PL_OP_TOPK, "f32 [6,37] k 5", 1, {FN(2, 6, 37)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 5},
+    {PL_OP_TOPK, "f32 [3,300] k 1", 1, {FN(2, 3, 300)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 1},
+    {PL_OP_TOPK, "bf16 [4,50] k 9", 1, {FD(PL_BF16, 2, 4, 50)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 9},
+    {PL_OP_TOPK, "[5,40] ties and -inf, k 12", 1, {FN(2, 5, 40)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .flag = 1, .par = 12},
+    {PL_OP_TOPK, "[4,23] ties, -inf, NaN, k = V", 1, {FN(2, 4, 23)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .flag = 3, .par = 23},
     {PL_OP_SUM_SQUARES_MULTI, "[7]+[13]+[20]", 1, {FN(1, 40)}, c_sum_squares_multi, false},
     {PL_OP_SUM_SQUARES_MULTI, "40 x [1]: 32 + 8", 1, {FN(1, 40)}, c_sum_squares_multi, false, .flag = 1},
     {PL_OP_SUM_SQUARES_MULTI, "[7]+[13]+[0]+[20]", 1, {FN(1, 40)}, c_sum_squares_multi, false, .flag = 2},

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -739,6 +740,91 @@ START_TEST(large_ops_do_not_depend_on_thread_count) {
 }
 END_TEST
 
+/* ---- topk -------------------------------------------------------------------- */
+
+/* The reference order written out on its own (not kernel_math.h's): NaN
+ * first, then larger values, ties (and NaNs) by lower index. */
+static const float *g_ref_row;
+static int ref_cmp(const void *pa, const void *pb) {
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    float va = g_ref_row[a], vb = g_ref_row[b];
+    int ca = isnan(va) ? 0 : 1, cb = isnan(vb) ? 0 : 1;
+    if (ca != cb) return ca - cb;
+    if (!ca || va == vb) return a < b ? -1 : a > b;
+    return va > vb ? -1 : 1;
+}
+
+/* A full sort of each row against pl_topk for k = 1, 7, V; rows with ties,
+ * -inf, +inf and NaN; f32 and bf16 (whose values come back as bf16, exact). */
+START_TEST(topk_matches_a_full_sort_with_ties_inf_and_nan) {
+    enum { R = 9, V = 41 };
+    float h[R * V];
+    for (int e = 0; e < R * V; e++) {
+        int r = e / V;
+        h[e] = r < 3 ? (float)((e * 7919) % 97) / 8.0f - 5.0f : (float)((e * 13) % 4);
+        if (r >= 5 && e % 6 == 1) h[e] = -INFINITY;
+        if (r >= 6 && e % 9 == 4) h[e] = NAN;
+        if (r == 8 && e % 10 == 0) h[e] = INFINITY;
+    }
+    h[V - 1] = -0.0f; /* -0 == +0: a tie by index */
+    h[V - 2] = 0.0f;
+    const int64_t ks[] = {1, 7, V};
+    for (int dt = 0; dt < 2; dt++)
+        for (int ki = 0; ki < 3; ki++) {
+            pl_frame_begin();
+            int64_t k = ks[ki];
+            pl_tensor *x = f32(2, (int64_t[]){R, V}, h), *v, *i;
+            if (dt) x = pl_cast(x, PL_BF16);
+            pl_tensor *xf = pl_tensor_to(x, PL_F32, PL_CPU); /* the values the op sees */
+            ck_assert_int_eq(pl_topk(x, k, &v, &i), PL_OK);
+            ck_assert_int_eq(v->dtype, x->dtype);
+            ck_assert_int_eq(i->dtype, PL_I64);
+            ck_assert_int_eq(v->shape[1], k);
+            pl_tensor *vf = pl_tensor_to(v, PL_F32, PL_CPU);
+            const float *xs = pl_tensor_data(xf), *vs = pl_tensor_data(vf);
+            const int64_t *is = pl_tensor_data(i);
+            for (int r = 0; r < R; r++) {
+                int64_t ord[V];
+                for (int j = 0; j < V; j++) ord[j] = j;
+                g_ref_row = xs + r * V;
+                qsort(ord, V, sizeof ord[0], ref_cmp);
+                for (int64_t j = 0; j < k; j++) {
+                    ck_assert_msg(is[r * k + j] == ord[j], "dtype %d k %lld row %d rank %lld: index "
+                                  "%lld, expected %lld", dt, (long long)k, r, (long long)j,
+                                  (long long)is[r * k + j], (long long)ord[j]);
+                    float want = g_ref_row[ord[j]], got = vs[r * k + j];
+                    ck_assert(isnan(want) ? isnan(got) : memcmp(&want, &got, 4) == 0);
+                }
+            }
+            pl_frame_end();
+        }
+}
+END_TEST
+
+START_TEST(topk_refuses_bad_k_dtype_and_rank_naming_the_tensor) {
+    pl_frame_begin();
+    pl_tensor *x = pl_test_rand(2, (int64_t[]){3, 5}, -1, 1, 7), *v = x, *i = x;
+    pl_tensor_set_name(x, "logits");
+    ck_assert_int_eq(pl_topk(x, 0, &v, &i), PL_ERR_INVALID);
+    ck_assert_ptr_null(v);
+    ck_assert_ptr_null(i);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "logits"));
+    ck_assert_int_eq(pl_topk(x, 6, &v, &i), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "k = 6"));
+    ck_assert_int_eq(pl_topk(pl_tensor_to(x, PL_I64, PL_CPU), 2, &v, &i), PL_ERR_DTYPE);
+    ck_assert_int_eq(pl_topk(pl_sum(x, PL_ALL_DIMS, false), 1, &v, &i), PL_ERR_SHAPE);
+    ck_assert_int_eq(pl_topk(NULL, 1, &v, &i), PL_ERR_INVALID);
+    ck_assert_int_eq(pl_topk(x, 1, NULL, &i), PL_ERR_INVALID);
+    /* no autograd: a parameter's top-k is a plain result, nothing recorded */
+    pl_tensor_set_requires_grad(x, true);
+    ck_assert_int_eq(pl_topk(x, 5, &v, &i), PL_OK);
+    ck_assert(!v->requires_grad && !i->requires_grad);
+    ck_assert_ptr_null(v->grad_fn);
+    pl_tape_clear();
+    pl_frame_end();
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("ops_index");
     TCase *tc = tcase_create("ops_index");
@@ -767,6 +853,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, lstm_matches_torch_reverse_direction);
     tcase_add_test(tc, lstm_gradient_on_odd_shapes);
     tcase_add_test(tc, large_ops_do_not_depend_on_thread_count);
+    tcase_add_test(tc, topk_matches_a_full_sort_with_ties_inf_and_nan);
+    tcase_add_test(tc, topk_refuses_bad_k_dtype_and_rank_naming_the_tensor);
     suite_add_tcase(s, tc);
     return s;
 }

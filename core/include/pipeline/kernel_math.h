@@ -856,6 +856,17 @@ PL_HD static inline void pl_lstm_cell_grad(float i, float f, float g, float o, f
     *dc_prev = dc * f;
 }
 
+/* ==== topk order (ops.h pl_topk; torch.topk's) ============================ */
+
+/* Does element (va, ia) rank before (vb, ib) in pl_topk's total order:
+ * larger first, equal values (-0 == +0) by lower index, NaN above every
+ * number and NaNs among themselves by lower index. Strict: never both ways. */
+PL_HD static inline bool pl_topk_before(float va, int64_t ia, float vb, int64_t ib) {
+    bool na = va != va, nb = vb != vb;
+    if (na || nb) return na && (!nb || ia < ib);
+    return va > vb || (va == vb && ia < ib);
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -234,6 +234,24 @@ pl_tensor *pl_scatter_add(pl_tensor *src, int dim, pl_tensor *idx, int64_t dim_s
 /* Softmax of scores [E, H] over edges grouped by seg i64 [E] (destination
  * node, values in [0, num_segments)), per column h; PyG softmax(src, index). */
 pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_segments);
+/* torch.topk(x, k, dim=-1, largest=True, sorted=True) (ABI 2.12): the k
+ * largest values of each row of x's last dim, best first, computed where x
+ * lives (a GPU's logits come back as [.., k], not [.., V]). Order: a before
+ * b when a > b, or a == b (-0 == +0) and a's index is lower; NaN ranks above
+ * every number (torch's rule), NaNs among themselves by lower index; -inf
+ * is an ordinary value (below every finite one). Deterministic on every
+ * backend (cpu, strict, cuda): the same values and indices, bit for bit.
+ *   x        f32, bf16 or f16, ndim >= 1, last dim V >= 1; borrowed (a
+ *            strided x is copied contiguous first)
+ *   k        1 <= k <= V
+ *   values   out: [.., k] in x's dtype (the selected elements, exact)
+ *   indices  out: [.., k] i64, positions in [0, V)
+ * Both new tensors of the open frame (as any op's result). No autograd: the
+ * results never require a gradient and nothing is recorded on the tape,
+ * whatever x's requires_grad (as pl_nf4_quantize). On error *values and
+ * *indices are NULL: PL_ERR_DTYPE (x not float; nf4), PL_ERR_SHAPE (0-dim
+ * x), PL_ERR_INVALID (k < 1 or k > V, NULL arguments), naming x. */
+pl_status pl_topk(pl_tensor *x, int64_t k, pl_tensor **values, pl_tensor **indices);
 
 /* ---- normalization ------------------------------------------------------ */
 

@@ -127,7 +127,11 @@ extern "C" {
  *          (drop x with p.beta = p, p.seed, p.counter, the dropout stream;
  *          a captured graph's counter offset in p.extra / p.start as
  *          dropout's), which a backend implementing lora_add must honour
- *          (one built for an older minor would ignore it: wrong values) */
+ *          (one built for an older minor would ignore it: wrong values);
+ *          op topk (ops.def row TOPK, appended) and pl_topk (ops.h:
+ *          torch.topk on the tensor's device, no autograd), the order
+ *          pl_topk_before in kernel_math.h; a backend without the kernel
+ *          answers NULL (PL_ERR_UNSUPPORTED for the op) */
 
 #define PL_ABI_MINOR 12
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"

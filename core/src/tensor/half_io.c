@@ -27,7 +27,8 @@
 
 #include "internal.h"
 
-/* The ops whose kernels compute on f32 data only: ops_dense.c's dense math. */
+/* The ops whose kernels compute on f32 data only: ops_dense.c's dense math,
+ * and topk (its half values are exact: the widened inputs rounded back). */
 static bool f32_kernel_op(pl_op op) {
     switch (op) {
     case PL_OP_ADD:
@@ -58,6 +59,7 @@ static bool f32_kernel_op(pl_op op) {
     case PL_OP_MAE:
     case PL_OP_HUBER:
     case PL_OP_LAYER_NORM:
+    case PL_OP_TOPK:
     case PL_OP_RMS_NORM: return true;
     default: return false;
     }

@@ -192,6 +192,33 @@ pl_tensor *pl_segment_softmax(pl_tensor *scores, pl_tensor *seg, int64_t num_seg
 
 /* ---- dropout -------------------------------------------------------------- */
 
+/* ops.h: the k largest per row, no autograd (nothing recorded) */
+pl_status pl_topk(pl_tensor *x, int64_t k, pl_tensor **values, pl_tensor **indices) {
+    char b[256];
+    if (!values || !indices) return pl_error_set(PL_ERR_INVALID, "topk: NULL output pointer");
+    *values = *indices = NULL;
+    if (!x) return pl_error_set(PL_ERR_INVALID, "topk: NULL input");
+    pl_status st = pl_check_float("topk", x, true);
+    if (!st) st = pl_check_ndim("topk", x, 1, PL_MAX_DIMS);
+    int64_t sh[PL_MAX_DIMS], V = st ? 0 : x->shape[x->ndim - 1];
+    if (st || k < 1 || k > V)
+        return st ? st : pl_error_set(PL_ERR_INVALID, "topk: k = %lld for %s; expected 1 <= k <= "
+                                      "%lld (the last dim)", (long long)k,
+                                      pl_tensor_describe(x, b, sizeof b), (long long)V);
+    memcpy(sh, x->shape, sizeof sh);
+    sh[x->ndim - 1] = k;
+    pl_kernel_args a = {.op = PL_OP_TOPK, .n_in = 1, .n_out = 2, .p.start = k};
+    a.in[0] = pl_contiguous_owned(x);
+    a.out[0] = pl_tensor_new_owned(x->dtype, x->ndim, sh, x->device);
+    a.out[1] = pl_tensor_new_owned(PL_I64, x->ndim, sh, x->device);
+    st = a.in[0] && a.out[0] && a.out[1] ? pl_kernel_forward(&a) : PL_ERR_NOMEM;
+    pl_tensor_release(a.in[0]);
+    if (st) pl_tensors_release(a.out, 2);
+    if (!st) *values = pl_op_result(a.out[0]);
+    if (!st) *indices = pl_op_result(a.out[1]);
+    return st;
+}
+
 pl_tensor *pl_dropout(pl_tensor *a, double p, uint64_t seed, uint64_t counter, bool training) {
     if (!a) return NULL;
     if (pl_check_float("dropout", a, true)) return NULL;

@@ -749,6 +749,68 @@ static pl_status copy_fwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- topk -------------------------------------------------------------------------- */
+
+/* Min-heap of k (value, index) by pl_topk_before: the root ranks last. */
+static void topk_sift(float *v, int64_t *id, int64_t k, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, w = i;
+        if (l < k && pl_topk_before(v[w], id[w], v[l], id[l])) w = l;
+        if (r < k && pl_topk_before(v[w], id[w], v[r], id[r])) w = r;
+        if (w == i) return;
+        float tv = v[i];
+        v[i] = v[w];
+        v[w] = tv;
+        int64_t ti = id[i];
+        id[i] = id[w];
+        id[w] = ti;
+        i = w;
+    }
+}
+
+/* in[0] x f32 [R, V]; out[0] f32 [R, k], out[1] i64 [R, k]; p.start = k.
+ * Per row: a heap of the first k, each later element that ranks before
+ * the root replaces it, then a heap sort puts them best first. The order is
+ * total, so the result does not depend on the scan (O(V log k) per row). */
+static pl_status topk_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    int64_t k = a->p.start, V = x->ndim ? x->shape[x->ndim - 1] : 1;
+    int64_t R = V ? pl_tensor_numel(x) / V : 0;
+    if (k < 1 || k > V)
+        return pl_error_set(PL_ERR_INVALID, "topk: k = %lld for '%s' of last dim %lld",
+                            (long long)k, x->name, (long long)V);
+    const float *xs = pl_tensor_data(x);
+    float *ov = pl_tensor_data(a->out[0]);
+    int64_t *oi = pl_tensor_data(a->out[1]);
+#pragma omp parallel for if (R * V > 32768) schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        const float *s = xs + r * V;
+        float *v = ov + r * k;
+        int64_t *id = oi + r * k;
+        for (int64_t j = 0; j < k; j++) {
+            v[j] = s[j];
+            id[j] = j;
+        }
+        for (int64_t i = k / 2 - 1; i >= 0; i--) topk_sift(v, id, k, i);
+        for (int64_t j = k; j < V; j++)
+            if (pl_topk_before(s[j], j, v[0], id[0])) {
+                v[0] = s[j];
+                id[0] = j;
+                topk_sift(v, id, k, 0);
+            }
+        for (int64_t m = k - 1; m > 0; m--) { /* the last-ranked to the end */
+            float tv = v[0];
+            v[0] = v[m];
+            v[m] = tv;
+            int64_t ti = id[0];
+            id[0] = id[m];
+            id[m] = ti;
+            topk_sift(v, id, m, 0);
+        }
+    }
+    return PL_OK;
+}
+
 void pl_cpu_register_index(pl_kernel_table *b) {
     b->forward[PL_OP_EMBEDDING] = embedding_fwd;
     b->backward[PL_OP_EMBEDDING] = embedding_bwd;
@@ -776,6 +838,7 @@ void pl_cpu_register_index(pl_kernel_table *b) {
     b->backward[PL_OP_CAUSAL_SOFTMAX] = causal_softmax_bwd;
     /* pl_contiguous and pl_tensor_to record / dispatch PL_OP_COPY */
     b->forward[PL_OP_COPY] = copy_fwd;
+    b->forward[PL_OP_TOPK] = topk_fwd;
     b->backward[PL_OP_COPY] = grad_identity_bwd;
     pl_cpu_register_lstm(b);
 }

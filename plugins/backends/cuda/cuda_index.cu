@@ -1,5 +1,5 @@
 /* cuda_index.cu - CUDA forward / backward kernels of embedding, index_select,
- * scatter_add, gather, segment_softmax and dropout, and the random fill of
+ * scatter_add, gather, segment_softmax, dropout and topk, and the random fill of
  * pl_backend.fill_random: the GPU twin of the CPU backend's kernels_index.c, op for op.
  * Conventions (launch geometry only; the element math is kernel_math.h's PL_HD
  * functions, shared with the CPU kernels): the top of cuda_common.cuh. */
@@ -391,6 +391,80 @@ static pl_status k_dropout_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- topk: one block per row, k rounds of a block-wide argmax ---------------------------- */
+
+#define TOPK_THREADS 256
+
+/* Does candidate (vb, ib) win over (va, ia)? ib < 0: no candidate. */
+__device__ __forceinline__ bool topk_wins(float vb, int64_t ib, float va, int64_t ia) {
+    return ib >= 0 && (ia < 0 || pl_topk_before(vb, ib, va, ia));
+}
+
+/* Row r of x [R, V]: round j picks the best element that ranks after round
+ * j-1's pick in pl_topk_before's total order (strictly, so nothing is picked
+ * twice and no element is marked), by a scan of the row (V / 256 per thread)
+ * and a shared-memory tree reduction. O(k V) per row: written for k up to a
+ * few hundred of a few thousand items (the teacher export: k = 100 of
+ * ~3,700); the same values and indices as the CPU's heap, since the order is
+ * total. Never run on a GPU when written (no GPU in the session): its check
+ * is test_backend_conformance's topk rows on one. */
+__global__ void k_topk_rows(const float *x, float *ov, int64_t *oi, int64_t R, int64_t V,
+                            int64_t k) {
+    __shared__ float sv[TOPK_THREADS];
+    __shared__ int64_t si[TOPK_THREADS];
+    for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
+        const float *s = x + r * V;
+        float pv = 0.0f;
+        int64_t pi = -1; /* the previous pick; -1: none yet */
+        for (int64_t j = 0; j < k; j++) {
+            float bv = 0.0f;
+            int64_t bi = -1;
+            for (int64_t e = threadIdx.x; e < V; e += blockDim.x) {
+                float v = s[e];
+                if ((pi < 0 || pl_topk_before(pv, pi, v, e)) && topk_wins(v, e, bv, bi)) {
+                    bv = v;
+                    bi = e;
+                }
+            }
+            sv[threadIdx.x] = bv;
+            si[threadIdx.x] = bi;
+            __syncthreads();
+            for (unsigned h = blockDim.x / 2; h > 0; h >>= 1) {
+                unsigned t = threadIdx.x;
+                if (t < h && topk_wins(sv[t + h], si[t + h], sv[t], si[t])) {
+                    sv[t] = sv[t + h];
+                    si[t] = si[t + h];
+                }
+                __syncthreads();
+            }
+            pv = sv[0];
+            pi = si[0];
+            if (threadIdx.x == 0) {
+                ov[r * k + j] = pv;
+                oi[r * k + j] = pi;
+            }
+            __syncthreads(); /* sv[0] read by all before the next round writes it */
+        }
+    }
+}
+
+/* in[0] x f32 [.., V]; out[0] f32 [.., k], out[1] i64 [.., k]; p.start = k */
+static pl_status k_topk_fwd(const pl_kernel_args *a) {
+    const pl_tensor *x = a->in[0];
+    int64_t k = a->p.start, V = x->ndim ? x->shape[x->ndim - 1] : 1;
+    int64_t R = V ? pl_tensor_numel(x) / V : 0;
+    if (k < 1 || k > V)
+        return pl_error_set(PL_ERR_INVALID, "cuda topk: k = %lld for '%s' of last dim %lld",
+                            (long long)k, x->name, (long long)V);
+    if (pl_cu_set_device(x)) return pl_error_status();
+    if (!R) return PL_OK;
+    unsigned nb = (unsigned)(R < 65535 * 16 ? R : 65535 * 16);
+    k_topk_rows<<<nb, TOPK_THREADS>>>(cf(x), fp(a->out[0]), (int64_t *)pl_tensor_data(a->out[1]), R,
+                                      V, k);
+    CUDA_LAUNCHED("topk");
+    return PL_OK;
+}
+
 /* ---- registration ---------------------------------------------------------------------------------------- */
 
 void pl_cuda_register_index(pl_kernel_table *t) {
@@ -400,4 +474,5 @@ void pl_cuda_register_index(pl_kernel_table *t) {
     pl_kernel_table_set(t, PL_OP_SCATTER_ADD, k_scatter_add_fwd, k_scatter_add_bwd);
     pl_kernel_table_set(t, PL_OP_SEGMENT_SOFTMAX, k_segment_softmax_fwd, k_segment_softmax_bwd);
     pl_kernel_table_set(t, PL_OP_DROPOUT, k_dropout_fwd, k_dropout_bwd);
+    pl_kernel_table_set(t, PL_OP_TOPK, k_topk_fwd, NULL);
 }

@@ -169,6 +169,63 @@ PY
     [ $r -eq 0 ] || worse=$((worse + 1))
     ran=$((ran + 1))
 done
+# the teacher export's top-K on the device (pl_topk, issue 35): on the tiny file, the export phase
+# reads back [rows, 2K + 1] floats instead of the [rows, V] logits; the same run with the host
+# path (PL_ILORA_EXPORT_HOST_TOPK=1, the export before) must read more than the bound, and both
+# files must hold the same ids, logits and rows (lognorm to 1e-5: the device sums exp in f32)
+if [ ${#only[@]} -eq 0 ] || [[ " ${only[*]} " =~ " teacher " ]]; then
+    for mode in host device; do
+        hook="-u PL_ILORA_EXPORT_HOST_TOPK"
+        [ $mode = host ] && hook="PL_ILORA_EXPORT_HOST_TOPK=1"
+        # shellcheck disable=SC2086
+        env $hook \
+            "$bin" run "$src/configs/teacher.ini" pipeline.name=export_$mode pipeline.run_dir="$tmp/runs" \
+            pipeline.device=strict $tiny model.export_top_k=5 pipeline.requires= trainer.init_from= \
+            trainer.max_epochs=1 trainer.limit_train_batches=2 trainer.limit_val_batches=1 \
+            trainer.test=false trainer.export=true >"$tmp/export_$mode.log" 2>&1 ||
+            { tail -20 "$tmp/export_$mode.log"; fail "teacher export on strict ($mode top-K)"; }
+    done
+    python3 - "$tmp/runs" <<'PY' || fail "the teacher export's top-K on the device (above)"
+import json, sys
+import h5py, numpy as np
+runs = sys.argv[1]
+ph = {m: json.load(open(f"{runs}/export_{m}/latest/summary.json"))["device_stats"]["phases"]["export"]
+      for m in ("host", "device")}
+f = {m: h5py.File(f"{runs}/export_{m}/latest/outputs/teacher_outputs.h5", "r") for m in ph}
+V = int(f["device"].attrs["num_items"]) + 1
+rows = sum(f["device"][s]["lognorm"].shape[0] for s in ("train", "val", "test"))
+# the logits alone were rows * V * 4 bytes; the top-K path reads rows * (2K + 1) * 4 of its own
+bound = rows * V * 4 * 0.6
+for m, p in ph.items():
+    print(f"  export ({m} top-K): {p['host_reads']:.0f} reads, {p['host_read_bytes'] / 1e6:.3f} MB "
+          f"({rows} rows of {V} items; bound {bound / 1e6:.3f} MB)")
+bad = []
+if not ph["host"]["host_read_bytes"] > bound:
+    bad.append("the host path read no more than the bound: the bound tests nothing")
+if not ph["device"]["host_read_bytes"] < bound:
+    bad.append("the device top-K read back more than the bound")
+if ph["device"]["host_reads"] > ph["host"]["host_reads"]:
+    bad.append("the device top-K read back more often than the host path")
+def walk(g, pre=""):
+    for k, v in g.items():
+        if isinstance(v, h5py.Group): yield from walk(v, pre + k + "/")
+        else: yield pre + k
+names = sorted(walk(f["host"]))
+if names != sorted(walk(f["device"])):
+    bad.append("the two files hold different datasets")
+for n in names:
+    a, b = f["host"][n][()], f["device"][n][()]
+    same = a.shape == b.shape and (np.allclose(a, b, rtol=0, atol=1e-5) if n.endswith("lognorm")
+                                   else np.array_equal(a, b))
+    if not same: bad.append(f"{n} differs: {a.ravel()[:6]} vs {b.ravel()[:6]}")
+    if n.endswith("lognorm") and a.size:
+        print(f"  {n}: max |host - device| {np.abs(a - b).max():.3g}, "
+              f"{(a != b).sum()} of {a.size} differ")
+for m in bad: print("FAIL export:", m)
+sys.exit(1 if bad else 0)
+PY
+    echo "ok the teacher export's top-K on the device reads less, the same file"
+fi
 # a checkpoint load checks the device parameters' finiteness in one read (core/run/checkpoint.c):
 # a NaN in one of them must still fail the load, naming the parameter
 ck="$tmp/runs/pretrain/latest/checkpoints/best.safetensors"

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "pipeline/kernel_math.h"
 #include "pipeline/pipeline.h"
 
 int64_t ilora_rank_of(const float *scores, int64_t n, int64_t target) {
@@ -20,9 +21,11 @@ double ilora_ndcg_at(int64_t rank, int64_t k) {
     return rank < k ? 1.0 / log2((double)rank + 2.0) : 0.0;
 }
 
-/* "a ranks before b": higher score, or equal score and lower id. */
+/* "a ranks before b": higher score, or equal score and lower id; NaN above
+ * every number (pl_topk's order, kernel_math.h: the export's top-K on a
+ * device and this one agree; before it, a NaN's rank hung on its position) */
 static inline int before(float va, int32_t ia, float vb, int32_t ib) {
-    return va > vb || (va == vb && ia < ib);
+    return pl_topk_before(va, ia, vb, ib);
 }
 
 /* Min-heap on `before` order: the root is the worst of the kept k. */

@@ -23,8 +23,9 @@ double ilora_hit_at(int64_t rank, int64_t k);
 double ilora_ndcg_at(int64_t rank, int64_t k);
 
 /* The k best entries of scores [n] (k <= n), written to ids/vals in
- * descending score order; equal scores: lower index first. -inf entries are
- * only picked when fewer than k finite ones exist. O(n log k). */
+ * descending score order; equal scores: lower index first; NaN above every
+ * number (pl_topk's order: ops.h). -inf entries are only picked when fewer
+ * than k other ones exist. O(n log k). */
 void ilora_topk(const float *scores, int64_t n, int64_t k, int32_t *ids, float *vals);
 
 /* The same ranks on the tensors' device, with no host read (evaluation on a

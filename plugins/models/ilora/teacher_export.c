@@ -117,6 +117,32 @@ static void topk_rows(const float *lg, int64_t n, int64_t V, int64_t K, double T
     }
 }
 
+/* The same on the logits' device (pl_topk, issue 35): one read of [n, 2K + 1]
+ * f32 (the top-K logits, their item ids, exact below 2^24, and the row's
+ * sum_{i >= 1} exp((z_i - max) / T)) instead of the [n, V] logits. The ids and
+ * logits are the host path's bit for bit (the same order, the same / T in
+ * double); lognorm = max / T + log(sum) in double differs from the host's by
+ * the f32 rounding of the sum and the backend's exp (strict: at most 1 ulp). */
+static pl_status topk_rows_device(pl_tensor *lg, int64_t n, int64_t V, int64_t K, double T,
+                                  int32_t *ids, float *vals, float *lognorm) {
+    pl_tensor *x = pl_tensor_to(pl_slice(lg, 1, 1, V), PL_F32, lg ? lg->device : PL_CPU), *v, *i;
+    if (!x || pl_topk(x, K, &v, &i)) return pl_error_status();
+    pl_tensor *d = pl_sub(x, pl_slice(v, 1, 0, 1));
+    pl_tensor *s = pl_sum(pl_exp(T == 1.0 ? d : pl_scale(d, 1.0 / T)), 1, true);
+    pl_tensor *all[3] = {v, pl_tensor_to(i, PL_F32, i->device), s};
+    pl_tensor *h = pl_tensor_to(pl_concat(all, 3, 1), PL_F32, PL_CPU);
+    if (!h) return pl_error_status();
+    const float *r = pl_tensor_f32(h);
+    for (int64_t a = 0; a < n; a++, r += 2 * K + 1) {
+        for (int64_t j = 0; j < K; j++) {
+            vals[a * K + j] = (float)(r[j] / T);
+            ids[a * K + j] = (int32_t)r[K + j] + 1;
+        }
+        lognorm[a] = (float)(r[0] / T + log((double)r[2 * K]));
+    }
+    return PL_OK;
+}
+
 static pl_tensor *host_i64(pl_tensor *t) {
     return t ? pl_tensor_to(t, PL_I64, PL_CPU) : NULL;
 }
@@ -210,14 +236,25 @@ pl_status ilora_teacher_batch(void *self, const pl_batch *b, pl_data_split split
     int32_t *tids = NULL;
     float *tvals = NULL, *tnorm = NULL;
     if (!st && n > 0) {
-        pl_tensor *lg = pl_tensor_to(ilora_logits(m, sel), PL_F32, PL_CPU);
+        /* on the CPU the host path (no copy, and the lognorm of before); elsewhere the
+         * top-K on the device: [n, V] logits no longer cross (issue 35) */
+        bool dev = m->ctx->device.type != PL_DEVICE_CPU && !getenv("PL_ILORA_EXPORT_HOST_TOPK");
+        pl_tensor *lg = ilora_logits(m, sel);
+        if (lg && !dev) lg = pl_tensor_to(lg, PL_F32, PL_CPU);
         tids = malloc((size_t)(n * K) * sizeof *tids);
         tvals = malloc((size_t)(n * K) * sizeof *tvals);
         tnorm = malloc((size_t)n * sizeof *tnorm);
         if (!lg) st = pl_error_status();
         else if (!tids || !tvals || !tnorm)
             st = pl_error_set(PL_ERR_NOMEM, "ilora export: out of memory");
-        else topk_rows(pl_tensor_f32(lg), n, V, K, m->o.export_temperature, tids, tvals, tnorm);
+        else if (dev && (st = topk_rows_device(lg, n, V, K, m->o.export_temperature, tids,
+                                               tvals, tnorm)) == PL_ERR_UNSUPPORTED) {
+            pl_error_clear(); /* a backend without topk (before ABI 2.12): the host path */
+            dev = false;
+            st = (lg = pl_tensor_to(lg, PL_F32, PL_CPU)) ? PL_OK : pl_error_status();
+        }
+        if (!st && lg && !dev)
+            topk_rows(pl_tensor_f32(lg), n, V, K, m->o.export_temperature, tids, tvals, tnorm);
     }
     bool tr = split == PL_SPLIT_TRAIN;
     if (!st && n > 0) { /* a train batch without labelled positions: no rows */

@@ -105,6 +105,12 @@ START_TEST(topk_is_sorted_with_low_index_first_on_ties) {
     const int32_t want_all[8] = {5, 1, 3, 0, 4, 7, 2, 6};
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(all[i], want_all[i]);
+    /* NaN above every number, NaNs by lower index (pl_topk's order), wherever they stand */
+    const float n[6] = {1.0f, NAN, 3.0f, 2.0f, NAN, 3.0f};
+    const int32_t want_n[4] = {1, 4, 2, 5};
+    ilora_topk(n, 6, 4, all, av);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(all[i], want_n[i]);
 }
 END_TEST
 
