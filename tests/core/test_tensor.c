@@ -124,6 +124,31 @@ START_TEST(allocator_reports_allocated_and_reserved_peaks) {
 }
 END_TEST
 
+/* A miss in host memory takes a cached block up to 1/2 larger (alloc.c:
+ * batches whose rows vary reuse the last one's blocks), not one larger
+ * than that, and the block handed out is the cached one's size. */
+START_TEST(host_miss_reuses_a_block_up_to_half_larger) {
+    pl_alloc_empty_cache(PL_CPU);
+    size_t cap = 0, cap2 = 0;
+    void *a = pl_alloc(PL_CPU, (size_t)29 << 20, &cap);
+    ck_assert(a);
+    pl_free(PL_CPU, a, cap);
+    pl_alloc_stats s0 = pl_alloc_get_stats(PL_CPU);
+    void *b = pl_alloc(PL_CPU, (size_t)23 << 20, &cap2); /* 29 MiB is < 1/2 larger */
+    pl_alloc_stats s1 = pl_alloc_get_stats(PL_CPU);
+    ck_assert(b);
+    ck_assert_uint_eq(s1.system_allocs, s0.system_allocs);
+    ck_assert_uint_eq(cap2, cap);
+    pl_free(PL_CPU, b, cap2);
+    void *c = pl_alloc(PL_CPU, (size_t)17 << 20, &cap2); /* 29 MiB is > 1/2 larger */
+    pl_alloc_stats s2 = pl_alloc_get_stats(PL_CPU);
+    ck_assert(c);
+    ck_assert_uint_eq(s2.system_allocs, s1.system_allocs + 1);
+    pl_free(PL_CPU, c, cap2);
+    pl_alloc_empty_cache(PL_CPU);
+}
+END_TEST
+
 START_TEST(random_fill_is_thread_count_independent) {
     pl_tensor *a = pl_tensor_empty(PL_F32, PL_SHAPE(300001), PL_CPU);
     pl_tensor *b = pl_tensor_empty(PL_F32, PL_SHAPE(300001), PL_CPU);
@@ -253,6 +278,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, views_share_storage_and_check_bounds);
     tcase_add_test(tc, allocator_reaches_steady_state);
     tcase_add_test(tc, allocator_reports_allocated_and_reserved_peaks);
+    tcase_add_test(tc, host_miss_reuses_a_block_up_to_half_larger);
     tcase_add_test(tc, random_fill_is_thread_count_independent);
     tcase_add_test(tc, backward_accumulates_through_custom_op);
     tcase_add_test(tc, frames_release_what_they_own);

@@ -1,9 +1,11 @@
 /* alloc.h - per-device caching allocator and its counters.
  *
- * Blocks are rounded up to size classes (powers of two up to 1 MiB, then
- * multiples of 1/8 of the enclosing power of two) and freed blocks are kept
- * on per-class free lists, so a loop over varying batch shapes reaches a
- * steady state in which no system allocation (malloc / cudaMalloc) happens.
+ * Blocks are rounded up to size classes (powers of two up to 64 KiB, then
+ * multiples of 1/8 of the enclosing power of two up to 1 MiB and of 1/64
+ * above) and freed blocks are kept on per-class free lists; a miss above
+ * 64 KiB takes the smallest cached block at most 1/8 larger (1/2 in host
+ * memory), so a loop over varying batch shapes reaches a steady state in
+ * which no system allocation (malloc / cudaMalloc) happens.
  *
  * Counters mirror PyTorch's caching allocator (torch.cuda.memory_stats):
  *   bytes_in_use        = torch.cuda.memory_allocated()     (blocks handed out)

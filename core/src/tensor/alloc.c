@@ -4,7 +4,8 @@
  * enclosing power of two up to 1 MiB and of 1/64 above (issue 31: 1/16
  * classes held 4 % of qlora4's peak at 1.1 B, powers of two up to 1 MiB
  * 80 MiB of the 7B qlora4 + checkpointing step's 5,625). A miss above
- * 64 KiB takes the smallest cached block at most 1/8 larger (best_fit), so
+ * 64 KiB takes the smallest cached block at most 1/8 larger (1/2 in host
+ * memory: pretrain's 23-29 MB logits kept 502 MiB reserved, now 223), so
  * batches whose shapes vary (graphs of molecules) keep reusing blocks after
  * the first epoch; a miss that the device refuses empties the cache and
  * retries once. Each class keeps a LIFO free list of blocks; pl_free pushes,
@@ -77,14 +78,14 @@ static size_t round_size(size_t n) {
     return (n + step - 1) / step * step;
 }
 
-/* A miss above 64 KiB takes the smallest cached block at most 1/8
- * larger (a batch of another shape reuses the last one's blocks, as under
+/* A miss above 64 KiB takes the smallest cached block at most `slack`
+ * bytes larger (a batch of another shape reuses the last one's blocks, as under
  * classes of 1/8, without their rounding on every block). NULL if none. */
-static free_list *best_fit(device_cache *c, size_t size) {
+static free_list *best_fit(device_cache *c, size_t size, size_t slack) {
     free_list *best = NULL;
     for (int i = 0; i < c->n_lists; i++) {
         free_list *l = &c->lists[i];
-        if (l->n > 0 && l->size > size && l->size - size <= size / 8 &&
+        if (l->n > 0 && l->size > size && l->size - size <= slack &&
             (!best || l->size < best->size))
             best = l;
     }
@@ -221,7 +222,7 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
     }
     free_list *l = p ? NULL : find_list(c, size);
     if (!p && (!l || l->n == 0) && size > (64u << 10)) {
-        free_list *b = best_fit(c, size);
+        free_list *b = best_fit(c, size, dev.type == PL_DEVICE_CPU ? size / 2 : size / 8);
         if (b) {
             l = b;
             size = b->size;
