@@ -1,24 +1,31 @@
-/* test_attention_emu.cpp - the fused attention's CUDA kernels (cuda_attention.cu:
- * k_att_fwd, k_att_bwd_dq, k_att_bwd_dkv) run on the host, without a GPU, against a
- * naive double-precision attention: the kernels' text (CMake copies it out of
- * cuda_attention.cu, between "---- fused attention" and "the call's geometry", into
- * att_kernels.inc) compiled as C++ with the CUDA keywords as shims: a grid's blocks one
- * after another, a block's threads as threads of their own, __shared__ arrays as statics
- * (one block at a time), __syncthreads a barrier. So the tiling, the causal offsets, the
- * online softmax, grouped-query heads, the bias and every index are the code a GPU runs;
- * launch limits, registers and the device's own float rounding are not checked here.
- * Cases: tiles crossed on both sides (T, L > 64 rows, > 32 keys), L - T > 0, a per-batch
- * and a shared bias with masked (-30) keys, GQA / MQA, D = 128 (the kernels' limit) and
- * D = 33. Errors: a printed line per output, exit status 1 when any is beyond 2e-5
- * relative to 1 + |reference|. */
-#include "pipeline/backend_util.h"
+/* test_kernels_emu.cpp - CUDA kernels that have not run on a GPU, run on the host
+ * without one: the fused attention's (cuda_attention.cu: k_att_fwd, k_att_bwd_dq,
+ * k_att_bwd_dkv) against a naive double-precision attention, and topk's (cuda_index.cu:
+ * k_topk_rows) against a full sort in pl_topk_before's order. The kernels' text (CMake
+ * copies it out of the .cu files, between their section's first line and the host
+ * function after it, into att_kernels.inc / topk_kernels.inc) is compiled as C++ with the
+ * CUDA keywords as shims: a grid's blocks one after another, a block's threads as threads
+ * of their own, __shared__ arrays as statics (one block at a time), __syncthreads a
+ * barrier. So the tiling, the causal offsets, the online softmax, grouped-query heads, the
+ * bias, topk's rounds and tree reduction and every index are the code a GPU runs; launch
+ * limits, registers and the device's own float rounding are not checked here.
+ * Attention cases: tiles crossed on both sides (T, L > 64 rows, > 32 keys), L - T > 0, a
+ * per-batch and a shared bias with masked (-30) keys, GQA / MQA, D = 128 (the kernels'
+ * limit) and D = 33; an output is wrong beyond 2e-5 relative to 1 + |reference|. topk:
+ * V below and above the block's 256 threads, ties, -inf and NaN, k = 1 .. V; values
+ * and indices exact. Errors: a printed line per check, exit status 1 when any fails. */
+#include <pthread.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <pthread.h>
 #include <thread>
 #include <vector>
+
+#include "pipeline/backend_util.h"
+
 struct u3 {
     unsigned x, y, z;
 };
@@ -54,6 +61,7 @@ static inline void pl_d_stf(void *p, int dt, int64_t i, float v) {
     }
 }
 #include "att_kernels.inc"
+#include "topk_kernels.inc"
 
 template <class F> static void launch(u3 grid, unsigned threads, F body) {
     gridDim = grid;
@@ -187,8 +195,49 @@ static int run(int64_t B, int64_t H, int64_t KV, int64_t T, int64_t L, int64_t D
     return bad;
 }
 
+/* topk of R rows of V values (ties, -inf and NaN among them) for k, against a full sort */
+static int run_topk(int64_t R, int64_t V, int64_t k) {
+    unsigned seed = 11;
+    std::vector<float> x(R * V), ov(R * k, -7.0f);
+    std::vector<int64_t> oi(R * k, -7);
+    for (auto &e : x) {
+        double u = rnd(&seed);
+        e = (float)(std::floor(u * 20) / 4); /* many ties */
+        if (u > 0.97) e = -INFINITY;
+        if (u < -0.98) e = NAN;
+    }
+    launch({(unsigned)R, 1, 1}, TOPK_THREADS,
+           [&] { k_topk_rows(x.data(), ov.data(), oi.data(), R, V, k); });
+    int bad = 0;
+    for (int64_t r = 0; r < R; r++) {
+        std::vector<int64_t> id(V);
+        for (int64_t j = 0; j < V; j++)
+            id[j] = j;
+        const float *s = x.data() + r * V;
+        std::sort(id.begin(), id.end(),
+                  [&](int64_t a, int64_t b) { return pl_topk_before(s[a], a, s[b], b); });
+        for (int64_t j = 0; j < k; j++) {
+            float w = s[id[j]], g = ov[r * k + j];
+            bool same = oi[r * k + j] == id[j] && (w == g || (w != w && g != g));
+            if (!same && bad++ < 3)
+                printf("topk R%lld V%lld k%lld: row %lld rank %lld: %g at %lld, want %g at %lld  "
+                       "<-- FAIL\n",
+                       (long long)R, (long long)V, (long long)k, (long long)r, (long long)j, g,
+                       (long long)oi[r * k + j], w, (long long)id[j]);
+        }
+    }
+    printf("topk R%lld V%lld k%lld: %s\n", (long long)R, (long long)V, (long long)k,
+           bad ? "FAIL" : "exact");
+    return bad != 0;
+}
+
 int main() {
     int bad = 0;
+    bad += run_topk(3, 37, 5);
+    bad += run_topk(2, 23, 23);
+    bad += run_topk(4, 700, 20);
+    bad += run_topk(2, 1000, 1);
+    bad += run_topk(1, 300, 40);
     bad += run(2, 4, 2, 66, 100, 8, 1, 2);
     bad += run(1, 2, 2, 70, 70, 16, 1, 0);
     bad += run(1, 2, 1, 5, 7, 8, 0, 1);
