@@ -522,6 +522,9 @@ static const ocase g_cases[] = {
      * L 70 > the CUDA kernel's tiles (32 keys, 64 rows per block) */
     {PL_OP_ATTENTION, "q [2,4,5,8], k, v [2,2,7,8], causal, bias [2,1,1,7]", 4, {F(4, 2, 4, 5, 8), F(4, 2, 2, 7, 8), F(4, 2, 2, 7, 8), FN(4, 2, 1, 1, 7)}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_ATTENTION, "q, k, v [1,2,70,16], causal", 3, {F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16), F(4, 1, 2, 70, 16)}, c_attention, true, .flag = 1, .par = 0.25},
+    /* causal with L - T = 34 over two query and four key blocks: the dK / dV kernel's first
+     * query tile of a key block (i_start), a per-batch bias, two query heads per kv head */
+    {PL_OP_ATTENTION, "q [2,4,66,8], k, v [2,2,100,8], causal, bias [2,1,1,100]", 4, {F(4, 2, 4, 66, 8), F(4, 2, 2, 100, 8), F(4, 2, 2, 100, 8), FN(4, 2, 1, 1, 100)}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_ATTENTION, "q [1,2,4,8], k, v [1,2,6,8], not causal", 3, {F(4, 1, 2, 4, 8), F(4, 1, 2, 6, 8), F(4, 1, 2, 6, 8)}, c_attention, true, .par = 0.35},
     {PL_OP_ATTENTION, "f16 q, k, v [1,2,5,8], causal, f16 bias [1,1,1,5]", 4, {FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), FD(PL_F16, 4, 1, 2, 5, 8), {.nd = 4, .sh = {1, 1, 1, 5}, .kind = 'f', .lo = -2, .hi = 2, .dt = PL_F16, .grad = false}}, c_attention, true, .flag = 1, .par = 0.35},
     {PL_OP_ATTENTION, "bf16 q [1,4,3,8], k, v [1,1,6,8] (MQA), causal", 3, {FD(PL_BF16, 4, 1, 4, 3, 8), FD(PL_BF16, 4, 1, 1, 6, 8), FD(PL_BF16, 4, 1, 1, 6, 8)}, c_attention, true, .flag = 1, .par = 0.35},
@@ -594,6 +597,8 @@ static const ocase g_cases[] = {
     {PL_OP_AMP_UPDATE_SCALE, "growth to inf: scale kept", 1, {FN(1, 1)}, c_amp_update, false, .flag = 2 << 4, .par = 3e38},
     {PL_OP_TOPK, "f32 [6,37] k 5", 1, {FN(2, 6, 37)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 5},
     {PL_OP_TOPK, "f32 [3,300] k 1", 1, {FN(2, 3, 300)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 1},
+    /* V 700 > the CUDA kernel's 256 threads, 20 rounds of its block argmax */
+    {PL_OP_TOPK, "f32 [3,700] k 20", 1, {FN(2, 3, 700)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 20},
     {PL_OP_TOPK, "bf16 [4,50] k 9", 1, {FD(PL_BF16, 2, 4, 50)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .par = 9},
     {PL_OP_TOPK, "[5,40] ties and -inf, k 12", 1, {FN(2, 5, 40)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .flag = 1, .par = 12},
     {PL_OP_TOPK, "[4,23] ties, -inf, NaN, k = V", 1, {FN(2, 4, 23)}, c_topk, false, .atol = 1e-30, .rtol = 1e-30, .flag = 3, .par = 23},

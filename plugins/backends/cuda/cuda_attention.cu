@@ -175,7 +175,9 @@ static pl_status k_causal_softmax_bwd(const pl_kernel_args *a) {
  * lse - c saved, c the row's largest visible bias (a fully masked row keeps
  * its log l). Backward recomputes P from it, as the CPU kernel
  * (kernels_attention.c, which states the formulas); dK, dV of a kv head sum
- * over its rep query heads inside one thread, so there are no atomics. */
+ * over its rep query heads inside one thread, so there are no atomics.
+ * test_kernels_emu.cpp runs these kernels on the host (CMakeLists.txt copies this
+ * section's text, from its "---- fused attention" line to the comment of att_args_of). */
 #define ATT_DMAX 128
 #define ATT_ROWS 64 /* query (key) rows per block: one thread each */
 #define ATT_TILE 32 /* rows of the other side per shared-memory tile */

@@ -407,7 +407,8 @@ __device__ __forceinline__ bool topk_wins(float vb, int64_t ib, float va, int64_
  * few hundred of a few thousand items (the teacher export: k = 100 of
  * ~3,700); the same values and indices as the CPU's heap, since the order is
  * total. Never run on a GPU when written (no GPU in the session): its check
- * is test_backend_conformance's topk rows on one. */
+ * is test_backend_conformance's topk rows on one; test_kernels_emu.cpp runs it on the
+ * host (CMakeLists.txt copies this section's text up to k_topk_fwd's comment). */
 __global__ void k_topk_rows(const float *x, float *ov, int64_t *oi, int64_t R, int64_t V,
                             int64_t k) {
     __shared__ float sv[TOPK_THREADS];

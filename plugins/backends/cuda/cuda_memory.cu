@@ -224,6 +224,11 @@ pl_status cu_capture_begin(int device) {
     if (device < 0 || device >= PL_CU_MAX_DEVICES)
         return pl_error_set(PL_ERR_DEVICE, "cuda: capture on device %d", device);
     CUDA_TRY(cudaSetDevice(device));
+    /* the device's cuBLAS handle and its workspace (cublasCreate, cudaMalloc) cannot be
+     * made inside the capture: made here when the step's first cuBLAS call would be
+     * captured (the native lstm's cublasSgemm after eager cuDNN-only steps, a first step
+     * captured without an eager one); so is the kernels' mapped error record (cudaHostAlloc) */
+    if (!pl_cu_blas_handle(device) || !pl_cu_fault_record()) return pl_error_status();
     pthread_mutex_lock(&g_copy_mu);
     cudaError_t e = cudaSuccess;
     if (!g_precap[device]) e = cudaEventCreateWithFlags(&g_precap[device], cudaEventDisableTiming);
