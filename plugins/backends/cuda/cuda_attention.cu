@@ -15,13 +15,20 @@
 
 /* The cos/sin table is computed on the host by the core's pl_rope_cos_sin
  * (backend_util.h: the CPU's exact arithmetic, HF Llama) and cached per
- * device for the last (T, half, offset, theta). */
+ * device for each (T, half, offset, theta) seen, never freed while the
+ * plugin is loaded: a captured graph holds the table's address, so a
+ * table replaced by an eager call of another shape (evaluation, predict)
+ * would be freed under the graph's next replay. Building a table is a
+ * cudaMalloc and a synchronous upload, which a capture cannot contain: a
+ * shape first seen inside a capture refuses it (the step runs eagerly, and
+ * the next capture finds the table). */
 typedef struct rope_cache {
     float *dev;
     int64_t T, half, off;
     double theta;
 } rope_cache;
-static rope_cache g_rope[8];
+#define ROPE_TABLES 64
+static rope_cache g_rope[8][ROPE_TABLES];
 static pthread_mutex_t g_rope_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const float *rope_table(int dev, int64_t T, int64_t half, int64_t off, double theta) {
@@ -29,8 +36,22 @@ static const float *rope_table(int dev, int64_t T, int64_t half, int64_t off, do
         pl_error_set(PL_ERR_DEVICE, "rope: cuda device %d out of range", dev);
         return NULL;
     }
-    rope_cache *c = &g_rope[dev];
-    if (c->dev && c->T == T && c->half == half && c->off == off && c->theta == theta) return c->dev;
+    rope_cache *c = NULL;
+    for (int i = 0; i < ROPE_TABLES && !c; i++) {
+        rope_cache *e = &g_rope[dev][i];
+        if (!e->dev || (e->T == T && e->half == half && e->off == off && e->theta == theta))
+            c = e;
+    }
+    if (c && c->dev) return c->dev;
+    if (!c) {
+        pl_error_set(PL_ERR_UNSUPPORTED, "rope: more than %d distinct (T, head_dim, offset, "
+                     "theta) tables on cuda:%d (T=%lld offset=%lld)", ROPE_TABLES, dev,
+                     (long long)T, (long long)off);
+        return NULL;
+    }
+    if (pl_cu_refuse_capture("rope", "its cos/sin table for this (T, offset, theta) is built "
+                             "by a synchronous upload; the eager step builds it"))
+        return NULL;
     size_t n = (size_t)(2 * T * half + 1);
     float *tab = (float *)malloc(n * sizeof(float));
     if (!tab) {
@@ -38,8 +59,6 @@ static const float *rope_table(int dev, int64_t T, int64_t half, int64_t off, do
         return NULL;
     }
     pl_rope_cos_sin(tab, T, half, off, theta);
-    if (c->dev) cudaFree(c->dev); /* synchronizes: no pending kernel still reads it */
-    c->dev = NULL;
     float *d = NULL;
     if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess ||
         cudaMemcpy(d, tab, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
@@ -50,11 +69,11 @@ static const float *rope_table(int dev, int64_t T, int64_t half, int64_t off, do
         return NULL;
     }
     free(tab);
-    c->dev = d;
     c->T = T;
     c->half = half;
     c->off = off;
     c->theta = theta;
+    c->dev = d;
     return d;
 }
 
