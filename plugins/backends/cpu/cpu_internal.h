@@ -48,6 +48,22 @@ static inline void pl_philox4x32_10_lanes(const uint32_t *c0_in, const uint32_t 
     }
 }
 
+/* The dropout stream's block `blk`: PL_PHILOX_LANES groups of 4 elements,
+ * group g = blk * PL_PHILOX_LANES + l on lane l (counter {g lo, g hi, c2,
+ * c3}), so out[j][l] draws element 4 g + j. dropout and lora_add's dropout
+ * (kernels_index.c, kernels_matmul.c) share it: the same mask bits. */
+static inline void pl_philox_dropout_block(int64_t blk, uint32_t c2, uint32_t c3,
+                                           const uint32_t key[2],
+                                           uint32_t out[4][PL_PHILOX_LANES]) {
+    uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES];
+    for (int l = 0; l < PL_PHILOX_LANES; l++) {
+        uint64_t g = (uint64_t)blk * PL_PHILOX_LANES + (uint64_t)l;
+        lo[l] = (uint32_t)g;
+        hi[l] = (uint32_t)(g >> 32);
+    }
+    pl_philox4x32_10_lanes(lo, hi, c2, c3, key, out);
+}
+
 /* OpenBLAS's thread pool size: set (n > 0; `[pipeline] threads` sets it with
  * OpenMP's, so a one-thread run keeps OpenBLAS off the second core) and read
  * (for summary.json). blas.c. */

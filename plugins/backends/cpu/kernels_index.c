@@ -386,13 +386,8 @@ static pl_status dropout_fwd(const pl_kernel_args *a) {
     int64_t nblk = (ng + PL_PHILOX_LANES - 1) / PL_PHILOX_LANES;
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
-        uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES], r[4][PL_PHILOX_LANES];
-        for (int l = 0; l < PL_PHILOX_LANES; l++) {
-            uint64_t g = (uint64_t)blk * PL_PHILOX_LANES + (uint64_t)l;
-            lo[l] = (uint32_t)g;
-            hi[l] = (uint32_t)(g >> 32);
-        }
-        pl_philox4x32_10_lanes(lo, hi, c2, c3, key, r);
+        uint32_t r[4][PL_PHILOX_LANES];
+        pl_philox_dropout_block(blk, c2, c3, key, r);
         int64_t base = blk * PL_PHILOX_LANES * 4;
         if (dt == PL_F32 && base + PL_PHILOX_LANES * 4 <= n) {
             const float *xf = (const float *)xp + base;

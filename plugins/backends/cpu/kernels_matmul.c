@@ -393,13 +393,8 @@ static void lora_drop_apply(const pl_kernel_args *a, const void *src, pl_dtype s
     enum { BLK = PL_PHILOX_LANES * 4 };
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
     for (int64_t blk = 0; blk < nblk; blk++) {
-        uint32_t lo[PL_PHILOX_LANES], hi[PL_PHILOX_LANES], r[4][PL_PHILOX_LANES];
-        for (int l = 0; l < PL_PHILOX_LANES; l++) {
-            uint64_t g = (uint64_t)blk * PL_PHILOX_LANES + (uint64_t)l;
-            lo[l] = (uint32_t)g;
-            hi[l] = (uint32_t)(g >> 32);
-        }
-        pl_philox4x32_10_lanes(lo, hi, c2, c3, key, r);
+        uint32_t r[4][PL_PHILOX_LANES];
+        pl_philox_dropout_block(blk, c2, c3, key, r);
         int64_t base = blk * BLK;
         int m = n - base < BLK ? (int)(n - base) : BLK;
         /* element l*4+j of the block takes word j of lane l */
