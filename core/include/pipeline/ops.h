@@ -113,7 +113,10 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
  * The result and every gradient are bit-identical to the chain
  * pl_lora_add(y, pl_dropout(x, p, seed, counter, true), a, b, gexp, scale)
  * on the CPU and strict backends (the same operands, GEMMs and order), in
- * f32, with half operands and under autocast. */
+ * f32, with half operands and under autocast. A device backend that does
+ * not answer the setting "lora_add_dropout" (backend.h; one built before
+ * ABI 2.12 would ignore the dropout bit) gets that chain recorded instead:
+ * the same values, the dropped copy and its mask on the tape. */
 pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
                                pl_tensor *gexp, double scale, double p, uint64_t seed,
                                uint64_t counter, bool training);
