@@ -867,6 +867,53 @@ PL_HD static inline bool pl_topk_before(float va, int64_t ia, float vb, int64_t 
     return va > vb || (va == vb && ia < ib);
 }
 
+/* PL_TOPK_SELECT_DEFINE(NAME, IDX) defines
+ *   static void NAME(const float *s, int64_t n, int64_t k, float *v, IDX *id)
+ * the k (1 <= k <= n) entries of s [n] that rank first in pl_topk_before's
+ * order, written to v / id best first: a min-heap of the first k on that
+ * order, each later entry that ranks before its root replaces the root, then
+ * a heap sort. The order is total, so the result does not depend on the scan;
+ * O(n log k). One definition for every index type a caller stores (the CPU's
+ * topk kernel: int64_t; ilora's host ranking: int32_t). Host code only. */
+#define PL_TOPK_SELECT_DEFINE(NAME, IDX)                                                          \
+    static void NAME##_sift(float *v, IDX *id, int64_t k, int64_t i) {                          \
+        for (;;) {                                                                             \
+            int64_t l = 2 * i + 1, r = l + 1, w = i;                                           \
+            if (l < k && pl_topk_before(v[w], id[w], v[l], id[l])) w = l;                      \
+            if (r < k && pl_topk_before(v[w], id[w], v[r], id[r])) w = r;                      \
+            if (w == i) return;                                                                \
+            float tv = v[i];                                                                   \
+            v[i] = v[w];                                                                       \
+            v[w] = tv;                                                                         \
+            IDX ti = id[i];                                                                    \
+            id[i] = id[w];                                                                     \
+            id[w] = ti;                                                                        \
+            i = w;                                                                             \
+        }                                                                                      \
+    }                                                                                          \
+    static void NAME(const float *s, int64_t n, int64_t k, float *v, IDX *id) {                \
+        for (int64_t j = 0; j < k; j++) {                                                      \
+            v[j] = s[j];                                                                       \
+            id[j] = (IDX)j;                                                                    \
+        }                                                                                      \
+        for (int64_t i = k / 2 - 1; i >= 0; i--) NAME##_sift(v, id, k, i);                     \
+        for (int64_t j = k; j < n; j++)                                                        \
+            if (pl_topk_before(s[j], j, v[0], id[0])) {                                        \
+                v[0] = s[j];                                                                   \
+                id[0] = (IDX)j;                                                                \
+                NAME##_sift(v, id, k, 0);                                                      \
+            }                                                                                  \
+        for (int64_t m = k - 1; m > 0; m--) { /* the last-ranked to the end */                 \
+            float tv = v[0];                                                                   \
+            v[0] = v[m];                                                                       \
+            v[m] = tv;                                                                         \
+            IDX ti = id[0];                                                                    \
+            id[0] = id[m];                                                                     \
+            id[m] = ti;                                                                        \
+            NAME##_sift(v, id, m, 0);                                                          \
+        }                                                                                      \
+    }
+
 #ifdef __cplusplus
 }
 #endif

@@ -746,27 +746,10 @@ static pl_status copy_fwd(const pl_kernel_args *a) {
 
 /* ---- topk -------------------------------------------------------------------------- */
 
-/* Min-heap of k (value, index) by pl_topk_before: the root ranks last. */
-static void topk_sift(float *v, int64_t *id, int64_t k, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < k && pl_topk_before(v[w], id[w], v[l], id[l])) w = l;
-        if (r < k && pl_topk_before(v[w], id[w], v[r], id[r])) w = r;
-        if (w == i) return;
-        float tv = v[i];
-        v[i] = v[w];
-        v[w] = tv;
-        int64_t ti = id[i];
-        id[i] = id[w];
-        id[w] = ti;
-        i = w;
-    }
-}
+PL_TOPK_SELECT_DEFINE(topk_select, int64_t) /* kernel_math.h */
 
 /* in[0] x f32 [R, V]; out[0] f32 [R, k], out[1] i64 [R, k]; p.start = k.
- * Per row: a heap of the first k, each later element that ranks before
- * the root replaces it, then a heap sort puts them best first. The order is
- * total, so the result does not depend on the scan (O(V log k) per row). */
+ * Per row: PL_TOPK_SELECT_DEFINE's heap selection (kernel_math.h). */
 static pl_status topk_fwd(const pl_kernel_args *a) {
     const pl_tensor *x = a->in[0];
     int64_t k = a->p.start, V = x->ndim ? x->shape[x->ndim - 1] : 1;
@@ -778,31 +761,7 @@ static pl_status topk_fwd(const pl_kernel_args *a) {
     float *ov = pl_tensor_data(a->out[0]);
     int64_t *oi = pl_tensor_data(a->out[1]);
 #pragma omp parallel for if (R * V > 32768) schedule(static)
-    for (int64_t r = 0; r < R; r++) {
-        const float *s = xs + r * V;
-        float *v = ov + r * k;
-        int64_t *id = oi + r * k;
-        for (int64_t j = 0; j < k; j++) {
-            v[j] = s[j];
-            id[j] = j;
-        }
-        for (int64_t i = k / 2 - 1; i >= 0; i--) topk_sift(v, id, k, i);
-        for (int64_t j = k; j < V; j++)
-            if (pl_topk_before(s[j], j, v[0], id[0])) {
-                v[0] = s[j];
-                id[0] = j;
-                topk_sift(v, id, k, 0);
-            }
-        for (int64_t m = k - 1; m > 0; m--) { /* the last-ranked to the end */
-            float tv = v[0];
-            v[0] = v[m];
-            v[m] = tv;
-            int64_t ti = id[0];
-            id[0] = id[m];
-            id[m] = ti;
-            topk_sift(v, id, m, 0);
-        }
-    }
+    for (int64_t r = 0; r < R; r++) topk_select(xs + r * V, V, k, ov + r * k, oi + r * k);
     return PL_OK;
 }
 

@@ -21,56 +21,13 @@ double ilora_ndcg_at(int64_t rank, int64_t k) {
     return rank < k ? 1.0 / log2((double)rank + 2.0) : 0.0;
 }
 
-/* "a ranks before b": higher score, or equal score and lower id; NaN above
- * every number (pl_topk's order, kernel_math.h: the export's top-K on a
- * device and this one agree; before it, a NaN's rank hung on its position) */
-static inline int before(float va, int32_t ia, float vb, int32_t ib) {
-    return pl_topk_before(va, ia, vb, ib);
-}
-
-/* Min-heap on `before` order: the root is the worst of the kept k. */
-static void sift_down(float *v, int32_t *id, int64_t k, int64_t i) {
-    for (;;) {
-        int64_t l = 2 * i + 1, r = l + 1, w = i;
-        if (l < k && before(v[w], id[w], v[l], id[l])) w = l;
-        if (r < k && before(v[w], id[w], v[r], id[r])) w = r;
-        if (w == i) return;
-        float tv = v[i];
-        v[i] = v[w];
-        v[w] = tv;
-        int32_t ti = id[i];
-        id[i] = id[w];
-        id[w] = ti;
-        i = w;
-    }
-}
+/* pl_topk's order (kernel_math.h): the export's top-K on a device and this
+ * one agree; before it, a NaN's rank hung on its position */
+PL_TOPK_SELECT_DEFINE(topk_select, int32_t)
 
 void ilora_topk(const float *scores, int64_t n, int64_t k, int32_t *ids, float *vals) {
     if (k <= 0) return;
-    if (k > n) k = n;
-    for (int64_t j = 0; j < k; j++) {
-        vals[j] = scores[j];
-        ids[j] = (int32_t)j;
-    }
-    for (int64_t i = k / 2 - 1; i >= 0; i--)
-        sift_down(vals, ids, k, i);
-    for (int64_t j = k; j < n; j++) {
-        if (before(scores[j], (int32_t)j, vals[0], ids[0])) {
-            vals[0] = scores[j];
-            ids[0] = (int32_t)j;
-            sift_down(vals, ids, k, 0);
-        }
-    }
-    /* heap sort: repeatedly move the worst to the end -> best-first order */
-    for (int64_t m = k - 1; m > 0; m--) {
-        float tv = vals[0];
-        vals[0] = vals[m];
-        vals[m] = tv;
-        int32_t ti = ids[0];
-        ids[0] = ids[m];
-        ids[m] = ti;
-        sift_down(vals, ids, m, 0);
-    }
+    topk_select(scores, n, k > n ? n : k, vals, ids);
 }
 
 /* ---- the ranks on the device (ranking.h) ---- */
