@@ -69,6 +69,10 @@ void pl_autograd_forget_out(pl_tensor *t);
 /* The backend registered for `type`, or NULL; unlike pl_backend_get it leaves
  * the error state alone (for callers that only ask). */
 const pl_backend *pl_backend_peek(pl_device_type type);
+/* Whether device d's backend promises a capability, by accepting the
+ * setting (key, "true") (backend.h, set_option: "optimizer_step_count",
+ * "lora_add_dropout"); the CPU's always does. Leaves no error set. */
+bool pl_backend_promises(pl_device d, const char *key);
 /* backend_loader.c hands backend_registry.c, when the library is loaded,
  * the function that finds and registers the cpu plugin: called once, by the
  * first CPU lookup (pl_backend_get). */

@@ -123,6 +123,15 @@ const pl_backend *pl_backend_peek(pl_device_type type) {
     return (unsigned)type > PL_DEVICE_CUDA ? NULL : slot_get(type);
 }
 
+bool pl_backend_promises(pl_device d, const char *key) {
+    if (d.type == PL_DEVICE_CPU) return true;
+    const pl_backend *be = pl_backend_peek(d.type);
+    bool ok = be && PL_BACKEND_HAS(be, set_option) && be->set_option &&
+              be->set_option(key, "true") == PL_OK;
+    pl_error_clear();
+    return ok;
+}
+
 const char *pl_backend_info(pl_device_type type, const char *key, char *buf, size_t n) {
     if (!buf || !n) return buf;
     snprintf(buf, n, "unknown");

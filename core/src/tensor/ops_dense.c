@@ -456,16 +456,6 @@ pl_tensor *pl_lora_add(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b, p
     return lora_add_impl(y, x, a, b, gexp, scale, NULL);
 }
 
-/* Whether x's backend honours lora_add's dropout bit (setting
- * "lora_add_dropout", ABI 2.12); one built earlier would ignore it. */
-static bool drops_in_lora_add(pl_device d) {
-    const pl_backend *be = d.type == PL_DEVICE_CPU ? NULL : pl_backend_get(d.type);
-    bool ok = !be || (PL_BACKEND_HAS(be, set_option) && be->set_option &&
-                      be->set_option("lora_add_dropout", "true") == PL_OK);
-    pl_error_clear();
-    return ok;
-}
-
 pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tensor *b,
                                pl_tensor *gexp, double scale, double p, uint64_t seed,
                                uint64_t counter, bool training) {
@@ -473,7 +463,8 @@ pl_tensor *pl_lora_add_dropout(pl_tensor *y, pl_tensor *x, pl_tensor *a, pl_tens
         pl_error_set(PL_ERR_INVALID, "lora_add: dropout probability %g outside [0, 1]", p);
         return NULL;
     }
-    if (x && training && p > 0.0 && !drops_in_lora_add(x->device)) /* the chain, same bits */
+    /* a backend built before ABI 2.12 would ignore the dropout bit: the chain, same bits */
+    if (x && training && p > 0.0 && !pl_backend_promises(x->device, "lora_add_dropout"))
         return pl_lora_add(y, pl_dropout(x, p, seed, counter, true), a, b, gexp, scale);
     lora_drop d = {.p = p, .seed = seed, .counter = counter};
     return lora_add_impl(y, x, a, b, gexp, scale, training && p > 0.0 ? &d : NULL);

@@ -50,12 +50,7 @@ static pl_status check_found_inf(pl_op op, const pl_tensor *param) {
 }
 
 bool pl_optim_counts_on_device(pl_device d) {
-    if (d.type == PL_DEVICE_CPU) return true;
-    const pl_backend *be = pl_backend_get(d.type);
-    bool ok = be && PL_BACKEND_HAS(be, set_option) && be->set_option &&
-              be->set_option("optimizer_step_count", "true") == PL_OK;
-    pl_error_clear();
-    return ok;
+    return pl_backend_promises(d, "optimizer_step_count");
 }
 
 /* t is a 1-element contiguous tensor of dtype dt (on dev when dev is given). */
