@@ -59,6 +59,18 @@
 #   GPU_CHECK_SCALE_SIZE=1b, GPU_CHECK_SCALE_STEPS=6, GPU_CHECK_SCALE_PRECISIONS="fp32
 #                  bf16-true qlora4", GPU_CHECK_SCALE_RUN_TIMEOUT (180 s per run)
 #
+#   GPU_CHECK_DEADLINE=S            start no step that would run past S seconds from
+#                  the start (each step's usual seconds on an H200 are in step_secs
+#                  below); a step left out so is reported "skip" with why
+# The report is rewritten after every step and copied into $OUT when that is set
+# (the lent machine's runner), so a call its time limit cuts still returns the
+# steps that finished.
+#
+# A lent machine's 15 minutes (start included) in two calls, correctness first:
+#   1. timeout_s 420: GPU_CHECK_DEADLINE=380 GPU_CHECK_ONLY="conformance test_cuda
+#      memcheck curves bench mainjob" bash .device/run.sh
+#   2. what is left: bash .device/run.sh bash bench/teacher/scale.sh --device cuda 1b 7b
+#      (issue 31's table), or bench/gpu_compare.sh --budget N (issue 35's ratios)
 # One call of under 8 minutes on an H100 with ../shared/gpu/pack.sh's build (issue 32):
 #   GPU_CHECK_ONLY="racecheck mainjob chains scale" bash .device/run.sh
 # (racecheck <= 180 s, the main job's GPU chain ~1-2 min, the student ~20 s, the 1.1 B
@@ -77,6 +89,14 @@ out=$(cd "$out" && pwd)
 build=${GPU_CHECK_BUILD:-$repo/build-gpu}
 case "$build" in /*) ;; *) build=$repo/$build ;; esac
 only=${GPU_CHECK_ONLY:-}
+# GPU_CHECK_DEADLINE=S: start no step that would end S seconds after this script
+# began, by the step's usual time on an H100/H200 below (the 2026-11-26 H200 run,
+# with margin); a lent machine's command limit is then never what ends the run
+deadline=${GPU_CHECK_DEADLINE:-}
+declare -A step_secs=([build]=60 [conformance]=15 [test_cuda]=20 [curves]=90 [memcheck]=60
+    [racecheck]=180 [bench]=120 [ctest]=300 [mainjob]=240 [chains]=120 [scale]=240 [profile]=120)
+declare -A step_id=([build]=10 [conformance]=20 [test_cuda]=25 [curves]=30 [memcheck]=40
+    [racecheck]=45 [bench]=50 [ctest]=60 [mainjob]=70 [chains]=75 [scale]=80 [profile]=85)
 device=${GPU_CHECK_DEVICE:-cuda}
 py=${PYTHON:-python3}
 cd "$repo" || exit 2
@@ -110,9 +130,73 @@ else
     jobs=$((ncpu < 2 ? ncpu : 2)) # a shared machine: nproc may say more than is free
 fi
 
+# ---- the report ------------------------------------------------------------------------
+
+# write_report: OUTDIR/gpu_report.md from the steps recorded so far; publish:
+# that, and a copy into $OUT when the lent machine's runner set it, after every
+# step, so a run its command limit cuts short still returns what it finished
+report=$out/gpu_report.md
+torch_line=""
+write_report() {
+    [ -n "$torch_line" ] || torch_line=$(timeout 120 "$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null || echo 'not importable')
+    {
+        echo "# GPU check report"
+        echo
+        echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+        echo "- host: $(hostname), $ncpu cpus"
+        echo "- git: $(git -C "$repo" rev-parse HEAD 2>/dev/null) ($(git -C "$repo" rev-parse --abbrev-ref HEAD 2>/dev/null); $(git -C "$repo" status --porcelain 2>/dev/null | grep -c '^ M\|^M') modified tracked files)"
+        echo "- build: $build"
+        echo "- nvcc: $([ -n "$nvcc" ] && "$nvcc" --version | tail -2 | tr '\n' ' ' || echo 'not found')"
+        echo "- compute-sanitizer: ${sanitizer:-not found}"
+        echo "- python: $("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null); torch: $torch_line"
+        echo "- GPU: ${gpu_reason:-$(head -1 <<<"$smi_list")}"
+        if [ "$have_gpu" = 1 ]; then
+            echo
+            echo '```'
+            timeout 60 nvidia-smi 2>&1
+            echo '```'
+        fi
+        echo
+        echo "## Steps"
+        echo
+        echo "| step | status | seconds | details |"
+        echo "|---|---|---|---|"
+        for f in "$out"/steps/*.status; do
+            [ -e "$f" ] || continue
+            b=${f%.status}
+            n=$(basename "$b")
+            echo "| ${n#*-} | $(cat "$f") | $(cat "$b.secs") | $(tr '|' '/' <"$b.reason") |"
+        done
+        for f in "$out"/steps/*.md; do
+            [ -e "$f" ] || continue
+            n=$(basename "$f" .md)
+            echo
+            echo "## ${n#*-}"
+            echo
+            cat "$f"
+        done
+    } >"$report"
+}
+publish() {
+    write_report
+    if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
+        cp "$report" "$OUT/gpu_report.md" 2>/dev/null
+    fi
+    return 0
+}
+
 # ---- step results: OUTDIR/steps/NN-name.{status,reason,secs,md} ---------------------
 
-want() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
+want() {
+    [ -z "$only" ] || [[ " $only " == *" $1 "* ]] || return 1
+    [ -n "$deadline" ] || return 0
+    # a step that would not finish before GPU_CHECK_DEADLINE is not started: it
+    # is recorded as skipped, so the steps after it (cheaper ones) still run
+    local need=${step_secs[$1]:-60} left=$((deadline - SECONDS))
+    [ "$need" -le "$left" ] && return 0
+    result "${step_id[$1]:-99}" "$1" skip "GPU_CHECK_DEADLINE: needs about $need s, $left s left" 0
+    return 1
+}
 
 # result ID NAME STATUS REASON SECONDS: record one step's outcome
 result() {
@@ -120,6 +204,7 @@ result() {
     printf '%s\n' "$4" >"$out/steps/$1-$2.reason"
     printf '%s\n' "$5" >"$out/steps/$1-$2.secs"
     say "$(printf '%-12s %-4s (%ss) %s' "$2" "$3" "$5" "$4")"
+    publish
 }
 # section ID NAME: stdin becomes the step's part of the report
 section() { cat >"$out/steps/$1-$2.md"; }
@@ -907,47 +992,7 @@ fi
 
 finish_mainjob
 
-# ---- the report ------------------------------------------------------------------------
-
-report=$out/gpu_report.md
-{
-    echo "# GPU check report"
-    echo
-    echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "- host: $(hostname), $ncpu cpus"
-    echo "- git: $(git -C "$repo" rev-parse HEAD 2>/dev/null) ($(git -C "$repo" rev-parse --abbrev-ref HEAD 2>/dev/null); $(git -C "$repo" status --porcelain 2>/dev/null | grep -c '^ M\|^M') modified tracked files)"
-    echo "- build: $build"
-    echo "- nvcc: $([ -n "$nvcc" ] && "$nvcc" --version | tail -2 | tr '\n' ' ' || echo 'not found')"
-    echo "- compute-sanitizer: ${sanitizer:-not found}"
-    echo "- python: $("$py" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null); torch: $(timeout 120 "$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null || echo 'not importable')"
-    echo "- GPU: ${gpu_reason:-$(head -1 <<<"$smi_list")}"
-    if [ "$have_gpu" = 1 ]; then
-        echo
-        echo '```'
-        timeout 60 nvidia-smi 2>&1
-        echo '```'
-    fi
-    echo
-    echo "## Steps"
-    echo
-    echo "| step | status | seconds | details |"
-    echo "|---|---|---|---|"
-    for f in "$out"/steps/*.status; do
-        [ -e "$f" ] || continue
-        b=${f%.status}
-        n=$(basename "$b")
-        echo "| ${n#*-} | $(cat "$f") | $(cat "$b.secs") | $(tr '|' '/' <"$b.reason") |"
-    done
-    for f in "$out"/steps/*.md; do
-        [ -e "$f" ] || continue
-        n=$(basename "$f" .md)
-        echo
-        echo "## ${n#*-}"
-        echo
-        cat "$f"
-    done
-} >"$report"
-
+write_report
 fails=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^fail$')
 passes=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^pass$')
 skips=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^skip$')
