@@ -220,6 +220,31 @@ static bool insert(uintptr_t base, size_t len) {
     return true;
 }
 
+/* PL_STRICT_MEMORY_CAPACITY: the device's memory, as a GPU's (bytes, or a number
+ * with a KiB / MiB / GiB suffix; unset or 0: no limit). A raw allocation that
+ * would map more fails as cudaMalloc does, and the core's allocator then gives
+ * its cached blocks back and retries before it reports an out-of-memory error
+ * (alloc.c), so whether a run fits a card of that size is checked without one.
+ * Read at each raw allocation (a test sets it in its own process). 0 with
+ * *bad set: a value that does not parse. */
+static size_t capacity_bytes(const char **bad) {
+    const char *e = getenv("PL_STRICT_MEMORY_CAPACITY");
+    *bad = NULL;
+    if (!e || !*e) return 0;
+    char *end = NULL;
+    double v = strtod(e, &end);
+    double unit = !strcmp(end, "") || !strcmp(end, "B")  ? 1.0
+                  : !strcmp(end, "KiB")                   ? 1024.0
+                  : !strcmp(end, "MiB")                   ? 1048576.0
+                  : !strcmp(end, "GiB")                   ? 1073741824.0
+                                                          : -1.0;
+    if (end == e || unit < 0 || !(v >= 0) || v * unit > 0x1p62) {
+        *bad = e;
+        return 0;
+    }
+    return (size_t)(v * unit);
+}
+
 static void *st_raw_alloc(int device, size_t n) {
     (void)device;
     /* while capturing, only the core's allocator may map memory (it serves the
@@ -231,6 +256,20 @@ static void *st_raw_alloc(int device, size_t n) {
     }
     if (!g_page) g_page = (size_t)sysconf(_SC_PAGESIZE);
     size_t len = ((n ? n : 1) + g_page - 1) / g_page * g_page;
+    const char *bad;
+    size_t cap = capacity_bytes(&bad);
+    if (bad) {
+        pl_error_set(PL_ERR_CONFIG, "strict device: PL_STRICT_MEMORY_CAPACITY = '%s': expected "
+                     "bytes, or a number with a KiB, MiB or GiB suffix (e.g. 24GiB)", bad);
+        return NULL;
+    }
+    size_t mapped = atomic_load_explicit(&c_mapped_bytes, memory_order_relaxed);
+    if (cap && (len > cap || mapped > cap - len)) {
+        pl_error_set(PL_ERR_NOMEM, "strict device: a device allocation of %.2f MiB does not fit "
+                     "its PL_STRICT_MEMORY_CAPACITY of %.2f MiB (%.2f MiB mapped)",
+                     (double)len / 1048576.0, (double)cap / 1048576.0, (double)mapped / 1048576.0);
+        return NULL;
+    }
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     pthread_mutex_lock(&g_mu);
@@ -432,6 +471,14 @@ static int st_device_count(void) {
 
 static pl_status st_mem_info(int device, size_t *free_b, size_t *total_b) {
     (void)device;
+    const char *bad;
+    size_t cap = capacity_bytes(&bad);
+    if (cap) { /* a card of that size: what is not mapped is free */
+        size_t mapped = atomic_load_explicit(&c_mapped_bytes, memory_order_relaxed);
+        *total_b = cap;
+        *free_b = mapped < cap ? cap - mapped : 0;
+        return PL_OK;
+    }
     const pl_backend *cpu = pl_backend_cpu(); /* the cpu plugin, through the registry */
     return cpu ? cpu->mem_info(0, free_b, total_b) : pl_error_status();
 }

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pipeline/alloc.h"
 #include "pipeline/graph.h"
 #include "pipeline/testing.h"
 #include "pl_test.h"
@@ -650,6 +651,48 @@ START_TEST(foreach_norm_and_mul_match_the_chain_in_fewer_calls) {
 }
 END_TEST
 
+/* PL_STRICT_MEMORY_CAPACITY makes the device a card of that size: mem_info
+ * says so, a raw allocation past it fails as cudaMalloc would, the core's
+ * allocator gives its cached blocks back and retries (so cached memory never
+ * makes a run fail), and an allocation that does not fit even then fails
+ * with PL_ERR_NOMEM naming the size, the device, what tensors hold and the
+ * backend's reason. A value that does not parse is named. */
+START_TEST(memory_capacity_is_a_cards) {
+    setenv("PL_STRICT_MEMORY_CAPACITY", "8MiB", 1);
+    load();
+    pl_alloc_empty_cache(g_dev);
+    const pl_backend *be = pl_backend_get(PL_DEVICE_CUDA);
+    size_t fr = 0, tot = 0;
+    PL_CK_OK(be->mem_info(0, &fr, &tot));
+    ck_assert_uint_eq(tot, 8u << 20);
+    ck_assert_uint_le(fr, tot);
+    size_t c1 = 0, c2 = 0, c3 = 0;
+    void *p1 = PL_CK_NOTNULL(pl_alloc(g_dev, 3u << 20, &c1));
+    pl_free(g_dev, p1, c1); /* cached: 3 MiB stay mapped */
+    ck_assert_uint_eq(pl_alloc_get_stats(g_dev).bytes_cached, c1);
+    void *p2 = pl_alloc(g_dev, 6u << 20, &c2); /* 3 + 6 > 8: fits once the cache is released */
+    ck_assert_msg(p2 != NULL, "6 MiB after releasing the cache: %s", pl_error_message());
+    ck_assert_uint_eq(pl_alloc_get_stats(g_dev).bytes_cached, 0);
+    void *p3 = pl_alloc(g_dev, 4u << 20, &c3); /* 6 + 4 > 8 with nothing cached */
+    ck_assert_ptr_null(p3);
+    ck_assert_int_eq(pl_error_status(), PL_ERR_NOMEM);
+    const char *m = pl_error_message();
+    ck_assert_msg(strstr(m, "out of memory allocating 4.00 MiB on strict") &&
+                      strstr(m, "6.00 MiB held by tensors") &&
+                      strstr(m, "PL_STRICT_MEMORY_CAPACITY of 8.00 MiB"),
+                  "message: %s", m);
+    pl_free(g_dev, p2, c2);
+    pl_alloc_empty_cache(g_dev);
+    setenv("PL_STRICT_MEMORY_CAPACITY", "8 potatoes", 1);
+    ck_assert_ptr_null(pl_alloc(g_dev, 1024, &c3));
+    ck_assert_msg(strstr(pl_error_message(), "PL_STRICT_MEMORY_CAPACITY = '8 potatoes'"),
+                  "message: %s", pl_error_message());
+    unsetenv("PL_STRICT_MEMORY_CAPACITY");
+    void *p4 = PL_CK_NOTNULL(pl_alloc(g_dev, 64u << 20, &c3)); /* unset: no limit */
+    pl_free(g_dev, p4, c3);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("strict_backend");
     TCase *tc = tcase_create("strict");
@@ -666,6 +709,7 @@ int main(void) {
     tcase_add_test(tc, graph_pool_keeps_its_blocks);
     tcase_add_test(tc, step_fusion_square_sum);
     tcase_add_test(tc, step_fusion_matmul_bias);
+    tcase_add_test(tc, memory_capacity_is_a_cards);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }
