@@ -246,26 +246,21 @@ void *pl_alloc(pl_device dev, size_t nbytes, size_t *capacity) {
     }
     pthread_mutex_unlock(&c->mu);
     if (!p) {
-        char before[200];
+        char before[200], why[200], dn[32];
         snprintf(before, sizeof before, "%s", pl_error_message());
         p = raw_alloc(dev, size);
-        if (!p) {
-            /* give cached blocks back and try once more */
+        if (!p) { /* give cached blocks back and try once more */
             pl_alloc_empty_cache(dev);
             p = raw_alloc(dev, size);
         }
-        if (!p) { /* torch's OutOfMemoryError: what was asked, what tensors hold, and the
-                   * backend's own reason when it gave one (cudaMalloc's) */
-            char dn[32], why[200];
-            snprintf(why, sizeof why, "%s", pl_error_message());
-            if (!strcmp(why, before)) why[0] = 0;
-            pthread_mutex_lock(&c->mu);
-            double in_use = (double)c->st.bytes_in_use, peak = (double)c->st.peak_bytes;
-            pthread_mutex_unlock(&c->mu);
-            pl_error_set(PL_ERR_NOMEM, "out of memory allocating %.2f MiB on %s: %.2f MiB held "
-                         "by tensors (peak %.2f MiB), cached blocks released and the "
-                         "allocation retried%s%s", (double)size / 1048576.0,
-                         pl_device_str(dev, dn, sizeof dn), in_use / 1048576.0, peak / 1048576.0,
+        if (!p) { /* as torch's OutOfMemoryError, with the backend's reason when it gave one */
+            const char *m = pl_error_message();
+            snprintf(why, sizeof why, "%s", strcmp(m, before) ? m : "");
+            pl_alloc_stats as = pl_alloc_get_stats(dev);
+            pl_error_set(PL_ERR_NOMEM, "out of memory allocating %.2f MiB on %s: %.2f MiB held by "
+                         "tensors (peak %.2f MiB), cached blocks released and the allocation "
+                         "retried%s%s", size / 1048576.0, pl_device_str(dev, dn, sizeof dn),
+                         as.bytes_in_use / 1048576.0, as.peak_bytes / 1048576.0,
                          why[0] ? "; " : "", why);
             return NULL;
         }
