@@ -18,6 +18,7 @@ gat and mlp: tests/cli/test_predict_gat_mlp.py (also a model without predict).
 usage: test_predict.py BUILD_DIR   (ctest runs it; needs numpy and h5py)
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -121,6 +122,28 @@ mode = max
         if not np.array_equal(f["top_items"][:], top[:, :5]):
             fail("ilora: predictions without targets differ from those with targets")
     print("ilora: a file without targets predicts the same top items")
+
+    # on a device (strict, the GPU stand-in) the top-k is taken there (ilora's
+    # ranking.c, ilora_topk_device) and only [B, k] comes back: the same bytes as
+    # the CPU's, with the history field as the exclusions and with none; k = all
+    # 40 items, so excluded items (-inf, lower id first) are among the picks
+    h5h = os.path.join(tmp, "ml_hist.h5")
+    shutil.copy(h5, h5h)
+    with h5py.File(h5h, "a") as f:
+        f["test/history"] = f["test/input_ids"][:]
+    names = ("top_items", "top_scores", "row", "user_index", "target")
+    for extra in ([], ["model.exclude_history=false"]):
+        got = {}
+        for dev in ("cpu", "strict"):
+            o = os.path.join(tmp, "il_%s.h5" % dev)
+            run([exe, "predict", rd, h5h, o, "pipeline.device=" + dev, "model.predict_top_k=40",
+                 "data.test_datasets=input_ids,target,user_index,history"] + extra)
+            with h5py.File(o) as f:
+                got[dev] = [f[n][:] for n in names]
+        for n, a, b in zip(names, got["cpu"], got["strict"]):
+            if a.dtype != b.dtype or a.tobytes() != b.tobytes():
+                fail("ilora %s: predict's %s on strict differs from the CPU's" % (extra, n))
+    print("ilora: predict on a device (strict) writes the CPU's bytes (history field; no exclusions)")
 
     # errors: no such run; an input without the ids the model reads; a model without predict
     p = run([exe, "predict", os.path.join(tmp, "no_such_run"), h5, out], expect=2)

@@ -61,6 +61,50 @@ static pl_tensor *host_rows_i64(const int64_t *v, int64_t n) {
     return pl_tensor_from_data(PL_I64, 1, (int64_t[]){n}, v, PL_CPU);
 }
 
+/* An index field as i64 [B] on its device for the writer (one read there),
+ * or NULL with the error set when it does not hold B values. */
+static pl_tensor *field_rows(pl_tensor *f, const char *name, int64_t B) {
+    if (pl_tensor_numel(f) != B) {
+        pl_error_set(PL_ERR_SHAPE, "ilora: field '%s' must hold one value per row (%lld)", name,
+                     (long long)B);
+        return NULL;
+    }
+    pl_tensor *c = pl_tensor_is_contiguous(f) ? f : pl_contiguous(f);
+    return c ? pl_tensor_to(pl_reshape(c, 1, (int64_t[]){B}), PL_I64, f->device) : NULL;
+}
+
+/* predict_batch on a device (issue 35): the top-k after the exclusions is
+ * taken there (ilora_topk_device), so [B, k] items and scores come back, not
+ * the [B, V] logits; the same outputs as the host path. Taken when the
+ * exclusions are the history field [B, H] or none; the history CSR and the
+ * input window stay on the host. */
+static pl_status predict_batch_device(ilora_model *m, const pl_batch *b, pl_tensor *ids,
+                                      pl_tensor *seen, pl_outputs *o) {
+    int64_t B = ids->shape[0], K = m->o.predict_top_k;
+    pl_tensor *lg = ilora_last_logits(m, ids, NULL, NULL), *v = NULL, *ix = NULL;
+    if (!lg) return pl_error_status();
+    pl_tensor *lf = lg->dtype == PL_F32 ? lg : pl_tensor_to(lg, PL_F32, lg->device);
+    if (seen && !pl_tensor_is_contiguous(seen)) seen = pl_contiguous(seen);
+    pl_status st = ilora_topk_device(lf, seen, K, &m->rank_off, &v, &ix);
+    if (st) return st;
+    pl_tensor *uf = pl_batch_find(b, m->o.user_field), *tf = pl_batch_find(b, m->o.target_field);
+    pl_tensor *users = uf ? field_rows(uf, m->o.user_field, B) : NULL;
+    pl_tensor *tg = tf ? field_rows(tf, m->o.target_field, B) : NULL;
+    if ((uf && !users) || (tf && !tg)) return pl_error_status();
+    int64_t *rows = malloc((size_t)(B ? B : 1) * sizeof *rows);
+    if (!rows) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    for (int64_t i = 0; i < B; i++)
+        rows[i] = m->pred_rows + i;
+    st = pl_outputs_add(o, "top_items", pl_tensor_to(ix, PL_I32, ix->device));
+    if (!st) st = pl_outputs_add(o, "top_scores", v);
+    if (!st) st = pl_outputs_add(o, "row", host_rows_i64(rows, B));
+    if (!st && users) st = pl_outputs_add(o, "user_index", users);
+    if (!st && tg) st = pl_outputs_add(o, "target", tg);
+    if (!st) m->pred_rows += B;
+    free(rows);
+    return st;
+}
+
 static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split split,
                                pl_outputs *o) {
     pl_tensor *ids = ilora_need_field(b, m->o.input_field, "input_field");
@@ -71,6 +115,11 @@ static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split 
                             pl_tensor_describe(ids, d, sizeof d));
     }
     int64_t B = ids->shape[0], V = m->vocab, K = m->o.predict_top_k;
+    pl_tensor *hf = m->o.exclude_history ? pl_batch_find(b, m->o.history_field) : NULL;
+    if (m->ctx->device.type != PL_DEVICE_CPU && V <= (1 << 24) &&
+        !getenv("PL_ILORA_PREDICT_HOST_TOPK") && (!m->o.exclude_history ||
+        (hf && hf->ndim == 2 && hf->shape[0] == B)))
+        return predict_batch_device(m, b, ids, hf, o);
     pl_tensor *host = NULL;
     if (!ilora_last_logits(m, ids, &host, NULL)) return pl_error_status();
     pl_tensor *uf = pl_batch_find(b, m->o.user_field), *tf = pl_batch_find(b, m->o.target_field);

@@ -58,14 +58,11 @@ static pl_tensor *row_offsets(pl_tensor **offsets, int64_t n, int64_t V, pl_devi
     return pl_tensor_view_rows(o, 0, n);
 }
 
-/* ranks of rows [n, V] (one chunk: n * V <= 2^24), its temporaries freed
- * before it returns */
-static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off) {
-    int64_t n = lg->shape[0], V = lg->shape[1];
-    pl_device dev = lg->device;
-    pl_frame_begin();
-    pl_tensor *ts = pl_gather(lg, 1, tc); /* [n, 1]: the target's score */
-    pl_tensor *gt = pl_clamp(pl_scale(pl_scale(pl_sub(lg, ts), 1e30), 1e30), 0.0, 1.0);
+/* [n * V] f32 of rows [n, V]: per element the count of the row's seen items
+ * (ids outside [1, V) count as item 0) and item 0 at it (one chunk: n * V <=
+ * 2^24, positions exact in f32) */
+static pl_tensor *seen_counts(pl_tensor *seen, pl_tensor *off, int64_t n, int64_t V,
+                              pl_device dev) {
     pl_tensor *pos = pl_reshape(off, 1, (int64_t[]){n}); /* item 0 of every row */
     if (seen) {
         int64_t H = seen->shape[1];
@@ -78,7 +75,17 @@ static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_t
     }
     pl_tensor *pi = pos ? pl_tensor_to(pos, PL_I64, dev) : NULL;
     pl_tensor *one = pi ? pl_tensor_full(PL_F32, 1, pi->shape, 1.0, dev) : NULL;
-    pl_tensor *cnt = one ? pl_scatter_add(one, 0, pi, n * V) : NULL;
+    return one ? pl_scatter_add(one, 0, pi, n * V) : NULL;
+}
+
+/* ranks of rows [n, V] (one chunk: n * V <= 2^24), its temporaries freed
+ * before it returns */
+static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off) {
+    int64_t n = lg->shape[0], V = lg->shape[1];
+    pl_frame_begin();
+    pl_tensor *ts = pl_gather(lg, 1, tc); /* [n, 1]: the target's score */
+    pl_tensor *gt = pl_clamp(pl_scale(pl_scale(pl_sub(lg, ts), 1e30), 1e30), 0.0, 1.0);
+    pl_tensor *cnt = seen_counts(seen, off, n, V, lg->device);
     pl_tensor *out = NULL;
     if (gt && cnt) { /* the items above the target, less the seen ones among them */
         pl_tensor *left = pl_mul(gt, pl_reshape(pl_clamp(cnt, 0.0, 1.0), 2, (int64_t[]){n, V}));
@@ -121,4 +128,58 @@ pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *se
     if (c == nc) r = pl_concat(part, (int)nc, 0);
     free(part);
     return r;
+}
+
+/* top-k of one chunk: item 0 and the seen items -inf, then pl_topk; *v, *ix
+ * tensors of the caller's frame */
+static pl_status topk_chunk(pl_tensor *lg, pl_tensor *seen, pl_tensor *off, int64_t k,
+                            pl_tensor **v, pl_tensor **ix) {
+    int64_t n = lg->shape[0], V = lg->shape[1];
+    pl_frame_begin();
+    pl_tensor *cnt = seen_counts(seen, off, n, V, lg->device);
+    /* s: -3e38 at a masked item, -0 elsewhere; (lg + s) + s is lg exactly where
+     * s = -0, and overflows to -inf where s = -3e38 (for any logit below 3e38) */
+    pl_tensor *sm = cnt ? pl_reshape(pl_scale(pl_clamp(cnt, 0.0, 1.0), -3e38), 2,
+                                     (int64_t[]){n, V})
+                        : NULL;
+    pl_tensor *x = sm ? pl_add(pl_add(lg, sm), sm) : NULL;
+    pl_status st = x ? pl_topk(x, k, v, ix) : pl_error_status();
+    if (!st) {
+        pl_frame_keep(*v);
+        pl_frame_keep(*ix);
+    }
+    pl_frame_end();
+    return st;
+}
+
+pl_status ilora_topk_device(pl_tensor *scores, pl_tensor *seen, int64_t k, pl_tensor **offsets,
+                            pl_tensor **values, pl_tensor **ids) {
+    *values = *ids = NULL;
+    if (!scores) return pl_error_status();
+    int64_t B = scores->shape[0], V = scores->shape[1];
+    if (V > (1 << 24))
+        return pl_error_set(PL_ERR_UNSUPPORTED, "ilora: device top-k over %lld items (at most "
+                            "2^24)", (long long)V);
+    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
+    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
+    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
+    if (!off) return pl_error_status();
+    if (B <= rows) return topk_chunk(scores, seen, off, k, values, ids);
+    int64_t nc = (B + rows - 1) / rows, c = 0;
+    pl_tensor **part = calloc((size_t)(2 * nc), sizeof *part);
+    if (!part) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    pl_status st = PL_OK;
+    for (int64_t r0 = 0; r0 < B && !st; r0 += rows, c++) { /* row views: no copies */
+        int64_t len = r0 + rows < B ? rows : B - r0;
+        st = topk_chunk(pl_tensor_view_rows(scores, r0, len),
+                        seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
+                        pl_tensor_view_rows(off, 0, len), k, &part[c], &part[nc + c]);
+    }
+    if (!st) {
+        *values = pl_concat(part, (int)nc, 0);
+        *ids = pl_concat(part + nc, (int)nc, 0);
+        if (!*values || !*ids) st = pl_error_status();
+    }
+    free(part);
+    return st;
 }

@@ -17,6 +17,8 @@
 
 #include <stdint.h>
 
+#include "pipeline/status.h"
+
 /* scores [n]; target in [0, n). Returns the strict-greater count. */
 int64_t ilora_rank_of(const float *scores, int64_t n, int64_t target);
 double ilora_hit_at(int64_t rank, int64_t k);
@@ -58,5 +60,20 @@ struct pl_tensor;
 extern int64_t ilora_rank_chunk_elems;
 struct pl_tensor *ilora_rank_device(struct pl_tensor *scores, struct pl_tensor *target,
                                     struct pl_tensor *seen, struct pl_tensor **offsets);
+
+/* The k best items of each row of scores [B, V] on its device, with item 0
+ * and each row's seen items left out (set to -inf, as ilora_seen_mask does on
+ * the host), in ilora_topk's order (pl_topk's: equal scores, lower id first;
+ * NaN above every number): `pipeline predict` on a device reads [B, k] back,
+ * not [B, V]. The same chunks, seen ids and offsets as ilora_rank_device. A
+ * seen item whose logit is +inf or NaN keeps it here (the host sets -inf):
+ * only a broken model has one.
+ *   k       1 <= k <= V
+ *   values  out: f32 [B, k]; ids: out, i64 [B, k]; tensors of the current
+ *           frame, NULL on error
+ * Errors: PL_ERR_UNSUPPORTED for V > 2^24, pl_topk's and the ops' errors. */
+pl_status ilora_topk_device(struct pl_tensor *scores, struct pl_tensor *seen, int64_t k,
+                            struct pl_tensor **offsets, struct pl_tensor **values,
+                            struct pl_tensor **ids);
 
 #endif

@@ -957,6 +957,64 @@ START_TEST(device_ranking_equals_host_ranking) {
 }
 END_TEST
 
+/* The device top-k of `pipeline predict` (ranking.h, ilora_topk_device)
+ * against the host's (item 0 and the seen items to -inf, then ilora_topk):
+ * ties, a NaN and a +inf score in a row without seen items, seen lists with
+ * duplicates, padding and ids outside [1, V); k from 1 to V, so -inf items
+ * are picked too (lower id first); one chunk, chunks of 2 rows, no seen
+ * list. Ids and values bit for bit. */
+START_TEST(device_topk_equals_host_topk) {
+    env e;
+    env_init(&e, 5, 0);
+    enum { B = 5, V = 11, H = 6 };
+    float sc[B * V];
+    uint32_t x = 777;
+    for (int i = 0; i < B * V; i++) {
+        x = x * 1103515245u + 12345u;
+        sc[i] = (float)((x >> 16) % 5) * 0.5f - 1.0f;
+    }
+    sc[2 * V + 4] = NAN;
+    sc[2 * V + 6] = INFINITY;
+    const int64_t hist[B * H] = {3,  4,  4, 0, 9, 2, 11, -1, 2, 2, 5, 6, 0, 0, 0,
+                                 0,  0,  0, 1, 2, 3, 4,  6,  7, 7, 7, 7, 8, 8, 10};
+    for (int pass = 0; pass < 3; pass++) {
+        ilora_rank_chunk_elems = pass == 1 ? 2 * V : 1 << 20; /* pass 1: chunks of 2 rows */
+        for (int64_t k = 1; k <= V; k += k < 4 ? 3 : V - 4) {
+            pl_frame_begin();
+            pl_tensor *s = pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, V}, sc, PL_CPU);
+            pl_tensor *h = pl_tensor_from_data(PL_I64, 2, (int64_t[]){B, H}, hist, PL_CPU);
+            pl_tensor *off = NULL, *v = NULL, *ix = NULL;
+            PL_CK_OK(ilora_topk_device(s, pass < 2 ? h : NULL, k, &off, &v, &ix));
+            ck_assert_int_eq(v->shape[0], B);
+            ck_assert_int_eq(v->shape[1], k);
+            for (int b = 0; b < B; b++) {
+                float row[V], wv[V];
+                int32_t wi[V];
+                memcpy(row, sc + b * V, sizeof row);
+                row[0] = -INFINITY;
+                for (int j = 0; pass < 2 && j < H; j++) {
+                    int64_t it = hist[b * H + j];
+                    if (it > 0 && it < V) row[it] = -INFINITY;
+                }
+                ilora_topk(row, V, k, wi, wv);
+                for (int64_t j = 0; j < k; j++) {
+                    float gv = (float)pl_tensor_get(v, b * k + j);
+                    int64_t gi = (int64_t)pl_tensor_get(ix, b * k + j);
+                    ck_assert_msg(gi == wi[j] && memcmp(&gv, &wv[j], sizeof gv) == 0,
+                                  "pass %d k %lld row %d pick %lld: item %lld (%g), host %d (%g)",
+                                  pass, (long long)k, b, (long long)j, (long long)gi, gv, wi[j],
+                                  wv[j]);
+                }
+            }
+            pl_frame_end();
+            pl_tensor_release(off);
+        }
+    }
+    ilora_rank_chunk_elems = 1 << 20;
+    env_free(&e);
+}
+END_TEST
+
 /* ---- export ---------------------------------------------------------------------------------- */
 
 /* A model destroyed in the middle of an export (a failed run) leaves no
@@ -1418,6 +1476,7 @@ int main(void) {
     tcase_add_test(t, llama_named_safetensors_loads_through_the_vtable);
     tcase_add_test(t, eval_metrics_exclude_history_and_padding);
     tcase_add_test(t, device_ranking_equals_host_ranking);
+    tcase_add_test(t, device_topk_equals_host_topk);
     tcase_add_test(t, export_writes_sorted_topk_per_position_and_user);
     tcase_add_test(t, aborted_export_leaves_no_file);
     tcase_add_test(t, dropout_masks_follow_the_micro_step);
