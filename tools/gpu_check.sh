@@ -992,7 +992,7 @@ fi
 
 finish_mainjob
 
-write_report
+publish
 fails=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^fail$')
 passes=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^pass$')
 skips=$(cat "$out"/steps/*.status 2>/dev/null | grep -c '^skip$')
