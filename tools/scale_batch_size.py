@@ -15,7 +15,9 @@ with exit 0, and does not when it fails with the core's out-of-memory error.
 The batch size doubles from --init (default: the config's own) until a trial
 does not fit or --max is reached, then a binary search between the last size
 that fit and the first that did not. Any other failure stops the search with
-the run's error.
+the run's error. Sizes above the training split's rows (summary.json's
+data.num_train, where the loader reports it) are not tried: a batch that
+large is the whole split.
 
 What it measures is what the strict device counts: tensors, the caching
 allocator's blocks, the graph pool. Not counted: the CUDA context, cuBLAS /
@@ -81,6 +83,7 @@ def config_value(path, key):
 class Trials:
     def __init__(self, a, run_root):
         self.a, self.run_root, self.n = a, run_root, 0
+        self.rows = None  # the training split's rows, when the loader reports them
         self.extra = []
         if config_value(a.config, "pipeline.requires"):
             self.extra.append("~pipeline.requires")
@@ -104,6 +107,9 @@ class Trials:
             d = os.path.join(self.run_root, "trial%d" % self.n, "latest", "summary.json")
             with open(d) as f:
                 s = json.load(f)
+            n = (s.get("data") or {}).get("num_train")
+            if isinstance(n, int) and n > 0:
+                self.rows = n
             return True, s.get("peak_memory_allocated_bytes", 0), s.get(
                 "peak_memory_reserved_bytes", 0)
         if OOM in out:
@@ -157,6 +163,10 @@ def main():
         while True:  # power: double until a trial does not fit
             if trial(bs):
                 ok = bs
+                if trials.rows and a.max > trials.rows:  # a larger batch is the whole split
+                    print("the training split has %d rows: sizes above are not tried" %
+                          trials.rows)
+                    a.max = trials.rows
                 if bs >= a.max:
                     break
                 bs = min(2 * bs, a.max)
@@ -178,7 +188,7 @@ def main():
     finally:
         shutil.rmtree(run_root, ignore_errors=True)
     if not bad:
-        print("every size tried fits, up to --max %d" % a.max)
+        print("every size tried fits, up to %d" % a.max)
     print("%s=%d" % (a.key, ok))
     return 0
 
