@@ -145,6 +145,10 @@ int tr_fail(trainer *t, int code) {
     if (!(hint && hint[0]))
         hint = pl_error_status() == PL_ERR_DEVICE ? "use pipeline.device=cpu, or a machine whose GPU "
                                                     "driver matches the CUDA runtime"
+               : pl_error_status() == PL_ERR_NOMEM && strstr(msg, "out of memory allocating")
+                   ? "a smaller batch size (tools/scale_batch_size.py CONFIG --capacity SIZE "
+                     "finds the largest that fits), activation checkpointing, or a half or "
+                     "4-bit precision stage"
                : t->log ? "see log.txt in the run directory"
                         : "`pipeline check FILE.ini` validates the config";
     fprintf(stderr, "hint: %s\n", hint);

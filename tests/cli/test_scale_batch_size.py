@@ -67,6 +67,8 @@ max_epochs = 1
                            capture_output=True, text=True, env=env)
         if r.returncode and "out of memory allocating" not in r.stderr:
             fail("bs %d: exit %d, not for memory:\n%s" % (bs, r.returncode, r.stderr[-2000:]))
+        if r.returncode and "hint: a smaller batch size (tools/scale_batch_size.py" not in r.stderr:
+            fail("bs %d: out of memory without the hint:\n%s" % (bs, r.stderr[-2000:]))
         return r.returncode == 0
 
     if not fits(n) or fits(n + 1):
