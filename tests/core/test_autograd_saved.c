@@ -96,6 +96,9 @@ static const op_case g_cases[] = {
      * and the logsumexp [1, 2, 8] f32, never the 2 x 8 x 8 probabilities */
     {PL_OP_ATTENTION, 3, {F32(1, 2, 8, 16), F32(1, 1, 8, 16), F32(1, 1, 8, 16)}, {1024, 64}},
     {PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, {32}}, /* logsumexp per row */
+    /* x [8, 32], W [16, 32]: the two gradients at a unit incoming gradient,
+     * dx [8, 32] and dW [16, 32], never the [8, 16] logits nor x */
+    {PL_OP_LINEAR_CROSS_ENTROPY, 3, {F32(8, 32), F32(16, 32), IDX(16, 8)}, {1024, 2048}},
     {PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
     {PL_OP_MAE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
     {PL_OP_HUBER, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
@@ -205,6 +208,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);
     case PL_OP_ATTENTION: return pl_attention(x[0], x[1], x[2], NULL, 0.25, true);
     case PL_OP_CROSS_ENTROPY: return pl_cross_entropy(x[0], x[1], -100, 0.0);
+    case PL_OP_LINEAR_CROSS_ENTROPY: return pl_linear_cross_entropy(x[0], x[1], x[2], -100, 0.0);
     case PL_OP_MSE: return pl_mse_loss(x[0], x[1]);
     case PL_OP_MAE: return pl_mae_loss(x[0], x[1]);
     case PL_OP_HUBER: return pl_huber_loss(x[0], x[1], 0.2);
