@@ -1291,7 +1291,7 @@ END_TEST
  * within 2e-6 relative (the same per-row math; the blocked GEMM and the row
  * sums' order move the last bits), each gradient element within 1e-6 of the
  * gradient's largest magnitude (dW's sum over the rows goes block by block).
- * Shapes: N not a multiple of the 64-row block, V prime, N = 1, the
+ * Shapes: N not a multiple of the 128-row block, V prime, N = 1, the
  * pretraining head's V and K, ignored rows, every row ignored (NaN loss,
  * zero gradients on both paths), smoothing, i32 targets, and an incoming
  * gradient of 3 (the loss scaled before backward). */

@@ -231,8 +231,10 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
  * pl_cross_entropy). The math is pl_cross_entropy's on each row (the same
  * max, exponential and f64 sums: the loss equals the chain's to f32
  * rounding, ulps from the blocked GEMM's order); only the logits' storage
- * differs: the CPU kernel multiplies blocks of rows against all of weight
- * into a scratch of a few MiB. Autograd: when x or weight requires a
+ * differs: the CPU kernel multiplies blocks of up to 128 rows against all
+ * of weight into a scratch of a few MiB per thread (one run of blocks per
+ * thread; the loss and dx do not depend on the thread count, dW's partial
+ * sums do: the same bits run to run for a given count). Autograd: when x or weight requires a
  * gradient (grad mode on), the forward also computes both gradients at a
  * unit incoming gradient (dx = dl weight, dW = dl^T x; Liger's choice, no
  * second pass over the logits in backward) and the tape keeps those two,

@@ -289,7 +289,7 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
  * order and dx's rows are each one block's, so the loss and dx do not
  * depend on the thread count; dW does (the partials), and is the same run
  * to run. */
-#define LCE_ROWS 64                       /* rows per block (docs/benchmarks.md) */
+#define LCE_ROWS 128                      /* rows per block (docs/benchmarks.md) */
 #define LCE_BLOCK_FLOATS ((int64_t)1 << 21) /* at most 8 MiB of logits per block */
 #define LCE_PARTIAL_FLOATS ((int64_t)1 << 24) /* dW partials of all lanes: 64 MiB */
 
@@ -398,6 +398,11 @@ static pl_status k_lce_fwd(const pl_kernel_args *a) {
     if (lanes > nblk) lanes = nblk;
     while (lanes > 1 && j.grads && (lanes - 1) * V * K > LCE_PARTIAL_FLOATS) lanes--;
 #endif
+    if (lanes > 1) { /* as many blocks per lane, of as many rows (at most B): no lane waits */
+        nblk = lanes * ((N + lanes * j.B - 1) / (lanes * j.B));
+        j.B = (N + nblk - 1) / nblk;
+        nblk = (N + j.B - 1) / j.B;
+    }
     scratch ss, sr, sp = {0};
     float *S = scratch_f32(&ss, lanes * j.B * V);
     j.R = (double *)scratch_f32(&sr, 4 * N);
