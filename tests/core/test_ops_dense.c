@@ -1293,22 +1293,26 @@ END_TEST
  * gradient's largest magnitude (dW's sum over the rows goes block by block).
  * Shapes: N not a multiple of the 128-row block, V prime, N = 1, the
  * pretraining head's V and K, ignored rows, every row ignored (NaN loss,
- * zero gradients on both paths), smoothing, i32 targets, and an incoming
- * gradient of 3 (the loss scaled before backward). */
+ * zero gradients on both paths), smoothing, i32 targets, an incoming
+ * gradient of 3 (the loss scaled before backward), a frozen W (a frozen
+ * head: no dW) and a frozen x. */
 START_TEST(linear_cross_entropy_matches_the_chain) {
     static const struct {
         int64_t n, k, v;
         int ign_every; /* every ign_every-th row ignored; 1: all; 0: none */
         double eps, g;
         bool i32;
+        int frozen; /* 1: x needs no gradient, 2: W needs none (a frozen head) */
     } cs[] = {
-        {200, 24, 1031, 7, 0.0, 1.0, false}, {1, 5, 3, 0, 0.0, 1.0, false},
-        {130, 64, 9067, 5, 0.0, 1.0, false}, {65, 16, 257, 3, 0.1, 3.0, true},
-        {9, 8, 11, 1, 0.0, 1.0, false},      {64, 33, 100, 0, 0.0, 0.5, false},
+        {200, 24, 1031, 7, 0.0, 1.0, false, 0}, {1, 5, 3, 0, 0.0, 1.0, false, 0},
+        {130, 64, 9067, 5, 0.0, 1.0, false, 0}, {65, 16, 257, 3, 0.1, 3.0, true, 0},
+        {9, 8, 11, 1, 0.0, 1.0, false, 0},      {64, 33, 100, 0, 0.0, 0.5, false, 0},
+        {150, 12, 333, 4, 0.0, 1.0, false, 2},  {150, 12, 333, 4, 0.0, 1.0, false, 1},
     };
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
         int64_t n = cs[ci].n, k = cs[ci].k, v = cs[ci].v;
         pl_tensor *x = randn_g(PL_SHAPE(n, k), 150 + ci), *w = randn_g(PL_SHAPE(v, k), 160 + ci);
+        if (cs[ci].frozen) pl_tensor_set_requires_grad(cs[ci].frozen == 1 ? x : w, false);
         int64_t tg[256];
         int32_t tg32[256];
         for (int64_t i = 0; i < n; i++) {
@@ -1342,6 +1346,10 @@ START_TEST(linear_cross_entropy_matches_the_chain) {
                           "case %zu: fused loss %.9g, chain %.9g", ci, loss[1], loss[0]);
         for (int which = 0; which < 2; which++) {
             pl_tensor *a = which ? gw[1] : gx[1], *b = which ? gw[0] : gx[0];
+            if (cs[ci].frozen == which + 1) {
+                ck_assert_msg(!a && !b, "case %zu: a gradient of the frozen input", ci);
+                continue;
+            }
             int64_t m = pl_tensor_numel(b);
             ck_assert_int_eq(pl_tensor_numel(a), m);
             double mx = 0;
@@ -1382,8 +1390,6 @@ START_TEST(linear_cross_entropy_no_grad_and_errors) {
     pl_tensor *l1 = PL_CK_NOTNULL(pl_linear_cross_entropy(xd, wd, t, -100, 0.0));
     ck_assert_ptr_null(l1->grad_fn);
     ck_assert(pl_tensor_item(l1) == pl_tensor_item(l));
-    pl_tensor_release(xd);
-    pl_tensor_release(wd);
     tg[5] = 300;
     pl_tensor *tb = pl_tensor_from_data(PL_I64, PL_SHAPE(70), tg, PL_CPU);
     ck_assert_ptr_null(pl_linear_cross_entropy(x, w, tb, -100, 0.0));
@@ -1397,12 +1403,7 @@ START_TEST(linear_cross_entropy_no_grad_and_errors) {
     ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
     ck_assert_ptr_null(pl_linear_cross_entropy(x, w, x, -100, 0.0));
     ck_assert_int_eq(pl_error_status(), PL_ERR_DTYPE);
-    pl_tensor_release(w2);
-    pl_tensor_release(tb);
-    pl_tensor_release(t);
-    pl_tensor_release(x);
-    pl_tensor_release(w);
-    pl_frame_end();
+    pl_frame_end(); /* releases every tensor made above */
 }
 END_TEST
 

@@ -234,13 +234,15 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
  * differs: the CPU kernel multiplies blocks of up to 128 rows against all
  * of weight into a scratch of a few MiB per thread (one run of blocks per
  * thread; the loss and dx do not depend on the thread count, dW's partial
- * sums do: the same bits run to run for a given count). Autograd: when x or weight requires a
- * gradient (grad mode on), the forward also computes both gradients at a
- * unit incoming gradient (dx = dl weight, dW = dl^T x; Liger's choice, no
- * second pass over the logits in backward) and the tape keeps those two,
- * [N, K] and [V, K] f32, instead of the [N, V] logits and their gradient;
- * backward scales them by the incoming gradient (weight's accumulates
- * into weight->grad like any other use of it, e.g. a tied embedding).
+ * sums do: the same bits run to run for a given count). Autograd (grad
+ * mode on): the forward also computes the gradient of each of x and
+ * weight that requires one, at a unit incoming gradient (dx = dl weight,
+ * dW = dl^T x; Liger's choice, no second pass over the logits in
+ * backward; a frozen weight costs no dW, as the chain's matmul), and the
+ * tape keeps those, [N, K] and [V, K] f32, instead of the [N, V] logits
+ * and their gradient; backward scales them by the incoming gradient
+ * (weight's accumulates into weight->grad like any other use of it, e.g.
+ * a tied embedding).
  * Falls back to the chain above (the same values to rounding, the logits
  * on the tape): under autocast, for a half x or weight, an empty shape
  * (N, K or V = 0), and on a device backend that does not answer the

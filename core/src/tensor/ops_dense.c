@@ -538,17 +538,16 @@ pl_tensor *pl_linear_cross_entropy(pl_tensor *x, pl_tensor *weight, pl_tensor *t
                                         label_smoothing);
         return frame_result(r);
     }
-    bool grads = pl_grad_enabled() && pl_any_requires_grad(ts, 2);
+    bool gx = pl_grad_enabled() && x->requires_grad, gw = pl_grad_enabled() && weight->requires_grad;
     pl_kernel_args k = {.op = PL_OP_LINEAR_CROSS_ENTROPY, .n_out = 3};
     k.p.ignore_index = ignore_index;
     k.p.alpha = label_smoothing;
-    k.p.flags = grads;
+    k.p.flags = (int)gx | (int)gw << 1;
     if (!take_inputs(&k, ts, 3)) return NULL;
     static const int64_t empty[1] = {0};
     k.out[0] = pl_tensor_new_owned(PL_F32, 0, NULL, x->device);
-    k.out[1] = pl_tensor_new_owned(PL_F32, grads ? 2 : 1, grads ? x->shape : empty, x->device);
-    k.out[2] = pl_tensor_new_owned(PL_F32, grads ? 2 : 1, grads ? weight->shape : empty,
-                                   x->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, gx ? 2 : 1, gx ? x->shape : empty, x->device);
+    k.out[2] = pl_tensor_new_owned(PL_F32, gw ? 2 : 1, gw ? weight->shape : empty, x->device);
     return launch(&k);
 }
 

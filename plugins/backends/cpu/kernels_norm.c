@@ -274,9 +274,11 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
  * the unfused chain writes and rereads N x V floats: the logits, their
  * gradient), each row's max, f64 sums and logsumexp as k_ce_fwd computes
  * them (row_max, pl_ce_exp, pl_ce_lse: the chain's loss to f32 rounding),
- * then, when gradients are wanted (p.flags bit0), the block becomes the
- * loss's gradient at g = 1 in place (k_ce_bwd's pl_ce_grad from the f32
- * lse: its values) and two more sgemms: dx_blk = dl W and dW += dl^T x_blk.
+ * then, when a gradient is wanted (p.flags bit0: x's, bit1: W's), the
+ * block becomes the loss's gradient at g = 1 in place (k_ce_bwd's
+ * pl_ce_grad from the f32 lse: its values) and one more sgemm for each:
+ * dx_blk = dl W, dW += dl^T x_blk (a frozen head costs what the chain's
+ * matmul backward does: no dW).
  *
  * Threads: the blocks are split into `lanes` contiguous runs, one per
  * OpenMP thread, each thread running single-threaded sgemms on its own
@@ -304,7 +306,7 @@ typedef struct lce_job {
     const pl_tensor *tg;
     int64_t N, K, V, B, ign;
     float scale, eps, off;
-    bool grads;
+    bool grads, gx, gw; /* dl wanted; dx, dW wanted (p.flags bit0, bit1) */
     float *DX;
     double *R; /* [N, 2]: each row's nll and smoothing terms */
 } lce_job;
@@ -352,26 +354,27 @@ static void lce_blocks(const lce_job *j, int64_t b0, int64_t b1, float *S, float
                 x[c] = pl_ce_grad(x[c], lf, scale, off);
             x[t] -= pl_ce_target_grad(scale, j->eps);
         }
-        if (!j->grads) continue;
         float beta = blk > b0 ? 1.0f : 0.0f;
-        if (serial) {
+        if (j->gx && serial)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
                         (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
-                        (int)V, xb, (int)K, beta, dw, (int)K);
-        } else {
+        else if (j->gx)
             pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
                      (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
+        if (j->gw && serial)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
+                        (int)V, xb, (int)K, beta, dw, (int)K);
+        else if (j->gw)
             pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
                      (int)V, xb, (int)K, beta, dw, (int)K);
-        }
     }
 }
 
 static pl_status k_lce_fwd(const pl_kernel_args *a) {
     lce_job j = {.X = cf32(a->in[0]), .W = cf32(a->in[1]), .tg = a->in[2],
                  .N = a->in[0]->shape[0], .K = a->in[0]->shape[1], .V = a->in[1]->shape[0],
-                 .ign = a->p.ignore_index, .grads = a->p.flags & 1};
+                 .ign = a->p.ignore_index, .gx = a->p.flags & 1, .gw = a->p.flags >> 1 & 1};
+    j.grads = j.gx || j.gw;
     int64_t N = j.N, V = j.V, K = j.K, valid = 0;
     for (int64_t i = 0; i < N; i++) {
         int64_t t = target_at(j.tg, i);
@@ -389,14 +392,14 @@ static pl_status k_lce_fwd(const pl_kernel_args *a) {
     j.eps = (float)eps;
     j.off = pl_ce_smooth_off(j.eps, V);
     j.B = lce_rows(V);
-    j.DX = j.grads ? f32p(a->out[1]) : NULL;
-    float *DW = j.grads ? f32p(a->out[2]) : NULL;
+    j.DX = j.gx ? f32p(a->out[1]) : NULL;
+    float *DW = j.gw ? f32p(a->out[2]) : NULL;
     int64_t nblk = (N + j.B - 1) / j.B, lanes = 1;
 #if defined(_OPENMP)
     lanes = omp_get_max_threads();
     if (strcmp(pl_blas_parallel(), "openmp") != 0) lanes = 1; /* its own pool: no nesting */
     if (lanes > nblk) lanes = nblk;
-    while (lanes > 1 && j.grads && (lanes - 1) * V * K > LCE_PARTIAL_FLOATS) lanes--;
+    while (lanes > 1 && j.gw && (lanes - 1) * V * K > LCE_PARTIAL_FLOATS) lanes--;
 #endif
     if (lanes > 1) { /* as many blocks per lane, of as many rows (at most B): no lane waits */
         nblk = lanes * ((N + lanes * j.B - 1) / (lanes * j.B));
@@ -406,9 +409,9 @@ static pl_status k_lce_fwd(const pl_kernel_args *a) {
     scratch ss, sr, sp = {0};
     float *S = scratch_f32(&ss, lanes * j.B * V);
     j.R = (double *)scratch_f32(&sr, 4 * N);
-    float *P = lanes > 1 && j.grads ? scratch_f32(&sp, (lanes - 1) * V * K) : NULL;
+    float *P = lanes > 1 && j.gw ? scratch_f32(&sp, (lanes - 1) * V * K) : NULL;
     pl_status st = PL_OK;
-    if (!S || !j.R || (lanes > 1 && j.grads && !P)) {
+    if (!S || !j.R || (lanes > 1 && j.gw && !P)) {
         st = PL_ERR_NOMEM;
     } else if (lanes == 1) {
         lce_blocks(&j, 0, nblk, S, DW, false);
@@ -417,12 +420,12 @@ static pl_status k_lce_fwd(const pl_kernel_args *a) {
         {
             int64_t l = omp_get_thread_num(), n = omp_get_num_threads();
             int64_t b0 = nblk * l / n, b1 = nblk * (l + 1) / n;
-            float *dw = !j.grads ? NULL : l ? P + (l - 1) * V * K : DW;
-            if (j.grads && b0 == b1) memset(dw, 0, (size_t)(V * K) * sizeof(float));
+            float *dw = !j.gw ? NULL : l ? P + (l - 1) * V * K : DW;
+            if (j.gw && b0 == b1) memset(dw, 0, (size_t)(V * K) * sizeof(float));
             lce_blocks(&j, b0, b1, S + l * j.B * V, dw, true);
         }
         /* dW = lane 0's partial + lane 1's + ..., in lane order */
-        if (j.grads)
+        if (j.gw)
 #pragma omp parallel for if (V * K > PAR_MIN)
             for (int64_t e = 0; e < V * K; e++) {
                 float v = DW[e];
