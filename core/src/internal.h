@@ -71,7 +71,8 @@ void pl_autograd_forget_out(pl_tensor *t);
 const pl_backend *pl_backend_peek(pl_device_type type);
 /* Whether device d's backend promises a capability, by accepting the
  * setting (key, "true") (backend.h, set_option: "optimizer_step_count",
- * "lora_add_dropout"); the CPU's always does. Leaves no error set. */
+ * "lora_add_dropout", "linear_cross_entropy"); the CPU's always does.
+ * Leaves no error set. */
 bool pl_backend_promises(pl_device d, const char *key);
 /* backend_loader.c hands backend_registry.c, when the library is loaded,
  * the function that finds and registers the cpu plugin: called once, by the

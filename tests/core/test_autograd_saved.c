@@ -52,6 +52,10 @@ typedef struct op_case {
      * the list ends at the first 0 */
     int64_t saved[MAXS];
     int variant; /* lora_add: 1 = with dropout (pl_lora_add_dropout) */
+    /* saved[i] has its bytes only when input saved_if[i] - 1 requires a
+     * gradient (0: always), else it is empty (an op that saves a gradient
+     * per input) */
+    int saved_if[MAXS];
 } op_case;
 
 #define F32(...) {K_ACT, PL_F32, (int)(sizeof((int64_t[]){__VA_ARGS__}) / 8), {__VA_ARGS__}, 0}
@@ -96,6 +100,11 @@ static const op_case g_cases[] = {
      * and the logsumexp [1, 2, 8] f32, never the 2 x 8 x 8 probabilities */
     {PL_OP_ATTENTION, 3, {F32(1, 2, 8, 16), F32(1, 1, 8, 16), F32(1, 1, 8, 16)}, {1024, 64}},
     {PL_OP_CROSS_ENTROPY, 2, {F32(8, 32), IDX(32, 8)}, {32}}, /* logsumexp per row */
+    /* x [8, 32], W [16, 32]: the gradients at a unit incoming gradient, dx
+     * [8, 32] when x requires one and dW [16, 32] when W does (else an
+     * empty [0] tensor: the allocator's smallest block), never the [8, 16]
+     * logits nor x */
+    {PL_OP_LINEAR_CROSS_ENTROPY, 3, {F32(8, 32), F32(16, 32), IDX(16, 8)}, {1024, 2048}, 0, {1, 2}},
     {PL_OP_MSE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
     {PL_OP_MAE, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
     {PL_OP_HUBER, 2, {F32(8, 32), F32(8, 32)}, NOTHING},
@@ -205,6 +214,7 @@ static pl_tensor *run_op(const op_case *c, pl_tensor **x) {
     case PL_OP_CAUSAL_SOFTMAX: return pl_causal_softmax(x[0], 0.5);
     case PL_OP_ATTENTION: return pl_attention(x[0], x[1], x[2], NULL, 0.25, true);
     case PL_OP_CROSS_ENTROPY: return pl_cross_entropy(x[0], x[1], -100, 0.0);
+    case PL_OP_LINEAR_CROSS_ENTROPY: return pl_linear_cross_entropy(x[0], x[1], x[2], -100, 0.0);
     case PL_OP_MSE: return pl_mse_loss(x[0], x[1]);
     case PL_OP_MAE: return pl_mae_loss(x[0], x[1]);
     case PL_OP_HUBER: return pl_huber_loss(x[0], x[1], 0.2);
@@ -269,7 +279,9 @@ static void check_case(const op_case *c, unsigned grad_mask, pl_device dev) {
     size_t want = 0;
     for (int i = 0; i < c->n_in; i++)
         if (keep >> i & 1u && c->in[i].kind != K_PARAM_NF4) want += spec_bytes(&c->in[i]);
-    for (int i = 0; i < MAXS && c->saved[i]; i++) want += block_of((size_t)c->saved[i]);
+    for (int i = 0; i < MAXS && c->saved[i]; i++) /* an empty one: the smallest block */
+        want += block_of(!c->saved_if[i] || grad_mask >> (c->saved_if[i] - 1) & 1u
+                             ? (size_t)c->saved[i] : 0);
     ck_assert_msg(held == want,
                   "%s: the tape holds %zu bytes, ops.def says %zu (reads '%s', saves %s%d more)",
                   what, held, want, row->reads, row->saves_out ? "its output and " : "",

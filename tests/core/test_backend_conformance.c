@@ -135,6 +135,10 @@ static pl_tensor *c_log_softmax(pl_tensor **in, const ocase *c) { return pl_log_
 static pl_tensor *c_ce(pl_tensor **in, const ocase *c) {
     return pl_cross_entropy(in[0], in[1], -100, c->par);
 }
+/* x [N, K], W [V, K], target [N]; ignore_index -100, smoothing c->par */
+static pl_tensor *c_lce(pl_tensor **in, const ocase *c) {
+    return pl_linear_cross_entropy(in[0], in[1], in[2], -100, c->par);
+}
 static pl_tensor *c_mse(pl_tensor **in, const ocase *c) { return pl_mse_loss(in[0], in[1]); }
 static pl_tensor *c_mae(pl_tensor **in, const ocase *c) { return pl_mae_loss(in[0], in[1]); }
 static pl_tensor *c_huber(pl_tensor **in, const ocase *c) { return pl_huber_loss(in[0], in[1], c->par); }
@@ -496,6 +500,11 @@ static const ocase g_cases[] = {
     {PL_OP_SOFTMAX, "bf16 [3,7]", 1, {FD(PL_BF16, 2, 3, 7)}, c_softmax, true},
     {PL_OP_EXP, "bf16 [4,5]", 1, {FD(PL_BF16, 2, 4, 5)}, c_exp, true},
     {PL_OP_CROSS_ENTROPY, "[5,4], one ignored, smoothing 0.1", 2, {F(2, 5, 4), I(1, SH(5), 1, 3, -100, 0, 2)}, c_ce, true, .par = 0.1},
+    /* the head and its loss fused: a device that does not promise the op
+     * (CUDA) runs the chain matmul + cross_entropy, the same values */
+    {PL_OP_LINEAR_CROSS_ENTROPY, "x [7,5], W [13,5], one ignored", 3, {F(2, 7, 5), F(2, 13, 5), I(1, SH(7), 3, -100, 12, 0, 7, 1, 9)}, c_lce, true},
+    {PL_OP_LINEAR_CROSS_ENTROPY, "x [20,9], W [301,9], smoothing 0.1", 3, {F(2, 20, 9), F(2, 301, 9), I(1, SH(20), 5, 300, 0, 17, 250, 3, -100, 44, 99, 1, 2, 3, 200, 201, 7, 8, 9, 10, 11, 12)}, c_lce, true, .par = 0.1},
+    {PL_OP_LINEAR_CROSS_ENTROPY, "x [1,4], W [3,4]", 3, {F(2, 1, 4), F(2, 3, 4), I(1, SH(1), 2)}, c_lce, true},
     {PL_OP_MSE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mse, true},
     {PL_OP_MAE, "[3,4]", 2, {F(2, 3, 4), F(2, 3, 4)}, c_mae, true},
     {PL_OP_HUBER, "[3,4] delta 0.8", 2, {F(2, 3, 4), F(2, 3, 4)}, c_huber, true, .par = 0.8},

@@ -419,6 +419,73 @@ START_TEST(lora_dropout_is_the_chain_where_the_backend_predates_it) {
 }
 END_TEST
 
+/* A backend without the fused head + loss (no kernel for
+ * linear_cross_entropy and no answer to the setting, as CUDA's):
+ * pl_linear_cross_entropy records the chain matmul + cross_entropy there
+ * (one matmul call forward), and its loss and gradients equal the CPU's
+ * fused kernel to f32 rounding (loss within 2e-6 relative, each gradient
+ * element within 1e-6 of that gradient's largest magnitude). */
+static int g_matmul_calls;
+static pl_kernel_fn g_cpu_matmul;
+static pl_status counting_matmul(const pl_kernel_args *a) {
+    g_matmul_calls++;
+    return g_cpu_matmul(a);
+}
+static pl_kernel_fn no_lce_kernel(pl_op op, bool backward) {
+    if ((int)op <= PL_OP_NONE || (int)op >= PL_OP_COUNT) return NULL;
+    if (op == PL_OP_LINEAR_CROSS_ENTROPY) return NULL;
+    if (!backward && op == PL_OP_MATMUL) return counting_matmul;
+    return pl_backend_kernel(pl_backend_cpu(), op, backward);
+}
+
+START_TEST(linear_cross_entropy_is_the_chain_where_the_backend_lacks_it) {
+    static pl_backend pre = {.struct_size = PL_BACKEND_STRUCT_SIZE, .name = "prelce",
+                             .type = PL_DEVICE_CUDA, .device_count = fake_count,
+                             .raw_alloc = fake_alloc, .raw_free = fake_free,
+                             .memcpy = fake_memcpy, .memset = fake_memset,
+                             .synchronize = fake_sync, .kernel = no_lce_kernel};
+    g_cpu_matmul = pl_backend_kernel(pl_backend_cpu(), PL_OP_MATMUL, false);
+    PL_CK_OK(pl_backend_register(&pre));
+    pl_frame_begin();
+    enum { N = 70, K = 6, V = 300 };
+    static float xv[N * K], wv[V * K];
+    int64_t tv[N];
+    for (int i = 0; i < N * K; i++) xv[i] = 0.01f * (float)((i * 37) % 101) - 0.5f;
+    for (int i = 0; i < V * K; i++) wv[i] = 0.02f * (float)((i * 53) % 89) - 0.9f;
+    for (int i = 0; i < N; i++) tv[i] = i % 9 == 4 ? -100 : (i * 41) % V;
+    double loss[2];
+    pl_tensor *gx[2], *gw[2];
+    for (int run = 0; run < 2; run++) { /* run 0: the backend without it; 1: the CPU (fused) */
+        pl_device d = run ? PL_CPU : DEV;
+        pl_tensor *x = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 2, (int64_t[]){N, K}, xv, d));
+        pl_tensor *w = PL_CK_NOTNULL(pl_tensor_from_data(PL_F32, 2, (int64_t[]){V, K}, wv, d));
+        pl_tensor *t = PL_CK_NOTNULL(pl_tensor_from_data(PL_I64, 1, (int64_t[]){N}, tv, d));
+        pl_tensor_set_requires_grad(x, true);
+        pl_tensor_set_requires_grad(w, true);
+        g_matmul_calls = 0;
+        pl_tensor *l = PL_CK_NOTNULL(pl_linear_cross_entropy(x, w, t, -100, 0.0));
+        ck_assert_int_eq(g_matmul_calls, run ? 0 : 1);
+        loss[run] = pl_tensor_item(l);
+        PL_CK_OK(pl_backward(l, 1.0));
+        gx[run] = PL_CK_NOTNULL(pl_tensor_to(x->grad, PL_F32, PL_CPU));
+        gw[run] = PL_CK_NOTNULL(pl_tensor_to(w->grad, PL_F32, PL_CPU));
+    }
+    ck_assert_msg(fabs(loss[0] - loss[1]) <= 2e-6 * fabs(loss[1]), "loss: chain %.9g, fused %.9g",
+                  loss[0], loss[1]);
+    for (int which = 0; which < 2; which++) {
+        const float *a = pl_tensor_f32(which ? gw[0] : gx[0]), *b = pl_tensor_f32(which ? gw[1] : gx[1]);
+        int64_t n = which ? V * K : N * K;
+        double mx = 0;
+        for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(b[i]));
+        ck_assert(mx > 0);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg(fabs(a[i] - b[i]) <= 1e-6 * mx, "d%s[%lld]: chain %.9g, fused %.9g",
+                          which ? "W" : "x", (long long)i, a[i], b[i]);
+    }
+    pl_frame_end();
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("backend_contract");
     TCase *tc = tcase_create("lookup");
@@ -432,6 +499,7 @@ int main(void) {
     tcase_add_test(tc, device_stats_only_from_backends_that_have_them);
     tcase_add_test(tc, multi_tensor_step_falls_back_per_tensor_where_the_backend_lacks_it);
     tcase_add_test(tc, lora_dropout_is_the_chain_where_the_backend_predates_it);
+    tcase_add_test(tc, linear_cross_entropy_is_the_chain_where_the_backend_lacks_it);
     suite_add_tcase(s, tc);
     return pl_test_run(s);
 }

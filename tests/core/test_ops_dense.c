@@ -1258,6 +1258,155 @@ START_TEST(cross_entropy_reads_bf16_logits_as_if_cast) {
 }
 END_TEST
 
+/* ---- linear_cross_entropy: the head and its loss fused (pl_linear_cross_entropy) ---- */
+
+typedef struct lce_ctx {
+    pl_tensor *target;
+    int64_t ign;
+    double eps;
+} lce_ctx;
+
+static pl_tensor *f_lce(pl_tensor **in, int n, void *ctx) {
+    lce_ctx *c = ctx;
+    return pl_linear_cross_entropy(in[0], in[1], c->target, c->ign, c->eps);
+}
+
+/* The gradients of x and W against central differences, with an ignored
+ * row, with and without smoothing (the loss is a scalar: L = R loss). */
+START_TEST(linear_cross_entropy_gradcheck) {
+    pl_tensor *in[2] = {randn_g(PL_SHAPE(5, 6), 140), randn_g(PL_SHAPE(7, 6), 141)};
+    pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(5), (int64_t[]){1, -100, 6, 0, 3}, PL_CPU);
+    lce_ctx c = {t, -100, 0.0};
+    check_grad(f_lce, in, 2, &c, "linear_cross_entropy");
+    c.eps = 0.2;
+    check_grad(f_lce, in, 2, &c, "linear_cross_entropy, smoothing 0.2");
+    pl_tensor_release(t);
+    pl_tensor_release(in[0]);
+    pl_tensor_release(in[1]);
+}
+END_TEST
+
+/* loss, dx and dW of the fused op against the chain it replaces,
+ * pl_cross_entropy(pl_matmul(x, W, false, true)), on the CPU: the loss
+ * within 2e-6 relative (the same per-row math; the blocked GEMM and the row
+ * sums' order move the last bits), each gradient element within 1e-6 of the
+ * gradient's largest magnitude (dW's sum over the rows goes block by block).
+ * Shapes: N not a multiple of the 128-row block, V prime, N = 1, the
+ * pretraining head's V and K, ignored rows, every row ignored (NaN loss,
+ * zero gradients on both paths), smoothing, i32 targets, an incoming
+ * gradient of 3 (the loss scaled before backward), a frozen W (a frozen
+ * head: no dW) and a frozen x. */
+START_TEST(linear_cross_entropy_matches_the_chain) {
+    static const struct {
+        int64_t n, k, v;
+        int ign_every; /* every ign_every-th row ignored; 1: all; 0: none */
+        double eps, g;
+        bool i32;
+        int frozen; /* 1: x needs no gradient, 2: W needs none (a frozen head) */
+    } cs[] = {
+        {200, 24, 1031, 7, 0.0, 1.0, false, 0}, {1, 5, 3, 0, 0.0, 1.0, false, 0},
+        {130, 64, 9067, 5, 0.0, 1.0, false, 0}, {65, 16, 257, 3, 0.1, 3.0, true, 0},
+        {9, 8, 11, 1, 0.0, 1.0, false, 0},      {64, 33, 100, 0, 0.0, 0.5, false, 0},
+        {150, 12, 333, 4, 0.0, 1.0, false, 2},  {150, 12, 333, 4, 0.0, 1.0, false, 1},
+    };
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++) {
+        int64_t n = cs[ci].n, k = cs[ci].k, v = cs[ci].v;
+        pl_tensor *x = randn_g(PL_SHAPE(n, k), 150 + ci), *w = randn_g(PL_SHAPE(v, k), 160 + ci);
+        if (cs[ci].frozen) pl_tensor_set_requires_grad(cs[ci].frozen == 1 ? x : w, false);
+        int64_t tg[256];
+        int32_t tg32[256];
+        for (int64_t i = 0; i < n; i++) {
+            bool ig = cs[ci].ign_every && i % cs[ci].ign_every == 0;
+            tg[i] = ig ? -7 : (i * 7919 + 3) % v;
+            tg32[i] = (int32_t)tg[i];
+        }
+        pl_tensor *t = cs[ci].i32 ? pl_tensor_from_data(PL_I32, PL_SHAPE(n), tg32, PL_CPU)
+                                  : pl_tensor_from_data(PL_I64, PL_SHAPE(n), tg, PL_CPU);
+        double loss[2];
+        pl_tensor *gx[2], *gw[2];
+        for (int fused = 0; fused < 2; fused++) {
+            pl_frame_begin();
+            pl_tensor *l = fused ? pl_linear_cross_entropy(x, w, t, -7, cs[ci].eps)
+                                 : pl_cross_entropy(pl_matmul(x, w, false, true), t, -7,
+                                                    cs[ci].eps);
+            PL_CK_NOTNULL(l);
+            ck_assert_int_eq(l->ndim, 0);
+            loss[fused] = pl_tensor_item(l);
+            PL_CK_OK(pl_backward(pl_scale(l, cs[ci].g), 1.0));
+            pl_frame_end();
+            gx[fused] = x->grad;
+            gw[fused] = w->grad;
+            x->grad = w->grad = NULL;
+        }
+        if (cs[ci].ign_every == 1)
+            ck_assert_msg(isnan(loss[0]) && isnan(loss[1]), "case %zu: all ignored: %g, %g", ci,
+                          loss[0], loss[1]);
+        else
+            ck_assert_msg(fabs(loss[1] - loss[0]) <= 2e-6 * fabs(loss[0]),
+                          "case %zu: fused loss %.9g, chain %.9g", ci, loss[1], loss[0]);
+        for (int which = 0; which < 2; which++) {
+            pl_tensor *a = which ? gw[1] : gx[1], *b = which ? gw[0] : gx[0];
+            if (cs[ci].frozen == which + 1) {
+                ck_assert_msg(!a && !b, "case %zu: a gradient of the frozen input", ci);
+                continue;
+            }
+            int64_t m = pl_tensor_numel(b);
+            ck_assert_int_eq(pl_tensor_numel(a), m);
+            double mx = 0;
+            for (int64_t i = 0; i < m; i++) mx = fmax(mx, fabs(pl_tensor_get(b, i)));
+            if (cs[ci].ign_every == 1) ck_assert(mx == 0);
+            for (int64_t i = 0; i < m; i++)
+                ck_assert_msg(fabs(pl_tensor_get(a, i) - pl_tensor_get(b, i)) <= 1e-6 * mx,
+                              "case %zu: d%s[%lld] fused %.9g, chain %.9g (max %.3g)", ci,
+                              which ? "W" : "x", (long long)i, pl_tensor_get(a, i),
+                              pl_tensor_get(b, i), mx);
+            pl_tensor_release(a);
+            pl_tensor_release(b);
+        }
+        pl_tensor_release(t);
+        pl_tensor_release(x);
+        pl_tensor_release(w);
+    }
+}
+END_TEST
+
+/* Without a gradient (grad mode off, or no input requiring one) the op
+ * records nothing and gives the same loss; bad arguments are refused with
+ * the op's name: a target outside [0, V), shapes, smoothing, dtypes. */
+START_TEST(linear_cross_entropy_no_grad_and_errors) {
+    pl_frame_begin();
+    pl_tensor *x = randn_g(PL_SHAPE(70, 12), 170), *w = randn_g(PL_SHAPE(300, 12), 171);
+    int64_t tg[70];
+    for (int i = 0; i < 70; i++) tg[i] = (i * 31) % 300;
+    pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(70), tg, PL_CPU);
+    pl_tensor *l = PL_CK_NOTNULL(pl_linear_cross_entropy(x, w, t, -100, 0.0));
+    ck_assert_ptr_nonnull(l->grad_fn);
+    pl_no_grad_begin();
+    pl_tensor *l0 = PL_CK_NOTNULL(pl_linear_cross_entropy(x, w, t, -100, 0.0));
+    pl_no_grad_end();
+    ck_assert_ptr_null(l0->grad_fn);
+    ck_assert(pl_tensor_item(l0) == pl_tensor_item(l));
+    pl_tensor *xd = pl_test_randn(PL_SHAPE(70, 12), 170), *wd = pl_test_randn(PL_SHAPE(300, 12), 171);
+    pl_tensor *l1 = PL_CK_NOTNULL(pl_linear_cross_entropy(xd, wd, t, -100, 0.0));
+    ck_assert_ptr_null(l1->grad_fn);
+    ck_assert(pl_tensor_item(l1) == pl_tensor_item(l));
+    tg[5] = 300;
+    pl_tensor *tb = pl_tensor_from_data(PL_I64, PL_SHAPE(70), tg, PL_CPU);
+    ck_assert_ptr_null(pl_linear_cross_entropy(x, w, tb, -100, 0.0));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "linear_cross_entropy: target[5] = 300"));
+    pl_tensor *w2 = randn_g(PL_SHAPE(300, 11), 172);
+    ck_assert_ptr_null(pl_linear_cross_entropy(x, w2, t, -100, 0.0));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_SHAPE);
+    ck_assert_ptr_nonnull(strstr(pl_error_message(), "linear_cross_entropy"));
+    ck_assert_ptr_null(pl_linear_cross_entropy(x, w, t, -100, 1.5));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_INVALID);
+    ck_assert_ptr_null(pl_linear_cross_entropy(x, w, x, -100, 0.0));
+    ck_assert_int_eq(pl_error_status(), PL_ERR_DTYPE);
+    pl_frame_end(); /* releases every tensor made above */
+}
+END_TEST
+
 /* add / sub of same-shape f32 / bf16 operands and scale / add_scalar of bf16
  * run without casts on the CPU: values bit-identical to cast, f32 op, cast;
  * output dtype as torch promotes; gradients reach the f32 leaves */
@@ -1676,6 +1825,9 @@ int main(void) {
     tcase_add_test(tc, cross_entropy_long_rows_match_double_reference);
     tcase_add_test(tc, bf16_add_sub_scale_match_the_cast_round_trip);
     tcase_add_test(tc, cross_entropy_reads_bf16_logits_as_if_cast);
+    tcase_add_test(tc, linear_cross_entropy_gradcheck);
+    tcase_add_test(tc, linear_cross_entropy_matches_the_chain);
+    tcase_add_test(tc, linear_cross_entropy_no_grad_and_errors);
     tcase_add_test(tc, regression_losses);
     tcase_add_test(tc, layer_norm_and_rms_norm_forward);
     tcase_add_test(tc, layer_norm_and_rms_norm_gradients);

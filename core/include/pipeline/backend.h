@@ -186,7 +186,12 @@ typedef struct pl_backend {
      * ("lora_add_dropout", "true") (ABI 2.12): asked by pl_lora_add_dropout
      * (ops.h); PL_OK promises that lora_add's kernels honour p.flags bit1
      * (the dropout of x inside the op). Without it the core records the
-     * chain pl_dropout then pl_lora_add (the same values). */
+     * chain pl_dropout then pl_lora_add (the same values).
+     * ("linear_cross_entropy", "true") (ABI 2.13): asked by
+     * pl_linear_cross_entropy (ops.h); PL_OK promises a kernel for op
+     * linear_cross_entropy, forward and backward. Without it the core
+     * records the chain matmul then cross_entropy (the same values to f32
+     * rounding, the [N, V] logits on the tape). */
     pl_status (*set_option)(const char *key, const char *value);
     /* ---- appended in ABI 2.6 (read only when struct_size covers it; may be NULL) ----
      * What would stall a GPU, counted since the backend was loaded (the

@@ -217,6 +217,44 @@ pl_tensor *pl_attention(pl_tensor *q, pl_tensor *k, pl_tensor *v, pl_tensor *bia
  * target is ignored the result is NaN, as in PyTorch. */
 pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore_index,
                             double label_smoothing);
+/* pl_cross_entropy(pl_matmul(x, weight, false, true), target, ignore_index,
+ * label_smoothing) without the [N, V] logits: torch's
+ * F.cross_entropy(x @ W.T, target, ignore_index=, label_smoothing=,
+ * reduction='mean'), fused as Liger-Kernel's FusedLinearCrossEntropy and
+ * Wijmans et al. 2024, "Cut Your Losses in Large-Vocabulary Language
+ * Models" (arXiv 2411.09009): a tied or untied output head and its loss.
+ *   x       [N, K] f32, any device (a view is made contiguous)
+ *   weight  [V, K] f32 on x's device (the head: logits = x weight^T)
+ *   target  [N] i64 or i32 class indices in [0, V), or ignore_index
+ * Returns a new 0-dim f32 tensor (the frame's): the mean over the rows whose
+ * target is not ignore_index; NaN when every row is ignored (torch; as
+ * pl_cross_entropy). The math is pl_cross_entropy's on each row (the same
+ * max, exponential and f64 sums: the loss equals the chain's to f32
+ * rounding, ulps from the blocked GEMM's order); only the logits' storage
+ * differs: the CPU kernel multiplies blocks of up to 128 rows against all
+ * of weight into a scratch of a few MiB per thread (one run of blocks per
+ * thread; the loss and dx do not depend on the thread count, dW's partial
+ * sums do: the same bits run to run for a given count). Autograd (grad
+ * mode on): the forward also computes the gradient of each of x and
+ * weight that requires one, at a unit incoming gradient (dx = dl weight,
+ * dW = dl^T x; Liger's choice, no second pass over the logits in
+ * backward; a frozen weight costs no dW, as the chain's matmul), and the
+ * tape keeps those, [N, K] and [V, K] f32, instead of the [N, V] logits
+ * and their gradient; backward scales them by the incoming gradient
+ * (weight's accumulates into weight->grad like any other use of it, e.g.
+ * a tied embedding).
+ * Falls back to the chain above (the same values to rounding, the logits
+ * on the tape): under autocast, for a half x or weight, an empty shape
+ * (N, K or V = 0), and on a device backend that does not answer the
+ * setting "linear_cross_entropy" (backend.h, set_option; ABI 2.13: the
+ * CPU and strict backends do, CUDA does not yet).
+ * Errors (NULL, the message names the tensor, expected vs found):
+ * PL_ERR_DTYPE (a non-float x / weight, a non-index target), PL_ERR_SHAPE
+ * (x not 2-D, weight not [V, K] with x's K, target not [N]), PL_ERR_DEVICE
+ * (inputs on different devices), PL_ERR_INVALID (label_smoothing outside
+ * [0, 1], a target outside [0, V) that is not ignore_index). */
+pl_tensor *pl_linear_cross_entropy(pl_tensor *x, pl_tensor *weight, pl_tensor *target,
+                                   int64_t ignore_index, double label_smoothing);
 pl_tensor *pl_mse_loss(pl_tensor *pred, pl_tensor *target);  /* mean (p-t)^2 */
 pl_tensor *pl_mae_loss(pl_tensor *pred, pl_tensor *target);  /* mean |p-t| (l1_loss) */
 /* torch huber_loss: 0.5 d^2 if |d| < delta else delta(|d| - 0.5 delta). */

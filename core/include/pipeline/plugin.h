@@ -131,9 +131,16 @@ extern "C" {
  *          op topk (ops.def row TOPK, appended) and pl_topk (ops.h:
  *          torch.topk on the tensor's device, no autograd), the order
  *          pl_topk_before in kernel_math.h; a backend without the kernel
- *          answers NULL (PL_ERR_UNSUPPORTED for the op) */
+ *          answers NULL (PL_ERR_UNSUPPORTED for the op)
+ * minor 13: op linear_cross_entropy (ops.def row LINEAR_CROSS_ENTROPY,
+ *          appended) and pl_linear_cross_entropy (ops.h: cross_entropy of
+ *          x W^T without the [N, V] logits; Liger-Kernel, Wijmans et al.
+ *          2024); a backend that implements it answers the setting
+ *          ("linear_cross_entropy", "true") through set_option, and one
+ *          that does not (CUDA today, any older backend) gets the chain
+ *          matmul + cross_entropy recorded instead: the same values */
 
-#define PL_ABI_MINOR 12
+#define PL_ABI_MINOR 13
 #define PL_PLUGIN_ENTRY_SYMBOL "pl_plugin_entry"
 
 typedef enum pl_plugin_kind {

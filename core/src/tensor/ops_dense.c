@@ -504,6 +504,53 @@ pl_tensor *pl_cross_entropy(pl_tensor *logits, pl_tensor *target, int64_t ignore
     return launch(&k);
 }
 
+/* The fused head + loss (ops.h); the chain where the device does not
+ * promise the kernel, autocast or a half operand asks for the matmul's
+ * dtype, or a dimension is empty. */
+pl_tensor *pl_linear_cross_entropy(pl_tensor *x, pl_tensor *weight, pl_tensor *target,
+                                   int64_t ignore_index, double label_smoothing) {
+    static const char *op = "linear_cross_entropy";
+    if (!x || !weight || !target) return NULL;
+    pl_tensor *ts[3] = {x, weight, target};
+    if (pl_check_float(op, x, true) || pl_check_float(op, weight, true) ||
+        pl_check_index(op, target) || pl_check_same_device(op, ts, 3) ||
+        pl_check_ndim(op, x, 2, 2) || pl_check_ndim(op, weight, 2, 2) ||
+        pl_check_ndim(op, target, 1, 1))
+        return NULL;
+    if (weight->shape[1] != x->shape[1] || target->shape[0] != x->shape[0]) {
+        char bx[160], bw[160], bt[160];
+        pl_error_set(PL_ERR_SHAPE, "%s: x %s, weight %s, target %s: expected [N, K], [V, K], [N]",
+                     op, pl_tensor_describe(x, bx, sizeof bx),
+                     pl_tensor_describe(weight, bw, sizeof bw),
+                     pl_tensor_describe(target, bt, sizeof bt));
+        return NULL;
+    }
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0)) {
+        pl_error_set(PL_ERR_INVALID, "%s: label_smoothing %g outside [0, 1]", op, label_smoothing);
+        return NULL;
+    }
+    pl_dtype ac = pl_autocast_get();
+    if (ac == PL_BF16 || ac == PL_F16 || x->dtype != PL_F32 || weight->dtype != PL_F32 ||
+        x->shape[0] == 0 || x->shape[1] == 0 || weight->shape[0] == 0 ||
+        !pl_backend_promises(x->device, "linear_cross_entropy")) {
+        pl_frame_begin();
+        pl_tensor *r = pl_cross_entropy(pl_matmul(x, weight, false, true), target, ignore_index,
+                                        label_smoothing);
+        return frame_result(r);
+    }
+    bool gx = pl_grad_enabled() && x->requires_grad, gw = pl_grad_enabled() && weight->requires_grad;
+    pl_kernel_args k = {.op = PL_OP_LINEAR_CROSS_ENTROPY, .n_out = 3};
+    k.p.ignore_index = ignore_index;
+    k.p.alpha = label_smoothing;
+    k.p.flags = (int)gx | (int)gw << 1;
+    if (!take_inputs(&k, ts, 3)) return NULL;
+    static const int64_t empty[1] = {0};
+    k.out[0] = pl_tensor_new_owned(PL_F32, 0, NULL, x->device);
+    k.out[1] = pl_tensor_new_owned(PL_F32, gx ? 2 : 1, gx ? x->shape : empty, x->device);
+    k.out[2] = pl_tensor_new_owned(PL_F32, gw ? 2 : 1, gw ? weight->shape : empty, x->device);
+    return launch(&k);
+}
+
 static pl_tensor *loss(const char *name, pl_op op, pl_tensor *p, pl_tensor *t, double delta) {
     if (!p || !t) return NULL;
     pl_tensor *ts[2] = {p, t};

@@ -3,6 +3,7 @@
  * Huber) and normalization (layer norm, RMS norm): the "loss" and "norm"
  * families of ops.def. Conventions: kernels_dense.c. Registered by
  * pl_cpu_register_dense (through pl_cpu_register_dense_norm). */
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
 #if defined(__AVX__)
@@ -266,6 +267,208 @@ static pl_status k_ce_bwd(const pl_kernel_args *a) {
     return PL_OK;
 }
 
+/* ---- linear_cross_entropy: cross_entropy(x W^T, target) without the logits ----
+ * (ops.h pl_linear_cross_entropy; Liger-Kernel's FusedLinearCrossEntropy,
+ * Wijmans et al. 2024.) Rows go in blocks of lce_rows: the block's logits
+ * [b, V] = x_blk W^T (one sgemm into a scratch that stays in cache, where
+ * the unfused chain writes and rereads N x V floats: the logits, their
+ * gradient), each row's max, f64 sums and logsumexp as k_ce_fwd computes
+ * them (row_max, pl_ce_exp, pl_ce_lse: the chain's loss to f32 rounding),
+ * then, when a gradient is wanted (p.flags bit0: x's, bit1: W's), the
+ * block becomes the loss's gradient at g = 1 in place (k_ce_bwd's
+ * pl_ce_grad from the f32 lse: its values) and one more sgemm for each:
+ * dx_blk = dl W, dW += dl^T x_blk (a frozen head costs what the chain's
+ * matmul backward does: no dW).
+ *
+ * Threads: the blocks are split into `lanes` contiguous runs, one per
+ * OpenMP thread, each thread running single-threaded sgemms on its own
+ * blocks (its scratch stays in its core's cache; one parallel region per
+ * call, not three sgemm hand-offs and a softmax loop per block) into its
+ * own dW partial, summed in lane order at the end. One lane (one thread,
+ * an OpenBLAS that is not OpenMP's, or W too large for a partial per
+ * thread) runs the blocks in order with OpenBLAS's pool inside each sgemm
+ * and OpenMP over the block's rows. The per-row losses are summed in row
+ * order and dx's rows are each one block's, so the loss and dx do not
+ * depend on the thread count; dW does (the partials), and is the same run
+ * to run. */
+#define LCE_ROWS 128                      /* rows per block (docs/benchmarks.md) */
+#define LCE_BLOCK_FLOATS ((int64_t)1 << 21) /* at most 8 MiB of logits per block */
+#define LCE_PARTIAL_FLOATS ((int64_t)1 << 24) /* dW partials of all lanes: 64 MiB */
+
+static int64_t lce_rows(int64_t V) {
+    int64_t b = LCE_ROWS;
+    while (b > 8 && b * V > LCE_BLOCK_FLOATS) b /= 2;
+    return b;
+}
+
+typedef struct lce_job {
+    const float *X, *W;
+    const pl_tensor *tg;
+    int64_t N, K, V, B, ign;
+    float scale, eps, off;
+    bool grads, gx, gw; /* dl wanted; dx, dW wanted (p.flags bit0, bit1) */
+    float *DX;
+    double *R; /* [N, 2]: each row's nll and smoothing terms */
+} lce_job;
+
+/* Blocks [b0, b1) with scratch S [B, V], dW accumulated into dw (the first
+ * block overwrites it); serial: one thread's sgemms (inside a parallel
+ * region, where OpenMP's OpenBLAS runs on the calling thread), else
+ * OpenBLAS's pool and OpenMP over the rows. */
+static void lce_blocks(const lce_job *j, int64_t b0, int64_t b1, float *S, float *dw,
+                       bool serial) {
+    int64_t K = j->K, V = j->V;
+    for (int64_t blk = b0; blk < b1; blk++) {
+        int64_t r0 = blk * j->B, b = j->N - r0 < j->B ? j->N - r0 : j->B;
+        const float *xb = j->X + r0 * K;
+        if (serial)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)V, (int)K, 1.0f, xb,
+                        (int)K, j->W, (int)K, 0.0f, S, (int)V);
+        else
+            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)V, (int)K, 1.0f, xb,
+                     (int)K, j->W, (int)K, 0.0f, S, (int)V);
+#pragma omp parallel for if (!serial && b * V > PAR_MIN)
+        for (int64_t i = 0; i < b; i++) {
+            float *x = S + i * V;
+            int64_t t = target_at(j->tg, r0 + i);
+            double *R = j->R + 2 * (r0 + i);
+            R[0] = R[1] = 0;
+            if (t == j->ign) {
+                if (j->grads) memset(x, 0, (size_t)V * sizeof(float));
+                continue;
+            }
+            float m = row_max(x, V);
+            double s = 0, sx = 0;
+#pragma omp simd reduction(+ : s, sx)
+            for (int64_t c = 0; c < V; c++) {
+                s += pl_ce_exp(x[c], m);
+                sx += x[c];
+            }
+            double l = pl_ce_lse(m, s);
+            R[0] = pl_ce_row_nll(l, x[t]);
+            R[1] = pl_ce_row_smooth(l, V, sx);
+            if (!j->grads) continue;
+            const float lf = (float)l, scale = j->scale, off = j->off;
+#pragma omp simd
+            for (int64_t c = 0; c < V; c++)
+                x[c] = pl_ce_grad(x[c], lf, scale, off);
+            x[t] -= pl_ce_target_grad(scale, j->eps);
+        }
+        float beta = blk > b0 ? 1.0f : 0.0f;
+        if (j->gx && serial)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
+                        (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
+        else if (j->gx)
+            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
+                     (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
+        if (j->gw && serial)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
+                        (int)V, xb, (int)K, beta, dw, (int)K);
+        else if (j->gw)
+            pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
+                     (int)V, xb, (int)K, beta, dw, (int)K);
+    }
+}
+
+static pl_status k_lce_fwd(const pl_kernel_args *a) {
+    lce_job j = {.X = cf32(a->in[0]), .W = cf32(a->in[1]), .tg = a->in[2],
+                 .N = a->in[0]->shape[0], .K = a->in[0]->shape[1], .V = a->in[1]->shape[0],
+                 .ign = a->p.ignore_index, .gx = a->p.flags & 1, .gw = a->p.flags >> 1 & 1};
+    j.grads = j.gx || j.gw;
+    int64_t N = j.N, V = j.V, K = j.K, valid = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int64_t t = target_at(j.tg, i);
+        if (t == j.ign) continue;
+        if (t < 0 || t >= V)
+            return pl_error_set(PL_ERR_INVALID,
+                                "linear_cross_entropy: target[%lld] = %lld outside [0, %lld) and "
+                                "!= ignore_index %lld",
+                                (long long)i, (long long)t, (long long)V, (long long)j.ign);
+        valid++;
+    }
+    /* k_ce_bwd's scale at g = 1 (backward multiplies by g) */
+    double eps = a->p.alpha;
+    j.scale = 1.0f / (float)valid;
+    j.eps = (float)eps;
+    j.off = pl_ce_smooth_off(j.eps, V);
+    j.B = lce_rows(V);
+    j.DX = j.gx ? f32p(a->out[1]) : NULL;
+    float *DW = j.gw ? f32p(a->out[2]) : NULL;
+    int64_t nblk = (N + j.B - 1) / j.B, lanes = 1;
+#if defined(_OPENMP)
+    lanes = omp_get_max_threads();
+    if (strcmp(pl_blas_parallel(), "openmp") != 0) lanes = 1; /* its own pool: no nesting */
+    if (lanes > nblk) lanes = nblk;
+    while (lanes > 1 && j.gw && (lanes - 1) * V * K > LCE_PARTIAL_FLOATS) lanes--;
+#endif
+    if (lanes > 1) { /* as many blocks per lane, of as many rows (at most B): no lane waits */
+        nblk = lanes * ((N + lanes * j.B - 1) / (lanes * j.B));
+        j.B = (N + nblk - 1) / nblk;
+        nblk = (N + j.B - 1) / j.B;
+    }
+    scratch ss, sr, sp = {0};
+    float *S = scratch_f32(&ss, lanes * j.B * V);
+    j.R = (double *)scratch_f32(&sr, 4 * N);
+    float *P = lanes > 1 && j.gw ? scratch_f32(&sp, (lanes - 1) * V * K) : NULL;
+    pl_status st = PL_OK;
+    if (!S || !j.R || (lanes > 1 && j.gw && !P)) {
+        st = PL_ERR_NOMEM;
+    } else if (lanes == 1) {
+        lce_blocks(&j, 0, nblk, S, DW, false);
+    } else {
+#pragma omp parallel num_threads((int)lanes)
+        {
+            int64_t l = omp_get_thread_num(), n = omp_get_num_threads();
+            int64_t b0 = nblk * l / n, b1 = nblk * (l + 1) / n;
+            float *dw = !j.gw ? NULL : l ? P + (l - 1) * V * K : DW;
+            if (j.gw && b0 == b1) memset(dw, 0, (size_t)(V * K) * sizeof(float));
+            lce_blocks(&j, b0, b1, S + l * j.B * V, dw, true);
+        }
+        /* dW = lane 0's partial + lane 1's + ..., in lane order */
+        if (j.gw)
+#pragma omp parallel for if (V * K > PAR_MIN)
+            for (int64_t e = 0; e < V * K; e++) {
+                float v = DW[e];
+                for (int64_t l = 1; l < lanes; l++) v += P[(l - 1) * V * K + e];
+                DW[e] = v;
+            }
+    }
+    double nll = 0, smooth = 0;
+    for (int64_t i = 0; !st && i < N; i++) {
+        nll += j.R[2 * i];
+        smooth += j.R[2 * i + 1];
+    }
+    scratch_free(&ss);
+    scratch_free(&sr);
+    scratch_free(&sp);
+    if (st) return st;
+    f32p(a->out[0])[0] = (float)pl_ce_loss(nll, smooth, eps, V, (double)valid);
+    return PL_OK;
+}
+
+/* in = g, x, W, target (stubs but W), dx, dW (forward's, at g = 1);
+ * out = gx, gW: g dx and g dW (the same bits at g = 1). */
+static pl_status k_lce_bwd(const pl_kernel_args *a) {
+    float g = cf32(a->in[0])[0];
+    for (int o = 0; o < 2; o++) {
+        pl_tensor *d = a->out[o];
+        if (!d) continue;
+        const pl_tensor *sv = a->in[4 + o];
+        int64_t n = pl_tensor_numel(d);
+        if (pl_tensor_numel(sv) != n)
+            return pl_error_set(PL_ERR_INTERNAL,
+                                "linear_cross_entropy backward: saved gradient %d has %lld "
+                                "elements, the input %lld (forward ran without gradients)",
+                                o, (long long)pl_tensor_numel(sv), (long long)n);
+        const float *src = cf32(sv);
+        float *dst = f32p(d);
+#pragma omp parallel for if (n > PAR_MIN)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = g * src[i];
+    }
+    return PL_OK;
+}
+
 /* mse / mae / huber, mean reduction; pred and target same shape. */
 static pl_status k_loss_fwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->in[0]);
@@ -431,6 +634,8 @@ void pl_cpu_register_dense_norm(pl_kernel_table *b) {
     b->backward[PL_OP_SOFTMAX] = b->backward[PL_OP_LOG_SOFTMAX] = k_softmax_bwd;
     b->forward[PL_OP_CROSS_ENTROPY] = k_ce_fwd;
     b->backward[PL_OP_CROSS_ENTROPY] = k_ce_bwd;
+    b->forward[PL_OP_LINEAR_CROSS_ENTROPY] = k_lce_fwd;
+    b->backward[PL_OP_LINEAR_CROSS_ENTROPY] = k_lce_bwd;
     static const pl_op ls[] = {PL_OP_MSE, PL_OP_MAE, PL_OP_HUBER};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
         b->forward[ls[i]] = k_loss_fwd;

@@ -376,13 +376,15 @@ static void st_host_free(void *p) { free(p); }
 /* allow_tf32 is accepted and has no effect (the CPU's kernels compute in f32);
  * optimizer_found_inf, optimizer_step_count: the CPU's optimizer kernels,
  * which this backend runs, obey the flag and keep a counted call's count;
- * lora_add_dropout: its lora_add honours the dropout bit (ops.h); fuse ("true" by default): whether capture_end_step fuses. */
+ * lora_add_dropout: its lora_add honours the dropout bit (ops.h);
+ * linear_cross_entropy: it runs the CPU's fused kernel (ops.h); fuse ("true" by default): whether capture_end_step fuses. */
 static _Atomic bool g_no_fuse;
 static pl_status st_set_option(const char *key, const char *value) {
     if (!strcmp(key, "allow_tf32")) return PL_OK;
     if (!strcmp(key, "optimizer_found_inf")) return PL_OK;
     if (!strcmp(key, "optimizer_step_count")) return PL_OK; /* the CPU's kernels keep it (ops.h) */
     if (!strcmp(key, "lora_add_dropout")) return PL_OK; /* its (CPU) lora_add kernel honours bit1 */
+    if (!strcmp(key, "linear_cross_entropy")) return PL_OK; /* the CPU's kernel (ABI 2.13) */
     if (!strcmp(key, "fuse")) {
         if (!value || (strcmp(value, "true") && strcmp(value, "false")))
             return pl_error_set(PL_ERR_INVALID, "strict backend: fuse = '%s' (expected true or false)",

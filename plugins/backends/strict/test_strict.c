@@ -220,6 +220,52 @@ static void lora_drop_run(bool fused, double *vals, int nv, uint64_t *fwd, uint6
     pl_frame_end();
 }
 
+/* pl_linear_cross_entropy on this device: the strict backend promises the
+ * op (set_option "linear_cross_entropy"), so it runs as one kernel call
+ * forward (the CPU's fused kernel) where the chain makes two (matmul,
+ * cross_entropy); the tape holds dx and dW (f32 [70, 8] and [300, 8])
+ * where the chain's holds the [70, 300] logits (and x, W); the loss equals
+ * the chain's to f32 rounding (2e-6 relative). */
+static double lce_run(bool fused, uint64_t *fwd, size_t *held) {
+    pl_frame_begin();
+    pl_tensor *x = PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(70, 8), 21), PL_F32, g_dev));
+    pl_tensor *w = PL_CK_NOTNULL(pl_tensor_to(pl_test_randn(PL_SHAPE(300, 8), 22), PL_F32, g_dev));
+    int64_t tv[70];
+    for (int i = 0; i < 70; i++) tv[i] = i % 5 == 1 ? -100 : (i * 43) % 300;
+    pl_tensor *t = PL_CK_NOTNULL(pl_tensor_from_data(PL_I64, PL_SHAPE(70), tv, g_dev));
+    pl_tensor_set_requires_grad(x, true);
+    pl_tensor_set_requires_grad(w, true);
+    size_t h0 = 0, h1 = 0;
+    PL_CK_OK(pl_tape_held_bytes(NULL, 0, &h0));
+    pl_backend_counters c0 = counters();
+    pl_tensor *l = PL_CK_NOTNULL(fused ? pl_linear_cross_entropy(x, w, t, -100, 0.0)
+                                       : pl_cross_entropy(pl_matmul(x, w, false, true), t, -100, 0.0));
+    pl_backend_counters c1 = counters();
+    PL_CK_OK(pl_tape_held_bytes(NULL, 0, &h1));
+    *held = h1 - h0;
+    *fwd = c1.kernel_calls - c0.kernel_calls;
+    double v = pl_tensor_item(l);
+    PL_CK_OK(pl_backward(l, 1.0));
+    ck_assert_ptr_nonnull(x->grad);
+    ck_assert_ptr_nonnull(w->grad);
+    pl_frame_end();
+    return v;
+}
+
+START_TEST(linear_cross_entropy_runs_fused_here) {
+    load();
+    uint64_t ff, cf;
+    size_t hf, hc;
+    double lf = lce_run(true, &ff, &hf), lc = lce_run(false, &cf, &hc);
+    ck_assert_uint_eq(ff, 1);
+    ck_assert_uint_eq(cf, 2);
+    ck_assert_msg(fabs(lf - lc) <= 2e-6 * fabs(lc), "loss: fused %.9g, chain %.9g", lf, lc);
+    /* f32 dx 70 x 8 (2,240 bytes: a 4 KiB block) and dW 300 x 8 (9,600: a
+     * 16 KiB block) against the logits 70 x 300 (84,000) and their lse */
+    ck_assert_msg(hf == 4096 + 16384 && hc > 84000, "tape bytes: fused %zu, chain %zu", hf, hc);
+}
+END_TEST
+
 START_TEST(lora_add_dropout_is_the_chain_in_one_call_each_way) {
     load();
     static double vf[1000], vc[1000];
@@ -702,6 +748,7 @@ int main(void) {
     tcase_add_test(tc, counts_reads_writes_allocations_and_kernels);
     tcase_add_test(tc, lora_add_is_one_kernel_call_each_way);
     tcase_add_test(tc, lora_add_dropout_is_the_chain_in_one_call_each_way);
+    tcase_add_test(tc, linear_cross_entropy_runs_fused_here);
     tcase_add_test(tc, foreach_norm_and_mul_match_the_chain_in_fewer_calls);
     tcase_add_test(tc, device_stats_measure_kernel_time_and_mapped_memory);
     tcase_add_test(tc, fill_random_draws_the_hosts_values);

@@ -193,6 +193,14 @@ pl_tensor *ilora_hidden(ilora_model *m, pl_tensor *ids, bool training);
 pl_tensor *ilora_last_hidden(ilora_model *m, pl_tensor *ids);
 /* logits = h @ E^T (tied) or h @ lm_head^T; h [..., D] -> [..., V]. */
 pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h);
+/* The training cross-entropy of rows h [n, D] against tg [n] (ignore_index
+ * ign), mean over the kept rows. Where the logits serve nothing else (no
+ * distillation term, kd_weight 0) and the head is the tied f32 embedding
+ * (no score_proj, no lm_head, no NF4 table), one pl_linear_cross_entropy:
+ * the [n, V] logits are never stored (ops.h) and *logits is NULL; otherwise
+ * ilora_logits then pl_cross_entropy, with the logits in *logits. */
+pl_tensor *ilora_head_loss(ilora_model *m, pl_tensor *h, pl_tensor *tg, int64_t ign,
+                           pl_tensor **logits);
 
 /* The vtable's forward (for tests); the export functions are in teacher_export.h. */
 pl_status ilora_forward(void *self, const pl_batch *b, pl_data_split split, bool training,

@@ -87,8 +87,8 @@ static pl_status train_forward_device(ilora_model *m, const pl_batch *b, pl_tens
     if (!h) return pl_error_status();
     int64_t BL = pl_tensor_numel(lab);
     pl_tensor *tg = pl_reshape(lab, 1, (int64_t[]){BL});
-    pl_tensor *logits = ilora_logits(m, pl_reshape(h, 2, (int64_t[]){-1, m->o.dim})); /* [BL, V] */
-    *loss = logits && tg ? pl_cross_entropy(logits, tg, 0, 0.0) : NULL;
+    pl_tensor *logits; /* [BL, V], kept only for distillation (ilora_head_loss) */
+    *loss = ilora_head_loss(m, pl_reshape(h, 2, (int64_t[]){-1, m->o.dim}), tg, 0, &logits);
     pl_tensor *mask = NULL;
     if (*loss && (m->o.kd_weight > 0 || (rt.g && rt.g->ndim == 3) || count)) {
         pl_tensor *mf = pl_tensor_to(tg, PL_F32, m->ctx->device);
@@ -157,8 +157,8 @@ static pl_status train_forward(ilora_model *m, const pl_batch *b, pl_tensor **lo
         pl_tensor *pi = pl_tensor_from_data(PL_I64, 1, (int64_t[]){np}, pos, dev);
         pl_tensor *ti = pl_tensor_from_data(PL_I64, 1, (int64_t[]){np}, tgt, dev);
         pl_tensor *hf = pl_reshape(h, 2, (int64_t[]){-1, m->o.dim});
-        pl_tensor *logits = ilora_logits(m, pl_index_select(hf, 0, pi)); /* [np, V] */
-        *loss = pl_cross_entropy(logits, ti, 0, 0.0);
+        pl_tensor *logits; /* [np, V], kept only for distillation (ilora_head_loss) */
+        *loss = ilora_head_loss(m, pl_index_select(hf, 0, pi), ti, 0, &logits);
         if (*loss && m->o.kd_weight > 0) *loss = pl_add(*loss, ilora_kd_term(m, b, logits, pi));
         if (*loss && rt.g) *loss = router_terms(m, *loss, &rt, pi, NULL, NULL);
     }

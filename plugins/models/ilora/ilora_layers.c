@@ -429,3 +429,13 @@ pl_tensor *ilora_logits(ilora_model *m, pl_tensor *h) {
     return m->embed->dtype == PL_NF4 ? pl_nf4_matmul(h, m->embed)
                                      : pl_matmul(h, m->embed, false, true);
 }
+
+pl_tensor *ilora_head_loss(ilora_model *m, pl_tensor *h, pl_tensor *tg, int64_t ign,
+                           pl_tensor **logits) {
+    *logits = NULL;
+    if (!h || !tg) return NULL;
+    if (!(m->o.kd_weight > 0) && !m->score_proj && !m->lm_head && m->embed->dtype == PL_F32)
+        return pl_linear_cross_entropy(h, m->embed, tg, ign, 0.0);
+    *logits = ilora_logits(m, h);
+    return *logits ? pl_cross_entropy(*logits, tg, ign, 0.0) : NULL;
+}

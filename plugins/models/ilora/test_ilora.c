@@ -669,6 +669,65 @@ START_TEST(device_loss_equals_the_host_selection) {
 }
 END_TEST
 
+/* ilora_head_loss: the tied f32 head without distillation is one
+ * pl_linear_cross_entropy (no logits handed back) with the loss and the
+ * gradients of h and of the tied embedding of the chain ilora_logits +
+ * pl_cross_entropy (loss within 2e-6 relative, gradients within 1e-6 of
+ * their largest magnitude); with a distillation weight the logits are
+ * needed and the chain runs (its logits handed back, the same loss). */
+START_TEST(head_loss_is_fused_for_the_tied_head) {
+    env e;
+    env_init(&e, 31, 0);
+    ilora_opts o = small_opts(ILORA_NONE);
+    ilora_model *m = NULL;
+    PL_CK_OK(ilora_model_create(&o, &e.ctx, &m));
+    pl_tensor *h = PL_CK_NOTNULL(pl_test_randn(2, (int64_t[]){10, 8}, 77));
+    pl_tensor_set_requires_grad(h, true);
+    const int64_t tv[10] = {3, 0, 12, 1, 7, 7, 0, 9, 2, 11};
+    pl_tensor *tg = PL_CK_NOTNULL(pl_tensor_from_data(PL_I64, 1, (int64_t[]){10}, tv, PL_CPU));
+    double lv[3];
+    pl_tensor *gh[2], *ge[2];
+    for (int k = 0; k < 3; k++) { /* 0: fused, 1: the chain by hand, 2: kd_weight > 0 */
+        m->o.kd_weight = k == 2 ? 0.5 : 0.0;
+        pl_frame_begin();
+        pl_tensor *lg = NULL, *loss;
+        if (k == 1) {
+            loss = pl_cross_entropy(ilora_logits(m, h), tg, 0, 0.0);
+        } else {
+            loss = ilora_head_loss(m, h, tg, 0, &lg);
+            if (k == 0) ck_assert_ptr_null(lg);
+            else ck_assert_ptr_nonnull(lg);
+        }
+        PL_CK_NOTNULL(loss);
+        lv[k] = pl_tensor_item(loss);
+        if (k < 2) {
+            PL_CK_OK(pl_backward(loss, 1.0));
+            gh[k] = h->grad;
+            ge[k] = m->embed->grad;
+            h->grad = m->embed->grad = NULL;
+        }
+        pl_frame_end();
+    }
+    m->o.kd_weight = 0;
+    ck_assert_double_eq_tol(lv[0], lv[1], 2e-6 * fabs(lv[1]));
+    ck_assert(lv[2] == lv[1]);
+    for (int w = 0; w < 2; w++) {
+        pl_tensor *a = w ? ge[0] : gh[0], *b = w ? ge[1] : gh[1];
+        pl_tensor *z = pl_tensor_zeros_like(b);
+        double mx = pl_test_max_abs_diff(b, z);
+        ck_assert_double_gt(mx, 0);
+        ck_assert_double_le(pl_test_max_abs_diff(a, b), 1e-6 * mx);
+        pl_tensor_release(z);
+        pl_tensor_release(a);
+        pl_tensor_release(b);
+    }
+    pl_tensor_release(tg);
+    pl_tensor_release(h);
+    ilora_model_destroy(m);
+    env_free(&e);
+}
+END_TEST
+
 /* gate_entropy, gate_usage_k and gate_user_tv over an evaluation pass of two
  * batches equal the same statistics of the users' last-position gates
  * computed at once; a new pass (batch index 0) starts over. */
@@ -1460,6 +1519,7 @@ int main(void) {
     TCase *t = tcase_create("ilora");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, ranking_metrics_match_hand_computed_cases);
+    tcase_add_test(t, head_loss_is_fused_for_the_tied_head);
     tcase_add_test(t, topk_is_sorted_with_low_index_first_on_ties);
     tcase_add_test(t, moe_lora_layer_gradients_match_central_differences);
     tcase_add_test(t, single_expert_equals_plain_lora_by_hand);
