@@ -23,6 +23,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +33,7 @@
 
 #include "pipeline/backend_util.h"
 #include "pipeline/optim_math.h"
+#include "pipeline/pipeline.h"
 
 struct u3 {
     unsigned x, y, z;
@@ -73,10 +75,6 @@ template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int o) {
 #define GRID_LOOP(i, n)                                                                            \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)blockDim.x * gridDim.x)
-#include "att_kernels.inc"
-#include "common_reduce.inc"
-#include "optim_kernels.inc"
-#include "topk_kernels.inc"
 
 template <class F> static void launch(u3 grid, unsigned threads, F body) {
     gridDim = grid;
@@ -96,6 +94,213 @@ template <class F> static void launch(u3 grid, unsigned threads, F body) {
             pthread_barrier_destroy(&g_bar);
         }
 }
+
+/* ---- the host functions' CUDA runtime, cuBLAS and cuda_common.cuh, on the host ----
+ * (the sections copied whole: segment softmax, dropout, lora_add, rm_gemm_ab) */
+
+/* k<<<grid, threads>>>(args) of a copied section reads pl_emu_kernel(k, grid, threads)(args)
+ * (CMakeLists.txt rewrites it): the grid runs at once with the arguments by value */
+static int g_launches;
+template <class K> struct emu_launch {
+    K *k;
+    unsigned grid, threads;
+    template <class... A> void operator()(A... args) const {
+        K *f = k;
+        g_launches++;
+        launch({grid, 1, 1}, threads, [=] { f(args...); });
+    }
+};
+template <class K> static emu_launch<K> pl_emu_kernel(K *k, unsigned grid, unsigned threads) {
+    if (grid < 1 || threads < 1 || threads > 1024 || grid > 65535u * 16) abort();
+    return emu_launch<K>{k, grid, threads};
+}
+
+typedef enum cudaError { cudaSuccess = 0 } cudaError_t;
+typedef enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 } cudaMemcpyKind;
+typedef struct emu_stream *cudaStream_t;
+static cudaStream_t const cudaStreamPerThread = (cudaStream_t)2;
+static cudaError_t cudaGetLastError(void) {
+    return cudaSuccess;
+}
+static const char *cudaGetErrorString(cudaError_t) {
+    return "cudaSuccess";
+}
+static cudaError_t cudaMemset(void *p, int v, size_t n) {
+    memset(p, v, n);
+    return cudaSuccess;
+}
+static cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k,
+                                   cudaStream_t st) {
+    if (k != cudaMemcpyDeviceToDevice || st != cudaStreamPerThread) abort();
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+#define CUDA_LAUNCHED(opname) (void)(opname)
+#define PL_CUDA_THREADS 256
+#define T_ROW 256
+#include "common_blocks.inc"
+#include "common_idx.inc"
+#include "common_idx_in.inc"
+static inline const float *cf(const pl_tensor *t) {
+    return (const float *)pl_tensor_data(t);
+}
+static inline float *fp(const pl_tensor *t) {
+    return (float *)pl_tensor_data(t);
+}
+static inline pl_status pl_cu_set_device(const pl_tensor *) {
+    return PL_OK;
+}
+/* the deferred range check (cuda_fault.cu) is not emulated: the kernels' own skip of an index
+ * outside [0, n) is what the cases check */
+static int g_index_checks;
+static pl_status pl_cu_check_indices(pl_op, const pl_tensor *, int64_t) {
+    g_index_checks++;
+    return PL_OK;
+}
+/* scratch: malloc'd, filled with 0xff bytes (NaN floats, -1 indices), so a kernel that reads
+ * scratch it did not write shows it */
+typedef struct pl_cu_scratch {
+    void *p;
+    size_t cap;
+    pl_device dev;
+} pl_cu_scratch;
+static void *pl_cu_scratch_get(pl_cu_scratch *s, pl_device dev, size_t nbytes) {
+    s->dev = dev;
+    s->cap = nbytes ? nbytes : 1;
+    s->p = malloc(s->cap);
+    if (s->p) memset(s->p, 0xff, s->cap);
+    return s->p;
+}
+static void pl_cu_scratch_free(pl_cu_scratch *s) {
+    free(s->p);
+    s->p = NULL;
+}
+/* contiguous conversions only: what the lora_add section asks of cuda_copy.cu */
+typedef struct pl_cu_geom {
+    int nd;
+    int64_t shape[PL_MAX_DIMS];
+} pl_cu_geom;
+static void pl_cu_geom_contig(pl_cu_geom *g, int nd, const int64_t *shape) {
+    g->nd = nd;
+    for (int i = 0; i < nd; i++)
+        g->shape[i] = shape[i];
+}
+static pl_status pl_cu_strided_copy(void *dst, int ddt, const void *src, int sdt,
+                                    const pl_cu_geom *g, int64_t n, bool dst_contig) {
+    int64_t m = 1;
+    for (int i = 0; i < g->nd; i++)
+        m *= g->shape[i];
+    if (m != n || !dst_contig) abort();
+    for (int64_t i = 0; i < n; i++)
+        pl_d_stf(dst, ddt, i, pl_d_ldf(src, sdt, i));
+    return PL_OK;
+}
+static const void *pl_cu_as_dtype(const pl_tensor *t, pl_dtype dt, pl_cu_scratch *s,
+                                  pl_status *st) {
+    int64_t n = pl_tensor_numel(t);
+    void *d = pl_cu_scratch_get(s, t->device, (size_t)n * pl_dtype_size(dt));
+    if (!d) {
+        *st = PL_ERR_NOMEM;
+        return NULL;
+    }
+    for (int64_t i = 0; i < n; i++)
+        pl_d_stf(d, dt, i, pl_d_ldf(pl_tensor_data(t), t->dtype, i));
+    return d;
+}
+/* device atomics: __atomic builtins (the threads of a launch run at once) */
+static inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+static inline int __float_as_int(float f) {
+    int i;
+    memcpy(&i, &f, 4);
+    return i;
+}
+static int atomicCAS(int *a, int cmp, int val) {
+    __atomic_compare_exchange_n(a, &cmp, val, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp; /* the old value, whether or not it was swapped */
+}
+static float atomicAdd(float *a, float v) {
+    uint32_t *p = (uint32_t *)a, o = __atomic_load_n(p, __ATOMIC_SEQ_CST), n;
+    do
+        n = pl_f32_bits(pl_f32_from_bits(o) + v);
+    while (!__atomic_compare_exchange_n(p, &o, n, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return pl_f32_from_bits(o);
+}
+
+/* cuBLAS: cublasGemmStridedBatchedEx's column-major semantics and argument checks (operand
+ * types, leading dimensions; beta = 0 does not read C), accumulated in double */
+typedef struct emu_blas *cublasHandle_t;
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77 } cublasComputeType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+static bool g_allow_tf32;
+static int g_gemms;
+static cublasHandle_t blas_handle(int) {
+    return (cublasHandle_t)1;
+}
+static const char *blas_str(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE"
+                                            : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+static double blas_ld(const void *p, cudaDataType_t t, int64_t i) {
+    if (t == CUDA_R_32F) return ((const float *)p)[i];
+    if (t == CUDA_R_16BF) return pl_bf16_widen(((const uint16_t *)p)[i]);
+    abort();
+}
+static cublasStatus_t cublasGemmStridedBatchedEx(
+    cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType_t at, int lda, long long sA, const void *B,
+    cudaDataType_t bt, int ldb, long long sB, const void *beta, void *C, cudaDataType_t ct, int ldc,
+    long long sC, int batch, cublasComputeType_t comp, cublasGemmAlgo_t algo) {
+    g_gemms++;
+    if (!h || algo != CUBLAS_GEMM_DEFAULT || comp != CUBLAS_COMPUTE_32F || at != bt ||
+        (ct != at && ct != CUDA_R_32F))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < std::max(1, ta == CUBLAS_OP_N ? m : k) ||
+        ldb < std::max(1, tb == CUBLAS_OP_N ? k : n) || ldc < std::max(1, m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (int b = 0; b < batch; b++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double acc = 0.0;
+                for (int l = 0; l < k; l++) {
+                    int64_t ia = ta == CUBLAS_OP_N ? i + (int64_t)l * lda : l + (int64_t)i * lda;
+                    int64_t ib = tb == CUBLAS_OP_N ? l + (int64_t)j * ldb : j + (int64_t)l * ldb;
+                    acc += blas_ld(A, at, b * sA + ia) * blas_ld(B, bt, b * sB + ib);
+                }
+                int64_t ic = b * sC + i + (int64_t)j * ldc;
+                float v = al * (float)acc;
+                if (be != 0.0f) v += be * (float)blas_ld(C, ct, ic);
+                if (ct == CUDA_R_32F)
+                    ((float *)C)[ic] = v;
+                else
+                    ((uint16_t *)C)[ic] = pl_bf16_round(v);
+            }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+#include "att_kernels.inc"
+#include "common_reduce.inc"
+#include "dense_binary.inc"
+#include "dense_sum.inc"
+#include "dense_swiglu.inc"
+#include "dense_unary.inc"
+#include "dropout_section.inc"
+#include "gemm_helpers.inc"
+#include "lora_section.inc"
+#include "optim_kernels.inc"
+#include "segsoft_section.inc"
+#include "topk_kernels.inc"
 
 static double rnd(unsigned *s) {
     *s = *s * 1103515245u + 12345u;
@@ -408,8 +613,490 @@ static void run_foreach(void) {
     expect(same, "amp_unscale_multi: the elements and found_inf (an inf in the last tensor)");
 }
 
+/* ---- dropout, segment_softmax, lora_add: the host functions of cuda_index.cu / cuda_matmul.cu
+ * called with the pl_kernel_args the CPU backend's kernel is called with ---- */
+
+static const pl_backend *g_cpu;
+static int g_cmp_bad;
+static const pl_device g_host = {PL_DEVICE_CPU, 0};
+
+static pl_tensor *tens(pl_dtype dt, std::initializer_list<int64_t> sh) {
+    pl_tensor *t = pl_tensor_zeros(dt, (int)sh.size(), sh.begin(), g_host);
+    if (!t) {
+        printf("tensor: %s\n", pl_error_message());
+        abort();
+    }
+    return t;
+}
+/* uniform [lo, hi) values into a float tensor (f32 / bf16) */
+static pl_tensor *rand_t(pl_dtype dt, std::initializer_list<int64_t> sh, unsigned seed,
+                         double lo = -1, double hi = 1) {
+    pl_tensor *t = tens(dt, sh);
+    for (int64_t i = 0; i < pl_tensor_numel(t); i++)
+        pl_d_stf(pl_tensor_data(t), dt, i, (float)(lo + (hi - lo) * (rnd(&seed) + 1) / 2));
+    return t;
+}
+/* a tensor of t's shape and dtype, every byte 0xab: an element the kernel does not write shows */
+static pl_tensor *poison_like(const pl_tensor *t) {
+    pl_tensor *r = pl_tensor_empty_like(t);
+    memset(pl_tensor_data(r), 0xab, pl_tensor_nbytes(r));
+    return r;
+}
+static void check_ok(pl_status st, const char *who, const char *cs) {
+    if (st) {
+        printf("%s: %s failed: %s  <-- FAIL\n", cs, who, pl_error_message());
+        g_cmp_bad++;
+    }
+}
+/* the same bytes */
+static void same_bits(const char *cs, const char *what, const pl_tensor *got,
+                      const pl_tensor *want) {
+    size_t n = pl_tensor_nbytes(want);
+    const uint8_t *g = (const uint8_t *)pl_tensor_data(got),
+                  *w = (const uint8_t *)pl_tensor_data(want);
+    size_t first = n;
+    for (size_t i = 0; i < n && first == n; i++)
+        if (g[i] != w[i]) first = i;
+    if (first < n) g_cmp_bad++;
+    if (first < n)
+        printf("%s: %s differs from the CPU kernel's first at byte %zu of %zu  <-- FAIL\n", cs,
+               what, first, n);
+    else
+        printf("%s: %s bit for bit\n", cs, what);
+}
+/* max |got - want| / (1 + max |want|) <= tol; NaN on one side only fails */
+static void near_t(const char *cs, const char *what, const pl_tensor *got, const pl_tensor *want,
+                   double tol) {
+    int64_t n = pl_tensor_numel(want);
+    double mw = 0, md = 0;
+    int64_t at = -1;
+    bool nan_bad = false;
+    for (int64_t i = 0; i < n; i++) {
+        double w = pl_d_ldf(pl_tensor_data(want), want->dtype, i),
+               g = pl_d_ldf(pl_tensor_data(got), got->dtype, i);
+        if (std::isnan(w) || std::isnan(g)) {
+            if (std::isnan(w) != std::isnan(g)) nan_bad = true, at = i;
+            continue;
+        }
+        mw = std::max(mw, fabs(w));
+        if (fabs(g - w) > md) md = fabs(g - w), at = i;
+    }
+    double e = md / (1 + mw);
+    bool ok = !nan_bad && e <= tol;
+    if (!ok) g_cmp_bad++;
+    printf("%s: %s err %.3g (tol %.0e)%s\n", cs, what, e, tol, ok ? "" : "  <-- FAIL");
+    if (!ok && at >= 0)
+        printf("    at %lld: %.9g, CPU %.9g\n", (long long)at,
+               pl_d_ldf(pl_tensor_data(got), got->dtype, at),
+               pl_d_ldf(pl_tensor_data(want), want->dtype, at));
+}
+
+/* dropout of n elements of dt: k_dropout_fwd (and a direct launch of k_dropout_f on a small
+ * grid, so its grid-stride loop strides) against the CPU's dropout_fwd, then k_dropout_bwd
+ * against dropout_bwd; delta >= 0: a captured graph's counter (p.extra, stride p.start) */
+static void run_dropout(pl_dtype dt, int64_t n, double p, uint64_t seed, uint64_t counter,
+                        int64_t delta, int64_t stride) {
+    char cs[160];
+    snprintf(cs, sizeof cs, "dropout %s n %lld p %g seed %#llx counter %#llx delta %lld x %lld",
+             pl_dtype_name(dt), (long long)n, p, (unsigned long long)seed,
+             (unsigned long long)counter, (long long)delta, (long long)stride);
+    pl_frame_begin();
+    pl_tensor *x = rand_t(dt, {n}, (unsigned)n + 3), *y = tens(dt, {n}), *m = tens(PL_U8, {n});
+    pl_tensor *d = tens(PL_I64, {1});
+    *(int64_t *)pl_tensor_data(d) = delta;
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_DROPOUT, a.n_in = 1, a.n_out = 2, a.in[0] = x, a.out[0] = y, a.out[1] = m;
+    a.p.alpha = p, a.p.seed = seed, a.p.counter = counter;
+    if (delta >= 0) a.p.extra = d, a.p.start = stride;
+    check_ok(g_cpu->kernel(PL_OP_DROPOUT, false)(&a), "cpu dropout", cs);
+    pl_tensor *ye = poison_like(y), *me = poison_like(m);
+    a.out[0] = ye, a.out[1] = me;
+    check_ok(k_dropout_fwd(&a), "k_dropout_fwd", cs);
+    same_bits(cs, "y", ye, y);
+    same_bits(cs, "mask", me, m);
+    /* the kernel alone on 2 blocks of 32 threads */
+    pl_tensor *y2 = poison_like(y), *m2 = poison_like(m);
+    uint64_t ctr = counter;
+    const int64_t *dp = delta >= 0 ? (const int64_t *)pl_tensor_data(d) : NULL;
+    launch({2, 1, 1}, 32, [&] {
+        k_dropout_f(pl_tensor_data(x), pl_tensor_data(y2), dt, (uint8_t *)pl_tensor_data(m2), n,
+                    (float)p, pl_dropout_scale(p), seed, ctr, dp, stride);
+    });
+    same_bits(cs, "y and mask of a 2 x 32 grid", y2, y);
+    same_bits(cs, "mask of a 2 x 32 grid", m2, m);
+    /* backward: in = {g, x, mask} */
+    pl_tensor *g = rand_t(PL_F32, {n}, 99), *dx = tens(PL_F32, {n});
+    pl_kernel_args b;
+    memset(&b, 0, sizeof b);
+    b.op = PL_OP_DROPOUT, b.n_in = 3, b.n_out = 1, b.in[0] = g, b.in[1] = x, b.in[2] = m;
+    b.out[0] = dx, b.p = a.p;
+    check_ok(g_cpu->kernel(PL_OP_DROPOUT, true)(&b), "cpu dropout backward", cs);
+    pl_tensor *dxe = poison_like(dx);
+    b.out[0] = dxe;
+    check_ok(k_dropout_bwd(&b), "k_dropout_bwd", cs);
+    same_bits(cs, "dx", dxe, dx);
+    pl_frame_end();
+}
+
+/* segment_softmax of scores [E, H] over seg (i64 or i32, N segments, some empty): forward and
+ * backward (k_segment_softmax_fwd / _bwd: k_fill, k_seg_max's CAS loop, k_seg_exp / k_seg_dot's
+ * atomicAdd, k_seg_norm, k_seg_grad) against the CPU kernels. bad: every 7th row's segment is
+ * -1 or N (out of range): the CPU refuses those, the kernel writes 0 for them (y and ds) and
+ * leaves them out of their neighbours' sums; the reference is then the CPU on the other rows. */
+static void run_segsoft(int64_t E, int64_t H, int64_t N, pl_dtype idt, bool bad, bool neg_inf) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "segment_softmax E %lld H %lld N %lld %s%s%s", (long long)E,
+             (long long)H, (long long)N, pl_dtype_name(idt), bad ? " bad indices" : "",
+             neg_inf ? " -inf" : "");
+    pl_frame_begin();
+    unsigned sd = (unsigned)(E * 31 + H * 7 + N);
+    pl_tensor *s = rand_t(PL_F32, {E, H}, sd, -4, 4), *seg = tens(idt, {E});
+    std::vector<int64_t> sv(E);
+    for (int64_t e = 0; e < E; e++) {
+        /* segments 1 and N - 2 stay empty; a skewed spread so sizes differ */
+        int64_t q = (int64_t)((rnd(&sd) + 1) / 2 * (rnd(&sd) + 1) / 2 * N) % N;
+        if (q == 1 || q == N - 2) q = 0;
+        if (bad && e % 7 == 3) q = e % 2 ? -1 : N;
+        sv[e] = q;
+        if (idt == PL_I64)
+            ((int64_t *)pl_tensor_data(seg))[e] = q;
+        else
+            ((int32_t *)pl_tensor_data(seg))[e] = (int32_t)q;
+    }
+    if (neg_inf) /* a segment of -inf only (NaN both sides), a -inf among finite values */
+        for (int64_t e = 0; e < E; e++) {
+            if (sv[e] == N - 1) ((float *)pl_tensor_data(s))[e * H] = -INFINITY;
+            if (e == 5) ((float *)pl_tensor_data(s))[e * H + H - 1] = -INFINITY;
+        }
+    pl_tensor *g = rand_t(PL_F32, {E, H}, sd + 1);
+    /* the CPU on the rows with a segment in range */
+    std::vector<int64_t> keep;
+    for (int64_t e = 0; e < E; e++)
+        if (sv[e] >= 0 && sv[e] < N) keep.push_back(e);
+    int64_t K = (int64_t)keep.size();
+    pl_tensor *ks = tens(PL_F32, {K, H}), *kseg = tens(idt, {K}), *kg = tens(PL_F32, {K, H});
+    for (int64_t k = 0; k < K; k++) {
+        memcpy(fp(ks) + k * H, cf(s) + keep[k] * H, (size_t)H * 4);
+        memcpy(fp(kg) + k * H, cf(g) + keep[k] * H, (size_t)H * 4);
+        if (idt == PL_I64)
+            ((int64_t *)pl_tensor_data(kseg))[k] = sv[keep[k]];
+        else
+            ((int32_t *)pl_tensor_data(kseg))[k] = (int32_t)sv[keep[k]];
+    }
+    pl_tensor *ky = tens(PL_F32, {K, H}), *kds = tens(PL_F32, {K, H});
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_SEGMENT_SOFTMAX, a.n_in = 2, a.n_out = 1, a.in[0] = ks, a.in[1] = kseg;
+    a.out[0] = ky, a.p.num_segments = N;
+    check_ok(g_cpu->kernel(PL_OP_SEGMENT_SOFTMAX, false)(&a), "cpu segment_softmax", cs);
+    pl_kernel_args b = a;
+    b.n_in = 4, b.in[0] = kg, b.in[1] = ks, b.in[2] = kseg, b.in[3] = ky, b.out[0] = kds;
+    check_ok(g_cpu->kernel(PL_OP_SEGMENT_SOFTMAX, true)(&b), "cpu segment_softmax backward", cs);
+    /* expanded back to E rows, 0 for the skipped ones */
+    pl_tensor *y = tens(PL_F32, {E, H}), *ds = tens(PL_F32, {E, H});
+    for (int64_t k = 0; k < K; k++) {
+        memcpy(fp(y) + keep[k] * H, cf(ky) + k * H, (size_t)H * 4);
+        memcpy(fp(ds) + keep[k] * H, cf(kds) + k * H, (size_t)H * 4);
+    }
+    /* the kernels on all E rows */
+    pl_tensor *ye = poison_like(y), *dse = poison_like(ds);
+    a.in[0] = s, a.in[1] = seg, a.out[0] = ye;
+    check_ok(k_segment_softmax_fwd(&a), "k_segment_softmax_fwd", cs);
+    near_t(cs, "y", ye, y, 2e-6);
+    b.in[0] = g, b.in[1] = s, b.in[2] = seg, b.in[3] = y, b.out[0] = dse;
+    check_ok(k_segment_softmax_bwd(&b), "k_segment_softmax_bwd", cs);
+    near_t(cs, "ds", dse, ds, 2e-6);
+    pl_frame_end();
+}
+
+/* lora_add: x [N, D] (as [2, N / 2, D]), A [R, D], B [O, R], gexp [N / gs, R] (gs = 0: none),
+ * y [N, O] in ydt (PL_DTYPE_COUNT: none, p.flags bit0), dropout p (0: none; else bit1, with a
+ * captured graph's counter when delta >= 0); c the compute dtype (x's, or x f32 under autocast
+ * with dropout). Forward k_lora_add_fwd and backward k_lora_add_bwd (every gradient, then
+ * dx only, then dA only) against the CPU kernels; out and t (= drop(x) A^T) within tol, the
+ * gradients within gtol (their GEMMs' order differs; a half c rounds G to c on the GPU, not
+ * on the CPU), dx's dropped entries zero on both sides. */
+static void run_lora(int64_t N, int64_t D, int64_t R, int64_t O, int64_t gs, pl_dtype c,
+                     pl_dtype xdt, pl_dtype ydt, double p, int64_t delta, double tol, double gtol) {
+    char cs[200];
+    snprintf(cs, sizeof cs, "lora_add N %lld D %lld R %lld O %lld gs %lld c %s x %s y %s p %g%s",
+             (long long)N, (long long)D, (long long)R, (long long)O, (long long)gs,
+             pl_dtype_name(c), pl_dtype_name(xdt),
+             ydt == PL_DTYPE_COUNT ? "none" : pl_dtype_name(ydt), p, delta >= 0 ? " graph" : "");
+    pl_frame_begin();
+    unsigned sd = (unsigned)(N * 131 + D * 17 + R * 5 + O + gs);
+    pl_tensor *x = rand_t(xdt, {2, N / 2, D}, sd), *A = rand_t(c, {R, D}, sd + 1),
+              *B = rand_t(c, {O, R}, sd + 2);
+    pl_tensor *g = gs ? rand_t(PL_F32, {N / gs, R}, sd + 3, 0.2, 1.5) : NULL;
+    pl_tensor *y = ydt != PL_DTYPE_COUNT ? rand_t(ydt, {2, N / 2, O}, sd + 4) : NULL;
+    pl_tensor *d = tens(PL_I64, {1});
+    *(int64_t *)pl_tensor_data(d) = delta;
+    pl_dtype odt = y && y->dtype != c ? PL_F32 : c;
+    pl_tensor *out = tens(odt, {2, N / 2, O}), *tt = tens(c, {2, N / 2, R});
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_LORA_ADD, a.n_in = g ? 5 : 4, a.n_out = 2;
+    a.in[0] = y ? y : x, a.in[1] = x, a.in[2] = A, a.in[3] = B, a.in[4] = g;
+    a.out[0] = out, a.out[1] = tt;
+    a.p.alpha = 0.75, a.p.dtype = c, a.p.flags = y ? 0 : 1;
+    if (p > 0) {
+        a.p.flags |= 2, a.p.beta = p, a.p.seed = 0x9e3779b97f4a7c15ull;
+        a.p.counter = 0x00000001fffffffdull;
+        if (delta >= 0) a.p.extra = d, a.p.start = 5;
+    }
+    check_ok(g_cpu->kernel(PL_OP_LORA_ADD, false)(&a), "cpu lora_add", cs);
+    pl_tensor *oute = poison_like(out), *tte = poison_like(tt);
+    a.out[0] = oute, a.out[1] = tte;
+    check_ok(k_lora_add_fwd(&a), "k_lora_add_fwd", cs);
+    near_t(cs, "out", oute, out, tol);
+    near_t(cs, "t", tte, tt, tol);
+    /* backward: in = {G, y, x, A, B[, gexp], t}, out = {dy, dx, dA, dB[, dgexp]} */
+    pl_tensor *G = rand_t(PL_F32, {2, N / 2, O}, sd + 5);
+    pl_tensor *want[5] = {tens(PL_F32, {2, N / 2, O}), tens(PL_F32, {2, N / 2, D}),
+                          tens(PL_F32, {R, D}), tens(PL_F32, {O, R}),
+                          g ? tens(PL_F32, {N / gs, R}) : NULL};
+    static const char *gname[5] = {"dy", "dx", "dA", "dB", "dgexp"};
+    pl_kernel_args b;
+    memset(&b, 0, sizeof b);
+    b.op = PL_OP_LORA_ADD, b.p = a.p, b.n_out = g ? 5 : 4;
+    pl_tensor *bin[7] = {G, a.in[0], x, A, B, g, tt};
+    b.n_in = 0;
+    for (int i = 0; i < 7; i++)
+        if (bin[i]) b.in[b.n_in++] = bin[i];
+    for (int i = 0; i < 5; i++)
+        b.out[i] = want[i];
+    check_ok(g_cpu->kernel(PL_OP_LORA_ADD, true)(&b), "cpu lora_add backward", cs);
+    /* every gradient, then dx alone, then dA alone (dropout: the mask drawn for one of them) */
+    for (int pass = 0; pass < 3; pass++) {
+        pl_tensor *got[5] = {NULL, NULL, NULL, NULL, NULL};
+        for (int i = 0; i < 5; i++)
+            if (want[i] && (pass == 0 || (pass == 1 && i == 1) || (pass == 2 && i == 2)))
+                got[i] = poison_like(want[i]);
+        for (int i = 0; i < 5; i++)
+            b.out[i] = got[i];
+        check_ok(k_lora_add_bwd(&b), "k_lora_add_bwd", cs);
+        for (int i = 0; i < 5; i++) {
+            if (!got[i]) continue;
+            char w[48];
+            snprintf(w, sizeof w, "%s%s", gname[i], pass == 0 ? "" : " alone");
+            if (i == 0)
+                same_bits(cs, w, got[i], want[i]);
+            else
+                near_t(cs, w, got[i], want[i], gtol);
+        }
+        if (got[1] && p > 0) { /* the same entries dropped */
+            int64_t n = pl_tensor_numel(got[1]), diff = 0, zeros = 0;
+            for (int64_t i = 0; i < n; i++) {
+                zeros += cf(want[1])[i] == 0.0f;
+                diff += (cf(got[1])[i] == 0.0f) != (cf(want[1])[i] == 0.0f);
+            }
+            if (diff || !zeros) g_cmp_bad++;
+            printf("%s: dx's dropped entries: %lld of %lld, %lld differ%s\n", cs, (long long)zeros,
+                   (long long)n, (long long)diff, diff || !zeros ? "  <-- FAIL" : "");
+        }
+    }
+    pl_frame_end();
+}
+
+/* lora_add's k_lora_drop (x f32 or bf16 into c, in place for dx) against the CPU's dropout
+ * kernel on the same (seed, counter): the same stream, so the same bits */
+static void run_lora_drop(pl_dtype sdt, pl_dtype ddt, int64_t n, double p, int64_t delta) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "k_lora_drop %s -> %s n %lld p %g delta %lld", pl_dtype_name(sdt),
+             pl_dtype_name(ddt), (long long)n, p, (long long)delta);
+    pl_frame_begin();
+    pl_tensor *x = rand_t(sdt, {n}, 17), *y = tens(sdt, {n}), *m = tens(PL_U8, {n});
+    pl_tensor *d = tens(PL_I64, {1});
+    *(int64_t *)pl_tensor_data(d) = delta;
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_DROPOUT, a.n_in = 1, a.n_out = 2, a.in[0] = x, a.out[0] = y, a.out[1] = m;
+    a.p.alpha = p, a.p.seed = 0xfeedfacecafebeefull, a.p.counter = 0xfffffffffffffff0ull;
+    a.p.extra = d, a.p.start = 3;
+    check_ok(g_cpu->kernel(PL_OP_DROPOUT, false)(&a), "cpu dropout", cs);
+    /* the CPU's y (in sdt) rounded to ddt: drop(x) in f32, rounded once, as k_lora_drop */
+    pl_tensor *want = tens(ddt, {n}), *got = poison_like(want);
+    for (int64_t i = 0; i < n; i++)
+        pl_d_stf(pl_tensor_data(want), ddt, i, pl_d_ldf(pl_tensor_data(y), sdt, i));
+    pl_kernel_args l;
+    memset(&l, 0, sizeof l);
+    l.p.beta = p, l.p.seed = a.p.seed, l.p.counter = a.p.counter, l.p.extra = d, l.p.start = 3;
+    check_ok(lora_drop_launch(&l, pl_tensor_data(x), sdt, pl_tensor_data(got), ddt, n),
+             "lora_drop_launch", cs);
+    same_bits(cs, "drop(x)", got, want);
+    if (sdt == ddt) { /* in place */
+        check_ok(lora_drop_launch(&l, pl_tensor_data(x), sdt, pl_tensor_data(x), sdt, n),
+                 "lora_drop_launch in place", cs);
+        same_bits(cs, "drop(x) in place", x, want);
+    }
+    pl_frame_end();
+}
+
+/* k_sum_squares (cuda_dense.cu; cuda_fuse.cu's fused square + sum [+ add] of a captured step)
+ * against the three kernels it replaces, launched as the unfused step launches them: the square
+ * (k_unary_f<PL_OP_SQUARE>), k_sum_block <<<1, 1024>>> and the add (k_binary<PL_OP_ADD>, the
+ * running total first or second): t, o and u bit for bit, with t / o / u left out (NULL) */
+static void run_sum_squares(int64_t n, int first) {
+    char cs[96];
+    snprintf(cs, sizeof cs, "sum_squares n %lld first %d", (long long)n, first);
+    unsigned sd = (unsigned)n + 1;
+    std::vector<float> x(n), t(n), tr(n, -1.0f);
+    for (auto &e : x)
+        e = (float)(3 * rnd(&sd));
+    float o = -1, u = -1, a = 0.37f, orf = -1, ur = -1;
+    if (n)
+        launch({pl_cu_blocks(n), 1, 1}, PL_CUDA_THREADS,
+               [&] { k_unary_f<PL_OP_SQUARE>(x.data(), tr.data(), 0.0f, 0, n); });
+    launch({1, 1, 1}, 1024, [&] { k_sum_block(tr.data(), &orf, 1, n, 1, 1.0); });
+    bgeom bg;
+    memset(&bg, 0, sizeof bg);
+    launch({1, 1, 1}, PL_CUDA_THREADS, [&] {
+        if (first)
+            k_binary<PL_OP_ADD>(&orf, PL_F32, &a, PL_F32, &ur, PL_F32, bg, 1, true);
+        else
+            k_binary<PL_OP_ADD>(&a, PL_F32, &orf, PL_F32, &ur, PL_F32, bg, 1, true);
+    });
+    check_ok(pl_cu_sum_squares(x.data(), t.data(), &o, &a, &u, first, n), "pl_cu_sum_squares", cs);
+    bool same = (n == 0 || !memcmp(t.data(), tr.data(), (size_t)n * 4)) && !memcmp(&o, &orf, 4) &&
+                !memcmp(&u, &ur, 4);
+    /* the dead stores dropped: o and t not written, u still the same */
+    float u2 = -1;
+    check_ok(pl_cu_sum_squares(x.data(), NULL, NULL, &a, &u2, first, n), "pl_cu_sum_squares", cs);
+    same = same && !memcmp(&u2, &ur, 4);
+    float o3 = -1;
+    check_ok(pl_cu_sum_squares(x.data(), NULL, &o3, NULL, NULL, first, n), "pl_cu_sum_squares", cs);
+    same = same && !memcmp(&o3, &orf, 4);
+    if (!same) g_cmp_bad++;
+    printf("%s: t, o, u (%.9g, %.9g) %s\n", cs, o, u,
+           same ? "bit for bit as square, sum, add" : "differ from square, sum, add  <-- FAIL");
+}
+
+/* swiglu (cuda_dense.cu: k_swiglu_fwd / _bwd, gate and up f32 or bf16, rt f32 / bf16) against
+ * the CPU's kernels (f32 in and out: the half inputs widened first, the output rounded after,
+ * as the CPU's chain of casts does): bit for bit */
+static void run_swiglu(int64_t n, pl_dtype xdt, pl_dtype rt, bool want_gx) {
+    char cs[96];
+    snprintf(cs, sizeof cs, "swiglu n %lld %s rt %s%s", (long long)n, pl_dtype_name(xdt),
+             pl_dtype_name(rt), want_gx ? "" : " (no gate gradient)");
+    pl_frame_begin();
+    pl_tensor *x = rand_t(xdt, {n}, 3, -6, 6), *u = rand_t(xdt, {n}, 4, -2, 2);
+    pl_tensor *xf = tens(PL_F32, {n}), *uf = tens(PL_F32, {n}), *o = tens(PL_F32, {n});
+    for (int64_t i = 0; i < n; i++) {
+        fp(xf)[i] = pl_d_ldf(pl_tensor_data(x), xdt, i);
+        fp(uf)[i] = pl_d_ldf(pl_tensor_data(u), xdt, i);
+    }
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_SWIGLU, a.n_in = 2, a.n_out = 1, a.in[0] = xf, a.in[1] = uf, a.out[0] = o;
+    a.p.dtype = rt;
+    check_ok(g_cpu->kernel(PL_OP_SWIGLU, false)(&a), "cpu swiglu", cs);
+    pl_tensor *want = tens(xdt, {n}), *got = poison_like(want);
+    for (int64_t i = 0; i < n; i++)
+        pl_d_stf(pl_tensor_data(want), xdt, i, cf(o)[i]);
+    a.in[0] = x, a.in[1] = u, a.out[0] = got;
+    check_ok(k_swiglu_fwd(&a), "k_swiglu_fwd", cs);
+    same_bits(cs, "out", got, want);
+    /* backward: in = {G, gate, up}, out = {dgate, dup} */
+    pl_tensor *G = rand_t(PL_F32, {n}, 5), *dx = tens(PL_F32, {n}), *du = tens(PL_F32, {n});
+    pl_kernel_args b;
+    memset(&b, 0, sizeof b);
+    b.op = PL_OP_SWIGLU, b.n_in = 3, b.n_out = 2, b.p.dtype = rt;
+    b.in[0] = G, b.in[1] = xf, b.in[2] = uf, b.out[0] = want_gx ? dx : NULL, b.out[1] = du;
+    check_ok(g_cpu->kernel(PL_OP_SWIGLU, true)(&b), "cpu swiglu backward", cs);
+    pl_tensor *dxe = poison_like(dx), *due = poison_like(du);
+    b.in[1] = x, b.in[2] = u, b.out[0] = want_gx ? dxe : NULL, b.out[1] = due;
+    check_ok(k_swiglu_bwd(&b), "k_swiglu_bwd", cs);
+    /* d gate is silu_grad's g s (1 + x (1 - s)): the CPU plugin (gnu11, so
+     * -ffp-contract=fast) fuses x (1 - s) + 1 into an fma where -march allows, this test
+     * (-ffp-contract=off) does not, nvcc (--fmad=true) may; near its zero (x ~ -1.28) the two
+     * differ by hundreds of ulps. So: bit for bit against the element function in a loop
+     * compiled here, and within 1e-6 of the CPU kernel's. */
+    if (want_gx) {
+        pl_tensor *dxl = tens(PL_F32, {n});
+        for (int64_t i = 0; i < n; i++)
+            fp(dxl)[i] = pl_math_swiglu_grad_gate(cf(G)[i], cf(xf)[i], cf(uf)[i]);
+        same_bits(cs, "d gate (as the element function here)", dxe, dxl);
+        near_t(cs, "d gate (CPU kernel)", dxe, dx, 1e-6);
+    }
+    same_bits(cs, "d up", due, du);
+    pl_frame_end();
+}
+
+/* sum (k_sum_fwd: k_sum_thread / k_sum_block, one dim or all) against the CPU's: both sum in
+ * double, in different orders: within 1e-6 */
+static void run_sum(int64_t o, int64_t n, int64_t in, int64_t dim, bool mean) {
+    char cs[96];
+    snprintf(cs, sizeof cs, "%s of [%lld, %lld, %lld] over %lld", mean ? "mean" : "sum",
+             (long long)o, (long long)n, (long long)in, (long long)dim);
+    pl_frame_begin();
+    pl_tensor *x = rand_t(PL_F32, {o, n, in}, 8);
+    pl_tensor *y = dim == PL_ALL_DIMS ? tens(PL_F32, {1}) : dim == 1 ? tens(PL_F32, {o, in}) : NULL;
+    if (!y) abort();
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = mean ? PL_OP_MEAN : PL_OP_SUM, a.n_in = 1, a.n_out = 1, a.in[0] = x, a.out[0] = y;
+    a.p.dim = dim;
+    check_ok(g_cpu->kernel(a.op, false)(&a), "cpu sum", cs);
+    pl_tensor *ye = poison_like(y);
+    a.out[0] = ye;
+    check_ok(k_sum_fwd(&a), "k_sum_fwd", cs);
+    near_t(cs, "y", ye, y, 1e-6);
+    pl_frame_end();
+}
+
+static int run_cpu_compared(void) {
+    g_cpu = pl_backend_get(PL_DEVICE_CPU);
+    if (!g_cpu) {
+        printf("no CPU backend: %s  <-- FAIL\n", pl_error_message());
+        return 1;
+    }
+    /* dropout: n not a multiple of 4, below / above the CPU's 64-element block, a counter whose
+     * low word carries into the high one, a graph's delta (and one whose product wraps) */
+    run_dropout(PL_F32, 1001, 0.3, 0x123456789abcdefull, 0xfffffffeull, -1, 0);
+    run_dropout(PL_F32, 3, 0.5, 1, 0, -1, 0);
+    run_dropout(PL_F32, 4099, 0.1, 42, 0xfffffffffffffff0ull, 9, 4);
+    run_dropout(PL_BF16, 1003, 0.5, 7, 0x100000000ull, 3, 0xfffffffull);
+    run_dropout(PL_BF16, 66, 0.25, 0xffffffffffffffffull, 12345, (int64_t)1 << 40,
+                (int64_t)1 << 30);
+    run_dropout(PL_F32, 130, 0.0, 5, 6, -1, 0);
+    run_dropout(PL_F32, 129, 1.0, 5, 6, -1, 0);
+    /* segment_softmax */
+    run_segsoft(50, 1, 7, PL_I64, false, false);
+    run_segsoft(300, 3, 11, PL_I32, false, false);
+    run_segsoft(97, 2, 5, PL_I64, true, false);
+    run_segsoft(40, 4, 6, PL_I32, false, true);
+    run_segsoft(1, 1, 1, PL_I64, false, false);
+    /* lora_add's dropout kernel */
+    run_lora_drop(PL_F32, PL_F32, 1001, 0.3, 2);
+    run_lora_drop(PL_F32, PL_BF16, 1001, 0.3, 0);
+    run_lora_drop(PL_BF16, PL_BF16, 67, 0.6, 5);
+    /* lora_add */
+    run_lora(12, 13, 4, 9, 0, PL_F32, PL_F32, PL_F32, 0, -1, 1e-5, 1e-5);
+    run_lora(12, 13, 4, 9, 3, PL_F32, PL_F32, PL_F32, 0.3, -1, 1e-5, 1e-5);
+    run_lora(10, 21, 3, 7, 5, PL_F32, PL_F32, PL_DTYPE_COUNT, 0.4, 6, 1e-5, 1e-5);
+    run_lora(14, 33, 5, 6, 7, PL_F32, PL_F32, PL_BF16, 0.2, -1, 1e-5, 1e-5);
+    run_lora(16, 40, 8, 12, 2, PL_BF16, PL_BF16, PL_BF16, 0.3, 2, 1e-2, 2e-2);
+    run_lora(16, 40, 8, 12, 4, PL_BF16, PL_F32, PL_F32, 0.5, -1, 1e-2, 2e-2);
+    run_lora(8, 24, 4, 10, 0, PL_BF16, PL_BF16, PL_DTYPE_COUNT, 0, -1, 1e-2, 2e-2);
+    /* the step fusion's square + sum (+ add); swiglu; sum */
+    run_sum_squares(5000, 1);
+    run_sum_squares(1023, 0);
+    run_sum_squares(1, 1);
+    run_sum_squares(0, 0);
+    run_swiglu(1000, PL_F32, PL_F32, true);
+    run_swiglu(333, PL_F32, PL_BF16, true);
+    run_swiglu(515, PL_BF16, PL_BF16, true);
+    run_swiglu(64, PL_BF16, PL_BF16, false);
+    run_sum(3, 700, 1, PL_ALL_DIMS, false);
+    run_sum(4, 50, 40, 1, true);
+    run_sum(40, 30, 40, 1, false);
+    return g_cmp_bad;
+}
+
 int main() {
     int bad = 0;
+    bad += run_cpu_compared();
     run_adamw_multi(false);
     run_adamw_multi(true);
     run_sgd_multi();
