@@ -1,25 +1,61 @@
 /* test_kernels_emu.cpp - CUDA kernels that have not run on a GPU, run on the host
- * without one: the fused attention's (cuda_attention.cu: k_att_fwd, k_att_bwd_dq,
- * k_att_bwd_dkv) against a naive double-precision attention; topk's (cuda_index.cu:
- * k_topk_rows) against a full sort in pl_topk_before's order; the multi-tensor optimizer,
- * GradScaler and foreach-norm ones (cuda_optim.cu: k_count, k_adamw_step_multi,
- * k_sgd_step_multi, k_sum_squares_multi, k_mul_multi, k_amp_unscale_multi, with
- * cuda_common.cuh's block reductions) against optim_math.h's element functions in a loop.
- * The kernels' text (CMake copies it out of the .cu files, between their section's first
- * line and what follows it, into *.inc) is compiled as C++ with the CUDA keywords as shims:
- * a grid's blocks one after another, a block's threads as threads of their own, __shared__
- * arrays as statics (one block at a time), __syncthreads a barrier, a warp shuffle a
- * block-wide exchange. So the tiling, causal offsets, online softmax, grouped-query heads
- * and bias of attention, topk's rounds and tree reduction, the optimizers' tensor per
- * blockIdx.y, counts, coefficient records and skip, and every index are the code a GPU
- * runs; launch limits, registers and the device's own float rounding (nvcc contracts
- * a * b + c into fmas; this target does not: -ffp-contract=off) are not checked here.
- * Attention: tiles crossed on both sides (T, L > 64 rows, > 32 keys), L - T > 0, a
- * per-batch and a shared bias with masked (-30) keys, GQA / MQA, D = 128 (the kernels'
- * limit) and D = 33; wrong beyond 2e-5 relative to 1 + |reference|. topk: V below and
- * above the block's 256 threads, ties, -inf and NaN, k = 1 .. V; exact. Optimizers,
- * mul_multi, amp_unscale_multi: bit for bit; sum_squares_multi within 1e-6 (its order is
- * the block's). Errors: a printed line per check, exit status 1 when any fails. */
+ * without one. The kernels' text (CMake copies it out of the .cu files, between a section's
+ * first line and what follows it, into *.inc) is compiled as C++ with the CUDA keywords as
+ * shims: a grid's blocks one after another, a block's threads as threads of their own (at
+ * once), __shared__ arrays as statics (one block at a time), __syncthreads a barrier, a warp
+ * shuffle a block-wide exchange, atomicAdd / atomicCAS __atomic builtins. Some sections are
+ * copied whole, host functions included: CMake rewrites k<<<grid, threads>>>(args) into
+ * pl_emu_kernel(k, grid, threads)(args), which runs the grid; cudaMemset / cudaMemcpyAsync are
+ * memset / memmove, scratch is malloc'd and filled with 0xff (NaN), and cuBLAS's
+ * cublasGemmStridedBatchedEx is a column-major host GEMM with its argument checks (operand
+ * types, leading dimensions; C not read when beta = 0), accumulated in double. Those host
+ * functions are called with the pl_kernel_args the CPU backend's kernel gets (through
+ * pl_backend_get: the test links the core, which loads cpu.so), outputs filled with 0xff first.
+ * So tiling, offsets, counters, geometry, cuBLAS transposes and leading dimensions and every
+ * index are the code a GPU runs; launch limits, registers, real warp timing and the device's
+ * own float rounding (nvcc contracts a * b + c into fmas; this target does not:
+ * -ffp-contract=off) are not checked here, nor cuBLAS's own epilogue (beta = 1 may be an fma).
+ *
+ * Against references of their own:
+ * - attention (cuda_attention.cu: k_att_fwd, k_att_bwd_dq, k_att_bwd_dkv) against a naive
+ *   double-precision attention: tiles crossed on both sides (T, L > 64 rows, > 32 keys),
+ *   L - T > 0, a per-batch and a shared bias with masked (-30) keys, GQA / MQA, D = 128 (the
+ *   kernels' limit) and D = 33; within 2e-5 relative to 1 + |reference|.
+ * - topk (cuda_index.cu: k_topk_rows) against a full sort in pl_topk_before's order: V below
+ *   and above the block's 256 threads, ties, -inf and NaN, k = 1 .. V; exact.
+ * - the multi-tensor optimizer, GradScaler and foreach-norm kernels (cuda_optim.cu: k_count,
+ *   k_adamw_step_multi, k_sgd_step_multi, k_sum_squares_multi, k_mul_multi,
+ *   k_amp_unscale_multi, with cuda_common.cuh's block reductions) against optim_math.h's
+ *   element functions in a loop: bit for bit; sum_squares_multi within 1e-6 (its order is the
+ *   block's).
+ * - k_sum_squares (cuda_dense.cu, the step fusion's square + sum [+ add], cuda_fuse.cu)
+ *   against the unfused kernels it replaces, launched as the step launches them (square
+ *   k_unary_f, k_sum_block <<<1, 1024>>>, add k_binary): t, o and u bit for bit, each store
+ *   left out (NULL) too; n = 0, 1, 1023, 5000.
+ * Against the CPU backend's kernels (the reference of the conformance test on a GPU):
+ * - dropout (cuda_index.cu: k_dropout_fwd / k_dropout_f, k_dropout_bwd): y, mask and dx bit for
+ *   bit, f32 and bf16, n not a multiple of 4 and above / below the CPU's 64-element blocks, a
+ *   counter carrying into its high word, a captured graph's delta x stride (p.extra, p.start)
+ *   wrapping 2^64, p = 0 and 1, and the kernel on a 2 x 32 grid (its grid-stride loop).
+ *   Not reachable here: element indices past 2^32 (a group index's high word).
+ * - segment_softmax (cuda_index.cu: k_segment_softmax_fwd / _bwd: k_fill, k_seg_max's CAS
+ *   loop, k_seg_exp and k_seg_dot's atomicAdd, k_seg_norm, k_seg_grad): y and ds within 2e-6
+ *   relative to 1 + max |reference| (atomics reorder the f32 sums), H = 1..4, i32 / i64 ids,
+ *   empty segments, a segment of -inf only (NaN on both sides), several blocks; ids outside
+ *   [0, N) (the CPU refuses them): y and ds 0 there, the other rows as the CPU's on those rows.
+ * - lora_add (cuda_matmul.cu: k_lora_add_fwd / _bwd with k_lora_gate, k_lora_dg, k_lora_dt,
+ *   k_lora_drop and rm_gemm_ab): out and t within 1e-5 (f32; 1e-2 with c = bf16), dx, dA, dB,
+ *   dgexp within 1e-5 (f32) / 2e-2 (bf16: the GPU rounds G to bf16 for the GEMMs, the CPU
+ *   does not), dy bit for bit; all gradients, dx alone, dA alone; with and without y (and y
+ *   bf16 under f32: the converting copy), gexp with 2..7 rows per gate row, dropout (p.flags
+ *   bit1) with and without a graph's delta (dx's dropped entries the same ones), autocast
+ *   (x f32, c bf16), R = 0, D = 0, O = 0. k_lora_drop alone (f32 / bf16, into bf16, in place)
+ *   against the CPU's dropout: bit for bit.
+ * - swiglu (cuda_dense.cu: k_swiglu_fwd / _bwd), f32 / bf16 gate and up, rt f32 / bf16: out and
+ *   d up bit for bit, d gate bit for bit against pl_math_swiglu_grad_gate in a loop here and
+ *   within 1e-6 of the CPU's (the CPU plugin may contract silu_grad into an fma).
+ * - sum / mean (cuda_dense.cu: k_sum_fwd, both k_sum_block and k_sum_thread): within 1e-6.
+ * Errors: a printed line per check, exit status 1 when any fails. */
 #include <pthread.h>
 
 #include <algorithm>
@@ -636,10 +672,11 @@ static pl_tensor *rand_t(pl_dtype dt, std::initializer_list<int64_t> sh, unsigne
         pl_d_stf(pl_tensor_data(t), dt, i, (float)(lo + (hi - lo) * (rnd(&seed) + 1) / 2));
     return t;
 }
-/* a tensor of t's shape and dtype, every byte 0xab: an element the kernel does not write shows */
+/* a tensor of t's shape and dtype, every byte 0xff (NaN in f32 and bf16, 255 in a u8 mask): an
+ * element the kernel does not write, or reads before writing, shows */
 static pl_tensor *poison_like(const pl_tensor *t) {
     pl_tensor *r = pl_tensor_empty_like(t);
-    memset(pl_tensor_data(r), 0xab, pl_tensor_nbytes(r));
+    memset(pl_tensor_data(r), 0xff, pl_tensor_nbytes(r));
     return r;
 }
 static void check_ok(pl_status st, const char *who, const char *cs) {
@@ -684,7 +721,8 @@ static void near_t(const char *cs, const char *what, const pl_tensor *got, const
     double e = md / (1 + mw);
     bool ok = !nan_bad && e <= tol;
     if (!ok) g_cmp_bad++;
-    printf("%s: %s err %.3g (tol %.0e)%s\n", cs, what, e, tol, ok ? "" : "  <-- FAIL");
+    printf("%s: %s err %.3g (tol %.0e)%s%s\n", cs, what, e, tol,
+           nan_bad ? ", NaN on one side only" : "", ok ? "" : "  <-- FAIL");
     if (!ok && at >= 0)
         printf("    at %lld: %.9g, CPU %.9g\n", (long long)at,
                pl_d_ldf(pl_tensor_data(got), got->dtype, at),
@@ -1079,6 +1117,11 @@ static int run_cpu_compared(void) {
     run_lora(16, 40, 8, 12, 2, PL_BF16, PL_BF16, PL_BF16, 0.3, 2, 1e-2, 2e-2);
     run_lora(16, 40, 8, 12, 4, PL_BF16, PL_F32, PL_F32, 0.5, -1, 1e-2, 2e-2);
     run_lora(8, 24, 4, 10, 0, PL_BF16, PL_BF16, PL_DTYPE_COUNT, 0, -1, 1e-2, 2e-2);
+    /* empty products: R = 0, D = 0, O = 0 */
+    run_lora(6, 5, 0, 4, 0, PL_F32, PL_F32, PL_F32, 0, -1, 1e-5, 1e-5);
+    run_lora(6, 5, 0, 4, 0, PL_F32, PL_F32, PL_DTYPE_COUNT, 0.5, -1, 1e-5, 1e-5);
+    run_lora(6, 0, 3, 4, 3, PL_F32, PL_F32, PL_F32, 0, -1, 1e-5, 1e-5);
+    run_lora(6, 5, 3, 0, 2, PL_F32, PL_F32, PL_DTYPE_COUNT, 0.5, -1, 1e-5, 1e-5);
     /* the step fusion's square + sum (+ add); swiglu; sum */
     run_sum_squares(5000, 1);
     run_sum_squares(1023, 0);
