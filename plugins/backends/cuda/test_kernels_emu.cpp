@@ -177,6 +177,7 @@ static cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyK
 #include "common_blocks.inc"
 #include "common_idx.inc"
 #include "common_idx_in.inc"
+#include "common_row_grid.inc"
 static inline const float *cf(const pl_tensor *t) {
     return (const float *)pl_tensor_data(t);
 }
@@ -334,6 +335,7 @@ static cublasStatus_t cublasGemmStridedBatchedEx(
 #include "dropout_section.inc"
 #include "gemm_helpers.inc"
 #include "lora_section.inc"
+#include "norm_section.inc"
 #include "optim_kernels.inc"
 #include "segsoft_section.inc"
 #include "topk_kernels.inc"
@@ -1083,6 +1085,79 @@ static void run_sum(int64_t o, int64_t n, int64_t in, int64_t dim, bool mean) {
     pl_frame_end();
 }
 
+/* layer_norm and rms_norm (cuda_norm.cu: k_layer_norm_fwd / k_ln_f, k_rms_norm_fwd / k_rms_f,
+ * norm_bwd's k_norm_gx and k_norm_gwb) against the CPU's kernels: f32 within 1e-6 (both sum
+ * in double, in different orders); rms_norm's half-native x and w (bf16): the CPU on the
+ * widened values, y within one bf16 rounding (8e-3), the f32 outputs within 1e-6 */
+static void run_norm(int64_t R, int64_t D, bool rms, bool hw, bool hb, pl_dtype dt) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "%s R %lld D %lld%s%s %s", rms ? "rms_norm" : "layer_norm",
+             (long long)R, (long long)D, hw ? " weight" : "", hb ? " bias" : "", pl_dtype_name(dt));
+    pl_frame_begin();
+    unsigned sd = (unsigned)(R * 7 + D);
+    pl_tensor *x = rand_t(dt, {R, D}, sd, -2, 3), *w = rand_t(dt, {D}, sd + 1, 0.5, 1.5),
+              *b = rand_t(PL_F32, {D}, sd + 2), *g = rand_t(PL_F32, {R, D}, sd + 3);
+    pl_tensor *xf = tens(PL_F32, {R, D}), *wf = tens(PL_F32, {D});
+    for (int64_t i = 0; i < R * D; i++)
+        fp(xf)[i] = pl_d_ldf(pl_tensor_data(x), dt, i);
+    for (int64_t i = 0; i < D; i++)
+        fp(wf)[i] = pl_d_ldf(pl_tensor_data(w), dt, i);
+    pl_op op = rms ? PL_OP_RMS_NORM : PL_OP_LAYER_NORM;
+    pl_tensor *y = tens(PL_F32, {R, D}), *mu = tens(PL_F32, {R}), *rs = tens(PL_F32, {R});
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = op, a.p.eps = 1e-5, a.p.flags = (hw ? 1 : 0) | (hb ? 2 : 0);
+    a.in[a.n_in++] = xf;
+    if (hw) a.in[a.n_in++] = wf;
+    if (hb) a.in[a.n_in++] = b;
+    a.out[a.n_out++] = y;
+    if (!rms) a.out[a.n_out++] = mu;
+    a.out[a.n_out++] = rs;
+    check_ok(g_cpu->kernel(op, false)(&a), "cpu norm", cs);
+    pl_tensor *ywant = tens(dt, {R, D});
+    for (int64_t i = 0; i < R * D; i++)
+        pl_d_stf(pl_tensor_data(ywant), dt, i, cf(y)[i]);
+    pl_tensor *ye = poison_like(ywant), *mue = poison_like(mu), *rse = poison_like(rs);
+    pl_kernel_args e = a;
+    e.in[0] = x;
+    if (hw) e.in[1] = w;
+    e.out[0] = ye;
+    e.out[rms ? 1 : 2] = rse;
+    if (!rms) e.out[1] = mue;
+    check_ok(rms ? k_rms_norm_fwd(&e) : k_layer_norm_fwd(&e), "norm forward", cs);
+    near_t(cs, "y", ye, ywant, dt == PL_F32 ? 1e-6 : 8e-3);
+    near_t(cs, "rstd", rse, rs, 1e-6);
+    if (!rms) near_t(cs, "mean", mue, mu, 1e-6);
+    /* backward: in = {g, x, [w], [b], [mean], rstd}, out = {gx, [gw], [gb]}, on the CPU's
+     * saved mean and rstd */
+    pl_tensor *gx = tens(PL_F32, {R, D}), *gw = tens(PL_F32, {D}), *gb = tens(PL_F32, {D});
+    pl_kernel_args bw;
+    memset(&bw, 0, sizeof bw);
+    bw.op = op, bw.p = a.p;
+    bw.in[bw.n_in++] = g;
+    bw.in[bw.n_in++] = xf;
+    if (hw) bw.in[bw.n_in++] = wf;
+    if (hb) bw.in[bw.n_in++] = b;
+    if (!rms) bw.in[bw.n_in++] = mu;
+    bw.in[bw.n_in++] = rs;
+    bw.out[bw.n_out++] = gx;
+    if (hw) bw.out[bw.n_out++] = gw;
+    if (hb) bw.out[bw.n_out++] = gb;
+    check_ok(g_cpu->kernel(op, true)(&bw), "cpu norm backward", cs);
+    pl_kernel_args be = bw;
+    be.in[1] = x;
+    if (hw) be.in[2] = w;
+    pl_tensor *gxe = poison_like(gx), *gwe = poison_like(gw), *gbe = poison_like(gb);
+    be.out[0] = gxe;
+    if (hw) be.out[1] = gwe;
+    if (hb) be.out[hw ? 2 : 1] = gbe;
+    check_ok(rms ? k_rms_norm_bwd(&be) : k_layer_norm_bwd(&be), "norm backward", cs);
+    near_t(cs, "gx", gxe, gx, 1e-6);
+    if (hw) near_t(cs, "gw", gwe, gw, 1e-6);
+    if (hb) near_t(cs, "gb", gbe, gb, 1e-6);
+    pl_frame_end();
+}
+
 static int run_cpu_compared(void) {
     g_cpu = pl_backend_get(PL_DEVICE_CPU);
     if (!g_cpu) {
@@ -1134,6 +1209,12 @@ static int run_cpu_compared(void) {
     run_sum(3, 700, 1, PL_ALL_DIMS, false);
     run_sum(4, 50, 40, 1, true);
     run_sum(40, 30, 40, 1, false);
+    /* layer_norm / rms_norm: D above the block's 256 threads, no weight, bf16 rms */
+    run_norm(5, 300, true, true, false, PL_F32);
+    run_norm(3, 7, true, false, false, PL_F32);
+    run_norm(4, 260, true, true, false, PL_BF16);
+    run_norm(5, 300, false, true, true, PL_F32);
+    run_norm(3, 9, false, false, true, PL_F32);
     return g_cmp_bad;
 }
 
