@@ -152,7 +152,10 @@ template <class K> static emu_launch<K> pl_emu_kernel(K *k, unsigned grid, unsig
 }
 
 typedef enum cudaError { cudaSuccess = 0 } cudaError_t;
-typedef enum cudaMemcpyKind { cudaMemcpyDeviceToDevice = 3 } cudaMemcpyKind;
+typedef enum cudaMemcpyKind {
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToDevice = 3
+} cudaMemcpyKind;
 typedef struct emu_stream *cudaStream_t;
 static cudaStream_t const cudaStreamPerThread = (cudaStream_t)2;
 static cudaError_t cudaGetLastError(void) {
@@ -170,6 +173,27 @@ static cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyK
     if (k != cudaMemcpyDeviceToDevice || st != cudaStreamPerThread) abort();
     memmove(d, s, n);
     return cudaSuccess;
+}
+static int g_mallocs; /* cudaMalloc calls */
+template <class T> static cudaError_t cudaMalloc(T **p, size_t n) {
+    g_mallocs++;
+    *p = (T *)malloc(n ? n : 1);
+    return *p ? cudaSuccess : (cudaError_t)2;
+}
+static cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+static cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k) {
+    if (k != cudaMemcpyHostToDevice) abort();
+    memcpy(d, s, n);
+    return cudaSuccess;
+}
+/* pl_cu_refuse_capture (cuda_memory.cu): refuses while g_capturing */
+static bool g_capturing;
+static pl_status pl_cu_refuse_capture(const char *op, const char *why) {
+    if (!g_capturing) return PL_OK;
+    return pl_error_set(PL_ERR_UNSUPPORTED, "%s inside a graph capture: %s", op, why);
 }
 #define CUDA_LAUNCHED(opname) (void)(opname)
 #define PL_CUDA_THREADS 256
@@ -337,6 +361,7 @@ static cublasStatus_t cublasGemmStridedBatchedEx(
 #include "lora_section.inc"
 #include "norm_section.inc"
 #include "optim_kernels.inc"
+#include "rope_section.inc"
 #include "segsoft_section.inc"
 #include "topk_kernels.inc"
 
@@ -1158,6 +1183,91 @@ static void run_norm(int64_t R, int64_t D, bool rms, bool hw, bool hb, pl_dtype 
     pl_frame_end();
 }
 
+/* rope (cuda_attention.cu: k_rope_fwd / _bwd, k_rope, rope_table's cache) against the CPU's
+ * kernels: f32 within 1e-6 (pl_rope_rotate may be contracted on the CPU side), bf16 within one
+ * bf16 rounding (8e-3). Then the table cache (fixed by reading on 2026-11-27, never run): a shape
+ * seen before builds nothing (no cudaMalloc), a shape first seen while capturing is refused
+ * (PL_ERR_UNSUPPORTED, nothing built) and accepted after an eager call, and the 65th distinct
+ * table is refused naming the limit, the 64 before it staying usable. */
+static void run_rope(int64_t B, int64_t T, int64_t H, int64_t Dh, int64_t off, double theta,
+                     pl_dtype dt) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "rope [%lld, %lld, %lld, %lld] offset %lld theta %g %s", (long long)B,
+             (long long)T, (long long)H, (long long)Dh, (long long)off, theta, pl_dtype_name(dt));
+    pl_frame_begin();
+    pl_tensor *x = rand_t(dt, {B, T, H, Dh}, (unsigned)(T * Dh + off)),
+              *y = tens(dt, {B, T, H, Dh});
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_ROPE, a.n_in = 1, a.n_out = 1, a.in[0] = x, a.out[0] = y;
+    a.p.start = off, a.p.alpha = theta;
+    check_ok(g_cpu->kernel(PL_OP_ROPE, false)(&a), "cpu rope", cs);
+    pl_tensor *ye = poison_like(y);
+    a.out[0] = ye;
+    check_ok(k_rope_fwd(&a), "k_rope_fwd", cs);
+    near_t(cs, "y", ye, y, dt == PL_F32 ? 1e-6 : 8e-3);
+    pl_tensor *g = rand_t(PL_F32, {B, T, H, Dh}, 77), *dx = tens(PL_F32, {B, T, H, Dh});
+    pl_kernel_args b = a;
+    b.in[0] = g, b.out[0] = dx;
+    check_ok(g_cpu->kernel(PL_OP_ROPE, true)(&b), "cpu rope backward", cs);
+    pl_tensor *dxe = poison_like(dx);
+    b.out[0] = dxe;
+    int m0 = g_mallocs;
+    check_ok(k_rope_bwd(&b), "k_rope_bwd", cs);
+    near_t(cs, "dx", dxe, dx, 1e-6);
+    bool ok = g_mallocs == m0;
+    if (!ok) g_cmp_bad++;
+    printf("%s: backward reused the forward's table%s\n", cs, ok ? "" : "  <-- FAIL");
+    pl_frame_end();
+}
+
+static void expect_cmp(bool ok, const char *what) {
+    if (!ok) g_cmp_bad++;
+    printf("rope cache: %s%s\n", what, ok ? "" : "  <-- FAIL");
+}
+
+static void run_rope_cache(void) {
+    pl_frame_begin();
+    pl_tensor *x = rand_t(PL_F32, {1, 3, 1, 4}, 5), *y = tens(PL_F32, {1, 3, 1, 4});
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = PL_OP_ROPE, a.n_in = 1, a.n_out = 1, a.in[0] = x, a.out[0] = y, a.p.alpha = 10000;
+    a.p.start = 1000; /* a shape no other case uses */
+    int m0 = g_mallocs, l0 = g_launches;
+    g_capturing = true;
+    pl_status st = k_rope_fwd(&a);
+    expect_cmp(st == PL_ERR_UNSUPPORTED && strstr(pl_error_message(), "rope") && g_mallocs == m0 &&
+                   g_launches == l0,
+               "a table first needed inside a capture: refused, nothing built or launched");
+    g_capturing = false;
+    expect_cmp(k_rope_fwd(&a) == PL_OK && g_mallocs == m0 + 1, "built by the eager call");
+    g_capturing = true;
+    expect_cmp(k_rope_fwd(&a) == PL_OK && g_mallocs == m0 + 1,
+               "then found inside a capture, nothing built");
+    g_capturing = false;
+    /* distinct offsets until the cache is full: the first refusal names the limit */
+    int built = 0, before = 0;
+    for (int i = 0; i < ROPE_TABLES; i++)
+        before += g_rope[0][i].dev != NULL;
+    for (int64_t off = 2000; off < 2000 + ROPE_TABLES + 5; off++) {
+        a.p.start = off;
+        if (k_rope_fwd(&a)) break;
+        built++;
+    }
+    int used = 0;
+    for (int i = 0; i < ROPE_TABLES; i++)
+        used += g_rope[0][i].dev != NULL;
+    bool named = strstr(pl_error_message(), "more than 64") != NULL;
+    char what[160];
+    snprintf(what, sizeof what, "%d more tables built, then \"%.60s...\"; all %d slots used", built,
+             pl_error_message(), used);
+    expect_cmp(named && used == ROPE_TABLES && built == ROPE_TABLES - before, what);
+    a.p.start = 1000;
+    int m1 = g_mallocs;
+    expect_cmp(k_rope_fwd(&a) == PL_OK && g_mallocs == m1, "a table built before still found");
+    pl_frame_end();
+}
+
 static int run_cpu_compared(void) {
     g_cpu = pl_backend_get(PL_DEVICE_CPU);
     if (!g_cpu) {
@@ -1209,6 +1319,11 @@ static int run_cpu_compared(void) {
     run_sum(3, 700, 1, PL_ALL_DIMS, false);
     run_sum(4, 50, 40, 1, true);
     run_sum(40, 30, 40, 1, false);
+    /* rope, then its table cache (last: it fills the cache) */
+    run_rope(2, 5, 3, 8, 0, 10000, PL_F32);
+    run_rope(1, 7, 2, 6, 3, 500000, PL_BF16);
+    run_rope(2, 300, 1, 2, 17, 10000, PL_F32);
+    run_rope_cache();
     /* layer_norm / rms_norm: D above the block's 256 threads, no weight, bf16 rms */
     run_norm(5, 300, true, true, false, PL_F32);
     run_norm(3, 7, true, false, false, PL_F32);
