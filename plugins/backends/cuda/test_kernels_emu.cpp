@@ -55,6 +55,14 @@
  *   d up bit for bit, d gate bit for bit against pl_math_swiglu_grad_gate in a loop here and
  *   within 1e-6 of the CPU's (the CPU plugin may contract silu_grad into an fma).
  * - sum / mean (cuda_dense.cu: k_sum_fwd, both k_sum_block and k_sum_thread): within 1e-6.
+ * - layer_norm / rms_norm (cuda_norm.cu: k_ln_f, k_rms_f, norm_bwd's k_norm_gx / k_norm_gwb):
+ *   y, mean, rstd, gx, gw, gb within 1e-6 (double sums in another order), D above the block's
+ *   256 threads, with and without weight / bias, rms_norm's bf16 x and w (half-native; the CPU
+ *   on the widened values, y within one bf16 rounding, 8e-3).
+ * - rope (cuda_attention.cu: k_rope_fwd / _bwd, k_rope): within 1e-6 (bf16 y 8e-3), offsets,
+ *   T = 300; and rope_table's cache: a table first needed inside a capture refused with
+ *   nothing built or launched, built by the eager call, then found inside a capture; the 65th
+ *   distinct table refused naming the limit, the others still found.
  * Errors: a printed line per check, exit status 1 when any fails. */
 #include <pthread.h>
 
