@@ -145,18 +145,25 @@ template <class F> static void launch(u3 grid, unsigned threads, F body) {
 /* k<<<grid, threads>>>(args) of a copied section reads pl_emu_kernel(k, grid, threads)(args)
  * (CMakeLists.txt rewrites it): the grid runs at once with the arguments by value */
 static int g_launches;
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
 template <class K> struct emu_launch {
     K *k;
-    unsigned grid, threads;
+    u3 grid;
+    unsigned threads;
     template <class... A> void operator()(A... args) const {
         K *f = k;
         g_launches++;
-        launch({grid, 1, 1}, threads, [=] { f(args...); });
+        launch(grid, threads, [=] { f(args...); });
     }
 };
-template <class K> static emu_launch<K> pl_emu_kernel(K *k, unsigned grid, unsigned threads) {
-    if (grid < 1 || threads < 1 || threads > 1024 || grid > 65535u * 16) abort();
-    return emu_launch<K>{k, grid, threads};
+template <class K> static emu_launch<K> pl_emu_kernel(K *k, dim3 grid, unsigned threads) {
+    if (grid.x < 1 || grid.y < 1 || grid.z != 1 || threads < 1 || threads > 1024 ||
+        grid.x > 65535u * 16 || grid.y > 65535u)
+        abort();
+    return emu_launch<K>{k, {grid.x, grid.y, 1}, threads};
 }
 
 typedef enum cudaError { cudaSuccess = 0 } cudaError_t;
@@ -372,6 +379,9 @@ static cublasStatus_t cublasGemmStridedBatchedEx(
 #include "rope_section.inc"
 #include "segsoft_section.inc"
 #include "topk_kernels.inc"
+
+/* after the kernels it launches (a block of its own: include sorting keeps it last) */
+#include "optim_host.inc"
 
 static double rnd(unsigned *s) {
     *s = *s * 1103515245u + 12345u;
@@ -1276,6 +1286,239 @@ static void run_rope_cache(void) {
     pl_frame_end();
 }
 
+/* cuda_optim.cu's host side (k_adamw_step_multi_fwd & co.: the tensor list packed into the
+ * kernels' slots, the counts' launch, found_inf, the coefficient table, the grid) against the
+ * CPU's kernels on copies of the same tensors: counts, found_inf, scale, tracker, clamp,
+ * mul_multi and amp_unscale_multi bit for bit; parameters and states within 1e-6 relative to
+ * 1 + max |CPU| (the CPU plugin may contract AdamW's and SGD's a * b + c into fmas: README's
+ * item 9; the element math itself is checked bit for bit above); sum_squares_multi 1e-6. */
+static pl_tensor *copy_t(const pl_tensor *t) {
+    pl_tensor *r = pl_tensor_empty_like(t);
+    memcpy(pl_tensor_data(r), pl_tensor_data(t), pl_tensor_nbytes(t));
+    return r;
+}
+static void run_optim_host(bool adamw, bool counted, bool table, float found) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "%s_step_multi host%s%s found_inf %g", adamw ? "adamw" : "sgd",
+             counted ? " counted" : "", table ? " table" : "", found);
+    pl_frame_begin();
+    const int64_t sz[4] = {7, 1300, 0, 300};
+    pl_optim_multi mm[2];
+    memset(mm, 0, sizeof mm);
+    std::vector<float> tab(PL_OPTIM_COEF_FLOATS * 4, 0.0f);
+    for (int t = 0; t < 4; t++) {
+        unsigned sd = 40u + (unsigned)t;
+        pl_tensor *p = rand_t(PL_F32, {sz[t]}, sd), *g = rand_t(PL_F32, {sz[t]}, sd + 7);
+        pl_tensor *s0 = rand_t(PL_F32, {sz[t]}, sd + 11),
+                  *s1 = rand_t(PL_F32, {sz[t]}, sd + 13, 0, 1);
+        pl_tensor *s2 = rand_t(PL_F32, {sz[t]}, sd + 17, 0, 1), *c = tens(PL_F32, {1});
+        fp(c)[0] = (float)(t * 2);
+        bool ams = adamw && t == 1, mom = !adamw && t != 2;
+        pl_adamw_hyper h;
+        memset(&h, 0, sizeof h);
+        h.lr = 1e-2, h.beta1 = 0.9, h.beta2 = 0.99, h.eps = 1e-8, h.weight_decay = 0.1;
+        h.amsgrad = ams, h.step = 3;
+        pl_sgd_hyper hs;
+        memset(&hs, 0, sizeof hs);
+        hs.lr = 0.1, hs.momentum = mom ? 0.9 : 0, hs.dampening = 0.1, hs.weight_decay = 0.01;
+        hs.nesterov = t == 3, hs.first = t == 0;
+        for (int k = 0; k < 2; k++) {
+            pl_optim_multi *m = &mm[k];
+            m->n = 4;
+            m->param[t] = k ? copy_t(p) : p;
+            m->grad[t] = g;
+            m->state[0][t] = adamw || mom ? (k ? copy_t(s0) : s0) : NULL;
+            m->state[1][t] = adamw ? (k ? copy_t(s1) : s1) : NULL;
+            m->state[2][t] = ams ? (k ? copy_t(s2) : s2) : NULL;
+            m->count[t] = counted && (adamw || mom) ? (k ? copy_t(c) : c) : NULL;
+            if (adamw && counted)
+                m->coef[t].adamw_counted = pl_adamw_ccoef_of(&h);
+            else if (adamw)
+                m->coef[t].adamw = pl_adamw_coef_of(&h);
+            else
+                m->coef[t].sgd = pl_sgd_coef_of(&hs, mom);
+        }
+        memcpy(tab.data() + PL_OPTIM_COEF_FLOATS * t, &mm[0].coef[t], sizeof mm[0].coef[t]);
+    }
+    pl_tensor *fi = tens(PL_F32, {1}), *tb = tens(PL_F32, {PL_OPTIM_COEF_FLOATS * 4});
+    fp(fi)[0] = found;
+    memcpy(fp(tb), tab.data(), tab.size() * 4);
+    pl_op op = adamw ? PL_OP_ADAMW_STEP_MULTI : PL_OP_SGD_STEP_MULTI;
+    for (int k = 0; k < 2; k++) {
+        pl_kernel_args a;
+        memset(&a, 0, sizeof a);
+        a.op = op, a.n_in = table ? 2 : 1, a.n_out = 1, a.in[0] = fi, a.in[1] = table ? tb : NULL;
+        a.out[0] = mm[k].param[0], a.p.extra = &mm[k], a.p.flags = table ? 1 : 0;
+        if (k == 0)
+            check_ok(g_cpu->kernel(op, false)(&a), "cpu multi step", cs);
+        else
+            check_ok(adamw ? k_adamw_step_multi_fwd(&a) : k_sgd_step_multi_fwd(&a),
+                     "cuda multi step", cs);
+    }
+    for (int t = 0; t < 4; t++) {
+        char w[64];
+        snprintf(w, sizeof w, "tensor %d param", t);
+        near_t(cs, w, mm[1].param[t], mm[0].param[t], 1e-6);
+        for (int j = 0; j < 3; j++)
+            if (mm[0].state[j][t]) {
+                snprintf(w, sizeof w, "tensor %d state %d", t, j);
+                near_t(cs, w, mm[1].state[j][t], mm[0].state[j][t], 1e-6);
+            }
+        if (mm[0].count[t]) {
+            snprintf(w, sizeof w, "tensor %d count", t);
+            same_bits(cs, w, mm[1].count[t], mm[0].count[t]);
+        }
+    }
+    pl_frame_end();
+}
+
+/* the GradScaler and foreach-norm host functions, adamw_step / sgd_step (one tensor, counted
+ * or not, found_inf) and clamp against the CPU's */
+static void run_optim_host_misc(void) {
+    const char *cs = "optim host";
+    pl_frame_begin();
+    /* amp_unscale_multi, sum_squares_multi, mul_multi over 3 tensors, an inf in the last */
+    const int64_t sz[3] = {5, 0, 2000};
+    pl_optim_multi mm[2];
+    memset(mm, 0, sizeof mm);
+    for (int t = 0; t < 3; t++) {
+        pl_tensor *g = rand_t(PL_F32, {sz[t]}, 60u + (unsigned)t);
+        if (t == 2) fp(g)[1999] = INFINITY;
+        for (int k = 0; k < 2; k++)
+            mm[k].grad[t] = k ? copy_t(g) : g, mm[k].n = 3;
+    }
+    pl_tensor *inv = tens(PL_F32, {1}), *fo[2] = {tens(PL_F32, {1}), tens(PL_F32, {1})};
+    fp(inv)[0] = 0.125f;
+    for (int k = 0; k < 2; k++) {
+        pl_kernel_args a;
+        memset(&a, 0, sizeof a);
+        a.op = PL_OP_AMP_UNSCALE_MULTI, a.n_in = 1, a.n_out = 1, a.in[0] = inv, a.out[0] = fo[k];
+        a.p.extra = &mm[k];
+        check_ok(k ? k_amp_unscale_multi_fwd(&a) : g_cpu->kernel(a.op, false)(&a),
+                 "amp_unscale_multi", cs);
+    }
+    same_bits("amp_unscale_multi host", "found_inf", fo[1], fo[0]);
+    for (int t = 0; t < 3; t++)
+        same_bits("amp_unscale_multi host", "grads", mm[1].grad[t], mm[0].grad[t]);
+    fp(mm[0].grad[2])[1999] = fp(mm[1].grad[2])[1999] = 0.5f;
+    for (int start = 0; start < 2; start++) {
+        pl_tensor *acc[2] = {tens(PL_F32, {1}), tens(PL_F32, {1})};
+        for (int k = 0; k < 2; k++) {
+            fp(acc[k])[0] = 0.25f;
+            pl_kernel_args a;
+            memset(&a, 0, sizeof a);
+            a.op = PL_OP_SUM_SQUARES_MULTI, a.n_out = 1, a.out[0] = acc[k], a.p.flags = start;
+            a.p.extra = &mm[k];
+            check_ok(k ? k_sum_squares_multi_fwd(&a) : g_cpu->kernel(a.op, false)(&a),
+                     "sum_squares_multi", cs);
+        }
+        near_t(start ? "sum_squares_multi host from 0" : "sum_squares_multi host onto 0.25",
+               "total", acc[1], acc[0], 1e-6);
+    }
+    pl_tensor *sc = tens(PL_F32, {1});
+    fp(sc)[0] = -0.37f;
+    for (int k = 0; k < 2; k++) {
+        pl_kernel_args a;
+        memset(&a, 0, sizeof a);
+        a.op = PL_OP_MUL_MULTI, a.n_in = 1, a.n_out = 1, a.in[0] = sc, a.out[0] = mm[k].grad[0];
+        a.p.extra = &mm[k];
+        check_ok(k ? k_mul_multi_fwd(&a) : g_cpu->kernel(a.op, false)(&a), "mul_multi", cs);
+    }
+    for (int t = 0; t < 3; t++)
+        same_bits("mul_multi host", "grads", mm[1].grad[t], mm[0].grad[t]);
+    /* amp_update_scale: growth after 2 clean steps, backoff on an inf */
+    pl_tensor *s2[2], *tr[2];
+    for (int k = 0; k < 2; k++) {
+        s2[k] = tens(PL_F32, {1}), tr[k] = tens(PL_I32, {1});
+        fp(s2[k])[0] = 65536.0f;
+    }
+    const float flags[4] = {0, 0, 1, 0};
+    for (int step = 0; step < 4; step++) {
+        pl_tensor *f = tens(PL_F32, {1});
+        fp(f)[0] = flags[step];
+        for (int k = 0; k < 2; k++) {
+            pl_kernel_args a;
+            memset(&a, 0, sizeof a);
+            a.op = PL_OP_AMP_UPDATE_SCALE, a.n_in = 1, a.n_out = 2, a.in[0] = f;
+            a.out[0] = s2[k], a.out[1] = tr[k], a.p.alpha = 2.0, a.p.beta = 0.5, a.p.start = 2;
+            check_ok(k ? k_amp_update_scale_fwd(&a) : g_cpu->kernel(a.op, false)(&a),
+                     "amp_update_scale", cs);
+        }
+    }
+    same_bits("amp_update_scale host (4 steps)", "scale", s2[1], s2[0]);
+    same_bits("amp_update_scale host (4 steps)", "growth tracker", tr[1], tr[0]);
+    /* adamw_step, sgd_step: one tensor, counted and not, then a skipped step */
+    for (int counted = 0; counted < 2; counted++)
+        for (int adamw = 0; adamw < 2; adamw++) {
+            char c2[64];
+            snprintf(c2, sizeof c2, "%s_step host%s", adamw ? "adamw" : "sgd",
+                     counted ? " counted" : "");
+            pl_tensor *p = rand_t(PL_F32, {777}, 70), *g = rand_t(PL_F32, {777}, 71);
+            pl_tensor *s0 = rand_t(PL_F32, {777}, 72), *s1 = rand_t(PL_F32, {777}, 73, 0, 1);
+            pl_tensor *s3 = rand_t(PL_F32, {777}, 74, 0, 1), *c = tens(PL_F32, {1});
+            pl_tensor *o[2][5];
+            pl_tensor *src[5] = {p, s0, s1, s3, c};
+            for (int k = 0; k < 2; k++)
+                for (int j = 0; j < 5; j++)
+                    o[k][j] = copy_t(src[j]);
+            pl_adamw_hyper h;
+            memset(&h, 0, sizeof h);
+            h.lr = 1e-3, h.beta1 = 0.8, h.beta2 = 0.95, h.eps = 1e-6, h.weight_decay = 0.05;
+            h.amsgrad = true, h.step = 1;
+            pl_adamw_coef ac = pl_adamw_coef_of(&h);
+            pl_adamw_ccoef ak = pl_adamw_ccoef_of(&h);
+            pl_sgd_hyper hs;
+            memset(&hs, 0, sizeof hs);
+            hs.lr = 0.05, hs.momentum = 0.9, hs.nesterov = true, hs.first = true;
+            pl_sgd_coef sc2 = pl_sgd_coef_of(&hs, true);
+            for (int step = 0; step < 2; step++) {
+                pl_tensor *f = tens(PL_F32, {1});
+                fp(f)[0] = step == 1 ? 1.0f : 0.0f;
+                for (int k = 0; k < 2; k++) {
+                    pl_kernel_args a;
+                    memset(&a, 0, sizeof a);
+                    a.op = adamw ? PL_OP_ADAMW_STEP : PL_OP_SGD_STEP, a.n_in = 2;
+                    a.in[0] = g, a.in[1] = f;
+                    if (adamw) {
+                        a.n_out = counted ? 5 : 4;
+                        for (int j = 0; j < a.n_out; j++)
+                            a.out[j] = o[k][j];
+                        a.p.extra = counted ? (void *)&ak : (void *)&ac;
+                    } else {
+                        a.n_out = counted ? 3 : 2, a.out[0] = o[k][0], a.out[1] = o[k][1];
+                        if (counted) a.out[2] = o[k][4];
+                        a.p.extra = &sc2;
+                    }
+                    pl_status st = k ? (adamw ? k_adamw_step_fwd(&a) : k_sgd_step_fwd(&a))
+                                     : g_cpu->kernel(a.op, false)(&a);
+                    check_ok(st, "step", c2);
+                }
+            }
+            near_t(c2, "param", o[1][0], o[0][0], 1e-6);
+            near_t(c2, "state", o[1][1], o[0][1], 1e-6);
+            if (adamw) near_t(c2, "exp_avg_sq", o[1][2], o[0][2], 1e-6);
+            if (adamw) near_t(c2, "max_exp_avg_sq", o[1][3], o[0][3], 1e-6);
+            if (counted) same_bits(c2, "count (2 calls, the second skipped)", o[1][4], o[0][4]);
+        }
+    /* clamp forward / backward */
+    pl_tensor *x = rand_t(PL_F32, {1000}, 80, -3, 3), *gy = rand_t(PL_F32, {1000}, 81);
+    fp(x)[3] = NAN, fp(x)[4] = INFINITY, fp(x)[5] = -1.5f, fp(x)[6] = 2.0f;
+    pl_tensor *y[2] = {tens(PL_F32, {1000}), poison_like(x)};
+    pl_tensor *gx[2] = {tens(PL_F32, {1000}), poison_like(x)};
+    for (int k = 0; k < 2; k++) {
+        pl_kernel_args a;
+        memset(&a, 0, sizeof a);
+        a.op = PL_OP_CLAMP, a.n_in = 1, a.n_out = 1, a.in[0] = x, a.out[0] = y[k];
+        a.p.alpha = -1.5, a.p.beta = 2.0;
+        check_ok(k ? k_clamp_fwd(&a) : g_cpu->kernel(a.op, false)(&a), "clamp", cs);
+        a.n_in = 2, a.in[0] = gy, a.in[1] = x, a.out[0] = gx[k];
+        check_ok(k ? k_clamp_bwd(&a) : g_cpu->kernel(a.op, true)(&a), "clamp backward", cs);
+    }
+    same_bits("clamp host", "y", y[1], y[0]);
+    same_bits("clamp host", "dx", gx[1], gx[0]);
+    pl_frame_end();
+}
+
 static int run_cpu_compared(void) {
     g_cpu = pl_backend_get(PL_DEVICE_CPU);
     if (!g_cpu) {
@@ -1327,6 +1570,15 @@ static int run_cpu_compared(void) {
     run_sum(3, 700, 1, PL_ALL_DIMS, false);
     run_sum(4, 50, 40, 1, true);
     run_sum(40, 30, 40, 1, false);
+    /* the optimizer / GradScaler / foreach-norm host functions */
+    for (int adamw = 0; adamw < 2; adamw++)
+        for (int counted = 0; counted < 2; counted++) {
+            run_optim_host(adamw, counted, false, 0.0f);
+            run_optim_host(adamw, counted, true, 0.0f);
+        }
+    run_optim_host(true, true, false, 1.0f);
+    run_optim_host(false, true, true, 1.0f);
+    run_optim_host_misc();
     /* rope, then its table cache (last: it fills the cache) */
     run_rope(2, 5, 3, 8, 0, 10000, PL_F32);
     run_rope(1, 7, 2, 6, 3, 500000, PL_BF16);
