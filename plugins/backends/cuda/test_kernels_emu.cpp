@@ -63,6 +63,14 @@
  *   T = 300; and rope_table's cache: a table first needed inside a capture refused with
  *   nothing built or launched, built by the eager call, then found inside a capture; the 65th
  *   distinct table refused naming the limit, the others still found.
+ * - cuda_optim.cu's host functions (the kernels themselves are checked bit for bit above):
+ *   adamw_step_multi / sgd_step_multi (4 tensors, one empty, amsgrad / momentum on some,
+ *   counted or not, coefficients in p.extra's list or in the device table, found_inf 0 and 1),
+ *   adamw_step / sgd_step (counted or not, then a skipped step), amp_unscale_multi (an inf),
+ *   sum_squares_multi (from 0 and onto a total), mul_multi, amp_update_scale (growth, backoff)
+ *   and clamp (NaN, inf, the bounds): counts, found_inf, scale, tracker, grads, clamp bit for
+ *   bit; parameters and states within 1e-6 relative to 1 + max |CPU| (the CPU plugin may fuse
+ *   AdamW's and SGD's a * b + c into fmas); sum_squares_multi within 1e-6.
  * Errors: a printed line per check, exit status 1 when any fails. */
 #include <pthread.h>
 
