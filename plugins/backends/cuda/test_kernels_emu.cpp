@@ -38,6 +38,8 @@
  *   counter carrying into its high word, a captured graph's delta x stride (p.extra, p.start)
  *   wrapping 2^64, p = 0 and 1, and the kernel on a 2 x 32 grid (its grid-stride loop).
  *   Not reachable here: element indices past 2^32 (a group index's high word).
+ * - fill_random (cuda_index.cu: pl_cu_fill_random / k_init_fill) against the host's
+ *   pl_tensor_normal_ / pl_tensor_uniform_: bit for bit, f32 and bf16, n not a multiple of 4.
  * - segment_softmax (cuda_index.cu: k_segment_softmax_fwd / _bwd: k_fill, k_seg_max's CAS
  *   loop, k_seg_exp and k_seg_dot's atomicAdd, k_seg_norm, k_seg_grad): y and ds within 2e-6
  *   relative to 1 + max |reference| (atomics reorder the f32 sums), H = 1..4, i32 / i64 ids,
@@ -749,8 +751,8 @@ static void same_bits(const char *cs, const char *what, const pl_tensor *got,
         if (g[i] != w[i]) first = i;
     if (first < n) g_cmp_bad++;
     if (first < n)
-        printf("%s: %s differs from the CPU kernel's first at byte %zu of %zu  <-- FAIL\n", cs,
-               what, first, n);
+        printf("%s: %s differs from the reference first at byte %zu of %zu  <-- FAIL\n", cs, what,
+               first, n);
     else
         printf("%s: %s bit for bit\n", cs, what);
 }
@@ -1527,6 +1529,25 @@ static void run_optim_host_misc(void) {
     pl_frame_end();
 }
 
+/* pl_cu_fill_random (cuda_index.cu's k_init_fill, pl_backend.fill_random, ABI 2.7) against the
+ * host's draw (pl_tensor_normal_ / pl_tensor_uniform_ on a CPU tensor: tensor_init.c), f32 and
+ * bf16, n not a multiple of 4 */
+static void run_fill_random(pl_dtype dt, int64_t n, int normal) {
+    char cs[96];
+    snprintf(cs, sizeof cs, "fill_random %s n %lld %s", pl_dtype_name(dt), (long long)n,
+             normal ? "normal" : "uniform");
+    pl_frame_begin();
+    pl_tensor *want = tens(dt, {n}), *got = poison_like(want);
+    uint64_t seed = 0x5eedull << 33 | 7, stream = 0xabcdef12345ull;
+    double a = normal ? 0.5 : -0.25, b = normal ? 0.02 : 0.75;
+    check_ok(normal ? pl_tensor_normal_(want, a, b, seed, stream)
+                    : pl_tensor_uniform_(want, a, b, seed, stream),
+             "host init", cs);
+    check_ok(pl_cu_fill_random(got, normal, a, b, seed, stream), "pl_cu_fill_random", cs);
+    same_bits(cs, "values", got, want);
+    pl_frame_end();
+}
+
 static int run_cpu_compared(void) {
     g_cpu = pl_backend_get(PL_DEVICE_CPU);
     if (!g_cpu) {
@@ -1543,6 +1564,11 @@ static int run_cpu_compared(void) {
                 (int64_t)1 << 30);
     run_dropout(PL_F32, 130, 0.0, 5, 6, -1, 0);
     run_dropout(PL_F32, 129, 1.0, 5, 6, -1, 0);
+    /* parameter init on the device */
+    run_fill_random(PL_F32, 1001, 1);
+    run_fill_random(PL_F32, 6, 0);
+    run_fill_random(PL_BF16, 1003, 1);
+    run_fill_random(PL_BF16, 513, 0);
     /* segment_softmax */
     run_segsoft(50, 1, 7, PL_I64, false, false);
     run_segsoft(300, 3, 11, PL_I32, false, false);
