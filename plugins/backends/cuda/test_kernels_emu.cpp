@@ -221,6 +221,10 @@ static pl_status pl_cu_refuse_capture(const char *op, const char *why) {
     return pl_error_set(PL_ERR_UNSUPPORTED, "%s inside a graph capture: %s", op, why);
 }
 #define CUDA_LAUNCHED(opname) (void)(opname)
+#define CUDA_TRY(expr)                                                                             \
+    do {                                                                                           \
+        if ((expr) != cudaSuccess) abort();                                                        \
+    } while (0)
 #define PL_CUDA_THREADS 256
 #define T_ROW 256
 #include "common_blocks.inc"
@@ -1548,6 +1552,84 @@ static void run_fill_random(pl_dtype dt, int64_t n, int normal) {
     pl_frame_end();
 }
 
+/* the broadcasting binary ops (cuda_dense.cu: k_binary_fwd / _bwd, k_binary, k_binary_contrib,
+ * reduce_to's k_reduce_to; half-native since 95d3041) and scale / add_scalar (k_scalar_fwd /
+ * _bwd) against the CPU's kernels: forward and the scalar ops bit for bit (one f32 operation,
+ * f32 or bf16 operands: the CPU on the widened values, its f32 result rounded once), -0 and
+ * inf among the values; the gradients within 1e-6 (the broadcast dims summed in double in
+ * another order; div's -g x / y^2 may be contracted on the CPU) */
+static void run_binary(pl_op op, std::initializer_list<int64_t> xs,
+                       std::initializer_list<int64_t> ys, std::initializer_list<int64_t> os,
+                       pl_dtype dt) {
+    char cs[128];
+    snprintf(cs, sizeof cs, "%s %s x%lld y%lld -> %lld elements", pl_op_name(op), pl_dtype_name(dt),
+             (long long)xs.size(), (long long)ys.size(), (long long)os.size());
+    pl_frame_begin();
+    pl_tensor *x = rand_t(dt, xs, 90, -2, 2), *y = rand_t(dt, ys, 91, 0.5, 2);
+    pl_d_stf(pl_tensor_data(x), dt, 0, -0.0f);
+    pl_d_stf(pl_tensor_data(x), dt, 1, INFINITY);
+    pl_tensor *xf = tens(PL_F32, xs), *yf = tens(PL_F32, ys);
+    for (int64_t i = 0; i < pl_tensor_numel(x); i++)
+        fp(xf)[i] = pl_d_ldf(pl_tensor_data(x), dt, i);
+    for (int64_t i = 0; i < pl_tensor_numel(y); i++)
+        fp(yf)[i] = pl_d_ldf(pl_tensor_data(y), dt, i);
+    pl_tensor *o = tens(PL_F32, os);
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = op, a.n_in = 2, a.n_out = 1, a.in[0] = xf, a.in[1] = yf, a.out[0] = o;
+    check_ok(g_cpu->kernel(op, false)(&a), "cpu binary", cs);
+    pl_tensor *want = tens(dt, os), *got = poison_like(want);
+    for (int64_t i = 0; i < pl_tensor_numel(o); i++)
+        pl_d_stf(pl_tensor_data(want), dt, i, cf(o)[i]);
+    a.in[0] = x, a.in[1] = y, a.out[0] = got;
+    check_ok(k_binary_fwd(&a), "k_binary_fwd", cs);
+    same_bits(cs, "out", got, want);
+    /* backward: in = {g, x, y}, out = {dx, dy} (f32), finite x */
+    pl_d_stf(pl_tensor_data(x), dt, 1, 1.5f);
+    fp(xf)[1] = pl_d_ldf(pl_tensor_data(x), dt, 1);
+    pl_tensor *g = rand_t(PL_F32, os, 92), *dx = tens(PL_F32, xs), *dy = tens(PL_F32, ys);
+    pl_kernel_args b;
+    memset(&b, 0, sizeof b);
+    b.op = op, b.n_in = 3, b.n_out = 2, b.in[0] = g, b.in[1] = xf, b.in[2] = yf;
+    b.out[0] = dx, b.out[1] = dy;
+    check_ok(g_cpu->kernel(op, true)(&b), "cpu binary backward", cs);
+    pl_tensor *dxe = poison_like(dx), *dye = poison_like(dy);
+    b.in[1] = x, b.in[2] = y, b.out[0] = dxe, b.out[1] = dye;
+    check_ok(k_binary_bwd(&b), "k_binary_bwd", cs);
+    near_t(cs, "dx", dxe, dx, 1e-6);
+    near_t(cs, "dy", dye, dy, 1e-6);
+    pl_frame_end();
+}
+
+static void run_scalar(pl_op op, double s, pl_dtype dt) {
+    char cs[96];
+    snprintf(cs, sizeof cs, "%s %g %s", pl_op_name(op), s, pl_dtype_name(dt));
+    pl_frame_begin();
+    pl_tensor *x = rand_t(dt, {300}, 93, -3, 3), *y = tens(dt, {300});
+    /* -0 and +0 (a -0 product under scale), inf, a subnormal product */
+    const float special[5] = {-0.0f, 0.0f, INFINITY, 1e-38f, -3.0f};
+    for (int i = 0; i < 5; i++)
+        pl_d_stf(pl_tensor_data(x), dt, i, special[i]);
+    pl_kernel_args a;
+    memset(&a, 0, sizeof a);
+    a.op = op, a.n_in = 1, a.n_out = 1, a.in[0] = x, a.out[0] = y, a.p.alpha = s;
+    check_ok(g_cpu->kernel(op, false)(&a), "cpu scalar", cs);
+    pl_tensor *ye = poison_like(y);
+    a.out[0] = ye;
+    check_ok(k_scalar_fwd(&a), "k_scalar_fwd", cs);
+    same_bits(cs, "y", ye, y);
+    pl_tensor *g = rand_t(PL_F32, {300}, 94), *dx = tens(PL_F32, {300});
+    fp(g)[0] = -0.0f;
+    pl_kernel_args b = a;
+    b.in[0] = g, b.out[0] = dx;
+    check_ok(g_cpu->kernel(op, true)(&b), "cpu scalar backward", cs);
+    pl_tensor *dxe = poison_like(dx);
+    b.out[0] = dxe;
+    check_ok(k_scalar_bwd(&b), "k_scalar_bwd", cs);
+    same_bits(cs, "dx", dxe, dx);
+    pl_frame_end();
+}
+
 static int run_cpu_compared(void) {
     g_cpu = pl_backend_get(PL_DEVICE_CPU);
     if (!g_cpu) {
@@ -1564,6 +1646,18 @@ static int run_cpu_compared(void) {
                 (int64_t)1 << 30);
     run_dropout(PL_F32, 130, 0.0, 5, 6, -1, 0);
     run_dropout(PL_F32, 129, 1.0, 5, 6, -1, 0);
+    /* broadcasting binary ops and the scalar ops */
+    static const pl_op bops[4] = {PL_OP_ADD, PL_OP_SUB, PL_OP_MUL, PL_OP_DIV};
+    for (int i = 0; i < 4; i++) {
+        run_binary(bops[i], {4, 3, 5}, {3, 1}, {4, 3, 5}, PL_F32);
+        run_binary(bops[i], {2, 1, 6}, {5, 1}, {2, 5, 6}, i % 2 ? PL_BF16 : PL_F32);
+        run_binary(bops[i], {7}, {7}, {7}, PL_F32);
+    }
+    run_binary(PL_OP_MUL, {300, 2}, {1, 2}, {300, 2}, PL_F32); /* 300 rows into one block */
+    run_scalar(PL_OP_SCALE, -0.5, PL_F32);
+    run_scalar(PL_OP_SCALE, 3.0, PL_BF16);
+    run_scalar(PL_OP_ADD_SCALAR, 0.25, PL_F32);
+    run_scalar(PL_OP_ADD_SCALAR, -1.5, PL_BF16);
     /* parameter init on the device */
     run_fill_random(PL_F32, 1001, 1);
     run_fill_random(PL_F32, 6, 0);
