@@ -38,6 +38,12 @@
  *   counter carrying into its high word, a captured graph's delta x stride (p.extra, p.start)
  *   wrapping 2^64, p = 0 and 1, and the kernel on a 2 x 32 grid (its grid-stride loop).
  *   Not reachable here: element indices past 2^32 (a group index's high word).
+ * - the broadcasting binary ops (cuda_dense.cu: k_binary_fwd / _bwd, k_binary,
+ *   k_binary_contrib, reduce_to's k_reduce_to) and scale / add_scalar (k_scalar_fwd / _bwd),
+ *   f32 and bf16 operands (the CPU on the widened values): outputs and the scalar ops'
+ *   gradients bit for bit, -0, +0, inf and a subnormal product among the values (the scale
+ *   kernel's x * s + 0 turned -0 into +0: fixed); the binary gradients within 1e-6 (broadcast
+ *   dims summed in double in another order).
  * - fill_random (cuda_index.cu: pl_cu_fill_random / k_init_fill) against the host's
  *   pl_tensor_normal_ / pl_tensor_uniform_: bit for bit, f32 and bf16, n not a multiple of 4.
  * - segment_softmax (cuda_index.cu: k_segment_softmax_fwd / _bwd: k_fill, k_seg_max's CAS
@@ -1561,9 +1567,12 @@ static void run_fill_random(pl_dtype dt, int64_t n, int normal) {
 static void run_binary(pl_op op, std::initializer_list<int64_t> xs,
                        std::initializer_list<int64_t> ys, std::initializer_list<int64_t> os,
                        pl_dtype dt) {
-    char cs[128];
-    snprintf(cs, sizeof cs, "%s %s x%lld y%lld -> %lld elements", pl_op_name(op), pl_dtype_name(dt),
-             (long long)xs.size(), (long long)ys.size(), (long long)os.size());
+    char cs[128], sx[40] = "", sy[40] = "";
+    for (int64_t v : xs)
+        snprintf(sx + strlen(sx), sizeof sx - strlen(sx), " %lld", (long long)v);
+    for (int64_t v : ys)
+        snprintf(sy + strlen(sy), sizeof sy - strlen(sy), " %lld", (long long)v);
+    snprintf(cs, sizeof cs, "%s %s x [%s ] y [%s ]", pl_op_name(op), pl_dtype_name(dt), sx, sy);
     pl_frame_begin();
     pl_tensor *x = rand_t(dt, xs, 90, -2, 2), *y = rand_t(dt, ys, 91, 0.5, 2);
     pl_d_stf(pl_tensor_data(x), dt, 0, -0.0f);
