@@ -98,8 +98,8 @@
 struct u3 {
     unsigned x, y, z;
 };
-static thread_local u3 threadIdx;
-static u3 blockIdx, blockDim, gridDim;
+static thread_local u3 threadIdx, blockIdx;
+static u3 blockDim, gridDim;
 static pthread_barrier_t g_bar;
 #define __global__
 #define __device__
@@ -136,23 +136,27 @@ template <typename T> static T __shfl_xor_sync(unsigned mask, T v, int o) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)blockDim.x * gridDim.x)
 
+/* a block's threads as threads of their own, made once per launch: each runs the grid's
+ * blocks in turn, all of a block's threads finishing it (a barrier) before the next block
+ * starts, so its __shared__ statics are one block's at a time */
 template <class F> static void launch(u3 grid, unsigned threads, F body) {
     gridDim = grid;
     blockDim = {threads, 1, 1};
-    for (unsigned by = 0; by < grid.y; by++)
-        for (unsigned bx = 0; bx < grid.x; bx++) {
-            blockIdx = {bx, by, 0};
-            pthread_barrier_init(&g_bar, NULL, threads);
-            std::vector<std::thread> ts;
-            for (unsigned t = 0; t < threads; t++)
-                ts.emplace_back([=] {
-                    threadIdx = {t, 0, 0};
+    pthread_barrier_init(&g_bar, NULL, threads);
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; t++)
+        ts.emplace_back([=] {
+            threadIdx = {t, 0, 0};
+            for (unsigned by = 0; by < grid.y; by++)
+                for (unsigned bx = 0; bx < grid.x; bx++) {
+                    blockIdx = {bx, by, 0};
                     body();
-                });
-            for (auto &t : ts)
-                t.join();
-            pthread_barrier_destroy(&g_bar);
-        }
+                    pthread_barrier_wait(&g_bar);
+                }
+        });
+    for (auto &t : ts)
+        t.join();
+    pthread_barrier_destroy(&g_bar);
 }
 
 /* ---- the host functions' CUDA runtime, cuBLAS and cuda_common.cuh, on the host ----
