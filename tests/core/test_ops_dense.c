@@ -1006,6 +1006,39 @@ static int lora_drop_vs(int mode, pl_dtype dt, pl_dtype ac, bool no_y, double p,
  * every gradient bit-identical to the chain pl_lora_add(y, pl_dropout(x))
  * in f32, with bf16 / f16 operands and under autocast; p = 0 and training false are
  * exactly pl_lora_add; p outside [0, 1] is an error. */
+/* Empty products: x [2, 3, 0] (D = 0) gives out = y, t = 0; A [0, 5] (R = 0) gives out = y,
+ * and the backward dy = G, dx = 0. The CPU kernel took N = numel(x) / D and, backward,
+ * numel(t) / R: 0, so it left out unwritten for D = 0 and dy, dx for R = 0 (the CUDA
+ * kernel the first; found by test_kernels_emu). */
+START_TEST(lora_add_empty_products) {
+    for (int c = 0; c < 2; c++) {
+        int64_t D = c ? 5 : 0, R = c ? 0 : 4;
+        pl_tensor *x = randn_g(PL_SHAPE(2, 3, D), 401), *a = randn_g(PL_SHAPE(R, D), 402);
+        pl_tensor *b = randn_g(PL_SHAPE(6, R), 403), *y = randn_g(PL_SHAPE(2, 3, 6), 404);
+        pl_tensor *w = pl_test_randn(PL_SHAPE(2, 3, 6), 405);
+        pl_frame_begin();
+        pl_tensor *o = PL_CK_NOTNULL(pl_lora_add(y, x, a, b, NULL, 0.5));
+        for (int64_t i = 0; i < 36; i++)
+            ck_assert_msg(pl_tensor_get(o, i) == pl_tensor_get(y, i),
+                          "lora_add D %lld R %lld: out[%lld] = %g, y %g", (long long)D,
+                          (long long)R, (long long)i, pl_tensor_get(o, i), pl_tensor_get(y, i));
+        PL_CK_OK(pl_backward(pl_sum(pl_mul(o, w), PL_ALL_DIMS, false), 1.0));
+        pl_frame_end();
+        ck_assert_ptr_nonnull(y->grad);
+        for (int64_t i = 0; i < 36; i++)
+            ck_assert_msg(pl_tensor_get(y->grad, i) == pl_tensor_get(w, i),
+                          "lora_add D %lld R %lld: dy[%lld] = %g, G %g", (long long)D, (long long)R,
+                          (long long)i, pl_tensor_get(y->grad, i), pl_tensor_get(w, i));
+        for (int64_t i = 0; x->grad && i < pl_tensor_numel(x); i++)
+            ck_assert_msg(pl_tensor_get(x->grad, i) == 0.0, "lora_add R 0: dx[%lld] = %g",
+                          (long long)i, pl_tensor_get(x->grad, i));
+        pl_tensor *all[5] = {x, a, b, y, w};
+        for (int i = 0; i < 5; i++)
+            pl_tensor_release(all[i]);
+    }
+}
+END_TEST
+
 START_TEST(lora_add_dropout_matches_the_chain_bit_for_bit) {
     pl_tensor *in[5] = {randn_g(PL_SHAPE(2, 3, 6), 401), randn_g(PL_SHAPE(2, 3, 5), 402),
                         randn_g(PL_SHAPE(4, 5), 403), randn_g(PL_SHAPE(6, 4), 404),
@@ -1818,6 +1851,7 @@ int main(void) {
     tcase_add_test(tc, swiglu_matches_silu_times_up);
     tcase_add_test(tc, lora_add_matches_the_chain_and_central_differences);
     tcase_add_test(tc, lora_add_dropout_matches_the_chain_bit_for_bit);
+    tcase_add_test(tc, lora_add_empty_products);
     tcase_add_test(tc, clamp_matches_torch);
     tcase_add_test(tc, softmax_and_log_softmax);
     tcase_add_test(tc, cross_entropy_hand_values);

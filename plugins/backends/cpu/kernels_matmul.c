@@ -310,7 +310,9 @@ static void lora_geo_init(lora_geo *q, const pl_tensor *x, const pl_tensor *A, c
     q->D = A->shape[1];
     q->R = A->shape[0];
     q->O = B->shape[0];
-    q->N = q->D ? pl_tensor_numel(x) / q->D : 0;
+    q->N = 1; /* x's leading dims (numel(x) / D was 0 for D = 0: out and t left unwritten) */
+    for (int i = 0; i + 1 < x->ndim; i++)
+        q->N *= x->shape[i];
     q->c = x->dtype;
     q->gate = g != NULL;
     int64_t gr = g && q->R ? pl_tensor_numel(g) / q->R : 1;
@@ -523,7 +525,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
     }
     int64_t N = q.N, D = q.D, R = q.R, O = q.O;
     float sc = (float)a->p.alpha;
-    if (dy) memcpy(dy, Gr, (size_t)(N * O) * sizeof(float));
+    /* all of G (N is 0 here when R is) */
+    if (dy) memcpy(dy, Gr, pl_tensor_nbytes(a->out[0]));
     bool need_du = dx || dA || dg;
     pl_status st = PL_OK;
     scratch sx = {0}, sa = {0}, sb = {0}, sg = {0}, stt = {0}, su = {0}, sdu = {0}, sd = {0};
@@ -601,8 +604,8 @@ static pl_status k_lora_add_bwd(const pl_kernel_args *a) {
             }
         }
         if (dx && !st) { /* [N, D] = dt A */
-            if (R == 0 || D == 0)
-                memset(dx, 0, (size_t)(N * D) * sizeof(float));
+            if (R == 0 || D == 0) /* all of dx: N is 0 here when R is */
+                memset(dx, 0, pl_tensor_nbytes(a->out[1]));
             else if (!half)
                 pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)D, (int)R, 1.0f,
                          du, (int)R, A, (int)D, 0.0f, dx, (int)D);

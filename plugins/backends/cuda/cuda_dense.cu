@@ -185,13 +185,18 @@ static pl_status k_binary_bwd(const pl_kernel_args *a) {
 
 /* ---- scalar ops ------------------------------------------------------------------------------ */
 
-__global__ void k_affine(const float *X, float *O, float mul, float add, int64_t n) {
-    GRID_LOOP(i, n) O[i] = X[i] * mul + add;
+/* O = X * mul: scale's backward (add_scalar's with mul 1) */
+__global__ void k_affine(const float *X, float *O, float mul, int64_t n) {
+    GRID_LOOP(i, n) O[i] = X[i] * mul;
 }
-/* the same on any float dtypes (half_native) */
+/* O = X * mul (scale) or X + add (add_scalar), on any float dtypes (half_native): one f32
+ * operation, the CPU's (X * mul + 0, as it was, turned a -0 product into +0) */
 __global__ void k_affine_any(const void *X, int xd, void *O, int od, float mul, float add,
-                             int64_t n) {
-    GRID_LOOP(i, n) pl_d_stf(O, od, i, pl_d_ldf(X, xd, i) * mul + add);
+                             bool scale, int64_t n) {
+    GRID_LOOP(i, n) {
+        float x = pl_d_ldf(X, xd, i);
+        pl_d_stf(O, od, i, scale ? x * mul : x + add);
+    }
 }
 
 static pl_status k_scalar_fwd(const pl_kernel_args *a) {
@@ -202,8 +207,7 @@ static pl_status k_scalar_fwd(const pl_kernel_args *a) {
     bool scale = a->op == PL_OP_SCALE;
     k_affine_any<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(pl_tensor_data(a->in[0]), a->in[0]->dtype,
                                                        pl_tensor_data(a->out[0]),
-                                                       a->out[0]->dtype, scale ? s : 1.0f,
-                                                       scale ? 0.0f : s, n);
+                                                       a->out[0]->dtype, s, s, scale, n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }
@@ -214,7 +218,7 @@ static pl_status k_scalar_bwd(const pl_kernel_args *a) {
     int64_t n = pl_tensor_numel(a->out[0]);
     if (!n) return PL_OK;
     float s = a->op == PL_OP_SCALE ? (float)a->p.alpha : 1.0f;
-    k_affine<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), fp(a->out[0]), s, 0.0f, n);
+    k_affine<<<pl_cu_blocks(n), PL_CUDA_THREADS>>>(cf(a->in[0]), fp(a->out[0]), s, n);
     CUDA_LAUNCHED(pl_op_name(a->op));
     return PL_OK;
 }

@@ -407,8 +407,13 @@ static pl_status k_lora_add_fwd(const pl_kernel_args *a) {
     if (pl_cu_set_device(x)) return pl_error_status();
     cublasHandle_t h = blas_handle(x->device.index);
     if (!h) return pl_error_status();
+    /* N: x's leading dims, not numel(x) / D: with D = 0 that was 0, and nothing was written,
+     * where t is [N, R] of zeros and out is y (or zeros) */
+    int64_t rows = 1;
+    for (int i = 0; i + 1 < x->ndim; i++)
+        rows *= x->shape[i];
     cu_lora_geo q;
-    cu_lora_geo_init(&q, A->shape[1] ? pl_tensor_numel(x) / A->shape[1] : 0, A, B, g);
+    cu_lora_geo_init(&q, rows, A, B, g);
     int64_t N = q.N, D = q.D, R = q.R, O = q.O;
     if (N == 0) return PL_OK;
     cudaDataType_t ct = cu_type(c), ot = cu_type(out->dtype);
