@@ -130,26 +130,23 @@ pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *se
     return r;
 }
 
-/* top-k of one chunk: item 0 and the seen items -inf, then pl_topk; *v, *ix
- * tensors of the caller's frame */
-static pl_status topk_chunk(pl_tensor *lg, pl_tensor *seen, pl_tensor *off, int64_t k,
-                            pl_tensor **v, pl_tensor **ix) {
+/* top-k of one chunk: item 0 and the seen items -inf, then pl_topk; one
+ * f32 [n, 2k] tensor of the caller's frame, values then ids (exact in f32:
+ * ids < V <= 2^24), its temporaries freed */
+static pl_tensor *topk_chunk(pl_tensor *lg, pl_tensor *seen, pl_tensor *off, int64_t k) {
     int64_t n = lg->shape[0], V = lg->shape[1];
     pl_frame_begin();
-    pl_tensor *cnt = seen_counts(seen, off, n, V, lg->device);
+    pl_tensor *cnt = seen_counts(seen, off, n, V, lg->device), *v = NULL, *ix = NULL;
     /* s: -3e38 at a masked item, -0 elsewhere; (lg + s) + s is lg exactly where
      * s = -0, and overflows to -inf where s = -3e38 (for any logit below 3e38) */
     pl_tensor *sm = cnt ? pl_reshape(pl_scale(pl_clamp(cnt, 0.0, 1.0), -3e38), 2,
                                      (int64_t[]){n, V})
                         : NULL;
     pl_tensor *x = sm ? pl_add(pl_add(lg, sm), sm) : NULL;
-    pl_status st = x ? pl_topk(x, k, v, ix) : pl_error_status();
-    if (!st) {
-        pl_frame_keep(*v);
-        pl_frame_keep(*ix);
-    }
-    pl_frame_end();
-    return st;
+    pl_tensor *r = x && !pl_topk(x, k, &v, &ix)
+                       ? pl_concat((pl_tensor *[]){v, pl_tensor_to(ix, PL_F32, ix->device)}, 2, 1)
+                       : NULL;
+    return pl_frame_end_keep(r);
 }
 
 pl_status ilora_topk_device(pl_tensor *scores, pl_tensor *seen, int64_t k, pl_tensor **offsets,
@@ -162,24 +159,27 @@ pl_status ilora_topk_device(pl_tensor *scores, pl_tensor *seen, int64_t k, pl_te
                             "2^24)", (long long)V);
     int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
     int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
-    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
+    pl_tensor *off = row_offsets(offsets, rows, V, scores->device), *all = NULL;
     if (!off) return pl_error_status();
-    if (B <= rows) return topk_chunk(scores, seen, off, k, values, ids);
-    int64_t nc = (B + rows - 1) / rows, c = 0;
-    pl_tensor **part = calloc((size_t)(2 * nc), sizeof *part);
-    if (!part) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    pl_status st = PL_OK;
-    for (int64_t r0 = 0; r0 < B && !st; r0 += rows, c++) { /* row views: no copies */
-        int64_t len = r0 + rows < B ? rows : B - r0;
-        st = topk_chunk(pl_tensor_view_rows(scores, r0, len),
-                        seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
-                        pl_tensor_view_rows(off, 0, len), k, &part[c], &part[nc + c]);
+    if (B <= rows) {
+        all = topk_chunk(scores, seen, off, k);
+    } else {
+        int64_t nc = (B + rows - 1) / rows, c = 0;
+        pl_tensor **part = calloc((size_t)nc, sizeof *part);
+        if (!part) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        for (int64_t r0 = 0; r0 < B; r0 += rows, c++) { /* row views: no copies */
+            int64_t len = r0 + rows < B ? rows : B - r0;
+            part[c] = topk_chunk(pl_tensor_view_rows(scores, r0, len),
+                                 seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
+                                 pl_tensor_view_rows(off, 0, len), k);
+            if (!part[c]) break;
+        }
+        if (c == nc) all = pl_concat(part, (int)nc, 0);
+        free(part);
     }
-    if (!st) {
-        *values = pl_concat(part, (int)nc, 0);
-        *ids = pl_concat(part + nc, (int)nc, 0);
-        if (!*values || !*ids) st = pl_error_status();
-    }
-    free(part);
-    return st;
+    *values = all ? pl_slice(all, 1, 0, k) : NULL;
+    *ids = all ? pl_tensor_to(pl_slice(all, 1, k, 2 * k), PL_I64, all->device) : NULL;
+    if (*values && *ids) return PL_OK;
+    *values = *ids = NULL;
+    return pl_error_status();
 }
