@@ -154,22 +154,6 @@ void tk_state_free(tk_state *st) { pl_snapshot_free(st); }
 
 /* ---- optimizer reference runs --------------------------------------------------- */
 
-static void set_grad(tk_run *r, pl_tensor *t, const cJSON *g) {
-    if (cJSON_IsNull(g)) {
-        PL_CK_OK(pl_harness_set_grad(r->base, t->name, NULL));
-        return;
-    }
-    int n;
-    double *v = tk_doubles(g, &n);
-    ck_assert_int_eq(n, pl_tensor_numel(t));
-    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    ck_assert_ptr_nonnull(f);
-    for (int i = 0; i < n; i++) f[i] = (float)v[i];
-    PL_CK_OK(pl_harness_set_grad(r->base, t->name, f));
-    free(f);
-    free(v);
-}
-
 /* Gradient g (JSON array, or null: none) of t, made on the host and moved to t's device. */
 static void set_grad_on(pl_tensor *t, const cJSON *g) {
     pl_tensor_release(t->grad);
@@ -300,54 +284,6 @@ float *tk_run_optimizer_case_on(const cJSON *c, const char *plugin, int resume_a
 }
 
 void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at) {
-    const char *cname = cJSON_GetObjectItemCaseSensitive(c, "name")->valuestring;
-    tk_run r;
-    tk_init(&r);
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(c, "params"), *p;
-    int np = 0;
-    pl_tensor *ts[16];
-    cJSON_ArrayForEach(p, params) {
-        int n, nd;
-        double *init = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "init"), &n);
-        double *shp = tk_doubles(cJSON_GetObjectItemCaseSensitive(p, "shape"), &nd);
-        int64_t shape[PL_MAX_DIMS];
-        for (int i = 0; i < nd; i++) shape[i] = (int64_t)shp[i];
-        ck_assert(np < 16);
-        ts[np++] = tk_add_param(&r, cJSON_GetObjectItemCaseSensitive(p, "name")->valuestring, nd,
-                                shape, init, true);
-        free(init);
-        free(shp);
-    }
-    tk_open(&r, "optimizer", plugin, cJSON_GetObjectItemCaseSensitive(c, "options"), NULL);
-    const pl_optimizer_vtable *vt = r.vtable;
-    void *self = NULL;
-    PL_CK_OK(vt->create(r.sec, r.ctx, &self));
-    const cJSON *grads = cJSON_GetObjectItemCaseSensitive(c, "grads");
-    const cJSON *expected = cJSON_GetObjectItemCaseSensitive(c, "expected");
-    int steps = cJSON_GetArraySize(grads);
-    for (int s = 0; s < steps; s++) {
-        if (resume_at > 0 && s == resume_at) {
-            tk_state *st = tk_state_save(vt->state, self);
-            vt->destroy(self);
-            self = NULL;
-            PL_CK_OK(vt->create(r.sec, r.ctx, &self));
-            tk_state_load(st, vt->state, self);
-            tk_state_free(st);
-        }
-        const cJSON *gs = cJSON_GetArrayItem(grads, s), *es = cJSON_GetArrayItem(expected, s);
-        for (int i = 0; i < np; i++) set_grad(&r, ts[i], cJSON_GetArrayItem(gs, i));
-        PL_CK_OK(vt->step(self));
-        for (int i = 0; i < np; i++) {
-            int n;
-            double *e = tk_doubles(cJSON_GetArrayItem(es, i), &n);
-            const float *d = pl_tensor_f32(ts[i]);
-            for (int k = 0; k < n; k++)
-                ck_assert_msg(tk_near(d[k], e[k], 1e-6, 1e-7),
-                              "%s (%s): step %d, %s[%d] = %.9g, torch %.9g", cname, plugin, s,
-                              ts[i]->name, k, (double)d[k], e[k]);
-            free(e);
-        }
-    }
-    vt->destroy(self);
-    tk_close(&r);
+    int n;
+    free(tk_run_optimizer_case_on(c, plugin, resume_at, PL_CPU, false, &n));
 }

@@ -84,7 +84,8 @@ void tk_state_free(tk_state *st);
  * create, then for every step set the recorded gradients (null: no gradient),
  * step, and compare every parameter with torch to rtol 1e-6 (+ atol 1e-7).
  * resume_at > 0: after that many steps save the state, destroy, build a new
- * optimizer over the same parameters, load the state and continue. */
+ * optimizer over the same parameters, load the state and continue. The
+ * CPU run of tk_run_optimizer_case_on (host skips), its result freed. */
 void tk_run_optimizer_case(const cJSON *c, const char *plugin, int resume_at);
 
 /* tk_run_optimizer_case on device dev (the parameters and gradients moved
