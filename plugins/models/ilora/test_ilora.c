@@ -959,6 +959,23 @@ START_TEST(eval_metrics_exclude_history_and_padding) {
 }
 END_TEST
 
+/* n scores of few distinct values (many ties): levels steps of `step` from
+ * `base`, drawn by an LCG from seed */
+static void tied_scores(float *sc, int n, uint32_t seed, uint32_t levels, float step, float base) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        sc[i] = (float)((seed >> 16) % levels) * step + base;
+    }
+}
+
+/* The host ranking's exclusions of one row (ilora_seen_mask's): item 0 and
+ * the seen ids in [1, V) but `keep` to -inf; hist NULL: item 0 only. */
+static void mask_seen(float *row, int64_t V, const int64_t *hist, int H, int64_t keep) {
+    row[0] = -INFINITY;
+    for (int j = 0; hist && j < H; j++)
+        if (hist[j] > 0 && hist[j] < V && hist[j] != keep) row[hist[j]] = -INFINITY;
+}
+
 /* The device ranking (ranking.h) against the host's: scores with ties (the
  * target's score repeated), seen lists with duplicates, padding, ids outside
  * [1, V) and the target itself; one chunk, then chunks of 2 rows. */
@@ -967,11 +984,7 @@ START_TEST(device_ranking_equals_host_ranking) {
     env_init(&e, 5, 0);
     enum { B = 5, V = 11, H = 6 };
     float sc[B * V];
-    uint32_t x = 12345;
-    for (int i = 0; i < B * V; i++) {
-        x = x * 1103515245u + 12345u;
-        sc[i] = (float)((x >> 16) % 7) * 0.25f - 0.5f; /* few distinct values: many ties */
-    }
+    tied_scores(sc, B * V, 12345, 7, 0.25f, -0.5f);
     const int64_t tgt[B] = {3, 1, 10, 5, 7};
     const int64_t hist[B * H] = {3,  4,  4, 0, 9, 2, /* the target, a duplicate, padding */
                                  11, -1, 2, 2, 5, 6, /* ids outside [1, V) */
@@ -981,11 +994,7 @@ START_TEST(device_ranking_equals_host_ranking) {
     for (int b = 0; b < B; b++) {
         float row[V];
         memcpy(row, sc + b * V, sizeof row);
-        row[0] = -INFINITY;
-        for (int j = 0; j < H; j++) {
-            int64_t it = hist[b * H + j];
-            if (it > 0 && it < V && it != tgt[b]) row[it] = -INFINITY;
-        }
+        mask_seen(row, V, hist + b * H, H, tgt[b]);
         want[b] = ilora_rank_of(row, V, tgt[b]);
     }
     for (int pass = 0; pass < 3; pass++) {
@@ -1027,11 +1036,7 @@ START_TEST(device_topk_equals_host_topk) {
     env_init(&e, 5, 0);
     enum { B = 5, V = 11, H = 6 };
     float sc[B * V];
-    uint32_t x = 777;
-    for (int i = 0; i < B * V; i++) {
-        x = x * 1103515245u + 12345u;
-        sc[i] = (float)((x >> 16) % 5) * 0.5f - 1.0f;
-    }
+    tied_scores(sc, B * V, 777, 5, 0.5f, -1.0f);
     sc[2 * V + 4] = NAN;
     sc[2 * V + 6] = INFINITY;
     const int64_t hist[B * H] = {3,  4,  4, 0, 9, 2, 11, -1, 2, 2, 5, 6, 0, 0, 0,
@@ -1050,11 +1055,7 @@ START_TEST(device_topk_equals_host_topk) {
                 float row[V], wv[V];
                 int32_t wi[V];
                 memcpy(row, sc + b * V, sizeof row);
-                row[0] = -INFINITY;
-                for (int j = 0; pass < 2 && j < H; j++) {
-                    int64_t it = hist[b * H + j];
-                    if (it > 0 && it < V) row[it] = -INFINITY;
-                }
+                mask_seen(row, V, pass < 2 ? hist + b * H : NULL, H, 0);
                 ilora_topk(row, V, k, wi, wv);
                 for (int64_t j = 0; j < k; j++) {
                     float gv = (float)pl_tensor_get(v, b * k + j);
