@@ -27,6 +27,35 @@ def write_ini(path, text):
         f.write(text)
 
 
+def write_ilora_ini(path, run_dir, h5, batch_size, eval_batch_size, dim, layers=1, max_len=8,
+                    model="", optimizer="lr = 1e-2\n", trainer="max_epochs = 1\n"):
+    """A tiny ilora run (name il, seed 1) over make_movielens's file: hdf5_rows
+    splits, [model] dim / layers / 2 heads / max_len plus the `model` lines,
+    adamw plus the `optimizer` lines, the `trainer` lines."""
+    write_ini(path, f"""[pipeline]
+name = il
+run_dir = {run_dir}
+seed = 1
+[data]
+plugin = hdf5_rows
+path = {h5}
+datasets = input_ids,labels
+val_datasets = input_ids,target,user_index
+test_datasets = input_ids,target,user_index
+batch_size = {batch_size}
+eval_batch_size = {eval_batch_size}
+[model]
+plugin = ilora
+dim = {dim}
+layers = {layers}
+heads = 2
+max_len = {max_len}
+{model}[optimizer]
+plugin = adamw
+{optimizer}[trainer]
+{trainer}""")
+
+
 def summary(run_dir):
     """RUN_DIR/summary.json as a dict."""
     with open(os.path.join(run_dir, "summary.json")) as f:

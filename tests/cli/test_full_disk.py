@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from cli_util import fail, make_movielens, run, write_ini
+from cli_util import fail, make_movielens, run, write_ilora_ini
 
 
 def full_disk(limit):
@@ -50,34 +50,8 @@ def main():
         h5 = os.path.join(tmp, "ml.h5")
         make_movielens(h5, U=400)
         ini = os.path.join(tmp, "il.ini")
-        write_ini(ini, f"""[pipeline]
-name = il
-run_dir = {tmp}/runs
-seed = 1
-[data]
-plugin = hdf5_rows
-path = {h5}
-datasets = input_ids,labels
-val_datasets = input_ids,target,user_index
-test_datasets = input_ids,target,user_index
-batch_size = 64
-eval_batch_size = 100
-[model]
-plugin = ilora
-dim = 8
-layers = 1
-heads = 2
-max_len = 8
-export_top_k = 39
-[optimizer]
-plugin = adamw
-lr = 1e-2
-[trainer]
-max_epochs = 1
-monitor = val_ndcg@10
-mode = max
-export = true
-""")
+        write_ilora_ini(ini, f"{tmp}/runs", h5, 64, 100, dim=8, model="export_top_k = 39\n",
+                        trainer="max_epochs = 1\nmonitor = val_ndcg@10\nmode = max\nexport = true\n")
         # the teacher export onto a full disk
         p = run_full([exe, "run", ini, "pipeline.name=full"], 200 * 1024)
         if "teacher_outputs.h5.tmp." not in p.stderr or "File too large" not in p.stderr:

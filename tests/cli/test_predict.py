@@ -25,7 +25,7 @@ import tempfile
 import h5py
 import numpy as np
 
-from cli_util import fail, make_movielens, run, summary, write_ini
+from cli_util import fail, make_movielens, run, summary, write_ilora_ini, write_ini
 
 
 
@@ -69,32 +69,8 @@ def test_ilora(exe, tmp):
     h5 = os.path.join(tmp, "ml.h5")
     make_movielens(h5)
     ini = os.path.join(tmp, "il.ini")
-    write_ini(ini, f"""[pipeline]
-name = il
-run_dir = {tmp}/runs
-seed = 1
-[data]
-plugin = hdf5_rows
-path = {h5}
-datasets = input_ids,labels
-val_datasets = input_ids,target,user_index
-test_datasets = input_ids,target,user_index
-batch_size = 8
-eval_batch_size = 10
-[model]
-plugin = ilora
-dim = 16
-layers = 1
-heads = 2
-max_len = 8
-[optimizer]
-plugin = adamw
-lr = 1e-2
-[trainer]
-max_epochs = 2
-monitor = val_ndcg@10
-mode = max
-""")
+    write_ilora_ini(ini, f"{tmp}/runs", h5, 8, 10, dim=16,
+                    trainer="max_epochs = 2\nmonitor = val_ndcg@10\nmode = max\n")
     run([exe, "run", ini])
     rd = os.path.join(tmp, "runs", "il", "latest")
     want = summary(rd)["test_metrics"]["hit_ratio@10"]

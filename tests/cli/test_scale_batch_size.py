@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from cli_util import fail, make_movielens, write_ini
+from cli_util import fail, make_movielens, write_ilora_ini
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOL = os.path.join(HERE, "..", "..", "tools", "scale_batch_size.py")
@@ -22,29 +22,7 @@ def main():
     h5 = os.path.join(tmp, "ml.h5")
     make_movielens(h5, U=200, N=300, L=16)
     ini = os.path.join(tmp, "il.ini")
-    write_ini(ini, f"""[pipeline]
-name = il
-run_dir = {tmp}/runs
-seed = 1
-[data]
-plugin = hdf5_rows
-path = {h5}
-datasets = input_ids,labels
-val_datasets = input_ids,target,user_index
-test_datasets = input_ids,target,user_index
-batch_size = 4
-eval_batch_size = 4
-[model]
-plugin = ilora
-dim = 32
-layers = 2
-heads = 2
-max_len = 16
-[optimizer]
-plugin = adamw
-[trainer]
-max_epochs = 1
-""")
+    write_ilora_ini(ini, f"{tmp}/runs", h5, 4, 4, dim=32, layers=2, max_len=16, optimizer="")
     cap = 6 << 20
     p = subprocess.run([sys.executable, TOOL, ini, "--capacity", "6MiB", "--max", "512",
                         "--pipeline", exe], capture_output=True, text=True)
