@@ -168,6 +168,19 @@ static inline const float *ce_row(const ce_rows *r, int64_t i) {
     return w;
 }
 
+/* An f32 row's sum of pl_ce_exp(x - m) (*s) and of x (*sx), in f64: the
+ * cross-entropy's and linear_cross_entropy's */
+static inline void ce_sums_f32(const float *x, int64_t C, float m, double *s_out, double *sx_out) {
+    double s = 0, sx = 0;
+#pragma omp simd reduction(+ : s, sx)
+    for (int64_t c = 0; c < C; c++) {
+        s += pl_ce_exp(x[c], m);
+        sx += x[c];
+    }
+    *s_out = s;
+    *sx_out = sx;
+}
+
 static pl_status k_ce_fwd(const pl_kernel_args *a) {
     const pl_tensor *lg = a->in[0], *tg = a->in[1];
     int64_t N, C;
@@ -193,11 +206,7 @@ static pl_status k_ce_fwd(const pl_kernel_args *a) {
                 sx += x[c];
             }
         } else {
-#pragma omp simd reduction(+ : s, sx)
-            for (int64_t c = 0; c < C; c++) {
-                s += pl_ce_exp(x[c], m);
-                sx += x[c];
-            }
+            ce_sums_f32(x, C, m, &s, &sx);
         }
         double l = pl_ce_lse(m, s);
         lse[i] = (float)l;
@@ -315,18 +324,26 @@ typedef struct lce_job {
  * block overwrites it); serial: one thread's sgemms (inside a parallel
  * region, where OpenMP's OpenBLAS runs on the calling thread), else
  * OpenBLAS's pool and OpenMP over the rows. */
+/* one row-major sgemm of lce_blocks: on the calling thread (serial) or
+ * through pl_sgemm (OpenBLAS's pool for a large product) */
+static void lce_gemm(bool serial, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t lda, const float *B, float beta, float *C) {
+    if (serial)
+        cblas_sgemm(CblasRowMajor, (enum CBLAS_TRANSPOSE)ta, (enum CBLAS_TRANSPOSE)tb, (int)M,
+                    (int)N, (int)K, 1.0f, A, (int)lda, B, tb == CblasTrans ? (int)K : (int)N,
+                    beta, C, (int)N);
+    else
+        pl_sgemm(CblasRowMajor, ta, tb, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B,
+                 tb == CblasTrans ? (int)K : (int)N, beta, C, (int)N);
+}
+
 static void lce_blocks(const lce_job *j, int64_t b0, int64_t b1, float *S, float *dw,
                        bool serial) {
     int64_t K = j->K, V = j->V;
     for (int64_t blk = b0; blk < b1; blk++) {
         int64_t r0 = blk * j->B, b = j->N - r0 < j->B ? j->N - r0 : j->B;
         const float *xb = j->X + r0 * K;
-        if (serial)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)V, (int)K, 1.0f, xb,
-                        (int)K, j->W, (int)K, 0.0f, S, (int)V);
-        else
-            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)V, (int)K, 1.0f, xb,
-                     (int)K, j->W, (int)K, 0.0f, S, (int)V);
+        lce_gemm(serial, CblasNoTrans, CblasTrans, b, V, K, xb, K, j->W, 0.0f, S); /* logits */
 #pragma omp parallel for if (!serial && b * V > PAR_MIN)
         for (int64_t i = 0; i < b; i++) {
             float *x = S + i * V;
@@ -338,12 +355,8 @@ static void lce_blocks(const lce_job *j, int64_t b0, int64_t b1, float *S, float
                 continue;
             }
             float m = row_max(x, V);
-            double s = 0, sx = 0;
-#pragma omp simd reduction(+ : s, sx)
-            for (int64_t c = 0; c < V; c++) {
-                s += pl_ce_exp(x[c], m);
-                sx += x[c];
-            }
+            double s, sx;
+            ce_sums_f32(x, V, m, &s, &sx);
             double l = pl_ce_lse(m, s);
             R[0] = pl_ce_row_nll(l, x[t]);
             R[1] = pl_ce_row_smooth(l, V, sx);
@@ -355,18 +368,10 @@ static void lce_blocks(const lce_job *j, int64_t b0, int64_t b1, float *S, float
             x[t] -= pl_ce_target_grad(scale, j->eps);
         }
         float beta = blk > b0 ? 1.0f : 0.0f;
-        if (j->gx && serial)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
-                        (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
-        else if (j->gx)
-            pl_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)b, (int)K, (int)V, 1.0f, S,
-                     (int)V, j->W, (int)K, 0.0f, j->DX + r0 * K, (int)K);
-        if (j->gw && serial)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
-                        (int)V, xb, (int)K, beta, dw, (int)K);
-        else if (j->gw)
-            pl_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)K, (int)b, 1.0f, S,
-                     (int)V, xb, (int)K, beta, dw, (int)K);
+        if (j->gx) /* dx_blk = dl W */
+            lce_gemm(serial, CblasNoTrans, CblasNoTrans, b, K, V, S, V, j->W, 0.0f, j->DX + r0 * K);
+        if (j->gw) /* dW += dl^T x_blk */
+            lce_gemm(serial, CblasTrans, CblasNoTrans, V, K, b, S, V, xb, beta, dw);
     }
 }
 
