@@ -1293,14 +1293,9 @@ END_TEST
 
 /* ---- linear_cross_entropy: the head and its loss fused (pl_linear_cross_entropy) ---- */
 
-typedef struct lce_ctx {
-    pl_tensor *target;
-    int64_t ign;
-    double eps;
-} lce_ctx;
-
+/* ctx: a ce_ctx (target, ignore_index, label smoothing), as f_ce's */
 static pl_tensor *f_lce(pl_tensor **in, int n, void *ctx) {
-    lce_ctx *c = ctx;
+    ce_ctx *c = ctx;
     return pl_linear_cross_entropy(in[0], in[1], c->target, c->ign, c->eps);
 }
 
@@ -1309,7 +1304,7 @@ static pl_tensor *f_lce(pl_tensor **in, int n, void *ctx) {
 START_TEST(linear_cross_entropy_gradcheck) {
     pl_tensor *in[2] = {randn_g(PL_SHAPE(5, 6), 140), randn_g(PL_SHAPE(7, 6), 141)};
     pl_tensor *t = pl_tensor_from_data(PL_I64, PL_SHAPE(5), (int64_t[]){1, -100, 6, 0, 3}, PL_CPU);
-    lce_ctx c = {t, -100, 0.0};
+    ce_ctx c = {t, -100, 0.0};
     check_grad(f_lce, in, 2, &c, "linear_cross_entropy");
     c.eps = 0.2;
     check_grad(f_lce, in, 2, &c, "linear_cross_entropy, smoothing 0.2");

@@ -329,6 +329,18 @@ enum { LSTM_NI = 7, LSTM_NR = 3 + LSTM_NI };
 static const char *const g_lstm_names[LSTM_NR] = {"y",     "h_n",   "c_n",   "dx",  "dw_ih",
                                                    "dw_hh", "db_ih", "db_hh", "dh0", "dc0"};
 
+/* The lstm op's inputs x [B, T, In], W_ih [4H, In], W_hh [4H, H], b_ih, b_hh
+ * [4H], h0, c0 [B, H]: fixed random draws on the host (tensors of the frame) */
+static void lstm_inputs(int64_t B, int64_t T, int64_t In, int64_t H, pl_tensor *in[LSTM_NI]) {
+    in[0] = pl_test_randn(PL_SHAPE(B, T, In), 21);
+    in[1] = pl_test_randn(PL_SHAPE(4 * H, In), 22);
+    in[2] = pl_test_randn(PL_SHAPE(4 * H, H), 23);
+    in[3] = pl_test_randn(PL_SHAPE(4 * H), 24);
+    in[4] = pl_test_randn(PL_SHAPE(4 * H), 25);
+    in[5] = pl_test_randn(PL_SHAPE(B, H), 26);
+    in[6] = pl_test_randn(PL_SHAPE(B, H), 27);
+}
+
 /* pl_lstm with both biases and initial states on device d, then the
  * backward of sum(y * r): res = {y, h_n, c_n, every input gradient} on the
  * CPU (dx NULL when !xgrad: x is then not a leaf with a gradient). The
@@ -338,11 +350,8 @@ static void lstm_run(pl_device d, int64_t B, int64_t T, int64_t In, int64_t H, i
                      bool xgrad, const char *fwd_mode, const char *bwd_mode,
                      pl_tensor *res[LSTM_NR]) {
     pl_frame_begin();
-    pl_tensor *in[LSTM_NI] = {
-        pl_test_randn(PL_SHAPE(B, T, In), 21), pl_test_randn(PL_SHAPE(4 * H, In), 22),
-        pl_test_randn(PL_SHAPE(4 * H, H), 23), pl_test_randn(PL_SHAPE(4 * H), 24),
-        pl_test_randn(PL_SHAPE(4 * H), 25),    pl_test_randn(PL_SHAPE(B, H), 26),
-        pl_test_randn(PL_SHAPE(B, H), 27)};
+    pl_tensor *in[LSTM_NI];
+    lstm_inputs(B, T, In, H, in);
     for (int i = 0; i < LSTM_NI; i++) {
         in[i] = pl_tensor_to(in[i], PL_F32, d);
         if (i > 0 || xgrad) pl_tensor_set_requires_grad(in[i], true);
@@ -479,11 +488,8 @@ START_TEST(lstm_native_captures) {
     pl_tensor *want[LSTM_NR];
     lstm_run(PL_CPU, B, T, In, H, 1, true, NULL, NULL, want);
     pl_frame_begin();
-    pl_tensor *in[LSTM_NI] = {
-        pl_test_randn(PL_SHAPE(B, T, In), 21), pl_test_randn(PL_SHAPE(4 * H, In), 22),
-        pl_test_randn(PL_SHAPE(4 * H, H), 23), pl_test_randn(PL_SHAPE(4 * H), 24),
-        pl_test_randn(PL_SHAPE(4 * H), 25),    pl_test_randn(PL_SHAPE(B, H), 26),
-        pl_test_randn(PL_SHAPE(B, H), 27)};
+    pl_tensor *in[LSTM_NI];
+    lstm_inputs(B, T, In, H, in);
     pl_tensor *dst[1 + LSTM_NI];
     for (int i = 0; i < LSTM_NI; i++) {
         in[i] = PL_CK_NOTNULL(pl_tensor_to(in[i], PL_F32, gd));
