@@ -93,6 +93,10 @@ only=${GPU_CHECK_ONLY:-}
 # began, by the step's usual time on an H100/H200 below (the 2026-11-26 H200 run,
 # with margin); a lent machine's command limit is then never what ends the run
 deadline=${GPU_CHECK_DEADLINE:-}
+if [ -n "$deadline" ] && ! [[ $deadline =~ ^[0-9]+$ ]]; then
+    echo "gpu_check: GPU_CHECK_DEADLINE = '$deadline': expected whole seconds (e.g. 380)" >&2
+    exit 2
+fi
 declare -A step_secs=([build]=60 [conformance]=15 [test_cuda]=20 [curves]=90 [memcheck]=60
     [racecheck]=180 [bench]=120 [ctest]=300 [mainjob]=240 [chains]=120 [scale]=240 [profile]=120)
 declare -A step_id=([build]=10 [conformance]=20 [test_cuda]=25 [curves]=30 [memcheck]=40

@@ -25,4 +25,8 @@ grep -q '^| test_cuda | skip |' "$r" || fail "test_cuda's row missing from the r
 grep -q '^| curves | skip | 0 | GPU_CHECK_DEADLINE: needs about 90 s, [0-9]* s left |' "$r" ||
     fail "curves (about 90 s) was not left out by a 40 s deadline: $(grep curves "$r")"
 cmp -s "$r" "$tmp/check/gpu_report.md" || fail "the report in \$OUT is not the final one"
+GPU_CHECK_DEADLINE=5m bash "$repo/tools/gpu_check.sh" "$tmp/bad" >"$tmp/bad.log" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "GPU_CHECK_DEADLINE = '5m'" "$tmp/bad.log" ||
+    fail "a deadline that is not whole seconds: exit $rc, $(cat "$tmp/bad.log")"
 echo "OK"
