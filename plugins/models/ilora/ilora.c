@@ -73,6 +73,26 @@ static pl_tensor *field_rows(pl_tensor *f, const char *name, int64_t B) {
     return c ? pl_tensor_to(pl_reshape(c, 1, (int64_t[]){B}), PL_I64, f->device) : NULL;
 }
 
+/* The batch's outputs (the layout above): items i32 [B, k], scores f32 [B, k],
+ * users / targets i64 [B] or NULL, on any device (the writer copies them);
+ * rows numbered on from the previous batches'. A NULL tensor keeps the error
+ * that made it (pl_outputs_add). */
+static pl_status predict_add(ilora_model *m, pl_outputs *o, int64_t B, pl_tensor *items,
+                             pl_tensor *scores, pl_tensor *users, pl_tensor *tg) {
+    int64_t *rows = malloc((size_t)(B ? B : 1) * sizeof *rows);
+    if (!rows) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+    for (int64_t i = 0; i < B; i++)
+        rows[i] = m->pred_rows + i;
+    pl_status st = pl_outputs_add(o, "top_items", items);
+    if (!st) st = pl_outputs_add(o, "top_scores", scores);
+    if (!st) st = pl_outputs_add(o, "row", host_rows_i64(rows, B));
+    if (!st && users) st = pl_outputs_add(o, "user_index", users);
+    if (!st && tg) st = pl_outputs_add(o, "target", tg);
+    if (!st) m->pred_rows += B;
+    free(rows);
+    return st;
+}
+
 /* predict_batch on a device (issue 35): the top-k after the exclusions is
  * taken there (ilora_topk_device), so [B, k] items and scores come back, not
  * the [B, V] logits; the same outputs as the host path. Taken when the
@@ -91,18 +111,7 @@ static pl_status predict_batch_device(ilora_model *m, const pl_batch *b, pl_tens
     pl_tensor *users = uf ? field_rows(uf, m->o.user_field, B) : NULL;
     pl_tensor *tg = tf ? field_rows(tf, m->o.target_field, B) : NULL;
     if ((uf && !users) || (tf && !tg)) return pl_error_status();
-    int64_t *rows = malloc((size_t)(B ? B : 1) * sizeof *rows);
-    if (!rows) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-    for (int64_t i = 0; i < B; i++)
-        rows[i] = m->pred_rows + i;
-    st = pl_outputs_add(o, "top_items", pl_tensor_to(ix, PL_I32, ix->device));
-    if (!st) st = pl_outputs_add(o, "top_scores", v);
-    if (!st) st = pl_outputs_add(o, "row", host_rows_i64(rows, B));
-    if (!st && users) st = pl_outputs_add(o, "user_index", users);
-    if (!st && tg) st = pl_outputs_add(o, "target", tg);
-    if (!st) m->pred_rows += B;
-    free(rows);
-    return st;
+    return predict_add(m, o, B, pl_tensor_to(ix, PL_I32, ix->device), v, users, tg);
 }
 
 static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split split,
@@ -123,7 +132,7 @@ static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split 
     pl_tensor *host = NULL;
     if (!ilora_last_logits(m, ids, &host, NULL)) return pl_error_status();
     pl_tensor *uf = pl_batch_find(b, m->o.user_field), *tf = pl_batch_find(b, m->o.target_field);
-    int64_t *users = NULL, *tg = NULL, *rows = NULL;
+    int64_t *users = NULL, *tg = NULL;
     seen_items seen = {0};
     pl_status st = PL_OK;
     if (uf && !(users = ilora_host_index(uf, m->o.user_field))) st = pl_error_status();
@@ -140,28 +149,21 @@ static pl_status predict_batch(ilora_model *m, const pl_batch *b, pl_data_split 
     float *row = st ? NULL : malloc((size_t)V * sizeof *row);
     int32_t *top = st ? NULL : malloc((size_t)(B * K) * sizeof *top);
     float *val = st ? NULL : malloc((size_t)(B * K) * sizeof *val);
-    rows = st ? NULL : malloc((size_t)(B ? B : 1) * sizeof *rows);
-    if (!st && (!lh || !row || !top || !val || !rows))
+    if (!st && (!lh || !row || !top || !val))
         st = lh ? pl_error_set(PL_ERR_NOMEM, "ilora: out of memory") : pl_error_status();
     for (int64_t i = 0; !st && i < B; i++) {
         memcpy(row, lh + i * V, (size_t)V * sizeof *row);
         row[0] = -INFINITY;
         if ((st = ilora_seen_mask(&seen, i, 0, row, V, split))) break;
         ilora_topk(row, V, K, top + i * K, val + i * K);
-        rows[i] = m->pred_rows + i;
     }
-    if (!st) st = pl_outputs_add(o, "top_items",
-                                 pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, K}, top, PL_CPU));
-    if (!st) st = pl_outputs_add(o, "top_scores",
-                                 pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, K}, val, PL_CPU));
-    if (!st) st = pl_outputs_add(o, "row", host_rows_i64(rows, B));
-    if (!st && users) st = pl_outputs_add(o, "user_index", host_rows_i64(users, B));
-    if (!st && tg) st = pl_outputs_add(o, "target", host_rows_i64(tg, B));
-    if (!st) m->pred_rows += B;
+    if (!st)
+        st = predict_add(m, o, B, pl_tensor_from_data(PL_I32, 2, (int64_t[]){B, K}, top, PL_CPU),
+                         pl_tensor_from_data(PL_F32, 2, (int64_t[]){B, K}, val, PL_CPU),
+                         users ? host_rows_i64(users, B) : NULL, tg ? host_rows_i64(tg, B) : NULL);
     free(row);
     free(top);
     free(val);
-    free(rows);
     ilora_seen_free(&seen);
     free(users);
     free(tg);
