@@ -78,9 +78,15 @@ static pl_tensor *seen_counts(pl_tensor *seen, pl_tensor *off, int64_t n, int64_
     return one ? pl_scatter_add(one, 0, pi, n * V) : NULL;
 }
 
-/* ranks of rows [n, V] (one chunk: n * V <= 2^24), its temporaries freed
- * before it returns */
-static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off) {
+/* One chunk's result, rows [n, V] (n * V <= 2^24), a tensor of the caller's
+ * frame with its temporaries freed; tc (targets) or k as the function needs. */
+typedef pl_tensor *(*chunk_fn)(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off,
+                               int64_t k);
+
+/* ranks of a chunk: f32 [n] */
+static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off,
+                             int64_t k) {
+    (void)k;
     int64_t n = lg->shape[0], V = lg->shape[1];
     pl_frame_begin();
     pl_tensor *ts = pl_gather(lg, 1, tc); /* [n, 1]: the target's score */
@@ -94,46 +100,11 @@ static pl_tensor *rank_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_t
     return pl_frame_end_keep(out);
 }
 
-int64_t ilora_rank_chunk_elems = 1 << 20;
-
-pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *seen,
-                             pl_tensor **offsets) {
-    if (!scores || !target) return NULL;
-    int64_t B = scores->shape[0], V = scores->shape[1];
-    if (V > (1 << 24)) {
-        pl_error_set(PL_ERR_UNSUPPORTED, "ilora: device ranking of %lld items (at most 2^24)",
-                     (long long)V);
-        return NULL;
-    }
-    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
-    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
-    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
-    if (!off || B <= rows) return off ? rank_chunk(scores, target, seen, off) : NULL;
-    int64_t nc = (B + rows - 1) / rows;
-    pl_tensor **part = calloc((size_t)nc, sizeof *part);
-    if (!part) {
-        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        return NULL;
-    }
-    pl_tensor *r = NULL;
-    int64_t c = 0;
-    for (int64_t r0 = 0; r0 < B; r0 += rows, c++) { /* row views: no copies */
-        int64_t len = r0 + rows < B ? rows : B - r0;
-        part[c] = rank_chunk(pl_tensor_view_rows(scores, r0, len),
-                             pl_tensor_view_rows(target, r0, len),
-                             seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
-                             pl_tensor_view_rows(off, 0, len));
-        if (!part[c]) break;
-    }
-    if (c == nc) r = pl_concat(part, (int)nc, 0);
-    free(part);
-    return r;
-}
-
-/* top-k of one chunk: item 0 and the seen items -inf, then pl_topk; one
- * f32 [n, 2k] tensor of the caller's frame, values then ids (exact in f32:
- * ids < V <= 2^24), its temporaries freed */
-static pl_tensor *topk_chunk(pl_tensor *lg, pl_tensor *seen, pl_tensor *off, int64_t k) {
+/* top-k of a chunk: item 0 and the seen items -inf, then pl_topk; f32 [n, 2k],
+ * values then ids (exact in f32: ids < V <= 2^24) */
+static pl_tensor *topk_chunk(pl_tensor *lg, pl_tensor *tc, pl_tensor *seen, pl_tensor *off,
+                             int64_t k) {
+    (void)tc;
     int64_t n = lg->shape[0], V = lg->shape[1];
     pl_frame_begin();
     pl_tensor *cnt = seen_counts(seen, off, n, V, lg->device), *v = NULL, *ix = NULL;
@@ -149,34 +120,53 @@ static pl_tensor *topk_chunk(pl_tensor *lg, pl_tensor *seen, pl_tensor *off, int
     return pl_frame_end_keep(r);
 }
 
+int64_t ilora_rank_chunk_elems = 1 << 20;
+
+/* fn over scores [B, V] in chunks of ilora_rank_chunk_elems / V rows (at
+ * least 1; row views, no copies), the results concatenated along rows; what
+ * names the work in the error for V > 2^24 */
+static pl_tensor *by_chunks(pl_tensor *scores, pl_tensor *tc, pl_tensor *seen, pl_tensor **offsets,
+                            int64_t k, chunk_fn fn, const char *what) {
+    int64_t B = scores->shape[0], V = scores->shape[1];
+    if (V > (1 << 24)) {
+        pl_error_set(PL_ERR_UNSUPPORTED, "ilora: %s of %lld items (at most 2^24)", what,
+                     (long long)V);
+        return NULL;
+    }
+    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
+    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
+    pl_tensor *off = row_offsets(offsets, rows, V, scores->device);
+    if (!off || B <= rows) return off ? fn(scores, tc, seen, off, k) : NULL;
+    int64_t nc = (B + rows - 1) / rows, c = 0;
+    pl_tensor **part = calloc((size_t)nc, sizeof *part), *r = NULL;
+    if (!part) {
+        pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
+        return NULL;
+    }
+    for (int64_t r0 = 0; r0 < B; r0 += rows, c++) {
+        int64_t len = r0 + rows < B ? rows : B - r0;
+        part[c] = fn(pl_tensor_view_rows(scores, r0, len),
+                     tc ? pl_tensor_view_rows(tc, r0, len) : NULL,
+                     seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
+                     pl_tensor_view_rows(off, 0, len), k);
+        if (!part[c]) break;
+    }
+    if (c == nc) r = pl_concat(part, (int)nc, 0);
+    free(part);
+    return r;
+}
+
+pl_tensor *ilora_rank_device(pl_tensor *scores, pl_tensor *target, pl_tensor *seen,
+                             pl_tensor **offsets) {
+    if (!scores || !target) return NULL;
+    return by_chunks(scores, target, seen, offsets, 0, rank_chunk, "device ranking");
+}
+
 pl_status ilora_topk_device(pl_tensor *scores, pl_tensor *seen, int64_t k, pl_tensor **offsets,
                             pl_tensor **values, pl_tensor **ids) {
     *values = *ids = NULL;
     if (!scores) return pl_error_status();
-    int64_t B = scores->shape[0], V = scores->shape[1];
-    if (V > (1 << 24))
-        return pl_error_set(PL_ERR_UNSUPPORTED, "ilora: device top-k over %lld items (at most "
-                            "2^24)", (long long)V);
-    int64_t cap = ilora_rank_chunk_elems < (1 << 24) ? ilora_rank_chunk_elems : (1 << 24);
-    int64_t rows = cap / V < 1 ? 1 : cap / V < B ? cap / V : B;
-    pl_tensor *off = row_offsets(offsets, rows, V, scores->device), *all = NULL;
-    if (!off) return pl_error_status();
-    if (B <= rows) {
-        all = topk_chunk(scores, seen, off, k);
-    } else {
-        int64_t nc = (B + rows - 1) / rows, c = 0;
-        pl_tensor **part = calloc((size_t)nc, sizeof *part);
-        if (!part) return pl_error_set(PL_ERR_NOMEM, "ilora: out of memory");
-        for (int64_t r0 = 0; r0 < B; r0 += rows, c++) { /* row views: no copies */
-            int64_t len = r0 + rows < B ? rows : B - r0;
-            part[c] = topk_chunk(pl_tensor_view_rows(scores, r0, len),
-                                 seen ? pl_tensor_view_rows(seen, r0, len) : NULL,
-                                 pl_tensor_view_rows(off, 0, len), k);
-            if (!part[c]) break;
-        }
-        if (c == nc) all = pl_concat(part, (int)nc, 0);
-        free(part);
-    }
+    pl_tensor *all = by_chunks(scores, NULL, seen, offsets, k, topk_chunk, "device top-k");
     *values = all ? pl_slice(all, 1, 0, k) : NULL;
     *ids = all ? pl_tensor_to(pl_slice(all, 1, k, 2 * k), PL_I64, all->device) : NULL;
     if (*values && *ids) return PL_OK;
